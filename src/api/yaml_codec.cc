@@ -1,0 +1,457 @@
+#include "api/yaml_codec.h"
+
+#include "core/topology.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <charconv>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <sstream>
+
+namespace rota::api {
+namespace {
+
+// Thrown inside this file only, turned into a Status at the entry points.
+struct ParseError {
+  Status status;
+};
+
+// A YAML node with the field path that reached it, for error messages.
+class Field {
+ public:
+  Field(YAML::Node node, std::string path, const std::string* source, std::map<std::string, YAML::Mark>* marks)
+      : node_(std::move(node)), path_(std::move(path)), source_(source), marks_(marks) {
+    if (marks_ != nullptr && node_.IsDefined()) marks_->emplace(path_, node_.Mark());
+  }
+
+  [[noreturn]] void Fail(const std::string& reason) const {
+    throw ParseError{InvalidArgumentError(Where(node_.Mark()) + (path_.empty() ? "" : path_ + ": ") + reason)};
+  }
+  std::string Where(const YAML::Mark& m) const {
+    if (m.line < 0) return *source_ + ": ";
+    return *source_ + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": ";
+  }
+
+  const std::string& path() const { return path_; }
+  bool IsNull() const { return !node_.IsDefined() || node_.IsNull(); }
+
+  // A map whose keys must all be in `allowed`.
+  void ExpectMap(std::initializer_list<std::string_view> allowed) const {
+    if (!node_.IsMap()) Fail("must be a mapping (key: value)");
+    for (const auto& kv : node_) {
+      const std::string key = kv.first.Scalar();
+      bool known = false;
+      for (std::string_view a : allowed) known = known || a == key;
+      if (!known) {
+        std::string names;
+        for (std::string_view a : allowed) names += (names.empty() ? "" : ", ") + std::string(a);
+        throw ParseError{InvalidArgumentError(Where(kv.first.Mark()) + Child(key) + ": unknown field (allowed: " +
+                                              names + ")")};
+      }
+    }
+  }
+  bool Has(const std::string& key) const { return node_.IsMap() && node_[key].IsDefined(); }
+  Field operator[](const std::string& key) const { return Field(node_[key], Child(key), source_, marks_); }
+
+  size_t ExpectSeq() const {
+    if (!node_.IsSequence()) Fail("must be a list");
+    return node_.size();
+  }
+  Field At(size_t i) const { return Field(node_[i], path_ + "[" + std::to_string(i) + "]", source_, marks_); }
+
+  std::string Str() const {
+    if (!node_.IsScalar()) Fail("must be a string");
+    return node_.Scalar();
+  }
+  int64_t Int(int64_t lo, int64_t hi) const {
+    const std::string s = Scalar();
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size()) Fail("must be a whole number, got '" + s + "'");
+    if (v < lo || v > hi) Fail("must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + s);
+    return v;
+  }
+  bool Bool() const {
+    const std::string s = Scalar();
+    if (s == "true") return true;
+    if (s == "false") return false;
+    Fail("must be true or false, got '" + s + "'");
+  }
+  MilliCpu Cpu() const { return Check(ParseMilliCpu(Scalar())); }
+  MemoryMiB Memory() const { return Check(ParseMemoryMiB(Scalar())); }
+  Duration Time() const { return Check(ParseDuration(Scalar())); }
+  std::vector<std::string> StrList() const {
+    std::vector<std::string> out;
+    for (size_t i = 0, n = ExpectSeq(); i < n; ++i) out.push_back(At(i).Str());
+    return out;
+  }
+  std::map<std::string, std::string> StrMap() const {
+    if (!node_.IsMap()) Fail("must be a mapping (key: value)");
+    std::map<std::string, std::string> out;
+    for (const auto& kv : node_) out[kv.first.Scalar()] = (*this)[kv.first.Scalar()].Str();
+    return out;
+  }
+  std::map<std::string, int64_t> IntMap(int64_t lo, int64_t hi) const {
+    if (!node_.IsMap()) Fail("must be a mapping (key: value)");
+    std::map<std::string, int64_t> out;
+    for (const auto& kv : node_) out[kv.first.Scalar()] = (*this)[kv.first.Scalar()].Int(lo, hi);
+    return out;
+  }
+  bool IsScalar() const { return node_.IsScalar(); }
+  bool IsMap() const { return node_.IsMap(); }
+
+ private:
+  std::string Child(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  std::string Scalar() const {
+    if (!node_.IsScalar()) Fail("must be a single value");
+    return node_.Scalar();
+  }
+  template <typename T>
+  T Check(StatusOr<T> v) const {
+    if (!v.ok()) Fail(std::string(v.status().message()));
+    return *v;
+  }
+
+  YAML::Node node_;
+  std::string path_;
+  const std::string* source_;
+  std::map<std::string, YAML::Mark>* marks_;
+};
+
+YAML::Node Load(std::string_view text, const std::string& source) {
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    std::string where = source;
+    if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    throw ParseError{InvalidArgumentError(where + ": not valid YAML: " + e.msg)};
+  }
+}
+
+TaskGroupSpec ParseTask(const Field& f) {
+  f.ExpectMap({"name", "replicas", "gpus", "gpu", "gpu_model", "gpu_memory", "cpu", "memory", "command", "env"});
+  TaskGroupSpec t;
+  t.name = f.Has("name") ? f["name"].Str() : "main";
+  if (f.Has("replicas")) t.replicas = static_cast<int32_t>(f["replicas"].Int(1, kMaxReplicas));
+  if (f.Has("gpus")) t.gpus = static_cast<int32_t>(f["gpus"].Int(0, kMaxGpusPerReplica));
+  if (f.Has("gpu")) {
+    Field g = f["gpu"];
+    g.ExpectMap({"mig", "fraction", "memory"});
+    if (g.Has("mig")) t.gpu_share.mig_profile = g["mig"].Str();
+    if (g.Has("fraction")) {
+      // Exact milli-GPU: "0.25" -> 250.
+      Field fr = g["fraction"];
+      StatusOr<MilliCpu> milli = ParseMilliCpu(fr.Str());
+      if (!milli.ok() || *milli <= 0 || *milli >= 1000) fr.Fail("must be a number in (0, 1) with at most 3 decimals");
+      t.gpu_share.fraction_milli = static_cast<int32_t>(*milli);
+    }
+    if (g.Has("memory")) t.gpu_share.memory = g["memory"].Memory();
+    if (!t.gpu_share.shared()) g.Fail("needs mig or fraction");
+  }
+  if (f.Has("gpu_model")) t.gpu_model = f["gpu_model"].Str();
+  if (f.Has("gpu_memory")) t.gpu_memory = f["gpu_memory"].Memory();
+  if (f.Has("cpu")) t.cpu = f["cpu"].Cpu();
+  if (f.Has("memory")) t.memory = f["memory"].Memory();
+  if (f.Has("command")) t.command = f["command"].StrList();
+  if (f.Has("env")) t.env = f["env"].StrMap();
+  return t;
+}
+
+const std::initializer_list<std::string_view> kJobFields = {
+    "name",        "queue",   "priority",   "tasks",    "topology",   "node_selector", "elastic",
+    "preemptible", "checkpoint", "restart", "time_limit", "mounts"};
+
+void ParseJobFields(const Field& f, JobSpec* spec) {
+  if (f.Has("name")) spec->name = f["name"].Str();
+  if (f.Has("queue")) spec->queue = f["queue"].Str();
+  if (f.Has("priority")) {
+    Field p = f["priority"];
+    const std::string s = p.Str();
+    if (!s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-')) {
+      spec->priority = static_cast<int32_t>(p.Int(0, 1'000'000'000));
+      spec->priority_class.clear();
+    } else {
+      spec->priority_class = s;
+    }
+  }
+  Field tasks = f["tasks"];
+  if (tasks.IsNull()) f.Fail("tasks: required (a list of task groups)");
+  for (size_t i = 0, n = tasks.ExpectSeq(); i < n; ++i) spec->tasks.push_back(ParseTask(tasks.At(i)));
+  if (f.Has("topology")) {
+    Field t = f["topology"];
+    t.ExpectMap({"level", "mode"});
+    spec->topology.level = t["level"].IsNull() ? "" : t["level"].Str();
+    if (spec->topology.level.empty()) t.Fail("level: required");
+    if (t.Has("mode")) {
+      const std::string mode = t["mode"].Str();
+      if (mode == "required") spec->topology.mode = TopologyMode::kRequired;
+      else if (mode == "preferred") spec->topology.mode = TopologyMode::kPreferred;
+      else t["mode"].Fail("must be required or preferred, got '" + mode + "'");
+    }
+  }
+  if (f.Has("node_selector")) spec->node_selector = f["node_selector"].StrMap();
+  if (f.Has("elastic")) {
+    Field e = f["elastic"];
+    e.ExpectMap({"min_replicas"});
+    spec->elastic_min_replicas = static_cast<int32_t>(e["min_replicas"].Int(1, kMaxReplicas));
+  }
+  if (f.Has("preemptible")) spec->preemptible = f["preemptible"].Bool();
+  if (f.Has("checkpoint")) {
+    Field c = f["checkpoint"];
+    c.ExpectMap({"signal", "grace"});
+    if (c.Has("signal")) {
+      spec->checkpoint.signal = c["signal"].Str();
+      static const char* kSignals[] = {"SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"};
+      bool ok = false;
+      for (const char* s : kSignals) ok = ok || spec->checkpoint.signal == s;
+      if (!ok) c["signal"].Fail("must be one of SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT");
+    }
+    if (c.Has("grace")) spec->checkpoint.grace = c["grace"].Time();
+  }
+  if (f.Has("restart")) {
+    Field r = f["restart"];
+    r.ExpectMap({"policy", "max_restarts"});
+    if (r.Has("policy")) {
+      const std::string p = r["policy"].Str();
+      if (p == "never") spec->restart.policy = RestartPolicy::kNever;
+      else if (p == "on-failure") spec->restart.policy = RestartPolicy::kOnFailure;
+      else if (p == "always") spec->restart.policy = RestartPolicy::kAlways;
+      else r["policy"].Fail("must be never, on-failure or always, got '" + p + "'");
+    }
+    if (r.Has("max_restarts")) spec->restart.max_restarts = static_cast<int32_t>(r["max_restarts"].Int(0, 1000000));
+  }
+  if (f.Has("time_limit")) spec->time_limit = f["time_limit"].Time();
+  if (f.Has("mounts")) {
+    Field m = f["mounts"];
+    for (size_t i = 0, n = m.ExpectSeq(); i < n; ++i) {
+      Field e = m.At(i);
+      e.ExpectMap({"source", "target", "read_only"});
+      MountSpec mount;
+      mount.source = e["source"].Str();
+      mount.target = e["target"].Str();
+      if (e.Has("read_only")) mount.read_only = e["read_only"].Bool();
+      spec->mounts.push_back(mount);
+    }
+  }
+}
+
+// Runs ValidateJobSpec and points its error at the line of the field it names.
+void Validate(const JobSpec& spec, const std::string& prefix, const std::map<std::string, YAML::Mark>& marks,
+              const Field& root) {
+  Status s = ValidateJobSpec(spec);
+  if (s.ok()) return;
+  std::string msg(s.message());
+  std::string field = msg.substr(0, msg.find(':'));
+  std::string full = prefix.empty() ? field : prefix + "." + field;
+  // The deepest recorded path that prefixes the failing field.
+  std::string best;
+  for (const auto& [path, mark] : marks) {
+    if ((full == path || full.rfind(path + ".", 0) == 0 || full.rfind(path + "[", 0) == 0) && path.size() > best.size()) {
+      best = path;
+    }
+  }
+  auto it = marks.find(best);
+  std::string loc = it != marks.end() ? root.Where(it->second) : root.Where(YAML::Mark::null_mark());
+  throw ParseError{InvalidArgumentError(loc + (prefix.empty() ? "" : prefix + ".") + msg)};
+}
+
+NodeGroupConfig ParseNodeGroup(const Field& f) {
+  f.ExpectMap({"name", "count", "gpus", "gpu_model", "gpu_memory", "nvlink_islands", "cpu", "memory", "nodes_per_rack",
+               "racks_per_spine", "labels", "mig", "spot"});
+  NodeGroupConfig g;
+  g.name = f["name"].IsNull() ? "" : f["name"].Str();
+  if (g.name.empty()) f.Fail("name: required");
+  g.count = static_cast<int32_t>(f["count"].Int(1, 1'000'000));
+  if (f.Has("gpus")) g.gpus = static_cast<int32_t>(f["gpus"].Int(0, kMaxGpusPerNode));
+  if (f.Has("gpu_model")) g.gpu_model = f["gpu_model"].Str();
+  if (g.gpus > 0 && g.gpu_model.empty()) f.Fail("gpu_model: required when gpus > 0");
+  if (f.Has("gpu_memory")) g.gpu_memory = f["gpu_memory"].Memory();
+  if (f.Has("nvlink_islands")) g.nvlink_islands = static_cast<int32_t>(f["nvlink_islands"].Int(1, kMaxGpusPerNode));
+  if (g.gpus > 0 && g.gpus % g.nvlink_islands != 0) {
+    f["nvlink_islands"].Fail(std::to_string(g.gpus) + " GPUs do not split into " + std::to_string(g.nvlink_islands) +
+                             " equal islands");
+  }
+  if (f.Has("cpu")) g.cpu = f["cpu"].Cpu();
+  if (f.Has("memory")) g.memory = f["memory"].Memory();
+  if (f.Has("nodes_per_rack")) g.nodes_per_rack = static_cast<int32_t>(f["nodes_per_rack"].Int(1, 1'000'000));
+  if (f.Has("racks_per_spine")) g.racks_per_spine = static_cast<int32_t>(f["racks_per_spine"].Int(1, 1'000'000));
+  if (f.Has("labels")) {
+    g.labels = f["labels"].StrMap();
+    for (const char* builtin : {"hostname", "gpu_model", "rack", "spine"}) {
+      if (g.labels.count(builtin)) f["labels"][builtin].Fail("is a built-in label and cannot be set");
+    }
+  }
+  if (f.Has("mig")) g.mig = f["mig"].StrList();
+  if (f.Has("spot")) g.spot = f["spot"].Bool();
+  return g;
+}
+
+QueueConfig ParseQueue(const Field& f) {
+  f.ExpectMap({"name", "weight", "quota", "borrowing_limit", "lending_limit", "children"});
+  QueueConfig q;
+  q.name = f["name"].IsNull() ? "" : f["name"].Str();
+  if (q.name.empty() || q.name.find('/') != std::string::npos) f.Fail("name: required, without '/'");
+  if (f.Has("weight")) q.weight = static_cast<int32_t>(f["weight"].Int(1, 1'000'000));
+  if (f.Has("quota")) q.quota = f["quota"].IntMap(0, 100'000'000);
+  if (f.Has("borrowing_limit")) q.borrowing_limit = f["borrowing_limit"].IntMap(0, 100'000'000);
+  if (f.Has("lending_limit")) q.lending_limit = f["lending_limit"].IntMap(0, 100'000'000);
+  if (f.Has("children")) {
+    Field c = f["children"];
+    for (size_t i = 0, n = c.ExpectSeq(); i < n; ++i) {
+      q.children.push_back(ParseQueue(c.At(i)));
+      for (size_t j = 0; j < i; ++j) {
+        if (q.children[j].name == q.children[i].name) c.At(i)["name"].Fail("duplicate queue '" + q.children[i].name + "'");
+      }
+    }
+  }
+  return q;
+}
+
+template <typename F>
+auto Guard(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ParseError& e) {
+    return e.status;
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(std::string("malformed YAML: ") + e.what());
+  }
+}
+
+}  // namespace
+
+StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_view source_view) {
+  const std::string source(source_view);
+  return Guard([&]() -> StatusOr<ClusterConfig> {
+    Field root(Load(text, source), "", &source, nullptr);
+    root.ExpectMap({"topology", "node_groups", "drained", "queues", "priority_classes", "profile"});
+    ClusterConfig c;
+    if (root.Has("topology")) {
+      c.topology = root["topology"].StrList();
+      if (Status s = Topology::ValidateLevels(c.topology); !s.ok()) root["topology"].Fail(std::string(s.message()));
+    }
+    Field groups = root["node_groups"];
+    if (groups.IsNull()) root.Fail("node_groups: required (a list of node groups)");
+    for (size_t i = 0, n = groups.ExpectSeq(); i < n; ++i) {
+      c.node_groups.push_back(ParseNodeGroup(groups.At(i)));
+      for (size_t j = 0; j < i; ++j) {
+        if (c.node_groups[j].name == c.node_groups[i].name) {
+          groups.At(i)["name"].Fail("duplicate node group '" + c.node_groups[i].name + "'");
+        }
+      }
+    }
+    if (root.Has("drained")) c.drained = root["drained"].StrList();
+    if (root.Has("queues")) {
+      Field q = root["queues"];
+      for (size_t i = 0, n = q.ExpectSeq(); i < n; ++i) c.queues.push_back(ParseQueue(q.At(i)));
+    }
+    if (root.Has("priority_classes")) {
+      Field pcs = root["priority_classes"];
+      for (size_t i = 0, n = pcs.ExpectSeq(); i < n; ++i) {
+        Field p = pcs.At(i);
+        p.ExpectMap({"name", "value", "preemptible"});
+        PriorityClassConfig pc;
+        pc.name = p["name"].Str();
+        pc.value = static_cast<int32_t>(p["value"].Int(0, 1'000'000'000));
+        if (p.Has("preemptible")) pc.preemptible = p["preemptible"].Bool();
+        c.priority_classes.push_back(pc);
+      }
+    }
+    if (root.Has("profile")) {
+      Field p = root["profile"];
+      p.ExpectMap({"name", "plugins"});
+      if (p.Has("name")) c.profile.name = p["name"].Str();
+      Field plugins = p["plugins"];
+      for (size_t i = 0, n = plugins.ExpectSeq(); i < n; ++i) {
+        Field e = plugins.At(i);
+        PluginConfig pc;
+        if (e.IsScalar()) {
+          pc.name = e.Str();
+        } else {
+          e.ExpectMap({"name", "weight"});
+          pc.name = e["name"].Str();
+          if (e.Has("weight")) pc.weight = static_cast<int32_t>(e["weight"].Int(0, 100));
+        }
+        c.profile.plugins.push_back(pc);
+      }
+    }
+    // Expanding checks names, drained nodes and labels against each other.
+    StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(c);
+    if (!nodes.ok()) return nodes.status().WithPrefix(source);
+    return c;
+  });
+}
+
+StatusOr<JobSpec> ParseJobSpec(std::string_view text, std::string_view source_view) {
+  const std::string source(source_view);
+  return Guard([&]() -> StatusOr<JobSpec> {
+    std::map<std::string, YAML::Mark> marks;
+    Field root(Load(text, source), "", &source, &marks);
+    root.ExpectMap(kJobFields);
+    JobSpec spec;
+    ParseJobFields(root, &spec);
+    Validate(spec, "", marks, root);
+    return spec;
+  });
+}
+
+StatusOr<std::vector<JobListEntry>> ParseJobList(std::string_view text, std::string_view source_view) {
+  const std::string source(source_view);
+  return Guard([&]() -> StatusOr<std::vector<JobListEntry>> {
+    std::map<std::string, YAML::Mark> marks;
+    Field root(Load(text, source), "", &source, &marks);
+    root.ExpectMap({"jobs"});
+    Field jobs = root["jobs"];
+    std::vector<JobListEntry> out;
+    for (size_t i = 0, n = jobs.ExpectSeq(); i < n; ++i) {
+      Field f = jobs.At(i);
+      std::initializer_list<std::string_view> fields = {
+          "name",        "queue",      "priority", "tasks",      "topology", "node_selector", "elastic",
+          "preemptible", "checkpoint", "restart",  "time_limit", "mounts",   "state",         "placement"};
+      f.ExpectMap(fields);
+      JobListEntry e;
+      ParseJobFields(f, &e.spec);
+      Validate(e.spec, f.path(), marks, root);
+      if (f.Has("state")) {
+        const std::string state = f["state"].Str();
+        if (state == "running") e.running = true;
+        else if (state != "pending") f["state"].Fail("must be pending or running, got '" + state + "'");
+      }
+      if (f.Has("placement")) {
+        if (!e.running) f["placement"].Fail("only a job with state: running has a placement");
+        Field p = f["placement"];
+        for (size_t k = 0, m = p.ExpectSeq(); k < m; ++k) {
+          Field r = p.At(k);
+          r.ExpectMap({"node", "gpus"});
+          ReplicaLocation loc;
+          loc.node = r["node"].Str();
+          if (r.Has("gpus")) {
+            Field g = r["gpus"];
+            for (size_t j = 0, q = g.ExpectSeq(); j < q; ++j) {
+              loc.gpus.push_back(static_cast<int32_t>(g.At(j).Int(0, kMaxGpusPerNode - 1)));
+            }
+          }
+          e.placement.push_back(std::move(loc));
+        }
+      } else if (e.running) {
+        f.Fail("placement: required for a running job (one entry per replica)");
+      }
+      out.push_back(std::move(e));
+    }
+    return out;
+  });
+}
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError(path + ": cannot open file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return UnavailableError(path + ": read failed");
+  return ss.str();
+}
+
+}  // namespace rota::api

@@ -1,0 +1,174 @@
+#include "api/yaml_codec.h"
+
+#include <gtest/gtest.h>
+
+namespace rota::api {
+namespace {
+
+constexpr const char* kJob = R"(
+name: llama-8b-pretrain
+queue: research/nlp
+priority: high
+tasks:
+  - name: worker
+    replicas: 4
+    gpus: 8
+    gpu_model: H100
+    cpu: 32
+    memory: 256Gi
+    command: [torchrun, --nproc-per-node=8, train.py]
+    env: {NCCL_DEBUG: INFO}
+topology: {level: rack, mode: required}
+elastic: {min_replicas: 2}
+preemptible: true
+checkpoint: {signal: SIGUSR1, grace: 120s}
+restart: {policy: on-failure, max_restarts: 3}
+time_limit: 48h
+mounts: [{source: /datasets/c4, target: /data, read_only: true}]
+node_selector: {rack: h100-r0}
+)";
+
+TEST(ParseJobSpec, ReadsTheDesignExample) {
+  auto spec = ParseJobSpec(kJob, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->name, "llama-8b-pretrain");
+  EXPECT_EQ(spec->queue, "research/nlp");
+  EXPECT_EQ(spec->priority_class, "high");
+  ASSERT_EQ(spec->tasks.size(), 1u);
+  EXPECT_EQ(spec->tasks[0].replicas, 4);
+  EXPECT_EQ(spec->tasks[0].gpus, 8);
+  EXPECT_EQ(spec->tasks[0].cpu, 32000);
+  EXPECT_EQ(spec->tasks[0].memory, 256 * 1024);
+  EXPECT_EQ(spec->tasks[0].command.size(), 3u);
+  EXPECT_EQ(spec->tasks[0].env.at("NCCL_DEBUG"), "INFO");
+  EXPECT_EQ(spec->topology.level, "rack");
+  EXPECT_EQ(spec->topology.mode, TopologyMode::kRequired);
+  EXPECT_EQ(spec->elastic_min_replicas, 2);
+  EXPECT_TRUE(spec->preemptible);
+  EXPECT_EQ(spec->checkpoint.grace, 120 * kMicrosPerSecond);
+  EXPECT_EQ(spec->restart.policy, RestartPolicy::kOnFailure);
+  EXPECT_EQ(spec->time_limit, 48LL * 3600 * kMicrosPerSecond);
+  ASSERT_EQ(spec->mounts.size(), 1u);
+  EXPECT_TRUE(spec->mounts[0].read_only);
+  EXPECT_EQ(spec->node_selector.at("rack"), "h100-r0");
+}
+
+TEST(ParseJobSpec, JsonIsAcceptedToo) {
+  auto spec = ParseJobSpec(R"({"name": "j", "priority": 700, "tasks": [{"gpus": 2}]})", "body");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->priority, 700);
+  EXPECT_TRUE(spec->priority_class.empty());
+  EXPECT_EQ(spec->tasks[0].name, "main");
+}
+
+void ExpectError(const char* text, const std::string& want) {
+  auto spec = ParseJobSpec(text, "job.yaml");
+  ASSERT_FALSE(spec.ok()) << text;
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(), want);
+}
+
+TEST(ParseJobSpec, ErrorsNameFileLineAndField) {
+  ExpectError("name: j\ntasks:\n  - gpus: 2.5\n", "job.yaml:3:11: tasks[0].gpus: must be a whole number, got '2.5'");
+  ExpectError("name: j\ntasks:\n  - gpus: 1\n    colour: red\n",
+              "job.yaml:4:5: tasks[0].colour: unknown field (allowed: name, replicas, gpus, gpu, gpu_model, "
+              "gpu_memory, cpu, memory, command, env)");
+  ExpectError("name: j\ntasks:\n  - gpus: -1\n", "job.yaml:3:11: tasks[0].gpus: must be between 0 and 64, got -1");
+  ExpectError("name: j\ntasks:\n  - replicas: 0\n    gpus: 1\n",
+              "job.yaml:3:15: tasks[0].replicas: must be between 1 and 100000, got 0");
+  ExpectError("name: j\ntasks:\n  - memory: lots\n",
+              "job.yaml:3:13: tasks[0].memory: 'lots' is not a valid memory quantity");
+  ExpectError("name: j\ntasks: [{gpus: 1}]\ntopology: {level: rack, mode: maybe}\n",
+              "job.yaml:3:31: topology.mode: must be required or preferred, got 'maybe'");
+  ExpectError("name: j\n", "job.yaml:1:1: tasks: required (a list of task groups)");
+  ExpectError("name: [unclosed\n", "job.yaml:2:1: not valid YAML: end of sequence flow not found");
+  // A cluster-independent rule, located on its field.
+  ExpectError("name: j\ntasks:\n  - name: w\n    gpus: 1\n  - name: w\n    gpus: 1\n",
+              "job.yaml:5:11: tasks[1].name: duplicate task name 'w'");
+  ExpectError("name: bad name\ntasks: [{gpus: 1}]\n",
+              "job.yaml:1:7: name: must be 1-253 characters of letters, digits, '-', '_' or '.'");
+}
+
+constexpr const char* kCluster = R"(
+topology: [nvlink, node, rack, spine]
+node_groups:
+  - name: h100
+    count: 16
+    gpus: 8
+    gpu_model: H100
+    gpu_memory: 80Gi
+    nvlink_islands: 2
+    cpu: 128
+    memory: 1Ti
+    nodes_per_rack: 4
+    racks_per_spine: 2
+    labels: {pool: train}
+drained: [h100-3]
+queues:
+  - name: research
+    weight: 2
+    quota: {H100: 64}
+    children:
+      - {name: nlp, weight: 1, quota: {H100: 32}, borrowing_limit: {H100: 32}}
+priority_classes: [{name: low, value: 100, preemptible: true}, {name: normal, value: 500}]
+profile: {plugins: [priority, fifo, resource-fit, gang, topology, {name: binpack, weight: 2}]}
+)";
+
+TEST(ParseClusterConfig, ReadsTheDesignExample) {
+  auto c = ParseClusterConfig(kCluster, "cluster.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->node_groups.size(), 1u);
+  EXPECT_EQ(c->node_groups[0].nvlink_islands, 2);
+  EXPECT_EQ(c->node_groups[0].memory, 1024 * 1024);
+  EXPECT_EQ(c->drained, std::vector<std::string>{"h100-3"});
+  EXPECT_EQ(LeafQueuePaths(*c), std::vector<std::string>{"research/nlp"});
+  EXPECT_EQ(c->priority_classes.size(), 2u);
+  EXPECT_EQ(c->profile.plugins.back().weight, 2);
+  auto nodes = ExpandNodes(*c);
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_EQ((*nodes)[5].labels.at("rack"), "h100-r1");
+  EXPECT_EQ((*nodes)[9].labels.at("spine"), "h100-s1");
+  EXPECT_EQ((*nodes)[9].labels.at("pool"), "train");
+}
+
+TEST(ParseClusterConfig, RejectsBadInputPrecisely) {
+  auto c = ParseClusterConfig("node_groups:\n  - {name: a, count: 2, gpus: 8}\n", "c.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "c.yaml:2:5: node_groups[0]: gpu_model: required when gpus > 0");
+  c = ParseClusterConfig("node_groups:\n  - {name: a, count: 2}\ndrained: [b-0]\n", "c.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "c.yaml: drained[0]: no node named 'b-0'");
+  c = ParseClusterConfig("topology: [rack, node]\nnode_groups: []\n", "c.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "c.yaml:1:11: topology: topology: only 'nvlink' may come before 'node', got 'rack'");
+  c = ParseClusterConfig("node_groups:\n  - {name: a, count: 2, gpus: 6, gpu_model: X, nvlink_islands: 4}\n", "c.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("6 GPUs do not split into 4 equal islands"), std::string::npos);
+}
+
+TEST(ParseJobList, ReadsRunningJobsWithPlacement) {
+  auto jobs = ParseJobList(R"(
+jobs:
+  - name: a
+    tasks: [{replicas: 2, gpus: 4}]
+    state: running
+    placement: [{node: n-0, gpus: [0, 1, 2, 3]}, {node: n-1, gpus: [4, 5, 6, 7]}]
+  - name: b
+    tasks: [{gpus: 1}]
+)",
+                           "jobs.yaml");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_TRUE((*jobs)[0].running);
+  EXPECT_EQ((*jobs)[0].placement[1].node, "n-1");
+  EXPECT_FALSE((*jobs)[1].running);
+  auto bad = ParseJobList("jobs:\n  - name: a\n    tasks: [{gpus: 1}]\n    state: running\n", "jobs.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "jobs.yaml:2:5: jobs[0]: placement: required for a running job (one entry per replica)");
+  bad = ParseJobList("jobs:\n  - name: a\n    tasks: [{gpus: 1, cpu: -2}]\n", "jobs.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "jobs.yaml:3:28: jobs[0].tasks[0].cpu: '-2' is not a valid CPU quantity");
+}
+
+}  // namespace
+}  // namespace rota::api

@@ -1,0 +1,154 @@
+#include "base/quantity.h"
+
+#include <cctype>
+#include <limits>
+
+namespace rota {
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max() / 4;
+
+// Parses "123.45" into a value scaled by 10^scale_digits. Rejects excess
+// precision so that no rounding is ever silent.
+StatusOr<int64_t> ParseScaledDecimal(std::string_view s, int scale_digits, std::string_view what) {
+  if (s.empty()) return InvalidArgumentError(std::string("empty ") + std::string(what));
+  int64_t whole = 0;
+  size_t i = 0;
+  bool digits = false;
+  for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) {
+    whole = whole * 10 + (s[i] - '0');
+    digits = true;
+    if (whole > kMax / 1000000) return OutOfRangeError(std::string(what) + " '" + std::string(s) + "' is too large");
+  }
+  int64_t frac = 0;
+  int frac_digits = 0;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) {
+      digits = true;
+      if (s[i] != '0' && frac_digits >= scale_digits) {
+        return InvalidArgumentError(std::string(what) + " '" + std::string(s) + "' has more precision than supported");
+      }
+      if (frac_digits < scale_digits) {
+        frac = frac * 10 + (s[i] - '0');
+        ++frac_digits;
+      }
+    }
+  }
+  if (!digits || i != s.size()) {
+    return InvalidArgumentError("'" + std::string(s) + "' is not a valid " + std::string(what));
+  }
+  int64_t scale = 1;
+  for (int k = 0; k < scale_digits; ++k) scale *= 10;
+  for (int k = frac_digits; k < scale_digits; ++k) frac *= 10;
+  return whole * scale + frac;
+}
+
+}  // namespace
+
+StatusOr<MilliCpu> ParseMilliCpu(std::string_view text) {
+  if (!text.empty() && text.back() == 'm') {
+    auto v = ParseScaledDecimal(text.substr(0, text.size() - 1), 0, "CPU quantity");
+    return v;
+  }
+  return ParseScaledDecimal(text, 3, "CPU quantity");
+}
+
+StatusOr<MemoryMiB> ParseMemoryMiB(std::string_view text) {
+  // Units expressed in KiB so decimal units stay exact before rounding up.
+  static constexpr struct {
+    std::string_view suffix;
+    int64_t kib;
+  } kUnits[] = {{"Ki", 1},           {"Mi", 1024},           {"Gi", 1024 * 1024},
+                {"Ti", 1024LL * 1024 * 1024}, {"K", 0},     {"M", 0}, {"G", 0}, {"T", 0}};
+  std::string_view num = text;
+  int64_t kib_per_unit = 1024;  // bare number: MiB
+  int64_t decimal_bytes = 0;
+  for (const auto& u : kUnits) {
+    if (text.size() > u.suffix.size() && text.substr(text.size() - u.suffix.size()) == u.suffix) {
+      num = text.substr(0, text.size() - u.suffix.size());
+      if (u.kib != 0) {
+        kib_per_unit = u.kib;
+      } else {
+        kib_per_unit = 0;
+        decimal_bytes = u.suffix == "K" ? 1000 : u.suffix == "M" ? 1000000 : u.suffix == "G" ? 1000000000 : 1000000000000;
+      }
+      break;
+    }
+  }
+  ROTA_ASSIGN_OR_RETURN(int64_t milli, ParseScaledDecimal(num, 3, "memory quantity"));
+  if (kib_per_unit > 0) {
+    // milli * kib / 1000 KiB, rounded up to whole MiB.
+    if (milli > kMax / kib_per_unit) return OutOfRangeError("memory quantity '" + std::string(text) + "' is too large");
+    int64_t kib_x1000 = milli * kib_per_unit;
+    int64_t kib = (kib_x1000 + 999) / 1000;
+    return (kib + 1023) / 1024;
+  }
+  // Decimal units: bytes = milli * decimal_bytes / 1000.
+  int64_t bytes_per_milli = decimal_bytes / 1000;
+  if (milli > kMax / bytes_per_milli) return OutOfRangeError("memory quantity '" + std::string(text) + "' is too large");
+  int64_t bytes = milli * bytes_per_milli;
+  return (bytes + (1 << 20) - 1) >> 20;
+}
+
+StatusOr<Duration> ParseDuration(std::string_view text) {
+  if (text.empty()) return InvalidArgumentError("empty duration");
+  bool all_digits = true;
+  for (char c : text) all_digits = all_digits && std::isdigit(static_cast<unsigned char>(c));
+  if (all_digits) {
+    ROTA_ASSIGN_OR_RETURN(int64_t secs, ParseScaledDecimal(text, 0, "duration"));
+    return secs * kMicrosPerSecond;
+  }
+  Duration total = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t start = i;
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+    if (start == i) return InvalidArgumentError("'" + std::string(text) + "' is not a valid duration (e.g. 90s, 15m, 48h)");
+    std::string_view number = text.substr(start, i - start);
+    size_t ustart = i;
+    while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
+    std::string_view unit = text.substr(ustart, i - ustart);
+    int64_t micros;
+    if (unit == "us") micros = 1;
+    else if (unit == "ms") micros = 1000;
+    else if (unit == "s") micros = kMicrosPerSecond;
+    else if (unit == "m") micros = 60 * kMicrosPerSecond;
+    else if (unit == "h") micros = 3600 * kMicrosPerSecond;
+    else if (unit == "d") micros = 86400 * kMicrosPerSecond;
+    else return InvalidArgumentError("'" + std::string(text) + "' has unknown duration unit '" + std::string(unit) + "' (use ms, s, m, h, d)");
+    ROTA_ASSIGN_OR_RETURN(int64_t milli, ParseScaledDecimal(number, 3, "duration"));
+    if (milli > kMax / micros) return OutOfRangeError("duration '" + std::string(text) + "' is too large");
+    total += milli * micros / 1000;
+  }
+  return total;
+}
+
+std::string FormatMilliCpu(MilliCpu v) {
+  std::string out = std::to_string(v / 1000);
+  if (int64_t frac = v % 1000; frac != 0) {
+    std::string f = std::to_string(frac + 1000).substr(1);
+    while (!f.empty() && f.back() == '0') f.pop_back();
+    out += "." + f;
+  }
+  return out;
+}
+
+std::string FormatMemoryMiB(MemoryMiB v) {
+  if (v != 0 && v % (1024 * 1024) == 0) return std::to_string(v / (1024 * 1024)) + "Ti";
+  if (v != 0 && v % 1024 == 0) return std::to_string(v / 1024) + "Gi";
+  return std::to_string(v) + "Mi";
+}
+
+std::string FormatDuration(Duration v) {
+  if (v == 0) return "0s";
+  std::string out;
+  Duration secs = v / kMicrosPerSecond;
+  if (secs * kMicrosPerSecond != v) return std::to_string(v / 1000) + "ms";
+  if (secs >= 3600) { out += std::to_string(secs / 3600) + "h"; secs %= 3600; }
+  if (secs >= 60) { out += std::to_string(secs / 60) + "m"; secs %= 60; }
+  if (secs > 0) out += std::to_string(secs) + "s";
+  return out;
+}
+
+}  // namespace rota

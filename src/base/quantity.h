@@ -1,0 +1,37 @@
+// Integer quantities and their text forms. Accounting never uses floating
+// point: CPU is counted in milli-CPUs, memory in MiB, time in microseconds.
+//
+//   ParseMilliCpu("32") == 32000, ParseMilliCpu("500m") == 500
+//   ParseMemoryMiB("256Gi") == 262144, ParseMemoryMiB("1Ti") == 1048576
+//   ParseDuration("48h") == 172800000000 (microseconds)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace rota {
+
+using MilliCpu = int64_t;
+using MemoryMiB = int64_t;
+// Microseconds; a point in time is microseconds since the Unix epoch.
+using Duration = int64_t;
+using TimePoint = int64_t;
+
+inline constexpr Duration kMicrosPerSecond = 1'000'000;
+
+// "2", "0.5", "1500m". Exact: "0.0005" is an error (below a milli-CPU).
+StatusOr<MilliCpu> ParseMilliCpu(std::string_view text);
+// "512Mi", "80Gi", "1Ti", "1024" (bytes are not accepted: must be whole MiB;
+// a bare number means MiB). Also G/M/T (decimal), rounded up to whole MiB.
+StatusOr<MemoryMiB> ParseMemoryMiB(std::string_view text);
+// "90s", "15m", "48h", "2d", "1h30m", "500ms"; a bare number means seconds.
+StatusOr<Duration> ParseDuration(std::string_view text);
+
+std::string FormatMilliCpu(MilliCpu v);     // "32", "0.5"
+std::string FormatMemoryMiB(MemoryMiB v);   // "80Gi", "512Mi"
+std::string FormatDuration(Duration v);     // "48h", "1h30m", "90s"
+
+}  // namespace rota

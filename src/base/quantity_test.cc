@@ -1,0 +1,50 @@
+#include "base/quantity.h"
+
+#include <gtest/gtest.h>
+
+namespace rota {
+namespace {
+
+TEST(Quantity, ParsesCpuExactly) {
+  EXPECT_EQ(*ParseMilliCpu("32"), 32000);
+  EXPECT_EQ(*ParseMilliCpu("0.5"), 500);
+  EXPECT_EQ(*ParseMilliCpu("1500m"), 1500);
+  EXPECT_FALSE(ParseMilliCpu("0.0005").ok());
+  EXPECT_FALSE(ParseMilliCpu("-1").ok());
+  EXPECT_FALSE(ParseMilliCpu("abc").ok());
+  EXPECT_FALSE(ParseMilliCpu("").ok());
+}
+
+TEST(Quantity, ParsesMemoryInMiB) {
+  EXPECT_EQ(*ParseMemoryMiB("256Gi"), 262144);
+  EXPECT_EQ(*ParseMemoryMiB("1Ti"), 1048576);
+  EXPECT_EQ(*ParseMemoryMiB("512Mi"), 512);
+  EXPECT_EQ(*ParseMemoryMiB("1.5Gi"), 1536);
+  EXPECT_EQ(*ParseMemoryMiB("1024"), 1024);
+  EXPECT_EQ(*ParseMemoryMiB("1G"), 954);  // 10^9 bytes rounded up to MiB
+  EXPECT_FALSE(ParseMemoryMiB("10Qi").ok());
+  EXPECT_FALSE(ParseMemoryMiB("99999999999999999Ti").ok());
+}
+
+TEST(Quantity, ParsesDurations) {
+  EXPECT_EQ(*ParseDuration("90s"), 90 * kMicrosPerSecond);
+  EXPECT_EQ(*ParseDuration("48h"), 48LL * 3600 * kMicrosPerSecond);
+  EXPECT_EQ(*ParseDuration("1h30m"), 5400 * kMicrosPerSecond);
+  EXPECT_EQ(*ParseDuration("120"), 120 * kMicrosPerSecond);
+  EXPECT_EQ(*ParseDuration("500ms"), 500000);
+  EXPECT_FALSE(ParseDuration("5 minutes").ok());
+  EXPECT_FALSE(ParseDuration("h").ok());
+}
+
+TEST(Quantity, FormatsRoundTrip) {
+  EXPECT_EQ(FormatMilliCpu(32000), "32");
+  EXPECT_EQ(FormatMilliCpu(2500), "2.5");
+  EXPECT_EQ(FormatMemoryMiB(262144), "256Gi");
+  EXPECT_EQ(FormatMemoryMiB(1048576), "1Ti");
+  EXPECT_EQ(FormatMemoryMiB(100), "100Mi");
+  EXPECT_EQ(FormatDuration(5400 * kMicrosPerSecond), "1h30m");
+  EXPECT_EQ(*ParseDuration(FormatDuration(172800 * kMicrosPerSecond)), 172800 * kMicrosPerSecond);
+}
+
+}  // namespace
+}  // namespace rota

@@ -1,0 +1,117 @@
+#include "cli/plan_cmd.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "api/yaml_codec.h"
+#include "cli/table.h"
+#include "sched/plan.h"
+
+namespace rota::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: rota plan --cluster CLUSTER.yaml --jobs JOBS.yaml [-o table|json]\n"
+    "\n"
+    "Schedules the jobs (in file order; jobs marked state: running stay where\n"
+    "they are) on the cluster until nothing more can be placed, and prints the\n"
+    "placements, the pending jobs with their reasons, and the rejected jobs.\n";
+
+std::string GpuList(const std::vector<int32_t>& gpus) {
+  // "0-3,6" style ranges.
+  std::string out;
+  for (size_t i = 0; i < gpus.size();) {
+    size_t j = i;
+    while (j + 1 < gpus.size() && gpus[j + 1] == gpus[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(gpus[i]);
+    if (j > i) out += "-" + std::to_string(gpus[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "-" : out;
+}
+
+void PrintJson(const sched::PlanOutput& out) {
+  nlohmann::ordered_json j;
+  j["placements"] = nlohmann::ordered_json::array();
+  for (const auto& p : out.placements) {
+    j["placements"].push_back({{"job", p.job}, {"task", p.task}, {"replica", p.replica}, {"node", p.node}, {"gpus", p.gpus}});
+  }
+  j["pending"] = nlohmann::ordered_json::array();
+  for (const auto& p : out.pending) j["pending"].push_back({{"job", p.job}, {"code", p.code}, {"message", p.message}});
+  j["rejected"] = nlohmann::ordered_json::array();
+  for (const auto& r : out.rejected) j["rejected"].push_back({{"job", r.job}, {"code", r.code}, {"error", r.error}});
+  std::cout << j.dump(2) << "\n";
+}
+
+void PrintTable(const sched::PlanOutput& out) {
+  Table placements({"JOB", "TASK", "REPLICA", "NODE", "GPUS"});
+  for (const auto& p : out.placements) {
+    placements.Add({p.job, p.task, std::to_string(p.replica), p.node, GpuList(p.gpus)});
+  }
+  std::cout << "Placements (" << out.placements.size() << ")\n" << placements.Render();
+  Table pending({"JOB", "REASON", "MESSAGE"});
+  for (const auto& p : out.pending) pending.Add({p.job, p.code, p.message});
+  std::cout << "\nPending (" << out.pending.size() << ")\n" << pending.Render();
+  Table rejected({"JOB", "REASON", "ERROR"});
+  for (const auto& r : out.rejected) rejected.Add({r.job, r.code, r.error});
+  std::cout << "\nRejected (" << out.rejected.size() << ")\n" << rejected.Render();
+}
+
+}  // namespace
+
+int PlanMain(int argc, char** argv) {
+  std::string cluster_path, jobs_path, output = "table";
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "rota plan: " << flag << " needs a value\n" << kUsage;
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (arg == "--cluster") cluster_path = value("--cluster");
+    else if (arg == "--jobs") jobs_path = value("--jobs");
+    else if (arg == "-o" || arg == "--output") output = value("-o");
+    else if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else {
+      std::cerr << "rota plan: unknown argument '" << arg << "'\n" << kUsage;
+      return 2;
+    }
+  }
+  if (cluster_path.empty() || jobs_path.empty()) {
+    std::cerr << "rota plan: --cluster and --jobs are required\n" << kUsage;
+    return 2;
+  }
+  if (output != "table" && output != "json") {
+    std::cerr << "rota plan: -o must be table or json, got '" << output << "'\n";
+    return 2;
+  }
+  auto fail = [](const Status& s) {
+    std::cerr << "rota plan: " << s.message() << "\n";
+    return 2;
+  };
+  StatusOr<std::string> cluster_text = api::ReadFile(cluster_path);
+  if (!cluster_text.ok()) return fail(cluster_text.status());
+  StatusOr<ClusterConfig> cluster = api::ParseClusterConfig(*cluster_text, cluster_path);
+  if (!cluster.ok()) return fail(cluster.status());
+  StatusOr<std::string> jobs_text = api::ReadFile(jobs_path);
+  if (!jobs_text.ok()) return fail(jobs_text.status());
+  StatusOr<std::vector<JobListEntry>> jobs = api::ParseJobList(*jobs_text, jobs_path);
+  if (!jobs.ok()) return fail(jobs.status());
+  StatusOr<sched::PlanOutput> out = sched::RunPlan(*cluster, *jobs);
+  if (!out.ok()) return fail(out.status().WithPrefix(jobs_path));
+  if (output == "json") PrintJson(*out);
+  else PrintTable(*out);
+  return 0;
+}
+
+}  // namespace rota::cli

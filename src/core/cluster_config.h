@@ -1,0 +1,83 @@
+// ClusterConfig: the cluster and policy configuration of DESIGN.md as plain
+// data. The simulator, `rota plan` and the server read the same file (its
+// YAML codec lives in src/api); this header only knows the values.
+//
+// ExpandNodes turns node groups into NodeSpecs: group `h100` with count 16
+// gives nodes h100-0 ... h100-15, rack label h100-r<i / nodes_per_rack>,
+// spine label h100-s<rack / racks_per_spine>.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "core/node.h"
+
+namespace rota {
+
+struct NodeGroupConfig {
+  std::string name;
+  int32_t count = 0;
+  int32_t gpus = 0;
+  std::string gpu_model;
+  MemoryMiB gpu_memory = 0;
+  int32_t nvlink_islands = 1;
+  MilliCpu cpu = 0;
+  MemoryMiB memory = 0;
+  int32_t nodes_per_rack = 0;   // 0 = the whole group is one rack
+  int32_t racks_per_spine = 0;  // 0 = all of the group's racks share one spine
+  Labels labels;
+  std::vector<std::string> mig;  // MIG profiles enabled (scheduled from issue #7)
+  bool spot = false;
+};
+
+struct QueueConfig {
+  std::string name;
+  int32_t weight = 1;
+  std::map<std::string, int64_t> quota;            // guaranteed GPUs per model
+  std::map<std::string, int64_t> borrowing_limit;  // per model; absent = unlimited
+  std::map<std::string, int64_t> lending_limit;
+  std::vector<QueueConfig> children;
+};
+
+struct PriorityClassConfig {
+  std::string name;
+  int32_t value = 0;
+  bool preemptible = false;
+};
+
+struct PluginConfig {
+  std::string name;
+  int32_t weight = 1;
+};
+
+struct ProfileConfig {
+  std::string name = "default";
+  std::vector<PluginConfig> plugins;  // empty = the default profile
+};
+
+struct ClusterConfig {
+  std::vector<std::string> topology{"nvlink", "node", "rack", "spine"};
+  std::vector<NodeGroupConfig> node_groups;
+  std::vector<std::string> drained;
+  std::vector<QueueConfig> queues;  // empty = one queue "default"
+  std::vector<PriorityClassConfig> priority_classes;  // empty = DefaultPriorityClasses()
+  ProfileConfig profile;
+};
+
+// low 100 (preemptible), normal 500, high 1000, critical 10000.
+std::vector<PriorityClassConfig> DefaultPriorityClasses();
+
+// Checks the config and expands its node groups, in declaration order.
+StatusOr<std::vector<NodeSpec>> ExpandNodes(const ClusterConfig& config);
+
+// Sets spec->priority from spec->priority_class (when named) using the
+// config's classes; checks that spec->queue is a leaf queue.
+Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec);
+
+// Leaf queue paths ("research/nlp"), or {"default"} when none are configured.
+std::vector<std::string> LeafQueuePaths(const ClusterConfig& config);
+
+}  // namespace rota

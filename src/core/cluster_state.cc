@@ -1,0 +1,246 @@
+#include "core/cluster_state.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace rota {
+
+std::string_view JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kPending: return "pending";
+    case JobState::kRunning: return "running";
+    case JobState::kSucceeded: return "succeeded";
+    case JobState::kFailed: return "failed";
+    case JobState::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+const NodeState* Snapshot::FindNode(const std::string& name) const {
+  auto it = data_->node_by_name.find(name);
+  return it == data_->node_by_name.end() ? nullptr : &data_->nodes[it->second.value()];
+}
+
+int16_t Snapshot::ModelIndex(const std::string& model) const {
+  for (size_t i = 0; i < data_->gpu_models.size(); ++i) {
+    if (data_->gpu_models[i] == model) return static_cast<int16_t>(i);
+  }
+  return -1;
+}
+
+const JobRecord* Snapshot::FindJob(JobId id) const {
+  auto it = data_->jobs.find(id);
+  return it == data_->jobs.end() ? nullptr : it->second.get();
+}
+
+std::vector<const JobRecord*> Snapshot::PendingJobs() const {
+  std::vector<const JobRecord*> out;
+  for (const auto& [id, job] : data_->jobs) {
+    if (job->state == JobState::kPending) out.push_back(job.get());
+  }
+  return out;  // JobIds are issued in submission order
+}
+
+ClusterState::ClusterState(std::vector<std::string> levels) : data_(std::make_shared<Snapshot::Data>()) {
+  data_->levels = std::move(levels);
+}
+
+Snapshot ClusterState::GetSnapshot() {
+  if (data_->topology == nullptr) {
+    std::vector<NodeSpec> specs;
+    specs.reserve(data_->nodes.size());
+    for (const auto& n : data_->nodes) specs.push_back(n.spec);
+    // Labels were checked node by node in Apply, so the build cannot fail on them.
+    StatusOr<Topology> topo = Topology::Build(data_->levels, specs);
+    data_->topology = std::make_shared<const Topology>(topo.ok() ? std::move(topo).value() : Topology());
+  }
+  return Snapshot(data_);
+}
+
+Snapshot::Data& ClusterState::Mutable() {
+  if (data_.use_count() > 1) data_ = std::make_shared<Snapshot::Data>(*data_);
+  return *data_;
+}
+
+Status ClusterState::Apply(const Event& event) {
+  Status s = std::visit([this](const auto& e) { return ApplyOne(e); }, event);
+  if (s.ok()) ++data_->revision;
+  return s;
+}
+
+Status ClusterState::ApplyOne(const NodeAdded& e) {
+  ROTA_RETURN_IF_ERROR(ValidateNodeSpec(e.spec));
+  if (data_->node_by_name.count(e.spec.name)) return AlreadyExistsError("node '" + e.spec.name + "' already exists");
+  ROTA_RETURN_IF_ERROR(Topology::ValidateLevels(data_->levels));
+  // Check the node's place in the tree before touching anything.
+  auto node_it = std::find(data_->levels.begin(), data_->levels.end(), "node");
+  std::vector<std::string> path;  // domain names, innermost level first
+  for (auto it = node_it + 1; it != data_->levels.end(); ++it) {
+    auto label = e.spec.labels.find(*it);
+    path.push_back(label != e.spec.labels.end() ? label->second : "~" + e.spec.name);
+  }
+  for (size_t l = 0; l + 1 < path.size() && l < data_->domain_parent.size(); ++l) {
+    auto known = data_->domain_parent[l].find(path[l]);
+    if (known != data_->domain_parent[l].end() && known->second != path[l + 1]) {
+      return InvalidArgumentError("node '" + e.spec.name + "': " + *(node_it + 1 + l) + " '" + path[l] +
+                                  "' is already in " + *(node_it + 2 + l) + " '" + known->second + "', not '" +
+                                  path[l + 1] + "'");
+    }
+  }
+
+  Snapshot::Data& d = Mutable();
+  d.domain_parent.resize(path.size());
+  for (size_t l = 0; l + 1 < path.size(); ++l) d.domain_parent[l].emplace(path[l], path[l + 1]);
+  NodeState n;
+  n.id = NodeId(static_cast<uint32_t>(d.nodes.size()));
+  n.spec = e.spec;
+  if (!e.spec.gpu_model.empty()) {
+    auto it = std::find(d.gpu_models.begin(), d.gpu_models.end(), e.spec.gpu_model);
+    n.model = static_cast<int16_t>(it - d.gpu_models.begin());
+    if (it == d.gpu_models.end()) d.gpu_models.push_back(e.spec.gpu_model);
+  }
+  n.all_mask = e.spec.gpus >= 64 ? ~0ULL : ((1ULL << e.spec.gpus) - 1);
+  n.healthy_mask = n.all_mask;
+  d.node_by_name.emplace(e.spec.name, n.id);
+  d.nodes.push_back(std::move(n));
+  d.topology = nullptr;
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const NodeDrainChanged& e) {
+  auto it = data_->node_by_name.find(e.node);
+  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
+  Mutable().nodes[it->second.value()].drained = e.drained;
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const GpuHealthChanged& e) {
+  auto it = data_->node_by_name.find(e.node);
+  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
+  const NodeState& n = data_->nodes[it->second.value()];
+  if (e.gpu < 0 || e.gpu >= n.spec.gpus) {
+    return OutOfRangeError("node '" + e.node + "' has no GPU " + std::to_string(e.gpu));
+  }
+  NodeState& m = Mutable().nodes[it->second.value()];
+  if (e.healthy) m.healthy_mask |= 1ULL << e.gpu;
+  else m.healthy_mask &= ~(1ULL << e.gpu);
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const JobSubmitted& e) {
+  ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
+  if (data_->jobs.count(e.id)) return AlreadyExistsError("job " + std::to_string(e.id.value()) + " already exists");
+  auto job = std::make_shared<JobRecord>();
+  job->id = e.id;
+  job->spec = e.spec;
+  job->submitted_at = e.at;
+  Mutable().jobs.emplace(e.id, std::move(job));
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const JobBound& e) {
+  auto it = data_->jobs.find(e.id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
+  const JobRecord& job = *it->second;
+  const std::string who = "bind job " + std::to_string(e.id.value());
+  if (job.state != JobState::kPending) {
+    return FailedPreconditionError(who + ": job is " + std::string(JobStateName(job.state)) + ", not pending");
+  }
+  if (static_cast<int64_t>(e.placement.size()) != job.spec.TotalReplicas()) {
+    return FailedPreconditionError(who + ": " + std::to_string(e.placement.size()) + " placements for " +
+                                   std::to_string(job.spec.TotalReplicas()) + " replicas (a gang binds whole)");
+  }
+  // Validate every replica against the current state plus the earlier replicas of this gang.
+  std::unordered_map<uint32_t, uint64_t> gpus_taken;
+  std::unordered_map<uint32_t, std::pair<MilliCpu, MemoryMiB>> taken;
+  std::vector<std::vector<bool>> seen(job.spec.tasks.size());
+  for (size_t t = 0; t < job.spec.tasks.size(); ++t) seen[t].assign(job.spec.tasks[t].replicas, false);
+  for (const ReplicaPlacement& r : e.placement) {
+    if (r.task >= job.spec.tasks.size() || r.replica >= static_cast<uint32_t>(job.spec.tasks[r.task].replicas) ||
+        seen[r.task][r.replica]) {
+      return FailedPreconditionError(who + ": bad or duplicate replica " + std::to_string(r.task) + "/" +
+                                     std::to_string(r.replica));
+    }
+    seen[r.task][r.replica] = true;
+    if (r.node.value() >= data_->nodes.size()) return NotFoundError(who + ": no node id " + std::to_string(r.node.value()));
+    const NodeState& n = data_->nodes[r.node.value()];
+    const TaskGroupSpec& task = job.spec.tasks[r.task];
+    if (std::popcount(r.gpu_mask) != task.gpus) {
+      return FailedPreconditionError(who + ": replica needs " + std::to_string(task.gpus) + " GPUs, got " +
+                                     std::to_string(std::popcount(r.gpu_mask)));
+    }
+    if ((r.gpu_mask & ~n.all_mask) != 0) return FailedPreconditionError(who + ": node '" + n.spec.name + "' lacks a GPU index");
+    if ((r.gpu_mask & ~n.healthy_mask) != 0) return FailedPreconditionError(who + ": GPU unhealthy on '" + n.spec.name + "'");
+    uint64_t& mine = gpus_taken[r.node.value()];
+    if ((r.gpu_mask & (n.allocated_mask | mine)) != 0) {
+      return FailedPreconditionError(who + ": GPU already allocated on '" + n.spec.name + "'");
+    }
+    mine |= r.gpu_mask;
+    auto& [cpu, mem] = taken[r.node.value()];
+    cpu += task.cpu;
+    mem += task.memory;
+    if (n.cpu_allocated + cpu > n.spec.cpu || n.memory_allocated + mem > n.spec.memory) {
+      return FailedPreconditionError(who + ": CPU or memory exhausted on '" + n.spec.name + "'");
+    }
+  }
+  Snapshot::Data& d = Mutable();
+  for (const ReplicaPlacement& r : e.placement) {
+    NodeState& n = d.nodes[r.node.value()];
+    const TaskGroupSpec& task = job.spec.tasks[r.task];
+    n.allocated_mask |= r.gpu_mask;
+    n.cpu_allocated += task.cpu;
+    n.memory_allocated += task.memory;
+  }
+  auto updated = std::make_shared<JobRecord>(job);
+  updated->state = JobState::kRunning;
+  updated->started_at = e.at;
+  updated->placement = e.placement;
+  d.jobs[e.id] = std::move(updated);
+  return Status::Ok();
+}
+
+void ClusterState::Release(const JobRecord& job) {
+  Snapshot::Data& d = Mutable();
+  for (const ReplicaPlacement& r : job.placement) {
+    NodeState& n = d.nodes[r.node.value()];
+    const TaskGroupSpec& task = job.spec.tasks[r.task];
+    n.allocated_mask &= ~r.gpu_mask;
+    n.cpu_allocated -= task.cpu;
+    n.memory_allocated -= task.memory;
+  }
+}
+
+Status ClusterState::ApplyOne(const JobFinished& e) {
+  auto it = data_->jobs.find(e.id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
+  if (it->second->state != JobState::kRunning) {
+    return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is not running");
+  }
+  std::shared_ptr<const JobRecord> old = it->second;
+  Release(*old);
+  auto updated = std::make_shared<JobRecord>(*old);
+  updated->state = e.outcome == JobOutcome::kSucceeded ? JobState::kSucceeded : JobState::kFailed;
+  updated->finished_at = e.at;
+  updated->placement.clear();
+  data_->jobs[e.id] = std::move(updated);
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const JobCancelled& e) {
+  auto it = data_->jobs.find(e.id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
+  std::shared_ptr<const JobRecord> old = it->second;
+  if (old->state != JobState::kPending && old->state != JobState::kRunning) {
+    return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is already " +
+                                   std::string(JobStateName(old->state)));
+  }
+  if (old->state == JobState::kRunning) Release(*old);
+  auto updated = std::make_shared<JobRecord>(*old);
+  updated->state = JobState::kCancelled;
+  updated->finished_at = e.at;
+  updated->placement.clear();
+  Mutable().jobs[e.id] = std::move(updated);
+  return Status::Ok();
+}
+
+}  // namespace rota

@@ -1,0 +1,115 @@
+// ClusterState: nodes, jobs and allocations, mutated only by Apply(Event).
+// Snapshot: an immutable view of the state at one revision.
+//
+// Apply validates first and changes nothing on error (a bind to a GPU that is
+// taken is FailedPrecondition). Snapshot() is O(1): the state is copy-on-
+// write, so the first Apply after a snapshot copies the node table and the
+// job index (job records themselves are shared until changed).
+//
+// Thread-safety: ClusterState has one owner. A Snapshot may be read by any
+// number of threads while the owner keeps applying events.
+//
+// Example:
+//   ClusterState state;
+//   ROTA_RETURN_IF_ERROR(state.Apply(NodeAdded{spec}));
+//   Snapshot snap = state.GetSnapshot();
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/event.h"
+#include "core/topology.h"
+
+namespace rota {
+
+enum class JobState { kPending, kRunning, kSucceeded, kFailed, kCancelled };
+std::string_view JobStateName(JobState state);
+
+// A node with its live state.
+struct NodeState {
+  NodeId id;
+  NodeSpec spec;
+  int16_t model = -1;          // interned gpu_model, -1 for none
+  uint64_t all_mask = 0;       // bits 0..gpus-1
+  uint64_t healthy_mask = 0;   // GPUs that may take work
+  uint64_t allocated_mask = 0;
+  MilliCpu cpu_allocated = 0;
+  MemoryMiB memory_allocated = 0;
+  bool drained = false;
+
+  bool schedulable() const { return !drained; }
+  uint64_t free_mask() const { return healthy_mask & ~allocated_mask; }
+};
+
+struct JobRecord {
+  JobId id;
+  JobSpec spec;
+  JobState state = JobState::kPending;
+  TimePoint submitted_at = 0;
+  TimePoint started_at = 0;
+  TimePoint finished_at = 0;
+  std::vector<ReplicaPlacement> placement;  // while running
+};
+
+class Snapshot {
+ public:
+  uint64_t revision() const { return data_->revision; }
+  const std::vector<NodeState>& nodes() const { return data_->nodes; }
+  const NodeState& node(NodeId id) const { return data_->nodes[id.value()]; }
+  const NodeState* FindNode(const std::string& name) const;
+  const Topology& topology() const { return *data_->topology; }
+  const std::vector<std::string>& gpu_models() const { return data_->gpu_models; }
+  // -1 if no node has this model.
+  int16_t ModelIndex(const std::string& model) const;
+  const JobRecord* FindJob(JobId id) const;
+  // Pending jobs in submission order.
+  std::vector<const JobRecord*> PendingJobs() const;
+  const std::map<JobId, std::shared_ptr<const JobRecord>>& jobs() const { return data_->jobs; }
+
+ private:
+  friend class ClusterState;
+  struct Data {
+    uint64_t revision = 0;
+    std::vector<std::string> levels;
+    std::vector<NodeState> nodes;
+    std::unordered_map<std::string, NodeId> node_by_name;
+    std::vector<std::string> gpu_models;
+    std::shared_ptr<const Topology> topology;  // null until the next GetSnapshot after a node change
+    // Per domain level: domain name -> its parent's name, to refuse a node
+    // whose labels would put one rack in two spines.
+    std::vector<std::unordered_map<std::string, std::string>> domain_parent;
+    std::map<JobId, std::shared_ptr<const JobRecord>> jobs;
+  };
+  explicit Snapshot(std::shared_ptr<const Data> data) : data_(std::move(data)) {}
+  std::shared_ptr<const Data> data_;
+};
+
+class ClusterState {
+ public:
+  // `levels`: topology level names, innermost first (see Topology).
+  explicit ClusterState(std::vector<std::string> levels = {"nvlink", "node", "rack", "spine"});
+
+  Status Apply(const Event& event);
+  // Builds the topology first if nodes changed since the last snapshot.
+  Snapshot GetSnapshot();
+  uint64_t revision() const { return data_->revision; }
+
+ private:
+  Snapshot::Data& Mutable();
+  Status ApplyOne(const NodeAdded& e);
+  Status ApplyOne(const NodeDrainChanged& e);
+  Status ApplyOne(const GpuHealthChanged& e);
+  Status ApplyOne(const JobSubmitted& e);
+  Status ApplyOne(const JobBound& e);
+  Status ApplyOne(const JobFinished& e);
+  Status ApplyOne(const JobCancelled& e);
+  void Release(const JobRecord& job);
+
+  std::shared_ptr<Snapshot::Data> data_;
+};
+
+}  // namespace rota

@@ -1,0 +1,82 @@
+#include "core/cluster_state.h"
+
+#include <gtest/gtest.h>
+
+namespace rota {
+namespace {
+
+NodeSpec Node(std::string name, int gpus) {
+  NodeSpec n;
+  n.name = std::move(name);
+  n.gpus = gpus;
+  n.gpu_model = "H100";
+  n.cpu = 64000;
+  n.memory = 512 * 1024;
+  n.labels = {{"rack", "r0"}, {"spine", "s0"}};
+  return n;
+}
+
+JobSpec Job(int replicas, int gpus) {
+  JobSpec s;
+  s.name = "j";
+  s.tasks.push_back({.name = "w", .replicas = replicas, .gpus = gpus, .cpu = 1000});
+  return s;
+}
+
+TEST(ClusterState, BindsAndReleasesAWholeGang) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(2, 4), 10}).ok());
+  Snapshot before = st.GetSnapshot();
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x0F}, {0, 1, NodeId(0), 0xF0}}, 20}).ok());
+  Snapshot after = st.GetSnapshot();
+  // The earlier snapshot is immutable.
+  EXPECT_EQ(before.node(NodeId(0)).allocated_mask, 0u);
+  EXPECT_EQ(before.FindJob(JobId(1))->state, JobState::kPending);
+  EXPECT_EQ(after.node(NodeId(0)).allocated_mask, 0xFFu);
+  EXPECT_EQ(after.node(NodeId(0)).cpu_allocated, 2000);
+  EXPECT_EQ(after.FindJob(JobId(1))->state, JobState::kRunning);
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 30}).ok());
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).allocated_mask, 0u);
+  EXPECT_EQ(st.GetSnapshot().PendingJobs().size(), 0u);
+}
+
+TEST(ClusterState, RefusesConflictingBindAndChangesNothing) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 4), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Job(2, 4), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x0F}}, 0}).ok());
+  const uint64_t rev = st.revision();
+  // Replica 1 overlaps job 1's GPUs: the whole bind is refused.
+  Status s = st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0xF0}, {0, 1, NodeId(0), 0x0F}}, 0});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.revision(), rev);
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).allocated_mask, 0x0Fu);
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(2))->state, JobState::kPending);
+  // Partial gangs are refused too.
+  EXPECT_FALSE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0xF0}}, 0}).ok());
+}
+
+TEST(ClusterState, RefusesDuplicateNodeAndRackInTwoSpines) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  EXPECT_EQ(st.Apply(NodeAdded{Node("n0", 8)}).code(), StatusCode::kAlreadyExists);
+  NodeSpec other = Node("n1", 8);
+  other.labels["spine"] = "s1";
+  EXPECT_EQ(st.Apply(NodeAdded{other}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.GetSnapshot().nodes().size(), 1u);
+}
+
+TEST(ClusterState, UnhealthyGpuCannotBeBound) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  ASSERT_TRUE(st.Apply(GpuHealthChanged{"n0", 3, false}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 4), 0}).ok());
+  EXPECT_FALSE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x0F}}, 0}).ok());
+  EXPECT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0xF0}}, 0}).ok());
+  EXPECT_EQ(st.Apply(GpuHealthChanged{"n0", 9, false}).code(), StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace rota

@@ -1,0 +1,61 @@
+// Event: every change to the cluster's state. ClusterState::Apply is the only
+// mutator; the store journals events; replaying them rebuilds the state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/job.h"
+#include "core/node.h"
+
+namespace rota {
+
+// Where one replica runs: a node and the GPUs (bit i = GPU index i).
+struct ReplicaPlacement {
+  uint16_t task = 0;     // index into JobSpec::tasks
+  uint32_t replica = 0;  // 0..replicas-1 within the task group
+  NodeId node;
+  uint64_t gpu_mask = 0;
+  friend bool operator==(const ReplicaPlacement&, const ReplicaPlacement&) = default;
+};
+
+struct NodeAdded {
+  NodeSpec spec;
+};
+struct NodeDrainChanged {
+  std::string node;
+  bool drained = true;
+};
+struct GpuHealthChanged {
+  std::string node;
+  int32_t gpu = 0;
+  bool healthy = true;
+};
+struct JobSubmitted {
+  JobId id;
+  JobSpec spec;
+  TimePoint at = 0;
+};
+// The whole gang is bound at once: one replica placement per replica.
+struct JobBound {
+  JobId id;
+  std::vector<ReplicaPlacement> placement;
+  TimePoint at = 0;
+};
+enum class JobOutcome { kSucceeded, kFailed };
+struct JobFinished {
+  JobId id;
+  JobOutcome outcome = JobOutcome::kSucceeded;
+  TimePoint at = 0;
+};
+struct JobCancelled {
+  JobId id;
+  TimePoint at = 0;
+};
+
+using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
+                           JobCancelled>;
+
+}  // namespace rota

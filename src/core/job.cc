@@ -1,0 +1,108 @@
+#include "core/job.h"
+
+namespace rota {
+namespace {
+
+Status FieldError(const std::string& path, const std::string& reason) {
+  return InvalidArgumentError(path + ": " + reason);
+}
+
+bool ValidName(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+              c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int64_t JobSpec::TotalReplicas() const {
+  int64_t n = 0;
+  for (const auto& t : tasks) n += t.replicas;
+  return n;
+}
+
+int64_t JobSpec::TotalGpus() const {
+  int64_t n = 0;
+  for (const auto& t : tasks) n += static_cast<int64_t>(t.replicas) * t.gpus;
+  return n;
+}
+
+Status ValidateJobSpec(const JobSpec& spec) {
+  if (!ValidName(spec.name)) {
+    return FieldError("name", "must be 1-253 characters of letters, digits, '-', '_' or '.'");
+  }
+  if (spec.queue.empty()) return FieldError("queue", "must not be empty");
+  if (spec.priority < 0 || spec.priority > 1'000'000'000) {
+    return FieldError("priority", "must be between 0 and 1000000000");
+  }
+  if (spec.tasks.empty()) return FieldError("tasks", "a job needs at least one task group");
+  if (spec.tasks.size() > static_cast<size_t>(kMaxTaskGroups)) {
+    return FieldError("tasks", "at most " + std::to_string(kMaxTaskGroups) + " task groups");
+  }
+  for (size_t i = 0; i < spec.tasks.size(); ++i) {
+    const TaskGroupSpec& t = spec.tasks[i];
+    const std::string p = "tasks[" + std::to_string(i) + "]";
+    if (!ValidName(t.name)) return FieldError(p + ".name", "must be 1-253 characters of letters, digits, '-', '_' or '.'");
+    for (size_t j = 0; j < i; ++j) {
+      if (spec.tasks[j].name == t.name) return FieldError(p + ".name", "duplicate task name '" + t.name + "'");
+    }
+    if (t.replicas < 1) return FieldError(p + ".replicas", "must be at least 1");
+    if (t.replicas > kMaxReplicas) return FieldError(p + ".replicas", "must be at most " + std::to_string(kMaxReplicas));
+    if (t.gpus < 0) return FieldError(p + ".gpus", "must not be negative");
+    if (t.gpus > kMaxGpusPerReplica) {
+      return FieldError(p + ".gpus", "must be at most " + std::to_string(kMaxGpusPerReplica) + " per replica");
+    }
+    if (t.gpu_share.shared() && t.gpus > 0) {
+      return FieldError(p + ".gpu", "ask for whole GPUs (gpus) or a share (gpu: {mig|fraction}), not both");
+    }
+    if (!t.gpu_share.mig_profile.empty() && t.gpu_share.fraction_milli > 0) {
+      return FieldError(p + ".gpu", "mig and fraction are exclusive");
+    }
+    if (t.gpu_share.fraction_milli < 0 || t.gpu_share.fraction_milli >= 1000) {
+      if (t.gpu_share.fraction_milli != 0) return FieldError(p + ".gpu.fraction", "must be in (0, 1)");
+    }
+    if (t.gpu_memory < 0) return FieldError(p + ".gpu_memory", "must not be negative");
+    if (t.cpu < 0) return FieldError(p + ".cpu", "must not be negative");
+    if (t.memory < 0) return FieldError(p + ".memory", "must not be negative");
+    if (t.gpus == 0 && !t.gpu_share.shared() && t.cpu == 0 && t.memory == 0) {
+      return FieldError(p, "asks for nothing: set gpus, gpu, cpu or memory");
+    }
+  }
+  if (spec.elastic_min_replicas < 0) return FieldError("elastic.min_replicas", "must not be negative");
+  if (spec.elastic_min_replicas > spec.TotalReplicas()) {
+    return FieldError("elastic.min_replicas", "must not exceed the job's replicas (" +
+                                                  std::to_string(spec.TotalReplicas()) + ")");
+  }
+  if (spec.restart.max_restarts < 0) return FieldError("restart.max_restarts", "must not be negative");
+  if (spec.time_limit < 0) return FieldError("time_limit", "must not be negative");
+  if (spec.checkpoint.grace < 0) return FieldError("checkpoint.grace", "must not be negative");
+  for (size_t i = 0; i < spec.mounts.size(); ++i) {
+    const std::string p = "mounts[" + std::to_string(i) + "]";
+    if (spec.mounts[i].source.empty() || spec.mounts[i].source[0] != '/') {
+      return FieldError(p + ".source", "must be an absolute path");
+    }
+    if (spec.mounts[i].target.empty() || spec.mounts[i].target[0] != '/') {
+      return FieldError(p + ".target", "must be an absolute path");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string_view TopologyModeName(TopologyMode mode) {
+  return mode == TopologyMode::kRequired ? "required" : "preferred";
+}
+
+std::string_view RestartPolicyName(RestartPolicy policy) {
+  switch (policy) {
+    case RestartPolicy::kNever: return "never";
+    case RestartPolicy::kOnFailure: return "on-failure";
+    case RestartPolicy::kAlways: return "always";
+  }
+  return "never";
+}
+
+}  // namespace rota

@@ -1,0 +1,103 @@
+// JobSpec: what a user asks for, as in DESIGN.md's job format. A job is a gang
+// of task groups, each `replicas` x a per-replica request; every replica of
+// every group starts together or none does.
+//
+// Specs are plain values. ValidateJobSpec checks the rules that do not depend
+// on a cluster (positive counts, known enum values, sane limits) and names the
+// offending field by path, e.g. "tasks[0].replicas: must be at least 1".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/ids.h"
+#include "base/quantity.h"
+#include "base/status.h"
+
+namespace rota {
+
+using JobId = StrongId<struct JobTag, uint64_t>;
+using Labels = std::map<std::string, std::string>;
+
+// Upper bounds that reject absurd requests early with a clear message.
+inline constexpr int32_t kMaxReplicas = 100'000;
+inline constexpr int32_t kMaxGpusPerReplica = 64;  // GPUs on one node (a node's GPU mask is 64 bits)
+inline constexpr int32_t kMaxTaskGroups = 64;
+
+// How a replica uses GPUs. Whole GPUs are countable and indivisible; MIG
+// slices and fractions are explicit sharing modes (scheduled from issue #7 on).
+struct GpuShare {
+  std::string mig_profile;   // e.g. "1g.10gb"; empty = not MIG
+  int32_t fraction_milli = 0;  // 250 = a quarter of a GPU; 0 = not fractional
+  MemoryMiB memory = 0;      // memory bound for a fraction
+  bool shared() const { return !mig_profile.empty() || fraction_milli > 0; }
+};
+
+struct TaskGroupSpec {
+  std::string name;
+  int32_t replicas = 1;
+  int32_t gpus = 0;  // whole GPUs per replica
+  GpuShare gpu_share;
+  std::string gpu_model;  // empty = any model
+  MemoryMiB gpu_memory = 0;  // least memory per GPU; 0 = any
+  MilliCpu cpu = 0;
+  MemoryMiB memory = 0;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+};
+
+enum class TopologyMode { kRequired, kPreferred };
+
+// Keep the gang within one domain of `level` (a topology level name, or
+// "node"). Empty level = no constraint (the placer still packs tightly).
+struct TopologyConstraint {
+  std::string level;
+  TopologyMode mode = TopologyMode::kRequired;
+};
+
+struct CheckpointSpec {
+  std::string signal = "SIGUSR1";
+  Duration grace = 0;
+};
+
+enum class RestartPolicy { kNever, kOnFailure, kAlways };
+
+struct RestartSpec {
+  RestartPolicy policy = RestartPolicy::kNever;
+  int32_t max_restarts = 0;
+};
+
+struct MountSpec {
+  std::string source;
+  std::string target;
+  bool read_only = false;
+};
+
+struct JobSpec {
+  std::string name;
+  std::string queue = "default";
+  std::string priority_class = "normal";  // empty when given as an integer
+  int32_t priority = 500;
+  std::vector<TaskGroupSpec> tasks;
+  TopologyConstraint topology;
+  Labels node_selector;
+  int32_t elastic_min_replicas = 0;  // 0 = not elastic
+  bool preemptible = false;
+  CheckpointSpec checkpoint;
+  RestartSpec restart;
+  Duration time_limit = 0;  // 0 = none
+  std::vector<MountSpec> mounts;
+
+  int64_t TotalReplicas() const;
+  int64_t TotalGpus() const;  // whole GPUs over all replicas
+};
+
+// Cluster-independent checks. Errors are InvalidArgument with a field path.
+Status ValidateJobSpec(const JobSpec& spec);
+
+std::string_view TopologyModeName(TopologyMode mode);
+std::string_view RestartPolicyName(RestartPolicy policy);
+
+}  // namespace rota

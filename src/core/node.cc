@@ -1,0 +1,29 @@
+#include "core/node.h"
+
+namespace rota {
+
+uint64_t IslandMask(int32_t gpus, int32_t islands, int32_t island) {
+  const int32_t per = gpus / islands;
+  const uint64_t ones = per >= 64 ? ~0ULL : ((1ULL << per) - 1);
+  return ones << (per * island);
+}
+
+Status ValidateNodeSpec(const NodeSpec& spec) {
+  const std::string p = "node " + spec.name;
+  if (spec.name.empty()) return InvalidArgumentError("node name must not be empty");
+  if (spec.gpus < 0 || spec.gpus > kMaxGpusPerNode) {
+    return InvalidArgumentError(p + ": gpus must be between 0 and " + std::to_string(kMaxGpusPerNode));
+  }
+  if (spec.nvlink_islands < 1) return InvalidArgumentError(p + ": nvlink_islands must be at least 1");
+  if (spec.gpus > 0 && spec.gpus % spec.nvlink_islands != 0) {
+    return InvalidArgumentError(p + ": " + std::to_string(spec.gpus) + " GPUs do not split into " +
+                                std::to_string(spec.nvlink_islands) + " equal NVLink islands");
+  }
+  if (spec.gpus > 0 && spec.gpu_model.empty()) return InvalidArgumentError(p + ": gpu_model is required when gpus > 0");
+  if (spec.cpu < 0 || spec.memory < 0 || spec.gpu_memory < 0) {
+    return InvalidArgumentError(p + ": cpu, memory and gpu_memory must not be negative");
+  }
+  return Status::Ok();
+}
+
+}  // namespace rota

@@ -1,0 +1,115 @@
+// The scheduling framework's extension points.
+//
+// Each extension point is a small interface; a plugin implements the ones it
+// needs and is registered by name (registry.h). A profile enables plugins and
+// weights scorers. The framework owns the combination rules, written once:
+//   JobOrder  - the first plugin that does not tie decides; then JobId.
+//   Filter    - AND: a node fits if every filter says so.
+//   Score     - weighted sum of 0..100 scores; higher is better.
+//   Placer    - exactly one; places a whole gang inside a Txn.
+//   JobReady  - AND: the gang commits only if every one agrees.
+//
+// Plugins read const views; only the Txn they are handed changes tentative
+// allocations; only ClusterState::Apply commits anything.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "core/cluster_state.h"
+
+namespace rota::sched {
+
+// One task group's per-replica request, resolved against the snapshot.
+struct TaskRequest {
+  uint16_t task = 0;  // index into JobSpec::tasks
+  int32_t replicas = 0;
+  int32_t gpus = 0;
+  MilliCpu cpu = 0;
+  MemoryMiB memory = 0;
+  MemoryMiB gpu_memory = 0;  // least memory per GPU
+  int16_t model = -1;        // interned gpu model; -1 = any
+  bool model_missing = false;  // asked for a model no node has
+};
+
+// A job's request for one cycle. Reused across jobs (no allocation per job).
+struct JobRequest {
+  const JobRecord* job = nullptr;
+  std::vector<TaskRequest> tasks;
+  const Labels* selector = nullptr;  // never null; may be empty
+  // Topology constraint: a domain level (Topology::DomainLevelIndex), -1 for
+  // "node"; the root level means "anywhere". `required` false = preferred.
+  int32_t level = 0;
+  bool required = false;
+  int64_t total_gpus = 0;
+  int64_t total_replicas = 0;
+};
+
+// A node's capacity during a cycle: the snapshot minus tentative allocations.
+struct NodeView {
+  const NodeState* node = nullptr;
+  uint64_t free_mask = 0;  // healthy and unallocated GPUs
+  MilliCpu free_cpu = 0;
+  MemoryMiB free_memory = 0;
+  bool schedulable = false;  // not drained
+};
+
+// Why a node does not fit, for pending reasons.
+enum class Shortfall : uint8_t { kNone, kGpuModel, kGpuMemory, kSelector, kGpus, kCpu, kMemory, kUnavailable };
+
+struct FilterResult {
+  // kNever: no change of allocations could make this node fit (wrong model,
+  // too small, selector mismatch); the job may be unresolvable.
+  enum Fit : uint8_t { kFits, kNotNow, kNever } fit = kFits;
+  Shortfall shortfall = Shortfall::kNone;
+};
+
+// What a scorer sees: a node's GPU capacity and its free GPUs before the
+// replica lands. Scores are a function of these alone, so the placer can rank
+// whole buckets of equivalent nodes instead of every node (the way YuniKorn
+// keeps nodes sorted by its ordering policy); ties go to the lower position.
+struct NodeFit {
+  int32_t gpu_capacity = 0;
+  int32_t gpu_free = 0;   // before placing
+  int32_t gpus = 0;       // requested by the replica
+};
+
+class Plugin {
+ public:
+  virtual ~Plugin() = default;
+  virtual std::string_view name() const = 0;
+};
+
+class JobOrderPlugin : public virtual Plugin {
+ public:
+  // < 0: a before b; > 0: b before a; 0: tie.
+  virtual int Compare(const JobRecord& a, const JobRecord& b) const = 0;
+};
+
+class FilterPlugin : public virtual Plugin {
+ public:
+  virtual FilterResult Filter(const JobRequest& job, const TaskRequest& task, const NodeView& node) const = 0;
+};
+
+class ScorePlugin : public virtual Plugin {
+ public:
+  // 0..100.
+  virtual int32_t Score(const NodeFit& fit) const = 0;
+};
+
+class PlaceContext;
+
+class PlacerPlugin : public virtual Plugin {
+ public:
+  // Places every replica of `job` through ctx.Bind, or returns false. The
+  // framework rolls back whatever was bound if the gang is not complete.
+  virtual bool Place(PlaceContext& ctx, const JobRequest& job) const = 0;
+};
+
+class JobReadyPlugin : public virtual Plugin {
+ public:
+  virtual bool Ready(const JobRequest& job, int64_t placed_replicas) const = 0;
+};
+
+}  // namespace rota::sched

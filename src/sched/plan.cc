@@ -1,0 +1,95 @@
+#include "sched/plan.h"
+
+#include <set>
+
+namespace rota::sched {
+
+StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const std::vector<JobListEntry>& jobs) {
+  ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> nodes, ExpandNodes(cluster));
+  ROTA_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(cluster.profile));
+  ClusterState state(cluster.topology);
+  for (NodeSpec& n : nodes) ROTA_RETURN_IF_ERROR(state.Apply(NodeAdded{std::move(n)}));
+  for (const std::string& name : cluster.drained) ROTA_RETURN_IF_ERROR(state.Apply(NodeDrainChanged{name, true}));
+
+  PlanOutput out;
+  std::vector<std::string> names;  // by JobId - 1
+  std::set<std::string> seen;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const JobListEntry& pj = jobs[i];
+    const std::string path = "jobs[" + std::to_string(i) + "]";
+    if (!seen.insert(pj.spec.name).second) {
+      return InvalidArgumentError(path + ".name: duplicate job name '" + pj.spec.name + "'");
+    }
+    const JobId id(i + 1);
+    names.push_back(pj.spec.name);
+    JobSpec spec = pj.spec;
+    if (Status s = ValidateJobSpec(spec); !s.ok()) {
+      out.rejected.push_back({spec.name, "Invalid", std::string(s.message())});
+      continue;
+    }
+    if (Status s = ResolveJobPolicy(cluster, &spec); !s.ok()) {
+      out.rejected.push_back({spec.name, "Invalid", std::string(s.message())});
+      continue;
+    }
+    ROTA_RETURN_IF_ERROR(state.Apply(JobSubmitted{id, spec, static_cast<TimePoint>(i)}));
+    if (!pj.running) continue;
+    // A running job: bind it where the file says.
+    Snapshot snap = state.GetSnapshot();
+    if (static_cast<int64_t>(pj.placement.size()) != spec.TotalReplicas()) {
+      return InvalidArgumentError(path + ".placement: " + std::to_string(pj.placement.size()) + " entries for " +
+                                  std::to_string(spec.TotalReplicas()) + " replicas (one per replica)");
+    }
+    JobBound bound{id, {}, static_cast<TimePoint>(i)};
+    size_t k = 0;
+    for (size_t t = 0; t < spec.tasks.size(); ++t) {
+      for (int32_t r = 0; r < spec.tasks[t].replicas; ++r, ++k) {
+        const ReplicaLocation& p = pj.placement[k];
+        const std::string ppath = path + ".placement[" + std::to_string(k) + "]";
+        const NodeState* node = snap.FindNode(p.node);
+        if (node == nullptr) return InvalidArgumentError(ppath + ".node: no node named '" + p.node + "'");
+        uint64_t mask = 0;
+        for (int32_t g : p.gpus) {
+          if (g < 0 || g >= node->spec.gpus) {
+            return InvalidArgumentError(ppath + ".gpus: node '" + p.node + "' has no GPU " + std::to_string(g));
+          }
+          mask |= 1ULL << g;
+        }
+        bound.placement.push_back({static_cast<uint16_t>(t), static_cast<uint32_t>(r), node->id, mask});
+      }
+    }
+    if (Status s = state.Apply(bound); !s.ok()) return InvalidArgumentError(path + ".placement: " + std::string(s.message()));
+  }
+
+  // Schedule until a cycle binds nothing.
+  CycleResult result;
+  std::set<uint64_t> rejected_ids;
+  while (true) {
+    Snapshot snap = state.GetSnapshot();
+    scheduler->RunCycle(snap, &result);
+    ++out.cycles;
+    for (const Waiting& w : result.unresolvable) {
+      out.rejected.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message});
+      rejected_ids.insert(w.job.value());
+      ROTA_RETURN_IF_ERROR(state.Apply(JobCancelled{w.job, 0}));
+    }
+    for (const Placed& p : result.placed) {
+      JobBound bound{p.job, {result.replicas.begin() + p.first, result.replicas.begin() + p.first + p.count}, 0};
+      const JobRecord* job = snap.FindJob(p.job);
+      for (const ReplicaPlacement& r : bound.placement) {
+        PlanOutput::Placement pl{job->spec.name, job->spec.tasks[r.task].name, r.replica, snap.node(r.node).spec.name, {}};
+        for (int32_t g = 0; g < 64; ++g) {
+          if ((r.gpu_mask >> g) & 1) pl.gpus.push_back(g);
+        }
+        out.placements.push_back(std::move(pl));
+      }
+      ROTA_RETURN_IF_ERROR(state.Apply(bound));
+    }
+    if (result.placed.empty()) break;
+  }
+  for (const Waiting& w : result.pending) {
+    out.pending.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message});
+  }
+  return out;
+}
+
+}  // namespace rota::sched

@@ -1,0 +1,45 @@
+// RunPlan: the offline what-if behind `rota plan`, and the engine's test
+// surface. Loads a cluster (from its config) and a list of jobs, some of them
+// already running at given placements, and schedules until nothing more can
+// be placed at that instant. Pure: no I/O; same input, same output.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/cluster_config.h"
+#include "core/job_list.h"
+#include "sched/engine.h"
+
+namespace rota::sched {
+
+struct PlanOutput {
+  struct Placement {
+    std::string job;
+    std::string task;
+    uint32_t replica = 0;
+    std::string node;
+    std::vector<int32_t> gpus;
+  };
+  struct Pending {
+    std::string job;
+    std::string code;
+    std::string message;
+  };
+  struct Rejected {
+    std::string job;
+    std::string code;
+    std::string error;
+  };
+  std::vector<Placement> placements;  // made by this plan, in decision order
+  std::vector<Pending> pending;
+  std::vector<Rejected> rejected;
+  int32_t cycles = 0;
+};
+
+// Errors (InvalidArgument) are for input that cannot be loaded: a bad cluster,
+// duplicate job names, a running job's placement that does not fit. A job the
+// cluster cannot serve is not an error: it is rejected in the output.
+StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const std::vector<JobListEntry>& jobs);
+
+}  // namespace rota::sched

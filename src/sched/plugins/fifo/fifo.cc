@@ -1,0 +1,22 @@
+// fifo: earlier submissions go first.
+#include "sched/plugins/builtin.h"
+
+namespace rota::sched {
+namespace {
+
+class Fifo final : public JobOrderPlugin {
+ public:
+  std::string_view name() const override { return "fifo"; }
+  int Compare(const JobRecord& a, const JobRecord& b) const override {
+    if (a.submitted_at != b.submitted_at) return a.submitted_at < b.submitted_at ? -1 : 1;
+    return 0;
+  }
+};
+
+}  // namespace
+
+void RegisterFifo(Registry& r) {
+  r.Register("fifo", [] { return std::make_unique<Fifo>(); });
+}
+
+}  // namespace rota::sched

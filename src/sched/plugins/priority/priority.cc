@@ -1,0 +1,22 @@
+// priority: jobs with a higher priority value go first.
+#include "sched/plugins/builtin.h"
+
+namespace rota::sched {
+namespace {
+
+class Priority final : public JobOrderPlugin {
+ public:
+  std::string_view name() const override { return "priority"; }
+  int Compare(const JobRecord& a, const JobRecord& b) const override {
+    if (a.spec.priority != b.spec.priority) return a.spec.priority > b.spec.priority ? -1 : 1;
+    return 0;
+  }
+};
+
+}  // namespace
+
+void RegisterPriority(Registry& r) {
+  r.Register("priority", [] { return std::make_unique<Priority>(); });
+}
+
+}  // namespace rota::sched

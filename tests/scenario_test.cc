@@ -1,0 +1,2 @@
+// placeholder until scenarios land
+#include <gtest/gtest.h>
