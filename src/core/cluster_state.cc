@@ -134,6 +134,7 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->id = e.id;
   job->spec = e.spec;
   job->submitted_at = e.at;
+  job->user = e.user;
   Mutable().jobs.emplace(e.id, std::move(job));
   return Status::Ok();
 }
@@ -221,7 +222,6 @@ Status ClusterState::ApplyOne(const JobFinished& e) {
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = e.outcome == JobOutcome::kSucceeded ? JobState::kSucceeded : JobState::kFailed;
   updated->finished_at = e.at;
-  updated->placement.clear();
   data_->jobs[e.id] = std::move(updated);
   return Status::Ok();
 }
@@ -238,9 +238,43 @@ Status ClusterState::ApplyOne(const JobCancelled& e) {
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = JobState::kCancelled;
   updated->finished_at = e.at;
-  updated->placement.clear();
+  updated->end_reason = e.reason;
   Mutable().jobs[e.id] = std::move(updated);
   return Status::Ok();
+}
+
+}  // namespace rota
+
+namespace rota {
+
+std::vector<Event> CompactState(const Snapshot& snap) {
+  std::vector<Event> out;
+  for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
+  auto emit_job = [&](const JobRecord& j) {
+    out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user});
+    if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
+    if (j.state == JobState::kSucceeded || j.state == JobState::kFailed) {
+      out.push_back(JobFinished{j.id, j.state == JobState::kSucceeded ? JobOutcome::kSucceeded : JobOutcome::kFailed,
+                                j.finished_at});
+    } else if (j.state == JobState::kCancelled) {
+      out.push_back(JobCancelled{j.id, j.finished_at, j.end_reason});
+    }
+  };
+  // Ended jobs first: each binds and releases at once, so their old GPUs
+  // never collide with the live jobs that hold them now.
+  for (const auto& [id, job] : snap.jobs()) {
+    if (job->state != JobState::kPending && job->state != JobState::kRunning) emit_job(*job);
+  }
+  for (const auto& [id, job] : snap.jobs()) {
+    if (job->state == JobState::kPending || job->state == JobState::kRunning) emit_job(*job);
+  }
+  for (const NodeState& n : snap.nodes()) {
+    if (n.drained) out.push_back(NodeDrainChanged{n.spec.name, true});
+    for (int32_t g = 0; g < n.spec.gpus; ++g) {
+      if (!((n.healthy_mask >> g) & 1)) out.push_back(GpuHealthChanged{n.spec.name, g, false});
+    }
+  }
+  return out;
 }
 
 }  // namespace rota

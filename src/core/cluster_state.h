@@ -48,11 +48,13 @@ struct NodeState {
 struct JobRecord {
   JobId id;
   JobSpec spec;
+  std::string user;
   JobState state = JobState::kPending;
   TimePoint submitted_at = 0;
   TimePoint started_at = 0;
   TimePoint finished_at = 0;
-  std::vector<ReplicaPlacement> placement;  // while running
+  std::vector<ReplicaPlacement> placement;  // where it runs or ran (kept after it ends)
+  std::string end_reason;                   // why it was cancelled or failed
 };
 
 class Snapshot {
@@ -111,5 +113,9 @@ class ClusterState {
 
   std::shared_ptr<Snapshot::Data> data_;
 };
+
+// Events that rebuild the snapshot's state from empty (a journal snapshot):
+// replaying them gives the same nodes, jobs, allocations and history.
+std::vector<Event> CompactState(const Snapshot& snap);
 
 }  // namespace rota

@@ -80,3 +80,45 @@ TEST(ClusterState, UnhealthyGpuCannotBeBound) {
 
 }  // namespace
 }  // namespace rota
+
+namespace rota {
+namespace {
+
+TEST(CompactState, ReplayRebuildsTheSameState) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n1", 8)}).ok());
+  // Job 1 ran on GPUs 0-3 of n0 and finished; job 2 now holds those GPUs.
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 4), 1, "a"}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Job(1, 4), 2, "b"}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), Job(1, 8), 3, "c"}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x0F}}, 4}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 5}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0x0F}}, 6}).ok());
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(3), 7, "by c"}).ok());
+  ASSERT_TRUE(st.Apply(GpuHealthChanged{"n1", 2, false}).ok());
+  ASSERT_TRUE(st.Apply(NodeDrainChanged{"n1", true}).ok());
+
+  ClusterState copy;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(copy.Apply(e).ok());
+  Snapshot a = st.GetSnapshot(), b = copy.GetSnapshot();
+  ASSERT_EQ(a.nodes().size(), b.nodes().size());
+  for (size_t i = 0; i < a.nodes().size(); ++i) {
+    EXPECT_EQ(a.nodes()[i].allocated_mask, b.nodes()[i].allocated_mask);
+    EXPECT_EQ(a.nodes()[i].healthy_mask, b.nodes()[i].healthy_mask);
+    EXPECT_EQ(a.nodes()[i].drained, b.nodes()[i].drained);
+    EXPECT_EQ(a.nodes()[i].cpu_allocated, b.nodes()[i].cpu_allocated);
+  }
+  for (const auto& [id, job] : a.jobs()) {
+    const JobRecord* other = b.FindJob(id);
+    ASSERT_NE(other, nullptr);
+    EXPECT_EQ(other->state, job->state);
+    EXPECT_EQ(other->user, job->user);
+    EXPECT_EQ(other->placement, job->placement);
+    EXPECT_EQ(other->finished_at, job->finished_at);
+    EXPECT_EQ(other->end_reason, job->end_reason);
+  }
+}
+
+}  // namespace
+}  // namespace rota

@@ -37,6 +37,7 @@ struct JobSubmitted {
   JobId id;
   JobSpec spec;
   TimePoint at = 0;
+  std::string user;  // who submitted it; owns it
 };
 // The whole gang is bound at once: one replica placement per replica.
 struct JobBound {
@@ -53,6 +54,7 @@ struct JobFinished {
 struct JobCancelled {
   JobId id;
   TimePoint at = 0;
+  std::string reason;  // "cancelled by alice", "unresolvable: ..."
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,

@@ -1,0 +1,216 @@
+#include "api/json_codec.h"
+
+#include <nlohmann/json.hpp>
+
+#include "api/yaml_codec.h"
+
+namespace rota::api {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+std::vector<int32_t> GpuIndices(uint64_t mask) {
+  std::vector<int32_t> out;
+  for (int32_t g = 0; g < 64; ++g) {
+    if ((mask >> g) & 1) out.push_back(g);
+  }
+  return out;
+}
+
+ordered_json JobSpecToJson(const JobSpec& s) {
+  ordered_json j;
+  j["name"] = s.name;
+  j["queue"] = s.queue;
+  if (s.priority_class.empty()) j["priority"] = s.priority;
+  else j["priority"] = s.priority_class;
+  j["tasks"] = ordered_json::array();
+  for (const TaskGroupSpec& t : s.tasks) {
+    ordered_json tj;
+    tj["name"] = t.name;
+    tj["replicas"] = t.replicas;
+    if (t.gpus > 0) tj["gpus"] = t.gpus;
+    if (t.gpu_share.shared()) {
+      ordered_json g;
+      if (!t.gpu_share.mig_profile.empty()) g["mig"] = t.gpu_share.mig_profile;
+      if (t.gpu_share.fraction_milli > 0) g["fraction"] = FormatMilliCpu(t.gpu_share.fraction_milli);
+      if (t.gpu_share.memory > 0) g["memory"] = FormatMemoryMiB(t.gpu_share.memory);
+      tj["gpu"] = g;
+    }
+    if (!t.gpu_model.empty()) tj["gpu_model"] = t.gpu_model;
+    if (t.gpu_memory > 0) tj["gpu_memory"] = FormatMemoryMiB(t.gpu_memory);
+    if (t.cpu > 0) tj["cpu"] = FormatMilliCpu(t.cpu);
+    if (t.memory > 0) tj["memory"] = FormatMemoryMiB(t.memory);
+    if (!t.command.empty()) tj["command"] = t.command;
+    if (!t.env.empty()) tj["env"] = t.env;
+    j["tasks"].push_back(std::move(tj));
+  }
+  if (!s.topology.level.empty()) {
+    j["topology"] = {{"level", s.topology.level}, {"mode", std::string(TopologyModeName(s.topology.mode))}};
+  }
+  if (!s.node_selector.empty()) j["node_selector"] = s.node_selector;
+  if (s.elastic_min_replicas > 0) j["elastic"] = {{"min_replicas", s.elastic_min_replicas}};
+  if (s.preemptible) j["preemptible"] = true;
+  j["checkpoint"] = {{"signal", s.checkpoint.signal}, {"grace", FormatDuration(s.checkpoint.grace)}};
+  j["restart"] = {{"policy", std::string(RestartPolicyName(s.restart.policy))}, {"max_restarts", s.restart.max_restarts}};
+  if (s.time_limit > 0) j["time_limit"] = FormatDuration(s.time_limit);
+  if (!s.mounts.empty()) {
+    j["mounts"] = ordered_json::array();
+    for (const MountSpec& m : s.mounts) {
+      j["mounts"].push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+    }
+  }
+  return j;
+}
+
+ordered_json NodeSpecToJson(const NodeSpec& n) {
+  ordered_json j;
+  j["name"] = n.name;
+  j["gpu_model"] = n.gpu_model;
+  j["gpus"] = n.gpus;
+  j["gpu_memory"] = FormatMemoryMiB(n.gpu_memory);
+  j["nvlink_islands"] = n.nvlink_islands;
+  j["cpu"] = FormatMilliCpu(n.cpu);
+  j["memory"] = FormatMemoryMiB(n.memory);
+  j["labels"] = n.labels;
+  return j;
+}
+
+namespace {
+
+// Field readers that name the field on error.
+template <typename T>
+StatusOr<T> Get(const json& j, const char* key, std::string_view source) {
+  auto it = j.find(key);
+  if (it == j.end()) return InvalidArgumentError(std::string(source) + ": " + key + ": required");
+  try {
+    return it->get<T>();
+  } catch (const json::exception&) {
+    return InvalidArgumentError(std::string(source) + ": " + key + ": wrong type");
+  }
+}
+
+}  // namespace
+
+StatusOr<NodeSpec> NodeSpecFromJson(const json& j, std::string_view source) {
+  if (!j.is_object()) return InvalidArgumentError(std::string(source) + ": must be a JSON object");
+  static const char* kFields[] = {"name", "gpu_model", "gpus", "gpu_memory", "nvlink_islands", "cpu", "memory", "labels"};
+  for (const auto& [key, value] : j.items()) {
+    bool known = false;
+    for (const char* f : kFields) known = known || key == f;
+    if (!known) return InvalidArgumentError(std::string(source) + ": " + key + ": unknown field");
+  }
+  NodeSpec n;
+  ROTA_ASSIGN_OR_RETURN(n.name, Get<std::string>(j, "name", source));
+  if (j.contains("gpu_model")) {
+    ROTA_ASSIGN_OR_RETURN(n.gpu_model, Get<std::string>(j, "gpu_model", source));
+  }
+  if (j.contains("gpus")) {
+    ROTA_ASSIGN_OR_RETURN(n.gpus, Get<int32_t>(j, "gpus", source));
+  }
+  if (j.contains("nvlink_islands")) {
+    ROTA_ASSIGN_OR_RETURN(n.nvlink_islands, Get<int32_t>(j, "nvlink_islands", source));
+  }
+  auto quantity = [&](const char* key, auto parse, auto* out) -> Status {
+    if (!j.contains(key)) return Status::Ok();
+    ROTA_ASSIGN_OR_RETURN(std::string text, Get<std::string>(j, key, source));
+    auto v = parse(text);
+    if (!v.ok()) return InvalidArgumentError(std::string(source) + ": " + key + ": " + std::string(v.status().message()));
+    *out = *v;
+    return Status::Ok();
+  };
+  ROTA_RETURN_IF_ERROR(quantity("gpu_memory", ParseMemoryMiB, &n.gpu_memory));
+  ROTA_RETURN_IF_ERROR(quantity("cpu", ParseMilliCpu, &n.cpu));
+  ROTA_RETURN_IF_ERROR(quantity("memory", ParseMemoryMiB, &n.memory));
+  if (j.contains("labels")) {
+    ROTA_ASSIGN_OR_RETURN(n.labels, (Get<std::map<std::string, std::string>>(j, "labels", source)));
+  }
+  if (Status s = ValidateNodeSpec(n); !s.ok()) return s.WithPrefix(source);
+  return n;
+}
+
+std::string EncodeEvent(const Event& event) {
+  ordered_json j;
+  std::visit(
+      [&](const auto& e) {
+        using E = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<E, NodeAdded>) {
+          j["type"] = "NodeAdded";
+          j["spec"] = NodeSpecToJson(e.spec);
+        } else if constexpr (std::is_same_v<E, NodeDrainChanged>) {
+          j["type"] = "NodeDrainChanged";
+          j["node"] = e.node;
+          j["drained"] = e.drained;
+        } else if constexpr (std::is_same_v<E, GpuHealthChanged>) {
+          j["type"] = "GpuHealthChanged";
+          j["node"] = e.node;
+          j["gpu"] = e.gpu;
+          j["healthy"] = e.healthy;
+        } else if constexpr (std::is_same_v<E, JobSubmitted>) {
+          j["type"] = "JobSubmitted";
+          j["id"] = e.id.value();
+          j["at"] = e.at;
+          j["user"] = e.user;
+          j["priority_value"] = e.spec.priority;  // resolved from the class at submission
+          j["spec"] = JobSpecToJson(e.spec);
+        } else if constexpr (std::is_same_v<E, JobBound>) {
+          j["type"] = "JobBound";
+          j["id"] = e.id.value();
+          j["at"] = e.at;
+          j["placement"] = ordered_json::array();
+          for (const ReplicaPlacement& r : e.placement) {
+            j["placement"].push_back({r.task, r.replica, r.node.value(), r.gpu_mask});
+          }
+        } else if constexpr (std::is_same_v<E, JobFinished>) {
+          j["type"] = "JobFinished";
+          j["id"] = e.id.value();
+          j["at"] = e.at;
+          j["outcome"] = e.outcome == JobOutcome::kSucceeded ? "succeeded" : "failed";
+        } else if constexpr (std::is_same_v<E, JobCancelled>) {
+          j["type"] = "JobCancelled";
+          j["id"] = e.id.value();
+          j["at"] = e.at;
+          j["reason"] = e.reason;
+        }
+      },
+      event);
+  return j.dump();
+}
+
+StatusOr<Event> DecodeEvent(std::string_view text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgumentError("event: not a JSON object");
+  try {
+    const std::string type = j.at("type").get<std::string>();
+    if (type == "NodeAdded") {
+      ROTA_ASSIGN_OR_RETURN(NodeSpec spec, NodeSpecFromJson(j.at("spec"), "event NodeAdded"));
+      return Event(NodeAdded{std::move(spec)});
+    }
+    if (type == "NodeDrainChanged") return Event(NodeDrainChanged{j.at("node"), j.at("drained")});
+    if (type == "GpuHealthChanged") return Event(GpuHealthChanged{j.at("node"), j.at("gpu"), j.at("healthy")});
+    if (type == "JobSubmitted") {
+      ROTA_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(j.at("spec").dump(), "event JobSubmitted"));
+      spec.priority = j.at("priority_value").get<int32_t>();
+      return Event(JobSubmitted{JobId(j.at("id").get<uint64_t>()), std::move(spec), j.at("at"), j.at("user")});
+    }
+    if (type == "JobBound") {
+      JobBound b{JobId(j.at("id").get<uint64_t>()), {}, j.at("at")};
+      for (const auto& r : j.at("placement")) {
+        b.placement.push_back({r.at(0).get<uint16_t>(), r.at(1).get<uint32_t>(), NodeId(r.at(2).get<uint32_t>()),
+                               r.at(3).get<uint64_t>()});
+      }
+      return Event(std::move(b));
+    }
+    if (type == "JobFinished") {
+      return Event(JobFinished{JobId(j.at("id").get<uint64_t>()),
+                               j.at("outcome") == "succeeded" ? JobOutcome::kSucceeded : JobOutcome::kFailed, j.at("at")});
+    }
+    if (type == "JobCancelled") {
+      return Event(JobCancelled{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason")});
+    }
+    return InvalidArgumentError("event: unknown type '" + type + "'");
+  } catch (const json::exception& e) {
+    return InvalidArgumentError(std::string("event: ") + e.what());
+  }
+}
+
+}  // namespace rota::api

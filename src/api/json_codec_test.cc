@@ -1,0 +1,70 @@
+#include "api/json_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "api/yaml_codec.h"
+
+namespace rota::api {
+namespace {
+
+TEST(EventCodec, RoundTripsEveryEventType) {
+  auto spec = ParseJobSpec(R"(
+name: j
+queue: research/nlp
+priority: high
+tasks: [{name: w, replicas: 2, gpus: 4, gpu_model: H100, cpu: 1.5, memory: 8Gi, command: [sh, -c, "exit 0"], env: {A: b}}]
+topology: {level: rack, mode: preferred}
+node_selector: {pool: train}
+preemptible: true
+checkpoint: {signal: SIGUSR2, grace: 90s}
+restart: {policy: on-failure, max_restarts: 2}
+time_limit: 1h30m
+mounts: [{source: /d, target: /data, read_only: true}]
+)",
+                           "t");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  spec->priority = 1000;
+  NodeSpec node{.name = "n-0", .gpu_model = "H100", .gpus = 8, .gpu_memory = 81920, .nvlink_islands = 2,
+                .cpu = 128000, .memory = 1048576, .labels = {{"rack", "r0"}}};
+  std::vector<Event> events = {
+      NodeAdded{node},
+      NodeDrainChanged{"n-0", true},
+      GpuHealthChanged{"n-0", 3, false},
+      JobSubmitted{JobId(7), *spec, 123, "alice"},
+      JobBound{JobId(7), {{0, 0, NodeId(0), 0x0F}, {0, 1, NodeId(0), 0xF0}}, 456},
+      JobFinished{JobId(7), JobOutcome::kFailed, 789},
+      JobCancelled{JobId(8), 999, "cancelled by bob"},
+  };
+  for (const Event& e : events) {
+    const std::string text = EncodeEvent(e);
+    auto back = DecodeEvent(text);
+    ASSERT_TRUE(back.ok()) << back.status().ToString() << " for " << text;
+    EXPECT_EQ(EncodeEvent(*back), text);
+  }
+  auto sub = DecodeEvent(EncodeEvent(events[3]));
+  const auto& js = std::get<JobSubmitted>(*sub);
+  EXPECT_EQ(js.spec.priority, 1000);
+  EXPECT_EQ(js.spec.tasks[0].cpu, 1500);
+  EXPECT_EQ(js.user, "alice");
+}
+
+TEST(EventCodec, RejectsGarbage) {
+  EXPECT_FALSE(DecodeEvent("").ok());
+  EXPECT_FALSE(DecodeEvent("[1,2]").ok());
+  EXPECT_FALSE(DecodeEvent(R"({"type": "Nope"})").ok());
+  EXPECT_FALSE(DecodeEvent(R"({"type": "JobBound", "id": "x"})").ok());
+}
+
+TEST(NodeSpecJson, NamesBadFields) {
+  auto j = nlohmann::json::parse(R"({"name": "n", "gpus": 8, "gpu_model": "H100", "colour": "red"})");
+  EXPECT_EQ(NodeSpecFromJson(j, "body").status().message(), "body: colour: unknown field");
+  j = nlohmann::json::parse(R"({"name": "n", "gpus": "eight"})");
+  EXPECT_EQ(NodeSpecFromJson(j, "body").status().message(), "body: gpus: wrong type");
+  j = nlohmann::json::parse(R"({"name": "n", "gpus": 8, "gpu_model": "H100", "memory": "lots"})");
+  EXPECT_EQ(NodeSpecFromJson(j, "body").status().message(), "body: memory: 'lots' is not a valid memory quantity");
+}
+
+}  // namespace
+}  // namespace rota::api

@@ -1,0 +1,51 @@
+// Store: durable state. An append-only journal of events plus snapshots (a
+// compacted event list covering the journal up to a sequence number), and
+// the API tokens. Append returns only once the events are durable; a crash
+// after it returns loses nothing.
+//
+// Implementations: SqliteStore (the default, embedded); MemoryStore (tests).
+// Both pass the same contract suite (store_contract_test.cc).
+//
+// Thread-safety: one owner (the controller's actor thread).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/event.h"
+
+namespace rota {
+
+struct TokenRecord {
+  std::string hash;  // SHA-256 of the token, hex; the token itself is never stored
+  std::string user;
+  std::string role;  // admin | user | agent
+  std::string node;  // agents: the node it may report for
+  TimePoint created_at = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Appends `events` in order in one durable transaction; returns the
+  // sequence number of the last one (the first event ever is 1).
+  virtual StatusOr<uint64_t> Append(const std::vector<Event>& events) = 0;
+
+  // Calls `fn` with the latest snapshot's events, then every journal event
+  // after it, in order. Stops at the first error and returns it.
+  virtual Status Replay(const std::function<Status(const Event&)>& fn) = 0;
+
+  // Records `compacted` as the state after journal event `seq` and drops the
+  // journal up to it, atomically.
+  virtual Status WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) = 0;
+
+  // Sequence number of the last appended event (0 if none).
+  virtual uint64_t last_seq() const = 0;
+
+  virtual Status PutToken(const TokenRecord& token) = 0;
+  virtual StatusOr<std::vector<TokenRecord>> Tokens() = 0;
+};
+
+}  // namespace rota
