@@ -290,7 +290,7 @@ NodeGroupConfig ParseNodeGroup(const Field& f) {
 }
 
 QueueConfig ParseQueue(const Field& f) {
-  f.ExpectMap({"name", "weight", "quota", "borrowing_limit", "lending_limit", "children"});
+  f.ExpectMap({"name", "weight", "quota", "borrowing_limit", "lending_limit", "children", "users"});
   QueueConfig q;
   q.name = f["name"].IsNull() ? "" : f["name"].Str();
   if (q.name.empty() || q.name.find('/') != std::string::npos) f.Fail("name: required, without '/'");
@@ -298,6 +298,7 @@ QueueConfig ParseQueue(const Field& f) {
   if (f.Has("quota")) q.quota = f["quota"].IntMap(0, 100'000'000);
   if (f.Has("borrowing_limit")) q.borrowing_limit = f["borrowing_limit"].IntMap(0, 100'000'000);
   if (f.Has("lending_limit")) q.lending_limit = f["lending_limit"].IntMap(0, 100'000'000);
+  if (f.Has("users")) q.users = f["users"].StrList();
   if (f.Has("children")) {
     Field c = f["children"];
     for (size_t i = 0, n = c.ExpectSeq(); i < n; ++i) {

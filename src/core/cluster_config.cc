@@ -82,6 +82,26 @@ Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec) {
   return Status::Ok();
 }
 
+Status QueueAllows(const ClusterConfig& config, const std::string& path, const std::string& user, bool admin) {
+  if (admin) return Status::Ok();
+  const std::vector<QueueConfig>* level = &config.queues;
+  size_t start = 0;
+  while (start <= path.size() && !level->empty()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    const std::string name = path.substr(start, end - start);
+    auto it = std::find_if(level->begin(), level->end(), [&](const QueueConfig& q) { return q.name == name; });
+    if (it == level->end()) return Status::Ok();  // unknown queues are refused elsewhere
+    if (!it->users.empty() && std::find(it->users.begin(), it->users.end(), user) == it->users.end()) {
+      return Status(StatusCode::kPermissionDenied,
+                    "queue: user '" + user + "' may not submit to '" + path + "' (queue " + it->name + " is restricted)");
+    }
+    level = &it->children;
+    start = end + 1;
+  }
+  return Status::Ok();
+}
+
 namespace {
 void CollectLeaves(const std::vector<QueueConfig>& queues, const std::string& prefix, std::vector<std::string>* out) {
   for (const auto& q : queues) {

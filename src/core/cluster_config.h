@@ -40,6 +40,7 @@ struct QueueConfig {
   std::map<std::string, int64_t> borrowing_limit;  // per model; absent = unlimited
   std::map<std::string, int64_t> lending_limit;
   std::vector<QueueConfig> children;
+  std::vector<std::string> users;  // who may submit here (and below); empty = anyone
 };
 
 struct PriorityClassConfig {
@@ -76,6 +77,10 @@ StatusOr<std::vector<NodeSpec>> ExpandNodes(const ClusterConfig& config);
 // Sets spec->priority from spec->priority_class (when named) using the
 // config's classes; checks that spec->queue is a leaf queue.
 Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec);
+
+// PermissionDenied unless `user` may submit to leaf queue `path`: every queue
+// on the path that lists users must list this one (admins always may).
+Status QueueAllows(const ClusterConfig& config, const std::string& path, const std::string& user, bool admin);
 
 // Leaf queue paths ("research/nlp"), or {"default"} when none are configured.
 std::vector<std::string> LeafQueuePaths(const ClusterConfig& config);

@@ -1,0 +1,78 @@
+#include "server/auth.h"
+
+#include <openssl/evp.h>
+#include <sys/random.h>
+
+namespace rota::server {
+
+std::string_view RoleName(Role r) {
+  switch (r) {
+    case Role::kAdmin: return "admin";
+    case Role::kUser: return "user";
+    case Role::kAgent: return "agent";
+  }
+  return "user";
+}
+
+StatusOr<Role> ParseRole(std::string_view s) {
+  if (s == "admin") return Role::kAdmin;
+  if (s == "user") return Role::kUser;
+  if (s == "agent") return Role::kAgent;
+  return InvalidArgumentError("role: must be admin, user or agent, got '" + std::string(s) + "'");
+}
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+std::string NewToken() {
+  unsigned char bytes[20];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out = "rota_";
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+void Auth::Add(const TokenRecord& record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  by_hash_[record.hash] = record;
+}
+
+size_t Auth::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return by_hash_.size();
+}
+
+StatusOr<Principal> Auth::Authenticate(std::string_view header) const {
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.empty()) return Status(StatusCode::kUnauthenticated, "missing Authorization: Bearer <token>");
+  if (header.substr(0, kBearer.size()) != kBearer) {
+    return Status(StatusCode::kUnauthenticated, "Authorization must be 'Bearer <token>'");
+  }
+  const std::string hash = Sha256Hex(header.substr(kBearer.size()));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return Status(StatusCode::kUnauthenticated, "unknown token");
+  auto role = ParseRole(it->second.role);
+  if (!role.ok()) return Status(StatusCode::kUnauthenticated, "token has a bad role");
+  return Principal{it->second.user, *role, it->second.node};
+}
+
+}  // namespace rota::server

@@ -1,0 +1,408 @@
+#include "server/controller.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <future>
+#include <set>
+
+namespace rota::server {
+
+Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
+    : options_(std::move(options)), store_(std::move(store)), state_(options_.config.topology) {}
+
+Controller::~Controller() { Stop(); }
+
+Status Controller::Start() {
+  ROTA_ASSIGN_OR_RETURN(scheduler_, sched::Scheduler::Create(options_.config.profile));
+  ROTA_ASSIGN_OR_RETURN(probe_, sched::Scheduler::Create(options_.config.profile));
+  // Recover: the latest snapshot plus the journal after it.
+  Status replay = store_->Replay([this](const Event& e) {
+    if (auto* s = std::get_if<JobSubmitted>(&e)) next_job_id_ = std::max(next_job_id_, s->id.value() + 1);
+    return state_.Apply(e).WithPrefix("replaying the journal");
+  });
+  ROTA_RETURN_IF_ERROR(replay);
+  last_snapshot_seq_ = store_->last_seq();
+  ROTA_ASSIGN_OR_RETURN(std::vector<TokenRecord> tokens, store_->Tokens());
+  for (const TokenRecord& t : tokens) auth_.Add(t);
+
+  // Declared nodes from the config that the journal does not have yet.
+  ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> declared, ExpandNodes(options_.config));
+  std::vector<Event> added;
+  {
+    Snapshot snap = state_.GetSnapshot();
+    std::set<std::string> drained(options_.config.drained.begin(), options_.config.drained.end());
+    for (NodeSpec& n : declared) {
+      if (snap.FindNode(n.name) != nullptr) continue;
+      const bool drain = drained.count(n.name) > 0;
+      const std::string name = n.name;
+      added.push_back(NodeAdded{std::move(n)});
+      if (drain) added.push_back(NodeDrainChanged{name, true});
+    }
+  }
+  for (const Event& e : added) ROTA_RETURN_IF_ERROR(state_.Apply(e));
+  if (!added.empty()) ROTA_RETURN_IF_ERROR(store_->Append(added).status());
+  Publish();
+  actor_ = std::thread([this] { ActorLoop(); });
+  scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
+  Trigger();
+  return Status::Ok();
+}
+
+void Controller::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  cycle_cv_.notify_all();
+  if (scheduler_thread_.joinable()) scheduler_thread_.join();
+  if (actor_.joinable()) actor_.join();
+}
+
+void Controller::Publish() {
+  Snapshot snap = state_.GetSnapshot();
+  std::lock_guard<std::mutex> lock(mu_);
+  published_ = snap;
+}
+
+void Controller::Trigger() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    trigger_ = true;
+  }
+  cv_.notify_all();
+}
+
+Snapshot Controller::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return *published_;
+}
+
+std::optional<sched::PendingReason> Controller::pending_reason(JobId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reasons_.find(id);
+  if (it == reasons_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::map<std::string, NodeLive> Controller::nodes_live() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_;
+}
+
+ControllerMetrics Controller::metrics() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return metrics_;
+}
+
+template <typename T>
+StatusOr<T> Controller::Call(std::function<StatusOr<T>(Batch&)> fn) {
+  auto promise = std::make_shared<std::promise<StatusOr<T>>>();
+  auto future = promise->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return UnavailableError("the server is shutting down");
+    inbox_.push_back([fn = std::move(fn), promise](Batch& batch) {
+      auto result = std::make_shared<StatusOr<T>>(fn(batch));
+      batch.done.push_back([promise, result](const Status& committed) {
+        if (!committed.ok()) promise->set_value(committed);
+        else promise->set_value(std::move(*result));
+      });
+    });
+  }
+  cv_.notify_all();
+  return future.get();
+}
+
+void Controller::ActorLoop() {
+  while (true) {
+    std::deque<std::function<void(Batch&)>> work;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !inbox_.empty(); });
+      if (inbox_.empty() && stopping_) break;
+      work.swap(inbox_);
+    }
+    Batch batch{&state_, {}, {}};
+    for (auto& message : work) message(batch);
+    Status committed;
+    if (!batch.events.empty()) {
+      auto seq = store_->Append(batch.events);
+      if (!seq.ok()) {
+        // The in-memory state is ahead of the disk: nothing of this batch was
+        // acknowledged, and a restart recovers the durable state.
+        std::fprintf(stderr, "rota: FATAL: journal append failed: %s\n", seq.status().ToString().c_str());
+        std::abort();
+      }
+      Publish();
+      Trigger();
+      if (*seq - last_snapshot_seq_ >= options_.snapshot_every) {
+        if (Status s = store_->WriteSnapshot(*seq, CompactState(state_.GetSnapshot())); s.ok()) {
+          last_snapshot_seq_ = *seq;
+        } else {
+          std::fprintf(stderr, "rota: journal snapshot failed (will retry): %s\n", s.ToString().c_str());
+        }
+      }
+    }
+    for (auto& done : batch.done) done(committed);
+  }
+  // Refuse whatever arrived while stopping.
+  std::deque<std::function<void(Batch&)>> rest;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rest.swap(inbox_);
+  }
+  Batch batch{&state_, {}, {}};
+  for (auto& message : rest) message(batch);
+  for (auto& done : batch.done) done(UnavailableError("the server is shutting down"));
+}
+
+void Controller::SchedulerLoop() {
+  const auto interval = std::chrono::microseconds(options_.schedule_interval);
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, interval, [this] { return stopping_ || trigger_; });
+      if (stopping_) return;
+      trigger_ = false;
+    }
+    RunOneCycle();
+  }
+}
+
+void Controller::RunOneCycle() {
+  uint64_t requested;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    requested = cycles_requested_;
+  }
+  Snapshot snap = snapshot();
+  sched::CycleResult result;
+  const auto t0 = std::chrono::steady_clock::now();
+  scheduler_->RunCycle(snap, &result);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reasons_.clear();
+    for (const auto& w : result.pending) reasons_[w.job] = w.reason;
+    metrics_.cycles++;
+    metrics_.cycle_sum_seconds += seconds;
+    metrics_.cycle_buckets.resize(std::size(kCycleBuckets) + 1);
+    size_t b = 0;
+    while (b < std::size(kCycleBuckets) && seconds > kCycleBuckets[b]) ++b;
+    metrics_.cycle_buckets[b]++;
+    if (metrics_.cycle_seconds.size() >= 1024) metrics_.cycle_seconds.erase(metrics_.cycle_seconds.begin());
+    metrics_.cycle_seconds.push_back(seconds);
+  }
+  if (!result.placed.empty() || !result.unresolvable.empty()) {
+    const TimePoint now = options_.clock->Now();
+    Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+      for (const sched::Placed& p : result.placed) {
+        JobBound bound{p.job,
+                       {result.replicas.begin() + p.first, result.replicas.begin() + p.first + p.count},
+                       now};
+        // Refused if the job or its GPUs changed since the snapshot; the next cycle retries.
+        if (!batch.Apply(std::move(bound)).ok()) Trigger();
+      }
+      for (const sched::Waiting& w : result.unresolvable) {
+        const JobRecord* job = batch.state->GetSnapshot().FindJob(w.job);
+        if (job == nullptr || job->state != JobState::kPending) continue;
+        batch.Apply(JobCancelled{w.job, now, "unresolvable: " + w.reason.message}).IgnoreError();
+      }
+      return true;
+    }).status().IgnoreError();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cycles_done_ = std::max(cycles_done_, requested);
+  }
+  cycle_cv_.notify_all();
+}
+
+void Controller::ScheduleNow() {
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ticket = ++cycles_requested_;
+    trigger_ = true;
+  }
+  cv_.notify_all();
+  std::unique_lock<std::mutex> lock(mu_);
+  cycle_cv_.wait(lock, [&] { return stopping_ || cycles_done_ >= ticket; });
+}
+
+StatusOr<JobId> Controller::Submit(const Principal& who, JobSpec spec) {
+  if (who.role == Role::kAgent) return Status(StatusCode::kPermissionDenied, "agents cannot submit jobs");
+  ROTA_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, &spec));
+  ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec.queue, who.user, who.admin()));
+  return Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
+    const JobId id(next_job_id_);
+    JobSubmitted e{id, spec, options_.clock->Now(), who.user};
+    // Reject what no node or domain of this cluster could ever hold.
+    JobRecord probe;
+    probe.id = id;
+    probe.spec = spec;
+    sched::PendingReason why = probe_->CheckResolvable(batch.state->GetSnapshot(), probe);
+    if (!why.ok()) {
+      return Status(StatusCode::kOutOfRange,
+                    std::string(sched::ReasonCodeName(why.code)) + ": " + why.message);
+    }
+    ROTA_RETURN_IF_ERROR(batch.Apply(std::move(e)));
+    ++next_job_id_;
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_.jobs_submitted++;
+    return id;
+  });
+}
+
+Status Controller::Cancel(const Principal& who, JobId id) {
+  return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+           if (job == nullptr || (!who.admin() && job->user != who.user)) {
+             return NotFoundError("no job " + std::to_string(id.value()));  // others' jobs are invisible
+           }
+           ROTA_RETURN_IF_ERROR(batch.Apply(JobCancelled{id, options_.clock->Now(), "cancelled by " + who.user}));
+           exits_.erase(id);
+           return true;
+         })
+      .status();
+}
+
+Status Controller::SetDrain(const Principal& who, const std::string& node, bool drained) {
+  if (!who.admin()) return Status(StatusCode::kPermissionDenied, "draining nodes needs the admin role");
+  return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           ROTA_RETURN_IF_ERROR(batch.Apply(NodeDrainChanged{node, drained}));
+           return true;
+         })
+      .status();
+}
+
+Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address) {
+  if (!who.admin() && !(who.role == Role::kAgent && who.node == spec.name)) {
+    return Status(StatusCode::kPermissionDenied, "an agent token may only register its own node ('" + who.node + "')");
+  }
+  ROTA_RETURN_IF_ERROR(ValidateNodeSpec(spec));
+  return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           const NodeState* known = batch.state->GetSnapshot().FindNode(spec.name);
+           if (known == nullptr) {
+             ROTA_RETURN_IF_ERROR(batch.Apply(NodeAdded{spec}));
+           } else if (known->spec.gpus != spec.gpus || known->spec.gpu_model != spec.gpu_model) {
+             return Status(StatusCode::kFailedPrecondition,
+                           "node '" + spec.name + "' is registered with " + std::to_string(known->spec.gpus) + " x " +
+                               known->spec.gpu_model + "; it now reports " + std::to_string(spec.gpus) + " x " +
+                               spec.gpu_model + " (drain and re-add it)");
+           }
+           std::lock_guard<std::mutex> lock(mu_);
+           NodeLive& live = live_[spec.name];
+           live.registered = true;
+           live.simulated = simulated;
+           live.address = address;
+           live.last_heartbeat = options_.clock->Now();
+           return true;
+         })
+      .status();
+}
+
+TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job, size_t index) const {
+  const ReplicaPlacement& r = job.placement[index];
+  const TaskGroupSpec& task = job.spec.tasks[r.task];
+  TaskAssignment a;
+  a.job = job.id;
+  a.job_name = job.spec.name;
+  a.task = r.task;
+  a.task_name = task.name;
+  a.replica = r.replica;
+  for (int32_t g = 0; g < 64; ++g) {
+    if ((r.gpu_mask >> g) & 1) a.gpus.push_back(g);
+  }
+  a.command = task.command;
+  a.env = task.env;
+  a.cpu = task.cpu;
+  a.memory = task.memory;
+  a.world_size = static_cast<int32_t>(job.placement.size());
+  a.rank = static_cast<int32_t>(index);
+  std::vector<NodeId> node_order;
+  for (size_t i = 0; i < job.placement.size(); ++i) {
+    const NodeId n = job.placement[i].node;
+    if (std::find(node_order.begin(), node_order.end(), n) == node_order.end()) node_order.push_back(n);
+    if (i < index && n == r.node) a.local_rank++;
+    auto live = live_.find(snap.node(n).spec.name);
+    a.hosts.push_back(live != live_.end() && !live->second.address.empty() ? live->second.address : snap.node(n).spec.name);
+  }
+  a.node_rank = static_cast<int32_t>(std::find(node_order.begin(), node_order.end(), r.node) - node_order.begin());
+  a.master_addr = a.hosts[0];
+  a.master_port = 20000 + static_cast<int32_t>(job.id.value() % 20000);
+  return a;
+}
+
+StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who, const HeartbeatReport& report) {
+  if (!who.admin() && !(who.role == Role::kAgent && who.node == report.node)) {
+    return Status(StatusCode::kPermissionDenied, "an agent token may only report for its own node ('" + who.node + "')");
+  }
+  return Call<std::vector<TaskAssignment>>([&](Batch& batch) -> StatusOr<std::vector<TaskAssignment>> {
+    Snapshot snap = batch.state->GetSnapshot();
+    const NodeState* node = snap.FindNode(report.node);
+    if (node == nullptr) return NotFoundError("node '" + report.node + "' is not registered");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      NodeLive& live = live_[report.node];
+      if (!live.registered) return NotFoundError("node '" + report.node + "' must register again");
+      live.last_heartbeat = options_.clock->Now();
+      live.gpus = report.gpus;
+    }
+    // Exits: a job ends when every replica has exited (all zero: succeeded),
+    // or as soon as one replica fails.
+    for (const TaskReport& t : report.tasks) {
+      if (!t.exited) continue;
+      const JobRecord* job = snap.FindJob(t.job);
+      if (job == nullptr || job->state != JobState::kRunning) continue;
+      auto& exits = exits_[t.job];
+      exits[{t.task, t.replica}] = t.exit_code;
+      const bool failed = t.exit_code != 0;
+      if (failed || exits.size() == job->placement.size()) {
+        batch.Apply(JobFinished{t.job, failed ? JobOutcome::kFailed : JobOutcome::kSucceeded, options_.clock->Now()})
+            .IgnoreError();
+        exits_.erase(t.job);
+        snap = batch.state->GetSnapshot();
+      }
+    }
+    std::vector<TaskAssignment> tasks;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, job] : snap.jobs()) {
+      if (job->state != JobState::kRunning) continue;
+      for (size_t i = 0; i < job->placement.size(); ++i) {
+        if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));
+      }
+    }
+    return tasks;
+  });
+}
+
+StatusOr<std::string> Controller::CreateToken(const Principal& who, const std::string& user, Role role,
+                                              const std::string& node) {
+  if (!who.admin()) return Status(StatusCode::kPermissionDenied, "creating tokens needs the admin role");
+  if (user.empty()) return InvalidArgumentError("user: must not be empty");
+  if (role == Role::kAgent && node.empty()) return InvalidArgumentError("node: an agent token names its node");
+  const std::string token = NewToken();
+  TokenRecord record{Sha256Hex(token), user, std::string(RoleName(role)), node, options_.clock->Now()};
+  return Call<std::string>([&](Batch&) -> StatusOr<std::string> {
+    ROTA_RETURN_IF_ERROR(store_->PutToken(record));
+    auth_.Add(record);
+    return token;
+  });
+}
+
+StatusOr<std::string> Controller::BootstrapAdminToken() {
+  return Call<std::string>([&](Batch&) -> StatusOr<std::string> {
+    if (auth_.size() > 0) return std::string();
+    const std::string token = NewToken();
+    TokenRecord record{Sha256Hex(token), "admin", "admin", "", options_.clock->Now()};
+    ROTA_RETURN_IF_ERROR(store_->PutToken(record));
+    auth_.Add(record);
+    return token;
+  });
+}
+
+}  // namespace rota::server

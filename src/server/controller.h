@@ -1,0 +1,190 @@
+// Controller: the control plane's state machine. It owns the ClusterState and
+// the Store on one actor thread; every mutating call becomes a message to it.
+// The actor drains all queued messages into one batch, applies their events
+// to the state as it validates them, appends the batch to the store in one
+// durable transaction (group commit), and only then answers the callers. A
+// failed append is fatal (the process exits; a restart recovers from disk),
+// so nothing is ever acknowledged that is not durable.
+//
+// A scheduler thread runs the engine on the latest immutable snapshot
+// whenever something changed (many triggers coalesce into one pending cycle)
+// and at least every `schedule_interval`; its decisions go back to the actor,
+// which validates them against the current state before journaling them.
+//
+// Thread-safety: all public methods may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "base/clock.h"
+#include "core/cluster_config.h"
+#include "sched/engine.h"
+#include "server/auth.h"
+#include "store/store.h"
+
+namespace rota::server {
+
+struct ControllerOptions {
+  ClusterConfig config;          // queues, priority classes, profile; node_groups are declared nodes
+  const Clock* clock = nullptr;  // required
+  uint64_t snapshot_every = 10'000;              // journal events between snapshots
+  Duration schedule_interval = kMicrosPerSecond;  // a cycle at least this often
+  Duration node_timeout = 30 * kMicrosPerSecond;  // heartbeat age after which a node shows as lost
+};
+
+struct GpuTelemetry {
+  int32_t index = 0;
+  int32_t utilization_pct = 0;
+  MemoryMiB memory_used = 0;
+  int32_t temperature_c = 0;
+  int32_t power_w = 0;
+};
+
+// What a node's agent should be running: one replica of a job.
+struct TaskAssignment {
+  JobId job;
+  std::string job_name;
+  uint16_t task = 0;
+  std::string task_name;
+  uint32_t replica = 0;
+  std::vector<int32_t> gpus;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  int32_t world_size = 1;
+  int32_t rank = 0;
+  int32_t local_rank = 0;
+  int32_t node_rank = 0;
+  std::string master_addr;
+  int32_t master_port = 0;
+  std::vector<std::string> hosts;  // one per replica, by rank
+  MilliCpu cpu = 0;
+  MemoryMiB memory = 0;
+};
+
+struct TaskReport {
+  JobId job;
+  uint16_t task = 0;
+  uint32_t replica = 0;
+  bool exited = false;
+  int32_t exit_code = 0;
+};
+
+struct HeartbeatReport {
+  std::string node;
+  std::vector<GpuTelemetry> gpus;
+  std::vector<TaskReport> tasks;
+};
+
+// What the control plane knows of a node beyond the journaled state.
+struct NodeLive {
+  bool registered = false;  // an agent has registered since this server started
+  bool simulated = false;
+  std::string address;
+  TimePoint last_heartbeat = 0;
+  std::vector<GpuTelemetry> gpus;
+};
+
+struct ControllerMetrics {
+  std::vector<double> cycle_seconds;  // recent cycle latencies (ring)
+  std::vector<uint64_t> cycle_buckets;  // histogram counts for kCycleBuckets
+  double cycle_sum_seconds = 0;
+  uint64_t cycles = 0;
+  uint64_t jobs_submitted = 0;
+  uint64_t preemptions = 0;
+};
+inline constexpr double kCycleBuckets[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0};
+
+class Controller {
+ public:
+  Controller(ControllerOptions options, std::unique_ptr<Store> store);
+  ~Controller();
+
+  // Replays the store, adds the config's declared nodes that are missing,
+  // and starts the actor and scheduler threads.
+  Status Start();
+  void Stop();
+
+  // Mutations: each returns once its effect is durable, or with why not.
+  // Submit: InvalidArgument (bad queue or priority class), PermissionDenied
+  // (queue restricted), OutOfRange (unresolvable on this cluster).
+  StatusOr<JobId> Submit(const Principal& who, JobSpec spec);
+  Status Cancel(const Principal& who, JobId id);
+  Status SetDrain(const Principal& who, const std::string& node, bool drained);
+  Status RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address);
+  StatusOr<std::vector<TaskAssignment>> Heartbeat(const Principal& who, const HeartbeatReport& report);
+  StatusOr<std::string> CreateToken(const Principal& who, const std::string& user, Role role, const std::string& node);
+  // First start: creates and returns an admin token if no token exists yet; "" otherwise.
+  StatusOr<std::string> BootstrapAdminToken();
+
+  // Reads (never block on the actor).
+  Snapshot snapshot() const;
+  std::optional<sched::PendingReason> pending_reason(JobId id) const;
+  std::map<std::string, NodeLive> nodes_live() const;
+  ControllerMetrics metrics() const;
+  const ClusterConfig& config() const { return options_.config; }
+  const Auth& auth() const { return auth_; }
+  const Clock& clock() const { return *options_.clock; }
+  Duration node_timeout() const { return options_.node_timeout; }
+
+  // Runs one scheduling cycle now and waits for its decisions to be durable
+  // (tests and `rota up` use it to avoid waiting for the interval).
+  void ScheduleNow();
+
+ private:
+  struct Batch {
+    ClusterState* state;
+    std::vector<Event> events;
+    std::vector<std::function<void(const Status&)>> done;
+    Status Apply(Event e) {
+      Status s = state->Apply(e);
+      if (s.ok()) events.push_back(std::move(e));
+      return s;
+    }
+  };
+  template <typename T>
+  StatusOr<T> Call(std::function<StatusOr<T>(Batch&)> fn);
+  void ActorLoop();
+  void SchedulerLoop();
+  void RunOneCycle();
+  void Publish();
+  void Trigger();
+  TaskAssignment Assignment(const Snapshot& snap, const JobRecord& job, size_t index) const;
+
+  ControllerOptions options_;
+  std::unique_ptr<Store> store_;
+  Auth auth_;
+  std::unique_ptr<sched::Scheduler> scheduler_;  // scheduler thread only
+  std::unique_ptr<sched::Scheduler> probe_;      // actor only: resolvability checks at submission
+
+  // Actor-owned.
+  ClusterState state_;
+  uint64_t next_job_id_ = 1;
+  uint64_t last_snapshot_seq_ = 0;
+  std::map<JobId, std::map<std::pair<uint16_t, uint32_t>, int32_t>> exits_;  // running jobs' exited replicas
+
+  mutable std::mutex mu_;  // guards the fields below
+  std::condition_variable cv_;
+  std::deque<std::function<void(Batch&)>> inbox_;
+  bool stopping_ = false;
+  bool trigger_ = false;
+  uint64_t cycles_requested_ = 0;
+  uint64_t cycles_done_ = 0;
+  std::condition_variable cycle_cv_;
+  std::optional<Snapshot> published_;
+  std::map<JobId, sched::PendingReason> reasons_;
+  std::map<std::string, NodeLive> live_;
+  ControllerMetrics metrics_;
+
+  std::thread actor_;
+  std::thread scheduler_thread_;
+};
+
+}  // namespace rota::server

@@ -1,0 +1,134 @@
+#include "server/controller.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "store/memory_store.h"
+#include "store/sqlite_store.h"
+
+namespace rota::server {
+namespace {
+
+ClusterConfig TwoNodes() {
+  ClusterConfig c;
+  c.node_groups.push_back({.name = "n", .count = 2, .gpus = 8, .gpu_model = "H100", .cpu = 64000, .memory = 512 * 1024});
+  c.queues.push_back({.name = "team", .children = {{.name = "a"}, {.name = "b", .users = {"bob"}}}});
+  return c;
+}
+
+JobSpec Job(const std::string& name, int replicas, int gpus, const std::string& queue = "team/a") {
+  JobSpec s;
+  s.name = name;
+  s.queue = queue;
+  s.tasks.push_back({.name = "w", .replicas = replicas, .gpus = gpus, .command = {"true"}});
+  return s;
+}
+
+const Principal kAlice{"alice", Role::kUser, ""};
+const Principal kBob{"bob", Role::kUser, ""};
+const Principal kAdmin{"admin", Role::kAdmin, ""};
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  ManualClock clock{1'000'000};
+  std::unique_ptr<Controller> Make(std::unique_ptr<Store> store) {
+    ControllerOptions o{.config = TwoNodes(), .clock = &clock};
+    auto c = std::make_unique<Controller>(o, std::move(store));
+    EXPECT_TRUE(c->Start().ok());
+    return c;
+  }
+};
+
+TEST_F(ControllerTest, SubmitSchedulesAndBindsAGang) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  auto id = c->Submit(kAlice, Job("train", 2, 8));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  c->ScheduleNow();
+  const JobRecord* job = c->snapshot().FindJob(*id);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->state, JobState::kRunning);
+  EXPECT_EQ(job->placement.size(), 2u);
+  EXPECT_EQ(job->user, "alice");
+}
+
+TEST_F(ControllerTest, RefusesBadSubmissionsAndChangesNothing) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  EXPECT_EQ(c->Submit(kAlice, Job("x", 1, 16)).status().code(), StatusCode::kOutOfRange);  // 16 > 8 per node
+  EXPECT_EQ(c->Submit(kAlice, Job("x", 1, 1, "nope")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Submit(kAlice, Job("x", 1, 1, "team/b")).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(c->Submit(kBob, Job("x", 1, 1, "team/b")).ok());
+  EXPECT_EQ(c->Submit({"n-0", Role::kAgent, "n-0"}, Job("x", 1, 1)).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(c->snapshot().jobs().size(), 1u);
+}
+
+TEST_F(ControllerTest, UsersCancelOnlyTheirOwnJobs) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  auto id = c->Submit(kAlice, Job("mine", 1, 1));
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(c->Cancel(kBob, *id).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(c->Cancel(kAlice, *id).ok());
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kCancelled);
+  EXPECT_EQ(c->Cancel(kAdmin, *id).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
+  ASSERT_TRUE(c->RegisterNode(agent0, spec, true, "127.0.0.1").ok());
+  EXPECT_EQ(c->RegisterNode(agent0, c->snapshot().FindNode("n-1")->spec, true, "").code(), StatusCode::kPermissionDenied);
+  auto id = c->Submit(kAlice, Job("pair", 2, 4));
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  auto tasks = c->Heartbeat(agent0, {"n-0", {{0, 50, 1000, 60, 300}}, {}});
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  ASSERT_EQ(tasks->size(), 2u);  // both replicas fit on n-0
+  EXPECT_EQ((*tasks)[0].world_size, 2);
+  EXPECT_EQ((*tasks)[1].rank, 1);
+  EXPECT_EQ((*tasks)[1].local_rank, 1);
+  EXPECT_EQ((*tasks)[0].master_addr, "127.0.0.1");
+  EXPECT_EQ(c->Heartbeat(agent0, {"n-1", {}, {}}).status().code(), StatusCode::kPermissionDenied);
+  // One replica exits 0: still running. The other exits 0: succeeded.
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, true, 0}}}).ok());
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
+  tasks = c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 1, true, 0}}});
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_TRUE(tasks->empty());
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kSucceeded);
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->allocated_mask, 0u);
+}
+
+TEST_F(ControllerTest, RecoversEverythingFromTheStore) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  JobId running, pending;
+  {
+    auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    auto token = c->CreateToken(kAdmin, "carol", Role::kUser, "");
+    ASSERT_TRUE(token.ok());
+    running = *c->Submit(kAlice, Job("big", 2, 8));
+    pending = *c->Submit(kAlice, Job("waits", 1, 8));
+    c->ScheduleNow();
+    ASSERT_TRUE(c->SetDrain(kAdmin, "n-1", true).ok());
+    c->Stop();
+  }
+  auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  Snapshot snap = c->snapshot();
+  EXPECT_EQ(snap.FindJob(running)->state, JobState::kRunning);
+  EXPECT_EQ(snap.FindJob(pending)->state, JobState::kPending);
+  EXPECT_EQ(snap.FindNode("n-0")->allocated_mask | snap.FindNode("n-1")->allocated_mask, 0xFFu);
+  EXPECT_TRUE(snap.FindNode("n-1")->drained);
+  EXPECT_EQ(snap.nodes().size(), 2u);  // declared nodes are not added twice
+  EXPECT_EQ(c->auth().size(), 1u);
+  // New ids continue after the recovered ones.
+  auto next = c->Submit(kAlice, Job("next", 1, 1));
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(next->value(), pending.value());
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rota::server

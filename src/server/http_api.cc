@@ -1,0 +1,340 @@
+#include "server/http_api.h"
+
+#include <httplib.h>
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "api/json_codec.h"
+#include "api/yaml_codec.h"
+#include "server/views.h"
+
+namespace rota::server {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+int HttpStatusFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return 200;
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kAlreadyExists: return 409;
+    case StatusCode::kFailedPrecondition: return 409;
+    case StatusCode::kOutOfRange: return 422;
+    case StatusCode::kResourceExhausted: return 429;
+    case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kInternal: return 500;
+  }
+  return 500;
+}
+
+namespace {
+
+// Token buckets per caller.
+class RateLimiter {
+ public:
+  explicit RateLimiter(double rate) : rate_(rate) {}
+  bool Allow(const std::string& key) {
+    if (rate_ <= 0) return true;
+    const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    std::lock_guard<std::mutex> lock(mu_);
+    Bucket& b = buckets_[key];
+    if (b.last == 0) b = {2 * rate_, now};
+    b.tokens = std::min(2 * rate_, b.tokens + (now - b.last) * rate_);
+    b.last = now;
+    if (b.tokens < 1) return false;
+    b.tokens -= 1;
+    return true;
+  }
+
+ private:
+  struct Bucket {
+    double tokens = 0;
+    double last = 0;
+  };
+  double rate_;
+  std::mutex mu_;
+  std::map<std::string, Bucket> buckets_;
+};
+
+void Reply(httplib::Response& res, int status, const ordered_json& body) {
+  res.status = status;
+  res.set_content(body.dump(2) + "\n", "application/json");
+}
+
+void ReplyError(httplib::Response& res, const Status& s) {
+  ordered_json body{{"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", std::string(s.message())}}}};
+  Reply(res, HttpStatusFor(s.code()), body);
+}
+
+StatusOr<uint64_t> ParseId(const std::string& text) {
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v == 0) {
+    return InvalidArgumentError("job id: '" + text + "' is not a job id");
+  }
+  return v;
+}
+
+class HttpServerImpl final : public HttpServer {
+ public:
+  HttpServerImpl(Controller* c, HttpOptions o) : c_(c), options_(std::move(o)), limiter_(options_.rate_per_second) {}
+  ~HttpServerImpl() override { Stop(); }
+
+  Status Start() {
+    if (!options_.tls_cert.empty() || !options_.tls_key.empty()) {
+      if (options_.tls_cert.empty() || options_.tls_key.empty()) {
+        return InvalidArgumentError("--tls-cert and --tls-key go together");
+      }
+      auto ssl = std::make_unique<httplib::SSLServer>(options_.tls_cert.c_str(), options_.tls_key.c_str());
+      if (!ssl->is_valid()) return InvalidArgumentError("cannot load TLS certificate or key");
+      server_ = std::move(ssl);
+    } else {
+      server_ = std::make_unique<httplib::Server>();
+    }
+    server_->set_payload_max_length(options_.max_body_bytes);
+    server_->set_read_timeout(10, 0);
+    server_->set_write_timeout(10, 0);
+    Routes();
+    if (options_.port == 0) {
+      port_ = server_->bind_to_any_port(options_.host.c_str());
+      if (port_ < 0) return UnavailableError("cannot bind " + options_.host);
+    } else {
+      if (!server_->bind_to_port(options_.host.c_str(), options_.port)) {
+        return UnavailableError("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                                " (in use?)");
+      }
+      port_ = options_.port;
+    }
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    return Status::Ok();
+  }
+
+  int port() const override { return port_; }
+  void Stop() override {
+    if (server_) server_->stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  using Handler = std::function<void(const Principal&, const httplib::Request&, httplib::Response&)>;
+
+  // Authenticates, rate-limits and guards a handler: no input reaches a 500.
+  httplib::Server::Handler Guard(Handler h) {
+    return [this, h](const httplib::Request& req, httplib::Response& res) {
+      try {
+        auto who = c_->auth().Authenticate(req.get_header_value("Authorization"));
+        const std::string key = who.ok() ? "user:" + who->user : "addr:" + req.remote_addr;
+        if (!limiter_.Allow(key)) {
+          res.set_header("Retry-After", "1");
+          return ReplyError(res, Status(StatusCode::kResourceExhausted, "rate limit exceeded; retry later"));
+        }
+        if (!who.ok()) return ReplyError(res, who.status());
+        h(*who, req, res);
+      } catch (const std::exception& e) {
+        ReplyError(res, InvalidArgumentError(std::string("bad request: ") + e.what()));
+      }
+    };
+  }
+
+  void Routes() {
+    httplib::Server& s = *server_;
+    s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+
+    s.Post("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      auto spec = api::ParseJobSpec(req.body, "request body");
+      if (!spec.ok()) return ReplyError(res, spec.status());
+      auto id = c_->Submit(who, std::move(*spec));
+      if (!id.ok()) return ReplyError(res, id.status());
+      Snapshot snap = c_->snapshot();
+      Reply(res, 201, JobView(*c_, snap, *snap.FindJob(*id), false));
+    }));
+
+    s.Get("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      Snapshot snap = c_->snapshot();
+      const std::string state = req.get_param_value("state");
+      const std::string queue = req.get_param_value("queue");
+      const bool all = req.get_param_value("all") == "true";
+      ordered_json jobs = ordered_json::array();
+      for (const auto& [id, job] : snap.jobs()) {
+        if (!who.admin() && job->user != who.user) continue;
+        if (!state.empty() && JobStateName(job->state) != state) continue;
+        if (!queue.empty() && job->spec.queue != queue) continue;
+        const bool active = job->state == JobState::kPending || job->state == JobState::kRunning;
+        if (!all && state.empty() && !active) continue;
+        jobs.push_back(JobView(*c_, snap, *job, false));
+      }
+      Reply(res, 200, {{"jobs", jobs}});
+    }));
+
+    s.Get(R"(/v1/jobs/([^/]+))", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      const JobRecord* job = nullptr;
+      Snapshot snap = c_->snapshot();
+      if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
+      ordered_json j = JobView(*c_, snap, *job, true);
+      j["events"] = Timeline(*job);
+      Reply(res, 200, j);
+    }));
+
+    s.Post(R"(/v1/jobs/([^/]+)/cancel)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      auto id = ParseId(req.matches[1]);
+      if (!id.ok()) return ReplyError(res, id.status());
+      if (Status s = c_->Cancel(who, JobId(*id)); !s.ok()) return ReplyError(res, s);
+      Snapshot snap = c_->snapshot();
+      Reply(res, 200, JobView(*c_, snap, *snap.FindJob(JobId(*id)), false));
+    }));
+
+    s.Get(R"(/v1/jobs/([^/]+)/logs)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      const JobRecord* job = nullptr;
+      Snapshot snap = c_->snapshot();
+      if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
+      if (options_.logs_dir.empty()) {
+        return ReplyError(res, UnimplementedError("this server has no local agent logs (rota up serves them)"));
+      }
+      std::string out;
+      for (const ReplicaPlacement& r : job->placement) {
+        const std::string name = job->spec.tasks[r.task].name + "-" + std::to_string(r.replica);
+        std::ifstream in(options_.logs_dir + "/" + std::to_string(job->id.value()) + "/" + name + ".log");
+        if (!in) continue;
+        std::stringstream ss;
+        ss << in.rdbuf();
+        if (job->placement.size() > 1) out += "==> " + name + " <==\n";
+        out += ss.str();
+      }
+      res.set_content(out, "text/plain");
+    }));
+
+    s.Get("/v1/queues", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+      Reply(res, 200, {{"queues", QueuesView(*c_, c_->snapshot())}});
+    }));
+
+    s.Get("/v1/nodes", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+      Snapshot snap = c_->snapshot();
+      const auto live = c_->nodes_live();
+      ordered_json nodes = ordered_json::array();
+      for (const NodeState& n : snap.nodes()) nodes.push_back(NodeView(*c_, snap, n, live));
+      Reply(res, 200, {{"nodes", nodes}});
+    }));
+
+    for (const bool drain : {true, false}) {
+      s.Post(std::string(R"(/v1/nodes/([^/]+)/)") + (drain ? "drain" : "undrain"),
+             Guard([this, drain](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+               if (Status s = c_->SetDrain(who, req.matches[1], drain); !s.ok()) return ReplyError(res, s);
+               Snapshot snap = c_->snapshot();
+               Reply(res, 200, NodeView(*c_, snap, *snap.FindNode(req.matches[1]), c_->nodes_live()));
+             }));
+    }
+
+    s.Post("/v1/agents/register", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      json body = json::parse(req.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object() || !body.contains("node")) {
+        return ReplyError(res, InvalidArgumentError("request body: must be {\"node\": {...}, \"simulated\": bool}"));
+      }
+      auto spec = api::NodeSpecFromJson(body["node"], "node");
+      if (!spec.ok()) return ReplyError(res, spec.status());
+      const bool simulated = body.value("simulated", false);
+      const std::string address = body.value("address", std::string());
+      if (Status s = c_->RegisterNode(who, *spec, simulated, address); !s.ok()) return ReplyError(res, s);
+      Reply(res, 200, {{"node", spec->name}});
+    }));
+
+    s.Post("/v1/agents/heartbeat", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      json body = json::parse(req.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
+      HeartbeatReport report;
+      report.node = body.at("node").get<std::string>();
+      for (const auto& g : body.value("gpus", json::array())) {
+        report.gpus.push_back({g.at("index"), g.value("utilization_pct", 0), g.value("memory_used_mib", int64_t{0}),
+                               g.value("temperature_c", 0), g.value("power_w", 0)});
+      }
+      for (const auto& t : body.value("tasks", json::array())) {
+        report.tasks.push_back({JobId(t.at("job").get<uint64_t>()), t.at("task").get<uint16_t>(),
+                                t.at("replica").get<uint32_t>(), t.value("state", std::string()) == "exited",
+                                t.value("exit_code", 0)});
+      }
+      auto tasks = c_->Heartbeat(who, report);
+      if (!tasks.ok()) return ReplyError(res, tasks.status());
+      ordered_json out = ordered_json::array();
+      for (const TaskAssignment& a : *tasks) {
+        out.push_back({{"job", a.job.value()},       {"job_name", a.job_name},   {"task", a.task},
+                       {"task_name", a.task_name},   {"replica", a.replica},     {"gpus", a.gpus},
+                       {"command", a.command},       {"env", a.env},             {"world_size", a.world_size},
+                       {"rank", a.rank},             {"local_rank", a.local_rank}, {"node_rank", a.node_rank},
+                       {"master_addr", a.master_addr}, {"master_port", a.master_port}, {"hosts", a.hosts},
+                       {"cpu_milli", a.cpu},         {"memory_mib", a.memory}});
+      }
+      Reply(res, 200, {{"tasks", out}});
+    }));
+
+    s.Post("/v1/tokens", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      json body = json::parse(req.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
+      auto role = ParseRole(body.value("role", std::string("user")));
+      if (!role.ok()) return ReplyError(res, role.status());
+      auto token = c_->CreateToken(who, body.value("user", std::string()), *role, body.value("node", std::string()));
+      if (!token.ok()) return ReplyError(res, token.status());
+      Reply(res, 201, {{"token", *token}, {"user", body.value("user", std::string())}, {"role", std::string(RoleName(*role))}});
+    }));
+
+    s.Get("/metrics", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+      res.set_content(RenderMetrics(*c_), "text/plain; version=0.0.4");
+    }));
+
+    s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (res.status == 404) {
+        ReplyError(res, NotFoundError("no route " + req.method + " " + req.path));
+        res.status = 404;
+      } else if (res.status == 413) {
+        ReplyError(res, InvalidArgumentError("request body is over the size limit"));
+        res.status = 413;
+      }
+    });
+  }
+
+  Status Find(const Principal& who, const Snapshot& snap, const std::string& id_text, const JobRecord** job) {
+    ROTA_ASSIGN_OR_RETURN(uint64_t id, ParseId(id_text));
+    *job = snap.FindJob(JobId(id));
+    if (*job == nullptr || (!who.admin() && (*job)->user != who.user)) {
+      return NotFoundError("no job " + std::to_string(id));
+    }
+    return Status::Ok();
+  }
+
+  static ordered_json Timeline(const JobRecord& job) {
+    ordered_json ev = ordered_json::array();
+    ev.push_back({{"at", FormatTime(job.submitted_at)}, {"event", "submitted"}, {"detail", "by " + job.user}});
+    if (job.started_at != 0) {
+      ev.push_back({{"at", FormatTime(job.started_at)}, {"event", "bound"},
+                    {"detail", std::to_string(job.placement.size()) + " replicas placed"}});
+    }
+    if (job.finished_at != 0) {
+      ev.push_back({{"at", FormatTime(job.finished_at)}, {"event", std::string(JobStateName(job.state))},
+                    {"detail", job.end_reason}});
+    }
+    return ev;
+  }
+
+  Controller* c_;
+  HttpOptions options_;
+  RateLimiter limiter_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<HttpServer>> StartHttpServer(Controller* controller, const HttpOptions& options) {
+  auto server = std::make_unique<HttpServerImpl>(controller, options);
+  ROTA_RETURN_IF_ERROR(server->Start());
+  return std::unique_ptr<HttpServer>(std::move(server));
+}
+
+}  // namespace rota::server

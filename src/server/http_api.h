@@ -1,0 +1,41 @@
+// The REST API under /v1/, /metrics and /healthz, served over HTTP (or HTTPS
+// with a certificate). Every request but /healthz needs a bearer token. Bad
+// input gets a 4xx with the field and the reason and changes nothing:
+//   400 malformed, 401 no or unknown token, 403 not allowed, 404 unknown,
+//   409 conflicting state, 413 body over the limit, 422 a request this
+//   cluster could never hold, 429 over the rate limit.
+// httplib stays inside http_api.cc.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "server/controller.h"
+
+namespace rota::server {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 7070;  // 0 = any free port
+  std::string tls_cert;  // both set = HTTPS
+  std::string tls_key;
+  size_t max_body_bytes = 1 << 20;
+  double rate_per_second = 200;  // per token (or client address), burst of twice that
+  std::string logs_dir;          // where local agents write task logs ("" = logs unavailable)
+};
+
+class HttpServer {
+ public:
+  virtual ~HttpServer() = default;
+  virtual int port() const = 0;
+  virtual void Stop() = 0;
+};
+
+// Binds and starts serving on a background thread.
+StatusOr<std::unique_ptr<HttpServer>> StartHttpServer(Controller* controller, const HttpOptions& options);
+
+// The HTTP status for a Status code (OutOfRange, the engine's
+// "unresolvable", is 422).
+int HttpStatusFor(StatusCode code);
+
+}  // namespace rota::server

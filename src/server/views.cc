@@ -1,0 +1,254 @@
+#include "server/views.h"
+
+#include <ctime>
+
+#include "api/json_codec.h"
+
+namespace rota::server {
+
+using nlohmann::ordered_json;
+
+std::string FormatTime(TimePoint t) {
+  if (t == 0) return "";
+  const time_t secs = static_cast<time_t>(t / kMicrosPerSecond);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>((t % kMicrosPerSecond) / 1000));
+  return buf;
+}
+
+ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool with_spec) {
+  ordered_json j;
+  j["id"] = job.id.value();
+  j["name"] = job.spec.name;
+  j["user"] = job.user;
+  j["queue"] = job.spec.queue;
+  j["priority"] = job.spec.priority;
+  j["state"] = std::string(JobStateName(job.state));
+  j["replicas"] = job.spec.TotalReplicas();
+  j["gpus"] = job.spec.TotalGpus();
+  j["submitted_at"] = FormatTime(job.submitted_at);
+  j["started_at"] = FormatTime(job.started_at);
+  j["finished_at"] = FormatTime(job.finished_at);
+  j["placement"] = ordered_json::array();
+  for (const ReplicaPlacement& r : job.placement) {
+    j["placement"].push_back({{"task", job.spec.tasks[r.task].name},
+                              {"replica", r.replica},
+                              {"node", snap.node(r.node).spec.name},
+                              {"gpus", api::GpuIndices(r.gpu_mask)}});
+  }
+  if (job.state == JobState::kPending) {
+    auto reason = c.pending_reason(job.id);
+    if (reason) j["pending_reason"] = {{"code", std::string(sched::ReasonCodeName(reason->code))}, {"message", reason->message}};
+    else j["pending_reason"] = {{"code", "NotYetScheduled"}, {"message", "waiting for the next scheduling cycle"}};
+  }
+  if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
+  if (with_spec) j["spec"] = api::JobSpecToJson(job.spec);
+  return j;
+}
+
+std::string NodeStateName(const Controller& c, const NodeState& node, const std::map<std::string, NodeLive>& live) {
+  if (node.drained) return "drained";
+  auto it = live.find(node.spec.name);
+  if (it == live.end() || !it->second.registered) return "declared";  // no agent has reported for it
+  if (c.clock().Now() - it->second.last_heartbeat > c.node_timeout()) return "lost";
+  return "ready";
+}
+
+ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState& node,
+                      const std::map<std::string, NodeLive>& live) {
+  ordered_json j;
+  j["name"] = node.spec.name;
+  j["state"] = NodeStateName(c, node, live);
+  j["gpu_model"] = node.spec.gpu_model;
+  j["gpus"] = node.spec.gpus;
+  j["gpus_allocated"] = std::popcount(node.allocated_mask);
+  j["gpus_unhealthy"] = std::popcount(node.all_mask & ~node.healthy_mask);
+  j["cpu"] = FormatMilliCpu(node.spec.cpu);
+  j["cpu_allocated"] = FormatMilliCpu(node.cpu_allocated);
+  j["memory"] = FormatMemoryMiB(node.spec.memory);
+  j["memory_allocated"] = FormatMemoryMiB(node.memory_allocated);
+  j["labels"] = node.spec.labels;
+  auto it = live.find(node.spec.name);
+  j["simulated"] = it != live.end() && it->second.simulated;
+  j["last_heartbeat"] = it != live.end() ? FormatTime(it->second.last_heartbeat) : "";
+  ordered_json gpus = ordered_json::array();
+  for (int32_t g = 0; g < node.spec.gpus; ++g) {
+    ordered_json gj{{"index", g},
+                    {"allocated", ((node.allocated_mask >> g) & 1) != 0},
+                    {"healthy", ((node.healthy_mask >> g) & 1) != 0}};
+    if (it != live.end()) {
+      for (const GpuTelemetry& t : it->second.gpus) {
+        if (t.index != g) continue;
+        gj["utilization_pct"] = t.utilization_pct;
+        gj["memory_used"] = FormatMemoryMiB(t.memory_used);
+        gj["temperature_c"] = t.temperature_c;
+        gj["power_w"] = t.power_w;
+      }
+    }
+    // Which job holds it.
+    for (const auto& [id, job] : snap.jobs()) {
+      if (job->state != JobState::kRunning) continue;
+      for (const ReplicaPlacement& r : job->placement) {
+        if (r.node == node.id && ((r.gpu_mask >> g) & 1)) gj["job"] = id.value();
+      }
+    }
+    gpus.push_back(std::move(gj));
+  }
+  j["gpu_list"] = std::move(gpus);
+  return j;
+}
+
+namespace {
+void AddQueues(const std::vector<QueueConfig>& qs, const std::string& prefix, std::vector<const QueueConfig*>* leaves,
+               std::vector<std::string>* paths) {
+  for (const auto& q : qs) {
+    const std::string path = prefix.empty() ? q.name : prefix + "/" + q.name;
+    if (q.children.empty()) {
+      leaves->push_back(&q);
+      paths->push_back(path);
+    } else {
+      AddQueues(q.children, path, leaves, paths);
+    }
+  }
+}
+}  // namespace
+
+ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
+  std::vector<const QueueConfig*> leaves;
+  std::vector<std::string> paths;
+  AddQueues(c.config().queues, "", &leaves, &paths);
+  if (paths.empty()) {
+    paths.push_back("default");
+    leaves.push_back(nullptr);
+  }
+  ordered_json out = ordered_json::array();
+  for (size_t i = 0; i < paths.size(); ++i) {
+    int64_t pending = 0, running = 0, gpus = 0;
+    for (const auto& [id, job] : snap.jobs()) {
+      if (job->spec.queue != paths[i]) continue;
+      if (job->state == JobState::kPending) ++pending;
+      if (job->state == JobState::kRunning) {
+        ++running;
+        gpus += job->spec.TotalGpus();
+      }
+    }
+    int64_t guaranteed = 0;
+    if (leaves[i] != nullptr) {
+      for (const auto& [model, n] : leaves[i]->quota) guaranteed += n;
+    }
+    out.push_back({{"name", paths[i]},
+                   {"weight", leaves[i] ? leaves[i]->weight : 1},
+                   {"pending", pending},
+                   {"running", running},
+                   {"gpus_allocated", gpus},
+                   {"gpus_guaranteed", guaranteed}});
+  }
+  return out;
+}
+
+namespace {
+
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char ch : v) {
+    if (ch == '\\' || ch == '"') out += '\\';
+    if (ch == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += ch;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RenderMetrics(const Controller& c) {
+  Snapshot snap = c.snapshot();
+  const auto live = c.nodes_live();
+  const ControllerMetrics m = c.metrics();
+  std::string out;
+  auto header = [&](const char* name, const char* type, const char* help) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  };
+
+  ordered_json queues = QueuesView(c, snap);
+  header("rota_queue_pending_jobs", "gauge", "Pending jobs per leaf queue.");
+  for (const auto& q : queues) {
+    out += "rota_queue_pending_jobs{queue=\"" + Escape(q["name"]) + "\"} " + std::to_string(q["pending"].get<int64_t>()) + "\n";
+  }
+  header("rota_queue_running_jobs", "gauge", "Running jobs per leaf queue.");
+  for (const auto& q : queues) {
+    out += "rota_queue_running_jobs{queue=\"" + Escape(q["name"]) + "\"} " + std::to_string(q["running"].get<int64_t>()) + "\n";
+  }
+  header("rota_queue_allocated_gpus", "gauge", "GPUs held by running jobs per leaf queue.");
+  for (const auto& q : queues) {
+    out += "rota_queue_allocated_gpus{queue=\"" + Escape(q["name"]) + "\"} " +
+           std::to_string(q["gpus_allocated"].get<int64_t>()) + "\n";
+  }
+  header("rota_queue_deserved_gpus", "gauge", "GPUs guaranteed to each leaf queue by its quota.");
+  for (const auto& q : queues) {
+    out += "rota_queue_deserved_gpus{queue=\"" + Escape(q["name"]) + "\"} " +
+           std::to_string(q["gpus_guaranteed"].get<int64_t>()) + "\n";
+  }
+
+  header("rota_scheduling_cycle_seconds", "histogram", "Latency of one scheduling cycle.");
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b < std::size(kCycleBuckets); ++b) {
+    cumulative += b < m.cycle_buckets.size() ? m.cycle_buckets[b] : 0;
+    char le[32];
+    std::snprintf(le, sizeof(le), "%g", kCycleBuckets[b]);
+    out += std::string("rota_scheduling_cycle_seconds_bucket{le=\"") + le + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += "rota_scheduling_cycle_seconds_bucket{le=\"+Inf\"} " + std::to_string(m.cycles) + "\n";
+  char sum[64];
+  std::snprintf(sum, sizeof(sum), "%.9f", m.cycle_sum_seconds);
+  out += std::string("rota_scheduling_cycle_seconds_sum ") + sum + "\n";
+  out += "rota_scheduling_cycle_seconds_count " + std::to_string(m.cycles) + "\n";
+
+  header("rota_jobs_submitted_total", "counter", "Jobs accepted since this server started.");
+  out += "rota_jobs_submitted_total " + std::to_string(m.jobs_submitted) + "\n";
+  header("rota_preemptions_total", "counter", "Jobs preempted since this server started.");
+  out += "rota_preemptions_total " + std::to_string(m.preemptions) + "\n";
+
+  std::map<std::string, int64_t> states{{"ready", 0}, {"declared", 0}, {"drained", 0}, {"lost", 0}};
+  for (const NodeState& n : snap.nodes()) states[NodeStateName(c, n, live)]++;
+  header("rota_nodes", "gauge", "Nodes by state.");
+  for (const auto& [state, n] : states) out += "rota_nodes{state=\"" + state + "\"} " + std::to_string(n) + "\n";
+
+  header("rota_node_gpus_allocated", "gauge", "Allocated GPUs per node.");
+  for (const NodeState& n : snap.nodes()) {
+    out += "rota_node_gpus_allocated{node=\"" + Escape(n.spec.name) + "\"} " +
+           std::to_string(std::popcount(n.allocated_mask)) + "\n";
+  }
+  struct Series {
+    const char* name;
+    const char* help;
+    double (*get)(const GpuTelemetry&);
+  };
+  const Series series[] = {
+      {"rota_gpu_utilization_ratio", "GPU utilisation reported by the node agent (0..1).",
+       [](const GpuTelemetry& t) { return t.utilization_pct / 100.0; }},
+      {"rota_gpu_memory_used_bytes", "GPU memory in use.",
+       [](const GpuTelemetry& t) { return static_cast<double>(t.memory_used) * 1024 * 1024; }},
+      {"rota_gpu_temperature_celsius", "GPU temperature.", [](const GpuTelemetry& t) { return double(t.temperature_c); }},
+      {"rota_gpu_power_watts", "GPU power draw.", [](const GpuTelemetry& t) { return double(t.power_w); }},
+  };
+  for (const Series& s : series) {
+    header(s.name, "gauge", s.help);
+    for (const auto& [node, l] : live) {
+      for (const GpuTelemetry& t : l.gpus) {
+        char v[64];
+        std::snprintf(v, sizeof(v), "%g", s.get(t));
+        out += std::string(s.name) + "{node=\"" + Escape(node) + "\",gpu=\"" + std::to_string(t.index) +
+               "\",simulated=\"" + (l.simulated ? "true" : "false") + "\"} " + v + "\n";
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace rota::server

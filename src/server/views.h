@@ -1,0 +1,22 @@
+// JSON views of the control plane's state, shared by the HTTP API and the
+// metrics page. Includes nlohmann's full header: only server .cc files use it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "server/controller.h"
+
+namespace rota::server {
+
+std::string FormatTime(TimePoint t);  // "2026-11-29T17:50:00.123Z", "" for 0
+nlohmann::ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool with_spec);
+nlohmann::ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState& node,
+                                const std::map<std::string, NodeLive>& live);
+// Per leaf queue: pending and running jobs, allocated and guaranteed GPUs.
+nlohmann::ordered_json QueuesView(const Controller& c, const Snapshot& snap);
+std::string NodeStateName(const Controller& c, const NodeState& node, const std::map<std::string, NodeLive>& live);
+
+// Prometheus text exposition format 0.0.4.
+std::string RenderMetrics(const Controller& c);
+
+}  // namespace rota::server
