@@ -1,0 +1,228 @@
+#include "agent/agent.h"
+
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace rota::agent {
+
+using nlohmann::json;
+
+struct Agent::Task {
+  json assignment;
+  uint64_t job = 0;
+  uint16_t task = 0;
+  uint32_t replica = 0;
+  uint64_t gpu_mask = 0;
+  pid_t pid = 0;             // 0 = holds its GPUs without a process (no command)
+  bool exited = false;
+  int exit_code = 0;
+  bool stopping = false;
+  std::chrono::steady_clock::time_point stop_deadline;
+};
+
+namespace {
+
+std::string HostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+std::string Key(uint64_t job, uint16_t task, uint32_t replica) {
+  return std::to_string(job) + "/" + std::to_string(task) + "/" + std::to_string(replica);
+}
+
+// Splits "http://host:port" for httplib.
+std::unique_ptr<httplib::Client> MakeClient(const std::string& server, const std::string& token) {
+  auto c = std::make_unique<httplib::Client>(server);
+  c->set_bearer_token_auth(token);
+  c->set_connection_timeout(2, 0);
+  c->set_read_timeout(10, 0);
+  c->enable_server_certificate_verification(false);
+  return c;
+}
+
+}  // namespace
+
+Agent::Agent(AgentOptions options) : options_(std::move(options)) {
+  if (options_.node_name.empty()) options_.node_name = HostName();
+  if (options_.address.empty()) options_.address = options_.node_name;
+}
+
+Agent::~Agent() { Stop(); }
+
+void Agent::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Agent::Stop() {
+  if (stop_.exchange(true)) return;
+  if (thread_.joinable()) thread_.join();
+  for (auto& [key, t] : tasks_) StopTask(*t, /*now=*/true);
+}
+
+void Agent::StopTask(Task& t, bool now) {
+  if (t.pid == 0 || t.exited) return;
+  if (now) {
+    launcher_.Signal(t.pid, SIGKILL);
+    while (launcher_.Poll(t.pid) < 0) usleep(1000);
+    t.exited = true;
+    return;
+  }
+  if (!t.stopping) {
+    t.stopping = true;
+    t.stop_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.stop_grace_ms);
+    launcher_.Signal(t.pid, SIGTERM);
+  } else if (std::chrono::steady_clock::now() > t.stop_deadline) {
+    launcher_.Signal(t.pid, SIGKILL);
+  }
+}
+
+bool Agent::Register() {
+  const Inventory& inv = options_.inventory;
+  json node{{"name", options_.node_name},
+            {"gpu_model", inv.gpu_model},
+            {"gpus", inv.gpus},
+            {"gpu_memory", FormatMemoryMiB(inv.gpu_memory)},
+            {"nvlink_islands", inv.nvlink_islands},
+            {"cpu", FormatMilliCpu(HostCpu())},
+            {"memory", FormatMemoryMiB(HostMemory())},
+            {"labels", options_.labels}};
+  node["labels"]["hostname"] = options_.node_name;
+  node["labels"]["gpu_model"] = inv.gpu_model;
+  auto client = MakeClient(options_.server, options_.token);
+  auto res = client->Post("/v1/agents/register",
+                          json{{"node", node}, {"simulated", inv.simulated}, {"address", options_.address}}.dump(),
+                          "application/json");
+  if (!res) return false;
+  if (res->status != 200) {
+    std::fprintf(stderr, "rota agent: register refused (%d): %s", res->status, res->body.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool Agent::Heartbeat() {
+  // Reap finished processes.
+  uint64_t busy = 0;
+  json tasks = json::array();
+  for (auto& [key, t] : tasks_) {
+    if (t->pid != 0 && !t->exited) {
+      const int code = launcher_.Poll(t->pid);
+      if (code >= 0) {
+        t->exited = true;
+        t->exit_code = code;
+      }
+    }
+    if (t->stopping && !t->exited) StopTask(*t, false);
+    if (!t->exited) busy |= t->gpu_mask;
+    tasks.push_back({{"job", t->job}, {"task", t->task}, {"replica", t->replica},
+                     {"state", t->exited ? "exited" : "running"}, {"exit_code", t->exit_code}});
+  }
+  json gpus = json::array();
+  for (const GpuSample& s : SampleGpus(options_.inventory, busy)) {
+    gpus.push_back({{"index", s.index}, {"utilization_pct", s.utilization_pct}, {"memory_used_mib", s.memory_used},
+                    {"temperature_c", s.temperature_c}, {"power_w", s.power_w}});
+  }
+  auto client = MakeClient(options_.server, options_.token);
+  auto res = client->Post("/v1/agents/heartbeat",
+                          json{{"node", options_.node_name}, {"gpus", gpus}, {"tasks", tasks}}.dump(), "application/json");
+  if (!res) return false;
+  if (res->status == 404) {
+    registered_ = false;  // the server restarted or forgot us
+    return false;
+  }
+  if (res->status != 200) return false;
+  json body = json::parse(res->body, nullptr, false);
+  if (body.is_discarded()) return false;
+
+  // Reconcile: start what is wanted and missing; stop what is not wanted.
+  std::map<std::string, json> desired;
+  for (const auto& a : body.value("tasks", json::array())) {
+    desired[Key(a.at("job"), a.at("task"), a.at("replica"))] = a;
+  }
+  for (auto it = tasks_.begin(); it != tasks_.end();) {
+    if (desired.count(it->first) == 0) {
+      StopTask(*it->second, false);
+      if (it->second->exited || it->second->pid == 0) {
+        it = tasks_.erase(it);
+        continue;
+      }
+    }
+    ++it;
+  }
+  for (auto& [key, a] : desired) {
+    if (tasks_.count(key)) continue;
+    auto t = std::make_unique<Task>();
+    t->assignment = a;
+    t->job = a.at("job");
+    t->task = a.at("task");
+    t->replica = a.at("replica");
+    std::string visible;
+    for (int g : a.at("gpus")) {
+      t->gpu_mask |= 1ULL << g;
+      visible += (visible.empty() ? "" : ",") + std::to_string(g);
+    }
+    const std::string job_dir = options_.logs_dir + "/" + std::to_string(t->job);
+    const std::string name = a.at("task_name").get<std::string>() + "-" + std::to_string(t->replica);
+    LaunchSpec spec;
+    spec.log_path = job_dir + "/" + name + ".log";
+    spec.argv = a.value("command", std::vector<std::string>{});
+    for (const char* pass : {"PATH", "HOME", "USER", "LANG", "TMPDIR", "TERM"}) {
+      if (const char* v = getenv(pass)) spec.env[pass] = v;
+    }
+    for (const auto& [k, v] : a.value("env", std::map<std::string, std::string>{})) spec.env[k] = v;
+    spec.env["CUDA_VISIBLE_DEVICES"] = visible;
+    spec.env["NVIDIA_VISIBLE_DEVICES"] = visible.empty() ? "none" : visible;
+    spec.env["ROTA_JOB_ID"] = std::to_string(t->job);
+    spec.env["ROTA_JOB_NAME"] = a.at("job_name").get<std::string>();
+    spec.env["ROTA_TASK"] = a.at("task_name").get<std::string>();
+    spec.env["ROTA_REPLICA"] = std::to_string(t->replica);
+    spec.env["ROTA_SIMULATED_GPUS"] = options_.inventory.simulated ? "1" : "0";
+    spec.env["MASTER_ADDR"] = a.at("master_addr").get<std::string>();
+    spec.env["MASTER_PORT"] = std::to_string(a.at("master_port").get<int>());
+    spec.env["WORLD_SIZE"] = std::to_string(a.at("world_size").get<int>());
+    spec.env["RANK"] = std::to_string(a.at("rank").get<int>());
+    spec.env["LOCAL_RANK"] = std::to_string(a.at("local_rank").get<int>());
+    spec.env["NODE_RANK"] = std::to_string(a.at("node_rank").get<int>());
+    const std::string hostfile = job_dir + "/hostfile";
+    std::error_code ec;
+    std::filesystem::create_directories(job_dir, ec);
+    {
+      std::ofstream hf(hostfile);
+      for (const auto& h : a.at("hosts")) hf << h.get<std::string>() << "\n";
+    }
+    spec.env["ROTA_HOSTFILE"] = hostfile;
+    if (spec.argv.empty()) {
+      std::ofstream(spec.log_path, std::ios::app) << "rota: no command; the task holds its GPUs until cancelled\n";
+    } else {
+      auto pid = launcher_.Start(spec);
+      if (pid.ok()) {
+        t->pid = *pid;
+      } else {
+        std::ofstream(spec.log_path, std::ios::app) << "rota: " << pid.status().message() << "\n";
+        t->exited = true;
+        t->exit_code = 127;
+      }
+    }
+    tasks_[key] = std::move(t);
+  }
+  return true;
+}
+
+void Agent::Loop() {
+  while (!stop_) {
+    if (!registered_) registered_ = Register();
+    if (registered_) Heartbeat();
+    for (int slept = 0; slept < options_.heartbeat_ms && !stop_; slept += 20) usleep(20 * 1000);
+  }
+}
+
+}  // namespace rota::agent

@@ -1,0 +1,61 @@
+// Agent: the node agent. Registers its node with the server, then every
+// heartbeat reports GPU telemetry and the state of its tasks and receives
+// the tasks it should run (an idempotent reconcile loop): it starts what is
+// missing and stops what is no longer wanted.
+//
+// A task's process sees exactly its GPUs (CUDA_VISIBLE_DEVICES,
+// NVIDIA_VISIBLE_DEVICES), ROTA_JOB_ID, ROTA_TASK, and the distributed
+// training variables MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK,
+// NODE_RANK and ROTA_HOSTFILE. Its output goes to
+// LOGS_DIR/<job id>/<task>-<replica>.log.
+//
+// Thread-safety: Start/Stop from one thread; the loop runs on its own.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "agent/inventory.h"
+#include "agent/launcher.h"
+
+namespace rota::agent {
+
+struct AgentOptions {
+  std::string server = "http://127.0.0.1:7070";
+  std::string token;
+  std::string node_name;  // default: the host name
+  std::string address;    // how other nodes reach this one (MASTER_ADDR); default: the node name
+  Inventory inventory;
+  std::string logs_dir;
+  int heartbeat_ms = 1000;
+  int stop_grace_ms = 10000;  // SIGTERM, then SIGKILL after this
+  Labels labels;
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+  // Starts the loop (it keeps retrying registration until the server answers).
+  void Start();
+  void Stop();  // stops every task it runs, then the loop
+
+ private:
+  struct Task;
+  void Loop();
+  bool Register();
+  bool Heartbeat();
+  void StopTask(Task& t, bool now);
+
+  AgentOptions options_;
+  ProcessLauncher launcher_;
+  std::map<std::string, std::unique_ptr<Task>> tasks_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  bool registered_ = false;
+};
+
+}  // namespace rota::agent

@@ -1,0 +1,159 @@
+#include "agent/inventory.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <fstream>
+#include <mutex>
+
+namespace rota::agent {
+
+StatusOr<Inventory> ParseGpuFlag(const std::string& flag) {
+  Inventory inv;
+  inv.source = "declared (--gpus " + flag + ")";
+  if (flag == "0") return inv;
+  const size_t x = flag.find('x');
+  if (x == std::string::npos || x == 0) {
+    return InvalidArgumentError("--gpus: expected COUNTxMODEL[:MEMORY], e.g. 8xH100:80Gi, got '" + flag + "'");
+  }
+  int32_t count = 0;
+  auto [p, ec] = std::from_chars(flag.data(), flag.data() + x, count);
+  if (ec != std::errc() || p != flag.data() + x || count < 1 || count > kMaxGpusPerNode) {
+    return InvalidArgumentError("--gpus: count must be 1.." + std::to_string(kMaxGpusPerNode) + ", got '" +
+                                flag.substr(0, x) + "'");
+  }
+  std::string rest = flag.substr(x + 1);
+  const size_t colon = rest.find(':');
+  inv.gpu_model = rest.substr(0, colon);
+  if (inv.gpu_model.empty()) return InvalidArgumentError("--gpus: missing GPU model in '" + flag + "'");
+  if (colon != std::string::npos) {
+    auto mem = ParseMemoryMiB(rest.substr(colon + 1));
+    if (!mem.ok()) return InvalidArgumentError("--gpus: " + std::string(mem.status().message()));
+    inv.gpu_memory = *mem;
+  }
+  inv.gpus = count;
+  return inv;
+}
+
+namespace {
+
+// The few NVML entry points used, resolved with dlsym.
+struct Nvml {
+  using Device = void*;
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  struct Utilization {
+    unsigned int gpu, memory;
+  };
+  int (*init)() = nullptr;
+  int (*count)(unsigned int*) = nullptr;
+  int (*handle)(unsigned int, Device*) = nullptr;
+  int (*name)(Device, char*, unsigned int) = nullptr;
+  int (*memory)(Device, Memory*) = nullptr;
+  int (*utilization)(Device, Utilization*) = nullptr;
+  int (*temperature)(Device, int, unsigned int*) = nullptr;
+  int (*power)(Device, unsigned int*) = nullptr;
+  int (*driver)(char*, unsigned int) = nullptr;
+  bool ok = false;
+};
+
+const Nvml& LoadNvml() {
+  static Nvml nvml;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return;
+    auto sym = [&](const char* n) { return dlsym(lib, n); };
+    nvml.init = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
+    nvml.count = reinterpret_cast<int (*)(unsigned int*)>(sym("nvmlDeviceGetCount_v2"));
+    nvml.handle = reinterpret_cast<int (*)(unsigned int, Nvml::Device*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+    nvml.name = reinterpret_cast<int (*)(Nvml::Device, char*, unsigned int)>(sym("nvmlDeviceGetName"));
+    nvml.memory = reinterpret_cast<int (*)(Nvml::Device, Nvml::Memory*)>(sym("nvmlDeviceGetMemoryInfo"));
+    nvml.utilization = reinterpret_cast<int (*)(Nvml::Device, Nvml::Utilization*)>(sym("nvmlDeviceGetUtilizationRates"));
+    nvml.temperature = reinterpret_cast<int (*)(Nvml::Device, int, unsigned int*)>(sym("nvmlDeviceGetTemperature"));
+    nvml.power = reinterpret_cast<int (*)(Nvml::Device, unsigned int*)>(sym("nvmlDeviceGetPowerUsage"));
+    nvml.driver = reinterpret_cast<int (*)(char*, unsigned int)>(sym("nvmlSystemGetDriverVersion"));
+    nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.name && nvml.memory && nvml.init() == 0;
+  });
+  return nvml;
+}
+
+// "NVIDIA H100 80GB HBM3" -> "H100".
+std::string ShortModel(std::string name) {
+  if (name.rfind("NVIDIA ", 0) == 0) name = name.substr(7);
+  const size_t space = name.find(' ');
+  return space == std::string::npos ? name : name.substr(0, space);
+}
+
+}  // namespace
+
+StatusOr<Inventory> DiscoverNvml() {
+  const Nvml& nvml = LoadNvml();
+  if (!nvml.ok) return NotFoundError("no NVIDIA driver (libnvidia-ml.so.1 did not load or initialise)");
+  unsigned int n = 0;
+  if (nvml.count(&n) != 0 || n == 0) return NotFoundError("NVML reports no GPUs");
+  Inventory inv;
+  inv.simulated = false;
+  inv.gpus = static_cast<int32_t>(std::min<unsigned int>(n, kMaxGpusPerNode));
+  Nvml::Device dev = nullptr;
+  nvml.handle(0, &dev);
+  char name[96] = {};
+  nvml.name(dev, name, sizeof(name));
+  inv.gpu_model = ShortModel(name);
+  Nvml::Memory mem{};
+  nvml.memory(dev, &mem);
+  inv.gpu_memory = static_cast<MemoryMiB>(mem.total >> 20);
+  char driver[80] = "unknown";
+  if (nvml.driver) nvml.driver(driver, sizeof(driver));
+  inv.source = std::string("nvml (") + name + ", driver " + driver + ")";
+  return inv;
+}
+
+std::vector<GpuSample> SampleGpus(const Inventory& inv, uint64_t busy_mask) {
+  std::vector<GpuSample> out;
+  const Nvml& nvml = LoadNvml();
+  for (int32_t g = 0; g < inv.gpus; ++g) {
+    GpuSample s;
+    s.index = g;
+    if (!inv.simulated && nvml.ok) {
+      Nvml::Device dev = nullptr;
+      if (nvml.handle(static_cast<unsigned int>(g), &dev) == 0) {
+        Nvml::Utilization u{};
+        if (nvml.utilization && nvml.utilization(dev, &u) == 0) s.utilization_pct = static_cast<int32_t>(u.gpu);
+        Nvml::Memory m{};
+        if (nvml.memory(dev, &m) == 0) s.memory_used = static_cast<MemoryMiB>(m.used >> 20);
+        unsigned int t = 0;
+        if (nvml.temperature && nvml.temperature(dev, 0, &t) == 0) s.temperature_c = static_cast<int32_t>(t);
+        unsigned int mw = 0;
+        if (nvml.power && nvml.power(dev, &mw) == 0) s.power_w = static_cast<int32_t>(mw / 1000);
+      }
+    } else {
+      const bool busy = (busy_mask >> g) & 1;
+      s.utilization_pct = busy ? 100 : 0;
+      s.temperature_c = busy ? 65 : 35;
+      s.power_w = busy ? 300 : 60;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+MilliCpu HostCpu() {
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return static_cast<MilliCpu>(n > 0 ? n : 1) * 1000;
+}
+
+MemoryMiB HostMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemTotal:") return kib / 1024;
+  }
+  return 1024;
+}
+
+}  // namespace rota::agent

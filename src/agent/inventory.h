@@ -1,0 +1,47 @@
+// GPU inventory of this machine: discovered through NVML (libnvidia-ml.so.1,
+// loaded at run time, so building needs no CUDA), or declared with
+// `--gpus 8xH100:80Gi` where no NVIDIA driver is present. A declared
+// inventory is reported as simulated everywhere it is shown.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "core/node.h"
+
+namespace rota::agent {
+
+struct GpuSample {
+  int32_t index = 0;
+  int32_t utilization_pct = 0;
+  MemoryMiB memory_used = 0;
+  int32_t temperature_c = 0;
+  int32_t power_w = 0;
+};
+
+struct Inventory {
+  std::string gpu_model;
+  int32_t gpus = 0;
+  MemoryMiB gpu_memory = 0;
+  int32_t nvlink_islands = 1;
+  bool simulated = true;
+  std::string source;  // "nvml (driver 550.54)" or "declared (--gpus 8xH100:80Gi)"
+};
+
+// "8xH100:80Gi", "4xA100", "0" (no GPUs).
+StatusOr<Inventory> ParseGpuFlag(const std::string& flag);
+
+// NVML, if the driver library loads and reports at least one GPU; NotFound otherwise.
+StatusOr<Inventory> DiscoverNvml();
+
+// Per-GPU telemetry: from NVML for real GPUs; for a simulated inventory,
+// utilisation follows whether a task holds the GPU, so dashboards show the
+// allocation honestly labelled as simulated.
+std::vector<GpuSample> SampleGpus(const Inventory& inv, uint64_t busy_mask);
+
+// This machine's CPU count (in milli-CPU) and memory.
+MilliCpu HostCpu();
+MemoryMiB HostMemory();
+
+}  // namespace rota::agent
