@@ -82,6 +82,62 @@ StatusOr<uint64_t> ParseId(const std::string& text) {
   return v;
 }
 
+// Reads a heartbeat body, naming the field that is wrong.
+StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
+  auto field = [](const json& obj, const std::string& path, const char* key, json::value_t type,
+                  bool required) -> StatusOr<const json*> {
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      if (required) return InvalidArgumentError("request body: " + path + key + ": required");
+      return static_cast<const json*>(nullptr);
+    }
+    const bool ok = it->type() == type ||
+                    (type == json::value_t::number_integer && it->type() == json::value_t::number_unsigned);
+    if (!ok) return InvalidArgumentError("request body: " + path + key + ": wrong type");
+    return &*it;
+  };
+  using V = json::value_t;
+  HeartbeatReport r;
+  ROTA_ASSIGN_OR_RETURN(const json* node, field(body, "", "node", V::string, true));
+  r.node = node->get<std::string>();
+  ROTA_ASSIGN_OR_RETURN(const json* gpus, field(body, "", "gpus", V::array, false));
+  if (gpus != nullptr) {
+    for (size_t i = 0; i < gpus->size(); ++i) {
+      const json& g = (*gpus)[i];
+      const std::string p = "gpus[" + std::to_string(i) + "].";
+      if (!g.is_object()) return InvalidArgumentError("request body: gpus[" + std::to_string(i) + "]: not an object");
+      GpuTelemetry t;
+      ROTA_ASSIGN_OR_RETURN(const json* index, field(g, p, "index", V::number_integer, true));
+      t.index = index->get<int32_t>();
+      for (auto [key, out] : {std::pair<const char*, int32_t*>{"utilization_pct", &t.utilization_pct},
+                              {"temperature_c", &t.temperature_c},
+                              {"power_w", &t.power_w}}) {
+        ROTA_ASSIGN_OR_RETURN(const json* v, field(g, p, key, V::number_integer, false));
+        if (v != nullptr) *out = v->get<int32_t>();
+      }
+      ROTA_ASSIGN_OR_RETURN(const json* mem, field(g, p, "memory_used_mib", V::number_integer, false));
+      if (mem != nullptr) t.memory_used = mem->get<int64_t>();
+      r.gpus.push_back(t);
+    }
+  }
+  ROTA_ASSIGN_OR_RETURN(const json* tasks, field(body, "", "tasks", V::array, false));
+  if (tasks != nullptr) {
+    for (size_t i = 0; i < tasks->size(); ++i) {
+      const json& t = (*tasks)[i];
+      const std::string p = "tasks[" + std::to_string(i) + "].";
+      if (!t.is_object()) return InvalidArgumentError("request body: tasks[" + std::to_string(i) + "]: not an object");
+      ROTA_ASSIGN_OR_RETURN(const json* job, field(t, p, "job", V::number_integer, true));
+      ROTA_ASSIGN_OR_RETURN(const json* task, field(t, p, "task", V::number_integer, true));
+      ROTA_ASSIGN_OR_RETURN(const json* replica, field(t, p, "replica", V::number_integer, true));
+      ROTA_ASSIGN_OR_RETURN(const json* state, field(t, p, "state", V::string, false));
+      ROTA_ASSIGN_OR_RETURN(const json* code, field(t, p, "exit_code", V::number_integer, false));
+      r.tasks.push_back({JobId(job->get<uint64_t>()), task->get<uint16_t>(), replica->get<uint32_t>(),
+                         state != nullptr && state->get<std::string>() == "exited", code ? code->get<int32_t>() : 0});
+    }
+  }
+  return r;
+}
+
 class HttpServerImpl final : public HttpServer {
  public:
   HttpServerImpl(Controller* c, HttpOptions o) : c_(c), options_(std::move(o)), limiter_(options_.rate_per_second) {}
@@ -247,18 +303,9 @@ class HttpServerImpl final : public HttpServer {
     s.Post("/v1/agents/heartbeat", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
-      HeartbeatReport report;
-      report.node = body.at("node").get<std::string>();
-      for (const auto& g : body.value("gpus", json::array())) {
-        report.gpus.push_back({g.at("index"), g.value("utilization_pct", 0), g.value("memory_used_mib", int64_t{0}),
-                               g.value("temperature_c", 0), g.value("power_w", 0)});
-      }
-      for (const auto& t : body.value("tasks", json::array())) {
-        report.tasks.push_back({JobId(t.at("job").get<uint64_t>()), t.at("task").get<uint16_t>(),
-                                t.at("replica").get<uint32_t>(), t.value("state", std::string()) == "exited",
-                                t.value("exit_code", 0)});
-      }
-      auto tasks = c_->Heartbeat(who, report);
+      auto report = ParseHeartbeat(body);
+      if (!report.ok()) return ReplyError(res, report.status());
+      auto tasks = c_->Heartbeat(who, *report);
       if (!tasks.ok()) return ReplyError(res, tasks.status());
       ordered_json out = ordered_json::array();
       for (const TaskAssignment& a : *tasks) {
@@ -288,13 +335,12 @@ class HttpServerImpl final : public HttpServer {
 
     s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      if (res.status == 404) {
-        ReplyError(res, NotFoundError("no route " + req.method + " " + req.path));
-        res.status = 404;
-      } else if (res.status == 413) {
-        ReplyError(res, InvalidArgumentError("request body is over the size limit"));
-        res.status = 413;
-      }
+      const int status = res.status;
+      if (status == 404) ReplyError(res, NotFoundError("no route " + req.method + " " + req.path));
+      else if (status == 413) ReplyError(res, InvalidArgumentError("request body is over the size limit"));
+      else if (status == 400) ReplyError(res, InvalidArgumentError("malformed HTTP request (a POST needs Content-Length)"));
+      else ReplyError(res, Status(StatusCode::kInvalidArgument, "request refused"));
+      res.status = status;
     });
   }
 

@@ -1,0 +1,197 @@
+#include "cli/client_cmd.h"
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/client.h"
+#include "cli/table.h"
+
+namespace rota::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string S(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return "";
+  return j[key].is_string() ? j[key].get<std::string>() : j[key].dump();
+}
+
+// Prints the body as JSON (-o json) or through `table`; maps errors to exit codes.
+int Run(const Client& c, const Response& r, const std::string& what, const std::function<void(const json&)>& table) {
+  if (r.status < 200 || r.status >= 300) return Client::Fail(r, what);
+  if (c.json_output()) {
+    std::cout << r.body;
+    return kExitOk;
+  }
+  json j = json::parse(r.body, nullptr, false);
+  if (j.is_discarded()) {
+    std::cerr << "rota " << what << ": the server's answer is not JSON\n";
+    return kExitError;
+  }
+  table(j);
+  return kExitOk;
+}
+
+std::string GpuList(const json& gpus) {
+  std::string out;
+  for (const auto& g : gpus) out += (out.empty() ? "" : ",") + g.dump();
+  return out;
+}
+
+int Usage(const std::string& text) {
+  std::cerr << "usage: " << text << "\n";
+  return kExitBadInput;
+}
+
+}  // namespace
+
+int ClientMain(const std::string& cmd, std::vector<std::string> args) {
+  static const char* kCommands[] = {"submit", "jobs", "describe", "cancel", "logs", "nodes", "queues", "top", "token"};
+  bool known = false;
+  for (const char* k : kCommands) known = known || cmd == k;
+  if (!known) return -1;
+  Client c = Client::FromArgs(&args);
+
+  if (cmd == "submit") {
+    if (args.size() != 1) return Usage("rota submit JOB.yaml [-o json]");
+    std::ifstream in(args[0]);
+    if (!in) {
+      std::cerr << "rota submit: " << args[0] << ": cannot open file\n";
+      return kExitBadInput;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    Response r = c.Post("/v1/jobs", ss.str(), "application/yaml");
+    return Run(c, r, "submit", [](const json& j) {
+      std::cout << "submitted job " << j["id"] << " (" << S(j, "name") << ") to queue " << S(j, "queue") << "\n";
+    });
+  }
+
+  if (cmd == "jobs") {
+    std::string query;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--all" || args[i] == "-a") query += "&all=true";
+      else if (args[i] == "--state" && i + 1 < args.size()) query += "&state=" + args[++i];
+      else if (args[i] == "--queue" && i + 1 < args.size()) query += "&queue=" + args[++i];
+      else return Usage("rota jobs [--all] [--state S] [--queue Q] [-o json]");
+    }
+    Response r = c.Get("/v1/jobs?" + (query.empty() ? "" : query.substr(1)));
+    return Run(c, r, "jobs", [](const json& j) {
+      Table t({"ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "NODES", "REASON"});
+      for (const auto& job : j["jobs"]) {
+        std::string nodes, reason;
+        for (const auto& p : job["placement"]) {
+          const std::string n = p["node"];
+          if (nodes.find(n) == std::string::npos) nodes += (nodes.empty() ? "" : ",") + n;
+        }
+        if (job.contains("pending_reason")) reason = S(job["pending_reason"], "code") + ": " + S(job["pending_reason"], "message");
+        else if (job.contains("end_reason")) reason = S(job, "end_reason");
+        t.Add({S(job, "id"), S(job, "name"), S(job, "user"), S(job, "queue"), S(job, "state"), S(job, "gpus"),
+               nodes.empty() ? "-" : nodes, reason});
+      }
+      std::cout << t.Render();
+    });
+  }
+
+  if (cmd == "describe") {
+    if (args.size() != 1) return Usage("rota describe JOB_ID [-o json]");
+    Response r = c.Get("/v1/jobs/" + args[0]);
+    return Run(c, r, "describe", [](const json& j) {
+      Table kv({"Field", "Value"});
+      for (const char* k : {"id", "name", "user", "queue", "priority", "state", "replicas", "gpus", "submitted_at",
+                            "started_at", "finished_at", "end_reason"}) {
+        if (!S(j, k).empty()) kv.Add({std::string(k) + ":", S(j, k)});
+      }
+      if (j.contains("pending_reason")) {
+        kv.Add({"pending:", S(j["pending_reason"], "code")});
+        kv.Add({"reason:", S(j["pending_reason"], "message")});
+      }
+      std::string out = kv.Render();
+      std::cout << out.substr(out.find('\n') + 1);
+      if (!j["placement"].empty()) {
+        Table p({"TASK", "REPLICA", "NODE", "GPUS"});
+        for (const auto& r : j["placement"]) p.Add({S(r, "task"), S(r, "replica"), S(r, "node"), GpuList(r["gpus"])});
+        std::cout << "\nPlacement\n" << p.Render();
+      }
+      Table ev({"AT", "EVENT", "DETAIL"});
+      for (const auto& e : j["events"]) ev.Add({S(e, "at"), S(e, "event"), S(e, "detail")});
+      std::cout << "\nEvents\n" << ev.Render();
+    });
+  }
+
+  if (cmd == "cancel") {
+    if (args.size() != 1) return Usage("rota cancel JOB_ID");
+    Response r = c.Post("/v1/jobs/" + args[0] + "/cancel", "", "application/json");
+    return Run(c, r, "cancel", [](const json& j) { std::cout << "cancelled job " << j["id"] << " (" << S(j, "name") << ")\n"; });
+  }
+
+  if (cmd == "logs") {
+    if (args.size() != 1) return Usage("rota logs JOB_ID");
+    Response r = c.Get("/v1/jobs/" + args[0] + "/logs");
+    if (r.status != 200) return Client::Fail(r, "logs");
+    std::cout << r.body;
+    return kExitOk;
+  }
+
+  if (cmd == "nodes") {
+    if (!args.empty()) return Usage("rota nodes [-o json]");
+    Response r = c.Get("/v1/nodes");
+    return Run(c, r, "nodes", [](const json& j) {
+      Table t({"NAME", "STATE", "MODEL", "GPUS", "ALLOCATED", "CPU", "MEMORY", "RACK", "SIMULATED"});
+      for (const auto& n : j["nodes"]) {
+        t.Add({S(n, "name"), S(n, "state"), S(n, "gpu_model"), S(n, "gpus"), S(n, "gpus_allocated"), S(n, "cpu"),
+               S(n, "memory"), n["labels"].value("rack", "-"), n["simulated"].get<bool>() ? "yes" : "no"});
+      }
+      std::cout << t.Render();
+    });
+  }
+
+  if (cmd == "queues") {
+    if (!args.empty()) return Usage("rota queues [-o json]");
+    Response r = c.Get("/v1/queues");
+    return Run(c, r, "queues", [](const json& j) {
+      Table t({"QUEUE", "WEIGHT", "PENDING", "RUNNING", "GPUS", "GUARANTEED"});
+      for (const auto& q : j["queues"]) {
+        t.Add({S(q, "name"), S(q, "weight"), S(q, "pending"), S(q, "running"), S(q, "gpus_allocated"), S(q, "gpus_guaranteed")});
+      }
+      std::cout << t.Render();
+    });
+  }
+
+  if (cmd == "top") {
+    if (!args.empty()) return Usage("rota top [-o json]");
+    Response r = c.Get("/v1/nodes");
+    return Run(c, r, "top", [](const json& j) {
+      Table t({"NODE", "GPU", "JOB", "UTIL%", "MEMORY", "TEMP", "POWER", "HEALTHY"});
+      int64_t total = 0, allocated = 0;
+      for (const auto& n : j["nodes"]) {
+        for (const auto& g : n["gpu_list"]) {
+          ++total;
+          allocated += g["allocated"].get<bool>();
+          t.Add({S(n, "name") + (n["simulated"].get<bool>() ? " (sim)" : ""), S(g, "index"),
+                 g.contains("job") ? S(g, "job") : "-", g.contains("utilization_pct") ? S(g, "utilization_pct") : "-",
+                 g.contains("memory_used") ? S(g, "memory_used") : "-",
+                 g.contains("temperature_c") ? S(g, "temperature_c") + "C" : "-",
+                 g.contains("power_w") ? S(g, "power_w") + "W" : "-", g["healthy"].get<bool>() ? "yes" : "no"});
+        }
+      }
+      std::cout << "GPUs allocated: " << allocated << "/" << total << "\n" << t.Render();
+    });
+  }
+
+  // token create --user U --role R [--node N]
+  if (args.empty() || args[0] != "create") return Usage("rota token create --user NAME --role user|admin|agent [--node NODE]");
+  json body = json::object();
+  for (size_t i = 1; i + 1 < args.size(); i += 2) {
+    if (args[i] == "--user") body["user"] = args[i + 1];
+    else if (args[i] == "--role") body["role"] = args[i + 1];
+    else if (args[i] == "--node") body["node"] = args[i + 1];
+    else return Usage("rota token create --user NAME --role user|admin|agent [--node NODE]");
+  }
+  Response r = c.Post("/v1/tokens", body.dump(), "application/json");
+  return Run(c, r, "token", [](const json& j) { std::cout << S(j, "token") << "\n"; });
+}
+
+}  // namespace rota::cli

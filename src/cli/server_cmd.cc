@@ -1,0 +1,297 @@
+#include "cli/server_cmd.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "agent/agent.h"
+#include "api/yaml_codec.h"
+#include "cli/client.h"
+#include "server/http_api.h"
+#include "store/sqlite_store.h"
+
+namespace rota::cli {
+namespace {
+
+constexpr const char* kServerUsage =
+    "usage: rota server [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
+    "                   [--tls-cert FILE --tls-key FILE] [--rate-limit N]\n";
+constexpr const char* kUpUsage =
+    "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
+    "               [--gpus COUNTxMODEL[:MEMORY]] [--name NODE]\n"
+    "\n"
+    "Runs the server and a local agent in one process, with an embedded SQLite\n"
+    "store in DIR (default $ROTA_DATA_DIR or ~/.local/share/rota). Without an\n"
+    "NVIDIA driver the agent declares a simulated inventory (default 8xH100:80Gi).\n";
+constexpr const char* kAgentUsage =
+    "usage: rota agent --server URL --token TOKEN [--name NODE] [--address ADDR]\n"
+    "                  [--gpus COUNTxMODEL[:MEMORY]] [--logs-dir DIR] [--label k=v ...]\n";
+
+// Blocks until SIGINT or SIGTERM. REQUIRES: both blocked in every thread.
+void WaitForSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+}
+
+void BlockSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+Status WriteSecret(const std::string& path, const std::string& secret) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return UnavailableError(tmp + ": cannot write");
+    out << secret << "\n";
+  }
+  chmod(tmp.c_str(), 0600);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return UnavailableError(path + ": cannot write");
+  return Status::Ok();
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+bool SplitListen(const std::string& listen, std::string* host, int* port) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = listen.substr(0, colon);
+  try {
+    *port = std::stoi(listen.substr(colon + 1));
+  } catch (...) {
+    return false;
+  }
+  return *port >= 0 && *port < 65536 && !host->empty();
+}
+
+StatusOr<agent::Inventory> LocalInventory(const std::string& gpus_flag) {
+  if (gpus_flag.empty()) {
+    auto nvml = agent::DiscoverNvml();
+    if (nvml.ok()) return nvml;
+    std::cerr << "rota: " << nvml.status().message() << "; declaring a simulated inventory (--gpus 8xH100:80Gi)\n";
+    return agent::ParseGpuFlag("8xH100:80Gi");
+  }
+  return agent::ParseGpuFlag(gpus_flag);
+}
+
+std::string HostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace
+
+int ServerMain(std::vector<std::string> args, bool with_local_agent) {
+  std::string data_dir = DefaultDataDir(), listen = "127.0.0.1:7070", config_path, gpus, name, tls_cert, tls_key;
+  double rate = 200;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) {
+        std::cerr << "rota: " << a << " needs a value\n";
+        std::exit(kExitBadInput);
+      }
+      return args[++i];
+    };
+    if (a == "--data-dir") data_dir = value();
+    else if (a == "--listen") listen = value();
+    else if (a == "--config") config_path = value();
+    else if (a == "--tls-cert") tls_cert = value();
+    else if (a == "--tls-key") tls_key = value();
+    else if (a == "--rate-limit") rate = std::atof(value().c_str());
+    else if (with_local_agent && a == "--gpus") gpus = value();
+    else if (with_local_agent && a == "--name") name = value();
+    else if (a == "-h" || a == "--help") {
+      std::cout << (with_local_agent ? kUpUsage : kServerUsage);
+      return kExitOk;
+    } else {
+      std::cerr << "rota: unknown argument '" << a << "'\n" << (with_local_agent ? kUpUsage : kServerUsage);
+      return kExitBadInput;
+    }
+  }
+  server::HttpOptions http;
+  if (!SplitListen(listen, &http.host, &http.port)) {
+    std::cerr << "rota: --listen must be HOST:PORT, got '" << listen << "'\n";
+    return kExitBadInput;
+  }
+  http.tls_cert = tls_cert;
+  http.tls_key = tls_key;
+  http.rate_per_second = rate;
+
+  ClusterConfig config;
+  config.node_groups.clear();
+  if (!config_path.empty()) {
+    auto text = api::ReadFile(config_path);
+    if (!text.ok()) {
+      std::cerr << "rota: " << text.status().message() << "\n";
+      return kExitBadInput;
+    }
+    auto parsed = api::ParseClusterConfig(*text, config_path);
+    if (!parsed.ok()) {
+      std::cerr << "rota: " << parsed.status().message() << "\n";
+      return kExitBadInput;
+    }
+    config = *parsed;
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  chmod(data_dir.c_str(), 0700);
+  auto store = SqliteStore::Open(data_dir + "/rota.db");
+  if (!store.ok()) {
+    std::cerr << "rota: " << store.status().message() << "\n";
+    return kExitError;
+  }
+  BlockSignals();
+  SystemClock clock;
+  server::ControllerOptions options{.config = config, .clock = &clock};
+  server::Controller controller(options, std::move(store).value());
+  if (Status s = controller.Start(); !s.ok()) {
+    std::cerr << "rota: cannot start: " << s.message() << "\n";
+    return kExitError;
+  }
+  auto admin = controller.BootstrapAdminToken();
+  if (!admin.ok()) {
+    std::cerr << "rota: " << admin.status().message() << "\n";
+    return kExitError;
+  }
+  const std::string admin_path = data_dir + "/admin.token";
+  if (!admin->empty()) {
+    if (Status s = WriteSecret(admin_path, *admin); !s.ok()) {
+      std::cerr << "rota: " << s.message() << "\n";
+      return kExitError;
+    }
+    std::cout << "rota: admin token written to " << admin_path << " (mode 0600)\n";
+  }
+  if (with_local_agent) http.logs_dir = data_dir + "/logs";
+  auto server = server::StartHttpServer(&controller, http);
+  if (!server.ok()) {
+    std::cerr << "rota: " << server.status().message() << "\n";
+    return kExitError;
+  }
+  const std::string scheme = tls_cert.empty() ? "http" : "https";
+  const std::string url = scheme + "://" + http.host + ":" + std::to_string((*server)->port());
+  std::cout << "rota: serving " << url << " (data in " << data_dir << ")\n";
+
+  std::unique_ptr<agent::Agent> local;
+  if (with_local_agent) {
+    auto inv = LocalInventory(gpus);
+    if (!inv.ok()) {
+      std::cerr << "rota: " << inv.status().message() << "\n";
+      return kExitBadInput;
+    }
+    agent::AgentOptions ao;
+    ao.server = url;
+    ao.node_name = name.empty() ? HostName() : name;
+    ao.address = "127.0.0.1";
+    ao.inventory = *inv;
+    ao.logs_dir = data_dir + "/logs";
+    ao.heartbeat_ms = 500;
+    // The local agent's token is kept beside the data so restarts reuse it.
+    const std::string agent_path = data_dir + "/agent.token";
+    std::string token = ReadFirstLine(agent_path);
+    auto who = controller.auth().Authenticate("Bearer " + token);
+    if (token.empty() || !who.ok() || who->node != ao.node_name) {
+      auto created = controller.CreateToken({"admin", server::Role::kAdmin, ""}, ao.node_name, server::Role::kAgent,
+                                            ao.node_name);
+      if (!created.ok() || !WriteSecret(agent_path, *created).ok()) {
+        std::cerr << "rota: cannot create the local agent's token\n";
+        return kExitError;
+      }
+      token = *created;
+    }
+    ao.token = token;
+    std::cout << "rota: local node " << ao.node_name << ": " << inv->gpus << " x " << inv->gpu_model << " "
+              << FormatMemoryMiB(inv->gpu_memory) << (inv->simulated ? " (SIMULATED, " : " (") << inv->source << ")\n";
+    local = std::make_unique<agent::Agent>(ao);
+    local->Start();
+    std::cout << "rota: try: rota submit job.yaml && rota jobs   (token: " << admin_path << ")\n";
+  }
+  std::cout.flush();
+  WaitForSignal();
+  std::cout << "rota: shutting down\n";
+  if (local) local->Stop();
+  (*server)->Stop();
+  controller.Stop();
+  return kExitOk;
+}
+
+int AgentMain(std::vector<std::string> args) {
+  agent::AgentOptions ao;
+  std::string gpus;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) {
+        std::cerr << "rota agent: " << a << " needs a value\n";
+        std::exit(kExitBadInput);
+      }
+      return args[++i];
+    };
+    if (a == "--server") ao.server = value();
+    else if (a == "--token") ao.token = value();
+    else if (a == "--name") ao.node_name = value();
+    else if (a == "--address") ao.address = value();
+    else if (a == "--gpus") gpus = value();
+    else if (a == "--logs-dir") ao.logs_dir = value();
+    else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::atoi(value().c_str());
+    else if (a == "--label") {
+      const std::string kv = value();
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) {
+        std::cerr << "rota agent: --label must be key=value\n";
+        return kExitBadInput;
+      }
+      ao.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+    } else if (a == "-h" || a == "--help") {
+      std::cout << kAgentUsage;
+      return kExitOk;
+    } else {
+      std::cerr << "rota agent: unknown argument '" << a << "'\n" << kAgentUsage;
+      return kExitBadInput;
+    }
+  }
+  if (ao.token.empty()) {
+    if (const char* t = std::getenv("ROTA_TOKEN"); t && *t) ao.token = t;
+  }
+  if (ao.token.empty()) {
+    std::cerr << "rota agent: --token is required\n" << kAgentUsage;
+    return kExitBadInput;
+  }
+  auto inv = LocalInventory(gpus);
+  if (!inv.ok()) {
+    std::cerr << "rota agent: " << inv.status().message() << "\n";
+    return kExitBadInput;
+  }
+  ao.inventory = *inv;
+  if (ao.logs_dir.empty()) ao.logs_dir = DefaultDataDir() + "/agent-logs";
+  BlockSignals();
+  agent::Agent a(ao);
+  a.Start();
+  std::cout << "rota agent: reporting to " << ao.server << "\n";
+  std::cout.flush();
+  WaitForSignal();
+  a.Stop();
+  return kExitOk;
+}
+
+}  // namespace rota::cli

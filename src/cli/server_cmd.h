@@ -1,0 +1,12 @@
+// `rota server`, `rota up` and `rota agent`: the long-running subcommands.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rota::cli {
+
+int ServerMain(std::vector<std::string> args, bool with_local_agent);
+int AgentMain(std::vector<std::string> args);
+
+}  // namespace rota::cli
