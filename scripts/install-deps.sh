@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages rota builds with, skipping those present.
-# Runs apt-get update once, and only when something is missing.
+# Runs apt-get update once, and only when something is missing. (prometheus brings
+# promtool, which the metrics test uses to check the /metrics output.)
 set -euo pipefail
 
-packages=(g++ cmake ninja-build libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev)
+packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
+          libsqlite3-dev libssl-dev libcpp-httplib-dev prometheus)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -124,8 +124,8 @@ TEST_P(Scenario, MatchesExpectations) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, Scenario, ::testing::ValuesIn(ScenarioFiles()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param.substr(0, info.param.size() - 5);
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           std::string name = param.param.substr(0, param.param.size() - 5);
                            for (char& c : name) {
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            }

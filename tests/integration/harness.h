@@ -1,0 +1,169 @@
+// Test harness for integration tests against the real `rota` binary: starts
+// `rota up` / `rota server` on a free loopback port with a fresh data
+// directory, runs CLI commands, and talks HTTP to the server.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace rota::testing {
+
+inline std::string RotaBinary() {
+  const char* b = std::getenv("ROTA_BINARY");
+  return b ? b : "rota";
+}
+
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/rota-it-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs `rota args...` to completion with extra environment.
+inline CommandResult RunRota(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                             const std::string& scratch) {
+  static int counter = 0;
+  const std::string out = scratch + "/cmd" + std::to_string(++counter) + ".out";
+  const std::string err = out + ".err";
+  std::vector<std::string> argv_s{RotaBinary()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s = env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    if (kv.rfind("ROTA_", 0) != 0) env_s.push_back(kv);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  CommandResult r;
+  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0) return r;
+  posix_spawn_file_actions_destroy(&fa);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadAll(out);
+  r.err = ReadAll(err);
+  return r;
+}
+
+// A running `rota up` or `rota server`.
+class RotaProcess {
+ public:
+  RotaProcess(const std::string& mode, const std::string& data_dir, std::vector<std::string> extra = {})
+      : data_dir_(data_dir), log_(data_dir + ".log") {
+    Start(mode, std::move(extra));
+  }
+  ~RotaProcess() { Kill(SIGTERM); }
+
+  void Start(const std::string& mode, std::vector<std::string> extra) {
+    mode_ = mode;
+    extra_ = extra;
+    std::vector<std::string> args{RotaBinary(), mode, "--data-dir", data_dir_, "--listen",
+                                  port_ ? "127.0.0.1:" + std::to_string(port_) : "127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    ASSERT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    // Wait for "serving http://127.0.0.1:PORT".
+    for (int i = 0; i < 500; ++i) {
+      const std::string log = ReadAll(log_);
+      const size_t at = log.rfind("serving http://127.0.0.1:");
+      if (at != std::string::npos) {
+        port_ = std::stoi(log.substr(at + 25));
+        if (Healthy()) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_GT(port_, 0) << ReadAll(log_);
+    token_ = ReadAll(data_dir_ + "/admin.token");
+    while (!token_.empty() && (token_.back() == '\n')) token_.pop_back();
+  }
+
+  bool Healthy() {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_connection_timeout(0, 200000);
+    auto r = c.Get("/healthz");
+    return r && r->status == 200;
+  }
+
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int status;
+    waitpid(pid_, &status, 0);
+    pid_ = 0;
+  }
+  void Restart() { Start(mode_, extra_); }
+
+  httplib::Client Http(const std::string& token) const {
+    httplib::Client c("127.0.0.1", port_);
+    if (!token.empty()) c.set_bearer_token_auth(token);
+    c.set_connection_timeout(2, 0);
+    c.set_read_timeout(10, 0);
+    return c;
+  }
+  httplib::Client Admin() const { return Http(token_); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  const std::string& token() const { return token_; }
+  const std::string& log() const { return log_; }
+  std::vector<std::string> ClientEnv() const { return {"ROTA_SERVER=" + url(), "ROTA_TOKEN=" + token_}; }
+
+ private:
+  std::string data_dir_;
+  std::string log_;
+  std::string mode_;
+  std::vector<std::string> extra_;
+  pid_t pid_ = 0;
+  int port_ = 0;
+  std::string token_;
+};
+
+}  // namespace rota::testing

@@ -1,0 +1,247 @@
+// The control plane through the real binary: CLI round trips, bad input,
+// durability under kill -9, metrics, and a job run by `rota up`'s local agent.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "harness.h"
+
+namespace rota::testing {
+namespace {
+
+using nlohmann::json;
+
+class Integration : public ::testing::Test {
+ protected:
+  TempDir tmp;
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = tmp.path() + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+};
+
+int CountJobs(RotaProcess& p) {
+  auto r = p.Admin().Get("/v1/jobs?all=true");
+  return r ? static_cast<int>(json::parse(r->body)["jobs"].size()) : -1;
+}
+
+TEST_F(Integration, UpRunsAJobThroughTheCliEndToEnd) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  const std::string job = Write("job.yaml", R"(
+name: hello
+tasks:
+  - name: w
+    replicas: 2
+    gpus: 2
+    command: [sh, -c, 'echo "rank=$RANK/$WORLD_SIZE gpus=$CUDA_VISIBLE_DEVICES job=$ROTA_JOB_ID"']
+)");
+  CommandResult submit = RunRota({"submit", job}, env, tmp.path());
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  EXPECT_EQ(submit.out, "submitted job 1 (hello) to queue default\n");
+  // Wait until it has run.
+  std::string state;
+  for (int i = 0; i < 200 && state != "succeeded"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CommandResult d = RunRota({"describe", "1", "-o", "json"}, env, tmp.path());
+    ASSERT_EQ(d.exit_code, 0) << d.err;
+    state = json::parse(d.out)["state"];
+  }
+  ASSERT_EQ(state, "succeeded");
+  CommandResult logs = RunRota({"logs", "1"}, env, tmp.path());
+  EXPECT_NE(logs.out.find("rank=0/2 gpus=0,1 job=1"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("rank=1/2 gpus=2,3 job=1"), std::string::npos) << logs.out;
+  CommandResult jobs = RunRota({"jobs", "--all"}, env, tmp.path());
+  EXPECT_NE(jobs.out.find("hello  admin  default  succeeded"), std::string::npos) << jobs.out;
+  CommandResult nodes = RunRota({"nodes"}, env, tmp.path());
+  EXPECT_NE(nodes.out.find("local"), std::string::npos);
+  EXPECT_NE(nodes.out.find("yes"), std::string::npos) << "simulated GPUs must say so:\n" << nodes.out;
+  // Cancel a job that holds GPUs; exit codes for the error cases.
+  const std::string hold = Write("hold.yaml", "name: hold\ntasks: [{gpus: 4}]\n");
+  ASSERT_EQ(RunRota({"submit", hold}, env, tmp.path()).exit_code, 0);
+  CommandResult cancel = RunRota({"cancel", "2"}, env, tmp.path());
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  EXPECT_EQ(RunRota({"cancel", "2"}, env, tmp.path()).exit_code, 5);   // already cancelled: conflict
+  EXPECT_EQ(RunRota({"describe", "99"}, env, tmp.path()).exit_code, 3);  // not found
+  EXPECT_EQ(RunRota({"submit", Write("bad.yaml", "name: x\ntasks: [{gpus: two}]\n")}, env, tmp.path()).exit_code, 2);
+  EXPECT_EQ(RunRota({"jobs"}, {"ROTA_SERVER=" + up.url(), "ROTA_TOKEN=wrong"}, tmp.path()).exit_code, 4);
+}
+
+TEST_F(Integration, BadInputGetsAPrecise4xxAndChangesNothing) {
+  RotaProcess server("server", tmp.path() + "/data", {"--config", Write("c.yaml", R"(
+node_groups: [{name: n, count: 2, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]
+queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
+)")});
+  auto admin = server.Admin();
+  auto user_token = json::parse(admin.Post("/v1/tokens", R"({"user": "bob", "role": "user"})", "application/json")->body)["token"];
+  auto agent_token =
+      json::parse(admin.Post("/v1/tokens", R"({"user": "n-0", "role": "agent", "node": "n-0"})", "application/json")->body)["token"];
+  auto bob = server.Http(user_token);
+  auto agent = server.Http(agent_token);
+  auto anon = server.Http("");
+  auto wrong = server.Http("rota_0000");
+
+  struct Case {
+    httplib::Client* client;
+    std::string path;
+    std::string body;
+    int status;
+    std::string message;  // substring
+  };
+  const std::string big(2 << 20, 'x');
+  std::vector<Case> cases = {
+      {&anon, "/v1/jobs", "name: j\ntasks: [{gpus: 1}]\n", 401, "missing Authorization"},
+      {&wrong, "/v1/jobs", "name: j\ntasks: [{gpus: 1}]\n", 401, "unknown token"},
+      {&bob, "/v1/jobs", "{{{ not yaml", 400, "not valid YAML"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1, colour: red}]\n", 400, "tasks[0].colour: unknown field"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: -3}]\n", 400, "tasks[0].gpus: must be between 0 and 64"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{replicas: 99999999, gpus: 1}]\n", 400, "tasks[0].replicas"},
+      {&bob, "/v1/jobs", "name: j\nqueue: nope\ntasks: [{gpus: 1}]\n", 400, "queue: unknown leaf queue 'nope'"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/secret\ntasks: [{gpus: 1}]\n", 403, "may not submit"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 16}]\n", 422, "largest matching node has 8"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{replicas: 3, gpus: 8}]\n", 422, "the cluster holds 2"},
+      {&bob, "/v1/jobs", big, 413, "size limit"},
+      {&agent, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1}]\n", 403, "agents cannot submit"},
+      {&bob, "/v1/nodes/n-0/drain", "{}", 403, "admin role"},
+      {&bob, "/v1/tokens", R"({"user": "eve", "role": "admin"})", 403, "admin role"},
+      {&agent, "/v1/agents/heartbeat", R"({"node": "n-1"})", 403, "its own node"},
+      {&agent, "/v1/agents/heartbeat", R"({"node": 5})", 400, "node: wrong type"},
+      {&agent, "/v1/agents/heartbeat", R"({"node": "n-0", "tasks": [{"job": "x"}]})", 400, "tasks[0].job: wrong type"},
+      {&agent, "/v1/agents/register", R"({"node": {"name": "n-0", "gpus": "eight"}})", 400, "gpus: wrong type"},
+      {&admin, "/v1/jobs/abc/cancel", "{}", 400, "not a job id"},
+      {&admin, "/v1/jobs/42/cancel", "{}", 404, "no job 42"},
+      {&admin, "/v1/nodes/ghost/drain", "{}", 404, "no node named 'ghost'"},
+  };
+  for (const Case& c : cases) {
+    auto r = c.client->Post(c.path, c.body, "application/yaml");
+    ASSERT_TRUE(r) << c.path;
+    EXPECT_EQ(r->status, c.status) << c.path << " " << c.body.substr(0, 60) << "\n" << r->body;
+    EXPECT_NE(r->body.find(c.message), std::string::npos) << c.path << ": " << r->body;
+  }
+  EXPECT_EQ(CountJobs(server), 0);
+  auto nodes = json::parse(admin.Get("/v1/nodes")->body)["nodes"];
+  for (const auto& n : nodes) EXPECT_EQ(n["state"], "declared");
+  // Users see only their own jobs.
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: mine\nqueue: team/a\ntasks: [{gpus: 1}]\n", "application/yaml")->status, 201);
+  EXPECT_EQ(json::parse(bob.Get("/v1/jobs?all=true")->body)["jobs"].size(), 0u);
+  EXPECT_EQ(bob.Get("/v1/jobs/1")->status, 404);
+  EXPECT_EQ(bob.Post("/v1/jobs/1/cancel", "{}", "application/json")->status, 404);
+}
+
+TEST_F(Integration, RandomGarbageNeverGetsA500) {
+  RotaProcess server("server", tmp.path() + "/data", {"--rate-limit", "0"});
+  auto admin = server.Admin();
+  uint64_t seed = 12345;
+  auto next = [&] {
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    return seed;
+  };
+  const std::vector<std::string> fragments = {"{", "}", "[", "]", "\"", ":", ",", "name", "tasks", "gpus", "-1",
+                                              "99999999999999999999", "null", "true", "\n", "  - ", "{{", "\\u0000",
+                                              "node", "job", "replica", "1e308", "\xff\xfe", "&", "*a", "!!binary"};
+  int count = 0;
+  for (const std::string path : {"/v1/jobs", "/v1/agents/register", "/v1/agents/heartbeat", "/v1/tokens"}) {
+    for (int i = 0; i < 150; ++i) {
+      std::string body;
+      const int n = static_cast<int>(next() % 12);
+      for (int k = 0; k < n; ++k) body += fragments[next() % fragments.size()];
+      auto r = admin.Post(path, body, "application/json");
+      ASSERT_TRUE(r);
+      ASSERT_GE(r->status, 200) << path << " " << body;
+      ASSERT_LT(r->status, 500) << path << " body: " << body << "\n" << r->body;
+      ++count;
+    }
+  }
+  EXPECT_EQ(count, 600);
+  EXPECT_TRUE(server.Healthy());
+}
+
+TEST_F(Integration, RateLimitAnswers429) {
+  RotaProcess server("server", tmp.path() + "/data", {"--rate-limit", "5"});
+  auto admin = server.Admin();
+  int limited = 0;
+  for (int i = 0; i < 40; ++i) {
+    auto r = admin.Get("/v1/jobs");
+    ASSERT_TRUE(r);
+    if (r->status == 429) ++limited;
+  }
+  EXPECT_GT(limited, 0);  // burst is 10, refill 5/s: 40 quick requests must hit the limit
+}
+
+TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
+  const std::string config = Write("c.yaml", "node_groups: [{name: n, count: 4, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]\n");
+  RotaProcess server("server", tmp.path() + "/data", {"--config", config, "--rate-limit", "0"});
+  std::mutex mu;
+  std::vector<uint64_t> acked;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&, t] {
+      auto c = server.Admin();
+      for (int i = 0; !stop; ++i) {
+        const std::string body = "name: c" + std::to_string(t) + "-" + std::to_string(i) + "\ntasks: [{gpus: 1}]\n";
+        auto r = c.Post("/v1/jobs", body, "application/yaml");
+        if (!r) break;  // the server is gone
+        if (r->status == 201) {
+          std::lock_guard<std::mutex> lock(mu);
+          acked.push_back(json::parse(r->body)["id"]);
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  server.Kill(SIGKILL);
+  stop = true;
+  for (auto& c : clients) c.join();
+  ASSERT_GT(acked.size(), 20u) << "too few submissions to mean anything";
+
+  server.Restart();
+  auto admin = server.Admin();
+  for (uint64_t id : acked) {
+    auto r = admin.Get("/v1/jobs/" + std::to_string(id));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << "acknowledged job " << id << " was lost";
+  }
+  // No GPU is held by two running jobs, and at most the 32 GPUs are held.
+  admin.Post("/v1/jobs", "name: poke\ntasks: [{gpus: 1}]\n", "application/yaml");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto jobs = json::parse(admin.Get("/v1/jobs?state=running")->body)["jobs"];
+  std::set<std::string> held;
+  for (const auto& j : jobs) {
+    for (const auto& p : j["placement"]) {
+      for (const auto& g : p["gpus"]) {
+        EXPECT_TRUE(held.insert(p["node"].get<std::string>() + "/" + g.dump()).second) << "GPU allocated twice";
+      }
+    }
+  }
+  EXPECT_EQ(held.size(), std::min<size_t>(32, acked.size() + 1));
+  std::printf("kill -9 test: %zu acknowledged submissions from 8 clients, all recovered\n", acked.size());
+}
+
+TEST_F(Integration, MetricsPassPromtool) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xA100:40Gi", "--name", "m"});
+  auto admin = up.Admin();
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: j\ntasks: [{gpus: 1}]\n", "application/yaml")->status, 201);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // a heartbeat with telemetry
+  auto r = admin.Get("/metrics");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("rota_queue_running_jobs{queue=\"default\"} 1"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("rota_gpu_utilization_ratio{node=\"m\",gpu=\"0\",simulated=\"true\"}"), std::string::npos);
+  EXPECT_NE(r->body.find("rota_scheduling_cycle_seconds_count"), std::string::npos);
+  const std::string path = tmp.path() + "/metrics.txt";
+  std::ofstream(path) << r->body;
+  ASSERT_EQ(system("command -v promtool >/dev/null"), 0) << "promtool is missing (Debian package prometheus)";
+  const int rc = system(("promtool check metrics < " + path + " > " + path + ".out 2>&1").c_str());
+  EXPECT_EQ(rc, 0) << ReadAll(path + ".out");
+  EXPECT_EQ(up.Http("").Get("/metrics")->status, 401);
+}
+
+}  // namespace
+}  // namespace rota::testing
