@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
-          libsqlite3-dev libssl-dev libcpp-httplib-dev prometheus)
+          libsqlite3-dev libssl-dev libcpp-httplib-dev prometheus openssl)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -245,3 +245,55 @@ TEST_F(Integration, MetricsPassPromtool) {
 
 }  // namespace
 }  // namespace rota::testing
+
+namespace rota::testing {
+namespace {
+
+TEST_F(Integration, ServesHttpsWithACertificate) {
+  const std::string cert = tmp.path() + "/cert.pem", key = tmp.path() + "/key.pem";
+  ASSERT_EQ(system(("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout " + key + " -out " +
+                    cert + " > /dev/null 2>&1")
+                       .c_str()),
+            0)
+      << "openssl could not make a test certificate";
+  // The harness looks for "serving http://"; an HTTPS server says "serving https://".
+  const std::string data = tmp.path() + "/data";
+  std::vector<std::string> args{RotaBinary(), "server", "--data-dir", data, "--listen", "127.0.0.1:0",
+                                "--tls-cert", cert, "--tls-key", key};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string log = data + ".log";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  int port = 0;
+  for (int i = 0; i < 250 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::string text = ReadAll(log);
+    const size_t at = text.find("serving https://127.0.0.1:");
+    if (at != std::string::npos) port = std::stoi(text.substr(at + 26));
+  }
+  ASSERT_GT(port, 0) << ReadAll(log);
+  std::string token = ReadAll(data + "/admin.token");
+  token.pop_back();
+  httplib::SSLClient c("127.0.0.1", port);
+  c.enable_server_certificate_verification(false);
+  c.set_bearer_token_auth(token);
+  auto r = c.Get("/v1/nodes");
+  ASSERT_TRUE(r) << "no TLS answer";
+  EXPECT_EQ(r->status, 200);
+  httplib::Client plain("127.0.0.1", port);  // plain HTTP to a TLS port gets no answer
+  auto p = plain.Get("/healthz");
+  EXPECT_TRUE(!p || p->status != 200);
+  kill(pid, SIGTERM);
+  int status;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "graceful shutdown on SIGTERM";
+}
+
+}  // namespace
+}  // namespace rota::testing
