@@ -59,13 +59,32 @@ Agent::Agent(AgentOptions options) : options_(std::move(options)) {
 Agent::~Agent() { Stop(); }
 
 void Agent::Start() {
-  thread_ = std::thread([this] { Loop(); });
+  poll_thread_ = std::thread([this] { PollLoop(); });
+  reap_thread_ = std::thread([this] { ReapLoop(); });
 }
 
 void Agent::Stop() {
   if (stop_.exchange(true)) return;
-  if (thread_.joinable()) thread_.join();
+  if (poll_thread_.joinable()) poll_thread_.join();
+  if (reap_thread_.joinable()) reap_thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, t] : tasks_) StopTask(*t, /*now=*/true);
+}
+
+bool Agent::Reap() {
+  bool ended = false;
+  for (auto& [key, t] : tasks_) {
+    if (t->pid != 0 && !t->exited) {
+      const int code = launcher_.Poll(t->pid);
+      if (code >= 0) {
+        t->exited = true;
+        t->exit_code = code;
+        ended = true;
+      }
+    }
+    if (t->stopping && !t->exited) StopTask(*t, false);
+  }
+  return ended;
 }
 
 void Agent::StopTask(Task& t, bool now) {
@@ -109,19 +128,12 @@ bool Agent::Register() {
   return true;
 }
 
-bool Agent::Heartbeat() {
-  // Reap finished processes.
+bool Agent::Heartbeat(int wait_ms) {
   uint64_t busy = 0;
   json tasks = json::array();
+  std::unique_lock<std::mutex> lock(mu_);
+  Reap();
   for (auto& [key, t] : tasks_) {
-    if (t->pid != 0 && !t->exited) {
-      const int code = launcher_.Poll(t->pid);
-      if (code >= 0) {
-        t->exited = true;
-        t->exit_code = code;
-      }
-    }
-    if (t->stopping && !t->exited) StopTask(*t, false);
     if (!t->exited) busy |= t->gpu_mask;
     tasks.push_back({{"job", t->job}, {"task", t->task}, {"replica", t->replica},
                      {"state", t->exited ? "exited" : "running"}, {"exit_code", t->exit_code}});
@@ -131,9 +143,13 @@ bool Agent::Heartbeat() {
     gpus.push_back({{"index", s.index}, {"utilization_pct", s.utilization_pct}, {"memory_used_mib", s.memory_used},
                     {"temperature_c", s.temperature_c}, {"power_w", s.power_w}});
   }
+  lock.unlock();
   auto client = MakeClient(options_.server, options_.token);
-  auto res = client->Post("/v1/agents/heartbeat",
-                          json{{"node", options_.node_name}, {"gpus", gpus}, {"tasks", tasks}}.dump(), "application/json");
+  client->set_read_timeout(10 + wait_ms / 1000, 0);
+  auto res = client->Post(
+      "/v1/agents/heartbeat",
+      json{{"node", options_.node_name}, {"gpus", gpus}, {"tasks", tasks}, {"wait_ms", wait_ms}}.dump(),
+      "application/json");
   if (!res) return false;
   if (res->status == 404) {
     registered_ = false;  // the server restarted or forgot us
@@ -144,6 +160,7 @@ bool Agent::Heartbeat() {
   if (body.is_discarded()) return false;
 
   // Reconcile: start what is wanted and missing; stop what is not wanted.
+  lock.lock();
   std::map<std::string, json> desired;
   for (const auto& a : body.value("tasks", json::array())) {
     desired[Key(a.at("job"), a.at("task"), a.at("replica"))] = a;
@@ -217,11 +234,29 @@ bool Agent::Heartbeat() {
   return true;
 }
 
-void Agent::Loop() {
+void Agent::PollLoop() {
   while (!stop_) {
     if (!registered_) registered_ = Register();
-    if (registered_) Heartbeat();
+    // A long poll returns when this node's tasks change, or after one interval
+    // (which keeps telemetry flowing); on failure, back off one interval.
+    if (registered_ && Heartbeat(options_.heartbeat_ms)) continue;
     for (int slept = 0; slept < options_.heartbeat_ms && !stop_; slept += 20) usleep(20 * 1000);
+  }
+}
+
+void Agent::ReapLoop() {
+  while (!stop_) {
+    usleep(20 * 1000);
+    bool ended;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ended = Reap();
+    }
+    // Report exits at once; Heartbeat reaps again and includes them.
+    if (ended && registered_) {
+      // Reap() marked them exited already; the report carries exit codes.
+      Heartbeat(0);
+    }
   }
 }
 

@@ -3,6 +3,10 @@
 // the tasks it should run (an idempotent reconcile loop): it starts what is
 // missing and stops what is no longer wanted.
 //
+// Two threads: one long-polls the server for its tasks (so new work starts
+// as soon as it is bound), one reaps exited processes every 20 ms and reports
+// them at once.
+//
 // A task's process sees exactly its GPUs (CUDA_VISIBLE_DEVICES,
 // NVIDIA_VISIBLE_DEVICES), ROTA_JOB_ID, ROTA_TASK, and the distributed
 // training variables MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK,
@@ -15,6 +19,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -45,17 +50,23 @@ class Agent {
 
  private:
   struct Task;
-  void Loop();
+  void PollLoop();
+  void ReapLoop();
   bool Register();
-  bool Heartbeat();
+  // REQUIRES: mu_ not held. wait_ms > 0 asks the server to hold the answer until something changes.
+  bool Heartbeat(int wait_ms);
+  // REQUIRES: mu_ held. True if a task ended since the last report.
+  bool Reap();
   void StopTask(Task& t, bool now);
 
   AgentOptions options_;
   ProcessLauncher launcher_;
+  std::mutex mu_;  // guards tasks_
   std::map<std::string, std::unique_ptr<Task>> tasks_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;
-  bool registered_ = false;
+  std::atomic<bool> registered_{false};
+  std::thread poll_thread_;
+  std::thread reap_thread_;
 };
 
 }  // namespace rota::agent

@@ -56,6 +56,7 @@ void Controller::Stop() {
   }
   cv_.notify_all();
   cycle_cv_.notify_all();
+  node_cv_.notify_all();
   if (scheduler_thread_.joinable()) scheduler_thread_.join();
   if (actor_.joinable()) actor_.join();
 }
@@ -64,6 +65,42 @@ void Controller::Publish() {
   Snapshot snap = state_.GetSnapshot();
   std::lock_guard<std::mutex> lock(mu_);
   published_ = snap;
+}
+
+void Controller::BumpNodeVersions(const std::vector<Event>& events) {
+  Snapshot snap = state_.GetSnapshot();
+  std::set<std::string> nodes;
+  for (const Event& e : events) {
+    JobId id;
+    if (auto* b = std::get_if<JobBound>(&e)) id = b->id;
+    else if (auto* f = std::get_if<JobFinished>(&e)) id = f->id;
+    else if (auto* c = std::get_if<JobCancelled>(&e)) id = c->id;
+    else continue;
+    if (const JobRecord* job = snap.FindJob(id)) {
+      for (const ReplicaPlacement& r : job->placement) nodes.insert(snap.node(r.node).spec.name);
+    }
+  }
+  if (nodes.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& n : nodes) ++node_versions_[n];
+  }
+  node_cv_.notify_all();
+}
+
+uint64_t Controller::NodeVersion(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = node_versions_.find(node);
+  return it == node_versions_.end() ? 0 : it->second;
+}
+
+bool Controller::WaitNodeChange(const std::string& node, uint64_t version, Duration timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return node_cv_.wait_for(lock, std::chrono::microseconds(timeout), [&] {
+    if (stopping_) return true;
+    auto it = node_versions_.find(node);
+    return (it == node_versions_.end() ? 0 : it->second) != version;
+  });
 }
 
 void Controller::Trigger() {
@@ -136,6 +173,7 @@ void Controller::ActorLoop() {
         std::abort();
       }
       Publish();
+      BumpNodeVersions(batch.events);
       Trigger();
       if (*seq - last_snapshot_seq_ >= options_.snapshot_every) {
         if (Status s = store_->WriteSnapshot(*seq, CompactState(state_.GetSnapshot())); s.ok()) {

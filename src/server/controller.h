@@ -134,6 +134,12 @@ class Controller {
   const Clock& clock() const { return *options_.clock; }
   Duration node_timeout() const { return options_.node_timeout; }
 
+  // A counter per node that moves whenever the tasks it should run change
+  // (a gang bound to it, a job on it ended). Agents long-poll on it.
+  uint64_t NodeVersion(const std::string& node) const;
+  // Waits until NodeVersion(node) != version or `timeout` passes; true if it moved.
+  bool WaitNodeChange(const std::string& node, uint64_t version, Duration timeout) const;
+
   // Runs one scheduling cycle now and waits for its decisions to be durable
   // (tests and `rota up` use it to avoid waiting for the interval).
   void ScheduleNow();
@@ -155,6 +161,7 @@ class Controller {
   void SchedulerLoop();
   void RunOneCycle();
   void Publish();
+  void BumpNodeVersions(const std::vector<Event>& events);
   void Trigger();
   TaskAssignment Assignment(const Snapshot& snap, const JobRecord& job, size_t index) const;
 
@@ -182,6 +189,8 @@ class Controller {
   std::map<JobId, sched::PendingReason> reasons_;
   std::map<std::string, NodeLive> live_;
   ControllerMetrics metrics_;
+  std::map<std::string, uint64_t> node_versions_;
+  mutable std::condition_variable node_cv_;
 
   std::thread actor_;
   std::thread scheduler_thread_;

@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <charconv>
+#include <set>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -138,6 +140,14 @@ StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
   return r;
 }
 
+std::string TaskKey(JobId job, uint16_t task, uint32_t replica) {
+  return std::to_string(job.value()) + "/" + std::to_string(task) + "/" + std::to_string(replica);
+}
+
+// Requests may wait in a long poll; the pool keeps room for everything else.
+constexpr int kThreads = 96;
+constexpr int kMaxLongPolls = 64;
+
 class HttpServerImpl final : public HttpServer {
  public:
   HttpServerImpl(Controller* c, HttpOptions o) : c_(c), options_(std::move(o)), limiter_(options_.rate_per_second) {}
@@ -154,6 +164,7 @@ class HttpServerImpl final : public HttpServer {
     } else {
       server_ = std::make_unique<httplib::Server>();
     }
+    server_->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
     server_->set_payload_max_length(options_.max_body_bytes);
     server_->set_read_timeout(10, 0);
     server_->set_write_timeout(10, 0);
@@ -200,10 +211,10 @@ class HttpServerImpl final : public HttpServer {
   }
 
   void Routes() {
-    httplib::Server& s = *server_;
-    s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+    httplib::Server& srv = *server_;
+    srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
 
-    s.Post("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       auto spec = api::ParseJobSpec(req.body, "request body");
       if (!spec.ok()) return ReplyError(res, spec.status());
       auto id = c_->Submit(who, std::move(*spec));
@@ -212,7 +223,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 201, JobView(*c_, snap, *snap.FindJob(*id), false));
     }));
 
-    s.Get("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Get("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       Snapshot snap = c_->snapshot();
       const std::string state = req.get_param_value("state");
       const std::string queue = req.get_param_value("queue");
@@ -229,7 +240,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, {{"jobs", jobs}});
     }));
 
-    s.Get(R"(/v1/jobs/([^/]+))", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Get(R"(/v1/jobs/([^/]+))", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       const JobRecord* job = nullptr;
       Snapshot snap = c_->snapshot();
       if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
@@ -238,7 +249,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, j);
     }));
 
-    s.Post(R"(/v1/jobs/([^/]+)/cancel)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post(R"(/v1/jobs/([^/]+)/cancel)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       auto id = ParseId(req.matches[1]);
       if (!id.ok()) return ReplyError(res, id.status());
       if (Status s = c_->Cancel(who, JobId(*id)); !s.ok()) return ReplyError(res, s);
@@ -246,7 +257,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, JobView(*c_, snap, *snap.FindJob(JobId(*id)), false));
     }));
 
-    s.Get(R"(/v1/jobs/([^/]+)/logs)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Get(R"(/v1/jobs/([^/]+)/logs)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       const JobRecord* job = nullptr;
       Snapshot snap = c_->snapshot();
       if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
@@ -266,11 +277,11 @@ class HttpServerImpl final : public HttpServer {
       res.set_content(out, "text/plain");
     }));
 
-    s.Get("/v1/queues", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+    srv.Get("/v1/queues", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
       Reply(res, 200, {{"queues", QueuesView(*c_, c_->snapshot())}});
     }));
 
-    s.Get("/v1/nodes", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+    srv.Get("/v1/nodes", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
       Snapshot snap = c_->snapshot();
       const auto live = c_->nodes_live();
       ordered_json nodes = ordered_json::array();
@@ -279,7 +290,7 @@ class HttpServerImpl final : public HttpServer {
     }));
 
     for (const bool drain : {true, false}) {
-      s.Post(std::string(R"(/v1/nodes/([^/]+)/)") + (drain ? "drain" : "undrain"),
+      srv.Post(std::string(R"(/v1/nodes/([^/]+)/)") + (drain ? "drain" : "undrain"),
              Guard([this, drain](const Principal& who, const httplib::Request& req, httplib::Response& res) {
                if (Status s = c_->SetDrain(who, req.matches[1], drain); !s.ok()) return ReplyError(res, s);
                Snapshot snap = c_->snapshot();
@@ -287,7 +298,7 @@ class HttpServerImpl final : public HttpServer {
              }));
     }
 
-    s.Post("/v1/agents/register", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post("/v1/agents/register", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object() || !body.contains("node")) {
         return ReplyError(res, InvalidArgumentError("request body: must be {\"node\": {...}, \"simulated\": bool}"));
@@ -300,13 +311,38 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, {{"node", spec->name}});
     }));
 
-    s.Post("/v1/agents/heartbeat", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post("/v1/agents/heartbeat", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
       auto report = ParseHeartbeat(body);
       if (!report.ok()) return ReplyError(res, report.status());
+      const int64_t wait_ms = body.contains("wait_ms") && body["wait_ms"].is_number_integer()
+                                  ? std::clamp<int64_t>(body["wait_ms"].get<int64_t>(), 0, 30000)
+                                  : 0;
+      const uint64_t version = c_->NodeVersion(report->node);
       auto tasks = c_->Heartbeat(who, *report);
       if (!tasks.ok()) return ReplyError(res, tasks.status());
+      // Long poll: when nothing changed for this agent, hold the answer until
+      // its tasks change or wait_ms passes, so new work starts at once.
+      bool exits = false;
+      std::set<std::string> running, wanted;
+      for (const TaskReport& t : report->tasks) {
+        exits = exits || t.exited;
+        if (!t.exited) running.insert(TaskKey(t.job, t.task, t.replica));
+      }
+      for (const TaskAssignment& a : *tasks) wanted.insert(TaskKey(a.job, a.task, a.replica));
+      if (wait_ms > 0 && !exits && running == wanted && long_polls_.fetch_add(1) < kMaxLongPolls) {
+        const bool changed = c_->WaitNodeChange(report->node, version, wait_ms * 1000);
+        long_polls_.fetch_sub(1);
+        if (changed) {
+          report->tasks.clear();
+          report->gpus.clear();
+          tasks = c_->Heartbeat(who, *report);
+          if (!tasks.ok()) return ReplyError(res, tasks.status());
+        }
+      } else if (wait_ms > 0 && !exits && running == wanted) {
+        long_polls_.fetch_sub(1);
+      }
       ordered_json out = ordered_json::array();
       for (const TaskAssignment& a : *tasks) {
         out.push_back({{"job", a.job.value()},       {"job_name", a.job_name},   {"task", a.task},
@@ -319,7 +355,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, {{"tasks", out}});
     }));
 
-    s.Post("/v1/tokens", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post("/v1/tokens", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
       auto role = ParseRole(body.value("role", std::string("user")));
@@ -329,11 +365,11 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 201, {{"token", *token}, {"user", body.value("user", std::string())}, {"role", std::string(RoleName(*role))}});
     }));
 
-    s.Get("/metrics", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+    srv.Get("/metrics", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
       res.set_content(RenderMetrics(*c_), "text/plain; version=0.0.4");
     }));
 
-    s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const int status = res.status;
       if (status == 404) ReplyError(res, NotFoundError("no route " + req.method + " " + req.path));
@@ -370,6 +406,7 @@ class HttpServerImpl final : public HttpServer {
   Controller* c_;
   HttpOptions options_;
   RateLimiter limiter_;
+  std::atomic<int> long_polls_{0};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;
