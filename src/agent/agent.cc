@@ -19,6 +19,9 @@ struct Agent::Task {
   uint64_t job = 0;
   uint16_t task = 0;
   uint32_t replica = 0;
+  int32_t attempt = 0;
+  int stop_signal = SIGTERM;
+  int grace_ms = 10000;
   uint64_t gpu_mask = 0;
   pid_t pid = 0;             // 0 = holds its GPUs without a process (no command)
   bool exited = false;
@@ -35,8 +38,32 @@ std::string HostName() {
   return buf;
 }
 
-std::string Key(uint64_t job, uint16_t task, uint32_t replica) {
-  return std::to_string(job) + "/" + std::to_string(task) + "/" + std::to_string(replica);
+std::string Key(uint64_t job, uint16_t task, uint32_t replica, int32_t attempt) {
+  return std::to_string(job) + "/" + std::to_string(task) + "/" + std::to_string(replica) + "/" + std::to_string(attempt);
+}
+
+int SignalNumber(const std::string& name) {
+  if (name == "SIGUSR1") return SIGUSR1;
+  if (name == "SIGUSR2") return SIGUSR2;
+  if (name == "SIGINT") return SIGINT;
+  if (name == "SIGHUP") return SIGHUP;
+  if (name == "SIGQUIT") return SIGQUIT;
+  return SIGTERM;
+}
+
+// "INDEX REASON" lines: GPUs to report unhealthy.
+std::map<int, std::string> ReadHealthFile(const std::string& path) {
+  std::map<int, std::string> out;
+  if (path.empty()) return out;
+  std::ifstream in(path);
+  int index;
+  std::string reason;
+  while (in >> index) {
+    std::getline(in, reason);
+    reason.erase(0, reason.find_first_not_of(' '));
+    out[index] = reason.empty() ? "reported unhealthy" : reason;
+  }
+  return out;
 }
 
 // Splits "http://host:port" for httplib.
@@ -96,9 +123,10 @@ void Agent::StopTask(Task& t, bool now) {
     return;
   }
   if (!t.stopping) {
+    // The job's checkpoint signal first; after its grace period, SIGKILL.
     t.stopping = true;
-    t.stop_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.stop_grace_ms);
-    launcher_.Signal(t.pid, SIGTERM);
+    t.stop_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(t.grace_ms);
+    launcher_.Signal(t.pid, t.stop_signal);
   } else if (std::chrono::steady_clock::now() > t.stop_deadline) {
     launcher_.Signal(t.pid, SIGKILL);
   }
@@ -135,13 +163,25 @@ bool Agent::Heartbeat(int wait_ms) {
   Reap();
   for (auto& [key, t] : tasks_) {
     if (!t->exited) busy |= t->gpu_mask;
-    tasks.push_back({{"job", t->job}, {"task", t->task}, {"replica", t->replica},
+    tasks.push_back({{"job", t->job}, {"task", t->task}, {"replica", t->replica}, {"attempt", t->attempt},
                      {"state", t->exited ? "exited" : "running"}, {"exit_code", t->exit_code}});
   }
   json gpus = json::array();
+  const auto sick = ReadHealthFile(options_.health_file);
   for (const GpuSample& s : SampleGpus(options_.inventory, busy)) {
+    bool healthy = s.healthy;
+    std::string why = s.health_reason;
+    if (s.temperature_c > options_.max_temperature_c) {
+      healthy = false;
+      why = "temperature " + std::to_string(s.temperature_c) + "C";
+    }
+    if (auto it = sick.find(s.index); it != sick.end()) {
+      healthy = false;
+      why = it->second;
+    }
     gpus.push_back({{"index", s.index}, {"utilization_pct", s.utilization_pct}, {"memory_used_mib", s.memory_used},
-                    {"temperature_c", s.temperature_c}, {"power_w", s.power_w}});
+                    {"temperature_c", s.temperature_c}, {"power_w", s.power_w}, {"healthy", healthy},
+                    {"health_reason", why}});
   }
   lock.unlock();
   auto client = MakeClient(options_.server, options_.token);
@@ -163,7 +203,7 @@ bool Agent::Heartbeat(int wait_ms) {
   lock.lock();
   std::map<std::string, json> desired;
   for (const auto& a : body.value("tasks", json::array())) {
-    desired[Key(a.at("job"), a.at("task"), a.at("replica"))] = a;
+    desired[Key(a.at("job"), a.at("task"), a.at("replica"), a.value("attempt", 0))] = a;
   }
   for (auto it = tasks_.begin(); it != tasks_.end();) {
     if (desired.count(it->first) == 0) {
@@ -182,6 +222,9 @@ bool Agent::Heartbeat(int wait_ms) {
     t->job = a.at("job");
     t->task = a.at("task");
     t->replica = a.at("replica");
+    t->attempt = a.value("attempt", 0);
+    t->stop_signal = SignalNumber(a.value("checkpoint_signal", std::string("SIGTERM")));
+    t->grace_ms = static_cast<int>(std::max<int64_t>(a.value("checkpoint_grace_ms", int64_t{0}), options_.stop_grace_ms));
     std::string visible;
     for (int g : a.at("gpus")) {
       t->gpu_mask |= 1ULL << g;

@@ -38,6 +38,10 @@ struct AgentOptions {
   int heartbeat_ms = 1000;
   int stop_grace_ms = 10000;  // SIGTERM, then SIGKILL after this
   Labels labels;
+  // A file listing GPUs to report unhealthy, one "INDEX REASON" a line (for
+  // simulated inventories and tests; NVML health is read directly).
+  std::string health_file;
+  int32_t max_temperature_c = 90;  // above this a GPU is reported unhealthy
 };
 
 class Agent {

@@ -56,6 +56,7 @@ struct Nvml {
   int (*temperature)(Device, int, unsigned int*) = nullptr;
   int (*power)(Device, unsigned int*) = nullptr;
   int (*driver)(char*, unsigned int) = nullptr;
+  int (*ecc)(Device, int, int, unsigned long long*) = nullptr;
   bool ok = false;
 };
 
@@ -75,6 +76,7 @@ const Nvml& LoadNvml() {
     nvml.temperature = reinterpret_cast<int (*)(Nvml::Device, int, unsigned int*)>(sym("nvmlDeviceGetTemperature"));
     nvml.power = reinterpret_cast<int (*)(Nvml::Device, unsigned int*)>(sym("nvmlDeviceGetPowerUsage"));
     nvml.driver = reinterpret_cast<int (*)(char*, unsigned int)>(sym("nvmlSystemGetDriverVersion"));
+    nvml.ecc = reinterpret_cast<int (*)(Nvml::Device, int, int, unsigned long long*)>(sym("nvmlDeviceGetTotalEccErrors"));
     nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.name && nvml.memory && nvml.init() == 0;
   });
   return nvml;
@@ -128,6 +130,12 @@ std::vector<GpuSample> SampleGpus(const Inventory& inv, uint64_t busy_mask) {
         if (nvml.temperature && nvml.temperature(dev, 0, &t) == 0) s.temperature_c = static_cast<int32_t>(t);
         unsigned int mw = 0;
         if (nvml.power && nvml.power(dev, &mw) == 0) s.power_w = static_cast<int32_t>(mw / 1000);
+        // Uncorrected (1) volatile (0) ECC errors since boot mean the GPU is not to be trusted.
+        unsigned long long uncorrected = 0;
+        if (nvml.ecc && nvml.ecc(dev, 1, 0, &uncorrected) == 0 && uncorrected > 0) {
+          s.healthy = false;
+          s.health_reason = "ecc: " + std::to_string(uncorrected) + " uncorrected errors";
+        }
       }
     } else {
       const bool busy = (busy_mask >> g) & 1;

@@ -18,6 +18,8 @@ struct GpuSample {
   MemoryMiB memory_used = 0;
   int32_t temperature_c = 0;
   int32_t power_w = 0;
+  bool healthy = true;
+  std::string health_reason;
 };
 
 struct Inventory {

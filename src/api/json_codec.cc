@@ -1,8 +1,8 @@
 #include "api/json_codec.h"
 
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
-#include "api/yaml_codec.h"
 
 namespace rota::api {
 
@@ -128,6 +128,90 @@ StatusOr<NodeSpec> NodeSpecFromJson(const json& j, std::string_view source) {
   return n;
 }
 
+namespace {
+
+// The journal's own decoder for JobSpecToJson's output: direct, without the
+// YAML parser, so replaying a large journal stays fast. Still validated.
+StatusOr<JobSpec> JobSpecFromJson(const json& j) {
+  auto milli = [](const json& v) -> int64_t {
+    auto r = ParseMilliCpu(v.get<std::string>());
+    if (!r.ok()) throw std::invalid_argument(std::string(r.status().message()));
+    return *r;
+  };
+  auto mib = [](const json& v) -> int64_t {
+    auto r = ParseMemoryMiB(v.get<std::string>());
+    if (!r.ok()) throw std::invalid_argument(std::string(r.status().message()));
+    return *r;
+  };
+  auto duration = [](const json& v) -> int64_t {
+    auto r = ParseDuration(v.get<std::string>());
+    if (!r.ok()) throw std::invalid_argument(std::string(r.status().message()));
+    return *r;
+  };
+  try {
+    JobSpec s;
+    s.name = j.at("name").get<std::string>();
+    s.queue = j.at("queue").get<std::string>();
+    const json& p = j.at("priority");
+    if (p.is_string()) {
+      s.priority_class = p.get<std::string>();
+    } else {
+      s.priority_class.clear();
+      s.priority = p.get<int32_t>();
+    }
+    for (const json& tj : j.at("tasks")) {
+      TaskGroupSpec t;
+      t.name = tj.at("name").get<std::string>();
+      t.replicas = tj.at("replicas").get<int32_t>();
+      if (tj.contains("gpus")) t.gpus = tj["gpus"].get<int32_t>();
+      if (tj.contains("gpu")) {
+        const json& g = tj["gpu"];
+        if (g.contains("mig")) t.gpu_share.mig_profile = g["mig"].get<std::string>();
+        if (g.contains("fraction")) t.gpu_share.fraction_milli = static_cast<int32_t>(milli(g["fraction"]));
+        if (g.contains("memory")) t.gpu_share.memory = mib(g["memory"]);
+      }
+      if (tj.contains("gpu_model")) t.gpu_model = tj["gpu_model"].get<std::string>();
+      if (tj.contains("gpu_memory")) t.gpu_memory = mib(tj["gpu_memory"]);
+      if (tj.contains("cpu")) t.cpu = milli(tj["cpu"]);
+      if (tj.contains("memory")) t.memory = mib(tj["memory"]);
+      if (tj.contains("command")) t.command = tj["command"].get<std::vector<std::string>>();
+      if (tj.contains("env")) t.env = tj["env"].get<std::map<std::string, std::string>>();
+      s.tasks.push_back(std::move(t));
+    }
+    if (j.contains("topology")) {
+      s.topology.level = j["topology"].at("level").get<std::string>();
+      s.topology.mode = j["topology"].at("mode") == "preferred" ? TopologyMode::kPreferred : TopologyMode::kRequired;
+    }
+    if (j.contains("node_selector")) s.node_selector = j["node_selector"].get<Labels>();
+    if (j.contains("elastic")) s.elastic_min_replicas = j["elastic"].at("min_replicas").get<int32_t>();
+    if (j.contains("preemptible")) s.preemptible = j["preemptible"].get<bool>();
+    if (j.contains("checkpoint")) {
+      s.checkpoint.signal = j["checkpoint"].at("signal").get<std::string>();
+      s.checkpoint.grace = duration(j["checkpoint"].at("grace"));
+    }
+    if (j.contains("restart")) {
+      const std::string policy = j["restart"].at("policy").get<std::string>();
+      s.restart.policy = policy == "on-failure" ? RestartPolicy::kOnFailure
+                         : policy == "always"   ? RestartPolicy::kAlways
+                                                : RestartPolicy::kNever;
+      s.restart.max_restarts = j["restart"].at("max_restarts").get<int32_t>();
+    }
+    if (j.contains("time_limit")) s.time_limit = duration(j["time_limit"]);
+    if (j.contains("mounts")) {
+      for (const json& m : j["mounts"]) {
+        s.mounts.push_back({m.at("source").get<std::string>(), m.at("target").get<std::string>(),
+                            m.at("read_only").get<bool>()});
+      }
+    }
+    ROTA_RETURN_IF_ERROR(ValidateJobSpec(s));
+    return s;
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(std::string("job spec: ") + e.what());
+  }
+}
+
+}  // namespace
+
 std::string EncodeEvent(const Event& event) {
   ordered_json j;
   std::visit(
@@ -151,6 +235,7 @@ std::string EncodeEvent(const Event& event) {
           j["at"] = e.at;
           j["user"] = e.user;
           j["priority_value"] = e.spec.priority;  // resolved from the class at submission
+          if (e.restarts != 0) j["restarts"] = e.restarts;
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobBound>) {
           j["type"] = "JobBound";
@@ -165,6 +250,15 @@ std::string EncodeEvent(const Event& event) {
           j["id"] = e.id.value();
           j["at"] = e.at;
           j["outcome"] = e.outcome == JobOutcome::kSucceeded ? "succeeded" : "failed";
+        } else if constexpr (std::is_same_v<E, JobRequeued>) {
+          j["type"] = "JobRequeued";
+          j["id"] = e.id.value();
+          j["at"] = e.at;
+          j["reason"] = e.reason;
+        } else if constexpr (std::is_same_v<E, NodeLostChanged>) {
+          j["type"] = "NodeLostChanged";
+          j["node"] = e.node;
+          j["lost"] = e.lost;
         } else if constexpr (std::is_same_v<E, JobCancelled>) {
           j["type"] = "JobCancelled";
           j["id"] = e.id.value();
@@ -188,9 +282,10 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
     if (type == "NodeDrainChanged") return Event(NodeDrainChanged{j.at("node"), j.at("drained")});
     if (type == "GpuHealthChanged") return Event(GpuHealthChanged{j.at("node"), j.at("gpu"), j.at("healthy")});
     if (type == "JobSubmitted") {
-      ROTA_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(j.at("spec").dump(), "event JobSubmitted"));
+      ROTA_ASSIGN_OR_RETURN(JobSpec spec, JobSpecFromJson(j.at("spec")));
       spec.priority = j.at("priority_value").get<int32_t>();
-      return Event(JobSubmitted{JobId(j.at("id").get<uint64_t>()), std::move(spec), j.at("at"), j.at("user")});
+      return Event(JobSubmitted{JobId(j.at("id").get<uint64_t>()), std::move(spec), j.at("at"), j.at("user"),
+                                j.value("restarts", 0)});
     }
     if (type == "JobBound") {
       JobBound b{JobId(j.at("id").get<uint64_t>()), {}, j.at("at")};
@@ -204,6 +299,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       return Event(JobFinished{JobId(j.at("id").get<uint64_t>()),
                                j.at("outcome") == "succeeded" ? JobOutcome::kSucceeded : JobOutcome::kFailed, j.at("at")});
     }
+    if (type == "JobRequeued") return Event(JobRequeued{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason")});
+    if (type == "NodeLostChanged") return Event(NodeLostChanged{j.at("node"), j.at("lost")});
     if (type == "JobCancelled") {
       return Event(JobCancelled{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason")});
     }

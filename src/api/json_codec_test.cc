@@ -36,6 +36,9 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobBound{JobId(7), {{0, 0, NodeId(0), 0x0F}, {0, 1, NodeId(0), 0xF0}}, 456},
       JobFinished{JobId(7), JobOutcome::kFailed, 789},
       JobCancelled{JobId(8), 999, "cancelled by bob"},
+      JobRequeued{JobId(9), 1000, "node n-1 lost"},
+      NodeLostChanged{"n-1", true},
+      JobSubmitted{JobId(10), *spec, 5, "carol", 2},
   };
   for (const Event& e : events) {
     const std::string text = EncodeEvent(e);

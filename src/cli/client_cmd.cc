@@ -112,7 +112,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       std::cout << out.substr(out.find('\n') + 1);
       if (!j["placement"].empty()) {
         Table p({"TASK", "REPLICA", "NODE", "GPUS"});
-        for (const auto& r : j["placement"]) p.Add({S(r, "task"), S(r, "replica"), S(r, "node"), GpuList(r["gpus"])});
+        for (const auto& rep : j["placement"]) p.Add({S(rep, "task"), S(rep, "replica"), S(rep, "node"), GpuList(rep["gpus"])});
         std::cout << "\nPlacement\n" << p.Render();
       }
       Table ev({"AT", "EVENT", "DETAIL"});

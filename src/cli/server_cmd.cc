@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kServerUsage =
     "usage: rota server [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
-    "                   [--tls-cert FILE --tls-key FILE] [--rate-limit N]\n";
+    "                   [--tls-cert FILE --tls-key FILE] [--rate-limit N] [--node-timeout 30s]\n";
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--name NODE]\n"
@@ -29,7 +29,8 @@ constexpr const char* kUpUsage =
     "NVIDIA driver the agent declares a simulated inventory (default 8xH100:80Gi).\n";
 constexpr const char* kAgentUsage =
     "usage: rota agent --server URL --token TOKEN [--name NODE] [--address ADDR]\n"
-    "                  [--gpus COUNTxMODEL[:MEMORY]] [--logs-dir DIR] [--label k=v ...]\n";
+    "                  [--gpus COUNTxMODEL[:MEMORY]] [--logs-dir DIR] [--label k=v ...]\n"
+    "                  [--heartbeat-ms N] [--health-file FILE]\n";
 
 // Blocks until SIGINT or SIGTERM. REQUIRES: both blocked in every thread.
 void WaitForSignal() {
@@ -103,6 +104,7 @@ std::string HostName() {
 int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::string data_dir = DefaultDataDir(), listen = "127.0.0.1:7070", config_path, gpus, name, tls_cert, tls_key;
   double rate = 200;
+  Duration node_timeout = 30 * kMicrosPerSecond;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::string {
@@ -118,6 +120,14 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--tls-cert") tls_cert = value();
     else if (a == "--tls-key") tls_key = value();
     else if (a == "--rate-limit") rate = std::atof(value().c_str());
+    else if (a == "--node-timeout") {
+      auto d = ParseDuration(value());
+      if (!d.ok() || *d <= 0) {
+        std::cerr << "rota: --node-timeout: " << (d.ok() ? "must be positive" : d.status().message()) << "\n";
+        return kExitBadInput;
+      }
+      node_timeout = *d;
+    }
     else if (with_local_agent && a == "--gpus") gpus = value();
     else if (with_local_agent && a == "--name") name = value();
     else if (a == "-h" || a == "--help") {
@@ -163,7 +173,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
   BlockSignals();
   SystemClock clock;
-  server::ControllerOptions options{.config = config, .clock = &clock};
+  server::ControllerOptions options{.config = config, .clock = &clock, .node_timeout = node_timeout};
   server::Controller controller(options, std::move(store).value());
   if (Status s = controller.Start(); !s.ok()) {
     std::cerr << "rota: cannot start: " << s.message() << "\n";
@@ -253,7 +263,8 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--address") ao.address = value();
     else if (a == "--gpus") gpus = value();
     else if (a == "--logs-dir") ao.logs_dir = value();
-    else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::atoi(value().c_str());
+    else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::max(10, std::atoi(value().c_str()));
+    else if (a == "--health-file") ao.health_file = value();
     else if (a == "--label") {
       const std::string kv = value();
       const size_t eq = kv.find('=');

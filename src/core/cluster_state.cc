@@ -135,6 +135,7 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->spec = e.spec;
   job->submitted_at = e.at;
   job->user = e.user;
+  job->restarts = e.restarts;
   Mutable().jobs.emplace(e.id, std::move(job));
   return Status::Ok();
 }
@@ -226,6 +227,31 @@ Status ClusterState::ApplyOne(const JobFinished& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const JobRequeued& e) {
+  auto it = data_->jobs.find(e.id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
+  std::shared_ptr<const JobRecord> old = it->second;
+  if (old->state != JobState::kRunning) {
+    return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is not running");
+  }
+  Release(*old);
+  auto updated = std::make_shared<JobRecord>(*old);
+  updated->state = JobState::kPending;
+  updated->started_at = 0;
+  updated->placement.clear();
+  updated->restarts++;
+  updated->last_requeue_reason = e.reason;
+  data_->jobs[e.id] = std::move(updated);
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const NodeLostChanged& e) {
+  auto it = data_->node_by_name.find(e.node);
+  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
+  Mutable().nodes[it->second.value()].lost = e.lost;
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyOne(const JobCancelled& e) {
   auto it = data_->jobs.find(e.id);
   if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
@@ -251,7 +277,7 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   std::vector<Event> out;
   for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
-    out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user});
+    out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.state == JobState::kSucceeded || j.state == JobState::kFailed) {
       out.push_back(JobFinished{j.id, j.state == JobState::kSucceeded ? JobOutcome::kSucceeded : JobOutcome::kFailed,
@@ -270,6 +296,7 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   }
   for (const NodeState& n : snap.nodes()) {
     if (n.drained) out.push_back(NodeDrainChanged{n.spec.name, true});
+    if (n.lost) out.push_back(NodeLostChanged{n.spec.name, true});
     for (int32_t g = 0; g < n.spec.gpus; ++g) {
       if (!((n.healthy_mask >> g) & 1)) out.push_back(GpuHealthChanged{n.spec.name, g, false});
     }

@@ -40,8 +40,9 @@ struct NodeState {
   MilliCpu cpu_allocated = 0;
   MemoryMiB memory_allocated = 0;
   bool drained = false;
+  bool lost = false;  // its agent stopped heartbeating
 
-  bool schedulable() const { return !drained; }
+  bool schedulable() const { return !drained && !lost; }
   uint64_t free_mask() const { return healthy_mask & ~allocated_mask; }
 };
 
@@ -55,6 +56,8 @@ struct JobRecord {
   TimePoint finished_at = 0;
   std::vector<ReplicaPlacement> placement;  // where it runs or ran (kept after it ends)
   std::string end_reason;                   // why it was cancelled or failed
+  int32_t restarts = 0;                     // times requeued after it started
+  std::string last_requeue_reason;
 };
 
 class Snapshot {
@@ -109,6 +112,8 @@ class ClusterState {
   Status ApplyOne(const JobBound& e);
   Status ApplyOne(const JobFinished& e);
   Status ApplyOne(const JobCancelled& e);
+  Status ApplyOne(const JobRequeued& e);
+  Status ApplyOne(const NodeLostChanged& e);
   void Release(const JobRecord& job);
 
   std::shared_ptr<Snapshot::Data> data_;

@@ -38,6 +38,7 @@ struct JobSubmitted {
   JobSpec spec;
   TimePoint at = 0;
   std::string user;  // who submitted it; owns it
+  int32_t restarts = 0;  // non-zero only in journal snapshots (CompactState)
 };
 // The whole gang is bound at once: one replica placement per replica.
 struct JobBound {
@@ -51,6 +52,19 @@ struct JobFinished {
   JobOutcome outcome = JobOutcome::kSucceeded;
   TimePoint at = 0;
 };
+// A running gang goes back to pending (its node was lost, a GPU failed, a
+// replica crashed and the restart policy allows another try). Its resources
+// are released; its restart count goes up.
+struct JobRequeued {
+  JobId id;
+  TimePoint at = 0;
+  std::string reason;
+};
+// A node stopped (or resumed) heartbeating. A lost node takes no work.
+struct NodeLostChanged {
+  std::string node;
+  bool lost = true;
+};
 struct JobCancelled {
   JobId id;
   TimePoint at = 0;
@@ -58,6 +72,6 @@ struct JobCancelled {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled>;
+                           JobCancelled, JobRequeued, NodeLostChanged>;
 
 }  // namespace rota

@@ -41,6 +41,19 @@ Status Controller::Start() {
   }
   for (const Event& e : added) ROTA_RETURN_IF_ERROR(state_.Apply(e));
   if (!added.empty()) ROTA_RETURN_IF_ERROR(store_->Append(added).status());
+  // Nodes running work from before a restart must heartbeat again within the
+  // timeout, or their gangs are requeued.
+  {
+    Snapshot snap = state_.GetSnapshot();
+    for (const auto& [id, job] : snap.jobs()) {
+      if (job->state != JobState::kRunning) continue;
+      for (const ReplicaPlacement& r : job->placement) {
+        NodeLive& live = live_[snap.node(r.node).spec.name];
+        live.expected = true;
+        live.last_heartbeat = options_.clock->Now();
+      }
+    }
+  }
   Publish();
   actor_ = std::thread([this] { ActorLoop(); });
   scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
@@ -205,6 +218,7 @@ void Controller::SchedulerLoop() {
       if (stopping_) return;
       trigger_ = false;
     }
+    CheckNodes();
     RunOneCycle();
   }
 }
@@ -256,6 +270,52 @@ void Controller::RunOneCycle() {
     cycles_done_ = std::max(cycles_done_, requested);
   }
   cycle_cv_.notify_all();
+}
+
+void Controller::CheckNodes() {
+  const TimePoint now = options_.clock->Now();
+  std::vector<std::string> silent;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, live] : live_) {
+      if ((live.registered || live.expected) && now - live.last_heartbeat > options_.node_timeout) silent.push_back(name);
+    }
+  }
+  if (silent.empty()) return;
+  Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+    for (const std::string& name : silent) {
+      Snapshot snap = batch.state->GetSnapshot();
+      const NodeState* node = snap.FindNode(name);
+      if (node == nullptr || node->lost) continue;
+      batch.Apply(NodeLostChanged{name, true}).IgnoreError();
+      const std::string why = "node " + name + " lost (no heartbeat for " +
+                              FormatDuration((now - live_[name].last_heartbeat) / kMicrosPerSecond * kMicrosPerSecond) + ")";
+      for (const auto& [id, job] : snap.jobs()) {
+        if (job->state != JobState::kRunning) continue;
+        for (const ReplicaPlacement& r : job->placement) {
+          if (r.node == node->id) {
+            Requeue(batch, *job, why, /*counts_against_policy=*/false);
+            break;
+          }
+        }
+      }
+    }
+    return true;
+  }).status().IgnoreError();
+}
+
+void Controller::Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy) {
+  exits_.erase(job.id);
+  const TimePoint now = options_.clock->Now();
+  const RestartSpec& r = job.spec.restart;
+  const bool allowed = !counts_against_policy ||
+                       (r.policy != RestartPolicy::kNever && (r.max_restarts == 0 ? r.policy == RestartPolicy::kAlways
+                                                                                  : job.restarts < r.max_restarts));
+  if (allowed) {
+    batch.Apply(JobRequeued{job.id, now, reason}).IgnoreError();
+  } else {
+    batch.Apply(JobFinished{job.id, JobOutcome::kFailed, now}).IgnoreError();
+  }
 }
 
 void Controller::ScheduleNow() {
@@ -371,7 +431,10 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   }
   a.node_rank = static_cast<int32_t>(std::find(node_order.begin(), node_order.end(), r.node) - node_order.begin());
   a.master_addr = a.hosts[0];
-  a.master_port = 20000 + static_cast<int32_t>(job.id.value() % 20000);
+  a.master_port = 20000 + static_cast<int32_t>((job.id.value() * 7 + static_cast<uint64_t>(job.restarts)) % 20000);
+  a.attempt = job.restarts;
+  a.checkpoint_signal = job.spec.checkpoint.signal;
+  a.checkpoint_grace = job.spec.checkpoint.grace;
   return a;
 }
 
@@ -390,19 +453,53 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
       live.last_heartbeat = options_.clock->Now();
       live.gpus = report.gpus;
     }
-    // Exits: a job ends when every replica has exited (all zero: succeeded),
-    // or as soon as one replica fails.
+    if (node->lost) {
+      batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
+      snap = batch.state->GetSnapshot();
+    }
+    // GPU health: a GPU the agent reports unhealthy takes no work, and the
+    // gangs on it restart elsewhere.
+    for (const GpuTelemetry& g : report.gpus) {
+      if (g.index < 0 || g.index >= node->spec.gpus) continue;
+      const bool was = (node->healthy_mask >> g.index) & 1;
+      if (was == g.healthy) continue;
+      batch.Apply(GpuHealthChanged{report.node, g.index, g.healthy}).IgnoreError();
+      if (!g.healthy) {
+        for (const auto& [id, job] : snap.jobs()) {
+          if (job->state != JobState::kRunning) continue;
+          for (const ReplicaPlacement& r : job->placement) {
+            if (r.node == node->id && ((r.gpu_mask >> g.index) & 1)) {
+              Requeue(batch, *job, "GPU " + std::to_string(g.index) + " on " + report.node + " failed (" +
+                                       g.health_reason + ")", false);
+              break;
+            }
+          }
+        }
+      }
+      snap = batch.state->GetSnapshot();
+      node = snap.FindNode(report.node);
+    }
+    // Exits: a job ends when every replica has exited (all zero: succeeded).
+    // A failed replica ends the attempt at once: the gang restarts if its
+    // policy allows, else the job fails.
     for (const TaskReport& t : report.tasks) {
       if (!t.exited) continue;
       const JobRecord* job = snap.FindJob(t.job);
-      if (job == nullptr || job->state != JobState::kRunning) continue;
+      if (job == nullptr || job->state != JobState::kRunning || t.attempt != job->restarts) continue;
       auto& exits = exits_[t.job];
       exits[{t.task, t.replica}] = t.exit_code;
       const bool failed = t.exit_code != 0;
-      if (failed || exits.size() == job->placement.size()) {
-        batch.Apply(JobFinished{t.job, failed ? JobOutcome::kFailed : JobOutcome::kSucceeded, options_.clock->Now()})
-            .IgnoreError();
-        exits_.erase(t.job);
+      if (failed) {
+        Requeue(batch, *job, job->spec.tasks[t.task].name + "-" + std::to_string(t.replica) + " exited with code " +
+                                 std::to_string(t.exit_code), true);
+        snap = batch.state->GetSnapshot();
+      } else if (exits.size() == job->placement.size()) {
+        if (job->spec.restart.policy == RestartPolicy::kAlways) {
+          Requeue(batch, *job, "all replicas exited; restart policy always", true);
+        } else {
+          batch.Apply(JobFinished{t.job, JobOutcome::kSucceeded, options_.clock->Now()}).IgnoreError();
+          exits_.erase(t.job);
+        }
         snap = batch.state->GetSnapshot();
       }
     }

@@ -46,6 +46,8 @@ struct GpuTelemetry {
   MemoryMiB memory_used = 0;
   int32_t temperature_c = 0;
   int32_t power_w = 0;
+  bool healthy = true;
+  std::string health_reason;  // "xid 79", "ecc", "temperature 95C"
 };
 
 // What a node's agent should be running: one replica of a job.
@@ -67,12 +69,16 @@ struct TaskAssignment {
   std::vector<std::string> hosts;  // one per replica, by rank
   MilliCpu cpu = 0;
   MemoryMiB memory = 0;
+  int32_t attempt = 0;  // the job's restart count: a new attempt is a new process
+  std::string checkpoint_signal = "SIGUSR1";
+  Duration checkpoint_grace = 0;
 };
 
 struct TaskReport {
   JobId job;
   uint16_t task = 0;
   uint32_t replica = 0;
+  int32_t attempt = 0;
   bool exited = false;
   int32_t exit_code = 0;
 };
@@ -86,6 +92,7 @@ struct HeartbeatReport {
 // What the control plane knows of a node beyond the journaled state.
 struct NodeLive {
   bool registered = false;  // an agent has registered since this server started
+  bool expected = false;    // runs work from before a restart: must heartbeat or be declared lost
   bool simulated = false;
   std::string address;
   TimePoint last_heartbeat = 0;
@@ -160,6 +167,10 @@ class Controller {
   void ActorLoop();
   void SchedulerLoop();
   void RunOneCycle();
+  // Declares nodes lost whose agents stopped heartbeating, and requeues their gangs.
+  void CheckNodes();
+  // REQUIRES: on the actor. Requeues (or fails, past the restart limit) a running job.
+  void Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy);
   void Publish();
   void BumpNodeVersions(const std::vector<Event>& events);
   void Trigger();

@@ -82,7 +82,7 @@ TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
   auto id = c->Submit(kAlice, Job("pair", 2, 4));
   ASSERT_TRUE(id.ok());
   c->ScheduleNow();
-  auto tasks = c->Heartbeat(agent0, {"n-0", {{0, 50, 1000, 60, 300}}, {}});
+  auto tasks = c->Heartbeat(agent0, {"n-0", {{0, 50, 1000, 60, 300, true, ""}}, {}});
   ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
   ASSERT_EQ(tasks->size(), 2u);  // both replicas fit on n-0
   EXPECT_EQ((*tasks)[0].world_size, 2);
@@ -91,13 +91,61 @@ TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
   EXPECT_EQ((*tasks)[0].master_addr, "127.0.0.1");
   EXPECT_EQ(c->Heartbeat(agent0, {"n-1", {}, {}}).status().code(), StatusCode::kPermissionDenied);
   // One replica exits 0: still running. The other exits 0: succeeded.
-  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, true, 0}}}).ok());
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, 0, true, 0}}}).ok());
   EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
-  tasks = c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 1, true, 0}}});
+  tasks = c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 1, 0, true, 0}}});
   ASSERT_TRUE(tasks.ok());
   EXPECT_TRUE(tasks->empty());
   EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kSucceeded);
   EXPECT_EQ(c->snapshot().FindNode("n-0")->allocated_mask, 0u);
+}
+
+TEST_F(ControllerTest, ALostNodesGangsAreRequeuedAndRunElsewhere) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
+  auto id = c->Submit(kAlice, Job("eight", 1, 8));
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  const NodeId first = c->snapshot().FindJob(*id)->placement[0].node;
+  const Principal& stays = first.value() == 0 ? agent1 : agent0;
+  clock.Advance(31 * kMicrosPerSecond);  // past the 30 s node timeout
+  ASSERT_TRUE(c->Heartbeat(stays, {stays.node, {}, {}}).ok());
+  c->ScheduleNow();  // notices the silent node, requeues; the next cycle places the gang
+  c->ScheduleNow();
+  Snapshot snap = c->snapshot();
+  const JobRecord* job = snap.FindJob(*id);
+  EXPECT_TRUE(snap.node(first).lost);
+  EXPECT_EQ(job->restarts, 1);
+  EXPECT_EQ(job->state, JobState::kRunning);
+  EXPECT_NE(job->placement[0].node, first);
+  EXPECT_NE(job->last_requeue_reason.find("lost"), std::string::npos) << job->last_requeue_reason;
+}
+
+TEST_F(ControllerTest, CrashedReplicaRestartsPerPolicyThenFails) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  JobSpec spec = Job("crashy", 1, 1);
+  spec.restart = {RestartPolicy::kOnFailure, 1};
+  spec.node_selector = {{"hostname", "n-0"}};
+  auto id = c->Submit(kAlice, spec);
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  // Attempt 0 fails: requeued and placed again as attempt 1.
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, 0, true, 2}}}).ok());
+  c->ScheduleNow();
+  EXPECT_EQ(c->snapshot().FindJob(*id)->restarts, 1);
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
+  // A stale report from attempt 0 changes nothing.
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, 0, true, 2}}}).ok());
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
+  // Attempt 1 fails: no restarts left.
+  auto tasks = c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, 1, true, 2}}});
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kFailed);
 }
 
 TEST_F(ControllerTest, RecoversEverythingFromTheStore) {

@@ -119,6 +119,10 @@ StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
       }
       ROTA_ASSIGN_OR_RETURN(const json* mem, field(g, p, "memory_used_mib", V::number_integer, false));
       if (mem != nullptr) t.memory_used = mem->get<int64_t>();
+      ROTA_ASSIGN_OR_RETURN(const json* healthy, field(g, p, "healthy", V::boolean, false));
+      if (healthy != nullptr) t.healthy = healthy->get<bool>();
+      ROTA_ASSIGN_OR_RETURN(const json* why, field(g, p, "health_reason", V::string, false));
+      if (why != nullptr) t.health_reason = why->get<std::string>();
       r.gpus.push_back(t);
     }
   }
@@ -133,15 +137,23 @@ StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
       ROTA_ASSIGN_OR_RETURN(const json* replica, field(t, p, "replica", V::number_integer, true));
       ROTA_ASSIGN_OR_RETURN(const json* state, field(t, p, "state", V::string, false));
       ROTA_ASSIGN_OR_RETURN(const json* code, field(t, p, "exit_code", V::number_integer, false));
-      r.tasks.push_back({JobId(job->get<uint64_t>()), task->get<uint16_t>(), replica->get<uint32_t>(),
-                         state != nullptr && state->get<std::string>() == "exited", code ? code->get<int32_t>() : 0});
+      ROTA_ASSIGN_OR_RETURN(const json* attempt, field(t, p, "attempt", V::number_integer, false));
+      TaskReport tr;
+      tr.job = JobId(job->get<uint64_t>());
+      tr.task = task->get<uint16_t>();
+      tr.replica = replica->get<uint32_t>();
+      tr.attempt = attempt ? attempt->get<int32_t>() : 0;
+      tr.exited = state != nullptr && state->get<std::string>() == "exited";
+      tr.exit_code = code ? code->get<int32_t>() : 0;
+      r.tasks.push_back(tr);
     }
   }
   return r;
 }
 
-std::string TaskKey(JobId job, uint16_t task, uint32_t replica) {
-  return std::to_string(job.value()) + "/" + std::to_string(task) + "/" + std::to_string(replica);
+std::string TaskKey(JobId job, uint16_t task, uint32_t replica, int32_t attempt) {
+  return std::to_string(job.value()) + "/" + std::to_string(task) + "/" + std::to_string(replica) + "/" +
+         std::to_string(attempt);
 }
 
 // Requests may wait in a long poll; the pool keeps room for everything else.
@@ -192,9 +204,13 @@ class HttpServerImpl final : public HttpServer {
  private:
   using Handler = std::function<void(const Principal&, const httplib::Request&, httplib::Response&)>;
 
-  // Authenticates, rate-limits and guards a handler: no input reaches a 500.
-  httplib::Server::Handler Guard(Handler h) {
-    return [this, h](const httplib::Request& req, httplib::Response& res) {
+  // Who may call a route: people (user, admin) or node agents (agent, admin).
+  enum class Access { kPeople, kAgents };
+
+  // Authenticates, rate-limits, checks the role and guards a handler: no
+  // input reaches a 500.
+  httplib::Server::Handler Guard(Handler h, Access access = Access::kPeople) {
+    return [this, h, access](const httplib::Request& req, httplib::Response& res) {
       try {
         auto who = c_->auth().Authenticate(req.get_header_value("Authorization"));
         const std::string key = who.ok() ? "user:" + who->user : "addr:" + req.remote_addr;
@@ -203,6 +219,12 @@ class HttpServerImpl final : public HttpServer {
           return ReplyError(res, Status(StatusCode::kResourceExhausted, "rate limit exceeded; retry later"));
         }
         if (!who.ok()) return ReplyError(res, who.status());
+        if (access == Access::kPeople && who->role == Role::kAgent) {
+          return ReplyError(res, Status(StatusCode::kPermissionDenied, "agent tokens may only register and heartbeat"));
+        }
+        if (access == Access::kAgents && who->role == Role::kUser) {
+          return ReplyError(res, Status(StatusCode::kPermissionDenied, "only node agents (or admins) use /v1/agents"));
+        }
         h(*who, req, res);
       } catch (const std::exception& e) {
         ReplyError(res, InvalidArgumentError(std::string("bad request: ") + e.what()));
@@ -247,6 +269,13 @@ class HttpServerImpl final : public HttpServer {
       ordered_json j = JobView(*c_, snap, *job, true);
       j["events"] = Timeline(*job);
       Reply(res, 200, j);
+    }));
+
+    srv.Get(R"(/v1/jobs/([^/]+)/events)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      const JobRecord* job = nullptr;
+      Snapshot snap = c_->snapshot();
+      if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
+      Reply(res, 200, {{"events", Timeline(*job)}});
     }));
 
     srv.Post(R"(/v1/jobs/([^/]+)/cancel)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
@@ -309,7 +338,7 @@ class HttpServerImpl final : public HttpServer {
       const std::string address = body.value("address", std::string());
       if (Status s = c_->RegisterNode(who, *spec, simulated, address); !s.ok()) return ReplyError(res, s);
       Reply(res, 200, {{"node", spec->name}});
-    }));
+    }, Access::kAgents));
 
     srv.Post("/v1/agents/heartbeat", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       json body = json::parse(req.body, nullptr, false);
@@ -328,9 +357,9 @@ class HttpServerImpl final : public HttpServer {
       std::set<std::string> running, wanted;
       for (const TaskReport& t : report->tasks) {
         exits = exits || t.exited;
-        if (!t.exited) running.insert(TaskKey(t.job, t.task, t.replica));
+        if (!t.exited) running.insert(TaskKey(t.job, t.task, t.replica, t.attempt));
       }
-      for (const TaskAssignment& a : *tasks) wanted.insert(TaskKey(a.job, a.task, a.replica));
+      for (const TaskAssignment& a : *tasks) wanted.insert(TaskKey(a.job, a.task, a.replica, a.attempt));
       if (wait_ms > 0 && !exits && running == wanted && long_polls_.fetch_add(1) < kMaxLongPolls) {
         const bool changed = c_->WaitNodeChange(report->node, version, wait_ms * 1000);
         long_polls_.fetch_sub(1);
@@ -350,10 +379,12 @@ class HttpServerImpl final : public HttpServer {
                        {"command", a.command},       {"env", a.env},             {"world_size", a.world_size},
                        {"rank", a.rank},             {"local_rank", a.local_rank}, {"node_rank", a.node_rank},
                        {"master_addr", a.master_addr}, {"master_port", a.master_port}, {"hosts", a.hosts},
-                       {"cpu_milli", a.cpu},         {"memory_mib", a.memory}});
+                       {"cpu_milli", a.cpu},         {"memory_mib", a.memory},   {"attempt", a.attempt},
+                       {"checkpoint_signal", a.checkpoint_signal},
+                       {"checkpoint_grace_ms", a.checkpoint_grace / 1000}});
       }
       Reply(res, 200, {{"tasks", out}});
-    }));
+    }, Access::kAgents));
 
     srv.Post("/v1/tokens", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       json body = json::parse(req.body, nullptr, false);

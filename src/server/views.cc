@@ -45,12 +45,15 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
     else j["pending_reason"] = {{"code", "NotYetScheduled"}, {"message", "waiting for the next scheduling cycle"}};
   }
   if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
+  j["restarts"] = job.restarts;
+  if (!job.last_requeue_reason.empty()) j["last_requeue_reason"] = job.last_requeue_reason;
   if (with_spec) j["spec"] = api::JobSpecToJson(job.spec);
   return j;
 }
 
 std::string NodeStateName(const Controller& c, const NodeState& node, const std::map<std::string, NodeLive>& live) {
   if (node.drained) return "drained";
+  if (node.lost) return "lost";
   auto it = live.find(node.spec.name);
   if (it == live.end() || !it->second.registered) return "declared";  // no agent has reported for it
   if (c.clock().Now() - it->second.last_heartbeat > c.node_timeout()) return "lost";

@@ -105,7 +105,7 @@ queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
       {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 16}]\n", 422, "largest matching node has 8"},
       {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{replicas: 3, gpus: 8}]\n", 422, "the cluster holds 2"},
       {&bob, "/v1/jobs", big, 413, "size limit"},
-      {&agent, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1}]\n", 403, "agents cannot submit"},
+      {&agent, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1}]\n", 403, "agent tokens may only register"},
       {&bob, "/v1/nodes/n-0/drain", "{}", 403, "admin role"},
       {&bob, "/v1/tokens", R"({"user": "eve", "role": "admin"})", 403, "admin role"},
       {&agent, "/v1/agents/heartbeat", R"({"node": "n-1"})", 403, "its own node"},
@@ -130,6 +130,50 @@ queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
   EXPECT_EQ(json::parse(bob.Get("/v1/jobs?all=true")->body)["jobs"].size(), 0u);
   EXPECT_EQ(bob.Get("/v1/jobs/1")->status, 404);
   EXPECT_EQ(bob.Post("/v1/jobs/1/cancel", "{}", "application/json")->status, 404);
+}
+
+TEST_F(Integration, AuthMatrixOfRolesAndEndpoints) {
+  RotaProcess server("server", tmp.path() + "/data", {"--rate-limit", "0", "--config", Write("c.yaml",
+      "node_groups: [{name: n, count: 1, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]\n")});
+  auto admin = server.Admin();
+  auto token = [&](const std::string& body) {
+    return json::parse(admin.Post("/v1/tokens", body, "application/json")->body)["token"].get<std::string>();
+  };
+  const std::string user = token(R"({"user": "bob", "role": "user"})");
+  const std::string agent = token(R"({"user": "n-0", "role": "agent", "node": "n-0"})");
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: admins\ntasks: [{gpus: 1}]\n", "application/yaml")->status, 201);
+  const std::string node = R"({"node": {"name": "n-0", "gpu_model": "H100", "gpus": 8, "cpu": "64", "memory": "512Gi"}})";
+  struct Row {
+    std::string method, path, body;
+    int none, user, agent, admin;
+  };
+  const std::vector<Row> rows = {
+      {"POST", "/v1/jobs", "name: j\ntasks: [{gpus: 1}]\n", 401, 201, 403, 201},
+      {"GET", "/v1/jobs", "", 401, 200, 403, 200},
+      {"GET", "/v1/jobs/1", "", 401, 404, 403, 200},
+      {"GET", "/v1/jobs/1/events", "", 401, 404, 403, 200},
+      {"GET", "/v1/jobs/1/logs", "", 401, 404, 403, 501},
+      {"GET", "/v1/queues", "", 401, 200, 403, 200},
+      {"GET", "/v1/nodes", "", 401, 200, 403, 200},
+      {"POST", "/v1/nodes/n-0/drain", "{}", 401, 403, 403, 200},
+      {"POST", "/v1/nodes/n-0/undrain", "{}", 401, 403, 403, 200},
+      {"POST", "/v1/agents/register", node, 401, 403, 200, 200},
+      {"POST", "/v1/agents/heartbeat", R"({"node": "n-0"})", 401, 403, 200, 200},
+      {"POST", "/v1/tokens", R"({"user": "x", "role": "user"})", 401, 403, 403, 201},
+      {"GET", "/metrics", "", 401, 200, 403, 200},
+      {"POST", "/v1/jobs/1/cancel", "{}", 401, 404, 403, 200},
+  };
+  const std::vector<std::pair<std::string, std::string>> roles = {
+      {"none", ""}, {"user", user}, {"agent", agent}, {"admin", server.token()}};
+  for (const Row& row : rows) {
+    const int want[] = {row.none, row.user, row.agent, row.admin};
+    for (size_t r = 0; r < roles.size(); ++r) {
+      auto c = server.Http(roles[r].second);
+      auto res = row.method == "GET" ? c.Get(row.path) : c.Post(row.path, row.body, "application/yaml");
+      ASSERT_TRUE(res);
+      EXPECT_EQ(res->status, want[r]) << row.method << " " << row.path << " as " << roles[r].first << ": " << res->body;
+    }
+  }
 }
 
 TEST_F(Integration, RandomGarbageNeverGetsA500) {
@@ -179,6 +223,7 @@ TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
   RotaProcess server("server", tmp.path() + "/data", {"--config", config, "--rate-limit", "0"});
   std::mutex mu;
   std::vector<uint64_t> acked;
+  std::vector<std::string> acked_names;
   std::atomic<bool> stop{false};
   std::vector<std::thread> clients;
   for (int t = 0; t < 8; ++t) {
@@ -191,6 +236,7 @@ TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
         if (r->status == 201) {
           std::lock_guard<std::mutex> lock(mu);
           acked.push_back(json::parse(r->body)["id"]);
+          acked_names.push_back("c" + std::to_string(t) + "-" + std::to_string(i));
         }
       }
     });
@@ -208,6 +254,16 @@ TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << "acknowledged job " << id << " was lost";
   }
+  // None is duplicated: each submission (a unique name) is there once.
+  std::map<std::string, int> seen;
+  auto listing = admin.Get("/v1/jobs?all=true");
+  ASSERT_TRUE(listing) << "listing failed: " << httplib::to_string(listing.error());
+  ASSERT_EQ(listing->status, 200) << listing->body.substr(0, 300);
+  const json listed = json::parse(listing->body)["jobs"];
+  for (const auto& j : listed) seen[j["name"].get<std::string>()]++;
+  ASSERT_GE(listed.size(), acked.size()) << listing->body.substr(0, 500);
+  for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << name << " appears " << n << " times";
+  for (const auto& name : acked_names) EXPECT_EQ(seen[name], 1) << name;
   // No GPU is held by two running jobs, and at most the 32 GPUs are held.
   admin.Post("/v1/jobs", "name: poke\ntasks: [{gpus: 1}]\n", "application/yaml");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -293,6 +349,179 @@ TEST_F(Integration, ServesHttpsWithACertificate) {
   int status;
   waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "graceful shutdown on SIGTERM";
+}
+
+}  // namespace
+}  // namespace rota::testing
+
+namespace rota::testing {
+namespace {
+
+// A server and three agents (2 simulated GPUs each) as separate processes.
+class Cluster3 : public Integration {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<RotaProcess>("server", tmp.path() + "/data",
+                                            std::vector<std::string>{"--rate-limit", "0", "--node-timeout", "2s"});
+    for (int i = 0; i < 3; ++i) StartAgent(i);
+    // All three ready.
+    for (int i = 0; i < 200; ++i) {
+      auto r = server_->Admin().Get("/v1/nodes");
+      if (r && r->status == 200) {
+        int ready = 0;
+        const json doc = json::parse(r->body);  // named: a range-for over a temporary's member dangles
+        for (const auto& n : doc["nodes"]) ready += n["state"] == "ready";
+        if (ready == 3) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::string states;
+    const json doc = json::parse(server_->Admin().Get("/v1/nodes")->body);
+    for (const auto& n : doc["nodes"]) states += n["name"].get<std::string>() + "=" + n["state"].get<std::string>() + " ";
+    FAIL() << "agents did not become ready: " << states;
+  }
+  void TearDown() override {
+    for (pid_t p : agents_) {
+      if (p > 0) {
+        kill(p, SIGTERM);
+        waitpid(p, nullptr, 0);
+      }
+    }
+  }
+  void StartAgent(int i) {
+    const std::string name = "a" + std::to_string(i);
+    auto r = server_->Admin().Post("/v1/tokens", json{{"user", name}, {"role", "agent"}, {"node", name}}.dump(),
+                                   "application/json");
+    ASSERT_EQ(r->status, 201);
+    const std::string token = json::parse(r->body)["token"];
+    std::vector<std::string> args{RotaBinary(), "agent",       "--server", server_->url(), "--token", token,
+                                  "--name",     name,          "--address", "127.0.0.1",   "--gpus",  "2xH100:80Gi",
+                                  "--logs-dir", LogsDir(i),    "--heartbeat-ms", "200"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::string log = tmp.path() + "/" + name + ".log";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    agents_.push_back(pid);
+  }
+  std::string LogsDir(int i) { return tmp.path() + "/logs-a" + std::to_string(i); }
+  json Job(int id) { return json::parse(server_->Admin().Get("/v1/jobs/" + std::to_string(id))->body); }
+  // Waits until `pred(job)` holds.
+  json WaitJob(int id, const std::function<bool(const json&)>& pred, int seconds = 20) {
+    json j;
+    for (int i = 0; i < seconds * 20; ++i) {
+      j = Job(id);
+      if (pred(j)) return j;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "job " << id << " never reached the expected state: " << j.dump();
+    return j;
+  }
+  std::unique_ptr<RotaProcess> server_;
+  std::vector<pid_t> agents_;
+};
+
+TEST_F(Cluster3, TwoNodeGangRanksMeetAndAllReduce) {
+  const std::string demo = std::getenv("ROTA_ALLREDUCE") ? std::getenv("ROTA_ALLREDUCE") : "allreduce_rank";
+  // 2 replicas x 2 GPUs: each replica takes a whole node.
+  const std::string spec = "name: allreduce\ntasks: [{name: rank, replicas: 2, gpus: 2, command: [\"" + demo + "\"]}]\n";
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", spec, "application/yaml")->status, 201);
+  json j = WaitJob(1, [](const json& x) { return x["state"] != "pending" && x["state"] != "running"; });
+  ASSERT_EQ(j["state"], "succeeded") << j.dump();
+  std::set<std::string> nodes;
+  std::string out;
+  for (const auto& p : j["placement"]) {
+    nodes.insert(p["node"].get<std::string>());
+    const int agent = std::stoi(p["node"].get<std::string>().substr(1));
+    out += ReadAll(LogsDir(agent) + "/1/rank-" + p["replica"].dump() + ".log");
+  }
+  EXPECT_EQ(nodes.size(), 2u) << "the two ranks should be on two nodes";
+  EXPECT_NE(out.find("rank 0 of 2: sum 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 of 2: sum 3"), std::string::npos) << out;
+}
+
+TEST_F(Cluster3, KillingAnAgentRestartsItsGangOnOtherNodes) {
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", "name: long\ntasks: [{name: w, replicas: 2, gpus: 2, command: [sleep, \"60\"]}]\n",
+                                  "application/yaml")->status, 201);
+  json j = WaitJob(1, [](const json& x) { return x["state"] == "running"; });
+  const std::string victim = j["placement"][0]["node"];
+  const int index = std::stoi(victim.substr(1));
+  kill(agents_[index], SIGKILL);
+  waitpid(agents_[index], nullptr, 0);
+  agents_[index] = 0;
+  // Lost after 2 s without heartbeats; the gang restarts on the two live nodes.
+  j = WaitJob(1, [&](const json& x) {
+    if (x["state"] != "running" || x["restarts"] != 1) return false;
+    for (const auto& p : x["placement"]) {
+      if (p["node"] == victim) return false;
+    }
+    return true;
+  });
+  EXPECT_NE(j.value("last_requeue_reason", ""), "") << j.dump();
+  EXPECT_NE(j["last_requeue_reason"].get<std::string>().find("node " + victim + " lost"), std::string::npos);
+  auto nodes = json::parse(server_->Admin().Get("/v1/nodes")->body)["nodes"];
+  for (const auto& n : nodes) {
+    if (n["name"] == victim) {
+      EXPECT_EQ(n["state"], "lost");
+    }
+  }
+}
+
+TEST_F(Cluster3, CrashedRankRestartsTheGangPerPolicyThenFails) {
+  // Rank 1 fails every time: on-failure with 2 restarts = 3 attempts, then failed.
+  const std::string spec =
+      "name: crashy\nrestart: {policy: on-failure, max_restarts: 2}\n"
+      "tasks: [{name: w, replicas: 2, gpus: 1, command: [sh, -c, 'if [ $RANK = 1 ]; then exit 3; fi; sleep 30']}]\n";
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", spec, "application/yaml")->status, 201);
+  json j = WaitJob(1, [](const json& x) { return x["state"] == "failed"; });
+  EXPECT_EQ(j["restarts"], 2);
+  EXPECT_NE(j.value("last_requeue_reason", "").find("w-1 exited with code 3"), std::string::npos) << j.dump();
+}
+
+TEST_F(Cluster3, UnhealthyGpuMovesTheGang) {
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", "name: g\ntasks: [{name: w, gpus: 2, command: [sleep, \"60\"]}]\n",
+                                  "application/yaml")->status, 201);
+  json j = WaitJob(1, [](const json& x) { return x["state"] == "running"; });
+  const std::string node = j["placement"][0]["node"];
+  TearDown();  // restart the agents, the one on `node` with GPU 1 reported bad
+  agents_.clear();
+  const int bad = std::stoi(node.substr(1));
+  std::ofstream(tmp.path() + "/health-" + node) << "1 xid 79\n";
+  for (int i = 0; i < 3; ++i) {
+    if (i != bad) {
+      StartAgent(i);
+      continue;
+    }
+    // Same agent, now with a health file.
+    auto r = server_->Admin().Post("/v1/tokens", json{{"user", node}, {"role", "agent"}, {"node", node}}.dump(),
+                                   "application/json");
+    const std::string token = json::parse(r->body)["token"];
+    std::vector<std::string> args{RotaBinary(), "agent", "--server", server_->url(), "--token", token, "--name", node,
+                                  "--address", "127.0.0.1", "--gpus", "2xH100:80Gi", "--logs-dir", LogsDir(i),
+                                  "--heartbeat-ms", "200", "--health-file", tmp.path() + "/health-" + node};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    agents_.push_back(pid);
+  }
+  j = WaitJob(1, [&](const json& x) {
+    return x["state"] == "running" && x["restarts"] == 1 && x["placement"][0]["node"] != node;
+  });
+  EXPECT_NE(j["last_requeue_reason"].get<std::string>().find("GPU 1 on " + node + " failed (xid 79)"), std::string::npos)
+      << j.dump();
+  const json doc = json::parse(server_->Admin().Get("/v1/nodes")->body);
+  for (const auto& n : doc["nodes"]) {
+    if (n["name"] == node) {
+      EXPECT_EQ(n["gpus_unhealthy"], 1);
+    }
+  }
 }
 
 }  // namespace
