@@ -98,7 +98,8 @@ void WriteHistory(const std::string& path, int jobs, bool snapshots) {
   auto store = std::move(SqliteStore::Open(path)).value();
   ClusterState state(Cluster().topology);
   std::vector<Event> batch;
-  for (auto& n : *ExpandNodes(Cluster())) batch.push_back(NodeAdded{n});
+  const std::vector<NodeSpec> nodes = std::move(ExpandNodes(Cluster())).value();
+  for (const NodeSpec& n : nodes) batch.push_back(NodeAdded{n});
   uint64_t last_snapshot = 0;
   auto flush = [&] {
     for (const Event& e : batch) (void)state.Apply(e).ok();

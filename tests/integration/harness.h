@@ -24,7 +24,7 @@ namespace rota::testing {
 
 inline std::string RotaBinary() {
   const char* b = std::getenv("ROTA_BINARY");
-  return b ? b : "rota";
+  return b ? b : ROTA_BINARY_PATH;
 }
 
 inline std::string ReadAll(const std::string& path) {

@@ -427,7 +427,7 @@ class Cluster3 : public Integration {
 };
 
 TEST_F(Cluster3, TwoNodeGangRanksMeetAndAllReduce) {
-  const std::string demo = std::getenv("ROTA_ALLREDUCE") ? std::getenv("ROTA_ALLREDUCE") : "allreduce_rank";
+  const std::string demo = std::getenv("ROTA_ALLREDUCE") ? std::getenv("ROTA_ALLREDUCE") : ROTA_ALLREDUCE_PATH;
   // 2 replicas x 2 GPUs: each replica takes a whole node.
   const std::string spec = "name: allreduce\ntasks: [{name: rank, replicas: 2, gpus: 2, command: [\"" + demo + "\"]}]\n";
   ASSERT_EQ(server_->Admin().Post("/v1/jobs", spec, "application/yaml")->status, 201);
