@@ -71,6 +71,7 @@ std::unique_ptr<httplib::Client> MakeClient(const std::string& server, const std
   auto c = std::make_unique<httplib::Client>(server);
   c->set_bearer_token_auth(token);
   c->set_connection_timeout(2, 0);
+  c->set_tcp_nodelay(true);
   c->set_read_timeout(10, 0);
   c->enable_server_certificate_verification(false);
   return c;

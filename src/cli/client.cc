@@ -74,6 +74,7 @@ Response Client::Get(const std::string& path) const {
   httplib::Client http(server_);
   http.set_bearer_token_auth(token_);
   http.set_connection_timeout(5, 0);
+  http.set_tcp_nodelay(true);
   http.set_read_timeout(30, 0);
   auto res = http.Get(path);
   if (!res) return {0, "", "cannot reach " + server_ + " (" + httplib::to_string(res.error()) + "); is `rota up` running?"};
@@ -84,6 +85,7 @@ Response Client::Post(const std::string& path, const std::string& body, const st
   httplib::Client http(server_);
   http.set_bearer_token_auth(token_);
   http.set_connection_timeout(5, 0);
+  http.set_tcp_nodelay(true);
   http.set_read_timeout(30, 0);
   auto res = http.Post(path, body, content_type);
   if (!res) return {0, "", "cannot reach " + server_ + " (" + httplib::to_string(res.error()) + "); is `rota up` running?"};

@@ -172,7 +172,14 @@ void Controller::ActorLoop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || !inbox_.empty(); });
       if (inbox_.empty() && stopping_) break;
-      work.swap(inbox_);
+      if (options_.max_batch == 0 || inbox_.size() <= options_.max_batch) {
+        work.swap(inbox_);
+      } else {
+        for (size_t i = 0; i < options_.max_batch; ++i) {
+          work.push_back(std::move(inbox_.front()));
+          inbox_.pop_front();
+        }
+      }
     }
     Batch batch{&state_, {}, {}};
     for (auto& message : work) message(batch);

@@ -38,6 +38,7 @@ struct ControllerOptions {
   uint64_t snapshot_every = 10'000;              // journal events between snapshots
   Duration schedule_interval = kMicrosPerSecond;  // a cycle at least this often
   Duration node_timeout = 30 * kMicrosPerSecond;  // heartbeat age after which a node shows as lost
+  size_t max_batch = 0;  // messages per journal transaction; 0 = all queued (group commit), 1 = none
 };
 
 struct GpuTelemetry {

@@ -177,6 +177,7 @@ class HttpServerImpl final : public HttpServer {
       server_ = std::make_unique<httplib::Server>();
     }
     server_->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+    server_->set_tcp_nodelay(true);  // small JSON replies: no Nagle + delayed-ACK stalls
     server_->set_payload_max_length(options_.max_body_bytes);
     server_->set_read_timeout(10, 0);
     server_->set_write_timeout(10, 0);
