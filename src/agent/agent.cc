@@ -26,6 +26,8 @@ struct Agent::Task {
   pid_t pid = 0;             // 0 = holds its GPUs without a process (no command)
   bool exited = false;
   int exit_code = 0;
+  std::string exit_reason;  // "oom" when the kernel OOM-killed it
+  std::string cgroup;       // its group name, "" if none
   bool stopping = false;
   std::chrono::steady_clock::time_point stop_deadline;
 };
@@ -87,6 +89,16 @@ Agent::Agent(AgentOptions options) : options_(std::move(options)) {
 Agent::~Agent() { Stop(); }
 
 void Agent::Start() {
+  if (!options_.cgroup_root.empty()) {
+    auto cg = Cgroups::Detect(options_.cgroup_root, "rota/" + options_.node_name);
+    if (cg.ok()) {
+      cgroups_ = std::move(cg).value();
+      std::fprintf(stderr, "rota agent: CPU and memory limits through cgroup %s\n", cgroups_->version().c_str());
+    } else {
+      std::fprintf(stderr, "rota agent: tasks run WITHOUT CPU and memory limits: %s\n",
+                   std::string(cg.status().message()).c_str());
+    }
+  }
   poll_thread_ = std::thread([this] { PollLoop(); });
   reap_thread_ = std::thread([this] { ReapLoop(); });
 }
@@ -96,7 +108,11 @@ void Agent::Stop() {
   if (poll_thread_.joinable()) poll_thread_.join();
   if (reap_thread_.joinable()) reap_thread_.join();
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [key, t] : tasks_) StopTask(*t, /*now=*/true);
+  for (auto& [key, t] : tasks_) {
+    StopTask(*t, /*now=*/true);
+    if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
+  }
+  if (cgroups_) cgroups_->Remove("");
 }
 
 bool Agent::Reap() {
@@ -108,6 +124,10 @@ bool Agent::Reap() {
         t->exited = true;
         t->exit_code = code;
         ended = true;
+        if (cgroups_ && !t->cgroup.empty()) {
+          if (cgroups_->OomKilled(t->cgroup)) t->exit_reason = "oom";
+          cgroups_->Remove(t->cgroup);
+        }
       }
     }
     if (t->stopping && !t->exited) StopTask(*t, false);
@@ -165,7 +185,8 @@ bool Agent::Heartbeat(int wait_ms) {
   for (auto& [key, t] : tasks_) {
     if (!t->exited) busy |= t->gpu_mask;
     tasks.push_back({{"job", t->job}, {"task", t->task}, {"replica", t->replica}, {"attempt", t->attempt},
-                     {"state", t->exited ? "exited" : "running"}, {"exit_code", t->exit_code}});
+                     {"state", t->exited ? "exited" : "running"}, {"exit_code", t->exit_code},
+                     {"exit_reason", t->exit_reason}});
   }
   json gpus = json::array();
   const auto sick = ReadHealthFile(options_.health_file);
@@ -264,6 +285,20 @@ bool Agent::Heartbeat(int wait_ms) {
     if (spec.argv.empty()) {
       std::ofstream(spec.log_path, std::ios::app) << "rota: no command; the task holds its GPUs until cancelled\n";
     } else {
+      // CPU and memory limits: the process joins its cgroup before it runs.
+      const int64_t cpu = a.value("cpu_milli", int64_t{0});
+      const int64_t memory = a.value("memory_mib", int64_t{0});
+      if (cgroups_ && (cpu > 0 || memory > 0)) {
+        t->cgroup = std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) + "-" +
+                    std::to_string(t->attempt);
+        auto procs = cgroups_->Create(t->cgroup, cpu, memory);
+        if (procs.ok()) {
+          spec.argv = WrapInCgroup(*procs, spec.argv);
+        } else {
+          std::ofstream(spec.log_path, std::ios::app) << "rota: running without limits: " << procs.status().message() << "\n";
+          t->cgroup.clear();
+        }
+      }
       auto pid = launcher_.Start(spec);
       if (pid.ok()) {
         t->pid = *pid;

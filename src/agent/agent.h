@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/cgroups.h"
 #include "agent/inventory.h"
 #include "agent/launcher.h"
 
@@ -42,6 +43,8 @@ struct AgentOptions {
   // simulated inventories and tests; NVML health is read directly).
   std::string health_file;
   int32_t max_temperature_c = 90;  // above this a GPU is reported unhealthy
+  // Where to put tasks' CPU and memory limits; "" = no limits.
+  std::string cgroup_root = "/sys/fs/cgroup";
 };
 
 class Agent {
@@ -65,6 +68,7 @@ class Agent {
 
   AgentOptions options_;
   ProcessLauncher launcher_;
+  std::unique_ptr<Cgroups> cgroups_;  // null: limits not enforced
   std::mutex mu_;  // guards tasks_
   std::map<std::string, std::unique_ptr<Task>> tasks_;
   std::atomic<bool> stop_{false};

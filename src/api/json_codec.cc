@@ -250,6 +250,7 @@ std::string EncodeEvent(const Event& event) {
           j["id"] = e.id.value();
           j["at"] = e.at;
           j["outcome"] = e.outcome == JobOutcome::kSucceeded ? "succeeded" : "failed";
+          if (!e.reason.empty()) j["reason"] = e.reason;
         } else if constexpr (std::is_same_v<E, JobRequeued>) {
           j["type"] = "JobRequeued";
           j["id"] = e.id.value();
@@ -297,7 +298,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
     }
     if (type == "JobFinished") {
       return Event(JobFinished{JobId(j.at("id").get<uint64_t>()),
-                               j.at("outcome") == "succeeded" ? JobOutcome::kSucceeded : JobOutcome::kFailed, j.at("at")});
+                               j.at("outcome") == "succeeded" ? JobOutcome::kSucceeded : JobOutcome::kFailed, j.at("at"),
+                               j.value("reason", std::string())});
     }
     if (type == "JobRequeued") return Event(JobRequeued{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason")});
     if (type == "NodeLostChanged") return Event(NodeLostChanged{j.at("node"), j.at("lost")});

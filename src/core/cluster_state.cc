@@ -223,6 +223,7 @@ Status ClusterState::ApplyOne(const JobFinished& e) {
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = e.outcome == JobOutcome::kSucceeded ? JobState::kSucceeded : JobState::kFailed;
   updated->finished_at = e.at;
+  updated->end_reason = e.reason;
   data_->jobs[e.id] = std::move(updated);
   return Status::Ok();
 }
@@ -281,7 +282,7 @@ std::vector<Event> CompactState(const Snapshot& snap) {
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.state == JobState::kSucceeded || j.state == JobState::kFailed) {
       out.push_back(JobFinished{j.id, j.state == JobState::kSucceeded ? JobOutcome::kSucceeded : JobOutcome::kFailed,
-                                j.finished_at});
+                                j.finished_at, j.end_reason});
     } else if (j.state == JobState::kCancelled) {
       out.push_back(JobCancelled{j.id, j.finished_at, j.end_reason});
     }

@@ -51,6 +51,7 @@ struct JobFinished {
   JobId id;
   JobOutcome outcome = JobOutcome::kSucceeded;
   TimePoint at = 0;
+  std::string reason;  // why it failed
 };
 // A running gang goes back to pending (its node was lost, a GPU failed, a
 // replica crashed and the restart policy allows another try). Its resources

@@ -321,7 +321,7 @@ void Controller::Requeue(Batch& batch, const JobRecord& job, const std::string& 
   if (allowed) {
     batch.Apply(JobRequeued{job.id, now, reason}).IgnoreError();
   } else {
-    batch.Apply(JobFinished{job.id, JobOutcome::kFailed, now}).IgnoreError();
+    batch.Apply(JobFinished{job.id, JobOutcome::kFailed, now, reason + "; no restarts left"}).IgnoreError();
   }
 }
 
@@ -497,8 +497,12 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
       exits[{t.task, t.replica}] = t.exit_code;
       const bool failed = t.exit_code != 0;
       if (failed) {
-        Requeue(batch, *job, job->spec.tasks[t.task].name + "-" + std::to_string(t.replica) + " exited with code " +
-                                 std::to_string(t.exit_code), true);
+        const TaskGroupSpec& spec = job->spec.tasks[t.task];
+        const std::string who = spec.name + "-" + std::to_string(t.replica);
+        Requeue(batch, *job,
+                t.exit_reason == "oom" ? who + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
+                                       : who + " exited with code " + std::to_string(t.exit_code),
+                true);
         snap = batch.state->GetSnapshot();
       } else if (exits.size() == job->placement.size()) {
         if (job->spec.restart.policy == RestartPolicy::kAlways) {

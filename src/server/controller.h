@@ -82,6 +82,7 @@ struct TaskReport {
   int32_t attempt = 0;
   bool exited = false;
   int32_t exit_code = 0;
+  std::string exit_reason;  // "oom": killed by the kernel at its memory limit
 };
 
 struct HeartbeatReport {

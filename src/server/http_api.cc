@@ -138,6 +138,7 @@ StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
       ROTA_ASSIGN_OR_RETURN(const json* state, field(t, p, "state", V::string, false));
       ROTA_ASSIGN_OR_RETURN(const json* code, field(t, p, "exit_code", V::number_integer, false));
       ROTA_ASSIGN_OR_RETURN(const json* attempt, field(t, p, "attempt", V::number_integer, false));
+      ROTA_ASSIGN_OR_RETURN(const json* reason, field(t, p, "exit_reason", V::string, false));
       TaskReport tr;
       tr.job = JobId(job->get<uint64_t>());
       tr.task = task->get<uint16_t>();
@@ -145,6 +146,7 @@ StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
       tr.attempt = attempt ? attempt->get<int32_t>() : 0;
       tr.exited = state != nullptr && state->get<std::string>() == "exited";
       tr.exit_code = code ? code->get<int32_t>() : 0;
+      tr.exit_reason = reason ? reason->get<std::string>() : "";
       r.tasks.push_back(tr);
     }
   }

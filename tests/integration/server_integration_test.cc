@@ -483,6 +483,25 @@ TEST_F(Cluster3, CrashedRankRestartsTheGangPerPolicyThenFails) {
   EXPECT_NE(j.value("last_requeue_reason", "").find("w-1 exited with code 3"), std::string::npos) << j.dump();
 }
 
+TEST_F(Cluster3, MemoryLimitIsEnforcedAndAnOomKillIsReported) {
+  const std::string spec =
+      "name: hungry\ntasks: [{name: w, gpus: 1, memory: 64Mi, cpu: 0.5, command: [sh, -c, "
+      "'cat /proc/self/cgroup; x=$(head -c 300000000 /dev/zero | tr \"\\\\0\" a); echo survived']}]\n";
+  auto r = server_->Admin().Post("/v1/jobs", spec, "application/yaml");
+  ASSERT_EQ(r->status, 201) << r->body;
+  json j = WaitJob(1, [](const json& x) { return x["state"] == "failed" || x["state"] == "succeeded"; }, 60);
+  if (j.value("end_reason", "").find("OOM") == std::string::npos &&
+      ReadAll(tmp.path() + "/a0.log").find("WITHOUT CPU and memory limits") != std::string::npos) {
+    GTEST_SKIP() << "no writable cgroup hierarchy here: " << ReadAll(tmp.path() + "/a0.log");
+  }
+  EXPECT_EQ(j["state"], "failed") << j.dump();
+  EXPECT_NE(j.value("end_reason", "").find("w-0 was OOM-killed at its memory limit (64Mi)"), std::string::npos) << j.dump();
+  const std::string node = j["placement"][0]["node"];
+  const std::string log = ReadAll(LogsDir(std::stoi(node.substr(1))) + "/1/w-0.log");
+  EXPECT_NE(log.find("rota/" + node + "/1-0-0-0"), std::string::npos) << log;
+  EXPECT_EQ(log.find("survived"), std::string::npos) << log;
+}
+
 TEST_F(Cluster3, UnhealthyGpuMovesTheGang) {
   ASSERT_EQ(server_->Admin().Post("/v1/jobs", "name: g\ntasks: [{name: w, gpus: 2, command: [sleep, \"60\"]}]\n",
                                   "application/yaml")->status, 201);

@@ -1,0 +1,131 @@
+#include "agent/cgroups.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace rota::agent {
+namespace {
+
+bool WriteFile(const std::string& path, const std::string& value) {
+  std::ofstream out(path);
+  if (!out) return false;
+  out << value;
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// "oom_kill N" in memory.events (v2) or memory.oom_control (v1).
+int64_t OomKills(const std::string& text) {
+  std::istringstream in(text);
+  std::string key;
+  int64_t value;
+  while (in >> key >> value) {
+    if (key == "oom_kill") return value;
+  }
+  return 0;
+}
+
+bool Writable(const std::string& dir) { return access(dir.c_str(), W_OK) == 0; }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Cgroups>> Cgroups::Detect(const std::string& root, const std::string& prefix) {
+  auto c = std::unique_ptr<Cgroups>(new Cgroups());
+  c->prefix_ = prefix;
+  const std::string controllers = ReadFile(root + "/cgroup.controllers");
+  if (controllers.find("memory") != std::string::npos && controllers.find("cpu") != std::string::npos &&
+      Writable(root)) {
+    c->v2_ = true;
+    c->root_ = root;
+    // Controllers must be enabled for children along the path.
+    WriteFile(root + "/cgroup.subtree_control", "+cpu +memory");
+  } else if (Writable(root + "/memory") && Writable(root + "/cpu")) {
+    c->root_ = root;
+  } else {
+    return NotFoundError("no writable cgroup hierarchy with cpu and memory under " + root);
+  }
+  std::error_code ec;
+  for (const std::string& d : c->Dirs("")) std::filesystem::create_directories(d, ec);
+  if (c->v2_) {
+    // Enable cpu and memory for the groups below our prefix.
+    std::string path = root;
+    std::istringstream parts(prefix);
+    std::string part;
+    while (std::getline(parts, part, '/')) {
+      path += "/" + part;
+      WriteFile(path + "/cgroup.subtree_control", "+cpu +memory");
+    }
+  }
+  return c;
+}
+
+std::vector<std::string> Cgroups::Dirs(const std::string& name) const {
+  const std::string rel = name.empty() ? prefix_ : prefix_ + "/" + name;
+  if (v2_) return {root_ + "/" + rel};
+  return {root_ + "/cpu/" + rel, root_ + "/memory/" + rel};
+}
+
+StatusOr<std::vector<std::string>> Cgroups::Create(const std::string& name, MilliCpu cpu, MemoryMiB memory) {
+  std::vector<std::string> procs;
+  for (const std::string& d : Dirs(name)) {
+    std::error_code ec;
+    std::filesystem::create_directories(d, ec);
+    if (ec) return UnavailableError("cgroup " + d + ": " + ec.message());
+    procs.push_back(d + "/cgroup.procs");
+  }
+  const int64_t period = 100000;  // 100 ms
+  const int64_t quota = cpu * period / 1000;
+  const int64_t bytes = memory * 1024 * 1024;
+  bool ok = true;
+  if (v2_) {
+    const std::string d = Dirs(name)[0];
+    if (cpu > 0) ok &= WriteFile(d + "/cpu.max", std::to_string(quota) + " " + std::to_string(period));
+    if (memory > 0) {
+      ok &= WriteFile(d + "/memory.max", std::to_string(bytes));
+      WriteFile(d + "/memory.swap.max", "0");
+    }
+  } else {
+    const auto dirs = Dirs(name);
+    if (cpu > 0) {
+      ok &= WriteFile(dirs[0] + "/cpu.cfs_period_us", std::to_string(period));
+      ok &= WriteFile(dirs[0] + "/cpu.cfs_quota_us", std::to_string(quota));
+    }
+    if (memory > 0) {
+      ok &= WriteFile(dirs[1] + "/memory.limit_in_bytes", std::to_string(bytes));
+      WriteFile(dirs[1] + "/memory.memsw.limit_in_bytes", std::to_string(bytes));  // no swap past the limit, where supported
+    }
+  }
+  if (!ok) return UnavailableError("cgroup " + name + ": cannot set limits");
+  return procs;
+}
+
+bool Cgroups::OomKilled(const std::string& name) const {
+  const auto dirs = Dirs(name);
+  if (v2_) return OomKills(ReadFile(dirs[0] + "/memory.events")) > 0;
+  return OomKills(ReadFile(dirs[1] + "/memory.oom_control")) > 0;
+}
+
+void Cgroups::Remove(const std::string& name) {
+  for (const std::string& d : Dirs(name)) rmdir(d.c_str());
+}
+
+std::vector<std::string> WrapInCgroup(const std::vector<std::string>& procs, const std::vector<std::string>& argv) {
+  std::string script;
+  for (const std::string& p : procs) script += "echo $$ > '" + p + "' && ";
+  script += "exec \"$@\"";
+  std::vector<std::string> out{"/bin/sh", "-c", script, "rota-task"};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+}  // namespace rota::agent

@@ -1,0 +1,48 @@
+// Cgroups: CPU and memory limits for tasks, on cgroup v2 where it holds the
+// cpu and memory controllers, else on the v1 hierarchies (hybrid hosts mount
+// cgroup2 without controllers beside v1, as on this project's machines).
+//
+// A task joins its group before it runs a single instruction of its own: the
+// agent starts it through `sh -c 'echo $$ > .../cgroup.procs; exec "$@"'`.
+//
+// Thread-safety: none; one owner (the agent, under its lock).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/quantity.h"
+#include "base/status.h"
+
+namespace rota::agent {
+
+class Cgroups {
+ public:
+  // Finds a usable hierarchy under `root` ("/sys/fs/cgroup"); NotFound if
+  // there is none we can write (then tasks run without limits, and say so).
+  static StatusOr<std::unique_ptr<Cgroups>> Detect(const std::string& root, const std::string& prefix);
+
+  std::string version() const { return v2_ ? "v2" : "v1"; }
+
+  // Creates the group `name` with the limits (0 = no limit). Returns the
+  // cgroup.procs files a process must write its pid to.
+  StatusOr<std::vector<std::string>> Create(const std::string& name, MilliCpu cpu, MemoryMiB memory);
+  // True if the kernel OOM-killed a process of the group.
+  bool OomKilled(const std::string& name) const;
+  // Removes the group (after its processes have exited); "" removes the
+  // agent's own prefix directory if it is empty.
+  void Remove(const std::string& name);
+
+ private:
+  std::vector<std::string> Dirs(const std::string& name) const;
+
+  bool v2_ = false;
+  std::string root_;    // v2: the cgroup2 root; v1: the directory holding cpu/ and memory/
+  std::string prefix_;  // e.g. "rota/node-0"
+};
+
+// The argv that puts the process into `procs` files, then runs `argv`.
+std::vector<std::string> WrapInCgroup(const std::vector<std::string>& procs, const std::vector<std::string>& argv);
+
+}  // namespace rota::agent

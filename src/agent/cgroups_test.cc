@@ -1,0 +1,66 @@
+#include "agent/cgroups.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "agent/launcher.h"
+
+namespace rota::agent {
+namespace {
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int Wait(ProcessLauncher& l, pid_t pid) {
+  for (int i = 0; i < 10000; ++i) {
+    const int code = l.Poll(pid);
+    if (code >= 0) return code;
+    usleep(1000);
+  }
+  return -1;
+}
+
+TEST(WrapInCgroup, JoinsBeforeExec) {
+  auto argv = WrapInCgroup({"/x/cgroup.procs"}, {"echo", "a b"});
+  ASSERT_EQ(argv.size(), 6u);
+  EXPECT_EQ(argv[2], "echo $$ > '/x/cgroup.procs' && exec \"$@\"");
+  EXPECT_EQ(argv[5], "a b");
+}
+
+// Needs a writable cgroup hierarchy (root in this project's machines and CI).
+TEST(Cgroups, LimitsApplyAndOomKillsAreSeen) {
+  auto cg = Cgroups::Detect("/sys/fs/cgroup", "rota-test/" + std::to_string(getpid()));
+  if (!cg.ok()) GTEST_SKIP() << cg.status().ToString();
+  auto procs = (*cg)->Create("t1", 500, 64);
+  ASSERT_TRUE(procs.ok()) << procs.status().ToString();
+  char tmpl[] = "/tmp/rota-cg-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ProcessLauncher l;
+  // Reads its own cgroup membership, then grows past 64 MiB of memory.
+  auto pid = l.Start({WrapInCgroup(*procs, {"sh", "-c", "cat /proc/self/cgroup; x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo survived"}),
+                      {{"PATH", "/usr/bin:/bin"}},
+                      dir + "/out.log",
+                      ""});
+  ASSERT_TRUE(pid.ok());
+  const int code = Wait(l, *pid);
+  const std::string out = Read(dir + "/out.log");
+  EXPECT_NE(out.find("rota-test/" + std::to_string(getpid()) + "/t1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("survived"), std::string::npos) << "the 64 MiB limit did not hold: " << out;
+  EXPECT_NE(code, 0);
+  EXPECT_TRUE((*cg)->OomKilled("t1")) << "exit " << code << ": " << out;
+  (*cg)->Remove("t1");
+  rmdir(("/sys/fs/cgroup/memory/rota-test/" + std::to_string(getpid())).c_str());
+  rmdir(("/sys/fs/cgroup/cpu/rota-test/" + std::to_string(getpid())).c_str());
+  rmdir("/sys/fs/cgroup/memory/rota-test");
+  rmdir("/sys/fs/cgroup/cpu/rota-test");
+}
+
+}  // namespace
+}  // namespace rota::agent
