@@ -124,6 +124,7 @@ bool Agent::Reap() {
         t->exited = true;
         t->exit_code = code;
         ended = true;
+        launcher_.Signal(t->pid, SIGKILL);  // what it started in its process group ends with it
         if (cgroups_ && !t->cgroup.empty()) {
           if (cgroups_->OomKilled(t->cgroup)) t->exit_reason = "oom";
           cgroups_->Remove(t->cgroup);

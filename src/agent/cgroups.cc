@@ -1,6 +1,9 @@
 #include "agent/cgroups.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <filesystem>
 #include <fstream>
@@ -116,7 +119,16 @@ bool Cgroups::OomKilled(const std::string& name) const {
 }
 
 void Cgroups::Remove(const std::string& name) {
-  for (const std::string& d : Dirs(name)) rmdir(d.c_str());
+  for (const std::string& d : Dirs(name)) {
+    // Whatever the task left running in its group goes with it.
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      std::istringstream procs(ReadFile(d + "/cgroup.procs"));
+      pid_t pid;
+      while (procs >> pid) kill(pid, SIGKILL);
+      if (rmdir(d.c_str()) == 0 || errno == ENOENT) break;
+      usleep(2000);
+    }
+  }
 }
 
 std::vector<std::string> WrapInCgroup(const std::vector<std::string>& procs, const std::vector<std::string>& argv) {

@@ -56,8 +56,7 @@ TEST(Cgroups, LimitsApplyAndOomKillsAreSeen) {
   EXPECT_NE(code, 0);
   EXPECT_TRUE((*cg)->OomKilled("t1")) << "exit " << code << ": " << out;
   (*cg)->Remove("t1");
-  rmdir(("/sys/fs/cgroup/memory/rota-test/" + std::to_string(getpid())).c_str());
-  rmdir(("/sys/fs/cgroup/cpu/rota-test/" + std::to_string(getpid())).c_str());
+  (*cg)->Remove("");
   rmdir("/sys/fs/cgroup/memory/rota-test");
   rmdir("/sys/fs/cgroup/cpu/rota-test");
 }
