@@ -232,6 +232,11 @@ bool Agent::Heartbeat(int wait_ms) {
     if (desired.count(it->first) == 0) {
       StopTask(*it->second, false);
       if (it->second->exited || it->second->pid == 0) {
+        if (finished_.insert(it->first).second) finished_order_.push_back(it->first);
+        if (finished_order_.size() > 100000) {
+          finished_.erase(finished_order_.front());
+          finished_order_.pop_front();
+        }
         it = tasks_.erase(it);
         continue;
       }
@@ -239,7 +244,7 @@ bool Agent::Heartbeat(int wait_ms) {
     ++it;
   }
   for (auto& [key, a] : desired) {
-    if (tasks_.count(key)) continue;
+    if (tasks_.count(key) || finished_.count(key)) continue;
     auto t = std::make_unique<Task>();
     t->assignment = a;
     t->job = a.at("job");
@@ -319,7 +324,10 @@ void Agent::PollLoop() {
     if (!registered_) registered_ = Register();
     // A long poll returns when this node's tasks change, or after one interval
     // (which keeps telemetry flowing); on failure, back off one interval.
-    if (registered_ && Heartbeat(options_.heartbeat_ms)) continue;
+    if (registered_ && Heartbeat(options_.heartbeat_ms)) {
+      usleep(10 * 1000);  // a floor between polls, should the server answer at once every time
+      continue;
+    }
     for (int slept = 0; slept < options_.heartbeat_ms && !stop_; slept += 20) usleep(20 * 1000);
   }
 }

@@ -17,7 +17,9 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -71,6 +73,10 @@ class Agent {
   std::unique_ptr<Cgroups> cgroups_;  // null: limits not enforced
   std::mutex mu_;  // guards tasks_
   std::map<std::string, std::unique_ptr<Task>> tasks_;
+  // Keys (job/task/replica/attempt) that ended here: a stale answer listing
+  // one again must not start it twice. A real restart has a new attempt.
+  std::set<std::string> finished_;
+  std::deque<std::string> finished_order_;  // oldest first, to keep finished_ bounded
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
   std::thread poll_thread_;

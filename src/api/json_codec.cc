@@ -268,7 +268,9 @@ std::string EncodeEvent(const Event& event) {
         }
       },
       event);
-  return j.dump();
+  // Inputs are validated as UTF-8 before they become events; replacing
+  // stray bytes here only keeps a bug from becoming a crash.
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 StatusOr<Event> DecodeEvent(std::string_view text) {

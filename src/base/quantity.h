@@ -30,6 +30,9 @@ StatusOr<MemoryMiB> ParseMemoryMiB(std::string_view text);
 // "90s", "15m", "48h", "2d", "1h30m", "500ms"; a bare number means seconds.
 StatusOr<Duration> ParseDuration(std::string_view text);
 
+// True if `s` is well-formed UTF-8 (JSON on the wire and in the journal needs it).
+bool IsValidUtf8(std::string_view s);
+
 std::string FormatMilliCpu(MilliCpu v);     // "32", "0.5"
 std::string FormatMemoryMiB(MemoryMiB v);   // "80Gi", "512Mi"
 std::string FormatDuration(Duration v);     // "48h", "1h30m", "90s"

@@ -48,3 +48,19 @@ TEST(Quantity, FormatsRoundTrip) {
 
 }  // namespace
 }  // namespace rota
+
+namespace rota {
+namespace {
+
+TEST(Utf8, AcceptsWellFormedAndRejectsTheRest) {
+  EXPECT_TRUE(IsValidUtf8("plain ascii"));
+  EXPECT_TRUE(IsValidUtf8("gr\xc3\xbc\xc3\x9f \xe2\x82\xac \xf0\x9f\x9a\x80"));
+  EXPECT_FALSE(IsValidUtf8("\xff"));
+  EXPECT_FALSE(IsValidUtf8("\xc3"));           // truncated
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));       // overlong '/'
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));   // surrogate
+  EXPECT_FALSE(IsValidUtf8("ok\xe2\x82"));      // truncated at the end
+}
+
+}  // namespace
+}  // namespace rota

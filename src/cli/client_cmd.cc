@@ -104,6 +104,10 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
                             "started_at", "finished_at", "end_reason"}) {
         if (!S(j, k).empty()) kv.Add({std::string(k) + ":", S(j, k)});
       }
+      if (j.contains("flags")) {
+        for (const auto& f : j["flags"]) kv.Add({"flag:", f.get<std::string>()});
+      }
+      if (j.value("restarts", 0) > 0) kv.Add({"restarts:", S(j, "restarts") + " (last: " + S(j, "last_requeue_reason") + ")"});
       if (j.contains("pending_reason")) {
         kv.Add({"pending:", S(j["pending_reason"], "code")});
         kv.Add({"reason:", S(j["pending_reason"], "message")});

@@ -239,6 +239,7 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = JobState::kPending;
   updated->started_at = 0;
+  updated->last_placement = std::move(updated->placement);
   updated->placement.clear();
   updated->restarts++;
   updated->last_requeue_reason = e.reason;

@@ -57,6 +57,7 @@ struct JobRecord {
   std::vector<ReplicaPlacement> placement;  // where it runs or ran (kept after it ends)
   std::string end_reason;                   // why it was cancelled or failed
   int32_t restarts = 0;                     // times requeued after it started
+  std::vector<ReplicaPlacement> last_placement;  // where the attempt before a requeue ran
   std::string last_requeue_reason;
 };
 

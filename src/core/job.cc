@@ -31,7 +31,41 @@ int64_t JobSpec::TotalGpus() const {
   return n;
 }
 
+namespace {
+Status CheckUtf8(const JobSpec& spec) {
+  auto bad = [](const std::string& v) { return !IsValidUtf8(v); };
+  if (bad(spec.name)) return FieldError("name", "must be valid UTF-8");
+  if (bad(spec.queue)) return FieldError("queue", "must be valid UTF-8");
+  if (bad(spec.priority_class)) return FieldError("priority", "must be valid UTF-8");
+  if (bad(spec.topology.level)) return FieldError("topology.level", "must be valid UTF-8");
+  for (const auto& [k, v] : spec.node_selector) {
+    if (bad(k) || bad(v)) return FieldError("node_selector", "must be valid UTF-8");
+  }
+  if (bad(spec.checkpoint.signal)) return FieldError("checkpoint.signal", "must be valid UTF-8");
+  for (size_t i = 0; i < spec.mounts.size(); ++i) {
+    if (bad(spec.mounts[i].source) || bad(spec.mounts[i].target)) {
+      return FieldError("mounts[" + std::to_string(i) + "]", "must be valid UTF-8");
+    }
+  }
+  for (size_t i = 0; i < spec.tasks.size(); ++i) {
+    const TaskGroupSpec& t = spec.tasks[i];
+    const std::string p = "tasks[" + std::to_string(i) + "]";
+    if (bad(t.name)) return FieldError(p + ".name", "must be valid UTF-8");
+    if (bad(t.gpu_model)) return FieldError(p + ".gpu_model", "must be valid UTF-8");
+    if (bad(t.gpu_share.mig_profile)) return FieldError(p + ".gpu.mig", "must be valid UTF-8");
+    for (size_t k = 0; k < t.command.size(); ++k) {
+      if (bad(t.command[k])) return FieldError(p + ".command[" + std::to_string(k) + "]", "must be valid UTF-8");
+    }
+    for (const auto& [k, v] : t.env) {
+      if (bad(k) || bad(v)) return FieldError(p + ".env", "must be valid UTF-8");
+    }
+  }
+  return Status::Ok();
+}
+}  // namespace
+
 Status ValidateJobSpec(const JobSpec& spec) {
+  ROTA_RETURN_IF_ERROR(CheckUtf8(spec));
   if (!ValidName(spec.name)) {
     return FieldError("name", "must be 1-253 characters of letters, digits, '-', '_' or '.'");
   }

@@ -11,6 +11,10 @@ uint64_t IslandMask(int32_t gpus, int32_t islands, int32_t island) {
 Status ValidateNodeSpec(const NodeSpec& spec) {
   const std::string p = "node " + spec.name;
   if (spec.name.empty()) return InvalidArgumentError("node name must not be empty");
+  if (!IsValidUtf8(spec.name) || !IsValidUtf8(spec.gpu_model)) return InvalidArgumentError("node: names must be valid UTF-8");
+  for (const auto& [k, v] : spec.labels) {
+    if (!IsValidUtf8(k) || !IsValidUtf8(v)) return InvalidArgumentError("node " + spec.name + ": labels must be valid UTF-8");
+  }
   if (spec.gpus < 0 || spec.gpus > kMaxGpusPerNode) {
     return InvalidArgumentError(p + ": gpus must be between 0 and " + std::to_string(kMaxGpusPerNode));
   }

@@ -88,9 +88,11 @@ void Controller::BumpNodeVersions(const std::vector<Event>& events) {
     if (auto* b = std::get_if<JobBound>(&e)) id = b->id;
     else if (auto* f = std::get_if<JobFinished>(&e)) id = f->id;
     else if (auto* c = std::get_if<JobCancelled>(&e)) id = c->id;
+    else if (auto* q = std::get_if<JobRequeued>(&e)) id = q->id;
     else continue;
     if (const JobRecord* job = snap.FindJob(id)) {
       for (const ReplicaPlacement& r : job->placement) nodes.insert(snap.node(r.node).spec.name);
+      for (const ReplicaPlacement& r : job->last_placement) nodes.insert(snap.node(r.node).spec.name);
     }
   }
   if (nodes.empty()) return;
@@ -136,6 +138,30 @@ std::optional<sched::PendingReason> Controller::pending_reason(JobId id) const {
   return it->second;
 }
 
+std::vector<std::string> Controller::job_flags(const JobRecord& job) const {
+  std::vector<std::string> flags;
+  if (job.state != JobState::kRunning) return flags;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = usage_.find(job.id);
+  if (it == usage_.end() || !it->second.seen) return flags;
+  const JobUsage& u = it->second;
+  const TimePoint now = options_.clock->Now();
+  const Duration idle = now - std::max(job.started_at, u.last_busy);
+  if (idle >= options_.idle_after) {
+    flags.push_back("idle: its GPUs have been below " + std::to_string(options_.idle_utilization_pct) +
+                    "% utilisation for " + FormatDuration(idle / (60 * kMicrosPerSecond) * 60 * kMicrosPerSecond));
+  }
+  MemoryMiB per_gpu = 0;
+  Snapshot snap = *published_;
+  if (!job.placement.empty()) per_gpu = snap.node(job.placement[0].node).spec.gpu_memory;
+  if (per_gpu > 0 && now - job.started_at >= options_.idle_after &&
+      u.peak_memory * 100 < per_gpu * options_.overprovisioned_pct) {
+    flags.push_back("over-provisioned: peak GPU memory " + FormatMemoryMiB(u.peak_memory) + " of " +
+                    FormatMemoryMiB(per_gpu) + " per GPU");
+  }
+  return flags;
+}
+
 std::map<std::string, NodeLive> Controller::nodes_live() const {
   std::lock_guard<std::mutex> lock(mu_);
   return live_;
@@ -154,7 +180,12 @@ StatusOr<T> Controller::Call(std::function<StatusOr<T>(Batch&)> fn) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return UnavailableError("the server is shutting down");
     inbox_.push_back([fn = std::move(fn), promise](Batch& batch) {
-      auto result = std::make_shared<StatusOr<T>>(fn(batch));
+      std::shared_ptr<StatusOr<T>> result;
+      try {
+        result = std::make_shared<StatusOr<T>>(fn(batch));
+      } catch (const std::exception& e) {
+        result = std::make_shared<StatusOr<T>>(InternalError(std::string("controller: ") + e.what()));
+      }
       batch.done.push_back([promise, result](const Status& committed) {
         if (!committed.ok()) promise->set_value(committed);
         else promise->set_value(std::move(*result));
@@ -182,7 +213,15 @@ void Controller::ActorLoop() {
       }
     }
     Batch batch{&state_, {}, {}};
-    for (auto& message : work) message(batch);
+    for (auto& message : work) {
+      try {
+        message(batch);
+      } catch (const std::exception& e) {
+        // Unreachable by design (inputs are validated first); a message that
+        // throws anyway fails alone instead of taking the server down.
+        std::fprintf(stderr, "rota: request failed inside the controller: %s\n", e.what());
+      }
+    }
     Status committed;
     if (!batch.events.empty()) {
       auto seq = store_->Append(batch.events);
@@ -294,6 +333,11 @@ void Controller::CheckNodes() {
       Snapshot snap = batch.state->GetSnapshot();
       const NodeState* node = snap.FindNode(name);
       if (node == nullptr || node->lost) continue;
+      {
+        // A heartbeat may have arrived since the scan.
+        std::lock_guard<std::mutex> lock(mu_);
+        if (options_.clock->Now() - live_[name].last_heartbeat <= options_.node_timeout) continue;
+      }
       batch.Apply(NodeLostChanged{name, true}).IgnoreError();
       const std::string why = "node " + name + " lost (no heartbeat for " +
                               FormatDuration((now - live_[name].last_heartbeat) / kMicrosPerSecond * kMicrosPerSecond) + ")";
@@ -458,11 +502,30 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
       NodeLive& live = live_[report.node];
       if (!live.registered) return NotFoundError("node '" + report.node + "' must register again");
       live.last_heartbeat = options_.clock->Now();
-      live.gpus = report.gpus;
+      if (!report.gpus.empty()) live.gpus = report.gpus;
     }
     if (node->lost) {
       batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
       snap = batch.state->GetSnapshot();
+      node = snap.FindNode(report.node);  // `node` pointed into the state before the change
+    }
+    // Usage of each running job's GPUs, for right-sizing.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const TimePoint now = options_.clock->Now();
+      for (const auto& [id, job] : snap.jobs()) {
+        if (job->state != JobState::kRunning) continue;
+        for (const ReplicaPlacement& r : job->placement) {
+          if (r.node != node->id) continue;
+          for (const GpuTelemetry& g : report.gpus) {
+            if (g.index < 0 || g.index >= 64 || !((r.gpu_mask >> g.index) & 1)) continue;
+            JobUsage& u = usage_[id];
+            u.seen = true;
+            u.peak_memory = std::max(u.peak_memory, g.memory_used);
+            if (g.utilization_pct >= options_.idle_utilization_pct) u.last_busy = now;
+          }
+        }
+      }
     }
     // GPU health: a GPU the agent reports unhealthy takes no work, and the
     // gangs on it restart elsewhere.
@@ -493,6 +556,11 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
       if (!t.exited) continue;
       const JobRecord* job = snap.FindJob(t.job);
       if (job == nullptr || job->state != JobState::kRunning || t.attempt != job->restarts) continue;
+      // Only a replica this node runs, of this attempt, can be reported here.
+      const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
+        return r.task == t.task && r.replica == t.replica && r.node == node->id;
+      });
+      if (!ours) continue;
       auto& exits = exits_[t.job];
       exits[{t.task, t.replica}] = t.exit_code;
       const bool failed = t.exit_code != 0;

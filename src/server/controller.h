@@ -39,6 +39,12 @@ struct ControllerOptions {
   Duration schedule_interval = kMicrosPerSecond;  // a cycle at least this often
   Duration node_timeout = 30 * kMicrosPerSecond;  // heartbeat age after which a node shows as lost
   size_t max_batch = 0;  // messages per journal transaction; 0 = all queued (group commit), 1 = none
+  // Right-sizing: a running job whose GPUs stay below `idle_utilization_pct`
+  // for `idle_after` is flagged idle; one whose peak GPU memory stays under
+  // `overprovisioned_pct` of its GPUs' memory for that long, over-provisioned.
+  int32_t idle_utilization_pct = 5;
+  Duration idle_after = 30 * 60 * kMicrosPerSecond;
+  int32_t overprovisioned_pct = 25;
 };
 
 struct GpuTelemetry {
@@ -136,6 +142,8 @@ class Controller {
   // Reads (never block on the actor).
   Snapshot snapshot() const;
   std::optional<sched::PendingReason> pending_reason(JobId id) const;
+  // Right-sizing flags of a running job ("idle: ...", "over-provisioned: ..."); empty if none.
+  std::vector<std::string> job_flags(const JobRecord& job) const;
   std::map<std::string, NodeLive> nodes_live() const;
   ControllerMetrics metrics() const;
   const ClusterConfig& config() const { return options_.config; }
@@ -203,6 +211,12 @@ class Controller {
   std::map<std::string, NodeLive> live_;
   ControllerMetrics metrics_;
   std::map<std::string, uint64_t> node_versions_;
+  struct JobUsage {
+    TimePoint last_busy = 0;
+    MemoryMiB peak_memory = 0;
+    bool seen = false;  // telemetry arrived for its GPUs
+  };
+  std::map<JobId, JobUsage> usage_;
   mutable std::condition_variable node_cv_;
 
   std::thread actor_;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <bit>
 #include <filesystem>
 
 #include "store/memory_store.h"
@@ -90,6 +91,9 @@ TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
   EXPECT_EQ((*tasks)[1].local_rank, 1);
   EXPECT_EQ((*tasks)[0].master_addr, "127.0.0.1");
   EXPECT_EQ(c->Heartbeat(agent0, {"n-1", {}, {}}).status().code(), StatusCode::kPermissionDenied);
+  // Reports for replicas this node does not run, or that do not exist, change nothing.
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 7, 0, 0, true, 1}, {*id, 0, 9, 0, true, 1}}}).ok());
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
   // One replica exits 0: still running. The other exits 0: succeeded.
   ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, 0, true, 0}}}).ok());
   EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
@@ -146,6 +150,40 @@ TEST_F(ControllerTest, CrashedReplicaRestartsPerPolicyThenFails) {
   auto tasks = c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, 1, true, 2}}});
   ASSERT_TRUE(tasks.ok());
   EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kFailed);
+}
+
+TEST_F(ControllerTest, FlagsIdleAndOverProvisionedJobs) {
+  ClusterConfig config = TwoNodes();
+  for (auto& g : config.node_groups) g.gpu_memory = 80 * 1024;
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock}, std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->Start().ok());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  JobSpec busy = Job("busy", 1, 1);
+  busy.node_selector = {{"hostname", "n-0"}};
+  JobSpec idle = busy;
+  idle.name = "idle";
+  auto busy_id = c->Submit(kAlice, busy);
+  auto idle_id = c->Submit(kAlice, idle);
+  ASSERT_TRUE(busy_id.ok() && idle_id.ok());
+  c->ScheduleNow();
+  const JobRecord* b = c->snapshot().FindJob(*busy_id);
+  const int32_t busy_gpu = std::countr_zero(b->placement[0].gpu_mask);
+  const int32_t idle_gpu = std::countr_zero(c->snapshot().FindJob(*idle_id)->placement[0].gpu_mask);
+  for (int minute = 0; minute <= 40; minute += 5) {
+    clock.Advance(5 * 60 * kMicrosPerSecond);
+    ASSERT_TRUE(c->Heartbeat(agent0, {"n-0",
+                                       {{busy_gpu, 90, 60 * 1024, 70, 500, true, ""},
+                                        {idle_gpu, 0, 2 * 1024, 35, 60, true, ""}},
+                                       {}})
+                    .ok());
+  }
+  Snapshot snap = c->snapshot();
+  EXPECT_TRUE(c->job_flags(*snap.FindJob(*busy_id)).empty());
+  auto flags = c->job_flags(*snap.FindJob(*idle_id));
+  ASSERT_EQ(flags.size(), 2u);
+  EXPECT_EQ(flags[0], "idle: its GPUs have been below 5% utilisation for 45m");
+  EXPECT_EQ(flags[1], "over-provisioned: peak GPU memory 2Gi of 80Gi per GPU");
 }
 
 TEST_F(ControllerTest, RecoversEverythingFromTheStore) {

@@ -67,7 +67,7 @@ class RateLimiter {
 
 void Reply(httplib::Response& res, int status, const ordered_json& body) {
   res.status = status;
-  res.set_content(body.dump(2) + "\n", "application/json");
+  res.set_content(body.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n", "application/json");
 }
 
 void ReplyError(httplib::Response& res, const Status& s) {
@@ -356,14 +356,19 @@ class HttpServerImpl final : public HttpServer {
       if (!tasks.ok()) return ReplyError(res, tasks.status());
       // Long poll: when nothing changed for this agent, hold the answer until
       // its tasks change or wait_ms passes, so new work starts at once.
-      bool exits = false;
-      std::set<std::string> running, wanted;
+      // Nothing to do for the agent = every wanted task is running or has
+      // exited already; if its exits changed anything, the node's version
+      // moved and the wait returns at once.
+      std::set<std::string> running, exited, wanted;
       for (const TaskReport& t : report->tasks) {
-        exits = exits || t.exited;
-        if (!t.exited) running.insert(TaskKey(t.job, t.task, t.replica, t.attempt));
+        (t.exited ? exited : running).insert(TaskKey(t.job, t.task, t.replica, t.attempt));
       }
-      for (const TaskAssignment& a : *tasks) wanted.insert(TaskKey(a.job, a.task, a.replica, a.attempt));
-      if (wait_ms > 0 && !exits && running == wanted && long_polls_.fetch_add(1) < kMaxLongPolls) {
+      for (const TaskAssignment& a : *tasks) {
+        const std::string key = TaskKey(a.job, a.task, a.replica, a.attempt);
+        if (!exited.count(key)) wanted.insert(key);
+      }
+      const bool idle = running == wanted;
+      if (wait_ms > 0 && idle && long_polls_.fetch_add(1) < kMaxLongPolls) {
         const bool changed = c_->WaitNodeChange(report->node, version, wait_ms * 1000);
         long_polls_.fetch_sub(1);
         if (changed) {
@@ -372,7 +377,7 @@ class HttpServerImpl final : public HttpServer {
           tasks = c_->Heartbeat(who, *report);
           if (!tasks.ok()) return ReplyError(res, tasks.status());
         }
-      } else if (wait_ms > 0 && !exits && running == wanted) {
+      } else if (wait_ms > 0 && idle) {
         long_polls_.fetch_sub(1);
       }
       ordered_json out = ordered_json::array();

@@ -46,6 +46,7 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   }
   if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
   j["restarts"] = job.restarts;
+  if (auto flags = c.job_flags(job); !flags.empty()) j["flags"] = flags;
   if (!job.last_requeue_reason.empty()) j["last_requeue_reason"] = job.last_requeue_reason;
   if (with_spec) j["spec"] = api::JobSpecToJson(job.spec);
   return j;
@@ -211,6 +212,27 @@ std::string RenderMetrics(const Controller& c) {
   std::snprintf(sum, sizeof(sum), "%.9f", m.cycle_sum_seconds);
   out += std::string("rota_scheduling_cycle_seconds_sum ") + sum + "\n";
   out += "rota_scheduling_cycle_seconds_count " + std::to_string(m.cycles) + "\n";
+
+  header("rota_job_idle", "gauge", "1 for a running job whose GPUs have stayed idle past the right-sizing window.");
+  header("rota_job_overprovisioned", "gauge", "1 for a running job whose peak GPU memory stays far below its GPUs'.");
+  std::string idle, over;
+  for (const auto& [id, job] : snap.jobs()) {
+    if (job->state != JobState::kRunning) continue;
+    bool is_idle = false, is_over = false;
+    for (const std::string& f : c.job_flags(*job)) {
+      is_idle = is_idle || f.rfind("idle", 0) == 0;
+      is_over = is_over || f.rfind("over", 0) == 0;
+    }
+    const std::string labels = "{job=\"" + std::to_string(id.value()) + "\",queue=\"" + Escape(job->spec.queue) + "\"} ";
+    idle += "rota_job_idle" + labels + (is_idle ? "1" : "0") + "\n";
+    over += "rota_job_overprovisioned" + labels + (is_over ? "1" : "0") + "\n";
+  }
+  // Each family's samples follow its own HELP and TYPE lines.
+  {
+    const size_t at = out.find("# HELP rota_job_overprovisioned");
+    out.insert(at, idle);
+    out += over;
+  }
 
   header("rota_jobs_submitted_total", "counter", "Jobs accepted since this server started.");
   out += "rota_jobs_submitted_total " + std::to_string(m.jobs_submitted) + "\n";

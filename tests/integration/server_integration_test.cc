@@ -113,6 +113,7 @@ queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
       {&agent, "/v1/agents/heartbeat", R"({"node": "n-0", "tasks": [{"job": "x"}]})", 400, "tasks[0].job: wrong type"},
       {&agent, "/v1/agents/register", R"({"node": {"name": "n-0", "gpus": "eight"}})", 400, "gpus: wrong type"},
       {&admin, "/v1/jobs/abc/cancel", "{}", 400, "not a job id"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1, command: [\"\xff\xfe\"]}]\n", 400, "must be valid UTF-8"},
       {&admin, "/v1/jobs/42/cancel", "{}", 404, "no job 42"},
       {&admin, "/v1/nodes/ghost/drain", "{}", 404, "no node named 'ghost'"},
   };
@@ -123,6 +124,11 @@ queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
     EXPECT_NE(r->body.find(c.message), std::string::npos) << c.path << ": " << r->body;
   }
   EXPECT_EQ(CountJobs(server), 0);
+  // A path that is not UTF-8 gets a clean 404, and the server lives on.
+  auto odd = anon.Get("/%FF%FE");
+  ASSERT_TRUE(odd);
+  EXPECT_EQ(odd->status, 404);
+  EXPECT_TRUE(server.Healthy());
   auto nodes = json::parse(admin.Get("/v1/nodes")->body)["nodes"];
   for (const auto& n : nodes) EXPECT_EQ(n["state"], "declared");
   // Users see only their own jobs.
