@@ -11,6 +11,7 @@
 //     placements: {a: [{node: n-0, gpus: [0, 1]}]}  # replicas in order
 //     same_domain: {a: rack}         # all replicas of a within one rack
 //     unused_nodes: [n-3]            # no placement on these nodes
+//     reservations: {big: 2h}        # job -> start, as a delay after `now:`
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -54,6 +55,7 @@ TEST_P(Scenario, MatchesExpectations) {
   ASSERT_TRUE(root["cluster"] && root["jobs"] && root["expect"]) << path << ": needs cluster, jobs and expect";
 
   YAML::Node jobs_doc;
+  if (root["now"]) jobs_doc["now"] = root["now"];
   jobs_doc["jobs"] = root["jobs"];
   auto cluster = api::ParseClusterConfig(Emit(root["cluster"]), path + " (cluster)");
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
@@ -104,6 +106,11 @@ TEST_P(Scenario, MatchesExpectations) {
       }
     }
   }
+
+  std::map<std::string, std::string> want_reserved, got_reserved;
+  for (const auto& kv : expect["reservations"]) want_reserved[kv.first.as<std::string>()] = kv.second.as<std::string>();
+  for (const auto& r : out->reservations) got_reserved[r.job] = FormatDuration(r.in);
+  EXPECT_EQ(got_reserved, want_reserved) << "reservations (job -> delay)";
 
   if (expect["same_domain"] || expect["unused_nodes"]) {
     auto nodes = ExpandNodes(*cluster);

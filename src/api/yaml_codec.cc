@@ -83,6 +83,7 @@ class Field {
   MilliCpu Cpu() const { return Check(ParseMilliCpu(Scalar())); }
   MemoryMiB Memory() const { return Check(ParseMemoryMiB(Scalar())); }
   Duration Time() const { return Check(ParseDuration(Scalar())); }
+  TimePoint Instant() const { return Check(ParseTime(Scalar())); }
   std::vector<std::string> StrList() const {
     std::vector<std::string> out;
     for (size_t i = 0, n = ExpectSeq(); i < n; ++i) out.push_back(At(i).Str());
@@ -399,19 +400,25 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text, std::string_view source_vi
   });
 }
 
-StatusOr<std::vector<JobListEntry>> ParseJobList(std::string_view text, std::string_view source_view) {
+StatusOr<JobList> ParseJobList(std::string_view text, std::string_view source_view) {
   const std::string source(source_view);
-  return Guard([&]() -> StatusOr<std::vector<JobListEntry>> {
+  return Guard([&]() -> StatusOr<JobList> {
     std::map<std::string, YAML::Mark> marks;
     Field root(Load(text, source), "", &source, &marks);
-    root.ExpectMap({"jobs"});
+    root.ExpectMap({"now", "jobs"});
+    JobList list;
+    if (root.Has("now")) {
+      list.has_now = true;
+      list.now = root["now"].Instant();
+    }
     Field jobs = root["jobs"];
-    std::vector<JobListEntry> out;
+    std::vector<JobListEntry>& out = list.jobs;
     for (size_t i = 0, n = jobs.ExpectSeq(); i < n; ++i) {
       Field f = jobs.At(i);
       std::initializer_list<std::string_view> fields = {
           "name",        "queue",      "priority", "tasks",      "topology", "node_selector", "elastic",
-          "preemptible", "checkpoint", "restart",  "time_limit", "mounts",   "state",         "placement"};
+          "preemptible", "checkpoint", "restart",  "time_limit", "mounts",   "state",         "placement",
+          "started_at"};
       f.ExpectMap(fields);
       JobListEntry e;
       ParseJobFields(f, &e.spec);
@@ -440,9 +447,13 @@ StatusOr<std::vector<JobListEntry>> ParseJobList(std::string_view text, std::str
       } else if (e.running) {
         f.Fail("placement: required for a running job (one entry per replica)");
       }
+      if (f.Has("started_at")) {
+        if (!e.running) f["started_at"].Fail("only a job with state: running has started");
+        e.started_at = f["started_at"].Instant();
+      }
       out.push_back(std::move(e));
     }
-    return out;
+    return list;
   });
 }
 

@@ -1,6 +1,6 @@
 // YAML (and JSON, which yaml-cpp reads too) codecs for the user-facing
 // formats of DESIGN.md: the cluster and policy configuration, one job spec,
-// and a jobs file (`jobs: [<job spec>, ...]`).
+// and a jobs file (`now: <time>` optional, `jobs: [<job spec>, ...]`).
 //
 // Parsing is strict: an unknown field, a wrong type, a negative or absurd
 // quantity is an InvalidArgument error that names the source, line, column
@@ -24,7 +24,7 @@ namespace rota::api {
 // `source` names the text in errors (a file name, or "request body").
 StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_view source);
 StatusOr<JobSpec> ParseJobSpec(std::string_view text, std::string_view source);
-StatusOr<std::vector<JobListEntry>> ParseJobList(std::string_view text, std::string_view source);
+StatusOr<JobList> ParseJobList(std::string_view text, std::string_view source);
 
 // Reads a whole file; NotFound or Unavailable with the path on failure.
 StatusOr<std::string> ReadFile(const std::string& path);

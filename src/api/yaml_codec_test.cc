@@ -158,10 +158,17 @@ jobs:
 )",
                            "jobs.yaml");
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
-  ASSERT_EQ(jobs->size(), 2u);
-  EXPECT_TRUE((*jobs)[0].running);
-  EXPECT_EQ((*jobs)[0].placement[1].node, "n-1");
-  EXPECT_FALSE((*jobs)[1].running);
+  ASSERT_EQ(jobs->jobs.size(), 2u);
+  EXPECT_FALSE(jobs->has_now);
+  EXPECT_TRUE(jobs->jobs[0].running);
+  EXPECT_EQ(jobs->jobs[0].placement[1].node, "n-1");
+  EXPECT_FALSE(jobs->jobs[1].running);
+  auto timed = ParseJobList("now: 2026-11-29T12:00:00Z\njobs:\n  - name: a\n    tasks: [{gpus: 1}]\n    state: running\n"
+                            "    started_at: 2026-11-29T11:00:00Z\n    placement: [{node: n-0, gpus: [0]}]\n",
+                            "jobs.yaml");
+  ASSERT_TRUE(timed.ok()) << timed.status().ToString();
+  EXPECT_TRUE(timed->has_now);
+  EXPECT_EQ(timed->now - timed->jobs[0].started_at, 3600 * kMicrosPerSecond);
   auto bad = ParseJobList("jobs:\n  - name: a\n    tasks: [{gpus: 1}]\n    state: running\n", "jobs.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "jobs.yaml:2:5: jobs[0]: placement: required for a running job (one entry per replica)");

@@ -1,6 +1,8 @@
 #include "base/quantity.h"
 
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 namespace rota {
@@ -122,6 +124,61 @@ StatusOr<Duration> ParseDuration(std::string_view text) {
     total += milli * micros / 1000;
   }
   return total;
+}
+
+StatusOr<TimePoint> ParseTime(std::string_view text) {
+  int y, mo, d, h, mi;
+  double sec;
+  char tail[16] = {};
+  const std::string t(text);
+  const int n = std::sscanf(t.c_str(), "%4d-%2d-%2dT%2d:%2d:%lf%15s", &y, &mo, &d, &h, &mi, &sec, tail);
+  if (n < 6 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec < 0 || sec >= 61) {
+    return InvalidArgumentError("'" + t + "' is not a time like 2026-11-29T12:00:00Z");
+  }
+  int64_t offset_min = 0;
+  const std::string z(tail);
+  if (z == "Z" || z.empty()) {
+    offset_min = 0;
+  } else if ((z[0] == '+' || z[0] == '-') && z.size() == 6 && z[3] == ':') {
+    offset_min = (std::atoi(z.substr(1, 2).c_str()) * 60 + std::atoi(z.substr(4, 2).c_str())) * (z[0] == '-' ? -1 : 1);
+  } else {
+    return InvalidArgumentError("'" + t + "' has a bad time zone (use Z or +hh:mm)");
+  }
+  // Days from the civil date (Howard Hinnant's algorithm).
+  const int yy = y - (mo <= 2);
+  const int era = (yy >= 0 ? yy : yy - 399) / 400;
+  const unsigned yoe = static_cast<unsigned>(yy - era * 400);
+  const unsigned doy = (153 * static_cast<unsigned>(mo + (mo > 2 ? -3 : 9)) + 2) / 5 + static_cast<unsigned>(d) - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  const int64_t days = static_cast<int64_t>(era) * 146097 + static_cast<int64_t>(doe) - 719468;
+  const int64_t secs = days * 86400 + h * 3600 + mi * 60 - offset_min * 60;
+  return secs * kMicrosPerSecond + static_cast<int64_t>(sec * kMicrosPerSecond + 0.5);
+}
+
+std::string FormatTime(TimePoint t) {
+  int64_t secs = t / kMicrosPerSecond;
+  int64_t days = secs / 86400;
+  int64_t rem = secs % 86400;
+  if (rem < 0) {
+    rem += 86400;
+    --days;
+  }
+  // Civil date from days (Howard Hinnant's algorithm).
+  const int64_t z = days + 719468;
+  const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const int64_t doe = z - era * 146097;
+  const int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const int64_t mp = (5 * doy + 2) / 153;
+  const int64_t d = doy - (153 * mp + 2) / 5 + 1;
+  const int64_t m = mp + (mp < 10 ? 3 : -9);
+  const int64_t y = yoe + era * 400 + (m <= 2);
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%04lld-%02lld-%02lldT%02lld:%02lld:%02lld.%03lldZ", static_cast<long long>(y),
+                static_cast<long long>(m), static_cast<long long>(d), static_cast<long long>(rem / 3600),
+                static_cast<long long>(rem % 3600 / 60), static_cast<long long>(rem % 60),
+                static_cast<long long>((t % kMicrosPerSecond + kMicrosPerSecond) % kMicrosPerSecond / 1000));
+  return buf;
 }
 
 bool IsValidUtf8(std::string_view s) {

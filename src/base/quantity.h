@@ -30,6 +30,11 @@ StatusOr<MemoryMiB> ParseMemoryMiB(std::string_view text);
 // "90s", "15m", "48h", "2d", "1h30m", "500ms"; a bare number means seconds.
 StatusOr<Duration> ParseDuration(std::string_view text);
 
+// "2026-11-29T12:00:00Z" (also with fractional seconds or a +hh:mm offset)
+// to microseconds since the epoch, and back (UTC, milliseconds).
+StatusOr<TimePoint> ParseTime(std::string_view text);
+std::string FormatTime(TimePoint t);
+
 // True if `s` is well-formed UTF-8 (JSON on the wire and in the journal needs it).
 bool IsValidUtf8(std::string_view s);
 

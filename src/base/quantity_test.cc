@@ -64,3 +64,21 @@ TEST(Utf8, AcceptsWellFormedAndRejectsTheRest) {
 
 }  // namespace
 }  // namespace rota
+
+namespace rota {
+namespace {
+
+TEST(Time, ParsesAndFormatsUtc) {
+  auto t = ParseTime("2026-11-29T12:00:00Z");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(*t, 1795953600LL * kMicrosPerSecond);  // date -u -d 2026-11-29T12:00:00Z +%s
+  EXPECT_EQ(FormatTime(*t), "2026-11-29T12:00:00.000Z");
+  EXPECT_EQ(*ParseTime("2026-11-29T14:00:00+02:00"), *t);
+  EXPECT_EQ(*ParseTime("2026-11-29T12:00:00.250Z"), *t + 250000);
+  EXPECT_EQ(FormatTime(0), "1970-01-01T00:00:00.000Z");
+  EXPECT_FALSE(ParseTime("yesterday").ok());
+  EXPECT_FALSE(ParseTime("2026-13-01T00:00:00Z").ok());
+}
+
+}  // namespace
+}  // namespace rota

@@ -20,7 +20,8 @@ constexpr const char* kUsage =
     "\n"
     "Schedules the jobs (in file order; jobs marked state: running stay where\n"
     "they are) on the cluster until nothing more can be placed, and prints the\n"
-    "placements, the pending jobs with their reasons, and the rejected jobs.\n";
+    "placements, the pending jobs with their reasons, the reservations (when the\n"
+    "file sets `now:`), and the rejected jobs.\n";
 
 std::string GpuList(const std::vector<int32_t>& gpus) {
   // "0-3,6" style ranges.
@@ -43,7 +44,18 @@ void PrintJson(const sched::PlanOutput& out) {
     j["placements"].push_back({{"job", p.job}, {"task", p.task}, {"replica", p.replica}, {"node", p.node}, {"gpus", p.gpus}});
   }
   j["pending"] = nlohmann::ordered_json::array();
-  for (const auto& p : out.pending) j["pending"].push_back({{"job", p.job}, {"code", p.code}, {"message", p.message}});
+  for (const auto& p : out.pending) {
+    nlohmann::ordered_json pj{{"job", p.job}, {"code", p.code}, {"message", p.message}};
+    if (p.expected_start != 0) pj["expected_start"] = FormatTime(p.expected_start);
+    j["pending"].push_back(std::move(pj));
+  }
+  j["reservations"] = nlohmann::ordered_json::array();
+  for (const auto& r : out.reservations) {
+    nlohmann::ordered_json rj{{"job", r.job}, {"start", FormatTime(r.start)}, {"in", FormatDuration(r.in)}};
+    rj["gpus"] = nlohmann::ordered_json::array();
+    for (const auto& p : r.replicas) rj["gpus"].push_back({{"task", p.task}, {"replica", p.replica}, {"node", p.node}, {"gpus", p.gpus}});
+    j["reservations"].push_back(std::move(rj));
+  }
   j["rejected"] = nlohmann::ordered_json::array();
   for (const auto& r : out.rejected) j["rejected"].push_back({{"job", r.job}, {"code", r.code}, {"error", r.error}});
   std::cout << j.dump(2) << "\n";
@@ -58,6 +70,11 @@ void PrintTable(const sched::PlanOutput& out) {
   Table pending({"JOB", "REASON", "MESSAGE"});
   for (const auto& p : out.pending) pending.Add({p.job, p.code, p.message});
   std::cout << "\nPending (" << out.pending.size() << ")\n" << pending.Render();
+  Table reserved({"JOB", "START", "IN", "NODE", "GPUS"});
+  for (const auto& r : out.reservations) {
+    for (const auto& p : r.replicas) reserved.Add({r.job, FormatTime(r.start), FormatDuration(r.in), p.node, GpuList(p.gpus)});
+  }
+  if (!out.reservations.empty()) std::cout << "\nReservations (" << out.reservations.size() << ")\n" << reserved.Render();
   Table rejected({"JOB", "REASON", "ERROR"});
   for (const auto& r : out.rejected) rejected.Add({r.job, r.code, r.error});
   std::cout << "\nRejected (" << out.rejected.size() << ")\n" << rejected.Render();
@@ -105,7 +122,7 @@ int PlanMain(int argc, char** argv) {
   if (!cluster.ok()) return fail(cluster.status());
   StatusOr<std::string> jobs_text = api::ReadFile(jobs_path);
   if (!jobs_text.ok()) return fail(jobs_text.status());
-  StatusOr<std::vector<JobListEntry>> jobs = api::ParseJobList(*jobs_text, jobs_path);
+  StatusOr<JobList> jobs = api::ParseJobList(*jobs_text, jobs_path);
   if (!jobs.ok()) return fail(jobs.status());
   StatusOr<sched::PlanOutput> out = sched::RunPlan(*cluster, *jobs);
   if (!out.ok()) return fail(out.status().WithPrefix(jobs_path));

@@ -200,7 +200,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
   const std::string scheme = tls_cert.empty() ? "http" : "https";
   const std::string url = scheme + "://" + http.host + ":" + std::to_string((*server)->port());
-  std::cout << "rota: serving " << url << " (data in " << data_dir << ")\n";
+  auto announce = [&] { std::cout << "rota: serving " << url << " (data in " << data_dir << ")\n"; };
+  if (!with_local_agent) announce();
 
   std::unique_ptr<agent::Agent> local;
   if (with_local_agent) {
@@ -234,6 +235,9 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
               << FormatMemoryMiB(inv->gpu_memory) << (inv->simulated ? " (SIMULATED, " : " (") << inv->source << ")\n";
     local = std::make_unique<agent::Agent>(ao);
     local->Start();
+    // Ready once the local node is registered, so a first submission finds it.
+    for (int i = 0; i < 500 && controller.snapshot().FindNode(ao.node_name) == nullptr; ++i) usleep(10 * 1000);
+    announce();
     std::cout << "rota: try: rota submit job.yaml && rota jobs   (token: " << admin_path << ")\n";
   }
   std::cout.flush();

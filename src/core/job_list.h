@@ -19,6 +19,15 @@ struct JobListEntry {
   bool running = false;
   // For a running job: one entry per replica, task groups in order.
   std::vector<ReplicaLocation> placement;
+  TimePoint started_at = 0;  // a running job's start (for time limits and reservations)
+};
+
+// A jobs file: `now` (optional) is the instant the plan is made at; without
+// it, the plan has no clock and makes no reservations.
+struct JobList {
+  bool has_now = false;
+  TimePoint now = 0;
+  std::vector<JobListEntry> jobs;
 };
 
 }  // namespace rota

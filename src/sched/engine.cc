@@ -1,6 +1,7 @@
 #include "sched/engine.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace rota::sched {
 
@@ -64,7 +65,7 @@ bool Scheduler::SameShape(const JobRecord& a, const JobRecord& b) const {
   const JobSpec& x = a.spec;
   const JobSpec& y = b.spec;
   if (x.tasks.size() != y.tasks.size() || x.node_selector != y.node_selector ||
-      x.topology.level != y.topology.level || x.topology.mode != y.topology.mode) {
+      x.topology.level != y.topology.level || x.topology.mode != y.topology.mode || x.time_limit != y.time_limit) {
     return false;
   }
   for (size_t i = 0; i < x.tasks.size(); ++i) {
@@ -78,12 +79,88 @@ bool Scheduler::SameShape(const JobRecord& a, const JobRecord& b) const {
   return true;
 }
 
-void Scheduler::RunCycle(const Snapshot& snap, CycleResult* out) {
+void Scheduler::RunCycle(const Snapshot& snap, CycleResult* out) { Run(snap, nullptr, out); }
+
+void Scheduler::RunCycle(const Snapshot& snap, TimePoint now, CycleResult* out) { Run(snap, &now, out); }
+
+bool Scheduler::TryPlace(bool keep) {
+  txn_.Begin();
+  bool ok = profile_.placer().Place(ctx_, request_);
+  for (const JobReadyPlugin* r : profile_.job_ready()) {
+    ok = ok && r->Ready(request_, static_cast<int64_t>(txn_.steps().size()));
+  }
+  if (!ok || !keep) txn_.Rollback();
+  return ok;
+}
+
+void Scheduler::ReleaseHeld() {
+  for (const auto& [pos, mask] : held_) ws_.Give(pos, mask, 0, 0);
+}
+
+void Scheduler::RetakeHeld() {
+  for (auto& [pos, mask] : held_) {
+    mask &= ws_.free_mask(pos);  // a backfilled job may have taken some: it ends first
+    ws_.Take(pos, mask, 0, 0);
+  }
+}
+
+bool Scheduler::EarliestStart(const Snapshot& snap, TimePoint now, TimePoint* start, std::vector<Txn::Step>* steps) {
+  const Topology& topo = snap.topology();
+  auto release = [&](size_t from, size_t to, bool give) {
+    for (size_t i = from; i < to; ++i) {
+      const JobRecord& j = *endings_[i].job;
+      for (const ReplicaPlacement& r : j.placement) {
+        const TaskGroupSpec& t = j.spec.tasks[r.task];
+        const uint32_t pos = topo.position_of(r.node);
+        if (give) ws_.Give(pos, r.gpu_mask, t.cpu, t.memory);
+        else ws_.Take(pos, r.gpu_mask, t.cpu, t.memory);
+      }
+    }
+  };
+  // The smallest prefix of endings whose release lets the job fit (binary
+  // search: releasing more never makes a fit impossible in practice, and the
+  // answer is checked by placing).
+  size_t lo = 1, hi = endings_.size();
+  release(0, hi, true);
+  const bool fits_at_all = TryPlace(false);
+  release(0, hi, false);
+  if (endings_.empty() || !fits_at_all) return false;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    release(0, mid, true);
+    const bool fits = TryPlace(false);
+    release(0, mid, false);
+    if (fits) hi = mid;
+    else lo = mid + 1;
+  }
+  release(0, lo, true);
+  const bool fits = TryPlace(true);
+  if (fits) *steps = txn_.steps();
+  txn_.Rollback();
+  release(0, lo, false);
+  if (!fits) return false;
+  *start = std::max(now, endings_[lo - 1].end);
+  return true;
+}
+
+void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out) {
   out->Clear();
   out->revision = snap.revision();
   ws_.Reset(snap);
   ctx_.NewCycle();
   failures_.clear();
+  held_.clear();
+  first_reservation_ = 0;
+  endings_.clear();
+  if (now != nullptr && reservation_depth_ > 0) {
+    for (const auto& [id, job] : snap.jobs()) {
+      if (job->state != JobState::kRunning || job->spec.time_limit <= 0) continue;
+      endings_.push_back({std::max(*now, job->started_at + job->spec.time_limit), job.get()});
+    }
+    std::sort(endings_.begin(), endings_.end(), [](const Ending& a, const Ending& b) {
+      return std::tie(a.end, a.job->id) < std::tie(b.end, b.job->id);
+    });
+  }
 
   order_.clear();
   for (const auto& [id, job] : snap.jobs()) {
@@ -110,11 +187,13 @@ void Scheduler::RunCycle(const Snapshot& snap, CycleResult* out) {
       continue;
     }
 
-    txn_.Begin();
-    bool ok = profile_.placer().Place(ctx_, request_);
-    for (const JobReadyPlugin* r : profile_.job_ready()) {
-      ok = ok && r->Ready(request_, static_cast<int64_t>(txn_.steps().size()));
-    }
+    // Backfill: a job that ends before the first reservation starts may use
+    // the reserved GPUs; any other job must go around them.
+    const bool ends_first = !held_.empty() && now != nullptr && job->spec.time_limit > 0 &&
+                            *now + job->spec.time_limit <= first_reservation_;
+    if (ends_first) ReleaseHeld();
+    const bool ok = TryPlace(/*keep=*/true);
+    if (ends_first) RetakeHeld();
     if (ok) {
       out->placed.push_back({job->id, static_cast<uint32_t>(out->replicas.size()),
                              static_cast<uint32_t>(txn_.steps().size())});
@@ -123,10 +202,46 @@ void Scheduler::RunCycle(const Snapshot& snap, CycleResult* out) {
       }
       continue;
     }
-    txn_.Rollback();
     PendingReason reason = ExplainUnresolvable(ctx_, request_);
     const bool unresolvable = !reason.ok();
-    if (!unresolvable) reason = ExplainPending(ctx_, request_);
+    if (!unresolvable) {
+      reason = ExplainPending(ctx_, request_);
+      // Held back only by a reservation?
+      if (!held_.empty() && !ends_first) {
+        ReleaseHeld();
+        const bool would_fit = TryPlace(false);
+        RetakeHeld();
+        if (would_fit) {
+          const Duration gap = first_reservation_ - *now;
+          reason = {ReasonCode::kReserved,
+                    "fits now only on GPUs reserved for a higher job that starts in " + FormatDuration(gap) +
+                        "; a time_limit of at most " + FormatDuration(gap) + " would let it backfill"};
+        }
+      }
+      // A reservation for the first blocked jobs.
+      TimePoint start = 0;
+      std::vector<Txn::Step> steps;
+      if (now != nullptr && static_cast<int32_t>(out->reservations.size()) < reservation_depth_ &&
+          reason.code != ReasonCode::kReserved && EarliestStart(snap, *now, &start, &steps)) {
+        Reservation r{job->id, start, {}};
+        for (const Txn::Step& st : steps) {
+          r.replicas.push_back({st.task, st.replica, topo.node_at(st.pos), st.mask});
+          const uint64_t free_now = st.mask & ws_.free_mask(st.pos);
+          if (free_now != 0) {
+            ws_.Take(st.pos, free_now, 0, 0);
+            held_.push_back({st.pos, free_now});
+          }
+        }
+        if (out->reservations.empty()) first_reservation_ = start;
+        out->reservations.push_back(std::move(r));
+        reason.expected_start = start;
+        reason.message += "; reserved: expected to start in " + FormatDuration(start - *now) +
+                          ", when running jobs reach their time limits";
+        // Its reason is its own: later jobs of the same shape get their own search.
+        (unresolvable ? out->unresolvable : out->pending).push_back({job->id, std::move(reason)});
+        continue;
+      }
+    }
     failures_.push_back({job, reason, unresolvable});
     (unresolvable ? out->unresolvable : out->pending).push_back({job->id, std::move(reason)});
   }

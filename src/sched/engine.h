@@ -41,17 +41,28 @@ struct Waiting {
   PendingReason reason;
 };
 
+// GPUs held for a blocked job from the time enough running jobs will have
+// ended (by their time limits). Lower jobs backfill around it: on other GPUs,
+// or on these if their own time limit ends before `start`.
+struct Reservation {
+  JobId job;
+  TimePoint start = 0;
+  std::vector<ReplicaPlacement> replicas;
+};
+
 struct CycleResult {
   uint64_t revision = 0;  // of the snapshot the decisions were made on
   std::vector<Placed> placed;
   std::vector<ReplicaPlacement> replicas;
   std::vector<Waiting> pending;       // Unschedulable: may fit later
   std::vector<Waiting> unresolvable;  // can never fit this cluster: reject
+  std::vector<Reservation> reservations;
   void Clear() {
     placed.clear();
     replicas.clear();
     pending.clear();
     unresolvable.clear();
+    reservations.clear();
   }
 };
 
@@ -60,8 +71,17 @@ class Scheduler {
   static StatusOr<std::unique_ptr<Scheduler>> Create(const ProfileConfig& config,
                                                      const Registry& registry = BuiltinRegistry());
 
-  // Decides placements for the snapshot's pending jobs. `out` is cleared first.
+  // Decides placements for the snapshot's pending jobs at time `now`: the
+  // first `reservation_depth` blocked jobs (in order) get reservations from
+  // the running jobs' time limits, and later jobs backfill around them.
+  // `out` is cleared first.
+  void RunCycle(const Snapshot& snap, TimePoint now, CycleResult* out);
+  // Without a time: greedy in order, no reservations (what-if tools and
+  // throughput benchmarks that have no clock).
   void RunCycle(const Snapshot& snap, CycleResult* out);
+
+  // Blocked jobs that get a reservation each cycle (default 1; 0 = none).
+  void set_reservation_depth(int32_t depth) { reservation_depth_ = depth; }
 
   // Checks a job against the cluster as if it were empty: OK, or the reason
   // no node or domain could ever hold it (for rejecting at submission).
@@ -74,6 +94,14 @@ class Scheduler {
   // Fills request_ for `job`; false (with *why) if it cannot be scheduled at all.
   bool BuildRequest(const Snapshot& snap, const JobRecord& job, PendingReason* why);
   bool SameShape(const JobRecord& a, const JobRecord& b) const;
+  void Run(const Snapshot& snap, const TimePoint* now, CycleResult* out);
+  // Tries the current request; rolls back unless `keep`. True if it fits.
+  bool TryPlace(bool keep);
+  // The earliest time the current request fits, releasing running jobs in
+  // order of their time-limit ends; fills *steps with where. False if never.
+  bool EarliestStart(const Snapshot& snap, TimePoint now, TimePoint* start, std::vector<Txn::Step>* steps);
+  void ReleaseHeld();
+  void RetakeHeld();
 
   Profile profile_;
   Workspace ws_;
@@ -88,6 +116,15 @@ class Scheduler {
     bool unresolvable;
   };
   std::vector<Failure> failures_;  // shapes that failed this cycle
+  int32_t reservation_depth_ = 1;
+  // GPUs taken out of the free pool for reservations this cycle (free when taken).
+  std::vector<std::pair<uint32_t, uint64_t>> held_;
+  TimePoint first_reservation_ = 0;
+  struct Ending {
+    TimePoint end;
+    const JobRecord* job;
+  };
+  std::vector<Ending> endings_;
 };
 
 }  // namespace rota::sched

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <map>
 #include <new>
 
 #include "base/rng.h"
@@ -197,6 +199,86 @@ TEST(Scheduler, PlacementsDoNotAllocateAtSteadyState) {
   const int64_t allocations = g_allocations.load() - before;
   // A few per cycle at most, none per placement.
   EXPECT_LT(allocations, 50) << allocations << " allocations for " << r.placed.size() << " placements";
+}
+
+}  // namespace
+}  // namespace rota::sched
+
+namespace rota::sched {
+namespace {
+
+// A 64-GPU gang under a steady stream of 1-GPU jobs, in one-minute cycles for
+// 12 hours. Returns when the gang started (0 = never) and the start time of
+// its first reservation.
+struct StarvationRun {
+  TimePoint started = 0;
+  TimePoint first_reserved = 0;
+};
+
+StarvationRun RunStream(bool with_reservations) {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("n", 8, 8));
+  ClusterState st = MakeCluster(c);
+  auto s = Make();
+  Rng rng(9);
+  const Duration minute = 60 * kMicrosPerSecond;
+  TimePoint now = 3600 * kMicrosPerSecond;
+  uint64_t next_id = 2;
+  std::map<JobId, TimePoint> ends;  // running jobs' actual ends (= their time limits)
+  auto submit_small = [&] {
+    JobSpec j = GpuJob("small", 1, 1);
+    j.time_limit = static_cast<Duration>(10 + rng.Uniform(111)) * minute;
+    EXPECT_TRUE(st.Apply(JobSubmitted{JobId(next_id++), j, now}).ok());
+  };
+  for (int i = 0; i < 64; ++i) submit_small();
+  JobSpec big = GpuJob("big", 8, 8);
+  big.time_limit = 60 * minute;
+  // Submitted just after the first 64 small jobs, which fill the cluster.
+  EXPECT_TRUE(st.Apply(JobSubmitted{JobId(1), big, now + 1}).ok());
+  StarvationRun run;
+  CycleResult r;
+  for (int step = 0; step < 12 * 60; ++step, now += minute) {
+    for (auto it = ends.begin(); it != ends.end();) {
+      if (it->second <= now) {
+        EXPECT_TRUE(st.Apply(JobFinished{it->first, JobOutcome::kSucceeded, now}).ok());
+        it = ends.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    submit_small();
+    submit_small();
+    Snapshot snap = st.GetSnapshot();
+    if (with_reservations) s->RunCycle(snap, now, &r);
+    else s->RunCycle(snap, &r);
+    for (const Reservation& res : r.reservations) {
+      if (res.job == JobId(1) && run.first_reserved == 0) run.first_reserved = res.start;
+    }
+    for (const Placed& p : r.placed) {
+      std::vector<ReplicaPlacement> reps(r.replicas.begin() + p.first, r.replicas.begin() + p.first + p.count);
+      EXPECT_TRUE(st.Apply(JobBound{p.job, reps, now}).ok());
+      ends[p.job] = now + snap.FindJob(p.job)->spec.time_limit;
+      if (p.job == JobId(1)) run.started = now;
+    }
+    if (run.started != 0) break;
+  }
+  return run;
+}
+
+TEST(Reservations, BigGangStartsByItsReservedTimeUnderAStreamOfSmallJobs) {
+  const StarvationRun run = RunStream(true);
+  ASSERT_NE(run.first_reserved, 0) << "the blocked gang got no reservation";
+  ASSERT_NE(run.started, 0) << "the gang starved";
+  // Cycles are a minute apart: it starts in the first cycle at or after its reserved time.
+  EXPECT_LE(run.started, run.first_reserved + 60 * kMicrosPerSecond);
+  std::printf("64-GPU gang: reserved for +%lld min, started at +%lld min (minutes after it was submitted)\n",
+              static_cast<long long>((run.first_reserved - 3600 * kMicrosPerSecond) / (60 * kMicrosPerSecond)),
+              static_cast<long long>((run.started - 3600 * kMicrosPerSecond) / (60 * kMicrosPerSecond)));
+}
+
+TEST(Reservations, WithoutThemTheSameStreamStarvesTheGang) {
+  // The control: greedy placement keeps refilling every GPU that frees up.
+  EXPECT_EQ(RunStream(false).started, 0);
 }
 
 }  // namespace

@@ -4,7 +4,18 @@
 
 namespace rota::sched {
 
-StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const std::vector<JobListEntry>& jobs) {
+namespace {
+std::vector<int32_t> Gpus(uint64_t mask) {
+  std::vector<int32_t> out;
+  for (int32_t g = 0; g < 64; ++g) {
+    if ((mask >> g) & 1) out.push_back(g);
+  }
+  return out;
+}
+}  // namespace
+
+StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) {
+  const std::vector<JobListEntry>& jobs = list.jobs;
   ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> nodes, ExpandNodes(cluster));
   ROTA_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(cluster.profile));
   ClusterState state(cluster.topology);
@@ -31,7 +42,9 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const std::vector<Job
       out.rejected.push_back({spec.name, "Invalid", std::string(s.message())});
       continue;
     }
-    ROTA_RETURN_IF_ERROR(state.Apply(JobSubmitted{id, spec, static_cast<TimePoint>(i)}));
+    // Submission order is file order; with a clock, all were submitted by `now`.
+    const TimePoint submitted = list.has_now ? list.now - static_cast<TimePoint>(jobs.size() - i) : static_cast<TimePoint>(i);
+    ROTA_RETURN_IF_ERROR(state.Apply(JobSubmitted{id, spec, submitted}));
     if (!pj.running) continue;
     // A running job: bind it where the file says.
     Snapshot snap = state.GetSnapshot();
@@ -39,7 +52,7 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const std::vector<Job
       return InvalidArgumentError(path + ".placement: " + std::to_string(pj.placement.size()) + " entries for " +
                                   std::to_string(spec.TotalReplicas()) + " replicas (one per replica)");
     }
-    JobBound bound{id, {}, static_cast<TimePoint>(i)};
+    JobBound bound{id, {}, pj.started_at != 0 ? pj.started_at : static_cast<TimePoint>(i)};
     size_t k = 0;
     for (size_t t = 0; t < spec.tasks.size(); ++t) {
       for (int32_t r = 0; r < spec.tasks[t].replicas; ++r, ++k) {
@@ -65,7 +78,8 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const std::vector<Job
   std::set<uint64_t> rejected_ids;
   while (true) {
     Snapshot snap = state.GetSnapshot();
-    scheduler->RunCycle(snap, &result);
+    if (list.has_now) scheduler->RunCycle(snap, list.now, &result);
+    else scheduler->RunCycle(snap, &result);
     ++out.cycles;
     for (const Waiting& w : result.unresolvable) {
       out.rejected.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message});
@@ -76,18 +90,26 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const std::vector<Job
       JobBound bound{p.job, {result.replicas.begin() + p.first, result.replicas.begin() + p.first + p.count}, 0};
       const JobRecord* job = snap.FindJob(p.job);
       for (const ReplicaPlacement& r : bound.placement) {
-        PlanOutput::Placement pl{job->spec.name, job->spec.tasks[r.task].name, r.replica, snap.node(r.node).spec.name, {}};
-        for (int32_t g = 0; g < 64; ++g) {
-          if ((r.gpu_mask >> g) & 1) pl.gpus.push_back(g);
-        }
-        out.placements.push_back(std::move(pl));
+        out.placements.push_back(
+            {job->spec.name, job->spec.tasks[r.task].name, r.replica, snap.node(r.node).spec.name, Gpus(r.gpu_mask)});
       }
       ROTA_RETURN_IF_ERROR(state.Apply(bound));
     }
     if (result.placed.empty()) break;
   }
   for (const Waiting& w : result.pending) {
-    out.pending.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message});
+    out.pending.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message,
+                           w.reason.expected_start});
+  }
+  Snapshot snap = state.GetSnapshot();
+  for (const Reservation& r : result.reservations) {
+    PlanOutput::Reserved res{names[r.job.value() - 1], r.start, r.start - list.now, {}};
+    const JobRecord* job = snap.FindJob(r.job);
+    for (const ReplicaPlacement& p : r.replicas) {
+      res.replicas.push_back({job->spec.name, job->spec.tasks[p.task].name, p.replica, snap.node(p.node).spec.name,
+                              Gpus(p.gpu_mask)});
+    }
+    out.reservations.push_back(std::move(res));
   }
   return out;
 }

@@ -25,13 +25,21 @@ struct PlanOutput {
     std::string job;
     std::string code;
     std::string message;
+    TimePoint expected_start = 0;
   };
   struct Rejected {
     std::string job;
     std::string code;
     std::string error;
   };
+  struct Reserved {
+    std::string job;
+    TimePoint start = 0;
+    Duration in = 0;  // from now
+    std::vector<Placement> replicas;
+  };
   std::vector<Placement> placements;  // made by this plan, in decision order
+  std::vector<Reserved> reservations;
   std::vector<Pending> pending;
   std::vector<Rejected> rejected;
   int32_t cycles = 0;
@@ -40,6 +48,8 @@ struct PlanOutput {
 // Errors (InvalidArgument) are for input that cannot be loaded: a bad cluster,
 // duplicate job names, a running job's placement that does not fit. A job the
 // cluster cannot serve is not an error: it is rejected in the output.
-StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const std::vector<JobListEntry>& jobs);
+// With list.has_now, running jobs' time limits give the first blocked job a
+// reservation and later jobs backfill around it.
+StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list);
 
 }  // namespace rota::sched

@@ -77,6 +77,7 @@ std::string_view ReasonCodeName(ReasonCode code) {
     case ReasonCode::kNodesUnavailable: return "NodesUnavailable";
     case ReasonCode::kTopology: return "TopologyUnsatisfied";
     case ReasonCode::kUnschedulable: return "Unschedulable";
+    case ReasonCode::kReserved: return "HeldForReservation";
     case ReasonCode::kNoMatchingNodes: return "NoMatchingNodes";
     case ReasonCode::kExceedsNodeCapacity: return "ExceedsNodeCapacity";
     case ReasonCode::kExceedsDomainCapacity: return "ExceedsDomainCapacity";

@@ -22,6 +22,7 @@ enum class ReasonCode {
   kNodesUnavailable,   // matching nodes exist but are drained
   kTopology,           // fits the cluster, but not within one domain of the level
   kUnschedulable,      // the search found no complete placement
+  kReserved,           // fits now only on GPUs reserved for a higher job, and would not end before it starts
   // Unresolvable: no node or domain of this cluster could ever hold it.
   kNoMatchingNodes,
   kExceedsNodeCapacity,
@@ -36,6 +37,7 @@ bool IsUnresolvable(ReasonCode code);
 struct PendingReason {
   ReasonCode code = ReasonCode::kNone;
   std::string message;
+  TimePoint expected_start = 0;  // when a reservation gives one
   bool ok() const { return code == ReasonCode::kNone; }
 };
 

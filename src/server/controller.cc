@@ -278,7 +278,7 @@ void Controller::RunOneCycle() {
   Snapshot snap = snapshot();
   sched::CycleResult result;
   const auto t0 = std::chrono::steady_clock::now();
-  scheduler_->RunCycle(snap, &result);
+  scheduler_->RunCycle(snap, options_.clock->Now(), &result);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   {
     std::lock_guard<std::mutex> lock(mu_);

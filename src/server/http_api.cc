@@ -430,13 +430,13 @@ class HttpServerImpl final : public HttpServer {
 
   static ordered_json Timeline(const JobRecord& job) {
     ordered_json ev = ordered_json::array();
-    ev.push_back({{"at", FormatTime(job.submitted_at)}, {"event", "submitted"}, {"detail", "by " + job.user}});
+    ev.push_back({{"at", TimeText(job.submitted_at)}, {"event", "submitted"}, {"detail", "by " + job.user}});
     if (job.started_at != 0) {
-      ev.push_back({{"at", FormatTime(job.started_at)}, {"event", "bound"},
+      ev.push_back({{"at", TimeText(job.started_at)}, {"event", "bound"},
                     {"detail", std::to_string(job.placement.size()) + " replicas placed"}});
     }
     if (job.finished_at != 0) {
-      ev.push_back({{"at", FormatTime(job.finished_at)}, {"event", std::string(JobStateName(job.state))},
+      ev.push_back({{"at", TimeText(job.finished_at)}, {"event", std::string(JobStateName(job.state))},
                     {"detail", job.end_reason}});
     }
     return ev;

@@ -8,16 +8,7 @@ namespace rota::server {
 
 using nlohmann::ordered_json;
 
-std::string FormatTime(TimePoint t) {
-  if (t == 0) return "";
-  const time_t secs = static_cast<time_t>(t / kMicrosPerSecond);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>((t % kMicrosPerSecond) / 1000));
-  return buf;
-}
+std::string TimeText(TimePoint t) { return t == 0 ? "" : FormatTime(t); }
 
 ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool with_spec) {
   ordered_json j;
@@ -29,9 +20,9 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   j["state"] = std::string(JobStateName(job.state));
   j["replicas"] = job.spec.TotalReplicas();
   j["gpus"] = job.spec.TotalGpus();
-  j["submitted_at"] = FormatTime(job.submitted_at);
-  j["started_at"] = FormatTime(job.started_at);
-  j["finished_at"] = FormatTime(job.finished_at);
+  j["submitted_at"] = TimeText(job.submitted_at);
+  j["started_at"] = TimeText(job.started_at);
+  j["finished_at"] = TimeText(job.finished_at);
   j["placement"] = ordered_json::array();
   for (const ReplicaPlacement& r : job.placement) {
     j["placement"].push_back({{"task", job.spec.tasks[r.task].name},
@@ -41,7 +32,10 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   }
   if (job.state == JobState::kPending) {
     auto reason = c.pending_reason(job.id);
-    if (reason) j["pending_reason"] = {{"code", std::string(sched::ReasonCodeName(reason->code))}, {"message", reason->message}};
+    if (reason) {
+      j["pending_reason"] = {{"code", std::string(sched::ReasonCodeName(reason->code))}, {"message", reason->message}};
+      if (reason->expected_start != 0) j["expected_start"] = TimeText(reason->expected_start);
+    }
     else j["pending_reason"] = {{"code", "NotYetScheduled"}, {"message", "waiting for the next scheduling cycle"}};
   }
   if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
@@ -77,7 +71,7 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
   j["labels"] = node.spec.labels;
   auto it = live.find(node.spec.name);
   j["simulated"] = it != live.end() && it->second.simulated;
-  j["last_heartbeat"] = it != live.end() ? FormatTime(it->second.last_heartbeat) : "";
+  j["last_heartbeat"] = it != live.end() ? TimeText(it->second.last_heartbeat) : "";
   ordered_json gpus = ordered_json::array();
   for (int32_t g = 0; g < node.spec.gpus; ++g) {
     ordered_json gj{{"index", g},

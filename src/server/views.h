@@ -8,7 +8,7 @@
 
 namespace rota::server {
 
-std::string FormatTime(TimePoint t);  // "2026-11-29T17:50:00.123Z", "" for 0
+std::string TimeText(TimePoint t);  // "2026-11-29T17:50:00.123Z", "" for 0
 nlohmann::ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool with_spec);
 nlohmann::ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState& node,
                                 const std::map<std::string, NodeLive>& live);
