@@ -1,6 +1,7 @@
 #include "sched/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <tuple>
 
 namespace rota::sched {
@@ -65,7 +66,8 @@ bool Scheduler::SameShape(const JobRecord& a, const JobRecord& b) const {
   const JobSpec& x = a.spec;
   const JobSpec& y = b.spec;
   if (x.tasks.size() != y.tasks.size() || x.node_selector != y.node_selector ||
-      x.topology.level != y.topology.level || x.topology.mode != y.topology.mode || x.time_limit != y.time_limit) {
+      x.topology.level != y.topology.level || x.topology.mode != y.topology.mode || x.time_limit != y.time_limit ||
+      x.queue != y.queue || x.preemptible != y.preemptible || x.priority_class != y.priority_class) {
     return false;
   }
   for (size_t i = 0; i < x.tasks.size(); ++i) {
@@ -173,8 +175,33 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     return a->id < b->id;
   });
 
+  // With queues: bucket the ordered jobs by leaf queue for fair-share picking.
+  const bool fair = book_.configured();
+  size_t next_plain = 0;
+  size_t no_queue_head = 0;
+  if (fair) {
+    book_.Reset(snap);
+    by_queue_.assign(by_queue_.size(), {});
+    no_queue_.clear();
+    for (uint32_t i = 0; i < order_.size(); ++i) {
+      const int32_t leaf = book_.LeafIndex(order_[i]->spec.queue);
+      if (leaf < 0) {
+        no_queue_.push_back(i);
+        continue;
+      }
+      if (by_queue_.size() <= static_cast<size_t>(leaf)) by_queue_.resize(leaf + 1);
+      by_queue_[leaf].push_back(i);
+    }
+    queue_head_.assign(by_queue_.size(), 0);
+  }
+  auto next = [&]() -> const JobRecord* {
+    if (!fair) return next_plain < order_.size() ? order_[next_plain++] : nullptr;
+    if (no_queue_head < no_queue_.size()) return order_[no_queue_[no_queue_head++]];
+    return NextFair();
+  };
+
   const Topology& topo = snap.topology();
-  for (const JobRecord* job : order_) {
+  while (const JobRecord* job = next()) {
     PendingReason why;
     if (!BuildRequest(snap, *job, &why)) {
       out->unresolvable.push_back({job->id, std::move(why)});
@@ -187,13 +214,60 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
       continue;
     }
 
+    // Quota first when the GPU model is known without placing (the job names
+    // it, or the cluster has one): a job over its queue's limit waits for
+    // quota, whatever capacity frees up.
+    if (fair) {
+      const int32_t leaf = book_.LeafIndex(job->spec.queue);
+      int16_t model = snap.gpu_models().size() == 1 ? 0 : -1;
+      for (const TaskRequest& t : request_.tasks) {
+        if (t.gpus > 0 && t.model >= 0) model = t.model;
+      }
+      if (leaf >= 0 && model >= 0 && request_.total_gpus > 0) {
+        const QueueBook::ModelGpus add{{model, request_.total_gpus}};
+        const bool may_borrow = book_.MayBorrow(job->spec);
+        std::string why_not, never;
+        if (!book_.Admits(leaf, add, may_borrow, &why_not)) {
+          const bool impossible = !book_.Admits(leaf, add, may_borrow, &never, /*empty=*/true);
+          PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
+                              "needs " + std::to_string(request_.total_gpus) + " GPUs; " + (impossible ? never : why_not)};
+          failures_.push_back({job, quota, impossible});
+          (impossible ? out->unresolvable : out->pending).push_back({job->id, std::move(quota)});
+          continue;
+        }
+      }
+    }
+
     // Backfill: a job that ends before the first reservation starts may use
     // the reserved GPUs; any other job must go around them.
     const bool ends_first = !held_.empty() && now != nullptr && job->spec.time_limit > 0 &&
                             *now + job->spec.time_limit <= first_reservation_;
     if (ends_first) ReleaseHeld();
-    const bool ok = TryPlace(/*keep=*/true);
+    bool ok = TryPlace(/*keep=*/true);
     if (ends_first) RetakeHeld();
+    if (ok && fair) {
+      // Admission: the placement must fit the queues' quotas too.
+      const int32_t leaf = book_.LeafIndex(job->spec.queue);
+      QueueBook::ModelGpus add;
+      for (const Txn::Step& st : txn_.steps()) {
+        const int16_t model = ws_.node(st.pos).model;
+        if (model >= 0 && st.mask != 0) add.push_back({model, std::popcount(st.mask)});
+      }
+      std::string why_not;
+      const bool may_borrow = book_.MayBorrow(job->spec);
+      if (leaf >= 0 && !book_.Admits(leaf, add, may_borrow, &why_not)) {
+        txn_.Rollback();
+        ok = false;
+        std::string never;
+        const bool impossible = !book_.Admits(leaf, add, may_borrow, &never, /*empty=*/true);
+        PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
+                            "needs " + std::to_string(request_.total_gpus) + " GPUs; " + (impossible ? never : why_not)};
+        failures_.push_back({job, quota, impossible});
+        (impossible ? out->unresolvable : out->pending).push_back({job->id, std::move(quota)});
+        continue;
+      }
+      if (leaf >= 0) book_.Charge(leaf, add);
+    }
     if (ok) {
       out->placed.push_back({job->id, static_cast<uint32_t>(out->replicas.size()),
                              static_cast<uint32_t>(txn_.steps().size())});
@@ -245,6 +319,34 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     failures_.push_back({job, reason, unresolvable});
     (unresolvable ? out->unresolvable : out->pending).push_back({job->id, std::move(reason)});
   }
+}
+
+const JobRecord* Scheduler::NextFair() {
+  // Highest priority first; among equals, the queue with the lowest weighted
+  // share; then the earlier job in the profile's order.
+  int32_t best = -1;
+  for (size_t q = 0; q < by_queue_.size(); ++q) {
+    if (queue_head_[q] >= by_queue_[q].size()) continue;
+    if (best < 0) {
+      best = static_cast<int32_t>(q);
+      continue;
+    }
+    const JobRecord* a = order_[by_queue_[q][queue_head_[q]]];
+    const JobRecord* b = order_[by_queue_[best][queue_head_[best]]];
+    if (a->spec.priority != b->spec.priority) {
+      if (a->spec.priority > b->spec.priority) best = static_cast<int32_t>(q);
+      continue;
+    }
+    const double sa = book_.Share(static_cast<int32_t>(q));
+    const double sb = book_.Share(best);
+    if (sa != sb) {
+      if (sa < sb) best = static_cast<int32_t>(q);
+      continue;
+    }
+    if (by_queue_[q][queue_head_[q]] < by_queue_[best][queue_head_[best]]) best = static_cast<int32_t>(q);
+  }
+  if (best < 0) return nullptr;
+  return order_[by_queue_[best][queue_head_[best]++]];
 }
 
 PendingReason Scheduler::CheckResolvable(const Snapshot& snap, const JobRecord& job) {

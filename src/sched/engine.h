@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "sched/place_context.h"
+#include "sched/queues.h"
 #include "sched/reason.h"
 #include "sched/registry.h"
 #include "sched/workspace.h"
@@ -80,6 +81,12 @@ class Scheduler {
   // throughput benchmarks that have no clock).
   void RunCycle(const Snapshot& snap, CycleResult* out);
 
+  // Queues, quotas and priority classes from the cluster config. With queues,
+  // jobs go in priority order, then the queue with the lowest weighted share
+  // first, then the profile's job orders; a placement is admitted only within
+  // its queues' guarantees plus borrowing limits.
+  void SetQueues(const ClusterConfig& config) { book_.Configure(config); }
+
   // Blocked jobs that get a reservation each cycle (default 1; 0 = none).
   void set_reservation_depth(int32_t depth) { reservation_depth_ = depth; }
 
@@ -116,6 +123,13 @@ class Scheduler {
     bool unresolvable;
   };
   std::vector<Failure> failures_;  // shapes that failed this cycle
+  QueueBook book_;
+  // Fair-share ordering: per leaf queue, positions into order_.
+  std::vector<std::vector<uint32_t>> by_queue_;
+  std::vector<size_t> queue_head_;
+  std::vector<uint32_t> no_queue_;
+  // The next job in fair-share order, or null when none is left.
+  const JobRecord* NextFair();
   int32_t reservation_depth_ = 1;
   // GPUs taken out of the free pool for reservations this cycle (free when taken).
   std::vector<std::pair<uint32_t, uint64_t>> held_;

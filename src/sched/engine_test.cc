@@ -283,3 +283,35 @@ TEST(Reservations, WithoutThemTheSameStreamStarvesTheGang) {
 
 }  // namespace
 }  // namespace rota::sched
+
+namespace rota::sched {
+namespace {
+
+TEST(FairShare, ConvergesToQueueWeightsUnderContention) {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("n", 5, 8));  // 40 GPUs
+  c.queues = {{.name = "a", .weight = 1}, {.name = "b", .weight = 3}};
+  ClusterState st = MakeCluster(c);
+  uint64_t id = 1;
+  // Queue a submitted everything first: FIFO alone would give it all 40 GPUs.
+  for (const char* q : {"a", "b"}) {
+    for (int i = 0; i < 100; ++i) {
+      JobSpec j = GpuJob("j", 1, 1);
+      j.queue = q;
+      ASSERT_TRUE(st.Apply(JobSubmitted{JobId(id), j, static_cast<TimePoint>(id)}).ok());
+      ++id;
+    }
+  }
+  auto s = Make();
+  s->SetQueues(c);
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), &r);
+  int a = 0, b = 0;
+  for (const Placed& p : r.placed) (p.job.value() <= 100 ? a : b)++;
+  EXPECT_EQ(a + b, 40);
+  EXPECT_EQ(a, 10);  // weights 1:3 of 40 GPUs
+  EXPECT_EQ(b, 30);
+}
+
+}  // namespace
+}  // namespace rota::sched

@@ -78,6 +78,8 @@ std::string_view ReasonCodeName(ReasonCode code) {
     case ReasonCode::kTopology: return "TopologyUnsatisfied";
     case ReasonCode::kUnschedulable: return "Unschedulable";
     case ReasonCode::kReserved: return "HeldForReservation";
+    case ReasonCode::kQuota: return "QuotaExceeded";
+    case ReasonCode::kExceedsQuota: return "ExceedsQueueLimit";
     case ReasonCode::kNoMatchingNodes: return "NoMatchingNodes";
     case ReasonCode::kExceedsNodeCapacity: return "ExceedsNodeCapacity";
     case ReasonCode::kExceedsDomainCapacity: return "ExceedsDomainCapacity";
@@ -89,7 +91,7 @@ std::string_view ReasonCodeName(ReasonCode code) {
 
 bool IsUnresolvable(ReasonCode code) {
   return code == ReasonCode::kNoMatchingNodes || code == ReasonCode::kExceedsNodeCapacity ||
-         code == ReasonCode::kExceedsDomainCapacity || code == ReasonCode::kInvalid ||
+         code == ReasonCode::kExceedsDomainCapacity || code == ReasonCode::kInvalid || code == ReasonCode::kExceedsQuota ||
          code == ReasonCode::kUnsupported;
 }
 

@@ -23,6 +23,8 @@ enum class ReasonCode {
   kTopology,           // fits the cluster, but not within one domain of the level
   kUnschedulable,      // the search found no complete placement
   kReserved,           // fits now only on GPUs reserved for a higher job, and would not end before it starts
+  kQuota,              // its queue (or an ancestor) is at its guarantee plus borrowing limit
+  kExceedsQuota,       // Unresolvable: more than its queue may ever hold
   // Unresolvable: no node or domain of this cluster could ever hold it.
   kNoMatchingNodes,
   kExceedsNodeCapacity,

@@ -15,6 +15,8 @@ Controller::~Controller() { Stop(); }
 Status Controller::Start() {
   ROTA_ASSIGN_OR_RETURN(scheduler_, sched::Scheduler::Create(options_.config.profile));
   ROTA_ASSIGN_OR_RETURN(probe_, sched::Scheduler::Create(options_.config.profile));
+  scheduler_->SetQueues(options_.config);
+  probe_->SetQueues(options_.config);
   // Recover: the latest snapshot plus the journal after it.
   Status replay = store_->Replay([this](const Event& e) {
     if (auto* s = std::get_if<JobSubmitted>(&e)) next_job_id_ = std::max(next_job_id_, s->id.value() + 1);

@@ -1,0 +1,116 @@
+#include "sched/queues.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace rota::sched {
+
+void QueueBook::Configure(const ClusterConfig& config) {
+  queues_.clear();
+  classes_ = config.priority_classes.empty() ? DefaultPriorityClasses() : config.priority_classes;
+  Add(config.queues, -1, "", 1.0);
+}
+
+void QueueBook::Add(const std::vector<QueueConfig>& children, int32_t parent, const std::string& prefix,
+                    double parent_weight) {
+  int64_t sum = 0;
+  for (const QueueConfig& q : children) sum += q.weight;
+  for (const QueueConfig& q : children) {
+    Queue e;
+    e.path = prefix.empty() ? q.name : prefix + "/" + q.name;
+    e.parent = parent;
+    e.effective_weight = parent_weight * static_cast<double>(q.weight) / static_cast<double>(std::max<int64_t>(sum, 1));
+    e.quota.assign(q.quota.begin(), q.quota.end());
+    e.borrowing_limit.assign(q.borrowing_limit.begin(), q.borrowing_limit.end());
+    e.has_quota = !q.quota.empty();
+    e.leaf = q.children.empty();
+    const int32_t index = static_cast<int32_t>(queues_.size());
+    // Copies: the recursion grows queues_, which may move its elements.
+    const std::string path = e.path;
+    const double weight = e.effective_weight;
+    queues_.push_back(std::move(e));
+    Add(q.children, index, path, weight);
+  }
+}
+
+int32_t QueueBook::LeafIndex(const std::string& path) const {
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    if (queues_[i].leaf && queues_[i].path == path) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+bool QueueBook::MayBorrow(const JobSpec& spec) const {
+  if (spec.preemptible) return true;
+  for (const PriorityClassConfig& c : classes_) {
+    if (c.name == spec.priority_class) return c.preemptible;
+  }
+  return false;
+}
+
+void QueueBook::Reset(const Snapshot& snap) {
+  models_ = snap.gpu_models();
+  total_gpus_ = 0;
+  for (const NodeState& n : snap.nodes()) total_gpus_ += n.spec.gpus;
+  for (Queue& q : queues_) {
+    q.used.assign(models_.size(), 0);
+    q.used_total = 0;
+  }
+  for (const auto& [id, job] : snap.jobs()) {
+    if (job->state != JobState::kRunning) continue;
+    const int32_t leaf = LeafIndex(job->spec.queue);
+    if (leaf < 0) continue;
+    ModelGpus add;
+    for (const ReplicaPlacement& r : job->placement) {
+      const int16_t model = snap.node(r.node).model;
+      if (model >= 0) add.push_back({model, std::popcount(r.gpu_mask)});
+    }
+    Charge(leaf, add);
+  }
+}
+
+int64_t QueueBook::Lookup(const std::vector<std::pair<std::string, int64_t>>& m, int16_t model, int64_t missing) const {
+  for (const auto& [name, n] : m) {
+    if (model >= 0 && static_cast<size_t>(model) < models_.size() && name == models_[model]) return n;
+  }
+  return missing;
+}
+
+bool QueueBook::Admits(int32_t leaf, const ModelGpus& add, bool may_borrow, std::string* why, bool empty) const {
+  for (int32_t q = leaf; q >= 0; q = queues_[q].parent) {
+    const Queue& e = queues_[q];
+    if (!e.has_quota) continue;
+    for (const auto& [model, n] : add) {
+      const int64_t used = empty ? 0 : e.used[model];
+      const int64_t quota = Lookup(e.quota, model, 0);
+      constexpr int64_t kUnlimited = int64_t{1} << 50;
+      const int64_t limit = may_borrow ? quota + Lookup(e.borrowing_limit, model, kUnlimited) : quota;
+      if (used + n > limit) {
+        const std::string& name = models_[model];
+        *why = "queue " + e.path + " holds " + std::to_string(used) + " " + name + " GPUs and would hold " +
+               std::to_string(used + n) + "; its limit is " + std::to_string(quota) + " guaranteed" +
+               (may_borrow ? " + " + std::to_string(limit - quota) + " borrowable"
+                           : " (jobs that may not be preempted use only the guarantee)");
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void QueueBook::Charge(int32_t leaf, const ModelGpus& add) {
+  for (int32_t q = leaf; q >= 0; q = queues_[q].parent) {
+    for (const auto& [model, n] : add) {
+      queues_[q].used[model] += n;
+      queues_[q].used_total += n;
+    }
+  }
+}
+
+double QueueBook::Share(int32_t leaf) const {
+  if (total_gpus_ == 0) return 0;
+  const Queue& q = queues_[leaf];
+  return static_cast<double>(q.used_total) / static_cast<double>(total_gpus_) / q.effective_weight;
+}
+
+}  // namespace rota::sched

@@ -1,0 +1,65 @@
+// QueueBook: the queue tree of the cluster config, with what each queue holds
+// during a cycle. It answers two questions for the engine:
+//   - Admits: does a placement keep every queue on the job's path within its
+//     guaranteed quota plus its borrowing limit (only the guarantee for jobs
+//     that may not be preempted, since borrowed capacity can be reclaimed)?
+//   - Share: the queue's weighted share of the cluster's GPUs, for ordering
+//     queues fairly (the lowest share goes next). Weights are hierarchical:
+//     a leaf's effective weight is the product, along its path, of its
+//     weight over the sum of its siblings'.
+// Quotas count GPUs per model; a queue without a quota for a model has none
+// guaranteed there. A queue with no quotas at all is not limited.
+//
+// Thread-safety: one owner (the scheduler).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/cluster_config.h"
+#include "core/cluster_state.h"
+
+namespace rota::sched {
+
+class QueueBook {
+ public:
+  void Configure(const ClusterConfig& config);
+  // Usage from the snapshot's running jobs.
+  void Reset(const Snapshot& snap);
+
+  bool configured() const { return !queues_.empty(); }
+  int32_t LeafIndex(const std::string& path) const;
+  // May a job of priority class `priority_class` (or with spec.preemptible) borrow?
+  bool MayBorrow(const JobSpec& spec) const;
+
+  // GPUs per interned model that a placement would add.
+  using ModelGpus = std::vector<std::pair<int16_t, int64_t>>;
+  // With `empty`, as if the queues held nothing (a request beyond even that
+  // can never be admitted).
+  bool Admits(int32_t leaf, const ModelGpus& add, bool may_borrow, std::string* why, bool empty = false) const;
+  void Charge(int32_t leaf, const ModelGpus& add);
+  double Share(int32_t leaf) const;
+  const std::string& path(int32_t q) const { return queues_[q].path; }
+
+ private:
+  struct Queue {
+    std::string path;
+    int32_t parent = -1;
+    double effective_weight = 1;
+    std::vector<std::pair<std::string, int64_t>> quota;  // by model name
+    std::vector<std::pair<std::string, int64_t>> borrowing_limit;
+    bool has_quota = false;
+    bool leaf = false;
+    std::vector<int64_t> used;  // by interned model
+    int64_t used_total = 0;
+  };
+  void Add(const std::vector<QueueConfig>& children, int32_t parent, const std::string& prefix, double parent_weight);
+  int64_t Lookup(const std::vector<std::pair<std::string, int64_t>>& m, int16_t model, int64_t missing) const;
+
+  std::vector<Queue> queues_;
+  std::vector<PriorityClassConfig> classes_;
+  std::vector<std::string> models_;  // interned names, from the snapshot
+  int64_t total_gpus_ = 0;
+};
+
+}  // namespace rota::sched
