@@ -223,18 +223,9 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
       for (const TaskRequest& t : request_.tasks) {
         if (t.gpus > 0 && t.model >= 0) model = t.model;
       }
-      if (leaf >= 0 && model >= 0 && request_.total_gpus > 0) {
-        const QueueBook::ModelGpus add{{model, request_.total_gpus}};
-        const bool may_borrow = book_.MayBorrow(job->spec);
-        std::string why_not, never;
-        if (!book_.Admits(leaf, add, may_borrow, &why_not)) {
-          const bool impossible = !book_.Admits(leaf, add, may_borrow, &never, /*empty=*/true);
-          PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
-                              "needs " + std::to_string(request_.total_gpus) + " GPUs; " + (impossible ? never : why_not)};
-          failures_.push_back({job, quota, impossible});
-          (impossible ? out->unresolvable : out->pending).push_back({job->id, std::move(quota)});
-          continue;
-        }
+      if (leaf >= 0 && model >= 0 && request_.total_gpus > 0 &&
+          RefuseOverQuota(*job, leaf, {{model, request_.total_gpus}}, out)) {
+        continue;
       }
     }
 
@@ -253,17 +244,8 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
         const int16_t model = ws_.node(st.pos).model;
         if (model >= 0 && st.mask != 0) add.push_back({model, std::popcount(st.mask)});
       }
-      std::string why_not;
-      const bool may_borrow = book_.MayBorrow(job->spec);
-      if (leaf >= 0 && !book_.Admits(leaf, add, may_borrow, &why_not)) {
+      if (leaf >= 0 && RefuseOverQuota(*job, leaf, add, out)) {
         txn_.Rollback();
-        ok = false;
-        std::string never;
-        const bool impossible = !book_.Admits(leaf, add, may_borrow, &never, /*empty=*/true);
-        PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
-                            "needs " + std::to_string(request_.total_gpus) + " GPUs; " + (impossible ? never : why_not)};
-        failures_.push_back({job, quota, impossible});
-        (impossible ? out->unresolvable : out->pending).push_back({job->id, std::move(quota)});
         continue;
       }
       if (leaf >= 0) book_.Charge(leaf, add);
@@ -319,6 +301,18 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     failures_.push_back({job, reason, unresolvable});
     (unresolvable ? out->unresolvable : out->pending).push_back({job->id, std::move(reason)});
   }
+}
+
+bool Scheduler::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add, CycleResult* out) {
+  const bool may_borrow = book_.MayBorrow(job.spec);
+  std::string why_not, never;
+  if (book_.Admits(leaf, add, may_borrow, &why_not)) return false;
+  const bool impossible = !book_.Admits(leaf, add, may_borrow, &never, /*empty=*/true);
+  PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
+                      "needs " + std::to_string(request_.total_gpus) + " GPUs; " + (impossible ? never : why_not)};
+  failures_.push_back({&job, quota, impossible});
+  (impossible ? out->unresolvable : out->pending).push_back({job.id, std::move(quota)});
+  return true;
 }
 
 const JobRecord* Scheduler::NextFair() {

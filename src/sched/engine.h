@@ -128,6 +128,9 @@ class Scheduler {
   std::vector<std::vector<uint32_t>> by_queue_;
   std::vector<size_t> queue_head_;
   std::vector<uint32_t> no_queue_;
+  // Records why `job` waits (or is rejected) if adding `add` to its queue
+  // would break a quota; true if so.
+  bool RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add, CycleResult* out);
   // The next job in fair-share order, or null when none is left.
   const JobRecord* NextFair();
   int32_t reservation_depth_ = 1;

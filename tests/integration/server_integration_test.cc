@@ -394,7 +394,7 @@ class Cluster3 : public Integration {
       }
     }
   }
-  void StartAgent(int i) {
+  void StartAgent(int i, std::vector<std::string> extra = {}) {
     const std::string name = "a" + std::to_string(i);
     auto r = server_->Admin().Post("/v1/tokens", json{{"user", name}, {"role", "agent"}, {"node", name}}.dump(),
                                    "application/json");
@@ -403,6 +403,7 @@ class Cluster3 : public Integration {
     std::vector<std::string> args{RotaBinary(), "agent",       "--server", server_->url(), "--token", token,
                                   "--name",     name,          "--address", "127.0.0.1",   "--gpus",  "2xH100:80Gi",
                                   "--logs-dir", LogsDir(i),    "--heartbeat-ms", "200"};
+    args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -518,23 +519,8 @@ TEST_F(Cluster3, UnhealthyGpuMovesTheGang) {
   const int bad = std::stoi(node.substr(1));
   std::ofstream(tmp.path() + "/health-" + node) << "1 xid 79\n";
   for (int i = 0; i < 3; ++i) {
-    if (i != bad) {
-      StartAgent(i);
-      continue;
-    }
-    // Same agent, now with a health file.
-    auto r = server_->Admin().Post("/v1/tokens", json{{"user", node}, {"role", "agent"}, {"node", node}}.dump(),
-                                   "application/json");
-    const std::string token = json::parse(r->body)["token"];
-    std::vector<std::string> args{RotaBinary(), "agent", "--server", server_->url(), "--token", token, "--name", node,
-                                  "--address", "127.0.0.1", "--gpus", "2xH100:80Gi", "--logs-dir", LogsDir(i),
-                                  "--heartbeat-ms", "200", "--health-file", tmp.path() + "/health-" + node};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-    agents_.push_back(pid);
+    if (i == bad) StartAgent(i, {"--health-file", tmp.path() + "/health-" + node});
+    else StartAgent(i);
   }
   j = WaitJob(1, [&](const json& x) {
     return x["state"] == "running" && x["restarts"] == 1 && x["placement"][0]["node"] != node;
