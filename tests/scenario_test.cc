@@ -12,6 +12,7 @@
 //     same_domain: {a: rack}         # all replicas of a within one rack
 //     unused_nodes: [n-3]            # no placement on these nodes
 //     reservations: {big: 2h}        # job -> start, as a delay after `now:`
+//     preemptions: {victim: preemptor}
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -111,6 +112,10 @@ TEST_P(Scenario, MatchesExpectations) {
   for (const auto& kv : expect["reservations"]) want_reserved[kv.first.as<std::string>()] = kv.second.as<std::string>();
   for (const auto& r : out->reservations) got_reserved[r.job] = FormatDuration(r.in);
   EXPECT_EQ(got_reserved, want_reserved) << "reservations (job -> delay)";
+  std::map<std::string, std::string> want_evicted, got_evicted;
+  for (const auto& kv : expect["preemptions"]) want_evicted[kv.first.as<std::string>()] = kv.second.as<std::string>();
+  for (const auto& p : out->preemptions) got_evicted[p.victim] = p.preemptor;
+  EXPECT_EQ(got_evicted, want_evicted) << "preemptions (victim -> for)";
 
   if (expect["same_domain"] || expect["unused_nodes"]) {
     auto nodes = ExpandNodes(*cluster);

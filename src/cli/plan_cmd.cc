@@ -49,6 +49,11 @@ void PrintJson(const sched::PlanOutput& out) {
     if (p.expected_start != 0) pj["expected_start"] = FormatTime(p.expected_start);
     j["pending"].push_back(std::move(pj));
   }
+  j["preemptions"] = nlohmann::ordered_json::array();
+  for (const auto& p : out.preemptions) {
+    j["preemptions"].push_back({{"victim", p.victim}, {"for", p.preemptor}, {"reason", p.reason}, {"signal", p.signal},
+                                {"grace", FormatDuration(p.grace)}});
+  }
   j["reservations"] = nlohmann::ordered_json::array();
   for (const auto& r : out.reservations) {
     nlohmann::ordered_json rj{{"job", r.job}, {"start", FormatTime(r.start)}, {"in", FormatDuration(r.in)}};
@@ -70,6 +75,9 @@ void PrintTable(const sched::PlanOutput& out) {
   Table pending({"JOB", "REASON", "MESSAGE"});
   for (const auto& p : out.pending) pending.Add({p.job, p.code, p.message});
   std::cout << "\nPending (" << out.pending.size() << ")\n" << pending.Render();
+  Table evicted({"VICTIM", "FOR", "SIGNAL", "GRACE", "REASON"});
+  for (const auto& p : out.preemptions) evicted.Add({p.victim, p.preemptor, p.signal, FormatDuration(p.grace), p.reason});
+  if (!out.preemptions.empty()) std::cout << "\nPreemptions (" << out.preemptions.size() << ")\n" << evicted.Render();
   Table reserved({"JOB", "START", "IN", "NODE", "GPUS"});
   for (const auto& r : out.reservations) {
     for (const auto& p : r.replicas) reserved.Add({r.job, FormatTime(r.start), FormatDuration(r.in), p.node, GpuList(p.gpus)});

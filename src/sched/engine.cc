@@ -151,6 +151,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   ws_.Reset(snap);
   ctx_.NewCycle();
   failures_.clear();
+  victims_.clear();
   held_.clear();
   first_reservation_ = 0;
   endings_.clear();
@@ -274,6 +275,28 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
                         "; a time_limit of at most " + FormatDuration(gap) + " would let it backfill"};
         }
       }
+      // Preemption: evict cheaper preemptible gangs if that lets it fit now.
+      if (now != nullptr && preemption_ && reason.code != ReasonCode::kReserved) {
+        std::vector<const JobRecord*> victims = ChooseVictims(snap, *job, *now);
+        if (!victims.empty()) {
+          std::string names;
+          for (const JobRecord* v : victims) {
+            const std::string why = job->spec.queue == v->spec.queue
+                                        ? "preempted for job " + std::to_string(job->id.value()) + " (priority " +
+                                              std::to_string(job->spec.priority) + " > " +
+                                              std::to_string(v->spec.priority) + ")"
+                                        : "preempted to return borrowed capacity to queue " + job->spec.queue +
+                                              " (job " + std::to_string(job->id.value()) + ")";
+            out->preemptions.push_back({v->id, job->id, why, v->spec.checkpoint.signal, v->spec.checkpoint.grace});
+            victims_.push_back(v->id);
+            names += (names.empty() ? "" : ", ") + std::to_string(v->id.value());
+          }
+          reason = {ReasonCode::kPreempting, "preempting job" + std::string(victims.size() > 1 ? "s " : " ") + names +
+                                                 " to make room; it starts when they have checkpointed and stopped"};
+          out->pending.push_back({job->id, std::move(reason)});
+          continue;
+        }
+      }
       // A reservation for the first blocked jobs.
       TimePoint start = 0;
       std::vector<Txn::Step> steps;
@@ -301,6 +324,68 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     failures_.push_back({job, reason, unresolvable});
     (unresolvable ? out->unresolvable : out->pending).push_back({job->id, std::move(reason)});
   }
+}
+
+std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, const JobRecord& job, TimePoint now) {
+  const Topology& topo = snap.topology();
+  const bool queues = book_.configured();
+  const int32_t my_leaf = queues ? book_.LeafIndex(job.spec.queue) : -1;
+  struct Candidate {
+    int64_t cost;  // GPU-microseconds of work since it started (lost if it has not checkpointed)
+    const JobRecord* job;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& [id, r] : snap.jobs()) {
+    if (r->state != JobState::kRunning || !book_.MayBorrow(r->spec)) continue;
+    if (now - r->started_at < min_runtime_) continue;
+    if (std::find(victims_.begin(), victims_.end(), id) != victims_.end()) continue;
+    bool eligible = r->spec.queue == job.spec.queue && r->spec.priority < job.spec.priority;
+    if (!eligible && queues && r->spec.queue != job.spec.queue && my_leaf >= 0) {
+      const int32_t leaf = book_.LeafIndex(r->spec.queue);
+      eligible = leaf >= 0 && book_.Borrowing(leaf) && book_.BelowGuarantee(my_leaf);
+    }
+    if (!eligible) continue;
+    candidates.push_back({r->spec.TotalGpus() * std::max<Duration>(0, now - r->started_at), r.get()});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.cost, a.job->id) < std::tie(b.cost, b.job->id);
+  });
+  auto set = [&](const JobRecord& r, bool release) {
+    for (const ReplicaPlacement& p : r.placement) {
+      const TaskGroupSpec& t = r.spec.tasks[p.task];
+      const uint32_t pos = topo.position_of(p.node);
+      if (release) ws_.Give(pos, p.gpu_mask, t.cpu, t.memory);
+      else ws_.Take(pos, p.gpu_mask, t.cpu, t.memory);
+    }
+  };
+  // Evict cheapest first until the job fits (checked by placing it).
+  size_t used = 0;
+  bool fits = false;
+  while (used < candidates.size() && !fits) {
+    set(*candidates[used++].job, true);
+    fits = TryPlace(false);
+  }
+  std::vector<const JobRecord*> victims;
+  if (fits) {
+    // Keep only the victims it needs: give back, most expensive first, any
+    // whose return still leaves room (scattered GPUs are not evicted for nothing).
+    std::vector<bool> needed(used, true);
+    for (size_t i = used; i-- > 0;) {
+      set(*candidates[i].job, false);
+      if (TryPlace(false)) {
+        needed[i] = false;
+      } else {
+        set(*candidates[i].job, true);
+      }
+    }
+    for (size_t i = 0; i < used; ++i) {
+      if (needed[i]) victims.push_back(candidates[i].job);
+    }
+    for (const JobRecord* v : victims) set(*v, false);
+  } else {
+    for (size_t i = 0; i < used; ++i) set(*candidates[i].job, false);
+  }
+  return victims;
 }
 
 bool Scheduler::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add, CycleResult* out) {

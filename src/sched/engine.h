@@ -51,6 +51,16 @@ struct Reservation {
   std::vector<ReplicaPlacement> replicas;
 };
 
+// Evict `victim` (a whole gang) to make room for `preemptor`: send it its
+// checkpoint signal, wait the grace period, stop it and requeue it.
+struct Preemption {
+  JobId victim;
+  JobId preemptor;
+  std::string reason;
+  std::string signal;
+  Duration grace = 0;
+};
+
 struct CycleResult {
   uint64_t revision = 0;  // of the snapshot the decisions were made on
   std::vector<Placed> placed;
@@ -58,12 +68,14 @@ struct CycleResult {
   std::vector<Waiting> pending;       // Unschedulable: may fit later
   std::vector<Waiting> unresolvable;  // can never fit this cluster: reject
   std::vector<Reservation> reservations;
+  std::vector<Preemption> preemptions;
   void Clear() {
     placed.clear();
     replicas.clear();
     pending.clear();
     unresolvable.clear();
     reservations.clear();
+    preemptions.clear();
   }
 };
 
@@ -87,6 +99,13 @@ class Scheduler {
   // its queues' guarantees plus borrowing limits.
   void SetQueues(const ClusterConfig& config) { book_.Configure(config); }
 
+  // With a time, a blocked job may evict preemptible running gangs: of lower
+  // priority in its queue, or borrowing from a queue that is over its
+  // guarantee while the job's queue is under its own. A gang is never
+  // evicted before it has run `min_runtime`.
+  void set_preemption(bool on) { preemption_ = on; }
+  void set_min_runtime(Duration d) { min_runtime_ = d; }
+
   // Blocked jobs that get a reservation each cycle (default 1; 0 = none).
   void set_reservation_depth(int32_t depth) { reservation_depth_ = depth; }
 
@@ -107,6 +126,9 @@ class Scheduler {
   // The earliest time the current request fits, releasing running jobs in
   // order of their time-limit ends; fills *steps with where. False if never.
   bool EarliestStart(const Snapshot& snap, TimePoint now, TimePoint* start, std::vector<Txn::Step>* steps);
+  // Finds the cheapest set of victims whose eviction lets the current request
+  // fit; empty if none does. Leaves the workspace as it found it.
+  std::vector<const JobRecord*> ChooseVictims(const Snapshot& snap, const JobRecord& job, TimePoint now);
   void ReleaseHeld();
   void RetakeHeld();
 
@@ -134,6 +156,9 @@ class Scheduler {
   // The next job in fair-share order, or null when none is left.
   const JobRecord* NextFair();
   int32_t reservation_depth_ = 1;
+  bool preemption_ = true;
+  Duration min_runtime_ = 10 * 60 * kMicrosPerSecond;
+  std::vector<JobId> victims_;  // chosen this cycle
   // GPUs taken out of the free pool for reservations this cycle (free when taken).
   std::vector<std::pair<uint32_t, uint64_t>> held_;
   TimePoint first_reservation_ = 0;

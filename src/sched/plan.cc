@@ -102,6 +102,9 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
     out.pending.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message,
                            w.reason.expected_start});
   }
+  for (const Preemption& p : result.preemptions) {
+    out.preemptions.push_back({names[p.victim.value() - 1], names[p.preemptor.value() - 1], p.reason, p.signal, p.grace});
+  }
   Snapshot snap = state.GetSnapshot();
   for (const Reservation& r : result.reservations) {
     PlanOutput::Reserved res{names[r.job.value() - 1], r.start, r.start - list.now, {}};

@@ -38,8 +38,16 @@ struct PlanOutput {
     Duration in = 0;  // from now
     std::vector<Placement> replicas;
   };
+  struct Evicted {
+    std::string victim;
+    std::string preemptor;
+    std::string reason;
+    std::string signal;
+    Duration grace = 0;
+  };
   std::vector<Placement> placements;  // made by this plan, in decision order
   std::vector<Reserved> reservations;
+  std::vector<Evicted> preemptions;
   std::vector<Pending> pending;
   std::vector<Rejected> rejected;
   int32_t cycles = 0;

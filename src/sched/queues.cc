@@ -107,6 +107,25 @@ void QueueBook::Charge(int32_t leaf, const ModelGpus& add) {
   }
 }
 
+bool QueueBook::Borrowing(int32_t leaf) const {
+  const Queue& q = queues_[leaf];
+  if (!q.has_quota) return false;
+  for (size_t m = 0; m < q.used.size(); ++m) {
+    if (q.used[m] > Lookup(q.quota, static_cast<int16_t>(m), 0)) return true;
+  }
+  return false;
+}
+
+bool QueueBook::BelowGuarantee(int32_t leaf) const {
+  const Queue& q = queues_[leaf];
+  for (const auto& [name, n] : q.quota) {
+    for (size_t m = 0; m < models_.size(); ++m) {
+      if (models_[m] == name && q.used[m] < n) return true;
+    }
+  }
+  return false;
+}
+
 double QueueBook::Share(int32_t leaf) const {
   if (total_gpus_ == 0) return 0;
   const Queue& q = queues_[leaf];

@@ -39,6 +39,11 @@ class QueueBook {
   bool Admits(int32_t leaf, const ModelGpus& add, bool may_borrow, std::string* why, bool empty = false) const;
   void Charge(int32_t leaf, const ModelGpus& add);
   double Share(int32_t leaf) const;
+  // GPUs of `model` the queue (and its ancestors) hold beyond their guarantee;
+  // 0 if within it or without quotas.
+  bool Borrowing(int32_t leaf) const;
+  // The queue holds less than its guarantee (for some model it has quota on).
+  bool BelowGuarantee(int32_t leaf) const;
   const std::string& path(int32_t q) const { return queues_[q].path; }
 
  private:

@@ -79,6 +79,7 @@ std::string_view ReasonCodeName(ReasonCode code) {
     case ReasonCode::kUnschedulable: return "Unschedulable";
     case ReasonCode::kReserved: return "HeldForReservation";
     case ReasonCode::kQuota: return "QuotaExceeded";
+    case ReasonCode::kPreempting: return "Preempting";
     case ReasonCode::kExceedsQuota: return "ExceedsQueueLimit";
     case ReasonCode::kNoMatchingNodes: return "NoMatchingNodes";
     case ReasonCode::kExceedsNodeCapacity: return "ExceedsNodeCapacity";

@@ -24,6 +24,7 @@ enum class ReasonCode {
   kUnschedulable,      // the search found no complete placement
   kReserved,           // fits now only on GPUs reserved for a higher job, and would not end before it starts
   kQuota,              // its queue (or an ancestor) is at its guarantee plus borrowing limit
+  kPreempting,         // room is being made for it: its victims are checkpointing
   kExceedsQuota,       // Unresolvable: more than its queue may ever hold
   // Unresolvable: no node or domain of this cluster could ever hold it.
   kNoMatchingNodes,

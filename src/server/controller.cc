@@ -16,6 +16,10 @@ Status Controller::Start() {
   ROTA_ASSIGN_OR_RETURN(scheduler_, sched::Scheduler::Create(options_.config.profile));
   ROTA_ASSIGN_OR_RETURN(probe_, sched::Scheduler::Create(options_.config.profile));
   scheduler_->SetQueues(options_.config);
+  // The engine can choose preemptions, but the control plane does not carry
+  // them out yet (that needs a Preempting state that holds the victims' GPUs
+  // through their checkpoint grace period), so it does not ask for them.
+  scheduler_->set_preemption(false);
   probe_->SetQueues(options_.config);
   // Recover: the latest snapshot plus the journal after it.
   Status replay = store_->Replay([this](const Event& e) {
