@@ -256,6 +256,12 @@ std::string EncodeEvent(const Event& event) {
           j["id"] = e.id.value();
           j["at"] = e.at;
           j["reason"] = e.reason;
+        } else if constexpr (std::is_same_v<E, JobPreempting>) {
+          j["type"] = "JobPreempting";
+          j["id"] = e.id.value();
+          j["at"] = e.at;
+          j["preemptor"] = e.preemptor.value();
+          j["reason"] = e.reason;
         } else if constexpr (std::is_same_v<E, NodeLostChanged>) {
           j["type"] = "NodeLostChanged";
           j["node"] = e.node;
@@ -305,6 +311,10 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
     }
     if (type == "JobRequeued") return Event(JobRequeued{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason")});
     if (type == "NodeLostChanged") return Event(NodeLostChanged{j.at("node"), j.at("lost")});
+    if (type == "JobPreempting") {
+      return Event(JobPreempting{JobId(j.at("id").get<uint64_t>()), j.at("at"), JobId(j.at("preemptor").get<uint64_t>()),
+                                 j.at("reason")});
+    }
     if (type == "JobCancelled") {
       return Event(JobCancelled{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason")});
     }

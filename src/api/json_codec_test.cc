@@ -38,6 +38,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobCancelled{JobId(8), 999, "cancelled by bob"},
       JobRequeued{JobId(9), 1000, "node n-1 lost"},
       NodeLostChanged{"n-1", true},
+      JobPreempting{JobId(11), 77, JobId(12), "preempted for job 12"},
       JobSubmitted{JobId(10), *spec, 5, "carol", 2},
   };
   for (const Event& e : events) {

@@ -19,7 +19,8 @@ namespace {
 
 constexpr const char* kServerUsage =
     "usage: rota server [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
-    "                   [--tls-cert FILE --tls-key FILE] [--rate-limit N] [--node-timeout 30s]\n";
+    "                   [--tls-cert FILE --tls-key FILE] [--rate-limit N] [--node-timeout 30s]\n"
+    "                   [--min-runtime 10m]\n";
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--name NODE]\n"
@@ -105,6 +106,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::string data_dir = DefaultDataDir(), listen = "127.0.0.1:7070", config_path, gpus, name, tls_cert, tls_key;
   double rate = 200;
   Duration node_timeout = 30 * kMicrosPerSecond;
+  Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> std::string {
@@ -120,7 +122,14 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--tls-cert") tls_cert = value();
     else if (a == "--tls-key") tls_key = value();
     else if (a == "--rate-limit") rate = std::atof(value().c_str());
-    else if (a == "--node-timeout") {
+    else if (a == "--min-runtime") {
+      auto d = ParseDuration(value());
+      if (!d.ok()) {
+        std::cerr << "rota: --min-runtime: " << d.status().message() << "\n";
+        return kExitBadInput;
+      }
+      min_runtime = *d;
+    } else if (a == "--node-timeout") {
       auto d = ParseDuration(value());
       if (!d.ok() || *d <= 0) {
         std::cerr << "rota: --node-timeout: " << (d.ok() ? "must be positive" : d.status().message()) << "\n";
@@ -173,7 +182,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
   BlockSignals();
   SystemClock clock;
-  server::ControllerOptions options{.config = config, .clock = &clock, .node_timeout = node_timeout};
+  server::ControllerOptions options{
+      .config = config, .clock = &clock, .node_timeout = node_timeout, .min_runtime = min_runtime};
   server::Controller controller(options, std::move(store).value());
   if (Status s = controller.Start(); !s.ok()) {
     std::cerr << "rota: cannot start: " << s.message() << "\n";

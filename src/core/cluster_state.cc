@@ -9,6 +9,7 @@ std::string_view JobStateName(JobState state) {
   switch (state) {
     case JobState::kPending: return "pending";
     case JobState::kRunning: return "running";
+    case JobState::kPreempting: return "preempting";
     case JobState::kSucceeded: return "succeeded";
     case JobState::kFailed: return "failed";
     case JobState::kCancelled: return "cancelled";
@@ -215,7 +216,7 @@ void ClusterState::Release(const JobRecord& job) {
 Status ClusterState::ApplyOne(const JobFinished& e) {
   auto it = data_->jobs.find(e.id);
   if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  if (it->second->state != JobState::kRunning) {
+  if (it->second->state != JobState::kRunning && it->second->state != JobState::kPreempting) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is not running");
   }
   std::shared_ptr<const JobRecord> old = it->second;
@@ -232,18 +233,37 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   auto it = data_->jobs.find(e.id);
   if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
   std::shared_ptr<const JobRecord> old = it->second;
-  if (old->state != JobState::kRunning) {
+  if (old->state != JobState::kRunning && old->state != JobState::kPreempting) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is not running");
   }
   Release(*old);
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = JobState::kPending;
+  updated->preempted_for = JobId();
+  updated->preempting_since = 0;
   updated->started_at = 0;
   updated->last_placement = std::move(updated->placement);
   updated->placement.clear();
   updated->restarts++;
   updated->last_requeue_reason = e.reason;
   data_->jobs[e.id] = std::move(updated);
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const JobPreempting& e) {
+  auto it = data_->jobs.find(e.id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
+  if (it->second->state != JobState::kRunning) {
+    return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is not running");
+  }
+  auto updated = std::make_shared<JobRecord>(*it->second);
+  updated->state = JobState::kPreempting;
+  updated->preempted_for = e.preemptor;
+  updated->preempting_since = e.at;
+  updated->last_requeue_reason = e.reason;
+  updated->preempted_at.push_back(e.at);
+  if (updated->preempted_at.size() > 8) updated->preempted_at.erase(updated->preempted_at.begin());
+  Mutable().jobs[e.id] = std::move(updated);
   return Status::Ok();
 }
 
@@ -258,11 +278,11 @@ Status ClusterState::ApplyOne(const JobCancelled& e) {
   auto it = data_->jobs.find(e.id);
   if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
   std::shared_ptr<const JobRecord> old = it->second;
-  if (old->state != JobState::kPending && old->state != JobState::kRunning) {
+  if (old->state != JobState::kPending && old->state != JobState::kRunning && old->state != JobState::kPreempting) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is already " +
                                    std::string(JobStateName(old->state)));
   }
-  if (old->state == JobState::kRunning) Release(*old);
+  if (old->state == JobState::kRunning || old->state == JobState::kPreempting) Release(*old);
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = JobState::kCancelled;
   updated->finished_at = e.at;
@@ -281,6 +301,9 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   auto emit_job = [&](const JobRecord& j) {
     out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
+    if (j.state == JobState::kPreempting) {
+      out.push_back(JobPreempting{j.id, j.preempting_since, j.preempted_for, j.last_requeue_reason});
+    }
     if (j.state == JobState::kSucceeded || j.state == JobState::kFailed) {
       out.push_back(JobFinished{j.id, j.state == JobState::kSucceeded ? JobOutcome::kSucceeded : JobOutcome::kFailed,
                                 j.finished_at, j.end_reason});
@@ -294,7 +317,9 @@ std::vector<Event> CompactState(const Snapshot& snap) {
     if (job->state != JobState::kPending && job->state != JobState::kRunning) emit_job(*job);
   }
   for (const auto& [id, job] : snap.jobs()) {
-    if (job->state == JobState::kPending || job->state == JobState::kRunning) emit_job(*job);
+    if (job->state == JobState::kPending || job->state == JobState::kRunning || job->state == JobState::kPreempting) {
+      emit_job(*job);
+    }
   }
   for (const NodeState& n : snap.nodes()) {
     if (n.drained) out.push_back(NodeDrainChanged{n.spec.name, true});

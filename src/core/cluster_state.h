@@ -26,7 +26,8 @@
 
 namespace rota {
 
-enum class JobState { kPending, kRunning, kSucceeded, kFailed, kCancelled };
+// kPreempting: still holds its GPUs while its tasks checkpoint and stop.
+enum class JobState { kPending, kRunning, kPreempting, kSucceeded, kFailed, kCancelled };
 std::string_view JobStateName(JobState state);
 
 // A node with its live state.
@@ -58,6 +59,9 @@ struct JobRecord {
   std::string end_reason;                   // why it was cancelled or failed
   int32_t restarts = 0;                     // times requeued after it started
   std::vector<ReplicaPlacement> last_placement;  // where the attempt before a requeue ran
+  JobId preempted_for;          // while preempting: the job it makes room for
+  TimePoint preempting_since = 0;
+  std::vector<TimePoint> preempted_at;  // recent evictions (the last few), against thrash
   std::string last_requeue_reason;
 };
 
@@ -115,6 +119,7 @@ class ClusterState {
   Status ApplyOne(const JobCancelled& e);
   Status ApplyOne(const JobRequeued& e);
   Status ApplyOne(const NodeLostChanged& e);
+  Status ApplyOne(const JobPreempting& e);
   void Release(const JobRecord& job);
 
   std::shared_ptr<Snapshot::Data> data_;

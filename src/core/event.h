@@ -61,6 +61,15 @@ struct JobRequeued {
   TimePoint at = 0;
   std::string reason;
 };
+// A running gang is being evicted for `preemptor`: its tasks get their
+// checkpoint signal and grace period; it keeps its GPUs until they stop, then
+// it is requeued (JobRequeued).
+struct JobPreempting {
+  JobId id;
+  TimePoint at = 0;
+  JobId preemptor;
+  std::string reason;
+};
 // A node stopped (or resumed) heartbeating. A lost node takes no work.
 struct NodeLostChanged {
   std::string node;
@@ -73,6 +82,6 @@ struct JobCancelled {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting>;
 
 }  // namespace rota

@@ -275,6 +275,18 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
                         "; a time_limit of at most " + FormatDuration(gap) + " would let it backfill"};
         }
       }
+      // Room already being made for it: wait for those gangs to stop.
+      std::string making_room;
+      for (const auto& [vid, v] : snap.jobs()) {
+        if (v->state == JobState::kPreempting && v->preempted_for == job->id) {
+          making_room += (making_room.empty() ? "" : ", ") + std::to_string(vid.value());
+        }
+      }
+      if (!making_room.empty()) {
+        out->pending.push_back({job->id, {ReasonCode::kPreempting, "waiting for preempted job(s) " + making_room +
+                                                                       " to checkpoint and stop"}});
+        continue;
+      }
       // Preemption: evict cheaper preemptible gangs if that lets it fit now.
       if (now != nullptr && preemption_ && reason.code != ReasonCode::kReserved) {
         std::vector<const JobRecord*> victims = ChooseVictims(snap, *job, *now);
@@ -338,6 +350,9 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
   for (const auto& [id, r] : snap.jobs()) {
     if (r->state != JobState::kRunning || !book_.MayBorrow(r->spec)) continue;
     if (now - r->started_at < min_runtime_) continue;
+    const auto recent = std::count_if(r->preempted_at.begin(), r->preempted_at.end(),
+                                      [&](TimePoint t) { return now - t < 3600 * kMicrosPerSecond; });
+    if (recent >= max_per_hour_) continue;
     if (std::find(victims_.begin(), victims_.end(), id) != victims_.end()) continue;
     bool eligible = r->spec.queue == job.spec.queue && r->spec.priority < job.spec.priority;
     if (!eligible && queues && r->spec.queue != job.spec.queue && my_leaf >= 0) {

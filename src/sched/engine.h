@@ -105,6 +105,8 @@ class Scheduler {
   // evicted before it has run `min_runtime`.
   void set_preemption(bool on) { preemption_ = on; }
   void set_min_runtime(Duration d) { min_runtime_ = d; }
+  // At most this many evictions of one job in any hour.
+  void set_max_preemptions_per_hour(int32_t n) { max_per_hour_ = n; }
 
   // Blocked jobs that get a reservation each cycle (default 1; 0 = none).
   void set_reservation_depth(int32_t depth) { reservation_depth_ = depth; }
@@ -158,6 +160,7 @@ class Scheduler {
   int32_t reservation_depth_ = 1;
   bool preemption_ = true;
   Duration min_runtime_ = 10 * 60 * kMicrosPerSecond;
+  int32_t max_per_hour_ = 3;
   std::vector<JobId> victims_;  // chosen this cycle
   // GPUs taken out of the free pool for reservations this cycle (free when taken).
   std::vector<std::pair<uint32_t, uint64_t>> held_;

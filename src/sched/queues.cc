@@ -57,7 +57,7 @@ void QueueBook::Reset(const Snapshot& snap) {
     q.used_total = 0;
   }
   for (const auto& [id, job] : snap.jobs()) {
-    if (job->state != JobState::kRunning) continue;
+    if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
     const int32_t leaf = LeafIndex(job->spec.queue);
     if (leaf < 0) continue;
     ModelGpus add;

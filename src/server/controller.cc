@@ -16,10 +16,7 @@ Status Controller::Start() {
   ROTA_ASSIGN_OR_RETURN(scheduler_, sched::Scheduler::Create(options_.config.profile));
   ROTA_ASSIGN_OR_RETURN(probe_, sched::Scheduler::Create(options_.config.profile));
   scheduler_->SetQueues(options_.config);
-  // The engine can choose preemptions, but the control plane does not carry
-  // them out yet (that needs a Preempting state that holds the victims' GPUs
-  // through their checkpoint grace period), so it does not ask for them.
-  scheduler_->set_preemption(false);
+  scheduler_->set_min_runtime(options_.min_runtime);
   probe_->SetQueues(options_.config);
   // Recover: the latest snapshot plus the journal after it.
   Status replay = store_->Replay([this](const Event& e) {
@@ -95,6 +92,7 @@ void Controller::BumpNodeVersions(const std::vector<Event>& events) {
     else if (auto* f = std::get_if<JobFinished>(&e)) id = f->id;
     else if (auto* c = std::get_if<JobCancelled>(&e)) id = c->id;
     else if (auto* q = std::get_if<JobRequeued>(&e)) id = q->id;
+    else if (auto* pr = std::get_if<JobPreempting>(&e)) id = pr->id;
     else continue;
     if (const JobRecord* job = snap.FindJob(id)) {
       for (const ReplicaPlacement& r : job->placement) nodes.insert(snap.node(r.node).spec.name);
@@ -299,7 +297,7 @@ void Controller::RunOneCycle() {
     if (metrics_.cycle_seconds.size() >= 1024) metrics_.cycle_seconds.erase(metrics_.cycle_seconds.begin());
     metrics_.cycle_seconds.push_back(seconds);
   }
-  if (!result.placed.empty() || !result.unresolvable.empty()) {
+  if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty()) {
     const TimePoint now = options_.clock->Now();
     Call<bool>([&](Batch& batch) -> StatusOr<bool> {
       for (const sched::Placed& p : result.placed) {
@@ -308,6 +306,12 @@ void Controller::RunOneCycle() {
                        now};
         // Refused if the job or its GPUs changed since the snapshot; the next cycle retries.
         if (!batch.Apply(std::move(bound)).ok()) Trigger();
+      }
+      for (const sched::Preemption& p : result.preemptions) {
+        if (batch.Apply(JobPreempting{p.victim, now, p.preemptor, p.reason}).ok()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          metrics_.preemptions++;
+        }
       }
       for (const sched::Waiting& w : result.unresolvable) {
         const JobRecord* job = batch.state->GetSnapshot().FindJob(w.job);
@@ -326,6 +330,29 @@ void Controller::RunOneCycle() {
 
 void Controller::CheckNodes() {
   const TimePoint now = options_.clock->Now();
+  // Evicted gangs that outlived their grace period (plus slack) are requeued.
+  {
+    Snapshot snap = snapshot();
+    std::vector<JobId> overdue;
+    for (const auto& [id, job] : snap.jobs()) {
+      if (job->state == JobState::kPreempting &&
+          now - job->preempting_since > job->spec.checkpoint.grace + options_.preempt_slack) {
+        overdue.push_back(id);
+      }
+    }
+    if (!overdue.empty()) {
+      Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+        for (JobId id : overdue) {
+          const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+          if (job == nullptr || job->state != JobState::kPreempting) continue;
+          exits_.erase(id);
+          batch.Apply(JobRequeued{id, now, job->last_requeue_reason + " (did not stop within its grace period)"})
+              .IgnoreError();
+        }
+        return true;
+      }).status().IgnoreError();
+    }
+  }
   std::vector<std::string> silent;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -348,7 +375,7 @@ void Controller::CheckNodes() {
       const std::string why = "node " + name + " lost (no heartbeat for " +
                               FormatDuration((now - live_[name].last_heartbeat) / kMicrosPerSecond * kMicrosPerSecond) + ")";
       for (const auto& [id, job] : snap.jobs()) {
-        if (job->state != JobState::kRunning) continue;
+        if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
         for (const ReplicaPlacement& r : job->placement) {
           if (r.node == node->id) {
             Requeue(batch, *job, why, /*counts_against_policy=*/false);
@@ -561,7 +588,24 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
     for (const TaskReport& t : report.tasks) {
       if (!t.exited) continue;
       const JobRecord* job = snap.FindJob(t.job);
-      if (job == nullptr || job->state != JobState::kRunning || t.attempt != job->restarts) continue;
+      if (job == nullptr || t.attempt != job->restarts) continue;
+      if (job->state == JobState::kPreempting) {
+        // An evicted gang is requeued once all of its replicas have stopped.
+        const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
+          return r.task == t.task && r.replica == t.replica && r.node == node->id;
+        });
+        if (!ours) continue;
+        auto& stopped = exits_[t.job];
+        stopped[{t.task, t.replica}] = t.exit_code;
+        if (stopped.size() == job->placement.size()) {
+          exits_.erase(t.job);
+          batch.Apply(JobRequeued{t.job, options_.clock->Now(), job->last_requeue_reason}).IgnoreError();
+          snap = batch.state->GetSnapshot();
+          node = snap.FindNode(report.node);
+        }
+        continue;
+      }
+      if (job->state != JobState::kRunning) continue;
       // Only a replica this node runs, of this attempt, can be reported here.
       const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
         return r.task == t.task && r.replica == t.replica && r.node == node->id;

@@ -45,6 +45,11 @@ struct ControllerOptions {
   int32_t idle_utilization_pct = 5;
   Duration idle_after = 30 * 60 * kMicrosPerSecond;
   int32_t overprovisioned_pct = 25;
+  // Preemption: a gang runs at least this long before it can be evicted; an
+  // evicted gang that has not stopped this long after its grace period is
+  // requeued anyway (its agent is gone or stuck).
+  Duration min_runtime = 10 * 60 * kMicrosPerSecond;
+  Duration preempt_slack = 30 * kMicrosPerSecond;
 };
 
 struct GpuTelemetry {

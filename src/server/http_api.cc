@@ -258,7 +258,8 @@ class HttpServerImpl final : public HttpServer {
         if (!who.admin() && job->user != who.user) continue;
         if (!state.empty() && JobStateName(job->state) != state) continue;
         if (!queue.empty() && job->spec.queue != queue) continue;
-        const bool active = job->state == JobState::kPending || job->state == JobState::kRunning;
+        const bool active = job->state == JobState::kPending || job->state == JobState::kRunning ||
+                            job->state == JobState::kPreempting;
         if (!all && state.empty() && !active) continue;
         jobs.push_back(JobView(*c_, snap, *job, false));
       }

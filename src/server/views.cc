@@ -88,7 +88,7 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
     }
     // Which job holds it.
     for (const auto& [id, job] : snap.jobs()) {
-      if (job->state != JobState::kRunning) continue;
+      if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
       for (const ReplicaPlacement& r : job->placement) {
         if (r.node == node.id && ((r.gpu_mask >> g) & 1)) gj["job"] = id.value();
       }
@@ -128,7 +128,7 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
     for (const auto& [id, job] : snap.jobs()) {
       if (job->spec.queue != paths[i]) continue;
       if (job->state == JobState::kPending) ++pending;
-      if (job->state == JobState::kRunning) {
+      if (job->state == JobState::kRunning || job->state == JobState::kPreempting) {
         ++running;
         gpus += job->spec.TotalGpus();
       }

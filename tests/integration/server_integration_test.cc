@@ -367,8 +367,9 @@ namespace {
 class Cluster3 : public Integration {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<RotaProcess>("server", tmp.path() + "/data",
-                                            std::vector<std::string>{"--rate-limit", "0", "--node-timeout", "2s"});
+    server_ = std::make_unique<RotaProcess>(
+        "server", tmp.path() + "/data",
+        std::vector<std::string>{"--rate-limit", "0", "--node-timeout", "2s", "--min-runtime", "0s"});
     for (int i = 0; i < 3; ++i) StartAgent(i);
     // All three ready.
     for (int i = 0; i < 200; ++i) {
@@ -507,6 +508,32 @@ TEST_F(Cluster3, MemoryLimitIsEnforcedAndAnOomKillIsReported) {
   const std::string log = ReadAll(LogsDir(std::stoi(node.substr(1))) + "/1/w-0.log");
   EXPECT_NE(log.find("rota/" + node + "/1-0-0-0"), std::string::npos) << log;
   EXPECT_EQ(log.find("survived"), std::string::npos) << log;
+}
+
+TEST_F(Cluster3, HigherPriorityPreemptsACheckpointingGang) {
+  // The low gang fills all 6 GPUs; it checkpoints on SIGUSR1 and exits.
+  const std::string low =
+      "name: low\npriority: low\npreemptible: true\ncheckpoint: {signal: SIGUSR1, grace: 5s}\n"
+      "tasks: [{name: w, replicas: 3, gpus: 2, command: [sh, -c, "
+      "'trap \"echo checkpointed at $(date +%s); exit 0\" USR1; sleep 60 & wait']}]\n";
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", low, "application/yaml")->status, 201);
+  json j = WaitJob(1, [](const json& x) { return x["state"] == "running"; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the traps are set
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", "name: high\npriority: high\ntasks: [{name: w, gpus: 2, command: [sleep, \"60\"]}]\n",
+                                  "application/yaml")->status, 201);
+  json high = WaitJob(2, [](const json& x) { return x["state"] == "running"; });
+  j = Job(1);
+  EXPECT_EQ(j["state"], "pending") << j.dump();  // requeued; no room for all 3 replicas now
+  EXPECT_EQ(j["restarts"], 1);
+  EXPECT_NE(j.value("last_requeue_reason", "").find("preempted for job 2"), std::string::npos) << j.dump();
+  // The victim got its checkpoint signal before it was stopped.
+  std::string logs;
+  for (int i = 0; i < 3; ++i) {
+    for (int r = 0; r < 3; ++r) logs += ReadAll(LogsDir(i) + "/1/w-" + std::to_string(r) + ".log");
+  }
+  EXPECT_NE(logs.find("checkpointed at"), std::string::npos) << logs;
+  auto metrics = server_->Admin().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("rota_preemptions_total 1"), std::string::npos);
 }
 
 TEST_F(Cluster3, UnhealthyGpuMovesTheGang) {
