@@ -62,6 +62,44 @@ bool Scheduler::BuildRequest(const Snapshot& snap, const JobRecord& job, Pending
   return true;
 }
 
+uint64_t Scheduler::ShapeHash(const JobSpec& spec) const {
+  // FNV-1a over the fields SameShape compares.
+  uint64_t h = 1469598103934665603ULL;
+  auto mix = [&h](std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h ^= c;
+      h *= 1099511628211ULL;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ULL;
+  };
+  auto num = [&mix](int64_t v) { mix(std::string_view(reinterpret_cast<const char*>(&v), sizeof(v))); };
+  mix(spec.queue);
+  mix(spec.priority_class);
+  mix(spec.topology.level);
+  num(static_cast<int64_t>(spec.topology.mode));
+  num(spec.time_limit);
+  num(spec.preemptible);
+  for (const auto& [k, v] : spec.node_selector) {
+    mix(k);
+    mix(v);
+  }
+  for (const TaskGroupSpec& t : spec.tasks) {
+    num(t.replicas);
+    num(t.gpus);
+    num(t.cpu);
+    num(t.memory);
+    num(t.gpu_memory);
+    mix(t.gpu_model);
+  }
+  return h;
+}
+
+void Scheduler::RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable) {
+  failure_index_.emplace(ShapeHash(job->spec), failures_.size());
+  failures_.push_back({job, reason, unresolvable});
+}
+
 bool Scheduler::SameShape(const JobRecord& a, const JobRecord& b) const {
   const JobSpec& x = a.spec;
   const JobSpec& y = b.spec;
@@ -151,6 +189,8 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   ws_.Reset(snap);
   ctx_.NewCycle();
   failures_.clear();
+  failure_index_.clear();
+  preemption_searches_ = 0;
   victims_.clear();
   held_.clear();
   first_reservation_ = 0;
@@ -208,9 +248,11 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
       out->unresolvable.push_back({job->id, std::move(why)});
       continue;
     }
-    auto seen = std::find_if(failures_.begin(), failures_.end(),
-                             [&](const Failure& f) { return SameShape(*f.job, *job); });
-    if (seen != failures_.end()) {
+    const Failure* seen = nullptr;
+    for (auto [it, end] = failure_index_.equal_range(ShapeHash(job->spec)); it != end && seen == nullptr; ++it) {
+      if (SameShape(*failures_[it->second].job, *job)) seen = &failures_[it->second];
+    }
+    if (seen != nullptr) {
       (seen->unresolvable ? out->unresolvable : out->pending).push_back({job->id, seen->reason});
       continue;
     }
@@ -288,7 +330,8 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
         continue;
       }
       // Preemption: evict cheaper preemptible gangs if that lets it fit now.
-      if (now != nullptr && preemption_ && reason.code != ReasonCode::kReserved) {
+      if (now != nullptr && preemption_ && reason.code != ReasonCode::kReserved &&
+          preemption_searches_++ < max_preemption_searches_) {
         std::vector<const JobRecord*> victims = ChooseVictims(snap, *job, *now);
         if (!victims.empty()) {
           std::string names;
@@ -333,7 +376,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
         continue;
       }
     }
-    failures_.push_back({job, reason, unresolvable});
+    RecordFailure(job, reason, unresolvable);
     (unresolvable ? out->unresolvable : out->pending).push_back({job->id, std::move(reason)});
   }
 }
@@ -342,6 +385,13 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
   const Topology& topo = snap.topology();
   const bool queues = book_.configured();
   const int32_t my_leaf = queues ? book_.LeafIndex(job.spec.queue) : -1;
+  // Reclaiming across queues needs the job's GPU model (to check its guarantee).
+  int16_t model = snap.gpu_models().size() == 1 ? 0 : -1;
+  for (const TaskRequest& t : request_.tasks) {
+    if (t.gpus > 0 && t.model >= 0) model = t.model;
+  }
+  const bool may_reclaim = my_leaf >= 0 && model >= 0 &&
+                           book_.WithinGuarantee(my_leaf, {{model, request_.total_gpus}});
   struct Candidate {
     int64_t cost;  // GPU-microseconds of work since it started (lost if it has not checkpointed)
     const JobRecord* job;
@@ -355,9 +405,9 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
     if (recent >= max_per_hour_) continue;
     if (std::find(victims_.begin(), victims_.end(), id) != victims_.end()) continue;
     bool eligible = r->spec.queue == job.spec.queue && r->spec.priority < job.spec.priority;
-    if (!eligible && queues && r->spec.queue != job.spec.queue && my_leaf >= 0) {
+    if (!eligible && may_reclaim && r->spec.queue != job.spec.queue) {
       const int32_t leaf = book_.LeafIndex(r->spec.queue);
-      eligible = leaf >= 0 && book_.Borrowing(leaf) && book_.BelowGuarantee(my_leaf);
+      eligible = leaf >= 0 && book_.Borrowing(leaf);
     }
     if (!eligible) continue;
     candidates.push_back({r->spec.TotalGpus() * std::max<Duration>(0, now - r->started_at), r.get()});
@@ -410,7 +460,7 @@ bool Scheduler::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueB
   const bool impossible = !book_.Admits(leaf, add, may_borrow, &never, /*empty=*/true);
   PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
                       "needs " + std::to_string(request_.total_gpus) + " GPUs; " + (impossible ? never : why_not)};
-  failures_.push_back({&job, quota, impossible});
+  RecordFailure(&job, quota, impossible);
   (impossible ? out->unresolvable : out->pending).push_back({job.id, std::move(quota)});
   return true;
 }

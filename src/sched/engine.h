@@ -19,6 +19,7 @@
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,9 @@ class Scheduler {
   // evicted before it has run `min_runtime`.
   void set_preemption(bool on) { preemption_ = on; }
   void set_min_runtime(Duration d) { min_runtime_ = d; }
+  // Blocked jobs per cycle that may search for victims (each search places
+  // the job a few times).
+  void set_max_preemption_searches(int32_t n) { max_preemption_searches_ = n; }
   // At most this many evictions of one job in any hour.
   void set_max_preemptions_per_hour(int32_t n) { max_per_hour_ = n; }
 
@@ -147,6 +151,10 @@ class Scheduler {
     bool unresolvable;
   };
   std::vector<Failure> failures_;  // shapes that failed this cycle
+  std::unordered_multimap<uint64_t, size_t> failure_index_;  // ShapeHash -> failures_ index
+  uint64_t ShapeHash(const JobSpec& spec) const;
+  void RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable);
+  int32_t preemption_searches_ = 0;  // this cycle; bounded so a deep backlog cannot stall a cycle
   QueueBook book_;
   // Fair-share ordering: per leaf queue, positions into order_.
   std::vector<std::vector<uint32_t>> by_queue_;
@@ -161,6 +169,7 @@ class Scheduler {
   bool preemption_ = true;
   Duration min_runtime_ = 10 * 60 * kMicrosPerSecond;
   int32_t max_per_hour_ = 3;
+  int32_t max_preemption_searches_ = 32;
   std::vector<JobId> victims_;  // chosen this cycle
   // GPUs taken out of the free pool for reservations this cycle (free when taken).
   std::vector<std::pair<uint32_t, uint64_t>> held_;

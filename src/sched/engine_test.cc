@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <new>
 
 #include "base/rng.h"
@@ -311,6 +312,97 @@ TEST(FairShare, ConvergesToQueueWeightsUnderContention) {
   EXPECT_EQ(a + b, 40);
   EXPECT_EQ(a, 10);  // weights 1:3 of 40 GPUs
   EXPECT_EQ(b, 30);
+}
+
+}  // namespace
+}  // namespace rota::sched
+
+namespace rota::sched {
+namespace {
+
+// 1,000 one-minute cycles of random gangs in three queues with quotas and
+// preemption; victims stop one cycle after they are chosen. Checks, every
+// cycle: every bind applies (no GPU given twice), no queue ever holds more
+// than its guarantee plus borrowing limit, no job is evicted more than 3
+// times in an hour, and no two jobs evict each other (no preemption cycle).
+TEST(PolicyProperties, RandomizedThousandCycles) {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("n", 8, 8));  // 64 GPUs
+  c.queues = {{.name = "a", .weight = 1, .quota = {{"H100", 16}}, .borrowing_limit = {{"H100", 16}}},
+              {.name = "b", .weight = 2, .quota = {{"H100", 16}}, .borrowing_limit = {{"H100", 48}}},
+              {.name = "c", .weight = 1, .quota = {{"H100", 32}}}};
+  ClusterState st = MakeCluster(c);
+  auto s = Make();
+  s->SetQueues(c);
+  s->set_min_runtime(5 * 60 * kMicrosPerSecond);
+  Rng rng(2026);
+  const Duration minute = 60 * kMicrosPerSecond;
+  TimePoint now = 1000 * minute;
+  uint64_t next = 1;
+  std::map<JobId, TimePoint> ends;
+  std::vector<JobId> stopping;  // preempting victims, requeued next cycle
+  std::map<JobId, std::vector<TimePoint>> evictions;
+  std::set<std::pair<uint64_t, uint64_t>> evicted_by;  // (victim, preemptor)
+  int64_t placed = 0, preempted = 0;
+  CycleResult r;
+  for (int cycle = 0; cycle < 1000; ++cycle, now += minute) {
+    for (JobId v : stopping) ASSERT_TRUE(st.Apply(JobRequeued{v, now, "stopped"}).ok());
+    stopping.clear();
+    for (auto it = ends.begin(); it != ends.end();) {
+      const JobRecord* j = st.GetSnapshot().FindJob(it->first);
+      if (j->state != JobState::kRunning) {
+        it = ends.erase(it);
+      } else if (it->second <= now) {
+        ASSERT_TRUE(st.Apply(JobFinished{it->first, JobOutcome::kSucceeded, now}).ok());
+        it = ends.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (int k = static_cast<int>(rng.Uniform(3)); k > 0; --k) {
+      static const int32_t kSizes[] = {1, 1, 2, 4, 8, 16};
+      const int32_t gpus = kSizes[rng.Uniform(6)];
+      JobSpec j = gpus > 8 ? GpuJob("g", gpus / 8, 8) : GpuJob("g", 1, gpus);
+      j.queue = std::string(1, static_cast<char>('a' + rng.Uniform(3)));
+      static const char* kClasses[] = {"low", "normal", "high"};
+      j.priority_class = kClasses[rng.Uniform(3)];
+      j.priority = j.priority_class == "low" ? 100 : j.priority_class == "normal" ? 500 : 1000;
+      j.preemptible = rng.Uniform(2) == 0;
+      j.time_limit = static_cast<Duration>(10 + rng.Uniform(110)) * minute;
+      ASSERT_TRUE(st.Apply(JobSubmitted{JobId(next++), j, now}).ok());
+    }
+    Snapshot snap = st.GetSnapshot();
+    s->RunCycle(snap, now, &r);
+    for (const Preemption& p : r.preemptions) {
+      ASSERT_TRUE(st.Apply(JobPreempting{p.victim, now, p.preemptor, p.reason}).ok());
+      stopping.push_back(p.victim);
+      auto& times = evictions[p.victim];
+      times.push_back(now);
+      const auto in_hour = std::count_if(times.begin(), times.end(), [&](TimePoint t) { return now - t < 60 * minute; });
+      EXPECT_LE(in_hour, 3) << "job " << p.victim.value() << " evicted too often";
+      EXPECT_FALSE(evicted_by.count({p.preemptor.value(), p.victim.value()}))
+          << "jobs " << p.victim.value() << " and " << p.preemptor.value() << " evict each other";
+      evicted_by.insert({p.victim.value(), p.preemptor.value()});
+      ++preempted;
+    }
+    for (const Placed& p : r.placed) {
+      std::vector<ReplicaPlacement> reps(r.replicas.begin() + p.first, r.replicas.begin() + p.first + p.count);
+      ASSERT_TRUE(st.Apply(JobBound{p.job, reps, now}).ok()) << "cycle " << cycle;
+      ends[p.job] = now + snap.FindJob(p.job)->spec.time_limit;
+      ++placed;
+    }
+    // Quotas: guarantee + borrowing limit, per queue.
+    std::map<std::string, int64_t> used;
+    for (const auto& [id, j] : st.GetSnapshot().jobs()) {
+      if (j->state == JobState::kRunning || j->state == JobState::kPreempting) used[j->spec.queue] += j->spec.TotalGpus();
+    }
+    EXPECT_LE(used["a"], 32) << "cycle " << cycle;
+    EXPECT_LE(used["b"], 64) << "cycle " << cycle;
+  }
+  EXPECT_GT(placed, 500);
+  EXPECT_GT(preempted, 0) << "the run never exercised preemption";
+  std::printf("randomized run: %lld gangs placed, %lld preemptions over 1000 cycles\n", static_cast<long long>(placed),
+              static_cast<long long>(preempted));
 }
 
 }  // namespace

@@ -116,14 +116,17 @@ bool QueueBook::Borrowing(int32_t leaf) const {
   return false;
 }
 
-bool QueueBook::BelowGuarantee(int32_t leaf) const {
-  const Queue& q = queues_[leaf];
-  for (const auto& [name, n] : q.quota) {
-    for (size_t m = 0; m < models_.size(); ++m) {
-      if (models_[m] == name && q.used[m] < n) return true;
+bool QueueBook::WithinGuarantee(int32_t leaf, const ModelGpus& add) const {
+  bool any_quota = false;
+  for (int32_t q = leaf; q >= 0; q = queues_[q].parent) {
+    const Queue& e = queues_[q];
+    if (!e.has_quota) continue;
+    any_quota = true;
+    for (const auto& [model, n] : add) {
+      if (e.used[model] + n > Lookup(e.quota, model, 0)) return false;
     }
   }
-  return false;
+  return any_quota;
 }
 
 double QueueBook::Share(int32_t leaf) const {

@@ -42,8 +42,10 @@ class QueueBook {
   // GPUs of `model` the queue (and its ancestors) hold beyond their guarantee;
   // 0 if within it or without quotas.
   bool Borrowing(int32_t leaf) const;
-  // The queue holds less than its guarantee (for some model it has quota on).
-  bool BelowGuarantee(int32_t leaf) const;
+  // Adding `add` keeps the queue, and every ancestor with quotas, within its
+  // guarantee (no borrowing). Reclaiming is only for work that fits there, so
+  // two queues can never take capacity back from each other in turn.
+  bool WithinGuarantee(int32_t leaf, const ModelGpus& add) const;
   const std::string& path(int32_t q) const { return queues_[q].path; }
 
  private:
