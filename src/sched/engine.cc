@@ -74,12 +74,8 @@ uint64_t Scheduler::ShapeHash(const JobSpec& spec) const {
     h *= 1099511628211ULL;
   };
   auto num = [&mix](int64_t v) { mix(std::string_view(reinterpret_cast<const char*>(&v), sizeof(v))); };
-  mix(spec.queue);
-  mix(spec.priority_class);
   mix(spec.topology.level);
   num(static_cast<int64_t>(spec.topology.mode));
-  num(spec.time_limit);
-  num(spec.preemptible);
   for (const auto& [k, v] : spec.node_selector) {
     mix(k);
     mix(v);
@@ -95,17 +91,16 @@ uint64_t Scheduler::ShapeHash(const JobSpec& spec) const {
   return h;
 }
 
-void Scheduler::RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable) {
+void Scheduler::RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable, bool ends_first) {
   failure_index_.emplace(ShapeHash(job->spec), failures_.size());
-  failures_.push_back({job, reason, unresolvable});
+  failures_.push_back({job, reason, unresolvable, ends_first});
 }
 
 bool Scheduler::SameShape(const JobRecord& a, const JobRecord& b) const {
   const JobSpec& x = a.spec;
   const JobSpec& y = b.spec;
   if (x.tasks.size() != y.tasks.size() || x.node_selector != y.node_selector ||
-      x.topology.level != y.topology.level || x.topology.mode != y.topology.mode || x.time_limit != y.time_limit ||
-      x.queue != y.queue || x.preemptible != y.preemptible || x.priority_class != y.priority_class) {
+      x.topology.level != y.topology.level || x.topology.mode != y.topology.mode) {
     return false;
   }
   for (size_t i = 0; i < x.tasks.size(); ++i) {
@@ -192,6 +187,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   failure_index_.clear();
   preemption_searches_ = 0;
   victims_.clear();
+  victim_set_.clear();
   held_.clear();
   first_reservation_ = 0;
   endings_.clear();
@@ -206,8 +202,12 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   }
 
   order_.clear();
+  making_room_for_.clear();
+  running_.clear();
   for (const auto& [id, job] : snap.jobs()) {
     if (job->state == JobState::kPending) order_.push_back(job.get());
+    if (job->state == JobState::kRunning) running_.push_back(job.get());
+    if (job->state == JobState::kPreempting) making_room_for_.emplace(job->preempted_for, id);
   }
   std::stable_sort(order_.begin(), order_.end(), [this](const JobRecord* a, const JobRecord* b) {
     for (const JobOrderPlugin* o : profile_.job_orders()) {
@@ -242,20 +242,27 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   };
 
   const Topology& topo = snap.topology();
+  int32_t examined = 0;
   while (const JobRecord* job = next()) {
+    if (max_jobs_ > 0 && examined++ >= max_jobs_) break;
     PendingReason why;
     if (!BuildRequest(snap, *job, &why)) {
       out->unresolvable.push_back({job->id, std::move(why)});
       continue;
     }
+    // Backfill: a job that ends before the first reservation starts may use
+    // the reserved GPUs; any other job must go around them.
+    const bool ends_first = !held_.empty() && now != nullptr && job->spec.time_limit > 0 &&
+                            *now + job->spec.time_limit <= first_reservation_;
+    // A placement shape that already failed this cycle fails again (nothing
+    // is freed within a cycle) - after its quota check, which is its own.
     const Failure* seen = nullptr;
-    for (auto [it, end] = failure_index_.equal_range(ShapeHash(job->spec)); it != end && seen == nullptr; ++it) {
-      if (SameShape(*failures_[it->second].job, *job)) seen = &failures_[it->second];
-    }
-    if (seen != nullptr) {
-      (seen->unresolvable ? out->unresolvable : out->pending).push_back({job->id, seen->reason});
-      continue;
-    }
+    auto lookup = [&] {
+      for (auto [it, end] = failure_index_.equal_range(ShapeHash(job->spec)); it != end && seen == nullptr; ++it) {
+        const Failure& f = failures_[it->second];
+        if (f.ends_first == ends_first && SameShape(*f.job, *job)) seen = &f;
+      }
+    };
 
     // Quota first when the GPU model is known without placing (the job names
     // it, or the cluster has one): a job over its queue's limit waits for
@@ -272,10 +279,11 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
       }
     }
 
-    // Backfill: a job that ends before the first reservation starts may use
-    // the reserved GPUs; any other job must go around them.
-    const bool ends_first = !held_.empty() && now != nullptr && job->spec.time_limit > 0 &&
-                            *now + job->spec.time_limit <= first_reservation_;
+    lookup();
+    if (seen != nullptr) {
+      (seen->unresolvable ? out->unresolvable : out->pending).push_back({job->id, seen->reason});
+      continue;
+    }
     if (ends_first) ReleaseHeld();
     bool ok = TryPlace(/*keep=*/true);
     if (ends_first) RetakeHeld();
@@ -319,10 +327,8 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
       }
       // Room already being made for it: wait for those gangs to stop.
       std::string making_room;
-      for (const auto& [vid, v] : snap.jobs()) {
-        if (v->state == JobState::kPreempting && v->preempted_for == job->id) {
-          making_room += (making_room.empty() ? "" : ", ") + std::to_string(vid.value());
-        }
+      for (auto [it, end] = making_room_for_.equal_range(job->id); it != end; ++it) {
+        making_room += (making_room.empty() ? "" : ", ") + std::to_string(it->second.value());
       }
       if (!making_room.empty()) {
         out->pending.push_back({job->id, {ReasonCode::kPreempting, "waiting for preempted job(s) " + making_room +
@@ -344,6 +350,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
                                               " (job " + std::to_string(job->id.value()) + ")";
             out->preemptions.push_back({v->id, job->id, why, v->spec.checkpoint.signal, v->spec.checkpoint.grace});
             victims_.push_back(v->id);
+            victim_set_.insert(v->id);
             names += (names.empty() ? "" : ", ") + std::to_string(v->id.value());
           }
           reason = {ReasonCode::kPreempting, "preempting job" + std::string(victims.size() > 1 ? "s " : " ") + names +
@@ -376,7 +383,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
         continue;
       }
     }
-    RecordFailure(job, reason, unresolvable);
+    RecordFailure(job, reason, unresolvable, ends_first);
     (unresolvable ? out->unresolvable : out->pending).push_back({job->id, std::move(reason)});
   }
 }
@@ -397,20 +404,21 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
     const JobRecord* job;
   };
   std::vector<Candidate> candidates;
-  for (const auto& [id, r] : snap.jobs()) {
-    if (r->state != JobState::kRunning || !book_.MayBorrow(r->spec)) continue;
+  for (const JobRecord* r : running_) {
+    const JobId id = r->id;
+    if (!book_.MayBorrow(r->spec)) continue;
     if (now - r->started_at < min_runtime_) continue;
     const auto recent = std::count_if(r->preempted_at.begin(), r->preempted_at.end(),
                                       [&](TimePoint t) { return now - t < 3600 * kMicrosPerSecond; });
     if (recent >= max_per_hour_) continue;
-    if (std::find(victims_.begin(), victims_.end(), id) != victims_.end()) continue;
+    if (victim_set_.count(id)) continue;
     bool eligible = r->spec.queue == job.spec.queue && r->spec.priority < job.spec.priority;
     if (!eligible && may_reclaim && r->spec.queue != job.spec.queue) {
       const int32_t leaf = book_.LeafIndex(r->spec.queue);
       eligible = leaf >= 0 && book_.Borrowing(leaf);
     }
     if (!eligible) continue;
-    candidates.push_back({r->spec.TotalGpus() * std::max<Duration>(0, now - r->started_at), r.get()});
+    candidates.push_back({r->spec.TotalGpus() * std::max<Duration>(0, now - r->started_at), r});
   }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return std::tie(a.cost, a.job->id) < std::tie(b.cost, b.job->id);
@@ -423,32 +431,58 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
       else ws_.Take(pos, p.gpu_mask, t.cpu, t.memory);
     }
   };
-  // Evict cheapest first until the job fits (checked by placing it).
-  size_t used = 0;
+  // The shortest cheapest-first prefix of candidates whose eviction lets the
+  // job fit: doubling, then binary search (a few placements, not one per victim).
+  size_t released = 0;
+  auto set_prefix = [&](size_t k) {
+    for (; released < k; ++released) set(*candidates[released].job, true);
+    for (; released > k; --released) set(*candidates[released - 1].job, false);
+  };
+  size_t hi = 1;
   bool fits = false;
-  while (used < candidates.size() && !fits) {
-    set(*candidates[used++].job, true);
+  while (!candidates.empty()) {
+    set_prefix(std::min(hi, candidates.size()));
     fits = TryPlace(false);
+    if (fits || hi >= candidates.size()) break;
+    hi *= 2;
   }
   std::vector<const JobRecord*> victims;
-  if (fits) {
-    // Keep only the victims it needs: give back, most expensive first, any
-    // whose return still leaves room (scattered GPUs are not evicted for nothing).
-    std::vector<bool> needed(used, true);
-    for (size_t i = used; i-- > 0;) {
-      set(*candidates[i].job, false);
-      if (TryPlace(false)) {
-        needed[i] = false;
-      } else {
-        set(*candidates[i].job, true);
-      }
+  if (!fits) {
+    set_prefix(0);
+    return victims;
+  }
+  size_t lo = hi / 2 + 1;
+  hi = std::min(hi, candidates.size());
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    set_prefix(mid);
+    if (TryPlace(false)) hi = mid;
+    else lo = mid + 1;
+  }
+  set_prefix(hi);
+  // Keep only the victims whose GPUs the job's placement actually uses:
+  // scattered GPUs elsewhere are not evicted for nothing.
+  TryPlace(true);
+  std::vector<std::pair<uint32_t, uint64_t>> used;
+  for (const Txn::Step& st : txn_.steps()) used.push_back({st.pos, st.mask});
+  txn_.Rollback();
+  for (size_t i = 0; i < hi; ++i) {
+    const JobRecord& v = *candidates[i].job;
+    bool overlaps = false;
+    for (const ReplicaPlacement& p : v.placement) {
+      const uint32_t pos = topo.position_of(p.node);
+      for (const auto& [upos, umask] : used) overlaps = overlaps || (upos == pos && (umask & p.gpu_mask) != 0);
     }
-    for (size_t i = 0; i < used; ++i) {
-      if (needed[i]) victims.push_back(candidates[i].job);
-    }
-    for (const JobRecord* v : victims) set(*v, false);
-  } else {
-    for (size_t i = 0; i < used; ++i) set(*candidates[i].job, false);
+    if (overlaps) victims.push_back(&v);
+  }
+  set_prefix(0);
+  // Check the trimmed set; fall back to the whole prefix if it does not hold.
+  for (const JobRecord* v : victims) set(*v, true);
+  const bool trimmed_fits = TryPlace(false);
+  for (const JobRecord* v : victims) set(*v, false);
+  if (!trimmed_fits) {
+    victims.clear();
+    for (size_t i = 0; i < hi; ++i) victims.push_back(candidates[i].job);
   }
   return victims;
 }
@@ -460,7 +494,6 @@ bool Scheduler::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueB
   const bool impossible = !book_.Admits(leaf, add, may_borrow, &never, /*empty=*/true);
   PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
                       "needs " + std::to_string(request_.total_gpus) + " GPUs; " + (impossible ? never : why_not)};
-  RecordFailure(&job, quota, impossible);
   (impossible ? out->unresolvable : out->pending).push_back({job.id, std::move(quota)});
   return true;
 }

@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,9 @@ class Scheduler {
   // evicted before it has run `min_runtime`.
   void set_preemption(bool on) { preemption_ = on; }
   void set_min_runtime(Duration d) { min_runtime_ = d; }
+  // Pending jobs examined per cycle, in order (0 = all). A Slurm-style limit
+  // (its backfill tests at most bf_max_job_test = 500 jobs a pass).
+  void set_max_jobs_per_cycle(int32_t n) { max_jobs_ = n; }
   // Blocked jobs per cycle that may search for victims (each search places
   // the job a few times).
   void set_max_preemption_searches(int32_t n) { max_preemption_searches_ = n; }
@@ -149,11 +153,12 @@ class Scheduler {
     const JobRecord* job;
     PendingReason reason;
     bool unresolvable;
+    bool ends_first;  // tried with the reserved GPUs available
   };
   std::vector<Failure> failures_;  // shapes that failed this cycle
   std::unordered_multimap<uint64_t, size_t> failure_index_;  // ShapeHash -> failures_ index
   uint64_t ShapeHash(const JobSpec& spec) const;
-  void RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable);
+  void RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable, bool ends_first);
   int32_t preemption_searches_ = 0;  // this cycle; bounded so a deep backlog cannot stall a cycle
   QueueBook book_;
   // Fair-share ordering: per leaf queue, positions into order_.
@@ -170,7 +175,11 @@ class Scheduler {
   Duration min_runtime_ = 10 * 60 * kMicrosPerSecond;
   int32_t max_per_hour_ = 3;
   int32_t max_preemption_searches_ = 32;
+  int32_t max_jobs_ = 0;
   std::vector<JobId> victims_;  // chosen this cycle
+  std::unordered_set<JobId> victim_set_;
+  std::unordered_multimap<JobId, JobId> making_room_for_;  // preemptor -> its preempting victims
+  std::vector<const JobRecord*> running_;                  // this cycle's running jobs
   // GPUs taken out of the free pool for reservations this cycle (free when taken).
   std::vector<std::pair<uint32_t, uint64_t>> held_;
   TimePoint first_reservation_ = 0;
