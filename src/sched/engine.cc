@@ -258,6 +258,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     // is freed within a cycle) - after its quota check, which is its own.
     const Failure* seen = nullptr;
     auto lookup = [&] {
+      if (failures_.empty()) return;
       for (auto [it, end] = failure_index_.equal_range(ShapeHash(job->spec)); it != end && seen == nullptr; ++it) {
         const Failure& f = failures_[it->second];
         if (f.ends_first == ends_first && SameShape(*f.job, *job)) seen = &f;
