@@ -330,18 +330,30 @@ void Controller::RunOneCycle() {
 
 void Controller::CheckNodes() {
   const TimePoint now = options_.clock->Now();
-  // Evicted gangs that outlived their grace period (plus slack) are requeued.
+  // Evicted gangs that outlived their grace period (plus slack) are requeued;
+  // jobs past their time limit end (reservations count on time limits).
   {
     Snapshot snap = snapshot();
-    std::vector<JobId> overdue;
+    std::vector<JobId> overdue, expired;
     for (const auto& [id, job] : snap.jobs()) {
+      if (job->state == JobState::kRunning && job->spec.time_limit > 0 && now - job->started_at > job->spec.time_limit) {
+        expired.push_back(id);
+      }
       if (job->state == JobState::kPreempting &&
           now - job->preempting_since > job->spec.checkpoint.grace + options_.preempt_slack) {
         overdue.push_back(id);
       }
     }
-    if (!overdue.empty()) {
+    if (!overdue.empty() || !expired.empty()) {
       Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+        for (JobId id : expired) {
+          const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+          if (job == nullptr || job->state != JobState::kRunning) continue;
+          exits_.erase(id);
+          batch.Apply(JobFinished{id, JobOutcome::kFailed, now,
+                                  "time limit " + FormatDuration(job->spec.time_limit) + " reached"})
+              .IgnoreError();
+        }
         for (JobId id : overdue) {
           const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
           if (job == nullptr || job->state != JobState::kPreempting) continue;

@@ -186,6 +186,21 @@ TEST_F(ControllerTest, FlagsIdleAndOverProvisionedJobs) {
   EXPECT_EQ(flags[1], "over-provisioned: peak GPU memory 2Gi of 80Gi per GPU");
 }
 
+TEST_F(ControllerTest, JobsEndAtTheirTimeLimit) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  JobSpec spec = Job("timed", 1, 1);
+  spec.time_limit = 60 * kMicrosPerSecond;
+  auto id = c->Submit(kAlice, spec);
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
+  clock.Advance(61 * kMicrosPerSecond);
+  c->ScheduleNow();
+  const JobRecord* job = c->snapshot().FindJob(*id);
+  EXPECT_EQ(job->state, JobState::kFailed);
+  EXPECT_EQ(job->end_reason, "time limit 1m reached");
+}
+
 TEST_F(ControllerTest, RecoversEverythingFromTheStore) {
   char tmpl[] = "/tmp/rota-ctl-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
