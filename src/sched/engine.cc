@@ -76,6 +76,9 @@ uint64_t Scheduler::ShapeHash(const JobSpec& spec) const {
   auto num = [&mix](int64_t v) { mix(std::string_view(reinterpret_cast<const char*>(&v), sizeof(v))); };
   mix(spec.topology.level);
   num(static_cast<int64_t>(spec.topology.mode));
+  mix(spec.queue);
+  num(spec.priority);
+  num(spec.preemptible);
   for (const auto& [k, v] : spec.node_selector) {
     mix(k);
     mix(v);
@@ -93,14 +96,16 @@ uint64_t Scheduler::ShapeHash(const JobSpec& spec) const {
 
 void Scheduler::RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable, bool ends_first) {
   failure_index_.emplace(ShapeHash(job->spec), failures_.size());
-  failures_.push_back({job, reason, unresolvable, ends_first});
+  failures_.push_back({job, reason, unresolvable, ends_first, held_.size()});
 }
 
 bool Scheduler::SameShape(const JobRecord& a, const JobRecord& b) const {
   const JobSpec& x = a.spec;
   const JobSpec& y = b.spec;
   if (x.tasks.size() != y.tasks.size() || x.node_selector != y.node_selector ||
-      x.topology.level != y.topology.level || x.topology.mode != y.topology.mode) {
+      x.topology.level != y.topology.level || x.topology.mode != y.topology.mode ||
+      // What decides whether it may preempt, and whom:
+      x.queue != y.queue || x.priority != y.priority || x.preemptible != y.preemptible) {
     return false;
   }
   for (size_t i = 0; i < x.tasks.size(); ++i) {
@@ -147,8 +152,9 @@ bool Scheduler::EarliestStart(const Snapshot& snap, TimePoint now, TimePoint* st
       for (const ReplicaPlacement& r : j.placement) {
         const TaskGroupSpec& t = j.spec.tasks[r.task];
         const uint32_t pos = topo.position_of(r.node);
-        if (give) ws_.Give(pos, r.gpu_mask, t.cpu, t.memory);
-        else ws_.Take(pos, r.gpu_mask, t.cpu, t.memory);
+        const uint64_t mask = r.gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
+        if (give) ws_.Give(pos, mask, t.cpu, t.memory);
+        else ws_.Take(pos, mask, t.cpu, t.memory);
       }
     }
   };
@@ -261,7 +267,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
       if (failures_.empty()) return;
       for (auto [it, end] = failure_index_.equal_range(ShapeHash(job->spec)); it != end && seen == nullptr; ++it) {
         const Failure& f = failures_[it->second];
-        if (f.ends_first == ends_first && SameShape(*f.job, *job)) seen = &f;
+        if (f.ends_first == ends_first && f.held == held_.size() && SameShape(*f.job, *job)) seen = &f;
       }
     };
 
@@ -281,27 +287,32 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     }
 
     lookup();
-    if (seen != nullptr) {
+    if (seen != nullptr && making_room_for_.count(job->id) == 0) {
       (seen->unresolvable ? out->unresolvable : out->pending).push_back({job->id, seen->reason});
       continue;
     }
     if (ends_first) ReleaseHeld();
     bool ok = TryPlace(/*keep=*/true);
-    if (ends_first) RetakeHeld();
     if (ok && fair) {
       // Admission: the placement must fit the queues' quotas too.
       const int32_t leaf = book_.LeafIndex(job->spec.queue);
-      QueueBook::ModelGpus add;
+      QueueBook::ModelGpus add;  // GPUs per model, summed over the gang
       for (const Txn::Step& st : txn_.steps()) {
         const int16_t model = ws_.node(st.pos).model;
-        if (model >= 0 && st.mask != 0) add.push_back({model, std::popcount(st.mask)});
+        if (model < 0 || st.mask == 0) continue;
+        auto it = std::find_if(add.begin(), add.end(), [&](const auto& e) { return e.first == model; });
+        if (it == add.end()) add.push_back({model, std::popcount(st.mask)});
+        else it->second += std::popcount(st.mask);
       }
       if (leaf >= 0 && RefuseOverQuota(*job, leaf, add, out)) {
+        // Undo first, so reserved GPUs it had taken go back to being held.
         txn_.Rollback();
+        if (ends_first) RetakeHeld();
         continue;
       }
       if (leaf >= 0) book_.Charge(leaf, add);
     }
+    if (ends_first) RetakeHeld();
     if (ok) {
       out->placed.push_back({job->id, static_cast<uint32_t>(out->replicas.size()),
                              static_cast<uint32_t>(txn_.steps().size())});
@@ -374,7 +385,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
             held_.push_back({st.pos, free_now});
           }
         }
-        if (out->reservations.empty()) first_reservation_ = start;
+        first_reservation_ = out->reservations.empty() ? start : std::min(first_reservation_, start);
         out->reservations.push_back(std::move(r));
         reason.expected_start = start;
         reason.message += "; reserved: expected to start in " + FormatDuration(start - *now) +
@@ -428,8 +439,9 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
     for (const ReplicaPlacement& p : r.placement) {
       const TaskGroupSpec& t = r.spec.tasks[p.task];
       const uint32_t pos = topo.position_of(p.node);
-      if (release) ws_.Give(pos, p.gpu_mask, t.cpu, t.memory);
-      else ws_.Take(pos, p.gpu_mask, t.cpu, t.memory);
+      const uint64_t mask = p.gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
+      if (release) ws_.Give(pos, mask, t.cpu, t.memory);
+      else ws_.Take(pos, mask, t.cpu, t.memory);
     }
   };
   // The shortest cheapest-first prefix of candidates whose eviction lets the

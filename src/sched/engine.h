@@ -154,6 +154,7 @@ class Scheduler {
     PendingReason reason;
     bool unresolvable;
     bool ends_first;  // tried with the reserved GPUs available
+    size_t held;      // how many held ranges existed then (more reservations, other room)
   };
   std::vector<Failure> failures_;  // shapes that failed this cycle
   std::unordered_multimap<uint64_t, size_t> failure_index_;  // ShapeHash -> failures_ index
