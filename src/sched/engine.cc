@@ -144,19 +144,20 @@ void Scheduler::RetakeHeld() {
   }
 }
 
+void Scheduler::SetReleased(const Topology& topo, const JobRecord& job, bool release) {
+  for (const ReplicaPlacement& r : job.placement) {
+    const TaskGroupSpec& t = job.spec.tasks[r.task];
+    const uint32_t pos = topo.position_of(r.node);
+    const uint64_t mask = r.gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
+    if (release) ws_.Give(pos, mask, t.cpu, t.memory);
+    else ws_.Take(pos, mask, t.cpu, t.memory);
+  }
+}
+
 bool Scheduler::EarliestStart(const Snapshot& snap, TimePoint now, TimePoint* start, std::vector<Txn::Step>* steps) {
   const Topology& topo = snap.topology();
   auto release = [&](size_t from, size_t to, bool give) {
-    for (size_t i = from; i < to; ++i) {
-      const JobRecord& j = *endings_[i].job;
-      for (const ReplicaPlacement& r : j.placement) {
-        const TaskGroupSpec& t = j.spec.tasks[r.task];
-        const uint32_t pos = topo.position_of(r.node);
-        const uint64_t mask = r.gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
-        if (give) ws_.Give(pos, mask, t.cpu, t.memory);
-        else ws_.Take(pos, mask, t.cpu, t.memory);
-      }
-    }
+    for (size_t i = from; i < to; ++i) SetReleased(topo, *endings_[i].job, give);
   };
   // The smallest prefix of endings whose release lets the job fit (binary
   // search: releasing more never makes a fit impossible in practice, and the
@@ -435,15 +436,7 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return std::tie(a.cost, a.job->id) < std::tie(b.cost, b.job->id);
   });
-  auto set = [&](const JobRecord& r, bool release) {
-    for (const ReplicaPlacement& p : r.placement) {
-      const TaskGroupSpec& t = r.spec.tasks[p.task];
-      const uint32_t pos = topo.position_of(p.node);
-      const uint64_t mask = p.gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
-      if (release) ws_.Give(pos, mask, t.cpu, t.memory);
-      else ws_.Take(pos, mask, t.cpu, t.memory);
-    }
-  };
+  auto set = [&](const JobRecord& r, bool release) { SetReleased(topo, r, release); };
   // The shortest cheapest-first prefix of candidates whose eviction lets the
   // job fit: doubling, then binary search (a few placements, not one per victim).
   size_t released = 0;

@@ -139,6 +139,9 @@ class Scheduler {
   // Finds the cheapest set of victims whose eviction lets the current request
   // fit; empty if none does. Leaves the workspace as it found it.
   std::vector<const JobRecord*> ChooseVictims(const Snapshot& snap, const JobRecord& job, TimePoint now);
+  // Frees (or takes back) a running job's resources in the workspace, as if
+  // it had ended; only its healthy GPUs come free.
+  void SetReleased(const Topology& topo, const JobRecord& job, bool release);
   void ReleaseHeld();
   void RetakeHeld();
 
