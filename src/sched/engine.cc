@@ -351,7 +351,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
       // Preemption: evict cheaper preemptible gangs if that lets it fit now.
       if (now != nullptr && preemption_ && reason.code != ReasonCode::kReserved &&
           preemption_searches_++ < max_preemption_searches_) {
-        std::vector<const JobRecord*> victims = ChooseVictims(snap, *job, *now);
+        std::vector<const JobRecord*> victims = ChooseVictims(snap, *job, *now, &out->reservations);
         if (!victims.empty()) {
           std::string names;
           for (const JobRecord* v : victims) {
@@ -401,7 +401,8 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   }
 }
 
-std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, const JobRecord& job, TimePoint now) {
+std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, const JobRecord& job, TimePoint now,
+                                                       const std::vector<Reservation>* reservations) {
   const Topology& topo = snap.topology();
   const bool queues = book_.configured();
   const int32_t my_leaf = queues ? book_.LeafIndex(job.spec.queue) : -1;
@@ -425,6 +426,17 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
                                       [&](TimePoint t) { return now - t < 3600 * kMicrosPerSecond; });
     if (recent >= max_per_hour_) continue;
     if (victim_set_.count(id)) continue;
+    // Evicting a gang whose GPUs a reservation counts on would only hand
+    // them to a job that the reservation's owner should go before.
+    bool reserved = false;
+    for (const Reservation& res : *reservations) {
+      for (const ReplicaPlacement& rp : res.replicas) {
+        for (const ReplicaPlacement& mine : r->placement) {
+          reserved = reserved || (rp.node == mine.node && (rp.gpu_mask & mine.gpu_mask) != 0);
+        }
+      }
+    }
+    if (reserved) continue;
     bool eligible = r->spec.queue == job.spec.queue && r->spec.priority < job.spec.priority;
     if (!eligible && may_reclaim && r->spec.queue != job.spec.queue) {
       const int32_t leaf = book_.LeafIndex(r->spec.queue);

@@ -138,7 +138,9 @@ class Scheduler {
   bool EarliestStart(const Snapshot& snap, TimePoint now, TimePoint* start, std::vector<Txn::Step>* steps);
   // Finds the cheapest set of victims whose eviction lets the current request
   // fit; empty if none does. Leaves the workspace as it found it.
-  std::vector<const JobRecord*> ChooseVictims(const Snapshot& snap, const JobRecord& job, TimePoint now);
+  // Gangs holding GPUs that one of `reservations` counts on are not candidates.
+  std::vector<const JobRecord*> ChooseVictims(const Snapshot& snap, const JobRecord& job, TimePoint now,
+                                              const std::vector<Reservation>* reservations);
   // Frees (or takes back) a running job's resources in the workspace, as if
   // it had ended; only its healthy GPUs come free.
   void SetReleased(const Topology& topo, const JobRecord& job, bool release);
