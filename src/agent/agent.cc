@@ -253,11 +253,12 @@ bool Agent::Heartbeat(int wait_ms) {
     t->attempt = a.value("attempt", 0);
     t->stop_signal = SignalNumber(a.value("checkpoint_signal", std::string("SIGTERM")));
     t->grace_ms = static_cast<int>(std::max<int64_t>(a.value("checkpoint_grace_ms", int64_t{0}), options_.stop_grace_ms));
-    std::string visible;
+    std::vector<int32_t> gpu_list;
     for (int g : a.at("gpus")) {
       t->gpu_mask |= 1ULL << g;
-      visible += (visible.empty() ? "" : ",") + std::to_string(g);
+      gpu_list.push_back(g);
     }
+    const std::string visible = VisibleDevices(options_.inventory, gpu_list);
     const std::string job_dir = options_.logs_dir + "/" + std::to_string(t->job);
     const std::string name = a.at("task_name").get<std::string>() + "-" + std::to_string(t->replica);
     LaunchSpec spec;

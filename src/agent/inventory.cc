@@ -57,6 +57,7 @@ struct Nvml {
   int (*power)(Device, unsigned int*) = nullptr;
   int (*driver)(char*, unsigned int) = nullptr;
   int (*ecc)(Device, int, int, unsigned long long*) = nullptr;
+  int (*uuid)(Device, char*, unsigned int) = nullptr;
   bool ok = false;
 };
 
@@ -77,6 +78,7 @@ const Nvml& LoadNvml() {
     nvml.power = reinterpret_cast<int (*)(Nvml::Device, unsigned int*)>(sym("nvmlDeviceGetPowerUsage"));
     nvml.driver = reinterpret_cast<int (*)(char*, unsigned int)>(sym("nvmlSystemGetDriverVersion"));
     nvml.ecc = reinterpret_cast<int (*)(Nvml::Device, int, int, unsigned long long*)>(sym("nvmlDeviceGetTotalEccErrors"));
+    nvml.uuid = reinterpret_cast<int (*)(Nvml::Device, char*, unsigned int)>(sym("nvmlDeviceGetUUID"));
     nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.name && nvml.memory && nvml.init() == 0;
   });
   return nvml;
@@ -110,6 +112,15 @@ StatusOr<Inventory> DiscoverNvml() {
   char driver[80] = "unknown";
   if (nvml.driver) nvml.driver(driver, sizeof(driver));
   inv.source = std::string("nvml (") + name + ", driver " + driver + ")";
+  for (int32_t g = 0; g < inv.gpus && nvml.uuid; ++g) {
+    Nvml::Device d = nullptr;
+    char id[96] = {};
+    if (nvml.handle(static_cast<unsigned int>(g), &d) != 0 || nvml.uuid(d, id, sizeof(id)) != 0) {
+      inv.uuids.clear();  // all or nothing: indices then
+      break;
+    }
+    inv.uuids.push_back(id);
+  }
   return inv;
 }
 
@@ -144,6 +155,15 @@ std::vector<GpuSample> SampleGpus(const Inventory& inv, uint64_t busy_mask) {
       s.power_w = busy ? 300 : 60;
     }
     out.push_back(s);
+  }
+  return out;
+}
+
+std::string VisibleDevices(const Inventory& inv, const std::vector<int32_t>& gpus) {
+  std::string out;
+  for (int32_t g : gpus) {
+    if (!out.empty()) out += ",";
+    out += static_cast<size_t>(g) < inv.uuids.size() ? inv.uuids[g] : std::to_string(g);
   }
   return out;
 }

@@ -29,7 +29,12 @@ struct Inventory {
   int32_t nvlink_islands = 1;
   bool simulated = true;
   std::string source;  // "nvml (driver 550.54)" or "declared (--gpus 8xH100:80Gi)"
+  std::vector<std::string> uuids;  // per GPU index, from NVML; empty when simulated
 };
+
+// The device list for CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES: GPU UUIDs
+// where NVML gave them (stable across reboots and renumbering), else indices.
+std::string VisibleDevices(const Inventory& inv, const std::vector<int32_t>& gpus);
 
 // "8xH100:80Gi", "4xA100", "0" (no GPUs).
 StatusOr<Inventory> ParseGpuFlag(const std::string& flag);

@@ -23,6 +23,14 @@ TEST(ParseGpuFlag, RejectsMalformedFlags) {
   EXPECT_EQ(ParseGpuFlag("2xA100:lots").status().message(), "--gpus: 'lots' is not a valid memory quantity");
 }
 
+TEST(VisibleDevices, UsesUuidsWhenKnownElseIndices) {
+  Inventory inv = *ParseGpuFlag("4xH100");
+  EXPECT_EQ(VisibleDevices(inv, {1, 3}), "1,3");
+  inv.uuids = {"GPU-a", "GPU-b", "GPU-c", "GPU-d"};
+  EXPECT_EQ(VisibleDevices(inv, {1, 3}), "GPU-b,GPU-d");
+  EXPECT_EQ(VisibleDevices(inv, {}), "");
+}
+
 TEST(SampleGpus, SimulatedUtilisationFollowsAllocation) {
   Inventory inv = *ParseGpuFlag("4xH100");
   auto s = SampleGpus(inv, 0b0101);
