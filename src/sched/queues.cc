@@ -22,6 +22,7 @@ void QueueBook::Add(const std::vector<QueueConfig>& children, int32_t parent, co
     e.effective_weight = parent_weight * static_cast<double>(q.weight) / static_cast<double>(std::max<int64_t>(sum, 1));
     e.quota.assign(q.quota.begin(), q.quota.end());
     e.borrowing_limit.assign(q.borrowing_limit.begin(), q.borrowing_limit.end());
+    e.lending_limit.assign(q.lending_limit.begin(), q.lending_limit.end());
     e.has_quota = !q.quota.empty();
     e.leaf = q.children.empty();
     const int32_t index = static_cast<int32_t>(queues_.size());
@@ -51,7 +52,11 @@ bool QueueBook::MayBorrow(const JobSpec& spec) const {
 void QueueBook::Reset(const Snapshot& snap) {
   models_ = snap.gpu_models();
   total_gpus_ = 0;
-  for (const NodeState& n : snap.nodes()) total_gpus_ += n.spec.gpus;
+  capacity_.assign(models_.size(), 0);
+  for (const NodeState& n : snap.nodes()) {
+    total_gpus_ += n.spec.gpus;
+    if (n.model >= 0) capacity_[n.model] += n.spec.gpus;
+  }
   for (Queue& q : queues_) {
     q.used.assign(models_.size(), 0);
     q.used_total = 0;
@@ -77,6 +82,7 @@ int64_t QueueBook::Lookup(const std::vector<std::pair<std::string, int64_t>>& m,
 }
 
 bool QueueBook::Admits(int32_t leaf, const ModelGpus& add, bool may_borrow, std::string* why, bool empty) const {
+  if (!empty && !Lends(add, leaf, why)) return false;
   for (int32_t q = leaf; q >= 0; q = queues_[q].parent) {
     const Queue& e = queues_[q];
     if (!e.has_quota) continue;
@@ -93,6 +99,36 @@ bool QueueBook::Admits(int32_t leaf, const ModelGpus& add, bool may_borrow, std:
                            : " (jobs that may not be preempted use only the guarantee)");
         return false;
       }
+    }
+  }
+  return true;
+}
+
+bool QueueBook::Lends(const ModelGpus& add, int32_t leaf, std::string* why) const {
+  // The top-level queue the job's leaf belongs to.
+  int32_t top = leaf;
+  while (queues_[top].parent >= 0) top = queues_[top].parent;
+  for (const auto& [model, n] : add) {
+    constexpr int64_t kUnlimited = int64_t{1} << 50;
+    int64_t borrowed = 0, lendable = 0, guaranteed = 0;
+    bool any_limit = false;
+    for (size_t i = 0; i < queues_.size(); ++i) {
+      const Queue& q = queues_[i];
+      if (q.parent >= 0) continue;
+      const int64_t quota = Lookup(q.quota, model, 0);
+      const int64_t used = q.used[model] + (static_cast<int32_t>(i) == top ? n : 0);
+      const int64_t limit = Lookup(q.lending_limit, model, kUnlimited);
+      any_limit = any_limit || limit != kUnlimited;
+      guaranteed += quota;
+      borrowed += std::max<int64_t>(0, used - quota);
+      lendable += std::min(std::max<int64_t>(0, quota - used), limit);
+    }
+    if (!any_limit) continue;  // without lending limits, capacity alone bounds borrowing
+    lendable += std::max<int64_t>(0, capacity_[model] - guaranteed);
+    if (borrowed > lendable) {
+      *why = "borrowing " + std::to_string(borrowed) + " " + models_[model] + " GPUs across queues; only " +
+             std::to_string(lendable) + " may be lent (lending limits keep the rest for their queues)";
+      return false;
     }
   }
   return true;

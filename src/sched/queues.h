@@ -8,7 +8,10 @@
 //     a leaf's effective weight is the product, along its path, of its
 //     weight over the sum of its siblings'.
 // Quotas count GPUs per model; a queue without a quota for a model has none
-// guaranteed there. A queue with no quotas at all is not limited.
+// guaranteed there. A queue with no quotas at all is not limited. Lending:
+// what top-level queues borrow in total must come from capacity no queue is
+// guaranteed, or from other top-level queues' unused guarantees, each lending
+// at most its `lending_limit`.
 //
 // Thread-safety: one owner (the scheduler).
 #pragma once
@@ -55,6 +58,7 @@ class QueueBook {
     double effective_weight = 1;
     std::vector<std::pair<std::string, int64_t>> quota;  // by model name
     std::vector<std::pair<std::string, int64_t>> borrowing_limit;
+    std::vector<std::pair<std::string, int64_t>> lending_limit;
     bool has_quota = false;
     bool leaf = false;
     std::vector<int64_t> used;  // by interned model
@@ -66,6 +70,8 @@ class QueueBook {
   std::vector<Queue> queues_;
   std::vector<PriorityClassConfig> classes_;
   std::vector<std::string> models_;  // interned names, from the snapshot
+  std::vector<int64_t> capacity_;     // GPUs per interned model
+  bool Lends(const ModelGpus& add, int32_t leaf, std::string* why) const;
   int64_t total_gpus_ = 0;
 };
 
