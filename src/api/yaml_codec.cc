@@ -329,7 +329,7 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
   const std::string source(source_view);
   return Guard([&]() -> StatusOr<ClusterConfig> {
     Field root(Load(text, source), "", &source, nullptr);
-    root.ExpectMap({"topology", "node_groups", "drained", "queues", "priority_classes", "profile"});
+    root.ExpectMap({"topology", "node_groups", "drained", "queues", "priority_classes", "profile", "fair_share"});
     ClusterConfig c;
     if (root.Has("topology")) {
       c.topology = root["topology"].StrList();
@@ -361,6 +361,11 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
         if (p.Has("preemptible")) pc.preemptible = p["preemptible"].Bool();
         c.priority_classes.push_back(pc);
       }
+    }
+    if (root.Has("fair_share")) {
+      Field fs = root["fair_share"];
+      fs.ExpectMap({"half_life"});
+      if (fs.Has("half_life")) c.fair_share_half_life = fs["half_life"].Time();
     }
     if (root.Has("profile")) {
       Field p = root["profile"];

@@ -131,6 +131,16 @@ TEST(ParseClusterConfig, ReadsTheDesignExample) {
   EXPECT_EQ((*nodes)[9].labels.at("pool"), "train");
 }
 
+TEST(ParseClusterConfig, ReadsTheFairShareHalfLife) {
+  auto c = ParseClusterConfig("node_groups: [{name: a, count: 1}]\nfair_share: {half_life: 24h}\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->fair_share_half_life, 24LL * 3600 * kMicrosPerSecond);
+  c = ParseClusterConfig("node_groups: [{name: a, count: 1}]\nfair_share: {halflife: 24h}\n", "c.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("fair_share.halflife: unknown field (allowed: half_life)"), std::string::npos)
+      << c.status().message();
+}
+
 TEST(ParseClusterConfig, RejectsBadInputPrecisely) {
   auto c = ParseClusterConfig("node_groups:\n  - {name: a, count: 2, gpus: 8}\n", "c.yaml");
   ASSERT_FALSE(c.ok());

@@ -66,6 +66,9 @@ struct ClusterConfig {
   std::vector<QueueConfig> queues;  // empty = one queue "default"
   std::vector<PriorityClassConfig> priority_classes;  // empty = DefaultPriorityClasses()
   ProfileConfig profile;
+  // Fair share counts past usage too, decayed with this half-life (0 = only
+  // what queues hold now).
+  Duration fair_share_half_life = 7 * 24 * 3600 * kMicrosPerSecond;
 };
 
 // low 100 (preemptible), normal 500, high 1000, critical 10000.

@@ -100,6 +100,8 @@ class Scheduler {
   // first, then the profile's job orders; a placement is admitted only within
   // its queues' guarantees plus borrowing limits.
   void SetQueues(const ClusterConfig& config) { book_.Configure(config); }
+  // Decayed past usage per leaf queue (average GPUs over the decay window).
+  void SetUsageHistory(const std::map<std::string, double>& average_gpus) { book_.SetHistory(average_gpus); }
 
   // With a time, a blocked job may evict preemptible running gangs: of lower
   // priority in its queue, or borrowing from a queue that is over its

@@ -314,6 +314,33 @@ TEST(FairShare, ConvergesToQueueWeightsUnderContention) {
   EXPECT_EQ(b, 30);
 }
 
+TEST(FairShare, PastUsageCountsAgainstAQueue) {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("n", 5, 8));  // 40 GPUs
+  c.queues = {{.name = "a", .weight = 1}, {.name = "b", .weight = 1}};
+  ClusterState st = MakeCluster(c);
+  uint64_t id = 1;
+  for (const char* q : {"a", "b"}) {
+    for (int i = 0; i < 100; ++i) {
+      JobSpec j = GpuJob("j", 1, 1);
+      j.queue = q;
+      ASSERT_TRUE(st.Apply(JobSubmitted{JobId(id), j, static_cast<TimePoint>(id)}).ok());
+      ++id;
+    }
+  }
+  auto s = Make();
+  s->SetQueues(c);
+  // Queue a averaged 20 GPUs over the decay window; b nothing. Equal weights:
+  // shares meet when a holds 10 and b 30 (10 + 20 = 30 + 0).
+  s->SetUsageHistory({{"a", 20.0}});
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), &r);
+  int a = 0, b = 0;
+  for (const Placed& p : r.placed) (p.job.value() <= 100 ? a : b)++;
+  EXPECT_EQ(a, 10);
+  EXPECT_EQ(b, 30);
+}
+
 }  // namespace
 }  // namespace rota::sched
 

@@ -168,7 +168,14 @@ bool QueueBook::WithinGuarantee(int32_t leaf, const ModelGpus& add) const {
 double QueueBook::Share(int32_t leaf) const {
   if (total_gpus_ == 0) return 0;
   const Queue& q = queues_[leaf];
-  return static_cast<double>(q.used_total) / static_cast<double>(total_gpus_) / q.effective_weight;
+  return (static_cast<double>(q.used_total) + q.history) / static_cast<double>(total_gpus_) / q.effective_weight;
+}
+
+void QueueBook::SetHistory(const std::map<std::string, double>& average_gpus) {
+  for (Queue& q : queues_) {
+    auto it = average_gpus.find(q.path);
+    q.history = it == average_gpus.end() ? 0 : it->second;
+  }
 }
 
 }  // namespace rota::sched

@@ -16,6 +16,7 @@
 // Thread-safety: one owner (the scheduler).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ class QueueBook {
   bool Admits(int32_t leaf, const ModelGpus& add, bool may_borrow, std::string* why, bool empty = false) const;
   void Charge(int32_t leaf, const ModelGpus& add);
   double Share(int32_t leaf) const;
+  // Decayed past usage per leaf queue path, as average GPUs held over the
+  // decay window; it adds to the queue's share, so a queue that ran a lot
+  // recently yields to one that did not. Kept until replaced.
+  void SetHistory(const std::map<std::string, double>& average_gpus);
   // GPUs of `model` the queue (and its ancestors) hold beyond their guarantee;
   // 0 if within it or without quotas.
   bool Borrowing(int32_t leaf) const;
@@ -63,6 +68,7 @@ class QueueBook {
     bool leaf = false;
     std::vector<int64_t> used;  // by interned model
     int64_t used_total = 0;
+    double history = 0;  // average GPUs over the decay window
   };
   void Add(const std::vector<QueueConfig>& children, int32_t parent, const std::string& prefix, double parent_weight);
   int64_t Lookup(const std::vector<std::pair<std::string, int64_t>>& m, int16_t model, int64_t missing) const;

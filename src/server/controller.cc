@@ -1,6 +1,7 @@
 #include "server/controller.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <future>
 #include <set>
@@ -280,9 +281,29 @@ void Controller::RunOneCycle() {
     requested = cycles_requested_;
   }
   Snapshot snap = snapshot();
+  const TimePoint now = options_.clock->Now();
+  // Decayed usage per queue for fair share: H <- H * 2^(-dt/half_life) + held * dt.
+  const Duration half_life = options_.config.fair_share_half_life;
+  if (half_life > 0 && !options_.config.queues.empty()) {
+    const double dt = decayed_at_ == 0 ? 0 : static_cast<double>(now - decayed_at_);
+    const double keep = std::exp2(-dt / static_cast<double>(half_life));
+    std::map<std::string, double> held;
+    for (const auto& [id, job] : snap.jobs()) {
+      if (job->state == JobState::kRunning || job->state == JobState::kPreempting) {
+        held[job->spec.queue] += static_cast<double>(job->spec.TotalGpus());
+      }
+    }
+    for (auto& [queue, h] : decayed_usage_) h *= keep;
+    for (const auto& [queue, gpus] : held) decayed_usage_[queue] += gpus * dt;
+    decayed_at_ = now;
+    // As average GPUs over the window the decay integrates to: half_life / ln 2.
+    std::map<std::string, double> average;
+    for (const auto& [queue, h] : decayed_usage_) average[queue] = h * std::log(2.0) / static_cast<double>(half_life);
+    scheduler_->SetUsageHistory(average);
+  }
   sched::CycleResult result;
   const auto t0 = std::chrono::steady_clock::now();
-  scheduler_->RunCycle(snap, options_.clock->Now(), &result);
+  scheduler_->RunCycle(snap, now, &result);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -298,7 +319,6 @@ void Controller::RunOneCycle() {
     metrics_.cycle_seconds.push_back(seconds);
   }
   if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty()) {
-    const TimePoint now = options_.clock->Now();
     Call<bool>([&](Batch& batch) -> StatusOr<bool> {
       for (const sched::Placed& p : result.placed) {
         JobBound bound{p.job,

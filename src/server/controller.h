@@ -222,6 +222,10 @@ class Controller {
     bool seen = false;  // telemetry arrived for its GPUs
   };
   std::map<JobId, JobUsage> usage_;
+  // Fair share: per leaf queue, GPU-microseconds decayed by the half-life
+  // (scheduler thread only; rebuilt from zero after a restart).
+  std::map<std::string, double> decayed_usage_;
+  TimePoint decayed_at_ = 0;
   mutable std::condition_variable node_cv_;
 
   std::thread actor_;
