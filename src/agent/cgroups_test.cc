@@ -7,25 +7,14 @@
 #include <sstream>
 
 #include "agent/launcher.h"
+#include "agent/test_util.h"
 
 namespace rota::agent {
 namespace {
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::Read;
+using testing::Wait;
 
-int Wait(ProcessLauncher& l, pid_t pid) {
-  for (int i = 0; i < 10000; ++i) {
-    const int code = l.Poll(pid);
-    if (code >= 0) return code;
-    usleep(1000);
-  }
-  return -1;
-}
 
 TEST(WrapInCgroup, JoinsBeforeExec) {
   auto argv = WrapInCgroup({"/x/cgroup.procs"}, {"echo", "a b"});

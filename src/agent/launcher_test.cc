@@ -1,4 +1,5 @@
 #include "agent/launcher.h"
+#include "agent/test_util.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,12 +12,9 @@
 namespace rota::agent {
 namespace {
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::Read;
+using testing::Wait;
+
 
 // Live (not zombie) processes whose process group is `pgid`.
 int LiveInGroup(pid_t pgid) {
@@ -35,15 +33,6 @@ int LiveInGroup(pid_t pgid) {
     if (pgrp == pgid && state != 'Z') ++n;
   }
   return n;
-}
-
-int Wait(ProcessLauncher& l, pid_t pid) {
-  for (int i = 0; i < 5000; ++i) {
-    int code = l.Poll(pid);
-    if (code >= 0) return code;
-    usleep(1000);
-  }
-  return -1;
 }
 
 class LauncherTest : public ::testing::Test {

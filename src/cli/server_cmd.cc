@@ -33,6 +33,26 @@ constexpr const char* kAgentUsage =
     "                  [--gpus COUNTxMODEL[:MEMORY]] [--logs-dir DIR] [--label k=v ...]\n"
     "                  [--heartbeat-ms N] [--health-file FILE]\n";
 
+// The value after args[*i] (and moves *i to it), or exits with usage error 2.
+std::string FlagValue(const std::vector<std::string>& args, size_t* i, const char* program) {
+  if (*i + 1 >= args.size()) {
+    std::cerr << program << ": " << args[*i] << " needs a value\n";
+    std::exit(kExitBadInput);
+  }
+  return args[++*i];
+}
+
+// A duration flag (e.g. --node-timeout 30s), or exits with usage error 2.
+Duration DurationFlag(const std::vector<std::string>& args, size_t* i, const char* program) {
+  const std::string flag = args[*i];
+  auto d = ParseDuration(FlagValue(args, i, program));
+  if (!d.ok() || *d < 0) {
+    std::cerr << program << ": " << flag << ": " << (d.ok() ? "must not be negative" : d.status().message()) << "\n";
+    std::exit(kExitBadInput);
+  }
+  return *d;
+}
+
 // Blocks until SIGINT or SIGTERM. REQUIRES: both blocked in every thread.
 void WaitForSignal() {
   sigset_t set;
@@ -109,34 +129,15 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) {
-        std::cerr << "rota: " << a << " needs a value\n";
-        std::exit(kExitBadInput);
-      }
-      return args[++i];
-    };
+    auto value = [&] { return FlagValue(args, &i, "rota"); };
     if (a == "--data-dir") data_dir = value();
     else if (a == "--listen") listen = value();
     else if (a == "--config") config_path = value();
     else if (a == "--tls-cert") tls_cert = value();
     else if (a == "--tls-key") tls_key = value();
     else if (a == "--rate-limit") rate = std::atof(value().c_str());
-    else if (a == "--min-runtime") {
-      auto d = ParseDuration(value());
-      if (!d.ok()) {
-        std::cerr << "rota: --min-runtime: " << d.status().message() << "\n";
-        return kExitBadInput;
-      }
-      min_runtime = *d;
-    } else if (a == "--node-timeout") {
-      auto d = ParseDuration(value());
-      if (!d.ok() || *d <= 0) {
-        std::cerr << "rota: --node-timeout: " << (d.ok() ? "must be positive" : d.status().message()) << "\n";
-        return kExitBadInput;
-      }
-      node_timeout = *d;
-    }
+    else if (a == "--min-runtime") min_runtime = DurationFlag(args, &i, "rota");
+    else if (a == "--node-timeout") node_timeout = DurationFlag(args, &i, "rota");
     else if (with_local_agent && a == "--gpus") gpus = value();
     else if (with_local_agent && a == "--name") name = value();
     else if (a == "-h" || a == "--help") {
@@ -146,6 +147,10 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
       std::cerr << "rota: unknown argument '" << a << "'\n" << (with_local_agent ? kUpUsage : kServerUsage);
       return kExitBadInput;
     }
+  }
+  if (node_timeout <= 0) {
+    std::cerr << "rota: --node-timeout must be positive\n";
+    return kExitBadInput;
   }
   server::HttpOptions http;
   if (!SplitListen(listen, &http.host, &http.port)) {
@@ -264,13 +269,7 @@ int AgentMain(std::vector<std::string> args) {
   std::string gpus;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) {
-        std::cerr << "rota agent: " << a << " needs a value\n";
-        std::exit(kExitBadInput);
-      }
-      return args[++i];
-    };
+    auto value = [&] { return FlagValue(args, &i, "rota agent"); };
     if (a == "--server") ao.server = value();
     else if (a == "--token") ao.token = value();
     else if (a == "--name") ao.node_name = value();

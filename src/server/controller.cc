@@ -315,8 +315,6 @@ void Controller::RunOneCycle() {
     size_t b = 0;
     while (b < std::size(kCycleBuckets) && seconds > kCycleBuckets[b]) ++b;
     metrics_.cycle_buckets[b]++;
-    if (metrics_.cycle_seconds.size() >= 1024) metrics_.cycle_seconds.erase(metrics_.cycle_seconds.begin());
-    metrics_.cycle_seconds.push_back(seconds);
   }
   if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty()) {
     Call<bool>([&](Batch& batch) -> StatusOr<bool> {
@@ -648,10 +646,10 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
       const bool failed = t.exit_code != 0;
       if (failed) {
         const TaskGroupSpec& spec = job->spec.tasks[t.task];
-        const std::string who = spec.name + "-" + std::to_string(t.replica);
+        const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
         Requeue(batch, *job,
-                t.exit_reason == "oom" ? who + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
-                                       : who + " exited with code " + std::to_string(t.exit_code),
+                t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
+                                       : replica_name + " exited with code " + std::to_string(t.exit_code),
                 true);
         snap = batch.state->GetSnapshot();
       } else if (exits.size() == job->placement.size()) {

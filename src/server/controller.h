@@ -113,7 +113,6 @@ struct NodeLive {
 };
 
 struct ControllerMetrics {
-  std::vector<double> cycle_seconds;  // recent cycle latencies (ring)
   std::vector<uint64_t> cycle_buckets;  // histogram counts for kCycleBuckets
   double cycle_sum_seconds = 0;
   uint64_t cycles = 0;
