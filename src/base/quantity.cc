@@ -173,7 +173,7 @@ std::string FormatTime(TimePoint t) {
   const int64_t d = doy - (153 * mp + 2) / 5 + 1;
   const int64_t m = mp + (mp < 10 ? 3 : -9);
   const int64_t y = yoe + era * 400 + (m <= 2);
-  char buf[40];
+  char buf[96];  // room for any int64 year
   std::snprintf(buf, sizeof(buf), "%04lld-%02lld-%02lldT%02lld:%02lld:%02lld.%03lldZ", static_cast<long long>(y),
                 static_cast<long long>(m), static_cast<long long>(d), static_cast<long long>(rem / 3600),
                 static_cast<long long>(rem % 3600 / 60), static_cast<long long>(rem % 60),

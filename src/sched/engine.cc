@@ -355,13 +355,13 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
         if (!victims.empty()) {
           std::string names;
           for (const JobRecord* v : victims) {
-            const std::string why = job->spec.queue == v->spec.queue
+            const std::string cause = job->spec.queue == v->spec.queue
                                         ? "preempted for job " + std::to_string(job->id.value()) + " (priority " +
                                               std::to_string(job->spec.priority) + " > " +
                                               std::to_string(v->spec.priority) + ")"
                                         : "preempted to return borrowed capacity to queue " + job->spec.queue +
                                               " (job " + std::to_string(job->id.value()) + ")";
-            out->preemptions.push_back({v->id, job->id, why, v->spec.checkpoint.signal, v->spec.checkpoint.grace});
+            out->preemptions.push_back({v->id, job->id, cause, v->spec.checkpoint.signal, v->spec.checkpoint.grace});
             victims_.push_back(v->id);
             victim_set_.insert(v->id);
             names += (names.empty() ? "" : ", ") + std::to_string(v->id.value());
