@@ -36,7 +36,7 @@ const JobRecord* Snapshot::FindJob(JobId id) const {
 
 std::vector<const JobRecord*> Snapshot::PendingJobs() const {
   std::vector<const JobRecord*> out;
-  for (const auto& [id, job] : data_->jobs) {
+  for (const auto& [id, job] : data_->live) {
     if (job->state == JobState::kPending) out.push_back(job.get());
   }
   return out;  // JobIds are issued in submission order
@@ -56,6 +56,18 @@ Snapshot ClusterState::GetSnapshot() {
     data_->topology = std::make_shared<const Topology>(topo.ok() ? std::move(topo).value() : Topology());
   }
   return Snapshot(data_);
+}
+
+void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) {
+  const JobId id = job->id;
+  const bool live = job->state == JobState::kPending || job->state == JobState::kRunning ||
+                    job->state == JobState::kPreempting;
+  if (live) {
+    d.live[id] = job;
+  } else {
+    d.live.erase(id);
+  }
+  d.jobs[id] = std::move(job);
 }
 
 Snapshot::Data& ClusterState::Mutable() {
@@ -137,7 +149,7 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->submitted_at = e.at;
   job->user = e.user;
   job->restarts = e.restarts;
-  Mutable().jobs.emplace(e.id, std::move(job));
+  Put(Mutable(), std::move(job));
   return Status::Ok();
 }
 
@@ -198,7 +210,7 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   updated->state = JobState::kRunning;
   updated->started_at = e.at;
   updated->placement = e.placement;
-  d.jobs[e.id] = std::move(updated);
+  Put(d, std::move(updated));
   return Status::Ok();
 }
 
@@ -225,7 +237,7 @@ Status ClusterState::ApplyOne(const JobFinished& e) {
   updated->state = e.outcome == JobOutcome::kSucceeded ? JobState::kSucceeded : JobState::kFailed;
   updated->finished_at = e.at;
   updated->end_reason = e.reason;
-  data_->jobs[e.id] = std::move(updated);
+  Put(Mutable(), std::move(updated));
   return Status::Ok();
 }
 
@@ -246,7 +258,7 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   updated->placement.clear();
   updated->restarts++;
   updated->last_requeue_reason = e.reason;
-  data_->jobs[e.id] = std::move(updated);
+  Put(Mutable(), std::move(updated));
   return Status::Ok();
 }
 
@@ -263,7 +275,7 @@ Status ClusterState::ApplyOne(const JobPreempting& e) {
   updated->last_requeue_reason = e.reason;
   updated->preempted_at.push_back(e.at);
   if (updated->preempted_at.size() > 8) updated->preempted_at.erase(updated->preempted_at.begin());
-  Mutable().jobs[e.id] = std::move(updated);
+  Put(Mutable(), std::move(updated));
   return Status::Ok();
 }
 
@@ -287,7 +299,7 @@ Status ClusterState::ApplyOne(const JobCancelled& e) {
   updated->state = JobState::kCancelled;
   updated->finished_at = e.at;
   updated->end_reason = e.reason;
-  Mutable().jobs[e.id] = std::move(updated);
+  Put(Mutable(), std::move(updated));
   return Status::Ok();
 }
 

@@ -79,6 +79,8 @@ class Snapshot {
   // Pending jobs in submission order.
   std::vector<const JobRecord*> PendingJobs() const;
   const std::map<JobId, std::shared_ptr<const JobRecord>>& jobs() const { return data_->jobs; }
+  // Only the jobs that have not ended (pending, running, preempting).
+  const std::map<JobId, std::shared_ptr<const JobRecord>>& live_jobs() const { return data_->live; }
 
  private:
   friend class ClusterState;
@@ -93,6 +95,7 @@ class Snapshot {
     // whose labels would put one rack in two spines.
     std::vector<std::unordered_map<std::string, std::string>> domain_parent;
     std::map<JobId, std::shared_ptr<const JobRecord>> jobs;
+    std::map<JobId, std::shared_ptr<const JobRecord>> live;  // the subset not ended
   };
   explicit Snapshot(std::shared_ptr<const Data> data) : data_(std::move(data)) {}
   std::shared_ptr<const Data> data_;
@@ -121,6 +124,8 @@ class ClusterState {
   Status ApplyOne(const NodeLostChanged& e);
   Status ApplyOne(const JobPreempting& e);
   void Release(const JobRecord& job);
+  // Stores `job` (new or updated) in jobs and, while it has not ended, live.
+  static void Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job);
 
   std::shared_ptr<Snapshot::Data> data_;
 };

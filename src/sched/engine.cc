@@ -199,7 +199,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   first_reservation_ = 0;
   endings_.clear();
   if (now != nullptr && reservation_depth_ > 0) {
-    for (const auto& [id, job] : snap.jobs()) {
+    for (const auto& [id, job] : snap.live_jobs()) {
       if (job->state != JobState::kRunning || job->spec.time_limit <= 0) continue;
       endings_.push_back({std::max(*now, job->started_at + job->spec.time_limit), job.get()});
     }
@@ -211,7 +211,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   order_.clear();
   making_room_for_.clear();
   running_.clear();
-  for (const auto& [id, job] : snap.jobs()) {
+  for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state == JobState::kPending) order_.push_back(job.get());
     if (job->state == JobState::kRunning) running_.push_back(job.get());
     if (job->state == JobState::kPreempting) making_room_for_.emplace(job->preempted_for, id);

@@ -61,7 +61,7 @@ void QueueBook::Reset(const Snapshot& snap) {
     q.used.assign(models_.size(), 0);
     q.used_total = 0;
   }
-  for (const auto& [id, job] : snap.jobs()) {
+  for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
     const int32_t leaf = LeafIndex(job->spec.queue);
     if (leaf < 0) continue;

@@ -1,0 +1,701 @@
+#include "sim/time_sim.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <memory>
+
+#include "base/rng.h"
+#include "core/cluster_state.h"
+#include "sched/engine.h"
+
+namespace rota::sim {
+namespace {
+
+constexpr TimePoint kNever = std::numeric_limits<TimePoint>::max();
+constexpr int kQueues = 3;
+// Tiresias' queue limits (GPU-seconds; seconds for las); the third is never reached.
+constexpr int64_t kQueueLimit[kQueues - 1] = {3250, 7200};
+constexpr int64_t kGittinsDelta = 3250;
+
+enum class Policy { kFifo, kSjf, kSrtf, kSrtfGpu, kLas, kTiresias, kGittins, kRota };
+enum class Placement { kCount, kTopology, kBestFit, kSpread };
+
+StatusOr<Policy> ParsePolicy(const std::string& name) {
+  static const std::pair<const char*, Policy> kNames[] = {
+      {"fifo", Policy::kFifo}, {"sjf", Policy::kSjf},           {"srtf", Policy::kSrtf},
+      {"srtf-gpu", Policy::kSrtfGpu}, {"las", Policy::kLas},    {"tiresias", Policy::kTiresias},
+      {"gittins", Policy::kGittins},  {"rota", Policy::kRota}};
+  for (auto [n, p] : kNames) {
+    if (name == n) return p;
+  }
+  std::string known;
+  for (const std::string& n : TimePolicies()) known += (known.empty() ? "" : ", ") + n;
+  return InvalidArgumentError("--policy: unknown policy '" + name + "' (known: " + known + ")");
+}
+
+StatusOr<Placement> ParsePlacement(const std::string& name) {
+  if (name == "count") return Placement::kCount;
+  if (name == "topology" || name == "default") return Placement::kTopology;
+  if (name == "bestfit") return Placement::kBestFit;
+  if (name == "spread") return Placement::kSpread;
+  std::string known;
+  for (const std::string& n : TimePlacements()) known += (known.empty() ? "" : ", ") + n;
+  return InvalidArgumentError("--placement: unknown placement '" + name + "' for a time simulation (known: " + known +
+                              "; fgd, packing, clustering, dotprod and random place openb pods)");
+}
+
+// One job's life in the simulation.
+struct SimJob {
+  enum State : uint8_t { kFuture, kPending, kRunning, kDone, kNever };
+  const TraceJob* trace = nullptr;
+  int64_t g = 0;  // GPUs over all replicas
+  State state = kFuture;
+  Duration exec = 0;      // attained service: time it has run (Tiresias' executed time)
+  Duration progress = 0;  // useful work: exec less what failures took back
+  Duration checkpoint = 0;
+  TimePoint last_check = 0;
+  TimePoint start = -1;
+  TimePoint end = -1;
+  int32_t q = 0;
+  double rank = 0;
+  int32_t preemptions = 0;
+  int32_t restarts = 0;
+  double lost = 0;  // GPU-seconds redone
+  bool want = false;
+  Duration remaining() const { return trace->duration - progress; }
+  // Attained GPU-seconds.
+  double gpu_seconds() const { return static_cast<double>(exec) * static_cast<double>(g) / kMicrosPerSecond; }
+};
+
+// Where jobs run: a GPU count, or nodes through ClusterState and the engine.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual int64_t healthy_gpus() const = 0;
+  virtual void Arrive(SimJob& j, size_t index, TimePoint t) = 0;
+  virtual void Stop(SimJob& j, size_t index, TimePoint t, bool finished) = 0;
+  // Starts jobs of `order` (pending, best first) that fit; with `strict`, none
+  // after the first that does not. Sets started jobs kRunning.
+  virtual void Start(std::vector<SimJob>& jobs, const std::vector<uint32_t>& order, bool strict, TimePoint t) = 0;
+  // A failure: the jobs it hits (indices), then the backend marks the GPUs down.
+  virtual void Fail(Rng& rng, bool whole_node, TimePoint t, TimePoint repair_at, std::vector<uint32_t>* hit) = 0;
+  // Repairs due at or before t; returns the next repair time (kNever if none).
+  virtual TimePoint Repair(TimePoint t) = 0;
+  virtual bool Unplaceable(SimJob& j, size_t index, std::string* why) = 0;
+  std::vector<double> cycle_ms;
+};
+
+class CountBackend final : public Backend {
+ public:
+  CountBackend(int64_t gpus, int32_t gpus_per_node) : total_(gpus), free_(gpus), per_node_(gpus_per_node) {}
+  int64_t healthy_gpus() const override { return total_ - down_; }
+  void Arrive(SimJob&, size_t, TimePoint) override {}
+  void Stop(SimJob& j, size_t, TimePoint, bool) override {
+    free_ += j.g;
+    running_.erase(std::find(running_.begin(), running_.end(), &j));
+  }
+  void Start(std::vector<SimJob>& jobs, const std::vector<uint32_t>& order, bool strict, TimePoint) override {
+    for (uint32_t i : order) {
+      SimJob& j = jobs[i];
+      if (j.g > free_) {
+        if (strict) break;
+        continue;
+      }
+      free_ -= j.g;
+      j.state = SimJob::kRunning;
+      running_.push_back(&j);
+    }
+  }
+  void Fail(Rng& rng, bool whole_node, TimePoint, TimePoint repair_at, std::vector<uint32_t>* hit) override {
+    const int64_t healthy = healthy_gpus();
+    if (healthy <= 0) return;
+    // Allocated GPUs are [0, allocated) in start order; the rest are free.
+    const int64_t width = std::min<int64_t>(whole_node ? per_node_ : 1, healthy);
+    const int64_t first = static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(healthy - width + 1)));
+    int64_t at = 0;
+    int64_t freed_by_hits = 0;
+    for (SimJob* j : running_) {
+      if (at < first + width && first < at + j->g) {
+        hit->push_back(static_cast<uint32_t>(j - base_));
+        freed_by_hits += j->g;
+      }
+      at += j->g;
+    }
+    (void)freed_by_hits;
+    down_ += width;
+    repairs_.push_back({repair_at, width});
+    pending_down_ = width;
+  }
+  // Called by the driver after hit jobs were stopped: take the failed GPUs out of the free pool.
+  void TakeDown() {
+    free_ -= pending_down_;
+    pending_down_ = 0;
+  }
+  TimePoint Repair(TimePoint t) override {
+    TimePoint next = kNever;
+    for (size_t i = 0; i < repairs_.size();) {
+      if (repairs_[i].first <= t) {
+        down_ -= repairs_[i].second;
+        free_ += repairs_[i].second;
+        repairs_.erase(repairs_.begin() + static_cast<ptrdiff_t>(i));
+      } else {
+        next = std::min(next, repairs_[i].first);
+        ++i;
+      }
+    }
+    return next;
+  }
+  bool Unplaceable(SimJob& j, size_t, std::string* why) override {
+    if (j.g <= total_) return false;
+    *why = "needs " + std::to_string(j.g) + " GPUs; the cluster has " + std::to_string(total_);
+    return true;
+  }
+  void set_base(const SimJob* base) { base_ = base; }
+
+ private:
+  int64_t total_;
+  int64_t free_;
+  int32_t per_node_;
+  int64_t down_ = 0;
+  int64_t pending_down_ = 0;
+  std::vector<SimJob*> running_;
+  std::vector<std::pair<TimePoint, int64_t>> repairs_;
+  const SimJob* base_ = nullptr;
+};
+
+// Orders pending jobs by the rank the simulator gives them (lower first).
+class RankOrder final : public sched::JobOrderPlugin {
+ public:
+  explicit RankOrder(const std::vector<double>* rank) : rank_(rank) {}
+  std::string_view name() const override { return "sim-rank"; }
+  int Compare(const JobRecord& a, const JobRecord& b) const override {
+    const double x = (*rank_)[a.id.value() - 1], y = (*rank_)[b.id.value() - 1];
+    return x < y ? -1 : (x > y ? 1 : 0);
+  }
+
+ private:
+  const std::vector<double>* rank_;
+};
+
+class EngineBackend final : public Backend {
+ public:
+  static StatusOr<std::unique_ptr<EngineBackend>> Create(const ClusterConfig& config, const std::vector<NodeSpec>& nodes,
+                                                         Placement placement) {
+    auto b = std::unique_ptr<EngineBackend>(new EngineBackend(config));
+    for (const NodeSpec& n : nodes) {
+      ROTA_RETURN_IF_ERROR(b->state_.Apply(NodeAdded{n}));
+      b->total_ += n.gpus;
+    }
+    sched::Registry registry = sched::BuiltinRegistry();
+    const std::vector<double>* rank = &b->rank_;
+    registry.Register("sim-rank", [rank] { return std::make_unique<RankOrder>(rank); });
+    ProfileConfig profile;
+    profile.name = "sim";
+    profile.plugins = {{"sim-rank", 1}, {"resource-fit", 1}, {"gang", 1}, {"topology", 1}};
+    if (placement == Placement::kBestFit || placement == Placement::kTopology) profile.plugins.push_back({"binpack", 1});
+    if (placement == Placement::kSpread) profile.plugins.push_back({"spread", 1});
+    ROTA_ASSIGN_OR_RETURN(b->scheduler_, sched::Scheduler::Create(profile, registry));
+    if (!config.queues.empty()) b->scheduler_->SetQueues(config);
+    b->scheduler_->set_preemption(false);
+    b->scheduler_->set_reservation_depth(0);
+    b->leaves_ = LeafQueuePaths(config);
+    return b;
+  }
+  int64_t healthy_gpus() const override { return total_ - down_; }
+  void Arrive(SimJob& j, size_t index, TimePoint t) override {
+    if (rank_.size() <= index) rank_.resize(index + 1, 0);
+    Check(state_.Apply(JobSubmitted{JobId(index + 1), Spec(*j.trace), t, "sim"}));
+  }
+  void Stop(SimJob&, size_t index, TimePoint t, bool finished) override {
+    if (finished) {
+      Check(state_.Apply(JobFinished{JobId(index + 1), JobOutcome::kSucceeded, t, ""}));
+    } else {
+      Check(state_.Apply(JobRequeued{JobId(index + 1), t, "stopped by the policy"}));
+    }
+  }
+  void Start(std::vector<SimJob>& jobs, const std::vector<uint32_t>& order, bool strict, TimePoint t) override {
+    if (order.empty()) return;
+    // Rank: position in `order`; pending jobs not offered go last (and are not started).
+    for (size_t k = 0; k < order.size(); ++k) rank_[order[k]] = static_cast<double>(k);
+    sched::CycleResult result;
+    {
+      Snapshot snap = state_.GetSnapshot();
+      auto begin = std::chrono::steady_clock::now();
+      scheduler_->RunCycle(snap, &result);
+      cycle_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count());
+    }  // the snapshot goes before the first Apply, so nothing is copied
+    std::vector<int32_t> placed_at(jobs.size(), -1);
+    for (size_t p = 0; p < result.placed.size(); ++p) placed_at[result.placed[p].job.value() - 1] = static_cast<int32_t>(p);
+    std::vector<bool> offered(jobs.size(), false);
+    for (uint32_t i : order) offered[i] = true;
+    for (uint32_t i : order) {
+      const int32_t p = placed_at[i];
+      if (p < 0) {
+        if (strict) break;
+        continue;
+      }
+      const sched::Placed& pl = result.placed[p];
+      JobBound bound{pl.job, {}, t};
+      bound.placement.assign(result.replicas.begin() + pl.first, result.replicas.begin() + pl.first + pl.count);
+      Check(state_.Apply(bound));
+      jobs[i].state = SimJob::kRunning;
+    }
+    for (uint32_t i : order) rank_[i] = std::numeric_limits<double>::max();
+  }
+  void Fail(Rng& rng, bool whole_node, TimePoint, TimePoint repair_at, std::vector<uint32_t>* hit) override {
+    Snapshot snap = state_.GetSnapshot();
+    // A healthy GPU uniformly at random.
+    std::vector<std::pair<uint32_t, int32_t>> healthy;
+    for (const NodeState& n : snap.nodes()) {
+      for (int32_t g = 0; g < n.spec.gpus; ++g) {
+        if (n.healthy_mask >> g & 1) healthy.emplace_back(n.id.value(), g);
+      }
+    }
+    if (healthy.empty()) return;
+    const auto [node, gpu] = healthy[rng.Uniform(healthy.size())];
+    const NodeState& n = snap.nodes()[node];
+    const uint64_t mask = whole_node ? (n.healthy_mask) : (uint64_t{1} << gpu);
+    for (const auto& [id, job] : snap.live_jobs()) {
+      if (job->state != JobState::kRunning) continue;
+      for (const ReplicaPlacement& r : job->placement) {
+        if (r.node.value() == node && (r.gpu_mask & mask) != 0) {
+          hit->push_back(static_cast<uint32_t>(id.value() - 1));
+          break;
+        }
+      }
+    }
+    for (int32_t g = 0; g < n.spec.gpus; ++g) {
+      if (mask >> g & 1) down_list_.push_back({repair_at, n.spec.name, g});
+    }
+    pending_down_.clear();
+    for (int32_t g = 0; g < n.spec.gpus; ++g) {
+      if (mask >> g & 1) pending_down_.emplace_back(n.spec.name, g);
+    }
+  }
+  // After the hit jobs were requeued: mark the GPUs unhealthy.
+  void TakeDown() {
+    for (const auto& [node, gpu] : pending_down_) {
+      Check(state_.Apply(GpuHealthChanged{node, gpu, false}));
+      ++down_;
+    }
+    pending_down_.clear();
+  }
+  TimePoint Repair(TimePoint t) override {
+    TimePoint next = kNever;
+    for (size_t i = 0; i < down_list_.size();) {
+      if (down_list_[i].at <= t) {
+        Check(state_.Apply(GpuHealthChanged{down_list_[i].node, down_list_[i].gpu, true}));
+        --down_;
+        down_list_.erase(down_list_.begin() + static_cast<ptrdiff_t>(i));
+      } else {
+        next = std::min(next, down_list_[i].at);
+        ++i;
+      }
+    }
+    return next;
+  }
+  bool Unplaceable(SimJob& j, size_t index, std::string* why) override {
+    JobRecord probe;
+    probe.id = JobId(index + 1);
+    probe.spec = Spec(*j.trace);
+    Snapshot snap = state_.GetSnapshot();
+    sched::PendingReason reason = scheduler_->CheckResolvable(snap, probe);
+    if (reason.ok()) return false;
+    *why = reason.message;
+    return true;
+  }
+
+ private:
+  explicit EngineBackend(const ClusterConfig& config) : state_(config.topology) {}
+  static void Check(const Status& s) {
+    if (!s.ok()) {
+      // The simulator only applies what the engine decided on the same state:
+      // a refusal is a bug in the simulator or the engine.
+      std::fprintf(stderr, "rota sim: internal error: %s\n", s.ToString().c_str());
+      std::abort();
+    }
+  }
+  JobSpec Spec(const TraceJob& t) const {
+    JobSpec spec;
+    spec.name = t.name;
+    spec.queue = "default";
+    if (std::find(leaves_.begin(), leaves_.end(), t.queue) != leaves_.end()) spec.queue = t.queue;
+    spec.priority = t.priority;
+    spec.priority_class.clear();
+    TaskGroupSpec task;
+    task.name = "worker";
+    task.replicas = t.replicas;
+    task.gpus = t.gpus;
+    if (t.gpu_models.size() == 1) task.gpu_model = t.gpu_models[0];
+    spec.tasks.push_back(std::move(task));
+    spec.time_limit = t.time_limit;
+    spec.preemptible = true;
+    return spec;
+  }
+
+  ClusterState state_;
+  std::unique_ptr<sched::Scheduler> scheduler_;
+  std::vector<double> rank_;
+  std::vector<std::string> leaves_;
+  int64_t total_ = 0;
+  int64_t down_ = 0;
+  struct Down {
+    TimePoint at;
+    std::string node;
+    int32_t gpu;
+  };
+  std::vector<Down> down_list_;
+  std::vector<std::pair<std::string, int32_t>> pending_down_;
+};
+
+double Round(double v, int digits) {
+  const double f = std::pow(10.0, digits);
+  return std::nearbyint(v * f) / f;
+}
+
+}  // namespace
+
+const std::vector<std::string>& TimePolicies() {
+  static const std::vector<std::string> kNames = {"fifo", "sjf", "srtf", "srtf-gpu", "las", "tiresias", "gittins", "rota"};
+  return kNames;
+}
+
+const std::vector<std::string>& TimePlacements() {
+  static const std::vector<std::string> kNames = {"count", "topology", "bestfit", "spread"};
+  return kNames;
+}
+
+GittinsTable::GittinsTable(std::vector<int64_t> samples, int64_t delta) {
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  if (n == 0) return;
+  data_ = samples;
+  index_.resize(n + 1);
+  std::vector<double> prefix(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + static_cast<double>(samples[i]);
+  for (size_t i = 0; i < n; ++i) {
+    // As the Tiresias simulator computes it (cal_r_gittins_index).
+    const int64_t a = samples[i] - 1;
+    const size_t idx = std::upper_bound(samples.begin(), samples.end(), a) - samples.begin();
+    const int64_t na = a + delta;
+    const size_t idd = na > samples[n - 1] - 1 ? n - 1 : std::upper_bound(samples.begin(), samples.end(), na) - samples.begin();
+    const double left = static_cast<double>(n - idx);
+    const double p = Round(static_cast<double>(idd - idx) / left, 5);
+    const double e = Round((prefix[idd] - prefix[idx] + static_cast<double>(delta) * static_cast<double>(n - idd)) / left, 5);
+    index_[i] = e == 0 ? 0 : Round(p * 1e6 / e, 4);
+  }
+  data_.push_back(std::numeric_limits<int64_t>::max());
+  index_[n] = 0;
+}
+
+double GittinsTable::Index(double attained) const {
+  if (data_.size() < 2) return 0;
+  if (attained > static_cast<double>(data_[data_.size() - 2])) return 0;
+  size_t k = std::upper_bound(data_.begin(), data_.end(), attained,
+                              [](double a, int64_t d) { return a < static_cast<double>(d); }) -
+             data_.begin();
+  return index_[k];
+}
+
+StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vector<NodeSpec>& nodes,
+                                   const std::vector<TraceJob>& trace, const TimeSimOptions& options) {
+  ROTA_ASSIGN_OR_RETURN(Policy policy, ParsePolicy(options.policy));
+  ROTA_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(options.placement));
+  int64_t total_gpus = 0;
+  int32_t per_node = 1;
+  for (const NodeSpec& n : nodes) {
+    total_gpus += n.gpus;
+    per_node = std::max(per_node, n.gpus);
+  }
+  if (total_gpus == 0) return InvalidArgumentError("--cluster: the cluster has no GPUs");
+
+  std::unique_ptr<Backend> backend;
+  CountBackend* count = nullptr;
+  EngineBackend* engine = nullptr;
+  if (placement == Placement::kCount) {
+    auto c = std::make_unique<CountBackend>(total_gpus, per_node);
+    count = c.get();
+    backend = std::move(c);
+  } else {
+    ROTA_ASSIGN_OR_RETURN(auto e, EngineBackend::Create(config, nodes, placement));
+    engine = e.get();
+    backend = std::move(e);
+  }
+
+  const size_t n = trace.size();
+  std::vector<SimJob> jobs(n);
+  for (size_t i = 0; i < n; ++i) {
+    jobs[i].trace = &trace[i];
+    jobs[i].g = trace[i].TotalGpus();
+    jobs[i].checkpoint = trace[i].checkpoint_interval > 0 ? trace[i].checkpoint_interval : options.checkpoint_interval;
+  }
+  if (count != nullptr) count->set_base(jobs.data());
+
+  const bool gpu_time = policy != Policy::kLas;
+  const bool mlfq = policy == Policy::kLas || policy == Policy::kTiresias || policy == Policy::kGittins;
+  GittinsTable gittins;
+  std::vector<int64_t> learnt;  // GPU-seconds of finished jobs (for rota, and gittins without samples)
+  if (policy == Policy::kGittins && !options.gittins_samples.empty()) {
+    gittins = GittinsTable(options.gittins_samples, kGittinsDelta);
+  }
+  size_t learnt_at = 0;  // size of `learnt` when the table was last built
+
+  TimeSimResult result;
+  result.total_gpus = total_gpus;
+  std::vector<uint32_t> runnable;          // insertion order (sorted in place by sjf/srtf)
+  std::deque<uint32_t> fifo;               // fifo's pending jobs
+  std::vector<uint32_t> queues[kQueues];   // tiresias' queues
+  std::vector<uint32_t> order, start;
+  Rng rng(options.seed);
+  const bool failures = options.failure_rate > 0;
+  auto next_failure = [&](TimePoint now) -> TimePoint {
+    if (!failures) return kNever;
+    const double per_hour = options.failure_rate * static_cast<double>(std::max<int64_t>(backend->healthy_gpus(), 1));
+    const double hours = -std::log(std::max(1.0 - rng.UniformDouble(), 1e-300)) / per_hour;
+    return now + static_cast<TimePoint>(hours * 3600.0 * kMicrosPerSecond);
+  };
+  TimePoint fail_at = next_failure(0);
+  TimePoint repair_at = kNever;
+  size_t next_arrival = 0;
+  size_t finished = 0;
+  TimePoint next_end = kNever;
+  TimePoint jump = kNever;
+  int64_t allocated = 0;
+  int32_t pending_count = 0;
+  size_t last_progress = 0;
+
+  auto stop = [&](uint32_t i, TimePoint t, bool done) {
+    SimJob& j = jobs[i];
+    backend->Stop(j, i, t, done);
+    allocated -= j.g;
+    if (done) {
+      j.state = SimJob::kDone;
+      j.end = t;
+      ++finished;
+      learnt.push_back(std::max<int64_t>(1, static_cast<int64_t>(std::llround(j.gpu_seconds()))));
+    } else {
+      j.state = SimJob::kPending;
+      ++pending_count;
+    }
+  };
+  auto erase = [](std::vector<uint32_t>& v, uint32_t i) { v.erase(std::find(v.begin(), v.end(), i)); };
+
+  while (finished < n) {
+    const TimePoint st = next_arrival < n ? trace[next_arrival].submit : kNever;
+    const TimePoint t = std::min({st, next_end, jump, fail_at, repair_at});
+    if (t == kNever) break;  // what is left can never run
+
+    // Account for running time; finish what is done.
+    for (uint32_t i : runnable) {
+      SimJob& j = jobs[i];
+      if (j.state == SimJob::kRunning) {
+        const Duration d = t - j.last_check;
+        j.exec += d;
+        j.progress = std::min(j.trace->duration, j.progress + d);
+      }
+      j.last_check = t;
+    }
+    if (next_end <= t) {
+      for (size_t k = 0; k < runnable.size();) {
+        const uint32_t i = runnable[k];
+        if (jobs[i].state == SimJob::kRunning && jobs[i].remaining() <= 0) {
+          stop(i, t, /*done=*/true);
+          runnable.erase(runnable.begin() + static_cast<ptrdiff_t>(k));
+          if (mlfq) erase(queues[jobs[i].q], i);
+        } else {
+          ++k;
+        }
+      }
+    }
+    // Arrivals.
+    while (next_arrival < n && trace[next_arrival].submit == t) {
+      const uint32_t i = static_cast<uint32_t>(next_arrival++);
+      SimJob& j = jobs[i];
+      j.last_check = t;
+      std::string why;
+      if (backend->Unplaceable(j, i, &why)) {
+        j.state = SimJob::kNever;
+        ++finished;  // never runs; reported as unfinished
+        result.never.push_back(trace[i].name + ": " + why);
+        continue;
+      }
+      backend->Arrive(j, i, t);
+      j.state = SimJob::kPending;
+      ++pending_count;
+      runnable.push_back(i);
+      if (policy == Policy::kFifo) fifo.push_back(i);
+      if (mlfq) queues[0].push_back(i);
+    }
+    // Repairs and failures.
+    if (repair_at <= t) repair_at = backend->Repair(t);
+    if (fail_at <= t) {
+      std::vector<uint32_t> hit;
+      const bool whole_node = rng.Uniform(4) == 0;
+      backend->Fail(rng, whole_node, t, t + options.repair_time, &hit);
+      for (uint32_t i : hit) {
+        SimJob& j = jobs[i];
+        // Back to the last checkpoint.
+        const Duration kept = j.checkpoint > 0 ? j.progress / j.checkpoint * j.checkpoint : 0;
+        j.lost += static_cast<double>(j.progress - kept) * static_cast<double>(j.g) / kMicrosPerSecond;
+        j.progress = kept;
+        ++j.restarts;
+        stop(i, t, /*done=*/false);
+        if (policy == Policy::kFifo) fifo.push_front(i);  // it was running: ahead of the waiting ones
+      }
+      if (count != nullptr) count->TakeDown();
+      if (engine != nullptr) engine->TakeDown();
+      repair_at = std::min(repair_at, t + options.repair_time);
+      fail_at = next_failure(t);
+    }
+
+    // Demotions and ranks.
+    if (mlfq) {
+      if (policy == Policy::kGittins && options.gittins_samples.empty() && learnt.size() >= learnt_at * 2 + 16) {
+        gittins = GittinsTable(learnt, kGittinsDelta);
+        learnt_at = learnt.size();
+      }
+      for (uint32_t i : runnable) {
+        SimJob& j = jobs[i];
+        const double attained = gpu_time ? j.gpu_seconds() : static_cast<double>(j.exec) / kMicrosPerSecond;
+        if (j.state == SimJob::kRunning && j.q < kQueues - 1 && attained >= static_cast<double>(kQueueLimit[j.q])) {
+          erase(queues[j.q], i);
+          ++j.q;
+          queues[j.q].push_back(i);
+        }
+        if (policy == Policy::kGittins) j.rank = gittins.empty() ? 0 : gittins.Index(std::floor(j.gpu_seconds()));
+      }
+    }
+
+    // Plan.
+    start.clear();
+    if (policy == Policy::kFifo) {
+      order.assign(fifo.begin(), fifo.end());
+      backend->Start(jobs, order, /*strict=*/true, t);
+      while (!fifo.empty() && jobs[fifo.front()].state == SimJob::kRunning) {
+        const uint32_t i = fifo.front();
+        fifo.pop_front();
+        start.push_back(i);
+      }
+    } else {
+      if (mlfq) {
+        order.clear();
+        for (auto& q : queues) {
+          if (policy == Policy::kGittins) {
+            std::stable_sort(q.begin(), q.end(), [&](uint32_t a, uint32_t b) {
+              if (jobs[a].rank != jobs[b].rank) return jobs[a].rank > jobs[b].rank;
+              return trace[a].submit < trace[b].submit;
+            });
+          }
+          order.insert(order.end(), q.begin(), q.end());
+        }
+      } else {
+        auto key = [&](uint32_t i) -> double {
+          const SimJob& j = jobs[i];
+          switch (policy) {
+            case Policy::kSjf: return static_cast<double>(j.g);
+            case Policy::kSrtf: return static_cast<double>(j.remaining());
+            case Policy::kSrtfGpu: return static_cast<double>(j.remaining()) * static_cast<double>(j.g);
+            default: return 0;
+          }
+        };
+        std::stable_sort(runnable.begin(), runnable.end(), [&](uint32_t a, uint32_t b) { return key(a) < key(b); });
+        order = runnable;
+      }
+      // The jobs that should run: greedy in order, skipping what does not fit.
+      int64_t free = backend->healthy_gpus();
+      for (uint32_t i : order) {
+        SimJob& j = jobs[i];
+        j.want = j.g <= free;
+        if (j.want) free -= j.g;
+      }
+      for (uint32_t i : order) {
+        SimJob& j = jobs[i];
+        if (j.state == SimJob::kRunning && !j.want) {
+          ++j.preemptions;
+          if (placement != Placement::kCount) {
+            // Off the count model a preemption costs what the job has not
+            // checkpointed; with a checkpoint interval it saves on the signal.
+            if (j.checkpoint == 0) {
+              j.lost += static_cast<double>(j.progress) * static_cast<double>(j.g) / kMicrosPerSecond;
+              j.progress = 0;
+            }
+          }
+          stop(i, t, /*done=*/false);
+        }
+      }
+      std::vector<uint32_t> offer;
+      for (uint32_t i : order) {
+        if (jobs[i].state == SimJob::kPending && jobs[i].want) offer.push_back(i);
+      }
+      backend->Start(jobs, offer, /*strict=*/false, t);
+      for (uint32_t i : offer) {
+        if (jobs[i].state == SimJob::kRunning) start.push_back(i);
+      }
+      if (mlfq) {
+        for (auto& q : queues) {
+          std::stable_partition(q.begin(), q.end(), [&](uint32_t i) { return jobs[i].state == SimJob::kRunning; });
+        }
+      }
+    }
+    for (uint32_t i : start) {
+      SimJob& j = jobs[i];
+      if (j.start < 0) j.start = t;
+      allocated += j.g;
+      --pending_count;
+    }
+
+    // Next completion and demotion wake-up.
+    next_end = kNever;
+    jump = kNever;
+    int32_t running = 0;
+    for (uint32_t i : runnable) {
+      const SimJob& j = jobs[i];
+      if (j.state != SimJob::kRunning) continue;
+      ++running;
+      next_end = std::min(next_end, t + j.remaining());
+      if (mlfq && j.q < kQueues - 1) {
+        const int64_t limit = kQueueLimit[j.q] * kMicrosPerSecond;
+        if (gpu_time) {
+          // The crossing, rounded up to a whole second (trace times are seconds).
+          const int64_t left = limit - j.exec * j.g;
+          const int64_t per_second = j.g * kMicrosPerSecond;
+          jump = std::min(jump, t + std::max<int64_t>(1, (left + per_second - 1) / per_second) * kMicrosPerSecond);
+        } else {
+          jump = std::min(jump, t + std::max<int64_t>(kMicrosPerSecond, (limit - j.exec + kMicrosPerSecond - 1) / kMicrosPerSecond * kMicrosPerSecond));
+        }
+      }
+    }
+    if (result.samples.empty() || result.samples.back().allocated_gpus != allocated ||
+        result.samples.back().pending != pending_count) {
+      result.samples.push_back({t, allocated, pending_count, running});
+    }
+    if (options.progress && finished * 100 / n != last_progress) {
+      last_progress = finished * 100 / n;
+      options.progress(static_cast<double>(finished) / static_cast<double>(n));
+    }
+  }
+
+  result.jobs.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const SimJob& j = jobs[i];
+    JobResult& o = result.jobs[i];
+    o.name = trace[i].name;
+    o.queue = trace[i].queue;
+    o.gpus = j.g;
+    o.submit = trace[i].submit;
+    o.first_start = j.start;
+    o.end = j.end;
+    o.duration = trace[i].duration;
+    o.preemptions = j.preemptions;
+    o.restarts = j.restarts;
+    o.lost_gpu_seconds = j.lost;
+  }
+  result.cycle_ms = std::move(backend->cycle_ms);
+  result.summary = Summarize(result.jobs, result.samples, total_gpus);
+  return result;
+}
+
+}  // namespace rota::sim

@@ -1,0 +1,225 @@
+#include "sim/time_sim.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace rota::sim {
+namespace {
+
+std::string SharedTraces() {
+  const char* src = std::getenv("ROTA_SOURCE_DIR");
+  return std::string(src != nullptr ? src : ".") + "/../shared/traces/";
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+std::vector<NodeSpec> Nodes(int count, int gpus) {
+  std::vector<NodeSpec> nodes;
+  for (int i = 0; i < count; ++i) {
+    NodeSpec n;
+    n.name = "n" + std::to_string(i);
+    n.gpu_model = "V100";
+    n.gpus = gpus;
+    n.cpu = 64000;
+    n.memory = 262144;
+    n.labels = {{"hostname", n.name}, {"gpu_model", "V100"}, {"rack", "r0"}, {"spine", "s0"}};
+    nodes.push_back(n);
+  }
+  return nodes;
+}
+
+TraceJob Job(const std::string& name, int64_t submit_s, int64_t duration_s, int32_t gpus, int32_t replicas = 1) {
+  TraceJob j;
+  j.name = name;
+  j.submit = submit_s * kMicrosPerSecond;
+  j.duration = duration_s * kMicrosPerSecond;
+  j.gpus = gpus;
+  j.replicas = replicas;
+  return j;
+}
+
+// The Tiresias simulator's own results (scheme=count) on two Philly virtual
+// clusters at two sizes each: our count scheme must agree within 3%.
+TEST(TimeSimTest, MatchesTheTiresiasSimulatorOnPhilly) {
+  const std::string dir = SharedTraces() + "tiresias-peer-results/";
+  std::string summary;
+  if (!ReadFile(dir + "summary.csv", &summary)) GTEST_SKIP() << "no " << dir << " (../shared is not here)";
+  std::string yarn;
+  ASSERT_TRUE(ReadFile(SharedTraces() + "tiresias-sample/yarn-gput1000.csv", &yarn));
+  std::vector<int64_t> samples;
+  std::stringstream ys(yarn);
+  std::string line;
+  std::getline(ys, line);
+  while (std::getline(ys, line)) {
+    if (!line.empty() && line != "\r") samples.push_back(std::stoll(line));
+  }
+  const std::map<std::string, std::string> ours = {{"fifo", "fifo"},         {"sjf", "sjf"},
+                                                   {"shortest", "srtf"},     {"shortest-gpu", "srtf-gpu"},
+                                                   {"dlas", "las"},          {"dlas-gpu", "tiresias"},
+                                                   {"dlas-gpu-gittins", "gittins"}};
+  std::stringstream ss(summary);
+  std::getline(ss, line);
+  int compared = 0;
+  while (std::getline(ss, line)) {
+    std::vector<std::string> f = SplitCsv(line);
+    ASSERT_GE(f.size(), 8u);
+    const std::string trace_name = f[0], cluster = f[1].substr(0, f[1].find(' ')), peer_policy = f[2];
+    const double peer_jct = std::stod(f[4]);
+    std::string text;
+    ASSERT_TRUE(ReadFile(dir + "inputs/" + trace_name + ".csv", &text));
+    auto trace = ParseTrace(TraceFormat::kTiresias, text, trace_name);
+    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+    // nXg8: one switch of X nodes with 8 GPUs each.
+    const int nodes = std::stoi(cluster.substr(1, cluster.find('g') - 1));
+    TimeSimOptions options;
+    options.policy = ours.at(peer_policy);
+    options.placement = "count";
+    if (options.policy == "gittins") options.gittins_samples = samples;
+    auto r = RunTimeSim(ClusterConfig{}, Nodes(nodes, 8), *trace, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->summary.unfinished, 0);
+    EXPECT_NEAR(r->summary.avg_jct_s, peer_jct, 0.03 * peer_jct) << trace_name << " " << cluster << " " << peer_policy;
+    // The count scheme replays the peer's event order: closer than 1%.
+    EXPECT_NEAR(r->summary.avg_jct_s, peer_jct, 0.01 * peer_jct) << trace_name << " " << cluster << " " << peer_policy;
+
+    ++compared;
+  }
+  EXPECT_EQ(compared, 28);
+}
+
+TEST(TimeSimTest, StrictFifoBlocksBehindTheHead) {
+  // 8 GPUs: a runs (4), b needs 8 and waits for a, c (1 GPU) must not jump b.
+  std::vector<TraceJob> trace = {Job("a", 0, 100, 4), Job("b", 1, 100, 8), Job("c", 2, 10, 1)};
+  for (const char* placement : {"count", "topology"}) {
+    TimeSimOptions options;
+    options.policy = "fifo";
+    options.placement = placement;
+    auto r = RunTimeSim(ClusterConfig{}, Nodes(1, 8), trace, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->jobs[1].first_start, 100 * kMicrosPerSecond) << placement;
+    EXPECT_EQ(r->jobs[2].first_start, 200 * kMicrosPerSecond) << placement;
+    EXPECT_EQ(r->jobs[2].end, 210 * kMicrosPerSecond) << placement;
+  }
+}
+
+TEST(TimeSimTest, SrtfPreemptsForAShorterJob) {
+  std::vector<TraceJob> trace = {Job("long", 0, 1000, 8), Job("short", 10, 10, 8)};
+  for (const char* placement : {"count", "topology"}) {
+    TimeSimOptions options;
+    options.policy = "srtf";
+    options.placement = placement;
+    auto r = RunTimeSim(ClusterConfig{}, Nodes(1, 8), trace, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->jobs[1].end, 20 * kMicrosPerSecond) << placement;
+    EXPECT_EQ(r->jobs[0].preemptions, 1) << placement;
+    // Checkpointed on the signal: no work lost, ends after 1010 s.
+    EXPECT_EQ(r->jobs[0].end, 1010 * kMicrosPerSecond) << placement;
+    EXPECT_EQ(r->summary.preemptions, 1);
+  }
+}
+
+TEST(TimeSimTest, ReplicasNeedNodesOnTheEngineButNotWhenCounting) {
+  // Two nodes with 4 free GPUs each: a 2 x 4 gang fits; one 8-GPU replica does not.
+  std::vector<TraceJob> trace = {Job("a", 0, 100, 4), Job("b", 0, 100, 4), Job("c", 0, 100, 4),
+                                 Job("d", 0, 100, 4), Job("e", 1, 50, 8), Job("f", 1, 50, 4, 2)};
+  trace[1].duration = 200 * kMicrosPerSecond;
+  trace[3].duration = 200 * kMicrosPerSecond;
+  TimeSimOptions options;
+  options.policy = "sjf";
+  options.placement = "topology";
+  auto r = RunTimeSim(ClusterConfig{}, Nodes(4, 4), trace, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->never.size(), 1u);
+  EXPECT_EQ(r->never[0].substr(0, 3), "e: ");
+  EXPECT_EQ(r->jobs[4].end, -1);
+  // f (2 x 4) waits for two whole nodes: a and c end at 100 s.
+  EXPECT_EQ(r->jobs[5].first_start, 100 * kMicrosPerSecond);
+  EXPECT_EQ(r->jobs[5].end, 150 * kMicrosPerSecond);
+  options.placement = "count";
+  r = RunTimeSim(ClusterConfig{}, Nodes(4, 4), trace, options);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->never.empty());  // counting: 8 GPUs of 16
+  EXPECT_GE(r->jobs[4].end, 0);
+}
+
+TEST(TimeSimTest, AJobNoNodeCanHoldIsReportedNotRun) {
+  std::vector<TraceJob> trace = {Job("ok", 0, 10, 8), Job("huge", 0, 10, 16)};
+  TimeSimOptions options;
+  options.policy = "fifo";
+  options.placement = "topology";
+  auto r = RunTimeSim(ClusterConfig{}, Nodes(1, 8), trace, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->summary.unfinished, 1);
+  ASSERT_EQ(r->never.size(), 1u);
+  EXPECT_NE(r->never[0].find("huge"), std::string::npos);
+}
+
+TEST(TimeSimTest, FailuresRestartFromCheckpointsAndEveryJobFinishes) {
+  std::vector<TraceJob> trace = SyntheticPhilly(400, 64, 0.7, 16, 3);
+  for (TraceJob& j : trace) j.checkpoint_interval = 600 * kMicrosPerSecond;
+  for (const char* placement : {"count", "topology"}) {
+    TimeSimOptions options;
+    options.policy = "tiresias";
+    options.placement = placement;
+    options.failure_rate = 2e-2;  // far above real rates, to see many
+    auto a = RunTimeSim(ClusterConfig{}, Nodes(8, 8), trace, options);
+    auto b = RunTimeSim(ClusterConfig{}, Nodes(8, 8), trace, options);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(a->summary.unfinished, 0) << placement;
+    EXPECT_GT(a->summary.restarts, 0) << placement;
+    EXPECT_GT(a->summary.lost_gpu_hours, 0) << placement;
+    EXPECT_LT(a->summary.goodput_pct, 100) << placement;
+    // Work lost per restart is below one checkpoint interval of the job's GPUs.
+    for (const JobResult& o : a->jobs) EXPECT_LE(o.lost_gpu_seconds, o.restarts * 600.0 * o.gpus + 1e-6) << o.name;
+    // Same input and seed: the same run.
+    for (size_t i = 0; i < a->jobs.size(); ++i) EXPECT_EQ(a->jobs[i].end, b->jobs[i].end);
+  }
+}
+
+TEST(TimeSimTest, GittinsTableMatchesTheTiresiasAnchors) {
+  std::string yarn;
+  if (!ReadFile(SharedTraces() + "tiresias-sample/yarn-gput1000.csv", &yarn)) GTEST_SKIP() << "no ../shared";
+  std::vector<int64_t> samples;
+  std::stringstream ys(yarn);
+  std::string line;
+  std::getline(ys, line);
+  while (std::getline(ys, line)) {
+    if (!line.empty() && line != "\r") samples.push_back(std::stoll(line));
+  }
+  GittinsTable t(samples, 3250);
+  EXPECT_NEAR(t.Index(0), 299.555, 1e-3);
+  EXPECT_NEAR(t.Index(121), 299.0826, 1e-3);
+  EXPECT_NEAR(t.Index(1000), 191.5015, 1e-3);
+  EXPECT_NEAR(t.Index(3250), 87.4444, 1e-3);
+  EXPECT_NEAR(t.Index(18000), 11.4791, 1e-3);
+  EXPECT_EQ(t.Index(11'348'376), 0);
+}
+
+TEST(TimeSimTest, UnknownPolicyOrPlacementIsAPreciseError) {
+  std::vector<TraceJob> trace = {Job("a", 0, 10, 1)};
+  TimeSimOptions options;
+  options.policy = "lottery";
+  auto r = RunTimeSim(ClusterConfig{}, Nodes(1, 8), trace, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--policy: unknown policy 'lottery'"), std::string::npos);
+  options.policy = "fifo";
+  options.placement = "fgd";
+  r = RunTimeSim(ClusterConfig{}, Nodes(1, 8), trace, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--placement"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rota::sim
