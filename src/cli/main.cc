@@ -7,6 +7,7 @@
 #include "cli/client_cmd.h"
 #include "cli/plan_cmd.h"
 #include "cli/server_cmd.h"
+#include "cli/sim_cmd.h"
 
 namespace {
 
@@ -29,6 +30,7 @@ constexpr const char* kUsage =
     "  token      create API tokens (admin)\n"
     "offline:\n"
     "  plan       schedule a jobs file on a cluster config (what-if)\n"
+    "  sim        replay a cluster trace through the scheduler in virtual time\n"
     "  version    print the version\n"
     "\n"
     "Client commands take --server URL, --token T (or ROTA_SERVER, ROTA_TOKEN) and -o json.\n";
@@ -56,11 +58,12 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[first];
   std::vector<std::string> args(argv + first + 1, argv + argc);
   args.insert(args.end(), leading.begin(), leading.end());
-  if (!leading.empty() && (cmd == "plan" || cmd == "server" || cmd == "up" || cmd == "agent")) {
+  if (!leading.empty() && (cmd == "plan" || cmd == "sim" || cmd == "server" || cmd == "up" || cmd == "agent")) {
     std::cerr << "rota: --server/--token/-o go with client commands, not '" << cmd << "'\n";
     return 2;
   }
   if (cmd == "plan") return rota::cli::PlanMain(argc - 2, argv + 2);
+  if (cmd == "sim") return rota::cli::SimMain(args);
   if (cmd == "server") return rota::cli::ServerMain(args, /*with_local_agent=*/false);
   if (cmd == "up") return rota::cli::ServerMain(args, /*with_local_agent=*/true);
   if (cmd == "agent") return rota::cli::AgentMain(args);

@@ -402,6 +402,7 @@ double GittinsTable::Index(double attained) const {
 
 StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vector<NodeSpec>& nodes,
                                    const std::vector<TraceJob>& trace, const TimeSimOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
   ROTA_ASSIGN_OR_RETURN(Policy policy, ParsePolicy(options.policy));
   ROTA_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(options.placement));
   int64_t total_gpus = 0;
@@ -695,6 +696,15 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
   }
   result.cycle_ms = std::move(backend->cycle_ms);
   result.summary = Summarize(result.jobs, result.samples, total_gpus);
+  Summary& s = result.summary;
+  s.cycles = static_cast<int64_t>(result.cycle_ms.size());
+  if (!result.cycle_ms.empty()) {
+    std::vector<double> c = result.cycle_ms;
+    s.cycle_p50_ms = Percentile(c, 50);
+    s.cycle_p99_ms = Percentile(c, 99);
+  }
+  s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (s.wall_s > 0) s.sim_days_per_wall_s = s.makespan_s / 86400.0 / s.wall_s;
   return result;
 }
 

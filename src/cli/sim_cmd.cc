@@ -1,0 +1,448 @@
+#include "cli/sim_cmd.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "api/yaml_codec.h"
+#include "cli/table.h"
+#include "sim/openb.h"
+#include "sim/report.h"
+#include "sim/time_sim.h"
+
+namespace rota::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: rota sim (--cluster CLUSTER.yaml|SPEC.csv | --nodes NODE_LIST.csv)\n"
+    "                (--trace FILE --format openb|philly|tiresias|rota | --synthetic JOBS [--load 0.9])\n"
+    "                [--policy NAME] [--placement NAME] [--compare a,b,c] [--seed N]\n"
+    "                [--inflate 1.3] [--failures RATE] [--repair-time 1h] [--checkpoint-interval 30m]\n"
+    "                [--vc NAME] [--gittins-dist FILE] [--out DIR] [-o table|json] [--quiet]\n"
+    "\n"
+    "Replays a trace through the scheduler in virtual time and prints summary metrics.\n"
+    "\n"
+    "Time traces (philly, tiresias, rota, --synthetic):\n"
+    "  --policy     fifo, sjf, srtf, srtf-gpu, las, tiresias, gittins, rota (default rota)\n"
+    "  --placement  count (GPU counting only, as the Tiresias simulator), topology (default:\n"
+    "               the engine through ClusterState), bestfit, spread\n"
+    "  --compare    policies to run side by side on the same input\n"
+    "  --failures   GPU failures per GPU-hour (e.g. 2e-5); gangs restart from their last\n"
+    "               checkpoint (--checkpoint-interval for jobs whose trace has none)\n"
+    "  --vc         only the jobs of this queue (a Philly virtual cluster)\n"
+    "openb pods (--format openb): the FGD experiment: shuffle with --seed, inflate to\n"
+    "  --inflate x the GPU capacity, place one by one with no departures.\n"
+    "  --placement  rota (default), fgd, bestfit, packing, clustering, dotprod, random\n"
+    "  --compare    placements to run side by side\n"
+    "Clusters: a cluster config (YAML), a Tiresias cluster spec (CSV with num_switch,\n"
+    "num_node_p_switch,num_gpu_p_node,...), or a node list (--nodes; sn,cpu_milli,memory_mib,gpu,model).\n"
+    "--out DIR writes summary.json, per-run CSVs and report.html (self-contained).\n";
+
+struct Flags {
+  std::string cluster, nodes, trace, format, policy, placement, out, vc, gittins, output = "table";
+  std::vector<std::string> compare;
+  uint64_t seed = 42;
+  double inflate = 1.3, failures = 0, load = 0.9;
+  int32_t synthetic = 0;
+  Duration repair = 3600 * kMicrosPerSecond, checkpoint = 1800 * kMicrosPerSecond;
+  bool quiet = false;
+};
+
+int Fail(const std::string& message) {
+  std::cerr << "rota sim: " << message << "\n";
+  return 2;
+}
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > pos) out.push_back(s.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A Tiresias cluster spec: switches x nodes per switch x GPUs per node.
+StatusOr<std::vector<NodeSpec>> TiresiasCluster(const std::string& text, const std::string& path) {
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(pos, nl - pos);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) lines.push_back(line);
+    pos = nl + 1;
+  }
+  if (lines.size() < 2 || lines[0].rfind("num_switch,num_node_p_switch,num_gpu_p_node", 0) != 0) {
+    return InvalidArgumentError(path + ":1: not a Tiresias cluster spec (num_switch,num_node_p_switch,num_gpu_p_node,...)");
+  }
+  std::vector<std::string> f = sim::SplitCsv(lines[1]);
+  int64_t v[3] = {0, 0, 0};
+  const char* names[3] = {"num_switch", "num_node_p_switch", "num_gpu_p_node"};
+  for (int i = 0; i < 3; ++i) {
+    try {
+      v[i] = i < static_cast<int>(f.size()) ? std::stoll(f[i]) : 0;
+    } catch (...) {
+      v[i] = 0;
+    }
+    if (v[i] <= 0 || v[i] > 100000 || (i == 2 && v[i] > 64)) {
+      return InvalidArgumentError(path + ":2: " + names[i] + ": not a positive count");
+    }
+  }
+  std::vector<NodeSpec> nodes;
+  for (int64_t s = 0; s < v[0]; ++s) {
+    for (int64_t n = 0; n < v[1]; ++n) {
+      NodeSpec spec;
+      spec.name = "sw" + std::to_string(s) + "-n" + std::to_string(n);
+      spec.gpus = static_cast<int32_t>(v[2]);
+      spec.gpu_model = "gpu";
+      spec.cpu = 64000;
+      spec.memory = 262144;
+      spec.labels = {{"hostname", spec.name}, {"gpu_model", "gpu"}, {"rack", "sw" + std::to_string(s)}, {"spine", "spine0"}};
+      nodes.push_back(std::move(spec));
+    }
+  }
+  return nodes;
+}
+
+std::vector<NodeSpec> NodesFromList(const std::vector<sim::TraceNode>& list) {
+  std::vector<NodeSpec> nodes;
+  for (const sim::TraceNode& t : list) {
+    NodeSpec spec;
+    spec.name = t.name;
+    spec.gpus = t.gpus;
+    spec.gpu_model = t.gpus > 0 ? t.model : "";
+    spec.cpu = t.cpu;
+    spec.memory = t.memory;
+    spec.labels = {{"hostname", t.name}, {"rack", "rack0"}, {"spine", "spine0"}};
+    if (t.gpus > 0) spec.labels["gpu_model"] = t.model;
+    nodes.push_back(std::move(spec));
+  }
+  return nodes;
+}
+
+// "[#####.....] 45% name" on stderr, redrawn in place.
+class Progress {
+ public:
+  Progress(bool on, std::string name) : on_(on), name_(std::move(name)) {}
+  ~Progress() {
+    if (on_ && drawn_) std::fprintf(stderr, "\r%*s\r", 60, "");
+  }
+  void operator()(double fraction) {
+    if (!on_) return;
+    const int filled = static_cast<int>(fraction * 30);
+    std::fprintf(stderr, "\r[%.*s%.*s] %3d%% %s", filled, "##############################", 30 - filled,
+                 "..............................", static_cast<int>(fraction * 100), name_.c_str());
+    drawn_ = true;
+  }
+
+ private:
+  bool on_;
+  bool drawn_ = false;
+  std::string name_;
+};
+
+std::string F(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+Status WriteFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return InvalidArgumentError("--out: cannot write " + path.string());
+  f << text;
+  f.close();
+  if (!f) return InvalidArgumentError("--out: cannot write " + path.string());
+  return Status::Ok();
+}
+
+int RunOpenbMode(const Flags& flags, const std::vector<sim::TraceNode>& nodes, const std::vector<sim::TraceJob>& pods,
+                 const std::vector<std::string>& notes) {
+  std::vector<std::string> names = flags.compare;
+  if (names.empty()) names.push_back(flags.placement.empty() ? "rota" : flags.placement);
+  std::vector<sim::OpenbResult> results;
+  for (const std::string& name : names) {
+    sim::OpenbOptions options;
+    options.placement = name;
+    options.seed = flags.seed;
+    options.inflate = flags.inflate;
+    Progress progress(!flags.quiet && isatty(2), name);
+    progress(0);
+    StatusOr<sim::OpenbResult> r = sim::RunOpenb(nodes, pods, options);
+    if (!r.ok()) return Fail(std::string(r.status().message()));
+    results.push_back(std::move(*r));
+  }
+  nlohmann::ordered_json summary;
+  std::vector<sim::OpenbRun> runs;
+  for (size_t i = 0; i < names.size(); ++i) {
+    runs.push_back({names[i], &results[i]});
+    summary[names[i]] = sim::OpenbJson(results[i]);
+  }
+  nlohmann::ordered_json single = names.size() == 1 && flags.compare.empty() ? summary[names[0]] : summary;
+  if (!flags.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(flags.out, ec);
+    if (ec) return Fail("--out: cannot create " + flags.out + ": " + ec.message());
+    const std::filesystem::path dir(flags.out);
+    Status s = WriteFile(dir / "summary.json", single.dump(2) + "\n");
+    for (size_t i = 0; s.ok() && i < names.size(); ++i) s = WriteFile(dir / ("steps-" + names[i] + ".csv"), sim::OpenbStepsCsv(results[i]));
+    if (s.ok()) s = WriteFile(dir / "report.html", sim::OpenbHtml("rota sim: openb placement", notes, runs));
+    if (!s.ok()) return Fail(std::string(s.message()));
+  }
+  if (flags.output == "json") {
+    std::cout << single.dump(2) << "\n";
+    return 0;
+  }
+  for (const std::string& n : notes) std::cout << n << "\n";
+  Table t({"PLACEMENT", "PODS", "FAILED", "ALLOC%@100", "ALLOC%@130", "FRAG%@130", "WALL_S"});
+  for (size_t i = 0; i < names.size(); ++i) {
+    const sim::OpenbResult& r = results[i];
+    t.Add({names[i], std::to_string(r.steps.size()), std::to_string(r.failed), F(r.alloc_pct_by_arrived[100], 2),
+           F(r.alloc_pct_by_arrived[130], 2), F(r.frag_pct_by_arrived[130], 2), F(r.wall_s, 3)});
+  }
+  std::cout << t.Render();
+  return 0;
+}
+
+int RunTimeMode(const Flags& flags, const ClusterConfig& config, const std::vector<NodeSpec>& nodes,
+                const std::vector<sim::TraceJob>& jobs, const std::vector<int64_t>& gittins,
+                const std::vector<std::string>& notes) {
+  std::vector<std::string> names = flags.compare;
+  if (names.empty()) names.push_back(flags.policy.empty() ? "rota" : flags.policy);
+  std::vector<sim::TimeSimResult> results;
+  for (const std::string& name : names) {
+    sim::TimeSimOptions options;
+    options.policy = name;
+    options.placement = flags.placement.empty() ? "topology" : flags.placement;
+    options.seed = flags.seed;
+    options.failure_rate = flags.failures;
+    options.repair_time = flags.repair;
+    options.checkpoint_interval = flags.checkpoint;
+    options.gittins_samples = gittins;
+    Progress progress(!flags.quiet && isatty(2), name);
+    options.progress = [&progress](double f) { progress(f); };
+    StatusOr<sim::TimeSimResult> r = sim::RunTimeSim(config, nodes, jobs, options);
+    if (!r.ok()) return Fail(std::string(r.status().message()));
+    for (const std::string& never : r->never) std::cerr << "rota sim: " << name << ": never ran: " << never << "\n";
+    results.push_back(std::move(*r));
+  }
+  nlohmann::ordered_json summary;
+  std::vector<sim::TimeRun> runs;
+  for (size_t i = 0; i < names.size(); ++i) {
+    runs.push_back({names[i], results[i].summary, &results[i].jobs, &results[i].samples, results[i].total_gpus});
+    summary[names[i]] = sim::SummaryJson(results[i].summary);
+  }
+  nlohmann::ordered_json single = names.size() == 1 && flags.compare.empty() ? summary[names[0]] : summary;
+  if (!flags.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(flags.out, ec);
+    if (ec) return Fail("--out: cannot create " + flags.out + ": " + ec.message());
+    const std::filesystem::path dir(flags.out);
+    Status s = WriteFile(dir / "summary.json", single.dump(2) + "\n");
+    for (size_t i = 0; s.ok() && i < names.size(); ++i) {
+      s = WriteFile(dir / ("jobs-" + names[i] + ".csv"), sim::JobsCsv(results[i].jobs));
+      if (s.ok()) s = WriteFile(dir / ("timeline-" + names[i] + ".csv"), sim::SamplesCsv(results[i].samples));
+    }
+    if (s.ok()) s = WriteFile(dir / "report.html", sim::TimeHtml("rota sim", notes, runs));
+    if (!s.ok()) return Fail(std::string(s.message()));
+  }
+  if (flags.output == "json") {
+    std::cout << single.dump(2) << "\n";
+    return 0;
+  }
+  for (const std::string& n : notes) std::cout << n << "\n";
+  Table t({"POLICY", "JOBS", "AVG_JCT_S", "P50_JCT_S", "P99_JCT_S", "AVG_QUEUE_S", "MAKESPAN_S", "ALLOC%", "JAIN",
+           "PREEMPT", "LOST_GPU_H", "CYCLE_P99_MS", "WALL_S", "SIM_DAYS/S"});
+  for (size_t i = 0; i < names.size(); ++i) {
+    const sim::Summary& s = results[i].summary;
+    t.Add({names[i], std::to_string(s.jobs - s.unfinished) + (s.unfinished ? "+" + std::to_string(s.unfinished) + "!" : ""),
+           F(s.avg_jct_s, 0), F(s.p50_jct_s, 0), F(s.p99_jct_s, 0), F(s.avg_queue_s, 0), F(s.makespan_s, 0),
+           F(s.gpu_alloc_pct_mean, 1), F(s.jain, 3), std::to_string(s.preemptions), F(s.lost_gpu_hours, 1),
+           F(s.cycle_p99_ms, 2), F(s.wall_s, 3), F(s.sim_days_per_wall_s, 1)});
+  }
+  std::cout << t.Render();
+  return 0;
+}
+
+}  // namespace
+
+int SimMain(const std::vector<std::string>& args) {
+  Flags flags;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
+    auto number = [&](double* out, const std::string& v) -> bool {
+      try {
+        size_t used = 0;
+        *out = std::stod(v, &used);
+        return used == v.size() && std::isfinite(*out);
+      } catch (...) {
+        return false;
+      }
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (arg == "--quiet") {
+      flags.quiet = true;
+      continue;
+    }
+    static const char* kValued[] = {"--cluster", "--nodes", "--trace", "--format", "--policy", "--placement",
+                                    "--compare", "--seed",  "--inflate", "--failures", "--repair-time",
+                                    "--checkpoint-interval", "--out", "-o", "--output", "--vc", "--gittins-dist",
+                                    "--synthetic", "--load"};
+    if (std::find(std::begin(kValued), std::end(kValued), arg) == std::end(kValued)) {
+      return Fail("unknown argument '" + arg + "'\n" + kUsage);
+    }
+    const std::string* v = value();
+    if (v == nullptr) return Fail(arg + " needs a value");
+    double d = 0;
+    if (arg == "--cluster") flags.cluster = *v;
+    else if (arg == "--nodes") flags.nodes = *v;
+    else if (arg == "--trace") flags.trace = *v;
+    else if (arg == "--format") flags.format = *v;
+    else if (arg == "--policy") flags.policy = *v;
+    else if (arg == "--placement") flags.placement = *v;
+    else if (arg == "--compare") flags.compare = SplitComma(*v);
+    else if (arg == "--out") flags.out = *v;
+    else if (arg == "-o" || arg == "--output") flags.output = *v;
+    else if (arg == "--vc") flags.vc = *v;
+    else if (arg == "--gittins-dist") flags.gittins = *v;
+    else if (arg == "--seed") {
+      if (!number(&d, *v) || d < 0 || d != static_cast<double>(static_cast<uint64_t>(d))) return Fail("--seed: not a non-negative integer: '" + *v + "'");
+      flags.seed = static_cast<uint64_t>(d);
+    } else if (arg == "--inflate") {
+      if (!number(&d, *v) || d <= 0 || d > 10) return Fail("--inflate: must be a number in (0, 10], got '" + *v + "'");
+      flags.inflate = d;
+    } else if (arg == "--failures") {
+      if (!number(&d, *v) || d < 0 || d > 1) return Fail("--failures: must be a rate per GPU-hour in [0, 1], got '" + *v + "'");
+      flags.failures = d;
+    } else if (arg == "--load") {
+      if (!number(&d, *v) || d <= 0 || d > 10) return Fail("--load: must be in (0, 10], got '" + *v + "'");
+      flags.load = d;
+    } else if (arg == "--synthetic") {
+      if (!number(&d, *v) || d < 1 || d > 10'000'000 || d != static_cast<double>(static_cast<int64_t>(d))) {
+        return Fail("--synthetic: must be a job count from 1 to 10,000,000, got '" + *v + "'");
+      }
+      flags.synthetic = static_cast<int32_t>(d);
+    } else if (arg == "--repair-time" || arg == "--checkpoint-interval") {
+      StatusOr<Duration> dur = ParseDuration(*v);
+      if (!dur.ok() || *dur < 0) return Fail(arg + ": not a duration: '" + *v + "'");
+      (arg == "--repair-time" ? flags.repair : flags.checkpoint) = *dur;
+    }
+  }
+  if (flags.output != "table" && flags.output != "json") return Fail("-o must be table or json, got '" + flags.output + "'");
+  if (flags.cluster.empty() == flags.nodes.empty()) return Fail("give one of --cluster or --nodes\n" + std::string(kUsage));
+  if (flags.trace.empty() == (flags.synthetic == 0)) return Fail("give one of --trace or --synthetic\n" + std::string(kUsage));
+  if (!flags.trace.empty() && flags.format.empty()) return Fail("--format: required with --trace (openb, philly, tiresias, rota)");
+
+  // The cluster.
+  std::vector<NodeSpec> nodes;
+  std::vector<sim::TraceNode> node_list;
+  ClusterConfig config;
+  std::vector<std::string> notes;
+  if (!flags.nodes.empty()) {
+    StatusOr<std::string> text = api::ReadFile(flags.nodes);
+    if (!text.ok()) return Fail(std::string(text.status().message()));
+    StatusOr<std::vector<sim::TraceNode>> list = sim::ParseNodeList(*text, flags.nodes);
+    if (!list.ok()) return Fail(std::string(list.status().message()));
+    node_list = *list;
+    nodes = NodesFromList(node_list);
+  } else {
+    StatusOr<std::string> text = api::ReadFile(flags.cluster);
+    if (!text.ok()) return Fail(std::string(text.status().message()));
+    if (EndsWith(flags.cluster, ".csv")) {
+      StatusOr<std::vector<NodeSpec>> spec = TiresiasCluster(*text, flags.cluster);
+      if (!spec.ok()) return Fail(std::string(spec.status().message()));
+      nodes = *spec;
+    } else {
+      StatusOr<ClusterConfig> parsed = api::ParseClusterConfig(*text, flags.cluster);
+      if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+      config = *parsed;
+      StatusOr<std::vector<NodeSpec>> expanded = ExpandNodes(config);
+      if (!expanded.ok()) return Fail(flags.cluster + ": " + std::string(expanded.status().message()));
+      nodes = *expanded;
+    }
+    for (const NodeSpec& n : nodes) node_list.push_back({n.name, n.cpu, n.memory, n.gpus, n.gpu_model});
+  }
+  int64_t gpus = 0;
+  for (const NodeSpec& n : nodes) gpus += n.gpus;
+  notes.push_back("cluster: " + (flags.nodes.empty() ? flags.cluster : flags.nodes) + " (" + std::to_string(nodes.size()) +
+                  " nodes, " + std::to_string(gpus) + " GPUs)");
+
+  // The jobs.
+  std::vector<sim::TraceJob> jobs;
+  sim::TraceFormat format = sim::TraceFormat::kRota;
+  if (flags.synthetic > 0) {
+    jobs = sim::SyntheticPhilly(flags.synthetic, gpus, flags.load, 64, flags.seed);
+    notes.push_back("trace: synthetic, " + std::to_string(flags.synthetic) + " Philly-shaped jobs at load " + F(flags.load, 2) +
+                    ", seed " + std::to_string(flags.seed));
+  } else {
+    StatusOr<sim::TraceFormat> f = sim::ParseTraceFormat(flags.format);
+    if (!f.ok()) return Fail(std::string(f.status().message()));
+    format = *f;
+    StatusOr<std::string> text = api::ReadFile(flags.trace);
+    if (!text.ok()) return Fail(std::string(text.status().message()));
+    StatusOr<std::vector<sim::TraceJob>> parsed = sim::ParseTrace(format, *text, flags.trace);
+    if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+    jobs = std::move(*parsed);
+    if (!flags.vc.empty()) {
+      std::erase_if(jobs, [&](const sim::TraceJob& j) { return j.queue != flags.vc; });
+      if (jobs.empty()) return Fail("--vc: no jobs in queue '" + flags.vc + "'");
+      const TimePoint origin = jobs.front().submit;
+      for (sim::TraceJob& j : jobs) j.submit -= origin;
+    }
+    notes.push_back("trace: " + flags.trace + " (" + flags.format + ", " + std::to_string(jobs.size()) + " jobs" +
+                    (flags.vc.empty() ? "" : ", queue " + flags.vc) + ")");
+  }
+  if (format == sim::TraceFormat::kOpenb) {
+    notes.push_back("seed " + std::to_string(flags.seed) + ", inflated to " + F(flags.inflate * 100, 0) + "% of GPU capacity");
+    return RunOpenbMode(flags, node_list, jobs, notes);
+  }
+  std::vector<int64_t> gittins;
+  if (!flags.gittins.empty()) {
+    StatusOr<std::string> text = api::ReadFile(flags.gittins);
+    if (!text.ok()) return Fail(std::string(text.status().message()));
+    size_t pos = 0, line = 0;
+    while (pos < text->size()) {
+      size_t nl = text->find('\n', pos);
+      if (nl == std::string::npos) nl = text->size();
+      std::string l = text->substr(pos, nl - pos);
+      pos = nl + 1;
+      ++line;
+      while (!l.empty() && (l.back() == '\r' || l.back() == ' ')) l.pop_back();
+      if (l.empty() || (line == 1 && !std::isdigit(static_cast<unsigned char>(l[0])))) continue;
+      double d = 0;
+      try {
+        d = std::stod(l);
+      } catch (...) {
+        return Fail(flags.gittins + ":" + std::to_string(line) + ": not a number of GPU-seconds: '" + l + "'");
+      }
+      gittins.push_back(static_cast<int64_t>(d));
+    }
+    if (gittins.empty()) return Fail(flags.gittins + ": no samples");
+  }
+  notes.push_back("placement: " + (flags.placement.empty() ? std::string("topology") : flags.placement) + ", seed " +
+                  std::to_string(flags.seed) + (flags.failures > 0 ? ", failures " + F(flags.failures * 1e6, 1) + "e-6/GPU-h" : ""));
+  return RunTimeMode(flags, config, nodes, jobs, gittins, notes);
+}
+
+}  // namespace rota::cli
