@@ -73,7 +73,10 @@ uint64_t Scheduler::ShapeHash(const JobSpec& spec) const {
     h ^= 0xff;
     h *= 1099511628211ULL;
   };
-  auto num = [&mix](int64_t v) { mix(std::string_view(reinterpret_cast<const char*>(&v), sizeof(v))); };
+  auto num = [&h](int64_t v) {  // a word at a time (numbers are most of a shape)
+    h ^= static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h *= 1099511628211ULL;
+  };
   mix(spec.topology.level);
   num(static_cast<int64_t>(spec.topology.mode));
   mix(spec.queue);

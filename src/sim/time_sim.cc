@@ -5,7 +5,10 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
+#include <unordered_map>
 #include <memory>
+#include <queue>
 
 #include "base/rng.h"
 #include "core/cluster_state.h"
@@ -65,6 +68,9 @@ struct SimJob {
   int32_t restarts = 0;
   double lost = 0;  // GPU-seconds redone
   bool want = false;
+  TimePoint last_start = 0;
+  uint32_t epoch = 0;  // bumped when it stops: invalidates its queued end
+  int32_t batch = -1;  // rota: jobs submitted together (same queue and GPUs, seconds apart)
   Duration remaining() const { return trace->duration - progress; }
   // Attained GPU-seconds.
   double gpu_seconds() const { return static_cast<double>(exec) * static_cast<double>(g) / kMicrosPerSecond; }
@@ -205,9 +211,14 @@ class EngineBackend final : public Backend {
     return b;
   }
   int64_t healthy_gpus() const override { return total_ - down_; }
-  void Arrive(SimJob& j, size_t index, TimePoint t) override {
-    if (rank_.size() <= index) rank_.resize(index + 1, 0);
-    Check(state_.Apply(JobSubmitted{JobId(index + 1), Spec(*j.trace), t, "sim"}));
+  // A job is submitted to the engine's state when it is first offered: the
+  // backlog behind a blocked queue head need not sit in every cycle's snapshot.
+  void Arrive(SimJob&, size_t index, TimePoint t) override {
+    if (rank_.size() <= index) {
+      rank_.resize(index + 1, std::numeric_limits<double>::max());
+      submitted_at_.resize(index + 1, -1);
+    }
+    submitted_at_[index] = t;
   }
   void Stop(SimJob&, size_t index, TimePoint t, bool finished) override {
     if (finished) {
@@ -218,21 +229,29 @@ class EngineBackend final : public Backend {
   }
   void Start(std::vector<SimJob>& jobs, const std::vector<uint32_t>& order, bool strict, TimePoint t) override {
     if (order.empty()) return;
-    // Rank: position in `order`; pending jobs not offered go last (and are not started).
-    for (size_t k = 0; k < order.size(); ++k) rank_[order[k]] = static_cast<double>(k);
-    sched::CycleResult result;
+    // Rank: position in `order`; pending jobs not offered go last, and the
+    // engine stops after the offered ones.
+    for (size_t k = 0; k < order.size(); ++k) {
+      const uint32_t i = order[k];
+      rank_[i] = static_cast<double>(k);
+      if (submitted_at_[i] >= 0) {
+        Check(state_.Apply(JobSubmitted{JobId(i + 1), Spec(*jobs[i].trace), submitted_at_[i], "sim"}));
+        submitted_at_[i] = -1;
+      }
+    }
+    scheduler_->set_max_jobs_per_cycle(static_cast<int32_t>(order.size()));
+    sched::CycleResult& result = result_;
     {
       Snapshot snap = state_.GetSnapshot();
       auto begin = std::chrono::steady_clock::now();
       scheduler_->RunCycle(snap, &result);
       cycle_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count());
     }  // the snapshot goes before the first Apply, so nothing is copied
-    std::vector<int32_t> placed_at(jobs.size(), -1);
-    for (size_t p = 0; p < result.placed.size(); ++p) placed_at[result.placed[p].job.value() - 1] = static_cast<int32_t>(p);
-    std::vector<bool> offered(jobs.size(), false);
-    for (uint32_t i : order) offered[i] = true;
     for (uint32_t i : order) {
-      const int32_t p = placed_at[i];
+      int32_t p = -1;
+      for (size_t k = 0; k < result.placed.size(); ++k) {
+        if (result.placed[k].job.value() == i + 1) p = static_cast<int32_t>(k);
+      }
       if (p < 0) {
         if (strict) break;
         continue;
@@ -339,6 +358,8 @@ class EngineBackend final : public Backend {
   ClusterState state_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::vector<double> rank_;
+  sched::CycleResult result_;  // reused: a cycle allocates nothing at steady state
+  std::vector<TimePoint> submitted_at_;  // arrived, not yet given to the engine (-1 once given)
   std::vector<std::string> leaves_;
   int64_t total_ = 0;
   int64_t down_ = 0;
@@ -355,6 +376,186 @@ double Round(double v, int digits) {
   const double f = std::pow(10.0, digits);
   return std::nearbyint(v * f) / f;
 }
+
+// rota's ordering: the Gittins index of a job's attained GPU-time, from the
+// distribution of GPU-time of the jobs that have finished so far (nothing a
+// real scheduler would not know). On log-spaced bins of attained service
+// (factor sqrt 2): the index of bin i is the best, over later bin edges e_j,
+// of P(done by e_j | ran e_i) / E[service until min(done, e_j) | ran e_i].
+class LearnedGittins {
+ public:
+  static constexpr int kBins = 64;
+  static double Edge(int i) { return std::pow(2.0, i / 2.0); }
+  static int Bin(double a) {
+    if (a < 1) return 0;
+    return std::min(kBins - 1, static_cast<int>(std::floor(2.0 * std::log2(a))));
+  }
+  // Next edge above `a` (GPU-seconds), for wake-ups.
+  static double NextEdge(double a) { return Edge(Bin(a) + 1); }
+
+  void Add(double gpu_seconds, double weight = 1) {
+    const int b = Bin(gpu_seconds);
+    count_[b] += weight;
+    sum_[b] += gpu_seconds * weight;
+    ++samples_;
+  }
+  // Adds `other`'s finished jobs scaled to `weight` in all (a prior).
+  void AddScaled(const LearnedGittins& other, double weight) {
+    double total = 0;
+    for (int i = 0; i < kBins; ++i) total += other.count_[i];
+    if (total <= 0) return;
+    for (int i = 0; i < kBins; ++i) {
+      count_[i] += other.count_[i] * weight / total;
+      sum_[i] += other.sum_[i] * weight / total;
+    }
+  }
+  int64_t samples() const { return samples_; }
+  void Rebuild() { Rebuild({}); }
+  // `censored`: attained GPU-seconds of jobs not finished yet (they will run
+  // at least that long): a Kaplan-Meier estimate, so that the long jobs still
+  // running are not missing from the distribution.
+  void Rebuild(const std::vector<double>& censored) {
+    double at_risk[kBins + 1] = {};
+    double cens[kBins] = {};
+    for (double a : censored) ++cens[Bin(a)];
+    for (int i = kBins - 1; i >= 0; --i) at_risk[i] = at_risk[i + 1] + count_[i] + cens[i];
+    double hazard[kBins], mean[kBins];
+    for (int i = 0; i < kBins; ++i) {
+      hazard[i] = at_risk[i] > 0 ? count_[i] / at_risk[i] : 0;
+      mean[i] = count_[i] > 0 ? sum_[i] / count_[i] : (Edge(i) + Edge(i + 1)) / 2;
+    }
+    for (int i = 0; i < kBins; ++i) {
+      const double start = Edge(i);
+      double surv = 1, spent = 0, best = 0;
+      for (int j = i; j < kBins; ++j) {
+        spent += surv * hazard[j] * (mean[j] - start);
+        surv *= 1 - hazard[j];
+        const double e = spent + surv * (Edge(j + 1) - start);
+        if (e > 0) best = std::max(best, (1 - surv) / e);
+      }
+      index_[i] = best;
+    }
+    built_ = samples_;
+  }
+  bool stale() const { return samples_ >= 16 && samples_ >= built_ + built_ / 10 + 1; }
+  bool ready() const { return built_ >= 16; }
+  int64_t built() const { return built_; }
+  double Index(double a) const { return index_[Bin(a)]; }
+
+ private:
+  double count_[kBins] = {};
+  double sum_[kBins] = {};
+  double index_[kBins] = {};
+  int64_t samples_ = 0;
+  int64_t built_ = 0;
+};
+
+// rota's job order, non-clairvoyant: it knows what a scheduler knows (a job's
+// attained service, its GPUs, its queue, when it was submitted, and the run
+// times of jobs that finished), never a job's duration.
+//  - Jobs go by their Gittins index: the chance of finishing within the next
+//    quantum over the expected GPU-time spent until then, from the attained
+//    GPU-time of finished jobs (Kaplan-Meier: jobs still running count as at
+//    least that long, so long jobs are not missing from the estimate).
+//  - Jobs submitted together (same queue and GPU count, at most a minute
+//    apart: a sweep) share a distribution: their finished siblings, with the
+//    whole workload's as a prior of two jobs' weight.
+//  - No thrash: a job runs at least `min_runtime` after each start before it
+//    may be preempted, and is preempted at most 3 times in any hour.
+//  - No starvation: a job that has waited 3 days since its submission or its
+//    last preemption goes first, in submission order.
+//  - Without history yet: least attained GPU-time first.
+class RotaOrder {
+ public:
+  static constexpr double kBatchWindowSeconds = 60;
+  static constexpr double kPriorWeight = 2;
+  static constexpr Duration kMinRuntime = 10 * 60 * kMicrosPerSecond;
+  static constexpr Duration kStarved = 3 * 24 * 3600 * kMicrosPerSecond;
+  static constexpr int kMaxPerHour = 3;
+
+  void Arrive(SimJob& j, const std::string& queue, TimePoint t) {
+    auto [it, fresh] = open_.emplace(std::make_pair(queue, j.g), -1);
+    if (it->second < 0 ||
+        t - batches_[it->second].last_submit > static_cast<TimePoint>(kBatchWindowSeconds * kMicrosPerSecond)) {
+      it->second = static_cast<int32_t>(batches_.size());
+      batches_.emplace_back();
+    }
+    j.batch = it->second;
+    batches_[j.batch].last_submit = t;
+    waiting_since_[&j] = t;
+  }
+  void Finished(const SimJob& j) {
+    global_.Add(j.gpu_seconds());
+    batches_[j.batch].finished.push_back(j.gpu_seconds());
+    waiting_since_.erase(&j);
+  }
+  void Started(const SimJob& j) { waiting_since_.erase(&j); }
+  void Stopped(const SimJob& j, TimePoint t) {
+    waiting_since_[&j] = t;
+    auto& h = preempted_at_[&j];
+    h.push_back(t);
+    if (h.size() > kMaxPerHour) h.erase(h.begin());
+  }
+  // A running job that must not be preempted now.
+  bool Protected(const SimJob& j, TimePoint t) const {
+    if (t - j.last_start < kMinRuntime) return true;
+    auto it = preempted_at_.find(&j);
+    return it != preempted_at_.end() && it->second.size() >= kMaxPerHour && t - it->second.front() < 3600 * kMicrosPerSecond;
+  }
+  // Sets every runnable job's rank (lower goes first).
+  void Rank(std::vector<SimJob>& jobs, const std::vector<uint32_t>& runnable, TimePoint t) {
+    if (global_.stale()) {
+      censored_.clear();
+      for (uint32_t i : runnable) censored_.push_back(jobs[i].gpu_seconds());
+      global_.Rebuild(censored_);
+    }
+    for (uint32_t i : runnable) {
+      SimJob& j = jobs[i];
+      auto w = waiting_since_.find(&j);
+      if (j.state == SimJob::kPending && w != waiting_since_.end() && t - w->second >= kStarved) {
+        j.rank = -1e300 + static_cast<double>(j.trace->submit) * 1e-6;  // first, oldest first
+        continue;
+      }
+      if (!global_.ready()) {
+        j.rank = j.gpu_seconds();
+        continue;
+      }
+      Batch& b = batches_[j.batch];
+      if (b.finished.empty()) {
+        j.rank = -global_.Index(j.gpu_seconds());
+        continue;
+      }
+      if (b.built != b.finished.size() || b.prior_built != global_.built()) {
+        b.index = LearnedGittins();
+        for (double v : b.finished) b.index.Add(v);
+        b.index.AddScaled(global_, kPriorWeight);
+        censored_.clear();
+        for (uint32_t k : runnable) {
+          if (jobs[k].batch == j.batch) censored_.push_back(jobs[k].gpu_seconds());
+        }
+        b.index.Rebuild(censored_);
+        b.built = b.finished.size();
+        b.prior_built = global_.built();
+      }
+      j.rank = -b.index.Index(j.gpu_seconds());
+    }
+  }
+
+ private:
+  struct Batch {
+    TimePoint last_submit = 0;
+    std::vector<double> finished;  // GPU-seconds of its finished jobs
+    LearnedGittins index;
+    size_t built = 0;
+    int64_t prior_built = -1;
+  };
+  LearnedGittins global_;
+  std::vector<Batch> batches_;
+  std::map<std::pair<std::string, int64_t>, int32_t> open_;  // (queue, GPUs) -> latest batch
+  std::unordered_map<const SimJob*, TimePoint> waiting_since_;
+  std::unordered_map<const SimJob*, std::vector<TimePoint>> preempted_at_;
+  std::vector<double> censored_;
+};
 
 }  // namespace
 
@@ -438,18 +639,20 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
   const bool gpu_time = policy != Policy::kLas;
   const bool mlfq = policy == Policy::kLas || policy == Policy::kTiresias || policy == Policy::kGittins;
   GittinsTable gittins;
-  std::vector<int64_t> learnt;  // GPU-seconds of finished jobs (for rota, and gittins without samples)
+  std::vector<int64_t> learnt;  // GPU-seconds of finished jobs (gittins without given samples)
   if (policy == Policy::kGittins && !options.gittins_samples.empty()) {
     gittins = GittinsTable(options.gittins_samples, kGittinsDelta);
   }
   size_t learnt_at = 0;  // size of `learnt` when the table was last built
+  RotaOrder rota;
 
   TimeSimResult result;
   result.total_gpus = total_gpus;
-  std::vector<uint32_t> runnable;          // insertion order (sorted in place by sjf/srtf)
-  std::deque<uint32_t> fifo;               // fifo's pending jobs
-  std::vector<uint32_t> queues[kQueues];   // tiresias' queues
-  std::vector<uint32_t> order, start;
+  std::vector<uint32_t> runnable;         // pending and running, insertion order (sorted in place by sjf/srtf/rota)
+  std::vector<uint32_t> running;          // the running ones
+  std::deque<uint32_t> fifo;              // fifo's pending jobs
+  std::vector<uint32_t> queues[kQueues];  // tiresias' queues
+  std::vector<uint32_t> order, start, offer;
   Rng rng(options.seed);
   const bool failures = options.failure_rate > 0;
   auto next_failure = [&](TimePoint now) -> TimePoint {
@@ -467,47 +670,78 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
   int64_t allocated = 0;
   int32_t pending_count = 0;
   size_t last_progress = 0;
+  auto erase = [](std::vector<uint32_t>& v, uint32_t i) { v.erase(std::find(v.begin(), v.end(), i)); };
 
+  // Takes a running job off its GPUs: done, or back to pending.
+  // fifo and sjf never read a running job's attained service: account for it
+  // only when it stops, and find the next completion in a heap.
+  const bool lazy = policy == Policy::kFifo || policy == Policy::kSjf;
+  struct End {
+    TimePoint at;
+    uint32_t job;
+    uint32_t epoch;
+    bool operator>(const End& o) const { return at > o.at; }
+  };
+  std::priority_queue<End, std::vector<End>, std::greater<End>> ends;
+  std::vector<uint32_t> done_now;
+  auto account = [&](uint32_t i, TimePoint t) {
+    SimJob& j = jobs[i];
+    const Duration d = t - j.last_check;
+    j.exec += d;
+    j.progress = std::min(j.trace->duration, j.progress + d);
+    j.last_check = t;
+  };
   auto stop = [&](uint32_t i, TimePoint t, bool done) {
     SimJob& j = jobs[i];
+    if (lazy) account(i, t);
+    ++j.epoch;
     backend->Stop(j, i, t, done);
     allocated -= j.g;
+    erase(running, i);
     if (done) {
       j.state = SimJob::kDone;
       j.end = t;
       ++finished;
       learnt.push_back(std::max<int64_t>(1, static_cast<int64_t>(std::llround(j.gpu_seconds()))));
+      if (policy == Policy::kRota) rota.Finished(j);
+      erase(runnable, i);
+      if (mlfq) erase(queues[j.q], i);
     } else {
       j.state = SimJob::kPending;
       ++pending_count;
+      if (policy == Policy::kRota) rota.Stopped(j, t);
     }
   };
-  auto erase = [](std::vector<uint32_t>& v, uint32_t i) { v.erase(std::find(v.begin(), v.end(), i)); };
 
   while (finished < n) {
     const TimePoint st = next_arrival < n ? trace[next_arrival].submit : kNever;
     const TimePoint t = std::min({st, next_end, jump, fail_at, repair_at});
     if (t == kNever) break;  // what is left can never run
 
-    // Account for running time; finish what is done.
-    for (uint32_t i : runnable) {
-      SimJob& j = jobs[i];
-      if (j.state == SimJob::kRunning) {
-        const Duration d = t - j.last_check;
-        j.exec += d;
-        j.progress = std::min(j.trace->duration, j.progress + d);
+    // Account for running time; finish what is done (in start order).
+    if (lazy) {
+      // Policies that never read attained service: only the ending jobs.
+      done_now.clear();
+      while (!ends.empty() && ends.top().at <= t) {
+        const End e = ends.top();
+        ends.pop();
+        if (e.epoch == jobs[e.job].epoch && jobs[e.job].state == SimJob::kRunning) done_now.push_back(e.job);
       }
-      j.last_check = t;
-    }
-    if (next_end <= t) {
-      for (size_t k = 0; k < runnable.size();) {
-        const uint32_t i = runnable[k];
-        if (jobs[i].state == SimJob::kRunning && jobs[i].remaining() <= 0) {
-          stop(i, t, /*done=*/true);
-          runnable.erase(runnable.begin() + static_cast<ptrdiff_t>(k));
-          if (mlfq) erase(queues[jobs[i].q], i);
-        } else {
-          ++k;
+      std::sort(done_now.begin(), done_now.end(), [&](uint32_t a, uint32_t b) { return jobs[a].last_start < jobs[b].last_start; });
+      for (uint32_t i : done_now) {
+        account(i, t);
+        stop(i, t, /*done=*/true);
+      }
+    } else {
+      for (uint32_t i : running) account(i, t);
+      if (next_end <= t) {
+        for (size_t k = 0; k < running.size();) {
+          const uint32_t i = running[k];
+          if (jobs[i].remaining() <= 0) {
+            stop(i, t, /*done=*/true);
+          } else {
+            ++k;
+          }
         }
       }
     }
@@ -529,6 +763,7 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
       runnable.push_back(i);
       if (policy == Policy::kFifo) fifo.push_back(i);
       if (mlfq) queues[0].push_back(i);
+      if (policy == Policy::kRota) rota.Arrive(j, trace[i].queue, t);
     }
     // Repairs and failures.
     if (repair_at <= t) repair_at = backend->Repair(t);
@@ -573,12 +808,18 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
     // Plan.
     start.clear();
     if (policy == Policy::kFifo) {
-      order.assign(fifo.begin(), fifo.end());
-      backend->Start(jobs, order, /*strict=*/true, t);
+      // At most as many jobs can start as GPUs are free (each needs one).
+      const int64_t free = backend->healthy_gpus() - allocated;
+      order.clear();
+      int64_t with_gpus = 0;
+      for (size_t k = 0; k < fifo.size() && with_gpus <= free; ++k) {
+        order.push_back(fifo[k]);
+        with_gpus += jobs[fifo[k]].g > 0;
+      }
+      if (!order.empty() && (free > 0 || jobs[order[0]].g == 0)) backend->Start(jobs, order, /*strict=*/true, t);
       while (!fifo.empty() && jobs[fifo.front()].state == SimJob::kRunning) {
-        const uint32_t i = fifo.front();
+        start.push_back(fifo.front());
         fifo.pop_front();
-        start.push_back(i);
       }
     } else {
       if (mlfq) {
@@ -592,6 +833,13 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
           }
           order.insert(order.end(), q.begin(), q.end());
         }
+      } else if (policy == Policy::kRota) {
+        rota.Rank(jobs, runnable, t);
+        std::stable_sort(runnable.begin(), runnable.end(), [&](uint32_t a, uint32_t b) {
+          if (jobs[a].rank != jobs[b].rank) return jobs[a].rank < jobs[b].rank;
+          return jobs[a].exec * jobs[a].g < jobs[b].exec * jobs[b].g;
+        });
+        order = runnable;
       } else {
         auto key = [&](uint32_t i) -> double {
           const SimJob& j = jobs[i];
@@ -605,10 +853,21 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
         std::stable_sort(runnable.begin(), runnable.end(), [&](uint32_t a, uint32_t b) { return key(a) < key(b); });
         order = runnable;
       }
-      // The jobs that should run: greedy in order, skipping what does not fit.
+      // The jobs that should run: greedy in order, skipping what does not
+      // fit (rota: after the running jobs it may not preempt yet).
       int64_t free = backend->healthy_gpus();
+      for (uint32_t i : order) jobs[i].want = false;
+      if (policy == Policy::kRota) {
+        for (uint32_t i : running) {
+          if (rota.Protected(jobs[i], t)) {
+            jobs[i].want = true;
+            free -= jobs[i].g;
+          }
+        }
+      }
       for (uint32_t i : order) {
         SimJob& j = jobs[i];
+        if (j.want) continue;
         j.want = j.g <= free;
         if (j.want) free -= j.g;
       }
@@ -616,18 +875,16 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
         SimJob& j = jobs[i];
         if (j.state == SimJob::kRunning && !j.want) {
           ++j.preemptions;
-          if (placement != Placement::kCount) {
+          if (placement != Placement::kCount && j.checkpoint == 0) {
             // Off the count model a preemption costs what the job has not
             // checkpointed; with a checkpoint interval it saves on the signal.
-            if (j.checkpoint == 0) {
-              j.lost += static_cast<double>(j.progress) * static_cast<double>(j.g) / kMicrosPerSecond;
-              j.progress = 0;
-            }
+            j.lost += static_cast<double>(j.progress) * static_cast<double>(j.g) / kMicrosPerSecond;
+            j.progress = 0;
           }
           stop(i, t, /*done=*/false);
         }
       }
-      std::vector<uint32_t> offer;
+      offer.clear();
       for (uint32_t i : order) {
         if (jobs[i].state == SimJob::kPending && jobs[i].want) offer.push_back(i);
       }
@@ -644,18 +901,24 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
     for (uint32_t i : start) {
       SimJob& j = jobs[i];
       if (j.start < 0) j.start = t;
+      j.last_start = t;
+      j.last_check = t;
       allocated += j.g;
       --pending_count;
+      running.push_back(i);
+      if (policy == Policy::kRota) rota.Started(j);
     }
 
-    // Next completion and demotion wake-up.
+    // Next completion and wake-up (a demotion, or a change of rota's index).
     next_end = kNever;
     jump = kNever;
-    int32_t running = 0;
-    for (uint32_t i : runnable) {
+    if (lazy) {
+      for (uint32_t i : start) ends.push({t + jobs[i].remaining(), i, jobs[i].epoch});
+      while (!ends.empty() && (ends.top().epoch != jobs[ends.top().job].epoch || jobs[ends.top().job].state != SimJob::kRunning)) ends.pop();
+      if (!ends.empty()) next_end = ends.top().at;
+    }
+    for (uint32_t i : lazy ? std::vector<uint32_t>{} : running) {
       const SimJob& j = jobs[i];
-      if (j.state != SimJob::kRunning) continue;
-      ++running;
       next_end = std::min(next_end, t + j.remaining());
       if (mlfq && j.q < kQueues - 1) {
         const int64_t limit = kQueueLimit[j.q] * kMicrosPerSecond;
@@ -665,13 +928,27 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
           const int64_t per_second = j.g * kMicrosPerSecond;
           jump = std::min(jump, t + std::max<int64_t>(1, (left + per_second - 1) / per_second) * kMicrosPerSecond);
         } else {
-          jump = std::min(jump, t + std::max<int64_t>(kMicrosPerSecond, (limit - j.exec + kMicrosPerSecond - 1) / kMicrosPerSecond * kMicrosPerSecond));
+          jump = std::min(jump, t + std::max<int64_t>(1, (limit - j.exec + kMicrosPerSecond - 1) / kMicrosPerSecond) *
+                                        kMicrosPerSecond);
         }
       }
+      if (policy == Policy::kRota) {
+        const double edge = LearnedGittins::NextEdge(j.gpu_seconds());
+        const double left = edge * static_cast<double>(kMicrosPerSecond) - static_cast<double>(j.exec) * static_cast<double>(j.g);
+        const int64_t per_second = j.g * kMicrosPerSecond;
+        const int64_t wait = (static_cast<int64_t>(std::ceil(left)) + per_second - 1) / per_second;
+        jump = std::min(jump, t + std::max<int64_t>(1, wait) * kMicrosPerSecond);
+        // When its protection after a start ends.
+        if (t - j.last_start < RotaOrder::kMinRuntime) jump = std::min(jump, j.last_start + RotaOrder::kMinRuntime);
+      }
+    }
+    if (policy == Policy::kRota && pending_count > 0) {
+      // The next job to cross the starvation line (a day of waiting).
+      jump = std::min(jump, t + 3600 * kMicrosPerSecond);
     }
     if (result.samples.empty() || result.samples.back().allocated_gpus != allocated ||
         result.samples.back().pending != pending_count) {
-      result.samples.push_back({t, allocated, pending_count, running});
+      result.samples.push_back({t, allocated, pending_count, static_cast<int32_t>(running.size())});
     }
     if (options.progress && finished * 100 / n != last_progress) {
       last_progress = finished * 100 / n;
