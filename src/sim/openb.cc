@@ -468,7 +468,7 @@ StatusOr<OpenbResult> RunOpenb(const std::vector<TraceNode>& trace_nodes, const 
         bool first = true;
         for (uint32_t ni : feasible) {
           Cached& c = cache[ni][p.shape];
-          if (c.version != nodes[ni].version) {
+          if (c.version != nodes[ni].version || !options.cache_scores) {
             c.choice = Score(policy, typical, nodes[ni], p);
             c.version = nodes[ni].version;
           }

@@ -39,6 +39,9 @@ struct OpenbOptions {
   std::vector<uint32_t> arrival_order;
   // Given instead of the seeded permutation: the tie-break rank of each node.
   std::vector<uint32_t> node_rank;
+  // Reuse a node's score for a pod shape until the node changes (off: score
+  // every feasible node for every pod, the baseline in bench/sim_bench).
+  bool cache_scores = true;
 };
 
 struct OpenbStep {

@@ -1,6 +1,7 @@
 #include "sim/time_sim.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -70,6 +71,8 @@ struct SimJob {
   bool want = false;
   TimePoint last_start = 0;
   uint32_t epoch = 0;  // bumped when it stops: invalidates its queued end
+  TimePoint waiting_since = -1;  // rota: pending since (-1 while running or done)
+  std::vector<TimePoint> preempted_at;  // rota: its last few preemptions
   int32_t batch = -1;  // rota: jobs submitted together (same queue and GPUs, seconds apart)
   Duration remaining() const { return trace->duration - progress; }
   // Attained GPU-seconds.
@@ -385,10 +388,20 @@ double Round(double v, int digits) {
 class LearnedGittins {
  public:
   static constexpr int kBins = 64;
-  static double Edge(int i) { return std::pow(2.0, i / 2.0); }
+  static double Edge(int i) { return Edges()[i]; }
   static int Bin(double a) {
-    if (a < 1) return 0;
-    return std::min(kBins - 1, static_cast<int>(std::floor(2.0 * std::log2(a))));
+    const auto& e = Edges();
+    // The last edge not above a (bin 0 below 1).
+    const int i = static_cast<int>(std::upper_bound(e.begin(), e.begin() + kBins, a) - e.begin()) - 1;
+    return std::clamp(i, 0, kBins - 1);
+  }
+  static const std::array<double, kBins + 1>& Edges() {
+    static const std::array<double, kBins + 1> edges = [] {
+      std::array<double, kBins + 1> e{};
+      for (int i = 0; i <= kBins; ++i) e[i] = std::pow(2.0, i / 2.0);
+      return e;
+    }();
+    return edges;
   }
   // Next edge above `a` (GPU-seconds), for wake-ups.
   static double NextEdge(double a) { return Edge(Bin(a) + 1); }
@@ -482,25 +495,23 @@ class RotaOrder {
     }
     j.batch = it->second;
     batches_[j.batch].last_submit = t;
-    waiting_since_[&j] = t;
+    j.waiting_since = t;
   }
-  void Finished(const SimJob& j) {
+  void Finished(SimJob& j) {
     global_.Add(j.gpu_seconds());
     batches_[j.batch].finished.push_back(j.gpu_seconds());
-    waiting_since_.erase(&j);
+    j.waiting_since = -1;
   }
-  void Started(const SimJob& j) { waiting_since_.erase(&j); }
-  void Stopped(const SimJob& j, TimePoint t) {
-    waiting_since_[&j] = t;
-    auto& h = preempted_at_[&j];
-    h.push_back(t);
-    if (h.size() > kMaxPerHour) h.erase(h.begin());
+  void Started(SimJob& j) { j.waiting_since = -1; }
+  void Stopped(SimJob& j, TimePoint t) {
+    j.waiting_since = t;
+    j.preempted_at.push_back(t);
+    if (j.preempted_at.size() > kMaxPerHour) j.preempted_at.erase(j.preempted_at.begin());
   }
   // A running job that must not be preempted now.
   bool Protected(const SimJob& j, TimePoint t) const {
     if (t - j.last_start < kMinRuntime) return true;
-    auto it = preempted_at_.find(&j);
-    return it != preempted_at_.end() && it->second.size() >= kMaxPerHour && t - it->second.front() < 3600 * kMicrosPerSecond;
+    return j.preempted_at.size() >= kMaxPerHour && t - j.preempted_at.front() < 3600 * kMicrosPerSecond;
   }
   // Sets every runnable job's rank (lower goes first).
   void Rank(std::vector<SimJob>& jobs, const std::vector<uint32_t>& runnable, TimePoint t) {
@@ -511,8 +522,7 @@ class RotaOrder {
     }
     for (uint32_t i : runnable) {
       SimJob& j = jobs[i];
-      auto w = waiting_since_.find(&j);
-      if (j.state == SimJob::kPending && w != waiting_since_.end() && t - w->second >= kStarved) {
+      if (j.state == SimJob::kPending && j.waiting_since >= 0 && t - j.waiting_since >= kStarved) {
         j.rank = -1e300 + static_cast<double>(j.trace->submit) * 1e-6;  // first, oldest first
         continue;
       }
@@ -552,8 +562,6 @@ class RotaOrder {
   LearnedGittins global_;
   std::vector<Batch> batches_;
   std::map<std::pair<std::string, int64_t>, int32_t> open_;  // (queue, GPUs) -> latest batch
-  std::unordered_map<const SimJob*, TimePoint> waiting_since_;
-  std::unordered_map<const SimJob*, std::vector<TimePoint>> preempted_at_;
   std::vector<double> censored_;
 };
 

@@ -98,6 +98,74 @@ TEST(TimeSimTest, MatchesTheTiresiasSimulatorOnPhilly) {
   EXPECT_EQ(compared, 28);
 }
 
+// rota's order never reads a job's duration: change one job's duration and
+// every decision before that job would have finished stays the same. SRTF,
+// which does read durations, fails the same check (so the check can fail).
+TEST(TimeSimTest, RotaIsNonClairvoyant) {
+  // Overloaded (arrivals at 3x what 16 GPUs serve): jobs wait and preempt.
+  std::vector<TraceJob> trace = SyntheticPhilly(600, 16, 3.0, 8, 11);
+  auto run = [&](const std::string& policy, const std::vector<TraceJob>& t) {
+    TimeSimOptions options;
+    options.policy = policy;
+    options.placement = "count";
+    auto r = RunTimeSim(ClusterConfig{}, Nodes(2, 8), t, options);
+    EXPECT_TRUE(r.ok());
+    return *r;
+  };
+  for (const char* policy : {"rota", "srtf"}) {
+    const TimeSimResult a = run(policy, trace);
+    int changed_runs = 0, tried = 0;
+    // Jobs to change: ones that run an hour or more, from the middle on.
+    for (size_t x = 200; x < trace.size() && tried < 12; ++x) {
+      if (a.jobs[x].first_start < 0 || a.jobs[x].duration < 3600 * kMicrosPerSecond) continue;
+      ++tried;
+      std::vector<TraceJob> changed = trace;
+      changed[x].duration *= 3;
+      const TimeSimResult b = run(policy, changed);
+      const TimePoint cut = a.jobs[x].end;
+      int differ = 0;
+      for (size_t i = 0; i < trace.size(); ++i) {
+        if (a.jobs[i].first_start >= 0 && a.jobs[i].first_start < cut) differ += a.jobs[i].first_start != b.jobs[i].first_start;
+        if (a.jobs[i].end >= 0 && a.jobs[i].end < cut) differ += a.jobs[i].end != b.jobs[i].end;
+      }
+      if (std::string(policy) == "rota") {
+        EXPECT_EQ(differ, 0) << "rota changed decisions made before job " << x << " ended";
+      }
+      changed_runs += differ > 0;
+    }
+    EXPECT_EQ(tried, 12);
+    if (std::string(policy) == "srtf") {
+      EXPECT_GT(changed_runs, 0) << "srtf should react to a longer job at once";
+    }
+  }
+}
+
+// On the Philly inputs of the Tiresias comparison, rota's order beats
+// Tiresias' average JCT at both cluster sizes (numbers in the closing note).
+TEST(TimeSimTest, RotaBeatsTiresiasOnPhilly) {
+  const std::string dir = SharedTraces() + "tiresias-peer-results/inputs/";
+  std::string text;
+  if (!ReadFile(dir + "philly_103959.csv", &text)) GTEST_SKIP() << "no ../shared";
+  for (const auto& [name, nodes] : std::vector<std::pair<std::string, int>>{{"philly_103959", 3}, {"philly_103959", 4},
+                                                                             {"philly_0e4a51", 6}, {"philly_0e4a51", 8}}) {
+    ASSERT_TRUE(ReadFile(dir + name + ".csv", &text));
+    auto trace = ParseTrace(TraceFormat::kTiresias, text, name);
+    ASSERT_TRUE(trace.ok());
+    double jct[2];
+    int k = 0;
+    for (const char* policy : {"tiresias", "rota"}) {
+      TimeSimOptions options;
+      options.policy = policy;
+      options.placement = "count";
+      auto r = RunTimeSim(ClusterConfig{}, Nodes(nodes, 8), *trace, options);
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(r->summary.unfinished, 0);
+      jct[k++] = r->summary.avg_jct_s;
+    }
+    EXPECT_LT(jct[1], 0.97 * jct[0]) << name << " on " << nodes * 8 << " GPUs";
+  }
+}
+
 TEST(TimeSimTest, StrictFifoBlocksBehindTheHead) {
   // 8 GPUs: a runs (4), b needs 8 and waits for a, c (1 GPU) must not jump b.
   std::vector<TraceJob> trace = {Job("a", 0, 100, 4), Job("b", 1, 100, 8), Job("c", 2, 10, 1)};
