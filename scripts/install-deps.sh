@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages rota builds with, skipping those present.
 # Runs apt-get update once, and only when something is missing. (prometheus brings
-# promtool, which the metrics test uses to check the /metrics output.)
+# promtool, which the metrics test uses to check the /metrics output; chromium and
+# chromium-driver run the dashboard's browser test.)
 set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
-          libsqlite3-dev libssl-dev libcpp-httplib-dev prometheus openssl)
+          libsqlite3-dev libssl-dev libcpp-httplib-dev prometheus openssl chromium chromium-driver)
 
 missing=()
 for p in "${packages[@]}"; do

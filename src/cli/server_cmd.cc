@@ -20,7 +20,7 @@ namespace {
 constexpr const char* kServerUsage =
     "usage: rota server [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "                   [--tls-cert FILE --tls-key FILE] [--rate-limit N] [--node-timeout 30s]\n"
-    "                   [--min-runtime 10m]\n";
+    "                   [--min-runtime 10m] [--history-interval 10s]\n";
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--name NODE]\n"
@@ -127,6 +127,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   double rate = 200;
   Duration node_timeout = 30 * kMicrosPerSecond;
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
+  Duration history_interval = 10 * kMicrosPerSecond;  // queue usage samples for the dashboard
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&] { return FlagValue(args, &i, "rota"); };
@@ -138,6 +139,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--rate-limit") rate = std::atof(value().c_str());
     else if (a == "--min-runtime") min_runtime = DurationFlag(args, &i, "rota");
     else if (a == "--node-timeout") node_timeout = DurationFlag(args, &i, "rota");
+    else if (a == "--history-interval") history_interval = DurationFlag(args, &i, "rota");
     else if (with_local_agent && a == "--gpus") gpus = value();
     else if (with_local_agent && a == "--name") name = value();
     else if (a == "-h" || a == "--help") {
@@ -152,6 +154,10 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     std::cerr << "rota: --node-timeout must be positive\n";
     return kExitBadInput;
   }
+  if (history_interval < kMicrosPerSecond) {
+    std::cerr << "rota: --history-interval must be at least 1s\n";
+    return kExitBadInput;
+  }
   server::HttpOptions http;
   if (!SplitListen(listen, &http.host, &http.port)) {
     std::cerr << "rota: --listen must be HOST:PORT, got '" << listen << "'\n";
@@ -160,6 +166,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   http.tls_cert = tls_cert;
   http.tls_key = tls_key;
   http.rate_per_second = rate;
+  http.queue_sample_seconds = static_cast<double>(history_interval) / kMicrosPerSecond;
 
   ClusterConfig config;
   config.node_groups.clear();

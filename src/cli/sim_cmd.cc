@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -95,16 +97,16 @@ StatusOr<std::vector<NodeSpec>> TiresiasCluster(const std::string& text, const s
   std::vector<std::string> f = sim::SplitCsv(lines[1]);
   int64_t v[3] = {0, 0, 0};
   const char* names[3] = {"num_switch", "num_node_p_switch", "num_gpu_p_node"};
+  const int64_t max[3] = {10'000, 100'000, 64};
   for (int i = 0; i < 3; ++i) {
-    try {
-      v[i] = i < static_cast<int>(f.size()) ? std::stoll(f[i]) : 0;
-    } catch (...) {
-      v[i] = 0;
-    }
-    if (v[i] <= 0 || v[i] > 100000 || (i == 2 && v[i] > 64)) {
-      return InvalidArgumentError(path + ":2: " + names[i] + ": not a positive count");
+    const std::string field = i < static_cast<int>(f.size()) ? f[i] : "";
+    auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v[i]);
+    if (ec != std::errc() || end != field.data() + field.size() || v[i] <= 0 || v[i] > max[i]) {
+      return InvalidArgumentError(path + ":2: " + names[i] + ": not a count from 1 to " + std::to_string(max[i]) + ": '" +
+                                  field + "'");
     }
   }
+  if (v[0] * v[1] > 1'000'000) return InvalidArgumentError(path + ":2: more than 1,000,000 nodes");
   std::vector<NodeSpec> nodes;
   for (int64_t s = 0; s < v[0]; ++s) {
     for (int64_t n = 0; n < v[1]; ++n) {
@@ -321,14 +323,22 @@ int SimMain(const std::vector<std::string>& args) {
     else if (arg == "--format") flags.format = *v;
     else if (arg == "--policy") flags.policy = *v;
     else if (arg == "--placement") flags.placement = *v;
-    else if (arg == "--compare") flags.compare = SplitComma(*v);
+    else if (arg == "--compare") {
+      flags.compare = SplitComma(*v);
+      if (flags.compare.empty()) return Fail("--compare: give names separated by commas");
+      for (size_t a = 0; a < flags.compare.size(); ++a) {
+        for (size_t b = 0; b < a; ++b) {
+          if (flags.compare[a] == flags.compare[b]) return Fail("--compare: '" + flags.compare[a] + "' given twice");
+        }
+      }
+    }
     else if (arg == "--out") flags.out = *v;
     else if (arg == "-o" || arg == "--output") flags.output = *v;
     else if (arg == "--vc") flags.vc = *v;
     else if (arg == "--gittins-dist") flags.gittins = *v;
     else if (arg == "--seed") {
-      if (!number(&d, *v) || d < 0 || d != static_cast<double>(static_cast<uint64_t>(d))) return Fail("--seed: not a non-negative integer: '" + *v + "'");
-      flags.seed = static_cast<uint64_t>(d);
+      auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), flags.seed);
+      if (ec != std::errc() || end != v->data() + v->size()) return Fail("--seed: not a non-negative integer: '" + *v + "'");
     } else if (arg == "--inflate") {
       if (!number(&d, *v) || d <= 0 || d > 10) return Fail("--inflate: must be a number in (0, 10], got '" + *v + "'");
       flags.inflate = d;
@@ -336,7 +346,7 @@ int SimMain(const std::vector<std::string>& args) {
       if (!number(&d, *v) || d < 0 || d > 1) return Fail("--failures: must be a rate per GPU-hour in [0, 1], got '" + *v + "'");
       flags.failures = d;
     } else if (arg == "--load") {
-      if (!number(&d, *v) || d <= 0 || d > 10) return Fail("--load: must be in (0, 10], got '" + *v + "'");
+      if (!number(&d, *v) || d < 0.001 || d > 10) return Fail("--load: must be in [0.001, 10], got '" + *v + "'");
       flags.load = d;
     } else if (arg == "--synthetic") {
       if (!number(&d, *v) || d < 1 || d > 10'000'000 || d != static_cast<double>(static_cast<int64_t>(d))) {
@@ -391,6 +401,7 @@ int SimMain(const std::vector<std::string>& args) {
   // The jobs.
   std::vector<sim::TraceJob> jobs;
   sim::TraceFormat format = sim::TraceFormat::kRota;
+  if (gpus == 0) return Fail((flags.nodes.empty() ? flags.cluster : flags.nodes) + ": the cluster has no GPUs");
   if (flags.synthetic > 0) {
     jobs = sim::SyntheticPhilly(flags.synthetic, gpus, flags.load, 64, flags.seed);
     notes.push_back("trace: synthetic, " + std::to_string(flags.synthetic) + " Philly-shaped jobs at load " + F(flags.load, 2) +
@@ -430,13 +441,12 @@ int SimMain(const std::vector<std::string>& args) {
       ++line;
       while (!l.empty() && (l.back() == '\r' || l.back() == ' ')) l.pop_back();
       if (l.empty() || (line == 1 && !std::isdigit(static_cast<unsigned char>(l[0])))) continue;
-      double d = 0;
-      try {
-        d = std::stod(l);
-      } catch (...) {
-        return Fail(flags.gittins + ":" + std::to_string(line) + ": not a number of GPU-seconds: '" + l + "'");
+      int64_t gpu_seconds = 0;
+      auto [end, ec] = std::from_chars(l.data(), l.data() + l.size(), gpu_seconds);
+      if (ec != std::errc() || end != l.data() + l.size() || gpu_seconds < 1 || gpu_seconds > 1'000'000'000'000'000) {
+        return Fail(flags.gittins + ":" + std::to_string(line) + ": not a whole number of GPU-seconds from 1 to 10^15: '" + l + "'");
       }
-      gittins.push_back(static_cast<int64_t>(d));
+      gittins.push_back(gpu_seconds);
     }
     if (gittins.empty()) return Fail(flags.gittins + ": no samples");
   }

@@ -1,4 +1,5 @@
 #include "server/http_api.h"
+#include "server/web_assets.h"
 
 #include <httplib.h>
 
@@ -195,6 +196,7 @@ class HttpServerImpl final : public HttpServer {
       port_ = options_.port;
     }
     thread_ = std::thread([this] { server_->listen_after_bind(); });
+    sampler_ = std::thread([this] { SampleQueues(); });
     return Status::Ok();
   }
 
@@ -202,6 +204,12 @@ class HttpServerImpl final : public HttpServer {
   void Stop() override {
     if (server_) server_->stop();
     if (thread_.joinable()) thread_.join();
+    {
+      std::lock_guard<std::mutex> lock(history_mu_);
+      stopping_ = true;
+    }
+    history_cv_.notify_all();
+    if (sampler_.joinable()) sampler_.join();
   }
 
  private:
@@ -313,6 +321,33 @@ class HttpServerImpl final : public HttpServer {
     srv.Get("/v1/queues", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
       Reply(res, 200, {{"queues", QueuesView(*c_, c_->snapshot())}});
     }));
+
+    srv.Get("/v1/queues/history", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+      ordered_json samples = ordered_json::array();
+      {
+        std::lock_guard<std::mutex> lock(history_mu_);
+        for (const auto& h : history_) samples.push_back(h);
+      }
+      Reply(res, 200, {{"interval_s", options_.queue_sample_seconds}, {"samples", std::move(samples)}});
+    }));
+
+    // The dashboard: static files, no data (every number comes from the API
+    // with the token the page asks for).
+    srv.Get(R"(/|/[A-Za-z0-9_-]+\.(html|js|css))", [](const httplib::Request& req, httplib::Response& res) {
+      const WebAsset* asset = FindWebAsset(req.path);
+      if (asset == nullptr) {
+        res.status = 404;
+        res.set_content("not found\n", "text/plain");
+        return;
+      }
+      res.set_header("Content-Security-Policy",
+                     "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; "
+                     "object-src 'none'; "
+                     "frame-ancestors 'none'");
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(std::string(asset->data, asset->size), std::string(asset->content_type));
+    });
 
     srv.Get("/v1/nodes", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
       Snapshot snap = c_->snapshot();
@@ -436,6 +471,10 @@ class HttpServerImpl final : public HttpServer {
       ev.push_back({{"at", TimeText(job.started_at)}, {"event", "bound"},
                     {"detail", std::to_string(job.placement.size()) + " replicas placed"}});
     }
+    if (job.restarts > 0) {
+      ev.push_back({{"at", ""}, {"event", "requeued"},
+                    {"detail", std::to_string(job.restarts) + " restart(s); last: " + job.last_requeue_reason}});
+    }
     if (job.finished_at != 0) {
       ev.push_back({{"at", TimeText(job.finished_at)}, {"event", std::string(JobStateName(job.state))},
                     {"detail", job.end_reason}});
@@ -449,6 +488,30 @@ class HttpServerImpl final : public HttpServer {
   std::atomic<int> long_polls_{0};
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  // Queue usage over time for the dashboard: a sample every
+  // options_.queue_sample_seconds, the last 24 hours' worth.
+  void SampleQueues() {
+    std::unique_lock<std::mutex> lock(history_mu_);
+    while (!stopping_) {
+      lock.unlock();
+      ordered_json sample{{"t", FormatTime(c_->clock().Now())}, {"queues", ordered_json::object()}};
+      for (const auto& q : QueuesView(*c_, c_->snapshot())) {
+        sample["queues"][q["name"].get<std::string>()] = {{"running", q["running"]},
+                                                           {"pending", q["pending"]},
+                                                           {"gpus_allocated", q["gpus_allocated"]}};
+      }
+      lock.lock();
+      history_.push_back(std::move(sample));
+      const size_t keep = static_cast<size_t>(86400 / std::max(1.0, options_.queue_sample_seconds));
+      while (history_.size() > keep) history_.pop_front();
+      history_cv_.wait_for(lock, std::chrono::duration<double>(options_.queue_sample_seconds), [this] { return stopping_; });
+    }
+  }
+  std::thread sampler_;
+  std::mutex history_mu_;
+  std::condition_variable history_cv_;
+  bool stopping_ = false;
+  std::deque<ordered_json> history_;
   int port_ = 0;
 };
 

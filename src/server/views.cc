@@ -69,6 +69,7 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
   j["memory"] = FormatMemoryMiB(node.spec.memory);
   j["memory_allocated"] = FormatMemoryMiB(node.memory_allocated);
   j["labels"] = node.spec.labels;
+  j["nvlink_islands"] = node.spec.nvlink_islands;
   auto it = live.find(node.spec.name);
   j["simulated"] = it != live.end() && it->second.simulated;
   j["last_heartbeat"] = it != live.end() ? TimeText(it->second.last_heartbeat) : "";
@@ -87,7 +88,7 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
       }
     }
     // Which job holds it.
-    for (const auto& [id, job] : snap.jobs()) {
+    for (const auto& [id, job] : snap.live_jobs()) {
       if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
       for (const ReplicaPlacement& r : job->placement) {
         if (r.node == node.id && ((r.gpu_mask >> g) & 1)) gj["job"] = id.value();
@@ -122,10 +123,28 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
     paths.push_back("default");
     leaves.push_back(nullptr);
   }
+  // Fair share: the cluster's GPUs split by weight among siblings, down the tree.
+  int64_t total_gpus = 0;
+  for (const NodeState& n : snap.nodes()) total_gpus += n.spec.gpus;
+  std::map<std::string, double> fair;
+  auto share = [&](auto& self, const std::vector<QueueConfig>& level, const std::string& prefix, double gpus) -> void {
+    int64_t weights = 0;
+    for (const QueueConfig& q : level) weights += q.weight;
+    for (const QueueConfig& q : level) {
+      const std::string path = prefix.empty() ? q.name : prefix + "/" + q.name;
+      const double mine = weights > 0 ? gpus * q.weight / static_cast<double>(weights) : 0;
+      if (q.children.empty()) {
+        fair[path] = mine;
+      } else {
+        self(self, q.children, path, mine);
+      }
+    }
+  };
+  share(share, c.config().queues, "", static_cast<double>(total_gpus));
   ordered_json out = ordered_json::array();
   for (size_t i = 0; i < paths.size(); ++i) {
     int64_t pending = 0, running = 0, gpus = 0;
-    for (const auto& [id, job] : snap.jobs()) {
+    for (const auto& [id, job] : snap.live_jobs()) {
       if (job->spec.queue != paths[i]) continue;
       if (job->state == JobState::kPending) ++pending;
       if (job->state == JobState::kRunning || job->state == JobState::kPreempting) {
@@ -142,7 +161,9 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
                    {"pending", pending},
                    {"running", running},
                    {"gpus_allocated", gpus},
-                   {"gpus_guaranteed", guaranteed}});
+                   {"gpus_guaranteed", guaranteed},
+                   {"gpus_borrowed", leaves[i] != nullptr ? std::max<int64_t>(0, gpus - guaranteed) : 0},
+                   {"fair_share_gpus", fair.count(paths[i]) ? fair[paths[i]] : static_cast<double>(total_gpus)}});
   }
   return out;
 }
@@ -210,7 +231,7 @@ std::string RenderMetrics(const Controller& c) {
   header("rota_job_idle", "gauge", "1 for a running job whose GPUs have stayed idle past the right-sizing window.");
   header("rota_job_overprovisioned", "gauge", "1 for a running job whose peak GPU memory stays far below its GPUs'.");
   std::string idle, over;
-  for (const auto& [id, job] : snap.jobs()) {
+  for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state != JobState::kRunning) continue;
     bool is_idle = false, is_over = false;
     for (const std::string& f : c.job_flags(*job)) {

@@ -411,6 +411,7 @@ StatusOr<OpenbResult> RunOpenb(const std::vector<TraceNode>& trace_nodes, const 
     for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.Uniform(i)]);
     int64_t total = 0;
     for (const Pod& p : pods) total += static_cast<int64_t>(p.num) * p.milli;
+    if (total == 0) return InvalidArgumentError("--trace: no pod asks for a GPU; nothing to inflate");
     const double limit = options.inflate * static_cast<double>(result.capacity_milli);
     result.arrivals = order;
     while (true) {

@@ -90,11 +90,21 @@ nlohmann::json OpenbJson(const OpenbResult& r) {
           {"wall_s", r.wall_s}};
 }
 
+namespace {
+// RFC 4180: quoted when it holds a comma, quote or line break.
+std::string CsvField(const std::string& v) {
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
+  std::string out = "\"";
+  for (char c : v) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+}  // namespace
+
 std::string JobsCsv(const std::vector<JobResult>& jobs) {
   std::string out = "name,queue,gpus,submit_s,start_s,end_s,duration_s,jct_s,preemptions,restarts,lost_gpu_s\n";
   for (const JobResult& j : jobs) {
     auto s = [](TimePoint t) { return t < 0 ? std::string() : Fmt(static_cast<double>(t) / kMicrosPerSecond, 3); };
-    out += j.name + "," + j.queue + "," + std::to_string(j.gpus) + "," + s(j.submit) + "," + s(j.first_start) + "," +
+    out += CsvField(j.name) + "," + CsvField(j.queue) + "," + std::to_string(j.gpus) + "," + s(j.submit) + "," + s(j.first_start) + "," +
            s(j.end) + "," + s(j.duration) + "," + (j.end < 0 ? std::string() : s(j.jct())) + "," +
            std::to_string(j.preemptions) + "," + std::to_string(j.restarts) + "," + Fmt(j.lost_gpu_seconds, 1) + "\n";
   }

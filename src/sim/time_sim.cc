@@ -158,6 +158,10 @@ class CountBackend final : public Backend {
     return next;
   }
   bool Unplaceable(SimJob& j, size_t, std::string* why) override {
+    if (j.g == 0) {
+      *why = "asks for no GPUs (a GPU simulation runs GPU jobs)";
+      return true;
+    }
     if (j.g <= total_) return false;
     *why = "needs " + std::to_string(j.g) + " GPUs; the cluster has " + std::to_string(total_);
     return true;
@@ -203,11 +207,18 @@ class EngineBackend final : public Backend {
     registry.Register("sim-rank", [rank] { return std::make_unique<RankOrder>(rank); });
     ProfileConfig profile;
     profile.name = "sim";
-    profile.plugins = {{"sim-rank", 1}, {"resource-fit", 1}, {"gang", 1}, {"topology", 1}};
+    // topology: the default placer (tightest domain, NVLink islands) with
+    // binpack; bestfit: node by node, fullest fitting node first (no domains).
+    profile.plugins = {{"sim-rank", 1}, {"resource-fit", 1}, {"gang", 1},
+                       {placement == Placement::kBestFit ? "scan" : "topology", 1}};
     if (placement == Placement::kBestFit || placement == Placement::kTopology) profile.plugins.push_back({"binpack", 1});
     if (placement == Placement::kSpread) profile.plugins.push_back({"spread", 1});
     ROTA_ASSIGN_OR_RETURN(b->scheduler_, sched::Scheduler::Create(profile, registry));
-    if (!config.queues.empty()) b->scheduler_->SetQueues(config);
+    // The simulator's policy orders jobs (rank); queue quotas and fair share
+    // are not applied here.
+    for (const std::string& name : config.drained) {
+      ROTA_RETURN_IF_ERROR(b->state_.Apply(NodeDrainChanged{name, true}));
+    }
     b->scheduler_->set_preemption(false);
     b->scheduler_->set_reservation_depth(0);
     b->leaves_ = LeafQueuePaths(config);
@@ -238,7 +249,7 @@ class EngineBackend final : public Backend {
       const uint32_t i = order[k];
       rank_[i] = static_cast<double>(k);
       if (submitted_at_[i] >= 0) {
-        Check(state_.Apply(JobSubmitted{JobId(i + 1), Spec(*jobs[i].trace), submitted_at_[i], "sim"}));
+        Check(state_.Apply(JobSubmitted{JobId(i + 1), Spec(*jobs[i].trace, i), submitted_at_[i], "sim"}));
         submitted_at_[i] = -1;
       }
     }
@@ -320,9 +331,17 @@ class EngineBackend final : public Backend {
     return next;
   }
   bool Unplaceable(SimJob& j, size_t index, std::string* why) override {
+    if (j.g == 0) {
+      *why = "asks for no GPUs (a GPU simulation runs GPU jobs)";
+      return true;
+    }
     JobRecord probe;
     probe.id = JobId(index + 1);
-    probe.spec = Spec(*j.trace);
+    probe.spec = Spec(*j.trace, index);
+    if (Status s = ValidateJobSpec(probe.spec); !s.ok()) {
+      *why = std::string(s.message());
+      return true;
+    }
     Snapshot snap = state_.GetSnapshot();
     sched::PendingReason reason = scheduler_->CheckResolvable(snap, probe);
     if (reason.ok()) return false;
@@ -340,9 +359,11 @@ class EngineBackend final : public Backend {
       std::abort();
     }
   }
-  JobSpec Spec(const TraceJob& t) const {
+  // The engine's view of a trace job; named by its index (trace names need
+  // not be valid job names: the results keep the trace's).
+  JobSpec Spec(const TraceJob& t, size_t index) const {
     JobSpec spec;
-    spec.name = t.name;
+    spec.name = "j" + std::to_string(index);
     spec.queue = "default";
     if (std::find(leaves_.begin(), leaves_.end(), t.queue) != leaves_.end()) spec.queue = t.queue;
     spec.priority = t.priority;
@@ -523,7 +544,8 @@ class RotaOrder {
     for (uint32_t i : runnable) {
       SimJob& j = jobs[i];
       if (j.state == SimJob::kPending && j.waiting_since >= 0 && t - j.waiting_since >= kStarved) {
-        j.rank = -1e300 + static_cast<double>(j.trace->submit) * 1e-6;  // first, oldest first
+        // Before every index (indices are >= 0, so ranks >= -1), oldest first.
+        j.rank = -1e12 + static_cast<double>(j.trace->submit) / kMicrosPerSecond;
         continue;
       }
       if (!global_.ready()) {
@@ -667,7 +689,9 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
     if (!failures) return kNever;
     const double per_hour = options.failure_rate * static_cast<double>(std::max<int64_t>(backend->healthy_gpus(), 1));
     const double hours = -std::log(std::max(1.0 - rng.UniformDouble(), 1e-300)) / per_hour;
-    return now + static_cast<TimePoint>(hours * 3600.0 * kMicrosPerSecond);
+    const double micros = hours * 3600.0 * kMicrosPerSecond;
+    if (!(micros < static_cast<double>(kNever - now) / 2)) return kNever;  // beyond any trace
+    return now + static_cast<TimePoint>(micros);
   };
   TimePoint fail_at = next_failure(0);
   TimePoint repair_at = kNever;
@@ -779,8 +803,11 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
       std::vector<uint32_t> hit;
       const bool whole_node = rng.Uniform(4) == 0;
       backend->Fail(rng, whole_node, t, t + options.repair_time, &hit);
+      // Requeued at the front of fifo's queue in start order: iterate backwards.
+      std::reverse(hit.begin(), hit.end());
       for (uint32_t i : hit) {
         SimJob& j = jobs[i];
+        if (lazy) account(i, t);
         // Back to the last checkpoint.
         const Duration kept = j.checkpoint > 0 ? j.progress / j.checkpoint * j.checkpoint : 0;
         j.lost += static_cast<double>(j.progress - kept) * static_cast<double>(j.g) / kMicrosPerSecond;
@@ -883,6 +910,7 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
         SimJob& j = jobs[i];
         if (j.state == SimJob::kRunning && !j.want) {
           ++j.preemptions;
+          if (lazy) account(i, t);
           if (placement != Placement::kCount && j.checkpoint == 0) {
             // Off the count model a preemption costs what the job has not
             // checkpointed; with a checkpoint interval it saves on the signal.
@@ -916,6 +944,10 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
       running.push_back(i);
       if (policy == Policy::kRota) rota.Started(j);
     }
+
+    // Nothing runs, nothing started, nothing more arrives or comes back from
+    // repair: what still waits can never run here.
+    if (running.empty() && start.empty() && next_arrival == n && repair_at == kNever) break;
 
     // Next completion and wake-up (a demotion, or a change of rota's index).
     next_end = kNever;
@@ -955,7 +987,8 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
       jump = std::min(jump, t + 3600 * kMicrosPerSecond);
     }
     if (result.samples.empty() || result.samples.back().allocated_gpus != allocated ||
-        result.samples.back().pending != pending_count) {
+        result.samples.back().pending != pending_count ||
+        result.samples.back().running != static_cast<int32_t>(running.size())) {
       result.samples.push_back({t, allocated, pending_count, static_cast<int32_t>(running.size())});
     }
     if (options.progress && finished * 100 / n != last_progress) {

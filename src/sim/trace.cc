@@ -49,7 +49,7 @@ StatusOr<Duration> Seconds(const Where& w, std::string_view column, std::string_
     return w.Error(column, "not a number of seconds: '" + std::string(text) + "'");
   }
   if (v < 0) return w.Error(column, "must not be negative");
-  if (v > 1e12) return w.Error(column, "more than 10^12 seconds");
+  if (v > 1e9) return w.Error(column, "more than 10^9 seconds (31 years)");
   return static_cast<Duration>(std::llround(v * kMicrosPerSecond));
 }
 
@@ -175,7 +175,7 @@ StatusOr<std::vector<TraceJob>> ParseRotaJsonLines(std::string_view text, std::s
     };
     auto has = [&](std::string_view k) { return fields.count(std::string(k)) > 0; };
     TraceJob j;
-    ROTA_RETURN_IF_ERROR(ParseRotaRow(w, get, has, &j));
+    if (Status row = ParseRotaRow(w, get, has, &j); !row.ok()) return row;
     jobs.push_back(std::move(j));
   }
   return jobs;
@@ -232,7 +232,7 @@ StatusOr<std::vector<TraceJob>> ParseTrace(TraceFormat format, std::string_view 
       ROTA_RETURN_IF_ERROR(ForEachRow(text, file, {"name", "submit_s", "duration_s", "gpus"},
                                       [&](const Where& w, const auto& get, const auto& has) -> Status {
                                         TraceJob j;
-                                        ROTA_RETURN_IF_ERROR(ParseRotaRow(w, get, has, &j));
+                                        if (Status row = ParseRotaRow(w, get, has, &j); !row.ok()) return row;
                                         jobs.push_back(std::move(j));
                                         return Status::Ok();
                                       }));
@@ -353,6 +353,7 @@ std::vector<TraceJob> SyntheticPhilly(int32_t count, int64_t cluster_gpus, doubl
   const double rate = load * static_cast<double>(cluster_gpus) / (mean_gpus * 13136.0);
   Rng rng(seed);
   std::vector<TraceJob> jobs;
+  if (!(rate > 0) || cluster_gpus <= 0) return jobs;
   jobs.reserve(count);
   double t = 0;
   for (int32_t i = 0; i < count; ++i) {
@@ -381,6 +382,7 @@ std::vector<TraceJob> SyntheticPhilly(int32_t count, int64_t cluster_gpus, doubl
     j.duration = static_cast<Duration>(std::llround(seconds)) * kMicrosPerSecond;
     jobs.push_back(std::move(j));
     t += -std::log(std::max(1.0 - rng.UniformDouble(), 1e-300)) / rate;
+    if (t > 1e9) break;  // beyond 31 years of arrivals
   }
   return jobs;
 }

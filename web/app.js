@@ -1,0 +1,388 @@
+// rota dashboard: cluster heat map, queues, jobs. Every number comes from the
+// REST API with the token the user gives; nothing is shown without one.
+// Plain JavaScript, no build step: served from the binary.
+'use strict';
+
+const REFRESH_MS = 2000;
+const state = { token: sessionStorage.getItem('rota.token') || '', timer: null, selectedGpu: null, filters: {} };
+
+function esc(v) {
+  return String(v === undefined || v === null ? '' : v)
+    .replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+}
+const $ = (sel) => document.querySelector(sel);
+
+class AuthError extends Error {}
+
+async function api(path) {
+  const res = await fetch(path, { headers: { Authorization: 'Bearer ' + state.token } });
+  if (res.status === 401) throw new AuthError('token not accepted');
+  if (!res.ok) {
+    let msg = res.status + ' ' + res.statusText;
+    try { msg = (await res.json()).error.message || msg; } catch (e) { /* not JSON */ }
+    throw new Error(msg);
+  }
+  const type = res.headers.get('Content-Type') || '';
+  return type.includes('json') ? res.json() : res.text();
+}
+
+// ---- login ----------------------------------------------------------------
+
+function showLogin(message) {
+  state.token = '';
+  sessionStorage.removeItem('rota.token');
+  clearInterval(state.timer);
+  $('#app').hidden = true;
+  $('#app').innerHTML = '';
+  $('#nav').hidden = true;
+  $('#logout').hidden = true;
+  $('#updated').textContent = '';
+  $('#login-view').hidden = false;
+  $('#login-error').textContent = message || '';
+}
+
+async function login(token) {
+  state.token = token.trim();
+  try {
+    await api('/v1/queues');
+  } catch (e) {
+    showLogin(e instanceof AuthError ? 'That token was not accepted.' : 'Cannot reach the server: ' + e.message);
+    return;
+  }
+  sessionStorage.setItem('rota.token', state.token);
+  $('#login-view').hidden = true;
+  $('#app').hidden = false;
+  $('#nav').hidden = false;
+  $('#logout').hidden = false;
+  if (!location.hash || location.hash === '#' || location.hash === '#/') location.hash = '#/cluster';
+  route();
+  clearInterval(state.timer);
+  state.timer = setInterval(refresh, REFRESH_MS);
+}
+
+// ---- routing --------------------------------------------------------------
+
+function currentPage() {
+  const h = location.hash.replace(/^#\/?/, '');
+  const parts = h.split('/');
+  if (parts[0] === 'jobs' && parts[1]) return { page: 'job', id: decodeURIComponent(parts[1]) };
+  if (parts[0] === 'queues') return { page: 'queues' };
+  if (parts[0] === 'jobs') return { page: 'jobs' };
+  return { page: 'cluster' };
+}
+
+function route() {
+  if (!state.token) return;
+  const p = currentPage();
+  for (const name of ['cluster', 'queues', 'jobs']) {
+    $('#nav-' + name).classList.toggle('active', p.page === name || (name === 'jobs' && p.page === 'job'));
+  }
+  $('#app').innerHTML = '<p class="muted">Loading…</p>';
+  $('#app').dataset.page = p.page;
+  refresh();
+}
+
+async function refresh() {
+  if (!state.token) return;
+  const p = currentPage();
+  try {
+    if (p.page === 'cluster') await renderCluster();
+    else if (p.page === 'queues') await renderQueues();
+    else if (p.page === 'jobs') await renderJobs();
+    else await renderJob(p.id);
+    $('#updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+    $('#app').dataset.ready = '1';
+  } catch (e) {
+    if (e instanceof AuthError) return showLogin('Your token is no longer accepted.');
+    $('#updated').textContent = 'update failed: ' + e.message;
+  }
+}
+
+// ---- cluster --------------------------------------------------------------
+
+function gpuTitle(node, g) {
+  const parts = [node.name + ' GPU ' + g.index];
+  if (!g.healthy) parts.push('unhealthy');
+  parts.push(g.allocated ? 'job ' + g.job : 'idle');
+  if (g.utilization_pct !== undefined) parts.push('util ' + g.utilization_pct + '%');
+  if (g.memory_used !== undefined) parts.push('mem ' + g.memory_used);
+  if (g.temperature_c !== undefined) parts.push(g.temperature_c + '°C');
+  if (g.power_w !== undefined) parts.push(g.power_w + ' W');
+  if (node.simulated) parts.push('simulated');
+  return parts.join(' · ');
+}
+
+// Allocated GPUs get darker with utilisation (when the agent reports it).
+function gpuStyle(g) {
+  if (!g.allocated || !g.healthy || g.utilization_pct === undefined) return '';
+  const light = 72 - Math.round(Math.min(100, Math.max(0, g.utilization_pct)) * 0.4);
+  return ' style="background:hsl(218,72%,' + light + '%)"';
+}
+
+function nodeHtml(node, highlight) {
+  const islands = Math.max(1, node.nvlink_islands || 1);
+  const per = Math.ceil(node.gpus / islands);
+  let cells = '';
+  for (let i = 0; i < islands; i++) {
+    cells += '<span class="island">';
+    for (const g of node.gpu_list.slice(i * per, (i + 1) * per)) {
+      const cls = ['gpu', !g.healthy ? 'unhealthy' : g.allocated ? 'alloc' : 'idle'];
+      if (highlight && highlight(node, g)) cls.push('mine');
+      if (state.selectedGpu === node.name + '/' + g.index) cls.push('sel');
+      cells += '<span class="' + cls.join(' ') + '" data-gpu="' + esc(node.name + '/' + g.index) + '"' + gpuStyle(g) +
+        ' title="' + esc(gpuTitle(node, g)) + '"></span>';
+    }
+    cells += '</span>';
+  }
+  const badges = (node.simulated ? ' <span class="badge sim">simulated</span>' : '') +
+    (node.state !== 'ready' ? ' <span class="badge bad">' + esc(node.state) + '</span>' : '');
+  return '<div class="node ' + esc(node.state) + '" data-node="' + esc(node.name) + '"><div class="name">' +
+    esc(node.name) + ' <span class="muted">' + esc(node.gpu_model) + '</span>' + badges + '</div>' + cells + '</div>';
+}
+
+// Spine -> rack -> node, from the nodes' topology labels.
+function topologyHtml(nodes, highlight) {
+  const spines = new Map();
+  for (const n of nodes) {
+    const spine = (n.labels && n.labels.spine) || '-';
+    const rack = (n.labels && n.labels.rack) || '-';
+    if (!spines.has(spine)) spines.set(spine, new Map());
+    const racks = spines.get(spine);
+    if (!racks.has(rack)) racks.set(rack, []);
+    racks.get(rack).push(n);
+  }
+  let html = '';
+  for (const [spine, racks] of spines) {
+    html += '<div class="spine" data-spine="' + esc(spine) + '"><div class="label">spine ' + esc(spine) + '</div>';
+    for (const [rack, rackNodes] of racks) {
+      html += '<div class="rack" data-rack="' + esc(rack) + '"><div class="label">rack ' + esc(rack) + '</div>';
+      for (const n of rackNodes) html += nodeHtml(n, highlight);
+      html += '</div>';
+    }
+    html += '</div>';
+  }
+  return html;
+}
+
+function clusterTotals(nodes) {
+  const t = { nodes: nodes.length, gpus: 0, allocated: 0, unhealthy: 0, idle: 0, simulated: 0 };
+  for (const n of nodes) {
+    t.gpus += n.gpus;
+    t.allocated += n.gpus_allocated;
+    t.unhealthy += n.gpus_unhealthy;
+    if (n.simulated) t.simulated++;
+    for (const g of n.gpu_list) if (g.healthy && !g.allocated && n.state === 'ready') t.idle++;
+  }
+  return t;
+}
+
+async function renderCluster() {
+  const { nodes } = await api('/v1/nodes');
+  const t = clusterTotals(nodes);
+  const pct = t.gpus ? Math.round(100 * t.allocated / t.gpus) : 0;
+  const card = (id, label, v) => '<div class="card"><div class="muted">' + label + '</div><div class="v" id="' + id + '">' +
+    esc(v) + '</div></div>';
+  let html = '<h1>Cluster</h1><div class="cards" id="cluster-summary">' +
+    card('sum-nodes', 'nodes', t.nodes) + card('sum-gpus', 'GPUs', t.gpus) + card('sum-allocated', 'allocated', t.allocated) +
+    card('sum-idle', 'idle', t.idle) + card('sum-unhealthy', 'unhealthy', t.unhealthy) + card('sum-pct', 'allocated %', pct + '%') +
+    '</div>';
+  if (t.simulated) {
+    html += '<p><span class="badge sim">simulated</span> ' + t.simulated +
+      ' node(s) report a declared inventory: no NVIDIA driver there, GPUs are simulated.</p>';
+  }
+  html += '<div class="legend"><span><span class="gpu alloc"></span>allocated (darker = busier)</span>' +
+    '<span><span class="gpu"></span>idle</span><span><span class="gpu unhealthy"></span>unhealthy</span>' +
+    '<span>hatched node: drained or lost</span><span>underlined groups: NVLink islands</span></div>';
+  html += '<div id="heatmap">' + topologyHtml(nodes) + '</div><div id="gpu-detail" class="muted">Click a GPU for details.</div>';
+  $('#app').innerHTML = html;
+  state.nodes = nodes;
+  if (state.selectedGpu) showGpu(state.selectedGpu);
+}
+
+function showGpu(key) {
+  state.selectedGpu = key;
+  const [name, idx] = [key.slice(0, key.lastIndexOf('/')), Number(key.slice(key.lastIndexOf('/') + 1))];
+  const node = (state.nodes || []).find((n) => n.name === name);
+  const g = node && node.gpu_list[idx];
+  const box = $('#gpu-detail');
+  if (!g || !box) return;
+  document.querySelectorAll('.gpu.sel').forEach((e) => e.classList.remove('sel'));
+  const cell = document.querySelector('.gpu[data-gpu="' + CSS.escape(key) + '"]');
+  if (cell) cell.classList.add('sel');
+  box.classList.remove('muted');
+  box.innerHTML = '<b>' + esc(name) + ' GPU ' + idx + '</b> (' + esc(node.gpu_model) + ', node ' + esc(node.state) + ')' +
+    (node.simulated ? ' <span class="badge sim">simulated</span>' : '') + '<br>' +
+    (g.allocated ? 'job <a href="#/jobs/' + esc(g.job) + '">' + esc(g.job) + '</a>' : 'idle') +
+    (g.healthy ? '' : ' · <span class="error">unhealthy</span>') +
+    (g.utilization_pct !== undefined ? ' · utilisation ' + esc(g.utilization_pct) + '%' : '') +
+    (g.memory_used !== undefined ? ' · memory used ' + esc(g.memory_used) : '') +
+    (g.temperature_c !== undefined ? ' · ' + esc(g.temperature_c) + '°C' : '') +
+    (g.power_w !== undefined ? ' · ' + esc(g.power_w) + ' W' : '');
+}
+
+// ---- queues ---------------------------------------------------------------
+
+function historyChart(history, queues) {
+  const samples = history.samples || [];
+  const w = 640, h = 220, l = 44, r = 12, t = 14, b = 28;
+  if (samples.length < 2) return '<p class="muted">Usage over time appears after a few samples (one every ' +
+    esc(history.interval_s) + ' s).</p>';
+  const times = samples.map((s) => Date.parse(s.t));
+  let max = 1;
+  for (const s of samples) for (const q of Object.values(s.queues)) max = Math.max(max, q.gpus_allocated, q.pending);
+  const x = (v) => l + (v - times[0]) / Math.max(1, times[times.length - 1] - times[0]) * (w - l - r);
+  const y = (v) => h - b - v / max * (h - t - b);
+  const colors = ['#2f6fdf', '#d64533', '#2ca05a', '#ff9f1a', '#8e44ad', '#16a2b8', '#7f8c8d'];
+  let svg = '<svg class="chart" id="queue-history" width="' + w + '" height="' + h + '">';
+  svg += '<text x="' + (l - 6) + '" y="' + (t + 4) + '" text-anchor="end" font-size="11">' + max + '</text>';
+  svg += '<text x="' + (l - 6) + '" y="' + (h - b) + '" text-anchor="end" font-size="11">0</text>';
+  svg += '<line x1="' + l + '" y1="' + (h - b) + '" x2="' + (w - r) + '" y2="' + (h - b) + '" stroke="#999"/>';
+  queues.forEach((q, i) => {
+    const c = colors[i % colors.length];
+    for (const [key, dash] of [['gpus_allocated', ''], ['pending', ' stroke-dasharray="4 3"']]) {
+      const pts = samples.map((s, k) => x(times[k]).toFixed(1) + ',' + y((s.queues[q.name] || {})[key] || 0).toFixed(1));
+      svg += '<polyline fill="none" stroke="' + c + '" stroke-width="1.5"' + dash + ' points="' + pts.join(' ') + '"/>';
+    }
+    svg += '<text x="' + (l + 8) + '" y="' + (t + 12 + 13 * i) + '" fill="' + c + '" font-size="11">' + esc(q.name) + '</text>';
+  });
+  const span = (times[times.length - 1] - times[0]) / 1000;
+  const spanText = span < 120 ? Math.round(span) + ' s' : span < 7200 ? Math.round(span / 60) + ' min' : (span / 3600).toFixed(1) + ' h';
+  svg += '<text x="' + (w - r) + '" y="' + (h - 8) + '" text-anchor="end" font-size="11" fill="#777">solid: GPUs held · dashed: pending jobs · last ' +
+    spanText + '</text></svg>';
+  return svg;
+}
+
+async function renderQueues() {
+  const [{ queues }, history] = await Promise.all([api('/v1/queues'), api('/v1/queues/history')]);
+  let max = 1;
+  for (const q of queues) max = Math.max(max, q.gpus_allocated, q.fair_share_gpus, q.gpus_guaranteed);
+  let html = '<h1>Queues</h1><table id="queues-table"><tr><th>queue</th><th class="num">weight</th>' +
+    '<th class="num">guaranteed</th><th class="num">fair share</th><th class="num">allocated</th>' +
+    '<th class="num">borrowed</th><th class="num">pending</th><th class="num">running</th><th>usage vs fair share</th></tr>';
+  for (const q of queues) {
+    const bar = '<div class="bar" title="allocated ' + q.gpus_allocated + ' GPUs; fair share ' + q.fair_share_gpus.toFixed(1) +
+      '; guaranteed ' + q.gpus_guaranteed + '"><div class="fill" style="width:' + (100 * q.gpus_allocated / max).toFixed(1) +
+      '%"></div><div class="mark" style="left:' + (100 * q.fair_share_gpus / max).toFixed(1) + '%"></div>' +
+      '<div class="guar" style="left:' + (100 * q.gpus_guaranteed / max).toFixed(1) + '%"></div></div>';
+    html += '<tr data-queue="' + esc(q.name) + '"><td>' + esc(q.name) + '</td><td class="num">' + esc(q.weight) +
+      '</td><td class="num" data-k="guaranteed">' + esc(q.gpus_guaranteed) + '</td><td class="num" data-k="fair">' +
+      esc(q.fair_share_gpus.toFixed(1)) + '</td><td class="num" data-k="allocated">' + esc(q.gpus_allocated) +
+      '</td><td class="num" data-k="borrowed">' + esc(q.gpus_borrowed) + '</td><td class="num" data-k="pending">' +
+      esc(q.pending) + '</td><td class="num" data-k="running">' + esc(q.running) + '</td><td>' + bar + '</td></tr>';
+  }
+  html += '</table><p class="muted">Bar: GPUs held; black mark: fair share (weights down the queue tree); green: guarantee.</p>';
+  html += '<h2>Over time</h2>' + historyChart(history, queues);
+  $('#app').innerHTML = html;
+}
+
+// ---- jobs -----------------------------------------------------------------
+
+function reasonText(j) {
+  if (j.state === 'pending' && j.pending_reason) {
+    return j.pending_reason.code + ': ' + j.pending_reason.message + (j.expected_start ? ' (expected start ' + j.expected_start + ')' : '');
+  }
+  return j.end_reason || j.last_requeue_reason || '';
+}
+
+async function renderJobs() {
+  const { jobs } = await api('/v1/jobs?all=true');
+  let table = $('#jobs-table');
+  if (!table) {
+    $('#app').innerHTML = '<h1>Jobs</h1><div class="filters">' +
+      '<select id="f-state"><option value="">all states</option><option>pending</option><option>running</option>' +
+      '<option>preempting</option><option>succeeded</option><option>failed</option><option>cancelled</option></select>' +
+      '<select id="f-queue"><option value="">all queues</option></select>' +
+      '<input id="f-text" placeholder="name or user"> <span id="jobs-count" class="muted"></span></div>' +
+      '<table id="jobs-table"><thead><tr><th class="num">id</th><th>name</th><th>user</th><th>queue</th><th>state</th>' +
+      '<th class="num">GPUs</th><th>submitted</th><th class="num">restarts</th><th>reason</th></tr></thead><tbody></tbody></table>';
+    for (const id of ['f-state', 'f-queue', 'f-text']) {
+      const el = $('#' + id);
+      el.value = state.filters[id] || '';
+      el.addEventListener('input', () => { state.filters[id] = el.value; renderJobRows(state.jobs); });
+    }
+    table = $('#jobs-table');
+  }
+  const queues = [...new Set(jobs.map((j) => j.queue))].sort();
+  const sel = $('#f-queue');
+  for (const q of queues) {
+    if (![...sel.options].some((o) => o.value === q)) sel.add(new Option(q, q));
+  }
+  state.jobs = jobs;
+  renderJobRows(jobs);
+}
+
+function renderJobRows(jobs) {
+  const st = state.filters['f-state'] || '', q = state.filters['f-queue'] || '';
+  const text = (state.filters['f-text'] || '').toLowerCase();
+  const shown = jobs.filter((j) => (!st || j.state === st) && (!q || j.queue === q) &&
+    (!text || j.name.toLowerCase().includes(text) || j.user.toLowerCase().includes(text)));
+  let rows = '';
+  for (const j of shown) {
+    rows += '<tr class="click" data-job="' + esc(j.id) + '"><td class="num">' + esc(j.id) + '</td><td>' + esc(j.name) +
+      '</td><td>' + esc(j.user) + '</td><td>' + esc(j.queue) + '</td><td data-k="state">' + esc(j.state) +
+      (j.flags ? ' <span class="flag" title="' + esc(j.flags.join('; ')) + '">⚑</span>' : '') + '</td><td class="num">' +
+      esc(j.gpus) + '</td><td>' + esc(j.submitted_at) + '</td><td class="num">' + esc(j.restarts) + '</td><td>' +
+      esc(reasonText(j)) + '</td></tr>';
+  }
+  $('#jobs-table tbody').innerHTML = rows;
+  $('#jobs-count').textContent = shown.length + ' of ' + jobs.length + ' jobs';
+}
+
+async function renderJob(id) {
+  const [job, nodesReply, events] = await Promise.all([api('/v1/jobs/' + encodeURIComponent(id)), api('/v1/nodes'),
+    api('/v1/jobs/' + encodeURIComponent(id) + '/events')]);
+  let logs = '';
+  try {
+    logs = await api('/v1/jobs/' + encodeURIComponent(id) + '/logs');
+  } catch (e) {
+    if (e instanceof AuthError) throw e;
+    logs = '(' + e.message + ')';
+  }
+  const kv = (k, v) => (v === undefined || v === '' ? '' : '<dt>' + esc(k) + '</dt><dd data-k="' + esc(k) + '">' + esc(v) + '</dd>');
+  let html = '<p><a href="#/jobs">← jobs</a></p><h1 id="job-title">' + esc(job.name) + ' <span class="muted">#' + esc(job.id) +
+    '</span></h1><dl class="kv">' + kv('state', job.state) + kv('user', job.user) + kv('queue', job.queue) +
+    kv('priority', job.priority) + kv('GPUs', job.gpus) + kv('replicas', job.replicas) + kv('submitted', job.submitted_at) +
+    kv('started', job.started_at) + kv('finished', job.finished_at) + kv('restarts', job.restarts) +
+    kv('last requeue', job.last_requeue_reason) + kv('ended because', job.end_reason);
+  if (job.pending_reason) {
+    html += kv('pending', job.pending_reason.code + ': ' + job.pending_reason.message) + kv('expected start', job.expected_start);
+  }
+  if (job.flags) html += kv('right-sizing', job.flags.join('; '));
+  html += '</dl>';
+  const held = new Set((job.placement || []).flatMap((p) => p.gpus.map((g) => p.node + '/' + g)));
+  if (held.size) {
+    // Only the racks the gang touches, with its GPUs outlined.
+    const nodes = nodesReply.nodes;
+    const racks = new Set(nodes.filter((n) => job.placement.some((p) => p.node === n.name)).map((n) => n.labels.rack));
+    html += '<h2>Placement</h2><table id="job-placement"><tr><th>task</th><th class="num">replica</th><th>node</th><th>GPUs</th></tr>';
+    for (const p of job.placement) {
+      html += '<tr><td>' + esc(p.task) + '</td><td class="num">' + esc(p.replica) + '</td><td>' + esc(p.node) + '</td><td>' +
+        esc(p.gpus.join(', ')) + '</td></tr>';
+    }
+    html += '</table><div id="job-topology">' +
+      topologyHtml(nodes.filter((n) => racks.has(n.labels.rack)), (n, g) => held.has(n.name + '/' + g.index)) + '</div>' +
+      '<p class="muted">Outlined: this job\'s GPUs.</p>';
+  }
+  html += '<h2>Events</h2><ul id="job-events">';
+  for (const e of events.events) html += '<li>' + esc(e.at) + ' <b>' + esc(e.event) + '</b> ' + esc(e.detail) + '</li>';
+  html += '</ul><h2>Logs</h2><pre id="job-logs">' + esc(logs || '(no output yet)') + '</pre>';
+  $('#app').innerHTML = html;
+}
+
+// ---- wiring ---------------------------------------------------------------
+
+document.addEventListener('click', (ev) => {
+  const gpu = ev.target.closest('.gpu[data-gpu]');
+  if (gpu && $('#gpu-detail')) return showGpu(gpu.dataset.gpu);
+  const row = ev.target.closest('tr[data-job]');
+  if (row) location.hash = '#/jobs/' + encodeURIComponent(row.dataset.job);
+});
+$('#login-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  login($('#token').value);
+});
+$('#logout').addEventListener('click', () => showLogin(''));
+window.addEventListener('hashchange', route);
+
+if (state.token) login(state.token);
+else showLogin('');
