@@ -71,6 +71,17 @@ Summary Summarize(const std::vector<JobResult>& jobs, const std::vector<Sample>&
     const TimePoint b = std::min(samples[i + 1].t, last_end);
     if (b > a) area += static_cast<double>(samples[i].allocated_gpus) * static_cast<double>(b - a);
   }
+  // Unallocated GPUs while something waits.
+  double waiting_area = 0, waiting_time = 0;
+  for (size_t i = 0; i + 1 < samples.size(); ++i) {
+    if (samples[i].pending == 0) continue;
+    const double d = static_cast<double>(samples[i + 1].t - samples[i].t);
+    waiting_time += d;
+    waiting_area += static_cast<double>(total_gpus - samples[i].allocated_gpus) * d;
+  }
+  if (waiting_time > 0 && total_gpus > 0) {
+    s.idle_while_waiting_pct = 100.0 * waiting_area / (waiting_time * static_cast<double>(total_gpus));
+  }
   const double span = static_cast<double>(last_end - first_submit);
   if (span > 0 && total_gpus > 0) {
     s.gpu_alloc_pct_mean = 100.0 * area / (span * static_cast<double>(total_gpus));

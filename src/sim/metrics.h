@@ -45,6 +45,9 @@ struct Summary {
   double makespan_s = 0;   // last end - first submit
   double gpu_alloc_pct_mean = 0;  // time-weighted, over the makespan
   double jain = 1;                // of queues' mean speed (run time / JCT)
+  // Fragmentation in time: the unallocated share of the GPUs, time-weighted
+  // over the periods when jobs were waiting (0 = waiting only when full).
+  double idle_while_waiting_pct = 0;
   int64_t preemptions = 0;
   int64_t restarts = 0;
   double lost_gpu_hours = 0;

@@ -65,6 +65,7 @@ nlohmann::json SummaryJson(const Summary& s) {
           {"makespan_s", s.makespan_s},
           {"gpu_alloc_pct_mean", s.gpu_alloc_pct_mean},
           {"jain", s.jain},
+          {"idle_while_waiting_pct", s.idle_while_waiting_pct},
           {"preemptions", s.preemptions},
           {"restarts", s.restarts},
           {"lost_gpu_hours", s.lost_gpu_hours},
