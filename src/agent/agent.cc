@@ -270,6 +270,18 @@ bool Agent::Heartbeat(int wait_ms) {
     for (const auto& [k, v] : a.value("env", std::map<std::string, std::string>{})) spec.env[k] = v;
     spec.env["CUDA_VISIBLE_DEVICES"] = visible;
     spec.env["NVIDIA_VISIBLE_DEVICES"] = visible.empty() ? "none" : visible;
+    if (const int milli = a.value("gpu_milli", 0); milli > 0) {
+      // A share of one GPU. Without MPS the limits are advisory (the task may
+      // honour them, e.g. torch.cuda.set_per_process_memory_fraction); where
+      // an MPS daemon serves the GPU it enforces them.
+      const int64_t mem = a.value("gpu_memory_limit_mib", int64_t{0});
+      spec.env["ROTA_GPU_FRACTION"] = FormatMilliCpu(milli);
+      spec.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::max(1, milli / 10));
+      if (mem > 0) {
+        spec.env["ROTA_GPU_MEMORY_LIMIT_MIB"] = std::to_string(mem);
+        spec.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(mem) + "M";
+      }
+    }
     spec.env["ROTA_JOB_ID"] = std::to_string(t->job);
     spec.env["ROTA_JOB_NAME"] = a.at("job_name").get<std::string>();
     spec.env["ROTA_TASK"] = a.at("task_name").get<std::string>();

@@ -243,7 +243,9 @@ std::string EncodeEvent(const Event& event) {
           j["at"] = e.at;
           j["placement"] = ordered_json::array();
           for (const ReplicaPlacement& r : e.placement) {
-            j["placement"].push_back({r.task, r.replica, r.node.value(), r.gpu_mask});
+            ordered_json rj = {r.task, r.replica, r.node.value(), r.gpu_mask};
+            if (r.gpu_milli > 0) rj.push_back(r.gpu_milli);  // a GPU fraction
+            j["placement"].push_back(std::move(rj));
           }
         } else if constexpr (std::is_same_v<E, JobFinished>) {
           j["type"] = "JobFinished";
@@ -300,7 +302,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       JobBound b{JobId(j.at("id").get<uint64_t>()), {}, j.at("at")};
       for (const auto& r : j.at("placement")) {
         b.placement.push_back({r.at(0).get<uint16_t>(), r.at(1).get<uint32_t>(), NodeId(r.at(2).get<uint32_t>()),
-                               r.at(3).get<uint64_t>()});
+                               r.at(3).get<uint64_t>(), r.size() > 4 ? r.at(4).get<int32_t>() : 0});
       }
       return Event(std::move(b));
     }

@@ -41,7 +41,9 @@ void PrintJson(const sched::PlanOutput& out) {
   nlohmann::ordered_json j;
   j["placements"] = nlohmann::ordered_json::array();
   for (const auto& p : out.placements) {
-    j["placements"].push_back({{"job", p.job}, {"task", p.task}, {"replica", p.replica}, {"node", p.node}, {"gpus", p.gpus}});
+    nlohmann::ordered_json pj{{"job", p.job}, {"task", p.task}, {"replica", p.replica}, {"node", p.node}, {"gpus", p.gpus}};
+    if (p.gpu_milli > 0) pj["gpu_fraction"] = FormatMilliCpu(p.gpu_milli);
+    j["placements"].push_back(std::move(pj));
   }
   j["pending"] = nlohmann::ordered_json::array();
   for (const auto& p : out.pending) {
@@ -69,7 +71,8 @@ void PrintJson(const sched::PlanOutput& out) {
 void PrintTable(const sched::PlanOutput& out) {
   Table placements({"JOB", "TASK", "REPLICA", "NODE", "GPUS"});
   for (const auto& p : out.placements) {
-    placements.Add({p.job, p.task, std::to_string(p.replica), p.node, GpuList(p.gpus)});
+    placements.Add({p.job, p.task, std::to_string(p.replica), p.node,
+                    GpuList(p.gpus) + (p.gpu_milli > 0 ? " (" + FormatMilliCpu(p.gpu_milli) + ")" : "")});
   }
   std::cout << "Placements (" << out.placements.size() << ")\n" << placements.Render();
   Table pending({"JOB", "REASON", "MESSAGE"});

@@ -167,6 +167,7 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   }
   // Validate every replica against the current state plus the earlier replicas of this gang.
   std::unordered_map<uint32_t, uint64_t> gpus_taken;
+  std::unordered_map<uint32_t, uint64_t> gpus_shared;  // by earlier fractional replicas of this gang
   std::unordered_map<uint32_t, std::pair<MilliCpu, MemoryMiB>> taken;
   std::vector<std::vector<bool>> seen(job.spec.tasks.size());
   for (size_t t = 0; t < job.spec.tasks.size(); ++t) seen[t].assign(job.spec.tasks[t].replicas, false);
@@ -180,17 +181,43 @@ Status ClusterState::ApplyOne(const JobBound& e) {
     if (r.node.value() >= data_->nodes.size()) return NotFoundError(who + ": no node id " + std::to_string(r.node.value()));
     const NodeState& n = data_->nodes[r.node.value()];
     const TaskGroupSpec& task = job.spec.tasks[r.task];
-    if (std::popcount(r.gpu_mask) != task.gpus) {
+    const int32_t fraction = task.gpu_share.fraction_milli;
+    if (fraction > 0) {
+      if (std::popcount(r.gpu_mask) != 1 || r.gpu_milli != fraction) {
+        return FailedPreconditionError(who + ": a replica with a GPU fraction binds one GPU for " + std::to_string(fraction) +
+                                       " milli-GPU");
+      }
+    } else if (std::popcount(r.gpu_mask) != task.gpus || r.gpu_milli != 0) {
       return FailedPreconditionError(who + ": replica needs " + std::to_string(task.gpus) + " GPUs, got " +
                                      std::to_string(std::popcount(r.gpu_mask)));
     }
     if ((r.gpu_mask & ~n.all_mask) != 0) return FailedPreconditionError(who + ": node '" + n.spec.name + "' lacks a GPU index");
     if ((r.gpu_mask & ~n.healthy_mask) != 0) return FailedPreconditionError(who + ": GPU unhealthy on '" + n.spec.name + "'");
     uint64_t& mine = gpus_taken[r.node.value()];
-    if ((r.gpu_mask & (n.allocated_mask | mine)) != 0) {
-      return FailedPreconditionError(who + ": GPU already allocated on '" + n.spec.name + "'");
+    if (fraction > 0) {
+      // Shares this GPU with other fractions: never past the whole GPU or its memory.
+      const int32_t g = std::countr_zero(r.gpu_mask);
+      int32_t milli = n.milli_used(g) + fraction;
+      MemoryMiB mem = n.memory_shared(g) + task.gpu_share.memory;
+      for (const ReplicaPlacement& o : e.placement) {
+        if (&o == &r) break;
+        if (o.node == r.node && o.gpu_mask == r.gpu_mask && o.gpu_milli > 0) {
+          milli += o.gpu_milli;
+          mem += job.spec.tasks[o.task].gpu_share.memory;
+        }
+      }
+      if ((r.gpu_mask & (n.allocated_mask | mine)) != 0 || milli > 1000 ||
+          (n.spec.gpu_memory > 0 && mem > n.spec.gpu_memory)) {
+        return FailedPreconditionError(who + ": GPU " + std::to_string(g) + " on '" + n.spec.name +
+                                       "' has no room for " + std::to_string(fraction) + " milli-GPU");
+      }
+      gpus_shared[r.node.value()] |= r.gpu_mask;
+    } else {
+      if ((r.gpu_mask & (n.allocated_mask | n.shared_mask | mine | gpus_shared[r.node.value()])) != 0) {
+        return FailedPreconditionError(who + ": GPU already allocated on '" + n.spec.name + "'");
+      }
+      mine |= r.gpu_mask;
     }
-    mine |= r.gpu_mask;
     auto& [cpu, mem] = taken[r.node.value()];
     cpu += task.cpu;
     mem += task.memory;
@@ -202,7 +229,18 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   for (const ReplicaPlacement& r : e.placement) {
     NodeState& n = d.nodes[r.node.value()];
     const TaskGroupSpec& task = job.spec.tasks[r.task];
-    n.allocated_mask |= r.gpu_mask;
+    if (r.gpu_milli > 0) {
+      const int32_t g = std::countr_zero(r.gpu_mask);
+      if (n.shared_milli.empty()) {
+        n.shared_milli.assign(n.spec.gpus, 0);
+        n.shared_memory.assign(n.spec.gpus, 0);
+      }
+      n.shared_milli[g] += r.gpu_milli;
+      n.shared_memory[g] += task.gpu_share.memory;
+      n.shared_mask |= r.gpu_mask;
+    } else {
+      n.allocated_mask |= r.gpu_mask;
+    }
     n.cpu_allocated += task.cpu;
     n.memory_allocated += task.memory;
   }
@@ -219,7 +257,18 @@ void ClusterState::Release(const JobRecord& job) {
   for (const ReplicaPlacement& r : job.placement) {
     NodeState& n = d.nodes[r.node.value()];
     const TaskGroupSpec& task = job.spec.tasks[r.task];
-    n.allocated_mask &= ~r.gpu_mask;
+    if (r.gpu_milli > 0 && !n.shared_milli.empty()) {
+      const int32_t g = std::countr_zero(r.gpu_mask);
+      n.shared_milli[g] -= r.gpu_milli;
+      n.shared_memory[g] -= task.gpu_share.memory;
+      if (n.shared_milli[g] <= 0) {
+        n.shared_milli[g] = 0;
+        n.shared_memory[g] = 0;
+        n.shared_mask &= ~r.gpu_mask;
+      }
+    } else {
+      n.allocated_mask &= ~r.gpu_mask;
+    }
     n.cpu_allocated -= task.cpu;
     n.memory_allocated -= task.memory;
   }

@@ -37,14 +37,22 @@ struct NodeState {
   int16_t model = -1;          // interned gpu_model, -1 for none
   uint64_t all_mask = 0;       // bits 0..gpus-1
   uint64_t healthy_mask = 0;   // GPUs that may take work
-  uint64_t allocated_mask = 0;
+  uint64_t allocated_mask = 0;  // whole GPUs held
+  // GPUs shared by fractional replicas: their milli-GPU and memory in use
+  // (index = GPU; empty until the node has a shared GPU). A shared GPU is not
+  // free for whole-GPU work.
+  uint64_t shared_mask = 0;
+  std::vector<int32_t> shared_milli;
+  std::vector<MemoryMiB> shared_memory;
   MilliCpu cpu_allocated = 0;
   MemoryMiB memory_allocated = 0;
   bool drained = false;
   bool lost = false;  // its agent stopped heartbeating
 
   bool schedulable() const { return !drained && !lost; }
-  uint64_t free_mask() const { return healthy_mask & ~allocated_mask; }
+  uint64_t free_mask() const { return healthy_mask & ~allocated_mask & ~shared_mask; }
+  int32_t milli_used(int32_t gpu) const { return shared_milli.empty() ? 0 : shared_milli[gpu]; }
+  MemoryMiB memory_shared(int32_t gpu) const { return shared_memory.empty() ? 0 : shared_memory[gpu]; }
 };
 
 struct JobRecord {

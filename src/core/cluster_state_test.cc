@@ -41,6 +41,53 @@ TEST(ClusterState, BindsAndReleasesAWholeGang) {
   EXPECT_EQ(st.GetSnapshot().PendingJobs().size(), 0u);
 }
 
+JobSpec Fraction(int32_t milli, MemoryMiB memory) {
+  JobSpec s;
+  s.name = "f";
+  TaskGroupSpec t;
+  t.name = "w";
+  t.gpu_share.fraction_milli = milli;
+  t.gpu_share.memory = memory;
+  s.tasks.push_back(t);
+  return s;
+}
+
+TEST(ClusterState, GpuFractionsShareAGpuWithinItsCapacityAndMemory) {
+  ClusterState st;
+  NodeSpec n = Node("n0", 2);
+  n.gpu_memory = 16 * 1024;
+  ASSERT_TRUE(st.Apply(NodeAdded{n}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Fraction(600, 8192), 1}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Fraction(400, 8192), 1}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), Fraction(100, 1024), 1}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(4), Job(1, 1), 1}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x1, 600}}, 2}).ok());
+  // A whole-GPU job cannot take the shared GPU; a wrong share is refused.
+  EXPECT_FALSE(st.Apply(JobBound{JobId(4), {{0, 0, NodeId(0), 0x1}}, 2}).ok());
+  EXPECT_FALSE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0x1, 500}}, 2}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0x1, 400}}, 2}).ok());
+  Snapshot full = st.GetSnapshot();
+  EXPECT_EQ(full.node(NodeId(0)).milli_used(0), 1000);
+  EXPECT_EQ(full.node(NodeId(0)).memory_shared(0), 16 * 1024);
+  EXPECT_EQ(full.node(NodeId(0)).free_mask(), 0x2u);
+  // Past the whole GPU (and past its memory): refused, nothing changes.
+  EXPECT_FALSE(st.Apply(JobBound{JobId(3), {{0, 0, NodeId(0), 0x1, 100}}, 3}).ok());
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).milli_used(0), 1000);
+  ASSERT_TRUE(st.Apply(JobBound{JobId(4), {{0, 0, NodeId(0), 0x2}}, 3}).ok());
+  // Ending one sharer returns its share; the last one frees the GPU.
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 4}).ok());
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).milli_used(0), 400);
+  ASSERT_TRUE(st.Apply(JobBound{JobId(3), {{0, 0, NodeId(0), 0x1, 100}}, 5}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(2), JobOutcome::kSucceeded, 6}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(3), JobOutcome::kSucceeded, 6}).ok());
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).shared_mask, 0u);
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).free_mask(), 0x1u);
+  // Replaying the compacted state rebuilds the shares.
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  EXPECT_EQ(replay.GetSnapshot().node(NodeId(0)).allocated_mask, 0x2u);
+}
+
 TEST(ClusterState, RefusesConflictingBindAndChangesNothing) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());

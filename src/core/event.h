@@ -12,12 +12,15 @@
 
 namespace rota {
 
-// Where one replica runs: a node and the GPUs (bit i = GPU index i).
+// Where one replica runs: a node and the GPUs (bit i = GPU index i). A
+// replica with a GPU fraction holds `gpu_milli` of the one GPU in its mask,
+// which other fractions may share; whole-GPU replicas have gpu_milli 0.
 struct ReplicaPlacement {
   uint16_t task = 0;     // index into JobSpec::tasks
   uint32_t replica = 0;  // 0..replicas-1 within the task group
   NodeId node;
   uint64_t gpu_mask = 0;
+  int32_t gpu_milli = 0;
   friend bool operator==(const ReplicaPlacement&, const ReplicaPlacement&) = default;
 };
 

@@ -99,6 +99,10 @@ Status ValidateJobSpec(const JobSpec& spec) {
     if (t.gpu_share.fraction_milli < 0 || t.gpu_share.fraction_milli >= 1000) {
       if (t.gpu_share.fraction_milli != 0) return FieldError(p + ".gpu.fraction", "must be in (0, 1)");
     }
+    if (t.gpu_share.memory < 0) return FieldError(p + ".gpu.memory", "must not be negative");
+    if (t.gpu_share.memory > 0 && t.gpu_share.fraction_milli == 0) {
+      return FieldError(p + ".gpu.memory", "bounds a fraction's GPU memory; set gpu.fraction too");
+    }
     if (t.gpu_memory < 0) return FieldError(p + ".gpu_memory", "must not be negative");
     if (t.cpu < 0) return FieldError(p + ".cpu", "must not be negative");
     if (t.memory < 0) return FieldError(p + ".memory", "must not be negative");

@@ -22,11 +22,20 @@ bool Scheduler::BuildRequest(const Snapshot& snap, const JobRecord& job, Pending
   request_.tasks.clear();
   request_.total_gpus = 0;
   request_.total_replicas = 0;
+  request_.fractional = false;
+  bool whole = false;
   for (size_t i = 0; i < spec.tasks.size(); ++i) {
     const TaskGroupSpec& t = spec.tasks[i];
-    if (t.gpu_share.shared()) {
+    if (!t.gpu_share.mig_profile.empty()) {
       *why = {ReasonCode::kUnsupported, "tasks[" + std::to_string(i) +
-                                            "].gpu: MIG slices and GPU fractions are not scheduled yet; ask for whole gpus"};
+                                            "].gpu.mig: MIG slices are not scheduled yet; ask for a fraction or whole gpus"};
+      return false;
+    }
+    request_.fractional = request_.fractional || t.gpu_share.fraction_milli > 0;
+    whole = whole || t.gpus > 0;
+    if (request_.fractional && whole) {
+      *why = {ReasonCode::kUnsupported, "tasks[" + std::to_string(i) +
+                                            "]: a job with GPU fractions may not also ask for whole GPUs (not scheduled yet)"};
       return false;
     }
     TaskRequest r;
@@ -36,6 +45,8 @@ bool Scheduler::BuildRequest(const Snapshot& snap, const JobRecord& job, Pending
     r.cpu = t.cpu;
     r.memory = t.memory;
     r.gpu_memory = t.gpu_memory;
+    r.milli = t.gpu_share.fraction_milli;
+    r.share_memory = t.gpu_share.memory;
     if (!t.gpu_model.empty()) {
       r.model = snap.ModelIndex(t.gpu_model);
       r.model_missing = r.model < 0;
@@ -149,6 +160,7 @@ void Scheduler::RetakeHeld() {
 
 void Scheduler::SetReleased(const Topology& topo, const JobRecord& job, bool release) {
   for (const ReplicaPlacement& r : job.placement) {
+    if (r.gpu_milli > 0) continue;  // a shared GPU is not freed whole by one sharer ending
     const TaskGroupSpec& t = job.spec.tasks[r.task];
     const uint32_t pos = topo.position_of(r.node);
     const uint64_t mask = r.gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
@@ -212,6 +224,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   }
 
   order_.clear();
+  frac_.clear();
   making_room_for_.clear();
   running_.clear();
   for (const auto& [id, job] : snap.live_jobs()) {
@@ -274,6 +287,14 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
         if (f.ends_first == ends_first && f.held == held_.size() && SameShape(*f.job, *job)) seen = &f;
       }
     };
+
+    // GPU fractions: best fit onto shared GPUs (quotas count whole GPUs only).
+    if (request_.fractional) {
+      PendingReason frac_why;
+      bool never = false;
+      if (!PlaceFractional(topo, out, &frac_why, &never)) (never ? out->unresolvable : out->pending).push_back({job->id, frac_why});
+      continue;
+    }
 
     // Quota first when the GPU model is known without placing (the job names
     // it, or the cluster has one): a job over its queue's limit waits for
@@ -547,11 +568,132 @@ const JobRecord* Scheduler::NextFair() {
   return order_[by_queue_[best][queue_head_[best]++]];
 }
 
+bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingReason* why, bool* never) {
+  txn_.Begin();
+  struct Undo {
+    uint64_t key;
+    FracUse before;
+    bool existed;
+  };
+  std::vector<Undo> undo;
+  auto rollback = [&] {
+    txn_.Rollback();
+    for (auto it = undo.rbegin(); it != undo.rend(); ++it) {
+      if (it->existed) frac_[it->key] = it->before;
+      else frac_.erase(it->key);
+    }
+  };
+  const size_t first = out->replicas.size();
+  bool any_node = false;  // some node could hold a replica if the cluster were empty
+  for (const TaskRequest& task : request_.tasks) {
+    TaskRequest cpu_part = task;  // the filters see the replica's CPU and memory, no whole GPUs
+    cpu_part.gpus = 0;
+    cpu_part.model = -1;
+    for (int32_t rep = 0; rep < task.replicas; ++rep) {
+      uint32_t best_pos = UINT32_MAX;
+      int32_t best_gpu = -1, best_left = INT32_MAX;
+      for (uint32_t pos = 0; pos < ws_.size(); ++pos) {
+        const NodeState& n = ws_.node(pos);
+        if (task.milli > 0) {
+          if (task.model >= 0 && n.model != task.model) continue;
+          if (task.gpu_memory > 0 && n.spec.gpu_memory < task.gpu_memory) continue;
+          if (task.share_memory > 0 && n.spec.gpu_memory > 0 && n.spec.gpu_memory < task.share_memory) continue;
+          if (n.spec.gpus > 0) any_node = true;
+        }
+        if (!ctx_.Fits(request_, cpu_part, pos)) continue;
+        if (task.milli == 0) {  // a CPU-only task of the gang: the first node that fits
+          best_pos = pos;
+          break;
+        }
+        const uint64_t free = ws_.free_mask(pos);
+        for (int32_t g = 0; g < n.spec.gpus; ++g) {
+          const uint64_t bit = uint64_t{1} << g;
+          if ((n.healthy_mask & bit) == 0) continue;
+          const uint64_t key = static_cast<uint64_t>(pos) << 6 | static_cast<uint64_t>(g);
+          FracUse use;
+          if (auto it = frac_.find(key); it != frac_.end()) {
+            use = it->second;
+          } else if ((n.shared_mask & bit) != 0 && (n.allocated_mask & bit) == 0) {
+            use = {n.milli_used(g), n.memory_shared(g)};
+          } else if ((free & bit) == 0) {
+            continue;  // held whole
+          }
+          if (use.milli + task.milli > 1000) continue;
+          if (n.spec.gpu_memory > 0 && use.memory + task.share_memory > n.spec.gpu_memory) continue;
+          // Best fit: the least left after placing (partly used GPUs before free ones).
+          const int32_t left = 1000 - use.milli - task.milli;
+          if (left < best_left) {
+            best_left = left;
+            best_pos = pos;
+            best_gpu = g;
+          }
+        }
+      }
+      if (best_pos == UINT32_MAX) {
+        rollback();
+        out->replicas.resize(first);
+        const std::string share = task.milli > 0 ? FormatMilliCpu(task.milli) + " of a GPU" : "CPU only";
+        if (task.milli > 0 && !any_node) {
+          *never = true;
+          *why = {ReasonCode::kNoMatchingNodes, "needs " + share +
+                                                    (task.share_memory > 0 ? " with " + FormatMemoryMiB(task.share_memory) : "") +
+                                                    " per replica; no node has a matching GPU"};
+        } else {
+          *why = {ReasonCode::kInsufficientGpus, "needs " + std::to_string(task.replicas) + " replicas x " + share +
+                                                     (task.share_memory > 0 ? " (" + FormatMemoryMiB(task.share_memory) + ")" : "") +
+                                                     "; " + std::to_string(rep) + " fit now on shared or free GPUs"};
+        }
+        return false;
+      }
+      const NodeState& n = ws_.node(best_pos);
+      uint64_t mask = 0;
+      if (task.milli > 0) {
+        const uint64_t bit = uint64_t{1} << best_gpu;
+        const uint64_t key = static_cast<uint64_t>(best_pos) << 6 | static_cast<uint64_t>(best_gpu);
+        auto it = frac_.find(key);
+        undo.push_back({key, it != frac_.end() ? it->second : FracUse{}, it != frac_.end()});
+        FracUse use = it != frac_.end() ? it->second : FracUse{n.milli_used(best_gpu), n.memory_shared(best_gpu)};
+        use.milli += task.milli;
+        use.memory += task.share_memory;
+        frac_[key] = use;
+        mask = bit;
+        // A free GPU that takes its first share leaves the whole-GPU pool.
+        txn_.Place({task.task, static_cast<uint32_t>(rep), best_pos, (ws_.free_mask(best_pos) & bit), task.cpu, task.memory});
+      } else {
+        txn_.Place({task.task, static_cast<uint32_t>(rep), best_pos, 0, task.cpu, task.memory});
+      }
+      out->replicas.push_back({task.task, static_cast<uint32_t>(rep), topo.node_at(best_pos), mask, task.milli});
+    }
+  }
+  out->placed.push_back({request_.job->id, static_cast<uint32_t>(first), static_cast<uint32_t>(out->replicas.size() - first)});
+  return true;
+}
+
 PendingReason Scheduler::CheckResolvable(const Snapshot& snap, const JobRecord& job) {
   ws_.Reset(snap);
   ctx_.NewCycle();
   PendingReason why;
   if (!BuildRequest(snap, job, &why)) return why;
+  if (request_.fractional) {
+    // Some node must have a GPU of the model and memory the share asks for.
+    for (const TaskRequest& t : request_.tasks) {
+      if (t.milli == 0) continue;
+      bool any = false;
+      for (uint32_t pos = 0; pos < ws_.size() && !any; ++pos) {
+        const NodeState& n = ws_.node(pos);
+        any = n.spec.gpus > 0 && (t.model < 0 || n.model == t.model) &&
+              (t.share_memory == 0 || n.spec.gpu_memory == 0 || n.spec.gpu_memory >= t.share_memory) &&
+              n.spec.cpu >= t.cpu && n.spec.memory >= t.memory;
+      }
+      if (!any) {
+        return {ReasonCode::kNoMatchingNodes,
+                "tasks[" + std::to_string(t.task) + "]: needs " + FormatMilliCpu(t.milli) + " of a GPU" +
+                    (t.share_memory > 0 ? " with " + FormatMemoryMiB(t.share_memory) : "") +
+                    "; no node has such a GPU (and the CPU and memory)"};
+      }
+    }
+    return {};
+  }
   return ExplainUnresolvable(ctx_, request_);
 }
 

@@ -135,6 +135,15 @@ class Scheduler {
   void Run(const Snapshot& snap, const TimePoint* now, CycleResult* out);
   // Tries the current request; rolls back unless `keep`. True if it fits.
   bool TryPlace(bool keep);
+  // Places every replica of the current (fractional) request, best fit onto
+  // GPUs already shared, then free ones; commits into `out` or changes
+  // nothing and explains (`never`: no node could ever hold it).
+  bool PlaceFractional(const Topology& topo, CycleResult* out, PendingReason* why, bool* never);
+  struct FracUse {
+    int32_t milli = 0;
+    MemoryMiB memory = 0;
+  };
+  std::unordered_map<uint64_t, FracUse> frac_;  // (position << 6 | GPU) -> its shares, this cycle
   // The earliest time the current request fits, releasing running jobs in
   // order of their time-limit ends; fills *steps with where. False if never.
   bool EarliestStart(const Snapshot& snap, TimePoint now, TimePoint* start, std::vector<Txn::Step>* steps);

@@ -31,6 +31,8 @@ struct TaskRequest {
   MemoryMiB gpu_memory = 0;  // least memory per GPU
   int16_t model = -1;        // interned gpu model; -1 = any
   bool model_missing = false;  // asked for a model no node has
+  int32_t milli = 0;           // a share of one GPU per replica (gpu: {fraction}); 0 = whole GPUs
+  MemoryMiB share_memory = 0;  // GPU memory bound of that share
 };
 
 // A job's request for one cycle. Reused across jobs (no allocation per job).
@@ -44,6 +46,7 @@ struct JobRequest {
   bool required = false;
   int64_t total_gpus = 0;
   int64_t total_replicas = 0;
+  bool fractional = false;  // some task asks for a GPU fraction (placed by the engine's sharing path)
 };
 
 // A node's capacity during a cycle: the snapshot minus tentative allocations.

@@ -68,7 +68,8 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
           }
           mask |= 1ULL << g;
         }
-        bound.placement.push_back({static_cast<uint16_t>(t), static_cast<uint32_t>(r), node->id, mask});
+        bound.placement.push_back({static_cast<uint16_t>(t), static_cast<uint32_t>(r), node->id, mask,
+                                   spec.tasks[t].gpu_share.fraction_milli});
       }
     }
     if (Status s = state.Apply(bound); !s.ok()) return InvalidArgumentError(path + ".placement: " + std::string(s.message()));
@@ -92,7 +93,8 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
       const JobRecord* job = snap.FindJob(p.job);
       for (const ReplicaPlacement& r : bound.placement) {
         out.placements.push_back(
-            {job->spec.name, job->spec.tasks[r.task].name, r.replica, snap.node(r.node).spec.name, Gpus(r.gpu_mask)});
+            {job->spec.name, job->spec.tasks[r.task].name, r.replica, snap.node(r.node).spec.name, Gpus(r.gpu_mask),
+             r.gpu_milli});
       }
       ROTA_RETURN_IF_ERROR(state.Apply(bound));
     }

@@ -20,6 +20,7 @@ struct PlanOutput {
     uint32_t replica = 0;
     std::string node;
     std::vector<int32_t> gpus;
+    int32_t gpu_milli = 0;  // a share of gpus[0]; 0 = whole GPUs
   };
   struct Pending {
     std::string job;

@@ -68,7 +68,7 @@ void QueueBook::Reset(const Snapshot& snap) {
     ModelGpus add;
     for (const ReplicaPlacement& r : job->placement) {
       const int16_t model = snap.node(r.node).model;
-      if (model >= 0) add.push_back({model, std::popcount(r.gpu_mask)});
+      if (model >= 0 && r.gpu_milli == 0) add.push_back({model, std::popcount(r.gpu_mask)});  // quotas count whole GPUs
     }
     Charge(leaf, add);
   }

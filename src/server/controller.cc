@@ -529,6 +529,8 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   for (int32_t g = 0; g < 64; ++g) {
     if ((r.gpu_mask >> g) & 1) a.gpus.push_back(g);
   }
+  a.gpu_milli = r.gpu_milli;
+  a.gpu_memory_limit = task.gpu_share.memory;
   a.command = task.command;
   a.env = task.env;
   a.cpu = task.cpu;

@@ -426,6 +426,10 @@ class HttpServerImpl final : public HttpServer {
                        {"cpu_milli", a.cpu},         {"memory_mib", a.memory},   {"attempt", a.attempt},
                        {"checkpoint_signal", a.checkpoint_signal},
                        {"checkpoint_grace_ms", a.checkpoint_grace / 1000}});
+        if (a.gpu_milli > 0) {
+          out.back()["gpu_milli"] = a.gpu_milli;
+          out.back()["gpu_memory_limit_mib"] = a.gpu_memory_limit;
+        }
       }
       Reply(res, 200, {{"tasks", out}});
     }, Access::kAgents));

@@ -29,6 +29,12 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
                               {"replica", r.replica},
                               {"node", snap.node(r.node).spec.name},
                               {"gpus", api::GpuIndices(r.gpu_mask)}});
+    if (r.gpu_milli > 0) {
+      // Shared with other fractions; nothing enforces the share on the GPU
+      // unless an MPS daemon runs there (the task gets its limits in its env).
+      j["placement"].back()["gpu_fraction"] = FormatMilliCpu(r.gpu_milli);
+      j["placement"].back()["isolation"] = "none (shared GPU; limits advisory unless MPS runs)";
+    }
   }
   if (job.state == JobState::kPending) {
     auto reason = c.pending_reason(job.id);
@@ -62,7 +68,7 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
   j["state"] = NodeStateName(c, node, live);
   j["gpu_model"] = node.spec.gpu_model;
   j["gpus"] = node.spec.gpus;
-  j["gpus_allocated"] = std::popcount(node.allocated_mask);
+  j["gpus_allocated"] = std::popcount(node.allocated_mask | node.shared_mask);
   j["gpus_unhealthy"] = std::popcount(node.all_mask & ~node.healthy_mask);
   j["cpu"] = FormatMilliCpu(node.spec.cpu);
   j["cpu_allocated"] = FormatMilliCpu(node.cpu_allocated);
@@ -76,8 +82,9 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
   ordered_json gpus = ordered_json::array();
   for (int32_t g = 0; g < node.spec.gpus; ++g) {
     ordered_json gj{{"index", g},
-                    {"allocated", ((node.allocated_mask >> g) & 1) != 0},
+                    {"allocated", (((node.allocated_mask | node.shared_mask) >> g) & 1) != 0},
                     {"healthy", ((node.healthy_mask >> g) & 1) != 0}};
+    if ((node.shared_mask >> g) & 1) gj["shared_milli"] = node.milli_used(g);
     if (it != live.end()) {
       for (const GpuTelemetry& t : it->second.gpus) {
         if (t.index != g) continue;
@@ -87,13 +94,19 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
         gj["power_w"] = t.power_w;
       }
     }
-    // Which job holds it.
+    // Which jobs hold it (several when fractions share it).
+    std::vector<uint64_t> holders;
     for (const auto& [id, job] : snap.live_jobs()) {
       if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
       for (const ReplicaPlacement& r : job->placement) {
-        if (r.node == node.id && ((r.gpu_mask >> g) & 1)) gj["job"] = id.value();
+        if (r.node == node.id && ((r.gpu_mask >> g) & 1)) {
+          holders.push_back(id.value());
+          break;
+        }
       }
     }
+    if (!holders.empty()) gj["job"] = holders.front();
+    if (holders.size() > 1) gj["jobs"] = holders;
     gpus.push_back(std::move(gj));
   }
   j["gpu_list"] = std::move(gpus);

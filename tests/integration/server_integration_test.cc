@@ -71,6 +71,66 @@ tasks:
   EXPECT_EQ(RunRota({"jobs"}, {"ROTA_SERVER=" + up.url(), "ROTA_TOKEN=wrong"}, tmp.path()).exit_code, 4);
 }
 
+// Two half-GPU jobs share the one GPU and run at once; a third waits; each
+// task sees its GPU and its share; describe states the share and isolation.
+TEST_F(Integration, GpuFractionsShareOneGpu) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "1xT4:16Gi", "--name", "edge"});
+  const auto env = up.ClientEnv();
+  auto admin = up.Admin();
+  const std::string half = R"(tasks: [{gpu: {fraction: 0.5, memory: 6Gi},
+                   command: [sh, -c, 'echo "gpus=$CUDA_VISIBLE_DEVICES share=$ROTA_GPU_FRACTION mem=$ROTA_GPU_MEMORY_LIMIT_MIB"; sleep 30']}])";
+  for (const char* name : {"infer-a", "infer-b", "infer-c"}) {
+    auto r = admin.Post("/v1/jobs", std::string("name: ") + name + "\n" + half + "\n", "application/yaml");
+    ASSERT_EQ(r->status, 201) << r->body;
+  }
+  json a, c;
+  for (int i = 0; i < 400; ++i) {  // until a and b run and c has been looked at
+    a = json::parse(admin.Get("/v1/jobs/1")->body);
+    c = json::parse(admin.Get("/v1/jobs/3")->body);
+    const json b = json::parse(admin.Get("/v1/jobs/2")->body);
+    if (a["state"] == "running" && b["state"] == "running" && c["pending_reason"]["code"] != "NotYetScheduled") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(a["state"], "running") << a.dump();
+  EXPECT_EQ(json::parse(admin.Get("/v1/jobs/2")->body)["state"], "running");
+  EXPECT_EQ(c["state"], "pending") << c.dump();
+  EXPECT_EQ(c["pending_reason"]["code"], "InsufficientGpus") << c.dump();
+  ASSERT_EQ(a["placement"].size(), 1u);
+  EXPECT_EQ(a["placement"][0]["gpus"], json::array({0}));
+  EXPECT_EQ(a["placement"][0]["gpu_fraction"], "0.5");
+  EXPECT_NE(a["placement"][0]["isolation"].get<std::string>().find("none"), std::string::npos);
+  // The node shows its GPU shared by both.
+  const json node = json::parse(admin.Get("/v1/nodes")->body)["nodes"][0];
+  EXPECT_EQ(node["gpu_list"][0]["shared_milli"], 1000);
+  EXPECT_EQ(node["gpu_list"][0]["jobs"].size(), 2u);
+  // The task got its GPU and its limits.
+  std::string logs;
+  for (int i = 0; i < 400 && logs.find("share=") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    logs = RunRota({"logs", "1"}, env, tmp.path()).out;
+  }
+  EXPECT_NE(logs.find("gpus=0 share=0.5 mem=6144"), std::string::npos) << logs;
+  // When one ends, the waiting one takes its share.
+  ASSERT_EQ(RunRota({"cancel", "1"}, env, tmp.path()).exit_code, 0);
+  for (int i = 0; i < 400 && c["state"] != "running"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    c = json::parse(admin.Get("/v1/jobs/3")->body);
+  }
+  EXPECT_EQ(c["state"], "running");
+  // A whole-GPU job cannot take a shared GPU; a share beyond its memory is rejected.
+  auto whole = admin.Post("/v1/jobs", "name: whole\ntasks: [{gpus: 1}]\n", "application/yaml");
+  ASSERT_EQ(whole->status, 201);
+  auto hog = admin.Post("/v1/jobs", "name: hog\ntasks: [{gpu: {fraction: 0.2, memory: 32Gi}}]\n", "application/yaml");
+  EXPECT_EQ(hog->status, 422) << hog->body;
+  json w;
+  for (int i = 0; i < 400; ++i) {
+    w = json::parse(admin.Get("/v1/jobs/4")->body);
+    if (w["pending_reason"]["code"] != "NotYetScheduled") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(w["state"], "pending") << w.dump();
+}
+
 TEST_F(Integration, BadInputGetsAPrecise4xxAndChangesNothing) {
   RotaProcess server("server", tmp.path() + "/data", {"--config", Write("c.yaml", R"(
 node_groups: [{name: n, count: 2, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]
