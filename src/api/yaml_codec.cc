@@ -291,7 +291,7 @@ NodeGroupConfig ParseNodeGroup(const Field& f) {
 }
 
 QueueConfig ParseQueue(const Field& f) {
-  f.ExpectMap({"name", "weight", "quota", "borrowing_limit", "lending_limit", "children", "users"});
+  f.ExpectMap({"name", "weight", "quota", "borrowing_limit", "lending_limit", "children", "users", "accepts"});
   QueueConfig q;
   q.name = f["name"].IsNull() ? "" : f["name"].Str();
   if (q.name.empty() || q.name.find('/') != std::string::npos) f.Fail("name: required, without '/'");
@@ -300,6 +300,12 @@ QueueConfig ParseQueue(const Field& f) {
   if (f.Has("borrowing_limit")) q.borrowing_limit = f["borrowing_limit"].IntMap(0, 100'000'000);
   if (f.Has("lending_limit")) q.lending_limit = f["lending_limit"].IntMap(0, 100'000'000);
   if (f.Has("users")) q.users = f["users"].StrList();
+  if (f.Has("accepts")) {
+    q.accepts = f["accepts"].Str();
+    if (q.accepts != "any" && q.accepts != "whole" && q.accepts != "shares") {
+      f["accepts"].Fail("must be any, whole or shares, got '" + q.accepts + "'");
+    }
+  }
   if (f.Has("children")) {
     Field c = f["children"];
     for (size_t i = 0, n = c.ExpectSeq(); i < n; ++i) {

@@ -79,6 +79,30 @@ Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec) {
     for (const auto& l : leaves) names += (names.empty() ? "" : ", ") + l;
     return InvalidArgumentError("queue: unknown leaf queue '" + spec->queue + "' (queues: " + names + ")");
   }
+  // Tiers: every queue on the path that restricts the kind of GPU must accept this job's.
+  const std::vector<QueueConfig>* level = &config.queues;
+  size_t start = 0;
+  while (start <= spec->queue.size() && !level->empty()) {
+    size_t end = spec->queue.find('/', start);
+    if (end == std::string::npos) end = spec->queue.size();
+    const std::string name = spec->queue.substr(start, end - start);
+    auto it = std::find_if(level->begin(), level->end(), [&](const QueueConfig& q) { return q.name == name; });
+    if (it == level->end()) break;
+    for (size_t i = 0; i < spec->tasks.size(); ++i) {
+      const TaskGroupSpec& t = spec->tasks[i];
+      const std::string where = "tasks[" + std::to_string(i) + "]";
+      if (it->accepts == "whole" && t.gpu_share.shared()) {
+        return InvalidArgumentError(where + ".gpu: queue '" + it->name + "' accepts whole GPUs only (ask for gpus: N)");
+      }
+      if (it->accepts == "shares" && t.gpus > 0) {
+        return InvalidArgumentError(where + ".gpus: queue '" + it->name +
+                                    "' accepts GPU shares only (ask for gpu: {fraction: F}), not " + std::to_string(t.gpus) +
+                                    " whole GPUs");
+      }
+    }
+    level = &it->children;
+    start = end + 1;
+  }
   return Status::Ok();
 }
 

@@ -41,6 +41,9 @@ struct QueueConfig {
   std::map<std::string, int64_t> lending_limit;
   std::vector<QueueConfig> children;
   std::vector<std::string> users;  // who may submit here (and below); empty = anyone
+  // What GPUs its jobs (and those below) may ask for: "any", "whole" (whole
+  // GPUs only: training tiers) or "shares" (GPU fractions only: inference).
+  std::string accepts = "any";
 };
 
 struct PriorityClassConfig {
