@@ -343,7 +343,8 @@ async function renderJob(id) {
     '</span></h1><dl class="kv">' + kv('state', job.state) + kv('user', job.user) + kv('queue', job.queue) +
     kv('priority', job.priority) + kv('GPUs', job.gpus) + kv('replicas', job.replicas) + kv('submitted', job.submitted_at) +
     kv('started', job.started_at) + kv('finished', job.finished_at) + kv('restarts', job.restarts) +
-    kv('last requeue', job.last_requeue_reason) + kv('ended because', job.end_reason);
+    kv('last requeue', job.last_requeue_reason) + kv('ended because', job.end_reason) +
+    (job.last_checkpoint ? kv('last checkpoint', job.last_checkpoint.at + '  ' + job.last_checkpoint.path) : '');
   if (job.pending_reason) {
     html += kv('pending', job.pending_reason.code + ': ' + job.pending_reason.message) + kv('expected start', job.expected_start);
   }

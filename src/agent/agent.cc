@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -28,11 +29,27 @@ struct Agent::Task {
   int exit_code = 0;
   std::string exit_reason;  // "oom" when the kernel OOM-killed it
   std::string cgroup;       // its group name, "" if none
+  std::string checkpoint_file;  // where the task writes its last checkpoint's path
   bool stopping = false;
   std::chrono::steady_clock::time_point stop_deadline;
 };
 
 namespace {
+
+// The task's last checkpoint: the first line of its checkpoint file and the
+// file's modification time; false if it has written none.
+bool ReadCheckpoint(const std::string& file, std::string* path, TimePoint* at) {
+  struct stat st;
+  if (stat(file.c_str(), &st) != 0) return false;
+  std::ifstream in(file);
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  if (line.empty() || line.size() > 4096) return false;
+  *path = line;
+  *at = static_cast<TimePoint>(st.st_mtim.tv_sec) * kMicrosPerSecond + st.st_mtim.tv_nsec / 1000;
+  return true;
+}
 
 std::string HostName() {
   char buf[256] = {};
@@ -188,6 +205,12 @@ bool Agent::Heartbeat(int wait_ms) {
     tasks.push_back({{"job", t->job}, {"task", t->task}, {"replica", t->replica}, {"attempt", t->attempt},
                      {"state", t->exited ? "exited" : "running"}, {"exit_code", t->exit_code},
                      {"exit_reason", t->exit_reason}});
+    std::string ckpt;
+    TimePoint ckpt_at = 0;
+    if (!t->checkpoint_file.empty() && ReadCheckpoint(t->checkpoint_file, &ckpt, &ckpt_at)) {
+      tasks.back()["checkpoint_path"] = ckpt;
+      tasks.back()["checkpoint_at"] = FormatTime(ckpt_at);
+    }
   }
   json gpus = json::array();
   const auto sick = ReadHealthFile(options_.health_file);
@@ -301,6 +324,10 @@ bool Agent::Heartbeat(int wait_ms) {
       for (const auto& h : a.at("hosts")) hf << h.get<std::string>() << "\n";
     }
     spec.env["ROTA_HOSTFILE"] = hostfile;
+    // A task reports a checkpoint by writing its path here; the next heartbeat carries it.
+    t->checkpoint_file = job_dir + "/" + name + ".checkpoint";
+    std::filesystem::remove(t->checkpoint_file, ec);  // an earlier attempt's report is not this one's
+    spec.env["ROTA_CHECKPOINT_FILE"] = t->checkpoint_file;
     if (spec.argv.empty()) {
       std::ofstream(spec.log_path, std::ios::app) << "rota: no command; the task holds its GPUs until cancelled\n";
     } else {

@@ -268,6 +268,11 @@ std::string EncodeEvent(const Event& event) {
           j["type"] = "NodeLostChanged";
           j["node"] = e.node;
           j["lost"] = e.lost;
+        } else if constexpr (std::is_same_v<E, JobCheckpointed>) {
+          j["type"] = "JobCheckpointed";
+          j["id"] = e.id.value();
+          j["at"] = e.at;
+          j["path"] = e.path;
         } else if constexpr (std::is_same_v<E, JobCancelled>) {
           j["type"] = "JobCancelled";
           j["id"] = e.id.value();
@@ -319,6 +324,9 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
     }
     if (type == "JobCancelled") {
       return Event(JobCancelled{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason")});
+    }
+    if (type == "JobCheckpointed") {
+      return Event(JobCheckpointed{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("path")});
     }
     return InvalidArgumentError("event: unknown type '" + type + "'");
   } catch (const json::exception& e) {

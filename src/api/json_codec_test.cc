@@ -35,6 +35,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobSubmitted{JobId(7), *spec, 123, "alice"},
       JobBound{JobId(7), {{0, 0, NodeId(0), 0x0F}, {0, 1, NodeId(0), 0xF0}}, 456},
       JobBound{JobId(8), {{0, 0, NodeId(1), 0x04, 250}}, 457},
+      JobCheckpointed{JobId(7), 460, "/ckpt/step-1200"},
       JobFinished{JobId(7), JobOutcome::kFailed, 789},
       JobCancelled{JobId(8), 999, "cancelled by bob"},
       JobRequeued{JobId(9), 1000, "node n-1 lost"},

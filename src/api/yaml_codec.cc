@@ -429,7 +429,7 @@ StatusOr<JobList> ParseJobList(std::string_view text, std::string_view source_vi
       std::initializer_list<std::string_view> fields = {
           "name",        "queue",      "priority", "tasks",      "topology", "node_selector", "elastic",
           "preemptible", "checkpoint", "restart",  "time_limit", "mounts",   "state",         "placement",
-          "started_at"};
+          "started_at", "last_checkpoint"};
       f.ExpectMap(fields);
       JobListEntry e;
       ParseJobFields(f, &e.spec);
@@ -457,6 +457,10 @@ StatusOr<JobList> ParseJobList(std::string_view text, std::string_view source_vi
         }
       } else if (e.running) {
         f.Fail("placement: required for a running job (one entry per replica)");
+      }
+      if (f.Has("last_checkpoint")) {
+        if (!e.running) f["last_checkpoint"].Fail("only a job with state: running has a checkpoint here");
+        e.last_checkpoint = f["last_checkpoint"].Instant();
       }
       if (f.Has("started_at")) {
         if (!e.running) f["started_at"].Fail("only a job with state: running has started");

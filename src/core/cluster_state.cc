@@ -311,6 +311,21 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const JobCheckpointed& e) {
+  auto it = data_->jobs.find(e.id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
+  const JobState st = it->second->state;
+  if (st != JobState::kRunning && st != JobState::kPreempting && st != JobState::kPending) {
+    return FailedPreconditionError("job " + std::to_string(e.id.value()) + " has ended");
+  }
+  if (e.path.size() > 4096) return InvalidArgumentError("checkpoint path: longer than 4096 bytes");
+  auto updated = std::make_shared<JobRecord>(*it->second);
+  updated->last_checkpoint_at = e.at;
+  updated->last_checkpoint_path = e.path;
+  Put(Mutable(), std::move(updated));
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyOne(const JobPreempting& e) {
   auto it = data_->jobs.find(e.id);
   if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
@@ -362,6 +377,7 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   auto emit_job = [&](const JobRecord& j) {
     out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
+    if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {
       out.push_back(JobPreempting{j.id, j.preempting_since, j.preempted_for, j.last_requeue_reason});
     }

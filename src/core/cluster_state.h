@@ -71,6 +71,8 @@ struct JobRecord {
   TimePoint preempting_since = 0;
   std::vector<TimePoint> preempted_at;  // recent evictions (the last few), against thrash
   std::string last_requeue_reason;
+  TimePoint last_checkpoint_at = 0;  // 0 = none reported; kept across requeues
+  std::string last_checkpoint_path;
 };
 
 class Snapshot {
@@ -131,6 +133,7 @@ class ClusterState {
   Status ApplyOne(const JobRequeued& e);
   Status ApplyOne(const NodeLostChanged& e);
   Status ApplyOne(const JobPreempting& e);
+  Status ApplyOne(const JobCheckpointed& e);
   void Release(const JobRecord& job);
   // Stores `job` (new or updated) in jobs and, while it has not ended, live.
   static void Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job);

@@ -78,6 +78,14 @@ struct NodeLostChanged {
   std::string node;
   bool lost = true;
 };
+// A job saved a checkpoint (reported by its node's agent, its owner, or a
+// jobs file): on a restart it resumes from there, and preempting it loses
+// only the work since.
+struct JobCheckpointed {
+  JobId id;
+  TimePoint at = 0;
+  std::string path;
+};
 struct JobCancelled {
   JobId id;
   TimePoint at = 0;
@@ -85,6 +93,6 @@ struct JobCancelled {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed>;
 
 }  // namespace rota

@@ -20,6 +20,7 @@ struct JobListEntry {
   // For a running job: one entry per replica, task groups in order.
   std::vector<ReplicaLocation> placement;
   TimePoint started_at = 0;  // a running job's start (for time limits and reservations)
+  TimePoint last_checkpoint = 0;  // a running job's last checkpoint (what preempting it loses)
 };
 
 // A jobs file: `now` (optional) is the instant the plan is made at; without

@@ -467,7 +467,10 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
       eligible = leaf >= 0 && book_.Borrowing(leaf);
     }
     if (!eligible) continue;
-    candidates.push_back({r->spec.TotalGpus() * std::max<Duration>(0, now - r->started_at), r});
+    // Lost work: its GPUs x the time since it last saved (its start, or its
+    // last reported checkpoint in this run).
+    const TimePoint saved = std::max(r->started_at, r->last_checkpoint_at);
+    candidates.push_back({r->spec.TotalGpus() * std::max<Duration>(0, now - saved), r});
   }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return std::tie(a.cost, a.job->id) < std::tie(b.cost, b.job->id);

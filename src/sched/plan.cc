@@ -73,6 +73,11 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
       }
     }
     if (Status s = state.Apply(bound); !s.ok()) return InvalidArgumentError(path + ".placement: " + std::string(s.message()));
+    if (pj.last_checkpoint != 0) {
+      if (Status s = state.Apply(JobCheckpointed{id, pj.last_checkpoint, ""}); !s.ok()) {
+        return InvalidArgumentError(path + ".last_checkpoint: " + std::string(s.message()));
+      }
+    }
   }
 
   // Schedule until a cycle binds nothing.

@@ -482,6 +482,21 @@ Status Controller::Cancel(const Principal& who, JobId id) {
       .status();
 }
 
+Status Controller::Checkpoint(const Principal& who, JobId id, const std::string& path) {
+  if (path.empty() || path.size() > 4096 || !IsValidUtf8(path)) {
+    return InvalidArgumentError("path: required, UTF-8, at most 4096 bytes");
+  }
+  return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+           if (job == nullptr || (!who.admin() && job->user != who.user)) {
+             return NotFoundError("no job " + std::to_string(id.value()));
+           }
+           ROTA_RETURN_IF_ERROR(batch.Apply(JobCheckpointed{id, options_.clock->Now(), path}));
+           return true;
+         })
+      .status();
+}
+
 Status Controller::SetDrain(const Principal& who, const std::string& node, bool drained) {
   if (!who.admin()) return Status(StatusCode::kPermissionDenied, "draining nodes needs the admin role");
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
@@ -613,6 +628,21 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
       }
       snap = batch.state->GetSnapshot();
       node = snap.FindNode(report.node);
+    }
+    // Checkpoints the node's tasks report (newer than the job's last).
+    for (const TaskReport& t : report.tasks) {
+      if (t.checkpoint_at == 0 || t.checkpoint_path.empty()) continue;
+      const JobRecord* job = snap.FindJob(t.job);
+      if (job == nullptr || t.checkpoint_at <= job->last_checkpoint_at) continue;
+      if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
+      const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
+        return r.task == t.task && r.replica == t.replica && r.node == node->id;
+      });
+      if (!ours) continue;
+      if (batch.Apply(JobCheckpointed{t.job, std::min(t.checkpoint_at, options_.clock->Now()), t.checkpoint_path}).ok()) {
+        snap = batch.state->GetSnapshot();
+        node = snap.FindNode(report.node);
+      }
     }
     // Exits: a job ends when every replica has exited (all zero: succeeded).
     // A failed replica ends the attempt at once: the gang restarts if its

@@ -96,6 +96,10 @@ struct TaskReport {
   bool exited = false;
   int32_t exit_code = 0;
   std::string exit_reason;  // "oom": killed by the kernel at its memory limit
+  // The task's last checkpoint (it wrote the path to $ROTA_CHECKPOINT_FILE at
+  // checkpoint_at); journaled once per newer time.
+  std::string checkpoint_path;
+  TimePoint checkpoint_at = 0;
 };
 
 struct HeartbeatReport {
@@ -138,6 +142,8 @@ class Controller {
   // (queue restricted), OutOfRange (unresolvable on this cluster).
   StatusOr<JobId> Submit(const Principal& who, JobSpec spec);
   Status Cancel(const Principal& who, JobId id);
+  // Records that the job saved a checkpoint at `path` now (its owner or an admin).
+  Status Checkpoint(const Principal& who, JobId id, const std::string& path);
   Status SetDrain(const Principal& who, const std::string& node, bool drained);
   Status RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address);
   StatusOr<std::vector<TaskAssignment>> Heartbeat(const Principal& who, const HeartbeatReport& report);

@@ -140,7 +140,18 @@ StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
       ROTA_ASSIGN_OR_RETURN(const json* code, field(t, p, "exit_code", V::number_integer, false));
       ROTA_ASSIGN_OR_RETURN(const json* attempt, field(t, p, "attempt", V::number_integer, false));
       ROTA_ASSIGN_OR_RETURN(const json* reason, field(t, p, "exit_reason", V::string, false));
+      ROTA_ASSIGN_OR_RETURN(const json* ckpt, field(t, p, "checkpoint_path", V::string, false));
+      ROTA_ASSIGN_OR_RETURN(const json* ckpt_at, field(t, p, "checkpoint_at", V::string, false));
       TaskReport tr;
+      if (ckpt != nullptr && ckpt_at != nullptr) {
+        auto at = ParseTime(ckpt_at->get<std::string>());
+        if (!at.ok()) return InvalidArgumentError(p + ".checkpoint_at: not a time: " + std::string(at.status().message()));
+        tr.checkpoint_path = ckpt->get<std::string>();
+        if (tr.checkpoint_path.size() > 4096 || !IsValidUtf8(tr.checkpoint_path)) {
+          return InvalidArgumentError(p + ".checkpoint_path: UTF-8, at most 4096 bytes");
+        }
+        tr.checkpoint_at = *at;
+      }
       tr.job = JobId(job->get<uint64_t>());
       tr.task = task->get<uint16_t>();
       tr.replica = replica->get<uint32_t>();
@@ -296,6 +307,20 @@ class HttpServerImpl final : public HttpServer {
       if (Status s = c_->Cancel(who, JobId(*id)); !s.ok()) return ReplyError(res, s);
       Snapshot snap = c_->snapshot();
       Reply(res, 200, JobView(*c_, snap, *snap.FindJob(JobId(*id)), false));
+    }));
+
+    srv.Post(R"(/v1/jobs/([^/]+)/checkpoint)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      const json body = json::parse(req.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("body: must be a JSON object"));
+      if (!body.contains("path") || !body["path"].is_string()) {
+        return ReplyError(res, InvalidArgumentError("path: required, a string"));
+      }
+      const JobRecord* job = nullptr;
+      Snapshot snap = c_->snapshot();
+      if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
+      if (Status s = c_->Checkpoint(who, job->id, body["path"].get<std::string>()); !s.ok()) return ReplyError(res, s);
+      Snapshot after = c_->snapshot();
+      Reply(res, 200, JobView(*c_, after, *after.FindJob(job->id), false));
     }));
 
     srv.Get(R"(/v1/jobs/([^/]+)/logs)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
@@ -474,6 +499,9 @@ class HttpServerImpl final : public HttpServer {
     if (job.started_at != 0) {
       ev.push_back({{"at", TimeText(job.started_at)}, {"event", "bound"},
                     {"detail", std::to_string(job.placement.size()) + " replicas placed"}});
+    }
+    if (job.last_checkpoint_at != 0) {
+      ev.push_back({{"at", TimeText(job.last_checkpoint_at)}, {"event", "checkpoint"}, {"detail", job.last_checkpoint_path}});
     }
     if (job.restarts > 0) {
       ev.push_back({{"at", ""}, {"event", "requeued"},

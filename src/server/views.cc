@@ -46,6 +46,9 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   }
   if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
   j["restarts"] = job.restarts;
+  if (job.last_checkpoint_at != 0) {
+    j["last_checkpoint"] = {{"at", TimeText(job.last_checkpoint_at)}, {"path", job.last_checkpoint_path}};
+  }
   if (auto flags = c.job_flags(job); !flags.empty()) j["flags"] = flags;
   if (!job.last_requeue_reason.empty()) j["last_requeue_reason"] = job.last_requeue_reason;
   if (with_spec) j["spec"] = api::JobSpecToJson(job.spec);

@@ -131,6 +131,42 @@ TEST_F(Integration, GpuFractionsShareOneGpu) {
   EXPECT_EQ(w["state"], "pending") << w.dump();
 }
 
+// A task reports checkpoints by writing the path to $ROTA_CHECKPOINT_FILE;
+// owners may also report one through the API. Both show in describe and
+// the job's events, and survive a restart of the server.
+TEST_F(Integration, JobsReportCheckpoints) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xA100:40Gi", "--name", "box"});
+  auto admin = up.Admin();
+  auto r = admin.Post("/v1/jobs", R"({"name": "trainer", "tasks": [{"name": "main", "gpus": 1,
+      "command": ["sh", "-c", "sleep 0.2; echo /ckpt/step-100 > $ROTA_CHECKPOINT_FILE; sleep 30"]}]})",
+                      "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  json job;
+  for (int i = 0; i < 400; ++i) {
+    job = json::parse(admin.Get("/v1/jobs/1")->body);
+    if (job.contains("last_checkpoint")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(job.contains("last_checkpoint")) << job.dump();
+  EXPECT_EQ(job["last_checkpoint"]["path"], "/ckpt/step-100");
+  // Through the API.
+  auto c = admin.Post("/v1/jobs/1/checkpoint", R"({"path": "s3://bucket/run/step-200"})", "application/json");
+  ASSERT_EQ(c->status, 200) << c->body;
+  EXPECT_EQ(json::parse(c->body)["last_checkpoint"]["path"], "s3://bucket/run/step-200");
+  EXPECT_EQ(admin.Post("/v1/jobs/1/checkpoint", R"({"where": 1})", "application/json")->status, 400);
+  EXPECT_EQ(admin.Post("/v1/jobs/1/checkpoint", "nope", "application/json")->status, 400);
+  EXPECT_EQ(admin.Post("/v1/jobs/99/checkpoint", R"({"path": "x"})", "application/json")->status, 404);
+  const json events = json::parse(admin.Get("/v1/jobs/1/events")->body)["events"];
+  bool seen = false;
+  for (const auto& e : events) seen = seen || (e["event"] == "checkpoint" && e["detail"] == "s3://bucket/run/step-200");
+  EXPECT_TRUE(seen) << events.dump();
+  // Durable: the journal has it.
+  up.Kill(SIGKILL);
+  up.Restart();
+  job = json::parse(up.Admin().Get("/v1/jobs/1")->body);
+  EXPECT_EQ(job["last_checkpoint"]["path"], "s3://bucket/run/step-200") << job.dump();
+}
+
 TEST_F(Integration, BadInputGetsAPrecise4xxAndChangesNothing) {
   RotaProcess server("server", tmp.path() + "/data", {"--config", Write("c.yaml", R"(
 node_groups: [{name: n, count: 2, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]
