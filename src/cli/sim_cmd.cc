@@ -175,6 +175,15 @@ Status WriteFile(const std::filesystem::path& path, const std::string& text) {
   return Status::Ok();
 }
 
+// --out DIR: creates DIR and writes each (name, contents) into it.
+Status WriteOut(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return InvalidArgumentError("--out: cannot create " + dir + ": " + ec.message());
+  for (const auto& [name, text] : files) ROTA_RETURN_IF_ERROR(WriteFile(std::filesystem::path(dir) / name, text));
+  return Status::Ok();
+}
+
 int RunOpenbMode(const Flags& flags, const std::vector<sim::TraceNode>& nodes, const std::vector<sim::TraceJob>& pods,
                  const std::vector<std::string>& notes) {
   std::vector<std::string> names = flags.compare;
@@ -199,14 +208,10 @@ int RunOpenbMode(const Flags& flags, const std::vector<sim::TraceNode>& nodes, c
   }
   nlohmann::ordered_json single = names.size() == 1 && flags.compare.empty() ? summary[names[0]] : summary;
   if (!flags.out.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(flags.out, ec);
-    if (ec) return Fail("--out: cannot create " + flags.out + ": " + ec.message());
-    const std::filesystem::path dir(flags.out);
-    Status s = WriteFile(dir / "summary.json", single.dump(2) + "\n");
-    for (size_t i = 0; s.ok() && i < names.size(); ++i) s = WriteFile(dir / ("steps-" + names[i] + ".csv"), sim::OpenbStepsCsv(results[i]));
-    if (s.ok()) s = WriteFile(dir / "report.html", sim::OpenbHtml("rota sim: openb placement", notes, runs));
-    if (!s.ok()) return Fail(std::string(s.message()));
+    std::vector<std::pair<std::string, std::string>> files = {{"summary.json", single.dump(2) + "\n"}};
+    for (size_t i = 0; i < names.size(); ++i) files.push_back({"steps-" + names[i] + ".csv", sim::OpenbStepsCsv(results[i])});
+    files.push_back({"report.html", sim::OpenbHtml("rota sim: openb placement", notes, runs)});
+    if (Status s = WriteOut(flags.out, files); !s.ok()) return Fail(std::string(s.message()));
   }
   if (flags.output == "json") {
     std::cout << single.dump(2) << "\n";
@@ -253,17 +258,13 @@ int RunTimeMode(const Flags& flags, const ClusterConfig& config, const std::vect
   }
   nlohmann::ordered_json single = names.size() == 1 && flags.compare.empty() ? summary[names[0]] : summary;
   if (!flags.out.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(flags.out, ec);
-    if (ec) return Fail("--out: cannot create " + flags.out + ": " + ec.message());
-    const std::filesystem::path dir(flags.out);
-    Status s = WriteFile(dir / "summary.json", single.dump(2) + "\n");
-    for (size_t i = 0; s.ok() && i < names.size(); ++i) {
-      s = WriteFile(dir / ("jobs-" + names[i] + ".csv"), sim::JobsCsv(results[i].jobs));
-      if (s.ok()) s = WriteFile(dir / ("timeline-" + names[i] + ".csv"), sim::SamplesCsv(results[i].samples));
+    std::vector<std::pair<std::string, std::string>> files = {{"summary.json", single.dump(2) + "\n"}};
+    for (size_t i = 0; i < names.size(); ++i) {
+      files.push_back({"jobs-" + names[i] + ".csv", sim::JobsCsv(results[i].jobs)});
+      files.push_back({"timeline-" + names[i] + ".csv", sim::SamplesCsv(results[i].samples)});
     }
-    if (s.ok()) s = WriteFile(dir / "report.html", sim::TimeHtml("rota sim", notes, runs));
-    if (!s.ok()) return Fail(std::string(s.message()));
+    files.push_back({"report.html", sim::TimeHtml("rota sim", notes, runs)});
+    if (Status s = WriteOut(flags.out, files); !s.ok()) return Fail(std::string(s.message()));
   }
   if (flags.output == "json") {
     std::cout << single.dump(2) << "\n";

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "sim/test_util.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -9,20 +11,6 @@
 
 namespace rota::sim {
 namespace {
-
-std::string Shared() {
-  const char* src = std::getenv("ROTA_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/../shared/traces/";
-}
-
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  return true;
-}
 
 std::vector<std::vector<std::string>> Rows(const std::string& text) {
   std::vector<std::vector<std::string>> rows;
@@ -43,8 +31,8 @@ struct Openb {
 
 bool LoadOpenb(const std::string& workload, Openb* out) {
   std::string nodes, pods;
-  if (!ReadFile(Shared() + "alibaba-v2023/openb_node_list_gpu_node.csv", &nodes)) return false;
-  if (!ReadFile(Shared() + "alibaba-v2023/" + workload + ".csv", &pods)) return false;
+  if (!ReadFile(SharedTraces() + "alibaba-v2023/openb_node_list_gpu_node.csv", &nodes)) return false;
+  if (!ReadFile(SharedTraces() + "alibaba-v2023/" + workload + ".csv", &pods)) return false;
   auto n = ParseNodeList(nodes, "nodes");
   auto p = ParseTrace(TraceFormat::kOpenb, pods, workload);
   if (!n.ok() || !p.ok()) return false;
@@ -56,7 +44,7 @@ bool LoadOpenb(const std::string& workload, Openb* out) {
 // The published curve of one (workload, policy, seed).
 std::vector<double> Published(const std::string& workload, const std::string& policy, int seed) {
   std::string text;
-  if (!ReadFile(Shared() + "fgd-expected-results/analysis_allo_discrete.csv", &text)) return {};
+  if (!ReadFile(SharedTraces() + "fgd-expected-results/analysis_allo_discrete.csv", &text)) return {};
   for (const auto& row : Rows(text)) {
     if (row[0] == workload && row[1] == policy && row[3] == std::to_string(seed)) {
       std::vector<double> v;
@@ -71,7 +59,7 @@ TEST(OpenbTest, TypicalPodsAreTheArtifacts) {
   Openb o;
   if (!LoadOpenb("openb_pod_list_default", &o)) GTEST_SKIP() << "no ../shared traces";
   std::string text;
-  ASSERT_TRUE(ReadFile(Shared() + "fgd-expected-results/reproduced_default_seed42/typical_pods_default.csv", &text));
+  ASSERT_TRUE(ReadFile(SharedTraces() + "fgd-expected-results/reproduced_default_seed42/typical_pods_default.csv", &text));
   auto rows = Rows(text);
   auto typical = TypicalPods(o.pods);
   ASSERT_EQ(typical.size(), rows.size());
@@ -87,7 +75,7 @@ TEST(OpenbTest, TypicalPodsAreTheArtifacts) {
 TEST(OpenbTest, ReplaysTheArtifactRunStepByStep) {
   Openb o;
   if (!LoadOpenb("openb_pod_list_default", &o)) GTEST_SKIP() << "no ../shared traces";
-  const std::string dir = Shared() + "fgd-expected-results/reproduced_default_seed42/";
+  const std::string dir = SharedTraces() + "fgd-expected-results/reproduced_default_seed42/";
   std::string order_text;
   ASSERT_TRUE(ReadFile(dir + "simulator_node_order.csv", &order_text));
   std::map<std::string, uint32_t> sim_index;

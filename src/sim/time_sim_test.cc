@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "sim/test_util.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -9,20 +11,6 @@
 
 namespace rota::sim {
 namespace {
-
-std::string SharedTraces() {
-  const char* src = std::getenv("ROTA_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/../shared/traces/";
-}
-
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  return true;
-}
 
 std::vector<NodeSpec> Nodes(int count, int gpus) {
   std::vector<NodeSpec> nodes;

@@ -53,6 +53,20 @@ StatusOr<Duration> Seconds(const Where& w, std::string_view column, std::string_
   return static_cast<Duration>(std::llround(v * kMicrosPerSecond));
 }
 
+// The next non-blank line from `pos` (trimmed), counting lines in w->line;
+// false at the end of the text.
+bool NextLine(std::string_view text, size_t* pos, Where* w, std::string_view* line) {
+  while (*pos <= text.size()) {
+    size_t nl = text.find('\n', *pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    *line = Trim(text.substr(*pos, nl - *pos));
+    ++w->line;
+    *pos = nl + 1;
+    if (!line->empty()) return true;
+  }
+  return false;
+}
+
 // Header name -> column index; every `required` name must be there.
 StatusOr<std::map<std::string, size_t>> Header(std::string_view line, std::string_view file,
                                                std::initializer_list<std::string_view> required) {
@@ -75,13 +89,8 @@ Status ForEachRow(std::string_view text, std::string_view file, std::initializer
   Where w{file, 0};
   std::map<std::string, size_t> cols;
   bool have_header = false;
-  while (pos <= text.size()) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string_view::npos) nl = text.size();
-    std::string_view line = Trim(text.substr(pos, nl - pos));
-    ++w.line;
-    pos = nl + 1;
-    if (line.empty()) continue;
+  std::string_view line;
+  while (NextLine(text, &pos, &w, &line)) {
     if (!have_header) {
       ROTA_ASSIGN_OR_RETURN(cols, Header(line, file, required));
       have_header = true;
@@ -147,13 +156,8 @@ StatusOr<std::vector<TraceJob>> ParseRotaJsonLines(std::string_view text, std::s
   std::vector<TraceJob> jobs;
   Where w{file, 0};
   size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string_view::npos) nl = text.size();
-    std::string_view line = Trim(text.substr(pos, nl - pos));
-    ++w.line;
-    pos = nl + 1;
-    if (line.empty()) continue;
+  std::string_view line;
+  while (NextLine(text, &pos, &w, &line)) {
     nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (obj.is_discarded() || !obj.is_object()) return w.Error("line", "not a JSON object");
     std::map<std::string, std::string> fields;
