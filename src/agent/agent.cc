@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,13 +40,20 @@ namespace {
 // The task's last checkpoint: the first line of its checkpoint file and the
 // file's modification time; false if it has written none.
 bool ReadCheckpoint(const std::string& file, std::string* path, TimePoint* at) {
+  // The task controls this file: a regular file only (no FIFO to block on,
+  // no symlink to follow), at most one short line, valid UTF-8.
+  const int fd = open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
   struct stat st;
-  if (stat(file.c_str(), &st) != 0) return false;
-  std::ifstream in(file);
-  std::string line;
-  if (!std::getline(in, line)) return false;
+  char buf[4097];
+  ssize_t n = -1;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = read(fd, buf, sizeof(buf));
+  close(fd);
+  if (n <= 0) return false;
+  std::string line(buf, static_cast<size_t>(n));
+  line = line.substr(0, line.find('\n'));
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  if (line.empty() || line.size() > 4096) return false;
+  if (line.empty() || line.size() > 4096 || !IsValidUtf8(line)) return false;
   *path = line;
   *at = static_cast<TimePoint>(st.st_mtim.tv_sec) * kMicrosPerSecond + st.st_mtim.tv_nsec / 1000;
   return true;
@@ -328,6 +336,10 @@ bool Agent::Heartbeat(int wait_ms) {
     t->checkpoint_file = job_dir + "/" + name + ".checkpoint";
     std::filesystem::remove(t->checkpoint_file, ec);  // an earlier attempt's report is not this one's
     spec.env["ROTA_CHECKPOINT_FILE"] = t->checkpoint_file;
+    // Where to resume: the last checkpoint the job reported before this attempt.
+    if (const std::string last = a.value("last_checkpoint", std::string()); !last.empty()) {
+      spec.env["ROTA_LAST_CHECKPOINT"] = last;
+    }
     if (spec.argv.empty()) {
       std::ofstream(spec.log_path, std::ios::app) << "rota: no command; the task holds its GPUs until cancelled\n";
     } else {

@@ -310,6 +310,10 @@ QueueConfig ParseQueue(const Field& f) {
     Field c = f["children"];
     for (size_t i = 0, n = c.ExpectSeq(); i < n; ++i) {
       q.children.push_back(ParseQueue(c.At(i)));
+      const std::string& tier = q.children[i].accepts;
+      if (q.accepts != "any" && tier != "any" && tier != q.accepts) {
+        c.At(i)["accepts"].Fail("'" + tier + "' contradicts its parent " + q.name + "'s accepts: " + q.accepts);
+      }
       for (size_t j = 0; j < i; ++j) {
         if (q.children[j].name == q.children[i].name) c.At(i)["name"].Fail("duplicate queue '" + q.children[i].name + "'");
       }

@@ -154,6 +154,15 @@ TEST(ParseClusterConfig, RejectsBadInputPrecisely) {
   c = ParseClusterConfig("node_groups:\n  - {name: a, count: 2, gpus: 6, gpu_model: X, nvlink_islands: 4}\n", "c.yaml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("6 GPUs do not split into 4 equal islands"), std::string::npos);
+  c = ParseClusterConfig("node_groups: [{name: a, count: 1}]\nqueues:\n  - {name: q, accepts: slices}\n", "c.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "c.yaml:3:24: queues[0].accepts: must be any, whole or shares, got 'slices'");
+  c = ParseClusterConfig(
+      "node_groups: [{name: a, count: 1}]\nqueues:\n  - {name: p, accepts: whole, children: [{name: c, accepts: shares}]}\n",
+      "c.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("accepts: 'shares' contradicts its parent p's accepts: whole"), std::string::npos)
+      << c.status().message();
 }
 
 TEST(ParseJobList, ReadsRunningJobsWithPlacement) {

@@ -391,7 +391,9 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   // Ended jobs first: each binds and releases at once, so their old GPUs
   // never collide with the live jobs that hold them now.
   for (const auto& [id, job] : snap.jobs()) {
-    if (job->state != JobState::kPending && job->state != JobState::kRunning) emit_job(*job);
+    if (job->state != JobState::kPending && job->state != JobState::kRunning && job->state != JobState::kPreempting) {
+      emit_job(*job);
+    }
   }
   for (const auto& [id, job] : snap.jobs()) {
     if (job->state == JobState::kPending || job->state == JobState::kRunning || job->state == JobState::kPreempting) {

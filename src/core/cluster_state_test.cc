@@ -88,6 +88,22 @@ TEST(ClusterState, GpuFractionsShareAGpuWithinItsCapacityAndMemory) {
   EXPECT_EQ(replay.GetSnapshot().node(NodeId(0)).allocated_mask, 0x2u);
 }
 
+TEST(CompactState, ReplaysAPreemptingJobOnce) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 4), 1}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x0F}}, 2}).ok());
+  ASSERT_TRUE(st.Apply(JobCheckpointed{JobId(1), 3, "/ckpt/1"}).ok());
+  ASSERT_TRUE(st.Apply(JobPreempting{JobId(1), 4, JobId(2), "for 2"}).ok());
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  const JobRecord* j = replay.GetSnapshot().FindJob(JobId(1));
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(j->state, JobState::kPreempting);
+  EXPECT_EQ(j->last_checkpoint_path, "/ckpt/1");
+  EXPECT_EQ(replay.GetSnapshot().node(NodeId(0)).allocated_mask, 0x0Fu);
+}
+
 TEST(ClusterState, RefusesConflictingBindAndChangesNothing) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());

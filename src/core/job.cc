@@ -31,6 +31,12 @@ int64_t JobSpec::TotalGpus() const {
   return n;
 }
 
+int64_t JobSpec::GpuEquivalent() const {
+  int64_t milli = 0;
+  for (const auto& t : tasks) milli += static_cast<int64_t>(t.replicas) * t.gpu_share.fraction_milli;
+  return TotalGpus() + (milli + 999) / 1000;
+}
+
 namespace {
 Status CheckUtf8(const JobSpec& spec) {
   auto bad = [](const std::string& v) { return !IsValidUtf8(v); };

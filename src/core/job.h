@@ -92,6 +92,9 @@ struct JobSpec {
 
   int64_t TotalReplicas() const;
   int64_t TotalGpus() const;  // whole GPUs over all replicas
+  // Whole GPUs plus its GPU fractions rounded up to whole GPUs: what quotas,
+  // fair share and preemption cost count.
+  int64_t GpuEquivalent() const;
 };
 
 // Cluster-independent checks. Errors are InvalidArgument with a field path.

@@ -32,6 +32,11 @@ bool Scheduler::BuildRequest(const Snapshot& snap, const JobRecord& job, Pending
       return false;
     }
     request_.fractional = request_.fractional || t.gpu_share.fraction_milli > 0;
+    if (t.gpu_share.fraction_milli > 0 && !spec.topology.level.empty() && spec.topology.mode == TopologyMode::kRequired) {
+      *why = {ReasonCode::kUnsupported,
+              "topology: a required level for a job with GPU fractions is not scheduled yet; make it preferred or drop it"};
+      return false;
+    }
     whole = whole || t.gpus > 0;
     if (request_.fractional && whole) {
       *why = {ReasonCode::kUnsupported, "tasks[" + std::to_string(i) +
@@ -292,7 +297,34 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     if (request_.fractional) {
       PendingReason frac_why;
       bool never = false;
-      if (!PlaceFractional(topo, out, &frac_why, &never)) (never ? out->unresolvable : out->pending).push_back({job->id, frac_why});
+      const size_t first = out->replicas.size();
+      if (!PlaceFractional(topo, out, &frac_why, &never)) {
+        (never ? out->unresolvable : out->pending).push_back({job->id, frac_why});
+        continue;
+      }
+      if (fair) {
+        // Admission: its shares count as whole GPUs (rounded up) of the model they landed on.
+        const int32_t leaf = book_.LeafIndex(job->spec.queue);
+        const int16_t model = ws_.node(topo.position_of(out->replicas[first].node)).model;
+        const QueueBook::ModelGpus add = {{model, static_cast<int32_t>(job->spec.GpuEquivalent())}};
+        if (leaf >= 0 && model >= 0 && RefuseOverQuota(*job, leaf, add, out)) {
+          // Undo the placement: the Txn, the shares and the output.
+          txn_.Rollback();
+          for (size_t k = first; k < out->replicas.size(); ++k) {
+            const ReplicaPlacement& r = out->replicas[k];
+            if (r.gpu_milli == 0) continue;
+            const uint64_t key = static_cast<uint64_t>(topo.position_of(r.node)) << 6 |
+                                 static_cast<uint64_t>(std::countr_zero(r.gpu_mask));
+            FracUse& use = frac_[key];
+            use.milli -= r.gpu_milli;
+            use.memory -= job->spec.tasks[r.task].gpu_share.memory;
+          }
+          out->replicas.resize(first);
+          out->placed.pop_back();
+          continue;
+        }
+        if (leaf >= 0 && model >= 0) book_.Charge(leaf, add);
+      }
       continue;
     }
 
@@ -470,7 +502,7 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
     // Lost work: its GPUs x the time since it last saved (its start, or its
     // last reported checkpoint in this run).
     const TimePoint saved = std::max(r->started_at, r->last_checkpoint_at);
-    candidates.push_back({r->spec.TotalGpus() * std::max<Duration>(0, now - saved), r});
+    candidates.push_back({r->spec.GpuEquivalent() * std::max<Duration>(0, now - saved), r});
   }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return std::tie(a.cost, a.job->id) < std::tie(b.cost, b.job->id);
@@ -571,6 +603,23 @@ const JobRecord* Scheduler::NextFair() {
   return order_[by_queue_[best][queue_head_[best]++]];
 }
 
+bool Scheduler::ShareCouldFit(const TaskRequest& task, uint32_t pos) const {
+  const NodeState& n = ws_.node(pos);
+  if (task.milli > 0) {
+    if (n.spec.gpus == 0) return false;
+    if (task.model >= 0 && n.model != task.model) return false;
+    if (task.gpu_memory > 0 && n.spec.gpu_memory < task.gpu_memory) return false;
+    if (task.share_memory > 0 && n.spec.gpu_memory > 0 && n.spec.gpu_memory < task.share_memory) return false;
+  }
+  TaskRequest cpu_part = task;  // the filters see the replica's CPU and memory, no whole GPUs
+  cpu_part.gpus = 0;
+  cpu_part.model = -1;
+  for (const FilterPlugin* f : profile_.filters()) {
+    if (f->Filter(request_, cpu_part, ws_.View(pos)).fit == FilterResult::kNever) return false;
+  }
+  return n.spec.cpu >= task.cpu && n.spec.memory >= task.memory;
+}
+
 bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingReason* why, bool* never) {
   txn_.Begin();
   struct Undo {
@@ -597,13 +646,9 @@ bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingR
       int32_t best_gpu = -1, best_left = INT32_MAX;
       for (uint32_t pos = 0; pos < ws_.size(); ++pos) {
         const NodeState& n = ws_.node(pos);
-        if (task.milli > 0) {
-          if (task.model >= 0 && n.model != task.model) continue;
-          if (task.gpu_memory > 0 && n.spec.gpu_memory < task.gpu_memory) continue;
-          if (task.share_memory > 0 && n.spec.gpu_memory > 0 && n.spec.gpu_memory < task.share_memory) continue;
-          if (n.spec.gpus > 0) any_node = true;
-        }
-        if (!ctx_.Fits(request_, cpu_part, pos)) continue;
+        if (!ShareCouldFit(task, pos)) continue;
+        any_node = true;
+        if (!ws_.schedulable(pos) || !ctx_.Fits(request_, cpu_part, pos)) continue;
         if (task.milli == 0) {  // a CPU-only task of the gang: the first node that fits
           best_pos = pos;
           break;
@@ -636,7 +681,7 @@ bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingR
         rollback();
         out->replicas.resize(first);
         const std::string share = task.milli > 0 ? FormatMilliCpu(task.milli) + " of a GPU" : "CPU only";
-        if (task.milli > 0 && !any_node) {
+        if (!any_node) {
           *never = true;
           *why = {ReasonCode::kNoMatchingNodes, "needs " + share +
                                                     (task.share_memory > 0 ? " with " + FormatMemoryMiB(task.share_memory) : "") +
@@ -680,19 +725,15 @@ PendingReason Scheduler::CheckResolvable(const Snapshot& snap, const JobRecord& 
   if (request_.fractional) {
     // Some node must have a GPU of the model and memory the share asks for.
     for (const TaskRequest& t : request_.tasks) {
-      if (t.milli == 0) continue;
       bool any = false;
-      for (uint32_t pos = 0; pos < ws_.size() && !any; ++pos) {
-        const NodeState& n = ws_.node(pos);
-        any = n.spec.gpus > 0 && (t.model < 0 || n.model == t.model) &&
-              (t.share_memory == 0 || n.spec.gpu_memory == 0 || n.spec.gpu_memory >= t.share_memory) &&
-              n.spec.cpu >= t.cpu && n.spec.memory >= t.memory;
-      }
+      for (uint32_t pos = 0; pos < ws_.size() && !any; ++pos) any = ShareCouldFit(t, pos);
       if (!any) {
         return {ReasonCode::kNoMatchingNodes,
-                "tasks[" + std::to_string(t.task) + "]: needs " + FormatMilliCpu(t.milli) + " of a GPU" +
-                    (t.share_memory > 0 ? " with " + FormatMemoryMiB(t.share_memory) : "") +
-                    "; no node has such a GPU (and the CPU and memory)"};
+                "tasks[" + std::to_string(t.task) + "]: needs " +
+                    (t.milli > 0 ? FormatMilliCpu(t.milli) + " of a GPU" +
+                                       (t.share_memory > 0 ? " with " + FormatMemoryMiB(t.share_memory) : "")
+                                 : std::string("its CPU and memory")) +
+                    "; no node matches (GPU model and memory, selector, CPU and memory)"};
       }
     }
     return {};

@@ -139,6 +139,8 @@ class Scheduler {
   // GPUs already shared, then free ones; commits into `out` or changes
   // nothing and explains (`never`: no node could ever hold it).
   bool PlaceFractional(const Topology& topo, CycleResult* out, PendingReason* why, bool* never);
+  // Whether a replica of `task` (a share or CPU only) could ever run on `pos`.
+  bool ShareCouldFit(const TaskRequest& task, uint32_t pos) const;
   struct FracUse {
     int32_t milli = 0;
     MemoryMiB memory = 0;

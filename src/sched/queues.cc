@@ -66,10 +66,19 @@ void QueueBook::Reset(const Snapshot& snap) {
     const int32_t leaf = LeafIndex(job->spec.queue);
     if (leaf < 0) continue;
     ModelGpus add;
+    int64_t milli = 0;
+    int16_t shared_model = -1;
     for (const ReplicaPlacement& r : job->placement) {
       const int16_t model = snap.node(r.node).model;
-      if (model >= 0 && r.gpu_milli == 0) add.push_back({model, std::popcount(r.gpu_mask)});  // quotas count whole GPUs
+      if (model < 0) continue;
+      if (r.gpu_milli > 0) {  // fractions count as their whole GPUs, rounded up per job
+        milli += r.gpu_milli;
+        shared_model = model;
+      } else {
+        add.push_back({model, std::popcount(r.gpu_mask)});
+      }
     }
+    if (milli > 0) add.push_back({shared_model, static_cast<int32_t>((milli + 999) / 1000)});
     Charge(leaf, add);
   }
 }

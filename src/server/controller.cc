@@ -290,7 +290,7 @@ void Controller::RunOneCycle() {
     std::map<std::string, double> held;
     for (const auto& [id, job] : snap.jobs()) {
       if (job->state == JobState::kRunning || job->state == JobState::kPreempting) {
-        held[job->spec.queue] += static_cast<double>(job->spec.TotalGpus());
+        held[job->spec.queue] += static_cast<double>(job->spec.GpuEquivalent());
       }
     }
     for (auto& [queue, h] : decayed_usage_) h *= keep;
@@ -546,6 +546,7 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   }
   a.gpu_milli = r.gpu_milli;
   a.gpu_memory_limit = task.gpu_share.memory;
+  a.last_checkpoint = job.last_checkpoint_path;
   a.command = task.command;
   a.env = task.env;
   a.cpu = task.cpu;
@@ -633,13 +634,16 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
     for (const TaskReport& t : report.tasks) {
       if (t.checkpoint_at == 0 || t.checkpoint_path.empty()) continue;
       const JobRecord* job = snap.FindJob(t.job);
-      if (job == nullptr || t.checkpoint_at <= job->last_checkpoint_at) continue;
+      // A time ahead of ours counts as now, once: the same path again is not new.
+      const TimePoint at = std::min(t.checkpoint_at, options_.clock->Now());
+      if (job == nullptr || at <= job->last_checkpoint_at) continue;
+      if (t.checkpoint_at > at && t.checkpoint_path == job->last_checkpoint_path) continue;
       if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
       const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
         return r.task == t.task && r.replica == t.replica && r.node == node->id;
       });
       if (!ours) continue;
-      if (batch.Apply(JobCheckpointed{t.job, std::min(t.checkpoint_at, options_.clock->Now()), t.checkpoint_path}).ok()) {
+      if (batch.Apply(JobCheckpointed{t.job, at, t.checkpoint_path}).ok()) {
         snap = batch.state->GetSnapshot();
         node = snap.FindNode(report.node);
       }

@@ -140,17 +140,17 @@ StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
       ROTA_ASSIGN_OR_RETURN(const json* code, field(t, p, "exit_code", V::number_integer, false));
       ROTA_ASSIGN_OR_RETURN(const json* attempt, field(t, p, "attempt", V::number_integer, false));
       ROTA_ASSIGN_OR_RETURN(const json* reason, field(t, p, "exit_reason", V::string, false));
-      ROTA_ASSIGN_OR_RETURN(const json* ckpt, field(t, p, "checkpoint_path", V::string, false));
-      ROTA_ASSIGN_OR_RETURN(const json* ckpt_at, field(t, p, "checkpoint_at", V::string, false));
       TaskReport tr;
-      if (ckpt != nullptr && ckpt_at != nullptr) {
-        auto at = ParseTime(ckpt_at->get<std::string>());
-        if (!at.ok()) return InvalidArgumentError(p + ".checkpoint_at: not a time: " + std::string(at.status().message()));
-        tr.checkpoint_path = ckpt->get<std::string>();
-        if (tr.checkpoint_path.size() > 4096 || !IsValidUtf8(tr.checkpoint_path)) {
-          return InvalidArgumentError(p + ".checkpoint_path: UTF-8, at most 4096 bytes");
+      // A checkpoint report that does not parse is dropped, not the heartbeat
+      // (its exits and health matter more).
+      if (t.contains("checkpoint_path") && t.contains("checkpoint_at") && t["checkpoint_path"].is_string() &&
+          t["checkpoint_at"].is_string()) {
+        auto at = ParseTime(t["checkpoint_at"].get<std::string>());
+        std::string ckpt = t["checkpoint_path"].get<std::string>();
+        if (at.ok() && !ckpt.empty() && ckpt.size() <= 4096 && IsValidUtf8(ckpt)) {
+          tr.checkpoint_path = std::move(ckpt);
+          tr.checkpoint_at = *at;
         }
-        tr.checkpoint_at = *at;
       }
       tr.job = JobId(job->get<uint64_t>());
       tr.task = task->get<uint16_t>();
@@ -451,6 +451,7 @@ class HttpServerImpl final : public HttpServer {
                        {"cpu_milli", a.cpu},         {"memory_mib", a.memory},   {"attempt", a.attempt},
                        {"checkpoint_signal", a.checkpoint_signal},
                        {"checkpoint_grace_ms", a.checkpoint_grace / 1000}});
+        if (!a.last_checkpoint.empty()) out.back()["last_checkpoint"] = a.last_checkpoint;
         if (a.gpu_milli > 0) {
           out.back()["gpu_milli"] = a.gpu_milli;
           out.back()["gpu_memory_limit_mib"] = a.gpu_memory_limit;

@@ -160,6 +160,22 @@ TEST_F(Integration, JobsReportCheckpoints) {
   bool seen = false;
   for (const auto& e : events) seen = seen || (e["event"] == "checkpoint" && e["detail"] == "s3://bucket/run/step-200");
   EXPECT_TRUE(seen) << events.dump();
+  // A restarted attempt is told where to resume.
+  auto r2 = admin.Post("/v1/jobs", R"({"name": "resumer", "restart": {"policy": "on-failure", "max_restarts": 1},
+      "tasks": [{"name": "main", "gpus": 1, "command": ["sh", "-c",
+      "if [ -n \"$ROTA_LAST_CHECKPOINT\" ]; then echo resumed-from=$ROTA_LAST_CHECKPOINT; exit 0; fi; echo /ckpt/r-7 > $ROTA_CHECKPOINT_FILE; sleep 3; exit 3"]}]})",
+                       "application/json");
+  ASSERT_EQ(r2->status, 201) << r2->body;
+  json resumer;
+  for (int i = 0; i < 400; ++i) {
+    resumer = json::parse(admin.Get("/v1/jobs/2")->body);
+    if (resumer["state"] == "succeeded" || resumer["state"] == "failed") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(resumer["state"], "succeeded") << resumer.dump();
+  EXPECT_EQ(resumer["restarts"], 1);
+  const std::string out = RunRota({"logs", "2"}, up.ClientEnv(), tmp.path()).out;
+  EXPECT_NE(out.find("resumed-from=/ckpt/r-7"), std::string::npos) << out;
   // Durable: the journal has it.
   up.Kill(SIGKILL);
   up.Restart();
