@@ -103,7 +103,8 @@ async function refresh() {
 function gpuTitle(node, g) {
   const parts = [node.name + ' GPU ' + g.index];
   if (!g.healthy) parts.push('unhealthy');
-  parts.push(g.allocated ? 'job ' + g.job : 'idle');
+  parts.push(g.allocated ? (g.jobs ? 'jobs ' + g.jobs.join(', ') : 'job ' + g.job) : 'idle');
+  if (g.shared_milli !== undefined) parts.push('shared: ' + (g.shared_milli / 1000).toFixed(2) + ' of the GPU');
   if (g.utilization_pct !== undefined) parts.push('util ' + g.utilization_pct + '%');
   if (g.memory_used !== undefined) parts.push('mem ' + g.memory_used);
   if (g.temperature_c !== undefined) parts.push(g.temperature_c + '°C');
@@ -212,7 +213,8 @@ function showGpu(key) {
   box.classList.remove('muted');
   box.innerHTML = '<b>' + esc(name) + ' GPU ' + idx + '</b> (' + esc(node.gpu_model) + ', node ' + esc(node.state) + ')' +
     (node.simulated ? ' <span class="badge sim">simulated</span>' : '') + '<br>' +
-    (g.allocated ? 'job <a href="#/jobs/' + esc(g.job) + '">' + esc(g.job) + '</a>' : 'idle') +
+    (g.allocated ? (g.jobs || [g.job]).map((id) => 'job <a href="#/jobs/' + esc(id) + '">' + esc(id) + '</a>').join(', ') : 'idle') +
+    (g.shared_milli !== undefined ? ' · shared: ' + esc((g.shared_milli / 1000).toFixed(2)) + ' of the GPU in use' : '') +
     (g.healthy ? '' : ' · <span class="error">unhealthy</span>') +
     (g.utilization_pct !== undefined ? ' · utilisation ' + esc(g.utilization_pct) + '%' : '') +
     (g.memory_used !== undefined ? ' · memory used ' + esc(g.memory_used) : '') +

@@ -339,7 +339,8 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
   const std::string source(source_view);
   return Guard([&]() -> StatusOr<ClusterConfig> {
     Field root(Load(text, source), "", &source, nullptr);
-    root.ExpectMap({"topology", "node_groups", "drained", "queues", "priority_classes", "profile", "fair_share"});
+    root.ExpectMap(
+        {"topology", "node_groups", "drained", "queues", "priority_classes", "profile", "fair_share", "backfill"});
     ClusterConfig c;
     if (root.Has("topology")) {
       c.topology = root["topology"].StrList();
@@ -371,6 +372,12 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
         if (p.Has("preemptible")) pc.preemptible = p["preemptible"].Bool();
         c.priority_classes.push_back(pc);
       }
+    }
+    if (root.Has("backfill")) {
+      Field b = root["backfill"];
+      b.ExpectMap({"reservation_depth", "window"});
+      if (b.Has("reservation_depth")) c.reservation_depth = static_cast<int32_t>(b["reservation_depth"].Int(0, 1000));
+      if (b.Has("window")) c.reservation_window = b["window"].Time();
     }
     if (root.Has("fair_share")) {
       Field fs = root["fair_share"];

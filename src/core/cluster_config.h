@@ -72,6 +72,10 @@ struct ClusterConfig {
   // Fair share counts past usage too, decayed with this half-life (0 = only
   // what queues hold now).
   Duration fair_share_half_life = 7 * 24 * 3600 * kMicrosPerSecond;
+  // Backfill: how many blocked jobs (in order) get a reservation each cycle,
+  // and how far ahead one may start (0 = any time); later jobs backfill around them.
+  int32_t reservation_depth = 1;
+  Duration reservation_window = 0;
 };
 
 // low 100 (preemptible), normal 500, high 1000, critical 10000.

@@ -431,8 +431,13 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
       // A reservation for the first blocked jobs.
       TimePoint start = 0;
       std::vector<Txn::Step> steps;
-      if (now != nullptr && static_cast<int32_t>(out->reservations.size()) < reservation_depth_ &&
-          reason.code != ReasonCode::kReserved && EarliestStart(snap, *now, &start, &steps)) {
+      const bool found = now != nullptr && static_cast<int32_t>(out->reservations.size()) < reservation_depth_ &&
+                         reason.code != ReasonCode::kReserved && EarliestStart(snap, *now, &start, &steps);
+      if (found && reservation_window_ > 0 && start - *now > reservation_window_) {
+        reason.expected_start = start;
+        reason.message += "; earliest start in " + FormatDuration(start - *now) + ", beyond the reservation window (" +
+                          FormatDuration(reservation_window_) + "): nothing is held for it";
+      } else if (found) {
         Reservation r{job->id, start, {}};
         for (const Txn::Step& st : steps) {
           r.replicas.push_back({st.task, st.replica, topo.node_at(st.pos), st.mask});

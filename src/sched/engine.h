@@ -120,6 +120,14 @@ class Scheduler {
 
   // Blocked jobs that get a reservation each cycle (default 1; 0 = none).
   void set_reservation_depth(int32_t depth) { reservation_depth_ = depth; }
+  // A blocked job whose earliest start is further than this gets no
+  // reservation (0 = no limit): far-off starts should not hold GPUs idle.
+  void set_reservation_window(Duration window) { reservation_window_ = window; }
+  // Depth and window from the config's `backfill:`.
+  void SetBackfill(const ClusterConfig& config) {
+    reservation_depth_ = config.reservation_depth;
+    reservation_window_ = config.reservation_window;
+  }
 
   // Checks a job against the cluster as if it were empty: OK, or the reason
   // no node or domain could ever hold it (for rejecting at submission).
@@ -190,6 +198,7 @@ class Scheduler {
   // The next job in fair-share order, or null when none is left.
   const JobRecord* NextFair();
   int32_t reservation_depth_ = 1;
+  Duration reservation_window_ = 0;
   bool preemption_ = true;
   Duration min_runtime_ = 10 * 60 * kMicrosPerSecond;
   int32_t max_per_hour_ = 3;

@@ -17,6 +17,7 @@ Status Controller::Start() {
   ROTA_ASSIGN_OR_RETURN(scheduler_, sched::Scheduler::Create(options_.config.profile));
   ROTA_ASSIGN_OR_RETURN(probe_, sched::Scheduler::Create(options_.config.profile));
   scheduler_->SetQueues(options_.config);
+  scheduler_->SetBackfill(options_.config);
   scheduler_->set_min_runtime(options_.min_runtime);
   probe_->SetQueues(options_.config);
   // Recover: the latest snapshot plus the journal after it.
