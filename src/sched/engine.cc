@@ -513,34 +513,79 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
     return std::tie(a.cost, a.job->id) < std::tie(b.cost, b.job->id);
   });
   auto set = [&](const JobRecord& r, bool release) { SetReleased(topo, r, release); };
-  // The shortest cheapest-first prefix of candidates whose eviction lets the
-  // job fit: doubling, then binary search (a few placements, not one per victim).
+  // The shortest cheapest-first prefix of `list` whose eviction lets the job
+  // fit: doubling, then binary search (a few placements, not one per victim).
+  // Returns its length, 0 if none fits; leaves nothing released.
   size_t released = 0;
+  const std::vector<Candidate>* list = &candidates;
   auto set_prefix = [&](size_t k) {
-    for (; released < k; ++released) set(*candidates[released].job, true);
-    for (; released > k; --released) set(*candidates[released - 1].job, false);
+    for (; released < k; ++released) set(*(*list)[released].job, true);
+    for (; released > k; --released) set(*(*list)[released - 1].job, false);
   };
-  size_t hi = 1;
-  bool fits = false;
-  while (!candidates.empty()) {
-    set_prefix(std::min(hi, candidates.size()));
-    fits = TryPlace(false);
-    if (fits || hi >= candidates.size()) break;
-    hi *= 2;
-  }
-  std::vector<const JobRecord*> victims;
-  if (!fits) {
+  auto shortest_prefix = [&]() -> size_t {
+    size_t hi = 1;
+    bool fits = false;
+    while (!list->empty()) {
+      set_prefix(std::min(hi, list->size()));
+      fits = TryPlace(false);
+      if (fits || hi >= list->size()) break;
+      hi *= 2;
+    }
+    if (!fits) {
+      set_prefix(0);
+      return 0;
+    }
+    size_t lo = hi / 2 + 1;
+    hi = std::min(hi, list->size());
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      set_prefix(mid);
+      if (TryPlace(false)) hi = mid;
+      else lo = mid + 1;
+    }
     set_prefix(0);
-    return victims;
+    return hi;
+  };
+  // Prefer victims in one domain (innermost level above the node: a rack)
+  // over GPUs scattered across the cluster: try each domain's candidates
+  // alone, cheapest total first; only if none suffices, all of them.
+  std::vector<Candidate> local;
+  if (!topo.domain_levels().empty() && candidates.size() > 1) {
+    std::map<int32_t, std::vector<Candidate>> by_domain;
+    for (const Candidate& c : candidates) {
+      int32_t d = -1;
+      for (const ReplicaPlacement& p : c.job->placement) {
+        const int32_t pd = topo.DomainOf(topo.position_of(p.node), 0);
+        d = d == -1 || d == pd ? pd : -2;  // -2: the gang itself spans domains
+      }
+      if (d >= 0) by_domain[d].push_back(c);
+    }
+    int64_t best_cost = INT64_MAX;
+    int tried = 0;
+    for (auto& [d, group] : by_domain) {
+      if (group.size() == candidates.size() || ++tried > 8) break;  // one domain holds them all: same as global
+      list = &group;
+      const size_t k = shortest_prefix();
+      if (k == 0) continue;
+      int64_t cost = 0;
+      for (size_t i = 0; i < k; ++i) cost += group[i].cost;
+      if (cost < best_cost) {
+        best_cost = cost;
+        local.assign(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    }
   }
-  size_t lo = hi / 2 + 1;
-  hi = std::min(hi, candidates.size());
-  while (lo < hi) {
-    const size_t mid = (lo + hi) / 2;
-    set_prefix(mid);
-    if (TryPlace(false)) hi = mid;
-    else lo = mid + 1;
+  size_t hi = 0;
+  if (!local.empty()) {
+    list = &local;
+    hi = local.size();
+  } else {
+    list = &candidates;
+    hi = shortest_prefix();
   }
+  const bool fits = hi > 0;
+  std::vector<const JobRecord*> victims;
+  if (!fits) return victims;
   set_prefix(hi);
   // Keep only the victims whose GPUs the job's placement actually uses:
   // scattered GPUs elsewhere are not evicted for nothing.
@@ -549,7 +594,7 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
   for (const Txn::Step& st : txn_.steps()) used.push_back({st.pos, st.mask});
   txn_.Rollback();
   for (size_t i = 0; i < hi; ++i) {
-    const JobRecord& v = *candidates[i].job;
+    const JobRecord& v = *(*list)[i].job;
     bool overlaps = false;
     for (const ReplicaPlacement& p : v.placement) {
       const uint32_t pos = topo.position_of(p.node);
@@ -564,7 +609,7 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
   for (const JobRecord* v : victims) set(*v, false);
   if (!trimmed_fits) {
     victims.clear();
-    for (size_t i = 0; i < hi; ++i) victims.push_back(candidates[i].job);
+    for (size_t i = 0; i < hi; ++i) victims.push_back((*list)[i].job);
   }
   return victims;
 }
