@@ -324,6 +324,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
           continue;
         }
         if (leaf >= 0 && model >= 0) book_.Charge(leaf, add);
+        if (leaf >= 0) ChargeResources(leaf);
       }
       continue;
     }
@@ -367,7 +368,10 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
         if (ends_first) RetakeHeld();
         continue;
       }
-      if (leaf >= 0) book_.Charge(leaf, add);
+      if (leaf >= 0) {
+        book_.Charge(leaf, add);
+        ChargeResources(leaf);
+      }
     }
     if (ends_first) RetakeHeld();
     if (ok) {
@@ -651,6 +655,16 @@ const JobRecord* Scheduler::NextFair() {
   }
   if (best < 0) return nullptr;
   return order_[by_queue_[best][queue_head_[best]++]];
+}
+
+void Scheduler::ChargeResources(int32_t leaf) {
+  MilliCpu cpu = 0;
+  MemoryMiB memory = 0;
+  for (const TaskRequest& t : request_.tasks) {
+    cpu += t.cpu * t.replicas;
+    memory += t.memory * t.replicas;
+  }
+  book_.ChargeResources(leaf, cpu, memory);
 }
 
 bool Scheduler::ShareCouldFit(const TaskRequest& task, uint32_t pos) const {

@@ -149,6 +149,8 @@ class Scheduler {
   bool PlaceFractional(const Topology& topo, CycleResult* out, PendingReason* why, bool* never);
   // Whether a replica of `task` (a share or CPU only) could ever run on `pos`.
   bool ShareCouldFit(const TaskRequest& task, uint32_t pos) const;
+  // Charges the current request's CPU and memory to `leaf` (dominant shares).
+  void ChargeResources(int32_t leaf);
   struct FracUse {
     int32_t milli = 0;
     MemoryMiB memory = 0;

@@ -52,14 +52,20 @@ bool QueueBook::MayBorrow(const JobSpec& spec) const {
 void QueueBook::Reset(const Snapshot& snap) {
   models_ = snap.gpu_models();
   total_gpus_ = 0;
+  total_cpu_ = 0;
+  total_memory_ = 0;
   capacity_.assign(models_.size(), 0);
   for (const NodeState& n : snap.nodes()) {
     total_gpus_ += n.spec.gpus;
+    total_cpu_ += n.spec.cpu;
+    total_memory_ += n.spec.memory;
     if (n.model >= 0) capacity_[n.model] += n.spec.gpus;
   }
   for (Queue& q : queues_) {
     q.used.assign(models_.size(), 0);
     q.used_total = 0;
+    q.used_cpu = 0;
+    q.used_memory = 0;
   }
   for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
@@ -80,6 +86,13 @@ void QueueBook::Reset(const Snapshot& snap) {
     }
     if (milli > 0) add.push_back({shared_model, static_cast<int32_t>((milli + 999) / 1000)});
     Charge(leaf, add);
+    MilliCpu cpu = 0;
+    MemoryMiB memory = 0;
+    for (const ReplicaPlacement& r : job->placement) {
+      cpu += job->spec.tasks[r.task].cpu;
+      memory += job->spec.tasks[r.task].memory;
+    }
+    ChargeResources(leaf, cpu, memory);
   }
 }
 
@@ -174,10 +187,21 @@ bool QueueBook::WithinGuarantee(int32_t leaf, const ModelGpus& add) const {
   return any_quota;
 }
 
+void QueueBook::ChargeResources(int32_t leaf, MilliCpu cpu, MemoryMiB memory) {
+  for (int32_t q = leaf; q >= 0; q = queues_[q].parent) {
+    queues_[q].used_cpu += cpu;
+    queues_[q].used_memory += memory;
+  }
+}
+
 double QueueBook::Share(int32_t leaf) const {
-  if (total_gpus_ == 0) return 0;
   const Queue& q = queues_[leaf];
-  return (static_cast<double>(q.used_total) + q.history) / static_cast<double>(total_gpus_) / q.effective_weight;
+  // Dominant resource: GPUs (with decayed past use), CPU or memory.
+  double share = 0;
+  if (total_gpus_ > 0) share = (static_cast<double>(q.used_total) + q.history) / static_cast<double>(total_gpus_);
+  if (total_cpu_ > 0) share = std::max(share, static_cast<double>(q.used_cpu) / static_cast<double>(total_cpu_));
+  if (total_memory_ > 0) share = std::max(share, static_cast<double>(q.used_memory) / static_cast<double>(total_memory_));
+  return share / q.effective_weight;
 }
 
 void QueueBook::SetHistory(const std::map<std::string, double>& average_gpus) {

@@ -3,8 +3,9 @@
 //   - Admits: does a placement keep every queue on the job's path within its
 //     guaranteed quota plus its borrowing limit (only the guarantee for jobs
 //     that may not be preempted, since borrowed capacity can be reclaimed)?
-//   - Share: the queue's weighted share of the cluster's GPUs, for ordering
-//     queues fairly (the lowest share goes next). Weights are hierarchical:
+//   - Share: the queue's weighted dominant share of the cluster (the largest
+//     of its shares of GPUs, CPU and memory: DRF), for ordering queues fairly
+//     (the lowest share goes next). Weights are hierarchical:
 //     a leaf's effective weight is the product, along its path, of its
 //     weight over the sum of its siblings'.
 // Quotas count GPUs per model; a queue without a quota for a model has none
@@ -42,6 +43,8 @@ class QueueBook {
   // can never be admitted).
   bool Admits(int32_t leaf, const ModelGpus& add, bool may_borrow, std::string* why, bool empty = false) const;
   void Charge(int32_t leaf, const ModelGpus& add);
+  // CPU and memory a placement adds (for dominant shares).
+  void ChargeResources(int32_t leaf, MilliCpu cpu, MemoryMiB memory);
   double Share(int32_t leaf) const;
   // Decayed past usage per leaf queue path, as average GPUs held over the
   // decay window; it adds to the queue's share, so a queue that ran a lot
@@ -68,6 +71,8 @@ class QueueBook {
     bool leaf = false;
     std::vector<int64_t> used;  // by interned model
     int64_t used_total = 0;
+    MilliCpu used_cpu = 0;
+    MemoryMiB used_memory = 0;
     double history = 0;  // average GPUs over the decay window
   };
   void Add(const std::vector<QueueConfig>& children, int32_t parent, const std::string& prefix, double parent_weight);
@@ -79,6 +84,8 @@ class QueueBook {
   std::vector<int64_t> capacity_;     // GPUs per interned model
   bool Lends(const ModelGpus& add, int32_t leaf, std::string* why) const;
   int64_t total_gpus_ = 0;
+  MilliCpu total_cpu_ = 0;
+  MemoryMiB total_memory_ = 0;
 };
 
 }  // namespace rota::sched
