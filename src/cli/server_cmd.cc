@@ -262,6 +262,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     announce();
     std::cout << "rota: try: rota submit job.yaml && rota jobs   (token: " << admin_path << ")\n";
   }
+  std::cout << "rota: dashboard at " << url << "/ (sign in with a token, e.g. the admin token above)\n";
   std::cout.flush();
   WaitForSignal();
   std::cout << "rota: shutting down\n";
