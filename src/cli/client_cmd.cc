@@ -115,8 +115,12 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       std::string out = kv.Render();
       std::cout << out.substr(out.find('\n') + 1);
       if (!j["placement"].empty()) {
-        Table p({"TASK", "REPLICA", "NODE", "GPUS"});
-        for (const auto& rep : j["placement"]) p.Add({S(rep, "task"), S(rep, "replica"), S(rep, "node"), GpuList(rep["gpus"])});
+        Table p({"TASK", "REPLICA", "NODE", "GPUS", "SHARE", "ISOLATION"});
+        for (const auto& rep : j["placement"]) {
+          const bool shared = rep.contains("gpu_fraction");
+          p.Add({S(rep, "task"), S(rep, "replica"), S(rep, "node"), GpuList(rep["gpus"]),
+                 shared ? S(rep, "gpu_fraction") : "whole", shared ? S(rep, "isolation") : "exclusive"});
+        }
         std::cout << "\nPlacement\n" << p.Render();
       }
       Table ev({"AT", "EVENT", "DETAIL"});

@@ -110,6 +110,10 @@ TEST_F(Integration, GpuFractionsShareOneGpu) {
     logs = RunRota({"logs", "1"}, env, tmp.path()).out;
   }
   EXPECT_NE(logs.find("gpus=0 share=0.5 mem=6144"), std::string::npos) << logs;
+  // describe states the share and its isolation.
+  const std::string described = RunRota({"describe", "1"}, env, tmp.path()).out;
+  EXPECT_NE(described.find("0.5"), std::string::npos) << described;
+  EXPECT_NE(described.find("none (shared GPU"), std::string::npos) << described;
   // When one ends, the waiting one takes its share.
   ASSERT_EQ(RunRota({"cancel", "1"}, env, tmp.path()).exit_code, 0);
   for (int i = 0; i < 400 && c["state"] != "running"; ++i) {
