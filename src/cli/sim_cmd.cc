@@ -79,66 +79,6 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// A Tiresias cluster spec: switches x nodes per switch x GPUs per node.
-StatusOr<std::vector<NodeSpec>> TiresiasCluster(const std::string& text, const std::string& path) {
-  std::vector<std::string> lines;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) nl = text.size();
-    std::string line = text.substr(pos, nl - pos);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) lines.push_back(line);
-    pos = nl + 1;
-  }
-  if (lines.size() < 2 || lines[0].rfind("num_switch,num_node_p_switch,num_gpu_p_node", 0) != 0) {
-    return InvalidArgumentError(path + ":1: not a Tiresias cluster spec (num_switch,num_node_p_switch,num_gpu_p_node,...)");
-  }
-  std::vector<std::string> f = sim::SplitCsv(lines[1]);
-  int64_t v[3] = {0, 0, 0};
-  const char* names[3] = {"num_switch", "num_node_p_switch", "num_gpu_p_node"};
-  const int64_t max[3] = {10'000, 100'000, 64};
-  for (int i = 0; i < 3; ++i) {
-    const std::string field = i < static_cast<int>(f.size()) ? f[i] : "";
-    auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v[i]);
-    if (ec != std::errc() || end != field.data() + field.size() || v[i] <= 0 || v[i] > max[i]) {
-      return InvalidArgumentError(path + ":2: " + names[i] + ": not a count from 1 to " + std::to_string(max[i]) + ": '" +
-                                  field + "'");
-    }
-  }
-  if (v[0] * v[1] > 1'000'000) return InvalidArgumentError(path + ":2: more than 1,000,000 nodes");
-  std::vector<NodeSpec> nodes;
-  for (int64_t s = 0; s < v[0]; ++s) {
-    for (int64_t n = 0; n < v[1]; ++n) {
-      NodeSpec spec;
-      spec.name = "sw" + std::to_string(s) + "-n" + std::to_string(n);
-      spec.gpus = static_cast<int32_t>(v[2]);
-      spec.gpu_model = "gpu";
-      spec.cpu = 64000;
-      spec.memory = 262144;
-      spec.labels = {{"hostname", spec.name}, {"gpu_model", "gpu"}, {"rack", "sw" + std::to_string(s)}, {"spine", "spine0"}};
-      nodes.push_back(std::move(spec));
-    }
-  }
-  return nodes;
-}
-
-std::vector<NodeSpec> NodesFromList(const std::vector<sim::TraceNode>& list) {
-  std::vector<NodeSpec> nodes;
-  for (const sim::TraceNode& t : list) {
-    NodeSpec spec;
-    spec.name = t.name;
-    spec.gpus = t.gpus;
-    spec.gpu_model = t.gpus > 0 ? t.model : "";
-    spec.cpu = t.cpu;
-    spec.memory = t.memory;
-    spec.labels = {{"hostname", t.name}, {"rack", "rack0"}, {"spine", "spine0"}};
-    if (t.gpus > 0) spec.labels["gpu_model"] = t.model;
-    nodes.push_back(std::move(spec));
-  }
-  return nodes;
-}
-
 // "[#####.....] 45% name" on stderr, redrawn in place.
 class Progress {
  public:
@@ -376,12 +316,12 @@ int SimMain(const std::vector<std::string>& args) {
     StatusOr<std::vector<sim::TraceNode>> list = sim::ParseNodeList(*text, flags.nodes);
     if (!list.ok()) return Fail(std::string(list.status().message()));
     node_list = *list;
-    nodes = NodesFromList(node_list);
+    nodes = sim::NodesFromList(node_list);
   } else {
     StatusOr<std::string> text = api::ReadFile(flags.cluster);
     if (!text.ok()) return Fail(std::string(text.status().message()));
     if (EndsWith(flags.cluster, ".csv")) {
-      StatusOr<std::vector<NodeSpec>> spec = TiresiasCluster(*text, flags.cluster);
+      StatusOr<std::vector<NodeSpec>> spec = sim::ParseClusterSpec(*text, flags.cluster);
       if (!spec.ok()) return Fail(std::string(spec.status().message()));
       nodes = *spec;
     } else {
@@ -433,23 +373,9 @@ int SimMain(const std::vector<std::string>& args) {
   if (!flags.gittins.empty()) {
     StatusOr<std::string> text = api::ReadFile(flags.gittins);
     if (!text.ok()) return Fail(std::string(text.status().message()));
-    size_t pos = 0, line = 0;
-    while (pos < text->size()) {
-      size_t nl = text->find('\n', pos);
-      if (nl == std::string::npos) nl = text->size();
-      std::string l = text->substr(pos, nl - pos);
-      pos = nl + 1;
-      ++line;
-      while (!l.empty() && (l.back() == '\r' || l.back() == ' ')) l.pop_back();
-      if (l.empty() || (line == 1 && !std::isdigit(static_cast<unsigned char>(l[0])))) continue;
-      int64_t gpu_seconds = 0;
-      auto [end, ec] = std::from_chars(l.data(), l.data() + l.size(), gpu_seconds);
-      if (ec != std::errc() || end != l.data() + l.size() || gpu_seconds < 1 || gpu_seconds > 1'000'000'000'000'000) {
-        return Fail(flags.gittins + ":" + std::to_string(line) + ": not a whole number of GPU-seconds from 1 to 10^15: '" + l + "'");
-      }
-      gittins.push_back(gpu_seconds);
-    }
-    if (gittins.empty()) return Fail(flags.gittins + ": no samples");
+    StatusOr<std::vector<int64_t>> samples = sim::ParseGpuSeconds(*text, flags.gittins);
+    if (!samples.ok()) return Fail(std::string(samples.status().message()));
+    gittins = std::move(*samples);
   }
   notes.push_back("placement: " + (flags.placement.empty() ? std::string("topology") : flags.placement) + ", seed " +
                   std::to_string(flags.seed) + (flags.failures > 0 ? ", failures " + F(flags.failures * 1e6, 1) + "e-6/GPU-h" : ""));

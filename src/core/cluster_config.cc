@@ -80,34 +80,25 @@ Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec) {
     return InvalidArgumentError("queue: unknown leaf queue '" + spec->queue + "' (queues: " + names + ")");
   }
   // Tiers: every queue on the path that restricts the kind of GPU must accept this job's.
-  const std::vector<QueueConfig>* level = &config.queues;
-  size_t start = 0;
-  while (start <= spec->queue.size() && !level->empty()) {
-    size_t end = spec->queue.find('/', start);
-    if (end == std::string::npos) end = spec->queue.size();
-    const std::string name = spec->queue.substr(start, end - start);
-    auto it = std::find_if(level->begin(), level->end(), [&](const QueueConfig& q) { return q.name == name; });
-    if (it == level->end()) break;
+  for (const QueueConfig* q : QueuesOnPath(config, spec->queue)) {
     for (size_t i = 0; i < spec->tasks.size(); ++i) {
       const TaskGroupSpec& t = spec->tasks[i];
       const std::string where = "tasks[" + std::to_string(i) + "]";
-      if (it->accepts == "whole" && t.gpu_share.shared()) {
-        return InvalidArgumentError(where + ".gpu: queue '" + it->name + "' accepts whole GPUs only (ask for gpus: N)");
+      if (q->accepts == "whole" && t.gpu_share.shared()) {
+        return InvalidArgumentError(where + ".gpu: queue '" + q->name + "' accepts whole GPUs only (ask for gpus: N)");
       }
-      if (it->accepts == "shares" && t.gpus > 0) {
-        return InvalidArgumentError(where + ".gpus: queue '" + it->name +
+      if (q->accepts == "shares" && t.gpus > 0) {
+        return InvalidArgumentError(where + ".gpus: queue '" + q->name +
                                     "' accepts GPU shares only (ask for gpu: {fraction: F}), not " + std::to_string(t.gpus) +
                                     " whole GPUs");
       }
     }
-    level = &it->children;
-    start = end + 1;
   }
   return Status::Ok();
 }
 
-Status QueueAllows(const ClusterConfig& config, const std::string& path, const std::string& user, bool admin) {
-  if (admin) return Status::Ok();
+std::vector<const QueueConfig*> QueuesOnPath(const ClusterConfig& config, const std::string& path) {
+  std::vector<const QueueConfig*> out;
   const std::vector<QueueConfig>* level = &config.queues;
   size_t start = 0;
   while (start <= path.size() && !level->empty()) {
@@ -115,13 +106,29 @@ Status QueueAllows(const ClusterConfig& config, const std::string& path, const s
     if (end == std::string::npos) end = path.size();
     const std::string name = path.substr(start, end - start);
     auto it = std::find_if(level->begin(), level->end(), [&](const QueueConfig& q) { return q.name == name; });
-    if (it == level->end()) return Status::Ok();  // unknown queues are refused elsewhere
-    if (!it->users.empty() && std::find(it->users.begin(), it->users.end(), user) == it->users.end()) {
-      return Status(StatusCode::kPermissionDenied,
-                    "queue: user '" + user + "' may not submit to '" + path + "' (queue " + it->name + " is restricted)");
-    }
+    if (it == level->end()) break;
+    out.push_back(&*it);
     level = &it->children;
     start = end + 1;
+  }
+  return out;
+}
+
+std::string AcceptsOnPath(const ClusterConfig& config, const std::string& path) {
+  std::string accepts = "any";
+  for (const QueueConfig* q : QueuesOnPath(config, path)) {
+    if (q->accepts != "any") accepts = q->accepts;
+  }
+  return accepts;
+}
+
+Status QueueAllows(const ClusterConfig& config, const std::string& path, const std::string& user, bool admin) {
+  if (admin) return Status::Ok();
+  for (const QueueConfig* q : QueuesOnPath(config, path)) {  // unknown queues are refused elsewhere
+    if (!q->users.empty() && std::find(q->users.begin(), q->users.end(), user) == q->users.end()) {
+      return Status(StatusCode::kPermissionDenied,
+                    "queue: user '" + user + "' may not submit to '" + path + "' (queue " + q->name + " is restricted)");
+    }
   }
   return Status::Ok();
 }

@@ -92,6 +92,13 @@ Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec);
 // on the path that lists users must list this one (admins always may).
 Status QueueAllows(const ClusterConfig& config, const std::string& path, const std::string& user, bool admin);
 
+// The queues from the top down to `path` ("research/nlp": research, nlp);
+// stops at the first name that is not there.
+std::vector<const QueueConfig*> QueuesOnPath(const ClusterConfig& config, const std::string& path);
+
+// The tightest GPU tier on `path`: "whole", "shares", or "any".
+std::string AcceptsOnPath(const ClusterConfig& config, const std::string& path);
+
 // Leaf queue paths ("research/nlp"), or {"default"} when none are configured.
 std::vector<std::string> LeafQueuePaths(const ClusterConfig& config);
 

@@ -50,7 +50,7 @@ Status Controller::Start() {
   // timeout, or their gangs are requeued.
   {
     Snapshot snap = state_.GetSnapshot();
-    for (const auto& [id, job] : snap.jobs()) {
+    for (const auto& [id, job] : snap.live_jobs()) {
       if (job->state != JobState::kRunning) continue;
       for (const ReplicaPlacement& r : job->placement) {
         NodeLive& live = live_[snap.node(r.node).spec.name];
@@ -289,7 +289,7 @@ void Controller::RunOneCycle() {
     const double dt = decayed_at_ == 0 ? 0 : static_cast<double>(now - decayed_at_);
     const double keep = std::exp2(-dt / static_cast<double>(half_life));
     std::map<std::string, double> held;
-    for (const auto& [id, job] : snap.jobs()) {
+    for (const auto& [id, job] : snap.live_jobs()) {
       if (job->state == JobState::kRunning || job->state == JobState::kPreempting) {
         held[job->spec.queue] += static_cast<double>(job->spec.GpuEquivalent());
       }
@@ -354,7 +354,7 @@ void Controller::CheckNodes() {
   {
     Snapshot snap = snapshot();
     std::vector<JobId> overdue, expired;
-    for (const auto& [id, job] : snap.jobs()) {
+    for (const auto& [id, job] : snap.live_jobs()) {
       if (job->state == JobState::kRunning && job->spec.time_limit > 0 && now - job->started_at > job->spec.time_limit) {
         expired.push_back(id);
       }
@@ -405,7 +405,7 @@ void Controller::CheckNodes() {
       batch.Apply(NodeLostChanged{name, true}).IgnoreError();
       const std::string why = "node " + name + " lost (no heartbeat for " +
                               FormatDuration((now - live_[name].last_heartbeat) / kMicrosPerSecond * kMicrosPerSecond) + ")";
-      for (const auto& [id, job] : snap.jobs()) {
+      for (const auto& [id, job] : snap.live_jobs()) {
         if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
         for (const ReplicaPlacement& r : job->placement) {
           if (r.node == node->id) {
@@ -595,7 +595,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
     {
       std::lock_guard<std::mutex> lock(mu_);
       const TimePoint now = options_.clock->Now();
-      for (const auto& [id, job] : snap.jobs()) {
+      for (const auto& [id, job] : snap.live_jobs()) {
         if (job->state != JobState::kRunning) continue;
         for (const ReplicaPlacement& r : job->placement) {
           if (r.node != node->id) continue;
@@ -617,7 +617,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
       if (was == g.healthy) continue;
       batch.Apply(GpuHealthChanged{report.node, g.index, g.healthy}).IgnoreError();
       if (!g.healthy) {
-        for (const auto& [id, job] : snap.jobs()) {
+        for (const auto& [id, job] : snap.live_jobs()) {
           if (job->state != JobState::kRunning) continue;
           for (const ReplicaPlacement& r : job->placement) {
             if (r.node == node->id && ((r.gpu_mask >> g.index) & 1)) {
@@ -701,7 +701,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
     }
     std::vector<TaskAssignment> tasks;
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, job] : snap.jobs()) {
+    for (const auto& [id, job] : snap.live_jobs()) {
       if (job->state != JobState::kRunning) continue;
       for (size_t i = 0; i < job->placement.size(); ++i) {
         if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));

@@ -273,13 +273,12 @@ class HttpServerImpl final : public HttpServer {
       const std::string queue = req.get_param_value("queue");
       const bool all = req.get_param_value("all") == "true";
       ordered_json jobs = ordered_json::array();
-      for (const auto& [id, job] : snap.jobs()) {
+      // Without ?all or a state, only the jobs that have not ended (their index).
+      const bool live_only = !all && state.empty();
+      for (const auto& [id, job] : live_only ? snap.live_jobs() : snap.jobs()) {
         if (!who.admin() && job->user != who.user) continue;
         if (!state.empty() && JobStateName(job->state) != state) continue;
         if (!queue.empty() && job->spec.queue != queue) continue;
-        const bool active = job->state == JobState::kPending || job->state == JobState::kRunning ||
-                            job->state == JobState::kPreempting;
-        if (!all && state.empty() && !active) continue;
         jobs.push_back(JobView(*c_, snap, *job, false));
       }
       Reply(res, 200, {{"jobs", jobs}});

@@ -172,22 +172,7 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
     if (leaves[i] != nullptr) {
       for (const auto& [model, n] : leaves[i]->quota) guaranteed += n;
     }
-    // The tightest tier on the path ("any" unless a queue on it restricts).
-    std::string accepts = "any";
-    {
-      const std::vector<QueueConfig>* level = &c.config().queues;
-      size_t start = 0;
-      while (start <= paths[i].size() && !level->empty()) {
-        size_t end = paths[i].find('/', start);
-        if (end == std::string::npos) end = paths[i].size();
-        const std::string name = paths[i].substr(start, end - start);
-        auto it = std::find_if(level->begin(), level->end(), [&](const QueueConfig& q) { return q.name == name; });
-        if (it == level->end()) break;
-        if (it->accepts != "any") accepts = it->accepts;
-        level = &it->children;
-        start = end + 1;
-      }
-    }
+    const std::string accepts = AcceptsOnPath(c.config(), paths[i]);
     out.push_back({{"name", paths[i]},
                    {"accepts", accepts},
                    {"weight", leaves[i] ? leaves[i]->weight : 1},

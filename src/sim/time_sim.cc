@@ -89,8 +89,10 @@ class Backend {
   // Starts jobs of `order` (pending, best first) that fit; with `strict`, none
   // after the first that does not. Sets started jobs kRunning.
   virtual void Start(std::vector<SimJob>& jobs, const std::vector<uint32_t>& order, bool strict, TimePoint t) = 0;
-  // A failure: the jobs it hits (indices), then the backend marks the GPUs down.
+  // A failure: the jobs it hits (indices); after the driver has stopped them,
+  // TakeDown marks the failed GPUs down.
   virtual void Fail(Rng& rng, bool whole_node, TimePoint t, TimePoint repair_at, std::vector<uint32_t>* hit) = 0;
+  virtual void TakeDown() = 0;
   // Repairs due at or before t; returns the next repair time (kNever if none).
   virtual TimePoint Repair(TimePoint t) = 0;
   virtual bool Unplaceable(SimJob& j, size_t index, std::string* why) = 0;
@@ -99,7 +101,9 @@ class Backend {
 
 class CountBackend final : public Backend {
  public:
-  CountBackend(int64_t gpus, int32_t gpus_per_node) : total_(gpus), free_(gpus), per_node_(gpus_per_node) {}
+  // `base`: the simulator's jobs (failures report hit jobs by index).
+  CountBackend(int64_t gpus, int32_t gpus_per_node, const SimJob* base)
+      : total_(gpus), free_(gpus), per_node_(gpus_per_node), base_(base) {}
   int64_t healthy_gpus() const override { return total_ - down_; }
   void Arrive(SimJob&, size_t, TimePoint) override {}
   void Stop(SimJob& j, size_t, TimePoint, bool) override {
@@ -125,21 +129,15 @@ class CountBackend final : public Backend {
     const int64_t width = std::min<int64_t>(whole_node ? per_node_ : 1, healthy);
     const int64_t first = static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(healthy - width + 1)));
     int64_t at = 0;
-    int64_t freed_by_hits = 0;
     for (SimJob* j : running_) {
-      if (at < first + width && first < at + j->g) {
-        hit->push_back(static_cast<uint32_t>(j - base_));
-        freed_by_hits += j->g;
-      }
+      if (at < first + width && first < at + j->g) hit->push_back(static_cast<uint32_t>(j - base_));
       at += j->g;
     }
-    (void)freed_by_hits;
     down_ += width;
     repairs_.push_back({repair_at, width});
     pending_down_ = width;
   }
-  // Called by the driver after hit jobs were stopped: take the failed GPUs out of the free pool.
-  void TakeDown() {
+  void TakeDown() override {
     free_ -= pending_down_;
     pending_down_ = 0;
   }
@@ -166,17 +164,16 @@ class CountBackend final : public Backend {
     *why = "needs " + std::to_string(j.g) + " GPUs; the cluster has " + std::to_string(total_);
     return true;
   }
-  void set_base(const SimJob* base) { base_ = base; }
 
  private:
   int64_t total_;
   int64_t free_;
   int32_t per_node_;
+  const SimJob* base_;
   int64_t down_ = 0;
   int64_t pending_down_ = 0;
   std::vector<SimJob*> running_;
   std::vector<std::pair<TimePoint, int64_t>> repairs_;
-  const SimJob* base_ = nullptr;
 };
 
 // Orders pending jobs by the rank the simulator gives them (lower first).
@@ -308,8 +305,7 @@ class EngineBackend final : public Backend {
       if (mask >> g & 1) pending_down_.emplace_back(n.spec.name, g);
     }
   }
-  // After the hit jobs were requeued: mark the GPUs unhealthy.
-  void TakeDown() {
+  void TakeDown() override {
     for (const auto& [node, gpu] : pending_down_) {
       Check(state_.Apply(GpuHealthChanged{node, gpu, false}));
       ++down_;
@@ -443,8 +439,6 @@ class LearnedGittins {
       sum_[i] += other.sum_[i] * weight / total;
     }
   }
-  int64_t samples() const { return samples_; }
-  void Rebuild() { Rebuild({}); }
   // `censored`: attained GPU-seconds of jobs not finished yet (they will run
   // at least that long): a Kaplan-Meier estimate, so that the long jobs still
   // running are not missing from the distribution.
@@ -644,19 +638,6 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
   }
   if (total_gpus == 0) return InvalidArgumentError("--cluster: the cluster has no GPUs");
 
-  std::unique_ptr<Backend> backend;
-  CountBackend* count = nullptr;
-  EngineBackend* engine = nullptr;
-  if (placement == Placement::kCount) {
-    auto c = std::make_unique<CountBackend>(total_gpus, per_node);
-    count = c.get();
-    backend = std::move(c);
-  } else {
-    ROTA_ASSIGN_OR_RETURN(auto e, EngineBackend::Create(config, nodes, placement));
-    engine = e.get();
-    backend = std::move(e);
-  }
-
   const size_t n = trace.size();
   std::vector<SimJob> jobs(n);
   for (size_t i = 0; i < n; ++i) {
@@ -664,7 +645,12 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
     jobs[i].g = trace[i].TotalGpus();
     jobs[i].checkpoint = trace[i].checkpoint_interval > 0 ? trace[i].checkpoint_interval : options.checkpoint_interval;
   }
-  if (count != nullptr) count->set_base(jobs.data());
+  std::unique_ptr<Backend> backend;
+  if (placement == Placement::kCount) {
+    backend = std::make_unique<CountBackend>(total_gpus, per_node, jobs.data());
+  } else {
+    ROTA_ASSIGN_OR_RETURN(backend, EngineBackend::Create(config, nodes, placement));
+  }
 
   const bool gpu_time = policy != Policy::kLas;
   const bool mlfq = policy == Policy::kLas || policy == Policy::kTiresias || policy == Policy::kGittins;
@@ -816,8 +802,7 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
         stop(i, t, /*done=*/false);
         if (policy == Policy::kFifo) fifo.push_front(i);  // it was running: ahead of the waiting ones
       }
-      if (count != nullptr) count->TakeDown();
-      if (engine != nullptr) engine->TakeDown();
+      backend->TakeDown();
       repair_at = std::min(repair_at, t + options.repair_time);
       fail_at = next_failure(t);
     }

@@ -37,21 +37,35 @@ TraceJob Job(const std::string& name, int64_t submit_s, int64_t duration_s, int3
   return j;
 }
 
+// The YARN GPU-time distribution shipped with Tiresias (its Gittins input).
+std::vector<int64_t> YarnSamples() {
+  std::string yarn;
+  if (!ReadFile(SharedTraces() + "tiresias-sample/yarn-gput1000.csv", &yarn)) return {};
+  auto samples = ParseGpuSeconds(yarn, "yarn-gput1000.csv");
+  EXPECT_TRUE(samples.ok()) << samples.status().ToString();
+  return samples.ok() ? *samples : std::vector<int64_t>{};
+}
+
+// Runs `trace` on `nodes` x 8 GPUs; fails the test on an error.
+TimeSimResult MustRun(const std::string& policy, const std::string& placement, int nodes,
+                      const std::vector<TraceJob>& trace) {
+  TimeSimOptions options;
+  options.policy = policy;
+  options.placement = placement;
+  auto r = RunTimeSim(ClusterConfig{}, Nodes(nodes, 8), trace, options);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(*r) : TimeSimResult{};
+}
+
 // The Tiresias simulator's own results (scheme=count) on two Philly virtual
 // clusters at two sizes each: our count scheme must agree within 3%.
 TEST(TimeSimTest, MatchesTheTiresiasSimulatorOnPhilly) {
   const std::string dir = SharedTraces() + "tiresias-peer-results/";
   std::string summary;
   if (!ReadFile(dir + "summary.csv", &summary)) GTEST_SKIP() << "no " << dir << " (../shared is not here)";
-  std::string yarn;
-  ASSERT_TRUE(ReadFile(SharedTraces() + "tiresias-sample/yarn-gput1000.csv", &yarn));
-  std::vector<int64_t> samples;
-  std::stringstream ys(yarn);
+  const std::vector<int64_t> samples = YarnSamples();
+  ASSERT_FALSE(samples.empty());
   std::string line;
-  std::getline(ys, line);
-  while (std::getline(ys, line)) {
-    if (!line.empty() && line != "\r") samples.push_back(std::stoll(line));
-  }
   const std::map<std::string, std::string> ours = {{"fifo", "fifo"},         {"sjf", "sjf"},
                                                    {"shortest", "srtf"},     {"shortest-gpu", "srtf-gpu"},
                                                    {"dlas", "las"},          {"dlas-gpu", "tiresias"},
@@ -158,30 +172,24 @@ TEST(TimeSimTest, StrictFifoBlocksBehindTheHead) {
   // 8 GPUs: a runs (4), b needs 8 and waits for a, c (1 GPU) must not jump b.
   std::vector<TraceJob> trace = {Job("a", 0, 100, 4), Job("b", 1, 100, 8), Job("c", 2, 10, 1)};
   for (const char* placement : {"count", "topology"}) {
-    TimeSimOptions options;
-    options.policy = "fifo";
-    options.placement = placement;
-    auto r = RunTimeSim(ClusterConfig{}, Nodes(1, 8), trace, options);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->jobs[1].first_start, 100 * kMicrosPerSecond) << placement;
-    EXPECT_EQ(r->jobs[2].first_start, 200 * kMicrosPerSecond) << placement;
-    EXPECT_EQ(r->jobs[2].end, 210 * kMicrosPerSecond) << placement;
+    const TimeSimResult r = MustRun("fifo", placement, 1, trace);
+    ASSERT_EQ(r.jobs.size(), 3u);
+    EXPECT_EQ(r.jobs[1].first_start, 100 * kMicrosPerSecond) << placement;
+    EXPECT_EQ(r.jobs[2].first_start, 200 * kMicrosPerSecond) << placement;
+    EXPECT_EQ(r.jobs[2].end, 210 * kMicrosPerSecond) << placement;
   }
 }
 
 TEST(TimeSimTest, SrtfPreemptsForAShorterJob) {
   std::vector<TraceJob> trace = {Job("long", 0, 1000, 8), Job("short", 10, 10, 8)};
   for (const char* placement : {"count", "topology"}) {
-    TimeSimOptions options;
-    options.policy = "srtf";
-    options.placement = placement;
-    auto r = RunTimeSim(ClusterConfig{}, Nodes(1, 8), trace, options);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->jobs[1].end, 20 * kMicrosPerSecond) << placement;
-    EXPECT_EQ(r->jobs[0].preemptions, 1) << placement;
+    const TimeSimResult r = MustRun("srtf", placement, 1, trace);
+    ASSERT_EQ(r.jobs.size(), 2u);
+    EXPECT_EQ(r.jobs[1].end, 20 * kMicrosPerSecond) << placement;
+    EXPECT_EQ(r.jobs[0].preemptions, 1) << placement;
     // Checkpointed on the signal: no work lost, ends after 1010 s.
-    EXPECT_EQ(r->jobs[0].end, 1010 * kMicrosPerSecond) << placement;
-    EXPECT_EQ(r->summary.preemptions, 1);
+    EXPECT_EQ(r.jobs[0].end, 1010 * kMicrosPerSecond) << placement;
+    EXPECT_EQ(r.summary.preemptions, 1);
   }
 }
 
@@ -245,15 +253,8 @@ TEST(TimeSimTest, FailuresRestartFromCheckpointsAndEveryJobFinishes) {
 }
 
 TEST(TimeSimTest, GittinsTableMatchesTheTiresiasAnchors) {
-  std::string yarn;
-  if (!ReadFile(SharedTraces() + "tiresias-sample/yarn-gput1000.csv", &yarn)) GTEST_SKIP() << "no ../shared";
-  std::vector<int64_t> samples;
-  std::stringstream ys(yarn);
-  std::string line;
-  std::getline(ys, line);
-  while (std::getline(ys, line)) {
-    if (!line.empty() && line != "\r") samples.push_back(std::stoll(line));
-  }
+  const std::vector<int64_t> samples = YarnSamples();
+  if (samples.empty()) GTEST_SKIP() << "no ../shared";
   GittinsTable t(samples, 3250);
   EXPECT_NEAR(t.Index(0), 299.555, 1e-3);
   EXPECT_NEAR(t.Index(121), 299.0826, 1e-3);

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -335,6 +336,66 @@ StatusOr<std::vector<TraceNode>> ParseNodeList(std::string_view text, std::strin
                                   }));
   if (nodes.empty()) return InvalidArgumentError(std::string(file) + ": no nodes");
   return nodes;
+}
+
+std::vector<NodeSpec> NodesFromList(const std::vector<TraceNode>& list) {
+  std::vector<NodeSpec> nodes;
+  for (const TraceNode& t : list) {
+    NodeSpec spec;
+    spec.name = t.name;
+    spec.gpus = t.gpus;
+    spec.gpu_model = t.gpus > 0 ? t.model : "";
+    spec.cpu = t.cpu;
+    spec.memory = t.memory;
+    spec.labels = {{"hostname", t.name}, {"rack", "rack0"}, {"spine", "spine0"}};
+    if (t.gpus > 0) spec.labels["gpu_model"] = t.model;
+    nodes.push_back(std::move(spec));
+  }
+  return nodes;
+}
+
+StatusOr<std::vector<NodeSpec>> ParseClusterSpec(std::string_view text, std::string_view file) {
+  std::vector<NodeSpec> nodes;
+  ROTA_RETURN_IF_ERROR(ForEachRow(
+      text, file, {"num_switch", "num_node_p_switch", "num_gpu_p_node"},
+      [&](const Where& w, const auto& get, const auto&) -> Status {
+        if (!nodes.empty()) return w.Error("row", "one row: the cluster");
+        ROTA_ASSIGN_OR_RETURN(int64_t switches, Int(w, "num_switch", get("num_switch"), 1, 10'000));
+        ROTA_ASSIGN_OR_RETURN(int64_t per_switch, Int(w, "num_node_p_switch", get("num_node_p_switch"), 1, 100'000));
+        ROTA_ASSIGN_OR_RETURN(int64_t gpus, Int(w, "num_gpu_p_node", get("num_gpu_p_node"), 1, 64));
+        if (switches * per_switch > 1'000'000) return w.Error("num_node_p_switch", "more than 1,000,000 nodes");
+        for (int64_t sw = 0; sw < switches; ++sw) {
+          for (int64_t n = 0; n < per_switch; ++n) {
+            NodeSpec spec;
+            spec.name = "sw" + std::to_string(sw) + "-n" + std::to_string(n);
+            spec.gpus = static_cast<int32_t>(gpus);
+            spec.gpu_model = "gpu";
+            spec.cpu = 64000;
+            spec.memory = 262144;
+            spec.labels = {{"hostname", spec.name}, {"gpu_model", "gpu"}, {"rack", "sw" + std::to_string(sw)},
+                           {"spine", "spine0"}};
+            nodes.push_back(std::move(spec));
+          }
+        }
+        return Status::Ok();
+      }));
+  if (nodes.empty()) return InvalidArgumentError(std::string(file) + ": no cluster row");
+  return nodes;
+}
+
+StatusOr<std::vector<int64_t>> ParseGpuSeconds(std::string_view text, std::string_view file) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  Where w{file, 0};
+  std::string_view line;
+  bool header = true;
+  while (NextLine(text, &pos, &w, &line)) {
+    if (std::exchange(header, false)) continue;
+    ROTA_ASSIGN_OR_RETURN(int64_t v, Int(w, "gpu_seconds", line, 1, 1'000'000'000'000'000));
+    out.push_back(v);
+  }
+  if (out.empty()) return InvalidArgumentError(std::string(file) + ": no samples");
+  return out;
 }
 
 std::vector<TraceJob> SyntheticPhilly(int32_t count, int64_t cluster_gpus, double load, int32_t max_gpus, uint64_t seed) {

@@ -20,6 +20,7 @@
 
 #include "base/quantity.h"
 #include "base/status.h"
+#include "core/node.h"
 
 namespace rota::sim {
 
@@ -62,6 +63,16 @@ struct TraceNode {
   std::string model;
 };
 StatusOr<std::vector<TraceNode>> ParseNodeList(std::string_view text, std::string_view file);
+// The cluster's nodes from a node list (one rack).
+std::vector<NodeSpec> NodesFromList(const std::vector<TraceNode>& list);
+
+// A Tiresias cluster spec (num_switch,num_node_p_switch,num_gpu_p_node,...):
+// each switch is a rack of identical nodes.
+StatusOr<std::vector<NodeSpec>> ParseClusterSpec(std::string_view text, std::string_view file);
+
+// A one-column CSV of GPU-seconds (a header line, then whole numbers), such
+// as the Tiresias simulator's yarn-gput1000.csv: a Gittins distribution.
+StatusOr<std::vector<int64_t>> ParseGpuSeconds(std::string_view text, std::string_view file);
 
 // Jobs in the Philly shape: Poisson arrivals at `load` x `cluster_gpus` of
 // offered GPU demand; GPU counts drawn from Philly's distribution (capped at

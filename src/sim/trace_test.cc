@@ -111,3 +111,27 @@ TEST(TraceTest, SyntheticIsDeterministicAndNearItsLoad) {
 
 }  // namespace
 }  // namespace rota::sim
+
+namespace rota::sim {
+namespace {
+
+TEST(TraceTest, ClusterSpecAndGpuSecondsLists) {
+  auto nodes = ParseClusterSpec("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n2,3,8,64,256\n", "n.csv");
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 6u);
+  EXPECT_EQ((*nodes)[5].labels.at("rack"), "sw1");
+  EXPECT_EQ((*nodes)[0].gpus, 8);
+  auto bad = ParseClusterSpec("num_switch,num_node_p_switch,num_gpu_p_node\n1,8abc,8\n", "n.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "n.csv:2: num_node_p_switch: not an integer: '8abc'");
+  auto samples = ParseGpuSeconds("duration\r\n121\r\n3250\r\n", "y.csv");
+  ASSERT_TRUE(samples.ok()) << samples.status().ToString();
+  EXPECT_EQ(*samples, (std::vector<int64_t>{121, 3250}));
+  auto nan = ParseGpuSeconds("duration\nnan\n", "y.csv");
+  ASSERT_FALSE(nan.ok());
+  EXPECT_EQ(nan.status().message(), "y.csv:2: gpu_seconds: not an integer: 'nan'");
+  EXPECT_FALSE(ParseGpuSeconds("duration\n", "y.csv").ok());
+}
+
+}  // namespace
+}  // namespace rota::sim

@@ -57,16 +57,7 @@ class Browser {
  public:
   Browser() {
     port_ = FreePort();
-    std::vector<std::string> args{kChromeDriver, "--port=" + std::to_string(port_)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = 0;
-    posix_spawn_file_actions_destroy(&fa);
+    pid_ = SpawnLogged({kChromeDriver, "--port=" + std::to_string(port_)}, "/dev/null");
     for (int i = 0; i < 200 && pid_ > 0; ++i) {
       if (auto r = Client().Get("/status"); r && r->status == 200) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -53,6 +53,22 @@ class TempDir {
   std::string path_;
 };
 
+// Starts `args` (argv[0] a path) with stdout and stderr appended to `log`;
+// the pid, or 0 if it could not start.
+inline pid_t SpawnLogged(std::vector<std::string> args, const std::string& log) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = 0;
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
 // Runs `rota args...` to completion with extra environment.
 inline CommandResult RunRota(const std::vector<std::string>& args, const std::vector<std::string>& env,
                              const std::string& scratch) {
@@ -103,15 +119,8 @@ class RotaProcess {
     std::vector<std::string> args{RotaBinary(), mode, "--data-dir", data_dir_, "--listen",
                                   port_ ? "127.0.0.1:" + std::to_string(port_) : "127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    ASSERT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_ = SpawnLogged(args, log_);
+    ASSERT_GT(pid_, 0) << "cannot start " << args[0];
     // Wait for "serving http://127.0.0.1:PORT".
     for (int i = 0; i < 500; ++i) {
       const std::string log = ReadAll(log_);

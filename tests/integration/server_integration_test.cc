@@ -438,16 +438,9 @@ TEST_F(Integration, ServesHttpsWithACertificate) {
   const std::string data = tmp.path() + "/data";
   std::vector<std::string> args{RotaBinary(), "server", "--data-dir", data, "--listen", "127.0.0.1:0",
                                 "--tls-cert", cert, "--tls-key", key};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   const std::string log = data + ".log";
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  const pid_t pid = SpawnLogged(args, log);
+  ASSERT_GT(pid, 0);
   int port = 0;
   for (int i = 0; i < 250 && port == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -521,16 +514,8 @@ class Cluster3 : public Integration {
                                   "--name",     name,          "--address", "127.0.0.1",   "--gpus",  "2xH100:80Gi",
                                   "--logs-dir", LogsDir(i),    "--heartbeat-ms", "200"};
     args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const std::string log = tmp.path() + "/" + name + ".log";
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    const pid_t pid = SpawnLogged(args, tmp.path() + "/" + name + ".log");
+    ASSERT_GT(pid, 0);
     agents_.push_back(pid);
   }
   std::string LogsDir(int i) { return tmp.path() + "/logs-a" + std::to_string(i); }
