@@ -58,6 +58,8 @@ class QueueBook {
   // two queues can never take capacity back from each other in turn.
   bool WithinGuarantee(int32_t leaf, const ModelGpus& add) const;
   const std::string& path(int32_t q) const { return queues_[q].path; }
+  // A queue's weight times its ancestors' shares of their levels (0..1].
+  double effective_weight(int32_t q) const { return queues_[q].effective_weight; }
 
  private:
   struct Queue {

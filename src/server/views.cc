@@ -3,6 +3,7 @@
 #include <ctime>
 
 #include "api/json_codec.h"
+#include "sched/queues.h"
 
 namespace rota::server {
 
@@ -139,24 +140,12 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
     paths.push_back("default");
     leaves.push_back(nullptr);
   }
-  // Fair share: the cluster's GPUs split by weight among siblings, down the tree.
+  // Fair share: the cluster's GPUs split by weight among siblings, down the
+  // tree (the weights the engine's queue book orders queues by).
   int64_t total_gpus = 0;
   for (const NodeState& n : snap.nodes()) total_gpus += n.spec.gpus;
-  std::map<std::string, double> fair;
-  auto share = [&](auto& self, const std::vector<QueueConfig>& level, const std::string& prefix, double gpus) -> void {
-    int64_t weights = 0;
-    for (const QueueConfig& q : level) weights += q.weight;
-    for (const QueueConfig& q : level) {
-      const std::string path = prefix.empty() ? q.name : prefix + "/" + q.name;
-      const double mine = weights > 0 ? gpus * q.weight / static_cast<double>(weights) : 0;
-      if (q.children.empty()) {
-        fair[path] = mine;
-      } else {
-        self(self, q.children, path, mine);
-      }
-    }
-  };
-  share(share, c.config().queues, "", static_cast<double>(total_gpus));
+  sched::QueueBook book;
+  book.Configure(c.config());
   ordered_json out = ordered_json::array();
   for (size_t i = 0; i < paths.size(); ++i) {
     int64_t pending = 0, running = 0, gpus = 0;
@@ -181,7 +170,8 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
                    {"gpus_allocated", gpus},
                    {"gpus_guaranteed", guaranteed},
                    {"gpus_borrowed", leaves[i] != nullptr ? std::max<int64_t>(0, gpus - guaranteed) : 0},
-                   {"fair_share_gpus", fair.count(paths[i]) ? fair[paths[i]] : static_cast<double>(total_gpus)}});
+                   {"fair_share_gpus", static_cast<double>(total_gpus) *
+                                           (book.LeafIndex(paths[i]) >= 0 ? book.effective_weight(book.LeafIndex(paths[i])) : 1.0)}});
   }
   return out;
 }
