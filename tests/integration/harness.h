@@ -53,23 +53,36 @@ class TempDir {
   std::string path_;
 };
 
-// Starts `args` (argv[0] a path) with stdout and stderr appended to `log`;
-// the pid, or 0 if it could not start.
-inline pid_t SpawnLogged(std::vector<std::string> args, const std::string& log) {
+// Starts `args` (argv[0] a path) with stdout to `out` and stderr to `err`
+// (appended, or truncated first), in `envp` (null: this process's); the pid,
+// or 0 if it could not start.
+inline pid_t Spawn(std::vector<std::string> args, const std::string& out, const std::string& err, bool append,
+                   char** envp = nullptr) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  const int mode = O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), mode, 0644);
+  if (err == out) {
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), mode, 0644);
+  }
   pid_t pid = 0;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = 0;
+  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp != nullptr ? envp : environ) != 0) pid = 0;
   posix_spawn_file_actions_destroy(&fa);
   return pid;
 }
 
-// Runs `rota args...` to completion with extra environment.
+// Starts `args` with stdout and stderr appended to `log`.
+inline pid_t SpawnLogged(std::vector<std::string> args, const std::string& log) {
+  return Spawn(std::move(args), log, log, /*append=*/true);
+}
+
+// Runs `rota args...` to completion with extra environment (and none of
+// this process's ROTA_ variables).
 inline CommandResult RunRota(const std::vector<std::string>& args, const std::vector<std::string>& env,
                              const std::string& scratch) {
   static int counter = 0;
@@ -77,9 +90,6 @@ inline CommandResult RunRota(const std::vector<std::string>& args, const std::ve
   const std::string err = out + ".err";
   std::vector<std::string> argv_s{RotaBinary()};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
   std::vector<std::string> env_s = env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
@@ -88,14 +98,9 @@ inline CommandResult RunRota(const std::vector<std::string>& args, const std::ve
   std::vector<char*> envp;
   for (auto& e : env_s) envp.push_back(e.data());
   envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
   CommandResult r;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0) return r;
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t pid = Spawn(argv_s, out, err, /*append=*/false, envp.data());
+  if (pid == 0) return r;
   int status = 0;
   waitpid(pid, &status, 0);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
