@@ -13,6 +13,8 @@
 //     unused_nodes: [n-3]            # no placement on these nodes
 //     reservations: {big: 2h}        # job -> start, as a delay after `now:`
 //     preemptions: {victim: preemptor}
+//     placements: {m: [{node: a-0, gpus: [1], mig: 3g.40gb@4}]}  # a MIG instance
+//     reconfigurations: ["a-0/1: 3g.40gb@0,3g.40gb@4"]   # node/gpu: new layout, in order
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -105,6 +107,9 @@ TEST_P(Scenario, MatchesExpectations) {
       if (kv.second[i]["gpus"]) {
         EXPECT_EQ(got[i].gpus, kv.second[i]["gpus"].as<std::vector<int32_t>>()) << job << " replica " << i;
       }
+      if (kv.second[i]["mig"]) {
+        EXPECT_EQ(got[i].mig, kv.second[i]["mig"].as<std::string>()) << job << " replica " << i;
+      }
     }
   }
 
@@ -116,6 +121,11 @@ TEST_P(Scenario, MatchesExpectations) {
   for (const auto& kv : expect["preemptions"]) want_evicted[kv.first.as<std::string>()] = kv.second.as<std::string>();
   for (const auto& p : out->preemptions) got_evicted[p.victim] = p.preemptor;
   EXPECT_EQ(got_evicted, want_evicted) << "preemptions (victim -> for)";
+
+  std::vector<std::string> want_reconf, got_reconf;
+  for (const auto& r : expect["reconfigurations"]) want_reconf.push_back(r.as<std::string>());
+  for (const auto& r : out->reconfigurations) got_reconf.push_back(r.node + "/" + std::to_string(r.gpu) + ": " + r.layout);
+  EXPECT_EQ(got_reconf, want_reconf) << "MIG reconfigurations";
 
   if (expect["same_domain"] || expect["unused_nodes"]) {
     auto nodes = ExpandNodes(*cluster);

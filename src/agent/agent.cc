@@ -313,6 +313,16 @@ bool Agent::Heartbeat(int wait_ms) {
         spec.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(mem) + "M";
       }
     }
+    if (const int mig_start = a.value("mig_start", -1); mig_start >= 0) {
+      // One MIG instance of gpus[0] (hardware isolation). A simulated GPU has
+      // no MIG device to name: the task sees which instance it was given.
+      const std::string instance = std::to_string(gpu_list.empty() ? 0 : gpu_list[0]) + ":" +
+                                   a.value("mig_profile", std::string()) + "@" + std::to_string(mig_start);
+      spec.env["ROTA_MIG_INSTANCE"] = instance;
+      if (options_.inventory.simulated) {
+        spec.env["CUDA_VISIBLE_DEVICES"] = spec.env["NVIDIA_VISIBLE_DEVICES"] = "MIG-simulated-" + instance;
+      }
+    }
     spec.env["ROTA_JOB_ID"] = std::to_string(t->job);
     spec.env["ROTA_JOB_NAME"] = a.at("job_name").get<std::string>();
     spec.env["ROTA_TASK"] = a.at("task_name").get<std::string>();

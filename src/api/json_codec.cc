@@ -1,5 +1,7 @@
 #include "api/json_codec.h"
 
+#include <charconv>
+
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -72,6 +74,11 @@ ordered_json NodeSpecToJson(const NodeSpec& n) {
   j["cpu"] = FormatMilliCpu(n.cpu);
   j["memory"] = FormatMemoryMiB(n.memory);
   j["labels"] = n.labels;
+  if (!n.mig.empty()) {
+    ordered_json mig = ordered_json::object();
+    for (const auto& [gpu, layout] : n.mig) mig[std::to_string(gpu)] = layout;
+    j["mig"] = std::move(mig);
+  }
   return j;
 }
 
@@ -93,7 +100,8 @@ StatusOr<T> Get(const json& j, const char* key, std::string_view source) {
 
 StatusOr<NodeSpec> NodeSpecFromJson(const json& j, std::string_view source) {
   if (!j.is_object()) return InvalidArgumentError(std::string(source) + ": must be a JSON object");
-  static const char* kFields[] = {"name", "gpu_model", "gpus", "gpu_memory", "nvlink_islands", "cpu", "memory", "labels"};
+  static const char* kFields[] = {"name",   "gpu_model", "gpus",   "gpu_memory", "nvlink_islands",
+                                  "cpu",    "memory",    "labels", "mig"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* f : kFields) known = known || key == f;
@@ -123,6 +131,18 @@ StatusOr<NodeSpec> NodeSpecFromJson(const json& j, std::string_view source) {
   ROTA_RETURN_IF_ERROR(quantity("memory", ParseMemoryMiB, &n.memory));
   if (j.contains("labels")) {
     ROTA_ASSIGN_OR_RETURN(n.labels, (Get<std::map<std::string, std::string>>(j, "labels", source)));
+  }
+  if (j.contains("mig")) {
+    // {"<gpu index>": "<layout>"}: the GPUs in MIG mode.
+    ROTA_ASSIGN_OR_RETURN(auto mig, (Get<std::map<std::string, std::string>>(j, "mig", source)));
+    for (const auto& [key, layout] : mig) {
+      int32_t gpu = -1;
+      auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), gpu);
+      if (ec != std::errc() || end != key.data() + key.size() || gpu < 0) {
+        return InvalidArgumentError(std::string(source) + ": mig: '" + key + "' is not a GPU index");
+      }
+      n.mig[gpu] = layout;
+    }
   }
   if (Status s = ValidateNodeSpec(n); !s.ok()) return s.WithPrefix(source);
   return n;
@@ -244,7 +264,8 @@ std::string EncodeEvent(const Event& event) {
           j["placement"] = ordered_json::array();
           for (const ReplicaPlacement& r : e.placement) {
             ordered_json rj = {r.task, r.replica, r.node.value(), r.gpu_mask};
-            if (r.gpu_milli > 0) rj.push_back(r.gpu_milli);  // a GPU fraction
+            if (r.gpu_milli > 0 || r.mig_start >= 0) rj.push_back(r.gpu_milli);  // a GPU fraction
+            if (r.mig_start >= 0) rj.push_back(r.mig_start);                    // a MIG instance
             j["placement"].push_back(std::move(rj));
           }
         } else if constexpr (std::is_same_v<E, JobFinished>) {
@@ -268,6 +289,11 @@ std::string EncodeEvent(const Event& event) {
           j["type"] = "NodeLostChanged";
           j["node"] = e.node;
           j["lost"] = e.lost;
+        } else if constexpr (std::is_same_v<E, GpuReconfigured>) {
+          j["type"] = "GpuReconfigured";
+          j["node"] = e.node;
+          j["gpu"] = e.gpu;
+          j["layout"] = e.layout;
         } else if constexpr (std::is_same_v<E, JobCheckpointed>) {
           j["type"] = "JobCheckpointed";
           j["id"] = e.id.value();
@@ -307,7 +333,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       JobBound b{JobId(j.at("id").get<uint64_t>()), {}, j.at("at")};
       for (const auto& r : j.at("placement")) {
         b.placement.push_back({r.at(0).get<uint16_t>(), r.at(1).get<uint32_t>(), NodeId(r.at(2).get<uint32_t>()),
-                               r.at(3).get<uint64_t>(), r.size() > 4 ? r.at(4).get<int32_t>() : 0});
+                               r.at(3).get<uint64_t>(), r.size() > 4 ? r.at(4).get<int32_t>() : 0,
+                               r.size() > 5 ? r.at(5).get<int32_t>() : -1});
       }
       return Event(std::move(b));
     }
@@ -328,6 +355,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
     if (type == "JobCheckpointed") {
       return Event(JobCheckpointed{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("path")});
     }
+    if (type == "GpuReconfigured") return Event(GpuReconfigured{j.at("node"), j.at("gpu"), j.at("layout")});
     return InvalidArgumentError("event: unknown type '" + type + "'");
   } catch (const json::exception& e) {
     return InvalidArgumentError(std::string("event: ") + e.what());

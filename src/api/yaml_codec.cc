@@ -1,5 +1,6 @@
 #include "api/yaml_codec.h"
 
+#include "core/mig.h"
 #include "core/topology.h"
 
 #include <yaml-cpp/yaml.h>
@@ -261,7 +262,7 @@ void Validate(const JobSpec& spec, const std::string& prefix, const std::map<std
 
 NodeGroupConfig ParseNodeGroup(const Field& f) {
   f.ExpectMap({"name", "count", "gpus", "gpu_model", "gpu_memory", "nvlink_islands", "cpu", "memory", "nodes_per_rack",
-               "racks_per_spine", "labels", "mig", "spot"});
+               "racks_per_spine", "labels", "mig", "mig_gpus", "spot"});
   NodeGroupConfig g;
   g.name = f["name"].IsNull() ? "" : f["name"].Str();
   if (g.name.empty()) f.Fail("name: required");
@@ -285,7 +286,11 @@ NodeGroupConfig ParseNodeGroup(const Field& f) {
       if (g.labels.count(builtin)) f["labels"][builtin].Fail("is a built-in label and cannot be set");
     }
   }
-  if (f.Has("mig")) g.mig = f["mig"].StrList();
+  if (f.Has("mig")) {
+    g.has_mig = true;
+    g.mig = f["mig"].StrList();
+  }
+  if (f.Has("mig_gpus")) g.mig_gpus = static_cast<int32_t>(f["mig_gpus"].Int(0, kMaxGpusPerNode));
   if (f.Has("spot")) g.spot = f["spot"].Bool();
   return g;
 }
@@ -455,7 +460,7 @@ StatusOr<JobList> ParseJobList(std::string_view text, std::string_view source_vi
         Field p = f["placement"];
         for (size_t k = 0, m = p.ExpectSeq(); k < m; ++k) {
           Field r = p.At(k);
-          r.ExpectMap({"node", "gpus"});
+          r.ExpectMap({"node", "gpus", "mig_start"});
           ReplicaLocation loc;
           loc.node = r["node"].Str();
           if (r.Has("gpus")) {
@@ -464,6 +469,7 @@ StatusOr<JobList> ParseJobList(std::string_view text, std::string_view source_vi
               loc.gpus.push_back(static_cast<int32_t>(g.At(j).Int(0, kMaxGpusPerNode - 1)));
             }
           }
+          if (r.Has("mig_start")) loc.mig_start = static_cast<int32_t>(r["mig_start"].Int(0, kMigSlots - 1));
           e.placement.push_back(std::move(loc));
         }
       } else if (e.running) {

@@ -117,9 +117,10 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       if (!j["placement"].empty()) {
         Table p({"TASK", "REPLICA", "NODE", "GPUS", "SHARE", "ISOLATION"});
         for (const auto& rep : j["placement"]) {
-          const bool shared = rep.contains("gpu_fraction");
-          p.Add({S(rep, "task"), S(rep, "replica"), S(rep, "node"), GpuList(rep["gpus"]),
-                 shared ? S(rep, "gpu_fraction") : "whole", shared ? S(rep, "isolation") : "exclusive"});
+          const bool shared = rep.contains("gpu_fraction") || rep.contains("mig");
+          const std::string share = rep.contains("mig") ? "MIG " + S(rep, "mig") : S(rep, "gpu_fraction");
+          p.Add({S(rep, "task"), S(rep, "replica"), S(rep, "node"), GpuList(rep["gpus"]), shared ? share : "whole",
+                 shared ? S(rep, "isolation") : "exclusive"});
         }
         std::cout << "\nPlacement\n" << p.Render();
       }

@@ -43,7 +43,12 @@ void PrintJson(const sched::PlanOutput& out) {
   for (const auto& p : out.placements) {
     nlohmann::ordered_json pj{{"job", p.job}, {"task", p.task}, {"replica", p.replica}, {"node", p.node}, {"gpus", p.gpus}};
     if (p.gpu_milli > 0) pj["gpu_fraction"] = FormatMilliCpu(p.gpu_milli);
+    if (!p.mig.empty()) pj["mig"] = p.mig;
     j["placements"].push_back(std::move(pj));
+  }
+  j["reconfigurations"] = nlohmann::ordered_json::array();
+  for (const auto& r : out.reconfigurations) {
+    j["reconfigurations"].push_back({{"node", r.node}, {"gpu", r.gpu}, {"before", r.before}, {"layout", r.layout}});
   }
   j["pending"] = nlohmann::ordered_json::array();
   for (const auto& p : out.pending) {
@@ -72,9 +77,17 @@ void PrintTable(const sched::PlanOutput& out) {
   Table placements({"JOB", "TASK", "REPLICA", "NODE", "GPUS"});
   for (const auto& p : out.placements) {
     placements.Add({p.job, p.task, std::to_string(p.replica), p.node,
-                    GpuList(p.gpus) + (p.gpu_milli > 0 ? " (" + FormatMilliCpu(p.gpu_milli) + ")" : "")});
+                    GpuList(p.gpus) + (p.gpu_milli > 0 ? " (" + FormatMilliCpu(p.gpu_milli) + ")" : "") +
+                        (p.mig.empty() ? "" : " (MIG " + p.mig + ")")});
   }
   std::cout << "Placements (" << out.placements.size() << ")\n" << placements.Render();
+  Table repartitioned({"NODE", "GPU", "BEFORE", "AFTER"});
+  for (const auto& r : out.reconfigurations) {
+    repartitioned.Add({r.node, std::to_string(r.gpu), r.before.empty() ? "(none)" : r.before, r.layout});
+  }
+  if (!out.reconfigurations.empty()) {
+    std::cout << "\nMIG reconfigurations (" << out.reconfigurations.size() << ")\n" << repartitioned.Render();
+  }
   Table pending({"JOB", "REASON", "MESSAGE"});
   for (const auto& p : out.pending) pending.Add({p.job, p.code, p.message});
   std::cout << "\nPending (" << out.pending.size() << ")\n" << pending.Render();

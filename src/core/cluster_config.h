@@ -29,7 +29,12 @@ struct NodeGroupConfig {
   int32_t nodes_per_rack = 0;   // 0 = the whole group is one rack
   int32_t racks_per_spine = 0;  // 0 = all of the group's racks share one spine
   Labels labels;
-  std::vector<std::string> mig;  // MIG profiles enabled (scheduled from issue #7)
+  // MIG mode: `mig: [3g.40gb, 3g.40gb]` puts the group's GPUs (the first
+  // `mig_gpus` of each node; -1 = all) in MIG mode with these instances;
+  // `mig: []` in MIG mode with none yet (the scheduler partitions on demand).
+  bool has_mig = false;
+  std::vector<std::string> mig;
+  int32_t mig_gpus = -1;
   bool spot = false;
 };
 

@@ -114,6 +114,15 @@ Status ClusterState::ApplyOne(const NodeAdded& e) {
   }
   n.all_mask = e.spec.gpus >= 64 ? ~0ULL : ((1ULL << e.spec.gpus) - 1);
   n.healthy_mask = n.all_mask;
+  if (!e.spec.mig.empty()) {  // ValidateNodeSpec checked the geometry and layouts
+    n.mig_geometry = MigGeometryFor(e.spec.gpu_model, e.spec.gpu_memory);
+    n.mig_layout.assign(e.spec.gpus, {});
+    n.mig_used.assign(e.spec.gpus, 0);
+    for (const auto& [gpu, layout] : e.spec.mig) {
+      n.mig_mask |= uint64_t{1} << gpu;
+      n.mig_layout[gpu] = ParseMigLayout(*n.mig_geometry, layout).value();
+    }
+  }
   d.node_by_name.emplace(e.spec.name, n.id);
   d.nodes.push_back(std::move(n));
   d.topology = nullptr;
@@ -182,7 +191,36 @@ Status ClusterState::ApplyOne(const JobBound& e) {
     const NodeState& n = data_->nodes[r.node.value()];
     const TaskGroupSpec& task = job.spec.tasks[r.task];
     const int32_t fraction = task.gpu_share.fraction_milli;
-    if (fraction > 0) {
+    const bool mig = !task.gpu_share.mig_profile.empty();
+    if (mig) {
+      const int32_t g = std::countr_zero(r.gpu_mask);
+      if (std::popcount(r.gpu_mask) != 1 || r.gpu_milli != 0 || r.mig_start < 0 || r.mig_start >= kMigSlots) {
+        return FailedPreconditionError(who + ": a MIG replica binds one instance of one GPU");
+      }
+      if (((n.mig_mask >> g) & 1) == 0) {
+        return FailedPreconditionError(who + ": GPU " + std::to_string(g) + " on '" + n.spec.name + "' is not in MIG mode");
+      }
+      const int32_t profile = n.mig_geometry->ProfileIndex(task.gpu_share.mig_profile);
+      const MigInstance want{static_cast<int8_t>(profile), static_cast<int8_t>(r.mig_start)};
+      const MigLayout& layout = n.mig_layout[g];
+      if (profile < 0 || std::find(layout.begin(), layout.end(), want) == layout.end()) {
+        return FailedPreconditionError(who + ": GPU " + std::to_string(g) + " on '" + n.spec.name + "' has no " +
+                                       task.gpu_share.mig_profile + " instance at slot " + std::to_string(r.mig_start) +
+                                       " (layout: " + FormatMigLayout(*n.mig_geometry, layout) + ")");
+      }
+      bool twice = ((n.mig_used[g] >> r.mig_start) & 1) != 0;
+      for (const ReplicaPlacement& o : e.placement) {
+        if (&o == &r) break;
+        twice = twice || (o.node == r.node && o.gpu_mask == r.gpu_mask && o.mig_start == r.mig_start);
+      }
+      if (twice) {
+        return FailedPreconditionError(who + ": the " + task.gpu_share.mig_profile + " instance at slot " +
+                                       std::to_string(r.mig_start) + " of GPU " + std::to_string(g) + " on '" +
+                                       n.spec.name + "' is in use");
+      }
+    } else if (r.mig_start >= 0) {
+      return FailedPreconditionError(who + ": only a replica asking for a MIG profile binds a MIG instance");
+    } else if (fraction > 0) {
       if (std::popcount(r.gpu_mask) != 1 || r.gpu_milli != fraction) {
         return FailedPreconditionError(who + ": a replica with a GPU fraction binds one GPU for " + std::to_string(fraction) +
                                        " milli-GPU");
@@ -194,7 +232,9 @@ Status ClusterState::ApplyOne(const JobBound& e) {
     if ((r.gpu_mask & ~n.all_mask) != 0) return FailedPreconditionError(who + ": node '" + n.spec.name + "' lacks a GPU index");
     if ((r.gpu_mask & ~n.healthy_mask) != 0) return FailedPreconditionError(who + ": GPU unhealthy on '" + n.spec.name + "'");
     uint64_t& mine = gpus_taken[r.node.value()];
-    if (fraction > 0) {
+    if (mig) {
+      // Checked above, instance by instance.
+    } else if (fraction > 0) {
       // Shares this GPU with other fractions: never past the whole GPU or its memory.
       const int32_t g = std::countr_zero(r.gpu_mask);
       int32_t milli = n.milli_used(g) + fraction;
@@ -206,14 +246,14 @@ Status ClusterState::ApplyOne(const JobBound& e) {
           mem += job.spec.tasks[o.task].gpu_share.memory;
         }
       }
-      if ((r.gpu_mask & (n.allocated_mask | mine)) != 0 || milli > 1000 ||
+      if ((r.gpu_mask & (n.allocated_mask | n.mig_mask | mine)) != 0 || milli > 1000 ||
           (n.spec.gpu_memory > 0 && mem > n.spec.gpu_memory)) {
         return FailedPreconditionError(who + ": GPU " + std::to_string(g) + " on '" + n.spec.name +
                                        "' has no room for " + std::to_string(fraction) + " milli-GPU");
       }
       gpus_shared[r.node.value()] |= r.gpu_mask;
     } else {
-      if ((r.gpu_mask & (n.allocated_mask | n.shared_mask | mine | gpus_shared[r.node.value()])) != 0) {
+      if ((r.gpu_mask & (n.allocated_mask | n.shared_mask | n.mig_mask | mine | gpus_shared[r.node.value()])) != 0) {
         return FailedPreconditionError(who + ": GPU already allocated on '" + n.spec.name + "'");
       }
       mine |= r.gpu_mask;
@@ -229,7 +269,9 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   for (const ReplicaPlacement& r : e.placement) {
     NodeState& n = d.nodes[r.node.value()];
     const TaskGroupSpec& task = job.spec.tasks[r.task];
-    if (r.gpu_milli > 0) {
+    if (r.mig_start >= 0) {
+      n.mig_used[std::countr_zero(r.gpu_mask)] |= static_cast<uint8_t>(1u << r.mig_start);
+    } else if (r.gpu_milli > 0) {
       const int32_t g = std::countr_zero(r.gpu_mask);
       if (n.shared_milli.empty()) {
         n.shared_milli.assign(n.spec.gpus, 0);
@@ -257,7 +299,9 @@ void ClusterState::Release(const JobRecord& job) {
   for (const ReplicaPlacement& r : job.placement) {
     NodeState& n = d.nodes[r.node.value()];
     const TaskGroupSpec& task = job.spec.tasks[r.task];
-    if (r.gpu_milli > 0 && !n.shared_milli.empty()) {
+    if (r.mig_start >= 0 && !n.mig_used.empty()) {
+      n.mig_used[std::countr_zero(r.gpu_mask)] &= static_cast<uint8_t>(~(1u << r.mig_start));
+    } else if (r.gpu_milli > 0 && !n.shared_milli.empty()) {
       const int32_t g = std::countr_zero(r.gpu_mask);
       n.shared_milli[g] -= r.gpu_milli;
       n.shared_memory[g] -= task.gpu_share.memory;
@@ -326,6 +370,22 @@ Status ClusterState::ApplyOne(const JobCheckpointed& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const GpuReconfigured& e) {
+  auto it = data_->node_by_name.find(e.node);
+  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
+  const NodeState& n = data_->nodes[it->second.value()];
+  const std::string where = "GPU " + std::to_string(e.gpu) + " on '" + e.node + "'";
+  if (e.gpu < 0 || e.gpu >= n.spec.gpus) return OutOfRangeError("node '" + e.node + "' has no GPU " + std::to_string(e.gpu));
+  if (((n.mig_mask >> e.gpu) & 1) == 0) return FailedPreconditionError(where + " is not in MIG mode");
+  if (n.mig_used[e.gpu] != 0) {
+    return FailedPreconditionError(where + " has MIG instances in use; only an idle GPU is re-partitioned");
+  }
+  StatusOr<MigLayout> layout = ParseMigLayout(*n.mig_geometry, e.layout);
+  if (!layout.ok()) return InvalidArgumentError(where + ": " + std::string(layout.status().message()));
+  Mutable().nodes[it->second.value()].mig_layout[e.gpu] = std::move(layout).value();
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyOne(const JobPreempting& e) {
   auto it = data_->jobs.find(e.id);
   if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
@@ -388,11 +448,36 @@ std::vector<Event> CompactState(const Snapshot& snap) {
       out.push_back(JobCancelled{j.id, j.finished_at, j.end_reason});
     }
   };
+  // MIG GPUs a replayed job's instances are on get a layout holding them
+  // first (every GPU is idle while ended jobs replay; the current layouts come
+  // back before the live jobs bind).
+  auto emit_mig_layouts = [&](const JobRecord& j) {
+    std::map<std::pair<uint32_t, int32_t>, MigLayout> layouts;
+    for (const ReplicaPlacement& r : j.placement) {
+      if (r.mig_start < 0) continue;
+      const NodeState& n = snap.node(r.node);
+      if (n.mig_geometry == nullptr) continue;
+      const int32_t profile = n.mig_geometry->ProfileIndex(j.spec.tasks[r.task].gpu_share.mig_profile);
+      layouts[{r.node.value(), std::countr_zero(r.gpu_mask)}].push_back(
+          {static_cast<int8_t>(profile), static_cast<int8_t>(r.mig_start)});
+    }
+    for (const auto& [where, layout] : layouts) {
+      const NodeState& n = snap.node(NodeId(where.first));
+      out.push_back(GpuReconfigured{n.spec.name, where.second, FormatMigLayout(*n.mig_geometry, layout)});
+    }
+  };
   // Ended jobs first: each binds and releases at once, so their old GPUs
   // never collide with the live jobs that hold them now.
   for (const auto& [id, job] : snap.jobs()) {
     if (job->state != JobState::kPending && job->state != JobState::kRunning && job->state != JobState::kPreempting) {
+      emit_mig_layouts(*job);
       emit_job(*job);
+    }
+  }
+  for (const NodeState& n : snap.nodes()) {
+    for (int32_t g = 0; g < static_cast<int32_t>(n.mig_layout.size()); ++g) {
+      if (((n.mig_mask >> g) & 1) == 0) continue;
+      out.push_back(GpuReconfigured{n.spec.name, g, FormatMigLayout(*n.mig_geometry, n.mig_layout[g])});
     }
   }
   for (const auto& [id, job] : snap.jobs()) {

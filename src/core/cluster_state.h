@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/event.h"
+#include "core/mig.h"
 #include "core/topology.h"
 
 namespace rota {
@@ -44,13 +45,28 @@ struct NodeState {
   uint64_t shared_mask = 0;
   std::vector<int32_t> shared_milli;
   std::vector<MemoryMiB> shared_memory;
+  // GPUs in MIG mode (never free whole): their current layouts and, per GPU,
+  // the start slots (bit s) of the instances in use. Sized to the GPUs when
+  // the node has any MIG GPU; mig_geometry is null when it has none.
+  uint64_t mig_mask = 0;
+  const MigGeometry* mig_geometry = nullptr;
+  std::vector<MigLayout> mig_layout;
+  std::vector<uint8_t> mig_used;
   MilliCpu cpu_allocated = 0;
   MemoryMiB memory_allocated = 0;
   bool drained = false;
   bool lost = false;  // its agent stopped heartbeating
 
   bool schedulable() const { return !drained && !lost; }
-  uint64_t free_mask() const { return healthy_mask & ~allocated_mask & ~shared_mask; }
+  uint64_t free_mask() const { return healthy_mask & ~allocated_mask & ~shared_mask & ~mig_mask; }
+  // GPUs some job uses: whole, shared by fractions, or with a MIG instance in use.
+  uint64_t busy_mask() const {
+    uint64_t m = allocated_mask | shared_mask;
+    for (int32_t g = 0; g < static_cast<int32_t>(mig_used.size()); ++g) {
+      if (mig_used[g] != 0) m |= uint64_t{1} << g;
+    }
+    return m;
+  }
   int32_t milli_used(int32_t gpu) const { return shared_milli.empty() ? 0 : shared_milli[gpu]; }
   MemoryMiB memory_shared(int32_t gpu) const { return shared_memory.empty() ? 0 : shared_memory[gpu]; }
 };
@@ -134,6 +150,7 @@ class ClusterState {
   Status ApplyOne(const NodeLostChanged& e);
   Status ApplyOne(const JobPreempting& e);
   Status ApplyOne(const JobCheckpointed& e);
+  Status ApplyOne(const GpuReconfigured& e);
   void Release(const JobRecord& job);
   // Stores `job` (new or updated) in jobs and, while it has not ended, live.
   static void Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job);

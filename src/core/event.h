@@ -14,13 +14,17 @@ namespace rota {
 
 // Where one replica runs: a node and the GPUs (bit i = GPU index i). A
 // replica with a GPU fraction holds `gpu_milli` of the one GPU in its mask,
-// which other fractions may share; whole-GPU replicas have gpu_milli 0.
+// which other fractions may share; a MIG replica holds the instance of its
+// task's profile that starts at slot `mig_start` of the one MIG GPU in its
+// mask. Whole-GPU replicas have gpu_milli 0 and mig_start -1.
 struct ReplicaPlacement {
   uint16_t task = 0;     // index into JobSpec::tasks
   uint32_t replica = 0;  // 0..replicas-1 within the task group
   NodeId node;
   uint64_t gpu_mask = 0;
   int32_t gpu_milli = 0;
+  int32_t mig_start = -1;
+  bool shares_gpu() const { return gpu_milli > 0 || mig_start >= 0; }
   friend bool operator==(const ReplicaPlacement&, const ReplicaPlacement&) = default;
 };
 
@@ -86,6 +90,13 @@ struct JobCheckpointed {
   TimePoint at = 0;
   std::string path;
 };
+// A MIG GPU was re-partitioned (only while none of its instances is in
+// use): `layout` is its new instance list ("3g.40gb@0,3g.40gb@4"; core/mig.h).
+struct GpuReconfigured {
+  std::string node;
+  int32_t gpu = 0;
+  std::string layout;
+};
 struct JobCancelled {
   JobId id;
   TimePoint at = 0;
@@ -93,6 +104,6 @@ struct JobCancelled {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured>;
 
 }  // namespace rota

@@ -1,5 +1,7 @@
 #include "core/job.h"
 
+#include "core/mig.h"
+
 namespace rota {
 namespace {
 
@@ -33,7 +35,12 @@ int64_t JobSpec::TotalGpus() const {
 
 int64_t JobSpec::GpuEquivalent() const {
   int64_t milli = 0;
-  for (const auto& t : tasks) milli += static_cast<int64_t>(t.replicas) * t.gpu_share.fraction_milli;
+  for (const auto& t : tasks) {
+    // A MIG slice counts as its share of the GPU's compute (2g = 2/7).
+    const int64_t share = t.gpu_share.fraction_milli > 0 ? t.gpu_share.fraction_milli
+                                                         : (MigProfileCompute(t.gpu_share.mig_profile) * 1000 + 6) / 7;
+    milli += static_cast<int64_t>(t.replicas) * share;
+  }
   return TotalGpus() + (milli + 999) / 1000;
 }
 
@@ -101,6 +108,10 @@ Status ValidateJobSpec(const JobSpec& spec) {
     }
     if (!t.gpu_share.mig_profile.empty() && t.gpu_share.fraction_milli > 0) {
       return FieldError(p + ".gpu", "mig and fraction are exclusive");
+    }
+    if (!t.gpu_share.mig_profile.empty() && MigProfileCompute(t.gpu_share.mig_profile) == 0) {
+      return FieldError(p + ".gpu.mig", "'" + t.gpu_share.mig_profile +
+                                            "' is not a MIG profile name (<compute>g.<memory>gb, e.g. 1g.10gb)");
     }
     if (t.gpu_share.fraction_milli < 0 || t.gpu_share.fraction_milli >= 1000) {
       if (t.gpu_share.fraction_milli != 0) return FieldError(p + ".gpu.fraction", "must be in (0, 1)");

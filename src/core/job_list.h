@@ -12,6 +12,7 @@ namespace rota {
 struct ReplicaLocation {
   std::string node;
   std::vector<int32_t> gpus;
+  int32_t mig_start = -1;  // a MIG replica: its instance's start slot on gpus[0]
 };
 
 struct JobListEntry {

@@ -1,5 +1,7 @@
 #include "core/node.h"
 
+#include "core/mig.h"
+
 namespace rota {
 
 uint64_t IslandMask(int32_t gpus, int32_t islands, int32_t island) {
@@ -26,6 +28,20 @@ Status ValidateNodeSpec(const NodeSpec& spec) {
   if (spec.gpus > 0 && spec.gpu_model.empty()) return InvalidArgumentError(p + ": gpu_model is required when gpus > 0");
   if (spec.cpu < 0 || spec.memory < 0 || spec.gpu_memory < 0) {
     return InvalidArgumentError(p + ": cpu, memory and gpu_memory must not be negative");
+  }
+  if (!spec.mig.empty()) {
+    const MigGeometry* geo = MigGeometryFor(spec.gpu_model, spec.gpu_memory);
+    if (geo == nullptr) {
+      return InvalidArgumentError(p + ": mig: rota knows no MIG geometry for " + spec.gpu_model +
+                                  " (MIG GPUs: A100 40/80GB, H100 80GB, H200 141GB)");
+    }
+    for (const auto& [gpu, layout] : spec.mig) {
+      if (gpu < 0 || gpu >= spec.gpus) return InvalidArgumentError(p + ": mig: no GPU " + std::to_string(gpu));
+      if (!IsValidUtf8(layout)) return InvalidArgumentError(p + ": mig: layouts must be valid UTF-8");
+      if (auto parsed = ParseMigLayout(*geo, layout); !parsed.ok()) {
+        return InvalidArgumentError(p + ": mig GPU " + std::to_string(gpu) + ": " + std::string(parsed.status().message()));
+      }
+    }
   }
   return Status::Ok();
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "base/ids.h"
@@ -27,6 +28,10 @@ struct NodeSpec {
   MemoryMiB memory = 0;
   // Includes the built-in labels hostname, gpu_model, rack and spine.
   Labels labels;
+  // GPUs in MIG mode: index -> its MIG layout as registered ("3g.40gb@0,..."; see
+  // core/mig.h; "" = MIG on, no instances yet). A MIG GPU is never handed out
+  // whole or as a fraction, only instance by instance.
+  std::map<int32_t, std::string> mig;
 };
 
 // GPU indices of `island` on a node with `gpus` GPUs in `islands` islands.

@@ -26,21 +26,18 @@ bool Scheduler::BuildRequest(const Snapshot& snap, const JobRecord& job, Pending
   bool whole = false;
   for (size_t i = 0; i < spec.tasks.size(); ++i) {
     const TaskGroupSpec& t = spec.tasks[i];
-    if (!t.gpu_share.mig_profile.empty()) {
-      *why = {ReasonCode::kUnsupported, "tasks[" + std::to_string(i) +
-                                            "].gpu.mig: MIG slices are not scheduled yet; ask for a fraction or whole gpus"};
-      return false;
-    }
-    request_.fractional = request_.fractional || t.gpu_share.fraction_milli > 0;
-    if (t.gpu_share.fraction_milli > 0 && !spec.topology.level.empty() && spec.topology.mode == TopologyMode::kRequired) {
+    request_.fractional = request_.fractional || t.gpu_share.shared();
+    if (t.gpu_share.shared() && !spec.topology.level.empty() && spec.topology.mode == TopologyMode::kRequired) {
       *why = {ReasonCode::kUnsupported,
-              "topology: a required level for a job with GPU fractions is not scheduled yet; make it preferred or drop it"};
+              "topology: a required level for a job with GPU fractions or MIG slices is not scheduled yet; make it "
+              "preferred or drop it"};
       return false;
     }
     whole = whole || t.gpus > 0;
     if (request_.fractional && whole) {
       *why = {ReasonCode::kUnsupported, "tasks[" + std::to_string(i) +
-                                            "]: a job with GPU fractions may not also ask for whole GPUs (not scheduled yet)"};
+                                            "]: a job with GPU fractions or MIG slices may not also ask for whole GPUs "
+                                            "(not scheduled yet)"};
       return false;
     }
     TaskRequest r;
@@ -52,6 +49,7 @@ bool Scheduler::BuildRequest(const Snapshot& snap, const JobRecord& job, Pending
     r.gpu_memory = t.gpu_memory;
     r.milli = t.gpu_share.fraction_milli;
     r.share_memory = t.gpu_share.memory;
+    r.mig = t.gpu_share.mig_profile.empty() ? nullptr : &t.gpu_share.mig_profile;
     if (!t.gpu_model.empty()) {
       r.model = snap.ModelIndex(t.gpu_model);
       r.model_missing = r.model < 0;
@@ -165,7 +163,7 @@ void Scheduler::RetakeHeld() {
 
 void Scheduler::SetReleased(const Topology& topo, const JobRecord& job, bool release) {
   for (const ReplicaPlacement& r : job.placement) {
-    if (r.gpu_milli > 0) continue;  // a shared GPU is not freed whole by one sharer ending
+    if (r.shares_gpu()) continue;  // a shared or MIG GPU is not freed whole by one sharer ending
     const TaskGroupSpec& t = job.spec.tasks[r.task];
     const uint32_t pos = topo.position_of(r.node);
     const uint64_t mask = r.gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
@@ -230,6 +228,8 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
 
   order_.clear();
   frac_.clear();
+  mig_.clear();
+  mig_demand_built_ = false;
   making_room_for_.clear();
   running_.clear();
   for (const auto& [id, job] : snap.live_jobs()) {
@@ -293,11 +293,12 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
       }
     };
 
-    // GPU fractions: best fit onto shared GPUs (quotas count whole GPUs only).
+    // GPU fractions and MIG slices: the sharing path (quotas count them as GPUs rounded up).
     if (request_.fractional) {
       PendingReason frac_why;
       bool never = false;
       const size_t first = out->replicas.size();
+      const size_t first_reconf = out->reconfigurations.size();
       if (!PlaceFractional(topo, out, &frac_why, &never)) {
         (never ? out->unresolvable : out->pending).push_back({job->id, frac_why});
         continue;
@@ -308,18 +309,10 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
         const int16_t model = ws_.node(topo.position_of(out->replicas[first].node)).model;
         const QueueBook::ModelGpus add = {{model, static_cast<int32_t>(job->spec.GpuEquivalent())}};
         if (leaf >= 0 && model >= 0 && RefuseOverQuota(*job, leaf, add, out)) {
-          // Undo the placement: the Txn, the shares and the output.
-          txn_.Rollback();
-          for (size_t k = first; k < out->replicas.size(); ++k) {
-            const ReplicaPlacement& r = out->replicas[k];
-            if (r.gpu_milli == 0) continue;
-            const uint64_t key = static_cast<uint64_t>(topo.position_of(r.node)) << 6 |
-                                 static_cast<uint64_t>(std::countr_zero(r.gpu_mask));
-            FracUse& use = frac_[key];
-            use.milli -= r.gpu_milli;
-            use.memory -= job->spec.tasks[r.task].gpu_share.memory;
-          }
+          // Undo the placement: the Txn, the shares, reconfigurations and the output.
+          RollbackShares(0);
           out->replicas.resize(first);
+          out->reconfigurations.resize(first_reconf);
           out->placed.pop_back();
           continue;
         }
@@ -669,6 +662,10 @@ void Scheduler::ChargeResources(int32_t leaf) {
 
 bool Scheduler::ShareCouldFit(const TaskRequest& task, uint32_t pos) const {
   const NodeState& n = ws_.node(pos);
+  if (task.mig != nullptr) {
+    if (n.mig_mask == 0 || n.mig_geometry->ProfileIndex(*task.mig) < 0) return false;
+    if (task.model >= 0 && n.model != task.model) return false;
+  }
   if (task.milli > 0) {
     if (n.spec.gpus == 0) return false;
     if (task.model >= 0 && n.model != task.model) return false;
@@ -684,22 +681,120 @@ bool Scheduler::ShareCouldFit(const TaskRequest& task, uint32_t pos) const {
   return n.spec.cpu >= task.cpu && n.spec.memory >= task.memory;
 }
 
+Scheduler::MigUse Scheduler::MigState(uint32_t pos, int32_t gpu) const {
+  if (auto it = mig_.find(static_cast<uint64_t>(pos) << 6 | static_cast<uint64_t>(gpu)); it != mig_.end()) {
+    return it->second;
+  }
+  const NodeState& n = ws_.node(pos);
+  return {n.mig_layout[gpu], n.mig_used[gpu]};
+}
+
+bool Scheduler::FindMigInstance(const TaskRequest& task, uint32_t pos, int32_t* gpu, int32_t* start,
+                                int32_t* fullness) const {
+  const NodeState& n = ws_.node(pos);
+  const int32_t profile = n.mig_geometry->ProfileIndex(*task.mig);
+  bool found = false;
+  for (uint64_t m = n.mig_mask & n.healthy_mask; m != 0; m &= m - 1) {
+    const int32_t g = std::countr_zero(m);
+    const MigUse use = MigState(pos, g);
+    int32_t used_slots = 0;
+    for (const MigInstance& i : use.layout) {
+      if ((use.used >> i.start) & 1) used_slots += std::popcount(MigSlotMask(*n.mig_geometry, i));
+    }
+    for (const MigInstance& i : use.layout) {
+      if (i.profile != profile || ((use.used >> i.start) & 1) != 0) continue;
+      // Best fit: the GPU with the most of its slots in use.
+      if (!found || used_slots > *fullness) {
+        found = true;
+        *fullness = used_slots;
+        *gpu = g;
+        *start = i.start;
+      }
+      break;
+    }
+  }
+  return found;
+}
+
+bool Scheduler::PlanMigLayout(const TaskRequest& task, uint32_t pos, int32_t* gpu, MigLayout* layout) {
+  const NodeState& n = ws_.node(pos);
+  const MigGeometry& geo = *n.mig_geometry;
+  const int32_t profile = geo.ProfileIndex(*task.mig);
+  if (!mig_demand_built_) {
+    mig_demand_built_ = true;
+    mig_demand_.clear();
+    for (const JobRecord* j : order_) {
+      for (const TaskGroupSpec& t : j->spec.tasks) {
+        for (int32_t r = 0; r < t.replicas && !t.gpu_share.mig_profile.empty() && mig_demand_.size() < 64; ++r) {
+          mig_demand_.push_back(&t.gpu_share.mig_profile);
+        }
+      }
+      if (mig_demand_.size() >= 64) break;
+    }
+  }
+  // An idle MIG GPU, preferring one whose instances no pending job wants.
+  int32_t best = -1, best_wanted = INT32_MAX;
+  for (uint64_t m = n.mig_mask & n.healthy_mask; m != 0; m &= m - 1) {
+    const int32_t g = std::countr_zero(m);
+    const MigUse use = MigState(pos, g);
+    if (use.used != 0) continue;
+    int32_t wanted = 0;
+    for (const MigInstance& i : use.layout) {
+      for (const std::string* d : mig_demand_) wanted += *d == geo.profiles[i.profile].name;
+    }
+    if (wanted < best_wanted) {
+      best_wanted = wanted;
+      best = g;
+    }
+  }
+  if (best < 0) return false;
+  // The request first, then the cycle's other pending demand, then the
+  // largest profiles that still fit: no slot is left unpartitioned.
+  layout->clear();
+  uint8_t occupied = 0;
+  auto add = [&](int32_t p) {
+    const int32_t s = MigFirstFreeStart(geo, p, occupied);
+    if (s < 0) return;
+    layout->push_back({static_cast<int8_t>(p), static_cast<int8_t>(s)});
+    occupied |= MigSlotMask(geo, layout->back());
+  };
+  add(profile);
+  for (const std::string* d : mig_demand_) {
+    if (const int32_t p = geo.ProfileIndex(*d); p >= 0) add(p);
+  }
+  for (int32_t p = static_cast<int32_t>(geo.profiles.size()) - 1; p >= 0; --p) {
+    while (MigFirstFreeStart(geo, p, occupied) >= 0) add(p);
+  }
+  std::sort(layout->begin(), layout->end(), [](const MigInstance& a, const MigInstance& b) { return a.start < b.start; });
+  *gpu = best;
+  return true;
+}
+
+void Scheduler::RollbackShares(size_t mark) {
+  txn_.Rollback();
+  while (share_undo_.size() > mark) {
+    ShareUndo& u = share_undo_.back();
+    if (u.mig) {
+      if (u.existed) mig_[u.key] = std::move(u.mig_use);
+      else mig_.erase(u.key);
+    } else {
+      if (u.existed) frac_[u.key] = u.frac;
+      else frac_.erase(u.key);
+    }
+    share_undo_.pop_back();
+  }
+}
+
 bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingReason* why, bool* never) {
   txn_.Begin();
-  struct Undo {
-    uint64_t key;
-    FracUse before;
-    bool existed;
-  };
-  std::vector<Undo> undo;
-  auto rollback = [&] {
-    txn_.Rollback();
-    for (auto it = undo.rbegin(); it != undo.rend(); ++it) {
-      if (it->existed) frac_[it->key] = it->before;
-      else frac_.erase(it->key);
-    }
-  };
+  share_undo_.clear();
   const size_t first = out->replicas.size();
+  const size_t first_reconf = out->reconfigurations.size();
+  auto rollback = [&] {
+    RollbackShares(0);
+    out->replicas.resize(first);
+    out->reconfigurations.resize(first_reconf);
+  };
   bool any_node = false;  // some node could hold a replica if the cluster were empty
   for (const TaskRequest& task : request_.tasks) {
     TaskRequest cpu_part = task;  // the filters see the replica's CPU and memory, no whole GPUs
@@ -708,11 +803,22 @@ bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingR
     for (int32_t rep = 0; rep < task.replicas; ++rep) {
       uint32_t best_pos = UINT32_MAX;
       int32_t best_gpu = -1, best_left = INT32_MAX;
+      int32_t mig_start = -1, mig_full = -1;
       for (uint32_t pos = 0; pos < ws_.size(); ++pos) {
         const NodeState& n = ws_.node(pos);
         if (!ShareCouldFit(task, pos)) continue;
         any_node = true;
         if (!ws_.schedulable(pos) || !ctx_.Fits(request_, cpu_part, pos)) continue;
+        if (task.mig != nullptr) {
+          int32_t g = -1, start = -1, full = -1;
+          if (FindMigInstance(task, pos, &g, &start, &full) && full > mig_full) {
+            mig_full = full;
+            best_pos = pos;
+            best_gpu = g;
+            mig_start = start;
+          }
+          continue;
+        }
         if (task.milli == 0) {  // a CPU-only task of the gang: the first node that fits
           best_pos = pos;
           break;
@@ -741,29 +847,63 @@ bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingR
           }
         }
       }
+      // No free instance of the profile anywhere: re-partition an idle MIG GPU.
+      if (task.mig != nullptr && best_pos == UINT32_MAX) {
+        for (uint32_t pos = 0; pos < ws_.size() && best_pos == UINT32_MAX; ++pos) {
+          if (!ShareCouldFit(task, pos) || !ws_.schedulable(pos) || !ctx_.Fits(request_, cpu_part, pos)) continue;
+          int32_t g = -1;
+          MigLayout layout;
+          if (!PlanMigLayout(task, pos, &g, &layout)) continue;
+          const NodeState& n = ws_.node(pos);
+          const uint64_t key = static_cast<uint64_t>(pos) << 6 | static_cast<uint64_t>(g);
+          const MigUse before = MigState(pos, g);
+          auto it = mig_.find(key);
+          share_undo_.push_back({true, key, {}, it != mig_.end() ? it->second : MigUse{}, it != mig_.end()});
+          out->reconfigurations.push_back({topo.node_at(pos), g, FormatMigLayout(*n.mig_geometry, layout),
+                                           FormatMigLayout(*n.mig_geometry, before.layout)});
+          mig_[key] = {std::move(layout), 0};
+          int32_t full = -1;
+          FindMigInstance(task, pos, &best_gpu, &mig_start, &full);
+          best_pos = pos;
+        }
+      }
       if (best_pos == UINT32_MAX) {
         rollback();
-        out->replicas.resize(first);
-        const std::string share = task.milli > 0 ? FormatMilliCpu(task.milli) + " of a GPU" : "CPU only";
+        const std::string share = task.mig != nullptr ? "a MIG " + *task.mig + " instance"
+                                  : task.milli > 0    ? FormatMilliCpu(task.milli) + " of a GPU"
+                                                      : "CPU only";
         if (!any_node) {
           *never = true;
-          *why = {ReasonCode::kNoMatchingNodes, "needs " + share +
-                                                    (task.share_memory > 0 ? " with " + FormatMemoryMiB(task.share_memory) : "") +
-                                                    " per replica; no node has a matching GPU"};
+          *why = {ReasonCode::kNoMatchingNodes,
+                  "needs " + share + (task.share_memory > 0 ? " with " + FormatMemoryMiB(task.share_memory) : "") +
+                      " per replica; " +
+                      (task.mig != nullptr ? "no node has a MIG-mode GPU offering that profile"
+                                           : "no node has a matching GPU")};
         } else {
-          *why = {ReasonCode::kInsufficientGpus, "needs " + std::to_string(task.replicas) + " replicas x " + share +
-                                                     (task.share_memory > 0 ? " (" + FormatMemoryMiB(task.share_memory) + ")" : "") +
-                                                     "; " + std::to_string(rep) + " fit now on shared or free GPUs"};
+          *why = {ReasonCode::kInsufficientGpus,
+                  "needs " + std::to_string(task.replicas) + " replicas x " + share +
+                      (task.share_memory > 0 ? " (" + FormatMemoryMiB(task.share_memory) + ")" : "") + "; " +
+                      std::to_string(rep) +
+                      (task.mig != nullptr ? " fit now (free instances of the profile, or idle MIG GPUs to re-partition)"
+                                           : " fit now on shared or free GPUs")};
         }
         return false;
       }
       const NodeState& n = ws_.node(best_pos);
       uint64_t mask = 0;
-      if (task.milli > 0) {
+      const uint64_t key = static_cast<uint64_t>(best_pos) << 6 | static_cast<uint64_t>(best_gpu);
+      if (task.mig != nullptr) {
+        auto it = mig_.find(key);
+        share_undo_.push_back({true, key, {}, it != mig_.end() ? it->second : MigUse{}, it != mig_.end()});
+        MigUse use = MigState(best_pos, best_gpu);
+        use.used |= static_cast<uint8_t>(1u << mig_start);
+        mig_[key] = std::move(use);
+        mask = uint64_t{1} << best_gpu;
+        txn_.Place({task.task, static_cast<uint32_t>(rep), best_pos, 0, task.cpu, task.memory});
+      } else if (task.milli > 0) {
         const uint64_t bit = uint64_t{1} << best_gpu;
-        const uint64_t key = static_cast<uint64_t>(best_pos) << 6 | static_cast<uint64_t>(best_gpu);
         auto it = frac_.find(key);
-        undo.push_back({key, it != frac_.end() ? it->second : FracUse{}, it != frac_.end()});
+        share_undo_.push_back({false, key, it != frac_.end() ? it->second : FracUse{}, {}, it != frac_.end()});
         FracUse use = it != frac_.end() ? it->second : FracUse{n.milli_used(best_gpu), n.memory_shared(best_gpu)};
         use.milli += task.milli;
         use.memory += task.share_memory;
@@ -774,7 +914,8 @@ bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingR
       } else {
         txn_.Place({task.task, static_cast<uint32_t>(rep), best_pos, 0, task.cpu, task.memory});
       }
-      out->replicas.push_back({task.task, static_cast<uint32_t>(rep), topo.node_at(best_pos), mask, task.milli});
+      out->replicas.push_back(
+          {task.task, static_cast<uint32_t>(rep), topo.node_at(best_pos), mask, task.milli, task.mig ? mig_start : -1});
     }
   }
   out->placed.push_back({request_.job->id, static_cast<uint32_t>(first), static_cast<uint32_t>(out->replicas.size() - first)});
@@ -794,10 +935,12 @@ PendingReason Scheduler::CheckResolvable(const Snapshot& snap, const JobRecord& 
       if (!any) {
         return {ReasonCode::kNoMatchingNodes,
                 "tasks[" + std::to_string(t.task) + "]: needs " +
-                    (t.milli > 0 ? FormatMilliCpu(t.milli) + " of a GPU" +
-                                       (t.share_memory > 0 ? " with " + FormatMemoryMiB(t.share_memory) : "")
-                                 : std::string("its CPU and memory")) +
-                    "; no node matches (GPU model and memory, selector, CPU and memory)"};
+                    (t.mig != nullptr ? "a MIG " + *t.mig + " instance"
+                     : t.milli > 0    ? FormatMilliCpu(t.milli) + " of a GPU" +
+                                         (t.share_memory > 0 ? " with " + FormatMemoryMiB(t.share_memory) : "")
+                                      : std::string("its CPU and memory")) +
+                    (t.mig != nullptr ? "; no node has a MIG-mode GPU offering that profile (and the selector, CPU and memory)"
+                                      : "; no node matches (GPU model and memory, selector, CPU and memory)")};
       }
     }
     return {};

@@ -63,6 +63,16 @@ struct Preemption {
   Duration grace = 0;
 };
 
+// Re-partition an idle MIG GPU (none of its instances in use) to `layout`
+// (core/mig.h text), so that a pending MIG request fits. Applied before the
+// placements that use it.
+struct Reconfiguration {
+  NodeId node;
+  int32_t gpu = 0;
+  std::string layout;
+  std::string before;  // the layout it replaces
+};
+
 struct CycleResult {
   uint64_t revision = 0;  // of the snapshot the decisions were made on
   std::vector<Placed> placed;
@@ -71,6 +81,7 @@ struct CycleResult {
   std::vector<Waiting> unresolvable;  // can never fit this cluster: reject
   std::vector<Reservation> reservations;
   std::vector<Preemption> preemptions;
+  std::vector<Reconfiguration> reconfigurations;
   void Clear() {
     placed.clear();
     replicas.clear();
@@ -78,6 +89,7 @@ struct CycleResult {
     unresolvable.clear();
     reservations.clear();
     preemptions.clear();
+    reconfigurations.clear();
   }
 };
 
@@ -143,10 +155,18 @@ class Scheduler {
   void Run(const Snapshot& snap, const TimePoint* now, CycleResult* out);
   // Tries the current request; rolls back unless `keep`. True if it fits.
   bool TryPlace(bool keep);
-  // Places every replica of the current (fractional) request, best fit onto
-  // GPUs already shared, then free ones; commits into `out` or changes
-  // nothing and explains (`never`: no node could ever hold it).
+  // Places every replica of the current (sharing) request: fractions best fit
+  // onto GPUs already shared, then free ones; MIG slices onto a free instance
+  // of their profile on the fullest MIG GPU, else re-partition an idle MIG GPU
+  // (a Reconfiguration). Commits into `out` or changes nothing and explains
+  // (`never`: no node could ever hold it).
   bool PlaceFractional(const Topology& topo, CycleResult* out, PendingReason* why, bool* never);
+  // Undoes the shares and reconfigurations recorded since `mark` (and the Txn).
+  void RollbackShares(size_t mark);
+  // Best MIG instance for `task` on `pos`: (gpu, start, used slots after); false if none.
+  bool FindMigInstance(const TaskRequest& task, uint32_t pos, int32_t* gpu, int32_t* start, int32_t* fullness) const;
+  // An idle MIG GPU on `pos` to re-partition for `task`, and its new layout.
+  bool PlanMigLayout(const TaskRequest& task, uint32_t pos, int32_t* gpu, MigLayout* layout);
   // Whether a replica of `task` (a share or CPU only) could ever run on `pos`.
   bool ShareCouldFit(const TaskRequest& task, uint32_t pos) const;
   // Charges the current request's CPU and memory to `leaf` (dominant shares).
@@ -156,6 +176,25 @@ class Scheduler {
     MemoryMiB memory = 0;
   };
   std::unordered_map<uint64_t, FracUse> frac_;  // (position << 6 | GPU) -> its shares, this cycle
+  struct MigUse {
+    MigLayout layout;
+    uint8_t used = 0;  // start slots of instances in use
+  };
+  // (position << 6 | GPU) -> its MIG layout and instances in use, where this cycle changed them.
+  std::unordered_map<uint64_t, MigUse> mig_;
+  MigUse MigState(uint32_t pos, int32_t gpu) const;
+  struct ShareUndo {
+    bool mig;
+    uint64_t key;
+    FracUse frac;
+    MigUse mig_use;
+    bool existed;
+  };
+  std::vector<ShareUndo> share_undo_;
+  // MIG profiles the cycle's pending jobs ask for, in order (a few dozen): a
+  // re-partitioned GPU gets instances for them too.
+  std::vector<const std::string*> mig_demand_;
+  bool mig_demand_built_ = false;
   // The earliest time the current request fits, releasing running jobs in
   // order of their time-limit ends; fills *steps with where. False if never.
   bool EarliestStart(const Snapshot& snap, TimePoint now, TimePoint* start, std::vector<Txn::Step>* steps);

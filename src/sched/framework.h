@@ -33,6 +33,7 @@ struct TaskRequest {
   bool model_missing = false;  // asked for a model no node has
   int32_t milli = 0;           // a share of one GPU per replica (gpu: {fraction}); 0 = whole GPUs
   MemoryMiB share_memory = 0;  // GPU memory bound of that share
+  const std::string* mig = nullptr;  // a MIG profile per replica (gpu: {mig}); null = none
 };
 
 // A job's request for one cycle. Reused across jobs (no allocation per job).
@@ -46,7 +47,7 @@ struct JobRequest {
   bool required = false;
   int64_t total_gpus = 0;
   int64_t total_replicas = 0;
-  bool fractional = false;  // some task asks for a GPU fraction (placed by the engine's sharing path)
+  bool fractional = false;  // some task asks for a GPU fraction or MIG slice (placed by the engine's sharing path)
 };
 
 // A node's capacity during a cycle: the snapshot minus tentative allocations.

@@ -70,7 +70,7 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
           mask |= 1ULL << g;
         }
         bound.placement.push_back({static_cast<uint16_t>(t), static_cast<uint32_t>(r), node->id, mask,
-                                   spec.tasks[t].gpu_share.fraction_milli});
+                                   spec.tasks[t].gpu_share.fraction_milli, p.mig_start});
       }
     }
     if (Status s = state.Apply(bound); !s.ok()) return InvalidArgumentError(path + ".placement: " + std::string(s.message()));
@@ -94,13 +94,19 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
       rejected_ids.insert(w.job.value());
       ROTA_RETURN_IF_ERROR(state.Apply(JobCancelled{w.job, 0}));
     }
+    for (const Reconfiguration& r : result.reconfigurations) {
+      const std::string& node = snap.node(r.node).spec.name;
+      out.reconfigurations.push_back({node, r.gpu, r.before, r.layout});
+      ROTA_RETURN_IF_ERROR(state.Apply(GpuReconfigured{node, r.gpu, r.layout}));
+    }
     for (const Placed& p : result.placed) {
       JobBound bound{p.job, {result.replicas.begin() + p.first, result.replicas.begin() + p.first + p.count}, 0};
       const JobRecord* job = snap.FindJob(p.job);
       for (const ReplicaPlacement& r : bound.placement) {
         out.placements.push_back(
             {job->spec.name, job->spec.tasks[r.task].name, r.replica, snap.node(r.node).spec.name, Gpus(r.gpu_mask),
-             r.gpu_milli});
+             r.gpu_milli,
+             r.mig_start >= 0 ? job->spec.tasks[r.task].gpu_share.mig_profile + "@" + std::to_string(r.mig_start) : ""});
       }
       ROTA_RETURN_IF_ERROR(state.Apply(bound));
     }

@@ -21,6 +21,7 @@ struct PlanOutput {
     std::string node;
     std::vector<int32_t> gpus;
     int32_t gpu_milli = 0;  // a share of gpus[0]; 0 = whole GPUs
+    std::string mig;        // a MIG instance of gpus[0]: "2g.20gb@4"; empty = none
   };
   struct Pending {
     std::string job;
@@ -39,6 +40,12 @@ struct PlanOutput {
     Duration in = 0;  // from now
     std::vector<Placement> replicas;
   };
+  struct Repartitioned {
+    std::string node;
+    int32_t gpu = 0;
+    std::string before;
+    std::string layout;
+  };
   struct Evicted {
     std::string victim;
     std::string preemptor;
@@ -49,6 +56,7 @@ struct PlanOutput {
   std::vector<Placement> placements;  // made by this plan, in decision order
   std::vector<Reserved> reservations;
   std::vector<Evicted> preemptions;
+  std::vector<Repartitioned> reconfigurations;  // MIG GPUs re-partitioned, in decision order
   std::vector<Pending> pending;
   std::vector<Rejected> rejected;
   int32_t cycles = 0;

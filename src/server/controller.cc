@@ -319,6 +319,12 @@ void Controller::RunOneCycle() {
   }
   if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty()) {
     Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+      // MIG GPUs re-partitioned for this cycle's placements go first (refused
+      // if an instance came into use since the snapshot: those binds fail too).
+      for (const sched::Reconfiguration& r : result.reconfigurations) {
+        const std::string& node = batch.state->GetSnapshot().node(r.node).spec.name;
+        if (!batch.Apply(GpuReconfigured{node, r.gpu, r.layout}).ok()) Trigger();
+      }
       for (const sched::Placed& p : result.placed) {
         JobBound bound{p.job,
                        {result.replicas.begin() + p.first, result.replicas.begin() + p.first + p.count},
@@ -547,6 +553,10 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   }
   a.gpu_milli = r.gpu_milli;
   a.gpu_memory_limit = task.gpu_share.memory;
+  if (r.mig_start >= 0) {
+    a.mig_profile = task.gpu_share.mig_profile;
+    a.mig_start = r.mig_start;
+  }
   a.last_checkpoint = job.last_checkpoint_path;
   a.command = task.command;
   a.env = task.env;

@@ -72,6 +72,8 @@ struct TaskAssignment {
   std::vector<int32_t> gpus;
   int32_t gpu_milli = 0;          // a share of gpus[0] (0 = whole GPUs)
   MemoryMiB gpu_memory_limit = 0;  // the share's GPU memory bound
+  std::string mig_profile;         // a MIG instance of gpus[0]: its profile and start slot
+  int32_t mig_start = -1;
   std::string last_checkpoint;     // where a restarted attempt resumes ("" = from the start)
   std::vector<std::string> command;
   std::map<std::string, std::string> env;

@@ -455,6 +455,10 @@ class HttpServerImpl final : public HttpServer {
           out.back()["gpu_milli"] = a.gpu_milli;
           out.back()["gpu_memory_limit_mib"] = a.gpu_memory_limit;
         }
+        if (a.mig_start >= 0) {
+          out.back()["mig_profile"] = a.mig_profile;
+          out.back()["mig_start"] = a.mig_start;
+        }
       }
       Reply(res, 200, {{"tasks", out}});
     }, Access::kAgents));

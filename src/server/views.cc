@@ -36,6 +36,10 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
       j["placement"].back()["gpu_fraction"] = FormatMilliCpu(r.gpu_milli);
       j["placement"].back()["isolation"] = "none (shared GPU; limits advisory unless MPS runs)";
     }
+    if (r.mig_start >= 0) {
+      j["placement"].back()["mig"] = job.spec.tasks[r.task].gpu_share.mig_profile + "@" + std::to_string(r.mig_start);
+      j["placement"].back()["isolation"] = "hardware (MIG instance)";
+    }
   }
   if (job.state == JobState::kPending) {
     auto reason = c.pending_reason(job.id);
@@ -72,7 +76,7 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
   j["state"] = NodeStateName(c, node, live);
   j["gpu_model"] = node.spec.gpu_model;
   j["gpus"] = node.spec.gpus;
-  j["gpus_allocated"] = std::popcount(node.allocated_mask | node.shared_mask);
+  j["gpus_allocated"] = std::popcount(node.busy_mask());
   j["gpus_unhealthy"] = std::popcount(node.all_mask & ~node.healthy_mask);
   j["cpu"] = FormatMilliCpu(node.spec.cpu);
   j["cpu_allocated"] = FormatMilliCpu(node.cpu_allocated);
@@ -86,9 +90,18 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
   ordered_json gpus = ordered_json::array();
   for (int32_t g = 0; g < node.spec.gpus; ++g) {
     ordered_json gj{{"index", g},
-                    {"allocated", (((node.allocated_mask | node.shared_mask) >> g) & 1) != 0},
+                    {"allocated", ((node.busy_mask() >> g) & 1) != 0},
                     {"healthy", ((node.healthy_mask >> g) & 1) != 0}};
     if ((node.shared_mask >> g) & 1) gj["shared_milli"] = node.milli_used(g);
+    if ((node.mig_mask >> g) & 1) {
+      // The MIG layout, and which instances are in use ("1g.10gb@0*": in use).
+      std::string layout;
+      for (const MigInstance& i : node.mig_layout[g]) {
+        layout += (layout.empty() ? "" : ",") + std::string(node.mig_geometry->profiles[i.profile].name) + "@" +
+                  std::to_string(i.start) + (((node.mig_used[g] >> i.start) & 1) ? "*" : "");
+      }
+      gj["mig"] = layout;
+    }
     if (it != live.end()) {
       for (const GpuTelemetry& t : it->second.gpus) {
         if (t.index != g) continue;
@@ -267,10 +280,10 @@ std::string RenderMetrics(const Controller& c) {
   header("rota_nodes", "gauge", "Nodes by state.");
   for (const auto& [state, n] : states) out += "rota_nodes{state=\"" + state + "\"} " + std::to_string(n) + "\n";
 
-  header("rota_node_gpus_allocated", "gauge", "Allocated GPUs per node.");
+  header("rota_node_gpus_allocated", "gauge", "GPUs in use per node (whole, shared by fractions, or with a MIG instance in use).");
   for (const NodeState& n : snap.nodes()) {
     out += "rota_node_gpus_allocated{node=\"" + Escape(n.spec.name) + "\"} " +
-           std::to_string(std::popcount(n.allocated_mask)) + "\n";
+           std::to_string(std::popcount(n.busy_mask())) + "\n";
   }
   struct Series {
     const char* name;

@@ -1,0 +1,156 @@
+#include "core/mig.h"
+
+#include <gtest/gtest.h>
+
+#include "core/cluster_state.h"
+
+namespace rota {
+namespace {
+
+const MigGeometry& A100_80() { return *MigGeometryFor("NVIDIA A100-SXM4-80GB", 80 * 1024); }
+
+TEST(MigGeometry, MatchesModelsByNameAndMemory) {
+  EXPECT_EQ(MigGeometryFor("A100", 40 * 1024)->name, "A100-40GB");
+  EXPECT_EQ(MigGeometryFor("a100", 80 * 1024)->name, "A100-80GB");
+  EXPECT_EQ(MigGeometryFor("NVIDIA H100 80GB HBM3", 0)->name, "H100-80GB");
+  EXPECT_EQ(MigGeometryFor("H200", 141 * 1024)->name, "H200-141GB");
+  EXPECT_EQ(MigGeometryFor("T4", 16 * 1024), nullptr);
+  EXPECT_EQ(MigGeometryFor("H100", 94 * 1024), nullptr);  // H100 NVL has other profiles
+  EXPECT_EQ(MigGeometryFor("A100", 40 * 1024)->ProfileIndex("1g.5gb"), 0);
+  EXPECT_EQ(MigGeometryFor("A100", 80 * 1024)->ProfileIndex("1g.5gb"), -1);
+}
+
+TEST(MigLayout, ValidLayoutsFromNvidiaDocs) {
+  const MigGeometry& g = A100_80();
+  for (const char* text : {"7g.80gb@0", "4g.40gb@0,3g.40gb@4", "3g.40gb@0,3g.40gb@4", "2g.20gb@0,2g.20gb@2,2g.20gb@4,1g.10gb@6",
+                           "1g.10gb@0,1g.10gb@1,1g.10gb@2,1g.10gb@3,1g.10gb@4,1g.10gb@5,1g.10gb@6",
+                           "3g.40gb@0,2g.20gb@4,1g.10gb@6", "1g.20gb@0,1g.20gb@2,1g.20gb@4,1g.20gb@6"}) {
+    auto layout = ParseMigLayout(g, text);
+    ASSERT_TRUE(layout.ok()) << text << ": " << layout.status().ToString();
+    EXPECT_EQ(FormatMigLayout(g, *layout), text);
+  }
+}
+
+TEST(MigLayout, InvalidLayoutsNameTheReason) {
+  const MigGeometry& g = A100_80();
+  auto error = [&](const char* text) { return std::string(ParseMigLayout(g, text).status().message()); };
+  EXPECT_NE(error("3g.40gb@2").find("only at slot 0, 4"), std::string::npos) << error("3g.40gb@2");
+  EXPECT_NE(error("4g.40gb@0,2g.20gb@2").find("overlaps"), std::string::npos);
+  EXPECT_NE(error("1g.5gb").find("not a MIG profile of A100-80GB"), std::string::npos);
+  EXPECT_NE(error("1g.10gb@9").find("0..7"), std::string::npos);
+  EXPECT_NE(error("1g.10gb,,1g.10gb").find("empty entry"), std::string::npos);
+  // 4g at 0 leaves 4..7: a 4g cannot start at 4.
+  EXPECT_FALSE(ParseMigLayout(g, "4g.40gb,4g.40gb").ok());
+}
+
+TEST(MigLayout, UnplacedEntriesFindAValidLayout) {
+  const MigGeometry& g = A100_80();
+  // Biggest first at 0 would strand the second 1g (1g.10gb cannot start at 7):
+  // the search puts 3g at 4 instead.
+  auto layout = ParseMigLayout(g, "1g.10gb, 1g.10gb, 3g.40gb, 2g.20gb");
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_EQ(FormatMigLayout(g, *layout), "2g.20gb@0,1g.10gb@2,1g.10gb@3,3g.40gb@4");
+  auto three = ParseMigLayout(g, "3g.40gb,2g.20gb,1g.10gb");
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(FormatMigLayout(g, *three), "3g.40gb@0,2g.20gb@4,1g.10gb@6");
+  // Fixed starts are kept; the rest fit around them.
+  auto mixed = ParseMigLayout(g, "3g.40gb@4,1g.10gb,1g.10gb,1g.10gb,1g.10gb");
+  ASSERT_TRUE(mixed.ok()) << mixed.status().ToString();
+  EXPECT_EQ(FormatMigLayout(g, *mixed), "1g.10gb@0,1g.10gb@1,1g.10gb@2,1g.10gb@3,3g.40gb@4");
+  EXPECT_NE(std::string(ParseMigLayout(g, "7g.80gb,1g.10gb").status().message()).find("does not fit"), std::string::npos);
+}
+
+TEST(MigProfileName, ComputeSlices) {
+  EXPECT_EQ(MigProfileCompute("1g.10gb"), 1);
+  EXPECT_EQ(MigProfileCompute("7g.141gb"), 7);
+  EXPECT_EQ(MigProfileCompute("8g.10gb"), 0);
+  EXPECT_EQ(MigProfileCompute("2g.20"), 0);
+  EXPECT_EQ(MigProfileCompute("big"), 0);
+}
+
+NodeSpec MigNode() {
+  NodeSpec n;
+  n.name = "a0";
+  n.gpus = 2;
+  n.gpu_model = "A100";
+  n.gpu_memory = 80 * 1024;
+  n.cpu = 64000;
+  n.memory = 512 * 1024;
+  n.labels = {{"rack", "r0"}, {"spine", "s0"}};
+  n.mig = {{1, "3g.40gb@0,3g.40gb@4"}};
+  return n;
+}
+
+JobSpec MigJob(const char* profile, int replicas = 1) {
+  JobSpec s;
+  s.name = "m";
+  s.tasks.push_back({.name = "w", .replicas = replicas, .gpu_share = {.mig_profile = profile}, .cpu = 1000});
+  return s;
+}
+
+TEST(ClusterStateMig, BindsInstancesAndReconfiguresOnlyIdleGpus) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{MigNode()}).ok());
+  const NodeState& n0 = st.GetSnapshot().node(NodeId(0));
+  EXPECT_EQ(n0.mig_mask, 0b10u);
+  EXPECT_EQ(n0.free_mask(), 0b01u);  // the MIG GPU is never free whole
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), MigJob("3g.40gb", 2), 1}).ok());
+  // No such instance: 3g at slot 2 does not exist.
+  Status bad = st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0b10, 0, 0}, {0, 1, NodeId(0), 0b10, 0, 2}}, 2});
+  EXPECT_NE(bad.message().find("no 3g.40gb instance at slot 2"), std::string::npos) << bad.ToString();
+  // The same instance twice.
+  bad = st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0b10, 0, 4}, {0, 1, NodeId(0), 0b10, 0, 4}}, 2});
+  EXPECT_NE(bad.message().find("in use"), std::string::npos) << bad.ToString();
+  // Not a MIG GPU.
+  bad = st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0b01, 0, 0}, {0, 1, NodeId(0), 0b10, 0, 4}}, 2});
+  EXPECT_NE(bad.message().find("not in MIG mode"), std::string::npos) << bad.ToString();
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0b10, 0, 0}, {0, 1, NodeId(0), 0b10, 0, 4}}, 2}).ok());
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).mig_used[1], 0b10001u);
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).busy_mask(), 0b10u);
+  // A whole-GPU job cannot take the MIG GPU.
+  JobSpec whole;
+  whole.name = "w";
+  whole.tasks.push_back({.name = "w", .gpus = 1, .cpu = 1000});
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), whole, 3}).ok());
+  EXPECT_FALSE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0b10}}, 4}).ok());
+  // In use: not re-partitioned.
+  EXPECT_FALSE(st.Apply(GpuReconfigured{"a0", 1, "7g.80gb@0"}).ok());
+  EXPECT_FALSE(st.Apply(GpuReconfigured{"a0", 0, "7g.80gb@0"}).ok());  // not in MIG mode
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 5}).ok());
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).mig_used[1], 0u);
+  EXPECT_FALSE(st.Apply(GpuReconfigured{"a0", 1, "3g.40gb@2"}).ok());  // invalid layout
+  ASSERT_TRUE(st.Apply(GpuReconfigured{"a0", 1, "7g.80gb"}).ok());
+  EXPECT_EQ(FormatMigLayout(A100_80(), st.GetSnapshot().node(NodeId(0)).mig_layout[1]), "7g.80gb@0");
+
+  // A journal snapshot replays: the ended job's instances existed in an older layout.
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), MigJob("7g.80gb"), 6}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(3), {{0, 0, NodeId(0), 0b10, 0, 0}}, 7}).ok());
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  const NodeState& r = replay.GetSnapshot().node(NodeId(0));
+  EXPECT_EQ(FormatMigLayout(A100_80(), r.mig_layout[1]), "7g.80gb@0");
+  EXPECT_EQ(r.mig_used[1], 0b1u);
+  EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(1))->state, JobState::kSucceeded);
+}
+
+TEST(ClusterStateMig, RefusesNodesWithImpossibleLayouts) {
+  NodeSpec n = MigNode();
+  n.mig = {{1, "4g.40gb,4g.40gb"}};
+  EXPECT_FALSE(ValidateNodeSpec(n).ok());
+  n.mig = {{2, ""}};
+  EXPECT_NE(ValidateNodeSpec(n).message().find("no GPU 2"), std::string::npos);
+  n.mig = {{0, ""}};
+  n.gpu_model = "T4";
+  EXPECT_NE(ValidateNodeSpec(n).message().find("no MIG geometry for T4"), std::string::npos);
+}
+
+TEST(JobSpecMig, ValidatesProfileNamesAndCountsComputeAsGpus) {
+  JobSpec s = MigJob("3g.40gb", 3);
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+  EXPECT_EQ(s.GpuEquivalent(), 2);  // 3 x 3/7 = 9/7, rounded up
+  s.tasks[0].gpu_share.mig_profile = "half";
+  EXPECT_NE(ValidateJobSpec(s).message().find("tasks[0].gpu.mig: 'half' is not a MIG profile name"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rota
