@@ -105,6 +105,7 @@ function gpuTitle(node, g) {
   if (!g.healthy) parts.push('unhealthy');
   parts.push(g.allocated ? (g.jobs ? 'jobs ' + g.jobs.join(', ') : 'job ' + g.job) : 'idle');
   if (g.shared_milli !== undefined) parts.push('shared: ' + (g.shared_milli / 1000).toFixed(2) + ' of the GPU');
+  if (g.mig !== undefined) parts.push('MIG ' + (g.mig || '(no instances)') + (g.mig.includes('*') ? ' (* in use)' : ''));
   if (g.utilization_pct !== undefined) parts.push('util ' + g.utilization_pct + '%');
   if (g.memory_used !== undefined) parts.push('mem ' + g.memory_used);
   if (g.temperature_c !== undefined) parts.push(g.temperature_c + '°C');
@@ -215,6 +216,7 @@ function showGpu(key) {
     (node.simulated ? ' <span class="badge sim">simulated</span>' : '') + '<br>' +
     (g.allocated ? (g.jobs || [g.job]).map((id) => 'job <a href="#/jobs/' + esc(id) + '">' + esc(id) + '</a>').join(', ') : 'idle') +
     (g.shared_milli !== undefined ? ' · shared: ' + esc((g.shared_milli / 1000).toFixed(2)) + ' of the GPU in use' : '') +
+    (g.mig !== undefined ? ' · MIG: ' + esc(g.mig || '(no instances)') + ' (* in use)' : '') +
     (g.healthy ? '' : ' · <span class="error">unhealthy</span>') +
     (g.utilization_pct !== undefined ? ' · utilisation ' + esc(g.utilization_pct) + '%' : '') +
     (g.memory_used !== undefined ? ' · memory used ' + esc(g.memory_used) : '') +

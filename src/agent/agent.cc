@@ -191,6 +191,11 @@ bool Agent::Register() {
             {"labels", options_.labels}};
   node["labels"]["hostname"] = options_.node_name;
   node["labels"]["gpu_model"] = inv.gpu_model;
+  if (!inv.mig.empty()) {
+    json mig = json::object();
+    for (const auto& [gpu, layout] : inv.mig) mig[std::to_string(gpu)] = layout;
+    node["mig"] = std::move(mig);
+  }
   auto client = MakeClient(options_.server, options_.token);
   auto res = client->Post("/v1/agents/register",
                           json{{"node", node}, {"simulated", inv.simulated}, {"address", options_.address}}.dump(),

@@ -1,5 +1,7 @@
 #include "agent/inventory.h"
 
+#include "core/mig.h"
+
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -34,6 +36,27 @@ StatusOr<Inventory> ParseGpuFlag(const std::string& flag) {
   }
   inv.gpus = count;
   return inv;
+}
+
+Status DeclareMig(Inventory* inv, const std::string& layout, int32_t gpus) {
+  if (!inv->simulated) {
+    return FailedPreconditionError("--mig: only a declared (--gpus) inventory is put in MIG mode by flag; with NVML, "
+                                   "rota does not read or change MIG layouts yet");
+  }
+  const MigGeometry* geo = MigGeometryFor(inv->gpu_model, inv->gpu_memory);
+  if (geo == nullptr) {
+    return InvalidArgumentError("--mig: rota knows no MIG geometry for " + inv->gpu_model +
+                                " (MIG GPUs: A100 40/80GB, H100 80GB, H200 141GB; give the memory, e.g. 4xA100:80Gi)");
+  }
+  auto parsed = ParseMigLayout(*geo, layout);
+  if (!parsed.ok()) return InvalidArgumentError("--mig: " + std::string(parsed.status().message()));
+  if (gpus < 0) gpus = inv->gpus;
+  if (gpus > inv->gpus) {
+    return InvalidArgumentError("--mig-gpus: " + std::to_string(gpus) + " exceeds the " + std::to_string(inv->gpus) +
+                                " GPUs declared");
+  }
+  for (int32_t g = 0; g < gpus; ++g) inv->mig[g] = FormatMigLayout(*geo, *parsed);
+  return Status::Ok();
 }
 
 namespace {

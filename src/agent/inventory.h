@@ -4,6 +4,7 @@
 // inventory is reported as simulated everywhere it is shown.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,13 @@ struct Inventory {
   bool simulated = true;
   std::string source;  // "nvml (driver 550.54)" or "declared (--gpus 8xH100:80Gi)"
   std::vector<std::string> uuids;  // per GPU index, from NVML; empty when simulated
+  std::map<int32_t, std::string> mig;  // GPUs in MIG mode: index -> layout (NodeSpec::mig)
 };
+
+// Puts the first `gpus` GPUs (-1 = all) of a declared inventory in MIG mode
+// with `layout` ("3g.40gb,3g.40gb"; "" = no instances yet), checked against
+// the model's MIG geometry (`--mig LAYOUT [--mig-gpus N]`).
+Status DeclareMig(Inventory* inv, const std::string& layout, int32_t gpus);
 
 // The device list for CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES: GPU UUIDs
 // where NVML gave them (stable across reboots and renumbering), else indices.

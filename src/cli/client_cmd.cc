@@ -173,7 +173,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     if (!args.empty()) return Usage("rota top [-o json]");
     Response r = c.Get("/v1/nodes");
     return Run(c, r, "top", [](const json& j) {
-      Table t({"NODE", "GPU", "JOB", "UTIL%", "MEMORY", "TEMP", "POWER", "HEALTHY"});
+      Table t({"NODE", "GPU", "JOB", "UTIL%", "MEMORY", "TEMP", "POWER", "HEALTHY", "MIG"});
       int64_t total = 0, allocated = 0;
       for (const auto& n : j["nodes"]) {
         for (const auto& g : n["gpu_list"]) {
@@ -183,7 +183,8 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
                  g.contains("job") ? S(g, "job") : "-", g.contains("utilization_pct") ? S(g, "utilization_pct") : "-",
                  g.contains("memory_used") ? S(g, "memory_used") : "-",
                  g.contains("temperature_c") ? S(g, "temperature_c") + "C" : "-",
-                 g.contains("power_w") ? S(g, "power_w") + "W" : "-", g["healthy"].get<bool>() ? "yes" : "no"});
+                 g.contains("power_w") ? S(g, "power_w") + "W" : "-", g["healthy"].get<bool>() ? "yes" : "no",
+                 g.contains("mig") ? (S(g, "mig").empty() ? "(none)" : S(g, "mig")) : "-"});
         }
       }
       std::cout << "GPUs allocated: " << allocated << "/" << total << "\n" << t.Render();

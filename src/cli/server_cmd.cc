@@ -23,14 +23,15 @@ constexpr const char* kServerUsage =
     "                   [--min-runtime 10m] [--history-interval 10s]\n";
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
-    "               [--gpus COUNTxMODEL[:MEMORY]] [--name NODE]\n"
+    "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
     "\n"
     "Runs the server and a local agent in one process, with an embedded SQLite\n"
     "store in DIR (default $ROTA_DATA_DIR or ~/.local/share/rota). Without an\n"
     "NVIDIA driver the agent declares a simulated inventory (default 8xH100:80Gi).\n";
 constexpr const char* kAgentUsage =
     "usage: rota agent --server URL --token TOKEN [--name NODE] [--address ADDR]\n"
-    "                  [--gpus COUNTxMODEL[:MEMORY]] [--logs-dir DIR] [--label k=v ...]\n"
+    "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]]\n"
+    "                  [--logs-dir DIR] [--label k=v ...]\n"
     "                  [--heartbeat-ms N] [--health-file FILE]\n";
 
 // The value after args[*i] (and moves *i to it), or exits with usage error 2.
@@ -104,14 +105,28 @@ bool SplitListen(const std::string& listen, std::string* host, int* port) {
   return *port >= 0 && *port < 65536 && !host->empty();
 }
 
-StatusOr<agent::Inventory> LocalInventory(const std::string& gpus_flag) {
+// MIG flags of a declared inventory: --mig LAYOUT (e.g. 3g.40gb,3g.40gb) and
+// --mig-gpus N (the first N GPUs; default all).
+struct MigFlags {
+  bool set = false;
+  std::string layout;
+  int32_t gpus = -1;
+};
+
+StatusOr<agent::Inventory> LocalInventory(const std::string& gpus_flag, const MigFlags& mig = {}) {
+  StatusOr<agent::Inventory> inv = InternalError("unset");
   if (gpus_flag.empty()) {
-    auto nvml = agent::DiscoverNvml();
-    if (nvml.ok()) return nvml;
-    std::cerr << "rota: " << nvml.status().message() << "; declaring a simulated inventory (--gpus 8xH100:80Gi)\n";
-    return agent::ParseGpuFlag("8xH100:80Gi");
+    inv = agent::DiscoverNvml();
+    if (!inv.ok()) {
+      std::cerr << "rota: " << inv.status().message() << "; declaring a simulated inventory (--gpus 8xH100:80Gi)\n";
+      inv = agent::ParseGpuFlag("8xH100:80Gi");
+    }
+  } else {
+    inv = agent::ParseGpuFlag(gpus_flag);
   }
-  return agent::ParseGpuFlag(gpus_flag);
+  if (inv.ok() && mig.set) ROTA_RETURN_IF_ERROR(agent::DeclareMig(&*inv, mig.layout, mig.gpus));
+  if (!inv.ok() || mig.set || mig.gpus < 0) return inv;
+  return InvalidArgumentError("--mig-gpus: set --mig too (the MIG layout of those GPUs)");
 }
 
 std::string HostName() {
@@ -125,6 +140,7 @@ std::string HostName() {
 int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::string data_dir = DefaultDataDir(), listen = "127.0.0.1:7070", config_path, gpus, name, tls_cert, tls_key;
   double rate = 200;
+  MigFlags mig;
   Duration node_timeout = 30 * kMicrosPerSecond;
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   Duration history_interval = 10 * kMicrosPerSecond;  // queue usage samples for the dashboard
@@ -141,6 +157,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--node-timeout") node_timeout = DurationFlag(args, &i, "rota");
     else if (a == "--history-interval") history_interval = DurationFlag(args, &i, "rota");
     else if (with_local_agent && a == "--gpus") gpus = value();
+    else if (with_local_agent && a == "--mig") mig.set = true, mig.layout = value();
+    else if (with_local_agent && a == "--mig-gpus") mig.gpus = std::atoi(value().c_str());
     else if (with_local_agent && a == "--name") name = value();
     else if (a == "-h" || a == "--help") {
       std::cout << (with_local_agent ? kUpUsage : kServerUsage);
@@ -227,7 +245,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
 
   std::unique_ptr<agent::Agent> local;
   if (with_local_agent) {
-    auto inv = LocalInventory(gpus);
+    auto inv = LocalInventory(gpus, mig);
     if (!inv.ok()) {
       std::cerr << "rota: " << inv.status().message() << "\n";
       return kExitBadInput;
@@ -275,6 +293,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
 int AgentMain(std::vector<std::string> args) {
   agent::AgentOptions ao;
   std::string gpus;
+  MigFlags mig;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&] { return FlagValue(args, &i, "rota agent"); };
@@ -283,6 +302,8 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--name") ao.node_name = value();
     else if (a == "--address") ao.address = value();
     else if (a == "--gpus") gpus = value();
+    else if (a == "--mig") mig.set = true, mig.layout = value();
+    else if (a == "--mig-gpus") mig.gpus = std::atoi(value().c_str());
     else if (a == "--logs-dir") ao.logs_dir = value();
     else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::max(10, std::atoi(value().c_str()));
     else if (a == "--health-file") ao.health_file = value();
@@ -309,7 +330,7 @@ int AgentMain(std::vector<std::string> args) {
     std::cerr << "rota agent: --token is required\n" << kAgentUsage;
     return kExitBadInput;
   }
-  auto inv = LocalInventory(gpus);
+  auto inv = LocalInventory(gpus, mig);
   if (!inv.ok()) {
     std::cerr << "rota agent: " << inv.status().message() << "\n";
     return kExitBadInput;

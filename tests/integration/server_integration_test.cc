@@ -135,6 +135,75 @@ TEST_F(Integration, GpuFractionsShareOneGpu) {
   EXPECT_EQ(w["state"], "pending") << w.dump();
 }
 
+// MIG through the real binary: a declared A100 whose GPU 0 is in MIG mode
+// (two 3g.40gb). A 3g job gets an instance with hardware isolation; a 1g job
+// waits while GPU 0 has an instance in use (only idle GPUs are re-partitioned)
+// and starts once it is idle again, on the new layout; the layout survives a
+// kill -9 of the server.
+TEST_F(Integration, MigInstancesAndRepartitioning) {
+  RotaProcess up("up", tmp.path() + "/data",
+                 {"--gpus", "2xA100:80Gi", "--mig", "3g.40gb,3g.40gb", "--mig-gpus", "1", "--name", "mig"});
+  const auto env = up.ClientEnv();
+  auto admin = up.Admin();
+  auto wait_for = [&](int id, auto done) {
+    json j;
+    for (int i = 0; i < 400; ++i) {
+      j = json::parse(admin.Get("/v1/jobs/" + std::to_string(id))->body);
+      if (done(j)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return j;
+  };
+  auto r = admin.Post("/v1/jobs", R"(name: m3
+tasks: [{gpu: {mig: 3g.40gb}, command: [sh, -c, 'echo "mig=$ROTA_MIG_INSTANCE cuda=$CUDA_VISIBLE_DEVICES"; sleep 60']}])",
+                      "application/yaml");
+  ASSERT_EQ(r->status, 201) << r->body;
+  json m3 = wait_for(1, [](const json& j) { return j["state"] == "running"; });
+  ASSERT_EQ(m3["state"], "running") << m3.dump();
+  EXPECT_EQ(m3["placement"][0]["gpus"], json::array({0}));
+  EXPECT_EQ(m3["placement"][0]["mig"], "3g.40gb@0");
+  EXPECT_EQ(m3["placement"][0]["isolation"], "hardware (MIG instance)");
+  std::string logs;
+  for (int i = 0; i < 400 && logs.find("mig=") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    logs = RunRota({"logs", "1"}, env, tmp.path()).out;
+  }
+  EXPECT_NE(logs.find("mig=0:3g.40gb@0 cuda=MIG-simulated-0:3g.40gb@0"), std::string::npos) << logs;
+  const std::string described = RunRota({"describe", "1"}, env, tmp.path()).out;
+  EXPECT_NE(described.find("MIG 3g.40gb@0"), std::string::npos) << described;
+  // A whole-GPU job takes GPU 1, never the MIG GPU.
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: whole\ntasks: [{gpus: 1, command: [sleep, '60']}]\n", "application/yaml")->status, 201);
+  json whole = wait_for(2, [](const json& j) { return j["state"] == "running"; });
+  EXPECT_EQ(whole["placement"][0]["gpus"], json::array({1})) << whole.dump();
+  // No 1g instance and GPU 0 is not idle: it waits.
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: m1\ntasks: [{gpu: {mig: 1g.10gb}, command: [sleep, '60']}]\n",
+                       "application/yaml")->status, 201);
+  json m1 = wait_for(3, [](const json& j) { return j.contains("pending_reason") && j["pending_reason"]["code"] != "NotYetScheduled"; });
+  EXPECT_EQ(m1["state"], "pending") << m1.dump();
+  EXPECT_NE(m1["pending_reason"]["message"].get<std::string>().find("re-partition"), std::string::npos) << m1.dump();
+  json node = json::parse(admin.Get("/v1/nodes")->body)["nodes"][0];
+  EXPECT_EQ(node["gpu_list"][0]["mig"], "3g.40gb@0*,3g.40gb@4") << node.dump();
+  EXPECT_EQ(node["gpus_allocated"], 2);
+  const std::string top = RunRota({"top"}, env, tmp.path()).out;
+  EXPECT_NE(top.find("3g.40gb@0*,3g.40gb@4"), std::string::npos) << top;
+  // A profile no GPU offers is refused at submission.
+  auto a40 = admin.Post("/v1/jobs", "name: a40\ntasks: [{gpu: {mig: 1g.5gb}}]\n", "application/yaml");
+  EXPECT_EQ(a40->status, 422) << a40->body;
+  EXPECT_NE(a40->body.find("MIG-mode GPU offering that profile"), std::string::npos) << a40->body;
+  // GPU 0 idle again: re-partitioned for the 1g job (the rest filled with the largest that fit).
+  ASSERT_EQ(RunRota({"cancel", "1"}, env, tmp.path()).exit_code, 0);
+  m1 = wait_for(3, [](const json& j) { return j["state"] == "running"; });
+  ASSERT_EQ(m1["state"], "running") << m1.dump();
+  EXPECT_EQ(m1["placement"][0]["mig"], "1g.10gb@0");
+  node = json::parse(admin.Get("/v1/nodes")->body)["nodes"][0];
+  EXPECT_EQ(node["gpu_list"][0]["mig"], "1g.10gb@0*,1g.10gb@1,2g.20gb@2,3g.40gb@4") << node.dump();
+  // Durable: the new layout and the instance in use come back from the journal.
+  up.Kill(SIGKILL);
+  up.Restart();
+  node = json::parse(up.Admin().Get("/v1/nodes")->body)["nodes"][0];
+  EXPECT_EQ(node["gpu_list"][0]["mig"], "1g.10gb@0*,1g.10gb@1,2g.20gb@2,3g.40gb@4") << node.dump();
+}
+
 // A task reports checkpoints by writing the path to $ROTA_CHECKPOINT_FILE;
 // owners may also report one through the API. Both show in describe and
 // the job's events, and survive a restart of the server.
