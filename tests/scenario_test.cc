@@ -15,6 +15,7 @@
 //     preemptions: {victim: preemptor}
 //     placements: {m: [{node: a-0, gpus: [1], mig: 3g.40gb@4}]}  # a MIG instance
 //     reconfigurations: ["a-0/1: 3g.40gb@0,3g.40gb@4"]   # node/gpu: new layout, in order
+//     resizes: ["el: 4 -> 2"]        # elastic jobs grown or shrunk, in order
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -126,6 +127,11 @@ TEST_P(Scenario, MatchesExpectations) {
   for (const auto& r : expect["reconfigurations"]) want_reconf.push_back(r.as<std::string>());
   for (const auto& r : out->reconfigurations) got_reconf.push_back(r.node + "/" + std::to_string(r.gpu) + ": " + r.layout);
   EXPECT_EQ(got_reconf, want_reconf) << "MIG reconfigurations";
+
+  std::vector<std::string> want_resized, got_resized;
+  for (const auto& r : expect["resizes"]) want_resized.push_back(r.as<std::string>());
+  for (const auto& r : out->resizes) got_resized.push_back(r.job + ": " + std::to_string(r.from) + " -> " + std::to_string(r.to));
+  EXPECT_EQ(got_resized, want_resized) << "elastic resizes";
 
   if (expect["same_domain"] || expect["unused_nodes"]) {
     auto nodes = ExpandNodes(*cluster);

@@ -256,6 +256,7 @@ std::string EncodeEvent(const Event& event) {
           j["user"] = e.user;
           j["priority_value"] = e.spec.priority;  // resolved from the class at submission
           if (e.restarts != 0) j["restarts"] = e.restarts;
+          if (e.resizes != 0) j["resizes"] = e.resizes;
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobBound>) {
           j["type"] = "JobBound";
@@ -289,6 +290,13 @@ std::string EncodeEvent(const Event& event) {
           j["type"] = "NodeLostChanged";
           j["node"] = e.node;
           j["lost"] = e.lost;
+        } else if constexpr (std::is_same_v<E, JobResized>) {
+          j["type"] = "JobResized";
+          j["id"] = e.id.value();
+          j["at"] = e.at;
+          j["reason"] = e.reason;
+          j["placement"] = ordered_json::array();
+          for (const ReplicaPlacement& r : e.placement) j["placement"].push_back({r.task, r.replica, r.node.value(), r.gpu_mask});
         } else if constexpr (std::is_same_v<E, GpuReconfigured>) {
           j["type"] = "GpuReconfigured";
           j["node"] = e.node;
@@ -327,7 +335,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       ROTA_ASSIGN_OR_RETURN(JobSpec spec, JobSpecFromJson(j.at("spec")));
       spec.priority = j.at("priority_value").get<int32_t>();
       return Event(JobSubmitted{JobId(j.at("id").get<uint64_t>()), std::move(spec), j.at("at"), j.at("user"),
-                                j.value("restarts", 0)});
+                                j.value("restarts", 0), j.value("resizes", 0)});
     }
     if (type == "JobBound") {
       JobBound b{JobId(j.at("id").get<uint64_t>()), {}, j.at("at")};
@@ -354,6 +362,14 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
     }
     if (type == "JobCheckpointed") {
       return Event(JobCheckpointed{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("path")});
+    }
+    if (type == "JobResized") {
+      JobResized e{JobId(j.at("id").get<uint64_t>()), {}, j.at("at"), j.at("reason")};
+      for (const auto& r : j.at("placement")) {
+        e.placement.push_back({r.at(0).get<uint16_t>(), r.at(1).get<uint32_t>(), NodeId(r.at(2).get<uint32_t>()),
+                               r.at(3).get<uint64_t>()});
+      }
+      return Event(std::move(e));
     }
     if (type == "GpuReconfigured") return Event(GpuReconfigured{j.at("node"), j.at("gpu"), j.at("layout")});
     return InvalidArgumentError("event: unknown type '" + type + "'");

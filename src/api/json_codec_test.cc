@@ -27,7 +27,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   spec->priority = 1000;
   NodeSpec node{.name = "n-0", .gpu_model = "H100", .gpus = 8, .gpu_memory = 81920, .nvlink_islands = 2,
-                .cpu = 128000, .memory = 1048576, .labels = {{"rack", "r0"}}};
+                .cpu = 128000, .memory = 1048576, .labels = {{"rack", "r0"}}, .mig = {{1, "3g.40gb@0,3g.40gb@4"}}};
   std::vector<Event> events = {
       NodeAdded{node},
       NodeDrainChanged{"n-0", true},
@@ -41,7 +41,10 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobRequeued{JobId(9), 1000, "node n-1 lost"},
       NodeLostChanged{"n-1", true},
       JobPreempting{JobId(11), 77, JobId(12), "preempted for job 12"},
-      JobSubmitted{JobId(10), *spec, 5, "carol", 2},
+      JobSubmitted{JobId(10), *spec, 5, "carol", 2, 3},
+      JobBound{JobId(13), {{0, 0, NodeId(1), 0x02, 0, 4}}, 458},  // a MIG instance at slot 4
+      GpuReconfigured{"n-0", 1, "3g.40gb@0,3g.40gb@4"},
+      JobResized{JobId(14), {{0, 0, NodeId(0), 0x03}, {0, 2, NodeId(1), 0x0C}}, 900, "grew into free GPUs"},
   };
   for (const Event& e : events) {
     const std::string text = EncodeEvent(e);

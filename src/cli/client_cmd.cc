@@ -107,6 +107,11 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       if (j.contains("flags")) {
         for (const auto& f : j["flags"]) kv.Add({"flag:", f.get<std::string>()});
       }
+      if (j.contains("elastic")) {
+        const json& e = j["elastic"];
+        kv.Add({"elastic:", S(e, "running") + " running of " + S(e, "min_replicas") + ".." + S(e, "replicas") +
+                                " replicas (" + S(e, "resizes") + " resizes)"});
+      }
       if (j.value("restarts", 0) > 0) kv.Add({"restarts:", S(j, "restarts") + " (last: " + S(j, "last_requeue_reason") + ")"});
       if (j.contains("pending_reason")) {
         kv.Add({"pending:", S(j["pending_reason"], "code")});

@@ -46,6 +46,10 @@ void PrintJson(const sched::PlanOutput& out) {
     if (!p.mig.empty()) pj["mig"] = p.mig;
     j["placements"].push_back(std::move(pj));
   }
+  j["resizes"] = nlohmann::ordered_json::array();
+  for (const auto& r : out.resizes) {
+    j["resizes"].push_back({{"job", r.job}, {"from", r.from}, {"to", r.to}, {"reason", r.reason}});
+  }
   j["reconfigurations"] = nlohmann::ordered_json::array();
   for (const auto& r : out.reconfigurations) {
     j["reconfigurations"].push_back({{"node", r.node}, {"gpu", r.gpu}, {"before", r.before}, {"layout", r.layout}});
@@ -81,6 +85,9 @@ void PrintTable(const sched::PlanOutput& out) {
                         (p.mig.empty() ? "" : " (MIG " + p.mig + ")")});
   }
   std::cout << "Placements (" << out.placements.size() << ")\n" << placements.Render();
+  Table resized({"JOB", "FROM", "TO", "REASON"});
+  for (const auto& r : out.resizes) resized.Add({r.job, std::to_string(r.from), std::to_string(r.to), r.reason});
+  if (!out.resizes.empty()) std::cout << "\nElastic resizes (" << out.resizes.size() << ")\n" << resized.Render();
   Table repartitioned({"NODE", "GPU", "BEFORE", "AFTER"});
   for (const auto& r : out.reconfigurations) {
     repartitioned.Add({r.node, std::to_string(r.gpu), r.before.empty() ? "(none)" : r.before, r.layout});

@@ -158,21 +158,31 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->submitted_at = e.at;
   job->user = e.user;
   job->restarts = e.restarts;
+  job->resizes = e.resizes;
   Put(Mutable(), std::move(job));
   return Status::Ok();
 }
 
-Status ClusterState::ApplyOne(const JobBound& e) {
-  auto it = data_->jobs.find(e.id);
-  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  const JobRecord& job = *it->second;
-  const std::string who = "bind job " + std::to_string(e.id.value());
-  if (job.state != JobState::kPending) {
-    return FailedPreconditionError(who + ": job is " + std::string(JobStateName(job.state)) + ", not pending");
-  }
-  if (static_cast<int64_t>(e.placement.size()) != job.spec.TotalReplicas()) {
-    return FailedPreconditionError(who + ": " + std::to_string(e.placement.size()) + " placements for " +
+Status ClusterState::CheckPlacement(const JobRecord& job, const std::vector<ReplicaPlacement>& placement,
+                                    const std::vector<ReplicaPlacement>& replacing, const std::string& who) const {
+  const int64_t n_placed = static_cast<int64_t>(placement.size());
+  if (job.spec.elastic()) {
+    if (n_placed < job.spec.elastic_min_replicas || n_placed > job.spec.TotalReplicas()) {
+      return FailedPreconditionError(who + ": " + std::to_string(n_placed) + " placements for an elastic job of " +
+                                     std::to_string(job.spec.elastic_min_replicas) + ".." +
+                                     std::to_string(job.spec.TotalReplicas()) + " replicas");
+    }
+  } else if (n_placed != job.spec.TotalReplicas()) {
+    return FailedPreconditionError(who + ": " + std::to_string(n_placed) + " placements for " +
                                    std::to_string(job.spec.TotalReplicas()) + " replicas (a gang binds whole)");
+  }
+  // What `replacing` holds per node counts as free.
+  std::unordered_map<uint32_t, uint64_t> own_gpus;
+  std::unordered_map<uint32_t, std::pair<MilliCpu, MemoryMiB>> own;
+  for (const ReplicaPlacement& r : replacing) {
+    own_gpus[r.node.value()] |= r.gpu_mask;
+    own[r.node.value()].first += job.spec.tasks[r.task].cpu;
+    own[r.node.value()].second += job.spec.tasks[r.task].memory;
   }
   // Validate every replica against the current state plus the earlier replicas of this gang.
   std::unordered_map<uint32_t, uint64_t> gpus_taken;
@@ -180,7 +190,7 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   std::unordered_map<uint32_t, std::pair<MilliCpu, MemoryMiB>> taken;
   std::vector<std::vector<bool>> seen(job.spec.tasks.size());
   for (size_t t = 0; t < job.spec.tasks.size(); ++t) seen[t].assign(job.spec.tasks[t].replicas, false);
-  for (const ReplicaPlacement& r : e.placement) {
+  for (const ReplicaPlacement& r : placement) {
     if (r.task >= job.spec.tasks.size() || r.replica >= static_cast<uint32_t>(job.spec.tasks[r.task].replicas) ||
         seen[r.task][r.replica]) {
       return FailedPreconditionError(who + ": bad or duplicate replica " + std::to_string(r.task) + "/" +
@@ -209,7 +219,7 @@ Status ClusterState::ApplyOne(const JobBound& e) {
                                        " (layout: " + FormatMigLayout(*n.mig_geometry, layout) + ")");
       }
       bool twice = ((n.mig_used[g] >> r.mig_start) & 1) != 0;
-      for (const ReplicaPlacement& o : e.placement) {
+      for (const ReplicaPlacement& o : placement) {
         if (&o == &r) break;
         twice = twice || (o.node == r.node && o.gpu_mask == r.gpu_mask && o.mig_start == r.mig_start);
       }
@@ -239,7 +249,7 @@ Status ClusterState::ApplyOne(const JobBound& e) {
       const int32_t g = std::countr_zero(r.gpu_mask);
       int32_t milli = n.milli_used(g) + fraction;
       MemoryMiB mem = n.memory_shared(g) + task.gpu_share.memory;
-      for (const ReplicaPlacement& o : e.placement) {
+      for (const ReplicaPlacement& o : placement) {
         if (&o == &r) break;
         if (o.node == r.node && o.gpu_mask == r.gpu_mask && o.gpu_milli > 0) {
           milli += o.gpu_milli;
@@ -253,7 +263,8 @@ Status ClusterState::ApplyOne(const JobBound& e) {
       }
       gpus_shared[r.node.value()] |= r.gpu_mask;
     } else {
-      if ((r.gpu_mask & (n.allocated_mask | n.shared_mask | n.mig_mask | mine | gpus_shared[r.node.value()])) != 0) {
+      const uint64_t allocated = n.allocated_mask & ~own_gpus[r.node.value()];
+      if ((r.gpu_mask & (allocated | n.shared_mask | n.mig_mask | mine | gpus_shared[r.node.value()])) != 0) {
         return FailedPreconditionError(who + ": GPU already allocated on '" + n.spec.name + "'");
       }
       mine |= r.gpu_mask;
@@ -261,10 +272,23 @@ Status ClusterState::ApplyOne(const JobBound& e) {
     auto& [cpu, mem] = taken[r.node.value()];
     cpu += task.cpu;
     mem += task.memory;
-    if (n.cpu_allocated + cpu > n.spec.cpu || n.memory_allocated + mem > n.spec.memory) {
+    const auto& [own_cpu, own_mem] = own[r.node.value()];
+    if (n.cpu_allocated - own_cpu + cpu > n.spec.cpu || n.memory_allocated - own_mem + mem > n.spec.memory) {
       return FailedPreconditionError(who + ": CPU or memory exhausted on '" + n.spec.name + "'");
     }
   }
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const JobBound& e) {
+  auto it = data_->jobs.find(e.id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
+  const JobRecord& job = *it->second;
+  const std::string who = "bind job " + std::to_string(e.id.value());
+  if (job.state != JobState::kPending) {
+    return FailedPreconditionError(who + ": job is " + std::string(JobStateName(job.state)) + ", not pending");
+  }
+  ROTA_RETURN_IF_ERROR(CheckPlacement(job, e.placement, {}, who));
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : e.placement) {
     NodeState& n = d.nodes[r.node.value()];
@@ -370,6 +394,34 @@ Status ClusterState::ApplyOne(const JobCheckpointed& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const JobResized& e) {
+  auto it = data_->jobs.find(e.id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
+  std::shared_ptr<const JobRecord> old = it->second;
+  const std::string who = "resize job " + std::to_string(e.id.value());
+  if (!old->spec.elastic()) return FailedPreconditionError(who + ": not an elastic job");
+  if (old->state != JobState::kRunning) {
+    return FailedPreconditionError(who + ": job is " + std::string(JobStateName(old->state)) + ", not running");
+  }
+  ROTA_RETURN_IF_ERROR(CheckPlacement(*old, e.placement, old->placement, who));
+  Release(*old);
+  Snapshot::Data& d = Mutable();
+  for (const ReplicaPlacement& r : e.placement) {  // elastic replicas hold whole GPUs (or none)
+    NodeState& n = d.nodes[r.node.value()];
+    const TaskGroupSpec& task = old->spec.tasks[r.task];
+    n.allocated_mask |= r.gpu_mask;
+    n.cpu_allocated += task.cpu;
+    n.memory_allocated += task.memory;
+  }
+  auto updated = std::make_shared<JobRecord>(*old);
+  updated->placement = e.placement;
+  updated->resizes++;
+  updated->resized_at = e.at;
+  updated->last_resize_reason = e.reason;
+  Put(d, std::move(updated));
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyOne(const GpuReconfigured& e) {
   auto it = data_->node_by_name.find(e.node);
   if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
@@ -435,7 +487,7 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   std::vector<Event> out;
   for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
-    out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts});
+    out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts, j.resizes});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {

@@ -89,6 +89,11 @@ struct JobRecord {
   std::string last_requeue_reason;
   TimePoint last_checkpoint_at = 0;  // 0 = none reported; kept across requeues
   std::string last_checkpoint_path;
+  int32_t resizes = 0;       // elastic: times its gang was resized
+  TimePoint resized_at = 0;  // the last resize (0 = never)
+  std::string last_resize_reason;
+  // Each restart or resize is a new attempt: its tasks are new processes.
+  int32_t attempt() const { return restarts + resizes; }
 };
 
 class Snapshot {
@@ -151,6 +156,12 @@ class ClusterState {
   Status ApplyOne(const JobPreempting& e);
   Status ApplyOne(const JobCheckpointed& e);
   Status ApplyOne(const GpuReconfigured& e);
+  Status ApplyOne(const JobResized& e);
+  // Checks `placement` for `job` against the current state, as if the GPUs,
+  // CPU and memory of `replacing` (the job's own placement, on a resize) were
+  // free. Error names what does not fit.
+  Status CheckPlacement(const JobRecord& job, const std::vector<ReplicaPlacement>& placement,
+                        const std::vector<ReplicaPlacement>& replacing, const std::string& who) const;
   void Release(const JobRecord& job);
   // Stores `job` (new or updated) in jobs and, while it has not ended, live.
   static void Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job);

@@ -46,8 +46,10 @@ struct JobSubmitted {
   TimePoint at = 0;
   std::string user;  // who submitted it; owns it
   int32_t restarts = 0;  // non-zero only in journal snapshots (CompactState)
+  int32_t resizes = 0;   // likewise
 };
-// The whole gang is bound at once: one replica placement per replica.
+// The whole gang is bound at once: one replica placement per replica (an
+// elastic job: at least min_replicas of them).
 struct JobBound {
   JobId id;
   std::vector<ReplicaPlacement> placement;
@@ -90,6 +92,16 @@ struct JobCheckpointed {
   TimePoint at = 0;
   std::string path;
 };
+// A running elastic job's gang changes size: `placement` replaces its
+// placement (replicas kept where they were, new ones added, surplus ones
+// released); between elastic.min_replicas and its replicas. The gang
+// restarts with the new world size.
+struct JobResized {
+  JobId id;
+  std::vector<ReplicaPlacement> placement;
+  TimePoint at = 0;
+  std::string reason;
+};
 // A MIG GPU was re-partitioned (only while none of its instances is in
 // use): `layout` is its new instance list ("3g.40gb@0,3g.40gb@4"; core/mig.h).
 struct GpuReconfigured {
@@ -104,6 +116,6 @@ struct JobCancelled {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized>;
 
 }  // namespace rota

@@ -132,6 +132,16 @@ Status ValidateJobSpec(const JobSpec& spec) {
     return FieldError("elastic.min_replicas", "must not exceed the job's replicas (" +
                                                   std::to_string(spec.TotalReplicas()) + ")");
   }
+  if (spec.elastic_min_replicas > 0) {
+    if (spec.tasks.size() != 1) {
+      return FieldError("elastic", "an elastic job has one task group (its replicas grow and shrink); this one has " +
+                                       std::to_string(spec.tasks.size()));
+    }
+    if (spec.tasks[0].gpu_share.shared()) {
+      return FieldError("elastic", "elastic replicas take whole GPUs (or none); GPU fractions and MIG slices are not "
+                                   "resized");
+    }
+  }
   if (spec.restart.max_restarts < 0) return FieldError("restart.max_restarts", "must not be negative");
   if (spec.time_limit < 0) return FieldError("time_limit", "must not be negative");
   if (spec.checkpoint.grace < 0) return FieldError("checkpoint.grace", "must not be negative");

@@ -83,7 +83,11 @@ struct JobSpec {
   std::vector<TaskGroupSpec> tasks;
   TopologyConstraint topology;
   Labels node_selector;
-  int32_t elastic_min_replicas = 0;  // 0 = not elastic
+  // Elastic: starts with min_replicas or more, grows toward tasks[0].replicas
+  // when GPUs are free and shrinks (down to min) when others need them; each
+  // resize restarts the gang with its new world size. 0 = not elastic.
+  int32_t elastic_min_replicas = 0;
+  bool elastic() const { return elastic_min_replicas > 0; }
   bool preemptible = false;
   CheckpointSpec checkpoint;
   RestartSpec restart;

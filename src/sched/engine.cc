@@ -96,6 +96,7 @@ uint64_t Scheduler::ShapeHash(const JobSpec& spec) const {
   mix(spec.queue);
   num(spec.priority);
   num(spec.preemptible);
+  num(spec.elastic_min_replicas);
   for (const auto& [k, v] : spec.node_selector) {
     mix(k);
     mix(v);
@@ -122,7 +123,8 @@ bool Scheduler::SameShape(const JobRecord& a, const JobRecord& b) const {
   if (x.tasks.size() != y.tasks.size() || x.node_selector != y.node_selector ||
       x.topology.level != y.topology.level || x.topology.mode != y.topology.mode ||
       // What decides whether it may preempt, and whom:
-      x.queue != y.queue || x.priority != y.priority || x.preemptible != y.preemptible) {
+      x.queue != y.queue || x.priority != y.priority || x.preemptible != y.preemptible ||
+      x.elastic_min_replicas != y.elastic_min_replicas) {
     return false;
   }
   for (size_t i = 0; i < x.tasks.size(); ++i) {
@@ -162,13 +164,239 @@ void Scheduler::RetakeHeld() {
 }
 
 void Scheduler::SetReleased(const Topology& topo, const JobRecord& job, bool release) {
-  for (const ReplicaPlacement& r : job.placement) {
-    if (r.shares_gpu()) continue;  // a shared or MIG GPU is not freed whole by one sharer ending
-    const TaskGroupSpec& t = job.spec.tasks[r.task];
-    const uint32_t pos = topo.position_of(r.node);
-    const uint64_t mask = r.gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
+  auto it = resized_.find(job.id);
+  const std::vector<ReplicaPlacement>& placement = it != resized_.end() ? it->second : job.placement;
+  SetReplicasReleased(topo, job.spec, placement.data(), placement.size(), release);
+}
+
+void Scheduler::SetReplicasReleased(const Topology& topo, const JobSpec& spec, const ReplicaPlacement* first,
+                                    size_t count, bool release) {
+  for (const ReplicaPlacement* r = first; r != first + count; ++r) {
+    if (r->shares_gpu()) continue;  // a shared or MIG GPU is not freed whole by one sharer ending
+    const TaskGroupSpec& t = spec.tasks[r->task];
+    const uint32_t pos = topo.position_of(r->node);
+    const uint64_t mask = r->gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
     if (release) ws_.Give(pos, mask, t.cpu, t.memory);
     else ws_.Take(pos, mask, t.cpu, t.memory);
+  }
+}
+
+QueueBook::ModelGpus Scheduler::TxnGpusByModel() const {
+  QueueBook::ModelGpus add;  // GPUs per model, summed over the gang
+  for (const Txn::Step& st : txn_.steps()) {
+    const int16_t model = ws_.node(st.pos).model;
+    if (model < 0 || st.mask == 0) continue;
+    auto it = std::find_if(add.begin(), add.end(), [&](const auto& e) { return e.first == model; });
+    if (it == add.end()) add.push_back({model, std::popcount(st.mask)});
+    else it->second += std::popcount(st.mask);
+  }
+  return add;
+}
+
+bool Scheduler::QuotaAdmits(const JobRecord& job, int32_t leaf) {
+  if (!book_.configured() || leaf < 0) return true;
+  std::string why;
+  return book_.Admits(leaf, TxnGpusByModel(), book_.MayBorrow(job.spec), &why);
+}
+
+bool Scheduler::PlaceSmaller(const JobRecord& job) {
+  TaskRequest& t = request_.tasks[0];
+  const int32_t full = t.replicas;
+  const int32_t leaf = book_.configured() ? book_.LeafIndex(job.spec.queue) : -1;
+  auto set = [&](int32_t k) {
+    t.replicas = k;
+    request_.total_replicas = k;
+    request_.total_gpus = static_cast<int64_t>(k) * t.gpus;
+  };
+  auto fits = [&](int32_t k) {
+    set(k);
+    txn_.Begin();
+    bool ok = TryPlace(true) && QuotaAdmits(job, leaf);
+    txn_.Rollback();
+    return ok;
+  };
+  // The most replicas that fit (placement and quota are monotone in the count).
+  int32_t lo = job.spec.elastic_min_replicas, hi = full - 1, best = 0;
+  while (lo <= hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    if (fits(mid)) {
+      best = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  if (best == 0) {
+    set(job.spec.elastic_min_replicas);  // what it needs at least: reasons and preemption count that
+    return false;
+  }
+  set(best);
+  return TryPlace(true);
+}
+
+bool Scheduler::ShrinkElastic(const Snapshot& snap, const JobRecord& job, const TimePoint* now, CycleResult* out) {
+  const Topology& topo = snap.topology();
+  struct Candidate {
+    const JobRecord* job;
+    std::vector<ReplicaPlacement> placement;  // current, replicas in order
+    size_t surplus;
+  };
+  std::vector<Candidate> candidates;
+  for (const JobRecord* r : running_) {
+    if (!r->spec.elastic() || r->id == job.id || victim_set_.count(r->id) || r->spec.priority > job.spec.priority) {
+      continue;
+    }
+    if (r->spec.priority == job.spec.priority &&
+        (now == nullptr || *now - std::max(r->started_at, r->resized_at) < min_runtime_)) {
+      continue;
+    }
+    auto it = resized_.find(r->id);
+    std::vector<ReplicaPlacement> p = it != resized_.end() ? it->second : r->placement;
+    const size_t min = static_cast<size_t>(r->spec.elastic_min_replicas);
+    if (p.size() <= min) continue;
+    std::sort(p.begin(), p.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
+    candidates.push_back({r, std::move(p), 0});
+    candidates.back().surplus = candidates.back().placement.size() - min;
+  }
+  if (candidates.empty()) return false;
+  // Lowest priority first, then the most surplus.
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tuple(a.job->spec.priority, -static_cast<int64_t>(a.surplus), a.job->id) <
+           std::tuple(b.job->spec.priority, -static_cast<int64_t>(b.surplus), b.job->id);
+  });
+  // Its highest replicas go first.
+  auto release = [&](const Candidate& c, size_t k, bool give) {
+    SetReplicasReleased(topo, c.job->spec, c.placement.data() + c.placement.size() - k, k, give);
+  };
+  size_t last = candidates.size();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    release(candidates[i], candidates[i].surplus, true);
+    if (TryPlace(false)) {
+      last = i;
+      break;
+    }
+  }
+  if (last == candidates.size()) {
+    for (const Candidate& c : candidates) release(c, c.surplus, false);
+    return false;
+  }
+  for (size_t i = last + 1; i < candidates.size(); ++i) release(candidates[i], candidates[i].surplus, false);
+  // The last one gives up only as many replicas as needed.
+  Candidate& c = candidates[last];
+  release(c, c.surplus, false);
+  size_t lo = 1, hi = c.surplus;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    release(c, mid, true);
+    const bool fits = TryPlace(false);
+    release(c, mid, false);
+    if (fits) hi = mid;
+    else lo = mid + 1;
+  }
+  c.surplus = lo;
+  release(c, c.surplus, true);
+  if (!TryPlace(true)) {  // cannot happen: the same placement fitted above
+    for (size_t i = 0; i <= last; ++i) release(candidates[i], candidates[i].surplus, false);
+    return false;
+  }
+  for (size_t i = 0; i <= last; ++i) {
+    Candidate& v = candidates[i];
+    v.placement.resize(v.placement.size() - v.surplus);
+    out->resizes.push_back({v.job->id, v.placement,
+                            "shrunk by " + std::to_string(v.surplus) + " replica(s) to " +
+                                std::to_string(v.placement.size()) + " for job " + std::to_string(job.id.value()),
+                            job.id});
+    resized_[v.job->id] = v.placement;
+  }
+  return true;
+}
+
+void Scheduler::UndoShrinks(const Snapshot& snap, size_t mark, CycleResult* out) {
+  const Topology& topo = snap.topology();
+  while (out->resizes.size() > mark) {
+    const Resize& r = out->resizes.back();
+    const JobRecord* job = snap.FindJob(r.job);
+    // Back to what it held before this shrink: the previous resize of it this cycle, or the snapshot's.
+    std::vector<ReplicaPlacement> before = job->placement;
+    for (size_t i = mark; i-- > 0;) {
+      if (out->resizes[i].job == r.job) {
+        before = out->resizes[i].replicas;
+        break;
+      }
+    }
+    std::vector<ReplicaPlacement> removed;
+    for (const ReplicaPlacement& p : before) {
+      if (std::find(r.replicas.begin(), r.replicas.end(), p) == r.replicas.end()) removed.push_back(p);
+    }
+    SetReplicasReleased(topo, job->spec, removed.data(), removed.size(), false);
+    if (before == job->placement) resized_.erase(r.job);
+    else resized_[r.job] = before;
+    out->resizes.pop_back();
+  }
+}
+
+void Scheduler::GrowElastic(const Snapshot& snap, const TimePoint* now, CycleResult* out) {
+  const Topology& topo = snap.topology();
+  std::vector<const JobRecord*> growing;
+  for (const JobRecord* r : running_) {
+    if (!r->spec.elastic() || victim_set_.count(r->id) || resized_.count(r->id)) continue;
+    if (static_cast<int64_t>(r->placement.size()) >= r->spec.TotalReplicas()) continue;
+    if (now != nullptr && *now - std::max(r->started_at, r->resized_at) < min_runtime_) continue;
+    growing.push_back(r);
+  }
+  std::sort(growing.begin(), growing.end(), [](const JobRecord* a, const JobRecord* b) {
+    return std::tie(b->spec.priority, a->id) < std::tie(a->spec.priority, b->id);
+  });
+  for (const JobRecord* r : growing) {
+    PendingReason why;
+    if (!BuildRequest(snap, *r, &why)) continue;
+    const int32_t leaf = book_.configured() ? book_.LeafIndex(r->spec.queue) : -1;
+    TaskRequest& t = request_.tasks[0];
+    const int32_t missing = t.replicas - static_cast<int32_t>(r->placement.size());
+    auto set = [&](int32_t k) {
+      t.replicas = k;
+      request_.total_replicas = k;
+      request_.total_gpus = static_cast<int64_t>(k) * t.gpus;
+    };
+    auto fits = [&](int32_t k) {
+      set(k);
+      const bool ok = TryPlace(true) && QuotaAdmits(*r, leaf);
+      txn_.Rollback();
+      return ok;
+    };
+    int32_t lo = 1, hi = missing, best = 0;
+    while (lo <= hi) {
+      const int32_t mid = lo + (hi - lo) / 2;
+      if (fits(mid)) {
+        best = mid;
+        lo = mid + 1;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    if (best == 0) continue;
+    set(best);
+    if (!TryPlace(true)) continue;
+    if (leaf >= 0) {
+      book_.Charge(leaf, TxnGpusByModel());
+      ChargeResources(leaf);
+    }
+    // The new replicas take the lowest replica indices the gang lacks.
+    std::vector<bool> used(static_cast<size_t>(r->spec.tasks[0].replicas), false);
+    for (const ReplicaPlacement& p : r->placement) used[p.replica] = true;
+    std::vector<ReplicaPlacement> grown = r->placement;
+    uint32_t next = 0;
+    for (const Txn::Step& st : txn_.steps()) {
+      while (used[next]) ++next;
+      used[next] = true;
+      grown.push_back({0, next, topo.node_at(st.pos), st.mask});
+    }
+    std::sort(grown.begin(), grown.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
+    out->resizes.push_back({r->id, grown,
+                            "grew by " + std::to_string(best) + " replica(s) to " + std::to_string(grown.size()) +
+                                " into free GPUs",
+                            JobId()});
+    resized_[r->id] = std::move(grown);
   }
 }
 
@@ -230,6 +458,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   frac_.clear();
   mig_.clear();
   mig_demand_built_ = false;
+  resized_.clear();
   making_room_for_.clear();
   running_.clear();
   for (const auto& [id, job] : snap.live_jobs()) {
@@ -344,20 +573,19 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     }
     if (ends_first) ReleaseHeld();
     bool ok = TryPlace(/*keep=*/true);
+    // An elastic job starts smaller rather than not at all.
+    if (!ok && job->spec.elastic()) ok = PlaceSmaller(*job);
+    // Surplus replicas of elastic jobs of no higher priority give way first.
+    const size_t shrink_mark = out->resizes.size();
+    if (!ok && !running_.empty()) ok = ShrinkElastic(snap, *job, now, out);
     if (ok && fair) {
       // Admission: the placement must fit the queues' quotas too.
       const int32_t leaf = book_.LeafIndex(job->spec.queue);
-      QueueBook::ModelGpus add;  // GPUs per model, summed over the gang
-      for (const Txn::Step& st : txn_.steps()) {
-        const int16_t model = ws_.node(st.pos).model;
-        if (model < 0 || st.mask == 0) continue;
-        auto it = std::find_if(add.begin(), add.end(), [&](const auto& e) { return e.first == model; });
-        if (it == add.end()) add.push_back({model, std::popcount(st.mask)});
-        else it->second += std::popcount(st.mask);
-      }
+      const QueueBook::ModelGpus add = TxnGpusByModel();
       if (leaf >= 0 && RefuseOverQuota(*job, leaf, add, out)) {
         // Undo first, so reserved GPUs it had taken go back to being held.
         txn_.Rollback();
+        UndoShrinks(snap, shrink_mark, out);
         if (ends_first) RetakeHeld();
         continue;
       }
@@ -457,6 +685,8 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     RecordFailure(job, reason, unresolvable, ends_first);
     (unresolvable ? out->unresolvable : out->pending).push_back({job->id, std::move(reason)});
   }
+  // What is left free goes to elastic jobs below their replicas.
+  GrowElastic(snap, now, out);
 }
 
 std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, const JobRecord& job, TimePoint now,
@@ -483,7 +713,7 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
     const auto recent = std::count_if(r->preempted_at.begin(), r->preempted_at.end(),
                                       [&](TimePoint t) { return now - t < 3600 * kMicrosPerSecond; });
     if (recent >= max_per_hour_) continue;
-    if (victim_set_.count(id)) continue;
+    if (victim_set_.count(id) || resized_.count(id)) continue;
     // Evicting a gang whose GPUs a reservation counts on would only hand
     // them to a job that the reservation's owner should go before.
     bool reserved = false;

@@ -73,6 +73,16 @@ struct Reconfiguration {
   std::string before;  // the layout it replaces
 };
 
+// Change a running elastic job's gang to `replicas` (its whole new
+// placement): shrink it (down to its min_replicas) so that `for_job` fits, or
+// grow it into GPUs nothing else wanted this cycle.
+struct Resize {
+  JobId job;
+  std::vector<ReplicaPlacement> replicas;
+  std::string reason;
+  JobId for_job;  // the job a shrink makes room for (none for a growth)
+};
+
 struct CycleResult {
   uint64_t revision = 0;  // of the snapshot the decisions were made on
   std::vector<Placed> placed;
@@ -82,6 +92,7 @@ struct CycleResult {
   std::vector<Reservation> reservations;
   std::vector<Preemption> preemptions;
   std::vector<Reconfiguration> reconfigurations;
+  std::vector<Resize> resizes;  // applied before placements
   void Clear() {
     placed.clear();
     replicas.clear();
@@ -90,6 +101,7 @@ struct CycleResult {
     reservations.clear();
     preemptions.clear();
     reconfigurations.clear();
+    resizes.clear();
   }
 };
 
@@ -204,8 +216,31 @@ class Scheduler {
   std::vector<const JobRecord*> ChooseVictims(const Snapshot& snap, const JobRecord& job, TimePoint now,
                                               const std::vector<Reservation>* reservations);
   // Frees (or takes back) a running job's resources in the workspace, as if
-  // it had ended; only its healthy GPUs come free.
+  // it had ended; only its healthy GPUs come free. A job resized this cycle
+  // frees what it holds after the resize.
   void SetReleased(const Topology& topo, const JobRecord& job, bool release);
+  void SetReplicasReleased(const Topology& topo, const JobSpec& spec, const ReplicaPlacement* first, size_t count,
+                           bool release);
+  // Elastic jobs. The current request (an elastic job's) with fewer replicas:
+  // the most that fit now, at least min_replicas; kept in the Txn. False (with
+  // the request set to min_replicas) if not even that fits.
+  bool PlaceSmaller(const JobRecord& job);
+  // Frees surplus replicas (above min) of running elastic jobs until the
+  // current request fits, and places it (kept in the Txn); records the shrinks
+  // in out->resizes. False (nothing changed) if that is not enough. Gangs of
+  // lower priority give way at once; of equal priority, only once they have
+  // run min_runtime since they started or last resized (never without a clock).
+  bool ShrinkElastic(const Snapshot& snap, const JobRecord& job, const TimePoint* now, CycleResult* out);
+  // Takes back the shrinks recorded in out->resizes from `mark` on.
+  void UndoShrinks(const Snapshot& snap, size_t mark, CycleResult* out);
+  // Grows running elastic jobs into the GPUs left free at the end of a cycle
+  // (each at most once per min_runtime: a resize restarts the gang).
+  void GrowElastic(const Snapshot& snap, const TimePoint* now, CycleResult* out);
+  // Quota admission of the Txn's GPUs for `leaf` (no side effects).
+  bool QuotaAdmits(const JobRecord& job, int32_t leaf);
+  QueueBook::ModelGpus TxnGpusByModel() const;
+  // Placements of elastic jobs resized this cycle (their current gangs).
+  std::unordered_map<JobId, std::vector<ReplicaPlacement>> resized_;
   void ReleaseHeld();
   void RetakeHeld();
 

@@ -50,14 +50,17 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
     if (!pj.running) continue;
     // A running job: bind it where the file says.
     Snapshot snap = state.GetSnapshot();
-    if (static_cast<int64_t>(pj.placement.size()) != spec.TotalReplicas()) {
+    const int64_t placed = static_cast<int64_t>(pj.placement.size());
+    if (spec.elastic() ? placed < spec.elastic_min_replicas || placed > spec.TotalReplicas()
+                       : placed != spec.TotalReplicas()) {
       return InvalidArgumentError(path + ".placement: " + std::to_string(pj.placement.size()) + " entries for " +
-                                  std::to_string(spec.TotalReplicas()) + " replicas (one per replica)");
+                                  (spec.elastic() ? std::to_string(spec.elastic_min_replicas) + ".." : "") +
+                                  std::to_string(spec.TotalReplicas()) + " replicas (one per running replica)");
     }
     JobBound bound{id, {}, pj.started_at != 0 ? pj.started_at : static_cast<TimePoint>(i)};
     size_t k = 0;
     for (size_t t = 0; t < spec.tasks.size(); ++t) {
-      for (int32_t r = 0; r < spec.tasks[t].replicas; ++r, ++k) {
+      for (int32_t r = 0; r < spec.tasks[t].replicas && k < pj.placement.size(); ++r, ++k) {
         const ReplicaLocation& p = pj.placement[k];
         const std::string ppath = path + ".placement[" + std::to_string(k) + "]";
         const NodeState* node = snap.FindNode(p.node);
@@ -99,6 +102,12 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
       out.reconfigurations.push_back({node, r.gpu, r.before, r.layout});
       ROTA_RETURN_IF_ERROR(state.Apply(GpuReconfigured{node, r.gpu, r.layout}));
     }
+    for (const Resize& r : result.resizes) {
+      const JobRecord* job = state.GetSnapshot().FindJob(r.job);
+      out.resizes.push_back({job->spec.name, static_cast<int32_t>(job->placement.size()),
+                             static_cast<int32_t>(r.replicas.size()), r.reason});
+      ROTA_RETURN_IF_ERROR(state.Apply(JobResized{r.job, r.replicas, list.has_now ? list.now : 0, r.reason}));
+    }
     for (const Placed& p : result.placed) {
       JobBound bound{p.job, {result.replicas.begin() + p.first, result.replicas.begin() + p.first + p.count}, 0};
       const JobRecord* job = snap.FindJob(p.job);
@@ -110,7 +119,7 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
       }
       ROTA_RETURN_IF_ERROR(state.Apply(bound));
     }
-    if (result.placed.empty()) break;
+    if (result.placed.empty() && result.resizes.empty()) break;
   }
   for (const Waiting& w : result.pending) {
     out.pending.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message,

@@ -46,6 +46,12 @@ struct PlanOutput {
     std::string before;
     std::string layout;
   };
+  struct Resized {
+    std::string job;
+    int32_t from = 0;  // replicas before
+    int32_t to = 0;
+    std::string reason;
+  };
   struct Evicted {
     std::string victim;
     std::string preemptor;
@@ -56,7 +62,8 @@ struct PlanOutput {
   std::vector<Placement> placements;  // made by this plan, in decision order
   std::vector<Reserved> reservations;
   std::vector<Evicted> preemptions;
-  std::vector<Repartitioned> reconfigurations;  // MIG GPUs re-partitioned, in decision order
+  std::vector<Repartitioned> reconfigurations;
+  std::vector<Resized> resizes;  // elastic jobs grown or shrunk, in decision order  // MIG GPUs re-partitioned, in decision order
   std::vector<Pending> pending;
   std::vector<Rejected> rejected;
   int32_t cycles = 0;

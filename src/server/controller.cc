@@ -317,13 +317,24 @@ void Controller::RunOneCycle() {
     while (b < std::size(kCycleBuckets) && seconds > kCycleBuckets[b]) ++b;
     metrics_.cycle_buckets[b]++;
   }
-  if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty()) {
+  if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty() ||
+      !result.resizes.empty()) {
     Call<bool>([&](Batch& batch) -> StatusOr<bool> {
       // MIG GPUs re-partitioned for this cycle's placements go first (refused
       // if an instance came into use since the snapshot: those binds fail too).
       for (const sched::Reconfiguration& r : result.reconfigurations) {
         const std::string& node = batch.state->GetSnapshot().node(r.node).spec.name;
         if (!batch.Apply(GpuReconfigured{node, r.gpu, r.layout}).ok()) Trigger();
+      }
+      // Elastic gangs shrink (freeing GPUs these placements use) or grow; each
+      // restarts with its new world size.
+      for (const sched::Resize& r : result.resizes) {
+        if (batch.Apply(JobResized{r.job, r.replicas, now, r.reason}).ok()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          exits_.erase(r.job);
+        } else {
+          Trigger();
+        }
       }
       for (const sched::Placed& p : result.placed) {
         JobBound bound{p.job,
@@ -574,8 +585,8 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   }
   a.node_rank = static_cast<int32_t>(std::find(node_order.begin(), node_order.end(), r.node) - node_order.begin());
   a.master_addr = a.hosts[0];
-  a.master_port = 20000 + static_cast<int32_t>((job.id.value() * 7 + static_cast<uint64_t>(job.restarts)) % 20000);
-  a.attempt = job.restarts;
+  a.master_port = 20000 + static_cast<int32_t>((job.id.value() * 7 + static_cast<uint64_t>(job.attempt())) % 20000);
+  a.attempt = job.attempt();
   a.checkpoint_signal = job.spec.checkpoint.signal;
   a.checkpoint_grace = job.spec.checkpoint.grace;
   return a;
@@ -665,7 +676,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
     for (const TaskReport& t : report.tasks) {
       if (!t.exited) continue;
       const JobRecord* job = snap.FindJob(t.job);
-      if (job == nullptr || t.attempt != job->restarts) continue;
+      if (job == nullptr || t.attempt != job->attempt()) continue;
       if (job->state == JobState::kPreempting) {
         // An evicted gang is requeued once all of its replicas have stopped.
         const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {

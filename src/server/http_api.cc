@@ -511,6 +511,11 @@ class HttpServerImpl final : public HttpServer {
       ev.push_back({{"at", ""}, {"event", "requeued"},
                     {"detail", std::to_string(job.restarts) + " restart(s); last: " + job.last_requeue_reason}});
     }
+    if (job.resizes > 0) {
+      ev.push_back({{"at", TimeText(job.resized_at)}, {"event", "resized"},
+                    {"detail", std::to_string(job.resizes) + " resize(s); now " + std::to_string(job.placement.size()) +
+                                   " replicas; last: " + job.last_resize_reason}});
+    }
     if (job.finished_at != 0) {
       ev.push_back({{"at", TimeText(job.finished_at)}, {"event", std::string(JobStateName(job.state))},
                     {"detail", job.end_reason}});

@@ -51,6 +51,15 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   }
   if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
   j["restarts"] = job.restarts;
+  if (job.spec.elastic()) {
+    // Replicas running now, of min..max.
+    j["elastic"] = {{"min_replicas", job.spec.elastic_min_replicas},
+                    {"replicas", job.spec.TotalReplicas()},
+                    {"running", job.state == JobState::kRunning || job.state == JobState::kPreempting
+                                    ? static_cast<int64_t>(job.placement.size())
+                                    : 0},
+                    {"resizes", job.resizes}};
+  }
   if (job.last_checkpoint_at != 0) {
     j["last_checkpoint"] = {{"at", TimeText(job.last_checkpoint_at)}, {"path", job.last_checkpoint_path}};
   }
