@@ -279,8 +279,19 @@ bool Agent::Heartbeat(int wait_ms) {
     }
     ++it;
   }
+  // Whole GPUs still held by tasks on their way out (a requeued or resized
+  // gang in its checkpoint grace period): no new task starts on them until
+  // those exit. (Shares and MIG instances of a GPU are meant to coexist.)
+  auto whole = [](const json& a) { return a.value("gpu_milli", 0) == 0 && a.value("mig_start", -1) < 0; };
+  uint64_t stopping = 0;
+  for (const auto& [key, t] : tasks_) {
+    if (desired.count(key) == 0 && !t->exited && whole(t->assignment)) stopping |= t->gpu_mask;
+  }
   for (auto& [key, a] : desired) {
     if (tasks_.count(key) || finished_.count(key)) continue;
+    uint64_t wants = 0;
+    for (int g : a.at("gpus")) wants |= 1ULL << g;
+    if ((wants & stopping) != 0) continue;  // started by a later reconcile, once they are free
     auto t = std::make_unique<Task>();
     t->assignment = a;
     t->job = a.at("job");

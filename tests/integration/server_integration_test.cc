@@ -204,6 +204,64 @@ tasks: [{gpu: {mig: 3g.40gb}, command: [sh, -c, 'echo "mig=$ROTA_MIG_INSTANCE cu
   EXPECT_EQ(node["gpu_list"][0]["mig"], "1g.10gb@0*,1g.10gb@1,2g.20gb@2,3g.40gb@4") << node.dump();
 }
 
+// Elastic through the real binary: a 1..4 x 1-GPU job starts with the 2 GPUs
+// free, gives one up to a higher-priority job (its gang restarts with world
+// size 1), and grows to 4 once the GPUs are free and it has run the minimum
+// runtime; every attempt sees its world size.
+TEST_F(Integration, ElasticJobStartsSmallShrinksAndGrows) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "el", "--min-runtime", "1s"});
+  const auto env = up.ClientEnv();
+  auto admin = up.Admin();
+  auto wait_for = [&](int id, auto done) {
+    json j;
+    for (int i = 0; i < 600; ++i) {
+      j = json::parse(admin.Get("/v1/jobs/" + std::to_string(id))->body);
+      if (done(j)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return j;
+  };
+  auto logs_have = [&](int id, const std::string& text) {
+    std::string logs;
+    for (int i = 0; i < 400 && logs.find(text) == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      logs = RunRota({"logs", std::to_string(id)}, env, tmp.path()).out;
+    }
+    EXPECT_NE(logs.find(text), std::string::npos) << logs;
+  };
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: blocker\ntasks: [{gpus: 2, command: [sleep, '60']}]\n", "application/yaml")->status, 201);
+  ASSERT_EQ(wait_for(1, [](const json& j) { return j["state"] == "running"; })["state"], "running");
+  auto r = admin.Post("/v1/jobs", R"(name: el
+elastic: {min_replicas: 1}
+tasks: [{replicas: 4, gpus: 1, command: [sh, -c, 'echo "world=$WORLD_SIZE rank=$RANK"; trap "exit 0" USR1; sleep 60 & wait']}])",
+                      "application/yaml");
+  ASSERT_EQ(r->status, 201) << r->body;
+  json el = wait_for(2, [](const json& j) { return j["state"] == "running"; });
+  ASSERT_EQ(el["state"], "running") << el.dump();
+  EXPECT_EQ(el["placement"].size(), 2u) << el.dump();
+  EXPECT_EQ(el["elastic"]["running"], 2);
+  logs_have(2, "world=2 rank=1");
+  // A higher-priority 1-GPU job: el gives up one replica (it is above its minimum).
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: hi\npriority: high\ntasks: [{gpus: 1, command: [sleep, '60']}]\n",
+                       "application/yaml")->status, 201);
+  json hi = wait_for(3, [](const json& j) { return j["state"] == "running"; });
+  EXPECT_EQ(hi["state"], "running") << hi.dump();
+  el = json::parse(admin.Get("/v1/jobs/2")->body);
+  EXPECT_EQ(el["placement"].size(), 1u) << el.dump();
+  EXPECT_EQ(el["state"], "running");
+  logs_have(2, "world=1 rank=0");
+  const std::string described = RunRota({"describe", "2"}, env, tmp.path()).out;
+  EXPECT_NE(described.find("1 running of 1..4 replicas (1 resizes)"), std::string::npos) << described;
+  EXPECT_NE(described.find("shrunk by 1 replica(s) to 1 for job 3"), std::string::npos) << described;
+  // The GPUs free up: it grows back to all 4 replicas.
+  ASSERT_EQ(RunRota({"cancel", "1"}, env, tmp.path()).exit_code, 0);
+  ASSERT_EQ(RunRota({"cancel", "3"}, env, tmp.path()).exit_code, 0);
+  el = wait_for(2, [](const json& j) { return j["placement"].size() == 4; });
+  EXPECT_EQ(el["placement"].size(), 4u) << el.dump();
+  EXPECT_EQ(el["elastic"]["resizes"], 2);
+  logs_have(2, "world=4 rank=3");
+}
+
 // A task reports checkpoints by writing the path to $ROTA_CHECKPOINT_FILE;
 // owners may also report one through the API. Both show in describe and
 // the job's events, and survive a restart of the server.
