@@ -81,6 +81,7 @@ struct Nvml {
   int (*driver)(char*, unsigned int) = nullptr;
   int (*ecc)(Device, int, int, unsigned long long*) = nullptr;
   int (*uuid)(Device, char*, unsigned int) = nullptr;
+  int (*mig_mode)(Device, unsigned int*, unsigned int*) = nullptr;  // current, pending
   bool ok = false;
 };
 
@@ -102,6 +103,7 @@ const Nvml& LoadNvml() {
     nvml.driver = reinterpret_cast<int (*)(char*, unsigned int)>(sym("nvmlSystemGetDriverVersion"));
     nvml.ecc = reinterpret_cast<int (*)(Nvml::Device, int, int, unsigned long long*)>(sym("nvmlDeviceGetTotalEccErrors"));
     nvml.uuid = reinterpret_cast<int (*)(Nvml::Device, char*, unsigned int)>(sym("nvmlDeviceGetUUID"));
+    nvml.mig_mode = reinterpret_cast<int (*)(Nvml::Device, unsigned int*, unsigned int*)>(sym("nvmlDeviceGetMigMode"));
     nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.name && nvml.memory && nvml.init() == 0;
   });
   return nvml;
@@ -169,6 +171,13 @@ std::vector<GpuSample> SampleGpus(const Inventory& inv, uint64_t busy_mask) {
         if (nvml.ecc && nvml.ecc(dev, 1, 0, &uncorrected) == 0 && uncorrected > 0) {
           s.healthy = false;
           s.health_reason = "ecc: " + std::to_string(uncorrected) + " uncorrected errors";
+        }
+        // A GPU in MIG mode cannot run whole-GPU work, and rota does not read
+        // MIG layouts through NVML yet: it takes no work (declare MIG GPUs).
+        unsigned int current = 0, pending = 0;
+        if (nvml.mig_mode && nvml.mig_mode(dev, &current, &pending) == 0 && current == 1) {
+          s.healthy = false;
+          s.health_reason = "mig mode on (rota does not read MIG layouts through NVML yet)";
         }
       }
     } else {

@@ -391,10 +391,16 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
     }
     if (root.Has("profile")) {
       Field p = root["profile"];
-      p.ExpectMap({"name", "plugins"});
+      p.ExpectMap({"name", "plugins", "share_placement"});
       if (p.Has("name")) c.profile.name = p["name"].Str();
+      if (p.Has("share_placement")) {
+        c.profile.share_placement = p["share_placement"].Str();
+        if (c.profile.share_placement != "fgd" && c.profile.share_placement != "bestfit") {
+          p["share_placement"].Fail("must be fgd or bestfit, got '" + c.profile.share_placement + "'");
+        }
+      }
       Field plugins = p["plugins"];
-      for (size_t i = 0, n = plugins.ExpectSeq(); i < n; ++i) {
+      for (size_t i = 0, n = p.Has("plugins") ? plugins.ExpectSeq() : 0; i < n; ++i) {
         Field e = plugins.At(i);
         PluginConfig pc;
         if (e.IsScalar()) {

@@ -65,6 +65,9 @@ struct PluginConfig {
 struct ProfileConfig {
   std::string name = "default";
   std::vector<PluginConfig> plugins;  // empty = the default profile
+  // Where GPU fractions go: "fgd" (fragmentation gradient descent over the
+  // live jobs' task mix, best fit on ties) or "bestfit" (the GPU left fullest).
+  std::string share_placement = "fgd";
 };
 
 struct ClusterConfig {

@@ -1,5 +1,7 @@
 #include "sched/engine.h"
 
+#include "sched/fgd.h"
+
 #include <algorithm>
 #include <bit>
 #include <tuple>
@@ -8,7 +10,12 @@ namespace rota::sched {
 
 StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const ProfileConfig& config, const Registry& registry) {
   ROTA_ASSIGN_OR_RETURN(Profile profile, Profile::Create(config, registry));
-  return std::unique_ptr<Scheduler>(new Scheduler(std::move(profile)));
+  if (config.share_placement != "fgd" && config.share_placement != "bestfit") {
+    return InvalidArgumentError("profile.share_placement: '" + config.share_placement + "' is not fgd or bestfit");
+  }
+  auto scheduler = std::unique_ptr<Scheduler>(new Scheduler(std::move(profile)));
+  scheduler->fgd_ = config.share_placement == "fgd";
+  return scheduler;
 }
 
 Scheduler::Scheduler(Profile profile)
@@ -459,6 +466,8 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   mig_.clear();
   mig_demand_built_ = false;
   resized_.clear();
+  snap_ = &snap;
+  typical_built_ = false;
   making_room_for_.clear();
   running_.clear();
   for (const auto& [id, job] : snap.live_jobs()) {
@@ -1015,6 +1024,36 @@ void Scheduler::RollbackShares(size_t mark) {
   }
 }
 
+void Scheduler::BuildTypicalMix() {
+  typical_built_ = true;
+  typical_.clear();
+  // The live jobs' task shapes, weighted by replicas: what FGD expects to
+  // have to place next. The 32 most common.
+  std::map<std::tuple<int64_t, int32_t, int32_t, int16_t>, int64_t> weight;
+  for (const auto& [id, j] : snap_->live_jobs()) {
+    for (const TaskGroupSpec& t : j->spec.tasks) {
+      if (!t.gpu_share.mig_profile.empty()) continue;  // MIG instances live on MIG GPUs
+      const int32_t milli = t.gpu_share.fraction_milli > 0 ? t.gpu_share.fraction_milli : (t.gpus > 0 ? 1000 : 0);
+      const int32_t num = t.gpu_share.fraction_milli > 0 ? 1 : t.gpus;
+      const int16_t model = t.gpu_model.empty() ? -1 : snap_->ModelIndex(t.gpu_model);
+      weight[{t.cpu, milli, num, model}] += t.replicas;
+    }
+  }
+  std::vector<std::pair<int64_t, std::tuple<int64_t, int32_t, int32_t, int16_t>>> shapes;
+  for (const auto& [shape, w] : weight) shapes.push_back({w, shape});
+  std::stable_sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (shapes.size() > 32) shapes.resize(32);
+  int64_t kept = 0;
+  for (const auto& s : shapes) kept += s.first;
+  for (const auto& [w, shape] : shapes) {
+    const auto& [cpu, milli, num, model] = shape;
+    TypicalTask t{cpu, milli, num, std::vector<bool>(snap_->gpu_models().size(), model < 0),
+                  static_cast<double>(w) / static_cast<double>(kept)};
+    if (model >= 0) t.access[model] = true;
+    typical_.push_back(std::move(t));
+  }
+}
+
 bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingReason* why, bool* never) {
   txn_.Begin();
   share_undo_.clear();
@@ -1034,6 +1073,7 @@ bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingR
       uint32_t best_pos = UINT32_MAX;
       int32_t best_gpu = -1, best_left = INT32_MAX;
       int32_t mig_start = -1, mig_full = -1;
+      double best_delta = 0;
       for (uint32_t pos = 0; pos < ws_.size(); ++pos) {
         const NodeState& n = ws_.node(pos);
         if (!ShareCouldFit(task, pos)) continue;
@@ -1054,23 +1094,51 @@ bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingR
           break;
         }
         const uint64_t free = ws_.free_mask(pos);
+        // Each GPU's shares in use, or -1 when it takes no share (held whole,
+        // MIG, unhealthy).
+        int32_t used[kMaxGpusPerNode];
+        MemoryMiB used_memory[kMaxGpusPerNode];
+        bool any = false;
         for (int32_t g = 0; g < n.spec.gpus; ++g) {
           const uint64_t bit = uint64_t{1} << g;
+          used[g] = -1;
+          used_memory[g] = 0;
           if ((n.healthy_mask & bit) == 0) continue;
           const uint64_t key = static_cast<uint64_t>(pos) << 6 | static_cast<uint64_t>(g);
-          FracUse use;
           if (auto it = frac_.find(key); it != frac_.end()) {
-            use = it->second;
+            used[g] = it->second.milli;
+            used_memory[g] = it->second.memory;
           } else if ((n.shared_mask & bit) != 0 && (n.allocated_mask & bit) == 0) {
-            use = {n.milli_used(g), n.memory_shared(g)};
-          } else if ((free & bit) == 0) {
-            continue;  // held whole
+            used[g] = n.milli_used(g);
+            used_memory[g] = n.memory_shared(g);
+          } else if ((free & bit) != 0) {
+            used[g] = 0;
           }
-          if (use.milli + task.milli > 1000) continue;
-          if (n.spec.gpu_memory > 0 && use.memory + task.share_memory > n.spec.gpu_memory) continue;
-          // Best fit: the least left after placing (partly used GPUs before free ones).
-          const int32_t left = 1000 - use.milli - task.milli;
-          if (left < best_left) {
+          any = any || (used[g] >= 0 && used[g] + task.milli <= 1000);
+        }
+        if (!any) continue;
+        // FGD: the GPU whose share least grows the node's fragmentation for
+        // the cycle's typical task mix; best fit breaks ties.
+        double frag_before = 0;
+        int32_t left_now[kMaxGpusPerNode];
+        if (fgd_) {
+          if (!typical_built_) BuildTypicalMix();
+          for (int32_t g = 0; g < n.spec.gpus; ++g) left_now[g] = used[g] < 0 ? 0 : 1000 - used[g];
+          frag_before = NodeFragmentation(typical_, ws_.View(pos).free_cpu, left_now, n.spec.gpus, n.model);
+        }
+        for (int32_t g = 0; g < n.spec.gpus; ++g) {
+          if (used[g] < 0 || used[g] + task.milli > 1000) continue;
+          if (n.spec.gpu_memory > 0 && used_memory[g] + task.share_memory > n.spec.gpu_memory) continue;
+          const int32_t left = 1000 - used[g] - task.milli;
+          double delta = 0;
+          if (fgd_) {
+            left_now[g] -= task.milli;
+            delta = NodeFragmentation(typical_, ws_.View(pos).free_cpu - task.cpu, left_now, n.spec.gpus, n.model) -
+                    frag_before;
+            left_now[g] += task.milli;
+          }
+          if (best_pos == UINT32_MAX || delta < best_delta || (delta == best_delta && left < best_left)) {
+            best_delta = delta;
             best_left = left;
             best_pos = pos;
             best_gpu = g;

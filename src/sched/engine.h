@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "sched/fgd.h"
 #include "sched/place_context.h"
 #include "sched/queues.h"
 #include "sched/reason.h"
@@ -241,6 +242,12 @@ class Scheduler {
   QueueBook::ModelGpus TxnGpusByModel() const;
   // Placements of elastic jobs resized this cycle (their current gangs).
   std::unordered_map<JobId, std::vector<ReplicaPlacement>> resized_;
+  // GPU fractions: FGD (profile share_placement: fgd, the default) or best fit.
+  bool fgd_ = true;
+  const Snapshot* snap_ = nullptr;  // this cycle's
+  std::vector<TypicalTask> typical_;  // FGD's typical task mix: the live jobs' shapes
+  bool typical_built_ = false;
+  void BuildTypicalMix();
   void ReleaseHeld();
   void RetakeHeld();
 

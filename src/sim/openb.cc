@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "base/rng.h"
+#include "sched/fgd.h"
 
 namespace rota::sim {
 namespace {
@@ -49,59 +50,15 @@ struct Pod {
   std::string tag;                  // clustering: "share-gpu" or "<n>-gpu"; empty for CPU-only
 };
 
-struct Typical {
-  int64_t cpu;
-  int32_t milli;
-  int32_t num;
-  std::vector<bool> access;  // per model index
-  double f;
-};
+using Typical = sched::TypicalTask;
 
 bool Accessible(const Pod& p, int16_t model) {
   return p.any_model || std::find(p.models.begin(), p.models.end(), model) != p.models.end();
 }
 
-// FGD's fragmentation of one node for the typical pod mix (frag.go,
-// NodeGpuShareFragAmount): idle GPU milli that a typical pod could not use,
-// weighted by the pod's popularity. The accumulation order matters for
-// bit-exact ties, so it is kept as the artifact has it.
+// FGD's fragmentation of one node for the typical pod mix (sched/fgd.h).
 double NodeFrag(const std::vector<Typical>& typical, int64_t cpu_left, const int32_t* left, int32_t gpus, int16_t model) {
-  enum { kQ1, kQ2, kQ3, kQ4, kXL, kXR, kNA };
-  double d[7] = {0, 0, 0, 0, 0, 0, 0};
-  int64_t tot = 0;
-  for (int g = 0; g < gpus; ++g) tot += left[g];
-  for (const Typical& t : typical) {
-    if (t.milli == 0) {
-      d[cpu_left >= t.cpu ? kXL : kXR] += t.f * static_cast<double>(tot);
-      continue;
-    }
-    if (model < 0 || !t.access[model]) {
-      d[kNA] += t.f * static_cast<double>(tot);
-      continue;
-    }
-    int32_t fit = 0;
-    int64_t fm = 0;
-    for (int g = 0; g < gpus; ++g) {
-      if (left[g] >= t.milli) {
-        ++fit;
-      } else {
-        fm += left[g];
-      }
-    }
-    const bool can = fit >= t.num;
-    const bool cpu_ok = cpu_left >= t.cpu;
-    if (can && cpu_ok) {
-      d[kQ2] += t.f * static_cast<double>(fm);
-      d[kQ3] += t.f * static_cast<double>(tot - fm);
-    } else if (can) {
-      d[kQ4] += t.f * static_cast<double>(tot);
-    } else if (cpu_ok) {
-      d[kQ2] += t.f * static_cast<double>(tot);
-    } else {
-      d[kQ1] += t.f * static_cast<double>(tot);
-    }
-  }
-  return d[kQ1] + d[kQ2] + d[kQ4] + d[kXL] + d[kXR] + d[kNA];
+  return sched::NodeFragmentation(typical, cpu_left, left, gpus, model);
 }
 
 int64_t Sigmoid100(double x) { return static_cast<int64_t>(1.0 / (1.0 + std::exp(-x)) * 100); }
