@@ -420,5 +420,110 @@ TEST(PolicyProperties, RandomizedThousandCycles) {
               static_cast<long long>(preempted));
 }
 
+// 600 one-minute cycles of a mixed workload on 4 H100 nodes (whole GPUs,
+// GPU fractions, elastic gangs) and 2 A100 nodes in MIG mode (slices).
+// Every cycle, every decision applies to the state in order
+// (reconfigurations, resizes, placements: nothing given twice, no instance
+// missing, no re-partitioned GPU with an instance in use); every running
+// elastic job holds between its minimum and its replicas; a gang grows at
+// most once per min runtime; and the run exercises all of it.
+TEST(PolicyProperties, RandomizedSharingAndElastic) {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("h", 4, 8));
+  NodeGroupConfig mig = Group("a", 2, 8, "A100");
+  mig.gpu_memory = 80 * 1024;
+  mig.has_mig = true;
+  mig.mig = {"3g.40gb", "3g.40gb"};
+  c.node_groups.push_back(mig);
+  ClusterState st = MakeCluster(c);
+  auto s = Make();
+  const Duration minute = 60 * kMicrosPerSecond;
+  s->set_min_runtime(5 * minute);
+  Rng rng(7);
+  TimePoint now = 1000 * minute;
+  uint64_t next = 1;
+  std::map<JobId, TimePoint> ends;
+  std::map<JobId, TimePoint> last_grow;
+  int64_t placed = 0, grows = 0, shrinks = 0, reconfigured = 0, mig_placed = 0, started_small = 0;
+  CycleResult r;
+  static const char* kProfiles[] = {"1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"};
+  for (int cycle = 0; cycle < 600; ++cycle, now += minute) {
+    for (auto it = ends.begin(); it != ends.end();) {
+      if (it->second <= now) {
+        ASSERT_TRUE(st.Apply(JobFinished{it->first, JobOutcome::kSucceeded, now}).ok());
+        it = ends.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (int k = static_cast<int>(rng.Uniform(4)); k > 0; --k) {
+      JobSpec j;
+      j.name = "j";
+      const uint64_t kind = rng.Uniform(4);
+      if (kind == 0) {  // whole GPUs
+        j = GpuJob("w", 1, static_cast<int32_t>(1 + rng.Uniform(8)));
+      } else if (kind == 1) {  // elastic
+        j = GpuJob("e", static_cast<int32_t>(2 + rng.Uniform(7)), static_cast<int32_t>(1 + rng.Uniform(4)));
+        j.elastic_min_replicas = static_cast<int32_t>(1 + rng.Uniform(2));
+      } else if (kind == 2) {  // fractions
+        j.tasks.push_back({.name = "f", .replicas = static_cast<int32_t>(1 + rng.Uniform(3)),
+                           .gpu_share = {.fraction_milli = static_cast<int32_t>(100 * (1 + rng.Uniform(9)))},
+                           .gpu_model = "H100"});
+      } else {  // MIG
+        j.tasks.push_back({.name = "m", .replicas = static_cast<int32_t>(1 + rng.Uniform(2)),
+                           .gpu_share = {.mig_profile = kProfiles[rng.Uniform(4)]}});
+      }
+      j.priority = rng.Uniform(3) == 0 ? 1000 : 500;
+      ASSERT_TRUE(ValidateJobSpec(j).ok()) << ValidateJobSpec(j).ToString();
+      ASSERT_TRUE(st.Apply(JobSubmitted{JobId(next++), j, now}).ok());
+    }
+    Snapshot snap = st.GetSnapshot();
+    s->RunCycle(snap, now, &r);
+    for (const Reconfiguration& rc : r.reconfigurations) {
+      const NodeState& n = snap.node(rc.node);
+      ASSERT_EQ(st.GetSnapshot().node(rc.node).mig_used[rc.gpu], 0) << "re-partitioned a GPU in use";
+      ASSERT_TRUE(st.Apply(GpuReconfigured{n.spec.name, rc.gpu, rc.layout}).ok()) << "cycle " << cycle;
+      ++reconfigured;
+    }
+    for (const Resize& rs : r.resizes) {
+      const JobRecord* j = snap.FindJob(rs.job);
+      const bool grow = rs.replicas.size() > j->placement.size();
+      if (grow) {
+        EXPECT_TRUE(last_grow.count(rs.job) == 0 || now - last_grow[rs.job] >= 5 * minute) << "grew too soon";
+        last_grow[rs.job] = now;
+        ++grows;
+      } else {
+        ++shrinks;
+      }
+      ASSERT_TRUE(st.Apply(JobResized{rs.job, rs.replicas, now, rs.reason}).ok()) << "cycle " << cycle;
+    }
+    for (const Placed& p : r.placed) {
+      std::vector<ReplicaPlacement> reps(r.replicas.begin() + p.first, r.replicas.begin() + p.first + p.count);
+      ASSERT_TRUE(st.Apply(JobBound{p.job, reps, now}).ok()) << "cycle " << cycle;
+      const JobRecord* j = snap.FindJob(p.job);
+      ends[p.job] = now + static_cast<Duration>(5 + rng.Uniform(60)) * minute;
+      mig_placed += reps[0].mig_start >= 0;
+      started_small += j->spec.elastic() && static_cast<int64_t>(reps.size()) < j->spec.TotalReplicas();
+      if (j->spec.elastic()) last_grow[p.job] = now;
+      ++placed;
+    }
+    for (const auto& [id, j] : st.GetSnapshot().live_jobs()) {
+      if (j->state != JobState::kRunning || !j->spec.elastic()) continue;
+      EXPECT_GE(static_cast<int64_t>(j->placement.size()), j->spec.elastic_min_replicas) << "job " << id.value();
+      EXPECT_LE(static_cast<int64_t>(j->placement.size()), j->spec.TotalReplicas()) << "job " << id.value();
+    }
+  }
+  EXPECT_GT(placed, 300);
+  EXPECT_GT(grows, 0);
+  EXPECT_GT(shrinks, 0);
+  EXPECT_GT(started_small, 0);
+  EXPECT_GT(reconfigured, 0);
+  EXPECT_GT(mig_placed, 0);
+  std::printf("randomized sharing/elastic run: %lld placed (%lld MIG, %lld elastic started small), %lld grows, "
+              "%lld shrinks, %lld MIG re-partitions over 600 cycles\n",
+              static_cast<long long>(placed), static_cast<long long>(mig_placed), static_cast<long long>(started_small),
+              static_cast<long long>(grows), static_cast<long long>(shrinks), static_cast<long long>(reconfigured));
+}
+
 }  // namespace
 }  // namespace rota::sched
