@@ -314,6 +314,8 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   updated->state = JobState::kRunning;
   updated->started_at = e.at;
   updated->placement = e.placement;
+  updated->nominated.clear();
+  updated->nominated_at = 0;
   Put(d, std::move(updated));
   return Status::Ok();
 }
@@ -375,7 +377,20 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   updated->placement.clear();
   updated->restarts++;
   updated->last_requeue_reason = e.reason;
-  Put(Mutable(), std::move(updated));
+  Snapshot::Data& d = Mutable();
+  // An evicted gang's whole GPUs are nominated for the job it made room for.
+  if (old->state == JobState::kPreempting) {
+    auto nominee = d.jobs.find(old->preempted_for);
+    if (nominee != d.jobs.end() && nominee->second->state == JobState::kPending) {
+      auto n = std::make_shared<JobRecord>(*nominee->second);
+      for (const ReplicaPlacement& r : updated->last_placement) {
+        if (!r.shares_gpu() && r.gpu_mask != 0) n->nominated.push_back(r);
+      }
+      n->nominated_at = e.at;
+      Put(d, std::move(n));
+    }
+  }
+  Put(d, std::move(updated));
   return Status::Ok();
 }
 
@@ -450,7 +465,11 @@ Status ClusterState::ApplyOne(const JobPreempting& e) {
   updated->preempting_since = e.at;
   updated->last_requeue_reason = e.reason;
   updated->preempted_at.push_back(e.at);
-  if (updated->preempted_at.size() > 8) updated->preempted_at.erase(updated->preempted_at.begin());
+  updated->preempted_by.push_back(e.preemptor);
+  if (updated->preempted_at.size() > 8) {
+    updated->preempted_at.erase(updated->preempted_at.begin());
+    updated->preempted_by.erase(updated->preempted_by.begin());
+  }
   Put(Mutable(), std::move(updated));
   return Status::Ok();
 }

@@ -86,9 +86,15 @@ struct JobRecord {
   JobId preempted_for;          // while preempting: the job it makes room for
   TimePoint preempting_since = 0;
   std::vector<TimePoint> preempted_at;  // recent evictions (the last few), against thrash
+  std::vector<JobId> preempted_by;      // the jobs those evictions made room for (same order)
   std::string last_requeue_reason;
   TimePoint last_checkpoint_at = 0;  // 0 = none reported; kept across requeues
   std::string last_checkpoint_path;
+  // GPUs freed by evicting gangs for this (pending) job: nominated for it,
+  // so that nothing else takes them while the rest of its room is being made
+  // (cleared when it binds; the engine lets a nomination lapse after a while).
+  std::vector<ReplicaPlacement> nominated;
+  TimePoint nominated_at = 0;
   int32_t resizes = 0;       // elastic: times its gang was resized
   TimePoint resized_at = 0;  // the last resize (0 = never)
   std::string last_resize_reason;

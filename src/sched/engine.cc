@@ -159,6 +159,18 @@ bool Scheduler::TryPlace(bool keep) {
   return ok;
 }
 
+void Scheduler::HoldNomination(Nomination& n, bool hold) {
+  for (auto& [pos, mask] : n.held) {
+    if (hold) {
+      mask &= ws_.free_mask(pos);  // what was used meanwhile is gone
+      ws_.Take(pos, mask, 0, 0);
+    } else {
+      ws_.Give(pos, mask, 0, 0);
+    }
+  }
+  n.released = !hold;
+}
+
 void Scheduler::ReleaseHeld() {
   for (const auto& [pos, mask] : held_) ws_.Give(pos, mask, 0, 0);
 }
@@ -482,6 +494,27 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     return a->id < b->id;
   });
 
+  // Nominations: GPUs freed for a preemptor stay out of the pool for jobs of
+  // lower priority while gangs are still stopping for it (and a little after).
+  nominations_.clear();
+  if (now != nullptr) {
+    const Topology& t = snap.topology();
+    for (const JobRecord* j : order_) {
+      if (j->nominated.empty() || (making_room_for_.count(j->id) == 0 && *now - j->nominated_at >= nomination_ttl_)) {
+        continue;
+      }
+      Nomination n{j, {}, false};
+      for (const ReplicaPlacement& p : j->nominated) {
+        const uint32_t pos = t.position_of(p.node);
+        const uint64_t mask = p.gpu_mask & ws_.free_mask(pos);
+        if (mask == 0) continue;
+        ws_.Take(pos, mask, 0, 0);
+        n.held.push_back({pos, mask});
+      }
+      if (!n.held.empty()) nominations_.push_back(std::move(n));
+    }
+  }
+
   // With queues: bucket the ordered jobs by leaf queue for fair-share picking.
   const bool fair = book_.configured();
   size_t next_plain = 0;
@@ -509,8 +542,24 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
 
   const Topology& topo = snap.topology();
   int32_t examined = 0;
+  // Jobs are examined by priority: a nomination is let go for the first job
+  // of its nominee's priority or higher (its nominee included). The nominee
+  // examined last holds its GPUs again, for lower jobs, unless it was placed
+  // or all of its victims have stopped (then holding would only idle them).
+  Nomination* nominee = nullptr;
+  auto settle_nominee = [&] {
+    if (nominee == nullptr) return;
+    const bool placed = !out->placed.empty() && out->placed.back().job == nominee->job->id;
+    if (!placed && making_room_for_.count(nominee->job->id) > 0) HoldNomination(*nominee, true);
+    nominee = nullptr;
+  };
   while (const JobRecord* job = next()) {
+    settle_nominee();
     if (max_jobs_ > 0 && examined++ >= max_jobs_) break;
+    for (Nomination& n : nominations_) {
+      if (!n.released && n.job->spec.priority <= job->spec.priority) HoldNomination(n, false);
+      if (n.job == job) nominee = &n;
+    }
     PendingReason why;
     if (!BuildRequest(snap, *job, &why)) {
       out->unresolvable.push_back({job->id, std::move(why)});
@@ -576,7 +625,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     }
 
     lookup();
-    if (seen != nullptr && making_room_for_.count(job->id) == 0) {
+    if (seen != nullptr && making_room_for_.count(job->id) == 0 && nominee == nullptr) {
       (seen->unresolvable ? out->unresolvable : out->pending).push_back({job->id, seen->reason});
       continue;
     }
@@ -626,6 +675,26 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
           reason = {ReasonCode::kReserved,
                     "fits now only on GPUs reserved for a higher job that starts in " + FormatDuration(gap) +
                         "; a time_limit of at most " + FormatDuration(gap) + " would let it backfill"};
+        }
+      }
+      // Held back only by GPUs nominated for a higher job that preempted for them?
+      if (reason.code != ReasonCode::kReserved && nominee == nullptr) {
+        std::string for_jobs;
+        for (Nomination& n : nominations_) {
+          if (n.released) continue;
+          HoldNomination(n, false);
+          n.released = false;  // only looked at
+          for_jobs += (for_jobs.empty() ? "" : ", ") + std::to_string(n.job->id.value());
+        }
+        if (!for_jobs.empty()) {
+          const bool would_fit = TryPlace(false);
+          for (Nomination& n : nominations_) {
+            if (!n.released) HoldNomination(n, true);
+          }
+          if (would_fit) {
+            reason = {ReasonCode::kReserved, "fits now only on GPUs freed by preemption for higher-priority job(s) " +
+                                                 for_jobs + ", held for them until they start"};
+          }
         }
       }
       // Room already being made for it: wait for those gangs to stop.
@@ -694,6 +763,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     RecordFailure(job, reason, unresolvable, ends_first);
     (unresolvable ? out->unresolvable : out->pending).push_back({job->id, std::move(reason)});
   }
+  settle_nominee();
   // What is left free goes to elastic jobs below their replicas.
   GrowElastic(snap, now, out);
 }
@@ -723,6 +793,8 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
                                       [&](TimePoint t) { return now - t < 3600 * kMicrosPerSecond; });
     if (recent >= max_per_hour_) continue;
     if (victim_set_.count(id) || resized_.count(id)) continue;
+    // No eviction cycles: never evict a job this one was (recently) evicted for.
+    if (std::find(job.preempted_by.begin(), job.preempted_by.end(), id) != job.preempted_by.end()) continue;
     // Evicting a gang whose GPUs a reservation counts on would only hand
     // them to a job that the reservation's owner should go before.
     bool reserved = false;

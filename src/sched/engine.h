@@ -142,6 +142,11 @@ class Scheduler {
   void set_max_preemption_searches(int32_t n) { max_preemption_searches_ = n; }
   // At most this many evictions of one job in any hour.
   void set_max_preemptions_per_hour(int32_t n) { max_per_hour_ = n; }
+  // GPUs freed by evicting gangs for a job are held for it (nothing else
+  // takes them) while more of its victims are stopping, and for this long
+  // after the last of them was freed; once all have stopped and it still
+  // does not fit, they are let go.
+  void set_nomination_ttl(Duration d) { nomination_ttl_ = d; }
 
   // Blocked jobs that get a reservation each cycle (default 1; 0 = none).
   void set_reservation_depth(int32_t depth) { reservation_depth_ = depth; }
@@ -287,6 +292,16 @@ class Scheduler {
   int32_t max_per_hour_ = 3;
   int32_t max_preemption_searches_ = 32;
   int32_t max_jobs_ = 0;
+  Duration nomination_ttl_ = 60 * kMicrosPerSecond;
+  // GPUs nominated for pending jobs (JobRecord::nominated), out of the free
+  // pool this cycle for jobs of lower priority than their nominee.
+  struct Nomination {
+    const JobRecord* job;
+    std::vector<std::pair<uint32_t, uint64_t>> held;
+    bool released = false;  // given back to the pool
+  };
+  std::vector<Nomination> nominations_;
+  void HoldNomination(Nomination& n, bool hold);
   std::vector<JobId> victims_;  // chosen this cycle
   std::unordered_set<JobId> victim_set_;
   std::unordered_multimap<JobId, JobId> making_room_for_;  // preemptor -> its preempting victims
