@@ -421,8 +421,22 @@ void Scheduler::GrowElastic(const Snapshot& snap, const TimePoint* now, CycleRes
 
 bool Scheduler::EarliestStart(const Snapshot& snap, TimePoint now, TimePoint* start, std::vector<Txn::Step>* steps) {
   const Topology& topo = snap.topology();
+  // GPUs promised to an earlier reservation this cycle stay out of reach
+  // even when the job on them ends: no two reservations count on one GPU.
   auto release = [&](size_t from, size_t to, bool give) {
-    for (size_t i = from; i < to; ++i) SetReleased(topo, *endings_[i].job, give);
+    for (size_t i = from; i < to; ++i) {
+      const JobRecord& job = *endings_[i].job;
+      if (promised_.empty()) {
+        SetReleased(topo, job, give);
+        continue;
+      }
+      for (ReplicaPlacement r : job.placement) {
+        if (r.shares_gpu()) continue;
+        auto it = promised_.find(topo.position_of(r.node));
+        if (it != promised_.end()) r.gpu_mask &= ~it->second;
+        SetReplicasReleased(topo, job.spec, &r, 1, give);
+      }
+    }
   };
   // The smallest prefix of endings whose release lets the job fit (binary
   // search: releasing more never makes a fit impossible in practice, and the
@@ -461,6 +475,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   victims_.clear();
   victim_set_.clear();
   held_.clear();
+  promised_.clear();
   first_reservation_ = 0;
   endings_.clear();
   if (now != nullptr && reservation_depth_ > 0) {
@@ -744,6 +759,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
         Reservation r{job->id, start, {}};
         for (const Txn::Step& st : steps) {
           r.replicas.push_back({st.task, st.replica, topo.node_at(st.pos), st.mask});
+          promised_[st.pos] |= st.mask;
           const uint64_t free_now = st.mask & ws_.free_mask(st.pos);
           if (free_now != 0) {
             ws_.Take(st.pos, free_now, 0, 0);

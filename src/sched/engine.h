@@ -309,6 +309,8 @@ class Scheduler {
   // GPUs taken out of the free pool for reservations this cycle (free when taken).
   std::vector<std::pair<uint32_t, uint64_t>> held_;
   TimePoint first_reservation_ = 0;
+  // Every GPU a reservation of this cycle counts on (free now or not), by position.
+  std::unordered_map<uint32_t, uint64_t> promised_;
   struct Ending {
     TimePoint end;
     const JobRecord* job;
