@@ -261,8 +261,8 @@ bool Scheduler::ShrinkElastic(const Snapshot& snap, const JobRecord& job, const 
     size_t surplus;
   };
   std::vector<Candidate> candidates;
-  for (const JobRecord* r : running_) {
-    if (!r->spec.elastic() || r->id == job.id || victim_set_.count(r->id) || r->spec.priority > job.spec.priority) {
+  for (const JobRecord* r : elastic_running_) {
+    if (r->id == job.id || victim_set_.count(r->id) || r->spec.priority > job.spec.priority) {
       continue;
     }
     if (r->spec.priority == job.spec.priority &&
@@ -357,8 +357,8 @@ void Scheduler::UndoShrinks(const Snapshot& snap, size_t mark, CycleResult* out)
 void Scheduler::GrowElastic(const Snapshot& snap, const TimePoint* now, CycleResult* out) {
   const Topology& topo = snap.topology();
   std::vector<const JobRecord*> growing;
-  for (const JobRecord* r : running_) {
-    if (!r->spec.elastic() || victim_set_.count(r->id) || resized_.count(r->id)) continue;
+  for (const JobRecord* r : elastic_running_) {
+    if (victim_set_.count(r->id) || resized_.count(r->id)) continue;
     if (static_cast<int64_t>(r->placement.size()) >= r->spec.TotalReplicas()) continue;
     if (now != nullptr && *now - std::max(r->started_at, r->resized_at) < min_runtime_) continue;
     growing.push_back(r);
@@ -497,9 +497,11 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   typical_built_ = false;
   making_room_for_.clear();
   running_.clear();
+  elastic_running_.clear();
   for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state == JobState::kPending) order_.push_back(job.get());
     if (job->state == JobState::kRunning) running_.push_back(job.get());
+    if (job->state == JobState::kRunning && job->spec.elastic()) elastic_running_.push_back(job.get());
     if (job->state == JobState::kPreempting) making_room_for_.emplace(job->preempted_for, id);
   }
   std::stable_sort(order_.begin(), order_.end(), [this](const JobRecord* a, const JobRecord* b) {
@@ -650,7 +652,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
     if (!ok && job->spec.elastic()) ok = PlaceSmaller(*job);
     // Surplus replicas of elastic jobs of no higher priority give way first.
     const size_t shrink_mark = out->resizes.size();
-    if (!ok && !running_.empty()) ok = ShrinkElastic(snap, *job, now, out);
+    if (!ok && !elastic_running_.empty()) ok = ShrinkElastic(snap, *job, now, out);
     if (ok && fair) {
       // Admission: the placement must fit the queues' quotas too.
       const int32_t leaf = book_.LeafIndex(job->spec.queue);

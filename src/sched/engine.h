@@ -306,6 +306,7 @@ class Scheduler {
   std::unordered_set<JobId> victim_set_;
   std::unordered_multimap<JobId, JobId> making_room_for_;  // preemptor -> its preempting victims
   std::vector<const JobRecord*> running_;                  // this cycle's running jobs
+  std::vector<const JobRecord*> elastic_running_;          // the elastic ones among them
   // GPUs taken out of the free pool for reservations this cycle (free when taken).
   std::vector<std::pair<uint32_t, uint64_t>> held_;
   TimePoint first_reservation_ = 0;
