@@ -2,11 +2,13 @@
 # Installs the Debian 12 packages rota builds with, skipping those present.
 # Runs apt-get update once, and only when something is missing. (prometheus brings
 # promtool, which the metrics test uses to check the /metrics output; chromium and
-# chromium-driver run the dashboard's browser test.)
+# chromium-driver run the dashboard's browser test; runc and crun are the agent's OCI
+# runtimes, and busybox-static gives the container test a root filesystem.)
 set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
-          libsqlite3-dev libssl-dev libcpp-httplib-dev prometheus openssl chromium chromium-driver)
+          libsqlite3-dev libssl-dev libcpp-httplib-dev prometheus openssl chromium chromium-driver
+          runc crun busybox-static)
 
 missing=()
 for p in "${packages[@]}"; do

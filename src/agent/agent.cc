@@ -1,5 +1,7 @@
 #include "agent/agent.h"
 
+#include "agent/oci.h"
+
 #include <httplib.h>
 #include <signal.h>
 #include <fcntl.h>
@@ -31,6 +33,9 @@ struct Agent::Task {
   std::string exit_reason;  // "oom" when the kernel OOM-killed it
   std::string cgroup;       // its group name, "" if none
   std::string checkpoint_file;  // where the task writes its last checkpoint's path
+  std::string oci_runtime;      // a container: the runtime binary and container id ("" = a process)
+  std::string oci_id;
+  bool memory_limited = false;
   bool stopping = false;
   std::chrono::steady_clock::time_point stop_deadline;
 };
@@ -154,6 +159,9 @@ bool Agent::Reap() {
           if (cgroups_->OomKilled(t->cgroup)) t->exit_reason = "oom";
           cgroups_->Remove(t->cgroup);
         }
+        // A container killed (137) with a memory limit, not by us: its
+        // cgroup went with it, so the kill is taken for the OOM killer's.
+        if (!t->oci_id.empty() && code == 128 + SIGKILL && t->memory_limited && !t->stopping) t->exit_reason = "oom";
       }
     }
     if (t->stopping && !t->exited) StopTask(*t, false);
@@ -165,6 +173,7 @@ void Agent::StopTask(Task& t, bool now) {
   if (t.pid == 0 || t.exited) return;
   if (now) {
     launcher_.Signal(t.pid, SIGKILL);
+    if (!t.oci_id.empty()) RunQuiet(OciDeleteArgv(t.oci_runtime, t.oci_id));
     while (launcher_.Poll(t.pid) < 0) usleep(1000);
     t.exited = true;
     return;
@@ -176,6 +185,8 @@ void Agent::StopTask(Task& t, bool now) {
     launcher_.Signal(t.pid, t.stop_signal);
   } else if (std::chrono::steady_clock::now() > t.stop_deadline) {
     launcher_.Signal(t.pid, SIGKILL);
+    // The container's processes are not in the runtime's process group.
+    if (!t.oci_id.empty()) RunQuiet(OciDeleteArgv(t.oci_runtime, t.oci_id));
   }
 }
 
@@ -372,7 +383,51 @@ bool Agent::Heartbeat(int wait_ms) {
       // CPU and memory limits: the process joins its cgroup before it runs.
       const int64_t cpu = a.value("cpu_milli", int64_t{0});
       const int64_t memory = a.value("memory_mib", int64_t{0});
-      if (cgroups_ && (cpu > 0 || memory > 0)) {
+      Status container = Status::Ok();
+      if (const std::string rootfs = a.value("rootfs", std::string()); !rootfs.empty()) {
+        // An OCI container: the runtime in the foreground is the task's process.
+        container = [&]() -> Status {
+          ROTA_ASSIGN_OR_RETURN(std::string runtime, FindOciRuntime(options_.oci_runtime));
+          OciTask oci;
+          oci.id = "rota-" + std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) +
+                   "-" + std::to_string(t->attempt);
+          oci.rootfs = rootfs;
+          oci.args = spec.argv;
+          oci.env = spec.env;
+          // Inside, the job's directory is /rota; the host's PATH and HOME mean nothing there.
+          oci.env["ROTA_HOSTFILE"] = "/rota/hostfile";
+          oci.env["ROTA_CHECKPOINT_FILE"] = "/rota/" + name + ".checkpoint";
+          const auto task_env = a.value("env", std::map<std::string, std::string>{});
+          for (const char* host_only : {"PATH", "HOME", "TMPDIR"}) {
+            if (!task_env.count(host_only)) oci.env.erase(host_only);
+          }
+          for (const auto& m : a.value("mounts", json::array())) {
+            oci.mounts.push_back({m.at("source").get<std::string>(), m.at("target").get<std::string>(),
+                                  m.value("read_only", false)});
+          }
+          oci.job_dir = job_dir;
+          oci.gpus = gpu_list;
+          oci.cpu = cpu;
+          oci.memory = memory;
+          oci.hostname = options_.node_name;
+          const std::string bundle = job_dir + "/" + name + "-" + std::to_string(t->attempt) + ".oci";
+          ROTA_RETURN_IF_ERROR(WriteOciBundle(bundle, oci));
+          RunQuiet(OciDeleteArgv(runtime, oci.id));  // a stale container of that name from a crashed agent
+          spec.argv = OciRunArgv(runtime, bundle, oci.id);
+          t->oci_runtime = runtime;
+          t->oci_id = oci.id;
+          t->memory_limited = memory > 0;
+          return Status::Ok();
+        }();
+      }
+      if (!container.ok()) {
+        std::ofstream(spec.log_path, std::ios::app) << "rota: cannot start the container: " << container.message() << "\n";
+        t->exited = true;
+        t->exit_code = 127;
+        tasks_[key] = std::move(t);
+        continue;
+      }
+      if (cgroups_ && (cpu > 0 || memory > 0) && t->oci_id.empty()) {
         t->cgroup = std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) + "-" +
                     std::to_string(t->attempt);
         auto procs = cgroups_->Create(t->cgroup, cpu, memory);

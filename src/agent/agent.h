@@ -47,6 +47,8 @@ struct AgentOptions {
   int32_t max_temperature_c = 90;  // above this a GPU is reported unhealthy
   // Where to put tasks' CPU and memory limits; "" = no limits.
   std::string cgroup_root = "/sys/fs/cgroup";
+  // Tasks that name a rootfs run in OCI containers: "runc", "crun" or "auto".
+  std::string oci_runtime = "auto";
 };
 
 class Agent {

@@ -43,6 +43,7 @@ ordered_json JobSpecToJson(const JobSpec& s) {
     if (t.cpu > 0) tj["cpu"] = FormatMilliCpu(t.cpu);
     if (t.memory > 0) tj["memory"] = FormatMemoryMiB(t.memory);
     if (!t.command.empty()) tj["command"] = t.command;
+    if (!t.rootfs.empty()) tj["rootfs"] = t.rootfs;
     if (!t.env.empty()) tj["env"] = t.env;
     j["tasks"].push_back(std::move(tj));
   }
@@ -196,6 +197,7 @@ StatusOr<JobSpec> JobSpecFromJson(const json& j) {
       if (tj.contains("memory")) t.memory = mib(tj["memory"]);
       if (tj.contains("command")) t.command = tj["command"].get<std::vector<std::string>>();
       if (tj.contains("env")) t.env = tj["env"].get<std::map<std::string, std::string>>();
+      if (tj.contains("rootfs")) t.rootfs = tj["rootfs"].get<std::string>();
       s.tasks.push_back(std::move(t));
     }
     if (j.contains("topology")) {

@@ -134,7 +134,7 @@ YAML::Node Load(std::string_view text, const std::string& source) {
 }
 
 TaskGroupSpec ParseTask(const Field& f) {
-  f.ExpectMap({"name", "replicas", "gpus", "gpu", "gpu_model", "gpu_memory", "cpu", "memory", "command", "env"});
+  f.ExpectMap({"name", "replicas", "gpus", "gpu", "gpu_model", "gpu_memory", "cpu", "memory", "command", "env", "rootfs"});
   TaskGroupSpec t;
   t.name = f.Has("name") ? f["name"].Str() : "main";
   if (f.Has("replicas")) t.replicas = static_cast<int32_t>(f["replicas"].Int(1, kMaxReplicas));
@@ -159,6 +159,7 @@ TaskGroupSpec ParseTask(const Field& f) {
   if (f.Has("memory")) t.memory = f["memory"].Memory();
   if (f.Has("command")) t.command = f["command"].StrList();
   if (f.Has("env")) t.env = f["env"].StrMap();
+  if (f.Has("rootfs")) t.rootfs = f["rootfs"].Str();
   return t;
 }
 

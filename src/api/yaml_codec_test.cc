@@ -72,7 +72,7 @@ TEST(ParseJobSpec, ErrorsNameFileLineAndField) {
   ExpectError("name: j\ntasks:\n  - gpus: 2.5\n", "job.yaml:3:11: tasks[0].gpus: must be a whole number, got '2.5'");
   ExpectError("name: j\ntasks:\n  - gpus: 1\n    colour: red\n",
               "job.yaml:4:5: tasks[0].colour: unknown field (allowed: name, replicas, gpus, gpu, gpu_model, "
-              "gpu_memory, cpu, memory, command, env)");
+              "gpu_memory, cpu, memory, command, env, rootfs)");
   ExpectError("name: j\ntasks:\n  - gpus: -1\n", "job.yaml:3:11: tasks[0].gpus: must be between 0 and 64, got -1");
   ExpectError("name: j\ntasks:\n  - replicas: 0\n    gpus: 1\n",
               "job.yaml:3:15: tasks[0].replicas: must be between 1 and 100000, got 0");

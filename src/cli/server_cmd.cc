@@ -24,6 +24,7 @@ constexpr const char* kServerUsage =
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
+    "               [--oci-runtime auto|runc|crun]\n"
     "\n"
     "Runs the server and a local agent in one process, with an embedded SQLite\n"
     "store in DIR (default $ROTA_DATA_DIR or ~/.local/share/rota). Without an\n"
@@ -31,7 +32,7 @@ constexpr const char* kUpUsage =
 constexpr const char* kAgentUsage =
     "usage: rota agent --server URL --token TOKEN [--name NODE] [--address ADDR]\n"
     "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]]\n"
-    "                  [--logs-dir DIR] [--label k=v ...]\n"
+    "                  [--logs-dir DIR] [--label k=v ...] [--oci-runtime auto|runc|crun]\n"
     "                  [--heartbeat-ms N] [--health-file FILE]\n";
 
 // The value after args[*i] (and moves *i to it), or exits with usage error 2.
@@ -141,6 +142,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::string data_dir = DefaultDataDir(), listen = "127.0.0.1:7070", config_path, gpus, name, tls_cert, tls_key;
   double rate = 200;
   MigFlags mig;
+  std::string oci_runtime = "auto";
   Duration node_timeout = 30 * kMicrosPerSecond;
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   Duration history_interval = 10 * kMicrosPerSecond;  // queue usage samples for the dashboard
@@ -159,6 +161,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (with_local_agent && a == "--gpus") gpus = value();
     else if (with_local_agent && a == "--mig") mig.set = true, mig.layout = value();
     else if (with_local_agent && a == "--mig-gpus") mig.gpus = std::atoi(value().c_str());
+    else if (with_local_agent && a == "--oci-runtime") oci_runtime = value();
     else if (with_local_agent && a == "--name") name = value();
     else if (a == "-h" || a == "--help") {
       std::cout << (with_local_agent ? kUpUsage : kServerUsage);
@@ -170,6 +173,10 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
   if (node_timeout <= 0) {
     std::cerr << "rota: --node-timeout must be positive\n";
+    return kExitBadInput;
+  }
+  if (oci_runtime != "auto" && oci_runtime != "runc" && oci_runtime != "crun") {
+    std::cerr << "rota: --oci-runtime must be auto, runc or crun, got '" << oci_runtime << "'\n";
     return kExitBadInput;
   }
   if (history_interval < kMicrosPerSecond) {
@@ -257,6 +264,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     ao.inventory = *inv;
     ao.logs_dir = data_dir + "/logs";
     ao.heartbeat_ms = 500;
+    ao.oci_runtime = oci_runtime;
     // The local agent's token is kept beside the data so restarts reuse it.
     const std::string agent_path = data_dir + "/agent.token";
     std::string token = ReadFirstLine(agent_path);
@@ -304,6 +312,7 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--gpus") gpus = value();
     else if (a == "--mig") mig.set = true, mig.layout = value();
     else if (a == "--mig-gpus") mig.gpus = std::atoi(value().c_str());
+    else if (a == "--oci-runtime") ao.oci_runtime = value();
     else if (a == "--logs-dir") ao.logs_dir = value();
     else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::max(10, std::atoi(value().c_str()));
     else if (a == "--health-file") ao.health_file = value();
@@ -328,6 +337,10 @@ int AgentMain(std::vector<std::string> args) {
   }
   if (ao.token.empty()) {
     std::cerr << "rota agent: --token is required\n" << kAgentUsage;
+    return kExitBadInput;
+  }
+  if (ao.oci_runtime != "auto" && ao.oci_runtime != "runc" && ao.oci_runtime != "crun") {
+    std::cerr << "rota agent: --oci-runtime must be auto, runc or crun, got '" << ao.oci_runtime << "'\n";
     return kExitBadInput;
   }
   auto inv = LocalInventory(gpus, mig);

@@ -66,6 +66,7 @@ Status CheckUtf8(const JobSpec& spec) {
     if (bad(t.name)) return FieldError(p + ".name", "must be valid UTF-8");
     if (bad(t.gpu_model)) return FieldError(p + ".gpu_model", "must be valid UTF-8");
     if (bad(t.gpu_share.mig_profile)) return FieldError(p + ".gpu.mig", "must be valid UTF-8");
+    if (bad(t.rootfs)) return FieldError(p + ".rootfs", "must be valid UTF-8");
     for (size_t k = 0; k < t.command.size(); ++k) {
       if (bad(t.command[k])) return FieldError(p + ".command[" + std::to_string(k) + "]", "must be valid UTF-8");
     }
@@ -121,6 +122,10 @@ Status ValidateJobSpec(const JobSpec& spec) {
       return FieldError(p + ".gpu.memory", "bounds a fraction's GPU memory; set gpu.fraction too");
     }
     if (t.gpu_memory < 0) return FieldError(p + ".gpu_memory", "must not be negative");
+    if (!t.rootfs.empty() && t.rootfs[0] != '/') return FieldError(p + ".rootfs", "must be an absolute path on the node");
+    if (!t.rootfs.empty() && t.command.empty()) {
+      return FieldError(p + ".command", "required with rootfs (what to run in the container)");
+    }
     if (t.cpu < 0) return FieldError(p + ".cpu", "must not be negative");
     if (t.memory < 0) return FieldError(p + ".memory", "must not be negative");
     if (t.gpus == 0 && !t.gpu_share.shared() && t.cpu == 0 && t.memory == 0) {

@@ -46,6 +46,10 @@ struct TaskGroupSpec {
   MemoryMiB memory = 0;
   std::vector<std::string> command;
   std::map<std::string, std::string> env;
+  // Run in an OCI container (runc or crun) with this root filesystem: a
+  // directory on the node, or an unpacked image directory holding rootfs/.
+  // Empty = a plain process.
+  std::string rootfs;
 };
 
 enum class TopologyMode { kRequired, kPreferred };

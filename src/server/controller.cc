@@ -571,6 +571,8 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   a.last_checkpoint = job.last_checkpoint_path;
   a.command = task.command;
   a.env = task.env;
+  a.rootfs = task.rootfs;
+  a.mounts = job.spec.mounts;
   a.cpu = task.cpu;
   a.memory = task.memory;
   a.world_size = static_cast<int32_t>(job.placement.size());

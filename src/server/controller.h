@@ -77,6 +77,8 @@ struct TaskAssignment {
   std::string last_checkpoint;     // where a restarted attempt resumes ("" = from the start)
   std::vector<std::string> command;
   std::map<std::string, std::string> env;
+  std::string rootfs;              // an OCI container's root filesystem ("" = a process)
+  std::vector<MountSpec> mounts;   // the job's data mounts (containers)
   int32_t world_size = 1;
   int32_t rank = 0;
   int32_t local_rank = 0;

@@ -459,6 +459,14 @@ class HttpServerImpl final : public HttpServer {
           out.back()["mig_profile"] = a.mig_profile;
           out.back()["mig_start"] = a.mig_start;
         }
+        if (!a.rootfs.empty()) {
+          out.back()["rootfs"] = a.rootfs;
+          ordered_json mounts = ordered_json::array();
+          for (const MountSpec& m : a.mounts) {
+            mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+          }
+          out.back()["mounts"] = std::move(mounts);
+        }
       }
       Reply(res, 200, {{"tasks", out}});
     }, Access::kAgents));

@@ -262,6 +262,77 @@ tasks: [{replicas: 4, gpus: 1, command: [sh, -c, 'echo "world=$WORLD_SIZE rank=$
   logs_have(2, "world=4 rank=3");
 }
 
+// OCI containers through the real binary, with each runtime installed: a
+// task naming a rootfs (a static busybox) runs in a container (its own PID 1)
+// with the job's data mount read-only, its world size, and the job directory
+// at /rota (a checkpoint written there reaches the server).
+TEST_F(Integration, TasksRunInOciContainers) {
+  if (geteuid() != 0) GTEST_SKIP() << "OCI containers need root here (runc/crun create namespaces and cgroups)";
+  const std::string busybox = "/bin/busybox";
+  if (access(busybox.c_str(), X_OK) != 0) GTEST_SKIP() << "no static busybox to build a rootfs from (busybox-static)";
+  const std::string rootfs = tmp.path() + "/image/rootfs";
+  std::filesystem::create_directories(rootfs + "/bin");
+  std::filesystem::copy_file(busybox, rootfs + "/bin/busybox");
+  for (const char* c : {"sh", "cat", "echo", "head", "tr"}) std::filesystem::create_symlink("busybox", rootfs + "/bin/" + c);
+  std::filesystem::create_directories(tmp.path() + "/data");
+  std::ofstream(tmp.path() + "/data/f") << "hello-data\n";
+  int ran = 0;
+  for (const char* runtime : {"runc", "crun"}) {
+    if (access((std::string("/usr/sbin/") + runtime).c_str(), X_OK) != 0 &&
+        access((std::string("/usr/bin/") + runtime).c_str(), X_OK) != 0) {
+      std::printf("%s is not installed: skipping its part\n", runtime);
+      continue;
+    }
+    ++ran;
+    RotaProcess up("up", tmp.path() + "/data-" + runtime,
+                   {"--gpus", "2xH100:80Gi", "--name", std::string("oci-") + runtime, "--oci-runtime", runtime});
+    auto admin = up.Admin();
+    const std::string job = "name: boxed\nmounts: [{source: " + tmp.path() + "/data, target: /data, read_only: true}]\n"
+        "tasks: [{gpus: 1, memory: 256Mi, rootfs: " + tmp.path() + "/image, command: [sh, -c, "
+        "'echo \"pid1=$(cat /proc/1/comm) rank=$RANK world=$WORLD_SIZE\"; cat /data/f; "
+        "(echo x > /data/g) 2>/dev/null || echo ro-ok; echo /ckpt/c1 > $ROTA_CHECKPOINT_FILE; sleep 1']}]\n";
+    auto r = admin.Post("/v1/jobs", job, "application/yaml");
+    ASSERT_EQ(r->status, 201) << r->body;
+    json j;
+    for (int i = 0; i < 400; ++i) {
+      j = json::parse(admin.Get("/v1/jobs/1")->body);
+      if (j["state"] == "succeeded" || j["state"] == "failed") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const std::string logs = RunRota({"logs", "1"}, up.ClientEnv(), tmp.path()).out;
+    EXPECT_EQ(j["state"], "succeeded") << runtime << ": " << j.dump() << "\n" << logs;
+    EXPECT_NE(logs.find("pid1=sh rank=0 world=1"), std::string::npos) << runtime << ": " << logs;
+    EXPECT_NE(logs.find("hello-data"), std::string::npos) << runtime << ": " << logs;
+    EXPECT_NE(logs.find("ro-ok"), std::string::npos) << runtime << ": " << logs;
+    EXPECT_EQ(j["last_checkpoint"]["path"], "/ckpt/c1") << runtime << ": " << j.dump();
+    // A rootfs the node lacks fails the task with the reason in its log.
+    auto bad = admin.Post("/v1/jobs", "name: nofs\ntasks: [{rootfs: /no/such/rootfs, cpu: 1, command: [true]}]\n",
+                          "application/yaml");
+    ASSERT_EQ(bad->status, 201) << bad->body;
+    for (int i = 0; i < 400; ++i) {
+      j = json::parse(admin.Get("/v1/jobs/2")->body);
+      if (j["state"] == "failed") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(j["state"], "failed") << j.dump();
+    const std::string bad_logs = RunRota({"logs", "2"}, up.ClientEnv(), tmp.path()).out;
+    EXPECT_NE(bad_logs.find("rootfs '/no/such/rootfs' is not a directory on this node"), std::string::npos) << bad_logs;
+    // Past its memory limit inside the container: reported as an OOM kill.
+    auto hog = admin.Post("/v1/jobs", "name: hog\ntasks: [{memory: 32Mi, rootfs: " + tmp.path() +
+                                          "/image, command: [sh, -c, 'a=$(head -c 100000000 /dev/zero | tr \"\\\\0\" x); echo survived']}]\n",
+                          "application/yaml");
+    ASSERT_EQ(hog->status, 201) << hog->body;
+    for (int i = 0; i < 400; ++i) {
+      j = json::parse(admin.Get("/v1/jobs/3")->body);
+      if (j["state"] == "failed" || j["state"] == "succeeded") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(j["state"], "failed") << runtime << ": " << j.dump();
+    EXPECT_NE(j.value("end_reason", "").find("OOM-killed"), std::string::npos) << runtime << ": " << j.dump();
+  }
+  if (ran == 0) GTEST_SKIP() << "neither runc nor crun is installed";
+}
+
 // A task reports checkpoints by writing the path to $ROTA_CHECKPOINT_FILE;
 // owners may also report one through the API. Both show in describe and
 // the job's events, and survive a restart of the server.

@@ -1,0 +1,183 @@
+#include "agent/oci.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+extern char** environ;
+
+namespace rota::agent {
+
+using nlohmann::json;
+
+int RunQuiet(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+StatusOr<std::string> ResolveRootfs(const std::string& rootfs) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(rootfs + "/rootfs", ec)) return rootfs + "/rootfs";
+  if (std::filesystem::is_directory(rootfs, ec)) return rootfs;
+  return NotFoundError("rootfs '" + rootfs + "' is not a directory on this node");
+}
+
+std::vector<std::string> HybridCgroup2Mounts() {
+  std::ifstream in("/proc/self/mounts");
+  std::string line;
+  std::vector<std::string> v2;
+  bool v1 = false;
+  while (std::getline(in, line)) {
+    std::istringstream ss(line);
+    std::string source, target, type;
+    ss >> source >> target >> type;
+    if (type == "cgroup2") v2.push_back(target);
+    if (type == "cgroup") v1 = true;
+  }
+  return v1 ? v2 : std::vector<std::string>{};
+}
+
+StatusOr<std::string> FindOciRuntime(const std::string& name) {
+  if (name != "auto" && name != "runc" && name != "crun") {
+    return InvalidArgumentError("--oci-runtime: '" + name + "' is not runc, crun or auto");
+  }
+  const char* path = getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  dirs += ":/usr/sbin:/sbin";  // runc installs to /usr/sbin
+  for (const char* candidate : {"runc", "crun"}) {
+    if (name != "auto" && name != candidate) continue;
+    std::stringstream ss(dirs);
+    std::string dir;
+    while (std::getline(ss, dir, ':')) {
+      const std::string p = dir + "/" + candidate;
+      if (!dir.empty() && access(p.c_str(), X_OK) == 0) return p;
+    }
+  }
+  return NotFoundError(name == "auto" ? "no OCI runtime: install runc or crun" : name + " is not installed");
+}
+
+std::vector<std::string> OciRunArgv(const std::string& runtime, const std::string& bundle, const std::string& id) {
+  const bool crun = std::filesystem::path(runtime).filename() == "crun";
+  const std::vector<std::string> hidden = crun ? HybridCgroup2Mounts() : std::vector<std::string>{};
+  if (hidden.empty()) return {runtime, "run", "--bundle", bundle, id};
+  // crun on a hybrid host: unmount cgroup2 in a private mount namespace first.
+  std::vector<std::string> argv = {
+      "unshare", "--mount", "--propagation", "private", "sh", "-c",
+      "r=$1; b=$2; i=$3; shift 3; for m; do umount \"$m\" || exit 125; done; exec \"$r\" run --bundle \"$b\" \"$i\"",
+      "sh",      runtime,   bundle,          id};
+  argv.insert(argv.end(), hidden.begin(), hidden.end());
+  return argv;
+}
+
+std::vector<std::string> OciDeleteArgv(const std::string& runtime, const std::string& id) {
+  return {runtime, "delete", "--force", id};
+}
+
+namespace {
+
+json Mount(const std::string& dest, const std::string& type, const std::string& source, std::vector<std::string> opts) {
+  return {{"destination", dest}, {"type", type}, {"source", source}, {"options", std::move(opts)}};
+}
+
+}  // namespace
+
+Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
+  ROTA_ASSIGN_OR_RETURN(std::string rootfs, ResolveRootfs(task.rootfs));
+  json env = json::array();
+  if (!task.env.count("PATH")) env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  for (const auto& [k, v] : task.env) env.push_back(k + "=" + v);
+  const std::vector<std::string> caps = {"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"};
+  // Open files: as many as the agent itself may have (a container cannot go above that).
+  struct rlimit nofile {};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  const auto files = static_cast<int64_t>(nofile.rlim_max == RLIM_INFINITY ? 1048576 : nofile.rlim_max);
+  json process = {{"terminal", false},
+                  {"user", {{"uid", 0}, {"gid", 0}}},
+                  {"args", task.args},
+                  {"env", env},
+                  {"cwd", "/"},
+                  {"capabilities", {{"bounding", caps}, {"effective", caps}, {"permitted", caps}, {"ambient", caps}}},
+                  {"rlimits", json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", files}, {"soft", files}}})},
+                  {"noNewPrivileges", true}};
+  json mounts = json::array({
+      Mount("/proc", "proc", "proc", {}),
+      Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
+      Mount("/dev/pts", "devpts", "devpts", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}),
+      // NCCL and data loaders use /dev/shm: 1 GiB rather than 64 MiB.
+      Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=1g"}),
+      Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
+      Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
+      Mount("/sys/fs/cgroup", "cgroup", "cgroup", {"nosuid", "noexec", "nodev", "relatime", "ro"}),
+  });
+  if (!task.job_dir.empty()) mounts.push_back(Mount("/rota", "bind", task.job_dir, {"rbind", "rw"}));
+  for (const MountSpec& m : task.mounts) {
+    std::error_code ec;
+    if (!std::filesystem::exists(m.source, ec)) return NotFoundError("mount source '" + m.source + "' is not on this node");
+    mounts.push_back(Mount(m.target, "bind", m.source, {"rbind", m.read_only ? "ro" : "rw"}));
+  }
+  // GPU device nodes: the task's /dev/nvidia<g> and the shared control nodes,
+  // each allowed in the devices cgroup (the default denies all but the basics).
+  json devices = json::array();
+  json allow = json::array({{{"allow", false}, {"access", "rwm"}}});
+  std::vector<std::string> nodes;
+  for (int32_t g : task.gpus) nodes.push_back("/dev/nvidia" + std::to_string(g));
+  for (const char* shared : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}) nodes.push_back(shared);
+  for (const std::string& path : nodes) {
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+    const auto major_n = static_cast<int64_t>(major(st.st_rdev));
+    const auto minor_n = static_cast<int64_t>(minor(st.st_rdev));
+    devices.push_back({{"path", path}, {"type", "c"}, {"major", major_n}, {"minor", minor_n}, {"fileMode", 0666},
+                       {"uid", 0}, {"gid", 0}});
+    allow.push_back({{"allow", true}, {"type", "c"}, {"major", major_n}, {"minor", minor_n}, {"access", "rwm"}});
+  }
+  json resources = {{"devices", allow}};
+  if (task.memory > 0) resources["memory"] = {{"limit", static_cast<int64_t>(task.memory) * 1024 * 1024}};
+  if (task.cpu > 0) resources["cpu"] = {{"quota", static_cast<int64_t>(task.cpu) * 100}, {"period", 100000}};
+  json linux = {
+      {"namespaces", json::array({{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}})},
+      {"devices", devices},
+      {"resources", resources},
+      {"cgroupsPath", "/rota/" + task.id},
+      {"maskedPaths", {"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                       "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"}},
+      {"readonlyPaths", {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}}};
+  json config = {{"ociVersion", "1.0.2"},
+                 {"process", process},
+                 {"root", {{"path", rootfs}, {"readonly", true}}},
+                 {"hostname", task.hostname.empty() ? task.id : task.hostname},
+                 {"mounts", mounts},
+                 {"linux", linux}};
+  std::error_code ec;
+  std::filesystem::create_directories(bundle, ec);
+  if (ec) return InternalError("bundle '" + bundle + "': " + ec.message());
+  std::ofstream out(bundle + "/config.json");
+  out << config.dump(1);
+  if (!out) return InternalError("bundle '" + bundle + "': cannot write config.json");
+  return Status::Ok();
+}
+
+}  // namespace rota::agent

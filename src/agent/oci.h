@@ -1,0 +1,62 @@
+// OCI runtime: runs a task in a container with runc or crun (Debian
+// packages). The agent writes a bundle (config.json) per task attempt and
+// starts `runc run` in the foreground as the task's process, so signals,
+// logs and exit codes work as for a plain process. The container gets its
+// root filesystem read-only, the job's data mounts, the node's NVIDIA device
+// nodes for exactly its GPUs (where the node has them), its CPU and memory
+// limits, and the host network (ranks meet at MASTER_ADDR:MASTER_PORT).
+//
+// Hybrid cgroup hosts (v1 controllers plus a cgroup2 mount): runc works as
+// is; crun refuses, so it runs in a private mount namespace with the cgroup2
+// mounts unmounted (`unshare -m`).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/quantity.h"
+#include "base/status.h"
+#include "core/job.h"
+
+namespace rota::agent {
+
+struct OciTask {
+  std::string id;      // container id, unique on the node
+  std::string rootfs;  // as the job gave it: a rootfs directory, or a directory holding rootfs/
+  std::vector<std::string> args;
+  std::map<std::string, std::string> env;
+  std::vector<MountSpec> mounts;  // the job's data mounts
+  // Host directory bound read-write at /rota inside (hostfile, checkpoint file).
+  std::string job_dir;
+  std::vector<int32_t> gpus;  // /dev/nvidia<g> of these, when the node has them
+  MilliCpu cpu = 0;
+  MemoryMiB memory = 0;
+  std::string hostname;
+};
+
+// The root filesystem directory `rootfs` names (itself, or its rootfs/), or
+// NotFound naming the path.
+StatusOr<std::string> ResolveRootfs(const std::string& rootfs);
+
+// Writes `bundle`/config.json for `task` (creating `bundle`).
+Status WriteOciBundle(const std::string& bundle, const OciTask& task);
+
+// The runtime binary: "runc" or "crun" by name, or "auto" (runc if on PATH,
+// else crun). NotFound if it is not installed.
+StatusOr<std::string> FindOciRuntime(const std::string& name);
+
+// argv that runs the bundle in the foreground (and, for crun on a hybrid
+// cgroup host, first hides the cgroup2 mounts in a private mount namespace).
+std::vector<std::string> OciRunArgv(const std::string& runtime, const std::string& bundle, const std::string& id);
+// argv that force-stops and removes the container (after its runtime process was killed).
+std::vector<std::string> OciDeleteArgv(const std::string& runtime, const std::string& id);
+
+// Runs argv to completion with its output discarded; its exit status (-1 if
+// it could not start).
+int RunQuiet(const std::vector<std::string>& argv);
+
+// cgroup2 mount points while cgroup v1 controllers are mounted too (none when not hybrid).
+std::vector<std::string> HybridCgroup2Mounts();
+
+}  // namespace rota::agent

@@ -1,0 +1,90 @@
+#include "agent/oci.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace rota::agent {
+namespace {
+
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/rota-oci-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string path;
+};
+
+TEST(Oci, BundleCarriesRootfsMountsLimitsAndEnvironment) {
+  TempDir tmp;
+  std::filesystem::create_directories(tmp.path + "/image/rootfs");
+  std::filesystem::create_directories(tmp.path + "/data");
+  OciTask task;
+  task.id = "rota-7-0-1-2";
+  task.rootfs = tmp.path + "/image";  // an image directory: its rootfs/ is used
+  task.args = {"python", "train.py"};
+  task.env = {{"RANK", "1"}, {"WORLD_SIZE", "2"}};
+  task.mounts = {{tmp.path + "/data", "/data", true}};
+  task.job_dir = tmp.path + "/job";
+  task.cpu = 2500;
+  task.memory = 512;
+  ASSERT_TRUE(WriteOciBundle(tmp.path + "/bundle", task).ok());
+  std::ifstream in(tmp.path + "/bundle/config.json");
+  const nlohmann::json c = nlohmann::json::parse(in);
+  EXPECT_EQ(c["root"]["path"], tmp.path + "/image/rootfs");
+  EXPECT_EQ(c["root"]["readonly"], true);
+  EXPECT_EQ(c["process"]["args"], nlohmann::json::array({"python", "train.py"}));
+  const auto env = c["process"]["env"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(env.begin(), env.end(), "RANK=1"), env.end());
+  EXPECT_EQ(env[0].rfind("PATH=", 0), 0u);  // the container's own PATH
+  bool data = false, rota = false;
+  for (const auto& m : c["mounts"]) {
+    if (m["destination"] == "/data") {
+      data = m["source"] == tmp.path + "/data" && m["options"] == nlohmann::json::array({"rbind", "ro"});
+    }
+    if (m["destination"] == "/rota") rota = m["source"] == tmp.path + "/job";
+  }
+  EXPECT_TRUE(data) << c["mounts"].dump();
+  EXPECT_TRUE(rota);
+  EXPECT_EQ(c["linux"]["resources"]["memory"]["limit"], 512LL * 1024 * 1024);
+  EXPECT_EQ(c["linux"]["resources"]["cpu"]["quota"], 250000);
+  EXPECT_EQ(c["linux"]["cgroupsPath"], "/rota/rota-7-0-1-2");
+  // Host network: no network namespace, so ranks meet at MASTER_ADDR.
+  for (const auto& ns : c["linux"]["namespaces"]) EXPECT_NE(ns["type"], "network");
+}
+
+TEST(Oci, BadInputNamesThePath) {
+  TempDir tmp;
+  OciTask task;
+  task.id = "x";
+  task.rootfs = tmp.path + "/missing";
+  task.args = {"true"};
+  Status s = WriteOciBundle(tmp.path + "/bundle", task);
+  EXPECT_NE(s.message().find("rootfs '" + tmp.path + "/missing' is not a directory"), std::string::npos) << s.ToString();
+  std::filesystem::create_directories(tmp.path + "/rootfs");
+  task.rootfs = tmp.path + "/rootfs";
+  task.mounts = {{"/no/such/dir", "/data", false}};
+  s = WriteOciBundle(tmp.path + "/bundle", task);
+  EXPECT_NE(s.message().find("mount source '/no/such/dir'"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(FindOciRuntime("docker").ok());
+}
+
+TEST(Oci, RunArgvRunsTheBundleInTheForeground) {
+  const auto argv = OciRunArgv("/usr/sbin/runc", "/b", "id1");
+  EXPECT_EQ(argv, (std::vector<std::string>{"/usr/sbin/runc", "run", "--bundle", "/b", "id1"}));
+  // crun on a hybrid cgroup host first hides cgroup2 in a private mount namespace.
+  const auto crun = OciRunArgv("/usr/bin/crun", "/b", "id1");
+  if (HybridCgroup2Mounts().empty()) {
+    EXPECT_EQ(crun[0], "/usr/bin/crun");
+  } else {
+    EXPECT_EQ(crun[0], "unshare");
+    EXPECT_EQ(crun.back(), HybridCgroup2Mounts().back());
+  }
+}
+
+}  // namespace
+}  // namespace rota::agent
