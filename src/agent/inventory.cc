@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <map>
 #include <fstream>
 #include <mutex>
 
@@ -82,6 +83,19 @@ struct Nvml {
   int (*ecc)(Device, int, int, unsigned long long*) = nullptr;
   int (*uuid)(Device, char*, unsigned int) = nullptr;
   int (*mig_mode)(Device, unsigned int*, unsigned int*) = nullptr;  // current, pending
+  // XID events (nvml.h: nvmlEventData_t; nvmlEventTypeXidCriticalError = 0x8).
+  using EventSet = void*;
+  struct EventData {
+    Device device;
+    unsigned long long type;
+    unsigned long long data;  // the XID
+    unsigned int gpu_instance;
+    unsigned int compute_instance;
+  };
+  int (*event_set_create)(EventSet*) = nullptr;
+  int (*register_events)(Device, unsigned long long, EventSet) = nullptr;
+  int (*event_wait)(EventSet, EventData*, unsigned int) = nullptr;
+  int (*device_index)(Device, unsigned int*) = nullptr;
   bool ok = false;
 };
 
@@ -104,6 +118,11 @@ const Nvml& LoadNvml() {
     nvml.ecc = reinterpret_cast<int (*)(Nvml::Device, int, int, unsigned long long*)>(sym("nvmlDeviceGetTotalEccErrors"));
     nvml.uuid = reinterpret_cast<int (*)(Nvml::Device, char*, unsigned int)>(sym("nvmlDeviceGetUUID"));
     nvml.mig_mode = reinterpret_cast<int (*)(Nvml::Device, unsigned int*, unsigned int*)>(sym("nvmlDeviceGetMigMode"));
+    nvml.event_set_create = reinterpret_cast<int (*)(Nvml::EventSet*)>(sym("nvmlEventSetCreate"));
+    nvml.register_events =
+        reinterpret_cast<int (*)(Nvml::Device, unsigned long long, Nvml::EventSet)>(sym("nvmlDeviceRegisterEvents"));
+    nvml.event_wait = reinterpret_cast<int (*)(Nvml::EventSet, Nvml::EventData*, unsigned int)>(sym("nvmlEventSetWait_v2"));
+    nvml.device_index = reinterpret_cast<int (*)(Nvml::Device, unsigned int*)>(sym("nvmlDeviceGetIndex"));
     nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.name && nvml.memory && nvml.init() == 0;
   });
   return nvml;
@@ -149,9 +168,54 @@ StatusOr<Inventory> DiscoverNvml() {
   return inv;
 }
 
+namespace {
+
+// XIDs that mean the hardware (not the application) failed, as DCGM's
+// health checks treat them: double-bit ECC, page retirement and remapping
+// failures, fallen off the bus, uncontained memory errors, and so on.
+bool HardwareXid(unsigned long long xid) {
+  for (unsigned long long bad : {48ULL, 61ULL, 62ULL, 63ULL, 64ULL, 74ULL, 79ULL, 92ULL, 94ULL, 95ULL, 119ULL, 120ULL}) {
+    if (xid == bad) return true;
+  }
+  return false;
+}
+
+// Drains pending XID events; a GPU with a hardware XID stays unhealthy until
+// the agent restarts (its reason names the XID). Untested on real GPUs here:
+// no device was lent to this project's machines.
+const std::map<int32_t, std::string>& XidFailures(const Nvml& nvml, int32_t gpus) {
+  static std::map<int32_t, std::string> failed;
+  static Nvml::EventSet set = nullptr;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    if (nvml.event_set_create && nvml.register_events && nvml.event_wait && nvml.device_index &&
+        nvml.event_set_create(&set) == 0) {
+      for (int32_t g = 0; g < gpus; ++g) {
+        Nvml::Device dev = nullptr;
+        if (nvml.handle(static_cast<unsigned int>(g), &dev) == 0) nvml.register_events(dev, 0x8ULL, set);
+      }
+    } else {
+      set = nullptr;
+    }
+  }
+  if (set == nullptr) return failed;
+  Nvml::EventData e{};
+  for (int i = 0; i < 64 && nvml.event_wait(set, &e, 1) == 0; ++i) {
+    unsigned int index = 0;
+    if (e.type != 0x8ULL || !HardwareXid(e.data) || nvml.device_index(e.device, &index) != 0) continue;
+    failed[static_cast<int32_t>(index)] = "xid " + std::to_string(e.data);
+  }
+  return failed;
+}
+
+}  // namespace
+
 std::vector<GpuSample> SampleGpus(const Inventory& inv, uint64_t busy_mask) {
   std::vector<GpuSample> out;
   const Nvml& nvml = LoadNvml();
+  static const std::map<int32_t, std::string> kNone;
+  const auto& xid = !inv.simulated && nvml.ok ? XidFailures(nvml, inv.gpus) : kNone;
   for (int32_t g = 0; g < inv.gpus; ++g) {
     GpuSample s;
     s.index = g;
@@ -178,6 +242,10 @@ std::vector<GpuSample> SampleGpus(const Inventory& inv, uint64_t busy_mask) {
         if (nvml.mig_mode && nvml.mig_mode(dev, &current, &pending) == 0 && current == 1) {
           s.healthy = false;
           s.health_reason = "mig mode on (rota does not read MIG layouts through NVML yet)";
+        }
+        if (auto it = xid.find(g); it != xid.end()) {
+          s.healthy = false;
+          s.health_reason = it->second;
         }
       }
     } else {
