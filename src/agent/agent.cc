@@ -33,6 +33,7 @@ struct Agent::Task {
   std::string exit_reason;  // "oom" when the kernel OOM-killed it
   std::string cgroup;       // its group name, "" if none
   std::string checkpoint_file;  // where the task writes its last checkpoint's path
+  std::string log_path;
   std::string oci_runtime;      // a container: the runtime binary and container id ("" = a process)
   std::string oci_id;
   bool memory_limited = false;
@@ -209,7 +210,11 @@ bool Agent::Register() {
   }
   auto client = MakeClient(options_.server, options_.token);
   auto res = client->Post("/v1/agents/register",
-                          json{{"node", node}, {"simulated", inv.simulated}, {"address", options_.address}}.dump(),
+                          json{{"node", node},
+                               {"simulated", inv.simulated},
+                               {"address", options_.address},
+                               {"mps", !inv.simulated && MpsRunning()}}
+                              .dump(),
                           "application/json");
   if (!res) return false;
   if (res->status != 200) {
@@ -219,9 +224,22 @@ bool Agent::Register() {
   return true;
 }
 
+bool Agent::LogShipped(const Task& t) {
+  if (!options_.ship_logs || t.log_path.empty()) return true;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(t.log_path, ec);
+  auto it = log_shipped_.find(t.log_path);
+  const bool done = ec || (it != log_shipped_.end() && it->second >= static_cast<int64_t>(size));
+  // The file stays tracked while another attempt of the replica may write to it.
+  return done;
+}
+
 bool Agent::Heartbeat(int wait_ms) {
   uint64_t busy = 0;
   json tasks = json::array();
+  constexpr std::streamsize kLogChunk = 64 * 1024;
+  std::set<std::string> shipping;        // log files in this report
+  std::map<std::string, int64_t> sent;   // their offsets once the server has this report
   std::unique_lock<std::mutex> lock(mu_);
   Reap();
   for (auto& [key, t] : tasks_) {
@@ -229,6 +247,20 @@ bool Agent::Heartbeat(int wait_ms) {
     tasks.push_back({{"job", t->job}, {"task", t->task}, {"replica", t->replica}, {"attempt", t->attempt},
                      {"state", t->exited ? "exited" : "running"}, {"exit_code", t->exit_code},
                      {"exit_reason", t->exit_reason}});
+    if (options_.ship_logs && !t->log_path.empty() && shipping.insert(t->log_path).second) {
+      // The next piece of its log (a replica's log spans its attempts: one offset per file).
+      const int64_t from = log_shipped_[t->log_path];
+      std::ifstream in(t->log_path, std::ios::binary);
+      in.seekg(from);
+      std::string chunk(kLogChunk, '\0');
+      in.read(chunk.data(), kLogChunk);
+      chunk.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
+      if (!chunk.empty()) {
+        tasks.back()["log"] = chunk;
+        tasks.back()["log_offset"] = from;
+        sent[t->log_path] = from + static_cast<int64_t>(chunk.size());
+      }
+    }
     std::string ckpt;
     TimePoint ckpt_at = 0;
     if (!t->checkpoint_file.empty() && ReadCheckpoint(t->checkpoint_file, &ckpt, &ckpt_at)) {
@@ -256,11 +288,16 @@ bool Agent::Heartbeat(int wait_ms) {
   lock.unlock();
   auto client = MakeClient(options_.server, options_.token);
   client->set_read_timeout(10 + wait_ms / 1000, 0);
-  auto res = client->Post(
-      "/v1/agents/heartbeat",
-      json{{"node", options_.node_name}, {"gpus", gpus}, {"tasks", tasks}, {"wait_ms", wait_ms}}.dump(),
-      "application/json");
+  // Logs are bytes; invalid UTF-8 is replaced rather than failing the report.
+  auto res = client->Post("/v1/agents/heartbeat",
+                          json{{"node", options_.node_name}, {"gpus", gpus}, {"tasks", tasks}, {"wait_ms", wait_ms}}
+                              .dump(-1, ' ', false, json::error_handler_t::replace),
+                          "application/json");
   if (!res) return false;
+  if (res->status == 200 && !sent.empty()) {
+    std::lock_guard<std::mutex> shipped(mu_);
+    for (const auto& [path, offset] : sent) log_shipped_[path] = std::max(log_shipped_[path], offset);
+  }
   if (res->status == 404) {
     registered_ = false;  // the server restarted or forgot us
     return false;
@@ -278,7 +315,7 @@ bool Agent::Heartbeat(int wait_ms) {
   for (auto it = tasks_.begin(); it != tasks_.end();) {
     if (desired.count(it->first) == 0) {
       StopTask(*it->second, false);
-      if (it->second->exited || it->second->pid == 0) {
+      if ((it->second->exited || it->second->pid == 0) && LogShipped(*it->second)) {
         if (finished_.insert(it->first).second) finished_order_.push_back(it->first);
         if (finished_order_.size() > 100000) {
           finished_.erase(finished_order_.front());
@@ -321,6 +358,7 @@ bool Agent::Heartbeat(int wait_ms) {
     const std::string name = a.at("task_name").get<std::string>() + "-" + std::to_string(t->replica);
     LaunchSpec spec;
     spec.log_path = job_dir + "/" + name + ".log";
+    t->log_path = spec.log_path;
     spec.argv = a.value("command", std::vector<std::string>{});
     for (const char* pass : {"PATH", "HOME", "USER", "LANG", "TMPDIR", "TERM"}) {
       if (const char* v = getenv(pass)) spec.env[pass] = v;

@@ -49,6 +49,10 @@ struct AgentOptions {
   std::string cgroup_root = "/sys/fs/cgroup";
   // Tasks that name a rootfs run in OCI containers: "runc", "crun" or "auto".
   std::string oci_runtime = "auto";
+  // Send task logs to the server with the heartbeats (so `rota logs` works
+  // for this node); off for the agent inside `rota up`, which shares the
+  // server's log directory.
+  bool ship_logs = true;
 };
 
 class Agent {
@@ -69,6 +73,8 @@ class Agent {
   // REQUIRES: mu_ held. True if a task ended since the last report.
   bool Reap();
   void StopTask(Task& t, bool now);
+  // REQUIRES: mu_ held. All of the task's log has reached the server (or is not shipped).
+  bool LogShipped(const Task& t);
 
   AgentOptions options_;
   ProcessLauncher launcher_;
@@ -78,6 +84,9 @@ class Agent {
   // Keys (job/task/replica/attempt) that ended here: a stale answer listing
   // one again must not start it twice. A real restart has a new attempt.
   std::set<std::string> finished_;
+  // Log files (by path) and how much of each the server has; a task's entry
+  // is dropped once it has ended and all of its log is shipped.
+  std::map<std::string, int64_t> log_shipped_;
   std::deque<std::string> finished_order_;  // oldest first, to keep finished_ bounded
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};

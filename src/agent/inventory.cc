@@ -3,6 +3,7 @@
 #include "core/mig.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -266,6 +267,13 @@ std::string VisibleDevices(const Inventory& inv, const std::vector<int32_t>& gpu
     out += static_cast<size_t>(g) < inv.uuids.size() ? inv.uuids[g] : std::to_string(g);
   }
   return out;
+}
+
+bool MpsRunning() {
+  const char* dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string control = std::string(dir != nullptr && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+  struct stat st {};
+  return stat(control.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
 MilliCpu HostCpu() {

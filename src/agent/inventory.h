@@ -54,6 +54,10 @@ StatusOr<Inventory> DiscoverNvml();
 // allocation honestly labelled as simulated.
 std::vector<GpuSample> SampleGpus(const Inventory& inv, uint64_t busy_mask);
 
+// Whether an NVIDIA MPS control daemon is up: its control pipe exists in
+// $CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps).
+bool MpsRunning();
+
 // This machine's CPU count (in milli-CPU) and memory.
 MilliCpu HostCpu();
 MemoryMiB HostMemory();

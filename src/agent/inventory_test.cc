@@ -1,6 +1,10 @@
 #include "agent/inventory.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 namespace rota::agent {
 namespace {
@@ -37,6 +41,24 @@ TEST(SampleGpus, SimulatedUtilisationFollowsAllocation) {
   ASSERT_EQ(s.size(), 4u);
   EXPECT_EQ(s[0].utilization_pct, 100);
   EXPECT_EQ(s[1].utilization_pct, 0);
+}
+
+}  // namespace
+}  // namespace rota::agent
+
+namespace rota::agent {
+namespace {
+
+TEST(Mps, DetectedByItsControlPipe) {
+  char tmpl[] = "/tmp/rota-mps-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  setenv("CUDA_MPS_PIPE_DIRECTORY", dir.c_str(), 1);
+  EXPECT_FALSE(MpsRunning());
+  ASSERT_EQ(mkfifo((dir + "/control").c_str(), 0600), 0);
+  EXPECT_TRUE(MpsRunning());
+  unlink((dir + "/control").c_str());
+  rmdir(dir.c_str());
+  unsetenv("CUDA_MPS_PIPE_DIRECTORY");
 }
 
 }  // namespace

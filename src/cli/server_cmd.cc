@@ -239,7 +239,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     }
     std::cout << "rota: admin token written to " << admin_path << " (mode 0600)\n";
   }
-  if (with_local_agent) http.logs_dir = data_dir + "/logs";
+  // Task logs: the local agent of `rota up` writes them here; remote agents ship theirs.
+  http.logs_dir = data_dir + "/logs";
   auto server = server::StartHttpServer(&controller, http);
   if (!server.ok()) {
     std::cerr << "rota: " << server.status().message() << "\n";
@@ -265,6 +266,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     ao.logs_dir = data_dir + "/logs";
     ao.heartbeat_ms = 500;
     ao.oci_runtime = oci_runtime;
+    ao.ship_logs = false;  // it writes into the server's log directory itself
     // The local agent's token is kept beside the data so restarts reuse it.
     const std::string agent_path = data_dir + "/agent.token";
     std::string token = ReadFirstLine(agent_path);

@@ -524,7 +524,8 @@ Status Controller::SetDrain(const Principal& who, const std::string& node, bool 
       .status();
 }
 
-Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address) {
+Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address,
+                                bool mps) {
   if (!who.admin() && !(who.role == Role::kAgent && who.node == spec.name)) {
     return Status(StatusCode::kPermissionDenied, "an agent token may only register its own node ('" + who.node + "')");
   }
@@ -543,6 +544,7 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
            NodeLive& live = live_[spec.name];
            live.registered = true;
            live.simulated = simulated;
+           live.mps = mps;
            live.address = address;
            live.last_heartbeat = options_.clock->Now();
            return true;

@@ -105,6 +105,10 @@ struct TaskReport {
   // checkpoint_at); journaled once per newer time.
   std::string checkpoint_path;
   TimePoint checkpoint_at = 0;
+  // The next piece of the replica's log from byte `log_offset` (agents that
+  // ship logs); "" = none.
+  std::string log;
+  int64_t log_offset = 0;
 };
 
 struct HeartbeatReport {
@@ -118,6 +122,7 @@ struct NodeLive {
   bool registered = false;  // an agent has registered since this server started
   bool expected = false;    // runs work from before a restart: must heartbeat or be declared lost
   bool simulated = false;
+  bool mps = false;  // an MPS control daemon serves its GPUs
   std::string address;
   TimePoint last_heartbeat = 0;
   std::vector<GpuTelemetry> gpus;
@@ -150,7 +155,10 @@ class Controller {
   // Records that the job saved a checkpoint at `path` now (its owner or an admin).
   Status Checkpoint(const Principal& who, JobId id, const std::string& path);
   Status SetDrain(const Principal& who, const std::string& node, bool drained);
-  Status RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address);
+  // `mps`: an NVIDIA MPS control daemon serves the node's GPUs (GPU fractions
+  // there get their compute share and memory limit enforced).
+  Status RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address,
+                      bool mps = false);
   StatusOr<std::vector<TaskAssignment>> Heartbeat(const Principal& who, const HeartbeatReport& report);
   StatusOr<std::string> CreateToken(const Principal& who, const std::string& user, Role role, const std::string& node);
   // First start: creates and returns an admin token if no token exists yet; "" otherwise.

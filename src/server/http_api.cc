@@ -6,6 +6,7 @@
 #include <atomic>
 #include <charconv>
 #include <set>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -159,6 +160,12 @@ StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
       tr.exited = state != nullptr && state->get<std::string>() == "exited";
       tr.exit_code = code ? code->get<int32_t>() : 0;
       tr.exit_reason = reason ? reason->get<std::string>() : "";
+      // A log piece that does not parse is dropped, not the heartbeat.
+      if (t.contains("log") && t["log"].is_string() && t.contains("log_offset") &&
+          t["log_offset"].is_number_integer() && t["log_offset"].get<int64_t>() >= 0) {
+        tr.log = t["log"].get<std::string>();
+        tr.log_offset = t["log_offset"].get<int64_t>();
+      }
       r.tasks.push_back(tr);
     }
   }
@@ -330,13 +337,15 @@ class HttpServerImpl final : public HttpServer {
         return ReplyError(res, UnimplementedError("this server has no local agent logs (rota up serves them)"));
       }
       std::string out;
-      for (const ReplicaPlacement& r : job->placement) {
+      // Where it runs or ran; a requeued job's last attempt until it is placed again.
+      const auto& placement = job->placement.empty() ? job->last_placement : job->placement;
+      for (const ReplicaPlacement& r : placement) {
         const std::string name = job->spec.tasks[r.task].name + "-" + std::to_string(r.replica);
         std::ifstream in(options_.logs_dir + "/" + std::to_string(job->id.value()) + "/" + name + ".log");
         if (!in) continue;
         std::stringstream ss;
         ss << in.rdbuf();
-        if (job->placement.size() > 1) out += "==> " + name + " <==\n";
+        if (placement.size() > 1) out += "==> " + name + " <==\n";
         out += ss.str();
       }
       res.set_content(out, "text/plain");
@@ -399,7 +408,9 @@ class HttpServerImpl final : public HttpServer {
       if (!spec.ok()) return ReplyError(res, spec.status());
       const bool simulated = body.value("simulated", false);
       const std::string address = body.value("address", std::string());
-      if (Status s = c_->RegisterNode(who, *spec, simulated, address); !s.ok()) return ReplyError(res, s);
+      if (Status s = c_->RegisterNode(who, *spec, simulated, address, body.value("mps", false)); !s.ok()) {
+        return ReplyError(res, s);
+      }
       Reply(res, 200, {{"node", spec->name}});
     }, Access::kAgents));
 
@@ -414,6 +425,7 @@ class HttpServerImpl final : public HttpServer {
       const uint64_t version = c_->NodeVersion(report->node);
       auto tasks = c_->Heartbeat(who, *report);
       if (!tasks.ok()) return ReplyError(res, tasks.status());
+      StoreLogs(*report);
       // Long poll: when nothing changed for this agent, hold the answer until
       // its tasks change or wait_ms passes, so new work starts at once.
       // Nothing to do for the agent = every wanted task is running or has
@@ -503,6 +515,37 @@ class HttpServerImpl final : public HttpServer {
       return NotFoundError("no job " + std::to_string(id));
     }
     return Status::Ok();
+  }
+
+  // Appends the log pieces a (remote) agent shipped to the server's log
+  // directory, where `rota logs` reads them. Only replicas that run or ran on
+  // the reporting node; a piece sent twice (a lost reply) is not written twice.
+  void StoreLogs(const HeartbeatReport& report) {
+    if (options_.logs_dir.empty()) return;
+    Snapshot snap = c_->snapshot();
+    const NodeState* node = snap.FindNode(report.node);
+    if (node == nullptr) return;
+    for (const TaskReport& t : report.tasks) {
+      if (t.log.empty()) continue;
+      const JobRecord* job = snap.FindJob(t.job);
+      if (job == nullptr || t.task >= job->spec.tasks.size()) continue;
+      auto here = [&](const std::vector<ReplicaPlacement>& ps) {
+        return std::any_of(ps.begin(), ps.end(), [&](const ReplicaPlacement& r) {
+          return r.node == node->id && r.task == t.task && r.replica == t.replica;
+        });
+      };
+      if (!here(job->placement) && !here(job->last_placement)) continue;
+      const std::string dir = options_.logs_dir + "/" + std::to_string(job->id.value());
+      const std::string path = dir + "/" + job->spec.tasks[t.task].name + "-" + std::to_string(t.replica) + ".log";
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      const auto size = static_cast<int64_t>(std::filesystem::exists(path, ec) ? std::filesystem::file_size(path, ec) : 0);
+      const int64_t end = t.log_offset + static_cast<int64_t>(t.log.size());
+      if (end <= size) continue;  // already have it
+      const size_t skip = static_cast<size_t>(std::max<int64_t>(0, size - t.log_offset));
+      std::ofstream out(path, std::ios::app | std::ios::binary);
+      out.write(t.log.data() + skip, static_cast<std::streamsize>(t.log.size() - skip));
+    }
   }
 
   static ordered_json Timeline(const JobRecord& job) {

@@ -21,7 +21,7 @@ struct HttpOptions {
   std::string tls_key;
   size_t max_body_bytes = 1 << 20;
   double rate_per_second = 200;  // per token (or client address), burst of twice that
-  std::string logs_dir;          // where local agents write task logs ("" = logs unavailable)
+  std::string logs_dir;          // task logs: the local agent writes here, remote agents ship theirs ("" = none)
   double queue_sample_seconds = 10;  // queue usage history for the dashboard (GET /v1/queues/history)
 };
 

@@ -25,16 +25,21 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   j["started_at"] = TimeText(job.started_at);
   j["finished_at"] = TimeText(job.finished_at);
   j["placement"] = ordered_json::array();
+  const std::map<std::string, NodeLive> live = job.placement.empty() ? std::map<std::string, NodeLive>{} : c.nodes_live();
   for (const ReplicaPlacement& r : job.placement) {
     j["placement"].push_back({{"task", job.spec.tasks[r.task].name},
                               {"replica", r.replica},
                               {"node", snap.node(r.node).spec.name},
                               {"gpus", api::GpuIndices(r.gpu_mask)}});
     if (r.gpu_milli > 0) {
-      // Shared with other fractions; nothing enforces the share on the GPU
-      // unless an MPS daemon runs there (the task gets its limits in its env).
+      // Shared with other fractions: where the node's agent found an MPS
+      // control daemon, MPS enforces the task's share and memory limit (its
+      // CUDA_MPS_* variables); otherwise nothing does.
       j["placement"].back()["gpu_fraction"] = FormatMilliCpu(r.gpu_milli);
-      j["placement"].back()["isolation"] = "none (shared GPU; limits advisory unless MPS runs)";
+      const std::string& name = snap.node(r.node).spec.name;
+      const bool mps = live.count(name) && live.at(name).mps;
+      j["placement"].back()["isolation"] = mps ? "MPS (compute share and memory limit enforced by the MPS server)"
+                                               : "none (shared GPU; limits advisory: no MPS daemon on the node)";
     }
     if (r.mig_start >= 0) {
       j["placement"].back()["mig"] = job.spec.tasks[r.task].gpu_share.mig_profile + "@" + std::to_string(r.mig_start);

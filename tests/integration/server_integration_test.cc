@@ -472,7 +472,7 @@ TEST_F(Integration, AuthMatrixOfRolesAndEndpoints) {
       {"GET", "/v1/jobs", "", 401, 200, 403, 200},
       {"GET", "/v1/jobs/1", "", 401, 404, 403, 200},
       {"GET", "/v1/jobs/1/events", "", 401, 404, 403, 200},
-      {"GET", "/v1/jobs/1/logs", "", 401, 404, 403, 501},
+      {"GET", "/v1/jobs/1/logs", "", 401, 404, 403, 200},
       {"GET", "/v1/queues", "", 401, 200, 403, 200},
       {"GET", "/v1/nodes", "", 401, 200, 403, 200},
       {"POST", "/v1/nodes/n-0/drain", "{}", 401, 403, 403, 200},
@@ -750,6 +750,14 @@ TEST_F(Cluster3, TwoNodeGangRanksMeetAndAllReduce) {
   EXPECT_EQ(nodes.size(), 2u) << "the two ranks should be on two nodes";
   EXPECT_NE(out.find("rank 0 of 2: sum 3"), std::string::npos) << out;
   EXPECT_NE(out.find("rank 1 of 2: sum 3"), std::string::npos) << out;
+  // The agents ship their logs with their heartbeats: `rota logs` on the server has both ranks.
+  std::string served;
+  for (int i = 0; i < 200 && served.find("rank 1 of 2: sum 3") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    served = RunRota({"logs", "1"}, server_->ClientEnv(), tmp.path()).out;
+  }
+  EXPECT_NE(served.find("==> rank-0 <==\nrank 0 of 2: sum 3"), std::string::npos) << served;
+  EXPECT_NE(served.find("==> rank-1 <==\nrank 1 of 2: sum 3"), std::string::npos) << served;
 }
 
 TEST_F(Cluster3, KillingAnAgentRestartsItsGangOnOtherNodes) {
