@@ -221,6 +221,8 @@ bool Agent::Register() {
     std::fprintf(stderr, "rota agent: register refused (%d): %s", res->status, res->body.c_str());
     return false;
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  applied_revision_ = 0;  // a restarted server counts revisions from its recovery
   return true;
 }
 
@@ -229,9 +231,8 @@ bool Agent::LogShipped(const Task& t) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(t.log_path, ec);
   auto it = log_shipped_.find(t.log_path);
-  const bool done = ec || (it != log_shipped_.end() && it->second >= static_cast<int64_t>(size));
-  // The file stays tracked while another attempt of the replica may write to it.
-  return done;
+  const int64_t shipped = it == log_shipped_.end() ? 0 : it->second;
+  return ec || shipped >= static_cast<int64_t>(size);
 }
 
 bool Agent::Heartbeat(int wait_ms) {
@@ -308,6 +309,9 @@ bool Agent::Heartbeat(int wait_ms) {
 
   // Reconcile: start what is wanted and missing; stop what is not wanted.
   lock.lock();
+  const uint64_t revision = body.value("revision", uint64_t{0});
+  if (revision < applied_revision_) return true;  // answered before one we applied already
+  applied_revision_ = revision;
   std::map<std::string, json> desired;
   for (const auto& a : body.value("tasks", json::array())) {
     desired[Key(a.at("job"), a.at("task"), a.at("replica"), a.value("attempt", 0))] = a;

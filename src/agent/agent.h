@@ -87,6 +87,9 @@ class Agent {
   // Log files (by path) and how much of each the server has; a task's entry
   // is dropped once it has ended and all of its log is shipped.
   std::map<std::string, int64_t> log_shipped_;
+  // The state revision of the last answer reconciled: an older answer (two
+  // heartbeats in flight) is not applied. Reset when registering again.
+  uint64_t applied_revision_ = 0;
   std::deque<std::string> finished_order_;  // oldest first, to keep finished_ bounded
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};

@@ -1,7 +1,12 @@
 #include "cli/client_cmd.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -55,18 +60,64 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
   Client c = Client::FromArgs(&args);
 
   if (cmd == "submit") {
-    if (args.size() != 1) return Usage("rota submit JOB.yaml [-o json]");
-    std::ifstream in(args[0]);
+    // --count N: N copies of the job (like a job array), submitted by a few
+    // concurrent connections so the server commits them in groups.
+    int64_t count = 1;
+    std::vector<std::string> files;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--count" && i + 1 < args.size()) {
+        count = std::atoll(args[++i].c_str());
+        if (count < 1 || count > 1'000'000) return Usage("rota submit JOB.yaml [--count N (1..1000000)] [-o json]");
+      } else {
+        files.push_back(args[i]);
+      }
+    }
+    if (files.size() != 1) return Usage("rota submit JOB.yaml [--count N] [-o json]");
+    std::ifstream in(files[0]);
     if (!in) {
-      std::cerr << "rota submit: " << args[0] << ": cannot open file\n";
+      std::cerr << "rota submit: " << files[0] << ": cannot open file\n";
       return kExitBadInput;
     }
     std::stringstream ss;
     ss << in.rdbuf();
-    Response r = c.Post("/v1/jobs", ss.str(), "application/yaml");
-    return Run(c, r, "submit", [](const json& j) {
-      std::cout << "submitted job " << j["id"] << " (" << S(j, "name") << ") to queue " << S(j, "queue") << "\n";
-    });
+    const std::string body = ss.str();
+    if (count == 1) {
+      Response r = c.Post("/v1/jobs", body, "application/yaml");
+      return Run(c, r, "submit", [](const json& j) {
+        std::cout << "submitted job " << j["id"] << " (" << S(j, "name") << ") to queue " << S(j, "queue") << "\n";
+      });
+    }
+    std::atomic<int64_t> next{0};
+    std::mutex mu;
+    std::vector<uint64_t> ids;
+    Response failure{200, "", ""};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < static_cast<int>(std::min<int64_t>(count, 8)); ++w) {
+      workers.emplace_back([&] {
+        while (next.fetch_add(1) < count) {
+          Response r = c.Post("/v1/jobs", body, "application/yaml");
+          std::lock_guard<std::mutex> lock(mu);
+          if (r.status != 201) {
+            if (failure.status == 200) failure = r;
+            next = count;  // stop at the first refusal: the rest would be refused too
+            return;
+          }
+          ids.push_back(json::parse(r.body, nullptr, false).value("id", uint64_t{0}));
+        }
+      });
+    }
+    for (auto& t : workers) t.join();
+    std::sort(ids.begin(), ids.end());
+    if (c.json_output()) {
+      std::cout << json{{"ids", ids}}.dump(2) << "\n";
+    } else if (!ids.empty()) {
+      std::cout << "submitted " << ids.size() << " jobs (ids " << ids.front() << ".." << ids.back() << ")\n";
+    }
+    if (failure.status != 200) {
+      std::cerr << "rota submit: " << ids.size() << " of " << count << " submitted before a refusal\n";
+      return Client::Fail(failure, "submit");
+    }
+    return kExitOk;
   }
 
   if (cmd == "jobs") {

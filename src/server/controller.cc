@@ -95,7 +95,11 @@ void Controller::BumpNodeVersions(const std::vector<Event>& events) {
     else if (auto* c = std::get_if<JobCancelled>(&e)) id = c->id;
     else if (auto* q = std::get_if<JobRequeued>(&e)) id = q->id;
     else if (auto* pr = std::get_if<JobPreempting>(&e)) id = pr->id;
-    else continue;
+    else if (std::holds_alternative<JobResized>(e)) {
+      // Its removed replicas' nodes are no longer in its placement: wake every node (resizes are rare).
+      for (const NodeState& n : snap.nodes()) nodes.insert(n.spec.name);
+      continue;
+    } else continue;
     if (const JobRecord* job = snap.FindJob(id)) {
       for (const ReplicaPlacement& r : job->placement) nodes.insert(snap.node(r.node).spec.name);
       for (const ReplicaPlacement& r : job->last_placement) nodes.insert(snap.node(r.node).spec.name);
@@ -596,7 +600,8 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   return a;
 }
 
-StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who, const HeartbeatReport& report) {
+StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who, const HeartbeatReport& report,
+                                                            uint64_t* revision) {
   if (!who.admin() && !(who.role == Role::kAgent && who.node == report.node)) {
     return Status(StatusCode::kPermissionDenied, "an agent token may only report for its own node ('" + who.node + "')");
   }
@@ -714,6 +719,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
                                        : replica_name + " exited with code " + std::to_string(t.exit_code),
                 true);
         snap = batch.state->GetSnapshot();
+        node = snap.FindNode(report.node);  // the old snapshot (and `node` in it) may be gone
       } else if (exits.size() == job->placement.size()) {
         if (job->spec.restart.policy == RestartPolicy::kAlways) {
           Requeue(batch, *job, "all replicas exited; restart policy always", true);
@@ -722,10 +728,12 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
           exits_.erase(t.job);
         }
         snap = batch.state->GetSnapshot();
+        node = snap.FindNode(report.node);
       }
     }
     std::vector<TaskAssignment> tasks;
     std::lock_guard<std::mutex> lock(mu_);
+    if (revision != nullptr) *revision = snap.revision();
     for (const auto& [id, job] : snap.live_jobs()) {
       if (job->state != JobState::kRunning) continue;
       for (size_t i = 0; i < job->placement.size(); ++i) {

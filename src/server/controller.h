@@ -159,7 +159,11 @@ class Controller {
   // there get their compute share and memory limit enforced).
   Status RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address,
                       bool mps = false);
-  StatusOr<std::vector<TaskAssignment>> Heartbeat(const Principal& who, const HeartbeatReport& report);
+  // `revision` (if given) gets the state revision the tasks were read at:
+  // agents apply an answer only if it is not older than the last they applied
+  // (a long poll and an exit report may answer out of order).
+  StatusOr<std::vector<TaskAssignment>> Heartbeat(const Principal& who, const HeartbeatReport& report,
+                                                  uint64_t* revision = nullptr);
   StatusOr<std::string> CreateToken(const Principal& who, const std::string& user, Role role, const std::string& node);
   // First start: creates and returns an admin token if no token exists yet; "" otherwise.
   StatusOr<std::string> BootstrapAdminToken();

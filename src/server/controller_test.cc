@@ -152,6 +152,39 @@ TEST_F(ControllerTest, CrashedReplicaRestartsPerPolicyThenFails) {
   EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kFailed);
 }
 
+// One heartbeat reporting several exits (short jobs on a busy node): each
+// ends its job, and the answer lists the node's remaining tasks - the
+// node's record is re-read after every change (it once pointed into a
+// released snapshot, and later exits in the same report were dropped).
+TEST_F(ControllerTest, OneHeartbeatEndsManyJobs) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  std::vector<JobId> ids;
+  for (int i = 0; i < 5; ++i) {
+    JobSpec spec = Job("short-" + std::to_string(i), 1, 1);
+    spec.node_selector = {{"hostname", "n-0"}};
+    auto id = c->Submit(kAlice, spec);
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+  }
+  c->ScheduleNow();
+  HeartbeatReport report{"n-0", {}, {}};
+  // A checkpoint first (its change moves the state on before the exits), then four exits.
+  TaskReport ckpt{ids[4], 0, 0, 0, false, 0};
+  ckpt.checkpoint_path = "/ckpt/1";
+  clock.Advance(kMicrosPerSecond);
+  ckpt.checkpoint_at = clock.Now();
+  report.tasks.push_back(ckpt);
+  for (size_t i = 0; i < 4; ++i) report.tasks.push_back({ids[i], 0, 0, 0, true, 0});
+  auto tasks = c->Heartbeat(agent0, report);
+  ASSERT_TRUE(tasks.ok());
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c->snapshot().FindJob(ids[i])->state, JobState::kSucceeded) << i;
+  ASSERT_EQ(tasks->size(), 1u);  // the fifth, still running there
+  EXPECT_EQ((*tasks)[0].job, ids[4]);
+  EXPECT_EQ(c->snapshot().FindJob(ids[4])->last_checkpoint_path, "/ckpt/1");
+}
+
 TEST_F(ControllerTest, FlagsIdleAndOverProvisionedJobs) {
   ClusterConfig config = TwoNodes();
   for (auto& g : config.node_groups) g.gpu_memory = 80 * 1024;

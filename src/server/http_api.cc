@@ -423,7 +423,8 @@ class HttpServerImpl final : public HttpServer {
                                   ? std::clamp<int64_t>(body["wait_ms"].get<int64_t>(), 0, 30000)
                                   : 0;
       const uint64_t version = c_->NodeVersion(report->node);
-      auto tasks = c_->Heartbeat(who, *report);
+      uint64_t revision = 0;
+      auto tasks = c_->Heartbeat(who, *report, &revision);
       if (!tasks.ok()) return ReplyError(res, tasks.status());
       StoreLogs(*report);
       // Long poll: when nothing changed for this agent, hold the answer until
@@ -446,7 +447,7 @@ class HttpServerImpl final : public HttpServer {
         if (changed) {
           report->tasks.clear();
           report->gpus.clear();
-          tasks = c_->Heartbeat(who, *report);
+          tasks = c_->Heartbeat(who, *report, &revision);
           if (!tasks.ok()) return ReplyError(res, tasks.status());
         }
       } else if (wait_ms > 0 && idle) {
@@ -480,7 +481,7 @@ class HttpServerImpl final : public HttpServer {
           out.back()["mounts"] = std::move(mounts);
         }
       }
-      Reply(res, 200, {{"tasks", out}});
+      Reply(res, 200, {{"tasks", out}, {"revision", revision}});
     }, Access::kAgents));
 
     srv.Post("/v1/tokens", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
