@@ -218,38 +218,39 @@ bool Scheduler::QuotaAdmits(const JobRecord& job, int32_t leaf) {
   return book_.Admits(leaf, TxnGpusByModel(), book_.MayBorrow(job.spec), &why);
 }
 
-bool Scheduler::PlaceSmaller(const JobRecord& job) {
+void Scheduler::SetElasticReplicas(int32_t k) {
   TaskRequest& t = request_.tasks[0];
-  const int32_t full = t.replicas;
+  t.replicas = k;
+  request_.total_replicas = k;
+  request_.total_gpus = static_cast<int64_t>(k) * t.gpus;
+}
+
+int32_t Scheduler::MostReplicasThatFit(const JobRecord& job, int32_t lo, int32_t hi) {
   const int32_t leaf = book_.configured() ? book_.LeafIndex(job.spec.queue) : -1;
-  auto set = [&](int32_t k) {
-    t.replicas = k;
-    request_.total_replicas = k;
-    request_.total_gpus = static_cast<int64_t>(k) * t.gpus;
-  };
-  auto fits = [&](int32_t k) {
-    set(k);
-    txn_.Begin();
-    bool ok = TryPlace(true) && QuotaAdmits(job, leaf);
-    txn_.Rollback();
-    return ok;
-  };
-  // The most replicas that fit (placement and quota are monotone in the count).
-  int32_t lo = job.spec.elastic_min_replicas, hi = full - 1, best = 0;
+  int32_t best = 0;
+  // Placement and quota are both monotone in the count: binary search.
   while (lo <= hi) {
     const int32_t mid = lo + (hi - lo) / 2;
-    if (fits(mid)) {
+    SetElasticReplicas(mid);
+    const bool ok = TryPlace(true) && QuotaAdmits(job, leaf);
+    txn_.Rollback();
+    if (ok) {
       best = mid;
       lo = mid + 1;
     } else {
       hi = mid - 1;
     }
   }
+  return best;
+}
+
+bool Scheduler::PlaceSmaller(const JobRecord& job) {
+  const int32_t best = MostReplicasThatFit(job, job.spec.elastic_min_replicas, request_.tasks[0].replicas - 1);
   if (best == 0) {
-    set(job.spec.elastic_min_replicas);  // what it needs at least: reasons and preemption count that
+    SetElasticReplicas(job.spec.elastic_min_replicas);  // what it needs at least: reasons and preemption count that
     return false;
   }
-  set(best);
+  SetElasticReplicas(best);
   return TryPlace(true);
 }
 
@@ -370,31 +371,10 @@ void Scheduler::GrowElastic(const Snapshot& snap, const TimePoint* now, CycleRes
     PendingReason why;
     if (!BuildRequest(snap, *r, &why)) continue;
     const int32_t leaf = book_.configured() ? book_.LeafIndex(r->spec.queue) : -1;
-    TaskRequest& t = request_.tasks[0];
-    const int32_t missing = t.replicas - static_cast<int32_t>(r->placement.size());
-    auto set = [&](int32_t k) {
-      t.replicas = k;
-      request_.total_replicas = k;
-      request_.total_gpus = static_cast<int64_t>(k) * t.gpus;
-    };
-    auto fits = [&](int32_t k) {
-      set(k);
-      const bool ok = TryPlace(true) && QuotaAdmits(*r, leaf);
-      txn_.Rollback();
-      return ok;
-    };
-    int32_t lo = 1, hi = missing, best = 0;
-    while (lo <= hi) {
-      const int32_t mid = lo + (hi - lo) / 2;
-      if (fits(mid)) {
-        best = mid;
-        lo = mid + 1;
-      } else {
-        hi = mid - 1;
-      }
-    }
+    const int32_t missing = request_.tasks[0].replicas - static_cast<int32_t>(r->placement.size());
+    const int32_t best = MostReplicasThatFit(*r, 1, missing);
     if (best == 0) continue;
-    set(best);
+    SetElasticReplicas(best);
     if (!TryPlace(true)) continue;
     if (leaf >= 0) {
       book_.Charge(leaf, TxnGpusByModel());

@@ -231,6 +231,11 @@ class Scheduler {
   // the most that fit now, at least min_replicas; kept in the Txn. False (with
   // the request set to min_replicas) if not even that fits.
   bool PlaceSmaller(const JobRecord& job);
+  // The current (elastic) request with k replicas of its one task group.
+  void SetElasticReplicas(int32_t k);
+  // The most replicas in [lo, hi] that fit now, placement and quota (0 = none);
+  // leaves the workspace as it was.
+  int32_t MostReplicasThatFit(const JobRecord& job, int32_t lo, int32_t hi);
   // Frees surplus replicas (above min) of running elastic jobs until the
   // current request fits, and places it (kept in the Txn); records the shrinks
   // in out->resizes. False (nothing changed) if that is not enough. Gangs of
