@@ -348,7 +348,9 @@ async function renderJob(id) {
     kv('priority', job.priority) + kv('GPUs', job.gpus) + kv('replicas', job.replicas) + kv('submitted', job.submitted_at) +
     kv('started', job.started_at) + kv('finished', job.finished_at) + kv('restarts', job.restarts) +
     kv('last requeue', job.last_requeue_reason) + kv('ended because', job.end_reason) +
-    (job.last_checkpoint ? kv('last checkpoint', job.last_checkpoint.at + '  ' + job.last_checkpoint.path) : '');
+    (job.last_checkpoint ? kv('last checkpoint', job.last_checkpoint.at + '  ' + job.last_checkpoint.path) : '') +
+    (job.elastic ? kv('elastic', job.elastic.running + ' running of ' + job.elastic.min_replicas + '..' +
+                                 job.elastic.replicas + ' replicas (' + job.elastic.resizes + ' resizes)') : '');
   if (job.pending_reason) {
     html += kv('pending', job.pending_reason.code + ': ' + job.pending_reason.message) + kv('expected start', job.expected_start);
   }
@@ -359,10 +361,12 @@ async function renderJob(id) {
     // Only the racks the gang touches, with its GPUs outlined.
     const nodes = nodesReply.nodes;
     const racks = new Set(nodes.filter((n) => job.placement.some((p) => p.node === n.name)).map((n) => n.labels.rack));
-    html += '<h2>Placement</h2><table id="job-placement"><tr><th>task</th><th class="num">replica</th><th>node</th><th>GPUs</th></tr>';
+    html += '<h2>Placement</h2><table id="job-placement"><tr><th>task</th><th class="num">replica</th><th>node</th><th>GPUs</th>' +
+      '<th>share</th><th>isolation</th></tr>';
     for (const p of job.placement) {
+      const share = p.mig ? 'MIG ' + p.mig : p.gpu_fraction ? p.gpu_fraction + ' of a GPU' : 'whole';
       html += '<tr><td>' + esc(p.task) + '</td><td class="num">' + esc(p.replica) + '</td><td>' + esc(p.node) + '</td><td>' +
-        esc(p.gpus.join(', ')) + '</td></tr>';
+        esc(p.gpus.join(', ')) + '</td><td>' + esc(share) + '</td><td>' + esc(p.isolation || 'exclusive') + '</td></tr>';
     }
     html += '</table><div id="job-topology">' +
       topologyHtml(nodes.filter((n) => racks.has(n.labels.rack)), (n, g) => held.has(n.name + '/' + g.index)) + '</div>' +
