@@ -259,6 +259,13 @@ std::string EncodeEvent(const Event& event) {
           j["priority_value"] = e.spec.priority;  // resolved from the class at submission
           if (e.restarts != 0) j["restarts"] = e.restarts;
           if (e.resizes != 0) j["resizes"] = e.resizes;
+          if (e.rank_restarts != 0) j["rank_restarts"] = e.rank_restarts;
+          if (e.gang_attempt != 0) j["gang_attempt"] = e.gang_attempt;
+          if (!e.rank_attempt.empty()) {
+            ordered_json ranks = ordered_json::object();
+            for (const auto& [replica, attempt] : e.rank_attempt) ranks[std::to_string(replica)] = attempt;
+            j["rank_attempt"] = std::move(ranks);
+          }
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobBound>) {
           j["type"] = "JobBound";
@@ -299,6 +306,13 @@ std::string EncodeEvent(const Event& event) {
           j["reason"] = e.reason;
           j["placement"] = ordered_json::array();
           for (const ReplicaPlacement& r : e.placement) j["placement"].push_back({r.task, r.replica, r.node.value(), r.gpu_mask});
+        } else if constexpr (std::is_same_v<E, RankRestarted>) {
+          j["type"] = "RankRestarted";
+          j["id"] = e.id.value();
+          j["task"] = e.task;
+          j["replica"] = e.replica;
+          j["at"] = e.at;
+          j["reason"] = e.reason;
         } else if constexpr (std::is_same_v<E, GpuReconfigured>) {
           j["type"] = "GpuReconfigured";
           j["node"] = e.node;
@@ -336,8 +350,19 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
     if (type == "JobSubmitted") {
       ROTA_ASSIGN_OR_RETURN(JobSpec spec, JobSpecFromJson(j.at("spec")));
       spec.priority = j.at("priority_value").get<int32_t>();
-      return Event(JobSubmitted{JobId(j.at("id").get<uint64_t>()), std::move(spec), j.at("at"), j.at("user"),
-                                j.value("restarts", 0), j.value("resizes", 0)});
+      JobSubmitted e{JobId(j.at("id").get<uint64_t>()), std::move(spec), j.at("at"), j.at("user"),
+                     j.value("restarts", 0), j.value("resizes", 0), j.value("rank_restarts", 0), j.value("gang_attempt", 0)};
+      if (j.contains("rank_attempt")) {
+        for (const auto& [replica, attempt] : j["rank_attempt"].items()) {
+          uint32_t r = 0;
+          auto [end, ec] = std::from_chars(replica.data(), replica.data() + replica.size(), r);
+          if (ec != std::errc() || end != replica.data() + replica.size()) {
+            return InvalidArgumentError("event JobSubmitted: rank_attempt: '" + replica + "' is not a replica index");
+          }
+          e.rank_attempt[r] = attempt.get<int32_t>();
+        }
+      }
+      return Event(std::move(e));
     }
     if (type == "JobBound") {
       JobBound b{JobId(j.at("id").get<uint64_t>()), {}, j.at("at")};
@@ -372,6 +397,10 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
                                r.at(3).get<uint64_t>()});
       }
       return Event(std::move(e));
+    }
+    if (type == "RankRestarted") {
+      return Event(RankRestarted{JobId(j.at("id").get<uint64_t>()), j.at("task"), j.at("replica"), j.at("at"),
+                                 j.at("reason")});
     }
     if (type == "GpuReconfigured") return Event(GpuReconfigured{j.at("node"), j.at("gpu"), j.at("layout")});
     return InvalidArgumentError("event: unknown type '" + type + "'");

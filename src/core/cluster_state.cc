@@ -159,6 +159,9 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->user = e.user;
   job->restarts = e.restarts;
   job->resizes = e.resizes;
+  job->rank_restarts = e.rank_restarts;
+  job->gang_attempt = e.gang_attempt;
+  job->rank_attempt = e.rank_attempt;
   Put(Mutable(), std::move(job));
   return Status::Ok();
 }
@@ -376,6 +379,8 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   updated->last_placement = std::move(updated->placement);
   updated->placement.clear();
   updated->restarts++;
+  updated->gang_attempt = updated->attempt();
+  updated->rank_attempt.clear();
   updated->last_requeue_reason = e.reason;
   Snapshot::Data& d = Mutable();
   // An evicted gang's whole GPUs are nominated for the job it made room for.
@@ -431,9 +436,30 @@ Status ClusterState::ApplyOne(const JobResized& e) {
   auto updated = std::make_shared<JobRecord>(*old);
   updated->placement = e.placement;
   updated->resizes++;
+  updated->gang_attempt = updated->attempt();
+  updated->rank_attempt.clear();
   updated->resized_at = e.at;
   updated->last_resize_reason = e.reason;
   Put(d, std::move(updated));
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const RankRestarted& e) {
+  auto it = data_->jobs.find(e.id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
+  const JobRecord& job = *it->second;
+  const std::string who = "restart a rank of job " + std::to_string(e.id.value());
+  if (!job.spec.elastic()) return FailedPreconditionError(who + ": only an elastic job restarts ranks alone");
+  if (job.state != JobState::kRunning) return FailedPreconditionError(who + ": job is not running");
+  const bool placed = std::any_of(job.placement.begin(), job.placement.end(), [&](const ReplicaPlacement& r) {
+    return r.task == e.task && r.replica == e.replica;
+  });
+  if (!placed) return FailedPreconditionError(who + ": replica " + std::to_string(e.replica) + " is not running");
+  auto updated = std::make_shared<JobRecord>(job);
+  updated->rank_restarts++;
+  updated->rank_attempt[e.replica] = updated->attempt();
+  updated->last_requeue_reason = e.reason;
+  Put(Mutable(), std::move(updated));
   return Status::Ok();
 }
 
@@ -506,7 +532,8 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   std::vector<Event> out;
   for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
-    out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts, j.resizes});
+    out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
+                               j.gang_attempt, j.rank_attempt});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {

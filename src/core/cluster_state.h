@@ -98,8 +98,18 @@ struct JobRecord {
   int32_t resizes = 0;       // elastic: times its gang was resized
   TimePoint resized_at = 0;  // the last resize (0 = never)
   std::string last_resize_reason;
-  // Each restart or resize is a new attempt: its tasks are new processes.
-  int32_t attempt() const { return restarts + resizes; }
+  // Elastic: failed ranks restarted alone (the others kept running), and the
+  // attempt each of those ranks is on; the gang's attempt for the rest.
+  int32_t rank_restarts = 0;
+  std::map<uint32_t, int32_t> rank_attempt;
+  int32_t gang_attempt = 0;
+  // A generation that grows with every restart, resize and rank restart.
+  int32_t attempt() const { return restarts + resizes + rank_restarts; }
+  // The attempt replica `replica` runs as: a new one is a new process.
+  int32_t ReplicaAttempt(uint32_t replica) const {
+    auto it = rank_attempt.find(replica);
+    return it != rank_attempt.end() ? it->second : gang_attempt;
+  }
 };
 
 class Snapshot {
@@ -163,6 +173,7 @@ class ClusterState {
   Status ApplyOne(const JobCheckpointed& e);
   Status ApplyOne(const GpuReconfigured& e);
   Status ApplyOne(const JobResized& e);
+  Status ApplyOne(const RankRestarted& e);
   // Checks `placement` for `job` against the current state, as if the GPUs,
   // CPU and memory of `replacing` (the job's own placement, on a resize) were
   // free. Error names what does not fit.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -46,7 +47,10 @@ struct JobSubmitted {
   TimePoint at = 0;
   std::string user;  // who submitted it; owns it
   int32_t restarts = 0;  // non-zero only in journal snapshots (CompactState)
-  int32_t resizes = 0;   // likewise
+  int32_t resizes = 0;   // likewise, with the elastic rank restarts and attempts
+  int32_t rank_restarts = 0;
+  int32_t gang_attempt = 0;
+  std::map<uint32_t, int32_t> rank_attempt;
 };
 // The whole gang is bound at once: one replica placement per replica (an
 // elastic job: at least min_replicas of them).
@@ -102,6 +106,15 @@ struct JobResized {
   TimePoint at = 0;
   std::string reason;
 };
+// One failed replica of a running elastic job restarts alone (a new attempt
+// of that replica); the other replicas keep running.
+struct RankRestarted {
+  JobId id;
+  uint16_t task = 0;
+  uint32_t replica = 0;
+  TimePoint at = 0;
+  std::string reason;
+};
 // A MIG GPU was re-partitioned (only while none of its instances is in
 // use): `layout` is its new instance list ("3g.40gb@0,3g.40gb@4"; core/mig.h).
 struct GpuReconfigured {
@@ -116,6 +129,6 @@ struct JobCancelled {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted>;
 
 }  // namespace rota

@@ -95,6 +95,7 @@ void Controller::BumpNodeVersions(const std::vector<Event>& events) {
     else if (auto* c = std::get_if<JobCancelled>(&e)) id = c->id;
     else if (auto* q = std::get_if<JobRequeued>(&e)) id = q->id;
     else if (auto* pr = std::get_if<JobPreempting>(&e)) id = pr->id;
+    else if (auto* rr = std::get_if<RankRestarted>(&e)) id = rr->id;
     else if (std::holds_alternative<JobResized>(e)) {
       // Its removed replicas' nodes are no longer in its placement: wake every node (resizes are rare).
       for (const NodeState& n : snap.nodes()) nodes.insert(n.spec.name);
@@ -440,13 +441,17 @@ void Controller::CheckNodes() {
   }).status().IgnoreError();
 }
 
+bool Controller::RestartAllowed(const JobRecord& job) {
+  const RestartSpec& r = job.spec.restart;
+  // Gang restarts and elastic ranks restarted alone count alike.
+  return r.policy != RestartPolicy::kNever &&
+         (r.max_restarts == 0 ? r.policy == RestartPolicy::kAlways : job.restarts + job.rank_restarts < r.max_restarts);
+}
+
 void Controller::Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy) {
   exits_.erase(job.id);
   const TimePoint now = options_.clock->Now();
-  const RestartSpec& r = job.spec.restart;
-  const bool allowed = !counts_against_policy ||
-                       (r.policy != RestartPolicy::kNever && (r.max_restarts == 0 ? r.policy == RestartPolicy::kAlways
-                                                                                  : job.restarts < r.max_restarts));
+  const bool allowed = !counts_against_policy || RestartAllowed(job);
   if (allowed) {
     batch.Apply(JobRequeued{job.id, now, reason}).IgnoreError();
   } else {
@@ -593,8 +598,9 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   }
   a.node_rank = static_cast<int32_t>(std::find(node_order.begin(), node_order.end(), r.node) - node_order.begin());
   a.master_addr = a.hosts[0];
-  a.master_port = 20000 + static_cast<int32_t>((job.id.value() * 7 + static_cast<uint64_t>(job.attempt())) % 20000);
-  a.attempt = job.attempt();
+  // A rank restarted alone rejoins the gang's master: the port follows the gang's attempt.
+  a.master_port = 20000 + static_cast<int32_t>((job.id.value() * 7 + static_cast<uint64_t>(job.gang_attempt)) % 20000);
+  a.attempt = job.ReplicaAttempt(r.replica);
   a.checkpoint_signal = job.spec.checkpoint.signal;
   a.checkpoint_grace = job.spec.checkpoint.grace;
   return a;
@@ -685,7 +691,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
     for (const TaskReport& t : report.tasks) {
       if (!t.exited) continue;
       const JobRecord* job = snap.FindJob(t.job);
-      if (job == nullptr || t.attempt != job->attempt()) continue;
+      if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica)) continue;
       if (job->state == JobState::kPreempting) {
         // An evicted gang is requeued once all of its replicas have stopped.
         const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
@@ -711,6 +717,19 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
       auto& exits = exits_[t.job];
       exits[{t.task, t.replica}] = t.exit_code;
       const bool failed = t.exit_code != 0;
+      if (failed && job->spec.elastic() && RestartAllowed(*job)) {
+        // An elastic job restarts only the failed rank; the others keep running.
+        const std::string replica_name = job->spec.tasks[t.task].name + "-" + std::to_string(t.replica);
+        exits.erase({t.task, t.replica});
+        batch.Apply(RankRestarted{t.job, t.task, t.replica, options_.clock->Now(),
+                                  t.exit_reason == "oom" ? replica_name + " was OOM-killed; restarted alone"
+                                                         : replica_name + " exited with code " +
+                                                               std::to_string(t.exit_code) + "; restarted alone"})
+            .IgnoreError();
+        snap = batch.state->GetSnapshot();
+        node = snap.FindNode(report.node);
+        continue;
+      }
       if (failed) {
         const TaskGroupSpec& spec = job->spec.tasks[t.task];
         const std::string replica_name = spec.name + "-" + std::to_string(t.replica);

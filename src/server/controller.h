@@ -209,6 +209,8 @@ class Controller {
   // Declares nodes lost whose agents stopped heartbeating, and requeues their gangs.
   void CheckNodes();
   // REQUIRES: on the actor. Requeues (or fails, past the restart limit) a running job.
+  // Whether the job's restart policy allows one more restart.
+  static bool RestartAllowed(const JobRecord& job);
   void Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy);
   void Publish();
   void BumpNodeVersions(const std::vector<Event>& events);

@@ -185,6 +185,45 @@ TEST_F(ControllerTest, OneHeartbeatEndsManyJobs) {
   EXPECT_EQ(c->snapshot().FindJob(ids[4])->last_checkpoint_path, "/ckpt/1");
 }
 
+// An elastic job's failed rank restarts alone (a new attempt of that replica
+// only), counted against its restart policy with gang restarts.
+TEST_F(ControllerTest, ElasticRankRestartsAlone) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  JobSpec spec = Job("elastic", 2, 1);
+  spec.elastic_min_replicas = 1;
+  spec.restart = {RestartPolicy::kOnFailure, 2};
+  spec.node_selector = {{"hostname", "n-0"}};
+  auto id = c->Submit(kAlice, spec);
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  ASSERT_EQ(c->snapshot().FindJob(*id)->placement.size(), 2u);
+  auto attempts = [&](const std::vector<TaskAssignment>& tasks) {
+    std::map<uint32_t, int32_t> out;
+    for (const TaskAssignment& a : tasks) out[a.replica] = a.attempt;
+    return out;
+  };
+  // Rank 1 fails: it alone gets a new attempt; rank 0 keeps its own.
+  auto tasks = c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 1, 0, true, 3}}});
+  ASSERT_TRUE(tasks.ok());
+  const JobRecord* job = c->snapshot().FindJob(*id);
+  EXPECT_EQ(job->state, JobState::kRunning);
+  EXPECT_EQ(job->rank_restarts, 1);
+  EXPECT_EQ(job->restarts, 0);
+  EXPECT_EQ(attempts(*tasks), (std::map<uint32_t, int32_t>{{0, 0}, {1, 1}}));
+  // A late report from rank 1's first attempt changes nothing.
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 1, 0, true, 3}}}).ok());
+  EXPECT_EQ(c->snapshot().FindJob(*id)->rank_restarts, 1);
+  // Again: the second and last restart the policy allows.
+  tasks = c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 1, 1, true, 3}}});
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_EQ(attempts(*tasks), (std::map<uint32_t, int32_t>{{0, 0}, {1, 2}}));
+  // A third failure: no restarts left, the job fails.
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 1, 2, true, 3}}}).ok());
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kFailed);
+}
+
 TEST_F(ControllerTest, FlagsIdleAndOverProvisionedJobs) {
   ClusterConfig config = TwoNodes();
   for (auto& g : config.node_groups) g.gpu_memory = 80 * 1024;

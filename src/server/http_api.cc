@@ -563,6 +563,11 @@ class HttpServerImpl final : public HttpServer {
       ev.push_back({{"at", ""}, {"event", "requeued"},
                     {"detail", std::to_string(job.restarts) + " restart(s); last: " + job.last_requeue_reason}});
     }
+    if (job.rank_restarts > 0) {
+      ev.push_back({{"at", ""}, {"event", "rank restarted"},
+                    {"detail", std::to_string(job.rank_restarts) + " rank(s) restarted alone; last: " +
+                                   job.last_requeue_reason}});
+    }
     if (job.resizes > 0) {
       ev.push_back({{"at", TimeText(job.resized_at)}, {"event", "resized"},
                     {"detail", std::to_string(job.resizes) + " resize(s); now " + std::to_string(job.placement.size()) +

@@ -56,6 +56,7 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   }
   if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
   j["restarts"] = job.restarts;
+  if (job.rank_restarts > 0) j["rank_restarts"] = job.rank_restarts;
   if (job.spec.elastic()) {
     // Replicas running now, of min..max.
     j["elastic"] = {{"min_replicas", job.spec.elastic_min_replicas},

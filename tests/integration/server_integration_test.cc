@@ -262,6 +262,45 @@ tasks: [{replicas: 4, gpus: 1, command: [sh, -c, 'echo "world=$WORLD_SIZE rank=$
   logs_have(2, "world=4 rank=3");
 }
 
+// An elastic job's crashing rank restarts alone: rank 0 runs once, start to
+// end, while rank 1 fails its first attempt and succeeds on its second.
+TEST_F(Integration, ElasticRankRestartsAlone) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "ranks"});
+  auto admin = up.Admin();
+  const std::string marker = tmp.path() + "/rank1-failed-once";
+  auto r = admin.Post("/v1/jobs", "name: ranks\nelastic: {min_replicas: 1}\nrestart: {policy: on-failure, max_restarts: 2}\n"
+                                  "tasks: [{replicas: 2, gpus: 1, command: [sh, -c, 'echo \"start rank=$RANK\"; "
+                                  "if [ \"$RANK\" = 1 ] && [ ! -f " + marker + " ]; then touch " + marker +
+                                  "; echo failing; exit 3; fi; sleep 2; echo \"done rank=$RANK\"']}]\n",
+                      "application/yaml");
+  ASSERT_EQ(r->status, 201) << r->body;
+  json j;
+  for (int i = 0; i < 400; ++i) {
+    j = json::parse(admin.Get("/v1/jobs/1")->body);
+    if (j["state"] == "succeeded" || j["state"] == "failed") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(j["state"], "succeeded") << j.dump();
+  EXPECT_EQ(j["rank_restarts"], 1) << j.dump();
+  EXPECT_EQ(j["restarts"], 0) << j.dump();
+  const std::string logs = RunRota({"logs", "1"}, up.ClientEnv(), tmp.path()).out;
+  const size_t rank0 = logs.find("==> main-0 <=="), rank1 = logs.find("==> main-1 <==");
+  ASSERT_NE(rank0, std::string::npos) << logs;
+  ASSERT_NE(rank1, std::string::npos) << logs;
+  const std::string log0 = logs.substr(rank0, rank1 > rank0 ? rank1 - rank0 : std::string::npos);
+  const std::string log1 = logs.substr(rank1, rank0 > rank1 ? rank0 - rank1 : std::string::npos);
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(log0, "start rank=0"), 1u) << "rank 0 was restarted: " << logs;
+  EXPECT_EQ(count(log0, "done rank=0"), 1u) << logs;
+  EXPECT_EQ(count(log1, "start rank=1"), 2u) << logs;
+  EXPECT_EQ(count(log1, "failing"), 1u) << logs;
+  EXPECT_EQ(count(log1, "done rank=1"), 1u) << logs;
+}
+
 // OCI containers through the real binary, with each runtime installed: a
 // task naming a rootfs (a static busybox) runs in a container (its own PID 1)
 // with the job's data mount read-only, its world size, and the job directory
