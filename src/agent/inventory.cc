@@ -7,6 +7,11 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <vector>
+#include <algorithm>
+#include <tuple>
+#include <set>
+#include <numeric>
 #include <map>
 #include <fstream>
 #include <mutex>
@@ -97,6 +102,15 @@ struct Nvml {
   int (*register_events)(Device, unsigned long long, EventSet) = nullptr;
   int (*event_wait)(EventSet, EventData*, unsigned int) = nullptr;
   int (*device_index)(Device, unsigned int*) = nullptr;
+  // NVLink topology (nvml.h: nvmlPciInfo_t; NVML_NVLINK_MAX_LINKS = 18).
+  struct PciInfo {
+    char bus_id_legacy[16];
+    unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+  };
+  int (*pci_info)(Device, PciInfo*) = nullptr;
+  int (*nvlink_state)(Device, unsigned int, int*) = nullptr;
+  int (*nvlink_remote_pci)(Device, unsigned int, PciInfo*) = nullptr;
   bool ok = false;
 };
 
@@ -124,6 +138,10 @@ const Nvml& LoadNvml() {
         reinterpret_cast<int (*)(Nvml::Device, unsigned long long, Nvml::EventSet)>(sym("nvmlDeviceRegisterEvents"));
     nvml.event_wait = reinterpret_cast<int (*)(Nvml::EventSet, Nvml::EventData*, unsigned int)>(sym("nvmlEventSetWait_v2"));
     nvml.device_index = reinterpret_cast<int (*)(Nvml::Device, unsigned int*)>(sym("nvmlDeviceGetIndex"));
+    nvml.pci_info = reinterpret_cast<int (*)(Nvml::Device, Nvml::PciInfo*)>(sym("nvmlDeviceGetPciInfo_v3"));
+    nvml.nvlink_state = reinterpret_cast<int (*)(Nvml::Device, unsigned int, int*)>(sym("nvmlDeviceGetNvLinkState"));
+    nvml.nvlink_remote_pci =
+        reinterpret_cast<int (*)(Nvml::Device, unsigned int, Nvml::PciInfo*)>(sym("nvmlDeviceGetNvLinkRemotePciInfo_v2"));
     nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.name && nvml.memory && nvml.init() == 0;
   });
   return nvml;
@@ -134,6 +152,56 @@ std::string ShortModel(std::string name) {
   if (name.rfind("NVIDIA ", 0) == 0) name = name.substr(7);
   const size_t space = name.find(' ');
   return space == std::string::npos ? name : name.substr(0, space);
+}
+
+}  // namespace
+
+namespace {
+
+// NVLink islands from NVML: GPUs joined by active links (directly, or through
+// NVSwitches: a link to anything that is not one of our GPUs) form a
+// component. rota's model wants equal, contiguous islands; anything else is
+// reported as one island. Untested on real GPUs here (none lent).
+int32_t NvlinkIslands(const Nvml& nvml, int32_t gpus) {
+  if (!nvml.pci_info || !nvml.nvlink_state || !nvml.nvlink_remote_pci || gpus <= 1) return 1;
+  std::vector<std::tuple<unsigned, unsigned, unsigned>> pci(gpus);
+  std::vector<Nvml::Device> devs(gpus);
+  for (int32_t g = 0; g < gpus; ++g) {
+    Nvml::PciInfo info{};
+    if (nvml.handle(static_cast<unsigned int>(g), &devs[g]) != 0 || nvml.pci_info(devs[g], &info) != 0) return 1;
+    pci[g] = {info.domain, info.bus, info.device};
+  }
+  std::vector<int32_t> parent(gpus + 1);  // gpus = "a switch"
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](int32_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  bool any_link = false;
+  for (int32_t g = 0; g < gpus; ++g) {
+    for (unsigned int link = 0; link < 18; ++link) {
+      int active = 0;
+      Nvml::PciInfo remote{};
+      if (nvml.nvlink_state(devs[g], link, &active) != 0 || active == 0) continue;
+      if (nvml.nvlink_remote_pci(devs[g], link, &remote) != 0) continue;
+      any_link = true;
+      const auto key = std::make_tuple(remote.domain, remote.bus, remote.device);
+      const auto it = std::find(pci.begin(), pci.end(), key);
+      const int32_t peer = it == pci.end() ? gpus : static_cast<int32_t>(it - pci.begin());
+      parent[find(g)] = find(peer);
+    }
+  }
+  if (!any_link) return 1;
+  // Equal contiguous groups: GPU g's component must be the one of g's group.
+  std::set<int32_t> roots;
+  for (int32_t g = 0; g < gpus; ++g) roots.insert(find(g));
+  const int32_t islands = static_cast<int32_t>(roots.size());
+  if (gpus % islands != 0) return 1;
+  const int32_t per = gpus / islands;
+  for (int32_t g = 0; g < gpus; ++g) {
+    if (find(g) != find(g / per * per)) return 1;
+  }
+  return islands;
 }
 
 }  // namespace
@@ -157,6 +225,7 @@ StatusOr<Inventory> DiscoverNvml() {
   char driver[80] = "unknown";
   if (nvml.driver) nvml.driver(driver, sizeof(driver));
   inv.source = std::string("nvml (") + name + ", driver " + driver + ")";
+  inv.nvlink_islands = NvlinkIslands(nvml, inv.gpus);
   for (int32_t g = 0; g < inv.gpus && nvml.uuid; ++g) {
     Nvml::Device d = nullptr;
     char id[96] = {};

@@ -24,14 +24,14 @@ constexpr const char* kServerUsage =
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
-    "               [--oci-runtime auto|runc|crun]\n"
+    "               [--nvlink-islands N] [--oci-runtime auto|runc|crun]\n"
     "\n"
     "Runs the server and a local agent in one process, with an embedded SQLite\n"
     "store in DIR (default $ROTA_DATA_DIR or ~/.local/share/rota). Without an\n"
     "NVIDIA driver the agent declares a simulated inventory (default 8xH100:80Gi).\n";
 constexpr const char* kAgentUsage =
     "usage: rota agent --server URL --token TOKEN [--name NODE] [--address ADDR]\n"
-    "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]]\n"
+    "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--nvlink-islands N]\n"
     "                  [--logs-dir DIR] [--label k=v ...] [--oci-runtime auto|runc|crun]\n"
     "                  [--heartbeat-ms N] [--health-file FILE]\n";
 
@@ -112,6 +112,7 @@ struct MigFlags {
   bool set = false;
   std::string layout;
   int32_t gpus = -1;
+  int32_t islands = 0;  // --nvlink-islands N of a declared inventory (0 = not given)
 };
 
 StatusOr<agent::Inventory> LocalInventory(const std::string& gpus_flag, const MigFlags& mig = {}) {
@@ -126,6 +127,14 @@ StatusOr<agent::Inventory> LocalInventory(const std::string& gpus_flag, const Mi
     inv = agent::ParseGpuFlag(gpus_flag);
   }
   if (inv.ok() && mig.set) ROTA_RETURN_IF_ERROR(agent::DeclareMig(&*inv, mig.layout, mig.gpus));
+  if (inv.ok() && mig.islands != 0) {
+    if (!inv->simulated) return InvalidArgumentError("--nvlink-islands: NVML reports this machine's NVLink islands");
+    if (mig.islands < 1 || inv->gpus % mig.islands != 0) {
+      return InvalidArgumentError("--nvlink-islands: " + std::to_string(inv->gpus) + " GPUs do not split into " +
+                                  std::to_string(mig.islands) + " equal islands");
+    }
+    inv->nvlink_islands = mig.islands;
+  }
   if (!inv.ok() || mig.set || mig.gpus < 0) return inv;
   return InvalidArgumentError("--mig-gpus: set --mig too (the MIG layout of those GPUs)");
 }
@@ -161,6 +170,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (with_local_agent && a == "--gpus") gpus = value();
     else if (with_local_agent && a == "--mig") mig.set = true, mig.layout = value();
     else if (with_local_agent && a == "--mig-gpus") mig.gpus = std::atoi(value().c_str());
+    else if (with_local_agent && a == "--nvlink-islands") mig.islands = std::atoi(value().c_str());
     else if (with_local_agent && a == "--oci-runtime") oci_runtime = value();
     else if (with_local_agent && a == "--name") name = value();
     else if (a == "-h" || a == "--help") {
@@ -314,6 +324,7 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--gpus") gpus = value();
     else if (a == "--mig") mig.set = true, mig.layout = value();
     else if (a == "--mig-gpus") mig.gpus = std::atoi(value().c_str());
+    else if (a == "--nvlink-islands") mig.islands = std::atoi(value().c_str());
     else if (a == "--oci-runtime") ao.oci_runtime = value();
     else if (a == "--logs-dir") ao.logs_dir = value();
     else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::max(10, std::atoi(value().c_str()));

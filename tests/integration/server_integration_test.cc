@@ -142,7 +142,8 @@ TEST_F(Integration, GpuFractionsShareOneGpu) {
 // kill -9 of the server.
 TEST_F(Integration, MigInstancesAndRepartitioning) {
   RotaProcess up("up", tmp.path() + "/data",
-                 {"--gpus", "2xA100:80Gi", "--mig", "3g.40gb,3g.40gb", "--mig-gpus", "1", "--name", "mig"});
+                 {"--gpus", "2xA100:80Gi", "--mig", "3g.40gb,3g.40gb", "--mig-gpus", "1", "--name", "mig",
+                  "--nvlink-islands", "2"});
   const auto env = up.ClientEnv();
   auto admin = up.Admin();
   auto wait_for = [&](int id, auto done) {
@@ -184,6 +185,7 @@ tasks: [{gpu: {mig: 3g.40gb}, command: [sh, -c, 'echo "mig=$ROTA_MIG_INSTANCE cu
   json node = json::parse(admin.Get("/v1/nodes")->body)["nodes"][0];
   EXPECT_EQ(node["gpu_list"][0]["mig"], "3g.40gb@0*,3g.40gb@4") << node.dump();
   EXPECT_EQ(node["gpus_allocated"], 2);
+  EXPECT_EQ(node["nvlink_islands"], 2);  // declared with --nvlink-islands
   const std::string top = RunRota({"top"}, env, tmp.path()).out;
   EXPECT_NE(top.find("3g.40gb@0*,3g.40gb@4"), std::string::npos) << top;
   // A profile no GPU offers is refused at submission.
