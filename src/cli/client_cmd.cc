@@ -92,7 +92,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     std::vector<uint64_t> ids;
     Response failure{200, "", ""};
     std::vector<std::thread> workers;
-    for (int w = 0; w < static_cast<int>(std::min<int64_t>(count, 8)); ++w) {
+    for (int w = 0; w < static_cast<int>(std::min<int64_t>(count, 16)); ++w) {
       workers.emplace_back([&] {
         while (next.fetch_add(1) < count) {
           Response r = c.Post("/v1/jobs", body, "application/yaml");
