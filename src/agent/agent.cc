@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include "agent/oci.h"
+#include "base/base64.h"
 
 #include <httplib.h>
 #include <signal.h>
@@ -239,6 +240,7 @@ bool Agent::Heartbeat(int wait_ms) {
   uint64_t busy = 0;
   json tasks = json::array();
   constexpr std::streamsize kLogChunk = 64 * 1024;
+  std::streamsize log_budget = 384 * 1024;  // all files: 512 KiB in base64
   std::set<std::string> shipping;        // log files in this report
   std::map<std::string, int64_t> sent;   // their offsets once the server has this report
   std::unique_lock<std::mutex> lock(mu_);
@@ -248,16 +250,20 @@ bool Agent::Heartbeat(int wait_ms) {
     tasks.push_back({{"job", t->job}, {"task", t->task}, {"replica", t->replica}, {"attempt", t->attempt},
                      {"state", t->exited ? "exited" : "running"}, {"exit_code", t->exit_code},
                      {"exit_reason", t->exit_reason}});
-    if (options_.ship_logs && !t->log_path.empty() && shipping.insert(t->log_path).second) {
-      // The next piece of its log (a replica's log spans its attempts: one offset per file).
-      const int64_t from = log_shipped_[t->log_path];
+    if (options_.ship_logs && !t->log_path.empty() && log_budget > 0 && shipping.insert(t->log_path).second) {
+      // The next piece of its log (a replica's log spans its attempts: one
+      // offset per file), base64 so that any bytes survive JSON; a report
+      // stays well under the server's 1 MiB limit.
+      auto known = log_shipped_.find(t->log_path);
+      const int64_t from = known == log_shipped_.end() ? 0 : known->second;
       std::ifstream in(t->log_path, std::ios::binary);
       in.seekg(from);
-      std::string chunk(kLogChunk, '\0');
-      in.read(chunk.data(), kLogChunk);
+      std::string chunk(static_cast<size_t>(std::min<std::streamsize>(kLogChunk, log_budget)), '\0');
+      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
       chunk.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
       if (!chunk.empty()) {
-        tasks.back()["log"] = chunk;
+        log_budget -= static_cast<std::streamsize>(chunk.size());
+        tasks.back()["log_b64"] = Base64Encode(chunk);
         tasks.back()["log_offset"] = from;
         sent[t->log_path] = from + static_cast<int64_t>(chunk.size());
       }
@@ -289,7 +295,6 @@ bool Agent::Heartbeat(int wait_ms) {
   lock.unlock();
   auto client = MakeClient(options_.server, options_.token);
   client->set_read_timeout(10 + wait_ms / 1000, 0);
-  // Logs are bytes; invalid UTF-8 is replaced rather than failing the report.
   auto res = client->Post("/v1/agents/heartbeat",
                           json{{"node", options_.node_name}, {"gpus", gpus}, {"tasks", tasks}, {"wait_ms", wait_ms}}
                               .dump(-1, ' ', false, json::error_handler_t::replace),
@@ -325,7 +330,12 @@ bool Agent::Heartbeat(int wait_ms) {
           finished_.erase(finished_order_.front());
           finished_order_.pop_front();
         }
+        const std::string log = it->second->log_path;
         it = tasks_.erase(it);
+        const bool still_written = std::any_of(tasks_.begin(), tasks_.end(), [&](const auto& kv) {
+          return kv.second->log_path == log;
+        });
+        if (!still_written) log_shipped_.erase(log);  // all of it was shipped (LogShipped)
         continue;
       }
     }
@@ -363,6 +373,12 @@ bool Agent::Heartbeat(int wait_ms) {
     LaunchSpec spec;
     spec.log_path = job_dir + "/" + name + ".log";
     t->log_path = spec.log_path;
+    if (!log_shipped_.count(t->log_path)) {
+      // What the file already holds went out with earlier attempts here.
+      std::error_code size_ec;
+      const auto size = std::filesystem::file_size(t->log_path, size_ec);
+      log_shipped_[t->log_path] = size_ec ? 0 : static_cast<int64_t>(size);
+    }
     spec.argv = a.value("command", std::vector<std::string>{});
     for (const char* pass : {"PATH", "HOME", "USER", "LANG", "TMPDIR", "TERM"}) {
       if (const char* v = getenv(pass)) spec.env[pass] = v;

@@ -244,7 +244,7 @@ void ParseJobFields(const Field& f, JobSpec* spec) {
 // Runs ValidateJobSpec and points its error at the line of the field it names.
 void Validate(const JobSpec& spec, const std::string& prefix, const std::map<std::string, YAML::Mark>& marks,
               const Field& root) {
-  Status s = ValidateJobSpec(spec);
+  Status s = ValidateNewJobSpec(spec);
   if (s.ok()) return;
   std::string msg(s.message());
   std::string field = msg.substr(0, msg.find(':'));

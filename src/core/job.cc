@@ -110,10 +110,6 @@ Status ValidateJobSpec(const JobSpec& spec) {
     if (!t.gpu_share.mig_profile.empty() && t.gpu_share.fraction_milli > 0) {
       return FieldError(p + ".gpu", "mig and fraction are exclusive");
     }
-    if (!t.gpu_share.mig_profile.empty() && MigProfileCompute(t.gpu_share.mig_profile) == 0) {
-      return FieldError(p + ".gpu.mig", "'" + t.gpu_share.mig_profile +
-                                            "' is not a MIG profile name (<compute>g.<memory>gb, e.g. 1g.10gb)");
-    }
     if (t.gpu_share.fraction_milli < 0 || t.gpu_share.fraction_milli >= 1000) {
       if (t.gpu_share.fraction_milli != 0) return FieldError(p + ".gpu.fraction", "must be in (0, 1)");
     }
@@ -122,10 +118,6 @@ Status ValidateJobSpec(const JobSpec& spec) {
       return FieldError(p + ".gpu.memory", "bounds a fraction's GPU memory; set gpu.fraction too");
     }
     if (t.gpu_memory < 0) return FieldError(p + ".gpu_memory", "must not be negative");
-    if (!t.rootfs.empty() && t.rootfs[0] != '/') return FieldError(p + ".rootfs", "must be an absolute path on the node");
-    if (!t.rootfs.empty() && t.command.empty()) {
-      return FieldError(p + ".command", "required with rootfs (what to run in the container)");
-    }
     if (t.cpu < 0) return FieldError(p + ".cpu", "must not be negative");
     if (t.memory < 0) return FieldError(p + ".memory", "must not be negative");
     if (t.gpus == 0 && !t.gpu_share.shared() && t.cpu == 0 && t.memory == 0) {
@@ -137,16 +129,6 @@ Status ValidateJobSpec(const JobSpec& spec) {
     return FieldError("elastic.min_replicas", "must not exceed the job's replicas (" +
                                                   std::to_string(spec.TotalReplicas()) + ")");
   }
-  if (spec.elastic_min_replicas > 0) {
-    if (spec.tasks.size() != 1) {
-      return FieldError("elastic", "an elastic job has one task group (its replicas grow and shrink); this one has " +
-                                       std::to_string(spec.tasks.size()));
-    }
-    if (spec.tasks[0].gpu_share.shared()) {
-      return FieldError("elastic", "elastic replicas take whole GPUs (or none); GPU fractions and MIG slices are not "
-                                   "resized");
-    }
-  }
   if (spec.restart.max_restarts < 0) return FieldError("restart.max_restarts", "must not be negative");
   if (spec.time_limit < 0) return FieldError("time_limit", "must not be negative");
   if (spec.checkpoint.grace < 0) return FieldError("checkpoint.grace", "must not be negative");
@@ -157,6 +139,33 @@ Status ValidateJobSpec(const JobSpec& spec) {
     }
     if (spec.mounts[i].target.empty() || spec.mounts[i].target[0] != '/') {
       return FieldError(p + ".target", "must be an absolute path");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateNewJobSpec(const JobSpec& spec) {
+  ROTA_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  for (size_t i = 0; i < spec.tasks.size(); ++i) {
+    const TaskGroupSpec& t = spec.tasks[i];
+    const std::string p = "tasks[" + std::to_string(i) + "]";
+    if (!t.gpu_share.mig_profile.empty() && MigProfileCompute(t.gpu_share.mig_profile) == 0) {
+      return FieldError(p + ".gpu.mig", "'" + t.gpu_share.mig_profile +
+                                            "' is not a MIG profile name (<compute>g.<memory>gb, e.g. 1g.10gb)");
+    }
+    if (!t.rootfs.empty() && t.rootfs[0] != '/') return FieldError(p + ".rootfs", "must be an absolute path on the node");
+    if (!t.rootfs.empty() && t.command.empty()) {
+      return FieldError(p + ".command", "required with rootfs (what to run in the container)");
+    }
+  }
+  if (spec.elastic_min_replicas > 0) {
+    if (spec.tasks.size() != 1) {
+      return FieldError("elastic", "an elastic job has one task group (its replicas grow and shrink); this one has " +
+                                       std::to_string(spec.tasks.size()));
+    }
+    if (spec.tasks[0].gpu_share.shared()) {
+      return FieldError("elastic", "elastic replicas take whole GPUs (or none); GPU fractions and MIG slices are not "
+                                   "resized");
     }
   }
   return Status::Ok();

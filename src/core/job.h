@@ -91,7 +91,11 @@ struct JobSpec {
   // when GPUs are free and shrinks (down to min) when others need them; each
   // resize restarts the gang with its new world size. 0 = not elastic.
   int32_t elastic_min_replicas = 0;
-  bool elastic() const { return elastic_min_replicas > 0; }
+  // Elastic as scheduled: one task group of whole GPUs (or none). A journal
+  // from before elastic scheduling may hold other shapes; they run as gangs.
+  bool elastic() const {
+    return elastic_min_replicas > 0 && tasks.size() == 1 && !tasks[0].gpu_share.shared();
+  }
   bool preemptible = false;
   CheckpointSpec checkpoint;
   RestartSpec restart;
@@ -106,7 +110,11 @@ struct JobSpec {
 };
 
 // Cluster-independent checks. Errors are InvalidArgument with a field path.
+// Every job the state holds passes these (journal replay included).
 Status ValidateJobSpec(const JobSpec& spec);
+// What a job submitted now must also satisfy (rules newer than some
+// journals: elastic shape, MIG profile names, rootfs): submission and job files.
+Status ValidateNewJobSpec(const JobSpec& spec);
 
 std::string_view TopologyModeName(TopologyMode mode);
 std::string_view RestartPolicyName(RestartPolicy policy);

@@ -149,7 +149,28 @@ TEST(JobSpecMig, ValidatesProfileNamesAndCountsComputeAsGpus) {
   EXPECT_TRUE(ValidateJobSpec(s).ok());
   EXPECT_EQ(s.GpuEquivalent(), 2);  // 3 x 3/7 = 9/7, rounded up
   s.tasks[0].gpu_share.mig_profile = "half";
-  EXPECT_NE(ValidateJobSpec(s).message().find("tasks[0].gpu.mig: 'half' is not a MIG profile name"), std::string::npos);
+  EXPECT_NE(ValidateNewJobSpec(s).message().find("tasks[0].gpu.mig: 'half' is not a MIG profile name"), std::string::npos);
+  EXPECT_TRUE(ValidateJobSpec(s).ok());  // a journal from before MIG scheduling still replays
+}
+
+}  // namespace
+}  // namespace rota
+
+namespace rota {
+namespace {
+
+TEST(JobSpecElastic, NewRulesAtSubmissionOldJournalsStillReplay) {
+  JobSpec s;
+  s.name = "e";
+  s.elastic_min_replicas = 1;
+  s.tasks.push_back({.name = "a", .replicas = 2, .gpus = 1});
+  s.tasks.push_back({.name = "b", .replicas = 1, .gpus = 1});
+  EXPECT_TRUE(ValidateJobSpec(s).ok());  // as journals from before elastic scheduling hold it
+  EXPECT_FALSE(s.elastic());             // and it runs as a plain gang
+  EXPECT_NE(ValidateNewJobSpec(s).message().find("elastic: an elastic job has one task group"), std::string::npos);
+  s.tasks.pop_back();
+  EXPECT_TRUE(ValidateNewJobSpec(s).ok());
+  EXPECT_TRUE(s.elastic());
 }
 
 }  // namespace

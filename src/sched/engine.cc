@@ -270,6 +270,21 @@ bool Scheduler::ShrinkElastic(const Snapshot& snap, const JobRecord& job, const 
         (now == nullptr || *now - std::max(r->started_at, r->resized_at) < min_runtime_)) {
       continue;
     }
+    // Across queues, only a queue borrowing beyond its guarantee gives up replicas.
+    if (book_.configured() && r->spec.queue != job.spec.queue) {
+      const int32_t leaf = book_.LeafIndex(r->spec.queue);
+      if (leaf < 0 || !book_.Borrowing(leaf)) continue;
+    }
+    // GPUs a reservation counts on stay with their gang (as for preemption).
+    bool reserved = false;
+    for (const Reservation& res : out->reservations) {
+      for (const ReplicaPlacement& rp : res.replicas) {
+        for (const ReplicaPlacement& mine : r->placement) {
+          reserved = reserved || (rp.node == mine.node && (rp.gpu_mask & mine.gpu_mask) != 0);
+        }
+      }
+    }
+    if (reserved) continue;
     auto it = resized_.find(r->id);
     std::vector<ReplicaPlacement> p = it != resized_.end() ? it->second : r->placement;
     const size_t min = static_cast<size_t>(r->spec.elastic_min_replicas);
@@ -300,7 +315,7 @@ bool Scheduler::ShrinkElastic(const Snapshot& snap, const JobRecord& job, const 
     for (const Candidate& c : candidates) release(c, c.surplus, false);
     return false;
   }
-  for (size_t i = last + 1; i < candidates.size(); ++i) release(candidates[i], candidates[i].surplus, false);
+  // Candidates after `last` were never released: nothing to take back.
   // The last one gives up only as many replicas as needed.
   Candidate& c = candidates[last];
   release(c, c.surplus, false);
@@ -361,6 +376,8 @@ void Scheduler::GrowElastic(const Snapshot& snap, const TimePoint* now, CycleRes
   for (const JobRecord* r : elastic_running_) {
     if (victim_set_.count(r->id) || resized_.count(r->id)) continue;
     if (static_cast<int64_t>(r->placement.size()) >= r->spec.TotalReplicas()) continue;
+    // New replicas are placed on their own: they could not be kept in the running ones' domain.
+    if (r->spec.topology.mode == TopologyMode::kRequired && !r->spec.topology.level.empty()) continue;
     if (now != nullptr && *now - std::max(r->started_at, r->resized_at) < min_runtime_) continue;
     growing.push_back(r);
   }
@@ -410,7 +427,8 @@ bool Scheduler::EarliestStart(const Snapshot& snap, TimePoint now, TimePoint* st
         SetReleased(topo, job, give);
         continue;
       }
-      for (ReplicaPlacement r : job.placement) {
+      auto resized = resized_.find(job.id);  // a job resized this cycle holds what it holds now
+      for (ReplicaPlacement r : resized != resized_.end() ? resized->second : job.placement) {
         if (r.shares_gpu()) continue;
         auto it = promised_.find(topo.position_of(r.node));
         if (it != promised_.end()) r.gpu_mask &= ~it->second;

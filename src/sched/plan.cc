@@ -36,7 +36,7 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
     const JobId id(i + 1);
     names.push_back(pj.spec.name);
     JobSpec spec = pj.spec;
-    if (Status s = ValidateJobSpec(spec); !s.ok()) {
+    if (Status s = ValidateNewJobSpec(spec); !s.ok()) {
       out.rejected.push_back({spec.name, "Invalid", std::string(s.message())});
       continue;
     }

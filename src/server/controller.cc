@@ -473,7 +473,7 @@ void Controller::ScheduleNow() {
 
 StatusOr<JobId> Controller::Submit(const Principal& who, JobSpec spec) {
   if (who.role == Role::kAgent) return Status(StatusCode::kPermissionDenied, "agents cannot submit jobs");
-  ROTA_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(spec));
   ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, &spec));
   ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec.queue, who.user, who.admin()));
   return Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {

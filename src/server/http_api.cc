@@ -1,4 +1,6 @@
 #include "server/http_api.h"
+
+#include "base/base64.h"
 #include "server/web_assets.h"
 
 #include <httplib.h>
@@ -161,10 +163,12 @@ StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
       tr.exit_code = code ? code->get<int32_t>() : 0;
       tr.exit_reason = reason ? reason->get<std::string>() : "";
       // A log piece that does not parse is dropped, not the heartbeat.
-      if (t.contains("log") && t["log"].is_string() && t.contains("log_offset") &&
+      if (t.contains("log_b64") && t["log_b64"].is_string() && t.contains("log_offset") &&
           t["log_offset"].is_number_integer() && t["log_offset"].get<int64_t>() >= 0) {
-        tr.log = t["log"].get<std::string>();
-        tr.log_offset = t["log_offset"].get<int64_t>();
+        if (auto bytes = Base64Decode(t["log_b64"].get<std::string>())) {
+          tr.log = std::move(*bytes);
+          tr.log_offset = t["log_offset"].get<int64_t>();
+        }
       }
       r.tasks.push_back(tr);
     }
@@ -339,14 +343,30 @@ class HttpServerImpl final : public HttpServer {
       std::string out;
       // Where it runs or ran; a requeued job's last attempt until it is placed again.
       const auto& placement = job->placement.empty() ? job->last_placement : job->placement;
+      const std::string dir = options_.logs_dir + "/" + std::to_string(job->id.value());
       for (const ReplicaPlacement& r : placement) {
         const std::string name = job->spec.tasks[r.task].name + "-" + std::to_string(r.replica);
-        std::ifstream in(options_.logs_dir + "/" + std::to_string(job->id.value()) + "/" + name + ".log");
-        if (!in) continue;
-        std::stringstream ss;
-        ss << in.rdbuf();
+        // Written here by the local agent, and shipped by remote agents (one file per node).
+        std::vector<std::string> files;
+        std::error_code ec;
+        if (std::filesystem::exists(dir + "/" + name + ".log", ec)) files.push_back(dir + "/" + name + ".log");
+        std::vector<std::string> shipped;
+        for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+          const std::string base = f.path().filename().string();
+          if (base.rfind(name + "@", 0) == 0 && base.size() > 4 && base.substr(base.size() - 4) == ".log") {
+            shipped.push_back(f.path().string());
+          }
+        }
+        std::sort(shipped.begin(), shipped.end());
+        files.insert(files.end(), shipped.begin(), shipped.end());
+        if (files.empty()) continue;
         if (placement.size() > 1) out += "==> " + name + " <==\n";
-        out += ss.str();
+        for (const std::string& file : files) {
+          std::ifstream in(file, std::ios::binary);
+          std::stringstream ss;
+          ss << in.rdbuf();
+          out += ss.str();
+        }
       }
       res.set_content(out, "text/plain");
     }));
@@ -523,6 +543,7 @@ class HttpServerImpl final : public HttpServer {
   // the reporting node; a piece sent twice (a lost reply) is not written twice.
   void StoreLogs(const HeartbeatReport& report) {
     if (options_.logs_dir.empty()) return;
+    std::lock_guard<std::mutex> lock(logs_mu_);  // two reports of one node may carry the same piece
     Snapshot snap = c_->snapshot();
     const NodeState* node = snap.FindNode(report.node);
     if (node == nullptr) return;
@@ -535,9 +556,13 @@ class HttpServerImpl final : public HttpServer {
           return r.node == node->id && r.task == t.task && r.replica == t.replica;
         });
       };
-      if (!here(job->placement) && !here(job->last_placement)) continue;
+      // (An elastic job's replica shrunk away is in neither placement any more.)
+      const bool shrunk = job->spec.elastic() && t.replica < static_cast<uint32_t>(job->spec.tasks[t.task].replicas);
+      if (!here(job->placement) && !here(job->last_placement) && !shrunk) continue;
+      // One file per node the replica ran on: the agent's offsets are into its own file.
       const std::string dir = options_.logs_dir + "/" + std::to_string(job->id.value());
-      const std::string path = dir + "/" + job->spec.tasks[t.task].name + "-" + std::to_string(t.replica) + ".log";
+      const std::string path = dir + "/" + job->spec.tasks[t.task].name + "-" + std::to_string(t.replica) + "@" +
+                               report.node + ".log";
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
       const auto size = static_cast<int64_t>(std::filesystem::exists(path, ec) ? std::filesystem::file_size(path, ec) : 0);
@@ -607,6 +632,7 @@ class HttpServerImpl final : public HttpServer {
   }
   std::thread sampler_;
   std::mutex history_mu_;
+  std::mutex logs_mu_;  // StoreLogs: one writer at a time
   std::condition_variable history_cv_;
   bool stopping_ = false;
   std::deque<ordered_json> history_;
