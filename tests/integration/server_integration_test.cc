@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <set>
 
 #include "harness.h"
@@ -23,6 +24,17 @@ class Integration : public ::testing::Test {
     return path;
   }
 };
+
+// Job `id` once `done(job)` holds (or as it is after 20 s).
+json WaitJob(httplib::Client& admin, int id, const std::function<bool(const json&)>& done) {
+  json j;
+  for (int i = 0; i < 400; ++i) {
+    j = json::parse(admin.Get("/v1/jobs/" + std::to_string(id))->body);
+    if (done(j)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return j;
+}
 
 int CountJobs(RotaProcess& p) {
   auto r = p.Admin().Get("/v1/jobs?all=true");
@@ -146,15 +158,7 @@ TEST_F(Integration, MigInstancesAndRepartitioning) {
                   "--nvlink-islands", "2"});
   const auto env = up.ClientEnv();
   auto admin = up.Admin();
-  auto wait_for = [&](int id, auto done) {
-    json j;
-    for (int i = 0; i < 400; ++i) {
-      j = json::parse(admin.Get("/v1/jobs/" + std::to_string(id))->body);
-      if (done(j)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return j;
-  };
+  auto wait_for = [&](int id, const std::function<bool(const json&)>& done) { return WaitJob(admin, id, done); };
   auto r = admin.Post("/v1/jobs", R"(name: m3
 tasks: [{gpu: {mig: 3g.40gb}, command: [sh, -c, 'echo "mig=$ROTA_MIG_INSTANCE cuda=$CUDA_VISIBLE_DEVICES"; sleep 60']}])",
                       "application/yaml");
@@ -214,15 +218,7 @@ TEST_F(Integration, ElasticJobStartsSmallShrinksAndGrows) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "el", "--min-runtime", "1s"});
   const auto env = up.ClientEnv();
   auto admin = up.Admin();
-  auto wait_for = [&](int id, auto done) {
-    json j;
-    for (int i = 0; i < 600; ++i) {
-      j = json::parse(admin.Get("/v1/jobs/" + std::to_string(id))->body);
-      if (done(j)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return j;
-  };
+  auto wait_for = [&](int id, const std::function<bool(const json&)>& done) { return WaitJob(admin, id, done); };
   auto logs_have = [&](int id, const std::string& text) {
     std::string logs;
     for (int i = 0; i < 400 && logs.find(text) == std::string::npos; ++i) {
@@ -276,12 +272,7 @@ TEST_F(Integration, ElasticRankRestartsAlone) {
                                   "; echo failing; exit 3; fi; sleep 2; echo \"done rank=$RANK\"']}]\n",
                       "application/yaml");
   ASSERT_EQ(r->status, 201) << r->body;
-  json j;
-  for (int i = 0; i < 400; ++i) {
-    j = json::parse(admin.Get("/v1/jobs/1")->body);
-    if (j["state"] == "succeeded" || j["state"] == "failed") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  json j = WaitJob(admin, 1, [](const json& x) { return x["state"] == "succeeded" || x["state"] == "failed"; });
   ASSERT_EQ(j["state"], "succeeded") << j.dump();
   EXPECT_EQ(j["rank_restarts"], 1) << j.dump();
   EXPECT_EQ(j["restarts"], 0) << j.dump();
@@ -334,12 +325,7 @@ TEST_F(Integration, TasksRunInOciContainers) {
         "(echo x > /data/g) 2>/dev/null || echo ro-ok; echo /ckpt/c1 > $ROTA_CHECKPOINT_FILE; sleep 1']}]\n";
     auto r = admin.Post("/v1/jobs", job, "application/yaml");
     ASSERT_EQ(r->status, 201) << r->body;
-    json j;
-    for (int i = 0; i < 400; ++i) {
-      j = json::parse(admin.Get("/v1/jobs/1")->body);
-      if (j["state"] == "succeeded" || j["state"] == "failed") break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    json j = WaitJob(admin, 1, [](const json& x) { return x["state"] == "succeeded" || x["state"] == "failed"; });
     const std::string logs = RunRota({"logs", "1"}, up.ClientEnv(), tmp.path()).out;
     EXPECT_EQ(j["state"], "succeeded") << runtime << ": " << j.dump() << "\n" << logs;
     EXPECT_NE(logs.find("pid1=sh rank=0 world=1"), std::string::npos) << runtime << ": " << logs;
@@ -350,11 +336,7 @@ TEST_F(Integration, TasksRunInOciContainers) {
     auto bad = admin.Post("/v1/jobs", "name: nofs\ntasks: [{rootfs: /no/such/rootfs, cpu: 1, command: [true]}]\n",
                           "application/yaml");
     ASSERT_EQ(bad->status, 201) << bad->body;
-    for (int i = 0; i < 400; ++i) {
-      j = json::parse(admin.Get("/v1/jobs/2")->body);
-      if (j["state"] == "failed") break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    j = WaitJob(admin, 2, [](const json& x) { return x["state"] == "failed"; });
     EXPECT_EQ(j["state"], "failed") << j.dump();
     const std::string bad_logs = RunRota({"logs", "2"}, up.ClientEnv(), tmp.path()).out;
     EXPECT_NE(bad_logs.find("rootfs '/no/such/rootfs' is not a directory on this node"), std::string::npos) << bad_logs;
@@ -363,11 +345,7 @@ TEST_F(Integration, TasksRunInOciContainers) {
                                           "/image, command: [sh, -c, 'a=$(head -c 100000000 /dev/zero | tr \"\\\\0\" x); echo survived']}]\n",
                           "application/yaml");
     ASSERT_EQ(hog->status, 201) << hog->body;
-    for (int i = 0; i < 400; ++i) {
-      j = json::parse(admin.Get("/v1/jobs/3")->body);
-      if (j["state"] == "failed" || j["state"] == "succeeded") break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    j = WaitJob(admin, 3, [](const json& x) { return x["state"] == "failed" || x["state"] == "succeeded"; });
     EXPECT_EQ(j["state"], "failed") << runtime << ": " << j.dump();
     EXPECT_NE(j.value("end_reason", "").find("OOM-killed"), std::string::npos) << runtime << ": " << j.dump();
   }
