@@ -200,6 +200,17 @@ void Scheduler::SetReplicasReleased(const Topology& topo, const JobSpec& spec, c
   }
 }
 
+bool Scheduler::HoldsReservedGpus(const JobRecord& job, const std::vector<Reservation>& reservations) {
+  for (const Reservation& res : reservations) {
+    for (const ReplicaPlacement& rp : res.replicas) {
+      for (const ReplicaPlacement& mine : job.placement) {
+        if (rp.node == mine.node && (rp.gpu_mask & mine.gpu_mask) != 0) return true;
+      }
+    }
+  }
+  return false;
+}
+
 QueueBook::ModelGpus Scheduler::TxnGpusByModel() const {
   QueueBook::ModelGpus add;  // GPUs per model, summed over the gang
   for (const Txn::Step& st : txn_.steps()) {
@@ -276,15 +287,7 @@ bool Scheduler::ShrinkElastic(const Snapshot& snap, const JobRecord& job, const 
       if (leaf < 0 || !book_.Borrowing(leaf)) continue;
     }
     // GPUs a reservation counts on stay with their gang (as for preemption).
-    bool reserved = false;
-    for (const Reservation& res : out->reservations) {
-      for (const ReplicaPlacement& rp : res.replicas) {
-        for (const ReplicaPlacement& mine : r->placement) {
-          reserved = reserved || (rp.node == mine.node && (rp.gpu_mask & mine.gpu_mask) != 0);
-        }
-      }
-    }
-    if (reserved) continue;
+    if (HoldsReservedGpus(*r, out->reservations)) continue;
     auto it = resized_.find(r->id);
     std::vector<ReplicaPlacement> p = it != resized_.end() ? it->second : r->placement;
     const size_t min = static_cast<size_t>(r->spec.elastic_min_replicas);
@@ -813,15 +816,7 @@ std::vector<const JobRecord*> Scheduler::ChooseVictims(const Snapshot& snap, con
     if (std::find(job.preempted_by.begin(), job.preempted_by.end(), id) != job.preempted_by.end()) continue;
     // Evicting a gang whose GPUs a reservation counts on would only hand
     // them to a job that the reservation's owner should go before.
-    bool reserved = false;
-    for (const Reservation& res : *reservations) {
-      for (const ReplicaPlacement& rp : res.replicas) {
-        for (const ReplicaPlacement& mine : r->placement) {
-          reserved = reserved || (rp.node == mine.node && (rp.gpu_mask & mine.gpu_mask) != 0);
-        }
-      }
-    }
-    if (reserved) continue;
+    if (HoldsReservedGpus(*r, *reservations)) continue;
     bool eligible = r->spec.queue == job.spec.queue && r->spec.priority < job.spec.priority;
     if (!eligible && may_reclaim && r->spec.queue != job.spec.queue) {
       const int32_t leaf = book_.LeafIndex(r->spec.queue);
@@ -1008,12 +1003,12 @@ bool Scheduler::ShareCouldFit(const TaskRequest& task, uint32_t pos) const {
   return n.spec.cpu >= task.cpu && n.spec.memory >= task.memory;
 }
 
-Scheduler::MigUse Scheduler::MigState(uint32_t pos, int32_t gpu) const {
+Scheduler::MigView Scheduler::MigState(uint32_t pos, int32_t gpu) const {
   if (auto it = mig_.find(static_cast<uint64_t>(pos) << 6 | static_cast<uint64_t>(gpu)); it != mig_.end()) {
-    return it->second;
+    return {&it->second.layout, it->second.used};
   }
   const NodeState& n = ws_.node(pos);
-  return {n.mig_layout[gpu], n.mig_used[gpu]};
+  return {&n.mig_layout[gpu], n.mig_used[gpu]};
 }
 
 bool Scheduler::FindMigInstance(const TaskRequest& task, uint32_t pos, int32_t* gpu, int32_t* start,
@@ -1023,12 +1018,12 @@ bool Scheduler::FindMigInstance(const TaskRequest& task, uint32_t pos, int32_t* 
   bool found = false;
   for (uint64_t m = n.mig_mask & n.healthy_mask; m != 0; m &= m - 1) {
     const int32_t g = std::countr_zero(m);
-    const MigUse use = MigState(pos, g);
+    const MigView use = MigState(pos, g);
     int32_t used_slots = 0;
-    for (const MigInstance& i : use.layout) {
+    for (const MigInstance& i : *use.layout) {
       if ((use.used >> i.start) & 1) used_slots += std::popcount(MigSlotMask(*n.mig_geometry, i));
     }
-    for (const MigInstance& i : use.layout) {
+    for (const MigInstance& i : *use.layout) {
       if (i.profile != profile || ((use.used >> i.start) & 1) != 0) continue;
       // Best fit: the GPU with the most of its slots in use.
       if (!found || used_slots > *fullness) {
@@ -1063,10 +1058,10 @@ bool Scheduler::PlanMigLayout(const TaskRequest& task, uint32_t pos, int32_t* gp
   int32_t best = -1, best_wanted = INT32_MAX;
   for (uint64_t m = n.mig_mask & n.healthy_mask; m != 0; m &= m - 1) {
     const int32_t g = std::countr_zero(m);
-    const MigUse use = MigState(pos, g);
+    const MigView use = MigState(pos, g);
     if (use.used != 0) continue;
     int32_t wanted = 0;
-    for (const MigInstance& i : use.layout) {
+    for (const MigInstance& i : *use.layout) {
       for (const std::string* d : mig_demand_) wanted += *d == geo.profiles[i.profile].name;
     }
     if (wanted < best_wanted) {
@@ -1242,11 +1237,11 @@ bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingR
           if (!PlanMigLayout(task, pos, &g, &layout)) continue;
           const NodeState& n = ws_.node(pos);
           const uint64_t key = static_cast<uint64_t>(pos) << 6 | static_cast<uint64_t>(g);
-          const MigUse before = MigState(pos, g);
+          const MigView before = MigState(pos, g);
           auto it = mig_.find(key);
           share_undo_.push_back({true, key, {}, it != mig_.end() ? it->second : MigUse{}, it != mig_.end()});
           out->reconfigurations.push_back({topo.node_at(pos), g, FormatMigLayout(*n.mig_geometry, layout),
-                                           FormatMigLayout(*n.mig_geometry, before.layout)});
+                                           FormatMigLayout(*n.mig_geometry, *before.layout)});
           mig_[key] = {std::move(layout), 0};
           int32_t full = -1;
           FindMigInstance(task, pos, &best_gpu, &mig_start, &full);
@@ -1281,8 +1276,8 @@ bool Scheduler::PlaceFractional(const Topology& topo, CycleResult* out, PendingR
       if (task.mig != nullptr) {
         auto it = mig_.find(key);
         share_undo_.push_back({true, key, {}, it != mig_.end() ? it->second : MigUse{}, it != mig_.end()});
-        MigUse use = MigState(best_pos, best_gpu);
-        use.used |= static_cast<uint8_t>(1u << mig_start);
+        const MigView now = MigState(best_pos, best_gpu);
+        MigUse use{*now.layout, static_cast<uint8_t>(now.used | (1u << mig_start))};
         mig_[key] = std::move(use);
         mask = uint64_t{1} << best_gpu;
         txn_.Place({task.task, static_cast<uint32_t>(rep), best_pos, 0, task.cpu, task.memory});

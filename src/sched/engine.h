@@ -200,7 +200,13 @@ class Scheduler {
   };
   // (position << 6 | GPU) -> its MIG layout and instances in use, where this cycle changed them.
   std::unordered_map<uint64_t, MigUse> mig_;
-  MigUse MigState(uint32_t pos, int32_t gpu) const;
+  // A GPU's layout and instances in use as this cycle sees them (no copy;
+  // valid until mig_ changes).
+  struct MigView {
+    const MigLayout* layout;
+    uint8_t used;
+  };
+  MigView MigState(uint32_t pos, int32_t gpu) const;
   struct ShareUndo {
     bool mig;
     uint64_t key;
@@ -250,6 +256,9 @@ class Scheduler {
   // Quota admission of the Txn's GPUs for `leaf` (no side effects).
   bool QuotaAdmits(const JobRecord& job, int32_t leaf);
   QueueBook::ModelGpus TxnGpusByModel() const;
+  // Whether a running gang holds GPUs one of `reservations` counts on: evicting
+  // or shrinking it would hand them to a job the reservation's owner goes before.
+  static bool HoldsReservedGpus(const JobRecord& job, const std::vector<Reservation>& reservations);
   // Placements of elastic jobs resized this cycle (their current gangs).
   std::unordered_map<JobId, std::vector<ReplicaPlacement>> resized_;
   // GPU fractions: FGD (profile share_placement: fgd, the default) or best fit.

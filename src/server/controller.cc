@@ -614,6 +614,12 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
   return Call<std::vector<TaskAssignment>>([&](Batch& batch) -> StatusOr<std::vector<TaskAssignment>> {
     Snapshot snap = batch.state->GetSnapshot();
     const NodeState* node = snap.FindNode(report.node);
+    // After each change: the new state, and the node in it (`node` points
+    // into a snapshot that may be released with the old `snap`).
+    auto refresh = [&] {
+      snap = batch.state->GetSnapshot();
+      node = snap.FindNode(report.node);
+    };
     if (node == nullptr) return NotFoundError("node '" + report.node + "' is not registered");
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -624,8 +630,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
     }
     if (node->lost) {
       batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
-      snap = batch.state->GetSnapshot();
-      node = snap.FindNode(report.node);  // `node` pointed into the state before the change
+      refresh();
     }
     // Usage of each running job's GPUs, for right-sizing.
     {
@@ -664,8 +669,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
           }
         }
       }
-      snap = batch.state->GetSnapshot();
-      node = snap.FindNode(report.node);
+      refresh();
     }
     // Checkpoints the node's tasks report (newer than the job's last).
     for (const TaskReport& t : report.tasks) {
@@ -681,8 +685,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
       });
       if (!ours) continue;
       if (batch.Apply(JobCheckpointed{t.job, at, t.checkpoint_path}).ok()) {
-        snap = batch.state->GetSnapshot();
-        node = snap.FindNode(report.node);
+        refresh();
       }
     }
     // Exits: a job ends when every replica has exited (all zero: succeeded).
@@ -703,8 +706,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
         if (stopped.size() == job->placement.size()) {
           exits_.erase(t.job);
           batch.Apply(JobRequeued{t.job, options_.clock->Now(), job->last_requeue_reason}).IgnoreError();
-          snap = batch.state->GetSnapshot();
-          node = snap.FindNode(report.node);
+          refresh();
         }
         continue;
       }
@@ -726,8 +728,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
                                                          : replica_name + " exited with code " +
                                                                std::to_string(t.exit_code) + "; restarted alone"})
             .IgnoreError();
-        snap = batch.state->GetSnapshot();
-        node = snap.FindNode(report.node);
+        refresh();
         continue;
       }
       if (failed) {
@@ -737,8 +738,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
                 t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
                                        : replica_name + " exited with code " + std::to_string(t.exit_code),
                 true);
-        snap = batch.state->GetSnapshot();
-        node = snap.FindNode(report.node);  // the old snapshot (and `node` in it) may be gone
+        refresh();
       } else if (exits.size() == job->placement.size()) {
         if (job->spec.restart.policy == RestartPolicy::kAlways) {
           Requeue(batch, *job, "all replicas exited; restart policy always", true);
@@ -746,8 +746,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
           batch.Apply(JobFinished{t.job, JobOutcome::kSucceeded, options_.clock->Now()}).IgnoreError();
           exits_.erase(t.job);
         }
-        snap = batch.state->GetSnapshot();
-        node = snap.FindNode(report.node);
+        refresh();
       }
     }
     std::vector<TaskAssignment> tasks;

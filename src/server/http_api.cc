@@ -542,7 +542,10 @@ class HttpServerImpl final : public HttpServer {
   // directory, where `rota logs` reads them. Only replicas that run or ran on
   // the reporting node; a piece sent twice (a lost reply) is not written twice.
   void StoreLogs(const HeartbeatReport& report) {
-    if (options_.logs_dir.empty()) return;
+    if (options_.logs_dir.empty() ||
+        std::none_of(report.tasks.begin(), report.tasks.end(), [](const TaskReport& t) { return !t.log.empty(); })) {
+      return;
+    }
     std::lock_guard<std::mutex> lock(logs_mu_);  // two reports of one node may carry the same piece
     Snapshot snap = c_->snapshot();
     const NodeState* node = snap.FindNode(report.node);

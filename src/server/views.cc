@@ -1,6 +1,7 @@
 #include "server/views.h"
 
 #include <ctime>
+#include <optional>
 
 #include "api/json_codec.h"
 #include "sched/queues.h"
@@ -25,7 +26,7 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   j["started_at"] = TimeText(job.started_at);
   j["finished_at"] = TimeText(job.finished_at);
   j["placement"] = ordered_json::array();
-  const std::map<std::string, NodeLive> live = job.placement.empty() ? std::map<std::string, NodeLive>{} : c.nodes_live();
+  std::optional<std::map<std::string, NodeLive>> live;  // read only for GPU fractions (MPS)
   for (const ReplicaPlacement& r : job.placement) {
     j["placement"].push_back({{"task", job.spec.tasks[r.task].name},
                               {"replica", r.replica},
@@ -37,7 +38,8 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
       // CUDA_MPS_* variables); otherwise nothing does.
       j["placement"].back()["gpu_fraction"] = FormatMilliCpu(r.gpu_milli);
       const std::string& name = snap.node(r.node).spec.name;
-      const bool mps = live.count(name) && live.at(name).mps;
+      if (!live) live = c.nodes_live();
+      const bool mps = live->count(name) && live->at(name).mps;
       j["placement"].back()["isolation"] = mps ? "MPS (compute share and memory limit enforced by the MPS server)"
                                                : "none (shared GPU; limits advisory: no MPS daemon on the node)";
     }
