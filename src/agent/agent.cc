@@ -208,6 +208,7 @@ bool Agent::Register() {
     json mig = json::object();
     for (const auto& [gpu, layout] : inv.mig) mig[std::to_string(gpu)] = layout;
     node["mig"] = std::move(mig);
+    if (inv.mig_fixed) node["mig_fixed"] = true;  // the driver's layouts: not re-partitioned by rota
   }
   auto client = MakeClient(options_.server, options_.token);
   auto res = client->Post("/v1/agents/register",
@@ -368,6 +369,7 @@ bool Agent::Heartbeat(int wait_ms) {
       gpu_list.push_back(g);
     }
     const std::string visible = VisibleDevices(options_.inventory, gpu_list);
+    std::string launch_error;  // why the task cannot start here, reported as its exit
     const std::string job_dir = options_.logs_dir + "/" + std::to_string(t->job);
     const std::string name = a.at("task_name").get<std::string>() + "-" + std::to_string(t->replica);
     LaunchSpec spec;
@@ -401,11 +403,14 @@ bool Agent::Heartbeat(int wait_ms) {
     if (const int mig_start = a.value("mig_start", -1); mig_start >= 0) {
       // One MIG instance of gpus[0] (hardware isolation). A simulated GPU has
       // no MIG device to name: the task sees which instance it was given.
-      const std::string instance = std::to_string(gpu_list.empty() ? 0 : gpu_list[0]) + ":" +
-                                   a.value("mig_profile", std::string()) + "@" + std::to_string(mig_start);
-      spec.env["ROTA_MIG_INSTANCE"] = instance;
-      if (options_.inventory.simulated) {
-        spec.env["CUDA_VISIBLE_DEVICES"] = spec.env["NVIDIA_VISIBLE_DEVICES"] = "MIG-simulated-" + instance;
+      const int32_t gpu = gpu_list.empty() ? 0 : gpu_list[0];
+      const std::string profile = a.value("mig_profile", std::string());
+      spec.env["ROTA_MIG_INSTANCE"] = std::to_string(gpu) + ":" + profile + "@" + std::to_string(mig_start);
+      spec.env["CUDA_VISIBLE_DEVICES"] = spec.env["NVIDIA_VISIBLE_DEVICES"] =
+          MigVisibleDevice(options_.inventory, gpu, profile, mig_start);
+      if (spec.env["CUDA_VISIBLE_DEVICES"].empty()) {
+        launch_error = "GPU " + std::to_string(gpu) + " has no MIG instance at slot " + std::to_string(mig_start) +
+                       " (the driver's MIG layout changed since the agent registered; restart the agent)";
       }
     }
     spec.env["ROTA_JOB_ID"] = std::to_string(t->job);
@@ -435,7 +440,11 @@ bool Agent::Heartbeat(int wait_ms) {
     if (const std::string last = a.value("last_checkpoint", std::string()); !last.empty()) {
       spec.env["ROTA_LAST_CHECKPOINT"] = last;
     }
-    if (spec.argv.empty()) {
+    if (!launch_error.empty()) {
+      std::ofstream(spec.log_path, std::ios::app) << "rota: cannot start the task: " << launch_error << "\n";
+      t->exited = true;
+      t->exit_code = 127;
+    } else if (spec.argv.empty()) {
       std::ofstream(spec.log_path, std::ios::app) << "rota: no command; the task holds its GPUs until cancelled\n";
     } else {
       // CPU and memory limits: the process joins its cgroup before it runs.

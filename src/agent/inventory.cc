@@ -1,5 +1,7 @@
 #include "agent/inventory.h"
 
+#include "agent/nvml.h"
+
 #include "core/mig.h"
 
 #include <dlfcn.h>
@@ -15,6 +17,7 @@
 #include <map>
 #include <fstream>
 #include <mutex>
+#include <type_traits>
 
 namespace rota::agent {
 
@@ -48,7 +51,7 @@ StatusOr<Inventory> ParseGpuFlag(const std::string& flag) {
 Status DeclareMig(Inventory* inv, const std::string& layout, int32_t gpus) {
   if (!inv->simulated) {
     return FailedPreconditionError("--mig: only a declared (--gpus) inventory is put in MIG mode by flag; with NVML, "
-                                   "rota does not read or change MIG layouts yet");
+                                   "the agent reads the MIG layouts the driver has (nvidia-smi mig)");
   }
   const MigGeometry* geo = MigGeometryFor(inv->gpu_model, inv->gpu_memory);
   if (geo == nullptr) {
@@ -68,80 +71,39 @@ Status DeclareMig(Inventory* inv, const std::string& layout, int32_t gpus) {
 
 namespace {
 
-// The few NVML entry points used, resolved with dlsym.
-struct Nvml {
-  using Device = void*;
-  struct Memory {
-    unsigned long long total, free, used;
-  };
-  struct Utilization {
-    unsigned int gpu, memory;
-  };
-  int (*init)() = nullptr;
-  int (*count)(unsigned int*) = nullptr;
-  int (*handle)(unsigned int, Device*) = nullptr;
-  int (*name)(Device, char*, unsigned int) = nullptr;
-  int (*memory)(Device, Memory*) = nullptr;
-  int (*utilization)(Device, Utilization*) = nullptr;
-  int (*temperature)(Device, int, unsigned int*) = nullptr;
-  int (*power)(Device, unsigned int*) = nullptr;
-  int (*driver)(char*, unsigned int) = nullptr;
-  int (*ecc)(Device, int, int, unsigned long long*) = nullptr;
-  int (*uuid)(Device, char*, unsigned int) = nullptr;
-  int (*mig_mode)(Device, unsigned int*, unsigned int*) = nullptr;  // current, pending
-  // XID events (nvml.h: nvmlEventData_t; nvmlEventTypeXidCriticalError = 0x8).
-  using EventSet = void*;
-  struct EventData {
-    Device device;
-    unsigned long long type;
-    unsigned long long data;  // the XID
-    unsigned int gpu_instance;
-    unsigned int compute_instance;
-  };
-  int (*event_set_create)(EventSet*) = nullptr;
-  int (*register_events)(Device, unsigned long long, EventSet) = nullptr;
-  int (*event_wait)(EventSet, EventData*, unsigned int) = nullptr;
-  int (*device_index)(Device, unsigned int*) = nullptr;
-  // NVLink topology (nvml.h: nvmlPciInfo_t; NVML_NVLINK_MAX_LINKS = 18).
-  struct PciInfo {
-    char bus_id_legacy[16];
-    unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
-    char bus_id[32];
-  };
-  int (*pci_info)(Device, PciInfo*) = nullptr;
-  int (*nvlink_state)(Device, unsigned int, int*) = nullptr;
-  int (*nvlink_remote_pci)(Device, unsigned int, PciInfo*) = nullptr;
-  bool ok = false;
-};
-
-const Nvml& LoadNvml() {
-  static Nvml nvml;
+const NvmlApi& LoadNvml() {
+  static NvmlApi nvml;
   static std::once_flag once;
   std::call_once(once, [] {
     void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) return;
-    auto sym = [&](const char* n) { return dlsym(lib, n); };
-    nvml.init = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
-    nvml.count = reinterpret_cast<int (*)(unsigned int*)>(sym("nvmlDeviceGetCount_v2"));
-    nvml.handle = reinterpret_cast<int (*)(unsigned int, Nvml::Device*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
-    nvml.name = reinterpret_cast<int (*)(Nvml::Device, char*, unsigned int)>(sym("nvmlDeviceGetName"));
-    nvml.memory = reinterpret_cast<int (*)(Nvml::Device, Nvml::Memory*)>(sym("nvmlDeviceGetMemoryInfo"));
-    nvml.utilization = reinterpret_cast<int (*)(Nvml::Device, Nvml::Utilization*)>(sym("nvmlDeviceGetUtilizationRates"));
-    nvml.temperature = reinterpret_cast<int (*)(Nvml::Device, int, unsigned int*)>(sym("nvmlDeviceGetTemperature"));
-    nvml.power = reinterpret_cast<int (*)(Nvml::Device, unsigned int*)>(sym("nvmlDeviceGetPowerUsage"));
-    nvml.driver = reinterpret_cast<int (*)(char*, unsigned int)>(sym("nvmlSystemGetDriverVersion"));
-    nvml.ecc = reinterpret_cast<int (*)(Nvml::Device, int, int, unsigned long long*)>(sym("nvmlDeviceGetTotalEccErrors"));
-    nvml.uuid = reinterpret_cast<int (*)(Nvml::Device, char*, unsigned int)>(sym("nvmlDeviceGetUUID"));
-    nvml.mig_mode = reinterpret_cast<int (*)(Nvml::Device, unsigned int*, unsigned int*)>(sym("nvmlDeviceGetMigMode"));
-    nvml.event_set_create = reinterpret_cast<int (*)(Nvml::EventSet*)>(sym("nvmlEventSetCreate"));
-    nvml.register_events =
-        reinterpret_cast<int (*)(Nvml::Device, unsigned long long, Nvml::EventSet)>(sym("nvmlDeviceRegisterEvents"));
-    nvml.event_wait = reinterpret_cast<int (*)(Nvml::EventSet, Nvml::EventData*, unsigned int)>(sym("nvmlEventSetWait_v2"));
-    nvml.device_index = reinterpret_cast<int (*)(Nvml::Device, unsigned int*)>(sym("nvmlDeviceGetIndex"));
-    nvml.pci_info = reinterpret_cast<int (*)(Nvml::Device, Nvml::PciInfo*)>(sym("nvmlDeviceGetPciInfo_v3"));
-    nvml.nvlink_state = reinterpret_cast<int (*)(Nvml::Device, unsigned int, int*)>(sym("nvmlDeviceGetNvLinkState"));
-    nvml.nvlink_remote_pci =
-        reinterpret_cast<int (*)(Nvml::Device, unsigned int, Nvml::PciInfo*)>(sym("nvmlDeviceGetNvLinkRemotePciInfo_v2"));
+    // Each entry point by name, typed after the member it fills.
+    auto sym = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name)); };
+    sym(nvml.init, "nvmlInit_v2");
+    sym(nvml.count, "nvmlDeviceGetCount_v2");
+    sym(nvml.handle, "nvmlDeviceGetHandleByIndex_v2");
+    sym(nvml.name, "nvmlDeviceGetName");
+    sym(nvml.memory, "nvmlDeviceGetMemoryInfo");
+    sym(nvml.utilization, "nvmlDeviceGetUtilizationRates");
+    sym(nvml.temperature, "nvmlDeviceGetTemperature");
+    sym(nvml.power, "nvmlDeviceGetPowerUsage");
+    sym(nvml.driver, "nvmlSystemGetDriverVersion");
+    sym(nvml.ecc, "nvmlDeviceGetTotalEccErrors");
+    sym(nvml.uuid, "nvmlDeviceGetUUID");
+    sym(nvml.mig_mode, "nvmlDeviceGetMigMode");
+    sym(nvml.event_set_create, "nvmlEventSetCreate");
+    sym(nvml.register_events, "nvmlDeviceRegisterEvents");
+    sym(nvml.event_wait, "nvmlEventSetWait_v2");
+    sym(nvml.device_index, "nvmlDeviceGetIndex");
+    sym(nvml.pci_info, "nvmlDeviceGetPciInfo_v3");
+    sym(nvml.nvlink_state, "nvmlDeviceGetNvLinkState");
+    sym(nvml.nvlink_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+    sym(nvml.gi_profile_info, "nvmlDeviceGetGpuInstanceProfileInfoV");
+    sym(nvml.gpu_instances, "nvmlDeviceGetGpuInstances");
+    sym(nvml.gi_info, "nvmlGpuInstanceGetInfo");
+    sym(nvml.max_mig_devices, "nvmlDeviceGetMaxMigDeviceCount");
+    sym(nvml.mig_device, "nvmlDeviceGetMigDeviceHandleByIndex");
+    sym(nvml.mig_device_gi, "nvmlDeviceGetGpuInstanceId");
     nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.name && nvml.memory && nvml.init() == 0;
   });
   return nvml;
@@ -154,20 +116,16 @@ std::string ShortModel(std::string name) {
   return space == std::string::npos ? name : name.substr(0, space);
 }
 
-}  // namespace
-
-namespace {
-
 // NVLink islands from NVML: GPUs joined by active links (directly, or through
 // NVSwitches: a link to anything that is not one of our GPUs) form a
 // component. rota's model wants equal, contiguous islands; anything else is
-// reported as one island. Untested on real GPUs here (none lent).
-int32_t NvlinkIslands(const Nvml& nvml, int32_t gpus) {
+// reported as one island.
+int32_t NvlinkIslands(const NvmlApi& nvml, int32_t gpus) {
   if (!nvml.pci_info || !nvml.nvlink_state || !nvml.nvlink_remote_pci || gpus <= 1) return 1;
   std::vector<std::tuple<unsigned, unsigned, unsigned>> pci(gpus);
-  std::vector<Nvml::Device> devs(gpus);
+  std::vector<NvmlApi::Device> devs(gpus);
   for (int32_t g = 0; g < gpus; ++g) {
-    Nvml::PciInfo info{};
+    NvmlApi::PciInfo info{};
     if (nvml.handle(static_cast<unsigned int>(g), &devs[g]) != 0 || nvml.pci_info(devs[g], &info) != 0) return 1;
     pci[g] = {info.domain, info.bus, info.device};
   }
@@ -179,9 +137,9 @@ int32_t NvlinkIslands(const Nvml& nvml, int32_t gpus) {
   };
   bool any_link = false;
   for (int32_t g = 0; g < gpus; ++g) {
-    for (unsigned int link = 0; link < 18; ++link) {
+    for (unsigned int link = 0; link < 18; ++link) {  // NVML_NVLINK_MAX_LINKS
       int active = 0;
-      Nvml::PciInfo remote{};
+      NvmlApi::PciInfo remote{};
       if (nvml.nvlink_state(devs[g], link, &active) != 0 || active == 0) continue;
       if (nvml.nvlink_remote_pci(devs[g], link, &remote) != 0) continue;
       any_link = true;
@@ -204,22 +162,80 @@ int32_t NvlinkIslands(const Nvml& nvml, int32_t gpus) {
   return islands;
 }
 
+// The MIG layout of a GPU in MIG mode, as the driver has it: every GPU
+// instance with at least one compute instance (CUDA sees only those), by
+// profile name and placement; and each instance's MIG device UUID. An
+// instance rota's geometry does not know (a media-extension "+me" profile,
+// an unknown model) makes the GPU unusable rather than half-described.
+Status ReadMigLayout(const NvmlApi& nvml, NvmlApi::Device dev, const std::string& model, MemoryMiB memory,
+                     std::string* layout_text, std::map<int32_t, std::string>* devices) {
+  if (!nvml.gi_profile_info || !nvml.gpu_instances || !nvml.gi_info || !nvml.max_mig_devices || !nvml.mig_device ||
+      !nvml.mig_device_gi || !nvml.uuid) {
+    return UnimplementedError("this driver's NVML lacks the MIG instance calls");
+  }
+  const MigGeometry* geo = MigGeometryFor(model, memory);
+  if (geo == nullptr) return UnimplementedError("rota knows no MIG geometry for " + model);
+  // GPU instance id -> MIG device UUID (the first compute instance's).
+  std::map<unsigned int, std::string> uuid_by_gi;
+  unsigned int max = 0;
+  if (nvml.max_mig_devices(dev, &max) != 0) return UnavailableError("cannot count MIG devices");
+  for (unsigned int i = 0; i < max; ++i) {
+    NvmlApi::Device mig = nullptr;
+    unsigned int gi = 0;
+    char id[96] = {};
+    if (nvml.mig_device(dev, i, &mig) != 0) continue;  // a free index
+    if (nvml.mig_device_gi(mig, &gi) != 0 || nvml.uuid(mig, id, sizeof(id)) != 0) continue;
+    uuid_by_gi.emplace(gi, id);
+  }
+  MigLayout layout;
+  for (unsigned int p = 0; p < 32; ++p) {
+    NvmlApi::GpuInstanceProfileInfoV2 info{};
+    info.version = static_cast<unsigned int>(sizeof(info)) | (2u << 24);
+    if (nvml.gi_profile_info(dev, p, &info) != 0) continue;  // not offered on this GPU
+    NvmlApi::GpuInstance gis[kMigSlots] = {};
+    unsigned int n = kMigSlots;
+    if (nvml.gpu_instances(dev, info.id, gis, &n) != 0) continue;
+    std::string name = info.name;
+    if (name.rfind("MIG ", 0) == 0) name = name.substr(4);
+    for (unsigned int k = 0; k < n && k < kMigSlots; ++k) {
+      NvmlApi::GpuInstanceInfo gi{};
+      if (nvml.gi_info(gis[k], &gi) != 0) continue;
+      auto uuid = uuid_by_gi.find(gi.id);
+      if (uuid == uuid_by_gi.end()) continue;  // no compute instance: CUDA cannot use it
+      const int32_t profile = geo->ProfileIndex(name);
+      if (profile < 0) {
+        return UnimplementedError("MIG instance " + name + "@" + std::to_string(gi.start) + " is not a profile rota knows on " +
+                                  std::string(geo->name));
+      }
+      layout.push_back({static_cast<int8_t>(profile), static_cast<int8_t>(gi.start)});
+      (*devices)[static_cast<int32_t>(gi.start)] = uuid->second;
+    }
+  }
+  std::sort(layout.begin(), layout.end(), [](const MigInstance& a, const MigInstance& b) { return a.start < b.start; });
+  if (Status s = ValidateMigLayout(*geo, layout); !s.ok()) {
+    return UnimplementedError("the driver's MIG layout is not one rota can model: " + std::string(s.message()));
+  }
+  *layout_text = FormatMigLayout(*geo, layout);
+  return Status::Ok();
+}
+
 }  // namespace
 
-StatusOr<Inventory> DiscoverNvml() {
-  const Nvml& nvml = LoadNvml();
+const NvmlApi& SystemNvml() { return LoadNvml(); }
+
+StatusOr<Inventory> DiscoverWith(const NvmlApi& nvml) {
   if (!nvml.ok) return NotFoundError("no NVIDIA driver (libnvidia-ml.so.1 did not load or initialise)");
   unsigned int n = 0;
   if (nvml.count(&n) != 0 || n == 0) return NotFoundError("NVML reports no GPUs");
   Inventory inv;
   inv.simulated = false;
   inv.gpus = static_cast<int32_t>(std::min<unsigned int>(n, kMaxGpusPerNode));
-  Nvml::Device dev = nullptr;
+  NvmlApi::Device dev = nullptr;
   nvml.handle(0, &dev);
   char name[96] = {};
   nvml.name(dev, name, sizeof(name));
   inv.gpu_model = ShortModel(name);
-  Nvml::Memory mem{};
+  NvmlApi::Memory mem{};
   nvml.memory(dev, &mem);
   inv.gpu_memory = static_cast<MemoryMiB>(mem.total >> 20);
   char driver[80] = "unknown";
@@ -227,7 +243,7 @@ StatusOr<Inventory> DiscoverNvml() {
   inv.source = std::string("nvml (") + name + ", driver " + driver + ")";
   inv.nvlink_islands = NvlinkIslands(nvml, inv.gpus);
   for (int32_t g = 0; g < inv.gpus && nvml.uuid; ++g) {
-    Nvml::Device d = nullptr;
+    NvmlApi::Device d = nullptr;
     char id[96] = {};
     if (nvml.handle(static_cast<unsigned int>(g), &d) != 0 || nvml.uuid(d, id, sizeof(id)) != 0) {
       inv.uuids.clear();  // all or nothing: indices then
@@ -235,8 +251,28 @@ StatusOr<Inventory> DiscoverNvml() {
     }
     inv.uuids.push_back(id);
   }
+  // GPUs in MIG mode: their layouts as the driver has them.
+  for (int32_t g = 0; g < inv.gpus && nvml.mig_mode; ++g) {
+    NvmlApi::Device d = nullptr;
+    unsigned int current = 0, pending = 0;
+    if (nvml.handle(static_cast<unsigned int>(g), &d) != 0 || nvml.mig_mode(d, &current, &pending) != 0 ||
+        current != 1) {
+      continue;
+    }
+    std::string layout;
+    std::map<int32_t, std::string> devices;
+    if (Status s = ReadMigLayout(nvml, d, inv.gpu_model, inv.gpu_memory, &layout, &devices); !s.ok()) {
+      inv.mig_unusable[g] = "mig mode on, layout unusable: " + std::string(s.message());
+      continue;
+    }
+    inv.mig[g] = layout;
+    inv.mig_devices[g] = std::move(devices);
+    inv.mig_fixed = true;
+  }
   return inv;
 }
+
+StatusOr<Inventory> DiscoverNvml() { return DiscoverWith(LoadNvml()); }
 
 namespace {
 
@@ -250,83 +286,118 @@ bool HardwareXid(unsigned long long xid) {
   return false;
 }
 
-// Drains pending XID events; a GPU with a hardware XID stays unhealthy until
-// the agent restarts (its reason names the XID). Untested on real GPUs here:
-// no device was lent to this project's machines.
-const std::map<int32_t, std::string>& XidFailures(const Nvml& nvml, int32_t gpus) {
-  static std::map<int32_t, std::string> failed;
-  static Nvml::EventSet set = nullptr;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    if (nvml.event_set_create && nvml.register_events && nvml.event_wait && nvml.device_index &&
-        nvml.event_set_create(&set) == 0) {
-      for (int32_t g = 0; g < gpus; ++g) {
-        Nvml::Device dev = nullptr;
-        if (nvml.handle(static_cast<unsigned int>(g), &dev) == 0) nvml.register_events(dev, 0x8ULL, set);
-      }
+// Drains pending XID events into `w`.
+void PollXids(const NvmlApi& nvml, int32_t gpus, XidWatch* w) {
+  if (!w->tried) {
+    w->tried = true;
+    if (!nvml.event_set_create || !nvml.register_events || !nvml.event_wait || !nvml.device_index) {
+      w->status = "unavailable: this driver's NVML lacks the event calls";
+    } else if (const int rc = nvml.event_set_create(&w->set); rc != 0) {
+      w->set = nullptr;
+      w->status = "unavailable: nvmlEventSetCreate returned " + std::to_string(rc);
     } else {
-      set = nullptr;
+      int32_t subscribed = 0;
+      std::string refused;
+      for (int32_t g = 0; g < gpus; ++g) {
+        NvmlApi::Device dev = nullptr;
+        if (nvml.handle(static_cast<unsigned int>(g), &dev) != 0) continue;
+        const int reg = nvml.register_events(dev, 0x8ULL, w->set);
+        if (reg == 0) ++subscribed;
+        else refused += " GPU " + std::to_string(g) + ": NVML error " + std::to_string(reg) + (reg == 3 ? " (not supported)" : "");
+      }
+      w->status = "subscribed on " + std::to_string(subscribed) + " of " + std::to_string(gpus) + " GPUs" +
+                  (refused.empty() ? "" : ";" + refused);
     }
   }
-  if (set == nullptr) return failed;
-  Nvml::EventData e{};
-  for (int i = 0; i < 64 && nvml.event_wait(set, &e, 1) == 0; ++i) {
+  if (w->set == nullptr) return;
+  NvmlApi::EventData e{};
+  for (int i = 0; i < 64 && nvml.event_wait(w->set, &e, 1) == 0; ++i) {
     unsigned int index = 0;
     if (e.type != 0x8ULL || !HardwareXid(e.data) || nvml.device_index(e.device, &index) != 0) continue;
-    failed[static_cast<int32_t>(index)] = "xid " + std::to_string(e.data);
+    w->failed[static_cast<int32_t>(index)] = "xid " + std::to_string(e.data);
   }
-  return failed;
 }
+
+std::mutex system_xid_mu;
+XidWatch system_xid;  // SampleGpus' subscription (the agent samples from one thread)
 
 }  // namespace
 
-std::vector<GpuSample> SampleGpus(const Inventory& inv, uint64_t busy_mask) {
+std::string XidEventStatus() {
+  std::lock_guard<std::mutex> lock(system_xid_mu);
+  return system_xid.status;
+}
+
+std::vector<GpuSample> SampleWith(const NvmlApi& nvml, const Inventory& inv, XidWatch* watch) {
   std::vector<GpuSample> out;
-  const Nvml& nvml = LoadNvml();
-  static const std::map<int32_t, std::string> kNone;
-  const auto& xid = !inv.simulated && nvml.ok ? XidFailures(nvml, inv.gpus) : kNone;
+  PollXids(nvml, inv.gpus, watch);
+  const auto& xid = watch->failed;
   for (int32_t g = 0; g < inv.gpus; ++g) {
     GpuSample s;
     s.index = g;
-    if (!inv.simulated && nvml.ok) {
-      Nvml::Device dev = nullptr;
-      if (nvml.handle(static_cast<unsigned int>(g), &dev) == 0) {
-        Nvml::Utilization u{};
-        if (nvml.utilization && nvml.utilization(dev, &u) == 0) s.utilization_pct = static_cast<int32_t>(u.gpu);
-        Nvml::Memory m{};
-        if (nvml.memory(dev, &m) == 0) s.memory_used = static_cast<MemoryMiB>(m.used >> 20);
-        unsigned int t = 0;
-        if (nvml.temperature && nvml.temperature(dev, 0, &t) == 0) s.temperature_c = static_cast<int32_t>(t);
-        unsigned int mw = 0;
-        if (nvml.power && nvml.power(dev, &mw) == 0) s.power_w = static_cast<int32_t>(mw / 1000);
-        // Uncorrected (1) volatile (0) ECC errors since boot mean the GPU is not to be trusted.
-        unsigned long long uncorrected = 0;
-        if (nvml.ecc && nvml.ecc(dev, 1, 0, &uncorrected) == 0 && uncorrected > 0) {
-          s.healthy = false;
-          s.health_reason = "ecc: " + std::to_string(uncorrected) + " uncorrected errors";
-        }
-        // A GPU in MIG mode cannot run whole-GPU work, and rota does not read
-        // MIG layouts through NVML yet: it takes no work (declare MIG GPUs).
-        unsigned int current = 0, pending = 0;
-        if (nvml.mig_mode && nvml.mig_mode(dev, &current, &pending) == 0 && current == 1) {
-          s.healthy = false;
-          s.health_reason = "mig mode on (rota does not read MIG layouts through NVML yet)";
-        }
-        if (auto it = xid.find(g); it != xid.end()) {
-          s.healthy = false;
-          s.health_reason = it->second;
-        }
+    NvmlApi::Device dev = nullptr;
+    if (nvml.handle(static_cast<unsigned int>(g), &dev) == 0) {
+      NvmlApi::Utilization u{};
+      if (nvml.utilization && nvml.utilization(dev, &u) == 0) s.utilization_pct = static_cast<int32_t>(u.gpu);
+      NvmlApi::Memory m{};
+      if (nvml.memory(dev, &m) == 0) s.memory_used = static_cast<MemoryMiB>(m.used >> 20);
+      unsigned int t = 0;
+      if (nvml.temperature && nvml.temperature(dev, 0, &t) == 0) s.temperature_c = static_cast<int32_t>(t);
+      unsigned int mw = 0;
+      if (nvml.power && nvml.power(dev, &mw) == 0) s.power_w = static_cast<int32_t>(mw / 1000);
+      // Uncorrected (1) volatile (0) ECC errors since boot mean the GPU is not to be trusted.
+      unsigned long long uncorrected = 0;
+      if (nvml.ecc && nvml.ecc(dev, 1, 0, &uncorrected) == 0 && uncorrected > 0) {
+        s.healthy = false;
+        s.health_reason = "ecc: " + std::to_string(uncorrected) + " uncorrected errors";
       }
-    } else {
-      const bool busy = (busy_mask >> g) & 1;
-      s.utilization_pct = busy ? 100 : 0;
-      s.temperature_c = busy ? 65 : 35;
-      s.power_w = busy ? 300 : 60;
+      // MIG mode as registered: a GPU switched into MIG mode since (after a
+      // reset) or one whose layout rota cannot use takes no work.
+      unsigned int current = 0, pending = 0;
+      if (auto bad = inv.mig_unusable.find(g); bad != inv.mig_unusable.end()) {
+        s.healthy = false;
+        s.health_reason = bad->second;
+      } else if (nvml.mig_mode && nvml.mig_mode(dev, &current, &pending) == 0 && (current == 1) != inv.mig.contains(g)) {
+        s.healthy = false;
+        s.health_reason = std::string("mig mode turned ") + (current == 1 ? "on" : "off") + " since the agent started";
+      }
+      if (auto it = xid.find(g); it != xid.end()) {
+        s.healthy = false;
+        s.health_reason = it->second;
+      }
     }
     out.push_back(s);
   }
   return out;
+}
+
+std::vector<GpuSample> SampleGpus(const Inventory& inv, uint64_t busy_mask) {
+  if (!inv.simulated) {
+    const NvmlApi& nvml = LoadNvml();
+    if (nvml.ok) {
+      std::lock_guard<std::mutex> lock(system_xid_mu);
+      return SampleWith(nvml, inv, &system_xid);
+    }
+  }
+  std::vector<GpuSample> out;
+  for (int32_t g = 0; g < inv.gpus; ++g) {
+    GpuSample s;
+    s.index = g;
+    const bool busy = (busy_mask >> g) & 1;
+    s.utilization_pct = busy ? 100 : 0;
+    s.temperature_c = busy ? 65 : 35;
+    s.power_w = busy ? 300 : 60;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string MigVisibleDevice(const Inventory& inv, int32_t gpu, const std::string& profile, int32_t start) {
+  if (inv.simulated) return "MIG-simulated-" + std::to_string(gpu) + ":" + profile + "@" + std::to_string(start);
+  auto g = inv.mig_devices.find(gpu);
+  if (g == inv.mig_devices.end()) return "";
+  auto d = g->second.find(start);
+  return d == g->second.end() ? "" : d->second;
 }
 
 std::string VisibleDevices(const Inventory& inv, const std::vector<int32_t>& gpus) {

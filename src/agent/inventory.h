@@ -32,6 +32,12 @@ struct Inventory {
   std::string source;  // "nvml (driver 550.54)" or "declared (--gpus 8xH100:80Gi)"
   std::vector<std::string> uuids;  // per GPU index, from NVML; empty when simulated
   std::map<int32_t, std::string> mig;  // GPUs in MIG mode: index -> layout (NodeSpec::mig)
+  // From NVML: the layouts are the driver's (rota does not re-partition them,
+  // NodeSpec::mig_fixed); each instance's MIG device UUID by GPU and start slot.
+  bool mig_fixed = false;
+  std::map<int32_t, std::map<int32_t, std::string>> mig_devices;
+  // GPUs in MIG mode whose layout rota cannot use, and why (they take no work).
+  std::map<int32_t, std::string> mig_unusable;
 };
 
 // Puts the first `gpus` GPUs (-1 = all) of a declared inventory in MIG mode
@@ -42,6 +48,10 @@ Status DeclareMig(Inventory* inv, const std::string& layout, int32_t gpus);
 // The device list for CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES: GPU UUIDs
 // where NVML gave them (stable across reboots and renumbering), else indices.
 std::string VisibleDevices(const Inventory& inv, const std::vector<int32_t>& gpus);
+// The device that CUDA_VISIBLE_DEVICES names for the MIG instance at slot
+// `start` of GPU `gpu`: its MIG UUID from NVML, or, for a declared inventory,
+// "MIG-simulated-<gpu>:<profile>@<start>"; empty if NVML has no such instance.
+std::string MigVisibleDevice(const Inventory& inv, int32_t gpu, const std::string& profile, int32_t start);
 
 // "8xH100:80Gi", "4xA100", "0" (no GPUs).
 StatusOr<Inventory> ParseGpuFlag(const std::string& flag);

@@ -79,6 +79,7 @@ ordered_json NodeSpecToJson(const NodeSpec& n) {
     ordered_json mig = ordered_json::object();
     for (const auto& [gpu, layout] : n.mig) mig[std::to_string(gpu)] = layout;
     j["mig"] = std::move(mig);
+    if (n.mig_fixed) j["mig_fixed"] = true;
   }
   return j;
 }
@@ -102,7 +103,7 @@ StatusOr<T> Get(const json& j, const char* key, std::string_view source) {
 StatusOr<NodeSpec> NodeSpecFromJson(const json& j, std::string_view source) {
   if (!j.is_object()) return InvalidArgumentError(std::string(source) + ": must be a JSON object");
   static const char* kFields[] = {"name",   "gpu_model", "gpus",   "gpu_memory", "nvlink_islands",
-                                  "cpu",    "memory",    "labels", "mig"};
+                                  "cpu",    "memory",    "labels", "mig", "mig_fixed"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* f : kFields) known = known || key == f;
@@ -144,6 +145,9 @@ StatusOr<NodeSpec> NodeSpecFromJson(const json& j, std::string_view source) {
       }
       n.mig[gpu] = layout;
     }
+  }
+  if (j.contains("mig_fixed")) {
+    ROTA_ASSIGN_OR_RETURN(n.mig_fixed, Get<bool>(j, "mig_fixed", source));
   }
   if (Status s = ValidateNodeSpec(n); !s.ok()) return s.WithPrefix(source);
   return n;

@@ -139,7 +139,9 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         }
         if (job.contains("pending_reason")) reason = S(job["pending_reason"], "code") + ": " + S(job["pending_reason"], "message");
         else if (job.contains("end_reason")) reason = S(job, "end_reason");
-        t.Add({S(job, "id"), S(job, "name"), S(job, "user"), S(job, "queue"), S(job, "state"), S(job, "gpus"),
+        std::string gpus = S(job, "gpus");
+        if (job.contains("gpu_shares")) gpus = gpus == "0" ? S(job, "gpu_shares") : gpus + " + " + S(job, "gpu_shares");
+        t.Add({S(job, "id"), S(job, "name"), S(job, "user"), S(job, "queue"), S(job, "state"), gpus,
                nodes.empty() ? "-" : nodes, reason});
       }
       std::cout << t.Render();
@@ -236,7 +238,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
           ++total;
           allocated += g["allocated"].get<bool>();
           t.Add({S(n, "name") + (n["simulated"].get<bool>() ? " (sim)" : ""), S(g, "index"),
-                 g.contains("job") ? S(g, "job") : "-", g.contains("utilization_pct") ? S(g, "utilization_pct") : "-",
+                 g.contains("jobs") ? GpuList(g["jobs"]) : g.contains("job") ? S(g, "job") : "-", g.contains("utilization_pct") ? S(g, "utilization_pct") : "-",
                  g.contains("memory_used") ? S(g, "memory_used") : "-",
                  g.contains("temperature_c") ? S(g, "temperature_c") + "C" : "-",
                  g.contains("power_w") ? S(g, "power_w") + "W" : "-", g["healthy"].get<bool>() ? "yes" : "no",

@@ -4,11 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "agent/agent.h"
+#include "agent/nvml.h"
 #include "api/yaml_codec.h"
 #include "cli/client.h"
 #include "server/http_api.h"
@@ -20,11 +22,13 @@ namespace {
 constexpr const char* kServerUsage =
     "usage: rota server [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "                   [--tls-cert FILE --tls-key FILE] [--rate-limit N] [--node-timeout 30s]\n"
-    "                   [--min-runtime 10m] [--history-interval 10s]\n";
+    "                   [--min-runtime 10m] [--history-interval 10s]\n"
+    "                   [--idle-after 30m] [--idle-utilization 5]\n";
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
     "               [--nvlink-islands N] [--oci-runtime auto|runc|crun]\n"
+    "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5]\n"
     "\n"
     "Runs the server and a local agent in one process, with an embedded SQLite\n"
     "store in DIR (default $ROTA_DATA_DIR or ~/.local/share/rota). Without an\n"
@@ -33,7 +37,8 @@ constexpr const char* kAgentUsage =
     "usage: rota agent --server URL --token TOKEN [--name NODE] [--address ADDR]\n"
     "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--nvlink-islands N]\n"
     "                  [--logs-dir DIR] [--label k=v ...] [--oci-runtime auto|runc|crun]\n"
-    "                  [--heartbeat-ms N] [--health-file FILE]\n";
+    "                  [--heartbeat-ms N] [--health-file FILE]\n"
+    "       rota agent --probe [--gpus ...]   (print what this node would register, and one telemetry sample)\n";
 
 // The value after args[*i] (and moves *i to it), or exits with usage error 2.
 std::string FlagValue(const std::vector<std::string>& args, size_t* i, const char* program) {
@@ -154,6 +159,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::string oci_runtime = "auto";
   Duration node_timeout = 30 * kMicrosPerSecond;
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
+  Duration idle_after = 30 * 60 * kMicrosPerSecond;  // right-sizing window
+  int32_t idle_pct = 5;
   Duration history_interval = 10 * kMicrosPerSecond;  // queue usage samples for the dashboard
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -165,6 +172,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--tls-key") tls_key = value();
     else if (a == "--rate-limit") rate = std::atof(value().c_str());
     else if (a == "--min-runtime") min_runtime = DurationFlag(args, &i, "rota");
+    else if (a == "--idle-after") idle_after = DurationFlag(args, &i, "rota");
+    else if (a == "--idle-utilization") idle_pct = std::atoi(value().c_str());
     else if (a == "--node-timeout") node_timeout = DurationFlag(args, &i, "rota");
     else if (a == "--history-interval") history_interval = DurationFlag(args, &i, "rota");
     else if (with_local_agent && a == "--gpus") gpus = value();
@@ -180,6 +189,10 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
       std::cerr << "rota: unknown argument '" << a << "'\n" << (with_local_agent ? kUpUsage : kServerUsage);
       return kExitBadInput;
     }
+  }
+  if (idle_pct < 1 || idle_pct > 100) {
+    std::cerr << "rota: --idle-utilization must be 1..100 (percent)\n";
+    return kExitBadInput;
   }
   if (node_timeout <= 0) {
     std::cerr << "rota: --node-timeout must be positive\n";
@@ -229,8 +242,12 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
   BlockSignals();
   SystemClock clock;
-  server::ControllerOptions options{
-      .config = config, .clock = &clock, .node_timeout = node_timeout, .min_runtime = min_runtime};
+  server::ControllerOptions options{.config = config,
+                                    .clock = &clock,
+                                    .node_timeout = node_timeout,
+                                    .idle_utilization_pct = idle_pct,
+                                    .idle_after = idle_after,
+                                    .min_runtime = min_runtime};
   server::Controller controller(options, std::move(store).value());
   if (Status s = controller.Start(); !s.ok()) {
     std::cerr << "rota: cannot start: " << s.message() << "\n";
@@ -310,10 +327,42 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   return kExitOk;
 }
 
+// `rota agent --probe`: the inventory this node would register and one
+// telemetry sample, like `slurmd -C`; for checking a machine's GPUs.
+int Probe(const agent::Inventory& inv) {
+  std::printf("source       %s\n", inv.source.c_str());
+  std::printf("gpus         %d x %s, %s each, %d NVLink island(s)%s\n", inv.gpus,
+              inv.gpu_model.empty() ? "-" : inv.gpu_model.c_str(), FormatMemoryMiB(inv.gpu_memory).c_str(),
+              inv.nvlink_islands, inv.simulated ? " (simulated)" : "");
+  std::printf("host         %s CPU, %s memory\n", FormatMilliCpu(agent::HostCpu()).c_str(),
+              FormatMemoryMiB(agent::HostMemory()).c_str());
+  std::printf("mps          %s\n", inv.simulated ? "-" : agent::MpsRunning() ? "running" : "not running");
+  const auto samples = agent::SampleGpus(inv, 0);
+  std::printf("xid events   %s\n", inv.simulated ? "- (simulated)" : agent::XidEventStatus().c_str());
+  std::printf("%-4s %-42s %5s %10s %5s %6s  %-8s %s\n", "GPU", "UUID", "UTIL", "MEMORY", "TEMP", "POWER", "MIG", "HEALTH");
+  for (const agent::GpuSample& g : samples) {
+    const std::string uuid = static_cast<size_t>(g.index) < inv.uuids.size() ? inv.uuids[g.index] : "-";
+    auto mig = inv.mig.find(g.index);
+    std::printf("%-4d %-42s %4d%% %10s %4dC %5dW  %-8s %s\n", g.index, uuid.c_str(), g.utilization_pct,
+                FormatMemoryMiB(g.memory_used).c_str(), g.temperature_c, g.power_w,
+                mig == inv.mig.end() ? (inv.mig_unusable.contains(g.index) ? "on" : "off") : "on",
+                g.healthy ? "ok" : ("unhealthy: " + g.health_reason).c_str());
+    if (mig != inv.mig.end()) {
+      std::printf("     MIG layout %s%s\n", mig->second.empty() ? "(no instances)" : mig->second.c_str(),
+                  inv.mig_fixed ? " (the driver's; rota does not re-partition it)" : "");
+      if (auto d = inv.mig_devices.find(g.index); d != inv.mig_devices.end()) {
+        for (const auto& [start, id] : d->second) std::printf("     slot %d: %s\n", start, id.c_str());
+      }
+    }
+  }
+  return kExitOk;
+}
+
 int AgentMain(std::vector<std::string> args) {
   agent::AgentOptions ao;
   std::string gpus;
   MigFlags mig;
+  bool probe = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&] { return FlagValue(args, &i, "rota agent"); };
@@ -329,6 +378,7 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--logs-dir") ao.logs_dir = value();
     else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::max(10, std::atoi(value().c_str()));
     else if (a == "--health-file") ao.health_file = value();
+    else if (a == "--probe") probe = true;
     else if (a == "--label") {
       const std::string kv = value();
       const size_t eq = kv.find('=');
@@ -344,6 +394,14 @@ int AgentMain(std::vector<std::string> args) {
       std::cerr << "rota agent: unknown argument '" << a << "'\n" << kAgentUsage;
       return kExitBadInput;
     }
+  }
+  if (probe) {
+    auto inv = LocalInventory(gpus, mig);
+    if (!inv.ok()) {
+      std::cerr << "rota agent: " << inv.status().message() << "\n";
+      return kExitBadInput;
+    }
+    return Probe(*inv);
   }
   if (ao.token.empty()) {
     if (const char* t = std::getenv("ROTA_TOKEN"); t && *t) ao.token = t;

@@ -470,6 +470,9 @@ Status ClusterState::ApplyOne(const GpuReconfigured& e) {
   const std::string where = "GPU " + std::to_string(e.gpu) + " on '" + e.node + "'";
   if (e.gpu < 0 || e.gpu >= n.spec.gpus) return OutOfRangeError("node '" + e.node + "' has no GPU " + std::to_string(e.gpu));
   if (((n.mig_mask >> e.gpu) & 1) == 0) return FailedPreconditionError(where + " is not in MIG mode");
+  if (n.spec.mig_fixed) {
+    return FailedPreconditionError(where + " has the driver's MIG layout (read through NVML); rota does not re-partition it");
+  }
   if (n.mig_used[e.gpu] != 0) {
     return FailedPreconditionError(where + " has MIG instances in use; only an idle GPU is re-partitioned");
   }

@@ -30,12 +30,14 @@ constexpr std::array<MigProfile, 6> kA100_80{{{"1g.10gb", 1, 1, kAnySingle, G(10
                                               {"3g.40gb", 3, 4, kHalves, G(40)},
                                               {"4g.40gb", 4, 4, kFirst, G(40)},
                                               {"7g.80gb", 7, 8, kFirst, G(80)}}};
-constexpr std::array<MigProfile, 6> kH200{{{"1g.18gb", 1, 1, kAnySingle, G(18)},
-                                           {"1g.35gb", 1, 2, kEven, G(35)},
-                                           {"2g.35gb", 2, 2, kTwoSlot, G(35)},
-                                           {"3g.71gb", 3, 4, kHalves, G(71)},
-                                           {"4g.71gb", 4, 4, kFirst, G(71)},
-                                           {"7g.141gb", 7, 8, kFirst, G(141)}}};
+// H200: profiles, slots, starts and memory (MiB) as NVML reported them on an
+// H200 with driver 580.159.04 (scripts/gpu-check.sh, 2026-11-30).
+constexpr std::array<MigProfile, 6> kH200{{{"1g.18gb", 1, 1, kAnySingle, 16384},
+                                           {"1g.35gb", 1, 2, kEven, 33280},
+                                           {"2g.35gb", 2, 2, kTwoSlot, 33280},
+                                           {"3g.71gb", 3, 4, kHalves, 71424},
+                                           {"4g.71gb", 4, 4, kFirst, 71424},
+                                           {"7g.141gb", 7, 8, kFirst, 143360}}};
 
 const MigGeometry kGeometries[] = {
     {"A100-40GB", kA100_40},

@@ -133,6 +133,17 @@ TEST(ClusterStateMig, BindsInstancesAndReconfiguresOnlyIdleGpus) {
   EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(1))->state, JobState::kSucceeded);
 }
 
+TEST(ClusterStateMig, TheDriversLayoutIsNeverRepartitioned) {
+  NodeSpec n = MigNode();
+  n.mig_fixed = true;  // read through NVML
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{n}).ok());
+  const Status s = st.Apply(GpuReconfigured{"a0", 1, "7g.80gb"});
+  EXPECT_NE(s.message().find("the driver's MIG layout"), std::string::npos) << s.ToString();
+  n.mig.clear();
+  EXPECT_NE(ValidateNodeSpec(n).message().find("mig_fixed: no GPU is in MIG mode"), std::string::npos);
+}
+
 TEST(ClusterStateMig, RefusesNodesWithImpossibleLayouts) {
   NodeSpec n = MigNode();
   n.mig = {{1, "4g.40gb,4g.40gb"}};

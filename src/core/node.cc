@@ -29,6 +29,7 @@ Status ValidateNodeSpec(const NodeSpec& spec) {
   if (spec.cpu < 0 || spec.memory < 0 || spec.gpu_memory < 0) {
     return InvalidArgumentError(p + ": cpu, memory and gpu_memory must not be negative");
   }
+  if (spec.mig_fixed && spec.mig.empty()) return InvalidArgumentError(p + ": mig_fixed: no GPU is in MIG mode");
   if (!spec.mig.empty()) {
     const MigGeometry* geo = MigGeometryFor(spec.gpu_model, spec.gpu_memory);
     if (geo == nullptr) {

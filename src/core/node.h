@@ -32,6 +32,9 @@ struct NodeSpec {
   // core/mig.h; "" = MIG on, no instances yet). A MIG GPU is never handed out
   // whole or as a fraction, only instance by instance.
   std::map<int32_t, std::string> mig;
+  // The layouts are the driver's, read through NVML: rota binds their
+  // instances but never re-partitions these GPUs.
+  bool mig_fixed = false;
 };
 
 // GPU indices of `island` on a node with `gpus` GPUs in `islands` islands.

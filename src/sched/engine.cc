@@ -1040,6 +1040,7 @@ bool Scheduler::FindMigInstance(const TaskRequest& task, uint32_t pos, int32_t* 
 
 bool Scheduler::PlanMigLayout(const TaskRequest& task, uint32_t pos, int32_t* gpu, MigLayout* layout) {
   const NodeState& n = ws_.node(pos);
+  if (n.spec.mig_fixed) return false;  // the driver's layouts, used as they are
   const MigGeometry& geo = *n.mig_geometry;
   const int32_t profile = geo.ProfileIndex(*task.mig);
   if (!mig_demand_built_) {

@@ -422,6 +422,38 @@ TEST(PolicyProperties, RandomizedThousandCycles) {
 
 // 600 one-minute cycles of a mixed workload on 4 H100 nodes (whole GPUs,
 // GPU fractions, elastic gangs) and 2 A100 nodes in MIG mode (slices).
+// A MIG GPU whose layout the agent read from the driver (NodeSpec::mig_fixed)
+// is used as it is: a job whose profile it lacks waits rather than have the
+// GPU re-partitioned; the same GPU declared in the cluster config is.
+TEST(SchedulerMig, DriversLayoutsAreNotRepartitioned) {
+  for (const bool fixed : {false, true}) {
+    ClusterState st;
+    NodeSpec n;
+    n.name = "a0";
+    n.gpus = 1;
+    n.gpu_model = "A100";
+    n.gpu_memory = 80 * 1024;
+    n.cpu = 64000;
+    n.memory = 512 * 1024;
+    n.mig = {{0, "3g.40gb@0,3g.40gb@4"}};
+    n.mig_fixed = fixed;
+    ASSERT_TRUE(st.Apply(NodeAdded{n}).ok());
+    JobSpec j;
+    j.name = "small";
+    j.tasks.push_back({.name = "w", .gpu_share = {.mig_profile = "1g.10gb"}, .cpu = 1000});
+    ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), j, 1}).ok());
+    auto s = Make();
+    CycleResult r;
+    s->RunCycle(st.GetSnapshot(), &r);
+    EXPECT_EQ(r.reconfigurations.size(), fixed ? 0u : 1u) << (fixed ? "fixed" : "declared");
+    EXPECT_EQ(r.placed.size(), fixed ? 0u : 1u);
+    if (fixed) {
+      ASSERT_EQ(r.pending.size(), 1u);
+      EXPECT_NE(r.pending[0].reason.message.find("1g.10gb"), std::string::npos) << r.pending[0].reason.message;
+    }
+  }
+}
+
 // Every cycle, every decision applies to the state in order
 // (reconfigurations, resizes, placements: nothing given twice, no instance
 // missing, no re-partitioned GPU with an instance in use); every running

@@ -160,7 +160,7 @@ std::vector<std::string> Controller::job_flags(const JobRecord& job) const {
   const Duration idle = now - std::max(job.started_at, u.last_busy);
   if (idle >= options_.idle_after) {
     flags.push_back("idle: its GPUs have been below " + std::to_string(options_.idle_utilization_pct) +
-                    "% utilisation for " + FormatDuration(idle / (60 * kMicrosPerSecond) * 60 * kMicrosPerSecond));
+                    "% utilisation for " + FormatDuration(idle / kMicrosPerSecond * kMicrosPerSecond));
   }
   MemoryMiB per_gpu = 0;
   Snapshot snap = *published_;

@@ -22,6 +22,15 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   j["state"] = std::string(JobStateName(job.state));
   j["replicas"] = job.spec.TotalReplicas();
   j["gpus"] = job.spec.TotalGpus();
+  // Shares of GPUs, shown where whole GPUs would be ("2 x 0.5", "MIG 2g.35gb").
+  std::string shares;
+  for (const TaskGroupSpec& t : job.spec.tasks) {
+    if (!t.gpu_share.shared()) continue;
+    const std::string one = t.gpu_share.mig_profile.empty() ? FormatMilliCpu(t.gpu_share.fraction_milli)
+                                                            : "MIG " + t.gpu_share.mig_profile;
+    shares += (shares.empty() ? "" : ", ") + (t.replicas > 1 ? std::to_string(t.replicas) + " x " : "") + one;
+  }
+  if (!shares.empty()) j["gpu_shares"] = shares;
   j["submitted_at"] = TimeText(job.submitted_at);
   j["started_at"] = TimeText(job.started_at);
   j["finished_at"] = TimeText(job.finished_at);

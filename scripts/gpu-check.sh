@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# rota on a machine with a real NVIDIA GPU (CI has none; run this where one is
+# lent). Checks, each printed as ok/FAIL:
+#   1. agent/nvml.h's mirrored NVML structs against the real nvml.h;
+#   2. discovery through NVML (`rota agent --probe`): model, memory, UUID, MIG mode, XID events;
+#   3. `rota up` with real GPU tasks: CUDA sees exactly the task's GPU by UUID; telemetry shows
+#      its load and memory; a higher-priority job preempts it, its SIGTERM handler writes a
+#      checkpoint from the GPU process, and the restart resumes from it; an idle job holding the
+#      GPU is flagged idle and over-provisioned; an impossible request is refused.
+# Usage: scripts/gpu-check.sh [ROTA_BINARY]   (results also in $OUT or /tmp/gpu-check)
+set -u
+ROTA=$(realpath "${1:-build/src/cli/rota}")
+RESULTS=${OUT:-/tmp/gpu-check}
+mkdir -p "$RESULTS"
+fails=0
+check() {  # check NAME COMMAND...
+  local name=$1; shift
+  if "$@" >/dev/null 2>&1; then echo "ok   $name"; else echo "FAIL $name"; fails=$((fails + 1)); fi
+}
+step() { echo; echo "== $* ($(date +%T))"; }
+get() {  # get URL [TOKEN]: the body, or nothing (python rather than curl, which a GPU image may lack)
+  python3 -c "
+import sys, urllib.request
+r = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]} if len(sys.argv) > 2 else {})
+sys.stdout.write(urllib.request.urlopen(r, timeout=5).read().decode())" "$@" 2>/dev/null
+}
+
+step nvidia-smi
+nvidia-smi --query-gpu=index,name,uuid,memory.total,mig.mode.current,driver_version --format=csv
+uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+
+step "NVML ABI (agent/nvml.h against nvml.h)"
+hdr=$(ls /usr/local/cuda/include/nvml.h 2>/dev/null || find / -name nvml.h -path '*include*' 2>/dev/null | head -1)
+if [ -n "$hdr" ] && g++ -std=c++20 -Isrc -I"$(dirname "$hdr")" scripts/nvml_abi_check.cc -o /tmp/nvml_abi_check; then
+  /tmp/nvml_abi_check; check "NVML structs and constants match nvml.h" test $? = 0
+else
+  echo "FAIL no nvml.h or no C++ compiler"; fails=$((fails + 1))
+fi
+
+step "rota agent --probe"
+"$ROTA" agent --probe | tee "$RESULTS/probe.txt"
+check "probe discovers the GPU through NVML" grep -q '^source *nvml' "$RESULTS/probe.txt"
+check "probe reports the GPU's UUID" grep -q "$uuid" "$RESULTS/probe.txt"
+
+step "MIG profiles the driver offers (pynvml; compared with core/mig.cc by eye)"
+python3 - <<'EOF' 2>&1 | tee "$RESULTS/mig-profiles.txt"
+import ctypes
+import pynvml as n
+n.nvmlInit()
+d = n.nvmlDeviceGetHandleByIndex(0)
+print("mig mode", n.nvmlDeviceGetMigMode(d))
+for p in range(16):
+    try:
+        i = n.nvmlDeviceGetGpuInstanceProfileInfoV(d, p)
+        print(p, i.name, "id", i.id, "slices", i.sliceCount, "mem", i.memorySizeMB, "max", i.instanceCount, flush=True)
+        cnt = ctypes.c_uint(0)
+        n.nvmlDeviceGetGpuInstancePossiblePlacements(d, i.id, None, ctypes.byref(cnt))
+        arr = (n.c_nvmlGpuInstancePlacement_t * max(cnt.value, 1))()
+        n.nvmlDeviceGetGpuInstancePossiblePlacements(d, i.id, arr, ctypes.byref(cnt))
+        print("   starts", [(arr[k].start, arr[k].size) for k in range(cnt.value)])
+    except Exception as e:
+        print(p, "-", e)
+EOF
+
+step "rota up with real GPU tasks"
+D=$(mktemp -d)
+export ROTA_SERVER=http://127.0.0.1:7171 ROTA_DATA_DIR=$D/data
+"$ROTA" up --data-dir "$D/data" --listen 127.0.0.1:7171 --min-runtime 5s --idle-after 15s >"$D/up.log" 2>&1 &
+UP=$!
+trap 'kill $UP 2>/dev/null; wait $UP 2>/dev/null' EXIT
+for _ in $(seq 100); do get $ROTA_SERVER/healthz >/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do "$ROTA" nodes 2>/dev/null | grep -q H200 && break; sleep 0.1; done
+"$ROTA" nodes
+
+# A training loop: prints what CUDA sees, holds 24 GiB, multiplies bf16 matrices; on
+# SIGTERM it saves a checkpoint and reports it to rota; a restart resumes from it.
+cat >"$D/train.py" <<'EOF'
+import os, signal, sys, time, torch
+stop = False
+def on_term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+resume = os.environ.get("ROTA_LAST_CHECKPOINT", "")
+steps = torch.load(resume)["steps"] if resume else 0
+print("visible", os.environ["CUDA_VISIBLE_DEVICES"], "count", torch.cuda.device_count(),
+      "name", torch.cuda.get_device_name(0), "resume", resume or "-", "from step", steps, flush=True)
+hold = torch.empty(24 << 30, dtype=torch.uint8, device="cuda")
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+t0 = time.time()
+limit = 10 if resume else float(sys.argv[1])
+while not stop and time.time() - t0 < limit:
+    b = a @ a
+    torch.cuda.synchronize()
+    steps += 1
+ck = os.environ["ROTA_CHECKPOINT_FILE"]
+path = os.path.join(os.path.dirname(ck), "step-%d.pt" % steps)
+torch.save({"steps": steps}, path)
+open(ck, "w").write(path)
+print("stopped" if stop else "done", "at step", steps, "checkpoint", path, flush=True)
+EOF
+cat >"$D/train.yaml" <<EOF
+name: train
+priority: low
+tasks: [{name: worker, gpus: 1, command: [python3, $D/train.py, "60"]}]
+checkpoint: {signal: SIGTERM, grace: 60s}
+EOF
+cat >"$D/notebook.yaml" <<EOF
+name: notebook
+priority: high
+tasks: [{name: main, gpus: 1, command: [python3, -c, "import torch, time; torch.zeros(1, device='cuda'); time.sleep(30)"]}]
+EOF
+cat >"$D/too-big.yaml" <<EOF
+name: too-big
+tasks: [{name: worker, gpus: 2, command: ["true"]}]
+EOF
+"$ROTA" submit "$D/train.yaml"
+for _ in $(seq 300); do "$ROTA" logs 1 2>/dev/null | grep -q visible && break; sleep 0.1; done
+sleep 12
+"$ROTA" describe 1 -o json >"$RESULTS/train-running.json"
+"$ROTA" describe 1
+"$ROTA" top | tee "$RESULTS/top.txt"
+get $ROTA_SERVER/v1/nodes "$(cat $D/data/admin.token)" >"$RESULTS/nodes.json"
+get $ROTA_SERVER/metrics "$(cat $D/data/admin.token)" | grep '^rota_gpu_' | tee "$RESULTS/metrics.txt"
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+check "the task saw exactly its GPU, by UUID" grep -q "visible $uuid count 1" <("$ROTA" logs 1)
+gpu0() {  # a field of GPU 0 in /v1/nodes; memory in MiB
+  python3 -c "
+import json; g = json.load(open('$RESULTS/nodes.json'))['nodes'][0]['gpu_list'][0]; v = g['$1']
+if isinstance(v, str): v = float(v[:-2]) * {'Mi': 1, 'Gi': 1024, 'Ti': 1 << 20}[v[-2:]]
+print(int(v))"
+}
+echo "GPU 0: utilisation $(gpu0 utilization_pct)%, memory used $(gpu0 memory_used) MiB"
+check "telemetry: the GPU busy (utilisation >= 50%)" test "$(gpu0 utilization_pct)" -ge 50
+check "telemetry: the task's 24 GiB in GPU memory" test "$(gpu0 memory_used)" -ge 24576
+check "telemetry: real, not simulated" grep -q '"simulated": false' "$RESULTS/nodes.json"
+
+step "preemption by a higher-priority job"
+"$ROTA" submit "$D/notebook.yaml"
+for _ in $(seq 600); do "$ROTA" logs 1 2>/dev/null | grep -q '^stopped' && break; sleep 0.1; done
+for _ in $(seq 300); do "$ROTA" describe 2 2>/dev/null | grep -qi 'running' && break; sleep 0.1; done
+"$ROTA" logs 1
+"$ROTA" describe 1
+check "the preempted task wrote its checkpoint on SIGTERM" grep -q '^stopped at step' <("$ROTA" logs 1)
+check "rota recorded the checkpoint" grep -q 'step-.*\.pt' <("$ROTA" describe 1)
+
+step "right-sizing: an idle job that holds the GPU"
+sleep 18
+"$ROTA" describe 2 | tee "$RESULTS/notebook.txt"
+check "flagged idle" grep -q 'idle:' "$RESULTS/notebook.txt"
+check "flagged over-provisioned" grep -q 'over-provisioned' "$RESULTS/notebook.txt"
+get $ROTA_SERVER/metrics "$(cat $D/data/admin.token)" | grep -E '^rota_job_(idle|overprovisioned)'
+
+step "an impossible request"
+"$ROTA" submit "$D/too-big.yaml"; echo "exit $?"
+"$ROTA" describe 3 2>&1 | head -20
+
+step "GPU fractions: two half-GPU jobs share the GPU"
+cat >"$D/half.yaml" <<EOF
+name: half
+tasks: [{name: w, gpu: {fraction: 0.5, memory: 16Gi}, command: [python3, -c, "import os, time, torch; x = torch.empty(8 << 30, dtype=torch.uint8, device='cuda'); t = time.time(); print('share', os.environ['ROTA_GPU_FRACTION'], 'limit', os.environ['ROTA_GPU_MEMORY_LIMIT_MIB'], 'visible', os.environ['CUDA_VISIBLE_DEVICES'], 'count', torch.cuda.device_count(), flush=True); time.sleep(8); print('span', t, time.time(), flush=True)"]}]
+EOF
+ids=$("$ROTA" submit --count 2 "$D/half.yaml" | grep -o '[0-9]*\.\.[0-9]*')  # "submitted 2 jobs (ids 3..4)"
+halves=$(seq "${ids%..*}" "${ids#*..}" | tr '\n' ' ')
+echo "jobs $halves"
+for _ in $(seq 900); do
+  [ "$(for j in $halves; do "$ROTA" logs $j 2>/dev/null; done | grep -c '^share')" = 2 ] && break; sleep 0.1
+done
+"$ROTA" top
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+for j in $halves; do "$ROTA" logs $j; "$ROTA" describe $j | sed -n '/Placement/,/^$/p'; done
+for _ in $(seq 300); do
+  [ "$(for j in $halves; do "$ROTA" logs $j 2>/dev/null; done | grep -c '^span')" = 2 ] && break; sleep 0.1
+done
+check "both halves ran on the one GPU, by UUID" \
+  test "$(for j in $halves; do "$ROTA" logs $j; done | grep -c "visible $uuid count 1")" = 2
+check "the halves ran at the same time" python3 -c "
+import sys; s = [tuple(map(float, l.split()[1:])) for l in sys.stdin if l.startswith('span')]
+sys.exit(not (len(s) == 2 and max(a for a, _ in s) < min(b for _, b in s)))" < <(for j in $halves; do "$ROTA" logs $j; done)
+
+step "the preempted job resumes from its checkpoint"
+for _ in $(seq 900); do "$ROTA" logs 1 2>/dev/null | grep -q '^done' && break; sleep 0.1; done
+"$ROTA" logs 1
+check "the restart resumed from the checkpoint" grep -q 'resume .*step-' <("$ROTA" logs 1)
+"$ROTA" jobs --all
+cp "$D/up.log" "$RESULTS/up.log"
+echo
+echo "$fails checks failed"
+exit $((fails > 0))
