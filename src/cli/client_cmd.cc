@@ -60,8 +60,8 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
   Client c = Client::FromArgs(&args);
 
   if (cmd == "submit") {
-    // --count N: N copies of the job (like a job array), submitted by a few
-    // concurrent connections so the server commits them in groups.
+    // --count N: N copies of the job (a job array, like sbatch --array),
+    // accepted together by the server.
     int64_t count = 1;
     std::vector<std::string> files;
     for (size_t i = 0; i < args.size(); ++i) {
@@ -87,35 +87,26 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         std::cout << "submitted job " << j["id"] << " (" << S(j, "name") << ") to queue " << S(j, "queue") << "\n";
       });
     }
-    std::atomic<int64_t> next{0};
-    std::mutex mu;
-    std::vector<uint64_t> ids;
-    Response failure{200, "", ""};
-    std::vector<std::thread> workers;
-    for (int w = 0; w < static_cast<int>(std::min<int64_t>(count, 16)); ++w) {
-      workers.emplace_back([&] {
-        while (next.fetch_add(1) < count) {
-          Response r = c.Post("/v1/jobs", body, "application/yaml");
-          std::lock_guard<std::mutex> lock(mu);
-          if (r.status != 201) {
-            if (failure.status == 200) failure = r;
-            next = count;  // stop at the first refusal: the rest would be refused too
-            return;
-          }
-          ids.push_back(json::parse(r.body, nullptr, false).value("id", uint64_t{0}));
-        }
-      });
+    // A job array: one request per 100,000 copies, each committed whole.
+    uint64_t first = 0, last = 0;
+    int64_t submitted = 0;
+    while (submitted < count) {
+      const int64_t n = std::min<int64_t>(count - submitted, 100'000);
+      Response r = c.Post("/v1/jobs?count=" + std::to_string(n), body, "application/yaml");
+      if (r.status != 201) {
+        if (submitted > 0) std::cerr << "rota submit: " << submitted << " of " << count << " submitted before a refusal\n";
+        return Client::Fail(r, "submit");
+      }
+      const json j = json::parse(r.body, nullptr, false);
+      if (!j.is_object() || !j.contains("ids")) return Client::Fail(r, "submit");
+      if (submitted == 0) first = j["ids"].value("first", uint64_t{0});
+      last = j["ids"].value("last", uint64_t{0});
+      submitted += n;
     }
-    for (auto& t : workers) t.join();
-    std::sort(ids.begin(), ids.end());
     if (c.json_output()) {
-      std::cout << json{{"ids", ids}}.dump(2) << "\n";
-    } else if (!ids.empty()) {
-      std::cout << "submitted " << ids.size() << " jobs (ids " << ids.front() << ".." << ids.back() << ")\n";
-    }
-    if (failure.status != 200) {
-      std::cerr << "rota submit: " << ids.size() << " of " << count << " submitted before a refusal\n";
-      return Client::Fail(failure, "submit");
+      std::cout << json{{"ids", {{"first", first}, {"last", last}}}, {"count", count}}.dump(2) << "\n";
+    } else {
+      std::cout << "submitted " << count << " jobs (ids " << first << ".." << last << ")\n";
     }
     return kExitOk;
   }

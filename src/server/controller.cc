@@ -471,28 +471,37 @@ void Controller::ScheduleNow() {
   cycle_cv_.wait(lock, [&] { return stopping_ || cycles_done_ >= ticket; });
 }
 
-StatusOr<JobId> Controller::Submit(const Principal& who, JobSpec spec) {
+StatusOr<JobId> Controller::Submit(const Principal& who, JobSpec spec) { return SubmitArray(who, std::move(spec), 1); }
+
+StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int64_t count) {
   if (who.role == Role::kAgent) return Status(StatusCode::kPermissionDenied, "agents cannot submit jobs");
+  if (count < 1 || count > kMaxArray) {
+    return InvalidArgumentError("count: must be 1.." + std::to_string(kMaxArray) + ", got " + std::to_string(count));
+  }
   ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(spec));
   ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, &spec));
   ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec.queue, who.user, who.admin()));
   return Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
-    const JobId id(next_job_id_);
-    JobSubmitted e{id, spec, options_.clock->Now(), who.user};
+    const JobId first(next_job_id_);
     // Reject what no node or domain of this cluster could ever hold.
     JobRecord probe;
-    probe.id = id;
+    probe.id = first;
     probe.spec = spec;
     sched::PendingReason why = probe_->CheckResolvable(batch.state->GetSnapshot(), probe);
     if (!why.ok()) {
       return Status(StatusCode::kOutOfRange,
                     std::string(sched::ReasonCodeName(why.code)) + ": " + why.message);
     }
-    ROTA_RETURN_IF_ERROR(batch.Apply(std::move(e)));
-    ++next_job_id_;
+    // Copies of a spec that validated, under fresh ids: none can be refused,
+    // so the array commits whole with this batch.
+    const TimePoint now = options_.clock->Now();
+    for (int64_t i = 0; i < count; ++i) {
+      ROTA_RETURN_IF_ERROR(batch.Apply(JobSubmitted{JobId(next_job_id_), spec, now, who.user}));
+      ++next_job_id_;
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    metrics_.jobs_submitted++;
-    return id;
+    metrics_.jobs_submitted += count;
+    return first;
   });
 }
 

@@ -151,6 +151,10 @@ class Controller {
   // Submit: InvalidArgument (bad queue or priority class), PermissionDenied
   // (queue restricted), OutOfRange (unresolvable on this cluster).
   StatusOr<JobId> Submit(const Principal& who, JobSpec spec);
+  // `count` copies of one job (a job array, 1..kMaxArray): all accepted and
+  // durable in one commit, with consecutive ids, or none. Returns the first id.
+  static constexpr int64_t kMaxArray = 100'000;
+  StatusOr<JobId> SubmitArray(const Principal& who, JobSpec spec, int64_t count);
   Status Cancel(const Principal& who, JobId id);
   // Records that the job saved a checkpoint at `path` now (its owner or an admin).
   Status Checkpoint(const Principal& who, JobId id, const std::string& path);

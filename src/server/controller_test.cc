@@ -273,6 +273,35 @@ TEST_F(ControllerTest, JobsEndAtTheirTimeLimit) {
   EXPECT_EQ(job->end_reason, "time limit 1m reached");
 }
 
+// A job array commits whole, under consecutive ids, durably; a bad array
+// changes nothing.
+TEST_F(ControllerTest, JobArraysCommitWholeAndDurably) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  {
+    auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    EXPECT_EQ(c->SubmitArray(kAlice, Job("x", 1, 16), 10).status().code(), StatusCode::kOutOfRange);
+    EXPECT_EQ(c->SubmitArray(kAlice, Job("x", 1, 1), 0).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(c->SubmitArray(kAlice, Job("x", 1, 1), Controller::kMaxArray + 1).status().code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(c->SubmitArray(kAlice, Job("x", 1, 1, "team/b"), 5).status().code(), StatusCode::kPermissionDenied);
+    EXPECT_TRUE(c->snapshot().jobs().empty());
+    ASSERT_TRUE(c->Submit(kAlice, Job("one", 1, 1)).ok());
+    auto first = c->SubmitArray(kAlice, Job("sweep", 1, 1), 500);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    EXPECT_EQ(first->value(), 2u);
+    EXPECT_EQ(c->snapshot().jobs().size(), 501u);
+    EXPECT_EQ(c->snapshot().FindJob(JobId(501))->spec.name, "sweep");
+    EXPECT_EQ(c->snapshot().FindJob(JobId(501))->user, "alice");
+    c->Stop();
+  }
+  auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  EXPECT_EQ(c->snapshot().jobs().size(), 501u);  // acknowledged means journaled
+  EXPECT_EQ(c->Submit(kAlice, Job("next", 1, 1))->value(), 502u);
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(ControllerTest, RecoversEverythingFromTheStore) {
   char tmpl[] = "/tmp/rota-ctl-XXXXXX";
   const std::string dir = mkdtemp(tmpl);

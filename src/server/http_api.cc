@@ -270,12 +270,25 @@ class HttpServerImpl final : public HttpServer {
     srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
 
     srv.Post("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      // ?count=N: a job array, N copies committed together.
+      int64_t count = 1;
+      if (req.has_param("count")) {
+        const std::string text = req.get_param_value("count");
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), count);
+        if (ec != std::errc() || end != text.data() + text.size()) {
+          return ReplyError(res, InvalidArgumentError("count: '" + text + "' is not a whole number"));
+        }
+      }
       auto spec = api::ParseJobSpec(req.body, "request body");
       if (!spec.ok()) return ReplyError(res, spec.status());
-      auto id = c_->Submit(who, std::move(*spec));
+      auto id = c_->SubmitArray(who, std::move(*spec), count);
       if (!id.ok()) return ReplyError(res, id.status());
       Snapshot snap = c_->snapshot();
-      Reply(res, 201, JobView(*c_, snap, *snap.FindJob(*id), false));
+      ordered_json view = JobView(*c_, snap, *snap.FindJob(*id), false);
+      if (req.has_param("count")) {
+        view["ids"] = {{"first", id->value()}, {"last", id->value() + static_cast<uint64_t>(count) - 1}};
+      }
+      Reply(res, 201, view);
     }));
 
     srv.Get("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {

@@ -438,6 +438,9 @@ queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
       {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 16}]\n", 422, "largest matching node has 8"},
       {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{replicas: 3, gpus: 8}]\n", 422, "the cluster holds 2"},
       {&bob, "/v1/jobs", big, 413, "size limit"},
+      {&bob, "/v1/jobs?count=lots", "name: j\nqueue: team/a\ntasks: [{gpus: 1}]\n", 400, "count: 'lots' is not a whole number"},
+      {&bob, "/v1/jobs?count=0", "name: j\nqueue: team/a\ntasks: [{gpus: 1}]\n", 400, "count: must be 1..100000"},
+      {&bob, "/v1/jobs?count=5", "name: j\nqueue: team/a\ntasks: [{gpus: 16}]\n", 422, "largest matching node has 8"},
       {&agent, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1}]\n", 403, "agent tokens may only register"},
       {&bob, "/v1/nodes/n-0/drain", "{}", 403, "admin role"},
       {&bob, "/v1/tokens", R"({"user": "eve", "role": "admin"})", 403, "admin role"},
@@ -469,6 +472,11 @@ queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
   EXPECT_EQ(json::parse(bob.Get("/v1/jobs?all=true")->body)["jobs"].size(), 0u);
   EXPECT_EQ(bob.Get("/v1/jobs/1")->status, 404);
   EXPECT_EQ(bob.Post("/v1/jobs/1/cancel", "{}", "application/json")->status, 404);
+  // A job array: all its copies, consecutive ids.
+  auto array = bob.Post("/v1/jobs?count=3", "name: sweep\nqueue: team/a\ntasks: [{gpus: 1}]\n", "application/yaml");
+  ASSERT_EQ(array->status, 201) << array->body;
+  EXPECT_EQ(json::parse(array->body)["ids"], json::parse(R"({"first": 2, "last": 4})"));
+  EXPECT_EQ(json::parse(bob.Get("/v1/jobs?all=true")->body)["jobs"].size(), 3u);
 }
 
 TEST_F(Integration, AuthMatrixOfRolesAndEndpoints) {
