@@ -3,7 +3,8 @@
 # two can be run in the same hour and compared: NODES emulated nodes with 8 simulated GPUs each
 # (one `rota agent` process per node, like one slurmd per node), N short jobs submitted one after
 # another with the CLI (like sbatch), measured until all have started and all have finished.
-# Workload array1 submits them with one `rota submit --count N` (like the peer's `sbatch --array`).
+# Workloads array1 and arraygang submit them with one `rota submit --count N` (a job array, like the
+# peer's `sbatch --array`); gpu1, gpu8 and gang with one CLI call per job (like sbatch in a loop).
 #
 # usage: bench/e2e_bench.sh N NODES [GANG_N]      e.g. bench/e2e_bench.sh 2000 64 200
 # env:   WORKLOADS (default "gpu1 gpu8 gang"), JOB_CMD (default true), HEARTBEAT_MS (default 1000)
@@ -53,7 +54,7 @@ run_workload() {
   local first=$(( $("$ROTA" jobs --all -o json | grep -c '"id"') ))
   printf '%s\n' "$spec" > "$R/$name.yaml"
   local t0=$(now)
-  if [ "$name" = array1 ]; then
+  if [ "${name#array}" != "$name" ]; then
     "$ROTA" submit "$R/$name.yaml" --count "$count" > /dev/null || echo "submit failed"
   else
     for i in $(seq "$count"); do "$ROTA" submit "$R/$name.yaml" > /dev/null || echo "submit failed"; done
@@ -83,5 +84,6 @@ for w in $WORKLOADS; do
     array1) run_workload array1 "$N" "{name: array1, tasks: [{gpus: 1, command: [$JOB_CMD]}]}" ;;
     gpu8) run_workload gpu8 "$N" "{name: gpu8, tasks: [{gpus: 8, command: [$JOB_CMD]}]}" ;;
     gang) run_workload gang "$GANG_N" "{name: gang, tasks: [{replicas: 4, gpus: 8, command: [$JOB_CMD]}]}" ;;
+    arraygang) run_workload arraygang "$GANG_N" "{name: arraygang, tasks: [{replicas: 4, gpus: 8, command: [$JOB_CMD]}]}" ;;
   esac
 done
