@@ -152,8 +152,8 @@ check "flagged over-provisioned" grep -q 'over-provisioned' "$RESULTS/notebook.t
 get $ROTA_SERVER/metrics "$(cat $D/data/admin.token)" | grep -E '^rota_job_(idle|overprovisioned)'
 
 step "an impossible request"
-"$ROTA" submit "$D/too-big.yaml"; echo "exit $?"
-"$ROTA" describe 3 2>&1 | head -20
+"$ROTA" submit "$D/too-big.yaml" 2>&1 | tee "$RESULTS/too-big.txt"
+check "a 2-GPU request on the 1-GPU node is refused with the reason" grep -q 'largest matching node has 1' "$RESULTS/too-big.txt"
 
 step "GPU fractions: two half-GPU jobs share the GPU"
 cat >"$D/half.yaml" <<EOF

@@ -168,14 +168,15 @@ int32_t NvlinkIslands(const NvmlApi& nvml, int32_t gpus) {
 // instance rota's geometry does not know (a media-extension "+me" profile,
 // an unknown model) makes the GPU unusable rather than half-described.
 Status ReadMigLayout(const NvmlApi& nvml, NvmlApi::Device dev, const std::string& model, MemoryMiB memory,
-                     std::string* layout_text, std::map<int32_t, std::string>* devices) {
+                     std::string* layout_text, std::map<int32_t, Inventory::MigDevice>* devices) {
   if (!nvml.gi_profile_info || !nvml.gpu_instances || !nvml.gi_info || !nvml.max_mig_devices || !nvml.mig_device ||
       !nvml.mig_device_gi || !nvml.uuid) {
     return UnimplementedError("this driver's NVML lacks the MIG instance calls");
   }
   const MigGeometry* geo = MigGeometryFor(model, memory);
   if (geo == nullptr) return UnimplementedError("rota knows no MIG geometry for " + model);
-  // GPU instance id -> MIG device UUID (the first compute instance's).
+  // GPU instance id -> MIG device UUID. rota hands out whole GPU instances:
+  // one split into several compute instances is not one it can give a task.
   std::map<unsigned int, std::string> uuid_by_gi;
   unsigned int max = 0;
   if (nvml.max_mig_devices(dev, &max) != 0) return UnavailableError("cannot count MIG devices");
@@ -185,7 +186,10 @@ Status ReadMigLayout(const NvmlApi& nvml, NvmlApi::Device dev, const std::string
     char id[96] = {};
     if (nvml.mig_device(dev, i, &mig) != 0) continue;  // a free index
     if (nvml.mig_device_gi(mig, &gi) != 0 || nvml.uuid(mig, id, sizeof(id)) != 0) continue;
-    uuid_by_gi.emplace(gi, id);
+    if (!uuid_by_gi.emplace(gi, id).second) {
+      return UnimplementedError("GPU instance " + std::to_string(gi) +
+                                " is split into several compute instances; rota gives tasks whole GPU instances");
+    }
   }
   MigLayout layout;
   for (unsigned int p = 0; p < 32; ++p) {
@@ -208,7 +212,7 @@ Status ReadMigLayout(const NvmlApi& nvml, NvmlApi::Device dev, const std::string
                                   std::string(geo->name));
       }
       layout.push_back({static_cast<int8_t>(profile), static_cast<int8_t>(gi.start)});
-      (*devices)[static_cast<int32_t>(gi.start)] = uuid->second;
+      (*devices)[static_cast<int32_t>(gi.start)] = {name, uuid->second};
     }
   }
   std::sort(layout.begin(), layout.end(), [](const MigInstance& a, const MigInstance& b) { return a.start < b.start; });
@@ -260,9 +264,15 @@ StatusOr<Inventory> DiscoverWith(const NvmlApi& nvml) {
       continue;
     }
     std::string layout;
-    std::map<int32_t, std::string> devices;
+    std::map<int32_t, Inventory::MigDevice> devices;
     if (Status s = ReadMigLayout(nvml, d, inv.gpu_model, inv.gpu_memory, &layout, &devices); !s.ok()) {
       inv.mig_unusable[g] = "mig mode on, layout unusable: " + std::string(s.message());
+      // Registered in MIG mode with no instances, so it is never handed out
+      // whole (where rota knows the model's MIG geometry; else only unhealthy).
+      if (MigGeometryFor(inv.gpu_model, inv.gpu_memory) != nullptr) {
+        inv.mig[g] = "";
+        inv.mig_fixed = true;
+      }
       continue;
     }
     inv.mig[g] = layout;
@@ -338,7 +348,7 @@ std::vector<GpuSample> SampleWith(const NvmlApi& nvml, const Inventory& inv, Xid
     NvmlApi::Device dev = nullptr;
     if (nvml.handle(static_cast<unsigned int>(g), &dev) == 0) {
       NvmlApi::Utilization u{};
-      if (nvml.utilization && nvml.utilization(dev, &u) == 0) s.utilization_pct = static_cast<int32_t>(u.gpu);
+      s.utilization_pct = nvml.utilization && nvml.utilization(dev, &u) == 0 ? static_cast<int32_t>(u.gpu) : -1;
       NvmlApi::Memory m{};
       if (nvml.memory(dev, &m) == 0) s.memory_used = static_cast<MemoryMiB>(m.used >> 20);
       unsigned int t = 0;
@@ -397,7 +407,7 @@ std::string MigVisibleDevice(const Inventory& inv, int32_t gpu, const std::strin
   auto g = inv.mig_devices.find(gpu);
   if (g == inv.mig_devices.end()) return "";
   auto d = g->second.find(start);
-  return d == g->second.end() ? "" : d->second;
+  return d == g->second.end() || d->second.profile != profile ? "" : d->second.uuid;
 }
 
 std::string VisibleDevices(const Inventory& inv, const std::vector<int32_t>& gpus) {

@@ -15,7 +15,7 @@ namespace rota::agent {
 
 struct GpuSample {
   int32_t index = 0;
-  int32_t utilization_pct = 0;
+  int32_t utilization_pct = 0;  // -1: not known (NVML has none for a GPU in MIG mode)
   MemoryMiB memory_used = 0;
   int32_t temperature_c = 0;
   int32_t power_w = 0;
@@ -33,9 +33,14 @@ struct Inventory {
   std::vector<std::string> uuids;  // per GPU index, from NVML; empty when simulated
   std::map<int32_t, std::string> mig;  // GPUs in MIG mode: index -> layout (NodeSpec::mig)
   // From NVML: the layouts are the driver's (rota does not re-partition them,
-  // NodeSpec::mig_fixed); each instance's MIG device UUID by GPU and start slot.
+  // NodeSpec::mig_fixed); each instance's profile and MIG device UUID by GPU
+  // and start slot.
+  struct MigDevice {
+    std::string profile;  // "3g.40gb"
+    std::string uuid;     // "MIG-..."
+  };
   bool mig_fixed = false;
-  std::map<int32_t, std::map<int32_t, std::string>> mig_devices;
+  std::map<int32_t, std::map<int32_t, MigDevice>> mig_devices;
   // GPUs in MIG mode whose layout rota cannot use, and why (they take no work).
   std::map<int32_t, std::string> mig_unusable;
 };
@@ -50,7 +55,8 @@ Status DeclareMig(Inventory* inv, const std::string& layout, int32_t gpus);
 std::string VisibleDevices(const Inventory& inv, const std::vector<int32_t>& gpus);
 // The device that CUDA_VISIBLE_DEVICES names for the MIG instance at slot
 // `start` of GPU `gpu`: its MIG UUID from NVML, or, for a declared inventory,
-// "MIG-simulated-<gpu>:<profile>@<start>"; empty if NVML has no such instance.
+// "MIG-simulated-<gpu>:<profile>@<start>"; empty if NVML has no instance of
+// that profile there.
 std::string MigVisibleDevice(const Inventory& inv, int32_t gpu, const std::string& profile, int32_t start);
 
 // "8xH100:80Gi", "4xA100", "0" (no GPUs).

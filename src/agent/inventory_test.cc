@@ -94,7 +94,11 @@ NvmlApi FakeNvml() {
   n.handle = +[](unsigned int i, NvmlApi::Device* d) { *d = &dev_tag; return i == 0 ? 0 : 2; };
   n.name = +[](NvmlApi::Device, char* out, unsigned int len) { std::snprintf(out, len, "NVIDIA H200"); return 0; };
   n.memory = +[](NvmlApi::Device, NvmlApi::Memory* m) { *m = {143771ULL << 20, 100ULL << 20, 143671ULL << 20}; return 0; };
-  n.utilization = +[](NvmlApi::Device, NvmlApi::Utilization* u) { *u = {87, 40}; return 0; };
+  n.utilization = +[](NvmlApi::Device, NvmlApi::Utilization* u) {
+    if (fake.mig) return 3;  // NVML_ERROR_NOT_SUPPORTED, as for a GPU in MIG mode
+    *u = {87, 40};
+    return 0;
+  };
   n.uuid = +[](NvmlApi::Device d, char* out, unsigned int len) {
     for (int i = 0; i < 8; ++i) {
       if (d == &mig_tags[i]) return std::snprintf(out, len, "%s", fake.instances[i].mig_uuid), 0;
@@ -177,7 +181,21 @@ TEST(Nvml, ReadsTheDriversMigLayoutAndMigDevices) {
   EXPECT_EQ(MigVisibleDevice(*inv, 0, "3g.71gb", 0), "MIG-aaa");
   EXPECT_EQ(MigVisibleDevice(*inv, 0, "2g.35gb", 4), "MIG-bbb");
   EXPECT_EQ(MigVisibleDevice(*inv, 0, "1g.18gb", 6), "");
-  EXPECT_TRUE(SampleWith(FakeNvml(), *inv, &watch)[0].healthy);
+  EXPECT_EQ(MigVisibleDevice(*inv, 0, "4g.71gb", 0), "");  // another profile at that slot: not this instance
+  const GpuSample s = SampleWith(FakeNvml(), *inv, &watch)[0];
+  EXPECT_TRUE(s.healthy) << s.health_reason;
+  EXPECT_EQ(s.utilization_pct, -1);  // NVML has no utilisation for a GPU in MIG mode
+}
+
+TEST(Nvml, AGpuInstanceSplitIntoComputeInstancesIsNotHandedOut) {
+  XidWatch watch;
+  // Two MIG devices (compute instances) in GPU instance 1.
+  fake = {.mig = true, .instances = {{"3g", 2, 1, 0, 4, "MIG-aaa"}, {"3g", 2, 1, 0, 4, "MIG-bbb"}}};
+  auto inv = DiscoverWith(FakeNvml());
+  ASSERT_TRUE(inv.ok());
+  ASSERT_TRUE(inv->mig_unusable.contains(0));
+  EXPECT_NE(inv->mig_unusable.at(0).find("split into several compute instances"), std::string::npos);
+  EXPECT_FALSE(SampleWith(FakeNvml(), *inv, &watch)[0].healthy);
 }
 
 TEST(Nvml, AMigLayoutRotaCannotModelMakesTheGpuUnusable) {
@@ -185,7 +203,9 @@ TEST(Nvml, AMigLayoutRotaCannotModelMakesTheGpuUnusable) {
   fake = {.mig = true, .instances = {{"1g+me", 7, 1, 0, 1, "MIG-ccc"}}};
   auto inv = DiscoverWith(FakeNvml());
   ASSERT_TRUE(inv.ok());
-  EXPECT_TRUE(inv->mig.empty());
+  // Registered in MIG mode with no instances: never handed out whole.
+  EXPECT_EQ(inv->mig.at(0), "");
+  EXPECT_TRUE(inv->mig_fixed);
   ASSERT_TRUE(inv->mig_unusable.contains(0));
   EXPECT_NE(inv->mig_unusable.at(0).find("1g.18gb+me@0 is not a profile rota knows"), std::string::npos)
       << inv->mig_unusable.at(0);

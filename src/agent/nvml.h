@@ -95,7 +95,8 @@ struct XidWatch {
   std::string status = "not subscribed yet";  // "subscribed on 8 of 8 GPUs", or why not
 };
 
-// One telemetry sample per GPU from `nvml` (health from ECC, XID events and MIG state).
+// One telemetry sample per GPU from `nvml` (health from ECC, XID events and
+// MIG state); utilisation -1 where NVML does not know it (a GPU in MIG mode).
 std::vector<GpuSample> SampleWith(const NvmlApi& nvml, const Inventory& inv, XidWatch* xid);
 
 // The XID subscription of SampleGpus' samples of real GPUs.

@@ -317,6 +317,13 @@ std::string EncodeEvent(const Event& event) {
           j["replica"] = e.replica;
           j["at"] = e.at;
           j["reason"] = e.reason;
+        } else if constexpr (std::is_same_v<E, NodeMigChanged>) {
+          j["type"] = "NodeMigChanged";
+          j["node"] = e.node;
+          ordered_json mig = ordered_json::object();
+          for (const auto& [gpu, layout] : e.mig) mig[std::to_string(gpu)] = layout;
+          j["mig"] = std::move(mig);
+          j["mig_fixed"] = e.mig_fixed;
         } else if constexpr (std::is_same_v<E, GpuReconfigured>) {
           j["type"] = "GpuReconfigured";
           j["node"] = e.node;
@@ -407,6 +414,18 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
                                  j.at("reason")});
     }
     if (type == "GpuReconfigured") return Event(GpuReconfigured{j.at("node"), j.at("gpu"), j.at("layout")});
+    if (type == "NodeMigChanged") {
+      NodeMigChanged e{j.at("node"), {}, j.at("mig_fixed")};
+      for (const auto& [key, layout] : j.at("mig").items()) {
+        int32_t gpu = -1;
+        auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), gpu);
+        if (ec != std::errc() || end != key.data() + key.size() || gpu < 0) {
+          return InvalidArgumentError("event NodeMigChanged: mig: '" + key + "' is not a GPU index");
+        }
+        e.mig[gpu] = layout.get<std::string>();
+      }
+      return Event(std::move(e));
+    }
     return InvalidArgumentError("event: unknown type '" + type + "'");
   } catch (const json::exception& e) {
     return InvalidArgumentError(std::string("event: ") + e.what());

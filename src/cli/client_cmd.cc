@@ -67,7 +67,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i] == "--count" && i + 1 < args.size()) {
         count = std::atoll(args[++i].c_str());
-        if (count < 1 || count > 1'000'000) return Usage("rota submit JOB.yaml [--count N (1..1000000)] [-o json]");
+        if (count < 1 || count > 100'000) return Usage("rota submit JOB.yaml [--count N (1..100000)] [-o json]");
       } else {
         files.push_back(args[i]);
       }
@@ -87,22 +87,12 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         std::cout << "submitted job " << j["id"] << " (" << S(j, "name") << ") to queue " << S(j, "queue") << "\n";
       });
     }
-    // A job array: one request per 100,000 copies, each committed whole.
-    uint64_t first = 0, last = 0;
-    int64_t submitted = 0;
-    while (submitted < count) {
-      const int64_t n = std::min<int64_t>(count - submitted, 100'000);
-      Response r = c.Post("/v1/jobs?count=" + std::to_string(n), body, "application/yaml");
-      if (r.status != 201) {
-        if (submitted > 0) std::cerr << "rota submit: " << submitted << " of " << count << " submitted before a refusal\n";
-        return Client::Fail(r, "submit");
-      }
-      const json j = json::parse(r.body, nullptr, false);
-      if (!j.is_object() || !j.contains("ids")) return Client::Fail(r, "submit");
-      if (submitted == 0) first = j["ids"].value("first", uint64_t{0});
-      last = j["ids"].value("last", uint64_t{0});
-      submitted += n;
-    }
+    // A job array: one request, committed whole (all N or none).
+    Response r = c.Post("/v1/jobs?count=" + std::to_string(count), body, "application/yaml");
+    if (r.status != 201) return Client::Fail(r, "submit");
+    const json j = json::parse(r.body, nullptr, false);
+    if (!j.is_object() || !j.contains("ids")) return Client::Fail(r, "submit");
+    const uint64_t first = j["ids"].value("first", uint64_t{0}), last = j["ids"].value("last", uint64_t{0});
     if (c.json_output()) {
       std::cout << json{{"ids", {{"first", first}, {"last", last}}}, {"count", count}}.dump(2) << "\n";
     } else {

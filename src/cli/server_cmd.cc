@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -173,7 +174,11 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--rate-limit") rate = std::atof(value().c_str());
     else if (a == "--min-runtime") min_runtime = DurationFlag(args, &i, "rota");
     else if (a == "--idle-after") idle_after = DurationFlag(args, &i, "rota");
-    else if (a == "--idle-utilization") idle_pct = std::atoi(value().c_str());
+    else if (a == "--idle-utilization") {
+      const std::string v = value();
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), idle_pct);
+      if (ec != std::errc() || end != v.data() + v.size()) idle_pct = -1;  // refused below
+    }
     else if (a == "--node-timeout") node_timeout = DurationFlag(args, &i, "rota");
     else if (a == "--history-interval") history_interval = DurationFlag(args, &i, "rota");
     else if (with_local_agent && a == "--gpus") gpus = value();
@@ -191,7 +196,11 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     }
   }
   if (idle_pct < 1 || idle_pct > 100) {
-    std::cerr << "rota: --idle-utilization must be 1..100 (percent)\n";
+    std::cerr << "rota: --idle-utilization must be a whole percent 1..100\n";
+    return kExitBadInput;
+  }
+  if (idle_after <= 0) {
+    std::cerr << "rota: --idle-after must be positive\n";
     return kExitBadInput;
   }
   if (node_timeout <= 0) {
@@ -351,7 +360,9 @@ int Probe(const agent::Inventory& inv) {
       std::printf("     MIG layout %s%s\n", mig->second.empty() ? "(no instances)" : mig->second.c_str(),
                   inv.mig_fixed ? " (the driver's; rota does not re-partition it)" : "");
       if (auto d = inv.mig_devices.find(g.index); d != inv.mig_devices.end()) {
-        for (const auto& [start, id] : d->second) std::printf("     slot %d: %s\n", start, id.c_str());
+        for (const auto& [start, dev] : d->second) {
+          std::printf("     slot %d: %s %s\n", start, dev.profile.c_str(), dev.uuid.c_str());
+        }
       }
     }
   }

@@ -463,6 +463,44 @@ Status ClusterState::ApplyOne(const RankRestarted& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const NodeMigChanged& e) {
+  auto it = data_->node_by_name.find(e.node);
+  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
+  const NodeState& n = data_->nodes[it->second.value()];
+  NodeSpec spec = n.spec;
+  spec.mig = e.mig;
+  spec.mig_fixed = e.mig_fixed;
+  ROTA_RETURN_IF_ERROR(ValidateNodeSpec(spec));
+  const MigGeometry* geo = spec.mig.empty() ? nullptr : MigGeometryFor(spec.gpu_model, spec.gpu_memory);
+  std::vector<MigLayout> layouts(spec.mig.empty() ? 0 : spec.gpus);
+  uint64_t mig_mask = 0;
+  for (const auto& [gpu, layout] : spec.mig) {
+    mig_mask |= uint64_t{1} << gpu;
+    layouts[gpu] = ParseMigLayout(*geo, layout).value();  // ValidateNodeSpec parsed it
+  }
+  // Only GPUs that nothing holds change mode or layout.
+  for (int32_t g = 0; g < spec.gpus; ++g) {
+    const bool was = (n.mig_mask >> g) & 1, is = (mig_mask >> g) & 1;
+    const bool changed = was != is || (is && n.mig_layout[g] != layouts[g]);
+    const bool held = ((n.allocated_mask | n.shared_mask) >> g) & 1 || (was && n.mig_used[g] != 0);
+    if (changed && held) {
+      return FailedPreconditionError("GPU " + std::to_string(g) + " on '" + e.node +
+                                     "' changed MIG mode or layout while work holds it");
+    }
+  }
+  NodeState& m = Mutable().nodes[it->second.value()];
+  std::vector<uint8_t> used(spec.mig.empty() ? 0 : spec.gpus, 0);
+  for (int32_t g = 0; g < static_cast<int32_t>(used.size()) && g < static_cast<int32_t>(m.mig_used.size()); ++g) {
+    if ((mig_mask >> g) & 1) used[g] = m.mig_used[g];  // unchanged GPUs keep their instances in use
+  }
+  m.spec = std::move(spec);
+  m.mig_mask = mig_mask;
+  m.mig_geometry = geo;
+  m.mig_layout = std::move(layouts);
+  m.mig_used = std::move(used);
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyOne(const GpuReconfigured& e) {
   auto it = data_->node_by_name.find(e.node);
   if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
@@ -470,9 +508,6 @@ Status ClusterState::ApplyOne(const GpuReconfigured& e) {
   const std::string where = "GPU " + std::to_string(e.gpu) + " on '" + e.node + "'";
   if (e.gpu < 0 || e.gpu >= n.spec.gpus) return OutOfRangeError("node '" + e.node + "' has no GPU " + std::to_string(e.gpu));
   if (((n.mig_mask >> e.gpu) & 1) == 0) return FailedPreconditionError(where + " is not in MIG mode");
-  if (n.spec.mig_fixed) {
-    return FailedPreconditionError(where + " has the driver's MIG layout (read through NVML); rota does not re-partition it");
-  }
   if (n.mig_used[e.gpu] != 0) {
     return FailedPreconditionError(where + " has MIG instances in use; only an idle GPU is re-partitioned");
   }

@@ -172,6 +172,7 @@ class ClusterState {
   Status ApplyOne(const JobPreempting& e);
   Status ApplyOne(const JobCheckpointed& e);
   Status ApplyOne(const GpuReconfigured& e);
+  Status ApplyOne(const NodeMigChanged& e);
   Status ApplyOne(const JobResized& e);
   Status ApplyOne(const RankRestarted& e);
   // Checks `placement` for `job` against the current state, as if the GPUs,

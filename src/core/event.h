@@ -122,6 +122,14 @@ struct GpuReconfigured {
   int32_t gpu = 0;
   std::string layout;
 };
+// A node's agent re-registered with GPUs in or out of MIG mode, or (for
+// layouts read from the driver, NodeSpec::mig_fixed) with new layouts; only
+// GPUs that nothing holds may change. `mig` and `mig_fixed` replace the spec's.
+struct NodeMigChanged {
+  std::string node;
+  std::map<int32_t, std::string> mig;
+  bool mig_fixed = false;
+};
 struct JobCancelled {
   JobId id;
   TimePoint at = 0;
@@ -129,6 +137,6 @@ struct JobCancelled {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged>;
 
 }  // namespace rota

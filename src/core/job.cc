@@ -157,6 +157,10 @@ Status ValidateNewJobSpec(const JobSpec& spec) {
     if (!t.rootfs.empty() && t.command.empty()) {
       return FieldError(p + ".command", "required with rootfs (what to run in the container)");
     }
+    if (!t.rootfs.empty() && !t.gpu_share.mig_profile.empty()) {
+      return FieldError(p + ".rootfs", "a MIG instance runs as a process: containers do not get its "
+                                       "/dev/nvidia-caps device nodes yet");
+    }
   }
   if (spec.elastic_min_replicas > 0) {
     if (spec.tasks.size() != 1) {

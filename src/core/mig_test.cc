@@ -133,13 +133,33 @@ TEST(ClusterStateMig, BindsInstancesAndReconfiguresOnlyIdleGpus) {
   EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(1))->state, JobState::kSucceeded);
 }
 
-TEST(ClusterStateMig, TheDriversLayoutIsNeverRepartitioned) {
+// A node whose agent reads MIG layouts from the driver re-registers with the
+// driver's current ones: GPUs nothing holds change; one in use does not; and
+// a journal snapshot of such a node replays.
+TEST(ClusterStateMig, DriversLayoutsChangeOnlyOnIdleGpus) {
   NodeSpec n = MigNode();
-  n.mig_fixed = true;  // read through NVML
+  n.mig_fixed = true;
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{n}).ok());
-  const Status s = st.Apply(GpuReconfigured{"a0", 1, "7g.80gb"});
-  EXPECT_NE(s.message().find("the driver's MIG layout"), std::string::npos) << s.ToString();
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), MigJob("3g.40gb"), 1}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0b10, 0, 4}}, 2}).ok());
+  // GPU 1 has an instance in use: its layout cannot change under it.
+  Status s = st.Apply(NodeMigChanged{"a0", {{1, "7g.80gb@0"}}, true});
+  EXPECT_NE(s.message().find("GPU 1 on 'a0' changed MIG mode or layout while work holds it"), std::string::npos)
+      << s.ToString();
+  // GPU 0 (idle, whole) goes into MIG mode; GPU 1 keeps its layout and its instance in use.
+  ASSERT_TRUE(st.Apply(NodeMigChanged{"a0", {{0, "1g.10gb,1g.10gb"}, {1, "3g.40gb@0,3g.40gb@4"}}, true}).ok());
+  const NodeState& a = st.GetSnapshot().node(NodeId(0));
+  EXPECT_EQ(a.mig_mask, 0b11u);
+  EXPECT_EQ(FormatMigLayout(A100_80(), a.mig_layout[0]), "1g.10gb@0,1g.10gb@1");
+  EXPECT_EQ(a.mig_used[1], 0b10000u);
+  EXPECT_EQ(a.free_mask(), 0u);
+  EXPECT_FALSE(st.Apply(NodeMigChanged{"a0", {{0, "9g.1gb"}}, true}).ok());  // not a layout
+  EXPECT_FALSE(st.Apply(NodeMigChanged{"ghost", {}, false}).ok());
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  EXPECT_TRUE(replay.GetSnapshot().node(NodeId(0)).spec.mig_fixed);
+  EXPECT_EQ(replay.GetSnapshot().node(NodeId(0)).mig_used[1], 0b10000u);
   n.mig.clear();
   EXPECT_NE(ValidateNodeSpec(n).message().find("mig_fixed: no GPU is in MIG mode"), std::string::npos);
 }
@@ -162,6 +182,11 @@ TEST(JobSpecMig, ValidatesProfileNamesAndCountsComputeAsGpus) {
   s.tasks[0].gpu_share.mig_profile = "half";
   EXPECT_NE(ValidateNewJobSpec(s).message().find("tasks[0].gpu.mig: 'half' is not a MIG profile name"), std::string::npos);
   EXPECT_TRUE(ValidateJobSpec(s).ok());  // a journal from before MIG scheduling still replays
+  s = MigJob("3g.40gb");
+  s.tasks[0].rootfs = "/images/pytorch";
+  s.tasks[0].command = {"python3", "train.py"};
+  EXPECT_NE(ValidateNewJobSpec(s).message().find("tasks[0].rootfs: a MIG instance runs as a process"), std::string::npos)
+      << ValidateNewJobSpec(s).message();
 }
 
 }  // namespace

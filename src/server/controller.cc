@@ -542,6 +542,25 @@ Status Controller::SetDrain(const Principal& who, const std::string& node, bool 
       .status();
 }
 
+namespace {
+
+// Whether a re-registering node's MIG state differs from what rota holds:
+// GPUs in or out of MIG mode, or the driver's layouts (mig_fixed). A declared
+// MIG GPU's layout is rota's to change, so its registered text is not compared.
+bool MigChanged(const NodeState& known, const NodeSpec& spec) {
+  uint64_t mask = 0;
+  for (const auto& [gpu, layout] : spec.mig) mask |= uint64_t{1} << gpu;
+  if (mask != known.mig_mask || spec.mig_fixed != known.spec.mig_fixed) return true;
+  if (!spec.mig_fixed) return false;
+  for (const auto& [gpu, layout] : spec.mig) {
+    auto parsed = ParseMigLayout(*known.mig_geometry, layout);
+    if (!parsed.ok() || *parsed != known.mig_layout[gpu]) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address,
                                 bool mps) {
   if (!who.admin() && !(who.role == Role::kAgent && who.node == spec.name)) {
@@ -557,6 +576,8 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
                            "node '" + spec.name + "' is registered with " + std::to_string(known->spec.gpus) + " x " +
                                known->spec.gpu_model + "; it now reports " + std::to_string(spec.gpus) + " x " +
                                spec.gpu_model + " (drain and re-add it)");
+           } else if (MigChanged(*known, spec)) {
+             ROTA_RETURN_IF_ERROR(batch.Apply(NodeMigChanged{spec.name, spec.mig, spec.mig_fixed}));
            }
            std::lock_guard<std::mutex> lock(mu_);
            NodeLive& live = live_[spec.name];
@@ -648,7 +669,9 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
       for (const auto& [id, job] : snap.live_jobs()) {
         if (job->state != JobState::kRunning) continue;
         for (const ReplicaPlacement& r : job->placement) {
-          if (r.node != node->id) continue;
+          // A shared GPU's telemetry is the whole GPU's (several jobs', or
+          // none at all in MIG mode): it says nothing of one job's use.
+          if (r.node != node->id || r.shares_gpu()) continue;
           for (const GpuTelemetry& g : report.gpus) {
             if (g.index < 0 || g.index >= 64 || !((r.gpu_mask >> g.index) & 1)) continue;
             JobUsage& u = usage_[id];

@@ -302,6 +302,31 @@ TEST_F(ControllerTest, JobArraysCommitWholeAndDurably) {
   std::filesystem::remove_all(dir);
 }
 
+// An agent that reads MIG layouts from the driver re-registers with the
+// driver's current ones (after `nvidia-smi mig` and an agent restart).
+TEST_F(ControllerTest, ReRegistrationTakesTheDriversNewMigLayout) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent{"m-0", Role::kAgent, "m-0"};
+  NodeSpec spec;
+  spec.name = "m-0";
+  spec.gpus = 2;
+  spec.gpu_model = "A100";
+  spec.gpu_memory = 80 * 1024;
+  spec.cpu = 64000;
+  spec.memory = 512 * 1024;
+  ASSERT_TRUE(c->RegisterNode(agent, spec, false, "").ok());
+  EXPECT_EQ(c->snapshot().FindNode("m-0")->mig_mask, 0u);
+  spec.mig = {{1, "3g.40gb@0,3g.40gb@4"}};
+  spec.mig_fixed = true;
+  ASSERT_TRUE(c->RegisterNode(agent, spec, false, "").ok());
+  EXPECT_EQ(c->snapshot().FindNode("m-0")->mig_mask, 0b10u);
+  EXPECT_TRUE(c->snapshot().FindNode("m-0")->spec.mig_fixed);
+  spec.mig = {{1, "7g.80gb@0"}};
+  ASSERT_TRUE(c->RegisterNode(agent, spec, false, "").ok());
+  EXPECT_EQ(c->snapshot().FindNode("m-0")->spec.mig.at(1), "7g.80gb@0");
+  EXPECT_EQ(c->snapshot().FindNode("m-0")->mig_layout[1].size(), 1u);
+}
+
 TEST_F(ControllerTest, RecoversEverythingFromTheStore) {
   char tmpl[] = "/tmp/rota-ctl-XXXXXX";
   const std::string dir = mkdtemp(tmpl);

@@ -131,7 +131,7 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
     if (it != live.end()) {
       for (const GpuTelemetry& t : it->second.gpus) {
         if (t.index != g) continue;
-        gj["utilization_pct"] = t.utilization_pct;
+        if (t.utilization_pct >= 0) gj["utilization_pct"] = t.utilization_pct;  // -1: unknown (MIG mode)
         gj["memory_used"] = FormatMemoryMiB(t.memory_used);
         gj["temperature_c"] = t.temperature_c;
         gj["power_w"] = t.power_w;
@@ -328,6 +328,7 @@ std::string RenderMetrics(const Controller& c) {
     header(s.name, "gauge", s.help);
     for (const auto& [node, l] : live) {
       for (const GpuTelemetry& t : l.gpus) {
+        if (s.get(t) < 0) continue;  // not known (utilisation of a GPU in MIG mode)
         char v[64];
         std::snprintf(v, sizeof(v), "%g", s.get(t));
         out += std::string(s.name) + "{node=\"" + Escape(node) + "\",gpu=\"" + std::to_string(t.index) +
