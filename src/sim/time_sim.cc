@@ -893,7 +893,10 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
         rota.Rank(jobs, runnable, t);
         std::stable_sort(runnable.begin(), runnable.end(), [&](uint32_t a, uint32_t b) {
           if (jobs[a].rank != jobs[b].rank) return jobs[a].rank < jobs[b].rank;
-          return jobs[a].exec * jobs[a].g < jobs[b].exec * jobs[b].g;
+          // Equal indices (same batch and bin): first submitted first. Least
+          // attained first would round-robin them, and sharing GPUs in turns
+          // delays every one of them (the ties are long jobs in the tail).
+          return jobs[a].trace->submit < jobs[b].trace->submit;
         });
         order = runnable;
       } else {
