@@ -238,6 +238,32 @@ StatusOr<JobSpec> JobSpecFromJson(const json& j) {
 
 }  // namespace
 
+namespace {
+
+// A placement as compact arrays: [task, replica, node, gpu_mask(, gpu_milli(, mig_start))].
+ordered_json PlacementToJson(const std::vector<ReplicaPlacement>& placement) {
+  ordered_json out = ordered_json::array();
+  for (const ReplicaPlacement& r : placement) {
+    ordered_json rj = {r.task, r.replica, r.node.value(), r.gpu_mask};
+    if (r.gpu_milli > 0 || r.mig_start >= 0) rj.push_back(r.gpu_milli);  // a GPU fraction
+    if (r.mig_start >= 0) rj.push_back(r.mig_start);                    // a MIG instance
+    out.push_back(std::move(rj));
+  }
+  return out;
+}
+
+std::vector<ReplicaPlacement> PlacementFromJson(const json& j) {
+  std::vector<ReplicaPlacement> out;
+  for (const auto& r : j) {
+    out.push_back({r.at(0).get<uint16_t>(), r.at(1).get<uint32_t>(), NodeId(r.at(2).get<uint32_t>()),
+                   r.at(3).get<uint64_t>(), r.size() > 4 ? r.at(4).get<int32_t>() : 0,
+                   r.size() > 5 ? r.at(5).get<int32_t>() : -1});
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string EncodeEvent(const Event& event) {
   ordered_json j;
   std::visit(
@@ -275,13 +301,7 @@ std::string EncodeEvent(const Event& event) {
           j["type"] = "JobBound";
           j["id"] = e.id.value();
           j["at"] = e.at;
-          j["placement"] = ordered_json::array();
-          for (const ReplicaPlacement& r : e.placement) {
-            ordered_json rj = {r.task, r.replica, r.node.value(), r.gpu_mask};
-            if (r.gpu_milli > 0 || r.mig_start >= 0) rj.push_back(r.gpu_milli);  // a GPU fraction
-            if (r.mig_start >= 0) rj.push_back(r.mig_start);                    // a MIG instance
-            j["placement"].push_back(std::move(rj));
-          }
+          j["placement"] = PlacementToJson(e.placement);
         } else if constexpr (std::is_same_v<E, JobFinished>) {
           j["type"] = "JobFinished";
           j["id"] = e.id.value();
@@ -317,6 +337,18 @@ std::string EncodeEvent(const Event& event) {
           j["replica"] = e.replica;
           j["at"] = e.at;
           j["reason"] = e.reason;
+        } else if constexpr (std::is_same_v<E, JobHistory>) {
+          j["type"] = "JobHistory";
+          j["id"] = e.id.value();
+          j["preempted_at"] = e.preempted_at;
+          j["preempted_by"] = ordered_json::array();
+          for (JobId by : e.preempted_by) j["preempted_by"].push_back(by.value());
+          j["last_requeue_reason"] = e.last_requeue_reason;
+          j["last_placement"] = PlacementToJson(e.last_placement);
+          j["nominated"] = PlacementToJson(e.nominated);
+          j["nominated_at"] = e.nominated_at;
+          j["resized_at"] = e.resized_at;
+          j["last_resize_reason"] = e.last_resize_reason;
         } else if constexpr (std::is_same_v<E, NodeMigChanged>) {
           j["type"] = "NodeMigChanged";
           j["node"] = e.node;
@@ -376,13 +408,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       return Event(std::move(e));
     }
     if (type == "JobBound") {
-      JobBound b{JobId(j.at("id").get<uint64_t>()), {}, j.at("at")};
-      for (const auto& r : j.at("placement")) {
-        b.placement.push_back({r.at(0).get<uint16_t>(), r.at(1).get<uint32_t>(), NodeId(r.at(2).get<uint32_t>()),
-                               r.at(3).get<uint64_t>(), r.size() > 4 ? r.at(4).get<int32_t>() : 0,
-                               r.size() > 5 ? r.at(5).get<int32_t>() : -1});
-      }
-      return Event(std::move(b));
+      return Event(JobBound{JobId(j.at("id").get<uint64_t>()), PlacementFromJson(j.at("placement")), j.at("at")});
     }
     if (type == "JobFinished") {
       return Event(JobFinished{JobId(j.at("id").get<uint64_t>()),
@@ -414,6 +440,18 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
                                  j.at("reason")});
     }
     if (type == "GpuReconfigured") return Event(GpuReconfigured{j.at("node"), j.at("gpu"), j.at("layout")});
+    if (type == "JobHistory") {
+      JobHistory h{JobId(j.at("id").get<uint64_t>())};
+      h.preempted_at = j.at("preempted_at").get<std::vector<TimePoint>>();
+      for (const auto& by : j.at("preempted_by")) h.preempted_by.push_back(JobId(by.get<uint64_t>()));
+      h.last_requeue_reason = j.at("last_requeue_reason");
+      h.last_placement = PlacementFromJson(j.at("last_placement"));
+      h.nominated = PlacementFromJson(j.at("nominated"));
+      h.nominated_at = j.at("nominated_at");
+      h.resized_at = j.at("resized_at");
+      h.last_resize_reason = j.at("last_resize_reason");
+      return Event(std::move(h));
+    }
     if (type == "NodeMigChanged") {
       NodeMigChanged e{j.at("node"), {}, j.at("mig_fixed")};
       for (const auto& [key, layout] : j.at("mig").items()) {

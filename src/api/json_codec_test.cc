@@ -45,6 +45,8 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobBound{JobId(13), {{0, 0, NodeId(1), 0x02, 0, 4}}, 458},  // a MIG instance at slot 4
       GpuReconfigured{"n-0", 1, "3g.40gb@0,3g.40gb@4"},
       NodeMigChanged{"n-0", {{0, "7g.80gb@0"}, {1, ""}}, true},
+      JobHistory{JobId(16), {100, 200}, {JobId(3), JobId(4)}, "preempted for job 4", {{0, 0, NodeId(1), 0x0F}},
+                 {{0, 1, NodeId(0), 0xF0}}, 210, 220, "shrank for job 5"},
       JobResized{JobId(14), {{0, 0, NodeId(0), 0x03}, {0, 2, NodeId(1), 0x0C}}, 900, "grew into free GPUs"},
       RankRestarted{JobId(14), 0, 2, 950, "worker-2 exited with code 3; restarted alone"},
       JobSubmitted{JobId(15), *spec, 6, "dan", 1, 2, 3, 3, {{1, 5}, {4, 6}}},

@@ -463,6 +463,33 @@ Status ClusterState::ApplyOne(const RankRestarted& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const JobHistory& e) {
+  auto it = data_->jobs.find(e.id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
+  const JobRecord* job = it->second.get();
+  if (e.preempted_at.size() != e.preempted_by.size()) {
+    return InvalidArgumentError("job " + std::to_string(e.id.value()) + ": preempted_at and preempted_by differ in length");
+  }
+  for (const auto* placement : {&e.last_placement, &e.nominated}) {
+    for (const ReplicaPlacement& r : *placement) {
+      if (r.node.value() >= data_->nodes.size() || r.task >= job->spec.tasks.size()) {
+        return InvalidArgumentError("job " + std::to_string(e.id.value()) + ": a placement names no such node or task");
+      }
+    }
+  }
+  auto updated = std::make_shared<JobRecord>(*job);
+  updated->preempted_at = e.preempted_at;
+  updated->preempted_by = e.preempted_by;
+  updated->last_requeue_reason = e.last_requeue_reason;
+  updated->last_placement = e.last_placement;
+  updated->nominated = e.nominated;
+  updated->nominated_at = e.nominated_at;
+  updated->resized_at = e.resized_at;
+  updated->last_resize_reason = e.last_resize_reason;
+  Put(Mutable(), std::move(updated));
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyOne(const NodeMigChanged& e) {
   auto it = data_->node_by_name.find(e.node);
   if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
@@ -582,6 +609,12 @@ std::vector<Event> CompactState(const Snapshot& snap) {
                                 j.finished_at, j.end_reason});
     } else if (j.state == JobState::kCancelled) {
       out.push_back(JobCancelled{j.id, j.finished_at, j.end_reason});
+    }
+    // Last, so that nothing replayed above overwrites it.
+    if (!j.preempted_at.empty() || !j.last_requeue_reason.empty() || !j.last_placement.empty() ||
+        !j.nominated.empty() || j.resized_at != 0) {
+      out.push_back(JobHistory{j.id, j.preempted_at, j.preempted_by, j.last_requeue_reason, j.last_placement,
+                               j.nominated, j.nominated_at, j.resized_at, j.last_resize_reason});
     }
   };
   // MIG GPUs a replayed job's instances are on get a layout holding them

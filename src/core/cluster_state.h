@@ -173,6 +173,7 @@ class ClusterState {
   Status ApplyOne(const JobCheckpointed& e);
   Status ApplyOne(const GpuReconfigured& e);
   Status ApplyOne(const NodeMigChanged& e);
+  Status ApplyOne(const JobHistory& e);
   Status ApplyOne(const JobResized& e);
   Status ApplyOne(const RankRestarted& e);
   // Checks `placement` for `job` against the current state, as if the GPUs,

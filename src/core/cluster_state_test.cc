@@ -104,6 +104,46 @@ TEST(CompactState, ReplaysAPreemptingJobOnce) {
   EXPECT_EQ(replay.GetSnapshot().node(NodeId(0)).allocated_mask, 0x0Fu);
 }
 
+// What a record remembers of its past survives a journal snapshot: the
+// evictions (no two jobs evict each other by rule), the requeue reason and
+// placement, the nomination of freed GPUs for the preemptor, the last resize.
+TEST(CompactState, KeepsEvictionsNominationsAndResizes) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 4), 1}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Job(1, 8), 2}).ok());
+  JobSpec elastic = Job(2, 2);
+  elastic.elastic_min_replicas = 1;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), elastic, 3}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x0F}}, 4}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(3), {{0, 0, NodeId(0), 0x30}, {0, 1, NodeId(0), 0xC0}}, 4}).ok());
+  ASSERT_TRUE(st.Apply(JobPreempting{JobId(1), 5, JobId(2), "preempted for job 2"}).ok());
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(1), 6, "preempted for job 2"}).ok());
+  ASSERT_TRUE(st.Apply(JobResized{JobId(3), {{0, 0, NodeId(0), 0x30}}, 7, "shrank for job 2"}).ok());
+  const Snapshot before = st.GetSnapshot();
+  ASSERT_FALSE(before.FindJob(JobId(2))->nominated.empty());
+  ClusterState replay;
+  for (const Event& e : CompactState(before)) ASSERT_TRUE(replay.Apply(e).ok());
+  const Snapshot after = replay.GetSnapshot();
+  for (uint64_t id : {1, 2, 3}) {
+    const JobRecord& a = *before.FindJob(JobId(id));
+    const JobRecord& b = *after.FindJob(JobId(id));
+    EXPECT_EQ(a.preempted_at, b.preempted_at) << id;
+    EXPECT_EQ(a.preempted_by, b.preempted_by) << id;
+    EXPECT_EQ(a.last_requeue_reason, b.last_requeue_reason) << id;
+    EXPECT_EQ(a.last_placement, b.last_placement) << id;
+    EXPECT_EQ(a.nominated, b.nominated) << id;
+    EXPECT_EQ(a.nominated_at, b.nominated_at) << id;
+    EXPECT_EQ(a.resized_at, b.resized_at) << id;
+    EXPECT_EQ(a.last_resize_reason, b.last_resize_reason) << id;
+  }
+  EXPECT_EQ(after.FindJob(JobId(1))->preempted_by, std::vector<JobId>{JobId(2)});
+  EXPECT_EQ(after.FindJob(JobId(3))->resized_at, 7);
+  // A history for no such job, or with a placement on no such node, changes nothing.
+  EXPECT_FALSE(replay.Apply(JobHistory{JobId(9)}).ok());
+  EXPECT_FALSE(replay.Apply(JobHistory{JobId(1), {}, {}, "", {{0, 0, NodeId(5), 1}}}).ok());
+}
+
 TEST(ClusterState, RefusesConflictingBindAndChangesNothing) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());

@@ -130,6 +130,21 @@ struct NodeMigChanged {
   std::map<int32_t, std::string> mig;
   bool mig_fixed = false;
 };
+// Journal snapshots only (CompactState): what a job's record remembers of
+// its past that its other events do not carry: recent evictions and whom
+// they made room for, the last requeue reason and placement, a nomination
+// of freed GPUs, and its last resize. Replaces those fields.
+struct JobHistory {
+  JobId id;
+  std::vector<TimePoint> preempted_at;
+  std::vector<JobId> preempted_by;
+  std::string last_requeue_reason;
+  std::vector<ReplicaPlacement> last_placement;
+  std::vector<ReplicaPlacement> nominated;
+  TimePoint nominated_at = 0;
+  TimePoint resized_at = 0;
+  std::string last_resize_reason;
+};
 struct JobCancelled {
   JobId id;
   TimePoint at = 0;
@@ -137,6 +152,6 @@ struct JobCancelled {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory>;
 
 }  // namespace rota
