@@ -129,21 +129,31 @@ Status ClusterState::ApplyOne(const NodeAdded& e) {
   return Status::Ok();
 }
 
+StatusOr<std::shared_ptr<const JobRecord>> ClusterState::JobOf(JobId id) const {
+  auto it = data_->jobs.find(id);
+  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(id.value()));
+  return it->second;
+}
+
+StatusOr<uint32_t> ClusterState::NodeIndexOf(const std::string& name) const {
+  auto it = data_->node_by_name.find(name);
+  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + name + "'");
+  return it->second.value();
+}
+
 Status ClusterState::ApplyOne(const NodeDrainChanged& e) {
-  auto it = data_->node_by_name.find(e.node);
-  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
-  Mutable().nodes[it->second.value()].drained = e.drained;
+  ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
+  Mutable().nodes[index].drained = e.drained;
   return Status::Ok();
 }
 
 Status ClusterState::ApplyOne(const GpuHealthChanged& e) {
-  auto it = data_->node_by_name.find(e.node);
-  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
-  const NodeState& n = data_->nodes[it->second.value()];
+  ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
+  const NodeState& n = data_->nodes[index];
   if (e.gpu < 0 || e.gpu >= n.spec.gpus) {
     return OutOfRangeError("node '" + e.node + "' has no GPU " + std::to_string(e.gpu));
   }
-  NodeState& m = Mutable().nodes[it->second.value()];
+  NodeState& m = Mutable().nodes[index];
   if (e.healthy) m.healthy_mask |= 1ULL << e.gpu;
   else m.healthy_mask &= ~(1ULL << e.gpu);
   return Status::Ok();
@@ -284,9 +294,8 @@ Status ClusterState::CheckPlacement(const JobRecord& job, const std::vector<Repl
 }
 
 Status ClusterState::ApplyOne(const JobBound& e) {
-  auto it = data_->jobs.find(e.id);
-  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  const JobRecord& job = *it->second;
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  const JobRecord& job = *found;
   const std::string who = "bind job " + std::to_string(e.id.value());
   if (job.state != JobState::kPending) {
     return FailedPreconditionError(who + ": job is " + std::string(JobStateName(job.state)) + ", not pending");
@@ -348,12 +357,11 @@ void ClusterState::Release(const JobRecord& job) {
 }
 
 Status ClusterState::ApplyOne(const JobFinished& e) {
-  auto it = data_->jobs.find(e.id);
-  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  if (it->second->state != JobState::kRunning && it->second->state != JobState::kPreempting) {
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  if (found->state != JobState::kRunning && found->state != JobState::kPreempting) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is not running");
   }
-  std::shared_ptr<const JobRecord> old = it->second;
+  std::shared_ptr<const JobRecord> old = found;
   Release(*old);
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = e.outcome == JobOutcome::kSucceeded ? JobState::kSucceeded : JobState::kFailed;
@@ -364,9 +372,8 @@ Status ClusterState::ApplyOne(const JobFinished& e) {
 }
 
 Status ClusterState::ApplyOne(const JobRequeued& e) {
-  auto it = data_->jobs.find(e.id);
-  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  std::shared_ptr<const JobRecord> old = it->second;
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  std::shared_ptr<const JobRecord> old = found;
   if (old->state != JobState::kRunning && old->state != JobState::kPreempting) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is not running");
   }
@@ -400,14 +407,13 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
 }
 
 Status ClusterState::ApplyOne(const JobCheckpointed& e) {
-  auto it = data_->jobs.find(e.id);
-  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  const JobState st = it->second->state;
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  const JobState st = found->state;
   if (st != JobState::kRunning && st != JobState::kPreempting && st != JobState::kPending) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " has ended");
   }
   if (e.path.size() > 4096) return InvalidArgumentError("checkpoint path: longer than 4096 bytes");
-  auto updated = std::make_shared<JobRecord>(*it->second);
+  auto updated = std::make_shared<JobRecord>(*found);
   updated->last_checkpoint_at = e.at;
   updated->last_checkpoint_path = e.path;
   Put(Mutable(), std::move(updated));
@@ -415,9 +421,8 @@ Status ClusterState::ApplyOne(const JobCheckpointed& e) {
 }
 
 Status ClusterState::ApplyOne(const JobResized& e) {
-  auto it = data_->jobs.find(e.id);
-  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  std::shared_ptr<const JobRecord> old = it->second;
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  std::shared_ptr<const JobRecord> old = found;
   const std::string who = "resize job " + std::to_string(e.id.value());
   if (!old->spec.elastic()) return FailedPreconditionError(who + ": not an elastic job");
   if (old->state != JobState::kRunning) {
@@ -445,9 +450,8 @@ Status ClusterState::ApplyOne(const JobResized& e) {
 }
 
 Status ClusterState::ApplyOne(const RankRestarted& e) {
-  auto it = data_->jobs.find(e.id);
-  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  const JobRecord& job = *it->second;
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  const JobRecord& job = *found;
   const std::string who = "restart a rank of job " + std::to_string(e.id.value());
   if (!job.spec.elastic()) return FailedPreconditionError(who + ": only an elastic job restarts ranks alone");
   if (job.state != JobState::kRunning) return FailedPreconditionError(who + ": job is not running");
@@ -464,9 +468,8 @@ Status ClusterState::ApplyOne(const RankRestarted& e) {
 }
 
 Status ClusterState::ApplyOne(const JobHistory& e) {
-  auto it = data_->jobs.find(e.id);
-  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  const JobRecord* job = it->second.get();
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  const JobRecord* job = found.get();
   if (e.preempted_at.size() != e.preempted_by.size()) {
     return InvalidArgumentError("job " + std::to_string(e.id.value()) + ": preempted_at and preempted_by differ in length");
   }
@@ -491,9 +494,8 @@ Status ClusterState::ApplyOne(const JobHistory& e) {
 }
 
 Status ClusterState::ApplyOne(const NodeMigChanged& e) {
-  auto it = data_->node_by_name.find(e.node);
-  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
-  const NodeState& n = data_->nodes[it->second.value()];
+  ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
+  const NodeState& n = data_->nodes[index];
   NodeSpec spec = n.spec;
   spec.mig = e.mig;
   spec.mig_fixed = e.mig_fixed;
@@ -515,7 +517,7 @@ Status ClusterState::ApplyOne(const NodeMigChanged& e) {
                                      "' changed MIG mode or layout while work holds it");
     }
   }
-  NodeState& m = Mutable().nodes[it->second.value()];
+  NodeState& m = Mutable().nodes[index];
   std::vector<uint8_t> used(spec.mig.empty() ? 0 : spec.gpus, 0);
   for (int32_t g = 0; g < static_cast<int32_t>(used.size()) && g < static_cast<int32_t>(m.mig_used.size()); ++g) {
     if ((mig_mask >> g) & 1) used[g] = m.mig_used[g];  // unchanged GPUs keep their instances in use
@@ -529,9 +531,8 @@ Status ClusterState::ApplyOne(const NodeMigChanged& e) {
 }
 
 Status ClusterState::ApplyOne(const GpuReconfigured& e) {
-  auto it = data_->node_by_name.find(e.node);
-  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
-  const NodeState& n = data_->nodes[it->second.value()];
+  ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
+  const NodeState& n = data_->nodes[index];
   const std::string where = "GPU " + std::to_string(e.gpu) + " on '" + e.node + "'";
   if (e.gpu < 0 || e.gpu >= n.spec.gpus) return OutOfRangeError("node '" + e.node + "' has no GPU " + std::to_string(e.gpu));
   if (((n.mig_mask >> e.gpu) & 1) == 0) return FailedPreconditionError(where + " is not in MIG mode");
@@ -540,17 +541,16 @@ Status ClusterState::ApplyOne(const GpuReconfigured& e) {
   }
   StatusOr<MigLayout> layout = ParseMigLayout(*n.mig_geometry, e.layout);
   if (!layout.ok()) return InvalidArgumentError(where + ": " + std::string(layout.status().message()));
-  Mutable().nodes[it->second.value()].mig_layout[e.gpu] = std::move(layout).value();
+  Mutable().nodes[index].mig_layout[e.gpu] = std::move(layout).value();
   return Status::Ok();
 }
 
 Status ClusterState::ApplyOne(const JobPreempting& e) {
-  auto it = data_->jobs.find(e.id);
-  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  if (it->second->state != JobState::kRunning) {
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  if (found->state != JobState::kRunning) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is not running");
   }
-  auto updated = std::make_shared<JobRecord>(*it->second);
+  auto updated = std::make_shared<JobRecord>(*found);
   updated->state = JobState::kPreempting;
   updated->preempted_for = e.preemptor;
   updated->preempting_since = e.at;
@@ -566,16 +566,14 @@ Status ClusterState::ApplyOne(const JobPreempting& e) {
 }
 
 Status ClusterState::ApplyOne(const NodeLostChanged& e) {
-  auto it = data_->node_by_name.find(e.node);
-  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + e.node + "'");
-  Mutable().nodes[it->second.value()].lost = e.lost;
+  ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
+  Mutable().nodes[index].lost = e.lost;
   return Status::Ok();
 }
 
 Status ClusterState::ApplyOne(const JobCancelled& e) {
-  auto it = data_->jobs.find(e.id);
-  if (it == data_->jobs.end()) return NotFoundError("no job " + std::to_string(e.id.value()));
-  std::shared_ptr<const JobRecord> old = it->second;
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  std::shared_ptr<const JobRecord> old = found;
   if (old->state != JobState::kPending && old->state != JobState::kRunning && old->state != JobState::kPreempting) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is already " +
                                    std::string(JobStateName(old->state)));

@@ -160,6 +160,9 @@ class ClusterState {
 
  private:
   Snapshot::Data& Mutable();
+  // The job or node an event names, or NotFound ("no job 7", "no node named 'x'").
+  StatusOr<std::shared_ptr<const JobRecord>> JobOf(JobId id) const;
+  StatusOr<uint32_t> NodeIndexOf(const std::string& name) const;
   Status ApplyOne(const NodeAdded& e);
   Status ApplyOne(const NodeDrainChanged& e);
   Status ApplyOne(const GpuHealthChanged& e);
