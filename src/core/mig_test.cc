@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/cluster_state.h"
+#include "core/test_util.h"
 
 namespace rota {
 namespace {
@@ -69,13 +70,7 @@ TEST(MigProfileName, ComputeSlices) {
 }
 
 NodeSpec MigNode() {
-  NodeSpec n;
-  n.name = "a0";
-  n.gpus = 2;
-  n.gpu_model = "A100";
-  n.gpu_memory = 80 * 1024;
-  n.cpu = 64000;
-  n.memory = 512 * 1024;
+  NodeSpec n = testing::A100Node("a0", 2);
   n.labels = {{"rack", "r0"}, {"spine", "s0"}};
   n.mig = {{1, "3g.40gb@0,3g.40gb@4"}};
   return n;

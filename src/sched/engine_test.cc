@@ -9,6 +9,7 @@
 #include <new>
 
 #include "base/rng.h"
+#include "core/test_util.h"
 #include "sched/test_util.h"
 
 // Counts heap allocations, to check that placements do not allocate.
@@ -428,13 +429,7 @@ TEST(PolicyProperties, RandomizedThousandCycles) {
 TEST(SchedulerMig, DriversLayoutsAreNotRepartitioned) {
   for (const bool fixed : {false, true}) {
     ClusterState st;
-    NodeSpec n;
-    n.name = "a0";
-    n.gpus = 1;
-    n.gpu_model = "A100";
-    n.gpu_memory = 80 * 1024;
-    n.cpu = 64000;
-    n.memory = 512 * 1024;
+    NodeSpec n = rota::testing::A100Node("a0", 1);
     n.mig = {{0, "3g.40gb@0,3g.40gb@4"}};
     n.mig_fixed = fixed;
     ASSERT_TRUE(st.Apply(NodeAdded{n}).ok());

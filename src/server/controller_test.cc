@@ -6,6 +6,7 @@
 #include <bit>
 #include <filesystem>
 
+#include "core/test_util.h"
 #include "store/memory_store.h"
 #include "store/sqlite_store.h"
 
@@ -307,13 +308,7 @@ TEST_F(ControllerTest, JobArraysCommitWholeAndDurably) {
 TEST_F(ControllerTest, ReRegistrationTakesTheDriversNewMigLayout) {
   auto c = Make(std::make_unique<MemoryStore>());
   const Principal agent{"m-0", Role::kAgent, "m-0"};
-  NodeSpec spec;
-  spec.name = "m-0";
-  spec.gpus = 2;
-  spec.gpu_model = "A100";
-  spec.gpu_memory = 80 * 1024;
-  spec.cpu = 64000;
-  spec.memory = 512 * 1024;
+  NodeSpec spec = rota::testing::A100Node("m-0", 2);
   ASSERT_TRUE(c->RegisterNode(agent, spec, false, "").ok());
   EXPECT_EQ(c->snapshot().FindNode("m-0")->mig_mask, 0u);
   spec.mig = {{1, "3g.40gb@0,3g.40gb@4"}};
