@@ -1,12 +1,9 @@
 #include "cli/client_cmd.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <mutex>
-#include <thread>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
