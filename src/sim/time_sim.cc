@@ -9,6 +9,7 @@
 #include <map>
 #include <unordered_map>
 #include <memory>
+#include <numeric>
 #include <queue>
 
 #include "base/rng.h"
@@ -439,14 +440,38 @@ class LearnedGittins {
       sum_[i] += other.sum_[i] * weight / total;
     }
   }
+  // Adds a log-normal distribution of GPU-seconds (`mu` and `sigma`: mean and
+  // deviation of the log), `weight` jobs in all.
+  void AddLogNormal(double mu, double sigma, double weight) {
+    const double sq = sigma * sigma;
+    const double mean = std::exp(mu + sq / 2);
+    for (int i = 0; i < kBins; ++i) {
+      const double lo = i == 0 ? -HUGE_VAL : std::log(Edge(i));
+      const double hi = i == kBins - 1 ? HUGE_VAL : std::log(Edge(i + 1));
+      const double p = NormalCdf((hi - mu) / sigma) - NormalCdf((lo - mu) / sigma);
+      if (p <= 0) continue;
+      count_[i] += weight * p;
+      // E[X; lo < log X < hi] of a log-normal.
+      sum_[i] += weight * mean * (NormalCdf((hi - mu - sq) / sigma) - NormalCdf((lo - mu - sq) / sigma));
+    }
+  }
   // `censored`: attained GPU-seconds of jobs not finished yet (they will run
   // at least that long): a Kaplan-Meier estimate, so that the long jobs still
-  // running are not missing from the distribution.
+  // running are not missing from the distribution. A job censored inside a bin
+  // is at risk there for the share of the bin it has run (actuarial): counted
+  // whole, it would claim to have outlived the bin, and a job's own attained
+  // service would keep telling it that it will not finish soon.
   void Rebuild(const std::vector<double>& censored) {
     double at_risk[kBins + 1] = {};
     double cens[kBins] = {};
-    for (double a : censored) ++cens[Bin(a)];
+    double part[kBins] = {};
+    for (double a : censored) {
+      const int b = Bin(a);
+      ++cens[b];
+      part[b] += std::clamp((a - Edge(b)) / (Edge(b + 1) - Edge(b)), 0.0, 1.0);
+    }
     for (int i = kBins - 1; i >= 0; --i) at_risk[i] = at_risk[i + 1] + count_[i] + cens[i];
+    for (int i = 0; i < kBins; ++i) at_risk[i] -= cens[i] - part[i];
     double hazard[kBins], mean[kBins];
     for (int i = 0; i < kBins; ++i) {
       hazard[i] = at_risk[i] > 0 ? count_[i] / at_risk[i] : 0;
@@ -469,6 +494,7 @@ class LearnedGittins {
   bool ready() const { return built_ >= 16; }
   int64_t built() const { return built_; }
   double Index(double a) const { return index_[Bin(a)]; }
+  static double NormalCdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
 
  private:
   double count_[kBins] = {};
@@ -486,13 +512,26 @@ class LearnedGittins {
 //    GPU-time of finished jobs (Kaplan-Meier: jobs still running count as at
 //    least that long, so long jobs are not missing from the estimate).
 //  - Jobs submitted together (same queue and GPU count, at most a minute
-//    apart: a sweep) share a distribution: their finished siblings and the
-//    service their unfinished ones have attained (censored), with the whole
-//    workload's as a prior of two jobs' weight. Sweeps' durations are alike
-//    (Philly 0e4a51: variance of log duration 0.34 within, 10.8 overall), so
-//    long-running siblings tell that a sweep is long before any finishes.
+//    apart: a sweep; a job alone is a sweep of one) share a distribution.
+//    Sweeps' durations are alike (Philly 0e4a51: variance of log duration
+//    0.34 within, 10.8 overall), so a sweep's own jobs say more than the
+//    workload does:
+//     - until one of them finishes: the service its jobs have attained
+//       (censored), with the whole workload's as a prior of two jobs' weight,
+//       once one of them has run 600 GPU-seconds (before, the workload's);
+//     - from its first finish on: a log-normal fitted to its finished jobs
+//       and, censored, its unfinished ones (a posterior mode, the workload's
+//       log GPU-time as the prior of its mean), again with the workload's as
+//       a prior of two jobs' weight. Beyond the service its jobs have
+//       attained, an empirical estimate knows only the workload's long tail,
+//       so a sweep's longest jobs would look endless and yield to every
+//       newcomer; the fit knows where the sweep ends.
+//  - A waiting job never goes ahead of a running job of its own sweep: with
+//    nothing to tell them apart, switching between siblings only delays them
+//    all (a sweep of 118 jobs on 64 GPUs ran its jobs in turns).
 //  - No thrash: a job runs at least `min_runtime` after each start before it
-//    may be preempted, and is preempted at most 3 times in any hour.
+//    may be preempted (30 s where preemption is free, as when counting GPUs;
+//    10 minutes on nodes), and is preempted at most 3 times in any hour.
 //  - No starvation: a job that has waited 3 days since its submission or its
 //    last preemption goes first, in submission order.
 //  - Without history yet: least attained GPU-time first.
@@ -500,9 +539,15 @@ class RotaOrder {
  public:
   static constexpr double kBatchWindowSeconds = 60;
   static constexpr double kPriorWeight = 2;
-  static constexpr Duration kMinRuntime = 10 * 60 * kMicrosPerSecond;
+  // Within a sweep, the prior of the variance of log GPU-time (Philly
+  // 0e4a51's, above) and its weight in jobs.
+  static constexpr double kLogVariance = 0.34;
+  static constexpr double kLogVarianceWeight = 0.5;
   static constexpr Duration kStarved = 3 * 24 * 3600 * kMicrosPerSecond;
   static constexpr int kMaxPerHour = 3;
+
+  explicit RotaOrder(Duration min_runtime) : min_runtime_(min_runtime) {}
+  Duration min_runtime() const { return min_runtime_; }
 
   void Arrive(SimJob& j, const std::string& queue, TimePoint t) {
     auto [it, fresh] = open_.emplace(std::make_pair(queue, j.g), -1);
@@ -517,7 +562,14 @@ class RotaOrder {
   }
   void Finished(SimJob& j) {
     global_.Add(j.gpu_seconds());
-    batches_[j.batch].finished.push_back(j.gpu_seconds());
+    const double l = std::log(std::max(1.0, j.gpu_seconds()));
+    log_n_ += 1;
+    log_sum_ += l;
+    log_sq_ += l * l;
+    Batch& b = batches_[j.batch];
+    b.finished.push_back(j.gpu_seconds());
+    b.log_sum += l;
+    b.log_sq += l * l;
     j.waiting_since = -1;
   }
   void Started(SimJob& j) { j.waiting_since = -1; }
@@ -528,7 +580,7 @@ class RotaOrder {
   }
   // A running job that must not be preempted now.
   bool Protected(const SimJob& j, TimePoint t) const {
-    if (t - j.last_start < kMinRuntime) return true;
+    if (t - j.last_start < min_runtime_) return true;
     return j.preempted_at.size() >= kMaxPerHour && t - j.preempted_at.front() < 3600 * kMicrosPerSecond;
   }
   // Sets every runnable job's rank (lower goes first).
@@ -547,7 +599,7 @@ class RotaOrder {
       SimJob& j = jobs[i];
       if (j.state == SimJob::kPending && j.waiting_since >= 0 && t - j.waiting_since >= kStarved) {
         // Before every index (indices are >= 0, so ranks >= -1), oldest first.
-        j.rank = -1e12 + static_cast<double>(j.trace->submit) / kMicrosPerSecond;
+        j.rank = kStarvedRank + static_cast<double>(j.trace->submit) / kMicrosPerSecond;
         continue;
       }
       if (!global_.ready()) {
@@ -562,6 +614,21 @@ class RotaOrder {
       }
       j.rank = -b.index.Index(j.gpu_seconds());
     }
+    // No waiting job ahead of a running sibling: just behind the last one.
+    last_running_.resize(batches_.size());
+    for (uint32_t i : runnable) last_running_[jobs[i].batch] = -HUGE_VAL;
+    for (uint32_t i : runnable) {
+      const SimJob& j = jobs[i];
+      if (j.state == SimJob::kRunning && !Starved(j)) {
+        last_running_[j.batch] = std::max(last_running_[j.batch], j.rank);
+      }
+    }
+    for (uint32_t i : runnable) {
+      SimJob& j = jobs[i];
+      if (j.state == SimJob::kPending && !Starved(j) && j.rank <= last_running_[j.batch]) {
+        j.rank = std::nextafter(last_running_[j.batch], HUGE_VAL);
+      }
+    }
   }
 
  private:
@@ -574,11 +641,21 @@ class RotaOrder {
     uint64_t bins = 0;   // attained-service bins of its unfinished jobs when built
     uint64_t stamp = 0;  // the Rank pass that last looked at it
     bool informed = false;
+    double log_sum = 0, log_sq = 0;  // of its finished jobs' GPU-seconds
+    bool fitted = false;             // mu and var hold its last log-normal fit
+    double mu = 0, var = 0;
   };
-  // A batch speaks for itself once a job of it has finished, or once two of
-  // its jobs have run this many GPU-seconds (siblings, not just the job itself).
+  // Starved jobs' ranks: this plus their submission time in seconds.
+  static constexpr double kStarvedRank = -1e12;
+  static bool Starved(const SimJob& j) { return j.rank < kStarvedRank / 2; }
+  // A batch speaks for itself once a job of it has finished, or once one of
+  // its jobs has run this many GPU-seconds.
   static constexpr double kInformedAt = 600;
-  static constexpr long kInformedBy = 2;
+  const Duration min_runtime_;
+  std::vector<double> last_running_;  // per batch: the worst rank of its running jobs
+  std::vector<double> cens_logs_;                   // Fit's scratch
+  CensoredNormal fit_;                             // Fit's scratch
+  double log_n_ = 0, log_sum_ = 0, log_sq_ = 0;  // log GPU-seconds of finished jobs
   uint64_t stamp_ = 0;
   std::vector<std::vector<uint32_t>> by_batch_;  // this pass's runnable jobs by batch
   std::vector<uint32_t> grouped_;                // the jobs in by_batch_
@@ -588,10 +665,6 @@ class RotaOrder {
   // least that long).
   void Refresh(Batch& b, const std::vector<uint32_t>& members, const std::vector<SimJob>& jobs) {
     b.stamp = stamp_;
-    if (b.finished.empty() && members.size() < static_cast<size_t>(kInformedBy)) {
-      b.informed = false;  // alone: nothing to learn from siblings yet
-      return;
-    }
     censored_.clear();
     uint64_t bins = 0;  // which bins they are in, to rebuild only on a change
     for (uint32_t k : members) {
@@ -600,17 +673,62 @@ class RotaOrder {
       bins = bins * 31 + static_cast<uint64_t>(LearnedGittins::Bin(a));
     }
     b.informed = !b.finished.empty() ||
-                 std::count_if(censored_.begin(), censored_.end(), [](double a) { return a >= kInformedAt; }) >= kInformedBy;
+                 std::any_of(censored_.begin(), censored_.end(), [](double a) { return a >= kInformedAt; });
     if (b.informed && (b.built != b.finished.size() || b.prior_built != global_.built() || b.bins != bins)) {
       b.index = LearnedGittins();
-      for (double v : b.finished) b.index.Add(v);
-      b.index.AddScaled(global_, kPriorWeight);
-      b.index.Rebuild(censored_);
+      if (b.finished.empty()) {
+        b.index.AddScaled(global_, kPriorWeight);
+        b.index.Rebuild(censored_);
+      } else {
+        Fit(b);
+        b.index.AddLogNormal(b.mu, std::sqrt(b.var), static_cast<double>(b.finished.size() + censored_.size()));
+        b.index.AddScaled(global_, kPriorWeight);
+        b.index.Rebuild({});
+      }
       b.built = b.finished.size();
       b.prior_built = global_.built();
       b.bins = bins;
     }
   }
+  // Fits a log-normal to the batch's GPU-times: finished jobs exactly, the
+  // unfinished ones (censored_) as at least their attained service, the
+  // posterior mode (FitCensoredNormal on the logs), from the batch's last fit.
+  // Priors: the mean is normal around the mean log of all finished jobs, with
+  // their variance; the variance is kLogVariance, kLogVarianceWeight jobs' worth.
+  void Fit(Batch& b) {
+    const double mu0 = log_sum_ / log_n_;  // the batch has a finished job: log_n_ > 0
+    const double tau2 = std::max(0.1, log_sq_ / log_n_ - mu0 * mu0);
+    const double fin = static_cast<double>(b.finished.size());
+    const double n = fin + static_cast<double>(censored_.size());
+    // The censored logs, each distinct value once with its count (waiting
+    // jobs often share one).
+    cens_logs_.clear();
+    for (double v : censored_) cens_logs_.push_back(std::log(std::max(1.0, v)));
+    std::sort(cens_logs_.begin(), cens_logs_.end());
+    fit_.censored.clear();
+    for (double c : cens_logs_) {
+      if (fit_.censored.empty() || fit_.censored.back().first != c) fit_.censored.emplace_back(c, 0);
+      ++fit_.censored.back().second;
+    }
+    if (!b.fitted) {
+      b.mu = b.log_sum;
+      for (double c : cens_logs_) b.mu += c;
+      b.mu /= n;
+      b.var = kLogVariance;
+      b.fitted = true;
+    }
+    fit_.n = fin;
+    fit_.sum = b.log_sum;
+    fit_.sq = b.log_sq;
+    fit_.mu0 = mu0;
+    fit_.tau2 = tau2;
+    fit_.var0 = kLogVariance;
+    fit_.var_weight = kLogVarianceWeight;
+    const NormalFit f = FitCensoredNormal(fit_, {b.mu, b.var, 0});
+    b.mu = f.mu;
+    b.var = f.var;
+  }
+
   LearnedGittins global_;
   std::vector<Batch> batches_;
   std::map<std::pair<std::string, int64_t>, int32_t> open_;  // (queue, GPUs) -> latest batch
@@ -661,6 +779,83 @@ double GittinsTable::Index(double attained) const {
   return index_[k];
 }
 
+NormalFit FitCensoredNormal(const CensoredNormal& data, NormalFit start) {
+  const double n = data.n + std::accumulate(data.censored.begin(), data.censored.end(), 0.0,
+                                            [](double a, const auto& c) { return a + c.second; });
+  const double nu = data.var_weight, s0 = data.var0, mu0 = data.mu0, tau2 = data.tau2;
+  struct Eval {
+    double f = 0, gm = 0, gs = 0, hmm = 0, hms = 0, hss = 0;  // value, gradient, Hessian in (mu, sd)
+    double em_mu = 0, em_var = 0;                             // the EM step from here
+  };
+  auto eval = [&](double mu, double sd) {
+    Eval e;
+    const double var = sd * sd;
+    // Exact values: their log density, from their sums.
+    const double dev = data.sq - 2 * mu * data.sum + data.n * mu * mu;  // sum of (x - mu)^2
+    const double dsum = data.sum - data.n * mu;                         // sum of (x - mu)
+    e.f = -data.n * std::log(sd) - dev / (2 * var);
+    e.gm = dsum / var;
+    e.gs = -data.n / sd + dev / (var * sd);
+    e.hmm = -data.n / var;
+    e.hms = -2 * dsum / (var * sd);
+    e.hss = data.n / var - 3 * dev / (var * var);
+    double sum = data.sum, sq = dev;  // expected sum and squared deviation, for the EM step
+    for (const auto& [c, count] : data.censored) {
+      // log P(x > c) = log S(z), z = (c - mu) / sd; lambda = phi(z) / S(z).
+      const double z = (c - mu) / sd;
+      const double tail = 0.5 * std::erfc(z / std::sqrt(2.0));
+      const double log_tail = tail > 1e-300 ? std::log(tail) : -z * z / 2 - std::log(z * std::sqrt(2 * M_PI));
+      const double lambda = tail > 1e-12 ? std::exp(-z * z / 2) / std::sqrt(2 * M_PI) / tail : std::max(z, 0.0);
+      e.f += count * log_tail;
+      e.gm += count * lambda / sd;
+      e.gs += count * lambda * z / sd;
+      e.hmm -= count * lambda * (lambda - z) / var;
+      e.hms -= count * lambda * (1 + z * (lambda - z)) / var;
+      e.hss -= count * lambda * z * (2 + z * (lambda - z)) / var;
+      // E[x | x > c] = mu + sd lambda; E[(x - mu)^2 | x > c] = var (1 + z lambda).
+      sum += count * (mu + sd * lambda);
+      sq += count * var * (1 + z * lambda);
+    }
+    e.f += -(mu - mu0) * (mu - mu0) / (2 * tau2) - nu * std::log(sd) - nu * s0 / (2 * var);
+    e.gm += -(mu - mu0) / tau2;
+    e.gs += -nu / sd + nu * s0 / (var * sd);
+    e.hmm += -1 / tau2;
+    e.hss += nu / var - 3 * nu * s0 / (var * var);
+    const double k = var / tau2;
+    e.em_mu = (sum + mu0 * k) / (n + k);
+    e.em_var = std::max(0.01, (sq + nu * s0) / (n + nu));
+    return e;
+  };
+  double mu = start.mu, sd = std::sqrt(std::max(start.var, 0.01));
+  Eval e = eval(mu, sd);
+  NormalFit out;
+  for (out.iterations = 1; out.iterations <= 100; ++out.iterations) {
+    double nmu = e.em_mu, nsd = std::sqrt(e.em_var);
+    const double det = e.hmm * e.hss - e.hms * e.hms;
+    if (e.hmm < 0 && det > 0) {
+      // Newton: H d = -g, the step halved until the posterior rises.
+      double dm = -(e.hss * e.gm - e.hms * e.gs) / det;
+      double ds = -(e.hmm * e.gs - e.hms * e.gm) / det;
+      for (int half = 0; half < 20; ++half, dm /= 2, ds /= 2) {
+        if (sd + ds <= 0.1) continue;
+        if (eval(mu + dm, sd + ds).f >= e.f) {
+          nmu = mu + dm;
+          nsd = sd + ds;
+          break;
+        }
+      }
+    }
+    const bool done = std::abs(nmu - mu) < 1e-7 && std::abs(nsd - sd) < 1e-7;
+    mu = nmu;
+    sd = nsd;
+    if (done) break;
+    e = eval(mu, sd);
+  }
+  out.mu = mu;
+  out.var = sd * sd;
+  return out;
+}
+
 StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vector<NodeSpec>& nodes,
                                    const std::vector<TraceJob>& trace, const TimeSimOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
@@ -696,7 +891,8 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
     gittins = GittinsTable(options.gittins_samples, kGittinsDelta);
   }
   size_t learnt_at = 0;  // size of `learnt` when the table was last built
-  RotaOrder rota;
+  // Preemption is free when counting GPUs; on nodes a job first runs 10 minutes.
+  RotaOrder rota(placement == Placement::kCount ? 30 * kMicrosPerSecond : 10 * 60 * kMicrosPerSecond);
 
   TimeSimResult result;
   result.total_gpus = total_gpus;
@@ -1003,7 +1199,7 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
         const int64_t wait = (static_cast<int64_t>(std::ceil(left)) + per_second - 1) / per_second;
         jump = std::min(jump, t + std::max<int64_t>(1, wait) * kMicrosPerSecond);
         // When its protection after a start ends.
-        if (t - j.last_start < RotaOrder::kMinRuntime) jump = std::min(jump, j.last_start + RotaOrder::kMinRuntime);
+        if (t - j.last_start < rota.min_runtime()) jump = std::min(jump, j.last_start + rota.min_runtime());
       }
     }
     if (policy == Policy::kRota && pending_count > 0) {

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "base/rng.h"
 #include "sim/test_util.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -142,9 +144,11 @@ TEST(TimeSimTest, RotaIsNonClairvoyant) {
   }
 }
 
-// On the Philly inputs of the Tiresias comparison, rota's order beats
-// Tiresias' average JCT at both cluster sizes (numbers in the closing note).
-TEST(TimeSimTest, RotaBeatsTiresiasOnPhilly) {
+// On the Philly inputs of the Tiresias comparison (issue 4's target), rota's
+// order closes at least half of the gap between Tiresias and the SRTF oracle
+// in average JCT, with a p95 JCT no worse than Tiresias' (numbers in the
+// closing note).
+TEST(TimeSimTest, RotaClosesHalfTheGapFromTiresiasToSrtfOnPhilly) {
   const std::string dir = SharedTraces() + "tiresias-peer-results/inputs/";
   std::string text;
   if (!ReadFile(dir + "philly_103959.csv", &text)) GTEST_SKIP() << "no ../shared";
@@ -153,19 +157,97 @@ TEST(TimeSimTest, RotaBeatsTiresiasOnPhilly) {
     ASSERT_TRUE(ReadFile(dir + name + ".csv", &text));
     auto trace = ParseTrace(TraceFormat::kTiresias, text, name);
     ASSERT_TRUE(trace.ok());
-    double jct[2];
-    int k = 0;
-    for (const char* policy : {"tiresias", "rota"}) {
+    std::map<std::string, Summary> s;
+    for (const char* policy : {"tiresias", "srtf", "rota"}) {
       TimeSimOptions options;
       options.policy = policy;
       options.placement = "count";
       auto r = RunTimeSim(ClusterConfig{}, Nodes(nodes, 8), *trace, options);
       ASSERT_TRUE(r.ok());
       EXPECT_EQ(r->summary.unfinished, 0);
-      jct[k++] = r->summary.avg_jct_s;
+      s[policy] = r->summary;
     }
-    EXPECT_LT(jct[1], 0.97 * jct[0]) << name << " on " << nodes * 8 << " GPUs";
+    const double closed = (s["tiresias"].avg_jct_s - s["rota"].avg_jct_s) / (s["tiresias"].avg_jct_s - s["srtf"].avg_jct_s);
+    EXPECT_GE(closed, 0.5) << name << " on " << nodes * 8 << " GPUs";
+    EXPECT_LE(s["rota"].p95_jct_s, s["tiresias"].p95_jct_s) << name << " on " << nodes * 8 << " GPUs";
   }
+}
+
+// A sweep's waiting jobs never preempt its running ones: nothing tells
+// siblings apart, and taking turns only delays them all. A job of another
+// sweep still preempts.
+TEST(TimeSimTest, RotaDoesNotSwitchBetweenSiblings) {
+  // Three 10-hour jobs submitted together on 2 GPUs.
+  std::vector<TraceJob> trace = {Job("a1", 0, 36000, 1), Job("a2", 1, 36000, 1), Job("a3", 2, 36000, 1)};
+  TimeSimOptions options;
+  options.placement = "count";
+  auto two = RunTimeSim(ClusterConfig{}, Nodes(1, 2), trace, options);
+  ASSERT_TRUE(two.ok());
+  for (const JobResult& j : two->jobs) EXPECT_EQ(j.preemptions, 0) << j.name;
+  EXPECT_EQ(two->jobs[2].first_start, 36000 * kMicrosPerSecond);
+  EXPECT_EQ(two->jobs[2].end, 72000 * kMicrosPerSecond);
+
+  // An hour in, a one-hour job of its own: it goes first (least attained).
+  trace.push_back(Job("b", 3600, 3600, 1));
+  auto mixed = RunTimeSim(ClusterConfig{}, Nodes(1, 2), trace, options);
+  ASSERT_TRUE(mixed.ok());
+  EXPECT_EQ(mixed->jobs[3].first_start, 3600 * kMicrosPerSecond);
+  EXPECT_EQ(mixed->jobs[3].end, 7200 * kMicrosPerSecond);
+  int preemptions = 0;
+  for (const JobResult& j : mixed->jobs) preemptions += j.preemptions;
+  EXPECT_EQ(preemptions, 1);
+}
+
+// The censored-normal fit: exact values alone give their mean and variance;
+// with the largest values censored it still finds the distribution, where
+// the exact values alone are far off; and it gets there from far away.
+TEST(TimeSimTest, CensoredNormalFitRecoversTheDistribution) {
+  CensoredNormal d;
+  d.tau2 = 1e12;  // no prior to speak of
+  for (double x : {1.0, 2.0, 3.0, 6.0}) {
+    d.n += 1;
+    d.sum += x;
+    d.sq += x * x;
+  }
+  NormalFit f = FitCensoredNormal(d, {0, 1, 0});
+  EXPECT_NEAR(f.mu, 3.0, 1e-6);
+  EXPECT_NEAR(f.var, (4 + 1 + 0 + 9) / 4.0, 1e-6);
+
+  // 2,000 draws of N(12, 0.5^2); those above 12.2 known only to exceed 12.2.
+  Rng rng(7);
+  CensoredNormal c;
+  c.tau2 = 1e12;
+  c.censored = {{12.2, 0}};
+  for (int i = 0; i < 2000; ++i) {
+    const double u1 = 1 - rng.UniformDouble(), u2 = rng.UniformDouble();
+    const double x = 12 + 0.5 * std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2);
+    if (x > 12.2) {
+      ++c.censored[0].second;
+    } else {
+      c.n += 1;
+      c.sum += x;
+      c.sq += x * x;
+    }
+  }
+  ASSERT_GT(c.censored[0].second, 600);  // about a third
+  EXPECT_LT(c.sum / c.n, 11.8);           // the exact ones alone: far too short
+  for (NormalFit start : {NormalFit{12, 0.25, 0}, NormalFit{0, 10, 0}, NormalFit{30, 0.01, 0}}) {
+    f = FitCensoredNormal(c, start);
+    EXPECT_NEAR(f.mu, 12.0, 0.05) << "from " << start.mu;
+    EXPECT_NEAR(std::sqrt(f.var), 0.5, 0.05) << "from " << start.mu;
+    EXPECT_LT(f.iterations, 100) << "from " << start.mu;
+  }
+
+  // All censored: the prior on the mean holds it (no runaway to infinity).
+  CensoredNormal all;
+  all.censored = {{10.0, 5}};
+  all.mu0 = 8;
+  all.tau2 = 4;
+  all.var0 = 0.34;
+  all.var_weight = 0.5;
+  f = FitCensoredNormal(all, {10, 0.34, 0});
+  EXPECT_GT(f.mu, 10.0);
+  EXPECT_LT(f.mu, 16.0);
 }
 
 TEST(TimeSimTest, StrictFifoBlocksBehindTheHead) {
