@@ -448,19 +448,23 @@ class LearnedGittins {
     for (int i = 0; i < kBins; ++i) {
       const double lo = i == 0 ? -HUGE_VAL : std::log(Edge(i));
       const double hi = i == kBins - 1 ? HUGE_VAL : std::log(Edge(i + 1));
-      const double p = NormalCdf((hi - mu) / sigma) - NormalCdf((lo - mu) / sigma);
+      const double p = NormalMass((lo - mu) / sigma, (hi - mu) / sigma);
       if (p <= 0) continue;
+      // E[X; lo < log X < hi] of a log-normal, over p: the bin's mean, kept
+      // inside the bin where the tail's rounding would throw it out.
+      const double in_bin = mean * NormalMass((lo - mu - sq) / sigma, (hi - mu - sq) / sigma) / p;
       count_[i] += weight * p;
-      // E[X; lo < log X < hi] of a log-normal.
-      sum_[i] += weight * mean * (NormalCdf((hi - mu - sq) / sigma) - NormalCdf((lo - mu - sq) / sigma));
+      sum_[i] += weight * p * std::clamp(in_bin, i == 0 ? 0.0 : Edge(i), i == kBins - 1 ? HUGE_VAL : Edge(i + 1));
     }
   }
   // `censored`: attained GPU-seconds of jobs not finished yet (they will run
   // at least that long): a Kaplan-Meier estimate, so that the long jobs still
   // running are not missing from the distribution. A job censored inside a bin
-  // is at risk there for the share of the bin it has run (actuarial): counted
-  // whole, it would claim to have outlived the bin, and a job's own attained
-  // service would keep telling it that it will not finish soon.
+  // is at risk there for the share of the bin it had run when this was built
+  // (actuarial; a sweep's estimate is rebuilt as its jobs cross into a bin, so
+  // for those the share is near nothing): counted whole, it would claim to
+  // have outlived the bin, and a job's own attained service would keep telling
+  // it that it will not finish soon.
   void Rebuild(const std::vector<double>& censored) {
     double at_risk[kBins + 1] = {};
     double cens[kBins] = {};
@@ -494,7 +498,11 @@ class LearnedGittins {
   bool ready() const { return built_ >= 16; }
   int64_t built() const { return built_; }
   double Index(double a) const { return index_[Bin(a)]; }
-  static double NormalCdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+  // P(a < Z < b) for a standard normal Z, from the nearer tail (no cancellation).
+  static double NormalMass(double a, double b) {
+    if (a >= 0) return 0.5 * (std::erfc(a / std::sqrt(2.0)) - std::erfc(b / std::sqrt(2.0)));
+    return 0.5 * (std::erfc(-b / std::sqrt(2.0)) - std::erfc(-a / std::sqrt(2.0)));
+  }
 
  private:
   double count_[kBins] = {};
@@ -520,15 +528,16 @@ class LearnedGittins {
 //       (censored), with the whole workload's as a prior of two jobs' weight,
 //       once one of them has run 600 GPU-seconds (before, the workload's);
 //     - from its first finish on: a log-normal fitted to its finished jobs
-//       and, censored, its unfinished ones (a posterior mode, the workload's
-//       log GPU-time as the prior of its mean), again with the workload's as
-//       a prior of two jobs' weight. Beyond the service its jobs have
-//       attained, an empirical estimate knows only the workload's long tail,
-//       so a sweep's longest jobs would look endless and yield to every
-//       newcomer; the fit knows where the sweep ends.
-//  - A waiting job never goes ahead of a running job of its own sweep: with
-//    nothing to tell them apart, switching between siblings only delays them
-//    all (a sweep of 118 jobs on 64 GPUs ran its jobs in turns).
+//       and, censored, its unfinished ones, running or waiting (a posterior
+//       mode, the workload's log GPU-time as the prior of its mean), again
+//       with the workload's as a prior of two jobs' weight. Beyond the
+//       service its jobs have attained, an empirical estimate knows only the
+//       workload's long tail, so a sweep's longest jobs would look endless
+//       and yield to every newcomer; the fit knows where the sweep ends.
+//  - A waiting job never goes ahead of a running job of its own sweep (unless
+//    starved): siblings share one distribution, and switching between them
+//    only delays them all (a sweep of 118 jobs on 64 GPUs ran its jobs in
+//    turns).
 //  - No thrash: a job runs at least `min_runtime` after each start before it
 //    may be preempted (30 s where preemption is free, as when counting GPUs;
 //    10 minutes on nodes), and is preempted at most 3 times in any hour.
@@ -598,7 +607,7 @@ class RotaOrder {
     for (uint32_t i : runnable) {
       SimJob& j = jobs[i];
       if (j.state == SimJob::kPending && j.waiting_since >= 0 && t - j.waiting_since >= kStarved) {
-        // Before every index (indices are >= 0, so ranks >= -1), oldest first.
+        // Before every index (ranks from indices are -index, far above this), oldest first.
         j.rank = kStarvedRank + static_cast<double>(j.trace->submit) / kMicrosPerSecond;
         continue;
       }
@@ -699,7 +708,6 @@ class RotaOrder {
     const double mu0 = log_sum_ / log_n_;  // the batch has a finished job: log_n_ > 0
     const double tau2 = std::max(0.1, log_sq_ / log_n_ - mu0 * mu0);
     const double fin = static_cast<double>(b.finished.size());
-    const double n = fin + static_cast<double>(censored_.size());
     // The censored logs, each distinct value once with its count (waiting
     // jobs often share one).
     cens_logs_.clear();
@@ -711,9 +719,7 @@ class RotaOrder {
       ++fit_.censored.back().second;
     }
     if (!b.fitted) {
-      b.mu = b.log_sum;
-      for (double c : cens_logs_) b.mu += c;
-      b.mu /= n;
+      b.mu = b.log_sum / fin;  // the finished jobs' (fin > 0)
       b.var = kLogVariance;
       b.fitted = true;
     }
@@ -782,10 +788,12 @@ double GittinsTable::Index(double attained) const {
 NormalFit FitCensoredNormal(const CensoredNormal& data, NormalFit start) {
   const double n = data.n + std::accumulate(data.censored.begin(), data.censored.end(), 0.0,
                                             [](double a, const auto& c) { return a + c.second; });
+  NormalFit out = start;
+  if (n <= 0) return out;
   const double nu = data.var_weight, s0 = data.var0, mu0 = data.mu0, tau2 = data.tau2;
+  constexpr double kMinSd = 0.1;
   struct Eval {
     double f = 0, gm = 0, gs = 0, hmm = 0, hms = 0, hss = 0;  // value, gradient, Hessian in (mu, sd)
-    double em_mu = 0, em_var = 0;                             // the EM step from here
   };
   auto eval = [&](double mu, double sd) {
     Eval e;
@@ -799,57 +807,63 @@ NormalFit FitCensoredNormal(const CensoredNormal& data, NormalFit start) {
     e.hmm = -data.n / var;
     e.hms = -2 * dsum / (var * sd);
     e.hss = data.n / var - 3 * dev / (var * var);
-    double sum = data.sum, sq = dev;  // expected sum and squared deviation, for the EM step
     for (const auto& [c, count] : data.censored) {
-      // log P(x > c) = log S(z), z = (c - mu) / sd; lambda = phi(z) / S(z).
+      // log P(x > c) = log S(z), z = (c - mu) / sd; lambda = phi(z) / S(z),
+      // with its asymptotic series where S underflows.
       const double z = (c - mu) / sd;
       const double tail = 0.5 * std::erfc(z / std::sqrt(2.0));
-      const double log_tail = tail > 1e-300 ? std::log(tail) : -z * z / 2 - std::log(z * std::sqrt(2 * M_PI));
-      const double lambda = tail > 1e-12 ? std::exp(-z * z / 2) / std::sqrt(2 * M_PI) / tail : std::max(z, 0.0);
+      double log_tail, lambda;
+      if (tail > 1e-300) {
+        log_tail = std::log(tail);
+        lambda = std::exp(-z * z / 2) / std::sqrt(2 * M_PI) / tail;
+      } else {
+        log_tail = -z * z / 2 - std::log(z * std::sqrt(2 * M_PI));
+        lambda = z + 1 / z - 2 / (z * z * z);
+      }
       e.f += count * log_tail;
       e.gm += count * lambda / sd;
       e.gs += count * lambda * z / sd;
       e.hmm -= count * lambda * (lambda - z) / var;
       e.hms -= count * lambda * (1 + z * (lambda - z)) / var;
       e.hss -= count * lambda * z * (2 + z * (lambda - z)) / var;
-      // E[x | x > c] = mu + sd lambda; E[(x - mu)^2 | x > c] = var (1 + z lambda).
-      sum += count * (mu + sd * lambda);
-      sq += count * var * (1 + z * lambda);
     }
     e.f += -(mu - mu0) * (mu - mu0) / (2 * tau2) - nu * std::log(sd) - nu * s0 / (2 * var);
     e.gm += -(mu - mu0) / tau2;
     e.gs += -nu / sd + nu * s0 / (var * sd);
     e.hmm += -1 / tau2;
     e.hss += nu / var - 3 * nu * s0 / (var * var);
-    const double k = var / tau2;
-    e.em_mu = (sum + mu0 * k) / (n + k);
-    e.em_var = std::max(0.01, (sq + nu * s0) / (n + nu));
     return e;
   };
-  double mu = start.mu, sd = std::sqrt(std::max(start.var, 0.01));
+  // Newton's method; where the Hessian is not negative definite, shifted
+  // until it is (Levenberg-Marquardt). Each step halved until the posterior
+  // rises; done when a step moves less than 1e-7 or none rises.
+  double mu = start.mu, sd = std::max(std::sqrt(std::max(start.var, 0.0)), kMinSd);
   Eval e = eval(mu, sd);
-  NormalFit out;
-  for (out.iterations = 1; out.iterations <= 100; ++out.iterations) {
-    double nmu = e.em_mu, nsd = std::sqrt(e.em_var);
-    const double det = e.hmm * e.hss - e.hms * e.hms;
-    if (e.hmm < 0 && det > 0) {
-      // Newton: H d = -g, the step halved until the posterior rises.
-      double dm = -(e.hss * e.gm - e.hms * e.gs) / det;
-      double ds = -(e.hmm * e.gs - e.hms * e.gm) / det;
-      for (int half = 0; half < 20; ++half, dm /= 2, ds /= 2) {
-        if (sd + ds <= 0.1) continue;
-        if (eval(mu + dm, sd + ds).f >= e.f) {
-          nmu = mu + dm;
-          nsd = sd + ds;
-          break;
-        }
+  for (out.iterations = 1; out.iterations <= 200; ++out.iterations) {
+    double hmm = e.hmm, hss = e.hss;
+    const double half_trace = (hmm + hss) / 2;
+    const double top = half_trace + std::sqrt(half_trace * half_trace - (hmm * hss - e.hms * e.hms));  // largest eigenvalue
+    if (!(top < 0)) {
+      const double shift = top + std::max(1e-6, 0.01 * std::abs(half_trace));
+      hmm -= shift;
+      hss -= shift;
+    }
+    const double det = hmm * hss - e.hms * e.hms;
+    double dm = -(hss * e.gm - e.hms * e.gs) / det;
+    double ds = -(hmm * e.gs - e.hms * e.gm) / det;
+    bool moved = false;
+    for (int half = 0; half < 40; ++half, dm /= 2, ds /= 2) {
+      if (sd + ds < kMinSd) continue;
+      const Eval t = eval(mu + dm, sd + ds);
+      if (t.f > e.f) {
+        mu += dm;
+        sd += ds;
+        e = t;
+        moved = true;
+        break;
       }
     }
-    const bool done = std::abs(nmu - mu) < 1e-7 && std::abs(nsd - sd) < 1e-7;
-    mu = nmu;
-    sd = nsd;
-    if (done) break;
-    e = eval(mu, sd);
+    if (!moved || (std::abs(dm) < 1e-7 && std::abs(ds) < 1e-7)) break;
   }
   out.mu = mu;
   out.var = sd * sd;

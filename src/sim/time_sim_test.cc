@@ -146,8 +146,8 @@ TEST(TimeSimTest, RotaIsNonClairvoyant) {
 
 // On the Philly inputs of the Tiresias comparison (issue 4's target), rota's
 // order closes at least half of the gap between Tiresias and the SRTF oracle
-// in average JCT, with a p95 JCT no worse than Tiresias' (numbers in the
-// closing note).
+// in average JCT, with a p95 JCT no worse than Tiresias'. At this commit:
+// 58.6, 62.8, 52.7 and 55.1% in the order below.
 TEST(TimeSimTest, RotaClosesHalfTheGapFromTiresiasToSrtfOnPhilly) {
   const std::string dir = SharedTraces() + "tiresias-peer-results/inputs/";
   std::string text;
@@ -198,9 +198,19 @@ TEST(TimeSimTest, RotaDoesNotSwitchBetweenSiblings) {
   EXPECT_EQ(preemptions, 1);
 }
 
+// The log posterior FitCensoredNormal climbs, written out plainly.
+double LogPosterior(const CensoredNormal& d, const std::vector<double>& exact, double mu, double sd) {
+  double f = -(mu - d.mu0) * (mu - d.mu0) / (2 * d.tau2) - d.var_weight * (std::log(sd) + d.var0 / (2 * sd * sd));
+  for (double x : exact) f += -std::log(sd) - (x - mu) * (x - mu) / (2 * sd * sd);
+  for (const auto& [c, count] : d.censored) f += count * std::log(0.5 * std::erfc((c - mu) / (sd * std::sqrt(2.0))));
+  return f;
+}
+
 // The censored-normal fit: exact values alone give their mean and variance;
 // with the largest values censored it still finds the distribution, where
-// the exact values alone are far off; and it gets there from far away.
+// the exact values alone are far off; it gets there from far away; and where
+// most values are censored at nothing (a sweep's waiting jobs) it finds the
+// mode fast, not crawling as EM does.
 TEST(TimeSimTest, CensoredNormalFitRecoversTheDistribution) {
   CensoredNormal d;
   d.tau2 = 1e12;  // no prior to speak of
@@ -235,7 +245,42 @@ TEST(TimeSimTest, CensoredNormalFitRecoversTheDistribution) {
     f = FitCensoredNormal(c, start);
     EXPECT_NEAR(f.mu, 12.0, 0.05) << "from " << start.mu;
     EXPECT_NEAR(std::sqrt(f.var), 0.5, 0.05) << "from " << start.mu;
-    EXPECT_LT(f.iterations, 100) << "from " << start.mu;
+    EXPECT_LT(f.iterations, 30) << "from " << start.mu;
+  }
+
+  // Sweeps just after their first finish: one finished job; the others
+  // running just below it, or waiting (censored at log 1 = 0).
+  struct Case {
+    double exact;
+    std::vector<std::pair<double, int>> censored;
+  };
+  for (const Case& k : {Case{14, {{0, 1000}}}, Case{9, {{0, 54}, {8.9, 63}}}, Case{9, {{0, 3}, {8.5, 10}, {9.5, 2}}}}) {
+    CensoredNormal s;
+    s.n = 1;
+    s.sum = k.exact;
+    s.sq = k.exact * k.exact;
+    s.censored = k.censored;
+    s.mu0 = 8;
+    s.tau2 = 10;
+    s.var0 = 0.34;
+    s.var_weight = 0.5;
+    NormalFit first;
+    for (NormalFit start : {NormalFit{k.exact, 0.34, 0}, NormalFit{0, 4, 0}}) {
+      f = FitCensoredNormal(s, start);
+      EXPECT_LT(f.iterations, 40) << k.exact << " from " << start.mu;
+      // A maximum: no step of 1e-3 either way does better.
+      const double sd = std::sqrt(f.var), top = LogPosterior(s, {k.exact}, f.mu, sd);
+      for (double dm : {-1e-3, 0.0, 1e-3}) {
+        for (double ds : {-1e-3, 0.0, 1e-3}) {
+          EXPECT_LE(LogPosterior(s, {k.exact}, f.mu + dm, sd + ds), top + 1e-9) << k.exact << " from " << start.mu;
+        }
+      }
+      if (start.mu == 0) {
+        EXPECT_NEAR(f.mu, first.mu, 1e-4);
+        EXPECT_NEAR(f.var, first.var, 1e-4);
+      }
+      first = f;
+    }
   }
 
   // All censored: the prior on the mean holds it (no runaway to infinity).
