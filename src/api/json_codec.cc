@@ -328,8 +328,7 @@ std::string EncodeEvent(const Event& event) {
           j["id"] = e.id.value();
           j["at"] = e.at;
           j["reason"] = e.reason;
-          j["placement"] = ordered_json::array();
-          for (const ReplicaPlacement& r : e.placement) j["placement"].push_back({r.task, r.replica, r.node.value(), r.gpu_mask});
+          j["placement"] = PlacementToJson(e.placement);
         } else if constexpr (std::is_same_v<E, RankRestarted>) {
           j["type"] = "RankRestarted";
           j["id"] = e.id.value();
@@ -428,12 +427,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       return Event(JobCheckpointed{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("path")});
     }
     if (type == "JobResized") {
-      JobResized e{JobId(j.at("id").get<uint64_t>()), {}, j.at("at"), j.at("reason")};
-      for (const auto& r : j.at("placement")) {
-        e.placement.push_back({r.at(0).get<uint16_t>(), r.at(1).get<uint32_t>(), NodeId(r.at(2).get<uint32_t>()),
-                               r.at(3).get<uint64_t>()});
-      }
-      return Event(std::move(e));
+      return Event(JobResized{JobId(j.at("id").get<uint64_t>()), PlacementFromJson(j.at("placement")), j.at("at"),
+                              j.at("reason")});
     }
     if (type == "RankRestarted") {
       return Event(RankRestarted{JobId(j.at("id").get<uint64_t>()), j.at("task"), j.at("replica"), j.at("at"),

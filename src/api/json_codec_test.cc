@@ -48,6 +48,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobHistory{JobId(16), {100, 200}, {JobId(3), JobId(4)}, "preempted for job 4", {{0, 0, NodeId(1), 0x0F}},
                  {{0, 1, NodeId(0), 0xF0}}, 210, 220, "shrank for job 5"},
       JobResized{JobId(14), {{0, 0, NodeId(0), 0x03}, {0, 2, NodeId(1), 0x0C}}, 900, "grew into free GPUs"},
+      JobResized{JobId(17), {{0, 0, NodeId(1), 0x04, 500}, {0, 1, NodeId(0), 0x02, 0, 4}}, 901, "shrank for job 5"},
       RankRestarted{JobId(14), 0, 2, 950, "worker-2 exited with code 3; restarted alone"},
       JobSubmitted{JobId(15), *spec, 6, "dan", 1, 2, 3, 3, {{1, 5}, {4, 6}}},
   };
@@ -56,6 +57,14 @@ mounts: [{source: /d, target: /data, read_only: true}]
     auto back = DecodeEvent(text);
     ASSERT_TRUE(back.ok()) << back.status().ToString() << " for " << text;
     EXPECT_EQ(EncodeEvent(*back), text);
+  }
+  // A resize keeps each replica's share (a GPU fraction, a MIG instance), as a bind does.
+  for (const Event& e : events) {
+    if (const auto* resized = std::get_if<JobResized>(&e)) {
+      auto back = DecodeEvent(EncodeEvent(e));
+      ASSERT_TRUE(back.ok());
+      EXPECT_EQ(std::get<JobResized>(*back).placement, resized->placement);
+    }
   }
   auto sub = DecodeEvent(EncodeEvent(events[3]));
   const auto& js = std::get<JobSubmitted>(*sub);
