@@ -1,5 +1,8 @@
 #include "base/rng.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace rota {
 namespace {
 
@@ -47,5 +50,11 @@ uint64_t Rng::Uniform(uint64_t n) {
 }
 
 double Rng::UniformDouble() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+double Rng::Normal() {
+  const double u1 = std::max(UniformDouble(), 1e-300);
+  const double u2 = UniformDouble();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
 
 }  // namespace rota

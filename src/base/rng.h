@@ -21,6 +21,8 @@ class Rng {
   uint64_t Uniform(uint64_t n);
   // Uniform in [0, 1) with 53 bits.
   double UniformDouble();
+  // Standard normal (Box-Muller; two uniform draws).
+  double Normal();
 
  private:
   uint64_t s_[4];

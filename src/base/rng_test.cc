@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace rota {
 namespace {
 
@@ -25,6 +27,22 @@ TEST(Rng, UniformStaysInRangeAndCoversIt) {
     ++seen[v];
   }
   for (int count : seen) EXPECT_GT(count, 800);
+}
+
+TEST(Rng, NormalHasMeanZeroAndUnitVariance) {
+  Rng r(3);
+  double sum = 0, sq = 0;
+  int beyond2 = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    const double z = r.Normal();
+    sum += z;
+    sq += z * z;
+    beyond2 += std::abs(z) > 2;
+  }
+  EXPECT_NEAR(sum / n, 0, 0.03);
+  EXPECT_NEAR(sq / n, 1, 0.05);
+  EXPECT_NEAR(beyond2 / static_cast<double>(n), 0.0455, 0.006);  // two-sided 2-sigma tail
 }
 
 }  // namespace

@@ -440,10 +440,7 @@ std::vector<TraceJob> SyntheticPhilly(int32_t count, int64_t cluster_gpus, doubl
     } else {
       j.gpus = gpus;
     }
-    const double u1 = std::max(rng.UniformDouble(), 1e-300);
-    const double u2 = rng.UniformDouble();
-    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-    const double seconds = std::clamp(std::exp(mu + sigma * z), 1.0, 60.0 * 86400.0);
+    const double seconds = std::clamp(std::exp(mu + sigma * rng.Normal()), 1.0, 60.0 * 86400.0);
     j.duration = static_cast<Duration>(std::llround(seconds)) * kMicrosPerSecond;
     jobs.push_back(std::move(j));
     t += -std::log(std::max(1.0 - rng.UniformDouble(), 1e-300)) / rate;
