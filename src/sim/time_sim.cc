@@ -576,7 +576,7 @@ class RotaOrder {
     log_sum_ += l;
     log_sq_ += l * l;
     Batch& b = batches_[j.batch];
-    b.finished.push_back(j.gpu_seconds());
+    ++b.finished;
     b.log_sum += l;
     b.log_sq += l * l;
     j.waiting_since = -1;
@@ -643,7 +643,7 @@ class RotaOrder {
  private:
   struct Batch {
     TimePoint last_submit = 0;
-    std::vector<double> finished;  // GPU-seconds of its finished jobs
+    size_t finished = 0;  // its finished jobs
     LearnedGittins index;
     size_t built = 0;
     int64_t prior_built = -1;
@@ -651,8 +651,7 @@ class RotaOrder {
     uint64_t stamp = 0;  // the Rank pass that last looked at it
     bool informed = false;
     double log_sum = 0, log_sq = 0;  // of its finished jobs' GPU-seconds
-    bool fitted = false;             // mu and var hold its last log-normal fit
-    double mu = 0, var = 0;
+    double mu = 0, var = 0;          // its last log-normal fit (var 0: none yet)
   };
   // Starved jobs' ranks: this plus their submission time in seconds.
   static constexpr double kStarvedRank = -1e12;
@@ -662,8 +661,7 @@ class RotaOrder {
   static constexpr double kInformedAt = 600;
   const Duration min_runtime_;
   std::vector<double> last_running_;  // per batch: the worst rank of its running jobs
-  std::vector<double> cens_logs_;                   // Fit's scratch
-  CensoredNormal fit_;                             // Fit's scratch
+  CensoredNormal fit_;                // Fit's scratch
   double log_n_ = 0, log_sum_ = 0, log_sq_ = 0;  // log GPU-seconds of finished jobs
   uint64_t stamp_ = 0;
   std::vector<std::vector<uint32_t>> by_batch_;  // this pass's runnable jobs by batch
@@ -681,20 +679,20 @@ class RotaOrder {
       censored_.push_back(a);
       bins = bins * 31 + static_cast<uint64_t>(LearnedGittins::Bin(a));
     }
-    b.informed = !b.finished.empty() ||
+    b.informed = b.finished > 0 ||
                  std::any_of(censored_.begin(), censored_.end(), [](double a) { return a >= kInformedAt; });
-    if (b.informed && (b.built != b.finished.size() || b.prior_built != global_.built() || b.bins != bins)) {
+    if (b.informed && (b.built != b.finished || b.prior_built != global_.built() || b.bins != bins)) {
       b.index = LearnedGittins();
-      if (b.finished.empty()) {
+      if (b.finished == 0) {
         b.index.AddScaled(global_, kPriorWeight);
         b.index.Rebuild(censored_);
       } else {
         Fit(b);
-        b.index.AddLogNormal(b.mu, std::sqrt(b.var), static_cast<double>(b.finished.size() + censored_.size()));
+        b.index.AddLogNormal(b.mu, std::sqrt(b.var), static_cast<double>(b.finished + censored_.size()));
         b.index.AddScaled(global_, kPriorWeight);
         b.index.Rebuild({});
       }
-      b.built = b.finished.size();
+      b.built = b.finished;
       b.prior_built = global_.built();
       b.bins = bins;
     }
@@ -707,21 +705,19 @@ class RotaOrder {
   void Fit(Batch& b) {
     const double mu0 = log_sum_ / log_n_;  // the batch has a finished job: log_n_ > 0
     const double tau2 = std::max(0.1, log_sq_ / log_n_ - mu0 * mu0);
-    const double fin = static_cast<double>(b.finished.size());
+    const double fin = static_cast<double>(b.finished);
     // The censored logs, each distinct value once with its count (waiting
     // jobs often share one).
-    cens_logs_.clear();
-    for (double v : censored_) cens_logs_.push_back(std::log(std::max(1.0, v)));
-    std::sort(cens_logs_.begin(), cens_logs_.end());
+    std::sort(censored_.begin(), censored_.end());
     fit_.censored.clear();
-    for (double c : cens_logs_) {
+    for (double v : censored_) {
+      const double c = std::log(std::max(1.0, v));
       if (fit_.censored.empty() || fit_.censored.back().first != c) fit_.censored.emplace_back(c, 0);
       ++fit_.censored.back().second;
     }
-    if (!b.fitted) {
-      b.mu = b.log_sum / fin;  // the finished jobs' (fin > 0)
+    if (b.var == 0) {  // never fitted: from the finished jobs' (fin > 0)
+      b.mu = b.log_sum / fin;
       b.var = kLogVariance;
-      b.fitted = true;
     }
     fit_.n = fin;
     fit_.sum = b.log_sum;
