@@ -37,8 +37,8 @@ for _ in $(seq 100); do grep -q "serving http" "$R/server.log" && break; sleep 0
 export ROTA_SERVER=$(grep -o "http://127.0.0.1:[0-9]*" "$R/server.log" | head -1)
 export ROTA_TOKEN=$(cat "$R/data/admin.token")
 for i in $(seq 0 $((NODES - 1))); do
-  tok=$("$ROTA" token create --user "g-$i" --role agent --node "g-$i")
-  "$ROTA" agent --server "$ROTA_SERVER" --token "$tok" --name "g-$i" --address 127.0.0.1 --gpus 8xH100:80Gi \
+  "$ROTA" token create --user "g-$i" --role agent --node "g-$i" > "$R/agent-$i.token"
+  "$ROTA" agent --server "$ROTA_SERVER" --token-file "$R/agent-$i.token" --name "g-$i" --address 127.0.0.1 --gpus 8xH100:80Gi \
     --logs-dir "$R/logs" --heartbeat-ms "$HEARTBEAT_MS" > "$R/agent-$i.log" 2>&1 &
   PIDS+=($!)
 done

@@ -1,5 +1,6 @@
 #include "agent/agent.h"
 
+#include "agent/identity.h"
 #include "agent/oci.h"
 #include "base/base64.h"
 
@@ -9,7 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +38,7 @@ struct Agent::Task {
   std::string cgroup;       // its group name, "" if none
   std::string checkpoint_file;  // where the task writes its last checkpoint's path
   std::string log_path;
+  uid_t uid = 0;                // the account it runs as (its checkpoint file must be its own)
   std::string oci_runtime;      // a container: the runtime binary and container id ("" = a process)
   std::string oci_id;
   bool memory_limited = false;
@@ -46,7 +50,7 @@ namespace {
 
 // The task's last checkpoint: the first line of its checkpoint file and the
 // file's modification time; false if it has written none.
-bool ReadCheckpoint(const std::string& file, std::string* path, TimePoint* at) {
+bool ReadCheckpoint(const std::string& file, uid_t owner, std::string* path, TimePoint* at) {
   // The task controls this file: a regular file only (no FIFO to block on,
   // no symlink to follow), at most one short line, valid UTF-8.
   const int fd = open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -54,7 +58,8 @@ bool ReadCheckpoint(const std::string& file, std::string* path, TimePoint* at) {
   struct stat st;
   char buf[4097];
   ssize_t n = -1;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = read(fd, buf, sizeof(buf));
+  // ... and the task's own (not a hard link to somebody else's file).
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == owner) n = read(fd, buf, sizeof(buf));
   close(fd);
   if (n <= 0) return false;
   std::string line(buf, static_cast<size_t>(n));
@@ -64,6 +69,26 @@ bool ReadCheckpoint(const std::string& file, std::string* path, TimePoint* at) {
   *path = line;
   *at = static_cast<TimePoint>(st.st_mtim.tv_sec) * kMicrosPerSecond + st.st_mtim.tv_nsec / 1000;
   return true;
+}
+
+// The job's directory (the agent's: 0711, so the task reaches its own
+// files but cannot list or replace the agent's) and its work directory (the
+// task's account's, 0700).
+Status MakeJobDirs(const std::string& job_dir, const std::string& work_dir, const TaskIdentity& id) {
+  std::error_code ec;
+  std::filesystem::create_directories(job_dir, ec);
+  if (ec) return UnavailableError("job directory " + job_dir + ": " + ec.message());
+  chmod(job_dir.c_str(), 0711);
+  struct stat st {};
+  if (lstat(work_dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) unlink(work_dir.c_str());
+  if (mkdir(work_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return UnavailableError("work directory " + work_dir + ": " + std::strerror(errno));
+  }
+  if (getuid() == 0 && lchown(work_dir.c_str(), id.uid, id.gid) != 0) {
+    return UnavailableError("work directory " + work_dir + ": cannot give it to uid " + std::to_string(id.uid) + ": " +
+                            std::strerror(errno));
+  }
+  return Status::Ok();
 }
 
 std::string HostName() {
@@ -121,11 +146,20 @@ Agent::Agent(AgentOptions options) : options_(std::move(options)) {
 Agent::~Agent() { Stop(); }
 
 void Agent::Start() {
+  if (!options_.logs_dir.empty()) {
+    // Tasks of other accounts pass through to their own job's directory, no further.
+    std::error_code ec;
+    std::filesystem::create_directories(options_.logs_dir, ec);
+    chmod(options_.logs_dir.c_str(), 0711);
+  }
   if (!options_.cgroup_root.empty()) {
     auto cg = Cgroups::Detect(options_.cgroup_root, "rota/" + options_.node_name);
     if (cg.ok()) {
       cgroups_ = std::move(cg).value();
-      std::fprintf(stderr, "rota agent: CPU and memory limits through cgroup %s\n", cgroups_->version().c_str());
+      std::fprintf(stderr, "rota agent: CPU and memory limits through cgroup %s; GPU device isolation %s\n",
+                   cgroups_->version().c_str(),
+                   cgroups_->isolates_devices() ? "through the devices controller"
+                                                : "OFF (cgroup v2's eBPF device filter is not built yet)");
     } else {
       std::fprintf(stderr, "rota agent: tasks run WITHOUT CPU and memory limits: %s\n",
                    std::string(cg.status().message()).c_str());
@@ -271,7 +305,7 @@ bool Agent::Heartbeat(int wait_ms) {
     }
     std::string ckpt;
     TimePoint ckpt_at = 0;
-    if (!t->checkpoint_file.empty() && ReadCheckpoint(t->checkpoint_file, &ckpt, &ckpt_at)) {
+    if (!t->checkpoint_file.empty() && ReadCheckpoint(t->checkpoint_file, t->uid, &ckpt, &ckpt_at)) {
       tasks.back()["checkpoint_path"] = ckpt;
       tasks.back()["checkpoint_at"] = FormatTime(ckpt_at);
     }
@@ -382,8 +416,33 @@ bool Agent::Heartbeat(int wait_ms) {
       log_shipped_[t->log_path] = size_ec ? 0 : static_cast<int64_t>(size);
     }
     spec.argv = a.value("command", std::vector<std::string>{});
-    for (const char* pass : {"PATH", "HOME", "USER", "LANG", "TMPDIR", "TERM"}) {
-      if (const char* v = getenv(pass)) spec.env[pass] = v;
+    // Who the task runs as: the job's user's account on this node (an
+    // assignment without a user, from an older server, runs as the agent).
+    TaskIdentity identity;
+    identity.uid = getuid();
+    identity.gid = getgid();
+    if (a.contains("user")) {
+      auto resolved = ResolveIdentity({.user = a.value("user", std::string()),
+                                       .uid = a.value("uid", int64_t{-1}),
+                                       .gid = a.value("gid", int64_t{-1}),
+                                       .allow_root = a.value("allow_root", false)},
+                                      getuid(), options_.node_name);
+      if (resolved.ok()) {
+        identity = *resolved;
+        spec.set_identity = getuid() == 0;
+        spec.uid = identity.uid;
+        spec.gid = identity.gid;
+        spec.groups = identity.groups;
+      } else {
+        launch_error = std::string(resolved.status().message());
+      }
+      // A clean base: nothing of the agent's own environment (LD_PRELOAD,
+      // its token) reaches the task; the job's env goes on top.
+      spec.env = BaseEnvironment(identity);
+    } else {
+      for (const char* pass : {"PATH", "HOME", "USER", "LANG", "TMPDIR", "TERM"}) {
+        if (const char* v = getenv(pass)) spec.env[pass] = v;
+      }
     }
     for (const auto& [k, v] : a.value("env", std::map<std::string, std::string>{})) spec.env[k] = v;
     spec.env["CUDA_VISIBLE_DEVICES"] = visible;
@@ -426,14 +485,22 @@ bool Agent::Heartbeat(int wait_ms) {
     spec.env["NODE_RANK"] = std::to_string(a.at("node_rank").get<int>());
     const std::string hostfile = job_dir + "/hostfile";
     std::error_code ec;
-    std::filesystem::create_directories(job_dir, ec);
+    // The job's directory is the agent's (logs, hostfile, bundles: the task
+    // cannot swap them for links); the task writes in work/, its own.
+    const std::string work_dir = job_dir + "/work";
+    if (Status made = MakeJobDirs(job_dir, work_dir, identity); !made.ok() && launch_error.empty()) {
+      launch_error = std::string(made.message());
+    }
     {
       std::ofstream hf(hostfile);
       for (const auto& h : a.at("hosts")) hf << h.get<std::string>() << "\n";
     }
+    chmod(hostfile.c_str(), 0644);
     spec.env["ROTA_HOSTFILE"] = hostfile;
+    spec.workdir = work_dir;
     // A task reports a checkpoint by writing its path here; the next heartbeat carries it.
-    t->checkpoint_file = job_dir + "/" + name + ".checkpoint";
+    t->checkpoint_file = work_dir + "/" + name + ".checkpoint";
+    t->uid = identity.uid;
     std::filesystem::remove(t->checkpoint_file, ec);  // an earlier attempt's report is not this one's
     spec.env["ROTA_CHECKPOINT_FILE"] = t->checkpoint_file;
     // Where to resume: the last checkpoint the job reported before this attempt.
@@ -463,7 +530,12 @@ bool Agent::Heartbeat(int wait_ms) {
           oci.env = spec.env;
           // Inside, the job's directory is /rota; the host's PATH and HOME mean nothing there.
           oci.env["ROTA_HOSTFILE"] = "/rota/hostfile";
-          oci.env["ROTA_CHECKPOINT_FILE"] = "/rota/" + name + ".checkpoint";
+          oci.env["ROTA_CHECKPOINT_FILE"] = "/rota/work/" + name + ".checkpoint";
+          oci.uid = identity.uid;
+          oci.gid = identity.gid;
+          for (gid_t g : identity.groups) {
+            if (g != identity.gid) oci.additional_gids.push_back(g);
+          }
           const auto task_env = a.value("env", std::map<std::string, std::string>{});
           for (const char* host_only : {"PATH", "HOME", "TMPDIR"}) {
             if (!task_env.count(host_only)) oci.env.erase(host_only);
@@ -494,12 +566,22 @@ bool Agent::Heartbeat(int wait_ms) {
         tasks_[key] = std::move(t);
         continue;
       }
-      if (cgroups_ && (cpu > 0 || memory > 0) && t->oci_id.empty()) {
+      if (cgroups_ && t->oci_id.empty()) {
+        // Every process task gets a group: its limits, its GPUs alone in the
+        // devices controller, and one place to kill everything it started.
         t->cgroup = std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) + "-" +
                     std::to_string(t->attempt);
-        auto procs = cgroups_->Create(t->cgroup, cpu, memory);
+        auto procs = cgroups_->Create(t->cgroup, cpu, memory, GpuDenyRules(options_.device_dir, gpu_list));
         if (procs.ok()) {
-          spec.argv = WrapInCgroup(*procs, spec.argv);
+          spec.cgroup_procs = *procs;
+        } else if (procs.status().code() == StatusCode::kPermissionDenied) {
+          std::ofstream(spec.log_path, std::ios::app) << "rota: cannot start the task: " << procs.status().message() << "\n";
+          cgroups_->Remove(t->cgroup);
+          t->cgroup.clear();
+          t->exited = true;
+          t->exit_code = 127;
+          tasks_[key] = std::move(t);
+          continue;
         } else {
           std::ofstream(spec.log_path, std::ios::app) << "rota: running without limits: " << procs.status().message() << "\n";
           t->cgroup.clear();

@@ -45,6 +45,9 @@ struct AgentOptions {
   // simulated inventories and tests; NVML health is read directly).
   std::string health_file;
   int32_t max_temperature_c = 90;  // above this a GPU is reported unhealthy
+  // Where the GPU device nodes are (nvidia<N>): the devices cgroup denies a
+  // task every one but its own. Tests point it at stand-ins.
+  std::string device_dir = "/dev";
   // Where to put tasks' CPU and memory limits; "" = no limits.
   std::string cgroup_root = "/sys/fs/cgroup";
   // Tasks that name a rootfs run in OCI containers: "runc", "crun" or "auto".

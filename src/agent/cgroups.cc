@@ -1,7 +1,11 @@
 #include "agent/cgroups.h"
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 
@@ -54,6 +58,7 @@ StatusOr<std::unique_ptr<Cgroups>> Cgroups::Detect(const std::string& root, cons
     WriteFile(root + "/cgroup.subtree_control", "+cpu +memory");
   } else if (Writable(root + "/memory") && Writable(root + "/cpu")) {
     c->root_ = root;
+    c->devices_ = Writable(root + "/devices");
   } else {
     return NotFoundError("no writable cgroup hierarchy with cpu and memory under " + root);
   }
@@ -75,10 +80,42 @@ StatusOr<std::unique_ptr<Cgroups>> Cgroups::Detect(const std::string& root, cons
 std::vector<std::string> Cgroups::Dirs(const std::string& name) const {
   const std::string rel = name.empty() ? prefix_ : prefix_ + "/" + name;
   if (v2_) return {root_ + "/" + rel};
+  if (devices_) return {root_ + "/cpu/" + rel, root_ + "/memory/" + rel, root_ + "/devices/" + rel};
   return {root_ + "/cpu/" + rel, root_ + "/memory/" + rel};
 }
 
-StatusOr<std::vector<std::string>> Cgroups::Create(const std::string& name, MilliCpu cpu, MemoryMiB memory) {
+std::vector<pid_t> Cgroups::Pids(const std::string& name) const {
+  std::vector<pid_t> out;
+  for (const std::string& d : Dirs(name)) {
+    std::istringstream procs(ReadFile(d + "/cgroup.procs"));
+    pid_t pid;
+    while (procs >> pid) {
+      if (std::find(out.begin(), out.end(), pid) == out.end()) out.push_back(pid);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> GpuDenyRules(const std::string& dev_dir, const std::vector<int32_t>& allowed) {
+  std::vector<std::string> rules;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dev_dir, ec)) {
+    const std::string file = e.path().filename().string();
+    if (file.size() <= 6 || file.compare(0, 6, "nvidia") != 0) continue;
+    const std::string digits = file.substr(6);
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int32_t index = std::stoi(digits);
+    if (std::find(allowed.begin(), allowed.end(), index) != allowed.end()) continue;
+    struct stat st;
+    if (stat(e.path().c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+    rules.push_back("c " + std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev)) + " rwm");
+  }
+  std::sort(rules.begin(), rules.end());
+  return rules;
+}
+
+StatusOr<std::vector<std::string>> Cgroups::Create(const std::string& name, MilliCpu cpu, MemoryMiB memory,
+                                                   const std::vector<std::string>& deny) {
   std::vector<std::string> procs;
   for (const std::string& d : Dirs(name)) {
     std::error_code ec;
@@ -106,6 +143,14 @@ StatusOr<std::vector<std::string>> Cgroups::Create(const std::string& name, Mill
     if (memory > 0) {
       ok &= WriteFile(dirs[1] + "/memory.limit_in_bytes", std::to_string(bytes));
       WriteFile(dirs[1] + "/memory.memsw.limit_in_bytes", std::to_string(bytes));  // no swap past the limit, where supported
+    }
+    if (devices_) {
+      // A task whose other GPUs cannot be fenced off does not run at all.
+      for (const std::string& rule : deny) {
+        if (!WriteFile(dirs[2] + "/devices.deny", rule)) {
+          return PermissionDeniedError("cgroup " + name + ": cannot deny device " + rule);
+        }
+      }
     }
   }
   if (!ok) return UnavailableError("cgroup " + name + ": cannot set limits");

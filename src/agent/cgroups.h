@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <sys/types.h>
 #include <vector>
 
 #include "base/quantity.h"
@@ -24,10 +25,17 @@ class Cgroups {
   static StatusOr<std::unique_ptr<Cgroups>> Detect(const std::string& root, const std::string& prefix);
 
   std::string version() const { return v2_ ? "v2" : "v1"; }
+  // True where the device controller confines tasks to their own GPUs (the
+  // v1 `devices` hierarchy; cgroup v2's eBPF device filter is not built yet).
+  bool isolates_devices() const { return devices_; }
 
-  // Creates the group `name` with the limits (0 = no limit). Returns the
-  // cgroup.procs files a process must write its pid to.
-  StatusOr<std::vector<std::string>> Create(const std::string& name, MilliCpu cpu, MemoryMiB memory);
+  // Creates the group `name` with the limits (0 = no limit) and, where
+  // devices are isolated, denies the device rules in `deny` ("c 195:3 rwm").
+  // Returns the cgroup.procs files a process must write its pid to.
+  StatusOr<std::vector<std::string>> Create(const std::string& name, MilliCpu cpu, MemoryMiB memory,
+                                            const std::vector<std::string>& deny = {});
+  // The pids in the group (any of its hierarchies); empty if it is gone.
+  std::vector<pid_t> Pids(const std::string& name) const;
   // True if the kernel OOM-killed a process of the group.
   bool OomKilled(const std::string& name) const;
   // Removes the group (after its processes have exited); "" removes the
@@ -38,9 +46,15 @@ class Cgroups {
   std::vector<std::string> Dirs(const std::string& name) const;
 
   bool v2_ = false;
+  bool devices_ = false;
   std::string root_;    // v2: the cgroup2 root; v1: the directory holding cpu/ and memory/
   std::string prefix_;  // e.g. "rota/node-0"
 };
+
+// Device rules denying every GPU node `dev_dir`/nvidia<N> whose N is not
+// in `allowed` (the control nodes nvidiactl, nvidia-uvm stay open: they
+// reach no GPU by themselves).
+std::vector<std::string> GpuDenyRules(const std::string& dev_dir, const std::vector<int32_t>& allowed);
 
 // The argv that puts the process into `procs` files, then runs `argv`.
 std::vector<std::string> WrapInCgroup(const std::vector<std::string>& procs, const std::vector<std::string>& argv);

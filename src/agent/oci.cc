@@ -115,11 +115,12 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
   getrlimit(RLIMIT_NOFILE, &nofile);
   const auto files = static_cast<int64_t>(nofile.rlim_max == RLIM_INFINITY ? 1048576 : nofile.rlim_max);
   json process = {{"terminal", false},
-                  {"user", {{"uid", 0}, {"gid", 0}}},
+                  {"user", {{"uid", task.uid}, {"gid", task.gid}, {"additionalGids", task.additional_gids}}},
                   {"args", task.args},
                   {"env", env},
                   {"cwd", "/"},
-                  {"capabilities", {{"bounding", caps}, {"effective", caps}, {"permitted", caps}, {"ambient", caps}}},
+                  {"capabilities", task.uid == 0 ? json{{"bounding", caps}, {"effective", caps}, {"permitted", caps}, {"ambient", caps}}
+                                                   : json{{"bounding", caps}}},  // a user's process holds none
                   {"rlimits", json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", files}, {"soft", files}}})},
                   {"noNewPrivileges", true}};
   json mounts = json::array({

@@ -33,6 +33,11 @@ struct OciTask {
   MilliCpu cpu = 0;
   MemoryMiB memory = 0;
   std::string hostname;
+  // The process's identity inside (the job's user: the runtime keeps
+  // no_new_privs and drops every capability but the three it lists).
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> additional_gids;
 };
 
 // The root filesystem directory `rootfs` names (itself, or its rootfs/), or

@@ -297,7 +297,8 @@ NodeGroupConfig ParseNodeGroup(const Field& f) {
 }
 
 QueueConfig ParseQueue(const Field& f) {
-  f.ExpectMap({"name", "weight", "quota", "borrowing_limit", "lending_limit", "children", "users", "accepts"});
+  f.ExpectMap({"name", "weight", "quota", "borrowing_limit", "lending_limit", "children", "users", "accepts",
+               "allow_root"});
   QueueConfig q;
   q.name = f["name"].IsNull() ? "" : f["name"].Str();
   if (q.name.empty() || q.name.find('/') != std::string::npos) f.Fail("name: required, without '/'");
@@ -306,6 +307,7 @@ QueueConfig ParseQueue(const Field& f) {
   if (f.Has("borrowing_limit")) q.borrowing_limit = f["borrowing_limit"].IntMap(0, 100'000'000);
   if (f.Has("lending_limit")) q.lending_limit = f["lending_limit"].IntMap(0, 100'000'000);
   if (f.Has("users")) q.users = f["users"].StrList();
+  if (f.Has("allow_root")) q.allow_root = f["allow_root"].Bool();
   if (f.Has("accepts")) {
     q.accepts = f["accepts"].Str();
     if (q.accepts != "any" && q.accepts != "whole" && q.accepts != "shares") {
@@ -346,7 +348,8 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
   return Guard([&]() -> StatusOr<ClusterConfig> {
     Field root(Load(text, source), "", &source, nullptr);
     root.ExpectMap(
-        {"topology", "node_groups", "drained", "queues", "priority_classes", "profile", "fair_share", "backfill"});
+        {"topology", "node_groups", "drained", "queues", "priority_classes", "profile", "fair_share", "backfill",
+         "accounts", "allowed_mounts"});
     ClusterConfig c;
     if (root.Has("topology")) {
       c.topology = root["topology"].StrList();
@@ -377,6 +380,36 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
         pc.value = static_cast<int32_t>(p["value"].Int(0, 1'000'000'000));
         if (p.Has("preemptible")) pc.preemptible = p["preemptible"].Bool();
         c.priority_classes.push_back(pc);
+      }
+    }
+    if (root.Has("accounts")) {
+      Field accounts = root["accounts"];
+      for (size_t i = 0, n = accounts.ExpectSeq(); i < n; ++i) {
+        Field e = accounts.At(i);
+        e.ExpectMap({"user", "uid", "gid"});
+        AccountConfig a;
+        a.user = e["user"].Str();
+        if (a.user.empty()) e["user"].Fail("must not be empty");
+        a.uid = e["uid"].Int(0, 4'294'967'294);
+        if (e.Has("gid")) a.gid = e["gid"].Int(0, 4'294'967'294);
+        for (const AccountConfig& earlier : c.accounts) {
+          if (earlier.user == a.user) e["user"].Fail("duplicate account for user '" + a.user + "'");
+        }
+        c.accounts.push_back(a);
+      }
+    }
+    if (root.Has("allowed_mounts")) {
+      Field rules = root["allowed_mounts"];
+      for (size_t i = 0, n = rules.ExpectSeq(); i < n; ++i) {
+        Field e = rules.At(i);
+        e.ExpectMap({"prefix", "read_write"});
+        MountRule r;
+        r.prefix = e["prefix"].Str();
+        if (r.prefix.empty() || r.prefix[0] != '/' || r.prefix.find("..") != std::string::npos) {
+          e["prefix"].Fail("must be an absolute path without '..', got '" + r.prefix + "'");
+        }
+        if (e.Has("read_write")) r.read_write = e["read_write"].Bool();
+        c.allowed_mounts.push_back(r);
       }
     }
     if (root.Has("backfill")) {

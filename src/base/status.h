@@ -80,6 +80,7 @@ Status InvalidArgumentError(std::string message);
 Status NotFoundError(std::string message);
 Status AlreadyExistsError(std::string message);
 Status FailedPreconditionError(std::string message);
+Status PermissionDeniedError(std::string message);
 Status ResourceExhaustedError(std::string message);
 Status OutOfRangeError(std::string message);
 Status UnimplementedError(std::string message);

@@ -1,5 +1,6 @@
 #include "cli/server_cmd.h"
 
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,17 +29,19 @@ constexpr const char* kServerUsage =
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
-    "               [--nvlink-islands N] [--oci-runtime auto|runc|crun]\n"
+    "               [--nvlink-islands N] [--oci-runtime auto|runc|crun] [--device-dir /dev]\n"
     "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5]\n"
     "\n"
     "Runs the server and a local agent in one process, with an embedded SQLite\n"
     "store in DIR (default $ROTA_DATA_DIR or ~/.local/share/rota). Without an\n"
     "NVIDIA driver the agent declares a simulated inventory (default 8xH100:80Gi).\n";
 constexpr const char* kAgentUsage =
-    "usage: rota agent --server URL --token TOKEN [--name NODE] [--address ADDR]\n"
+    "usage: rota agent --server URL --token-file FILE [--name NODE] [--address ADDR]\n"
     "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--nvlink-islands N]\n"
     "                  [--logs-dir DIR] [--label k=v ...] [--oci-runtime auto|runc|crun]\n"
-    "                  [--heartbeat-ms N] [--health-file FILE]\n"
+    "                  [--heartbeat-ms N] [--health-file FILE] [--device-dir /dev]\n"
+    "       (the token comes from --token-file or $ROTA_TOKEN, never the command line,\n"
+    "        where every user of the node could read it)\n"
     "       rota agent --probe [--gpus ...]   (print what this node would register, and one telemetry sample)\n";
 
 // The value after args[*i] (and moves *i to it), or exits with usage error 2.
@@ -145,6 +148,15 @@ StatusOr<agent::Inventory> LocalInventory(const std::string& gpus_flag, const Mi
   return InvalidArgumentError("--mig-gpus: set --mig too (the MIG layout of those GPUs)");
 }
 
+// The account this process runs as ("uid N" where NSS has no name for it).
+std::string UnixUserName() {
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  char buf[4096];
+  if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &found) == 0 && found != nullptr) return pw.pw_name;
+  return "uid " + std::to_string(geteuid());
+}
+
 std::string HostName() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
@@ -157,7 +169,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::string data_dir = DefaultDataDir(), listen = "127.0.0.1:7070", config_path, gpus, name, tls_cert, tls_key;
   double rate = 200;
   MigFlags mig;
-  std::string oci_runtime = "auto";
+  std::string oci_runtime = "auto", device_dir;
   Duration node_timeout = 30 * kMicrosPerSecond;
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   Duration idle_after = 30 * 60 * kMicrosPerSecond;  // right-sizing window
@@ -187,6 +199,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (with_local_agent && a == "--nvlink-islands") mig.islands = std::atoi(value().c_str());
     else if (with_local_agent && a == "--oci-runtime") oci_runtime = value();
     else if (with_local_agent && a == "--name") name = value();
+    else if (with_local_agent && a == "--device-dir") device_dir = value();
     else if (a == "-h" || a == "--help") {
       std::cout << (with_local_agent ? kUpUsage : kServerUsage);
       return kExitOk;
@@ -242,8 +255,12 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
 
   std::error_code ec;
+  // Files the server makes are its own (the store, tokens, logs); the data
+  // directory is 0711 so that tasks of other accounts under `rota up` can
+  // reach their own job's work directory, and nothing else in it.
+  umask(077);
   std::filesystem::create_directories(data_dir, ec);
-  chmod(data_dir.c_str(), 0700);
+  chmod(data_dir.c_str(), 0711);
   auto store = SqliteStore::Open(data_dir + "/rota.db");
   if (!store.ok()) {
     std::cerr << "rota: " << store.status().message() << "\n";
@@ -256,7 +273,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
                                     .node_timeout = node_timeout,
                                     .idle_utilization_pct = idle_pct,
                                     .idle_after = idle_after,
-                                    .min_runtime = min_runtime};
+                                    .min_runtime = min_runtime,
+                                    .owner = UnixUserName()};
   server::Controller controller(options, std::move(store).value());
   if (Status s = controller.Start(); !s.ok()) {
     std::cerr << "rota: cannot start: " << s.message() << "\n";
@@ -302,6 +320,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     ao.logs_dir = data_dir + "/logs";
     ao.heartbeat_ms = 500;
     ao.oci_runtime = oci_runtime;
+    if (!device_dir.empty()) ao.device_dir = device_dir;
     ao.ship_logs = false;  // it writes into the server's log directory itself
     // The local agent's token is kept beside the data so restarts reuse it.
     const std::string agent_path = data_dir + "/agent.token";
@@ -378,7 +397,18 @@ int AgentMain(std::vector<std::string> args) {
     const std::string& a = args[i];
     auto value = [&] { return FlagValue(args, &i, "rota agent"); };
     if (a == "--server") ao.server = value();
-    else if (a == "--token") ao.token = value();
+    else if (a == "--token") {
+      std::cerr << "rota agent: --token on the command line is visible to every user of the node (ps); "
+                   "use --token-file FILE or $ROTA_TOKEN\n";
+      return kExitBadInput;
+    } else if (a == "--token-file") {
+      const std::string path = value();
+      ao.token = ReadFirstLine(path);
+      if (ao.token.empty()) {
+        std::cerr << "rota agent: --token-file " << path << ": no token in it (or it cannot be read)\n";
+        return kExitBadInput;
+      }
+    } else if (a == "--device-dir") ao.device_dir = value();
     else if (a == "--name") ao.node_name = value();
     else if (a == "--address") ao.address = value();
     else if (a == "--gpus") gpus = value();
@@ -418,7 +448,7 @@ int AgentMain(std::vector<std::string> args) {
     if (const char* t = std::getenv("ROTA_TOKEN"); t && *t) ao.token = t;
   }
   if (ao.token.empty()) {
-    std::cerr << "rota agent: --token is required\n" << kAgentUsage;
+    std::cerr << "rota agent: a token is required (--token-file FILE or $ROTA_TOKEN)\n" << kAgentUsage;
     return kExitBadInput;
   }
   if (ao.oci_runtime != "auto" && ao.oci_runtime != "runc" && ao.oci_runtime != "crun") {

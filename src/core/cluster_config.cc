@@ -157,6 +157,95 @@ Status QueueAllows(const ClusterConfig& config, const std::string& path, const s
 }
 
 namespace {
+
+// `path` made absolute-normal ("/a/b"), or "" if it is relative or climbs
+// out with "..".
+std::string NormalPath(const std::string& path) {
+  if (path.empty() || path[0] != '/') return "";
+  std::vector<std::string> parts;
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    const std::string part = path.substr(start, end - start);
+    if (part == "..") {
+      if (parts.empty()) return "";
+      parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    start = end + 1;
+  }
+  std::string out;
+  for (const std::string& p : parts) out += "/" + p;
+  return out.empty() ? "/" : out;
+}
+
+bool Under(const std::string& path, const std::string& prefix) {
+  if (prefix == "/") return true;
+  return path == prefix || (path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 &&
+                            path[prefix.size()] == '/');
+}
+
+// The first rule `path` lies under (read-write rules first when `write`).
+const MountRule* RuleFor(const ClusterConfig& config, const std::string& path, bool write) {
+  const MountRule* any = nullptr;
+  for (const MountRule& r : config.allowed_mounts) {
+    if (!Under(path, NormalPath(r.prefix))) continue;
+    if (r.read_write || !write) return &r;
+    if (any == nullptr) any = &r;
+  }
+  return any;
+}
+
+std::string RuleList(const ClusterConfig& config) {
+  if (config.allowed_mounts.empty()) return "none are allowed (the cluster config's allowed_mounts is empty)";
+  std::string out = "allowed: ";
+  for (size_t i = 0; i < config.allowed_mounts.size(); ++i) {
+    out += (i ? ", " : "") + config.allowed_mounts[i].prefix +
+           (config.allowed_mounts[i].read_write ? " (read-write)" : " (read-only)");
+  }
+  return out;
+}
+
+}  // namespace
+
+Status MountsAllowed(const ClusterConfig& config, const JobSpec& spec, bool admin) {
+  if (admin) return Status::Ok();
+  auto check = [&](const std::string& field, const std::string& path, bool write) -> Status {
+    const std::string normal = NormalPath(path);
+    if (normal.empty()) {
+      return Status(StatusCode::kPermissionDenied, field + ": '" + path + "' must be an absolute path without '..'");
+    }
+    const MountRule* rule = RuleFor(config, normal, write);
+    if (rule == nullptr) {
+      return Status(StatusCode::kPermissionDenied, field + ": '" + path + "' is not under an allowed prefix; " +
+                                                       RuleList(config));
+    }
+    if (write && !rule->read_write) {
+      return Status(StatusCode::kPermissionDenied, field + ": '" + path + "' may only be mounted read-only (rule " +
+                                                       rule->prefix + " is read-only); set read_only: true");
+    }
+    return Status::Ok();
+  };
+  for (size_t i = 0; i < spec.mounts.size(); ++i) {
+    ROTA_RETURN_IF_ERROR(check("mounts[" + std::to_string(i) + "].source", spec.mounts[i].source, !spec.mounts[i].read_only));
+  }
+  for (size_t i = 0; i < spec.tasks.size(); ++i) {
+    if (spec.tasks[i].rootfs.empty()) continue;
+    ROTA_RETURN_IF_ERROR(check("tasks[" + std::to_string(i) + "].rootfs", spec.tasks[i].rootfs, false));
+  }
+  return Status::Ok();
+}
+
+bool RootAllowedOnPath(const ClusterConfig& config, const std::string& path) {
+  for (const QueueConfig* q : QueuesOnPath(config, path)) {
+    if (q->allow_root) return true;
+  }
+  return false;
+}
+
+namespace {
 void CollectLeaves(const std::vector<QueueConfig>& queues, const std::string& prefix, std::vector<std::string>* out) {
   for (const auto& q : queues) {
     std::string path = prefix.empty() ? q.name : prefix + "/" + q.name;

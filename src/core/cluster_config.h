@@ -49,6 +49,25 @@ struct QueueConfig {
   // What GPUs its jobs (and those below) may ask for: "any", "whole" (whole
   // GPUs only: training tiers) or "shares" (GPU fractions only: inference).
   std::string accepts = "any";
+  // Its jobs (and those below) may run as uid 0 on the nodes. Off by
+  // default: a user whose account is root is refused unless a queue says so
+  // (the server's own user, the admin, always may).
+  bool allow_root = false;
+};
+
+// A rota user's Unix account on the nodes, where it is not found by name
+// (NSS): `accounts: [{user: alice, uid: 1001, gid: 1001}]`.
+struct AccountConfig {
+  std::string user;
+  int64_t uid = -1;
+  int64_t gid = -1;  // -1 = the account's primary group (or = uid)
+};
+
+// Where job mounts and rootfs may come from: paths under `prefix`,
+// read-only unless `read_write`.
+struct MountRule {
+  std::string prefix;
+  bool read_write = false;
 };
 
 struct PriorityClassConfig {
@@ -84,6 +103,10 @@ struct ClusterConfig {
   // and how far ahead one may start (0 = any time); later jobs backfill around them.
   int32_t reservation_depth = 1;
   Duration reservation_window = 0;
+  std::vector<AccountConfig> accounts;
+  // Mounts and rootfs of non-admin users must lie under one of these (none
+  // configured: users may name neither).
+  std::vector<MountRule> allowed_mounts;
 };
 
 // low 100 (preemptible), normal 500, high 1000, critical 10000.
@@ -99,6 +122,14 @@ Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec);
 // PermissionDenied unless `user` may submit to leaf queue `path`: every queue
 // on the path that lists users must list this one (admins always may).
 Status QueueAllows(const ClusterConfig& config, const std::string& path, const std::string& user, bool admin);
+
+// PermissionDenied, naming the field and the rule, unless every mount and
+// rootfs of `spec` lies under an allowed prefix (read-write mounts only
+// under read-write rules); admins may mount anything.
+Status MountsAllowed(const ClusterConfig& config, const JobSpec& spec, bool admin);
+
+// True if some queue on `path` allows uid 0.
+bool RootAllowedOnPath(const ClusterConfig& config, const std::string& path);
 
 // The queues from the top down to `path` ("research/nlp": research, nlp);
 // stops at the first name that is not there.

@@ -481,6 +481,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
   ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(spec));
   ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, &spec));
   ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec.queue, who.user, who.admin()));
+  ROTA_RETURN_IF_ERROR(MountsAllowed(options_.config, spec, who.admin()));
   return Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
     const JobId first(next_job_id_);
     // Reject what no node or domain of this cluster could ever hold.
@@ -633,6 +634,17 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   a.attempt = job.ReplicaAttempt(r.replica);
   a.checkpoint_signal = job.spec.checkpoint.signal;
   a.checkpoint_grace = job.spec.checkpoint.grace;
+  // Who it runs as: the job's user, by name on the node unless the config
+  // maps it to a uid; root only for the server's own user or where a queue allows it.
+  a.user = job.user;
+  for (const AccountConfig& account : options_.config.accounts) {
+    if (account.user == job.user) {
+      a.uid = account.uid;
+      a.gid = account.gid;
+    }
+  }
+  a.allow_root = (!options_.owner.empty() && job.user == options_.owner) ||
+                 RootAllowedOnPath(options_.config, job.spec.queue);
   return a;
 }
 
@@ -812,7 +824,9 @@ StatusOr<std::string> Controller::BootstrapAdminToken() {
   return Call<std::string>([&](Batch&) -> StatusOr<std::string> {
     if (auth_.size() > 0) return std::string();
     const std::string token = NewToken();
-    TokenRecord record{Sha256Hex(token), "admin", "admin", "", options_.clock->Now()};
+    // The admin is the Unix user who started the server: its tasks run as that user.
+    TokenRecord record{Sha256Hex(token), options_.owner.empty() ? "admin" : options_.owner, "admin", "",
+                       options_.clock->Now()};
     ROTA_RETURN_IF_ERROR(store_->PutToken(record));
     auth_.Add(record);
     return token;

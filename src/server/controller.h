@@ -50,6 +50,9 @@ struct ControllerOptions {
   // requeued anyway (its agent is gone or stuck).
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   Duration preempt_slack = 30 * kMicrosPerSecond;
+  // The Unix user the server runs as: the bootstrap admin token is theirs,
+  // and their jobs may run as uid 0 where that is who they are.
+  std::string owner;
 };
 
 struct GpuTelemetry {
@@ -91,6 +94,10 @@ struct TaskAssignment {
   int32_t attempt = 0;  // the job's restart count: a new attempt is a new process
   std::string checkpoint_signal = "SIGUSR1";
   Duration checkpoint_grace = 0;
+  std::string user;       // the job's owner: the account it runs as on the node
+  int64_t uid = -1;       // an explicit mapping from the config's accounts (-1 = by name)
+  int64_t gid = -1;
+  bool allow_root = false;
 };
 
 struct TaskReport {

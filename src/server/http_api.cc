@@ -496,6 +496,10 @@ class HttpServerImpl final : public HttpServer {
                        {"cpu_milli", a.cpu},         {"memory_mib", a.memory},   {"attempt", a.attempt},
                        {"checkpoint_signal", a.checkpoint_signal},
                        {"checkpoint_grace_ms", a.checkpoint_grace / 1000}});
+        out.back()["user"] = a.user;
+        if (a.uid >= 0) out.back()["uid"] = a.uid;
+        if (a.gid >= 0) out.back()["gid"] = a.gid;
+        if (a.allow_root) out.back()["allow_root"] = true;
         if (!a.last_checkpoint.empty()) out.back()["last_checkpoint"] = a.last_checkpoint;
         if (a.gpu_milli > 0) {
           out.back()["gpu_milli"] = a.gpu_milli;

@@ -10,6 +10,8 @@
 
 #include "harness.h"
 
+#include <pwd.h>
+
 namespace rota::testing {
 namespace {
 
@@ -68,7 +70,10 @@ tasks:
   EXPECT_NE(logs.out.find("rank=0/2 gpus=0,1 job=1"), std::string::npos) << logs.out;
   EXPECT_NE(logs.out.find("rank=1/2 gpus=2,3 job=1"), std::string::npos) << logs.out;
   CommandResult jobs = RunRota({"jobs", "--all"}, env, tmp.path());
-  EXPECT_NE(jobs.out.find("hello  admin  default  succeeded"), std::string::npos) << jobs.out;
+  // The admin token is the Unix user's who started `rota up` (the column is as wide as the name or "USER").
+  const std::string owner = getpwuid(geteuid())->pw_name;
+  const std::string pad(owner.size() < 4 ? 4 - owner.size() : 0, ' ');
+  EXPECT_NE(jobs.out.find("hello  " + owner + pad + "  default  succeeded"), std::string::npos) << jobs.out;
   CommandResult nodes = RunRota({"nodes"}, env, tmp.path());
   EXPECT_NE(nodes.out.find("local"), std::string::npos);
   EXPECT_NE(nodes.out.find("yes"), std::string::npos) << "simulated GPUs must say so:\n" << nodes.out;
@@ -735,7 +740,9 @@ class Cluster3 : public Integration {
                                    "application/json");
     ASSERT_EQ(r->status, 201);
     const std::string token = json::parse(r->body)["token"];
-    std::vector<std::string> args{RotaBinary(), "agent",       "--server", server_->url(), "--token", token,
+    const std::string token_file = tmp.path() + "/" + name + ".token";
+    std::ofstream(token_file) << token << "\n";
+    std::vector<std::string> args{RotaBinary(), "agent",       "--server", server_->url(), "--token-file", token_file,
                                   "--name",     name,          "--address", "127.0.0.1",   "--gpus",  "2xH100:80Gi",
                                   "--logs-dir", LogsDir(i),    "--heartbeat-ms", "200"};
     args.insert(args.end(), extra.begin(), extra.end());

@@ -1,0 +1,185 @@
+// Trust on a shared cluster, through the real binary: a user's task runs as
+// that user's account, sees nothing of the agent's environment, cannot read
+// the admin token nor open another GPU's device node, and a mount or rootfs
+// outside the admin's rules is refused at submission.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "harness.h"
+
+namespace rota::testing {
+namespace {
+
+using nlohmann::json;
+
+class Trust : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Tasks of other accounts must pass through the test's directory to their own.
+    chmod(tmp.path().c_str(), 0711);
+  }
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = tmp.path() + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  // A user token for `user`, from the admin.
+  static std::string UserToken(RotaProcess& up, const std::string& user) {
+    auto r = up.Admin().Post("/v1/tokens", json{{"user", user}, {"role", "user"}}.dump(), "application/json");
+    EXPECT_EQ(r->status, 201) << r->body;
+    return json::parse(r->body)["token"];
+  }
+  static json WaitEnded(RotaProcess& up, int id) {
+    json j;
+    for (int i = 0; i < 400; ++i) {
+      j = json::parse(up.Admin().Get("/v1/jobs/" + std::to_string(id))->body);
+      const std::string s = j.value("state", "");
+      if (s == "succeeded" || s == "failed" || s == "cancelled") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return j;
+  }
+  static std::string Logs(RotaProcess& up, int id) { return up.Admin().Get("/v1/jobs/" + std::to_string(id) + "/logs")->body; }
+  TempDir tmp;
+};
+
+TEST_F(Trust, AUsersTaskRunsAsItsAccountAndCannotReadTheAdminToken) {
+  const std::string data = tmp.path() + "/data";
+  const std::string config = Write("cluster.yaml", "node_groups: []\naccounts: [{user: alice, uid: 65534, gid: 65534}]\n");
+  // Something of the agent's own environment that must not reach a task.
+  setenv("ROTA_TEST_AGENT_SECRET", "leaked", 1);
+  RotaProcess up("up", data, {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config});
+  unsetenv("ROTA_TEST_AGENT_SECRET");
+  auto alice = up.Http(UserToken(up, "alice"));
+  const std::string job = json{{"name", "whoami"},
+                               {"tasks", {{{"name", "w"},
+                                           {"gpus", 1},
+                                           {"command", {"sh", "-c",
+                                                        "echo uid=$(id -u) gid=$(id -g) user=$USER; "
+                                                        "echo secret=${ROTA_TEST_AGENT_SECRET:-none}; "
+                                                        "cat " + data + "/admin.token 2>/dev/null && echo TOKEN-READ || echo token-denied; "
+                                                        "cat " + data + "/rota.db >/dev/null 2>&1 && echo DB-READ || echo db-denied; "
+                                                        "echo ckpt > $ROTA_CHECKPOINT_FILE && echo work-ok"}}}}}}
+                              .dump();
+  auto r = alice.Post("/v1/jobs", job, "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int id = json::parse(r->body)["id"];
+  EXPECT_EQ(WaitEnded(up, id)["state"], "succeeded");
+  const std::string logs = Logs(up, id);
+  EXPECT_NE(logs.find("uid=65534 gid=65534 user=nobody"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("secret=none"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("token-denied"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("db-denied"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("work-ok"), std::string::npos) << logs;
+  EXPECT_EQ(logs.find(up.token()), std::string::npos) << "the admin token leaked into a user's log";
+}
+
+TEST_F(Trust, AUserWithoutAnAccountOnTheNodeIsRefusedWithTheReason) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
+  auto ghost = up.Http(UserToken(up, "no-such-account-rota"));
+  auto r = ghost.Post("/v1/jobs", R"({"name": "x", "tasks": [{"gpus": 1, "command": ["true"]}]})", "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int id = json::parse(r->body)["id"];
+  EXPECT_EQ(WaitEnded(up, id)["state"], "failed");
+  const std::string logs = Logs(up, id);
+  EXPECT_NE(logs.find("user 'no-such-account-rota' has no Unix account on node 'local'"), std::string::npos) << logs;
+}
+
+TEST_F(Trust, RootOnlyWhereAQueueAllowsIt) {
+  const std::string config = Write("cluster.yaml",
+                                   "node_groups: []\n"
+                                   "accounts: [{user: mallory, uid: 0}]\n"
+                                   "queues:\n"
+                                   "  - {name: ops, allow_root: true, users: [mallory]}\n"
+                                   "  - {name: research}\n");
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config});
+  auto mallory = up.Http(UserToken(up, "mallory"));
+  auto submit = [&](const std::string& queue) {
+    auto r = mallory.Post("/v1/jobs",
+                          json{{"name", "r"}, {"queue", queue}, {"tasks", {{{"gpus", 1}, {"command", {"sh", "-c", "id -u"}}}}}}.dump(),
+                          "application/json");
+    EXPECT_EQ(r->status, 201) << r->body;
+    return json::parse(r->body)["id"].get<int>();
+  };
+  const int refused = submit("research");
+  EXPECT_EQ(WaitEnded(up, refused)["state"], "failed");
+  EXPECT_NE(Logs(up, refused).find("maps to uid 0"), std::string::npos) << Logs(up, refused);
+  const int allowed = submit("ops");
+  EXPECT_EQ(WaitEnded(up, allowed)["state"], "succeeded");
+  EXPECT_NE(Logs(up, allowed).find("0\n"), std::string::npos) << Logs(up, allowed);
+}
+
+TEST_F(Trust, AProcessTaskOpensItsOwnGpuAndNoOther) {
+  if (access("/sys/fs/cgroup/devices", W_OK) != 0) GTEST_SKIP() << "no writable cgroup v1 devices hierarchy here";
+  // Stand-ins for /dev/nvidia0 and /dev/nvidia1: character devices with the
+  // numbers of /dev/full and /dev/random, which any process may read.
+  const std::string dev = tmp.path() + "/dev";
+  std::filesystem::create_directories(dev);
+  ASSERT_EQ(mknod((dev + "/nvidia0").c_str(), S_IFCHR | 0666, makedev(1, 7)), 0) << std::strerror(errno);
+  ASSERT_EQ(mknod((dev + "/nvidia1").c_str(), S_IFCHR | 0666, makedev(1, 8)), 0) << std::strerror(errno);
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local", "--device-dir", dev});
+  auto admin = up.Admin();
+  // Even as root, and with CUDA_VISIBLE_DEVICES overridden: the devices cgroup decides.
+  const std::string probe = "export CUDA_VISIBLE_DEVICES=0,1; echo gpus=$ROTA_REPLICA; "
+                            "for g in 0 1; do head -c1 " + dev + "/nvidia$g >/dev/null 2>&1 && echo open-$g || echo denied-$g; done";
+  auto r = admin.Post("/v1/jobs", json{{"name", "dev"}, {"tasks", {{{"gpus", 1}, {"command", {"sh", "-c", probe}}}}}}.dump(),
+                      "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int id = json::parse(r->body)["id"];
+  const json j = WaitEnded(up, id);
+  EXPECT_EQ(j["state"], "succeeded");
+  const std::string logs = Logs(up, id);
+  // The job got GPU 0 (the first free one).
+  EXPECT_NE(logs.find("open-0"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("denied-1"), std::string::npos) << logs;
+  // A job with no GPUs opens none.
+  r = admin.Post("/v1/jobs", json{{"name", "cpu"}, {"tasks", {{{"gpus", 0}, {"cpu", 1}, {"command", {"sh", "-c", probe}}}}}}.dump(),
+                 "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int cpu_only = json::parse(r->body)["id"];
+  EXPECT_EQ(WaitEnded(up, cpu_only)["state"], "succeeded");
+  const std::string cpu_logs = Logs(up, cpu_only);
+  EXPECT_NE(cpu_logs.find("denied-0"), std::string::npos) << cpu_logs;
+  EXPECT_NE(cpu_logs.find("denied-1"), std::string::npos) << cpu_logs;
+}
+
+TEST_F(Trust, MountsAndRootfsOnlyFromTheAdminsPrefixes) {
+  const std::string datasets = tmp.path() + "/datasets";
+  std::filesystem::create_directories(datasets + "/c4");
+  const std::string config = Write("cluster.yaml", "node_groups: []\naccounts: [{user: alice, uid: 65534}]\n"
+                                                   "allowed_mounts: [{prefix: " + datasets + "}]\n");
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config});
+  auto alice = up.Http(UserToken(up, "alice"));
+  struct Case {
+    std::string spec;
+    int status;
+    std::string says;
+  };
+  const std::string task = R"("tasks": [{"gpus": 1, "command": ["true"]}])";
+  const std::vector<Case> cases = {
+      {R"({"name": "a", "mounts": [{"source": "/", "target": "/host"}], )" + task + "}", 403, "mounts[0].source: '/' is not under an allowed prefix"},
+      {R"({"name": "a", "mounts": [{"source": ")" + datasets + R"(/../../etc", "target": "/x", "read_only": true}], )" + task + "}", 403, "is not under an allowed prefix"},
+      {R"({"name": "a", "mounts": [{"source": ")" + datasets + R"(/c4", "target": "/data"}], )" + task + "}", 403, "may only be mounted read-only"},
+      {R"({"name": "a", "tasks": [{"gpus": 1, "rootfs": "/", "command": ["true"]}]})", 403, "tasks[0].rootfs: '/' is not under an allowed prefix"},
+      {R"({"name": "a", "mounts": [{"source": ")" + datasets + R"(/c4", "target": "/data", "read_only": true}], )" + task + "}", 201, ""},
+  };
+  for (const Case& c : cases) {
+    auto r = alice.Post("/v1/jobs", c.spec, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, c.status) << c.spec << "\n" << r->body;
+    if (!c.says.empty()) EXPECT_NE(r->body.find(c.says), std::string::npos) << r->body;
+  }
+  // Refusals changed nothing: only the allowed job exists.
+  auto jobs = json::parse(up.Admin().Get("/v1/jobs?all=true")->body)["jobs"];
+  EXPECT_EQ(jobs.size(), 1u) << jobs.dump();
+  // The admin may mount what it likes.
+  auto r = up.Admin().Post("/v1/jobs", cases[0].spec, "application/json");
+  EXPECT_EQ(r->status, 201) << r->body;
+}
+
+}  // namespace
+}  // namespace rota::testing
