@@ -16,6 +16,8 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kInternal: return "Internal";
     case StatusCode::kUnavailable: return "Unavailable";
     case StatusCode::kUnauthenticated: return "Unauthenticated";
+    case StatusCode::kInsufficientStorage: return "InsufficientStorage";
+    case StatusCode::kDataLoss: return "DataLoss";
   }
   return "Unknown";
 }
@@ -58,6 +60,10 @@ Status FailedPreconditionError(std::string m) {
 }
 Status PermissionDeniedError(std::string m) {
   return {StatusCode::kPermissionDenied, std::move(m)};
+}
+Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
+Status InsufficientStorageError(std::string m) {
+  return {StatusCode::kInsufficientStorage, std::move(m)};
 }
 Status ResourceExhaustedError(std::string m) {
   return {StatusCode::kResourceExhausted, std::move(m)};

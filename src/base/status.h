@@ -35,7 +35,11 @@ enum class StatusCode : int {
   kUnimplemented = 12,
   kInternal = 13,
   kUnavailable = 14,
+  kDataLoss = 15,
   kUnauthenticated = 16,
+  // rota's own: the store could not write (disk full, read-only, I/O error);
+  // the change was not made. HTTP 507.
+  kInsufficientStorage = 100,
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -81,6 +85,8 @@ Status NotFoundError(std::string message);
 Status AlreadyExistsError(std::string message);
 Status FailedPreconditionError(std::string message);
 Status PermissionDeniedError(std::string message);
+Status InsufficientStorageError(std::string message);
+Status DataLossError(std::string message);
 Status ResourceExhaustedError(std::string message);
 Status OutOfRangeError(std::string message);
 Status UnimplementedError(std::string message);

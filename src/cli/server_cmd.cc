@@ -1,11 +1,15 @@
 #include "cli/server_cmd.h"
 
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -261,6 +265,27 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   umask(077);
   std::filesystem::create_directories(data_dir, ec);
   chmod(data_dir.c_str(), 0711);
+  // One server per data directory: an exclusive lock held for the process's
+  // life (a second server exits at once, naming the first).
+  const int lock_fd = open((data_dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) {
+    std::cerr << "rota: data directory " << data_dir << " is not writable: " << std::strerror(errno) << "\n";
+    return kExitError;
+  }
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    [[maybe_unused]] ssize_t n = pread(lock_fd, pid, sizeof(pid) - 1, 0);
+    std::cerr << "rota: data directory " << data_dir << " is in use by another rota server (pid "
+              << std::string(pid).substr(0, std::string(pid).find('\n')) << ")\n";
+    return kExitError;
+  }
+  {
+    const std::string mine = std::to_string(getpid()) + "\n";
+    // Only a note for the next server's message: a full disk must not stop the start.
+    if (ftruncate(lock_fd, 0) != 0 || pwrite(lock_fd, mine.data(), mine.size(), 0) < 0) {
+      std::cerr << "rota: warning: cannot record the pid in " << data_dir << "/lock: " << std::strerror(errno) << "\n";
+    }
+  }
   auto store = SqliteStore::Open(data_dir + "/rota.db");
   if (!store.ok()) {
     std::cerr << "rota: " << store.status().message() << "\n";

@@ -70,6 +70,11 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
   d.jobs[id] = std::move(job);
 }
 
+void ClusterState::Restore(const Snapshot& snap) {
+  // Shared with `snap` (and whoever else holds it): Mutable() copies first.
+  data_ = std::const_pointer_cast<Snapshot::Data>(snap.data_);
+}
+
 Snapshot::Data& ClusterState::Mutable() {
   if (data_.use_count() > 1) data_ = std::make_shared<Snapshot::Data>(*data_);
   return *data_;
@@ -77,7 +82,7 @@ Snapshot::Data& ClusterState::Mutable() {
 
 Status ClusterState::Apply(const Event& event) {
   Status s = std::visit([this](const auto& e) { return ApplyOne(e); }, event);
-  if (s.ok()) ++data_->revision;
+  if (s.ok()) ++Mutable().revision;  // (shared data is copied first: see Restore)
   return s;
 }
 

@@ -157,6 +157,10 @@ class ClusterState {
   // Builds the topology first if nodes changed since the last snapshot.
   Snapshot GetSnapshot();
   uint64_t revision() const { return data_->revision; }
+  // Puts the state back to `snap` (taken from this state earlier): what a
+  // batch applied is undone when its journal write fails. Copy-on-write
+  // makes this O(1); the next Apply copies before it writes.
+  void Restore(const Snapshot& snap);
 
  private:
   Snapshot::Data& Mutable();

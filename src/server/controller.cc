@@ -79,6 +79,11 @@ void Controller::Stop() {
   if (actor_.joinable()) actor_.join();
 }
 
+std::string Controller::StoreError() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_error_;
+}
+
 void Controller::Publish() {
   Snapshot snap = state_.GetSnapshot();
   std::lock_guard<std::mutex> lock(mu_);
@@ -224,6 +229,7 @@ void Controller::ActorLoop() {
       }
     }
     Batch batch{&state_, {}, {}};
+    const uint64_t next_job_id = next_job_id_;  // restored with the state if the batch cannot be journaled
     for (auto& message : work) {
       try {
         message(batch);
@@ -237,10 +243,29 @@ void Controller::ActorLoop() {
     if (!batch.events.empty()) {
       auto seq = store_->Append(batch.events);
       if (!seq.ok()) {
-        // The in-memory state is ahead of the disk: nothing of this batch was
-        // acknowledged, and a restart recovers the durable state.
-        std::fprintf(stderr, "rota: FATAL: journal append failed: %s\n", seq.status().ToString().c_str());
-        std::abort();
+        // The disk refused the batch (full, read-only, failing): undo it in
+        // memory and refuse every caller in it. The server keeps serving
+        // reads; the next batch tries the disk again.
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          state_.Restore(*published_);
+          store_error_ = std::string(seq.status().message());
+        }
+        next_job_id_ = next_job_id;
+        if (store_failures_.fetch_add(1) == 0) {
+          std::fprintf(stderr, "rota: journal writes failing, changes refused: %s\n", seq.status().ToString().c_str());
+        }
+        const StatusCode code = seq.status().code() == StatusCode::kInsufficientStorage ? StatusCode::kInsufficientStorage
+                                                                                        : StatusCode::kUnavailable;
+        const Status refused(code, "the change was not made: the store cannot write (" +
+                                       std::string(seq.status().message()) + ")");
+        for (auto& done : batch.done) done(refused);
+        continue;
+      }
+      if (store_failures_.exchange(0) > 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        store_error_.clear();
+        std::fprintf(stderr, "rota: journal writes work again\n");
       }
       Publish();
       BumpNodeVersions(batch.events);

@@ -3,8 +3,10 @@
 // The actor drains all queued messages into one batch, applies their events
 // to the state as it validates them, appends the batch to the store in one
 // durable transaction (group commit), and only then answers the callers. A
-// failed append is fatal (the process exits; a restart recovers from disk),
-// so nothing is ever acknowledged that is not durable.
+// failed append (a full or read-only disk) undoes the batch in memory and
+// refuses its callers (InsufficientStorage, HTTP 507): nothing is ever
+// acknowledged that is not durable, reads keep working, and writes resume
+// when the disk takes them again.
 //
 // A scheduler thread runs the engine on the latest immutable snapshot
 // whenever something changed (many triggers coalesce into one pending cycle)
@@ -14,6 +16,7 @@
 // Thread-safety: all public methods may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -181,6 +184,8 @@ class Controller {
 
   // Reads (never block on the actor).
   Snapshot snapshot() const;
+  // Why journal writes are being refused ("" while the store writes).
+  std::string StoreError() const;
   std::optional<sched::PendingReason> pending_reason(JobId id) const;
   // Right-sizing flags of a running job ("idle: ...", "over-provisioned: ..."); empty if none.
   std::vector<std::string> job_flags(const JobRecord& job) const;
@@ -240,6 +245,7 @@ class Controller {
   uint64_t last_snapshot_seq_ = 0;
   std::map<JobId, std::map<std::pair<uint16_t, uint32_t>, int32_t>> exits_;  // running jobs' exited replicas
 
+  std::atomic<uint64_t> store_failures_{0};  // journal writes refused in a row
   mutable std::mutex mu_;  // guards the fields below
   std::condition_variable cv_;
   std::deque<std::function<void(Batch&)>> inbox_;
@@ -249,6 +255,7 @@ class Controller {
   uint64_t cycles_done_ = 0;
   std::condition_variable cycle_cv_;
   std::optional<Snapshot> published_;
+  std::string store_error_;  // why the last journal write failed; "" once one succeeds
   std::map<JobId, sched::PendingReason> reasons_;
   std::map<std::string, NodeLive> live_;
   ControllerMetrics metrics_;

@@ -34,8 +34,10 @@ int HttpStatusFor(StatusCode code) {
     case StatusCode::kOutOfRange: return 422;
     case StatusCode::kResourceExhausted: return 429;
     case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kInsufficientStorage: return 507;
     case StatusCode::kUnavailable: return 503;
     case StatusCode::kInternal: return 500;
+    case StatusCode::kDataLoss: return 500;
   }
   return 500;
 }
@@ -202,6 +204,12 @@ class HttpServerImpl final : public HttpServer {
       server_ = std::make_unique<httplib::Server>();
     }
     server_->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+    // SO_REUSEADDR only: the library's default adds SO_REUSEPORT, with which a
+    // second server on the same port starts and takes half the requests.
+    server_->set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+    });
     server_->set_tcp_nodelay(true);  // small JSON replies: no Nagle + delayed-ACK stalls
     server_->set_payload_max_length(options_.max_body_bytes);
     server_->set_read_timeout(10, 0);
@@ -267,7 +275,12 @@ class HttpServerImpl final : public HttpServer {
 
   void Routes() {
     httplib::Server& srv = *server_;
-    srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+    // Alive and serving; a store that refuses writes is reported, not hidden
+    // (reads still work, so this stays 200).
+    srv.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+      const std::string store = c_->StoreError();
+      res.set_content(store.empty() ? "ok\n" : "degraded: store refuses writes: " + store + "\n", "text/plain");
+    });
 
     srv.Post("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       // ?count=N: a job array, N copies committed together.

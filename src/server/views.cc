@@ -241,6 +241,8 @@ std::string RenderMetrics(const Controller& c) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   };
 
+  header("rota_store_writable", "gauge", "1 while the journal accepts writes, 0 while the store refuses them.");
+  out += std::string("rota_store_writable ") + (c.StoreError().empty() ? "1" : "0") + "\n";
   ordered_json queues = QueuesView(c, snap);
   header("rota_queue_pending_jobs", "gauge", "Pending jobs per leaf queue.");
   for (const auto& q : queues) {

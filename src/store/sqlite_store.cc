@@ -1,6 +1,10 @@
 #include "store/sqlite_store.h"
 
 #include <sqlite3.h>
+#include <zlib.h>
+
+#include <fstream>
+#include <vector>
 
 #include "api/json_codec.h"
 
@@ -13,10 +17,80 @@ struct Stmt {
   ~Stmt() { sqlite3_finalize(s); }
 };
 
+// The checksum a record carries: CRC-32 of its sequence number (8 bytes,
+// little-endian) and its body, so a row moved to another seq fails too.
+int64_t RecordCrc(uint64_t seq, std::string_view body) {
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(seq >> (8 * i));
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc32(crc, le, 8);
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()));
+  return static_cast<int64_t>(crc);
+}
+
+uint32_t Get32(const unsigned char* p, bool big_endian) {
+  return big_endian ? (uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3])
+                    : (uint32_t{p[3]} << 24 | uint32_t{p[2]} << 16 | uint32_t{p[1]} << 8 | p[0]);
+}
+
+// SQLite's WAL checksum over `n` bytes (a multiple of 8), continuing s[0], s[1].
+void WalChecksum(const unsigned char* p, size_t n, bool big_endian, uint32_t s[2]) {
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    s[0] += Get32(p + i, big_endian) + s[1];
+    s[1] += Get32(p + i + 4, big_endian) + s[0];
+  }
+}
+
 }  // namespace
 
+Status CheckWalFile(const std::string& wal_path) {
+  std::ifstream in(wal_path, std::ios::binary);
+  if (!in) return Status::Ok();  // no WAL: nothing to lose
+  std::vector<unsigned char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (data.size() < 32) return Status::Ok();
+  auto be32 = [&](size_t at) { return Get32(&data[at], true); };
+  const uint32_t magic = be32(0);
+  if (magic != 0x377f0682 && magic != 0x377f0683) return Status::Ok();  // not a WAL SQLite would read either
+  const bool big_endian = (magic & 1) != 0;
+  const uint32_t page_size = be32(8);
+  if (page_size < 512 || page_size > 65536 || (page_size & (page_size - 1)) != 0) return Status::Ok();
+  uint32_t sum[2] = {0, 0};
+  WalChecksum(data.data(), 24, big_endian, sum);
+  if (sum[0] != be32(24) || sum[1] != be32(28)) return Status::Ok();  // a header SQLite ignores: an empty WAL
+  const uint32_t salt1 = be32(16), salt2 = be32(20);
+  const size_t frame_size = 24 + page_size;
+  const size_t frames = (data.size() - 32) / frame_size;
+  for (size_t f = 0; f < frames; ++f) {
+    const size_t at = 32 + f * frame_size;
+    if (be32(at + 8) != salt1 || be32(at + 12) != salt2) return Status::Ok();  // the end of this WAL's frames
+    WalChecksum(&data[at], 8, big_endian, sum);
+    WalChecksum(&data[at + 24], page_size, big_endian, sum);
+    if (sum[0] == be32(at + 16) && sum[1] == be32(at + 20)) continue;
+    // A bad frame. SQLite would stop reading here and silently drop every
+    // transaction after it; a torn tail (nothing committed after) is a crash
+    // before the commit was acknowledged, and is what SQLite recovers from.
+    size_t committed_after = 0;
+    for (size_t g = f + 1; g < frames; ++g) {
+      const size_t later = 32 + g * frame_size;
+      if (be32(later + 8) == salt1 && be32(later + 12) == salt2 && be32(later + 4) != 0) ++committed_after;
+    }
+    if (committed_after == 0) return Status::Ok();
+    return DataLossError(wal_path + ": WAL frame " + std::to_string(f + 1) + " of " + std::to_string(frames) +
+                         " fails its checksum, and " + std::to_string(committed_after) +
+                         " committed transaction(s) follow it: opening the store would silently drop them. "
+                         "Restore the data directory from a backup (or move the WAL aside to accept the loss)");
+  }
+  return Status::Ok();
+}
+
 Status SqliteStore::Error(const std::string& what) const {
-  return UnavailableError(path_ + ": " + what + ": " + sqlite3_errmsg(db_));
+  const int code = sqlite3_errcode(db_) & 0xff;
+  std::string message = path_ + ": " + what + ": " + sqlite3_errmsg(db_);
+  // The disk is full, read-only or failing: the write was refused, nothing changed.
+  if (code == SQLITE_FULL || code == SQLITE_READONLY || code == SQLITE_IOERR || code == SQLITE_CANTOPEN) {
+    return InsufficientStorageError(std::move(message));
+  }
+  return UnavailableError(std::move(message));
 }
 
 Status SqliteStore::Exec(const char* sql) {
@@ -24,12 +98,36 @@ Status SqliteStore::Exec(const char* sql) {
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
-    return UnavailableError(path_ + ": " + msg);
+    return Error(msg);
   }
   return Status::Ok();
 }
 
+StatusOr<int64_t> SqliteStore::Meta(const char* key) {
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "SELECT value FROM meta WHERE key = ?", -1, &st.s, nullptr) != SQLITE_OK) {
+    return Error("read meta");
+  }
+  sqlite3_bind_text(st.s, 1, key, -1, SQLITE_STATIC);
+  if (sqlite3_step(st.s) == SQLITE_ROW) return static_cast<int64_t>(sqlite3_column_int64(st.s, 0));
+  return int64_t{-1};
+}
+
+Status SqliteStore::SetMeta(const char* key, int64_t value) {
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", -1, &st.s, nullptr) !=
+      SQLITE_OK) {
+    return Error("prepare meta");
+  }
+  sqlite3_bind_text(st.s, 1, key, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st.s, 2, value);
+  return sqlite3_step(st.s) == SQLITE_DONE ? Status::Ok() : Error("write meta");
+}
+
 StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+  // Before SQLite reads the WAL: a corrupt frame in the middle would make it
+  // drop every later transaction without a word.
+  ROTA_RETURN_IF_ERROR(CheckWalFile(path + "-wal"));
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
       SQLITE_OK) {
@@ -41,17 +139,53 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
   sqlite3_busy_timeout(db, 5000);
   ROTA_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL;"));
   ROTA_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL;"));
+  {
+    // The pages themselves: a damaged b-tree stops the start with the reason.
+    Stmt st;
+    if (sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st.s, nullptr) != SQLITE_OK) {
+      return DataLossError(path + ": integrity check failed: " + sqlite3_errmsg(db));
+    }
+    std::string problems;
+    while (sqlite3_step(st.s) == SQLITE_ROW) {
+      const std::string line = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 0));
+      if (line != "ok") problems += (problems.empty() ? "" : "; ") + line;
+    }
+    if (!problems.empty()) return DataLossError(path + ": integrity check failed: " + problems);
+  }
   ROTA_RETURN_IF_ERROR(store->Exec(
-      "CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, body TEXT NOT NULL);"
-      "CREATE TABLE IF NOT EXISTS snapshots (seq INTEGER PRIMARY KEY, body TEXT NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, body TEXT NOT NULL, crc INTEGER);"
+      "CREATE TABLE IF NOT EXISTS snapshots (seq INTEGER PRIMARY KEY, body TEXT NOT NULL, crc INTEGER);"
       "CREATE TABLE IF NOT EXISTS tokens (hash TEXT PRIMARY KEY, user TEXT NOT NULL, role TEXT NOT NULL,"
-      " node TEXT NOT NULL, created_at INTEGER NOT NULL);"));
+      " node TEXT NOT NULL, created_at INTEGER NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"));
+  // Stores from before checksums: add the column; their rows stay unchecked.
+  for (const char* table : {"events", "snapshots"}) {
+    Stmt st;
+    const std::string sql = std::string("SELECT crc FROM ") + table + " LIMIT 0";
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st.s, nullptr) != SQLITE_OK) {
+      ROTA_RETURN_IF_ERROR(store->Exec((std::string("ALTER TABLE ") + table + " ADD COLUMN crc INTEGER;").c_str()));
+    }
+  }
   Stmt st;
   if (sqlite3_prepare_v2(db, "SELECT MAX(seq) FROM (SELECT seq FROM events UNION ALL SELECT seq FROM snapshots)", -1,
                          &st.s, nullptr) != SQLITE_OK) {
     return store->Error("read sequence");
   }
   if (sqlite3_step(st.s) == SQLITE_ROW) store->last_seq_ = static_cast<uint64_t>(sqlite3_column_int64(st.s, 0));
+  ROTA_ASSIGN_OR_RETURN(int64_t committed, store->Meta("last_seq"));
+  ROTA_ASSIGN_OR_RETURN(store->checked_from_, store->Meta("checked_from"));
+  if (store->checked_from_ < 0) {
+    // The first seq written with a checksum and a committed mark.
+    store->checked_from_ = static_cast<int64_t>(store->last_seq_) + 1;
+    ROTA_RETURN_IF_ERROR(store->SetMeta("checked_from", store->checked_from_));
+    committed = static_cast<int64_t>(store->last_seq_);
+    ROTA_RETURN_IF_ERROR(store->SetMeta("last_seq", committed));
+  }
+  if (committed > static_cast<int64_t>(store->last_seq_)) {
+    return DataLossError(path + ": the journal ends at event " + std::to_string(store->last_seq_) +
+                         " but events through " + std::to_string(committed) +
+                         " were committed: event " + std::to_string(store->last_seq_ + 1) + " is missing");
+  }
   return store;
 }
 
@@ -60,33 +194,46 @@ SqliteStore::~SqliteStore() { sqlite3_close(db_); }
 StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
   if (events.empty()) return last_seq_;
   ROTA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
-  Stmt st;
-  if (sqlite3_prepare_v2(db_, "INSERT INTO events (seq, body) VALUES (?, ?)", -1, &st.s, nullptr) != SQLITE_OK) {
+  auto fail = [&](const std::string& what) {
+    Status s = Error(what);
     Exec("ROLLBACK;").IgnoreError();
-    return Error("prepare append");
+    return s;
+  };
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "INSERT INTO events (seq, body, crc) VALUES (?, ?, ?)", -1, &st.s, nullptr) != SQLITE_OK) {
+    return fail("prepare append");
   }
   uint64_t seq = last_seq_;
   for (const Event& e : events) {
     const std::string body = api::EncodeEvent(e);
     sqlite3_bind_int64(st.s, 1, static_cast<sqlite3_int64>(++seq));
     sqlite3_bind_text(st.s, 2, body.data(), static_cast<int>(body.size()), SQLITE_TRANSIENT);
-    if (sqlite3_step(st.s) != SQLITE_DONE) {
-      Status s = Error("append");
-      Exec("ROLLBACK;").IgnoreError();
-      return s;
-    }
+    sqlite3_bind_int64(st.s, 3, RecordCrc(seq, body));
+    if (sqlite3_step(st.s) != SQLITE_DONE) return fail("append");
     sqlite3_reset(st.s);
   }
-  ROTA_RETURN_IF_ERROR(Exec("COMMIT;"));
+  if (Status s = SetMeta("last_seq", static_cast<int64_t>(seq)); !s.ok()) {
+    Exec("ROLLBACK;").IgnoreError();
+    return s;
+  }
+  if (sqlite3_exec(db_, "COMMIT;", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("commit");
   last_seq_ = seq;
   return seq;
+}
+
+Status SqliteStore::CheckRecord(const char* what, uint64_t seq, std::string_view body, sqlite3_stmt* row, int crc_col) {
+  if (static_cast<int64_t>(seq) < checked_from_) return Status::Ok();  // written before checksums
+  if (sqlite3_column_type(row, crc_col) == SQLITE_NULL || sqlite3_column_int64(row, crc_col) != RecordCrc(seq, body)) {
+    return DataLossError(path_ + ": " + what + " " + std::to_string(seq) + " fails its checksum (the record was changed)");
+  }
+  return Status::Ok();
 }
 
 Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
   uint64_t snap_seq = 0;
   {
     Stmt st;
-    if (sqlite3_prepare_v2(db_, "SELECT seq, body FROM snapshots ORDER BY seq DESC LIMIT 1", -1, &st.s, nullptr) !=
+    if (sqlite3_prepare_v2(db_, "SELECT seq, body, crc FROM snapshots ORDER BY seq DESC LIMIT 1", -1, &st.s, nullptr) !=
         SQLITE_OK) {
       return Error("read snapshot");
     }
@@ -94,6 +241,7 @@ Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
       snap_seq = static_cast<uint64_t>(sqlite3_column_int64(st.s, 0));
       std::string_view body(reinterpret_cast<const char*>(sqlite3_column_text(st.s, 1)),
                             static_cast<size_t>(sqlite3_column_bytes(st.s, 1)));
+      ROTA_RETURN_IF_ERROR(CheckRecord("snapshot at event", snap_seq, body, st.s, 2));
       size_t start = 0;
       while (start < body.size()) {
         size_t end = body.find('\n', start);
@@ -105,18 +253,28 @@ Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
     }
   }
   Stmt st;
-  if (sqlite3_prepare_v2(db_, "SELECT seq, body FROM events WHERE seq > ? ORDER BY seq", -1, &st.s, nullptr) !=
+  if (sqlite3_prepare_v2(db_, "SELECT seq, body, crc FROM events WHERE seq > ? ORDER BY seq", -1, &st.s, nullptr) !=
       SQLITE_OK) {
     return Error("read journal");
   }
   sqlite3_bind_int64(st.s, 1, static_cast<sqlite3_int64>(snap_seq));
   int rc;
+  uint64_t expected = snap_seq + 1;
   while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {
+    const auto seq = static_cast<uint64_t>(sqlite3_column_int64(st.s, 0));
+    // Every event from the snapshot on: a gap is a lost (or deleted) event,
+    // and replaying past it would build a state that never was.
+    if (seq != expected) {
+      return DataLossError(path_ + ": journal event " + std::to_string(expected) + " is missing (the next is " +
+                           std::to_string(seq) + ")");
+    }
+    ++expected;
     std::string_view body(reinterpret_cast<const char*>(sqlite3_column_text(st.s, 1)),
                           static_cast<size_t>(sqlite3_column_bytes(st.s, 1)));
+    ROTA_RETURN_IF_ERROR(CheckRecord("journal event", seq, body, st.s, 2));
     auto e = api::DecodeEvent(body);
     if (!e.ok()) {
-      return e.status().WithPrefix(path_ + ": journal event " + std::to_string(sqlite3_column_int64(st.s, 0)));
+      return e.status().WithPrefix(path_ + ": journal event " + std::to_string(seq));
     }
     ROTA_RETURN_IF_ERROR(fn(*e));
   }
@@ -131,23 +289,25 @@ Status SqliteStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compac
   }
   ROTA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
   Stmt ins, del, old;
-  bool ok = sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO snapshots (seq, body) VALUES (?, ?)", -1, &ins.s, nullptr) ==
-                SQLITE_OK &&
+  bool ok = sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO snapshots (seq, body, crc) VALUES (?, ?, ?)", -1, &ins.s,
+                               nullptr) == SQLITE_OK &&
             sqlite3_prepare_v2(db_, "DELETE FROM events WHERE seq <= ?", -1, &del.s, nullptr) == SQLITE_OK &&
             sqlite3_prepare_v2(db_, "DELETE FROM snapshots WHERE seq < ?", -1, &old.s, nullptr) == SQLITE_OK;
   if (ok) {
     sqlite3_bind_int64(ins.s, 1, static_cast<sqlite3_int64>(seq));
     sqlite3_bind_text(ins.s, 2, body.data(), static_cast<int>(body.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_int64(ins.s, 3, RecordCrc(seq, body));
     sqlite3_bind_int64(del.s, 1, static_cast<sqlite3_int64>(seq));
     sqlite3_bind_int64(old.s, 1, static_cast<sqlite3_int64>(seq));
     ok = sqlite3_step(ins.s) == SQLITE_DONE && sqlite3_step(del.s) == SQLITE_DONE && sqlite3_step(old.s) == SQLITE_DONE;
   }
+  if (ok) ok = sqlite3_exec(db_, "COMMIT;", nullptr, nullptr, nullptr) == SQLITE_OK;
   if (!ok) {
     Status s = Error("write snapshot");
     Exec("ROLLBACK;").IgnoreError();
     return s;
   }
-  return Exec("COMMIT;");
+  return Status::Ok();
 }
 
 Status SqliteStore::PutToken(const TokenRecord& t) {

@@ -1,6 +1,15 @@
 // SqliteStore: the embedded default Store. One SQLite file in WAL mode with
 // synchronous=FULL, so a committed Append survives kill -9 and power loss.
-// Events are stored as one JSON document each (api/json_codec.h).
+// Events are stored as one JSON document each (api/json_codec.h), each with
+// a CRC-32 of its sequence number and body; a meta row records the last
+// committed sequence number in the same transaction.
+//
+// Nothing is lost silently: Open refuses (DataLoss, naming the frame or the
+// event) a WAL with a corrupt frame followed by committed transactions, a
+// database that fails SQLite's quick_check, or a journal shorter than what
+// was committed; Replay refuses a gap in the sequence or a record that fails
+// its checksum. A write the disk refuses (full, read-only, I/O error) is
+// InsufficientStorage and changes nothing.
 //
 // Example:
 //   ROTA_ASSIGN_OR_RETURN(auto store, SqliteStore::Open(data_dir + "/rota.db"));
@@ -12,6 +21,7 @@
 #include "store/store.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace rota {
 
@@ -31,10 +41,21 @@ class SqliteStore final : public Store {
   SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   Status Exec(const char* sql);
   Status Error(const std::string& what) const;
+  StatusOr<int64_t> Meta(const char* key);  // -1 if unset
+  Status SetMeta(const char* key, int64_t value);
+  // DataLoss unless column `crc_col` of `row` is the record's checksum
+  // (records from before checksums, below checked_from_, pass).
+  Status CheckRecord(const char* what, uint64_t seq, std::string_view body, sqlite3_stmt* row, int crc_col);
 
   sqlite3* db_;
   std::string path_;
   uint64_t last_seq_ = 0;
+  int64_t checked_from_ = 1;
 };
+
+// DataLoss if the WAL file at `wal_path` holds a frame that fails SQLite's
+// checksum with committed transactions after it (which SQLite would drop
+// without a word); OK for a missing, empty or cleanly torn WAL.
+Status CheckWalFile(const std::string& wal_path);
 
 }  // namespace rota

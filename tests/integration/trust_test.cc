@@ -3,9 +3,11 @@
 // the admin token nor open another GPU's device node, and a mount or rootfs
 // outside the admin's rules is refused at submission.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -179,6 +181,125 @@ TEST_F(Trust, MountsAndRootfsOnlyFromTheAdminsPrefixes) {
   // The admin may mount what it likes.
   auto r = up.Admin().Post("/v1/jobs", cases[0].spec, "application/json");
   EXPECT_EQ(r->status, 201) << r->body;
+}
+
+}  // namespace
+}  // namespace rota::testing
+
+namespace rota::testing {
+namespace {
+
+// A data directory on a 4 MiB tmpfs of its own, unmounted at the end.
+class SmallDisk : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+    mnt = tmp.path() + "/disk";
+    std::filesystem::create_directories(mnt);
+    if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=4m") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+    mounted = true;
+    // A declared node, so that jobs are accepted with no agent running.
+    config = tmp.path() + "/cluster.yaml";
+    std::ofstream(config) << "node_groups: [{name: n, count: 1, gpus: 1, gpu_model: H100, gpu_memory: 80Gi, cpu: 8, memory: 16Gi}]\n";
+  }
+  void TearDown() override {
+    if (mounted) umount2(mnt.c_str(), MNT_DETACH);
+  }
+  // Fills the disk to the brim.
+  void Fill() {
+    std::ofstream fill(mnt + "/fill", std::ios::binary);
+    std::string chunk(64 * 1024, 'x');
+    while (fill.write(chunk.data(), static_cast<std::streamsize>(chunk.size()))) {
+    }
+    std::string byte(1, 'x');
+    while (fill.write(byte.data(), 1)) fill.flush();
+  }
+  TempDir tmp;
+  std::string mnt, config;
+  bool mounted = false;
+};
+
+TEST_F(SmallDisk, AFullDiskRefusesWritesWith507AndKeepsServingThenResumes) {
+  RotaProcess server("server", mnt + "/data", {"--config", config});
+  auto admin = server.Admin();
+  std::vector<int> acknowledged;
+  auto submit = [&](int pad) {
+    const std::string job = json{{"name", "j"}, {"tasks", {{{"gpus", 0}, {"cpu", 1}, {"command", {"true"}},
+                                                            {"env", {{"PAD", std::string(static_cast<size_t>(pad), 'p')}}}}}}}
+                                .dump();
+    auto r = admin.Post("/v1/jobs", job, "application/json");
+    if (r && r->status == 201) acknowledged.push_back(json::parse(r->body)["id"]);
+    return r;
+  };
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(submit(100)->status, 201);
+  Fill();
+  // Writes are refused with the reason, over and over, and the server stays up.
+  int refused = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto r = submit(64 * 1024);
+    ASSERT_TRUE(r) << "the server went away on a full disk:\n" << ReadAll(server.log());
+    if (r->status == 507) {
+      ++refused;
+      EXPECT_NE(r->body.find("the store cannot write"), std::string::npos) << r->body;
+    }
+  }
+  EXPECT_GT(refused, 0) << "the disk never filled";
+  // Reads work; health and metrics say the store is degraded.
+  auto jobs = admin.Get("/v1/jobs?all=true");
+  ASSERT_TRUE(jobs);
+  EXPECT_EQ(jobs->status, 200);
+  EXPECT_EQ(json::parse(jobs->body)["jobs"].size(), acknowledged.size());
+  auto health = admin.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_NE(health->body.find("degraded: store refuses writes"), std::string::npos) << health->body;
+  EXPECT_NE(admin.Get("/metrics")->body.find("rota_store_writable 0"), std::string::npos);
+  // Space returns: writes resume, health is ok again.
+  std::filesystem::remove(mnt + "/fill");
+  ASSERT_EQ(submit(100)->status, 201);
+  EXPECT_EQ(admin.Get("/healthz")->body, "ok\n");
+  // Every acknowledged job survives kill -9, and only those.
+  server.Kill(SIGKILL);
+  server.Restart();
+  auto after = json::parse(server.Admin().Get("/v1/jobs?all=true")->body)["jobs"];
+  std::vector<int> ids;
+  for (const auto& j : after) ids.push_back(j["id"]);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, acknowledged);
+}
+
+TEST_F(SmallDisk, AServerRestartedOnAFullDiskServesReads) {
+  RotaProcess server("server", mnt + "/data", {"--config", config});
+  ASSERT_EQ(server.Admin().Post("/v1/jobs", R"({"name": "a", "tasks": [{"gpus": 0, "cpu": 1, "command": ["true"]}]})",
+                                "application/json")->status,
+            201);
+  server.Kill(SIGKILL);
+  Fill();
+  server.Restart();
+  auto jobs = server.Admin().Get("/v1/jobs?all=true");
+  ASSERT_TRUE(jobs) << ReadAll(server.log());
+  EXPECT_EQ(json::parse(jobs->body)["jobs"].size(), 1u);
+}
+
+TEST_F(SmallDisk, AReadOnlyDataDirectoryFailsTheStartWithTheReason) {
+  { RotaProcess first("server", mnt + "/data"); }
+  ASSERT_EQ(mount(nullptr, mnt.c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr), 0) << std::strerror(errno);
+  CommandResult r = RunRota({"server", "--data-dir", mnt + "/data", "--listen", "127.0.0.1:0"}, {}, tmp.path());
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("is not writable: Read-only file system"), std::string::npos) << r.err;
+}
+
+TEST(OneServer, ASecondServerOnTheSameDirectoryOrPortExitsAtOnce) {
+  TempDir tmp;
+  RotaProcess first("server", tmp.path() + "/data");
+  CommandResult same_dir = RunRota({"server", "--data-dir", tmp.path() + "/data", "--listen", "127.0.0.1:0"}, {}, tmp.path());
+  EXPECT_EQ(same_dir.exit_code, 1);
+  EXPECT_NE(same_dir.err.find("is in use by another rota server (pid "), std::string::npos) << same_dir.err;
+  const std::string port = first.url().substr(first.url().rfind(':') + 1);
+  CommandResult same_port = RunRota({"server", "--data-dir", tmp.path() + "/other", "--listen", "127.0.0.1:" + port}, {},
+                                    tmp.path());
+  EXPECT_EQ(same_port.exit_code, 1);
+  EXPECT_NE(same_port.err.find("cannot listen on 127.0.0.1:" + port), std::string::npos) << same_port.err;
+  EXPECT_TRUE(first.Healthy());
 }
 
 }  // namespace

@@ -1,0 +1,157 @@
+// SqliteStore beyond the contract: nothing is lost silently. A changed
+// record, a deleted one, a corrupt WAL frame and a damaged page each stop
+// the open or the replay with the event (or frame) and the reason; a disk
+// that refuses writes is InsufficientStorage and changes nothing.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "store/sqlite_store.h"
+
+namespace rota {
+namespace {
+
+NodeSpec Node(const std::string& name) {
+  return {.name = name, .gpu_model = "H100", .gpus = 8, .cpu = 1000, .memory = 1024};
+}
+
+class SqliteStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/rota-sqlite-XXXXXX";
+    dir = mkdtemp(tmpl);
+    path = dir + "/rota.db";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  // Five events, in five transactions.
+  void Fill() {
+    auto s = SqliteStore::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE((*s)->Append({NodeAdded{Node("n" + std::to_string(i))}}).ok());
+  }
+  // Runs SQL on the file behind the store's back (what an operator's slip or a bad disk does).
+  void Sql(const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  Status ReplayAll() {
+    auto s = SqliteStore::Open(path);
+    if (!s.ok()) return s.status();
+    return (*s)->Replay([](const Event&) { return Status::Ok(); });
+  }
+  std::string dir, path;
+};
+
+TEST_F(SqliteStoreTest, ADeletedJournalRowStopsTheReplayNamingTheEvent) {
+  Fill();
+  Sql("DELETE FROM events WHERE seq = 3");
+  Status s = ReplayAll();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("journal event 3 is missing (the next is 4)"), std::string::npos) << s.ToString();
+}
+
+TEST_F(SqliteStoreTest, ADeletedLastRowStopsTheOpen) {
+  Fill();
+  Sql("DELETE FROM events WHERE seq = 5");
+  Status s = ReplayAll();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("event 5 is missing"), std::string::npos) << s.ToString();
+}
+
+TEST_F(SqliteStoreTest, AChangedRecordFailsItsChecksum) {
+  Fill();
+  Sql("UPDATE events SET body = replace(body, 'n2', 'n9') WHERE seq = 3");
+  Status s = ReplayAll();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("journal event 3 fails its checksum"), std::string::npos) << s.ToString();
+}
+
+TEST_F(SqliteStoreTest, AnIntactStoreReplaysEverything) {
+  Fill();
+  int n = 0;
+  auto s = SqliteStore::Open(path);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Replay([&](const Event&) { ++n; return Status::Ok(); }).ok());
+  EXPECT_EQ(n, 5);
+}
+
+TEST_F(SqliteStoreTest, ACorruptWalFrameFollowedByCommitsStopsTheOpen) {
+  // Copy the database and its WAL aside while the store is open, as kill -9 leaves them.
+  {
+    auto s = SqliteStore::Open(path);
+    ASSERT_TRUE(s.ok());
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE((*s)->Append({NodeAdded{Node("n" + std::to_string(i))}}).ok());
+    std::filesystem::copy_file(path, dir + "/copy.db");
+    std::filesystem::copy_file(path + "-wal", dir + "/copy.db-wal");
+  }
+  const std::string copy = dir + "/copy.db";
+  ASSERT_GT(std::filesystem::file_size(copy + "-wal"), 32u + 3 * 4120u);
+  EXPECT_TRUE(CheckWalFile(copy + "-wal").ok());
+  {
+    // Flip one byte in the page of the WAL's second frame.
+    std::fstream f(copy + "-wal", std::ios::in | std::ios::out | std::ios::binary);
+    char page_size_be[4];
+    f.seekg(8);
+    f.read(page_size_be, 4);
+    const uint32_t page = (uint32_t(uint8_t(page_size_be[0])) << 24) | (uint32_t(uint8_t(page_size_be[1])) << 16) |
+                          (uint32_t(uint8_t(page_size_be[2])) << 8) | uint8_t(page_size_be[3]);
+    const std::streamoff at = 32 + (24 + page) + 24 + 100;
+    f.seekg(at);
+    char b;
+    f.read(&b, 1);
+    b = static_cast<char>(b ^ 0x5a);
+    f.seekp(at);
+    f.write(&b, 1);
+  }
+  auto opened = SqliteStore::Open(copy);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(opened.status().message().find("WAL frame 2 of"), std::string::npos) << opened.status().ToString();
+  EXPECT_NE(opened.status().message().find("committed transaction(s) follow it"), std::string::npos);
+}
+
+TEST_F(SqliteStoreTest, AFullDiskRefusesTheWriteAndChangesNothing) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  const std::string mnt = dir + "/small";
+  std::filesystem::create_directories(mnt);
+  if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  {
+    auto s = SqliteStore::Open(mnt + "/rota.db");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_TRUE((*s)->Append({NodeAdded{Node("before")}}).ok());
+    {
+      std::ofstream fill(mnt + "/fill", std::ios::binary);
+      std::string mb(1 << 20, 'x');
+      fill.write(mb.data(), static_cast<std::streamsize>(mb.size()));
+    }
+    NodeSpec big = Node("big");
+    big.labels["pad"] = std::string(200 * 1024, 'p');
+    auto refused = (*s)->Append({NodeAdded{big}});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInsufficientStorage) << refused.status().ToString();
+    EXPECT_EQ((*s)->last_seq(), 1u);
+    std::filesystem::remove(mnt + "/fill");
+    auto again = (*s)->Append({NodeAdded{Node("after")}});
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(*again, 2u);
+  }
+  std::vector<std::string> names;
+  auto s = SqliteStore::Open(mnt + "/rota.db");
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Replay([&](const Event& e) {
+                 if (auto* n = std::get_if<NodeAdded>(&e)) names.push_back(n->spec.name);
+                 return Status::Ok();
+               }).ok());
+  EXPECT_EQ(names, (std::vector<std::string>{"before", "after"}));
+  s->reset();
+  umount(mnt.c_str());
+}
+
+}  // namespace
+}  // namespace rota
