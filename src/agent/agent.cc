@@ -8,9 +8,11 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <ctime>
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
@@ -32,6 +34,11 @@ struct Agent::Task {
   int grace_ms = 10000;
   uint64_t gpu_mask = 0;
   pid_t pid = 0;             // 0 = holds its GPUs without a process (no command)
+  pid_t shim = 0;            // its supervisor (0: none)
+  uint64_t shim_start = 0;   // the supervisor's start time, to tell it from a reused pid
+  bool adopted = false;      // started by an earlier agent process: not our child
+  std::string exit_file;     // where the supervisor writes the exit status
+  std::string record_file;   // its durable record in the state directory
   bool exited = false;
   int exit_code = 0;
   std::string exit_reason;  // "oom" when the kernel OOM-killed it
@@ -95,6 +102,12 @@ std::string HostName() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
   return buf;
+}
+
+// A task key ("job/task/replica/attempt") as a file name.
+std::string FileKey(std::string key) {
+  std::replace(key.begin(), key.end(), '/', '-');
+  return key;
 }
 
 std::string Key(uint64_t job, uint16_t task, uint32_t replica, int32_t attempt) {
@@ -165,6 +178,11 @@ void Agent::Start() {
                    std::string(cg.status().message()).c_str());
     }
   }
+  fence_after_ms_ = options_.fence_after_ms;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    AdoptTasks();
+  }
   poll_thread_ = std::thread([this] { PollLoop(); });
   reap_thread_ = std::thread([this] { ReapLoop(); });
 }
@@ -173,19 +191,35 @@ void Agent::Stop() {
   if (stop_.exchange(true)) return;
   if (poll_thread_.joinable()) poll_thread_.join();
   if (reap_thread_.joinable()) reap_thread_.join();
+  // Tasks keep running under their supervisors: a restarted agent adopts
+  // them, and if none comes back before the lease's deadline they fence
+  // themselves. (Stopping them here would restart a gang for an agent
+  // upgrade, or stop one rank of it while the others run on.)
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, t] : tasks_) {
-    StopTask(*t, /*now=*/true);
+    if (t->shim != 0) continue;
+    StopTask(*t, /*now=*/true);  // unsupervised (no state directory): nothing could adopt it
     if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
   }
-  if (cgroups_) cgroups_->Remove("");
+}
+
+int Agent::PollTask(Task& t) {
+  if (t.shim == 0) return launcher_.Poll(t.pid);
+  if (!t.adopted) return launcher_.Poll(t.shim);  // the supervisor exits with the task's status
+  const int code = ReadExitFile(t.exit_file);
+  if (code >= 0) return code;
+  if (ProcessStartTime(t.shim) == t.shim_start) return -1;
+  // The supervisor died without a word (killed -9): the task may still run.
+  launcher_.Signal(t.pid, SIGKILL);
+  t.exit_reason = "lost";
+  return 255;
 }
 
 bool Agent::Reap() {
   bool ended = false;
   for (auto& [key, t] : tasks_) {
     if (t->pid != 0 && !t->exited) {
-      const int code = launcher_.Poll(t->pid);
+      const int code = PollTask(*t);
       if (code >= 0) {
         t->exited = true;
         t->exit_code = code;
@@ -210,7 +244,7 @@ void Agent::StopTask(Task& t, bool now) {
   if (now) {
     launcher_.Signal(t.pid, SIGKILL);
     if (!t.oci_id.empty()) RunQuiet(OciDeleteArgv(t.oci_runtime, t.oci_id));
-    while (launcher_.Poll(t.pid) < 0) usleep(1000);
+    while (PollTask(t) < 0) usleep(1000);
     t.exited = true;
     return;
   }
@@ -223,6 +257,122 @@ void Agent::StopTask(Task& t, bool now) {
     launcher_.Signal(t.pid, SIGKILL);
     // The container's processes are not in the runtime's process group.
     if (!t.oci_id.empty()) RunQuiet(OciDeleteArgv(t.oci_runtime, t.oci_id));
+  }
+}
+
+
+std::string Agent::LeaseFile() const { return options_.state_dir + "/lease"; }
+
+void Agent::RenewLease() {
+  if (options_.state_dir.empty()) return;
+  const std::string lease = LeaseFile();
+  const int fd = open(lease.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  // The deadline is the file's modification time: now + one fence interval.
+  struct timespec times[2];
+  clock_gettime(CLOCK_REALTIME, &times[0]);
+  times[1] = times[0];
+  const int64_t ms = fence_after_ms_.load();
+  times[1].tv_sec += ms / 1000;
+  times[1].tv_nsec += (ms % 1000) * 1'000'000;
+  if (times[1].tv_nsec >= 1'000'000'000) {
+    times[1].tv_sec += 1;
+    times[1].tv_nsec -= 1'000'000'000;
+  }
+  futimens(fd, times);
+  close(fd);
+}
+
+void Agent::SaveRecord(const std::string& key, Task& t) {
+  t.record_file = options_.state_dir + "/tasks/" + FileKey(key) + ".json";
+  const json record{{"key", key},           {"assignment", t.assignment}, {"pid", t.pid},
+                    {"shim", t.shim},       {"shim_start", t.shim_start}, {"exit_file", t.exit_file},
+                    {"cgroup", t.cgroup},   {"log_path", t.log_path},     {"checkpoint_file", t.checkpoint_file},
+                    {"uid", t.uid},         {"gpu_mask", t.gpu_mask},     {"oci_runtime", t.oci_runtime},
+                    {"oci_id", t.oci_id},   {"memory_limited", t.memory_limited},
+                    {"stop_signal", t.stop_signal}, {"grace_ms", t.grace_ms}};
+  // Written whole or not at all: a temporary file, synced, renamed over.
+  const std::string tmp = t.record_file + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  const std::string text = record.dump();
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
+  close(fd);
+  if (!ok || rename(tmp.c_str(), t.record_file.c_str()) != 0) {
+    unlink(tmp.c_str());
+    std::fprintf(stderr, "rota agent: cannot record task %s in %s: a restarted agent could not adopt it\n",
+                 key.c_str(), options_.state_dir.c_str());
+  }
+}
+
+void Agent::ForgetRecord(const Task& t) {
+  if (!t.record_file.empty()) unlink(t.record_file.c_str());
+  if (!t.exit_file.empty()) unlink(t.exit_file.c_str());
+}
+
+void Agent::AdoptTasks() {
+  if (options_.state_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(options_.state_dir + "/tasks", ec);
+  chmod(options_.state_dir.c_str(), 0700);
+  std::set<std::string> groups;  // cgroups of tasks adopted (or known to be gone)
+  for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/tasks", ec)) {
+    const std::string path = entry.path().string();
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(path);
+    json r = json::parse(in, nullptr, false);
+    if (r.is_discarded() || !r.contains("key") || !r.contains("assignment")) {
+      unlink(path.c_str());
+      continue;
+    }
+    auto t = std::make_unique<Task>();
+    const json& a = r["assignment"];
+    t->assignment = a;
+    t->job = a.value("job", uint64_t{0});
+    t->task = a.value("task", uint16_t{0});
+    t->replica = a.value("replica", uint32_t{0});
+    t->attempt = a.value("attempt", 0);
+    t->pid = r.value("pid", 0);
+    t->shim = r.value("shim", 0);
+    t->shim_start = r.value("shim_start", uint64_t{0});
+    t->exit_file = r.value("exit_file", std::string());
+    t->cgroup = r.value("cgroup", std::string());
+    t->log_path = r.value("log_path", std::string());
+    t->checkpoint_file = r.value("checkpoint_file", std::string());
+    t->uid = r.value("uid", uid_t{0});
+    t->gpu_mask = r.value("gpu_mask", uint64_t{0});
+    t->oci_runtime = r.value("oci_runtime", std::string());
+    t->oci_id = r.value("oci_id", std::string());
+    t->memory_limited = r.value("memory_limited", false);
+    t->stop_signal = r.value("stop_signal", static_cast<int>(SIGTERM));
+    t->grace_ms = r.value("grace_ms", options_.stop_grace_ms);
+    t->record_file = path;
+    t->adopted = true;
+    const int code = PollTask(*t);
+    if (code >= 0) {
+      // It ended while no agent watched: its exit goes out with the next report.
+      t->exited = true;
+      t->exit_code = code;
+      if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
+    } else {
+      std::fprintf(stderr, "rota agent: adopted task %s (pid %d), still running\n",
+                   r["key"].get<std::string>().c_str(), t->pid);
+    }
+    if (!t->cgroup.empty()) groups.insert(t->cgroup);
+    log_shipped_[t->log_path] = 0;  // the server keeps what it has (by offset)
+    tasks_[r["key"].get<std::string>()] = std::move(t);
+  }
+  // Processes in a group of ours that no record names (an agent killed
+  // between launch and record): nothing can adopt them, so they stop, and
+  // the server's next answer starts the rank once, afresh.
+  if (cgroups_) {
+    for (const std::string& name : cgroups_->Groups()) {
+      if (groups.count(name)) continue;
+      if (!cgroups_->Pids(name).empty()) {
+        std::fprintf(stderr, "rota agent: stopping unrecorded processes in cgroup %s\n", name.c_str());
+      }
+      cgroups_->Remove(name);
+    }
   }
 }
 
@@ -346,6 +496,9 @@ bool Agent::Heartbeat(int wait_ms) {
   if (res->status != 200) return false;
   json body = json::parse(res->body, nullptr, false);
   if (body.is_discarded()) return false;
+  // The server heard us: the tasks may run until one more fence interval.
+  if (const int64_t fence = body.value("fence_after_ms", int64_t{0}); fence > 0) fence_after_ms_ = static_cast<int>(fence);
+  RenewLease();
 
   // Reconcile: start what is wanted and missing; stop what is not wanted.
   lock.lock();
@@ -366,6 +519,7 @@ bool Agent::Heartbeat(int wait_ms) {
           finished_order_.pop_front();
         }
         const std::string log = it->second->log_path;
+        ForgetRecord(*it->second);
         it = tasks_.erase(it);
         const bool still_written = std::any_of(tasks_.begin(), tasks_.end(), [&](const auto& kv) {
           return kv.second->log_path == log;
@@ -587,11 +741,24 @@ bool Agent::Heartbeat(int wait_ms) {
           t->cgroup.clear();
         }
       }
-      auto pid = launcher_.Start(spec);
-      if (pid.ok()) {
-        t->pid = *pid;
+      if (!options_.state_dir.empty()) {
+        // Supervised: it outlives this agent, and fences itself on the lease.
+        t->exit_file = options_.state_dir + "/tasks/" + FileKey(key) + ".exit";
+        spec.exit_file = t->exit_file;
+        spec.lease_file = LeaseFile();
+        spec.stop_signal = t->stop_signal;
+        spec.fence_warn_ms = std::min(t->grace_ms, fence_after_ms_.load() / 2);
+        spec.fence_kill_procs = spec.cgroup_procs;
+        if (!t->oci_id.empty() && cgroups_) spec.fence_kill_procs = cgroups_->ProcsOf("/rota/" + t->oci_id);
+      }
+      auto launched = launcher_.Launch(spec);
+      if (launched.ok()) {
+        t->pid = launched->pid;
+        t->shim = launched->shim;
+        t->shim_start = ProcessStartTime(t->shim);
+        if (t->shim != 0) SaveRecord(key, *t);
       } else {
-        std::ofstream(spec.log_path, std::ios::app) << "rota: " << pid.status().message() << "\n";
+        std::ofstream(spec.log_path, std::ios::app) << "rota: " << launched.status().message() << "\n";
         t->exited = true;
         t->exit_code = 127;
       }

@@ -13,6 +13,13 @@
 // NODE_RANK and ROTA_HOSTFILE. Its output goes to
 // LOGS_DIR/<job id>/<task>-<replica>.log.
 //
+// Every task started with a state directory runs under a supervisor and has
+// a durable record there (job, replica, attempt, pids, cgroup): a restarted
+// agent adopts the tasks still running, so a rank never runs twice, and a
+// task whose node lost the control plane for the fence interval stops on
+// its own (launcher.h). Stop() leaves supervised tasks running for the next
+// agent to adopt.
+//
 // Thread-safety: Start/Stop from one thread; the loop runs on its own.
 #pragma once
 
@@ -52,6 +59,13 @@ struct AgentOptions {
   std::string cgroup_root = "/sys/fs/cgroup";
   // Tasks that name a rootfs run in OCI containers: "runc", "crun" or "auto".
   std::string oci_runtime = "auto";
+  // Where the agent keeps a durable record of each task it started (and the
+  // lease its tasks' supervisors fence on); "" = no records: tasks are
+  // stopped with the agent and cannot be adopted.
+  std::string state_dir;
+  // How long tasks run on after the last heartbeat the server answered
+  // before they fence themselves; the server's answers override it.
+  int fence_after_ms = 30000;
   // Send task logs to the server with the heartbeats (so `rota logs` works
   // for this node); off for the agent inside `rota up`, which shares the
   // server's log directory.
@@ -76,6 +90,16 @@ class Agent {
   // REQUIRES: mu_ held. True if a task ended since the last report.
   bool Reap();
   void StopTask(Task& t, bool now);
+  // REQUIRES: mu_ held. The task's exit status if it has ended, else -1.
+  int PollTask(Task& t);
+  // REQUIRES: mu_ held. Loads the records a previous agent left, adopts
+  // the tasks still running and stops unrecorded ones.
+  void AdoptTasks();
+  void SaveRecord(const std::string& key, Task& t);
+  void ForgetRecord(const Task& t);
+  std::string LeaseFile() const;
+  // Moves the lease's deadline to now + fence_after_ms_.
+  void RenewLease();
   // REQUIRES: mu_ held. All of the task's log has reached the server (or is not shipped).
   bool LogShipped(const Task& t);
 
@@ -94,6 +118,7 @@ class Agent {
   // heartbeats in flight) is not applied. Reset when registering again.
   uint64_t applied_revision_ = 0;
   std::deque<std::string> finished_order_;  // oldest first, to keep finished_ bounded
+  std::atomic<int> fence_after_ms_{30000};
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
   std::thread poll_thread_;

@@ -84,6 +84,24 @@ std::vector<std::string> Cgroups::Dirs(const std::string& name) const {
   return {root_ + "/cpu/" + rel, root_ + "/memory/" + rel};
 }
 
+std::vector<std::string> Cgroups::Groups() const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(Dirs("")[0], ec)) {
+    if (e.is_directory(ec)) out.push_back(e.path().filename().string());
+  }
+  return out;
+}
+
+std::vector<std::string> Cgroups::ProcsOf(const std::string& path) const {
+  if (v2_) return {root_ + path + "/cgroup.procs"};
+  std::vector<std::string> out;
+  for (const char* controller : {"cpu", "memory", "pids", "devices"}) {
+    out.push_back(root_ + "/" + controller + path + "/cgroup.procs");
+  }
+  return out;
+}
+
 std::vector<pid_t> Cgroups::Pids(const std::string& name) const {
   std::vector<pid_t> out;
   for (const std::string& d : Dirs(name)) {

@@ -34,6 +34,11 @@ class Cgroups {
   // Returns the cgroup.procs files a process must write its pid to.
   StatusOr<std::vector<std::string>> Create(const std::string& name, MilliCpu cpu, MemoryMiB memory,
                                             const std::vector<std::string>& deny = {});
+  // The names of the groups under the agent's prefix.
+  std::vector<std::string> Groups() const;
+  // The cgroup.procs files of `path` (absolute under each hierarchy's root,
+  // e.g. a container's "/rota/ID").
+  std::vector<std::string> ProcsOf(const std::string& path) const;
   // The pids in the group (any of its hierarchies); empty if it is gone.
   std::vector<pid_t> Pids(const std::string& name) const;
   // True if the kernel OOM-killed a process of the group.

@@ -11,6 +11,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <ctime>
 
 namespace rota::agent {
 namespace {
@@ -50,104 +53,302 @@ std::string FindProgram(const LaunchSpec& spec) {
 }  // namespace
 
 StatusOr<pid_t> ProcessLauncher::Start(const LaunchSpec& spec) {
+  ROTA_ASSIGN_OR_RETURN(Launched l, Launch(spec));
+  return l.pid;
+}
+
+namespace {
+
+// What the child needs, made before fork: after it only async-signal-safe
+// calls are allowed (the agent has other threads).
+struct Prepared {
+  std::vector<char*> argv, envp;
+  std::string program, workdir;
+  std::vector<int> procs;  // cgroup.procs, open for writing
+  int log_fd = -1, null_fd = -1;
+};
+
+[[noreturn]] void ExecTask(const LaunchSpec& spec, const Prepared& p, int report) {
+  // Default dispositions and an empty mask, as a fresh process has.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  setsid();
+  umask(022);  // the agent's own is 077; a task gets the usual one
+  for (int fd : p.procs) {
+    if (write(fd, "0", 1) != 1) ChildFail(report, 0);  // "0": the writing process
+  }
+  if (dup2(p.null_fd, 0) < 0 || dup2(p.log_fd, 1) < 0 || dup2(p.log_fd, 2) < 0) ChildFail(report, 1);
+  if (chdir(p.workdir.c_str()) != 0) ChildFail(report, 2);
+  if (spec.set_identity) {
+    if (setgroups(spec.groups.size(), spec.groups.data()) != 0) ChildFail(report, 3);
+    if (setgid(spec.gid) != 0) ChildFail(report, 4);
+    if (setuid(spec.uid) != 0) ChildFail(report, 5);
+  }
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(report, 6);
+  // Nothing else of the agent's (sockets, files opened without CLOEXEC)
+  // reaches the task; the report pipe is CLOEXEC and closes on exec.
+  if (report > 3) close_range(3, static_cast<unsigned>(report) - 1, 0);
+  close_range(static_cast<unsigned>(report) + 1, ~0U, 0);
+  execve(p.program.c_str(), p.argv.data(), p.envp.data());
+  ChildFail(report, 7);
+}
+
+int64_t NowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// SIGKILL to every pid listed in a cgroup.procs file (async-signal-safe).
+void KillProcs(const char* procs) {
+  const int fd = open(procs, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  char buf[8192];
+  const ssize_t n = read(fd, buf, sizeof(buf));
+  close(fd);
+  pid_t pid = 0;
+  for (ssize_t i = 0; i < n; ++i) {
+    if (buf[i] >= '0' && buf[i] <= '9') {
+      pid = pid * 10 + (buf[i] - '0');
+    } else {
+      if (pid > 0) kill(pid, SIGKILL);
+      pid = 0;
+    }
+  }
+  if (pid > 0) kill(pid, SIGKILL);
+}
+
+// The supervisor's life after it started the task: wait, fence, record the exit.
+[[noreturn]] void Supervise(const LaunchSpec& spec, pid_t task) {
+  const struct timespec tick {0, 100'000'000};
+  const int64_t warn_ns = static_cast<int64_t>(spec.fence_warn_ms) * 1'000'000;
+  bool warned = false;
+  int status = 0;
+  while (true) {
+    const pid_t r = waitpid(task, &status, WNOHANG);
+    if (r == task) break;
+    if (r < 0 && errno != EINTR) {
+      status = 255 << 8;
+      break;
+    }
+    if (!spec.lease_file.empty()) {
+      struct stat st;
+      // No lease (the agent's state is gone) is an expired one.
+      const int64_t deadline = stat(spec.lease_file.c_str(), &st) == 0
+                                   ? static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec
+                                   : 0;
+      const int64_t now = NowNs();
+      if (now >= deadline - warn_ns && !warned) {
+        kill(-task, spec.stop_signal);
+        warned = true;
+      } else if (now < deadline - warn_ns) {
+        warned = false;  // renewed in time: the agent is back
+      }
+      if (now >= deadline) {
+        kill(-task, SIGKILL);
+        for (const std::string& procs : spec.fence_kill_procs) KillProcs(procs.c_str());
+      }
+    }
+    nanosleep(&tick, nullptr);
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 255;
+  const int fd = open(spec.exit_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    char text[8];
+    int len = 0;
+    char digits[4];
+    int nd = 0;
+    int v = code;
+    do {
+      digits[nd++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v > 0 && nd < 4);
+    while (nd > 0) text[len++] = digits[--nd];
+    text[len++] = '\n';
+    [[maybe_unused]] ssize_t w = write(fd, text, static_cast<size_t>(len));
+    fsync(fd);
+    close(fd);
+  }
+  _exit(code);
+}
+
+// Closes every descriptor from 3 up except those in keep[0..n) (n <= 16);
+// async-signal-safe.
+void CloseAllBut(const int* keep, int n) {
+  int sorted[16];
+  int m = 0;
+  for (int i = 0; i < n && m < 16; ++i) {
+    if (keep[i] < 3) continue;
+    int j = m++;
+    while (j > 0 && sorted[j - 1] > keep[i]) {
+      sorted[j] = sorted[j - 1];
+      --j;
+    }
+    sorted[j] = keep[i];
+  }
+  unsigned from = 3;
+  for (int i = 0; i < m; ++i) {
+    const auto fd = static_cast<unsigned>(sorted[i]);
+    if (fd > from) close_range(from, fd - 1, 0);
+    from = fd + 1;
+  }
+  close_range(from, ~0U, 0);
+}
+
+struct ShimReport {
+  pid_t task;
+  int step;  // -1: exec'd
+  int err;
+};
+
+}  // namespace
+
+StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
   if (spec.argv.empty()) return InvalidArgumentError("command: empty");
   std::error_code ec;
   const std::filesystem::path log(spec.log_path);
   std::filesystem::create_directories(log.parent_path(), ec);
-  const std::string workdir = spec.workdir.empty() ? log.parent_path().string() : spec.workdir;
 
-  // Everything the child needs is made here: after fork it may only make
-  // async-signal-safe calls (the agent has other threads).
+  Prepared p;
+  p.workdir = spec.workdir.empty() ? log.parent_path().string() : spec.workdir;
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> argv, envp;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const std::string program = FindProgram(spec);
+  for (const auto& a : spec.argv) p.argv.push_back(const_cast<char*>(a.c_str()));
+  p.argv.push_back(nullptr);
+  for (auto& e : env_strings) p.envp.push_back(e.data());
+  p.envp.push_back(nullptr);
+  p.program = FindProgram(spec);
 
-  std::vector<int> procs;
   auto close_all = [&] {
-    for (int fd : procs) close(fd);
+    for (int fd : p.procs) close(fd);
+    if (p.log_fd >= 0) close(p.log_fd);
+    if (p.null_fd >= 0) close(p.null_fd);
   };
-  for (const std::string& p : spec.cgroup_procs) {
-    const int fd = open(p.c_str(), O_WRONLY | O_CLOEXEC);
+  for (const std::string& path : spec.cgroup_procs) {
+    const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) {
       const int err = errno;
       close_all();
-      return UnavailableError("cgroup " + p + ": " + std::strerror(err));
+      return UnavailableError("cgroup " + path + ": " + std::strerror(err));
     }
-    procs.push_back(fd);
+    p.procs.push_back(fd);
   }
-  const int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
-  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (log_fd >= 0 && spec.set_identity) {
+  p.log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+  p.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (p.log_fd >= 0 && spec.set_identity) {
     // The task's log is its own to read on the node, nobody else's.
-    [[maybe_unused]] int rc = fchown(log_fd, spec.uid, spec.gid);
-    fchmod(log_fd, 0600);
+    [[maybe_unused]] int rc = fchown(p.log_fd, spec.uid, spec.gid);
+    fchmod(p.log_fd, 0600);
   }
   int pipe_fds[2];
-  if (log_fd < 0 || null_fd < 0 || pipe2(pipe_fds, O_CLOEXEC) != 0) {
+  if (p.log_fd < 0 || p.null_fd < 0 || pipe2(pipe_fds, O_CLOEXEC) != 0) {
     const int err = errno;
     close_all();
-    if (log_fd >= 0) close(log_fd);
-    if (null_fd >= 0) close(null_fd);
     return UnavailableError("cannot open the log " + spec.log_path + ": " + std::strerror(err));
   }
+  if (!spec.exit_file.empty()) unlink(spec.exit_file.c_str());
+  const bool supervised = !spec.exit_file.empty();
 
   const pid_t pid = fork();
+  if (pid == 0 && !supervised) ExecTask(spec, p, pipe_fds[1]);
   if (pid == 0) {
-    const int report = pipe_fds[1];
-    // Default dispositions and an empty mask, as a fresh process has.
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    // The supervisor: a session of its own (the agent's signals and its
+    // death do not reach it), deaf to the signals meant for the task.
     setsid();
-    umask(022);  // the agent's own is 077; a task gets the usual one
-    for (int fd : procs) {
-      if (write(fd, "0", 1) != 1) ChildFail(report, 0);  // "0": the writing process
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    for (int s : {SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) sigaction(s, &ign, nullptr);
+    close(pipe_fds[0]);
+    // Nothing of the agent's (its listening socket, under `rota up`) stays
+    // open in a process that outlives it.
+    {
+      int keep[16];
+      int n = 0;
+      keep[n++] = pipe_fds[1];
+      keep[n++] = p.log_fd;
+      keep[n++] = p.null_fd;
+      for (int fd : p.procs) {
+        if (n < 16) keep[n++] = fd;
+      }
+      CloseAllBut(keep, n);
     }
-    if (dup2(null_fd, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0) ChildFail(report, 1);
-    if (chdir(workdir.c_str()) != 0) ChildFail(report, 2);
-    if (spec.set_identity) {
-      if (setgroups(spec.groups.size(), spec.groups.data()) != 0) ChildFail(report, 3);
-      if (setgid(spec.gid) != 0) ChildFail(report, 4);
-      if (setuid(spec.uid) != 0) ChildFail(report, 5);
+    int inner[2];
+    ShimReport report{0, -1, 0};
+    if (pipe2(inner, O_CLOEXEC) != 0) {
+      report.step = 1;
+      report.err = errno;
+      [[maybe_unused]] ssize_t w = write(pipe_fds[1], &report, sizeof(report));
+      _exit(127);
     }
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(report, 6);
-    // Nothing else of the agent's (sockets, files opened without CLOEXEC)
-    // reaches the task; the report pipe is CLOEXEC and closes on exec.
-    if (report > 3) close_range(3, static_cast<unsigned>(report) - 1, 0);
-    close_range(static_cast<unsigned>(report) + 1, ~0U, 0);
-    execve(program.c_str(), argv.data(), envp.data());
-    ChildFail(report, 7);
+    const pid_t task = fork();
+    if (task == 0) {
+      close(inner[0]);
+      close(pipe_fds[1]);
+      ExecTask(spec, p, inner[1]);
+    }
+    close(inner[1]);
+    for (int fd : p.procs) close(fd);
+    close(p.log_fd);
+    close(p.null_fd);
+    report.task = task;
+    if (task < 0) {
+      report.step = 7;
+      report.err = errno;
+    } else {
+      ChildError e{};
+      ssize_t n;
+      do {
+        n = read(inner[0], &e, sizeof(e));
+      } while (n < 0 && errno == EINTR);
+      if (n == static_cast<ssize_t>(sizeof(e))) {
+        report.step = e.step;
+        report.err = e.err;
+      }
+    }
+    close(inner[0]);
+    [[maybe_unused]] ssize_t w = write(pipe_fds[1], &report, sizeof(report));
+    close(pipe_fds[1]);
+    if (report.step >= 0) {
+      if (task > 0) waitpid(task, nullptr, 0);
+      _exit(127);
+    }
+    Supervise(spec, task);
   }
   const int fork_errno = errno;
   close(pipe_fds[1]);
   close_all();
-  close(log_fd);
-  close(null_fd);
   if (pid < 0) {
     close(pipe_fds[0]);
     return UnavailableError(std::string("cannot fork: ") + std::strerror(fork_errno));
   }
-  ChildError e{};
-  ssize_t n;
-  do {
-    n = read(pipe_fds[0], &e, sizeof(e));
-  } while (n < 0 && errno == EINTR);
-  close(pipe_fds[0]);
-  if (n == static_cast<ssize_t>(sizeof(e))) {
+  auto failed = [&](int step, int err) -> Status {
     int status;
     waitpid(pid, &status, 0);
-    const std::string what = e.step == 7 ? "start '" + spec.argv[0] + "'" : std::string(kSteps[e.step]);
-    return UnavailableError("cannot " + what + ": " + std::strerror(e.err));
+    const std::string what = step == 7 ? "start '" + spec.argv[0] + "'" : std::string(kSteps[step]);
+    return UnavailableError("cannot " + what + ": " + std::strerror(err));
+  };
+  ssize_t n;
+  if (!supervised) {
+    ChildError e{};
+    do {
+      n = read(pipe_fds[0], &e, sizeof(e));
+    } while (n < 0 && errno == EINTR);
+    close(pipe_fds[0]);
+    if (n == static_cast<ssize_t>(sizeof(e))) return failed(e.step, e.err);
+    return Launched{pid, 0};
   }
-  return pid;
+  ShimReport r{};
+  do {
+    n = read(pipe_fds[0], &r, sizeof(r));
+  } while (n < 0 && errno == EINTR);
+  close(pipe_fds[0]);
+  if (n != static_cast<ssize_t>(sizeof(r))) return failed(7, ECHILD);
+  if (r.step >= 0) return failed(r.step, r.err);
+  return Launched{r.task, pid};
 }
 
 int ProcessLauncher::Poll(pid_t pid) {
@@ -161,5 +362,36 @@ int ProcessLauncher::Poll(pid_t pid) {
 }
 
 void ProcessLauncher::Signal(pid_t pid, int signal) { kill(-pid, signal); }
+
+int ReadExitFile(const std::string& exit_file) {
+  const int fd = open(exit_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return -1;
+  char buf[16] = {};
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  int code = 0;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) code = code * 10 + (buf[i] - '0');
+  return code;
+}
+
+uint64_t ProcessStartTime(pid_t pid) {
+  if (pid <= 0) return 0;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return 0;
+  const size_t close_paren = line.rfind(')');
+  if (close_paren == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close_paren + 2));
+  std::string field;
+  char state = 0;
+  rest >> state;
+  if (state == 'Z' || state == 'X') return 0;
+  // Fields after the state: ppid (4) ... starttime is field 22 overall, the 19th after the state.
+  for (int i = 0; i < 18; ++i) rest >> field;
+  uint64_t start = 0;
+  rest >> start;
+  return start;
+}
 
 }  // namespace rota::agent

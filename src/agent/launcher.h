@@ -8,6 +8,20 @@
 // capabilities cannot raise it again). No other descriptor of the agent's
 // reaches it. A failed exec is returned by Start, not as an exit.
 //
+// Supervised launches (LaunchSpec::exit_file set) put a small supervisor
+// between the agent and the task, like slurmstepd or containerd-shim: a
+// forked copy of the agent in a session of its own that waits for the task,
+// writes its exit status to `exit_file`, and exits with the same status. It
+// outlives its agent, so a restarted agent re-adopts the task (and learns
+// its exit) instead of starting a second copy. It also fences the task:
+// while `lease_file`'s modification time (a deadline the agent moves forward
+// after every heartbeat the server answers) lies in the past, it sends the
+// stop signal `fence_warn_ms` before the deadline and kills the task's
+// process group and cgroups at it. So a node cut off from the control plane,
+// or whose agent hangs or died, stops its tasks by the deadline on its own.
+// The supervisor makes only async-signal-safe calls (it is forked from a
+// threaded process and never execs).
+//
 // Thread-safety: one owner (the agent loop).
 #pragma once
 
@@ -33,17 +47,38 @@ struct LaunchSpec {
   std::vector<gid_t> groups;
   // cgroup.procs files the process joins before it execs.
   std::vector<std::string> cgroup_procs;
+  // Supervision ("" = none: the task is the agent's child).
+  std::string exit_file;
+  std::string lease_file;  // "" = no fencing
+  int fence_warn_ms = 0;   // the stop signal this long before the lease's deadline
+  int stop_signal = 15;    // SIGTERM
+  // cgroup.procs files whose processes are killed at the deadline (the
+  // task's own groups, or its container's).
+  std::vector<std::string> fence_kill_procs;
+};
+
+struct Launched {
+  pid_t pid = 0;   // the task (its process group id)
+  pid_t shim = 0;  // its supervisor, the agent's child (0: unsupervised; pid is the child)
 };
 
 class ProcessLauncher {
  public:
   // Starts the process; returns its pid (also its process group id).
   StatusOr<pid_t> Start(const LaunchSpec& spec);
-  // Exit status of `pid` if it has ended: the exit code, or 128 + signal.
+  // Starts the process, supervised when spec.exit_file is set.
+  StatusOr<Launched> Launch(const LaunchSpec& spec);
+  // Exit status of child `pid` if it has ended: the exit code, or 128 + signal.
   // Returns -1 while it runs.
   int Poll(pid_t pid);
   // Sends `signal` to the whole process group.
   void Signal(pid_t pid, int signal);
 };
+
+// The exit status a supervisor wrote to `exit_file`, or -1 if none yet.
+int ReadExitFile(const std::string& exit_file);
+// The start time of process `pid` (clock ticks since boot, /proc/PID/stat),
+// or 0 if there is no such live process (gone, or a zombie).
+uint64_t ProcessStartTime(pid_t pid);
 
 }  // namespace rota::agent

@@ -28,6 +28,7 @@ namespace {
 constexpr const char* kServerUsage =
     "usage: rota server [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "                   [--tls-cert FILE --tls-key FILE] [--rate-limit N] [--node-timeout 30s]\n"
+    "                   [--fence-after DURATION (default: the node timeout)]\n"
     "                   [--min-runtime 10m] [--history-interval 10s]\n"
     "                   [--idle-after 30m] [--idle-utilization 5]\n";
 constexpr const char* kUpUsage =
@@ -35,6 +36,7 @@ constexpr const char* kUpUsage =
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
     "               [--nvlink-islands N] [--oci-runtime auto|runc|crun] [--device-dir /dev]\n"
     "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5]\n"
+    "               [--node-timeout 30s] [--fence-after DURATION]\n"
     "\n"
     "Runs the server and a local agent in one process, with an embedded SQLite\n"
     "store in DIR (default $ROTA_DATA_DIR or ~/.local/share/rota). Without an\n"
@@ -43,7 +45,7 @@ constexpr const char* kAgentUsage =
     "usage: rota agent --server URL --token-file FILE [--name NODE] [--address ADDR]\n"
     "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--nvlink-islands N]\n"
     "                  [--logs-dir DIR] [--label k=v ...] [--oci-runtime auto|runc|crun]\n"
-    "                  [--heartbeat-ms N] [--health-file FILE] [--device-dir /dev]\n"
+    "                  [--heartbeat-ms N] [--health-file FILE] [--device-dir /dev] [--state-dir DIR]\n"
     "       (the token comes from --token-file or $ROTA_TOKEN, never the command line,\n"
     "        where every user of the node could read it)\n"
     "       rota agent --probe [--gpus ...]   (print what this node would register, and one telemetry sample)\n";
@@ -175,6 +177,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   MigFlags mig;
   std::string oci_runtime = "auto", device_dir;
   Duration node_timeout = 30 * kMicrosPerSecond;
+  Duration fence_after = 0;  // = node_timeout
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   Duration idle_after = 30 * 60 * kMicrosPerSecond;  // right-sizing window
   int32_t idle_pct = 5;
@@ -196,6 +199,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
       if (ec != std::errc() || end != v.data() + v.size()) idle_pct = -1;  // refused below
     }
     else if (a == "--node-timeout") node_timeout = DurationFlag(args, &i, "rota");
+    else if (a == "--fence-after") fence_after = DurationFlag(args, &i, "rota");
     else if (a == "--history-interval") history_interval = DurationFlag(args, &i, "rota");
     else if (with_local_agent && a == "--gpus") gpus = value();
     else if (with_local_agent && a == "--mig") mig.set = true, mig.layout = value();
@@ -296,6 +300,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   server::ControllerOptions options{.config = config,
                                     .clock = &clock,
                                     .node_timeout = node_timeout,
+                                    .fence_after = fence_after,
                                     .idle_utilization_pct = idle_pct,
                                     .idle_after = idle_after,
                                     .min_runtime = min_runtime,
@@ -346,6 +351,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     ao.heartbeat_ms = 500;
     ao.oci_runtime = oci_runtime;
     if (!device_dir.empty()) ao.device_dir = device_dir;
+    ao.state_dir = data_dir + "/agent-state";
+    ao.fence_after_ms = static_cast<int>(controller.FenceAfter() / 1000);
     ao.ship_logs = false;  // it writes into the server's log directory itself
     // The local agent's token is kept beside the data so restarts reuse it.
     const std::string agent_path = data_dir + "/agent.token";
@@ -434,6 +441,7 @@ int AgentMain(std::vector<std::string> args) {
         return kExitBadInput;
       }
     } else if (a == "--device-dir") ao.device_dir = value();
+    else if (a == "--state-dir") ao.state_dir = value();
     else if (a == "--name") ao.node_name = value();
     else if (a == "--address") ao.address = value();
     else if (a == "--gpus") gpus = value();
@@ -487,6 +495,7 @@ int AgentMain(std::vector<std::string> args) {
   }
   ao.inventory = *inv;
   if (ao.logs_dir.empty()) ao.logs_dir = DefaultDataDir() + "/agent-logs";
+  if (ao.state_dir.empty()) ao.state_dir = ao.logs_dir + "/.agent-state";
   BlockSignals();
   agent::Agent a(ao);
   a.Start();

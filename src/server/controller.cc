@@ -431,11 +431,28 @@ void Controller::CheckNodes() {
       }).status().IgnoreError();
     }
   }
+  // A node silent for node_timeout shows as lost; its gangs are requeued
+  // only once its tasks have fenced themselves (fence_after, plus a margin
+  // for the agent's clock and the supervisors' tick), so a partitioned or
+  // hung node never runs a rank beside its replacement.
+  const Duration requeue_after = FenceAfter() + kFenceMargin;
   std::vector<std::string> silent;
   {
+    Snapshot snap = snapshot();
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [name, live] : live_) {
-      if ((live.registered || live.expected) && now - live.last_heartbeat > options_.node_timeout) silent.push_back(name);
+      if (!(live.registered || live.expected) || now - live.last_heartbeat <= options_.node_timeout) continue;
+      const NodeState* node = snap.FindNode(name);
+      if (node == nullptr) continue;
+      bool holds = false;
+      if (now - live.last_heartbeat > requeue_after) {
+        for (const auto& [id, job] : snap.live_jobs()) {
+          if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
+          for (const ReplicaPlacement& r : job->placement) holds = holds || r.node == node->id;
+          if (holds) break;
+        }
+      }
+      if (!node->lost || holds) silent.push_back(name);
     }
   }
   if (silent.empty()) return;
@@ -443,15 +460,19 @@ void Controller::CheckNodes() {
     for (const std::string& name : silent) {
       Snapshot snap = batch.state->GetSnapshot();
       const NodeState* node = snap.FindNode(name);
-      if (node == nullptr || node->lost) continue;
+      if (node == nullptr) continue;
+      Duration silence;
       {
         // A heartbeat may have arrived since the scan.
         std::lock_guard<std::mutex> lock(mu_);
-        if (options_.clock->Now() - live_[name].last_heartbeat <= options_.node_timeout) continue;
+        silence = options_.clock->Now() - live_[name].last_heartbeat;
       }
-      batch.Apply(NodeLostChanged{name, true}).IgnoreError();
+      if (silence <= options_.node_timeout) continue;
+      if (!node->lost) batch.Apply(NodeLostChanged{name, true}).IgnoreError();
+      if (silence <= requeue_after) continue;
       const std::string why = "node " + name + " lost (no heartbeat for " +
-                              FormatDuration((now - live_[name].last_heartbeat) / kMicrosPerSecond * kMicrosPerSecond) + ")";
+                              FormatDuration(silence / kMicrosPerSecond * kMicrosPerSecond) +
+                              "; its tasks fenced themselves after " + FormatDuration(FenceAfter()) + ")";
       for (const auto& [id, job] : snap.live_jobs()) {
         if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
         for (const ReplicaPlacement& r : job->placement) {

@@ -41,6 +41,10 @@ struct ControllerOptions {
   uint64_t snapshot_every = 10'000;              // journal events between snapshots
   Duration schedule_interval = kMicrosPerSecond;  // a cycle at least this often
   Duration node_timeout = 30 * kMicrosPerSecond;  // heartbeat age after which a node shows as lost
+  // How long an agent's tasks run on after the last heartbeat the server
+  // answered before they stop themselves (0 = node_timeout). A lost node's
+  // gangs are requeued only after this plus kFenceMargin.
+  Duration fence_after = 0;
   size_t max_batch = 0;  // messages per journal transaction; 0 = all queued (group commit), 1 = none
   // Right-sizing: a running job whose GPUs stay below `idle_utilization_pct`
   // for `idle_after` is flagged idle; one whose peak GPU memory stays under
@@ -57,6 +61,11 @@ struct ControllerOptions {
   // and their jobs may run as uid 0 where that is who they are.
   std::string owner;
 };
+
+// Slack between an agent's fence deadline and the server's requeue of its
+// gangs: the agent's lease starts when it reads the answer (after the server
+// sent it), and supervisors check it every 100 ms.
+inline constexpr Duration kFenceMargin = 2 * kMicrosPerSecond;
 
 struct GpuTelemetry {
   int32_t index = 0;
@@ -184,6 +193,7 @@ class Controller {
 
   // Reads (never block on the actor).
   Snapshot snapshot() const;
+  Duration FenceAfter() const { return options_.fence_after > 0 ? options_.fence_after : options_.node_timeout; }
   // Why journal writes are being refused ("" while the store writes).
   std::string StoreError() const;
   std::optional<sched::PendingReason> pending_reason(JobId id) const;

@@ -116,7 +116,19 @@ TEST_F(ControllerTest, ALostNodesGangsAreRequeuedAndRunElsewhere) {
   c->ScheduleNow();
   const NodeId first = c->snapshot().FindJob(*id)->placement[0].node;
   const Principal& stays = first.value() == 0 ? agent1 : agent0;
-  clock.Advance(31 * kMicrosPerSecond);  // past the 30 s node timeout
+  clock.Advance(31 * kMicrosPerSecond);  // past the 30 s node timeout: lost, but its tasks may still run
+  ASSERT_TRUE(c->Heartbeat(stays, {stays.node, {}, {}}).ok());
+  c->ScheduleNow();
+  c->ScheduleNow();
+  {
+    // No replacement before the silent node's tasks have fenced themselves
+    // (fence_after = the node timeout, plus kFenceMargin).
+    Snapshot early = c->snapshot();
+    EXPECT_TRUE(early.node(first).lost);
+    EXPECT_EQ(early.FindJob(*id)->restarts, 0);
+    EXPECT_EQ(early.FindJob(*id)->placement[0].node, first);
+  }
+  clock.Advance(2 * kMicrosPerSecond);  // past the fence deadline and its margin
   ASSERT_TRUE(c->Heartbeat(stays, {stays.node, {}, {}}).ok());
   c->ScheduleNow();  // notices the silent node, requeues; the next cycle places the gang
   c->ScheduleNow();

@@ -531,7 +531,7 @@ class HttpServerImpl final : public HttpServer {
           out.back()["mounts"] = std::move(mounts);
         }
       }
-      Reply(res, 200, {{"tasks", out}, {"revision", revision}});
+      Reply(res, 200, {{"tasks", out}, {"revision", revision}, {"fence_after_ms", c_->FenceAfter() / 1000}});
     }, Access::kAgents));
 
     srv.Post("/v1/tokens", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
