@@ -154,6 +154,15 @@ std::unique_ptr<httplib::Client> MakeClient(const std::string& server, const std
 Agent::Agent(AgentOptions options) : options_(std::move(options)) {
   if (options_.node_name.empty()) options_.node_name = HostName();
   if (options_.address.empty()) options_.address = options_.node_name;
+  if (!options_.state_dir.empty()) {
+    // Names this agent's task cgroups apart from any other agent's on the
+    // machine, stably across restarts (FNV-1a of the state directory).
+    uint32_t h = 2166136261u;
+    for (unsigned char c : options_.state_dir) h = (h ^ c) * 16777619u;
+    char tag[16];
+    std::snprintf(tag, sizeof(tag), "-%08x", h);
+    instance_tag_ = tag;
+  }
 }
 
 Agent::~Agent() { Stop(); }
@@ -367,7 +376,12 @@ void Agent::AdoptTasks() {
   // the server's next answer starts the rank once, afresh.
   if (cgroups_) {
     for (const std::string& name : cgroups_->Groups()) {
-      if (groups.count(name)) continue;
+      // Only this agent's own (another agent of the same node name, as in
+      // tests, has groups with another tag).
+      if (groups.count(name) || instance_tag_.empty() || name.size() < instance_tag_.size() ||
+          name.compare(name.size() - instance_tag_.size(), instance_tag_.size(), instance_tag_) != 0) {
+        continue;
+      }
       if (!cgroups_->Pids(name).empty()) {
         std::fprintf(stderr, "rota agent: stopping unrecorded processes in cgroup %s\n", name.c_str());
       }
@@ -724,7 +738,7 @@ bool Agent::Heartbeat(int wait_ms) {
         // Every process task gets a group: its limits, its GPUs alone in the
         // devices controller, and one place to kill everything it started.
         t->cgroup = std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) + "-" +
-                    std::to_string(t->attempt);
+                    std::to_string(t->attempt) + instance_tag_;
         auto procs = cgroups_->Create(t->cgroup, cpu, memory, GpuDenyRules(options_.device_dir, gpu_list));
         if (procs.ok()) {
           spec.cgroup_procs = *procs;

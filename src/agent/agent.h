@@ -118,6 +118,7 @@ class Agent {
   // heartbeats in flight) is not applied. Reset when registering again.
   uint64_t applied_revision_ = 0;
   std::deque<std::string> finished_order_;  // oldest first, to keep finished_ bounded
+  std::string instance_tag_;  // "-<hash of state_dir>" on task cgroup names ("" without a state directory)
   std::atomic<int> fence_after_ms_{30000};
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};

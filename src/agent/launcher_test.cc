@@ -5,6 +5,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -81,6 +86,129 @@ TEST_F(LauncherTest, MissingProgramIsAnError) {
   } else {
     EXPECT_EQ(pid.status().code(), StatusCode::kUnavailable);
   }
+}
+
+}  // namespace
+}  // namespace rota::agent
+
+namespace rota::agent {
+namespace {
+
+using testing::Read;
+using testing::Wait;
+
+class SupervisedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/rota-shim-XXXXXX";
+    dir = mkdtemp(tmpl);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  LaunchSpec Spec(std::vector<std::string> argv) {
+    LaunchSpec s;
+    s.argv = std::move(argv);
+    s.env = {{"PATH", "/usr/bin:/bin"}};
+    s.log_path = dir + "/t.log";
+    s.exit_file = dir + "/t.exit";
+    return s;
+  }
+  // Sets the lease's deadline `ms` from now (negative: in the past).
+  void Lease(int ms) {
+    const std::string path = dir + "/lease";
+    std::ofstream(path, std::ios::app).close();
+    struct timespec t[2];
+    clock_gettime(CLOCK_REALTIME, &t[0]);
+    t[1] = t[0];
+    int64_t ns = t[1].tv_nsec + static_cast<int64_t>(ms) * 1'000'000;
+    t[1].tv_sec += ns / 1'000'000'000;
+    ns %= 1'000'000'000;
+    if (ns < 0) {
+      ns += 1'000'000'000;
+      t[1].tv_sec -= 1;
+    }
+    t[1].tv_nsec = ns;
+    ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), t, 0), 0);
+  }
+  std::string dir;
+};
+
+TEST_F(SupervisedTest, TheSupervisorRecordsTheExitAndExitsWithIt) {
+  ProcessLauncher l;
+  auto t = l.Launch(Spec({"sh", "-c", "echo $$; exit 7"}));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_NE(t->shim, 0);
+  EXPECT_NE(t->pid, t->shim);
+  EXPECT_EQ(Wait(l, t->shim), 7);
+  EXPECT_EQ(ReadExitFile(dir + "/t.exit"), 7);
+  EXPECT_EQ(Read(dir + "/t.log"), std::to_string(t->pid) + "\n");  // the task is the supervised pid
+}
+
+TEST_F(SupervisedTest, AFailedExecIsAnErrorNotAnExit) {
+  ProcessLauncher l;
+  auto t = l.Launch(Spec({"/no/such/program"}));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("cannot start '/no/such/program'"), std::string::npos) << t.status().ToString();
+}
+
+TEST_F(SupervisedTest, TheTaskOutlivesTheAgentsSignalsAndIsFoundByStartTime) {
+  ProcessLauncher l;
+  auto t = l.Launch(Spec({"sleep", "30"}));
+  ASSERT_TRUE(t.ok());
+  const uint64_t start = ProcessStartTime(t->shim);
+  EXPECT_GT(start, 0u);
+  EXPECT_GT(ProcessStartTime(t->pid), 0u);
+  kill(t->shim, SIGTERM);  // deaf to the agent's own signals
+  usleep(100 * 1000);
+  EXPECT_EQ(ProcessStartTime(t->shim), start);
+  l.Signal(t->pid, SIGKILL);
+  EXPECT_EQ(Wait(l, t->shim), 128 + SIGKILL);
+  EXPECT_EQ(ProcessStartTime(t->shim), 0u);
+  EXPECT_EQ(ReadExitFile(dir + "/t.exit"), 128 + SIGKILL);
+}
+
+TEST_F(SupervisedTest, ATaskWhoseLeaseLapsesIsSignalledThenKilled) {
+  ProcessLauncher l;
+  Lease(600);
+  LaunchSpec s = Spec({"sh", "-c", "trap 'echo warned' USR1; while true; do sleep 0.05; done"});
+  s.lease_file = dir + "/lease";
+  s.stop_signal = SIGUSR1;
+  s.fence_warn_ms = 300;
+  auto t = l.Launch(s);
+  ASSERT_TRUE(t.ok());
+  // Fenced by the deadline (0.6 s), warned 0.3 s before it: never later than a tick after.
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_EQ(Wait(l, t->shim, 3000), 128 + SIGKILL);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
+  EXPECT_LT(took.count(), 1500);
+  EXPECT_NE(Read(dir + "/t.log").find("warned"), std::string::npos);
+}
+
+TEST_F(SupervisedTest, ARenewedLeaseKeepsTheTaskRunning) {
+  ProcessLauncher l;
+  Lease(400);
+  LaunchSpec s = Spec({"sleep", "30"});
+  s.lease_file = dir + "/lease";
+  s.fence_warn_ms = 100;
+  auto t = l.Launch(s);
+  ASSERT_TRUE(t.ok());
+  for (int i = 0; i < 10; ++i) {
+    usleep(150 * 1000);
+    Lease(400);
+  }
+  EXPECT_EQ(l.Poll(t->shim), -1) << "fenced although the lease was renewed";
+  l.Signal(t->pid, SIGKILL);
+  EXPECT_EQ(Wait(l, t->shim), 128 + SIGKILL);
+}
+
+TEST_F(SupervisedTest, NoLeaseFileIsAnExpiredLease) {
+  ProcessLauncher l;
+  LaunchSpec s = Spec({"sleep", "30"});
+  s.lease_file = dir + "/missing-lease";
+  auto t = l.Launch(s);
+  ASSERT_TRUE(t.ok());
+  // Its stop signal (SIGTERM) at once, SIGKILL with it: sleep dies of the first.
+  const int code = Wait(l, t->shim, 3000);
+  EXPECT_TRUE(code == 128 + SIGTERM || code == 128 + SIGKILL) << code;
 }
 
 }  // namespace

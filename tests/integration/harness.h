@@ -12,6 +12,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -178,6 +181,74 @@ class RotaProcess {
   pid_t pid_ = 0;
   int port_ = 0;
   std::string token_;
+};
+
+// A server and three agents (2 simulated GPUs each) as separate processes,
+// the server with a 2 s node timeout.
+class AgentCluster : public ::testing::Test {
+ protected:
+  using json = nlohmann::json;
+  TempDir tmp;
+  void SetUp() override {
+    server_ = std::make_unique<RotaProcess>(
+        "server", tmp.path() + "/data",
+        std::vector<std::string>{"--rate-limit", "0", "--node-timeout", "2s", "--min-runtime", "0s"});
+    for (int i = 0; i < 3; ++i) StartAgent(i);
+    // All three ready.
+    for (int i = 0; i < 200; ++i) {
+      auto r = server_->Admin().Get("/v1/nodes");
+      if (r && r->status == 200) {
+        int ready = 0;
+        const json doc = json::parse(r->body);  // named: a range-for over a temporary's member dangles
+        for (const auto& n : doc["nodes"]) ready += n["state"] == "ready";
+        if (ready == 3) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::string states;
+    const json doc = json::parse(server_->Admin().Get("/v1/nodes")->body);
+    for (const auto& n : doc["nodes"]) states += n["name"].get<std::string>() + "=" + n["state"].get<std::string>() + " ";
+    FAIL() << "agents did not become ready: " << states;
+  }
+  void TearDown() override {
+    for (pid_t p : agents_) {
+      if (p > 0) {
+        kill(p, SIGTERM);
+        waitpid(p, nullptr, 0);
+      }
+    }
+  }
+  void StartAgent(int i, std::vector<std::string> extra = {}) {
+    const std::string name = "a" + std::to_string(i);
+    auto r = server_->Admin().Post("/v1/tokens", json{{"user", name}, {"role", "agent"}, {"node", name}}.dump(),
+                                   "application/json");
+    ASSERT_EQ(r->status, 201);
+    const std::string token = json::parse(r->body)["token"];
+    const std::string token_file = tmp.path() + "/" + name + ".token";
+    std::ofstream(token_file) << token << "\n";
+    std::vector<std::string> args{RotaBinary(), "agent",       "--server", server_->url(), "--token-file", token_file,
+                                  "--name",     name,          "--address", "127.0.0.1",   "--gpus",  "2xH100:80Gi",
+                                  "--logs-dir", LogsDir(i),    "--heartbeat-ms", "200"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const pid_t pid = SpawnLogged(args, tmp.path() + "/" + name + ".log");
+    ASSERT_GT(pid, 0);
+    agents_.push_back(pid);
+  }
+  std::string LogsDir(int i) { return tmp.path() + "/logs-a" + std::to_string(i); }
+  json Job(int id) { return json::parse(server_->Admin().Get("/v1/jobs/" + std::to_string(id))->body); }
+  // Waits until `pred(job)` holds.
+  json WaitJob(int id, const std::function<bool(const json&)>& pred, int seconds = 20) {
+    json j;
+    for (int i = 0; i < seconds * 20; ++i) {
+      j = Job(id);
+      if (pred(j)) return j;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "job " << id << " never reached the expected state: " << j.dump();
+    return j;
+  }
+  std::unique_ptr<RotaProcess> server_;
+  std::vector<pid_t> agents_;
 };
 
 }  // namespace rota::testing

@@ -1,0 +1,247 @@
+// A rank never runs twice, through real agents and the process table: an
+// agent killed and restarted adopts its tasks; one gone past the timeout
+// fences its tasks before the gang restarts elsewhere; SIGTERM leaves the
+// tasks for adoption; a hung agent (SIGSTOP) is fenced and, woken, starts
+// nothing stale; `rota up` killed and restarted adopts its tasks; cancel
+// leaves no process behind.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "harness.h"
+
+namespace rota::testing {
+namespace {
+
+using nlohmann::json;
+
+// The live processes running `sleep <arg>` as rota tasks, by "job/rank".
+std::map<std::string, std::set<pid_t>> Census(const std::string& arg) {
+  std::map<std::string, std::set<pid_t>> out;
+  const std::string want = std::string("sleep") + '\0' + arg + '\0';
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (ReadAll(e.path().string() + "/cmdline") != want) continue;
+    const std::string stat = ReadAll(e.path().string() + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z') continue;
+    const std::string env = ReadAll(e.path().string() + "/environ");
+    auto var = [&](const std::string& key) {
+      const size_t at = env.find(std::string(1, '\0') + key + "=");
+      if (at == std::string::npos) return std::string();
+      const size_t from = at + key.size() + 2;
+      return env.substr(from, env.find('\0', from) - from);
+    };
+    out[var("ROTA_JOB_ID") + "/" + var("RANK")].insert(std::stoi(name));
+  }
+  return out;
+}
+
+// Samples the census every 10 ms while it lives: the most processes any
+// one rank ever had at once.
+class RankWatch {
+ public:
+  explicit RankWatch(std::string arg) : arg_(std::move(arg)), thread_([this] { Run(); }) {}
+  ~RankWatch() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int max_copies() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_;
+  }
+  std::string worst() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return worst_;
+  }
+
+ private:
+  void Run() {
+    while (!stop_) {
+      for (const auto& [rank, pids] : Census(arg_)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (static_cast<int>(pids.size()) > max_) {
+          max_ = static_cast<int>(pids.size());
+          worst_ = rank + " had " + std::to_string(pids.size()) + " processes at once";
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  std::string arg_;
+  std::mutex mu_;
+  int max_ = 0;
+  std::string worst_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::set<pid_t> AllPids(const std::map<std::string, std::set<pid_t>>& census) {
+  std::set<pid_t> out;
+  for (const auto& [rank, pids] : census) out.insert(pids.begin(), pids.end());
+  return out;
+}
+
+// Waits until `pred` holds (up to `seconds`); false if it never did.
+bool Eventually(const std::function<bool()>& pred, int seconds = 20) {
+  for (int i = 0; i < seconds * 50; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+class Fencing : public AgentCluster {
+ protected:
+  // A gang of two ranks, one per node; returns the node of rank 0 and its agent's index.
+  std::pair<std::string, int> StartGang(const std::string& arg) {
+    const std::string spec = "name: g\ntasks: [{name: w, replicas: 2, gpus: 2, command: [sleep, \"" + arg + "\"]}]\n";
+    EXPECT_EQ(server_->Admin().Post("/v1/jobs", spec, "application/yaml")->status, 201);
+    json j = WaitJob(1, [](const json& x) { return x["state"] == "running"; });
+    EXPECT_TRUE(Eventually([&] { return Census(arg).size() == 2; })) << "the gang's processes never appeared";
+    const std::string node = j["placement"][0]["node"];
+    return {node, std::stoi(node.substr(1))};
+  }
+  void KillAgent(int index, int sig) {
+    kill(agents_[index], sig);
+    if (sig == SIGKILL || sig == SIGTERM) {
+      waitpid(agents_[index], nullptr, 0);
+      agents_[index] = 0;
+    }
+  }
+  // Restarts agent `index` (with the same logs and state directory).
+  void RestartAgent(int index) {
+    const size_t before = agents_.size();
+    StartAgent(index);
+    agents_[index] = agents_.back();
+    if (agents_.size() > before) agents_.pop_back();
+  }
+  std::string NodeState(const std::string& node) {
+    const json doc = json::parse(server_->Admin().Get("/v1/nodes")->body);
+    for (const auto& n : doc["nodes"]) {
+      if (n["name"] == node) return n["state"];
+    }
+    return "";
+  }
+  void CancelLeavesNothing(const std::string& arg) {
+    ASSERT_EQ(server_->Admin().Post("/v1/jobs/1/cancel", "", "application/json")->status, 200);
+    EXPECT_TRUE(Eventually([&] { return Census(arg).empty(); }, 15)) << "processes left after cancel";
+  }
+};
+
+TEST_F(Fencing, AnAgentKilledAndRestartedWithinTheTimeoutAdoptsItsRanks) {
+  RankWatch watch("3601");
+  const auto [node, index] = StartGang("3601");
+  const std::set<pid_t> before = AllPids(Census("3601"));
+  KillAgent(index, SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  RestartAgent(index);
+  // Past the node timeout (2 s) and the fence deadline: nothing was lost or restarted.
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  const json j = Job(1);
+  EXPECT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["restarts"], 0) << j.dump();
+  EXPECT_EQ(j["placement"][0]["node"], node);
+  EXPECT_EQ(NodeState(node), "ready");
+  EXPECT_EQ(AllPids(Census("3601")), before) << "the ranks were not adopted";
+  CancelLeavesNothing("3601");
+  watch.Stop();
+  EXPECT_LE(watch.max_copies(), 1) << watch.worst();
+}
+
+TEST_F(Fencing, AnAgentGonePastTheTimeoutFencesItsRanksBeforeTheGangMoves) {
+  RankWatch watch("3602");
+  const auto [node, index] = StartGang("3602");
+  const std::set<pid_t> before = AllPids(Census("3602"));
+  KillAgent(index, SIGKILL);
+  json j = WaitJob(1, [&](const json& x) {
+    if (x["state"] != "running" || x["restarts"] != 1) return false;
+    for (const auto& p : x["placement"]) {
+      if (p["node"] == node) return false;
+    }
+    return true;
+  });
+  EXPECT_NE(j.value("last_requeue_reason", "").find("fenced themselves"), std::string::npos) << j.dump();
+  ASSERT_TRUE(Eventually([&] { return Census("3602").size() == 2; }));
+  for (pid_t p : AllPids(Census("3602"))) EXPECT_EQ(before.count(p), 0u) << "an old rank still runs: " << p;
+  // The agent comes back: it starts nothing of the old attempt.
+  RestartAgent(index);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(Census("3602").size(), 2u);
+  EXPECT_EQ(Job(1)["restarts"], 1);
+  CancelLeavesNothing("3602");
+  watch.Stop();
+  EXPECT_LE(watch.max_copies(), 1) << watch.worst();
+}
+
+TEST_F(Fencing, SigtermLeavesTheRanksRunningForTheNextAgent) {
+  RankWatch watch("3603");
+  const auto [node, index] = StartGang("3603");
+  const std::set<pid_t> before = AllPids(Census("3603"));
+  KillAgent(index, SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(AllPids(Census("3603")), before) << "SIGTERM of the agent stopped a rank";
+  RestartAgent(index);
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  const json j = Job(1);
+  EXPECT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["restarts"], 0) << j.dump();
+  EXPECT_EQ(AllPids(Census("3603")), before);
+  CancelLeavesNothing("3603");
+  watch.Stop();
+  EXPECT_LE(watch.max_copies(), 1) << watch.worst();
+}
+
+TEST_F(Fencing, AHungAgentIsFencedAndWokenStartsNothingStale) {
+  RankWatch watch("3604");
+  const auto [node, index] = StartGang("3604");
+  KillAgent(index, SIGSTOP);
+  json j = WaitJob(1, [&](const json& x) {
+    if (x["state"] != "running" || x["restarts"] != 1) return false;
+    for (const auto& p : x["placement"]) {
+      if (p["node"] == node) return false;
+    }
+    return true;
+  });
+  kill(agents_[index], SIGCONT);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_EQ(Census("3604").size(), 2u);
+  EXPECT_EQ(Job(1)["restarts"], 1);
+  EXPECT_EQ(NodeState(node), "ready");  // back, and fenced, it may take work again
+  CancelLeavesNothing("3604");
+  watch.Stop();
+  EXPECT_LE(watch.max_copies(), 1) << watch.worst();
+}
+
+TEST(UpFencing, KillNineOfRotaUpAndARestartAdoptTheTask) {
+  TempDir tmp;
+  RankWatch watch("3605");
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
+  ASSERT_EQ(up.Admin().Post("/v1/jobs", "name: one\ntasks: [{gpus: 1, command: [sleep, \"3605\"]}]\n", "application/yaml")->status,
+            201);
+  ASSERT_TRUE(Eventually([&] { return Census("3605").size() == 1; }));
+  const std::set<pid_t> before = AllPids(Census("3605"));
+  up.Kill(SIGKILL);
+  up.Restart();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const json j = json::parse(up.Admin().Get("/v1/jobs/1")->body);
+  EXPECT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["restarts"], 0) << j.dump();
+  EXPECT_EQ(AllPids(Census("3605")), before);
+  ASSERT_EQ(up.Admin().Post("/v1/jobs/1/cancel", "", "application/json")->status, 200);
+  EXPECT_TRUE(Eventually([&] { return Census("3605").empty(); }, 15)) << "processes left after cancel";
+  watch.Stop();
+  EXPECT_LE(watch.max_copies(), 1) << watch.worst();
+}
+
+}  // namespace
+}  // namespace rota::testing
