@@ -227,14 +227,40 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     });
   }
 
-  // token create --user U --role R [--node N]
-  if (args.empty() || args[0] != "create") return Usage("rota token create --user NAME --role user|admin|agent [--node NODE]");
+  // token create | list | revoke
+  constexpr const char* kTokenUsage =
+      "rota token create --user NAME --role user|admin|agent [--node NODE] [--ttl 30d] [--existing]\n"
+      "       rota token list\n"
+      "       rota token revoke ID";
+  if (!args.empty() && args[0] == "list" && args.size() == 1) {
+    Response r = c.Get("/v1/tokens");
+    return Run(c, r, "token", [](const json& j) {
+      Table t({"ID", "USER", "ROLE", "NODE", "CREATED", "EXPIRES", "STATE"});
+      for (const auto& k : j["tokens"]) {
+        t.Add({S(k, "id"), S(k, "user"), S(k, "role"), S(k, "node").empty() ? "-" : S(k, "node"), S(k, "created_at"),
+               S(k, "expires_at").empty() ? "never" : S(k, "expires_at"), S(k, "state")});
+      }
+      std::cout << t.Render();
+    });
+  }
+  if (!args.empty() && args[0] == "revoke" && args.size() == 2) {
+    Response r = c.Post("/v1/tokens/" + args[1] + "/revoke", "{}", "application/json");
+    return Run(c, r, "token", [&](const json&) { std::cout << "revoked token " << args[1] << "\n"; });
+  }
+  if (args.empty() || args[0] != "create") return Usage(kTokenUsage);
   json body = json::object();
-  for (size_t i = 1; i + 1 < args.size(); i += 2) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--existing") {
+      body["existing"] = true;
+      continue;
+    }
+    if (i + 1 >= args.size()) return Usage(kTokenUsage);
     if (args[i] == "--user") body["user"] = args[i + 1];
     else if (args[i] == "--role") body["role"] = args[i + 1];
     else if (args[i] == "--node") body["node"] = args[i + 1];
-    else return Usage("rota token create --user NAME --role user|admin|agent [--node NODE]");
+    else if (args[i] == "--ttl") body["ttl"] = args[i + 1];
+    else return Usage(kTokenUsage);
+    ++i;
   }
   Response r = c.Post("/v1/tokens", body.dump(), "application/json");
   return Run(c, r, "token", [](const json& j) { std::cout << S(j, "token") << "\n"; });

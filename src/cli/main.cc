@@ -27,7 +27,7 @@ constexpr const char* kUsage =
     "  nodes      nodes and their GPUs\n"
     "  queues     queues with pending and running jobs\n"
     "  top        GPU utilisation per node\n"
-    "  token      create API tokens (admin)\n"
+    "  token      create, list and revoke API tokens (admin)\n"
     "offline:\n"
     "  plan       schedule a jobs file on a cluster config (what-if)\n"
     "  sim        replay a cluster trace through the scheduler in virtual time\n"

@@ -357,7 +357,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     // The local agent's token is kept beside the data so restarts reuse it.
     const std::string agent_path = data_dir + "/agent.token";
     std::string token = ReadFirstLine(agent_path);
-    auto who = controller.auth().Authenticate("Bearer " + token);
+    auto who = controller.Authenticate("Bearer " + token);
     if (token.empty() || !who.ok() || who->node != ao.node_name) {
       auto created = controller.CreateToken({"admin", server::Role::kAdmin, ""}, ao.node_name, server::Role::kAgent,
                                             ao.node_name);

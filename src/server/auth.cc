@@ -3,6 +3,8 @@
 #include <openssl/evp.h>
 #include <sys/random.h>
 
+#include <algorithm>
+
 namespace rota::server {
 
 std::string_view RoleName(Role r) {
@@ -55,12 +57,42 @@ void Auth::Add(const TokenRecord& record) {
   by_hash_[record.hash] = record;
 }
 
+std::string TokenId(const TokenRecord& record) { return record.hash.substr(0, 12); }
+
+std::vector<TokenRecord> Auth::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TokenRecord> out;
+  for (const auto& [hash, r] : by_hash_) out.push_back(r);
+  std::sort(out.begin(), out.end(), [](const TokenRecord& a, const TokenRecord& b) {
+    return a.created_at != b.created_at ? a.created_at < b.created_at : a.hash < b.hash;
+  });
+  return out;
+}
+
+StatusOr<TokenRecord> Auth::Find(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id.size() == 12) {
+    for (const auto& [hash, r] : by_hash_) {
+      if (hash.compare(0, 12, id) == 0) return r;
+    }
+  }
+  return NotFoundError("no token with id '" + id + "' (ids are the 12 characters rota token list shows)");
+}
+
+bool Auth::UserExists(const std::string& user) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [hash, r] : by_hash_) {
+    if (r.user == user && r.role != "agent") return true;
+  }
+  return false;
+}
+
 size_t Auth::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return by_hash_.size();
 }
 
-StatusOr<Principal> Auth::Authenticate(std::string_view header) const {
+StatusOr<Principal> Auth::Authenticate(std::string_view header, TimePoint now) const {
   constexpr std::string_view kBearer = "Bearer ";
   if (header.empty()) return Status(StatusCode::kUnauthenticated, "missing Authorization: Bearer <token>");
   if (header.substr(0, kBearer.size()) != kBearer) {
@@ -70,9 +102,13 @@ StatusOr<Principal> Auth::Authenticate(std::string_view header) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return Status(StatusCode::kUnauthenticated, "unknown token");
+  if (it->second.revoked) return Status(StatusCode::kUnauthenticated, "token " + TokenId(it->second) + " was revoked");
+  if (now > 0 && it->second.expires_at > 0 && now >= it->second.expires_at) {
+    return Status(StatusCode::kUnauthenticated, "token " + TokenId(it->second) + " expired at " + FormatTime(it->second.expires_at));
+  }
   auto role = ParseRole(it->second.role);
   if (!role.ok()) return Status(StatusCode::kUnauthenticated, "token has a bad role");
-  return Principal{it->second.user, *role, it->second.node};
+  return Principal{it->second.user, *role, it->second.node, TokenId(it->second)};
 }
 
 }  // namespace rota::server

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "store/store.h"
 
@@ -25,7 +26,12 @@ struct Principal {
   Role role = Role::kUser;
   std::string node;  // agents only
   bool admin() const { return role == Role::kAdmin; }
+  std::string token_id;  // which token it came with ("" for internal callers)
 };
+
+// A token's public name: the first 12 hex digits of its hash (the hash of
+// 160 random bits says nothing about the token).
+std::string TokenId(const TokenRecord& record);
 
 std::string Sha256Hex(std::string_view data);
 // "rota_" + 40 random hex digits from the kernel's CSPRNG.
@@ -33,11 +39,18 @@ std::string NewToken();
 
 class Auth {
  public:
-  // Registers a known token record (from the store).
+  // Registers a known token record (from the store), or replaces it.
   void Add(const TokenRecord& record);
-  // Unauthenticated if the header is missing, malformed or unknown.
-  StatusOr<Principal> Authenticate(std::string_view authorization_header) const;
+  // Unauthenticated if the header is missing, malformed or unknown, or the
+  // token is revoked or expired at `now` (0 = do not check expiry).
+  StatusOr<Principal> Authenticate(std::string_view authorization_header, TimePoint now = 0) const;
   size_t size() const;
+  std::vector<TokenRecord> List() const;
+  // The record whose TokenId is `id`; NotFound otherwise.
+  StatusOr<TokenRecord> Find(const std::string& id) const;
+  // True if a user or admin token (live or not) was ever issued to `user`:
+  // the name belongs to that user record.
+  bool UserExists(const std::string& user) const;
 
  private:
   mutable std::mutex mu_;

@@ -853,17 +853,47 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
 }
 
 StatusOr<std::string> Controller::CreateToken(const Principal& who, const std::string& user, Role role,
-                                              const std::string& node) {
+                                              const std::string& node, Duration ttl, bool existing) {
   if (!who.admin()) return Status(StatusCode::kPermissionDenied, "creating tokens needs the admin role");
   if (user.empty()) return InvalidArgumentError("user: must not be empty");
   if (role == Role::kAgent && node.empty()) return InvalidArgumentError("node: an agent token names its node");
+  if (ttl < 0) return InvalidArgumentError("ttl: must not be negative");
   const std::string token = NewToken();
-  TokenRecord record{Sha256Hex(token), user, std::string(RoleName(role)), node, options_.clock->Now()};
+  const TimePoint now = options_.clock->Now();
+  TokenRecord record{Sha256Hex(token), user, std::string(RoleName(role)), node, now, ttl > 0 ? now + ttl : 0, false};
   return Call<std::string>([&](Batch&) -> StatusOr<std::string> {
+    // Checked on the actor: two concurrent creations of one new name cannot both pass.
+    if (role != Role::kAgent) {
+      const bool known = auth_.UserExists(user);
+      if (known && !existing) {
+        return Status(StatusCode::kAlreadyExists, "user: '" + user +
+                                                      "' is an existing user; to issue another token for that same "
+                                                      "user, say so (existing: true, rota token create --existing)");
+      }
+      if (!known && existing) return NotFoundError("user: no user '" + user + "' has been issued a token yet");
+    }
     ROTA_RETURN_IF_ERROR(store_->PutToken(record));
     auth_.Add(record);
     return token;
   });
+}
+
+StatusOr<std::vector<TokenRecord>> Controller::ListTokens(const Principal& who) const {
+  if (!who.admin()) return Status(StatusCode::kPermissionDenied, "listing tokens needs the admin role");
+  return auth_.List();
+}
+
+Status Controller::RevokeToken(const Principal& who, const std::string& id) {
+  if (!who.admin()) return Status(StatusCode::kPermissionDenied, "revoking tokens needs the admin role");
+  return Call<bool>([&](Batch&) -> StatusOr<bool> {
+           ROTA_ASSIGN_OR_RETURN(TokenRecord record, auth_.Find(id));
+           if (record.revoked) return true;
+           record.revoked = true;
+           ROTA_RETURN_IF_ERROR(store_->PutToken(record));
+           auth_.Add(record);
+           return true;
+         })
+      .status();
 }
 
 StatusOr<std::string> Controller::BootstrapAdminToken() {

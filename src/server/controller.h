@@ -187,7 +187,18 @@ class Controller {
   // (a long poll and an exit report may answer out of order).
   StatusOr<std::vector<TaskAssignment>> Heartbeat(const Principal& who, const HeartbeatReport& report,
                                                   uint64_t* revision = nullptr);
-  StatusOr<std::string> CreateToken(const Principal& who, const std::string& user, Role role, const std::string& node);
+  // A new token for `user`. A user or admin token names a user record: a
+  // name already issued needs `existing` (so a new person cannot be given
+  // another's identity by a name that happens to match). `ttl` > 0 expires it.
+  StatusOr<std::string> CreateToken(const Principal& who, const std::string& user, Role role, const std::string& node,
+                                    Duration ttl = 0, bool existing = false);
+  StatusOr<std::vector<TokenRecord>> ListTokens(const Principal& who) const;
+  // Revokes the token with TokenId `id`, durably; at once for every request after.
+  Status RevokeToken(const Principal& who, const std::string& id);
+  // Authenticates against the tokens and the clock (expiry).
+  StatusOr<Principal> Authenticate(std::string_view authorization_header) const {
+    return auth_.Authenticate(authorization_header, options_.clock->Now());
+  }
   // First start: creates and returns an admin token if no token exists yet; "" otherwise.
   StatusOr<std::string> BootstrapAdminToken();
 

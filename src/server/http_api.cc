@@ -253,7 +253,7 @@ class HttpServerImpl final : public HttpServer {
   httplib::Server::Handler Guard(Handler h, Access access = Access::kPeople) {
     return [this, h, access](const httplib::Request& req, httplib::Response& res) {
       try {
-        auto who = c_->auth().Authenticate(req.get_header_value("Authorization"));
+        auto who = c_->Authenticate(req.get_header_value("Authorization"));
         const std::string key = who.ok() ? "user:" + who->user : "addr:" + req.remote_addr;
         if (!limiter_.Allow(key)) {
           res.set_header("Retry-After", "1");
@@ -537,11 +537,52 @@ class HttpServerImpl final : public HttpServer {
     srv.Post("/v1/tokens", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
+      for (const char* field : {"user", "role", "node", "ttl"}) {
+        if (body.contains(field) && !body[field].is_string()) {
+          return ReplyError(res, InvalidArgumentError(std::string(field) + ": must be a string"));
+        }
+      }
+      if (body.contains("existing") && !body["existing"].is_boolean()) {
+        return ReplyError(res, InvalidArgumentError("existing: must be true or false"));
+      }
       auto role = ParseRole(body.value("role", std::string("user")));
       if (!role.ok()) return ReplyError(res, role.status());
-      auto token = c_->CreateToken(who, body.value("user", std::string()), *role, body.value("node", std::string()));
+      Duration ttl = 0;
+      if (body.contains("ttl")) {
+        auto parsed = ParseDuration(body["ttl"].get<std::string>());
+        if (!parsed.ok() || *parsed <= 0) {
+          return ReplyError(res, InvalidArgumentError("ttl: must be a positive duration like 30d or 12h" +
+                                                      (parsed.ok() ? std::string() : ": " + std::string(parsed.status().message()))));
+        }
+        ttl = *parsed;
+      }
+      auto token = c_->CreateToken(who, body.value("user", std::string()), *role, body.value("node", std::string()), ttl,
+                                   body.value("existing", false));
       if (!token.ok()) return ReplyError(res, token.status());
-      Reply(res, 201, {{"token", *token}, {"user", body.value("user", std::string())}, {"role", std::string(RoleName(*role))}});
+      ordered_json out{{"token", *token}, {"id", Sha256Hex(*token).substr(0, 12)}, {"user", body.value("user", std::string())},
+                       {"role", std::string(RoleName(*role))}};
+      if (ttl > 0) out["expires_at"] = FormatTime(c_->clock().Now() + ttl);
+      Reply(res, 201, out);
+    }));
+
+    srv.Get("/v1/tokens", Guard([this](const Principal& who, const httplib::Request&, httplib::Response& res) {
+      auto tokens = c_->ListTokens(who);
+      if (!tokens.ok()) return ReplyError(res, tokens.status());
+      const TimePoint now = c_->clock().Now();
+      ordered_json out = ordered_json::array();
+      for (const TokenRecord& t : *tokens) {
+        const bool expired = t.expires_at > 0 && now >= t.expires_at;
+        out.push_back({{"id", TokenId(t)}, {"user", t.user}, {"role", t.role}, {"node", t.node},
+                       {"created_at", FormatTime(t.created_at)},
+                       {"expires_at", t.expires_at > 0 ? FormatTime(t.expires_at) : std::string()},
+                       {"state", t.revoked ? "revoked" : expired ? "expired" : "active"}});
+      }
+      Reply(res, 200, {{"tokens", out}});
+    }));
+
+    srv.Post(R"(/v1/tokens/([0-9a-f]{1,64})/revoke)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+      if (Status s = c_->RevokeToken(who, req.matches[1]); !s.ok()) return ReplyError(res, s);
+      Reply(res, 200, {{"id", std::string(req.matches[1])}, {"state", "revoked"}});
     }));
 
     srv.Get("/metrics", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {

@@ -158,12 +158,18 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
       "CREATE TABLE IF NOT EXISTS tokens (hash TEXT PRIMARY KEY, user TEXT NOT NULL, role TEXT NOT NULL,"
       " node TEXT NOT NULL, created_at INTEGER NOT NULL);"
       "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"));
-  // Stores from before checksums: add the column; their rows stay unchecked.
-  for (const char* table : {"events", "snapshots"}) {
+  // Stores from before checksums and token expiry: add the columns (their
+  // rows stay unchecked; their tokens never expire).
+  const std::pair<const char*, const char*> added[] = {{"events", "crc INTEGER"},
+                                                       {"snapshots", "crc INTEGER"},
+                                                       {"tokens", "expires_at INTEGER NOT NULL DEFAULT 0"},
+                                                       {"tokens", "revoked INTEGER NOT NULL DEFAULT 0"}};
+  for (const auto& [table, column] : added) {
     Stmt st;
-    const std::string sql = std::string("SELECT crc FROM ") + table + " LIMIT 0";
+    const std::string name = std::string(column).substr(0, std::string(column).find(' '));
+    const std::string sql = "SELECT " + name + " FROM " + table + " LIMIT 0";
     if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st.s, nullptr) != SQLITE_OK) {
-      ROTA_RETURN_IF_ERROR(store->Exec((std::string("ALTER TABLE ") + table + " ADD COLUMN crc INTEGER;").c_str()));
+      ROTA_RETURN_IF_ERROR(store->Exec((std::string("ALTER TABLE ") + table + " ADD COLUMN " + column + ";").c_str()));
     }
   }
   Stmt st;
@@ -312,7 +318,9 @@ Status SqliteStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compac
 
 Status SqliteStore::PutToken(const TokenRecord& t) {
   Stmt st;
-  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO tokens (hash, user, role, node, created_at) VALUES (?,?,?,?,?)",
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT OR REPLACE INTO tokens (hash, user, role, node, created_at, expires_at, revoked)"
+                         " VALUES (?,?,?,?,?,?,?)",
                          -1, &st.s, nullptr) != SQLITE_OK) {
     return Error("prepare token");
   }
@@ -321,19 +329,23 @@ Status SqliteStore::PutToken(const TokenRecord& t) {
   sqlite3_bind_text(st.s, 3, t.role.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st.s, 4, t.node.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_int64(st.s, 5, t.created_at);
+  sqlite3_bind_int64(st.s, 6, t.expires_at);
+  sqlite3_bind_int(st.s, 7, t.revoked ? 1 : 0);
   return sqlite3_step(st.s) == SQLITE_DONE ? Status::Ok() : Error("put token");
 }
 
 StatusOr<std::vector<TokenRecord>> SqliteStore::Tokens() {
   Stmt st;
-  if (sqlite3_prepare_v2(db_, "SELECT hash, user, role, node, created_at FROM tokens ORDER BY created_at", -1, &st.s,
-                         nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT hash, user, role, node, created_at, expires_at, revoked FROM tokens ORDER BY created_at",
+                         -1, &st.s, nullptr) != SQLITE_OK) {
     return Error("read tokens");
   }
   std::vector<TokenRecord> out;
   while (sqlite3_step(st.s) == SQLITE_ROW) {
     auto col = [&](int i) { return std::string(reinterpret_cast<const char*>(sqlite3_column_text(st.s, i))); };
-    out.push_back({col(0), col(1), col(2), col(3), sqlite3_column_int64(st.s, 4)});
+    out.push_back({col(0), col(1), col(2), col(3), sqlite3_column_int64(st.s, 4), sqlite3_column_int64(st.s, 5),
+                   sqlite3_column_int(st.s, 6) != 0});
   }
   return out;
 }

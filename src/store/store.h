@@ -23,6 +23,8 @@ struct TokenRecord {
   std::string role;  // admin | user | agent
   std::string node;  // agents: the node it may report for
   TimePoint created_at = 0;
+  TimePoint expires_at = 0;  // 0 = never
+  bool revoked = false;
 };
 
 class Store {

@@ -304,3 +304,58 @@ TEST(OneServer, ASecondServerOnTheSameDirectoryOrPortExitsAtOnce) {
 
 }  // namespace
 }  // namespace rota::testing
+
+namespace rota::testing {
+namespace {
+
+TEST(Tokens, ExpireAreListedRevokedAndBoundToOneUser) {
+  TempDir tmp;
+  RotaProcess server("server", tmp.path() + "/data");
+  auto admin = server.Admin();
+  auto create = [&](const json& body) { return admin.Post("/v1/tokens", body.dump(), "application/json"); };
+  auto r = create({{"user", "alice"}, {"role", "user"}, {"ttl", "1s"}});
+  ASSERT_EQ(r->status, 201) << r->body;
+  const json short_lived = json::parse(r->body);
+  EXPECT_TRUE(short_lived.contains("expires_at"));
+  EXPECT_EQ(server.Http(short_lived["token"]).Get("/v1/jobs")->status, 200);
+  // A second person called alice does not get alice's identity by accident.
+  r = create({{"user", "alice"}, {"role", "user"}});
+  EXPECT_EQ(r->status, 409) << r->body;
+  EXPECT_NE(r->body.find("'alice' is an existing user"), std::string::npos) << r->body;
+  r = create({{"user", "alice"}, {"role", "user"}, {"existing", true}});
+  ASSERT_EQ(r->status, 201) << r->body;
+  const json lasting = json::parse(r->body);
+  EXPECT_EQ(create({{"user", "nobody-yet"}, {"existing", true}})->status, 404);
+  EXPECT_EQ(create({{"user", "bob"}, {"ttl", "soon"}})->status, 400);
+  // Agents rotate tokens for their node freely.
+  EXPECT_EQ(create({{"user", "n-0"}, {"role", "agent"}, {"node", "n-0"}})->status, 201);
+  EXPECT_EQ(create({{"user", "n-0"}, {"role", "agent"}, {"node", "n-0"}})->status, 201);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  auto expired = server.Http(short_lived["token"]).Get("/v1/jobs");
+  EXPECT_EQ(expired->status, 401);
+  EXPECT_NE(expired->body.find("expired at"), std::string::npos) << expired->body;
+  // Listed with their state; revocation takes effect at once and survives a restart.
+  CommandResult list = RunRota({"token", "list"}, server.ClientEnv(), tmp.path());
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_NE(list.out.find(short_lived["id"].get<std::string>()), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("expired"), std::string::npos) << list.out;
+  EXPECT_EQ(list.out.find(lasting["token"].get<std::string>()), std::string::npos) << "list shows secrets";
+  CommandResult revoke = RunRota({"token", "revoke", lasting["id"]}, server.ClientEnv(), tmp.path());
+  EXPECT_EQ(revoke.exit_code, 0) << revoke.err;
+  auto revoked = server.Http(lasting["token"]).Get("/v1/jobs");
+  EXPECT_EQ(revoked->status, 401);
+  EXPECT_NE(revoked->body.find("was revoked"), std::string::npos) << revoked->body;
+  EXPECT_EQ(server.Http(server.token()).Post("/v1/tokens/000000000000/revoke", "{}", "application/json")->status, 404);
+  server.Kill(SIGKILL);
+  server.Restart();
+  EXPECT_EQ(server.Http(lasting["token"]).Get("/v1/jobs")->status, 401);
+  EXPECT_EQ(server.Http(short_lived["token"]).Get("/v1/jobs")->status, 401);
+  // Only admins list or revoke.
+  r = server.Admin().Post("/v1/tokens", json{{"user", "carol"}}.dump(), "application/json");
+  auto carol = server.Http(json::parse(r->body)["token"]);
+  EXPECT_EQ(carol.Get("/v1/tokens")->status, 403);
+  EXPECT_EQ(carol.Post("/v1/tokens/" + lasting["id"].get<std::string>() + "/revoke", "{}", "application/json")->status, 403);
+}
+
+}  // namespace
+}  // namespace rota::testing
