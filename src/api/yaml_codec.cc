@@ -298,7 +298,7 @@ NodeGroupConfig ParseNodeGroup(const Field& f) {
 
 QueueConfig ParseQueue(const Field& f) {
   f.ExpectMap({"name", "weight", "quota", "borrowing_limit", "lending_limit", "children", "users", "accepts",
-               "allow_root"});
+               "allow_root", "max_pending"});
   QueueConfig q;
   q.name = f["name"].IsNull() ? "" : f["name"].Str();
   if (q.name.empty() || q.name.find('/') != std::string::npos) f.Fail("name: required, without '/'");
@@ -308,6 +308,7 @@ QueueConfig ParseQueue(const Field& f) {
   if (f.Has("lending_limit")) q.lending_limit = f["lending_limit"].IntMap(0, 100'000'000);
   if (f.Has("users")) q.users = f["users"].StrList();
   if (f.Has("allow_root")) q.allow_root = f["allow_root"].Bool();
+  if (f.Has("max_pending")) q.max_pending = f["max_pending"].Int(1, 100'000'000);
   if (f.Has("accepts")) {
     q.accepts = f["accepts"].Str();
     if (q.accepts != "any" && q.accepts != "whole" && q.accepts != "shares") {
@@ -349,7 +350,7 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
     Field root(Load(text, source), "", &source, nullptr);
     root.ExpectMap(
         {"topology", "node_groups", "drained", "queues", "priority_classes", "profile", "fair_share", "backfill",
-         "accounts", "allowed_mounts"});
+         "accounts", "allowed_mounts", "limits"});
     ClusterConfig c;
     if (root.Has("topology")) {
       c.topology = root["topology"].StrList();
@@ -380,6 +381,18 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
         pc.value = static_cast<int32_t>(p["value"].Int(0, 1'000'000'000));
         if (p.Has("preemptible")) pc.preemptible = p["preemptible"].Bool();
         c.priority_classes.push_back(pc);
+      }
+    }
+    if (root.Has("limits")) {
+      Field l = root["limits"];
+      l.ExpectMap({"max_pending_per_user", "max_pending_per_queue", "max_array", "submit_rate", "log_cap"});
+      if (l.Has("max_pending_per_user")) c.limits.max_pending_per_user = l["max_pending_per_user"].Int(1, 100'000'000);
+      if (l.Has("max_pending_per_queue")) c.limits.max_pending_per_queue = l["max_pending_per_queue"].Int(1, 100'000'000);
+      if (l.Has("max_array")) c.limits.max_array = l["max_array"].Int(1, 100'000);
+      if (l.Has("submit_rate")) c.limits.submit_rate = l["submit_rate"].Int(1, 100'000'000);
+      if (l.Has("log_cap")) {
+        c.limits.log_cap_bytes = static_cast<int64_t>(l["log_cap"].Memory()) * 1024 * 1024;
+        if (c.limits.log_cap_bytes < (1 << 20)) l["log_cap"].Fail("must be at least 1Mi");
       }
     }
     if (root.Has("accounts")) {

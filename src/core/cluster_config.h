@@ -53,6 +53,20 @@ struct QueueConfig {
   // default: a user whose account is root is refused unless a queue says so
   // (the server's own user, the admin, always may).
   bool allow_root = false;
+  int64_t max_pending = 0;  // pending jobs in this leaf queue (0 = limits.max_pending_per_queue)
+};
+
+// What one tenant may put in the queue (`limits:` in the config); a
+// submission past a limit is refused with 429 naming it.
+struct TenantLimits {
+  int64_t max_pending_per_user = 100'000;
+  int64_t max_pending_per_queue = 1'000'000;
+  int64_t max_array = 100'000;  // elements of one job array
+  // Job submissions (array elements count one each) per user and second,
+  // with a burst of one max_array.
+  int64_t submit_rate = 5'000;
+  // Task logs the server keeps per job (shipped by remote agents).
+  int64_t log_cap_bytes = 64LL << 20;
 };
 
 // A rota user's Unix account on the nodes, where it is not found by name
@@ -103,6 +117,7 @@ struct ClusterConfig {
   // and how far ahead one may start (0 = any time); later jobs backfill around them.
   int32_t reservation_depth = 1;
   Duration reservation_window = 0;
+  TenantLimits limits;
   std::vector<AccountConfig> accounts;
   // Mounts and rootfs of non-admin users must lie under one of these (none
   // configured: users may name neither).

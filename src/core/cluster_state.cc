@@ -58,8 +58,25 @@ Snapshot ClusterState::GetSnapshot() {
   return Snapshot(data_);
 }
 
+int64_t Snapshot::PendingOfUser(const std::string& user) const {
+  auto it = data_->pending_by_user.find(user);
+  return it == data_->pending_by_user.end() ? 0 : it->second;
+}
+
+int64_t Snapshot::PendingInQueue(const std::string& queue) const {
+  auto it = data_->pending_by_queue.find(queue);
+  return it == data_->pending_by_queue.end() ? 0 : it->second;
+}
+
 void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) {
   const JobId id = job->id;
+  auto count = [&](const JobRecord& j, int64_t delta) {
+    if (j.state != JobState::kPending) return;
+    if ((d.pending_by_user[j.user] += delta) == 0) d.pending_by_user.erase(j.user);
+    if ((d.pending_by_queue[j.spec.queue] += delta) == 0) d.pending_by_queue.erase(j.spec.queue);
+  };
+  if (auto old = d.jobs.find(id); old != d.jobs.end()) count(*old->second, -1);
+  count(*job, +1);
   const bool live = job->state == JobState::kPending || job->state == JobState::kRunning ||
                     job->state == JobState::kPreempting;
   if (live) {

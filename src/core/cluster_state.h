@@ -126,6 +126,8 @@ class Snapshot {
   // Pending jobs in submission order.
   std::vector<const JobRecord*> PendingJobs() const;
   const std::map<JobId, std::shared_ptr<const JobRecord>>& jobs() const { return data_->jobs; }
+  int64_t PendingOfUser(const std::string& user) const;
+  int64_t PendingInQueue(const std::string& queue) const;
   // Only the jobs that have not ended (pending, running, preempting).
   const std::map<JobId, std::shared_ptr<const JobRecord>>& live_jobs() const { return data_->live; }
 
@@ -143,6 +145,10 @@ class Snapshot {
     std::vector<std::unordered_map<std::string, std::string>> domain_parent;
     std::map<JobId, std::shared_ptr<const JobRecord>> jobs;
     std::map<JobId, std::shared_ptr<const JobRecord>> live;  // the subset not ended
+    // Pending jobs per user and per (leaf) queue, kept as jobs change, for
+    // the tenant limits.
+    std::unordered_map<std::string, int64_t> pending_by_user;
+    std::unordered_map<std::string, int64_t> pending_by_queue;
   };
   explicit Snapshot(std::shared_ptr<const Data> data) : data_(std::move(data)) {}
   std::shared_ptr<const Data> data_;

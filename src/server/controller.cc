@@ -519,37 +519,120 @@ void Controller::ScheduleNow() {
 
 StatusOr<JobId> Controller::Submit(const Principal& who, JobSpec spec) { return SubmitArray(who, std::move(spec), 1); }
 
+Status Controller::TakeSubmitBudget(const std::string& user, int64_t jobs) {
+  const TenantLimits& limits = options_.config.limits;
+  const double rate = static_cast<double>(limits.submit_rate);
+  const double burst = std::max<double>(static_cast<double>(limits.max_array), rate);
+  const TimePoint now = options_.clock->Now();
+  std::lock_guard<std::mutex> lock(mu_);
+  SubmitBucket& b = submit_budget_[user];
+  if (b.last == 0) b = {burst, now};
+  b.tokens = std::min(burst, b.tokens + static_cast<double>(now - b.last) / kMicrosPerSecond * rate);
+  b.last = now;
+  if (b.tokens < static_cast<double>(jobs)) {
+    const double wait = (static_cast<double>(jobs) - b.tokens) / rate;
+    return ResourceExhaustedError("user '" + user + "' is over the submission rate (limits.submit_rate: " +
+                                  std::to_string(limits.submit_rate) + " jobs/s, array elements count one each); " +
+                                  "retry in " + std::to_string(static_cast<int64_t>(wait) + 1) + "s");
+  }
+  b.tokens -= static_cast<double>(jobs);
+  return Status::Ok();
+}
+
 StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int64_t count) {
   if (who.role == Role::kAgent) return Status(StatusCode::kPermissionDenied, "agents cannot submit jobs");
   if (count < 1 || count > kMaxArray) {
     return InvalidArgumentError("count: must be 1.." + std::to_string(kMaxArray) + ", got " + std::to_string(count));
   }
+  const TenantLimits& limits = options_.config.limits;
+  if (count > limits.max_array) {
+    return ResourceExhaustedError("count: " + std::to_string(count) + " is over the array limit (limits.max_array: " +
+                                  std::to_string(limits.max_array) + ")");
+  }
   ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(spec));
   ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, &spec));
   ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec.queue, who.user, who.admin()));
   ROTA_RETURN_IF_ERROR(MountsAllowed(options_.config, spec, who.admin()));
-  return Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
+  ROTA_RETURN_IF_ERROR(TakeSubmitBudget(who.user, count));
+  // A large array goes in chunks, each its own batch, so that other writers
+  // are never held behind it for long; its ids are reserved up front.
+  const TimePoint now = options_.clock->Now();
+  const int64_t chunk = std::min(count, kArrayChunk);
+  auto first_id = Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
     const JobId first(next_job_id_);
+    Snapshot snap = batch.state->GetSnapshot();
     // Reject what no node or domain of this cluster could ever hold.
     JobRecord probe;
     probe.id = first;
     probe.spec = spec;
-    sched::PendingReason why = probe_->CheckResolvable(batch.state->GetSnapshot(), probe);
+    sched::PendingReason why = probe_->CheckResolvable(snap, probe);
     if (!why.ok()) {
       return Status(StatusCode::kOutOfRange,
                     std::string(sched::ReasonCodeName(why.code)) + ": " + why.message);
     }
-    // Copies of a spec that validated, under fresh ids: none can be refused,
-    // so the array commits whole with this batch.
-    const TimePoint now = options_.clock->Now();
-    for (int64_t i = 0; i < count; ++i) {
-      ROTA_RETURN_IF_ERROR(batch.Apply(JobSubmitted{JobId(next_job_id_), spec, now, who.user}));
-      ++next_job_id_;
+    // Tenant limits, counted against what is pending now (on the actor, so
+    // concurrent submissions cannot both slip under a limit).
+    const int64_t user_pending = snap.PendingOfUser(who.user);
+    if (user_pending + count > limits.max_pending_per_user) {
+      return ResourceExhaustedError("user '" + who.user + "' has " + std::to_string(user_pending) +
+                                    " pending jobs; " + std::to_string(count) + " more would pass the limit " +
+                                    "(limits.max_pending_per_user: " + std::to_string(limits.max_pending_per_user) + ")");
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    metrics_.jobs_submitted += count;
+    int64_t queue_limit = limits.max_pending_per_queue;
+    std::string limit_name = "limits.max_pending_per_queue";
+    for (const QueueConfig* q : QueuesOnPath(options_.config, spec.queue)) {
+      if (q->max_pending > 0) {
+        queue_limit = q->max_pending;
+        limit_name = "queue " + q->name + " max_pending";
+      }
+    }
+    const int64_t queue_pending = snap.PendingInQueue(spec.queue);
+    if (queue_pending + count > queue_limit) {
+      return ResourceExhaustedError("queue '" + spec.queue + "' has " + std::to_string(queue_pending) +
+                                    " pending jobs; " + std::to_string(count) + " more would pass the limit (" +
+                                    limit_name + ": " + std::to_string(queue_limit) + ")");
+    }
+    // Copies of a spec that validated, under fresh ids: none can be refused.
+    for (int64_t i = 0; i < chunk; ++i) {
+      ROTA_RETURN_IF_ERROR(batch.Apply(JobSubmitted{JobId(first.value() + static_cast<uint64_t>(i)), spec, now, who.user}));
+    }
+    next_job_id_ = first.value() + static_cast<uint64_t>(count);
     return first;
   });
+  if (!first_id.ok()) return first_id.status();
+  const uint64_t first = first_id->value();
+  for (int64_t done = chunk; done < count; done += kArrayChunk) {
+    const int64_t n = std::min(kArrayChunk, count - done);
+    auto more = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+      for (int64_t i = 0; i < n; ++i) {
+        ROTA_RETURN_IF_ERROR(
+            batch.Apply(JobSubmitted{JobId(first + static_cast<uint64_t>(done + i)), spec, now, who.user}));
+      }
+      return true;
+    });
+    if (!more.ok()) {
+      // All or nothing: take back the chunks already committed.
+      auto undone = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+        for (int64_t i = 0; i < done; ++i) {
+          batch.Apply(JobCancelled{JobId(first + static_cast<uint64_t>(i)), options_.clock->Now(),
+                                   "array submission failed: " + std::string(more.status().message())})
+              .IgnoreError();
+        }
+        return true;
+      });
+      if (!undone.ok()) {
+        return Status(more.status().code(), "array partly committed: jobs " + std::to_string(first) + ".." +
+                                                std::to_string(first + static_cast<uint64_t>(done) - 1) +
+                                                " were accepted and could not be taken back (" +
+                                                std::string(undone.status().message()) + "); the rest failed: " +
+                                                std::string(more.status().message()));
+      }
+      return more.status().WithPrefix("array not accepted (nothing of it remains)");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.jobs_submitted += count;
+  return JobId(first);
 }
 
 Status Controller::Cancel(const Principal& who, JobId id) {

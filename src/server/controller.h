@@ -168,11 +168,17 @@ class Controller {
 
   // Mutations: each returns once its effect is durable, or with why not.
   // Submit: InvalidArgument (bad queue or priority class), PermissionDenied
-  // (queue restricted), OutOfRange (unresolvable on this cluster).
+  // (queue restricted, mount not allowed), OutOfRange (unresolvable on this
+  // cluster), ResourceExhausted (a tenant limit, named).
   StatusOr<JobId> Submit(const Principal& who, JobSpec spec);
-  // `count` copies of one job (a job array, 1..kMaxArray): all accepted and
-  // durable in one commit, with consecutive ids, or none. Returns the first id.
+  // `count` copies of one job (a job array, 1..kMaxArray) with consecutive
+  // ids: all accepted and durable, or none. Committed kArrayChunk at a time
+  // so that other writers interleave; a failed chunk takes back the earlier
+  // ones. (A crash between chunks leaves the committed part, never
+  // acknowledged.) Returns the first id.
   static constexpr int64_t kMaxArray = 100'000;
+  // Array elements committed per batch (so other writes interleave).
+  static constexpr int64_t kArrayChunk = 2'000;
   StatusOr<JobId> SubmitArray(const Principal& who, JobSpec spec, int64_t count);
   Status Cancel(const Principal& who, JobId id);
   // Records that the job saved a checkpoint at `path` now (its owner or an admin).
@@ -249,6 +255,8 @@ class Controller {
   // Whether the job's restart policy allows one more restart.
   static bool RestartAllowed(const JobRecord& job);
   void Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy);
+  // ResourceExhausted unless `user` may submit `jobs` more now (limits.submit_rate).
+  Status TakeSubmitBudget(const std::string& user, int64_t jobs);
   void Publish();
   void BumpNodeVersions(const std::vector<Event>& events);
   void Trigger();
@@ -277,6 +285,11 @@ class Controller {
   std::condition_variable cycle_cv_;
   std::optional<Snapshot> published_;
   std::string store_error_;  // why the last journal write failed; "" once one succeeds
+  struct SubmitBucket {
+    double tokens = 0;
+    TimePoint last = 0;
+  };
+  std::map<std::string, SubmitBucket> submit_budget_;  // per user: limits.submit_rate
   std::map<JobId, sched::PendingReason> reasons_;
   std::map<std::string, NodeLive> live_;
   ControllerMetrics metrics_;

@@ -44,6 +44,42 @@ int HttpStatusFor(StatusCode code) {
 
 namespace {
 
+// A request body's nesting and size in values, before any parser builds a
+// tree of it: at most kMaxDepth levels of JSON nesting (YAML's own parser
+// stops at 2000) and kMaxValues separators (',' ':' or a new line, counted
+// wherever they are, strings too: base64 logs have none), so a 1 MiB body
+// costs a parser a few MiB, not gigabytes.
+constexpr int kMaxDepth = 64;
+constexpr int64_t kMaxValues = 50'000;
+Status CheckBodyShape(std::string_view body) {
+  int depth = 0;
+  int64_t values = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char ch = body[i];
+    if (ch == ',' || ch == ':' || ch == '\n') {
+      if (++values > kMaxValues) {
+        return InvalidArgumentError("request body: more than " + std::to_string(kMaxValues) + " values");
+      }
+    }
+    if (in_string) {
+      if (ch == '\\') ++i;
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > kMaxDepth) {
+        return InvalidArgumentError("request body: nested deeper than " + std::to_string(kMaxDepth) + " levels");
+      }
+    } else if ((ch == ']' || ch == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return Status::Ok();
+}
+
 // Token buckets per caller.
 class RateLimiter {
  public:
@@ -254,12 +290,16 @@ class HttpServerImpl final : public HttpServer {
     return [this, h, access](const httplib::Request& req, httplib::Response& res) {
       try {
         auto who = c_->Authenticate(req.get_header_value("Authorization"));
-        const std::string key = who.ok() ? "user:" + who->user : "addr:" + req.remote_addr;
+        // One bucket per identity: each node's agent its own, each user theirs.
+        const std::string key = !who.ok()                   ? "addr:" + req.remote_addr
+                                : who->role == Role::kAgent ? "node:" + who->node
+                                                            : "user:" + who->user;
         if (!limiter_.Allow(key)) {
           res.set_header("Retry-After", "1");
           return ReplyError(res, Status(StatusCode::kResourceExhausted, "rate limit exceeded; retry later"));
         }
         if (!who.ok()) return ReplyError(res, who.status());
+        if (Status shape = CheckBodyShape(req.body); !shape.ok()) return ReplyError(res, shape);
         if (access == Access::kPeople && who->role == Role::kAgent) {
           return ReplyError(res, Status(StatusCode::kPermissionDenied, "agent tokens may only register and heartbeat"));
         }
@@ -639,12 +679,28 @@ class HttpServerImpl final : public HttpServer {
                                report.node + ".log";
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
+      // Each job's logs are capped on the server (limits.log_cap): past it,
+      // one line says so and the rest is dropped.
+      const std::string capped = dir + "/.log-capped";
+      if (std::filesystem::exists(capped, ec)) continue;
       const auto size = static_cast<int64_t>(std::filesystem::exists(path, ec) ? std::filesystem::file_size(path, ec) : 0);
       const int64_t end = t.log_offset + static_cast<int64_t>(t.log.size());
       if (end <= size) continue;  // already have it
       const size_t skip = static_cast<size_t>(std::max<int64_t>(0, size - t.log_offset));
+      int64_t job_bytes = 0;
+      for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+        if (f.is_regular_file(ec)) job_bytes += static_cast<int64_t>(f.file_size(ec));
+      }
+      const int64_t cap = c_->config().limits.log_cap_bytes;
+      const int64_t room = std::max<int64_t>(0, cap - job_bytes);
+      const auto n = static_cast<int64_t>(t.log.size() - skip);
       std::ofstream out(path, std::ios::app | std::ios::binary);
-      out.write(t.log.data() + skip, static_cast<std::streamsize>(t.log.size() - skip));
+      out.write(t.log.data() + skip, static_cast<std::streamsize>(std::min(n, room)));
+      if (n > room) {
+        out << "\n[rota: log truncated: job " << job->id.value() << " reached the server's log cap of "
+            << FormatMemoryMiB(cap / (1024 * 1024)) << " (limits.log_cap); the rest was dropped]\n";
+        std::ofstream(capped) << "capped\n";
+      }
     }
   }
 

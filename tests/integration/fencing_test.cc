@@ -100,6 +100,14 @@ bool Eventually(const std::function<bool()>& pred, int seconds = 20) {
   return false;
 }
 
+// Task records (*.json) in an agent's state directory.
+int Records(const std::string& state_dir) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(state_dir + "/tasks", ec)) n += e.path().extension() == ".json";
+  return n;
+}
+
 class Fencing : public AgentCluster {
  protected:
   // A gang of two ranks, one per node; returns the node of rank 0 and its agent's index.
@@ -109,7 +117,11 @@ class Fencing : public AgentCluster {
     json j = WaitJob(1, [](const json& x) { return x["state"] == "running"; });
     EXPECT_TRUE(Eventually([&] { return Census(arg).size() == 2; })) << "the gang's processes never appeared";
     const std::string node = j["placement"][0]["node"];
-    return {node, std::stoi(node.substr(1))};
+    const int index = std::stoi(node.substr(1));
+    // Recorded (the agent writes the record once the task runs; a kill
+    // before that leaves an unrecorded task, which the next agent stops).
+    EXPECT_TRUE(Eventually([&] { return Records(LogsDir(index) + "/.agent-state") == 1; }));
+    return {node, index};
   }
   void KillAgent(int index, int sig) {
     kill(agents_[index], sig);
@@ -229,6 +241,7 @@ TEST(UpFencing, KillNineOfRotaUpAndARestartAdoptTheTask) {
   ASSERT_EQ(up.Admin().Post("/v1/jobs", "name: one\ntasks: [{gpus: 1, command: [sleep, \"3605\"]}]\n", "application/yaml")->status,
             201);
   ASSERT_TRUE(Eventually([&] { return Census("3605").size() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return Records(tmp.path() + "/data/agent-state") == 1; }));
   const std::set<pid_t> before = AllPids(Census("3605"));
   up.Kill(SIGKILL);
   up.Restart();
