@@ -62,6 +62,7 @@ Status Controller::Start() {
   Publish();
   actor_ = std::thread([this] { ActorLoop(); });
   scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
+  snapshot_thread_ = std::thread([this] { SnapshotLoop(); });
   Trigger();
   return Status::Ok();
 }
@@ -77,6 +78,34 @@ void Controller::Stop() {
   node_cv_.notify_all();
   if (scheduler_thread_.joinable()) scheduler_thread_.join();
   if (actor_.joinable()) actor_.join();
+  {
+    std::lock_guard<std::mutex> lock(snapshot_mu_);
+    snapshot_stop_ = true;
+  }
+  snapshot_cv_.notify_all();
+  if (snapshot_thread_.joinable()) snapshot_thread_.join();
+}
+
+void Controller::SnapshotLoop() {
+  while (true) {
+    uint64_t seq = 0;
+    std::optional<Snapshot> snap;
+    {
+      std::unique_lock<std::mutex> lock(snapshot_mu_);
+      snapshot_cv_.wait(lock, [this] { return snapshot_stop_ || snapshot_pending_.has_value(); });
+      if (!snapshot_pending_) return;
+      seq = snapshot_pending_->first;
+      snap = snapshot_pending_->second;
+    }
+    if (Status s = store_->WriteSnapshot(seq, CompactState(*snap)); s.ok()) {
+      last_snapshot_seq_ = seq;
+    } else {
+      std::fprintf(stderr, "rota: journal snapshot failed (will retry): %s\n", s.ToString().c_str());
+    }
+    std::lock_guard<std::mutex> lock(snapshot_mu_);
+    snapshot_pending_.reset();
+    if (snapshot_stop_) return;
+  }
 }
 
 std::string Controller::StoreError() const {
@@ -271,10 +300,12 @@ void Controller::ActorLoop() {
       BumpNodeVersions(batch.events);
       Trigger();
       if (*seq - last_snapshot_seq_ >= options_.snapshot_every) {
-        if (Status s = store_->WriteSnapshot(*seq, CompactState(state_.GetSnapshot())); s.ok()) {
-          last_snapshot_seq_ = *seq;
-        } else {
-          std::fprintf(stderr, "rota: journal snapshot failed (will retry): %s\n", s.ToString().c_str());
+        // Compacted, encoded and written on the snapshot thread, from this
+        // immutable view: the actor never waits for a snapshot.
+        std::lock_guard<std::mutex> lock(snapshot_mu_);
+        if (!snapshot_pending_) {
+          snapshot_pending_ = std::make_pair(*seq, state_.GetSnapshot());
+          snapshot_cv_.notify_one();
         }
       }
     }

@@ -248,6 +248,7 @@ class Controller {
   StatusOr<T> Call(std::function<StatusOr<T>(Batch&)> fn);
   void ActorLoop();
   void SchedulerLoop();
+  void SnapshotLoop();
   void RunOneCycle();
   // Declares nodes lost whose agents stopped heartbeating, and requeues their gangs.
   void CheckNodes();
@@ -271,7 +272,14 @@ class Controller {
   // Actor-owned.
   ClusterState state_;
   uint64_t next_job_id_ = 1;
-  uint64_t last_snapshot_seq_ = 0;
+  std::atomic<uint64_t> last_snapshot_seq_{0};
+  // The journal snapshot in progress: (seq, the state at it), handed from
+  // the actor to the snapshot thread.
+  std::mutex snapshot_mu_;
+  std::condition_variable snapshot_cv_;
+  std::optional<std::pair<uint64_t, Snapshot>> snapshot_pending_;
+  bool snapshot_stop_ = false;
+  std::thread snapshot_thread_;
   std::map<JobId, std::map<std::pair<uint16_t, uint32_t>, int32_t>> exits_;  // running jobs' exited replicas
 
   std::atomic<uint64_t> store_failures_{0};  // journal writes refused in a row

@@ -3,7 +3,9 @@
 #include <sqlite3.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <fstream>
+#include <mutex>
 #include <vector>
 
 #include "api/json_codec.h"
@@ -172,12 +174,35 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
       ROTA_RETURN_IF_ERROR(store->Exec((std::string("ALTER TABLE ") + table + " ADD COLUMN " + column + ";").c_str()));
     }
   }
+  // Snapshots live in a database of their own (PATH.snap), written off the
+  // appender's thread through their own connection, so that a snapshot of a
+  // large state never holds the journal's write lock; a third connection
+  // trims the journal behind them in small transactions.
+  ROTA_RETURN_IF_ERROR(CheckWalFile(path + ".snap-wal"));
+  ROTA_RETURN_IF_ERROR(OpenSide(path + ".snap", &store->snap_db_));
+  ROTA_RETURN_IF_ERROR(OpenSide(path, &store->trim_db_));
+  {
+    char* err = nullptr;
+    if (sqlite3_exec(store->snap_db_, "CREATE TABLE IF NOT EXISTS snapshots (seq INTEGER PRIMARY KEY, body TEXT NOT NULL, crc INTEGER);",
+                     nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err ? err : "unknown error";
+      sqlite3_free(err);
+      return UnavailableError(path + ".snap: " + msg);
+    }
+  }
   Stmt st;
   if (sqlite3_prepare_v2(db, "SELECT MAX(seq) FROM (SELECT seq FROM events UNION ALL SELECT seq FROM snapshots)", -1,
                          &st.s, nullptr) != SQLITE_OK) {
     return store->Error("read sequence");
   }
   if (sqlite3_step(st.s) == SQLITE_ROW) store->last_seq_ = static_cast<uint64_t>(sqlite3_column_int64(st.s, 0));
+  {
+    Stmt snap;
+    if (sqlite3_prepare_v2(store->snap_db_, "SELECT MAX(seq) FROM snapshots", -1, &snap.s, nullptr) == SQLITE_OK &&
+        sqlite3_step(snap.s) == SQLITE_ROW) {
+      store->last_seq_ = std::max(store->last_seq_, static_cast<uint64_t>(sqlite3_column_int64(snap.s, 0)));
+    }
+  }
   ROTA_ASSIGN_OR_RETURN(int64_t committed, store->Meta("last_seq"));
   ROTA_ASSIGN_OR_RETURN(store->checked_from_, store->Meta("checked_from"));
   if (store->checked_from_ < 0) {
@@ -195,7 +220,37 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
   return store;
 }
 
-SqliteStore::~SqliteStore() { sqlite3_close(db_); }
+SqliteStore::~SqliteStore() {
+  sqlite3_close(trim_db_);
+  sqlite3_close(snap_db_);
+  sqlite3_close(db_);
+}
+
+Status SqliteStore::OpenSide(const std::string& path, sqlite3** out) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return UnavailableError(path + ": cannot open: " + msg);
+  }
+  *out = db;
+  sqlite3_busy_timeout(db, 5000);
+  char* err = nullptr;
+  if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return UnavailableError(path + ": " + msg);
+  }
+  Stmt st;
+  if (sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st.s, nullptr) == SQLITE_OK) {
+    while (sqlite3_step(st.s) == SQLITE_ROW) {
+      const std::string line = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 0));
+      if (line != "ok") return DataLossError(path + ": integrity check failed: " + line);
+    }
+  }
+  return Status::Ok();
+}
 
 StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
   if (events.empty()) return last_seq_;
@@ -237,9 +292,22 @@ Status SqliteStore::CheckRecord(const char* what, uint64_t seq, std::string_view
 
 Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
   uint64_t snap_seq = 0;
+  // The newest snapshot: in the snapshot database, or (stores from before
+  // it) in the journal's own table.
+  sqlite3* source = db_;
+  for (sqlite3* candidate : {db_, snap_db_}) {
+    Stmt st;
+    if (sqlite3_prepare_v2(candidate, "SELECT MAX(seq) FROM snapshots", -1, &st.s, nullptr) == SQLITE_OK &&
+        sqlite3_step(st.s) == SQLITE_ROW && sqlite3_column_type(st.s, 0) != SQLITE_NULL &&
+        static_cast<uint64_t>(sqlite3_column_int64(st.s, 0)) >= snap_seq) {
+      snap_seq = static_cast<uint64_t>(sqlite3_column_int64(st.s, 0));
+      source = candidate;
+    }
+  }
+  snap_seq = 0;
   {
     Stmt st;
-    if (sqlite3_prepare_v2(db_, "SELECT seq, body, crc FROM snapshots ORDER BY seq DESC LIMIT 1", -1, &st.s, nullptr) !=
+    if (sqlite3_prepare_v2(source, "SELECT seq, body, crc FROM snapshots ORDER BY seq DESC LIMIT 1", -1, &st.s, nullptr) !=
         SQLITE_OK) {
       return Error("read snapshot");
     }
@@ -288,30 +356,51 @@ Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
 }
 
 Status SqliteStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);  // one snapshot at a time; its own connections
   std::string body;
   for (const Event& e : compacted) {
     if (!body.empty()) body += '\n';
     body += api::EncodeEvent(e);
   }
-  ROTA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
-  Stmt ins, del, old;
-  bool ok = sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO snapshots (seq, body, crc) VALUES (?, ?, ?)", -1, &ins.s,
-                               nullptr) == SQLITE_OK &&
-            sqlite3_prepare_v2(db_, "DELETE FROM events WHERE seq <= ?", -1, &del.s, nullptr) == SQLITE_OK &&
-            sqlite3_prepare_v2(db_, "DELETE FROM snapshots WHERE seq < ?", -1, &old.s, nullptr) == SQLITE_OK;
+  auto fail = [&](sqlite3* db, const std::string& what) {
+    const int code = sqlite3_errcode(db) & 0xff;
+    std::string message = path_ + ": " + what + ": " + sqlite3_errmsg(db);
+    sqlite3_exec(db, "ROLLBACK;", nullptr, nullptr, nullptr);
+    if (code == SQLITE_FULL || code == SQLITE_READONLY || code == SQLITE_IOERR) {
+      return InsufficientStorageError(std::move(message));
+    }
+    return UnavailableError(std::move(message));
+  };
+  if (sqlite3_exec(snap_db_, "BEGIN IMMEDIATE;", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return fail(snap_db_, "write snapshot");
+  }
+  Stmt ins, old;
+  bool ok = sqlite3_prepare_v2(snap_db_, "INSERT OR REPLACE INTO snapshots (seq, body, crc) VALUES (?, ?, ?)", -1,
+                               &ins.s, nullptr) == SQLITE_OK &&
+            sqlite3_prepare_v2(snap_db_, "DELETE FROM snapshots WHERE seq < ?", -1, &old.s, nullptr) == SQLITE_OK;
   if (ok) {
     sqlite3_bind_int64(ins.s, 1, static_cast<sqlite3_int64>(seq));
-    sqlite3_bind_text(ins.s, 2, body.data(), static_cast<int>(body.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(ins.s, 2, body.data(), static_cast<int>(body.size()), SQLITE_STATIC);
     sqlite3_bind_int64(ins.s, 3, RecordCrc(seq, body));
-    sqlite3_bind_int64(del.s, 1, static_cast<sqlite3_int64>(seq));
     sqlite3_bind_int64(old.s, 1, static_cast<sqlite3_int64>(seq));
-    ok = sqlite3_step(ins.s) == SQLITE_DONE && sqlite3_step(del.s) == SQLITE_DONE && sqlite3_step(old.s) == SQLITE_DONE;
+    ok = sqlite3_step(ins.s) == SQLITE_DONE && sqlite3_step(old.s) == SQLITE_DONE;
   }
-  if (ok) ok = sqlite3_exec(db_, "COMMIT;", nullptr, nullptr, nullptr) == SQLITE_OK;
-  if (!ok) {
-    Status s = Error("write snapshot");
-    Exec("ROLLBACK;").IgnoreError();
-    return s;
+  if (!ok || sqlite3_exec(snap_db_, "COMMIT;", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return fail(snap_db_, "write snapshot");
+  }
+  // The snapshot is durable: trim the journal behind it, a few thousand rows
+  // per transaction so the appender waits at most milliseconds for the lock.
+  // (A trim that fails is harmless: replay starts after the snapshot.)
+  Stmt trim;
+  if (sqlite3_prepare_v2(trim_db_, "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <= ? LIMIT 5000)", -1,
+                         &trim.s, nullptr) == SQLITE_OK) {
+    sqlite3_bind_int64(trim.s, 1, static_cast<sqlite3_int64>(seq));
+    while (sqlite3_step(trim.s) == SQLITE_DONE && sqlite3_changes(trim_db_) > 0) sqlite3_reset(trim.s);
+  }
+  Stmt legacy;
+  if (sqlite3_prepare_v2(trim_db_, "DELETE FROM snapshots WHERE seq < ?", -1, &legacy.s, nullptr) == SQLITE_OK) {
+    sqlite3_bind_int64(legacy.s, 1, static_cast<sqlite3_int64>(seq));
+    sqlite3_step(legacy.s);
   }
   return Status::Ok();
 }

@@ -11,11 +11,16 @@
 // its checksum. A write the disk refuses (full, read-only, I/O error) is
 // InsufficientStorage and changes nothing.
 //
+// Snapshots go to a second database beside it (PATH.snap) through their own
+// connection: WriteSnapshot may run on another thread while the owner
+// appends, and never holds the journal's write lock for long.
+//
 // Example:
 //   ROTA_ASSIGN_OR_RETURN(auto store, SqliteStore::Open(data_dir + "/rota.db"));
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "store/store.h"
@@ -47,7 +52,13 @@ class SqliteStore final : public Store {
   // (records from before checksums, below checked_from_, pass).
   Status CheckRecord(const char* what, uint64_t seq, std::string_view body, sqlite3_stmt* row, int crc_col);
 
+  // Opens a WAL connection to `path` (quick-checked) for snapshots or trims.
+  static Status OpenSide(const std::string& path, sqlite3** out);
+
   sqlite3* db_;
+  sqlite3* snap_db_ = nullptr;  // PATH.snap: snapshots, written off the appender's thread
+  sqlite3* trim_db_ = nullptr;  // a second connection to the journal, for trimming it behind a snapshot
+  std::mutex snapshot_mu_;
   std::string path_;
   uint64_t last_seq_ = 0;
   int64_t checked_from_ = 1;

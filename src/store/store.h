@@ -6,7 +6,9 @@
 // Implementations: SqliteStore (the default, embedded); MemoryStore (tests).
 // Both pass the same contract suite (store_contract_test.cc).
 //
-// Thread-safety: one owner (the controller's actor thread).
+// Thread-safety: one owner (the controller's actor thread), except that
+// WriteSnapshot may run on another thread concurrently with the other calls
+// (the controller compacts and writes snapshots off its actor).
 #pragma once
 
 #include <functional>
