@@ -359,3 +359,121 @@ TEST(Tokens, ExpireAreListedRevokedAndBoundToOneUser) {
 
 }  // namespace
 }  // namespace rota::testing
+
+namespace rota::testing {
+namespace {
+
+class Limits : public ::testing::Test {
+ protected:
+  std::string Config(const std::string& extra) {
+    const std::string path = tmp.path() + "/cluster.yaml";
+    // A drained declared node: jobs are accepted and stay pending.
+    std::ofstream(path) << "node_groups: [{name: n, count: 1, gpus: 8, gpu_model: H100, gpu_memory: 80Gi, cpu: 8, memory: 16Gi}]\n"
+                        << "drained: [n-0]\n"
+                        << extra;
+    return path;
+  }
+  static std::string UserToken(RotaProcess& p, const std::string& user) {
+    auto r = p.Admin().Post("/v1/tokens", json{{"user", user}}.dump(), "application/json");
+    return json::parse(r->body)["token"];
+  }
+  TempDir tmp;
+};
+
+TEST_F(Limits, PendingArrayAndRateLimitsAnswer429NamingTheLimit) {
+  RotaProcess server("server", tmp.path() + "/data",
+                     {"--config", Config("limits: {max_pending_per_user: 5, max_array: 3}\n"
+                                         "queues: [{name: small, max_pending: 2}, {name: big}]\n")});
+  auto alice = server.Http(UserToken(server, "alice"));
+  auto bob = server.Http(UserToken(server, "bob"));
+  const std::string job = R"({"name": "j", "queue": "big", "tasks": [{"gpus": 1, "command": ["true"]}]})";
+  auto r = alice.Post("/v1/jobs?count=4", job, "application/json");
+  EXPECT_EQ(r->status, 429);
+  EXPECT_NE(r->body.find("limits.max_array: 3"), std::string::npos) << r->body;
+  EXPECT_EQ(alice.Post("/v1/jobs?count=3", job, "application/json")->status, 201);
+  EXPECT_EQ(alice.Post("/v1/jobs?count=2", job, "application/json")->status, 201);
+  r = alice.Post("/v1/jobs", job, "application/json");
+  EXPECT_EQ(r->status, 429);
+  EXPECT_NE(r->body.find("user 'alice' has 5 pending jobs"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("limits.max_pending_per_user: 5"), std::string::npos) << r->body;
+  // Another tenant is not affected; a queue's own limit holds for everyone.
+  EXPECT_EQ(bob.Post("/v1/jobs", job, "application/json")->status, 201);
+  const std::string small = R"({"name": "s", "queue": "small", "tasks": [{"gpus": 1, "command": ["true"]}]})";
+  EXPECT_EQ(bob.Post("/v1/jobs?count=2", small, "application/json")->status, 201);
+  r = bob.Post("/v1/jobs", small, "application/json");
+  EXPECT_EQ(r->status, 429);
+  EXPECT_NE(r->body.find("queue small max_pending: 2"), std::string::npos) << r->body;
+  // Refusals changed nothing.
+  EXPECT_EQ(json::parse(server.Admin().Get("/v1/jobs?all=true")->body)["jobs"].size(), 8u);
+}
+
+TEST_F(Limits, ArrayElementsCountAgainstTheSubmissionRate) {
+  RotaProcess server("server", tmp.path() + "/data", {"--config", Config("limits: {submit_rate: 1, max_array: 4}\n")});
+  auto alice = server.Http(UserToken(server, "alice"));
+  const std::string job = R"({"name": "j", "tasks": [{"gpus": 1, "command": ["true"]}]})";
+  EXPECT_EQ(alice.Post("/v1/jobs?count=4", job, "application/json")->status, 201);  // the burst: one max_array
+  auto r = alice.Post("/v1/jobs?count=2", job, "application/json");
+  EXPECT_EQ(r->status, 429);
+  EXPECT_NE(r->body.find("limits.submit_rate: 1 jobs/s, array elements count one each"), std::string::npos) << r->body;
+  auto bob = server.Http(UserToken(server, "bob"));
+  EXPECT_EQ(bob.Post("/v1/jobs", job, "application/json")->status, 201);
+}
+
+TEST_F(Limits, HostileBodiesAreRefusedBeforeTheyAreParsed) {
+  RotaProcess server("server", tmp.path() + "/data", {"--config", Config("")});
+  auto admin = server.Admin();
+  auto deep = admin.Post("/v1/jobs", std::string(1 << 20, '['), "application/json");
+  ASSERT_TRUE(deep);
+  EXPECT_EQ(deep->status, 400);
+  EXPECT_NE(deep->body.find("nested deeper than 64 levels"), std::string::npos) << deep->body;
+  std::string wide = "[";
+  for (int i = 0; i < 200000; ++i) wide += "1,";
+  wide += "1]";
+  auto many = admin.Post("/v1/jobs", wide, "application/json");
+  ASSERT_TRUE(many);
+  EXPECT_EQ(many->status, 400);
+  EXPECT_NE(many->body.find("more than 50000 values"), std::string::npos) << many->body;
+  // A YAML flow sequence nested past the parser's own guard, hidden behind a quote.
+  std::string yaml = "name: \"x\ntasks: " + std::string(5000, '[');
+  auto hidden = admin.Post("/v1/jobs", yaml, "application/yaml");
+  ASSERT_TRUE(hidden);
+  EXPECT_EQ(hidden->status, 400) << hidden->body;
+  EXPECT_TRUE(server.Healthy());
+}
+
+TEST_F(Limits, ShippedLogsAreCappedPerJobAndSaySo) {
+  RotaProcess server("server", tmp.path() + "/data", {"--config", Config("limits: {log_cap: 1Mi}\n")});
+  auto r = server.Admin().Post("/v1/tokens", json{{"user", "w0"}, {"role", "agent"}, {"node", "w0"}}.dump(),
+                               "application/json");
+  ASSERT_EQ(r->status, 201);
+  const std::string token_file = tmp.path() + "/w0.token";
+  std::ofstream(token_file) << json::parse(r->body)["token"].get<std::string>() << "\n";
+  const pid_t agent = SpawnLogged({RotaBinary(), "agent", "--server", server.url(), "--token-file", token_file, "--name",
+                                   "w0", "--gpus", "1xH100:80Gi", "--logs-dir", tmp.path() + "/agent-logs",
+                                   "--heartbeat-ms", "100"},
+                                  tmp.path() + "/agent.log");
+  ASSERT_GT(agent, 0);
+  for (int i = 0; i < 200 && server.Admin().Get("/v1/nodes")->body.find("\"w0\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  r = server.Admin().Post("/v1/jobs",
+                          R"({"name": "loud", "node_selector": {"hostname": "w0"}, "tasks": [{"gpus": 1, "command": ["sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x; echo"]}]})",
+                          "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int id = json::parse(r->body)["id"];
+  std::string logs;
+  for (int i = 0; i < 300 && logs.find("log truncated") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    logs = server.Admin().Get("/v1/jobs/" + std::to_string(id) + "/logs")->body;
+  }
+  kill(agent, SIGTERM);
+  waitpid(agent, nullptr, 0);
+  EXPECT_NE(logs.find("[rota: log truncated: job " + std::to_string(id) + " reached the server's log cap of 1Mi"),
+            std::string::npos)
+      << logs.substr(logs.size() > 300 ? logs.size() - 300 : 0);
+  EXPECT_LE(logs.size(), (1u << 20) + 400u);
+  EXPECT_GE(logs.size(), (1u << 20) - 400u * 1024u);
+}
+
+}  // namespace
+}  // namespace rota::testing
