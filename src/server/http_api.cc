@@ -3,7 +3,7 @@
 #include "base/base64.h"
 #include "server/web_assets.h"
 
-#include <httplib.h>
+#include "server/http_transport.h"
 
 #include <atomic>
 #include <charconv>
@@ -107,12 +107,12 @@ class RateLimiter {
   std::map<std::string, Bucket> buckets_;
 };
 
-void Reply(httplib::Response& res, int status, const ordered_json& body) {
+void Reply(HttpResponse& res, int status, const ordered_json& body) {
   res.status = status;
   res.set_content(body.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n", "application/json");
 }
 
-void ReplyError(httplib::Response& res, const Status& s) {
+void ReplyError(HttpResponse& res, const Status& s) {
   ordered_json body{{"error", {{"code", std::string(StatusCodeName(s.code()))}, {"message", std::string(s.message())}}}};
   Reply(res, HttpStatusFor(s.code()), body);
 }
@@ -229,47 +229,22 @@ class HttpServerImpl final : public HttpServer {
   ~HttpServerImpl() override { Stop(); }
 
   Status Start() {
-    if (!options_.tls_cert.empty() || !options_.tls_key.empty()) {
-      if (options_.tls_cert.empty() || options_.tls_key.empty()) {
-        return InvalidArgumentError("--tls-cert and --tls-key go together");
-      }
-      auto ssl = std::make_unique<httplib::SSLServer>(options_.tls_cert.c_str(), options_.tls_key.c_str());
-      if (!ssl->is_valid()) return InvalidArgumentError("cannot load TLS certificate or key");
-      server_ = std::move(ssl);
-    } else {
-      server_ = std::make_unique<httplib::Server>();
-    }
-    server_->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
-    // SO_REUSEADDR only: the library's default adds SO_REUSEPORT, with which a
-    // second server on the same port starts and takes half the requests.
-    server_->set_socket_options([](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
-    });
-    server_->set_tcp_nodelay(true);  // small JSON replies: no Nagle + delayed-ACK stalls
-    server_->set_payload_max_length(options_.max_body_bytes);
-    server_->set_read_timeout(10, 0);
-    server_->set_write_timeout(10, 0);
+    server_ = std::make_unique<HttpTransport>();
     Routes();
-    if (options_.port == 0) {
-      port_ = server_->bind_to_any_port(options_.host.c_str());
-      if (port_ < 0) return UnavailableError("cannot bind " + options_.host);
-    } else {
-      if (!server_->bind_to_port(options_.host.c_str(), options_.port)) {
-        return UnavailableError("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
-                                " (in use?)");
-      }
-      port_ = options_.port;
-    }
-    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    HttpTransportOptions transport{.host = options_.host,
+                                   .port = options_.port,
+                                   .tls_cert = options_.tls_cert,
+                                   .tls_key = options_.tls_key,
+                                   .max_body_bytes = options_.max_body_bytes,
+                                   .workers = kThreads};
+    ROTA_ASSIGN_OR_RETURN(port_, server_->Start(transport));
     sampler_ = std::thread([this] { SampleQueues(); });
     return Status::Ok();
   }
 
   int port() const override { return port_; }
   void Stop() override {
-    if (server_) server_->stop();
-    if (thread_.joinable()) thread_.join();
+    if (server_) server_->Stop();
     {
       std::lock_guard<std::mutex> lock(history_mu_);
       stopping_ = true;
@@ -279,15 +254,15 @@ class HttpServerImpl final : public HttpServer {
   }
 
  private:
-  using Handler = std::function<void(const Principal&, const httplib::Request&, httplib::Response&)>;
+  using Handler = std::function<void(const Principal&, const HttpRequest&, HttpResponse&)>;
 
   // Who may call a route: people (user, admin) or node agents (agent, admin).
   enum class Access { kPeople, kAgents };
 
   // Authenticates, rate-limits, checks the role and guards a handler: no
   // input reaches a 500.
-  httplib::Server::Handler Guard(Handler h, Access access = Access::kPeople) {
-    return [this, h, access](const httplib::Request& req, httplib::Response& res) {
+  HttpHandler Guard(Handler h, Access access = Access::kPeople) {
+    return [this, h, access](const HttpRequest& req, HttpResponse& res) {
       try {
         auto who = c_->Authenticate(req.get_header_value("Authorization"));
         // One bucket per identity: each node's agent its own, each user theirs.
@@ -314,15 +289,15 @@ class HttpServerImpl final : public HttpServer {
   }
 
   void Routes() {
-    httplib::Server& srv = *server_;
+    HttpTransport& srv = *server_;
     // Alive and serving; a store that refuses writes is reported, not hidden
     // (reads still work, so this stays 200).
-    srv.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    srv.Get("/healthz", [this](const HttpRequest&, HttpResponse& res) {
       const std::string store = c_->StoreError();
       res.set_content(store.empty() ? "ok\n" : "degraded: store refuses writes: " + store + "\n", "text/plain");
     });
 
-    srv.Post("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post("/v1/jobs", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       // ?count=N: a job array, N copies committed together.
       int64_t count = 1;
       if (req.has_param("count")) {
@@ -344,7 +319,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 201, view);
     }));
 
-    srv.Get("/v1/jobs", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Get("/v1/jobs", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       Snapshot snap = c_->snapshot();
       const std::string state = req.get_param_value("state");
       const std::string queue = req.get_param_value("queue");
@@ -361,7 +336,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, {{"jobs", jobs}});
     }));
 
-    srv.Get(R"(/v1/jobs/([^/]+))", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Get(R"(/v1/jobs/([^/]+))", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       const JobRecord* job = nullptr;
       Snapshot snap = c_->snapshot();
       if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
@@ -370,14 +345,14 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, j);
     }));
 
-    srv.Get(R"(/v1/jobs/([^/]+)/events)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Get(R"(/v1/jobs/([^/]+)/events)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       const JobRecord* job = nullptr;
       Snapshot snap = c_->snapshot();
       if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
       Reply(res, 200, {{"events", Timeline(*job)}});
     }));
 
-    srv.Post(R"(/v1/jobs/([^/]+)/cancel)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post(R"(/v1/jobs/([^/]+)/cancel)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       auto id = ParseId(req.matches[1]);
       if (!id.ok()) return ReplyError(res, id.status());
       if (Status s = c_->Cancel(who, JobId(*id)); !s.ok()) return ReplyError(res, s);
@@ -385,7 +360,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, JobView(*c_, snap, *snap.FindJob(JobId(*id)), false));
     }));
 
-    srv.Post(R"(/v1/jobs/([^/]+)/checkpoint)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post(R"(/v1/jobs/([^/]+)/checkpoint)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       const json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("body: must be a JSON object"));
       if (!body.contains("path") || !body["path"].is_string()) {
@@ -399,7 +374,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, JobView(*c_, after, *after.FindJob(job->id), false));
     }));
 
-    srv.Get(R"(/v1/jobs/([^/]+)/logs)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Get(R"(/v1/jobs/([^/]+)/logs)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       const JobRecord* job = nullptr;
       Snapshot snap = c_->snapshot();
       if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
@@ -437,11 +412,11 @@ class HttpServerImpl final : public HttpServer {
       res.set_content(out, "text/plain");
     }));
 
-    srv.Get("/v1/queues", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+    srv.Get("/v1/queues", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
       Reply(res, 200, {{"queues", QueuesView(*c_, c_->snapshot())}});
     }));
 
-    srv.Get("/v1/queues/history", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+    srv.Get("/v1/queues/history", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
       ordered_json samples = ordered_json::array();
       {
         std::lock_guard<std::mutex> lock(history_mu_);
@@ -452,7 +427,7 @@ class HttpServerImpl final : public HttpServer {
 
     // The dashboard: static files, no data (every number comes from the API
     // with the token the page asks for).
-    srv.Get(R"(/|/[A-Za-z0-9_-]+\.(html|js|css))", [](const httplib::Request& req, httplib::Response& res) {
+    srv.Get(R"(/|/[A-Za-z0-9_-]+\.(html|js|css))", [](const HttpRequest& req, HttpResponse& res) {
       const WebAsset* asset = FindWebAsset(req.path);
       if (asset == nullptr) {
         res.status = 404;
@@ -468,7 +443,7 @@ class HttpServerImpl final : public HttpServer {
       res.set_content(std::string(asset->data, asset->size), std::string(asset->content_type));
     });
 
-    srv.Get("/v1/nodes", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+    srv.Get("/v1/nodes", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
       Snapshot snap = c_->snapshot();
       const auto live = c_->nodes_live();
       ordered_json nodes = ordered_json::array();
@@ -478,14 +453,14 @@ class HttpServerImpl final : public HttpServer {
 
     for (const bool drain : {true, false}) {
       srv.Post(std::string(R"(/v1/nodes/([^/]+)/)") + (drain ? "drain" : "undrain"),
-             Guard([this, drain](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+             Guard([this, drain](const Principal& who, const HttpRequest& req, HttpResponse& res) {
                if (Status s = c_->SetDrain(who, req.matches[1], drain); !s.ok()) return ReplyError(res, s);
                Snapshot snap = c_->snapshot();
                Reply(res, 200, NodeView(*c_, snap, *snap.FindNode(req.matches[1]), c_->nodes_live()));
              }));
     }
 
-    srv.Post("/v1/agents/register", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post("/v1/agents/register", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object() || !body.contains("node")) {
         return ReplyError(res, InvalidArgumentError("request body: must be {\"node\": {...}, \"simulated\": bool}"));
@@ -500,7 +475,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, {{"node", spec->name}});
     }, Access::kAgents));
 
-    srv.Post("/v1/agents/heartbeat", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post("/v1/agents/heartbeat", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
       auto report = ParseHeartbeat(body);
@@ -574,7 +549,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, {{"tasks", out}, {"revision", revision}, {"fence_after_ms", c_->FenceAfter() / 1000}});
     }, Access::kAgents));
 
-    srv.Post("/v1/tokens", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post("/v1/tokens", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
       for (const char* field : {"user", "role", "node", "ttl"}) {
@@ -605,7 +580,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 201, out);
     }));
 
-    srv.Get("/v1/tokens", Guard([this](const Principal& who, const httplib::Request&, httplib::Response& res) {
+    srv.Get("/v1/tokens", Guard([this](const Principal& who, const HttpRequest&, HttpResponse& res) {
       auto tokens = c_->ListTokens(who);
       if (!tokens.ok()) return ReplyError(res, tokens.status());
       const TimePoint now = c_->clock().Now();
@@ -620,16 +595,16 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, {{"tokens", out}});
     }));
 
-    srv.Post(R"(/v1/tokens/([0-9a-f]{1,64})/revoke)", Guard([this](const Principal& who, const httplib::Request& req, httplib::Response& res) {
+    srv.Post(R"(/v1/tokens/([0-9a-f]{1,64})/revoke)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       if (Status s = c_->RevokeToken(who, req.matches[1]); !s.ok()) return ReplyError(res, s);
       Reply(res, 200, {{"id", std::string(req.matches[1])}, {"state", "revoked"}});
     }));
 
-    srv.Get("/metrics", Guard([this](const Principal&, const httplib::Request&, httplib::Response& res) {
+    srv.Get("/metrics", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
       res.set_content(RenderMetrics(*c_), "text/plain; version=0.0.4");
     }));
 
-    srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    srv.set_error_handler([](const HttpRequest& req, HttpResponse& res) {
       if (!res.body.empty()) return;
       const int status = res.status;
       if (status == 404) ReplyError(res, NotFoundError("no route " + req.method + " " + req.path));
@@ -739,8 +714,7 @@ class HttpServerImpl final : public HttpServer {
   HttpOptions options_;
   RateLimiter limiter_;
   std::atomic<int> long_polls_{0};
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<HttpTransport> server_;
   // Queue usage over time for the dashboard: a sample every
   // options_.queue_sample_seconds, the last 24 hours' worth.
   void SampleQueues() {

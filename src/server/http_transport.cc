@@ -1,0 +1,415 @@
+#include "server/http_transport.h"
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include <atomic>
+#include <cctype>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <thread>
+#include <unordered_map>
+
+namespace rota::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  }
+  return true;
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decoding (and '+' as a space in a query).
+std::string Decode(std::string_view s, bool query) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      const int hi = HexValue(s[i + 1]);
+      const int lo = HexValue(s[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out += static_cast<char>(hi * 16 + lo);
+        i += 2;
+        continue;
+      }
+    }
+    out += query && s[i] == '+' ? ' ' : s[i];
+  }
+  return out;
+}
+
+struct Route {
+  std::string method;
+  std::regex pattern;
+  HttpHandler handler;
+};
+
+}  // namespace
+
+std::string HttpRequest::get_header_value(const std::string& name) const {
+  for (const auto& [k, v] : headers) {
+    if (EqualsIgnoreCase(k, name)) return v;
+  }
+  return "";
+}
+
+std::string HttpRequest::get_param_value(const std::string& key) const {
+  auto it = params.find(key);
+  return it == params.end() ? "" : it->second;
+}
+
+void HttpResponse::set_content(std::string content, std::string content_type) {
+  body = std::move(content);
+  set_header("Content-Type", std::move(content_type));
+}
+
+void HttpResponse::set_header(std::string key, std::string value) {
+  for (auto& [k, v] : headers) {
+    if (EqualsIgnoreCase(k, key)) {
+      v = std::move(value);
+      return;
+    }
+  }
+  headers.emplace_back(std::move(key), std::move(value));
+}
+
+struct HttpTransport::Impl {
+  std::vector<Route> routes;
+  HttpHandler error_handler;
+  HttpTransportOptions options;
+  asio::io_context ioc{1};
+  std::optional<asio::ssl::context> ssl;
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<asio::thread_pool> workers;
+  std::thread io_thread;
+  mutable std::mutex mu;  // guards the connection counts
+  std::unordered_map<std::string, size_t> per_address;
+  size_t open = 0;
+  std::atomic<bool> stopping{false};
+
+  // Runs the route for `req` on a worker thread; fills `res`.
+  void Dispatch(HttpRequest& req, HttpResponse& res) const {
+    bool found = false;
+    for (const Route& r : routes) {
+      if (r.method != req.method) continue;
+      std::smatch m;
+      if (!std::regex_match(req.path, m, r.pattern)) continue;
+      req.matches.clear();
+      for (const auto& sub : m) req.matches.push_back(sub.str());
+      found = true;
+      try {
+        r.handler(req, res);
+      } catch (const std::exception& e) {
+        res.status = 500;
+        res.body.clear();
+      }
+      break;
+    }
+    if (!found) res.status = 404;
+    if (res.status == -1) res.status = 200;
+    if (res.status >= 400 && error_handler) error_handler(req, res);
+  }
+
+  // A response for a request the transport refused itself (413, 431, 400).
+  HttpResponse Refusal(int status, const std::string& path) const {
+    HttpRequest req;
+    req.method = "?";
+    req.path = path;
+    HttpResponse res;
+    res.status = status;
+    if (error_handler) error_handler(req, res);
+    return res;
+  }
+
+  bool Admit(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu);
+    size_t& mine = per_address[address];
+    if (open >= options.max_connections || mine >= options.max_connections_per_address) {
+      if (mine == 0) per_address.erase(address);
+      return false;
+    }
+    ++mine;
+    ++open;
+    return true;
+  }
+  void Release(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu);
+    --open;
+    if (--per_address[address] == 0) per_address.erase(address);
+  }
+
+  void Accept();
+};
+
+namespace {
+
+// One connection: read a request (deadlines on headers and body), hand it to
+// a worker, write the answer, and again while the client keeps it alive.
+template <class Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+ public:
+  template <class... Args>
+  Session(HttpTransport::Impl& impl, std::string address, Args&&... args)
+      : impl_(impl), address_(std::move(address)), stream_(std::forward<Args>(args)...) {}
+  ~Session() { impl_.Release(address_); }
+
+  void Run() {
+    if constexpr (kTls) {
+      Lowest().expires_after(std::chrono::milliseconds(impl_.options.header_timeout_ms));
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              [self = this->shared_from_this()](beast::error_code ec) {
+                                if (!ec) self->ReadHeader(true);
+                              });
+    } else {
+      ReadHeader(true);
+    }
+  }
+
+ private:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+
+  void ReadHeader(bool first) {
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(impl_.options.max_header_bytes));
+    parser_->body_limit(impl_.options.max_body_bytes);
+    // A fresh connection has the header deadline; a kept-alive one waits for
+    // its next request up to the idle timeout.
+    Lowest().expires_after(std::chrono::milliseconds(first ? impl_.options.header_timeout_ms
+                                                           : impl_.options.idle_timeout_ms));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                              self->OnHeader(ec);
+                            });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec) return Fail(ec);
+    Lowest().expires_after(std::chrono::milliseconds(impl_.options.body_timeout_ms));
+    http::async_read(stream_, buffer_, *parser_, [self = this->shared_from_this()](beast::error_code e, std::size_t) {
+      self->OnBody(e);
+    });
+  }
+
+  // Refuses what the parser refused with an answer, and closes.
+  void Fail(beast::error_code ec) {
+    if (ec == http::error::body_limit) return Refuse(413);
+    if (ec == http::error::header_limit) return Refuse(431);
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
+        ec == asio::error::connection_reset || ec == asio::error::eof || ec.category() == asio::error::get_ssl_category()) {
+      return Close();
+    }
+    if (ec.category() == http::make_error_code(http::error::bad_target).category()) return Refuse(400);  // malformed HTTP
+    Close();
+  }
+
+  void Refuse(int status) {
+    keep_alive_ = false;
+    refused_ = true;
+    Write(impl_.Refusal(status, parser_ && parser_->is_header_done() ? std::string(parser_->get().target()) : "/"));
+  }
+
+  void OnBody(beast::error_code ec) {
+    if (ec) return Fail(ec);
+    auto& msg = parser_->get();
+    keep_alive_ = msg.keep_alive();
+    auto req = std::make_shared<HttpRequest>();
+    req->method = std::string(msg.method_string());
+    const std::string_view target(msg.target().data(), msg.target().size());
+    const size_t q = target.find('?');
+    req->path = Decode(target.substr(0, q), false);
+    if (q != std::string_view::npos) {
+      std::string_view query = target.substr(q + 1);
+      while (!query.empty()) {
+        const size_t amp = query.find('&');
+        const std::string_view pair = query.substr(0, amp);
+        const size_t eq = pair.find('=');
+        req->params.emplace(Decode(pair.substr(0, eq), true),
+                            eq == std::string_view::npos ? std::string() : Decode(pair.substr(eq + 1), true));
+        if (amp == std::string_view::npos) break;
+        query = query.substr(amp + 1);
+      }
+    }
+    for (const auto& field : msg) req->headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    req->body = std::move(msg.body());
+    req->remote_addr = address_;
+    // Handlers may block (long polls, group commits): on a worker, never here.
+    Lowest().expires_never();
+    asio::post(*impl_.workers, [self = this->shared_from_this(), req] {
+      auto res = std::make_shared<HttpResponse>();
+      self->impl_.Dispatch(*req, *res);
+      asio::post(self->Lowest().get_executor(), [self, res] { self->Write(std::move(*res)); });
+    });
+  }
+
+  void Write(HttpResponse r) {
+    auto res = std::make_shared<http::response<http::string_body>>();
+    res->version(11);
+    res->result(static_cast<unsigned>(r.status < 0 ? 200 : r.status));
+    for (auto& [k, v] : r.headers) res->set(k, v);
+    res->keep_alive(keep_alive_ && !impl_.stopping);
+    res->body() = std::move(r.body);
+    res->prepare_payload();
+    Lowest().expires_after(std::chrono::milliseconds(impl_.options.write_timeout_ms));
+    http::async_write(stream_, *res, [self = this->shared_from_this(), res](beast::error_code ec, std::size_t) {
+      if (ec) return self->Close();
+      if (self->refused_) return self->Linger();
+      if (!res->keep_alive()) return self->Close();
+      self->ReadHeader(false);
+    });
+  }
+
+  // After refusing a request whose body is still arriving: stop sending,
+  // read and drop what comes (up to 16 MiB or 2 s), then close, so the
+  // client reads the answer instead of a reset (a lingering close).
+  void Linger() {
+    if constexpr (!kTls) {
+      beast::error_code ignored;
+      Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+      Lowest().expires_after(std::chrono::seconds(2));
+      Drain();
+    } else {
+      Close();
+    }
+  }
+  void Drain() {
+    drain_.resize(64 * 1024);
+    Lowest().async_read_some(asio::buffer(drain_), [self = this->shared_from_this()](beast::error_code ec, std::size_t n) {
+      self->drained_ += n;
+      if (!ec && self->drained_ < (16u << 20)) self->Drain();
+    });
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    if constexpr (kTls) {
+      Lowest().expires_after(std::chrono::seconds(1));
+      stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {
+        beast::error_code e;
+        self->Lowest().socket().shutdown(tcp::socket::shutdown_both, e);
+      });
+    } else {
+      Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    }
+  }
+
+  HttpTransport::Impl& impl_;
+  std::string address_;
+  Stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  bool keep_alive_ = false;
+  bool refused_ = false;
+  std::vector<char> drain_;
+  size_t drained_ = 0;
+};
+
+}  // namespace
+
+void HttpTransport::Impl::Accept() {
+  acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || stopping) return;
+      return Accept();  // e.g. out of descriptors: keep serving the others
+    }
+    beast::error_code addr_ec;
+    const auto endpoint = socket.remote_endpoint(addr_ec);
+    const std::string address = addr_ec ? "?" : endpoint.address().to_string();
+    socket.set_option(tcp::no_delay(true), addr_ec);  // small JSON replies: no Nagle + delayed-ACK stalls
+    if (!Admit(address)) {
+      socket.close(addr_ec);  // over a connection cap: refused at once
+    } else if (ssl) {
+      std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, address, std::move(socket), *ssl)->Run();
+    } else {
+      std::make_shared<Session<beast::tcp_stream>>(*this, address, std::move(socket))->Run();
+    }
+    Accept();
+  });
+}
+
+HttpTransport::HttpTransport() : impl_(std::make_unique<Impl>()) {}
+HttpTransport::~HttpTransport() { Stop(); }
+
+void HttpTransport::Get(const std::string& pattern, HttpHandler handler) {
+  impl_->routes.push_back({"GET", std::regex(pattern), std::move(handler)});
+}
+void HttpTransport::Post(const std::string& pattern, HttpHandler handler) {
+  impl_->routes.push_back({"POST", std::regex(pattern), std::move(handler)});
+}
+void HttpTransport::Delete(const std::string& pattern, HttpHandler handler) {
+  impl_->routes.push_back({"DELETE", std::regex(pattern), std::move(handler)});
+}
+void HttpTransport::set_error_handler(HttpHandler handler) { impl_->error_handler = std::move(handler); }
+
+size_t HttpTransport::connections() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->open;
+}
+
+StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
+  Impl& d = *impl_;
+  d.options = options;
+  if (!options.tls_cert.empty() || !options.tls_key.empty()) {
+    if (options.tls_cert.empty() || options.tls_key.empty()) return InvalidArgumentError("--tls-cert and --tls-key go together");
+    d.ssl.emplace(asio::ssl::context::tls_server);
+    beast::error_code ec;
+    d.ssl->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+    d.ssl->use_certificate_chain_file(options.tls_cert, ec);
+    if (!ec) d.ssl->use_private_key_file(options.tls_key, asio::ssl::context::pem, ec);
+    if (ec) return InvalidArgumentError("cannot load TLS certificate or key: " + ec.message());
+  }
+  const std::string where = options.host + ":" + std::to_string(options.port);
+  beast::error_code ec;
+  tcp::resolver resolver(d.ioc);
+  auto endpoints = resolver.resolve(options.host, std::to_string(options.port), ec);
+  if (ec || endpoints.empty()) return UnavailableError("cannot listen on " + where + ": " + ec.message());
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  d.acceptor.emplace(d.ioc);
+  d.acceptor->open(endpoint.protocol(), ec);
+  if (!ec) d.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) d.acceptor->bind(endpoint, ec);
+  if (!ec) d.acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    d.acceptor.reset();
+    return UnavailableError("cannot listen on " + where + " (in use?): " + ec.message());
+  }
+  const int port = d.acceptor->local_endpoint().port();
+  d.workers.emplace(static_cast<size_t>(std::max(1, options.workers)));
+  d.Accept();
+  d.io_thread = std::thread([&d] { d.ioc.run(); });
+  return port;
+}
+
+void HttpTransport::Stop() {
+  Impl& d = *impl_;
+  if (d.stopping.exchange(true) || !d.acceptor) return;
+  asio::post(d.ioc, [&d] {
+    beast::error_code ec;
+    d.acceptor->close(ec);
+  });
+  d.ioc.stop();
+  if (d.io_thread.joinable()) d.io_thread.join();
+  if (d.workers) d.workers->join();  // handlers running now finish; their writes are dropped
+}
+
+}  // namespace rota::server

@@ -1,0 +1,105 @@
+// HttpTransport: the server's event-driven HTTP/1.1 (and HTTPS) front end,
+// on Boost.Beast and Boost.Asio. Connections cost a socket and a buffer, not
+// a thread: idle keep-alive connections, slow clients and thousands of agent
+// watches wait in one event loop, while handlers run on a pool of workers
+// (a handler may block, e.g. an agent's long poll or a submission waiting
+// for its group commit; the loop never does).
+//
+// Each connection has deadlines: the request line and headers must arrive
+// within `header_timeout` of the first byte being awaited, the body within
+// `body_timeout`, and an idle keep-alive connection closes after
+// `idle_timeout`. Headers are capped at `max_header_bytes`, bodies at
+// `max_body_bytes` (413), connections per client address and in all (new
+// ones past a cap are closed at once). The listen backlog is the kernel's
+// maximum; the socket has SO_REUSEADDR only (never SO_REUSEPORT), so a
+// second server on the port fails to start.
+//
+// Routing is httplib's model (the routes and their tests predate this
+// transport): a method and a regular expression matched against the whole
+// decoded path, the captures in HttpRequest::matches; an error handler sees
+// every response with status >= 400.
+//
+// Beast stays inside http_transport.cc. Thread-safety: Start and Stop from
+// one thread; handlers run concurrently on the workers.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rota::server {
+
+struct HttpRequest {
+  std::string method;
+  std::string path;  // decoded, without the query
+  std::string body;
+  std::string remote_addr;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::multimap<std::string, std::string> params;  // the decoded query
+  std::vector<std::string> matches;                // [0] the whole path, then the route's captures
+
+  // The first header of that name (case-insensitive), or "".
+  std::string get_header_value(const std::string& name) const;
+  bool has_param(const std::string& key) const { return params.count(key) > 0; }
+  std::string get_param_value(const std::string& key) const;
+};
+
+struct HttpResponse {
+  int status = -1;  // unset: 200
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  void set_content(std::string content, std::string content_type);
+  void set_header(std::string key, std::string value);
+};
+
+using HttpHandler = std::function<void(const HttpRequest&, HttpResponse&)>;
+
+struct HttpTransportOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0 = any free port
+  std::string tls_cert, tls_key;  // both set = HTTPS
+  size_t max_body_bytes = 1 << 20;
+  size_t max_header_bytes = 16 << 10;
+  int header_timeout_ms = 10'000;
+  int body_timeout_ms = 30'000;
+  int idle_timeout_ms = 60'000;
+  int write_timeout_ms = 30'000;
+  size_t max_connections = 50'000;
+  size_t max_connections_per_address = 20'000;
+  int workers = 96;
+};
+
+class HttpTransport {
+ public:
+  HttpTransport();
+  ~HttpTransport();
+  HttpTransport(const HttpTransport&) = delete;
+  HttpTransport& operator=(const HttpTransport&) = delete;
+
+  void Get(const std::string& pattern, HttpHandler handler);
+  void Post(const std::string& pattern, HttpHandler handler);
+  void Delete(const std::string& pattern, HttpHandler handler);
+  void set_error_handler(HttpHandler handler);
+
+  // Binds and starts serving; returns the port. InvalidArgument for a bad
+  // certificate, Unavailable when the address is taken.
+  StatusOr<int> Start(const HttpTransportOptions& options);
+  // Closes the listener and every connection, waits for running handlers.
+  void Stop();
+
+  // Connections open now (for tests and metrics).
+  size_t connections() const;
+
+  struct Impl;  // opaque: Beast stays in the .cc
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rota::server
