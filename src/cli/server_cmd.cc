@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -263,6 +264,14 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
 
   std::error_code ec;
+  {
+    // Every agent watch and client is a descriptor: take all the kernel allows.
+    struct rlimit files {};
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &files);
+    }
+  }
   // Files the server makes are its own (the store, tokens, logs); the data
   // directory is 0711 so that tasks of other accounts under `rota up` can
   // reach their own job's work directory, and nothing else in it.

@@ -3,7 +3,10 @@
 // the admin token nor open another GPU's device node, and a mount or rootfs
 // outside the admin's rules is refused at submission.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -473,6 +476,77 @@ TEST_F(Limits, ShippedLogsAreCappedPerJobAndSaySo) {
       << logs.substr(logs.size() > 300 ? logs.size() - 300 : 0);
   EXPECT_LE(logs.size(), (1u << 20) + 400u);
   EXPECT_GE(logs.size(), (1u << 20) - 400u * 1024u);
+}
+
+}  // namespace
+}  // namespace rota::testing
+
+namespace rota::testing {
+namespace {
+
+// A TCP connection to the server that sends `prefix` and then nothing.
+int Connect(int port, const std::string& prefix) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  if (!prefix.empty()) {
+    [[maybe_unused]] ssize_t n = send(fd, prefix.data(), prefix.size(), MSG_NOSIGNAL);
+  }
+  return fd;
+}
+
+class Sockets : public AgentCluster {};
+
+TEST_F(Sockets, IdleAndSlowHeaderSocketsDoNotStallTheApiOrLoseNodes) {
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", "name: g\ntasks: [{name: w, replicas: 3, gpus: 2, command: [sleep, \"3700\"]}]\n",
+                                  "application/yaml")->status,
+            201);
+  WaitJob(1, [](const json& x) { return x["state"] == "running"; });
+  const int port = std::stoi(server_->url().substr(server_->url().rfind(':') + 1));
+  std::vector<int> idle, slow;
+  for (int i = 0; i < 1000; ++i) idle.push_back(Connect(port, ""));
+  for (int i = 0; i < 200; ++i) slow.push_back(Connect(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n"));
+  EXPECT_EQ(std::count(idle.begin(), idle.end(), -1), 0);
+  EXPECT_EQ(std::count(slow.begin(), slow.end(), -1), 0);
+  // Held for 8 s (four node timeouts), the slow ones dribbling a header byte
+  // every half second, while agents heartbeat and /healthz is measured.
+  std::vector<double> ms;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  auto next_dribble = std::chrono::steady_clock::now();
+  httplib::Client health("127.0.0.1", port);
+  health.set_keep_alive(false);
+  while (std::chrono::steady_clock::now() < until) {
+    if (std::chrono::steady_clock::now() >= next_dribble) {
+      for (int fd : slow) {
+        if (fd >= 0) [[maybe_unused]] ssize_t n = send(fd, "X", 1, MSG_NOSIGNAL);
+      }
+      next_dribble += std::chrono::milliseconds(500);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = health.Get("/healthz");
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_TRUE(r && r->status == 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::sort(ms.begin(), ms.end());
+  const double p99 = ms[ms.size() * 99 / 100];
+  std::printf("healthz under 1000 idle + 200 slow-header sockets: n=%zu p50=%.2f ms p99=%.2f ms max=%.2f ms\n",
+              ms.size(), ms[ms.size() / 2], p99, ms.back());
+  EXPECT_LT(p99, 50.0);
+  for (int fd : idle) close(fd);
+  for (int fd : slow) close(fd);
+  // No node was declared lost, no gang restarted.
+  const json nodes = json::parse(server_->Admin().Get("/v1/nodes")->body);
+  for (const auto& n : nodes["nodes"]) EXPECT_EQ(n["state"], "ready") << n.dump();
+  const json j = Job(1);
+  EXPECT_EQ(j["state"], "running");
+  EXPECT_EQ(j["restarts"], 0) << j.dump();
 }
 
 }  // namespace
