@@ -180,8 +180,9 @@ void Agent::Start() {
       cgroups_ = std::move(cg).value();
       std::fprintf(stderr, "rota agent: CPU and memory limits through cgroup %s; GPU device isolation %s\n",
                    cgroups_->version().c_str(),
-                   cgroups_->isolates_devices() ? "through the devices controller"
-                                                : "OFF (cgroup v2's eBPF device filter is not built yet)");
+                   cgroups_->isolates_devices()
+                       ? (cgroups_->version() == "v2" ? "through an eBPF device filter" : "through the devices controller")
+                       : "OFF (no device controller this agent may use)");
     } else {
       std::fprintf(stderr, "rota agent: tasks run WITHOUT CPU and memory limits: %s\n",
                    std::string(cg.status().message()).c_str());

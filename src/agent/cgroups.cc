@@ -1,5 +1,7 @@
 #include "agent/cgroups.h"
 
+#include "agent/device_filter.h"
+
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -72,6 +74,15 @@ StatusOr<std::unique_ptr<Cgroups>> Cgroups::Detect(const std::string& root, cons
     while (std::getline(parts, part, '/')) {
       path += "/" + part;
       WriteFile(path + "/cgroup.subtree_control", "+cpu +memory");
+    }
+  }
+  if (c->v2_) {
+    // Device isolation on v2 is an eBPF filter per group: see if this kernel
+    // and this agent's privileges allow one.
+    const std::string probe = c->Dirs(".device-probe")[0];
+    if (mkdir(probe.c_str(), 0755) == 0 || errno == EEXIST) {
+      c->devices_ = AttachDeviceFilter(probe, {{4095, 1048575}}).ok();
+      rmdir(probe.c_str());
     }
   }
   return c;
@@ -151,6 +162,12 @@ StatusOr<std::vector<std::string>> Cgroups::Create(const std::string& name, Mill
     if (memory > 0) {
       ok &= WriteFile(d + "/memory.max", std::to_string(bytes));
       WriteFile(d + "/memory.swap.max", "0");
+    }
+    if (devices_ && !deny.empty()) {
+      // A task whose other GPUs cannot be fenced off does not run at all.
+      if (Status f = AttachDeviceFilter(d, CharDevicesOf(deny)); !f.ok()) {
+        return PermissionDeniedError("cgroup " + name + ": " + std::string(f.message()));
+      }
     }
   } else {
     const auto dirs = Dirs(name);

@@ -25,8 +25,9 @@ class Cgroups {
   static StatusOr<std::unique_ptr<Cgroups>> Detect(const std::string& root, const std::string& prefix);
 
   std::string version() const { return v2_ ? "v2" : "v1"; }
-  // True where the device controller confines tasks to their own GPUs (the
-  // v1 `devices` hierarchy; cgroup v2's eBPF device filter is not built yet).
+  // True where the device controller confines tasks to their own GPUs: the
+  // v1 `devices` hierarchy, or on v2 an eBPF device filter per group
+  // (device_filter.h) where the kernel lets the agent attach one.
   bool isolates_devices() const { return devices_; }
 
   // Creates the group `name` with the limits (0 = no limit) and, where
