@@ -271,6 +271,15 @@ void Agent::StopTask(Task& t, bool now) {
 }
 
 
+int32_t Agent::MigGpuInstance(const json& a, const std::vector<int32_t>& gpus) const {
+  const int mig_start = a.value("mig_start", -1);
+  if (mig_start < 0 || gpus.empty()) return -1;
+  auto g = options_.inventory.mig_devices.find(gpus[0]);
+  if (g == options_.inventory.mig_devices.end()) return -1;
+  auto d = g->second.find(mig_start);
+  return d == g->second.end() ? -1 : d->second.gpu_instance;
+}
+
 std::string Agent::LeaseFile() const { return options_.state_dir + "/lease"; }
 
 void Agent::RenewLease() {
@@ -740,7 +749,12 @@ bool Agent::Heartbeat(int wait_ms) {
         // devices controller, and one place to kill everything it started.
         t->cgroup = std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) + "-" +
                     std::to_string(t->attempt) + instance_tag_;
-        auto procs = cgroups_->Create(t->cgroup, cpu, memory, GpuDenyRules(options_.device_dir, gpu_list));
+        std::vector<std::string> deny = GpuDenyRules(options_.device_dir, gpu_list);
+        for (std::string& rule : MigCapDenyRules(options_.device_dir + "/nvidia-caps", options_.mig_caps_proc,
+                                                 gpu_list.empty() ? 0 : gpu_list[0], MigGpuInstance(a, gpu_list))) {
+          deny.push_back(std::move(rule));
+        }
+        auto procs = cgroups_->Create(t->cgroup, cpu, memory, deny);
         if (procs.ok()) {
           spec.cgroup_procs = *procs;
         } else if (procs.status().code() == StatusCode::kPermissionDenied) {

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <nlohmann/json_fwd.hpp>
 #include <deque>
 #include <map>
 #include <set>
@@ -55,6 +56,9 @@ struct AgentOptions {
   // Where the GPU device nodes are (nvidia<N>): the devices cgroup denies a
   // task every one but its own. Tests point it at stand-ins.
   std::string device_dir = "/dev";
+  // The driver's MIG capabilities (minors of /dev/nvidia-caps/*), read to
+  // leave a MIG task its own instance's capability alone.
+  std::string mig_caps_proc = "/proc/driver/nvidia/capabilities";
   // Where to put tasks' CPU and memory limits; "" = no limits.
   std::string cgroup_root = "/sys/fs/cgroup";
   // Tasks that name a rootfs run in OCI containers: "runc", "crun" or "auto".
@@ -98,6 +102,8 @@ class Agent {
   void SaveRecord(const std::string& key, Task& t);
   void ForgetRecord(const Task& t);
   std::string LeaseFile() const;
+  // The GPU instance id of the MIG instance assignment `a` names (-1: not MIG).
+  int32_t MigGpuInstance(const nlohmann::json& a, const std::vector<int32_t>& gpus) const;
   // Moves the lease's deadline to now + fence_after_ms_.
   void RenewLease();
   // REQUIRES: mu_ held. All of the task's log has reached the server (or is not shipped).

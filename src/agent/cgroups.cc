@@ -143,6 +143,47 @@ std::vector<std::string> GpuDenyRules(const std::string& dev_dir, const std::vec
   return rules;
 }
 
+namespace {
+
+// "DeviceFileMinor: N" from a capability's access file, or -1.
+int64_t CapMinor(const std::string& access_file) {
+  std::istringstream in(ReadFile(access_file));
+  std::string key;
+  while (in >> key) {
+    if (key == "DeviceFileMinor:") {
+      int64_t minor = -1;
+      in >> minor;
+      return minor;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::vector<std::string> MigCapDenyRules(const std::string& caps_dir, const std::string& proc_caps, int32_t gpu,
+                                         int32_t gpu_instance) {
+  std::vector<int64_t> allowed;
+  if (gpu_instance >= 0) {
+    const std::string gi = proc_caps + "/gpu" + std::to_string(gpu) + "/mig/gi" + std::to_string(gpu_instance);
+    allowed.push_back(CapMinor(gi + "/access"));
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(gi, ec)) {
+      if (e.path().filename().string().rfind("ci", 0) == 0) allowed.push_back(CapMinor(e.path().string() + "/access"));
+    }
+  }
+  std::vector<std::string> rules;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(caps_dir, ec)) {
+    struct stat st;
+    if (stat(e.path().c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+    if (std::find(allowed.begin(), allowed.end(), static_cast<int64_t>(minor(st.st_rdev))) != allowed.end()) continue;
+    rules.push_back("c " + std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev)) + " rwm");
+  }
+  std::sort(rules.begin(), rules.end());
+  return rules;
+}
+
 StatusOr<std::vector<std::string>> Cgroups::Create(const std::string& name, MilliCpu cpu, MemoryMiB memory,
                                                    const std::vector<std::string>& deny) {
   std::vector<std::string> procs;

@@ -62,6 +62,16 @@ class Cgroups {
 // reach no GPU by themselves).
 std::vector<std::string> GpuDenyRules(const std::string& dev_dir, const std::vector<int32_t>& allowed);
 
+// Device rules denying every MIG capability node in `caps_dir`
+// (/dev/nvidia-caps/nvidia-cap<M>) but those of the task's own MIG instance:
+// GPU `gpu`'s GPU instance `gpu_instance` and its compute instances, whose
+// minors the driver lists under `proc_caps`
+// (/proc/driver/nvidia/capabilities/gpu<G>/mig/gi<I>[/ci<C>]/access,
+// "DeviceFileMinor: M"). gpu_instance < 0 (not a MIG task) denies them all,
+// the MIG config and monitor capabilities included.
+std::vector<std::string> MigCapDenyRules(const std::string& caps_dir, const std::string& proc_caps, int32_t gpu,
+                                         int32_t gpu_instance);
+
 // The argv that puts the process into `procs` files, then runs `argv`.
 std::vector<std::string> WrapInCgroup(const std::vector<std::string>& procs, const std::vector<std::string>& argv);
 

@@ -1,7 +1,11 @@
 #include "agent/cgroups.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
+
+#include <filesystem>
 
 #include <fstream>
 #include <sstream>
@@ -48,6 +52,33 @@ TEST(Cgroups, LimitsApplyAndOomKillsAreSeen) {
   (*cg)->Remove("");
   rmdir("/sys/fs/cgroup/memory/rota-test");
   rmdir("/sys/fs/cgroup/cpu/rota-test");
+}
+
+}  // namespace
+}  // namespace rota::agent
+
+namespace rota::agent {
+namespace {
+
+TEST(MigCapDenyRules, LeavesATaskOnlyItsOwnInstancesCapabilities) {
+  if (geteuid() != 0) GTEST_SKIP() << "mknod needs root";
+  char tmpl[] = "/tmp/rota-caps-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  // Stand-ins: three capability nodes (numbers that open nothing), and the
+  // driver's table saying which minors GPU 0's GPU instance 3 and its
+  // compute instance 0 use; 11 is another instance's (or mig/config).
+  std::filesystem::create_directories(dir + "/caps");
+  for (int m : {11, 12, 13}) {
+    ASSERT_EQ(mknod((dir + "/caps/nvidia-cap" + std::to_string(m)).c_str(), S_IFCHR | 0400, makedev(240, m)), 0);
+  }
+  std::filesystem::create_directories(dir + "/proc/gpu0/mig/gi3/ci0");
+  std::ofstream(dir + "/proc/gpu0/mig/gi3/access") << "DeviceFileMinor: 12\nDeviceFileMode: 292\n";
+  std::ofstream(dir + "/proc/gpu0/mig/gi3/ci0/access") << "DeviceFileMinor: 13\nDeviceFileMode: 292\n";
+  EXPECT_EQ(MigCapDenyRules(dir + "/caps", dir + "/proc", 0, 3), std::vector<std::string>{"c 240:11 rwm"});
+  EXPECT_EQ(MigCapDenyRules(dir + "/caps", dir + "/proc", 0, -1),
+            (std::vector<std::string>{"c 240:11 rwm", "c 240:12 rwm", "c 240:13 rwm"}));
+  EXPECT_TRUE(MigCapDenyRules(dir + "/no-caps", dir + "/proc", 0, 3).empty());  // no MIG on this node
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -212,7 +212,7 @@ Status ReadMigLayout(const NvmlApi& nvml, NvmlApi::Device dev, const std::string
                                   std::string(geo->name));
       }
       layout.push_back({static_cast<int8_t>(profile), static_cast<int8_t>(gi.start)});
-      (*devices)[static_cast<int32_t>(gi.start)] = {name, uuid->second};
+      (*devices)[static_cast<int32_t>(gi.start)] = {name, uuid->second, static_cast<int32_t>(gi.id)};
     }
   }
   std::sort(layout.begin(), layout.end(), [](const MigInstance& a, const MigInstance& b) { return a.start < b.start; });

@@ -38,6 +38,7 @@ struct Inventory {
   struct MigDevice {
     std::string profile;  // "3g.40gb"
     std::string uuid;     // "MIG-..."
+    int32_t gpu_instance = -1;  // its GPU instance id (names its /dev/nvidia-caps capability)
   };
   bool mig_fixed = false;
   std::map<int32_t, std::map<int32_t, MigDevice>> mig_devices;
