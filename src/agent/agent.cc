@@ -218,9 +218,11 @@ int Agent::PollTask(Task& t) {
   if (!t.adopted) return launcher_.Poll(t.shim);  // the supervisor exits with the task's status
   const int code = ReadExitFile(t.exit_file);
   if (code >= 0) return code;
-  if (ProcessStartTime(t.shim) == t.shim_start) return -1;
-  // The supervisor died without a word (killed -9): the task may still run.
-  launcher_.Signal(t.pid, SIGKILL);
+  if (t.shim_start != 0 && ProcessStartTime(t.shim) == t.shim_start) return -1;
+  // The supervisor died without a word (killed -9, or the node rebooted):
+  // whatever is left of the task is in its cgroup, and only there do we
+  // kill (its pid may belong to someone else by now).
+  if (cgroups_ && !t.cgroup.empty()) cgroups_->Remove(t.cgroup);
   t.exit_reason = "lost";
   return 255;
 }
@@ -282,24 +284,18 @@ int32_t Agent::MigGpuInstance(const json& a, const std::vector<int32_t>& gpus) c
 
 std::string Agent::LeaseFile() const { return options_.state_dir + "/lease"; }
 
-void Agent::RenewLease() {
+void Agent::RenewLease(int64_t sent_at_ns) {
   if (options_.state_dir.empty()) return;
+  // The deadline counts from when the heartbeat was sent (the server heard
+  // it at or after that), on CLOCK_BOOTTIME; written whole by a rename.
   const std::string lease = LeaseFile();
-  const int fd = open(lease.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  const std::string tmp = lease + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return;
-  // The deadline is the file's modification time: now + one fence interval.
-  struct timespec times[2];
-  clock_gettime(CLOCK_REALTIME, &times[0]);
-  times[1] = times[0];
-  const int64_t ms = fence_after_ms_.load();
-  times[1].tv_sec += ms / 1000;
-  times[1].tv_nsec += (ms % 1000) * 1'000'000;
-  if (times[1].tv_nsec >= 1'000'000'000) {
-    times[1].tv_sec += 1;
-    times[1].tv_nsec -= 1'000'000'000;
-  }
-  futimens(fd, times);
+  const std::string text = std::to_string(sent_at_ns + static_cast<int64_t>(fence_after_ms_.load()) * 1'000'000) + "\n";
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   close(fd);
+  if (!ok || rename(tmp.c_str(), lease.c_str()) != 0) unlink(tmp.c_str());
 }
 
 void Agent::SaveRecord(const std::string& key, Task& t) {
@@ -367,7 +363,16 @@ void Agent::AdoptTasks() {
     t->grace_ms = r.value("grace_ms", options_.stop_grace_ms);
     t->record_file = path;
     t->adopted = true;
-    const int code = PollTask(*t);
+    int code;
+    if (t->shim == 0) {
+      // No supervisor recorded: the agent died while launching it; what it
+      // may have started is in its cgroup.
+      if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
+      t->exit_reason = "lost";
+      code = 255;
+    } else {
+      code = PollTask(*t);
+    }
     if (code >= 0) {
       // It ended while no agent watched: its exit goes out with the next report.
       t->exited = true;
@@ -504,6 +509,7 @@ bool Agent::Heartbeat(int wait_ms) {
   lock.unlock();
   auto client = MakeClient(options_.server, options_.token);
   client->set_read_timeout(10 + wait_ms / 1000, 0);
+  const int64_t sent_at = BootTimeNs();
   auto res = client->Post("/v1/agents/heartbeat",
                           json{{"node", options_.node_name}, {"gpus", gpus}, {"tasks", tasks}, {"wait_ms", wait_ms}}
                               .dump(-1, ' ', false, json::error_handler_t::replace),
@@ -522,7 +528,7 @@ bool Agent::Heartbeat(int wait_ms) {
   if (body.is_discarded()) return false;
   // The server heard us: the tasks may run until one more fence interval.
   if (const int64_t fence = body.value("fence_after_ms", int64_t{0}); fence > 0) fence_after_ms_ = static_cast<int>(fence);
-  RenewLease();
+  RenewLease(sent_at);
 
   // Reconcile: start what is wanted and missing; stop what is not wanted.
   lock.lock();
@@ -617,6 +623,9 @@ bool Agent::Heartbeat(int wait_ms) {
       // A clean base: nothing of the agent's own environment (LD_PRELOAD,
       // its token) reaches the task; the job's env goes on top.
       spec.env = BaseEnvironment(identity);
+    } else if (getuid() == 0) {
+      launch_error = "the assignment names no user (a server older than this agent): a root agent runs no task "
+                     "without knowing whose it is";
     } else {
       for (const char* pass : {"PATH", "HOME", "USER", "LANG", "TMPDIR", "TERM"}) {
         if (const char* v = getenv(pass)) spec.env[pass] = v;
@@ -723,7 +732,7 @@ bool Agent::Heartbeat(int wait_ms) {
                                   m.value("read_only", false)});
           }
           oci.job_dir = job_dir;
-          oci.gpus = gpu_list;
+          oci.gpus = DeviceMinors(options_.inventory, gpu_list);  // /dev/nvidia<minor>
           oci.cpu = cpu;
           oci.memory = memory;
           oci.hostname = options_.node_name;
@@ -749,15 +758,25 @@ bool Agent::Heartbeat(int wait_ms) {
         // devices controller, and one place to kill everything it started.
         t->cgroup = std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) + "-" +
                     std::to_string(t->attempt) + instance_tag_;
-        std::vector<std::string> deny = GpuDenyRules(options_.device_dir, gpu_list);
+        const std::vector<int32_t> minors = DeviceMinors(options_.inventory, gpu_list);
+        std::vector<std::string> deny = GpuDenyRules(options_.device_dir, minors);
         for (std::string& rule : MigCapDenyRules(options_.device_dir + "/nvidia-caps", options_.mig_caps_proc,
-                                                 gpu_list.empty() ? 0 : gpu_list[0], MigGpuInstance(a, gpu_list))) {
+                                                 minors.empty() ? 0 : minors[0], MigGpuInstance(a, gpu_list))) {
           deny.push_back(std::move(rule));
         }
         auto procs = cgroups_->Create(t->cgroup, cpu, memory, deny);
         if (procs.ok()) {
           spec.cgroup_procs = *procs;
         } else if (procs.status().code() == StatusCode::kPermissionDenied) {
+          std::ofstream(spec.log_path, std::ios::app) << "rota: cannot start the task: " << procs.status().message() << "\n";
+          cgroups_->Remove(t->cgroup);
+          t->cgroup.clear();
+          t->exited = true;
+          t->exit_code = 127;
+          tasks_[key] = std::move(t);
+          continue;
+        } else if (cgroups_->isolates_devices()) {
+          // Without its group it would see every GPU: it does not run.
           std::ofstream(spec.log_path, std::ios::app) << "rota: cannot start the task: " << procs.status().message() << "\n";
           cgroups_->Remove(t->cgroup);
           t->cgroup.clear();
@@ -772,7 +791,9 @@ bool Agent::Heartbeat(int wait_ms) {
       }
       if (!options_.state_dir.empty()) {
         // Supervised: it outlives this agent, and fences itself on the lease.
-        t->exit_file = options_.state_dir + "/tasks/" + FileKey(key) + ".exit";
+        // Named per launch: a supervisor of an earlier launch of this key
+        // never writes the file this one is watched by.
+        t->exit_file = options_.state_dir + "/tasks/" + FileKey(key) + "-" + std::to_string(BootTimeNs()) + ".exit";
         spec.exit_file = t->exit_file;
         spec.lease_file = LeaseFile();
         spec.stop_signal = t->stop_signal;
@@ -780,6 +801,9 @@ bool Agent::Heartbeat(int wait_ms) {
         spec.fence_kill_procs = spec.cgroup_procs;
         if (!t->oci_id.empty() && cgroups_) spec.fence_kill_procs = cgroups_->ProcsOf("/rota/" + t->oci_id);
       }
+      // Recorded before it starts (no pids yet): an agent killed during the
+      // launch leaves a record whose cgroup the next one clears.
+      if (!options_.state_dir.empty()) SaveRecord(key, *t);
       auto launched = launcher_.Launch(spec);
       if (launched.ok()) {
         t->pid = launched->pid;
@@ -790,6 +814,8 @@ bool Agent::Heartbeat(int wait_ms) {
         std::ofstream(spec.log_path, std::ios::app) << "rota: " << launched.status().message() << "\n";
         t->exited = true;
         t->exit_code = 127;
+        ForgetRecord(*t);
+        t->record_file.clear();
       }
     }
     tasks_[key] = std::move(t);

@@ -104,8 +104,9 @@ class Agent {
   std::string LeaseFile() const;
   // The GPU instance id of the MIG instance assignment `a` names (-1: not MIG).
   int32_t MigGpuInstance(const nlohmann::json& a, const std::vector<int32_t>& gpus) const;
-  // Moves the lease's deadline to now + fence_after_ms_.
-  void RenewLease();
+  // Moves the lease's deadline to `sent_at_ns` (CLOCK_BOOTTIME, when the
+  // answered heartbeat was sent) + fence_after_ms_.
+  void RenewLease(int64_t sent_at_ns);
   // REQUIRES: mu_ held. All of the task's log has reached the server (or is not shipped).
   bool LogShipped(const Task& t);
 

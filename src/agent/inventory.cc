@@ -90,6 +90,7 @@ const NvmlApi& LoadNvml() {
     sym(nvml.driver, "nvmlSystemGetDriverVersion");
     sym(nvml.ecc, "nvmlDeviceGetTotalEccErrors");
     sym(nvml.uuid, "nvmlDeviceGetUUID");
+    sym(nvml.minor_number, "nvmlDeviceGetMinorNumber");
     sym(nvml.mig_mode, "nvmlDeviceGetMigMode");
     sym(nvml.event_set_create, "nvmlEventSetCreate");
     sym(nvml.register_events, "nvmlDeviceRegisterEvents");
@@ -255,6 +256,16 @@ StatusOr<Inventory> DiscoverWith(const NvmlApi& nvml) {
     }
     inv.uuids.push_back(id);
   }
+  // Device nodes are numbered by minor, which need not follow NVML's index.
+  for (int32_t g = 0; g < inv.gpus && nvml.minor_number; ++g) {
+    NvmlApi::Device d = nullptr;
+    unsigned int minor = 0;
+    if (nvml.handle(static_cast<unsigned int>(g), &d) != 0 || nvml.minor_number(d, &minor) != 0) {
+      inv.minors.clear();  // all or nothing: minor = index then
+      break;
+    }
+    inv.minors.push_back(static_cast<int32_t>(minor));
+  }
   // GPUs in MIG mode: their layouts as the driver has them.
   for (int32_t g = 0; g < inv.gpus && nvml.mig_mode; ++g) {
     NvmlApi::Device d = nullptr;
@@ -408,6 +419,12 @@ std::string MigVisibleDevice(const Inventory& inv, int32_t gpu, const std::strin
   if (g == inv.mig_devices.end()) return "";
   auto d = g->second.find(start);
   return d == g->second.end() || d->second.profile != profile ? "" : d->second.uuid;
+}
+
+std::vector<int32_t> DeviceMinors(const Inventory& inv, const std::vector<int32_t>& gpus) {
+  std::vector<int32_t> out;
+  for (int32_t g : gpus) out.push_back(static_cast<size_t>(g) < inv.minors.size() ? inv.minors[g] : g);
+  return out;
 }
 
 std::string VisibleDevices(const Inventory& inv, const std::vector<int32_t>& gpus) {

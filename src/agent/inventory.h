@@ -31,6 +31,7 @@ struct Inventory {
   bool simulated = true;
   std::string source;  // "nvml (driver 550.54)" or "declared (--gpus 8xH100:80Gi)"
   std::vector<std::string> uuids;  // per GPU index, from NVML; empty when simulated
+  std::vector<int32_t> minors;     // per GPU index: N of its /dev/nvidiaN (empty: N = the index)
   std::map<int32_t, std::string> mig;  // GPUs in MIG mode: index -> layout (NodeSpec::mig)
   // From NVML: the layouts are the driver's (rota does not re-partition them,
   // NodeSpec::mig_fixed); each instance's profile and MIG device UUID by GPU
@@ -54,6 +55,8 @@ Status DeclareMig(Inventory* inv, const std::string& layout, int32_t gpus);
 // The device list for CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES: GPU UUIDs
 // where NVML gave them (stable across reboots and renumbering), else indices.
 std::string VisibleDevices(const Inventory& inv, const std::vector<int32_t>& gpus);
+// The device minors (N of /dev/nvidiaN, and of capabilities' gpuN) of GPU indices.
+std::vector<int32_t> DeviceMinors(const Inventory& inv, const std::vector<int32_t>& gpus);
 // The device that CUDA_VISIBLE_DEVICES names for the MIG instance at slot
 // `start` of GPU `gpu`: its MIG UUID from NVML, or, for a declared inventory,
 // "MIG-simulated-<gpu>:<profile>@<start>"; empty if NVML has no instance of

@@ -4,10 +4,12 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -68,6 +70,46 @@ struct Prepared {
   int log_fd = -1, null_fd = -1;
 };
 
+// Descriptors up to this are closed one by one where close_range is missing
+// (kernels before 5.9); read before any fork.
+long MaxFds() {
+  static const long max = [] {
+    struct rlimit r {};
+    return getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY ? static_cast<long>(r.rlim_cur) : 1L << 20;
+  }();
+  return max;
+}
+
+// close_range, or a loop of close() where the kernel lacks it (async-signal-safe).
+void CloseRange(unsigned from, unsigned to) {
+  if (close_range(from, to, 0) == 0) return;
+  const long last = std::min<long>(static_cast<long>(to), MaxFds());
+  for (long fd = from; fd <= last; ++fd) close(static_cast<int>(fd));
+}
+
+// Closes every descriptor from 3 up except those in keep[0..n) (n <= 16);
+// async-signal-safe.
+void CloseAllBut(const int* keep, int n) {
+  int sorted[16];
+  int m = 0;
+  for (int i = 0; i < n && m < 16; ++i) {
+    if (keep[i] < 3) continue;
+    int j = m++;
+    while (j > 0 && sorted[j - 1] > keep[i]) {
+      sorted[j] = sorted[j - 1];
+      --j;
+    }
+    sorted[j] = keep[i];
+  }
+  unsigned from = 3;
+  for (int i = 0; i < m; ++i) {
+    const auto fd = static_cast<unsigned>(sorted[i]);
+    if (fd > from) CloseRange(from, fd - 1);
+    from = fd + 1;
+  }
+  CloseRange(from, ~0U);
+}
+
 [[noreturn]] void ExecTask(const LaunchSpec& spec, const Prepared& p, int report) {
   // Default dispositions and an empty mask, as a fresh process has.
   struct sigaction dfl {};
@@ -91,17 +133,34 @@ struct Prepared {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(report, 6);
   // Nothing else of the agent's (sockets, files opened without CLOEXEC)
   // reaches the task; the report pipe is CLOEXEC and closes on exec.
-  if (report > 3) close_range(3, static_cast<unsigned>(report) - 1, 0);
-  close_range(static_cast<unsigned>(report) + 1, ~0U, 0);
+  int keep[1] = {report};
+  CloseAllBut(keep, 1);
   execve(p.program.c_str(), p.argv.data(), p.envp.data());
   ChildFail(report, 7);
 }
 
 int64_t NowNs() {
   struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(CLOCK_BOOTTIME, &ts);  // never stepped by NTP
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
+
+}  // namespace
+
+int64_t ReadLeaseDeadline(const char* path) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return 0;
+  char buf[32];
+  const ssize_t n = read(fd, buf, sizeof(buf));
+  close(fd);
+  int64_t v = 0;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) v = v * 10 + (buf[i] - '0');
+  return v;
+}
+
+int64_t BootTimeNs() { return NowNs(); }
+
+namespace {
 
 // SIGKILL to every pid listed in a cgroup.procs file (async-signal-safe).
 void KillProcs(const char* procs) {
@@ -136,11 +195,8 @@ void KillProcs(const char* procs) {
       break;
     }
     if (!spec.lease_file.empty()) {
-      struct stat st;
       // No lease (the agent's state is gone) is an expired one.
-      const int64_t deadline = stat(spec.lease_file.c_str(), &st) == 0
-                                   ? static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec
-                                   : 0;
+      const int64_t deadline = ReadLeaseDeadline(spec.lease_file.c_str());
       const int64_t now = NowNs();
       if (now >= deadline - warn_ns && !warned) {
         kill(-task, spec.stop_signal);
@@ -176,29 +232,6 @@ void KillProcs(const char* procs) {
   _exit(code);
 }
 
-// Closes every descriptor from 3 up except those in keep[0..n) (n <= 16);
-// async-signal-safe.
-void CloseAllBut(const int* keep, int n) {
-  int sorted[16];
-  int m = 0;
-  for (int i = 0; i < n && m < 16; ++i) {
-    if (keep[i] < 3) continue;
-    int j = m++;
-    while (j > 0 && sorted[j - 1] > keep[i]) {
-      sorted[j] = sorted[j - 1];
-      --j;
-    }
-    sorted[j] = keep[i];
-  }
-  unsigned from = 3;
-  for (int i = 0; i < m; ++i) {
-    const auto fd = static_cast<unsigned>(sorted[i]);
-    if (fd > from) close_range(from, fd - 1, 0);
-    from = fd + 1;
-  }
-  close_range(from, ~0U, 0);
-}
-
 struct ShimReport {
   pid_t task;
   int step;  // -1: exec'd
@@ -213,6 +246,7 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
   const std::filesystem::path log(spec.log_path);
   std::filesystem::create_directories(log.parent_path(), ec);
 
+  MaxFds();  // computed here, not in a forked child
   Prepared p;
   p.workdir = spec.workdir.empty() ? log.parent_path().string() : spec.workdir;
   std::vector<std::string> env_strings;
@@ -275,6 +309,11 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
         if (n < 16) keep[n++] = fd;
       }
       CloseAllBut(keep, n);
+      // Nor its stdin/stdout/stderr: whoever waits for the agent's output
+      // to end must not wait for its tasks.
+      dup2(p.null_fd, 0);
+      dup2(p.null_fd, 1);
+      dup2(p.null_fd, 2);
     }
     int inner[2];
     ShimReport report{0, -1, 0};

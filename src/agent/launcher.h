@@ -14,8 +14,9 @@
 // writes its exit status to `exit_file`, and exits with the same status. It
 // outlives its agent, so a restarted agent re-adopts the task (and learns
 // its exit) instead of starting a second copy. It also fences the task:
-// while `lease_file`'s modification time (a deadline the agent moves forward
-// after every heartbeat the server answers) lies in the past, it sends the
+// while `lease_file`'s deadline (CLOCK_BOOTTIME nanoseconds as decimal text,
+// which the agent moves forward after every heartbeat the server answers;
+// immune to steps of the wall clock) lies in the past, it sends the
 // stop signal `fence_warn_ms` before the deadline and kills the task's
 // process group and cgroups at it. So a node cut off from the control plane,
 // or whose agent hangs or died, stops its tasks by the deadline on its own.
@@ -74,6 +75,11 @@ class ProcessLauncher {
   // Sends `signal` to the whole process group.
   void Signal(pid_t pid, int signal);
 };
+
+// The deadline in a lease file (CLOCK_BOOTTIME ns), 0 if none (async-signal-safe).
+int64_t ReadLeaseDeadline(const char* path);
+// CLOCK_BOOTTIME now, in nanoseconds.
+int64_t BootTimeNs();
 
 // The exit status a supervisor wrote to `exit_file`, or -1 if none yet.
 int ReadExitFile(const std::string& exit_file);

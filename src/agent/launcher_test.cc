@@ -114,20 +114,8 @@ class SupervisedTest : public ::testing::Test {
   }
   // Sets the lease's deadline `ms` from now (negative: in the past).
   void Lease(int ms) {
-    const std::string path = dir + "/lease";
-    std::ofstream(path, std::ios::app).close();
-    struct timespec t[2];
-    clock_gettime(CLOCK_REALTIME, &t[0]);
-    t[1] = t[0];
-    int64_t ns = t[1].tv_nsec + static_cast<int64_t>(ms) * 1'000'000;
-    t[1].tv_sec += ns / 1'000'000'000;
-    ns %= 1'000'000'000;
-    if (ns < 0) {
-      ns += 1'000'000'000;
-      t[1].tv_sec -= 1;
-    }
-    t[1].tv_nsec = ns;
-    ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), t, 0), 0);
+    std::ofstream(dir + "/lease.tmp") << BootTimeNs() + static_cast<int64_t>(ms) * 1'000'000 << "\n";
+    ASSERT_EQ(rename((dir + "/lease.tmp").c_str(), (dir + "/lease").c_str()), 0);
   }
   std::string dir;
 };

@@ -60,6 +60,7 @@ struct NvmlApi {
   int (*driver)(char*, unsigned int) = nullptr;
   int (*ecc)(Device, int, int, unsigned long long*) = nullptr;
   int (*uuid)(Device, char*, unsigned int) = nullptr;
+  int (*minor_number)(Device, unsigned int*) = nullptr;  // nvmlDeviceGetMinorNumber: N of /dev/nvidiaN
   int (*mig_mode)(Device, unsigned int*, unsigned int*) = nullptr;  // current, pending
   int (*event_set_create)(EventSet*) = nullptr;
   int (*register_events)(Device, unsigned long long, EventSet) = nullptr;

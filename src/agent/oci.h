@@ -29,7 +29,7 @@ struct OciTask {
   std::vector<MountSpec> mounts;  // the job's data mounts
   // Host directory bound read-write at /rota inside (hostfile, checkpoint file).
   std::string job_dir;
-  std::vector<int32_t> gpus;  // /dev/nvidia<g> of these, when the node has them
+  std::vector<int32_t> gpus;  // device minors: /dev/nvidia<g> of these, when the node has them
   MilliCpu cpu = 0;
   MemoryMiB memory = 0;
   std::string hostname;

@@ -191,7 +191,8 @@ bool Under(const std::string& path, const std::string& prefix) {
 const MountRule* RuleFor(const ClusterConfig& config, const std::string& path, bool write) {
   const MountRule* any = nullptr;
   for (const MountRule& r : config.allowed_mounts) {
-    if (!Under(path, NormalPath(r.prefix))) continue;
+    const std::string prefix = NormalPath(r.prefix);
+    if (prefix.empty() || !Under(path, prefix)) continue;  // a malformed rule allows nothing
     if (r.read_write || !write) return &r;
     if (any == nullptr) any = &r;
   }

@@ -218,19 +218,20 @@ ControllerMetrics Controller::metrics() const {
 }
 
 template <typename T>
-StatusOr<T> Controller::Call(std::function<StatusOr<T>(Batch&)> fn) {
+StatusOr<T> Controller::Call(std::function<StatusOr<T>(Batch&)> fn, bool standalone) {
   auto promise = std::make_shared<std::promise<StatusOr<T>>>();
   auto future = promise->get_future();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return UnavailableError("the server is shutting down");
-    inbox_.push_back([fn = std::move(fn), promise](Batch& batch) {
+    inbox_.push_back([fn = std::move(fn), promise, standalone](Batch& batch) {
       std::shared_ptr<StatusOr<T>> result;
       try {
         result = std::make_shared<StatusOr<T>>(fn(batch));
       } catch (const std::exception& e) {
         result = std::make_shared<StatusOr<T>>(InternalError(std::string("controller: ") + e.what()));
       }
+      batch.standalone.push_back(standalone);
       batch.done.push_back([promise, result](const Status& committed) {
         if (!committed.ok()) promise->set_value(committed);
         else promise->set_value(std::move(*result));
@@ -257,7 +258,7 @@ void Controller::ActorLoop() {
         }
       }
     }
-    Batch batch{&state_, {}, {}};
+    Batch batch{&state_, {}, {}, {}};
     const uint64_t next_job_id = next_job_id_;  // restored with the state if the batch cannot be journaled
     for (auto& message : work) {
       try {
@@ -288,7 +289,9 @@ void Controller::ActorLoop() {
                                                                                         : StatusCode::kUnavailable;
         const Status refused(code, "the change was not made: the store cannot write (" +
                                        std::string(seq.status().message()) + ")");
-        for (auto& done : batch.done) done(refused);
+        // A message that journals nothing and reads no state (tokens) keeps
+        // its own result; everyone else in the batch is refused.
+        for (size_t i = 0; i < batch.done.size(); ++i) batch.done[i](batch.standalone[i] ? Status::Ok() : refused);
         continue;
       }
       if (store_failures_.exchange(0) > 0) {
@@ -317,7 +320,7 @@ void Controller::ActorLoop() {
     std::lock_guard<std::mutex> lock(mu_);
     rest.swap(inbox_);
   }
-  Batch batch{&state_, {}, {}};
+  Batch batch{&state_, {}, {}, {}};
   for (auto& message : rest) message(batch);
   for (auto& done : batch.done) done(UnavailableError("the server is shutting down"));
 }
@@ -603,7 +606,8 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     }
     // Tenant limits, counted against what is pending now (on the actor, so
     // concurrent submissions cannot both slip under a limit).
-    const int64_t user_pending = snap.PendingOfUser(who.user);
+    // (Counting the parts of arrays still being committed, reserved below.)
+    const int64_t user_pending = snap.PendingOfUser(who.user) + array_reserved_user_[who.user];
     if (user_pending + count > limits.max_pending_per_user) {
       return ResourceExhaustedError("user '" + who.user + "' has " + std::to_string(user_pending) +
                                     " pending jobs; " + std::to_string(count) + " more would pass the limit " +
@@ -617,7 +621,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
         limit_name = "queue " + q->name + " max_pending";
       }
     }
-    const int64_t queue_pending = snap.PendingInQueue(spec.queue);
+    const int64_t queue_pending = snap.PendingInQueue(spec.queue) + array_reserved_queue_[spec.queue];
     if (queue_pending + count > queue_limit) {
       return ResourceExhaustedError("queue '" + spec.queue + "' has " + std::to_string(queue_pending) +
                                     " pending jobs; " + std::to_string(count) + " more would pass the limit (" +
@@ -628,20 +632,34 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
       ROTA_RETURN_IF_ERROR(batch.Apply(JobSubmitted{JobId(first.value() + static_cast<uint64_t>(i)), spec, now, who.user}));
     }
     next_job_id_ = first.value() + static_cast<uint64_t>(count);
+    array_reserved_user_[who.user] += count - chunk;
+    array_reserved_queue_[spec.queue] += count - chunk;
     return first;
   });
   if (!first_id.ok()) return first_id.status();
   const uint64_t first = first_id->value();
   for (int64_t done = chunk; done < count; done += kArrayChunk) {
     const int64_t n = std::min(kArrayChunk, count - done);
+    bool moved = false;  // set on the actor: this chunk's n left the reservation
     auto more = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
       for (int64_t i = 0; i < n; ++i) {
         ROTA_RETURN_IF_ERROR(
             batch.Apply(JobSubmitted{JobId(first + static_cast<uint64_t>(done + i)), spec, now, who.user}));
       }
+      array_reserved_user_[who.user] -= n;  // pending now, no longer reserved
+      array_reserved_queue_[spec.queue] -= n;
+      moved = true;
       return true;
     });
     if (!more.ok()) {
+      // The rest of the array will not come (this chunk too: a refused batch
+      // restores the state, not these counts, which live beside it).
+      const int64_t give_back = moved ? count - done - n : count - done;
+      Call<bool>([&](Batch&) -> StatusOr<bool> {
+        array_reserved_user_[who.user] -= give_back;
+        array_reserved_queue_[spec.queue] -= give_back;
+        return true;
+      }).status().IgnoreError();
       // All or nothing: take back the chunks already committed.
       auto undone = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
         for (int64_t i = 0; i < done; ++i) {
@@ -989,7 +1007,7 @@ StatusOr<std::string> Controller::CreateToken(const Principal& who, const std::s
     ROTA_RETURN_IF_ERROR(store_->PutToken(record));
     auth_.Add(record);
     return token;
-  });
+  }, /*standalone=*/true);
 }
 
 StatusOr<std::vector<TokenRecord>> Controller::ListTokens(const Principal& who) const {
@@ -1006,7 +1024,7 @@ Status Controller::RevokeToken(const Principal& who, const std::string& id) {
            ROTA_RETURN_IF_ERROR(store_->PutToken(record));
            auth_.Add(record);
            return true;
-         })
+         }, /*standalone=*/true)
       .status();
 }
 

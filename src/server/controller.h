@@ -238,6 +238,7 @@ class Controller {
     ClusterState* state;
     std::vector<Event> events;
     std::vector<std::function<void(const Status&)>> done;
+    std::vector<bool> standalone;  // per done: its result stands even if the journal write fails
     Status Apply(Event e) {
       Status s = state->Apply(e);
       if (s.ok()) events.push_back(std::move(e));
@@ -245,7 +246,10 @@ class Controller {
     }
   };
   template <typename T>
-  StatusOr<T> Call(std::function<StatusOr<T>(Batch&)> fn);
+  // Runs `fn` on the actor in the next batch; its result once the batch is
+  // durable. `standalone`: `fn` journals nothing and depends on no state the
+  // batch changes (token records), so a failed journal write does not refuse it.
+  StatusOr<T> Call(std::function<StatusOr<T>(Batch&)> fn, bool standalone = false);
   void ActorLoop();
   void SchedulerLoop();
   void SnapshotLoop();
@@ -298,6 +302,10 @@ class Controller {
     TimePoint last = 0;
   };
   std::map<std::string, SubmitBucket> submit_budget_;  // per user: limits.submit_rate
+  // On the actor: jobs of arrays accepted but not yet all committed, per
+  // user and per queue, counted against the pending limits.
+  std::map<std::string, int64_t> array_reserved_user_;
+  std::map<std::string, int64_t> array_reserved_queue_;
   std::map<JobId, sched::PendingReason> reasons_;
   std::map<std::string, NodeLive> live_;
   ControllerMetrics metrics_;

@@ -93,18 +93,20 @@ void HttpResponse::set_header(std::string key, std::string value) {
 }
 
 struct HttpTransport::Impl {
+  // Declared before the io_context, so destroyed after it: sessions still
+  // queued in it release their counts (and use the TLS context) as it goes.
   std::vector<Route> routes;
   HttpHandler error_handler;
   HttpTransportOptions options;
-  asio::io_context ioc{1};
-  std::optional<asio::ssl::context> ssl;
-  std::optional<tcp::acceptor> acceptor;
-  std::optional<asio::thread_pool> workers;
-  std::thread io_thread;
   mutable std::mutex mu;  // guards the connection counts
   std::unordered_map<std::string, size_t> per_address;
   size_t open = 0;
   std::atomic<bool> stopping{false};
+  std::optional<asio::ssl::context> ssl;
+  asio::io_context ioc{1};
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<asio::thread_pool> workers;
+  std::thread io_thread;
 
   // Runs the route for `req` on a worker thread; fills `res`.
   void Dispatch(HttpRequest& req, HttpResponse& res) const {
@@ -403,13 +405,14 @@ StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
 void HttpTransport::Stop() {
   Impl& d = *impl_;
   if (d.stopping.exchange(true) || !d.acceptor) return;
-  asio::post(d.ioc, [&d] {
-    beast::error_code ec;
-    d.acceptor->close(ec);
-  });
   d.ioc.stop();
   if (d.io_thread.joinable()) d.io_thread.join();
-  if (d.workers) d.workers->join();  // handlers running now finish; their writes are dropped
+  beast::error_code ec;
+  d.acceptor->close(ec);  // the loop is stopped: no other thread touches it now
+  if (d.workers) d.workers->join();  // handlers running now finish; their writes are queued, never run
+  d.acceptor.reset();
+  // Sessions still queued in the loop go with it (~Impl), counts and TLS
+  // context still alive.
 }
 
 }  // namespace rota::server

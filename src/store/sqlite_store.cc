@@ -69,12 +69,20 @@ Status CheckWalFile(const std::string& wal_path) {
     WalChecksum(&data[at + 24], page_size, big_endian, sum);
     if (sum[0] == be32(at + 16) && sum[1] == be32(at + 20)) continue;
     // A bad frame. SQLite would stop reading here and silently drop every
-    // transaction after it; a torn tail (nothing committed after) is a crash
-    // before the commit was acknowledged, and is what SQLite recovers from.
+    // transaction after it. The transaction it belongs to may be torn by a
+    // power loss (its frames written, the fsync never done, so never
+    // acknowledged): that one ends at the first commit frame from here. Only
+    // commits after it were acknowledged and would be lost.
     size_t committed_after = 0;
-    for (size_t g = f + 1; g < frames; ++g) {
+    bool own_commit_seen = false;
+    for (size_t g = f; g < frames; ++g) {
       const size_t later = 32 + g * frame_size;
-      if (be32(later + 8) == salt1 && be32(later + 12) == salt2 && be32(later + 4) != 0) ++committed_after;
+      if (be32(later + 8) != salt1 || be32(later + 12) != salt2 || be32(later + 4) == 0) continue;
+      if (!own_commit_seen) {
+        own_commit_seen = true;
+        continue;
+      }
+      ++committed_after;
     }
     if (committed_after == 0) return Status::Ok();
     return DataLossError(wal_path + ": WAL frame " + std::to_string(f + 1) + " of " + std::to_string(frames) +
@@ -277,7 +285,19 @@ StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
     Exec("ROLLBACK;").IgnoreError();
     return s;
   }
-  if (sqlite3_exec(db_, "COMMIT;", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("commit");
+  if (sqlite3_exec(db_, "COMMIT;", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    Status s = fail("commit");
+    // A COMMIT that reports an error may still have reached the log: after
+    // the rollback, what the journal holds says which it was.
+    Stmt max;
+    if (sqlite3_prepare_v2(db_, "SELECT MAX(seq) FROM events", -1, &max.s, nullptr) == SQLITE_OK &&
+        sqlite3_step(max.s) == SQLITE_ROW && sqlite3_column_type(max.s, 0) != SQLITE_NULL &&
+        static_cast<uint64_t>(sqlite3_column_int64(max.s, 0)) == seq) {
+      last_seq_ = seq;
+      return seq;  // committed after all
+    }
+    return s;
+  }
   last_seq_ = seq;
   return seq;
 }
