@@ -420,6 +420,11 @@ int main(int argc, char** argv) {
                       json{{"name", "swarm"}, {"tasks", {{{"gpus", 1}, {"command", {"true"}}}}}}.dump(), "application/json");
   if (!r || r->status != 201) {
     std::printf("RESULT array refused: %s\n", r ? r->body.c_str() : "no answer");
+    sampling = false;
+    sampler.join();
+    s.stop = true;
+    ioc.stop();
+    io.join();
     return 1;
   }
   const auto accepted = Clock::now();
