@@ -467,6 +467,6 @@ int main(int argc, char** argv) {
   s.stop = true;
   ioc.stop();
   io.join();
-  const bool ok = lost_idle == 0 && lost_load == 0 && s.exits >= opt.jobs;
+  const bool ok = lost_idle == 0 && lost_load == 0 && s.exits >= opt.jobs && finished >= opt.jobs;
   return ok ? 0 : 1;
 }
