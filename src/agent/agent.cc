@@ -767,16 +767,9 @@ bool Agent::Heartbeat(int wait_ms) {
         auto procs = cgroups_->Create(t->cgroup, cpu, memory, deny);
         if (procs.ok()) {
           spec.cgroup_procs = *procs;
-        } else if (procs.status().code() == StatusCode::kPermissionDenied) {
-          std::ofstream(spec.log_path, std::ios::app) << "rota: cannot start the task: " << procs.status().message() << "\n";
-          cgroups_->Remove(t->cgroup);
-          t->cgroup.clear();
-          t->exited = true;
-          t->exit_code = 127;
-          tasks_[key] = std::move(t);
-          continue;
-        } else if (cgroups_->isolates_devices()) {
-          // Without its group it would see every GPU: it does not run.
+        } else if (procs.status().code() == StatusCode::kPermissionDenied || cgroups_->isolates_devices()) {
+          // Its other GPUs could not be denied, or without its group it would
+          // see every GPU: it does not run.
           std::ofstream(spec.log_path, std::ios::app) << "rota: cannot start the task: " << procs.status().message() << "\n";
           cgroups_->Remove(t->cgroup);
           t->cgroup.clear();

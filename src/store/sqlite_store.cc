@@ -139,29 +139,13 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
   // drop every later transaction without a word.
   ROTA_RETURN_IF_ERROR(CheckWalFile(path + "-wal"));
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
-      SQLITE_OK) {
-    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+  // WAL, synchronous=FULL, and the pages themselves checked: a damaged
+  // b-tree stops the start with the reason.
+  if (Status opened = OpenSide(path, &db); !opened.ok()) {
     sqlite3_close(db);
-    return UnavailableError(path + ": cannot open: " + msg);
+    return opened;
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(db, path));
-  sqlite3_busy_timeout(db, 5000);
-  ROTA_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL;"));
-  ROTA_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL;"));
-  {
-    // The pages themselves: a damaged b-tree stops the start with the reason.
-    Stmt st;
-    if (sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st.s, nullptr) != SQLITE_OK) {
-      return DataLossError(path + ": integrity check failed: " + sqlite3_errmsg(db));
-    }
-    std::string problems;
-    while (sqlite3_step(st.s) == SQLITE_ROW) {
-      const std::string line = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 0));
-      if (line != "ok") problems += (problems.empty() ? "" : "; ") + line;
-    }
-    if (!problems.empty()) return DataLossError(path + ": integrity check failed: " + problems);
-  }
   ROTA_RETURN_IF_ERROR(store->Exec(
       "CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, body TEXT NOT NULL, crc INTEGER);"
       "CREATE TABLE IF NOT EXISTS snapshots (seq INTEGER PRIMARY KEY, body TEXT NOT NULL, crc INTEGER);"
@@ -242,7 +226,7 @@ Status SqliteStore::OpenSide(const std::string& path, sqlite3** out) {
     sqlite3_close(db);
     return UnavailableError(path + ": cannot open: " + msg);
   }
-  *out = db;
+  *out = db;  // the caller closes it, also on an error below
   sqlite3_busy_timeout(db, 5000);
   char* err = nullptr;
   if (sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", nullptr, nullptr, &err) != SQLITE_OK) {
