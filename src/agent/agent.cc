@@ -365,10 +365,15 @@ void Agent::AdoptTasks() {
     t->adopted = true;
     int code;
     if (t->shim == 0) {
-      // No supervisor recorded: the agent died while launching it; what it
-      // may have started is in its cgroup.
-      if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
-      t->exit_reason = "lost";
+      // No supervisor recorded: the agent died while launching it. What it
+      // may have started is in its cgroup: cleared, the attempt never ran,
+      // and the server's next answer starts it once.
+      if (cgroups_ && !t->cgroup.empty()) {
+        cgroups_->Remove(t->cgroup);
+        ForgetRecord(*t);
+        continue;
+      }
+      t->exit_reason = "lost";  // no cgroup to clear it by: safer reported gone than run twice
       code = 255;
     } else {
       code = PollTask(*t);
