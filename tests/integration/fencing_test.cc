@@ -100,11 +100,16 @@ bool Eventually(const std::function<bool()>& pred, int seconds = 20) {
   return false;
 }
 
-// Task records (*.json) in an agent's state directory.
+// Task records (*.json) in an agent's state directory of tasks that run
+// (a record is written before the launch, and again with the supervisor's pid).
 int Records(const std::string& state_dir) {
   int n = 0;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(state_dir + "/tasks", ec)) n += e.path().extension() == ".json";
+  for (const auto& e : std::filesystem::directory_iterator(state_dir + "/tasks", ec)) {
+    if (e.path().extension() != ".json") continue;
+    const json r = json::parse(ReadAll(e.path().string()), nullptr, false);
+    n += !r.is_discarded() && r.value("shim", 0) != 0;
+  }
   return n;
 }
 
