@@ -391,7 +391,14 @@ void Agent::AdoptTasks() {
     log_shipped_[t->log_path] = 0;  // the server keeps what it has (by offset)
     tasks_[r["key"].get<std::string>()] = std::move(t);
   }
-  // Processes in a group of ours that no record names (an agent killed
+  // Exit files no record names (a supervisor of a launch cut short writes
+  // one after its record was cleared): nothing will read them.
+  std::set<std::string> exit_files;
+  for (const auto& [key, t] : tasks_) exit_files.insert(t->exit_file);
+  for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/tasks", ec)) {
+    if (entry.path().extension() == ".exit" && !exit_files.count(entry.path().string())) unlink(entry.path().c_str());
+  }
+    // Processes in a group of ours that no record names (an agent killed
   // between launch and record): nothing can adopt them, so they stop, and
   // the server's next answer starts the rank once, afresh.
   if (cgroups_) {

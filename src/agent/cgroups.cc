@@ -252,13 +252,4 @@ void Cgroups::Remove(const std::string& name) {
   }
 }
 
-std::vector<std::string> WrapInCgroup(const std::vector<std::string>& procs, const std::vector<std::string>& argv) {
-  std::string script;
-  for (const std::string& p : procs) script += "echo $$ > '" + p + "' && ";
-  script += "exec \"$@\"";
-  std::vector<std::string> out{"/bin/sh", "-c", script, "rota-task"};
-  out.insert(out.end(), argv.begin(), argv.end());
-  return out;
-}
-
 }  // namespace rota::agent

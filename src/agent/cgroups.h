@@ -3,7 +3,8 @@
 // cgroup2 without controllers beside v1, as on this project's machines).
 //
 // A task joins its group before it runs a single instruction of its own: the
-// agent starts it through `sh -c 'echo $$ > .../cgroup.procs; exec "$@"'`.
+// launcher writes it into the groups' cgroup.procs between fork and exec
+// (LaunchSpec::cgroup_procs).
 //
 // Thread-safety: none; one owner (the agent, under its lock).
 #pragma once
@@ -72,7 +73,5 @@ std::vector<std::string> GpuDenyRules(const std::string& dev_dir, const std::vec
 std::vector<std::string> MigCapDenyRules(const std::string& caps_dir, const std::string& proc_caps, int32_t gpu,
                                          int32_t gpu_instance);
 
-// The argv that puts the process into `procs` files, then runs `argv`.
-std::vector<std::string> WrapInCgroup(const std::vector<std::string>& procs, const std::vector<std::string>& argv);
 
 }  // namespace rota::agent

@@ -20,11 +20,27 @@ using testing::Read;
 using testing::Wait;
 
 
-TEST(WrapInCgroup, JoinsBeforeExec) {
-  auto argv = WrapInCgroup({"/x/cgroup.procs"}, {"echo", "a b"});
-  ASSERT_EQ(argv.size(), 6u);
-  EXPECT_EQ(argv[2], "echo $$ > '/x/cgroup.procs' && exec \"$@\"");
-  EXPECT_EQ(argv[5], "a b");
+// The launcher puts the child in its groups before exec: a program exec'd
+// directly (no shell to join first) is inside them from its first instruction.
+TEST(Cgroups, ATaskJoinsItsGroupsBeforeExec) {
+  auto cg = Cgroups::Detect("/sys/fs/cgroup", "rota-test/" + std::to_string(getpid()));
+  if (!cg.ok()) GTEST_SKIP() << cg.status().ToString();
+  auto procs = (*cg)->Create("t0", 0, 0);
+  ASSERT_TRUE(procs.ok()) << procs.status().ToString();
+  char tmpl[] = "/tmp/rota-cg-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ProcessLauncher l;
+  LaunchSpec spec{{"cat", "/proc/self/cgroup"}, {{"PATH", "/usr/bin:/bin"}}, dir + "/out.log", ""};
+  spec.cgroup_procs = *procs;
+  auto pid = l.Start(spec);
+  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
+  EXPECT_EQ(Wait(l, *pid), 0);
+  const std::string out = Read(dir + "/out.log");
+  EXPECT_NE(out.find("rota-test/" + std::to_string(getpid()) + "/t0"), std::string::npos) << out;
+  (*cg)->Remove("t0");
+  (*cg)->Remove("");
+  for (const char* c : {"memory", "cpu", "devices"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  std::filesystem::remove_all(dir);
 }
 
 // Needs a writable cgroup hierarchy (root in this project's machines and CI).
@@ -37,10 +53,12 @@ TEST(Cgroups, LimitsApplyAndOomKillsAreSeen) {
   const std::string dir = mkdtemp(tmpl);
   ProcessLauncher l;
   // Reads its own cgroup membership, then grows past 64 MiB of memory.
-  auto pid = l.Start({WrapInCgroup(*procs, {"sh", "-c", "cat /proc/self/cgroup; x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo survived"}),
-                      {{"PATH", "/usr/bin:/bin"}},
-                      dir + "/out.log",
-                      ""});
+  LaunchSpec spec{{"sh", "-c", "cat /proc/self/cgroup; x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo survived"},
+                  {{"PATH", "/usr/bin:/bin"}},
+                  dir + "/out.log",
+                  ""};
+  spec.cgroup_procs = *procs;
+  auto pid = l.Start(spec);
   ASSERT_TRUE(pid.ok());
   const int code = Wait(l, *pid);
   const std::string out = Read(dir + "/out.log");
@@ -50,8 +68,8 @@ TEST(Cgroups, LimitsApplyAndOomKillsAreSeen) {
   EXPECT_TRUE((*cg)->OomKilled("t1")) << "exit " << code << ": " << out;
   (*cg)->Remove("t1");
   (*cg)->Remove("");
-  rmdir("/sys/fs/cgroup/memory/rota-test");
-  rmdir("/sys/fs/cgroup/cpu/rota-test");
+  for (const char* c : {"memory", "cpu", "devices"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -563,6 +563,10 @@ Status Controller::TakeSubmitBudget(const std::string& user, int64_t jobs) {
   if (b.last == 0) b = {burst, now};
   b.tokens = std::min(burst, b.tokens + static_cast<double>(now - b.last) / kMicrosPerSecond * rate);
   b.last = now;
+  if (jobs < 0) {  // a refund
+    b.tokens = std::min(burst, b.tokens - static_cast<double>(jobs));
+    return Status::Ok();
+  }
   if (b.tokens < static_cast<double>(jobs)) {
     const double wait = (static_cast<double>(jobs) - b.tokens) / rate;
     return ResourceExhaustedError("user '" + user + "' is over the submission rate (limits.submit_rate: " +
@@ -636,7 +640,10 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     array_reserved_queue_[spec.queue] += count - chunk;
     return first;
   });
-  if (!first_id.ok()) return first_id.status();
+  if (!first_id.ok()) {
+    TakeSubmitBudget(who.user, -count).IgnoreError();  // refused: nothing was submitted
+    return first_id.status();
+  }
   const uint64_t first = first_id->value();
   for (int64_t done = chunk; done < count; done += kArrayChunk) {
     const int64_t n = std::min(kArrayChunk, count - done);

@@ -260,7 +260,8 @@ class Controller {
   // Whether the job's restart policy allows one more restart.
   static bool RestartAllowed(const JobRecord& job);
   void Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy);
-  // ResourceExhausted unless `user` may submit `jobs` more now (limits.submit_rate).
+  // ResourceExhausted unless `user` may submit `jobs` more now (limits.submit_rate);
+  // a negative `jobs` gives back what a refused submission took.
   Status TakeSubmitBudget(const std::string& user, int64_t jobs);
   void Publish();
   void BumpNodeVersions(const std::vector<Event>& events);
