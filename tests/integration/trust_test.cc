@@ -551,3 +551,51 @@ TEST_F(Sockets, IdleAndSlowHeaderSocketsDoNotStallTheApiOrLoseNodes) {
 
 }  // namespace
 }  // namespace rota::testing
+
+namespace rota::testing {
+namespace {
+
+// `rota up` started by a user who is not root: the admin token is that
+// user's, tasks run as that user, and it serves without cgroups.
+TEST(NotRoot, RotaUpAsAnOrdinaryUserRunsTasksAsThatUser) {
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs root and setpriv to become nobody";
+  TempDir tmp;
+  chmod(tmp.path().c_str(), 0711);
+  const std::string data = tmp.path() + "/data";
+  std::filesystem::create_directories(data);
+  ASSERT_EQ(chown(data.c_str(), 65534, 65534), 0);
+  const std::string log = tmp.path() + "/up.log";
+  const pid_t up = Spawn({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", RotaBinary(), "up",
+                          "--data-dir", data, "--listen", "127.0.0.1:0", "--gpus", "2xH100:80Gi", "--name", "local"},
+                         log, log, /*append=*/false);
+  ASSERT_GT(up, 0);
+  int port = 0;
+  for (int i = 0; i < 500 && port == 0; ++i) {
+    const std::string text = ReadAll(log);
+    const size_t at = text.rfind("serving http://127.0.0.1:");
+    if (at != std::string::npos) port = std::stoi(text.substr(at + 25));
+    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(port, 0) << ReadAll(log);
+  std::string token = ReadAll(data + "/admin.token");
+  while (!token.empty() && token.back() == '\n') token.pop_back();
+  httplib::Client c("127.0.0.1", port);
+  c.set_bearer_token_auth(token);
+  auto r = c.Post("/v1/jobs", R"J({"name": "me", "tasks": [{"gpus": 1, "command": ["sh", "-c", "echo as $(id -un) $(id -u)"]}]})J",
+                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  std::string logs;
+  for (int i = 0; i < 200 && logs.find("as ") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    logs = c.Get("/v1/jobs/1/logs")->body;
+  }
+  EXPECT_NE(logs.find("as nobody 65534"), std::string::npos) << logs << ReadAll(log);
+  const json job = json::parse(c.Get("/v1/jobs/1")->body);
+  EXPECT_EQ(job["user"], "nobody") << job.dump();
+  kill(up, SIGTERM);
+  waitpid(up, nullptr, 0);
+}
+
+}  // namespace
+}  // namespace rota::testing
