@@ -3,8 +3,11 @@
 // input gets a 4xx with the field and the reason and changes nothing:
 //   400 malformed, 401 no or unknown token, 403 not allowed, 404 unknown,
 //   409 conflicting state, 413 body over the limit, 422 a request this
-//   cluster could never hold, 429 over the rate limit.
-// httplib stays inside http_api.cc.
+//   cluster could never hold, 429 over the rate limit or a tenant limit,
+//   507 while the store cannot write.
+// Served by HttpTransport (event-driven, Boost.Beast; its deadlines and caps
+// are in http_transport.h); request bodies deeper than 64 levels or with more
+// than 50,000 values are refused before any parser sees them.
 #pragma once
 
 #include <memory>
