@@ -60,6 +60,12 @@ Status Controller::Start() {
     }
   }
   Publish();
+  {
+    Snapshot snap = state_.GetSnapshot();
+    std::set<std::string> touched;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, job] : snap.live_jobs()) IndexJob(snap, id, &touched);
+  }
   actor_ = std::thread([this] { ActorLoop(); });
   scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
   snapshot_thread_ = std::thread([this] { SnapshotLoop(); });
@@ -119,33 +125,78 @@ void Controller::Publish() {
   published_ = snap;
 }
 
+void Controller::IndexJob(const Snapshot& snap, JobId id, std::set<std::string>* touched) {
+  auto old = job_nodes_.find(id);
+  if (old != job_nodes_.end()) {
+    for (const std::string& n : old->second) {
+      touched->insert(n);
+      auto it = node_jobs_.find(n);
+      if (it == node_jobs_.end()) continue;
+      it->second.erase(id);
+      if (it->second.empty()) node_jobs_.erase(it);
+    }
+    job_nodes_.erase(old);
+  }
+  const JobRecord* job = snap.FindJob(id);
+  if (job == nullptr || (job->state != JobState::kRunning && job->state != JobState::kPreempting)) return;
+  std::vector<std::string> nodes;
+  for (const ReplicaPlacement& r : job->placement) {
+    const std::string& n = snap.node(r.node).spec.name;
+    if (std::find(nodes.begin(), nodes.end(), n) != nodes.end()) continue;
+    nodes.push_back(n);
+    node_jobs_[n].insert(id);
+    touched->insert(n);
+  }
+  if (!nodes.empty()) job_nodes_[id] = std::move(nodes);
+}
+
+const std::set<JobId>* Controller::JobsOn(const std::string& node) const {
+  auto it = node_jobs_.find(node);
+  return it == node_jobs_.end() ? nullptr : &it->second;
+}
+
 void Controller::BumpNodeVersions(const std::vector<Event>& events) {
   Snapshot snap = state_.GetSnapshot();
-  std::set<std::string> nodes;
+  std::set<JobId> jobs;
   for (const Event& e : events) {
-    JobId id;
-    if (auto* b = std::get_if<JobBound>(&e)) id = b->id;
-    else if (auto* f = std::get_if<JobFinished>(&e)) id = f->id;
-    else if (auto* c = std::get_if<JobCancelled>(&e)) id = c->id;
-    else if (auto* q = std::get_if<JobRequeued>(&e)) id = q->id;
-    else if (auto* pr = std::get_if<JobPreempting>(&e)) id = pr->id;
-    else if (auto* rr = std::get_if<RankRestarted>(&e)) id = rr->id;
-    else if (std::holds_alternative<JobResized>(e)) {
-      // Its removed replicas' nodes are no longer in its placement: wake every node (resizes are rare).
-      for (const NodeState& n : snap.nodes()) nodes.insert(n.spec.name);
-      continue;
-    } else continue;
-    if (const JobRecord* job = snap.FindJob(id)) {
-      for (const ReplicaPlacement& r : job->placement) nodes.insert(snap.node(r.node).spec.name);
-      for (const ReplicaPlacement& r : job->last_placement) nodes.insert(snap.node(r.node).spec.name);
-    }
+    std::visit([&](const auto& ev) {
+      if constexpr (requires { ev.id; }) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(ev.id)>, JobId>) jobs.insert(ev.id);
+      }
+    }, e);
   }
-  if (nodes.empty()) return;
+  std::set<std::string> touched;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const std::string& n : nodes) ++node_versions_[n];
+    for (JobId id : jobs) IndexJob(snap, id, &touched);
+    for (const std::string& n : touched) ++node_versions_[n];
   }
+  if (touched.empty()) return;
   node_cv_.notify_all();
+  if (node_listener_) node_listener_(std::vector<std::string>(touched.begin(), touched.end()));
+}
+
+void Controller::SetNodeListener(std::function<void(const std::vector<std::string>&)> listener) {
+  node_listener_ = std::move(listener);
+}
+
+StatusOr<std::vector<TaskAssignment>> Controller::NodeTasks(const std::string& node_name, uint64_t* revision) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Snapshot& snap = *published_;
+  const NodeState* node = snap.FindNode(node_name);
+  if (node == nullptr) return NotFoundError("node '" + node_name + "' is not registered");
+  if (revision != nullptr) *revision = snap.revision();
+  std::vector<TaskAssignment> tasks;
+  if (const std::set<JobId>* ids = JobsOn(node_name)) {
+    for (JobId id : *ids) {
+      const JobRecord* job = snap.FindJob(id);
+      if (job == nullptr || job->state != JobState::kRunning) continue;
+      for (size_t i = 0; i < job->placement.size(); ++i) {
+        if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));
+      }
+    }
+  }
+  return tasks;
 }
 
 uint64_t Controller::NodeVersion(const std::string& node) const {
@@ -838,6 +889,8 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
   if (!who.admin() && !(who.role == Role::kAgent && who.node == report.node)) {
     return Status(StatusCode::kPermissionDenied, "an agent token may only report for its own node ('" + who.node + "')");
   }
+  // Most heartbeats change nothing journaled: answered without the actor.
+  if (std::vector<TaskAssignment> quiet; QuietHeartbeat(report, &quiet, revision)) return quiet;
   return Call<std::vector<TaskAssignment>>([&](Batch& batch) -> StatusOr<std::vector<TaskAssignment>> {
     Snapshot snap = batch.state->GetSnapshot();
     const NodeState* node = snap.FindNode(report.node);
@@ -862,22 +915,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
     // Usage of each running job's GPUs, for right-sizing.
     {
       std::lock_guard<std::mutex> lock(mu_);
-      const TimePoint now = options_.clock->Now();
-      for (const auto& [id, job] : snap.live_jobs()) {
-        if (job->state != JobState::kRunning) continue;
-        for (const ReplicaPlacement& r : job->placement) {
-          // A shared GPU's telemetry is the whole GPU's (several jobs', or
-          // none at all in MIG mode): it says nothing of one job's use.
-          if (r.node != node->id || r.shares_gpu()) continue;
-          for (const GpuTelemetry& g : report.gpus) {
-            if (g.index < 0 || g.index >= 64 || !((r.gpu_mask >> g.index) & 1)) continue;
-            JobUsage& u = usage_[id];
-            u.seen = true;
-            u.peak_memory = std::max(u.peak_memory, g.memory_used);
-            if (g.utilization_pct >= options_.idle_utilization_pct) u.last_busy = now;
-          }
-        }
-      }
+      FoldUsage(snap, *node, report);
     }
     // GPU health: a GPU the agent reports unhealthy takes no work, and the
     // gangs on it restart elsewhere.
@@ -978,17 +1016,79 @@ StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who
         refresh();
       }
     }
+    // (Jobs bound in this same batch are not indexed until it commits; the
+    // commit moves the node's version, so watches and long polls get them.)
     std::vector<TaskAssignment> tasks;
     std::lock_guard<std::mutex> lock(mu_);
     if (revision != nullptr) *revision = snap.revision();
-    for (const auto& [id, job] : snap.live_jobs()) {
-      if (job->state != JobState::kRunning) continue;
-      for (size_t i = 0; i < job->placement.size(); ++i) {
-        if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));
+    if (const std::set<JobId>* ids = JobsOn(report.node)) {
+      for (JobId id : *ids) {
+        const JobRecord* job = snap.FindJob(id);
+        if (job == nullptr || job->state != JobState::kRunning) continue;
+        for (size_t i = 0; i < job->placement.size(); ++i) {
+          if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));
+        }
       }
     }
     return tasks;
   });
+}
+
+void Controller::FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report) {
+  if (report.gpus.empty()) return;
+  const std::set<JobId>* ids = JobsOn(node.spec.name);
+  if (ids == nullptr) return;
+  const TimePoint now = options_.clock->Now();
+  for (JobId id : *ids) {
+    const JobRecord* job = snap.FindJob(id);
+    if (job == nullptr || job->state != JobState::kRunning) continue;
+    for (const ReplicaPlacement& r : job->placement) {
+      // A shared GPU's telemetry is the whole GPU's (several jobs', or
+      // none at all in MIG mode): it says nothing of one job's use.
+      if (r.node != node.id || r.shares_gpu()) continue;
+      for (const GpuTelemetry& g : report.gpus) {
+        if (g.index < 0 || g.index >= 64 || !((r.gpu_mask >> g.index) & 1)) continue;
+        JobUsage& u = usage_[id];
+        u.seen = true;
+        u.peak_memory = std::max(u.peak_memory, g.memory_used);
+        if (g.utilization_pct >= options_.idle_utilization_pct) u.last_busy = now;
+      }
+    }
+  }
+}
+
+bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskAssignment>* tasks, uint64_t* revision) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Snapshot& snap = *published_;
+    const NodeState* node = snap.FindNode(report.node);
+    auto live = live_.find(report.node);
+    if (node == nullptr || node->lost || live == live_.end() || !live->second.registered) return false;
+    for (const GpuTelemetry& g : report.gpus) {
+      if (g.index < 0 || g.index >= node->spec.gpus) continue;
+      if (static_cast<bool>((node->healthy_mask >> g.index) & 1) != g.healthy) return false;
+    }
+    for (const TaskReport& t : report.tasks) {
+      const JobRecord* job = snap.FindJob(t.job);
+      if (job == nullptr) continue;
+      if (t.exited && (job->state == JobState::kRunning || job->state == JobState::kPreempting)) return false;
+      // A checkpoint the actor would journal (the same test as there).
+      if (t.checkpoint_at != 0 && !t.checkpoint_path.empty()) {
+        const TimePoint now = options_.clock->Now();
+        const TimePoint at = std::min(t.checkpoint_at, now);
+        const bool stale = at <= job->last_checkpoint_at ||
+                           (t.checkpoint_at > at && t.checkpoint_path == job->last_checkpoint_path);
+        if (!stale) return false;
+      }
+    }
+    live->second.last_heartbeat = options_.clock->Now();
+    if (!report.gpus.empty()) live->second.gpus = report.gpus;
+    FoldUsage(snap, *node, report);
+  }
+  auto answer = NodeTasks(report.node, revision);
+  if (!answer.ok()) return false;
+  *tasks = std::move(*answer);
+  return true;
 }
 
 StatusOr<std::string> Controller::CreateToken(const Principal& who, const std::string& user, Role role,

@@ -24,7 +24,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "base/clock.h"
@@ -223,6 +225,19 @@ class Controller {
   const Clock& clock() const { return *options_.clock; }
   Duration node_timeout() const { return options_.node_timeout; }
 
+  // How often agents report (node_timeout / 3): announced in every answer
+  // to an agent, so the node timeout and the heartbeat move together.
+  Duration heartbeat_interval() const { return options_.node_timeout / 3; }
+
+  // The tasks `node` should run now, read from the published state through
+  // the per-node job index: O(that node's jobs), no actor round trip (agent
+  // watch streams and heartbeats that change nothing). `revision` gets the
+  // state revision they were read at. NotFound for an unknown node.
+  StatusOr<std::vector<TaskAssignment>> NodeTasks(const std::string& node, uint64_t* revision = nullptr) const;
+  // Called after each commit with the nodes whose tasks changed (on the
+  // actor, outside the controller's lock: it must only queue work).
+  void SetNodeListener(std::function<void(const std::vector<std::string>&)> listener);
+
   // A counter per node that moves whenever the tasks it should run change
   // (a gang bound to it, a job on it ended). Agents long-poll on it.
   uint64_t NodeVersion(const std::string& node) const;
@@ -265,6 +280,17 @@ class Controller {
   Status TakeSubmitBudget(const std::string& user, int64_t jobs);
   void Publish();
   void BumpNodeVersions(const std::vector<Event>& events);
+  // REQUIRES: mu_ held. Re-indexes job `id` under the nodes it holds in
+  // `snap`; adds the nodes it left and joined to `touched`.
+  void IndexJob(const Snapshot& snap, JobId id, std::set<std::string>* touched);
+  // REQUIRES: mu_ held. The running or preempting jobs with a replica on `node`.
+  const std::set<JobId>* JobsOn(const std::string& node) const;
+  // A heartbeat that changes nothing journaled (no exit of a live task, no
+  // newer checkpoint, no health change, node not lost): answered from the
+  // published state. False if it needs the actor.
+  bool QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskAssignment>* tasks, uint64_t* revision);
+  // REQUIRES: mu_ held. Folds the report's GPU telemetry into the usage of the jobs on `node`.
+  void FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report);
   void Trigger();
   TaskAssignment Assignment(const Snapshot& snap, const JobRecord& job, size_t index) const;
 
@@ -311,6 +337,12 @@ class Controller {
   std::map<std::string, NodeLive> live_;
   ControllerMetrics metrics_;
   std::map<std::string, uint64_t> node_versions_;
+  // Per node, the jobs (running or preempting) with a replica there, and
+  // per job the nodes it is indexed under: kept as batches commit, so a
+  // heartbeat or watch reads one node's jobs, not every live job.
+  std::unordered_map<std::string, std::set<JobId>> node_jobs_;
+  std::map<JobId, std::vector<std::string>> job_nodes_;
+  std::function<void(const std::vector<std::string>&)> node_listener_;  // set before Start
   struct JobUsage {
     TimePoint last_busy = 0;
     MemoryMiB peak_memory = 0;
