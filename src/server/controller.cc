@@ -173,10 +173,12 @@ void Controller::BumpNodeVersions(const std::vector<Event>& events) {
   }
   if (touched.empty()) return;
   node_cv_.notify_all();
+  std::lock_guard<std::mutex> lock(listener_mu_);
   if (node_listener_) node_listener_(std::vector<std::string>(touched.begin(), touched.end()));
 }
 
 void Controller::SetNodeListener(std::function<void(const std::vector<std::string>&)> listener) {
+  std::lock_guard<std::mutex> lock(listener_mu_);
   node_listener_ = std::move(listener);
 }
 
@@ -261,6 +263,12 @@ std::vector<std::string> Controller::job_flags(const JobRecord& job) const {
 std::map<std::string, NodeLive> Controller::nodes_live() const {
   std::lock_guard<std::mutex> lock(mu_);
   return live_;
+}
+
+bool Controller::NodeRegistered(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(node);
+  return it != live_.end() && it->second.registered;
 }
 
 ControllerMetrics Controller::metrics() const {
@@ -529,14 +537,7 @@ void Controller::CheckNodes() {
       if (!(live.registered || live.expected) || now - live.last_heartbeat <= options_.node_timeout) continue;
       const NodeState* node = snap.FindNode(name);
       if (node == nullptr) continue;
-      bool holds = false;
-      if (now - live.last_heartbeat > requeue_after) {
-        for (const auto& [id, job] : snap.live_jobs()) {
-          if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
-          for (const ReplicaPlacement& r : job->placement) holds = holds || r.node == node->id;
-          if (holds) break;
-        }
-      }
+      const bool holds = now - live.last_heartbeat > requeue_after && JobsOn(name) != nullptr;
       if (!node->lost || holds) silent.push_back(name);
     }
   }
@@ -558,8 +559,14 @@ void Controller::CheckNodes() {
       const std::string why = "node " + name + " lost (no heartbeat for " +
                               FormatDuration(silence / kMicrosPerSecond * kMicrosPerSecond) +
                               "; its tasks fenced themselves after " + FormatDuration(FenceAfter()) + ")";
-      for (const auto& [id, job] : snap.live_jobs()) {
-        if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
+      std::vector<JobId> held;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (const std::set<JobId>* ids = JobsOn(name)) held.assign(ids->begin(), ids->end());
+      }
+      for (JobId id : held) {
+        const JobRecord* job = snap.FindJob(id);
+        if (job == nullptr || (job->state != JobState::kRunning && job->state != JobState::kPreempting)) continue;
         for (const ReplicaPlacement& r : job->placement) {
           if (r.node == node->id) {
             Requeue(batch, *job, why, /*counts_against_policy=*/false);

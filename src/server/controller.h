@@ -219,6 +219,8 @@ class Controller {
   // Right-sizing flags of a running job ("idle: ...", "over-provisioned: ..."); empty if none.
   std::vector<std::string> job_flags(const JobRecord& job) const;
   std::map<std::string, NodeLive> nodes_live() const;
+  // An agent has registered `node` since this server started.
+  bool NodeRegistered(const std::string& node) const;
   ControllerMetrics metrics() const;
   const ClusterConfig& config() const { return options_.config; }
   const Auth& auth() const { return auth_; }
@@ -235,7 +237,8 @@ class Controller {
   // state revision they were read at. NotFound for an unknown node.
   StatusOr<std::vector<TaskAssignment>> NodeTasks(const std::string& node, uint64_t* revision = nullptr) const;
   // Called after each commit with the nodes whose tasks changed (on the
-  // actor, outside the controller's lock: it must only queue work).
+  // actor, outside the controller's lock: it must only queue work). Null
+  // removes it; once this returns, the old listener is not running.
   void SetNodeListener(std::function<void(const std::vector<std::string>&)> listener);
 
   // A counter per node that moves whenever the tasks it should run change
@@ -342,7 +345,8 @@ class Controller {
   // heartbeat or watch reads one node's jobs, not every live job.
   std::unordered_map<std::string, std::set<JobId>> node_jobs_;
   std::map<JobId, std::vector<std::string>> job_nodes_;
-  std::function<void(const std::vector<std::string>&)> node_listener_;  // set before Start
+  std::mutex listener_mu_;  // guards node_listener_ (held while it runs)
+  std::function<void(const std::vector<std::string>&)> node_listener_;
   struct JobUsage {
     TimePoint last_busy = 0;
     MemoryMiB peak_memory = 0;

@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <charconv>
-#include <set>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "api/json_codec.h"
 #include "api/yaml_codec.h"
@@ -219,13 +221,167 @@ std::string TaskKey(JobId job, uint16_t task, uint32_t replica, int32_t attempt)
          std::to_string(attempt);
 }
 
+// What the server tells an agent, in a heartbeat's answer and in each
+// event of its watch stream: the tasks it should run (read at state
+// `revision`), how long they may run without an answered heartbeat, and how
+// often to report.
+ordered_json AgentAnswer(const Controller& c, const std::vector<TaskAssignment>& tasks, uint64_t revision) {
+  ordered_json out = ordered_json::array();
+  for (const TaskAssignment& a : tasks) {
+    out.push_back({{"job", a.job.value()},       {"job_name", a.job_name},   {"task", a.task},
+                   {"task_name", a.task_name},   {"replica", a.replica},     {"gpus", a.gpus},
+                   {"command", a.command},       {"env", a.env},             {"world_size", a.world_size},
+                   {"rank", a.rank},             {"local_rank", a.local_rank}, {"node_rank", a.node_rank},
+                   {"master_addr", a.master_addr}, {"master_port", a.master_port}, {"hosts", a.hosts},
+                   {"cpu_milli", a.cpu},         {"memory_mib", a.memory},   {"attempt", a.attempt},
+                   {"checkpoint_signal", a.checkpoint_signal},
+                   {"checkpoint_grace_ms", a.checkpoint_grace / 1000}});
+    out.back()["user"] = a.user;
+    if (a.uid >= 0) out.back()["uid"] = a.uid;
+    if (a.gid >= 0) out.back()["gid"] = a.gid;
+    if (a.allow_root) out.back()["allow_root"] = true;
+    if (!a.last_checkpoint.empty()) out.back()["last_checkpoint"] = a.last_checkpoint;
+    if (a.gpu_milli > 0) {
+      out.back()["gpu_milli"] = a.gpu_milli;
+      out.back()["gpu_memory_limit_mib"] = a.gpu_memory_limit;
+    }
+    if (a.mig_start >= 0) {
+      out.back()["mig_profile"] = a.mig_profile;
+      out.back()["mig_start"] = a.mig_start;
+    }
+    if (!a.rootfs.empty()) {
+      out.back()["rootfs"] = a.rootfs;
+      ordered_json mounts = ordered_json::array();
+      for (const MountSpec& m : a.mounts) {
+        mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+      }
+      out.back()["mounts"] = std::move(mounts);
+    }
+  }
+  return {{"tasks", std::move(out)},
+          {"revision", revision},
+          {"fence_after_ms", c.FenceAfter() / 1000},
+          {"heartbeat_interval_ms", c.heartbeat_interval() / 1000}};
+}
+
+// Agents' watch streams: per node, the open streams. After each commit
+// the controller names the nodes whose tasks changed; the hub's thread
+// reads each such node's tasks from the published state (O(that node's
+// jobs)) and pushes one event line to its streams. A stream gets the
+// node's current tasks at once when it opens, so a reconnecting agent
+// resumes from whatever it missed; every kKeepalive an empty line keeps
+// idle streams (and the proxies between) alive and finds dead ones.
+class WatchHub {
+ public:
+  static constexpr auto kKeepalive = std::chrono::seconds(20);
+
+  explicit WatchHub(Controller* c) : c_(c) {}
+  ~WatchHub() { Stop(); }
+
+  void Start() {
+    c_->SetNodeListener([this](const std::vector<std::string>& nodes) { Changed(nodes); });
+    thread_ = std::thread([this] { Loop(); });
+  }
+  // Before the transport stops: no stream is written to after this.
+  void Stop() {
+    c_->SetNodeListener(nullptr);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [node, streams] : watchers_) {
+      for (auto& stream : streams) stream->Close();
+    }
+    watchers_.clear();
+  }
+
+  void Add(const std::string& node, std::shared_ptr<HttpStream> stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return stream->Close();
+    watchers_[node].push_back(std::move(stream));
+    dirty_.insert(node);
+    cv_.notify_one();
+  }
+
+  size_t streams() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& [node, streams] : watchers_) n += streams.size();
+    return n;
+  }
+
+ private:
+  void Changed(const std::vector<std::string>& nodes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const std::string& n : nodes) {
+        if (watchers_.count(n)) dirty_.insert(n);
+      }
+    }
+    cv_.notify_one();
+  }
+
+  void Loop() {
+    auto next_keepalive = std::chrono::steady_clock::now() + kKeepalive;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      cv_.wait_until(lock, next_keepalive, [this] { return stopping_ || !dirty_.empty(); });
+      if (stopping_) break;
+      std::set<std::string> dirty;
+      dirty.swap(dirty_);
+      lock.unlock();
+      for (const std::string& node : dirty) {
+        uint64_t revision = 0;
+        auto tasks = c_->NodeTasks(node, &revision);
+        std::string line = tasks.ok() ? AgentAnswer(*c_, *tasks, revision).dump(-1, ' ', false, json::error_handler_t::replace)
+                                      : ordered_json{{"error", std::string(tasks.status().message())}}.dump();
+        line += '\n';
+        std::lock_guard<std::mutex> relock(mu_);
+        auto it = watchers_.find(node);
+        if (it == watchers_.end()) continue;
+        Send(it, line);
+      }
+      lock.lock();
+      if (std::chrono::steady_clock::now() >= next_keepalive) {
+        for (auto it = watchers_.begin(); it != watchers_.end();) {
+          auto next = std::next(it);
+          Send(it, "\n");
+          it = next;
+        }
+        next_keepalive = std::chrono::steady_clock::now() + kKeepalive;
+      }
+    }
+  }
+
+  // REQUIRES: mu_ held. Sends `line` to a node's streams, dropping closed ones.
+  void Send(std::unordered_map<std::string, std::vector<std::shared_ptr<HttpStream>>>::iterator it,
+            const std::string& line) {
+    auto& streams = it->second;
+    std::erase_if(streams, [&](const std::shared_ptr<HttpStream>& s) { return !s->Send(line); });
+    if (streams.empty()) watchers_.erase(it);
+  }
+
+  Controller* c_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::unordered_map<std::string, std::vector<std::shared_ptr<HttpStream>>> watchers_;
+  std::set<std::string> dirty_;
+  std::thread thread_;
+};
+
 // Requests may wait in a long poll; the pool keeps room for everything else.
 constexpr int kThreads = 96;
 constexpr int kMaxLongPolls = 64;
 
 class HttpServerImpl final : public HttpServer {
  public:
-  HttpServerImpl(Controller* c, HttpOptions o) : c_(c), options_(std::move(o)), limiter_(options_.rate_per_second) {}
+  HttpServerImpl(Controller* c, HttpOptions o)
+      : c_(c), options_(std::move(o)), limiter_(options_.rate_per_second), watches_(c) {}
   ~HttpServerImpl() override { Stop(); }
 
   Status Start() {
@@ -237,6 +393,7 @@ class HttpServerImpl final : public HttpServer {
                                    .tls_key = options_.tls_key,
                                    .max_body_bytes = options_.max_body_bytes,
                                    .workers = kThreads};
+    watches_.Start();
     ROTA_ASSIGN_OR_RETURN(port_, server_->Start(transport));
     sampler_ = std::thread([this] { SampleQueues(); });
     return Status::Ok();
@@ -244,6 +401,7 @@ class HttpServerImpl final : public HttpServer {
 
   int port() const override { return port_; }
   void Stop() override {
+    watches_.Stop();  // first: nothing writes to a stream once the transport stops
     if (server_) server_->Stop();
     {
       std::lock_guard<std::mutex> lock(history_mu_);
@@ -514,39 +672,23 @@ class HttpServerImpl final : public HttpServer {
       } else if (wait_ms > 0 && idle) {
         long_polls_.fetch_sub(1);
       }
-      ordered_json out = ordered_json::array();
-      for (const TaskAssignment& a : *tasks) {
-        out.push_back({{"job", a.job.value()},       {"job_name", a.job_name},   {"task", a.task},
-                       {"task_name", a.task_name},   {"replica", a.replica},     {"gpus", a.gpus},
-                       {"command", a.command},       {"env", a.env},             {"world_size", a.world_size},
-                       {"rank", a.rank},             {"local_rank", a.local_rank}, {"node_rank", a.node_rank},
-                       {"master_addr", a.master_addr}, {"master_port", a.master_port}, {"hosts", a.hosts},
-                       {"cpu_milli", a.cpu},         {"memory_mib", a.memory},   {"attempt", a.attempt},
-                       {"checkpoint_signal", a.checkpoint_signal},
-                       {"checkpoint_grace_ms", a.checkpoint_grace / 1000}});
-        out.back()["user"] = a.user;
-        if (a.uid >= 0) out.back()["uid"] = a.uid;
-        if (a.gid >= 0) out.back()["gid"] = a.gid;
-        if (a.allow_root) out.back()["allow_root"] = true;
-        if (!a.last_checkpoint.empty()) out.back()["last_checkpoint"] = a.last_checkpoint;
-        if (a.gpu_milli > 0) {
-          out.back()["gpu_milli"] = a.gpu_milli;
-          out.back()["gpu_memory_limit_mib"] = a.gpu_memory_limit;
-        }
-        if (a.mig_start >= 0) {
-          out.back()["mig_profile"] = a.mig_profile;
-          out.back()["mig_start"] = a.mig_start;
-        }
-        if (!a.rootfs.empty()) {
-          out.back()["rootfs"] = a.rootfs;
-          ordered_json mounts = ordered_json::array();
-          for (const MountSpec& m : a.mounts) {
-            mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
-          }
-          out.back()["mounts"] = std::move(mounts);
-        }
+      Reply(res, 200, AgentAnswer(*c_, *tasks, revision));
+    }, Access::kAgents));
+
+    // The agent's watch: a stream of its node's tasks, one JSON line per
+    // change (the same object a heartbeat answers), empty lines between.
+    srv.Get("/v1/agents/watch", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
+      const std::string node = req.get_param_value("node");
+      if (node.empty()) return ReplyError(res, InvalidArgumentError("node: required (?node=NAME)"));
+      if (!who.admin() && who.node != node) {
+        return ReplyError(res, Status(StatusCode::kPermissionDenied,
+                                      "an agent token may only watch its own node ('" + who.node + "')"));
       }
-      Reply(res, 200, {{"tasks", out}, {"revision", revision}, {"fence_after_ms", c_->FenceAfter() / 1000}});
+      if (!c_->NodeRegistered(node)) {
+        return ReplyError(res, NotFoundError("node '" + node + "' must register again"));
+      }
+      res.set_header("Content-Type", "application/x-ndjson");
+      res.stream = [this, node](std::shared_ptr<HttpStream> stream) { watches_.Add(node, std::move(stream)); };
     }, Access::kAgents));
 
     srv.Post("/v1/tokens", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
@@ -714,6 +856,7 @@ class HttpServerImpl final : public HttpServer {
   HttpOptions options_;
   RateLimiter limiter_;
   std::atomic<int> long_polls_{0};
+  WatchHub watches_;
   std::unique_ptr<HttpTransport> server_;
   // Queue usage over time for the dashboard: a sample every
   // options_.queue_sample_seconds, the last 24 hours' worth.

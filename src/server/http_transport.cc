@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <regex>
@@ -259,8 +260,120 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     asio::post(*impl_.workers, [self = this->shared_from_this(), req] {
       auto res = std::make_shared<HttpResponse>();
       self->impl_.Dispatch(*req, *res);
-      asio::post(self->Lowest().get_executor(), [self, res] { self->Write(std::move(*res)); });
+      asio::post(self->Lowest().get_executor(), [self, res] {
+        if (res->stream && res->status == 200) return self->StartStream(std::move(*res));
+        self->Write(std::move(*res));
+      });
     });
+  }
+
+  // The handle a stream's owner holds; the session it writes to may be gone.
+  class Handle final : public HttpStream {
+   public:
+    Handle(std::weak_ptr<Session> session, asio::any_io_executor executor)
+        : session_(std::move(session)), executor_(std::move(executor)) {}
+    bool Send(std::string chunk) override {
+      if (!open_) return false;
+      asio::post(executor_, [s = session_, chunk = std::move(chunk)]() mutable {
+        if (auto p = s.lock()) p->Enqueue(std::move(chunk));
+      });
+      return true;
+    }
+    void Close() override {
+      if (!open_.exchange(false)) return;
+      asio::post(executor_, [s = session_] {
+        if (auto p = s.lock()) p->EndStream();
+      });
+    }
+    bool open() const override { return open_; }
+    std::atomic<bool> open_{true};
+
+   private:
+    std::weak_ptr<Session> session_;
+    asio::any_io_executor executor_;
+  };
+
+  // Streams: the header now, chunks as they are queued, the client's side
+  // read only to notice it going away.
+  void StartStream(HttpResponse r) {
+    auto header = std::make_shared<http::response<http::empty_body>>();
+    header->version(11);
+    header->result(http::status::ok);
+    for (auto& [k, v] : r.headers) header->set(k, v);
+    header->set(http::field::cache_control, "no-store");
+    header->keep_alive(false);
+    header->chunked(true);
+    auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*header);
+    handle_ = std::make_shared<Handle>(this->weak_from_this(), Lowest().get_executor());
+    writing_ = true;
+    Lowest().expires_after(std::chrono::milliseconds(impl_.options.write_timeout_ms));
+    http::async_write_header(stream_, *sr, [self = this->shared_from_this(), header, sr, start = std::move(r.stream)](
+                                               beast::error_code ec, std::size_t) {
+      self->writing_ = false;
+      if (ec) return self->Abort();
+      self->WatchPeer();
+      start(self->handle_);
+      self->Flush();
+    });
+  }
+
+  void WatchPeer() {
+    Lowest().expires_never();
+    peer_.resize(512);
+    stream_.async_read_some(asio::buffer(peer_), [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->Abort();  // the client went away (or spoke out of turn: ignored)
+      self->WatchPeer();
+    });
+  }
+
+  static constexpr size_t kMaxQueuedBytes = 1 << 20;
+
+  void Enqueue(std::string chunk) {
+    if (aborted_ || ending_) return;
+    if (queued_bytes_ + chunk.size() > kMaxQueuedBytes) return Abort();  // too far behind
+    queued_bytes_ += chunk.size();
+    queue_.push_back(std::make_shared<std::string>(std::move(chunk)));
+    if (!writing_) Flush();
+  }
+
+  void EndStream() {
+    ending_ = true;
+    if (!writing_) Flush();
+  }
+
+  void Flush() {
+    if (aborted_ || writing_) return;
+    if (queue_.empty()) {
+      if (!ending_) return;
+      writing_ = true;
+      Lowest().expires_after(std::chrono::milliseconds(impl_.options.write_timeout_ms));
+      asio::async_write(stream_, http::make_chunk_last(), [self = this->shared_from_this()](beast::error_code, std::size_t) {
+        self->writing_ = false;
+        self->Abort();
+      });
+      return;
+    }
+    auto data = queue_.front();
+    writing_ = true;
+    Lowest().expires_after(std::chrono::milliseconds(impl_.options.write_timeout_ms));
+    asio::async_write(stream_, http::make_chunk(asio::buffer(*data)),
+                      [self = this->shared_from_this(), data](beast::error_code ec, std::size_t) {
+                        self->writing_ = false;
+                        if (ec) return self->Abort();
+                        self->queued_bytes_ -= data->size();
+                        self->queue_.pop_front();
+                        self->Flush();
+                      });
+  }
+
+  void Abort() {
+    if (aborted_) return;
+    aborted_ = true;
+    if (handle_) handle_->open_ = false;
+    queue_.clear();
+    beast::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Lowest().socket().close(ignored);
   }
 
   void Write(HttpResponse r) {
@@ -323,6 +436,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   bool refused_ = false;
   std::vector<char> drain_;
   size_t drained_ = 0;
+  // Streaming (all on the connection's loop).
+  std::shared_ptr<Handle> handle_;
+  std::deque<std::shared_ptr<std::string>> queue_;
+  size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool ending_ = false;
+  bool aborted_ = false;
+  std::vector<char> peer_;
 };
 
 }  // namespace

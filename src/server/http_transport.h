@@ -5,6 +5,9 @@
 // (a handler may block, e.g. an agent's long poll or a submission waiting
 // for its group commit; the loop never does).
 //
+// A handler may instead answer with a stream (HttpStream): the connection
+// then carries chunks the server pushes, with no worker held.
+//
 // Each connection has deadlines: the request line and headers must arrive
 // within `header_timeout` of the first byte being awaited, the body within
 // `body_timeout`, and an idle keep-alive connection closes after
@@ -49,10 +52,30 @@ struct HttpRequest {
   std::string get_param_value(const std::string& key) const;
 };
 
+// A response that stays open (an agent's watch): chunks go out with chunked
+// transfer encoding as the server pushes them, until either side closes.
+// Thread-safe. Writes are queued on the connection's loop; a client that
+// falls more than 1 MiB behind, or does not take a chunk within the write
+// timeout, is disconnected (it reconnects and resumes). Send and Close
+// must not be called after HttpTransport::Stop.
+class HttpStream {
+ public:
+  virtual ~HttpStream() = default;
+  // Queues one chunk; false once the stream is closed (by either side).
+  virtual bool Send(std::string chunk) = 0;
+  // Ends the stream after what is queued.
+  virtual void Close() = 0;
+  virtual bool open() const = 0;
+};
+
 struct HttpResponse {
   int status = -1;  // unset: 200
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // Set by a handler (with status 200) to answer with a stream: the status
+  // line and headers go out, then `stream` is called once with the handle
+  // (on the loop thread: it must only hand the handle on).
+  std::function<void(std::shared_ptr<HttpStream>)> stream;
 
   void set_content(std::string content, std::string content_type);
   void set_header(std::string key, std::string value);
