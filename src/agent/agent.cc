@@ -44,6 +44,7 @@ struct Agent::Task {
   std::string exit_reason;  // "oom" when the kernel OOM-killed it
   std::string cgroup;       // its group name, "" if none
   std::string checkpoint_file;  // where the task writes its last checkpoint's path
+  int64_t checkpoint_mtime = 0;  // the file's modification time last seen (ns)
   std::string log_path;
   uid_t uid = 0;                // the account it runs as (its checkpoint file must be its own)
   std::string oci_runtime;      // a container: the runtime binary and container id ("" = a process)
@@ -193,12 +194,24 @@ void Agent::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     AdoptTasks();
   }
+  rng_.seed(static_cast<unsigned>(std::hash<std::string>()(options_.node_name) ^ static_cast<size_t>(BootTimeNs())));
   poll_thread_ = std::thread([this] { PollLoop(); });
+  if (options_.watch) watch_thread_ = std::thread([this] { WatchLoop(); });
   reap_thread_ = std::thread([this] { ReapLoop(); });
 }
 
 void Agent::Stop() {
   if (stop_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_ = true;
+  }
+  wake_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    if (watch_client_ != nullptr) watch_client_->stop();
+  }
+  if (watch_thread_.joinable()) watch_thread_.join();
   if (poll_thread_.joinable()) poll_thread_.join();
   if (reap_thread_.joinable()) reap_thread_.join();
   // Tasks keep running under their supervisors: a restarted agent adopts
@@ -537,15 +550,22 @@ bool Agent::Heartbeat(int wait_ms) {
   }
   if (res->status != 200) return false;
   json body = json::parse(res->body, nullptr, false);
-  if (body.is_discarded()) return false;
+  if (body.is_discarded() || !body.is_object()) return false;
   // The server heard us: the tasks may run until one more fence interval.
   if (const int64_t fence = body.value("fence_after_ms", int64_t{0}); fence > 0) fence_after_ms_ = static_cast<int>(fence);
   RenewLease(sent_at);
-
-  // Reconcile: start what is wanted and missing; stop what is not wanted.
   lock.lock();
+  Reconcile(body);
+  return true;
+}
+
+void Agent::Reconcile(const json& body) {
+  if (const int64_t every = body.value("heartbeat_interval_ms", int64_t{0}); every > 0) {
+    server_interval_ms_ = static_cast<int>(std::clamp<int64_t>(every, 10, 600'000));
+  }
+  // Start what is wanted and missing; stop what is not wanted.
   const uint64_t revision = body.value("revision", uint64_t{0});
-  if (revision < applied_revision_) return true;  // answered before one we applied already
+  if (revision < applied_revision_) return;  // read before one we applied already
   applied_revision_ = revision;
   std::map<std::string, json> desired;
   for (const auto& a : body.value("tasks", json::array())) {
@@ -825,19 +845,99 @@ bool Agent::Heartbeat(int wait_ms) {
     }
     tasks_[key] = std::move(t);
   }
-  return true;
+}
+
+int Agent::IntervalMs() const {
+  return options_.heartbeat_ms > 0 ? options_.heartbeat_ms : server_interval_ms_.load();
+}
+
+void Agent::Sleep(int ms) {
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  wake_cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return stop_.load() || wake_; });
+  wake_ = false;
+}
+
+int Agent::Backoff(int failures) {
+  // 100 ms doubling to 5 s, jittered by +-50%, so that a thousand agents
+  // that lost the server together do not come back in step.
+  const int base = std::min(5000, 100 << std::min(failures, 6));
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  return std::uniform_int_distribution<int>(base / 2, base + base / 2)(rng_);
 }
 
 void Agent::PollLoop() {
+  int failures = 0;
   while (!stop_) {
-    if (!registered_) registered_ = Register();
+    if (!registered_) {
+      registered_ = Register();
+      if (!registered_) {
+        Sleep(Backoff(failures++));
+        continue;
+      }
+      failures = 0;
+    }
+    if (options_.watch) {
+      // The watch carries new work; heartbeats are periodic reports (exits
+      // and checkpoints go at once, from the reap thread).
+      if (Heartbeat(0)) {
+        failures = 0;
+        Sleep(IntervalMs());
+      } else {
+        Sleep(std::min(IntervalMs(), Backoff(failures++)));
+      }
+      continue;
+    }
     // A long poll returns when this node's tasks change, or after one interval
-    // (which keeps telemetry flowing); on failure, back off one interval.
-    if (registered_ && Heartbeat(options_.heartbeat_ms)) {
+    // (which keeps telemetry flowing); on failure, back off.
+    if (Heartbeat(IntervalMs())) {
+      failures = 0;
       usleep(10 * 1000);  // a floor between polls, should the server answer at once every time
       continue;
     }
-    for (int slept = 0; slept < options_.heartbeat_ms && !stop_; slept += 20) usleep(20 * 1000);
+    Sleep(std::min(IntervalMs(), Backoff(failures++)));
+  }
+}
+
+void Agent::WatchLoop() {
+  int failures = 0;
+  while (!stop_) {
+    if (!registered_) {
+      Sleep(50);
+      continue;
+    }
+    auto client = MakeClient(options_.server, options_.token);
+    // The server writes at least every 20 s; silence past this is a dead link.
+    client->set_read_timeout(75, 0);
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      if (stop_) break;
+      watch_client_ = client.get();
+    }
+    std::string pending;
+    bool got = false;
+    auto res = client->Get(("/v1/agents/watch?node=" + httplib::detail::encode_query_param(options_.node_name)).c_str(),
+                           httplib::Headers{}, [&](const char* data, size_t size) {
+                             pending.append(data, size);
+                             size_t nl;
+                             while ((nl = pending.find('\n')) != std::string::npos) {
+                               const std::string line = pending.substr(0, nl);
+                               pending.erase(0, nl + 1);
+                               if (line.empty()) continue;  // keepalive
+                               json body = json::parse(line, nullptr, false);
+                               if (body.is_discarded() || !body.is_object() || !body.contains("tasks")) continue;
+                               got = true;
+                               std::lock_guard<std::mutex> lock(mu_);
+                               Reconcile(body);
+                             }
+                             return !stop_.load() && pending.size() < (4u << 20);
+                           });
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      watch_client_ = nullptr;
+    }
+    if (res && res->status == 404) registered_ = false;  // the server restarted or forgot us
+    if (got) failures = 0;
+    if (!stop_) Sleep(Backoff(failures++));
   }
 }
 
@@ -848,6 +948,18 @@ void Agent::ReapLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ended = Reap();
+      // A checkpoint a task just wrote is reported at once too (in watch
+      // mode heartbeats are seconds apart; preemption waits on it).
+      for (auto& [key, t] : tasks_) {
+        if (t->exited || t->checkpoint_file.empty()) continue;
+        struct stat st;
+        if (stat(t->checkpoint_file.c_str(), &st) != 0) continue;
+        const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+        if (mtime != t->checkpoint_mtime) {
+          t->checkpoint_mtime = mtime;
+          ended = true;
+        }
+      }
     }
     // Report exits at once; Heartbeat reaps again and includes them.
     if (ended && registered_) {

@@ -3,9 +3,12 @@
 // the tasks it should run (an idempotent reconcile loop): it starts what is
 // missing and stops what is no longer wanted.
 //
-// Two threads: one long-polls the server for its tasks (so new work starts
-// as soon as it is bound), one reaps exited processes every 20 ms and reports
-// them at once.
+// Three threads: one watches the server (a long-lived stream of this node's
+// tasks, pushed as they change, resumed after any break with jittered
+// backoff), one sends periodic heartbeats (the interval the server
+// announces: its node timeout / 3), one reaps exited processes every 20 ms
+// and reports them (and new checkpoints) at once. With `watch` off, the
+// heartbeat long-polls for new work instead (the older transport).
 //
 // A task's process sees exactly its GPUs (CUDA_VISIBLE_DEVICES,
 // NVIDIA_VISIBLE_DEVICES), ROTA_JOB_ID, ROTA_TASK, and the distributed
@@ -24,7 +27,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <nlohmann/json_fwd.hpp>
+#include <random>
 #include <deque>
 #include <map>
 #include <set>
@@ -37,6 +42,10 @@
 #include "agent/inventory.h"
 #include "agent/launcher.h"
 
+namespace httplib {
+class Client;
+}
+
 namespace rota::agent {
 
 struct AgentOptions {
@@ -46,7 +55,11 @@ struct AgentOptions {
   std::string address;    // how other nodes reach this one (MASTER_ADDR); default: the node name
   Inventory inventory;
   std::string logs_dir;
-  int heartbeat_ms = 1000;
+  // How often to report; 0 = what the server announces (its node timeout / 3).
+  int heartbeat_ms = 0;
+  // Watch the server for new work (one long-lived stream, heartbeats only
+  // report); false = the older long poll on the heartbeat.
+  bool watch = true;
   int stop_grace_ms = 10000;  // SIGTERM, then SIGKILL after this
   Labels labels;
   // A file listing GPUs to report unhealthy, one "INDEX REASON" a line (for
@@ -87,7 +100,16 @@ class Agent {
  private:
   struct Task;
   void PollLoop();
+  void WatchLoop();
   void ReapLoop();
+  // REQUIRES: mu_ held. Applies the server's answer (a heartbeat's or a
+  // watch event): starts wanted tasks that are missing, stops unwanted ones.
+  void Reconcile(const nlohmann::json& body);
+  int IntervalMs() const;
+  // Sleeps up to `ms`, or until Stop.
+  void Sleep(int ms);
+  // The wait before retry number `failures` (jittered exponential).
+  int Backoff(int failures);
   bool Register();
   // REQUIRES: mu_ not held. wait_ms > 0 asks the server to hold the answer until something changes.
   bool Heartbeat(int wait_ms);
@@ -129,7 +151,15 @@ class Agent {
   std::atomic<int> fence_after_ms_{30000};
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
+  std::atomic<int> server_interval_ms_{10000};
+  std::mutex wake_mu_;  // guards wake_, rng_
+  std::condition_variable wake_cv_;
+  bool wake_ = false;
+  std::minstd_rand rng_;
+  std::mutex watch_mu_;  // guards watch_client_
+  httplib::Client* watch_client_ = nullptr;  // the open watch, for Stop to interrupt
   std::thread poll_thread_;
+  std::thread watch_thread_;
   std::thread reap_thread_;
 };
 
