@@ -1,21 +1,37 @@
 // agent_swarm: N emulated nodes in one process that speak the real agent
 // protocol over real sockets (like Kubernetes' kubemark or KWOK): each
-// registers with its own agent token, long-polls /v1/agents/heartbeat with
-// telemetry for its GPUs, "runs" the tasks it is given for --run-ms and
-// reports their exits at once. Meanwhile it submits a job array of 1-GPU
-// jobs, samples /healthz, and reads the server's CPU and RSS from /proc.
+// registers with its own agent token and, with --transport watch (what
+// `rota agent` does), holds a watch stream (/v1/agents/watch) and sends a
+// heartbeat with telemetry for its GPUs every --heartbeat-ms; with
+// --transport poll it long-polls /v1/agents/heartbeat instead (the older
+// transport). It "runs" the tasks it is given for --run-ms and reports
+// their exits at once. Meanwhile it submits a job array of 1-GPU jobs,
+// samples /healthz, and reads the server's CPU and RSS from /proc.
+//
+// With --restart-cmd, it then starts a 2-node gang that runs until the end,
+// runs the command (which must kill -9 the server and start it again on the
+// same port and data, printing the new server's PID as its last line), and
+// measures how long until every node is registered and watching again,
+// then whether any node was declared lost or the gang restarted after one
+// --grace-s (the node timeout, plus a margin).
+//
+// Nodes connect from 127.0.1.1..127.0.1.50 (loopback), so that 25,000
+// connections fit the ephemeral ports and the server's per-address cap.
 //
 // usage: agent_swarm --server URL --token ADMIN_TOKEN --server-pid PID
-//                    [--nodes 1250] [--gpus 8] [--heartbeat-ms 1000]
+//                    [--nodes 1250] [--gpus 8] [--transport watch|poll] [--heartbeat-ms 10000]
 //                    [--jobs 2000] [--run-ms 1000] [--idle-s 10] [--timeout-s 300]
-// Prints RESULT lines; exits 1 if a node was declared lost or the array did
-// not finish (so a test can run it small).
+//                    [--restart-cmd CMD] [--grace-s 35]
+// Prints RESULT lines; exits 1 if a node was declared lost, the array did
+// not finish, or (with --restart-cmd) a node was not back or the gang
+// restarted (so a test can run it small).
 #include <utility>  // before Boost 1.74's asio, which needs std::exchange under C++20
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,8 +41,11 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -49,7 +68,10 @@ struct Options {
   int server_pid = 0;
   int nodes = 1250;
   int gpus = 8;
-  int heartbeat_ms = 1000;
+  int heartbeat_ms = 10000;
+  bool watch = true;
+  std::string restart_cmd;
+  int grace_s = 35;
   int jobs = 2000;
   int run_ms = 1000;
   int idle_s = 10;
@@ -94,6 +116,9 @@ struct Shared {
   std::atomic<int64_t> started{0};
   std::atomic<int64_t> errors{0};
   std::atomic<int> registered{0};
+  std::atomic<int> watching{0};       // nodes whose watch stream is open
+  std::atomic<int> reregistered{0};   // registrations since the restart
+  std::atomic<bool> restarted{false};
   std::atomic<bool> stop{false};
   Clock::time_point array_at{};
   std::atomic<bool> array_submitted{false};
@@ -104,7 +129,9 @@ class Node : public std::enable_shared_from_this<Node> {
  public:
   Node(Shared& s, int index, std::string token)
       : s_(s), name_("swarm-" + std::to_string(index)), token_(std::move(token)), poll_(s.ioc), report_(s.ioc),
-        timer_(s.ioc) {}
+        timer_(s.ioc), watch_(s.ioc),
+        source_(asio::ip::make_address_v4("127.0.1." + std::to_string(1 + index % 50))),
+        rng_(static_cast<unsigned>(index)) {}
 
   void Start() { Register(); }
 
@@ -149,12 +176,25 @@ class Node : public std::enable_shared_from_this<Node> {
       });
     };
     if (c.open) return send();
+    if (!Open(c.stream)) return Failed(c, done);
     c.stream.expires_after(std::chrono::seconds(10));
     c.stream.async_connect(s_.server, [this, self, &c, send, done](beast::error_code ec) {
       if (ec) return Failed(c, done);
       c.open = true;
       send();
     });
+  }
+
+  // Opens the socket from this node's loopback source address.
+  bool Open(beast::tcp_stream& stream) {
+    beast::error_code ec;
+    stream.socket().close(ec);
+    stream.socket().open(tcp::v4(), ec);
+    if (ec) return false;
+    const int one = 1;
+    setsockopt(stream.socket().native_handle(), IPPROTO_IP, 24 /* IP_BIND_ADDRESS_NO_PORT */, &one, sizeof(one));
+    stream.socket().bind(tcp::endpoint(source_, 0), ec);
+    return !ec;
   }
   void Failed(Conn& c, const std::function<void(int, const std::string&)>& done) {
     beast::error_code ignored;
@@ -172,15 +212,106 @@ class Node : public std::enable_shared_from_this<Node> {
   }
 
   void Register() {
+    if (registering_) return;
+    registering_ = true;
     json node{{"name", name_},          {"gpu_model", "H100"}, {"gpus", s_.opt.gpus}, {"gpu_memory", "80Gi"},
               {"nvlink_islands", 1},    {"cpu", "128"},       {"memory", "1Ti"},
               {"labels", {{"hostname", name_}, {"gpu_model", "H100"}}}};
     Post(poll_, "/v1/agents/register", json{{"node", node}, {"simulated", true}, {"address", "127.0.0.1"}}.dump(), 10000,
          [this, self = shared_from_this()](int status, const std::string&) {
-           if (status != 200) return After(1000, [this, self] { Register(); });
-           ++s_.registered;
-           Poll();
+           registering_ = false;
+           if (status != 200) return After(Backoff(failures_++), [this, self] { Register(); });
+           failures_ = 0;
+           if (!ever_registered_) ++s_.registered;
+           ever_registered_ = true;
+           if (s_.restarted) ++s_.reregistered;
+           if (!s_.opt.watch) return Poll();
+           Watch();
+           if (!beating_) {
+             beating_ = true;
+             After(std::uniform_int_distribution<int>(0, s_.opt.heartbeat_ms)(rng_), [this, self] { Beat(); });
+           }
          });
+  }
+
+  // 100 ms doubling to 5 s, jittered +-50% (what `rota agent` does).
+  int Backoff(int failures) {
+    const int base = std::min(5000, 100 << std::min(failures, 6));
+    return std::uniform_int_distribution<int>(base / 2, base + base / 2)(rng_);
+  }
+
+  // The periodic heartbeat (watch transport): a report on the report connection.
+  void Beat() {
+    if (s_.stop) return;
+    ReportNow();
+    After(s_.opt.heartbeat_ms, [this, self = shared_from_this()] { Beat(); });
+  }
+
+  // The watch: one GET whose chunked answer carries a line per change.
+  void Watch() {
+    if (watch_open_ || s_.stop) return;
+    watch_open_ = true;
+    watch_parser_.emplace();
+    watch_parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    watch_buffer_.clear();
+    watch_req_ = {http::verb::get, "/v1/agents/watch?node=" + name_, 11};
+    watch_req_.set(http::field::host, s_.opt.host);
+    watch_req_.set(http::field::authorization, "Bearer " + token_);
+    auto self = shared_from_this();
+    if (!Open(watch_.stream)) return WatchFailed();
+    watch_.stream.expires_after(std::chrono::seconds(10));
+    watch_.stream.async_connect(s_.server, [this, self](beast::error_code ec) {
+      if (ec) return WatchFailed();
+      http::async_write(watch_.stream, watch_req_, [this, self](beast::error_code e, std::size_t) {
+        if (e) return WatchFailed();
+        http::async_read_header(watch_.stream, watch_buffer_, *watch_parser_, [this, self](beast::error_code e2, std::size_t) {
+          if (e2) return WatchFailed();
+          const unsigned status = watch_parser_->get().result_int();
+          if (status == 404) {
+            CloseWatch();
+            return Register();
+          }
+          if (status != 200) return WatchFailed();
+          ++s_.watching;
+          counted_ = true;
+          ReadWatch();
+        });
+      });
+    });
+  }
+
+  void ReadWatch() {
+    watch_.stream.expires_after(std::chrono::seconds(75));  // the server writes every 20 s at least
+    http::async_read_some(watch_.stream, watch_buffer_, *watch_parser_,
+                          [this, self = shared_from_this()](beast::error_code ec, std::size_t) {
+                            std::string& body = watch_parser_->get().body();
+                            size_t nl;
+                            while ((nl = body.find('\n')) != std::string::npos) {
+                              const std::string line = body.substr(0, nl);
+                              body.erase(0, nl + 1);
+                              if (!line.empty()) {
+                                watch_failures_ = 0;
+                                Apply(line);
+                              }
+                            }
+                            if (ec || watch_parser_->is_done()) return WatchFailed();
+                            ReadWatch();
+                          });
+  }
+
+  void CloseWatch() {
+    beast::error_code ignored;
+    watch_.stream.socket().close(ignored);
+    watch_open_ = false;
+    if (counted_) --s_.watching;
+    counted_ = false;
+  }
+
+  void WatchFailed() {
+    CloseWatch();
+    if (s_.stop) return;
+    ++s_.errors;
+    After(Backoff(watch_failures_++), [this, self = shared_from_this()] { Watch(); });
   }
 
   json Report() {
@@ -226,6 +357,10 @@ class Node : public std::enable_shared_from_this<Node> {
              s_.heartbeat_rtt.Add(Ms(Clock::now() - t0));
              Apply(text);
            }
+           if (status == 404) {
+             again_ = false;
+             return Register();  // the server restarted: the watch finds out too
+           }
            if (again_ || status != 200) {
              again_ = false;
              After(status == 200 ? 0 : 200, [this, self] { ReportNow(); });
@@ -262,6 +397,7 @@ class Node : public std::enable_shared_from_this<Node> {
       tasks_[key] = t;
       ++s_.started;
       if (s_.array_submitted) s_.bind_to_agent.Add(Ms(Clock::now() - s_.array_at));
+      if (a.value("job_name", std::string()) == "hold") continue;  // runs until the end (the restart's gang)
       After(s_.opt.run_ms, [this, self = shared_from_this(), key] {
         auto it = tasks_.find(key);
         if (it == tasks_.end() || it->second.exited) return;
@@ -292,6 +428,19 @@ class Node : public std::enable_shared_from_this<Node> {
   std::set<int> busy_;
   uint64_t revision_ = 0;
   bool again_ = false;
+  Conn watch_;
+  asio::ip::address_v4 source_;
+  std::minstd_rand rng_;
+  http::request<http::empty_body> watch_req_;
+  beast::flat_buffer watch_buffer_;
+  std::optional<http::response_parser<http::string_body>> watch_parser_;
+  bool watch_open_ = false;
+  bool counted_ = false;
+  bool registering_ = false;
+  bool ever_registered_ = false;
+  bool beating_ = false;
+  int failures_ = 0;
+  int watch_failures_ = 0;
 };
 
 // utime + stime of `pid` in seconds, and its RSS in MiB.
@@ -340,6 +489,9 @@ int main(int argc, char** argv) {
     else if (a == "--nodes") opt.nodes = std::stoi(v);
     else if (a == "--gpus") opt.gpus = std::stoi(v);
     else if (a == "--heartbeat-ms") opt.heartbeat_ms = std::stoi(v);
+    else if (a == "--transport") opt.watch = v == "watch";
+    else if (a == "--restart-cmd") opt.restart_cmd = v;
+    else if (a == "--grace-s") opt.grace_s = std::stoi(v);
     else if (a == "--jobs") opt.jobs = std::stoi(v);
     else if (a == "--run-ms") opt.run_ms = std::stoi(v);
     else if (a == "--idle-s") opt.idle_s = std::stoi(v);
@@ -462,11 +614,64 @@ int main(int argc, char** argv) {
   std::printf("RESULT bind_to_agent %s\n", s.bind_to_agent.Summary().c_str());
   std::printf("RESULT exit_report_rtt %s\n", s.heartbeat_rtt.Summary().c_str());
   std::printf("RESULT healthz_under_load %s\n", healthz.Summary().c_str());
+  bool restart_ok = true;
+  if (!opt.restart_cmd.empty()) {
+    // A gang across two nodes that runs through the restart.
+    auto g = admin.Post("/v1/jobs",
+                        json{{"name", "hold"},
+                             {"tasks", {{{"name", "rank"}, {"replicas", 2}, {"gpus", opt.gpus}, {"command", {"true"}}}}}}
+                            .dump(),
+                        "application/json");
+    const int64_t gang = g && g->status == 201 ? json::parse(g->body).value("id", int64_t{0}) : 0;
+    auto job_state = [&](int64_t* restarts) {
+      auto j = admin.Get("/v1/jobs/" + std::to_string(gang));
+      if (!j || j->status != 200) return std::string("?");
+      json doc = json::parse(j->body, nullptr, false);
+      if (doc.is_discarded()) return std::string("?");
+      if (restarts != nullptr) *restarts = doc.value("restarts", int64_t{-1});
+      return doc.value("state", std::string("?"));
+    };
+    for (int i = 0; i < 200 && job_state(nullptr) != "running"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string before = job_state(nullptr);
+    healthz.Clear();
+    s.reregistered = 0;
+    s.restarted = true;
+    const auto killed_at = Clock::now();
+    std::string last;
+    if (FILE* p = popen(opt.restart_cmd.c_str(), "r")) {
+      char line[256];
+      while (fgets(line, sizeof(line), p) != nullptr) last = line;
+      pclose(p);
+    }
+    opt.server_pid = std::atoi(last.c_str());
+    const auto restarted_at = Clock::now();
+    while ((s.reregistered < opt.nodes || (opt.watch && s.watching < opt.nodes)) &&
+           Clock::now() - killed_at < std::chrono::seconds(opt.timeout_s)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const double back_in = Ms(Clock::now() - restarted_at) / 1000;
+    const int back = s.reregistered.load(), watching = s.watching.load();
+    auto [cpu3, rss3] = CpuAndRss(opt.server_pid);
+    const auto back_at = Clock::now();
+    const auto settle = killed_at + std::chrono::seconds(opt.grace_s);
+    std::this_thread::sleep_until(settle);
+    auto [cpu4, rss4] = CpuAndRss(opt.server_pid);
+    const int lost_after = LostNodes(admin);
+    int64_t restarts = -1;
+    const std::string after = job_state(&restarts);
+    std::printf("RESULT restart server_pid=%d restart_took=%.2fs all_back_in=%.2fs registered=%d/%d watching=%d "
+                "lost_nodes_after_%ds=%d gang %s->%s restarts=%lld settled_cpu=%.1f%% rss=%.0fMiB healthz %s\n",
+                opt.server_pid, Ms(restarted_at - killed_at) / 1000, back_in, back, opt.nodes, watching, opt.grace_s,
+                lost_after, before.c_str(), after.c_str(), static_cast<long long>(restarts),
+                100.0 * (cpu4 - cpu3) / std::max(0.001, Ms(settle - back_at) / 1000),
+                rss4, healthz.Summary().c_str());
+    restart_ok = back >= opt.nodes && lost_after == 0 && before == "running" && after == "running" && restarts == 0;
+  }
   sampling = false;
   sampler.join();
   s.stop = true;
   ioc.stop();
   io.join();
-  const bool ok = lost_idle == 0 && lost_load == 0 && s.exits >= opt.jobs && finished >= opt.jobs;
+  const bool ok = lost_idle == 0 && lost_load == 0 && s.exits >= opt.jobs && finished >= opt.jobs && restart_ok;
   return ok ? 0 : 1;
 }

@@ -3,30 +3,56 @@
 # temporary directory, a free loopback port) for each node count given.
 #
 # usage: bench/agent_swarm.sh [NODES...]      e.g. bench/agent_swarm.sh 1250 12500
-# env:   JOBS (default 2000), RUN_MS (1000), HEARTBEAT_MS (1000), IDLE_S (10), NODE_TIMEOUT (30s)
+# env:   TRANSPORT (watch, or poll: the older long poll), JOBS (2000), RUN_MS (1000),
+#        HEARTBEAT_MS (the server's interval, NODE_TIMEOUT / 3), IDLE_S (10), NODE_TIMEOUT (30s),
+#        RESTART (1: kill -9 and restart the server under the swarm, then check nothing was lost)
 # Prints the swarm's RESULT lines per node count. Everything it starts it stops by PID.
 set -u
 BUILD=${BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
 ROTA=${ROTA:-$BUILD/src/cli/rota}
 SWARM=${SWARM:-$BUILD/bench/agent_swarm}
+TRANSPORT=${TRANSPORT:-watch}
 JOBS=${JOBS:-2000}
 RUN_MS=${RUN_MS:-1000}
-HEARTBEAT_MS=${HEARTBEAT_MS:-1000}
 IDLE_S=${IDLE_S:-10}
 NODE_TIMEOUT=${NODE_TIMEOUT:-30s}
+NODE_TIMEOUT_S=${NODE_TIMEOUT%s}
+HEARTBEAT_MS=${HEARTBEAT_MS:-$((NODE_TIMEOUT_S * 1000 / 3))}
+RESTART=${RESTART:-0}
+TIMEOUT_S=${TIMEOUT_S:-300}
+ulimit -n 262144 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 status=0
 for NODES in "${@:-1250}"; do
   R=$(mktemp -d /tmp/rota-swarm-XXXXXX)
-  "$ROTA" server --data-dir "$R/data" --listen 127.0.0.1:0 --rate-limit 0 --node-timeout "$NODE_TIMEOUT" \
-    > "$R/server.log" 2>&1 &
-  SERVER=$!
+  start_server() {  # $1: listen address; writes the PID to $R/pid
+    "$ROTA" server --data-dir "$R/data" --listen "$1" --rate-limit 0 --node-timeout "$NODE_TIMEOUT" \
+      >> "$R/server.log" 2>&1 &
+    echo $! > "$R/pid"
+  }
+  start_server 127.0.0.1:0
   for _ in $(seq 100); do grep -q "serving http" "$R/server.log" && break; sleep 0.1; done
   URL=$(grep -o "http://127.0.0.1:[0-9]*" "$R/server.log" | head -1)
-  echo "== $NODES nodes x 8 GPUs, $JOBS jobs of ${RUN_MS} ms, heartbeat ${HEARTBEAT_MS} ms"
-  "$SWARM" --server "$URL" --token "$(cat "$R/data/admin.token")" --server-pid "$SERVER" --nodes "$NODES" \
-    --jobs "$JOBS" --run-ms "$RUN_MS" --heartbeat-ms "$HEARTBEAT_MS" --idle-s "$IDLE_S" || status=1
-  kill -TERM "$SERVER" 2>/dev/null
-  wait "$SERVER" 2>/dev/null
+  # The restart: kill -9, start again on the same port and data, print the new PID.
+  cat > "$R/restart.sh" <<EOS
+#!/usr/bin/env bash
+kill -9 \$(cat "$R/pid"); while kill -0 \$(cat "$R/pid") 2>/dev/null; do sleep 0.01; done
+n=\$(grep -c "serving http" "$R/server.log")
+"$ROTA" server --data-dir "$R/data" --listen "${URL#http://}" --rate-limit 0 --node-timeout "$NODE_TIMEOUT" \
+  >> "$R/server.log" 2>&1 < /dev/null &
+echo \$! > "$R/pid"
+for _ in \$(seq 500); do [ "\$(grep -c "serving http" "$R/server.log")" -gt "\$n" ] && break; sleep 0.02; done
+cat "$R/pid"
+EOS
+  chmod +x "$R/restart.sh"
+  restart=()
+  [ "$RESTART" = 1 ] && restart=(--restart-cmd "$R/restart.sh" --grace-s $((NODE_TIMEOUT_S + 5)))
+  echo "== $NODES nodes x 8 GPUs, transport $TRANSPORT, $JOBS jobs of ${RUN_MS} ms, heartbeat ${HEARTBEAT_MS} ms"
+  "$SWARM" --server "$URL" --token "$(cat "$R/data/admin.token")" --server-pid "$(cat "$R/pid")" --nodes "$NODES" \
+    --transport "$TRANSPORT" --jobs "$JOBS" --run-ms "$RUN_MS" --heartbeat-ms "$HEARTBEAT_MS" --idle-s "$IDLE_S" \
+    --timeout-s "$TIMEOUT_S" "${restart[@]}" || status=1
+  kill -TERM "$(cat "$R/pid")" 2>/dev/null
+  while kill -0 "$(cat "$R/pid")" 2>/dev/null; do sleep 0.1; done
+  [ "$status" = 0 ] || tail -20 "$R/server.log"
   rm -rf "$R"
 done
 exit $status

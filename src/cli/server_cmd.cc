@@ -269,10 +269,15 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::error_code ec;
   {
     // Every agent watch and client is a descriptor: take all the kernel allows.
+    // (Two per node: its watch and its heartbeats. A privileged server
+    // raises the hard limit to 256k itself; otherwise set LimitNOFILE.)
     struct rlimit files {};
-    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-      files.rlim_cur = files.rlim_max;
-      setrlimit(RLIMIT_NOFILE, &files);
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+      struct rlimit wanted{std::max<rlim_t>(files.rlim_cur, 262144), std::max<rlim_t>(files.rlim_max, 262144)};
+      if (setrlimit(RLIMIT_NOFILE, &wanted) != 0 && files.rlim_cur < files.rlim_max) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+      }
     }
   }
   // Files the server makes are its own (the store, tokens, logs); the data
