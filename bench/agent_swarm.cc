@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -72,6 +73,8 @@ struct Options {
   bool watch = true;
   std::string restart_cmd;
   int grace_s = 35;
+  int idle_sockets = 0;  // held open without a request, throughout
+  int slow_sockets = 0;  // held open sending a header byte a second, throughout
   int jobs = 2000;
   int run_ms = 1000;
   int idle_s = 10;
@@ -154,7 +157,9 @@ class Node : public std::enable_shared_from_this<Node> {
     c.req.set(http::field::host, s_.opt.host);
     c.req.set(http::field::authorization, "Bearer " + token_);
     c.req.set(http::field::content_type, "application/json");
-    c.req.keep_alive(true);
+    // In watch mode reports go on a fresh connection each (as `rota agent`
+    // sends them): the watches alone hold one connection per node.
+    c.req.keep_alive(!(s_.opt.watch && &c == &report_));
     c.req.body() = std::move(body);
     c.req.prepare_payload();
     auto self = shared_from_this();
@@ -443,6 +448,61 @@ class Node : public std::enable_shared_from_this<Node> {
   int watch_failures_ = 0;
 };
 
+// A client that holds a connection without finishing a request (what a
+// hostile or broken client does): an idle one sends nothing, a slow one a
+// header byte a second. The server closes each at its header deadline;
+// it reconnects at once, so that the swarm always holds its count of them.
+class Pest : public std::enable_shared_from_this<Pest> {
+ public:
+  Pest(Shared& s, bool slow, std::atomic<int>& held) : s_(s), slow_(slow), held_(held), stream_(s.ioc), timer_(s.ioc) {}
+
+  void Start() {
+    if (s_.stop) return;
+    beast::error_code ec;
+    stream_.socket().close(ec);
+    stream_.socket().open(tcp::v4(), ec);
+    const int one = 1;
+    setsockopt(stream_.socket().native_handle(), IPPROTO_IP, 24 /* IP_BIND_ADDRESS_NO_PORT */, &one, sizeof(one));
+    stream_.socket().bind(tcp::endpoint(asio::ip::make_address_v4("127.0.2.1"), 0), ec);
+    stream_.socket().async_connect(s_.server, [self = shared_from_this()](beast::error_code e) {
+      if (e) return self->Again();
+      ++self->held_;
+      self->connected_ = true;
+      self->stream_.socket().async_read_some(asio::buffer(self->sink_), [self](beast::error_code, std::size_t) {
+        self->Again();  // the server closed it (or answered): take another
+      });
+      if (self->slow_) self->Drip(true);
+    });
+  }
+
+ private:
+  void Drip(bool first) {
+    auto text = std::make_shared<std::string>(first ? "GET /healthz HTTP/1.1\r\nX-Slow: " : "a");
+    asio::async_write(stream_.socket(), asio::buffer(*text), [self = shared_from_this(), text](beast::error_code e, std::size_t) {
+      if (e) return;
+      self->timer_.expires_after(std::chrono::seconds(1));
+      self->timer_.async_wait([self](beast::error_code w) {
+        if (!w && self->connected_) self->Drip(false);
+      });
+    });
+  }
+  void Again() {
+    if (connected_) --held_;
+    connected_ = false;
+    timer_.cancel();
+    timer_.expires_after(std::chrono::milliseconds(50));
+    timer_.async_wait([self = shared_from_this()](beast::error_code) { self->Start(); });
+  }
+
+  Shared& s_;
+  bool slow_;
+  std::atomic<int>& held_;
+  beast::tcp_stream stream_;
+  asio::steady_timer timer_;
+  std::array<char, 512> sink_{};
+  bool connected_ = false;
+};
+
 // utime + stime of `pid` in seconds, and its RSS in MiB.
 std::pair<double, double> CpuAndRss(int pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -492,6 +552,8 @@ int main(int argc, char** argv) {
     else if (a == "--transport") opt.watch = v == "watch";
     else if (a == "--restart-cmd") opt.restart_cmd = v;
     else if (a == "--grace-s") opt.grace_s = std::stoi(v);
+    else if (a == "--idle-sockets") opt.idle_sockets = std::stoi(v);
+    else if (a == "--slow-sockets") opt.slow_sockets = std::stoi(v);
     else if (a == "--jobs") opt.jobs = std::stoi(v);
     else if (a == "--run-ms") opt.run_ms = std::stoi(v);
     else if (a == "--idle-s") opt.idle_s = std::stoi(v);
@@ -542,6 +604,18 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::printf("RESULT nodes=%d registered=%d in %.1fs\n", opt.nodes, s.registered.load(), Ms(Clock::now() - t0) / 1000);
+
+  // Hostile clients, held from here to the end.
+  std::atomic<int> pests_held{0};
+  std::vector<std::shared_ptr<Pest>> pests;
+  for (int i = 0; i < opt.idle_sockets + opt.slow_sockets; ++i) {
+    pests.push_back(std::make_shared<Pest>(s, i >= opt.idle_sockets, pests_held));
+    asio::post(ioc, [p = pests.back()] { p->Start(); });
+  }
+  if (!pests.empty()) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::printf("RESULT pests idle=%d slow=%d held=%d\n", opt.idle_sockets, opt.slow_sockets, pests_held.load());
+  }
 
   // /healthz sampled every 50 ms throughout.
   Samples healthz;
@@ -614,6 +688,7 @@ int main(int argc, char** argv) {
   std::printf("RESULT bind_to_agent %s\n", s.bind_to_agent.Summary().c_str());
   std::printf("RESULT exit_report_rtt %s\n", s.heartbeat_rtt.Summary().c_str());
   std::printf("RESULT healthz_under_load %s\n", healthz.Summary().c_str());
+  if (!pests.empty()) std::printf("RESULT pests held=%d (of %zu)\n", pests_held.load(), pests.size());
   bool restart_ok = true;
   if (!opt.restart_cmd.empty()) {
     // A gang across two nodes that runs through the restart.

@@ -20,7 +20,7 @@ NODE_TIMEOUT_S=${NODE_TIMEOUT%s}
 HEARTBEAT_MS=${HEARTBEAT_MS:-$((NODE_TIMEOUT_S * 1000 / 3))}
 RESTART=${RESTART:-0}
 TIMEOUT_S=${TIMEOUT_S:-300}
-ulimit -n 262144 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+ulimit -n 262144 2>/dev/null || ulimit -n "$(ulimit -Hn)"  # the swarm holds a watch per node
 status=0
 for NODES in "${@:-1250}"; do
   R=$(mktemp -d /tmp/rota-swarm-XXXXXX)

@@ -277,13 +277,14 @@ ControllerMetrics Controller::metrics() const {
 }
 
 template <typename T>
-StatusOr<T> Controller::Call(std::function<StatusOr<T>(Batch&)> fn, bool standalone) {
-  auto promise = std::make_shared<std::promise<StatusOr<T>>>();
-  auto future = promise->get_future();
+void Controller::CallAsync(std::function<StatusOr<T>(Batch&)> fn, std::function<void(StatusOr<T>)> done, bool standalone) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return UnavailableError("the server is shutting down");
-    inbox_.push_back([fn = std::move(fn), promise, standalone](Batch& batch) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) {
+      lock.unlock();
+      return done(UnavailableError("the server is shutting down"));
+    }
+    inbox_.push_back([fn = std::move(fn), done = std::move(done), standalone](Batch& batch) {
       std::shared_ptr<StatusOr<T>> result;
       try {
         result = std::make_shared<StatusOr<T>>(fn(batch));
@@ -291,13 +292,20 @@ StatusOr<T> Controller::Call(std::function<StatusOr<T>(Batch&)> fn, bool standal
         result = std::make_shared<StatusOr<T>>(InternalError(std::string("controller: ") + e.what()));
       }
       batch.standalone.push_back(standalone);
-      batch.done.push_back([promise, result](const Status& committed) {
-        if (!committed.ok()) promise->set_value(committed);
-        else promise->set_value(std::move(*result));
+      batch.done.push_back([done, result](const Status& committed) {
+        if (!committed.ok()) done(committed);
+        else done(std::move(*result));
       });
     });
   }
   cv_.notify_all();
+}
+
+template <typename T>
+StatusOr<T> Controller::Call(std::function<StatusOr<T>(Batch&)> fn, bool standalone) {
+  auto promise = std::make_shared<std::promise<StatusOr<T>>>();
+  auto future = promise->get_future();
+  CallAsync<T>(std::move(fn), [promise](StatusOr<T> r) { promise->set_value(std::move(r)); }, standalone);
   return future.get();
 }
 
@@ -893,152 +901,174 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
 
 StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who, const HeartbeatReport& report,
                                                             uint64_t* revision) {
+  ROTA_RETURN_IF_ERROR(CheckReporter(who, report));
+  // Most heartbeats change nothing journaled: answered without the actor.
+  if (std::vector<TaskAssignment> quiet; QuietHeartbeat(report, &quiet, revision)) return quiet;
+  return Call<std::vector<TaskAssignment>>([&](Batch& batch) { return HeartbeatOnActor(batch, report, revision); });
+}
+
+Status Controller::CheckReporter(const Principal& who, const HeartbeatReport& report) const {
   if (!who.admin() && !(who.role == Role::kAgent && who.node == report.node)) {
     return Status(StatusCode::kPermissionDenied, "an agent token may only report for its own node ('" + who.node + "')");
   }
-  // Most heartbeats change nothing journaled: answered without the actor.
-  if (std::vector<TaskAssignment> quiet; QuietHeartbeat(report, &quiet, revision)) return quiet;
-  return Call<std::vector<TaskAssignment>>([&](Batch& batch) -> StatusOr<std::vector<TaskAssignment>> {
-    Snapshot snap = batch.state->GetSnapshot();
-    const NodeState* node = snap.FindNode(report.node);
-    // After each change: the new state, and the node in it (`node` points
-    // into a snapshot that may be released with the old `snap`).
-    auto refresh = [&] {
-      snap = batch.state->GetSnapshot();
-      node = snap.FindNode(report.node);
-    };
-    if (node == nullptr) return NotFoundError("node '" + report.node + "' is not registered");
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      NodeLive& live = live_[report.node];
-      if (!live.registered) return NotFoundError("node '" + report.node + "' must register again");
-      live.last_heartbeat = options_.clock->Now();
-      if (!report.gpus.empty()) live.gpus = report.gpus;
-    }
-    if (node->lost) {
-      batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
-      refresh();
-    }
-    // Usage of each running job's GPUs, for right-sizing.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      FoldUsage(snap, *node, report);
-    }
-    // GPU health: a GPU the agent reports unhealthy takes no work, and the
-    // gangs on it restart elsewhere.
-    for (const GpuTelemetry& g : report.gpus) {
-      if (g.index < 0 || g.index >= node->spec.gpus) continue;
-      const bool was = (node->healthy_mask >> g.index) & 1;
-      if (was == g.healthy) continue;
-      batch.Apply(GpuHealthChanged{report.node, g.index, g.healthy}).IgnoreError();
-      if (!g.healthy) {
-        for (const auto& [id, job] : snap.live_jobs()) {
-          if (job->state != JobState::kRunning) continue;
-          for (const ReplicaPlacement& r : job->placement) {
-            if (r.node == node->id && ((r.gpu_mask >> g.index) & 1)) {
-              Requeue(batch, *job, "GPU " + std::to_string(g.index) + " on " + report.node + " failed (" +
-                                       g.health_reason + ")", false);
-              break;
-            }
+  return Status::Ok();
+}
+
+void Controller::HeartbeatAsync(const Principal& who, HeartbeatReport report,
+                                std::function<void(StatusOr<std::vector<TaskAssignment>>, uint64_t)> done) {
+  if (Status s = CheckReporter(who, report); !s.ok()) return done(s, 0);
+  uint64_t quiet_revision = 0;
+  if (std::vector<TaskAssignment> quiet; QuietHeartbeat(report, &quiet, &quiet_revision)) {
+    return done(std::move(quiet), quiet_revision);
+  }
+  auto shared = std::make_shared<HeartbeatReport>(std::move(report));
+  auto revision = std::make_shared<uint64_t>(0);
+  CallAsync<std::vector<TaskAssignment>>(
+      [this, shared, revision](Batch& batch) { return HeartbeatOnActor(batch, *shared, revision.get()); },
+      [done = std::move(done), revision](StatusOr<std::vector<TaskAssignment>> tasks) { done(std::move(tasks), *revision); });
+}
+
+StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch, const HeartbeatReport& report,
+                                                                   uint64_t* revision) {
+  Snapshot snap = batch.state->GetSnapshot();
+  const NodeState* node = snap.FindNode(report.node);
+  // After each change: the new state, and the node in it (`node` points
+  // into a snapshot that may be released with the old `snap`).
+  auto refresh = [&] {
+    snap = batch.state->GetSnapshot();
+    node = snap.FindNode(report.node);
+  };
+  if (node == nullptr) return NotFoundError("node '" + report.node + "' is not registered");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    NodeLive& live = live_[report.node];
+    if (!live.registered) return NotFoundError("node '" + report.node + "' must register again");
+    live.last_heartbeat = options_.clock->Now();
+    if (!report.gpus.empty()) live.gpus = report.gpus;
+  }
+  if (node->lost) {
+    batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
+    refresh();
+  }
+  // Usage of each running job's GPUs, for right-sizing.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FoldUsage(snap, *node, report);
+  }
+  // GPU health: a GPU the agent reports unhealthy takes no work, and the
+  // gangs on it restart elsewhere.
+  for (const GpuTelemetry& g : report.gpus) {
+    if (g.index < 0 || g.index >= node->spec.gpus) continue;
+    const bool was = (node->healthy_mask >> g.index) & 1;
+    if (was == g.healthy) continue;
+    batch.Apply(GpuHealthChanged{report.node, g.index, g.healthy}).IgnoreError();
+    if (!g.healthy) {
+      for (const auto& [id, job] : snap.live_jobs()) {
+        if (job->state != JobState::kRunning) continue;
+        for (const ReplicaPlacement& r : job->placement) {
+          if (r.node == node->id && ((r.gpu_mask >> g.index) & 1)) {
+            Requeue(batch, *job, "GPU " + std::to_string(g.index) + " on " + report.node + " failed (" +
+                                     g.health_reason + ")", false);
+            break;
           }
         }
       }
+    }
+    refresh();
+  }
+  // Checkpoints the node's tasks report (newer than the job's last).
+  for (const TaskReport& t : report.tasks) {
+    if (t.checkpoint_at == 0 || t.checkpoint_path.empty()) continue;
+    const JobRecord* job = snap.FindJob(t.job);
+    // A time ahead of ours counts as now, once: the same path again is not new.
+    const TimePoint at = std::min(t.checkpoint_at, options_.clock->Now());
+    if (job == nullptr || at <= job->last_checkpoint_at) continue;
+    if (t.checkpoint_at > at && t.checkpoint_path == job->last_checkpoint_path) continue;
+    if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
+    const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
+      return r.task == t.task && r.replica == t.replica && r.node == node->id;
+    });
+    if (!ours) continue;
+    if (batch.Apply(JobCheckpointed{t.job, at, t.checkpoint_path}).ok()) {
       refresh();
     }
-    // Checkpoints the node's tasks report (newer than the job's last).
-    for (const TaskReport& t : report.tasks) {
-      if (t.checkpoint_at == 0 || t.checkpoint_path.empty()) continue;
-      const JobRecord* job = snap.FindJob(t.job);
-      // A time ahead of ours counts as now, once: the same path again is not new.
-      const TimePoint at = std::min(t.checkpoint_at, options_.clock->Now());
-      if (job == nullptr || at <= job->last_checkpoint_at) continue;
-      if (t.checkpoint_at > at && t.checkpoint_path == job->last_checkpoint_path) continue;
-      if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
+  }
+  // Exits: a job ends when every replica has exited (all zero: succeeded).
+  // A failed replica ends the attempt at once: the gang restarts if its
+  // policy allows, else the job fails.
+  for (const TaskReport& t : report.tasks) {
+    if (!t.exited) continue;
+    const JobRecord* job = snap.FindJob(t.job);
+    if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica)) continue;
+    if (job->state == JobState::kPreempting) {
+      // An evicted gang is requeued once all of its replicas have stopped.
       const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
         return r.task == t.task && r.replica == t.replica && r.node == node->id;
       });
       if (!ours) continue;
-      if (batch.Apply(JobCheckpointed{t.job, at, t.checkpoint_path}).ok()) {
+      auto& stopped = exits_[t.job];
+      stopped[{t.task, t.replica}] = t.exit_code;
+      if (stopped.size() == job->placement.size()) {
+        exits_.erase(t.job);
+        batch.Apply(JobRequeued{t.job, options_.clock->Now(), job->last_requeue_reason}).IgnoreError();
         refresh();
+      }
+      continue;
+    }
+    if (job->state != JobState::kRunning) continue;
+    // Only a replica this node runs, of this attempt, can be reported here.
+    const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
+      return r.task == t.task && r.replica == t.replica && r.node == node->id;
+    });
+    if (!ours) continue;
+    auto& exits = exits_[t.job];
+    exits[{t.task, t.replica}] = t.exit_code;
+    const bool failed = t.exit_code != 0;
+    if (failed && job->spec.elastic() && RestartAllowed(*job)) {
+      // An elastic job restarts only the failed rank; the others keep running.
+      const std::string replica_name = job->spec.tasks[t.task].name + "-" + std::to_string(t.replica);
+      exits.erase({t.task, t.replica});
+      batch.Apply(RankRestarted{t.job, t.task, t.replica, options_.clock->Now(),
+                                t.exit_reason == "oom" ? replica_name + " was OOM-killed; restarted alone"
+                                                       : replica_name + " exited with code " +
+                                                             std::to_string(t.exit_code) + "; restarted alone"})
+          .IgnoreError();
+      refresh();
+      continue;
+    }
+    if (failed) {
+      const TaskGroupSpec& spec = job->spec.tasks[t.task];
+      const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
+      Requeue(batch, *job,
+              t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
+                                     : replica_name + " exited with code " + std::to_string(t.exit_code),
+              true);
+      refresh();
+    } else if (exits.size() == job->placement.size()) {
+      if (job->spec.restart.policy == RestartPolicy::kAlways) {
+        Requeue(batch, *job, "all replicas exited; restart policy always", true);
+      } else {
+        batch.Apply(JobFinished{t.job, JobOutcome::kSucceeded, options_.clock->Now()}).IgnoreError();
+        exits_.erase(t.job);
+      }
+      refresh();
+    }
+  }
+  // (Jobs bound in this same batch are not indexed until it commits; the
+  // commit moves the node's version, so watches and long polls get them.)
+  std::vector<TaskAssignment> tasks;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (revision != nullptr) *revision = snap.revision();
+  if (const std::set<JobId>* ids = JobsOn(report.node)) {
+    for (JobId id : *ids) {
+      const JobRecord* job = snap.FindJob(id);
+      if (job == nullptr || job->state != JobState::kRunning) continue;
+      for (size_t i = 0; i < job->placement.size(); ++i) {
+        if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));
       }
     }
-    // Exits: a job ends when every replica has exited (all zero: succeeded).
-    // A failed replica ends the attempt at once: the gang restarts if its
-    // policy allows, else the job fails.
-    for (const TaskReport& t : report.tasks) {
-      if (!t.exited) continue;
-      const JobRecord* job = snap.FindJob(t.job);
-      if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica)) continue;
-      if (job->state == JobState::kPreempting) {
-        // An evicted gang is requeued once all of its replicas have stopped.
-        const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
-          return r.task == t.task && r.replica == t.replica && r.node == node->id;
-        });
-        if (!ours) continue;
-        auto& stopped = exits_[t.job];
-        stopped[{t.task, t.replica}] = t.exit_code;
-        if (stopped.size() == job->placement.size()) {
-          exits_.erase(t.job);
-          batch.Apply(JobRequeued{t.job, options_.clock->Now(), job->last_requeue_reason}).IgnoreError();
-          refresh();
-        }
-        continue;
-      }
-      if (job->state != JobState::kRunning) continue;
-      // Only a replica this node runs, of this attempt, can be reported here.
-      const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
-        return r.task == t.task && r.replica == t.replica && r.node == node->id;
-      });
-      if (!ours) continue;
-      auto& exits = exits_[t.job];
-      exits[{t.task, t.replica}] = t.exit_code;
-      const bool failed = t.exit_code != 0;
-      if (failed && job->spec.elastic() && RestartAllowed(*job)) {
-        // An elastic job restarts only the failed rank; the others keep running.
-        const std::string replica_name = job->spec.tasks[t.task].name + "-" + std::to_string(t.replica);
-        exits.erase({t.task, t.replica});
-        batch.Apply(RankRestarted{t.job, t.task, t.replica, options_.clock->Now(),
-                                  t.exit_reason == "oom" ? replica_name + " was OOM-killed; restarted alone"
-                                                         : replica_name + " exited with code " +
-                                                               std::to_string(t.exit_code) + "; restarted alone"})
-            .IgnoreError();
-        refresh();
-        continue;
-      }
-      if (failed) {
-        const TaskGroupSpec& spec = job->spec.tasks[t.task];
-        const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
-        Requeue(batch, *job,
-                t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
-                                       : replica_name + " exited with code " + std::to_string(t.exit_code),
-                true);
-        refresh();
-      } else if (exits.size() == job->placement.size()) {
-        if (job->spec.restart.policy == RestartPolicy::kAlways) {
-          Requeue(batch, *job, "all replicas exited; restart policy always", true);
-        } else {
-          batch.Apply(JobFinished{t.job, JobOutcome::kSucceeded, options_.clock->Now()}).IgnoreError();
-          exits_.erase(t.job);
-        }
-        refresh();
-      }
-    }
-    // (Jobs bound in this same batch are not indexed until it commits; the
-    // commit moves the node's version, so watches and long polls get them.)
-    std::vector<TaskAssignment> tasks;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (revision != nullptr) *revision = snap.revision();
-    if (const std::set<JobId>* ids = JobsOn(report.node)) {
-      for (JobId id : *ids) {
-        const JobRecord* job = snap.FindJob(id);
-        if (job == nullptr || job->state != JobState::kRunning) continue;
-        for (size_t i = 0; i < job->placement.size(); ++i) {
-          if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));
-        }
-      }
-    }
-    return tasks;
-  });
+  }
+  return tasks;
 }
 
 void Controller::FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report) {

@@ -195,6 +195,13 @@ class Controller {
   // (a long poll and an exit report may answer out of order).
   StatusOr<std::vector<TaskAssignment>> Heartbeat(const Principal& who, const HeartbeatReport& report,
                                                   uint64_t* revision = nullptr);
+  // The same without blocking the caller: `done(tasks, revision)` runs once
+  // the report is durable (on the actor thread: it must only hand the
+  // answer on), or at once for a report that changes nothing journaled.
+  void HeartbeatAsync(const Principal& who, HeartbeatReport report,
+                      std::function<void(StatusOr<std::vector<TaskAssignment>>, uint64_t)> done);
+  // PermissionDenied unless `who` may report for the report's node.
+  Status CheckReporter(const Principal& who, const HeartbeatReport& report) const;
   // A new token for `user`. A user or admin token names a user record: a
   // name already issued needs `existing` (so a new person cannot be given
   // another's identity by a name that happens to match). `ttl` > 0 expires it.
@@ -268,6 +275,10 @@ class Controller {
   // durable. `standalone`: `fn` journals nothing and depends on no state the
   // batch changes (token records), so a failed journal write does not refuse it.
   StatusOr<T> Call(std::function<StatusOr<T>(Batch&)> fn, bool standalone = false);
+  // Call without waiting: `done` gets the result once the batch is durable (on the actor).
+  template <typename T>
+  void CallAsync(std::function<StatusOr<T>(Batch&)> fn, std::function<void(StatusOr<T>)> done, bool standalone = false);
+  StatusOr<std::vector<TaskAssignment>> HeartbeatOnActor(Batch& batch, const HeartbeatReport& report, uint64_t* revision);
   void ActorLoop();
   void SchedulerLoop();
   void SnapshotLoop();

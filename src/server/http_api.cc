@@ -404,6 +404,12 @@ class HttpServerImpl final : public HttpServer {
     watches_.Stop();  // first: nothing writes to a stream once the transport stops
     if (server_) server_->Stop();
     {
+      // Answers still on their way from the controller (it runs on, and
+      // answers or refuses each): none may outlive the transport.
+      std::unique_lock<std::mutex> lock(async_mu_);
+      async_cv_.wait(lock, [this] { return async_pending_ == 0; });
+    }
+    {
       std::lock_guard<std::mutex> lock(history_mu_);
       stopping_ = true;
     }
@@ -641,6 +647,24 @@ class HttpServerImpl final : public HttpServer {
       const int64_t wait_ms = body.contains("wait_ms") && body["wait_ms"].is_number_integer()
                                   ? std::clamp<int64_t>(body["wait_ms"].get<int64_t>(), 0, 30000)
                                   : 0;
+      if (wait_ms == 0) {
+        // A report (the watch transport's heartbeats, exits, checkpoints):
+        // answered once durable, without holding a worker meanwhile.
+        if (Status s = c_->CheckReporter(who, *report); !s.ok()) return ReplyError(res, s);
+        StoreLogs(*report);
+        res.deferred = [this, who, report = std::move(*report)](std::function<void(HttpResponse)> respond) mutable {
+          AsyncBegin();
+          c_->HeartbeatAsync(who, std::move(report), [this, respond = std::move(respond)](
+                                                         StatusOr<std::vector<TaskAssignment>> tasks, uint64_t revision) {
+            HttpResponse out;
+            if (!tasks.ok()) ReplyError(out, tasks.status());
+            else Reply(out, 200, AgentAnswer(*c_, *tasks, revision));
+            respond(std::move(out));
+            AsyncEnd();
+          });
+        };
+        return;
+      }
       const uint64_t version = c_->NodeVersion(report->node);
       uint64_t revision = 0;
       auto tasks = c_->Heartbeat(who, *report, &revision);
@@ -856,6 +880,18 @@ class HttpServerImpl final : public HttpServer {
   HttpOptions options_;
   RateLimiter limiter_;
   std::atomic<int> long_polls_{0};
+  // Deferred answers not yet handed to the transport.
+  void AsyncBegin() {
+    std::lock_guard<std::mutex> lock(async_mu_);
+    ++async_pending_;
+  }
+  void AsyncEnd() {
+    std::lock_guard<std::mutex> lock(async_mu_);
+    if (--async_pending_ == 0) async_cv_.notify_all();
+  }
+  std::mutex async_mu_;
+  std::condition_variable async_cv_;
+  int64_t async_pending_ = 0;
   WatchHub watches_;
   std::unique_ptr<HttpTransport> server_;
   // Queue usage over time for the dashboard: a sample every

@@ -106,6 +106,7 @@ struct HttpTransport::Impl {
   std::optional<asio::ssl::context> ssl;
   asio::io_context ioc{1};
   std::optional<tcp::acceptor> acceptor;
+  asio::steady_timer accept_retry{ioc};
   std::optional<asio::thread_pool> workers;
   std::thread io_thread;
 
@@ -260,6 +261,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     asio::post(*impl_.workers, [self = this->shared_from_this(), req] {
       auto res = std::make_shared<HttpResponse>();
       self->impl_.Dispatch(*req, *res);
+      if (res->deferred) {
+        auto deferred = std::move(res->deferred);
+        return deferred([self, req](HttpResponse r) {
+          if (r.status == -1) r.status = 200;
+          if (r.status >= 400 && self->impl_.error_handler) self->impl_.error_handler(*req, r);
+          auto answer = std::make_shared<HttpResponse>(std::move(r));
+          asio::post(self->Lowest().get_executor(), [self, answer] { self->Write(std::move(*answer)); });
+        });
+      }
       asio::post(self->Lowest().get_executor(), [self, res] {
         if (res->stream && res->status == 200) return self->StartStream(std::move(*res));
         self->Write(std::move(*res));
@@ -452,7 +462,14 @@ void HttpTransport::Impl::Accept() {
   acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || stopping) return;
-      return Accept();  // e.g. out of descriptors: keep serving the others
+      // Out of descriptors (or memory): the pending connection stays in the
+      // backlog, so retrying at once would spin. Serve the open ones and
+      // try again shortly.
+      accept_retry.expires_after(std::chrono::milliseconds(50));
+      accept_retry.async_wait([this](beast::error_code e) {
+        if (!e && !stopping) Accept();
+      });
+      return;
     }
     beast::error_code addr_ec;
     const auto endpoint = socket.remote_endpoint(addr_ec);

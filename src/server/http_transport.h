@@ -76,6 +76,11 @@ struct HttpResponse {
   // line and headers go out, then `stream` is called once with the handle
   // (on the loop thread: it must only hand the handle on).
   std::function<void(std::shared_ptr<HttpStream>)> stream;
+  // Set by a handler to answer later without holding a worker: called once,
+  // after the handler, with `respond`, which any thread then calls once
+  // with the answer. The owner must see every respond called (or dropped)
+  // before the transport is destroyed.
+  std::function<void(std::function<void(HttpResponse)> respond)> deferred;
 
   void set_content(std::string content, std::string content_type);
   void set_header(std::string key, std::string value);
