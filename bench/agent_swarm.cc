@@ -157,9 +157,9 @@ class Node : public std::enable_shared_from_this<Node> {
     c.req.set(http::field::host, s_.opt.host);
     c.req.set(http::field::authorization, "Bearer " + token_);
     c.req.set(http::field::content_type, "application/json");
-    // In watch mode reports go on a fresh connection each (as `rota agent`
+    // In watch mode requests go on a fresh connection each (as `rota agent`
     // sends them): the watches alone hold one connection per node.
-    c.req.keep_alive(!(s_.opt.watch && &c == &report_));
+    c.req.keep_alive(!s_.opt.watch);
     c.req.body() = std::move(body);
     c.req.prepare_payload();
     auto self = shared_from_this();

@@ -18,8 +18,8 @@ std::string_view JobStateName(JobState state) {
 }
 
 const NodeState* Snapshot::FindNode(const std::string& name) const {
-  auto it = data_->node_by_name.find(name);
-  return it == data_->node_by_name.end() ? nullptr : &data_->nodes[it->second.value()];
+  auto it = data_->node_by_name->find(name);
+  return it == data_->node_by_name->end() ? nullptr : &data_->nodes[it->second.value()];
 }
 
 int16_t Snapshot::ModelIndex(const std::string& model) const {
@@ -105,7 +105,7 @@ Status ClusterState::Apply(const Event& event) {
 
 Status ClusterState::ApplyOne(const NodeAdded& e) {
   ROTA_RETURN_IF_ERROR(ValidateNodeSpec(e.spec));
-  if (data_->node_by_name.count(e.spec.name)) return AlreadyExistsError("node '" + e.spec.name + "' already exists");
+  if (data_->node_by_name->count(e.spec.name)) return AlreadyExistsError("node '" + e.spec.name + "' already exists");
   ROTA_RETURN_IF_ERROR(Topology::ValidateLevels(data_->levels));
   // Check the node's place in the tree before touching anything.
   auto node_it = std::find(data_->levels.begin(), data_->levels.end(), "node");
@@ -145,7 +145,9 @@ Status ClusterState::ApplyOne(const NodeAdded& e) {
       n.mig_layout[gpu] = ParseMigLayout(*n.mig_geometry, layout).value();
     }
   }
-  d.node_by_name.emplace(e.spec.name, n.id);
+  auto names = std::make_shared<std::unordered_map<std::string, NodeId>>(*d.node_by_name);
+  names->emplace(e.spec.name, n.id);
+  d.node_by_name = std::move(names);
   d.nodes.push_back(std::move(n));
   d.topology = nullptr;
   return Status::Ok();
@@ -158,14 +160,14 @@ StatusOr<std::shared_ptr<const JobRecord>> ClusterState::JobOf(JobId id) const {
 }
 
 StatusOr<uint32_t> ClusterState::NodeIndexOf(const std::string& name) const {
-  auto it = data_->node_by_name.find(name);
-  if (it == data_->node_by_name.end()) return NotFoundError("no node named '" + name + "'");
+  auto it = data_->node_by_name->find(name);
+  if (it == data_->node_by_name->end()) return NotFoundError("no node named '" + name + "'");
   return it->second.value();
 }
 
 Status ClusterState::ApplyOne(const NodeDrainChanged& e) {
   ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
-  Mutable().nodes[index].drained = e.drained;
+  Mutable().nodes.Mut(index).drained = e.drained;
   return Status::Ok();
 }
 
@@ -175,7 +177,7 @@ Status ClusterState::ApplyOne(const GpuHealthChanged& e) {
   if (e.gpu < 0 || e.gpu >= n.spec.gpus) {
     return OutOfRangeError("node '" + e.node + "' has no GPU " + std::to_string(e.gpu));
   }
-  NodeState& m = Mutable().nodes[index];
+  NodeState& m = Mutable().nodes.Mut(index);
   if (e.healthy) m.healthy_mask |= 1ULL << e.gpu;
   else m.healthy_mask &= ~(1ULL << e.gpu);
   return Status::Ok();
@@ -325,7 +327,7 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   ROTA_RETURN_IF_ERROR(CheckPlacement(job, e.placement, {}, who));
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : e.placement) {
-    NodeState& n = d.nodes[r.node.value()];
+    NodeState& n = d.nodes.Mut(r.node.value());
     const TaskGroupSpec& task = job.spec.tasks[r.task];
     if (r.mig_start >= 0) {
       n.mig_used[std::countr_zero(r.gpu_mask)] |= static_cast<uint8_t>(1u << r.mig_start);
@@ -357,7 +359,7 @@ Status ClusterState::ApplyOne(const JobBound& e) {
 void ClusterState::Release(const JobRecord& job) {
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : job.placement) {
-    NodeState& n = d.nodes[r.node.value()];
+    NodeState& n = d.nodes.Mut(r.node.value());
     const TaskGroupSpec& task = job.spec.tasks[r.task];
     if (r.mig_start >= 0 && !n.mig_used.empty()) {
       n.mig_used[std::countr_zero(r.gpu_mask)] &= static_cast<uint8_t>(~(1u << r.mig_start));
@@ -454,7 +456,7 @@ Status ClusterState::ApplyOne(const JobResized& e) {
   Release(*old);
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : e.placement) {  // elastic replicas hold whole GPUs (or none)
-    NodeState& n = d.nodes[r.node.value()];
+    NodeState& n = d.nodes.Mut(r.node.value());
     const TaskGroupSpec& task = old->spec.tasks[r.task];
     n.allocated_mask |= r.gpu_mask;
     n.cpu_allocated += task.cpu;
@@ -539,7 +541,7 @@ Status ClusterState::ApplyOne(const NodeMigChanged& e) {
                                      "' changed MIG mode or layout while work holds it");
     }
   }
-  NodeState& m = Mutable().nodes[index];
+  NodeState& m = Mutable().nodes.Mut(index);
   std::vector<uint8_t> used(spec.mig.empty() ? 0 : spec.gpus, 0);
   for (int32_t g = 0; g < static_cast<int32_t>(used.size()) && g < static_cast<int32_t>(m.mig_used.size()); ++g) {
     if ((mig_mask >> g) & 1) used[g] = m.mig_used[g];  // unchanged GPUs keep their instances in use
@@ -563,7 +565,7 @@ Status ClusterState::ApplyOne(const GpuReconfigured& e) {
   }
   StatusOr<MigLayout> layout = ParseMigLayout(*n.mig_geometry, e.layout);
   if (!layout.ok()) return InvalidArgumentError(where + ": " + std::string(layout.status().message()));
-  Mutable().nodes[index].mig_layout[e.gpu] = std::move(layout).value();
+  Mutable().nodes.Mut(index).mig_layout[e.gpu] = std::move(layout).value();
   return Status::Ok();
 }
 
@@ -589,7 +591,7 @@ Status ClusterState::ApplyOne(const JobPreempting& e) {
 
 Status ClusterState::ApplyOne(const NodeLostChanged& e) {
   ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
-  Mutable().nodes[index].lost = e.lost;
+  Mutable().nodes.Mut(index).lost = e.lost;
   return Status::Ok();
 }
 

@@ -15,6 +15,7 @@
 //   Snapshot snap = state.GetSnapshot();
 #pragma once
 
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -112,10 +113,59 @@ struct JobRecord {
   }
 };
 
+// The nodes of a state, each shared between the snapshots that have not
+// changed it: copying a state copies pointers, and a write copies only the
+// node it changes (copy-on-write per node), so a batch that touches a few
+// nodes of 12,500 costs a few node copies, not 12,500. Reads look like a
+// vector of NodeState.
+class NodeTable {
+ public:
+  class const_iterator {
+   public:
+    using iterator_category = std::random_access_iterator_tag;
+    using value_type = NodeState;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const NodeState*;
+    using reference = const NodeState&;
+    const_iterator() = default;
+    explicit const_iterator(std::vector<std::shared_ptr<NodeState>>::const_iterator it) : it_(it) {}
+    reference operator*() const { return **it_; }
+    pointer operator->() const { return it_->get(); }
+    const_iterator& operator++() {
+      ++it_;
+      return *this;
+    }
+    const_iterator operator++(int) { return const_iterator(it_++); }
+    difference_type operator-(const const_iterator& o) const { return it_ - o.it_; }
+    const_iterator operator+(difference_type n) const { return const_iterator(it_ + n); }
+    bool operator==(const const_iterator& o) const { return it_ == o.it_; }
+    bool operator!=(const const_iterator& o) const { return it_ != o.it_; }
+
+   private:
+    std::vector<std::shared_ptr<NodeState>>::const_iterator it_;
+  };
+
+  size_t size() const { return nodes_.size(); }
+  bool empty() const { return nodes_.empty(); }
+  const NodeState& operator[](size_t i) const { return *nodes_[i]; }
+  const_iterator begin() const { return const_iterator(nodes_.begin()); }
+  const_iterator end() const { return const_iterator(nodes_.end()); }
+  void push_back(NodeState n) { nodes_.push_back(std::make_shared<NodeState>(std::move(n))); }
+  // The node to change, copied first if another state shares it. Only the
+  // state's writer calls this (the cluster state's one thread).
+  NodeState& Mut(size_t i) {
+    if (nodes_[i].use_count() > 1) nodes_[i] = std::make_shared<NodeState>(*nodes_[i]);
+    return *nodes_[i];
+  }
+
+ private:
+  std::vector<std::shared_ptr<NodeState>> nodes_;
+};
+
 class Snapshot {
  public:
   uint64_t revision() const { return data_->revision; }
-  const std::vector<NodeState>& nodes() const { return data_->nodes; }
+  const NodeTable& nodes() const { return data_->nodes; }
   const NodeState& node(NodeId id) const { return data_->nodes[id.value()]; }
   const NodeState* FindNode(const std::string& name) const;
   const Topology& topology() const { return *data_->topology; }
@@ -136,8 +186,10 @@ class Snapshot {
   struct Data {
     uint64_t revision = 0;
     std::vector<std::string> levels;
-    std::vector<NodeState> nodes;
-    std::unordered_map<std::string, NodeId> node_by_name;
+    NodeTable nodes;
+    // Shared until a node is added (copy-on-write: most batches add none).
+    std::shared_ptr<const std::unordered_map<std::string, NodeId>> node_by_name =
+        std::make_shared<const std::unordered_map<std::string, NodeId>>();
     std::vector<std::string> gpu_models;
     std::shared_ptr<const Topology> topology;  // null until the next GetSnapshot after a node change
     // Per domain level: domain name -> its parent's name, to refuse a node
