@@ -18,8 +18,11 @@ std::string_view JobStateName(JobState state) {
 }
 
 const NodeState* Snapshot::FindNode(const std::string& name) const {
-  auto it = data_->node_by_name->find(name);
-  return it == data_->node_by_name->end() ? nullptr : &data_->nodes[it->second.value()];
+  std::shared_lock<std::shared_mutex> lock(data_->node_by_name->mu);
+  auto it = data_->node_by_name->ids.find(name);
+  if (it == data_->node_by_name->ids.end() || it->second.value() >= data_->nodes.size()) return nullptr;
+  const NodeState& n = data_->nodes[it->second.value()];
+  return n.spec.name == name ? &n : nullptr;  // (an undone add's id may be another node's now)
 }
 
 int16_t Snapshot::ModelIndex(const std::string& model) const {
@@ -46,15 +49,20 @@ ClusterState::ClusterState(std::vector<std::string> levels) : data_(std::make_sh
   data_->levels = std::move(levels);
 }
 
-Snapshot ClusterState::GetSnapshot() {
-  if (data_->topology == nullptr) {
+const Topology& Snapshot::topology() const {
+  Data::LazyTopology& lazy = *data_->topology;
+  std::call_once(lazy.once, [&] {
     std::vector<NodeSpec> specs;
     specs.reserve(data_->nodes.size());
     for (const auto& n : data_->nodes) specs.push_back(n.spec);
     // Labels were checked node by node in Apply, so the build cannot fail on them.
     StatusOr<Topology> topo = Topology::Build(data_->levels, specs);
-    data_->topology = std::make_shared<const Topology>(topo.ok() ? std::move(topo).value() : Topology());
-  }
+    lazy.built = std::make_unique<const Topology>(topo.ok() ? std::move(topo).value() : Topology());
+  });
+  return *lazy.built;
+}
+
+Snapshot ClusterState::GetSnapshot() {
   return Snapshot(data_);
 }
 
@@ -105,7 +113,7 @@ Status ClusterState::Apply(const Event& event) {
 
 Status ClusterState::ApplyOne(const NodeAdded& e) {
   ROTA_RETURN_IF_ERROR(ValidateNodeSpec(e.spec));
-  if (data_->node_by_name->count(e.spec.name)) return AlreadyExistsError("node '" + e.spec.name + "' already exists");
+  if (Snapshot(data_).FindNode(e.spec.name) != nullptr) return AlreadyExistsError("node '" + e.spec.name + "' already exists");
   ROTA_RETURN_IF_ERROR(Topology::ValidateLevels(data_->levels));
   // Check the node's place in the tree before touching anything.
   auto node_it = std::find(data_->levels.begin(), data_->levels.end(), "node");
@@ -145,11 +153,12 @@ Status ClusterState::ApplyOne(const NodeAdded& e) {
       n.mig_layout[gpu] = ParseMigLayout(*n.mig_geometry, layout).value();
     }
   }
-  auto names = std::make_shared<std::unordered_map<std::string, NodeId>>(*d.node_by_name);
-  names->emplace(e.spec.name, n.id);
-  d.node_by_name = std::move(names);
+  {
+    std::unique_lock<std::shared_mutex> lock(d.node_by_name->mu);
+    d.node_by_name->ids[e.spec.name] = n.id;  // (replaces an undone add's id)
+  }
   d.nodes.push_back(std::move(n));
-  d.topology = nullptr;
+  d.topology = std::make_shared<Snapshot::Data::LazyTopology>();
   return Status::Ok();
 }
 
@@ -160,8 +169,12 @@ StatusOr<std::shared_ptr<const JobRecord>> ClusterState::JobOf(JobId id) const {
 }
 
 StatusOr<uint32_t> ClusterState::NodeIndexOf(const std::string& name) const {
-  auto it = data_->node_by_name->find(name);
-  if (it == data_->node_by_name->end()) return NotFoundError("no node named '" + name + "'");
+  std::shared_lock<std::shared_mutex> lock(data_->node_by_name->mu);
+  auto it = data_->node_by_name->ids.find(name);
+  if (it == data_->node_by_name->ids.end() || it->second.value() >= data_->nodes.size() ||
+      data_->nodes[it->second.value()].spec.name != name) {
+    return NotFoundError("no node named '" + name + "'");
+  }
   return it->second.value();
 }
 

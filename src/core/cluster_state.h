@@ -18,6 +18,8 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -168,7 +170,8 @@ class Snapshot {
   const NodeTable& nodes() const { return data_->nodes; }
   const NodeState& node(NodeId id) const { return data_->nodes[id.value()]; }
   const NodeState* FindNode(const std::string& name) const;
-  const Topology& topology() const { return *data_->topology; }
+  // Built on first use after a node was added (once, whichever thread asks).
+  const Topology& topology() const;
   const std::vector<std::string>& gpu_models() const { return data_->gpu_models; }
   // -1 if no node has this model.
   int16_t ModelIndex(const std::string& model) const;
@@ -187,11 +190,23 @@ class Snapshot {
     uint64_t revision = 0;
     std::vector<std::string> levels;
     NodeTable nodes;
-    // Shared until a node is added (copy-on-write: most batches add none).
-    std::shared_ptr<const std::unordered_map<std::string, NodeId>> node_by_name =
-        std::make_shared<const std::unordered_map<std::string, NodeId>>();
+    // Node names to ids, shared by every state of one lineage and only
+    // ever added to (ids are positions in `nodes`): a state sees a name only
+    // if its id is below its own node count, so a later (or undone) add is
+    // invisible to it, and adding a node costs one insert, not a copy.
+    struct NameIndex {
+      mutable std::shared_mutex mu;
+      std::unordered_map<std::string, NodeId> ids;
+    };
+    std::shared_ptr<NameIndex> node_by_name = std::make_shared<NameIndex>();
     std::vector<std::string> gpu_models;
-    std::shared_ptr<const Topology> topology;  // null until the next GetSnapshot after a node change
+    // The topology of these nodes, built when first read: states that
+    // differ only in allocations share it; adding a node starts a new one.
+    struct LazyTopology {
+      std::once_flag once;
+      std::unique_ptr<const Topology> built;
+    };
+    std::shared_ptr<LazyTopology> topology = std::make_shared<LazyTopology>();
     // Per domain level: domain name -> its parent's name, to refuse a node
     // whose labels would put one rack in two spines.
     std::vector<std::unordered_map<std::string, std::string>> domain_parent;
@@ -212,7 +227,6 @@ class ClusterState {
   explicit ClusterState(std::vector<std::string> levels = {"nvlink", "node", "rack", "spine"});
 
   Status Apply(const Event& event);
-  // Builds the topology first if nodes changed since the last snapshot.
   Snapshot GetSnapshot();
   uint64_t revision() const { return data_->revision; }
   // Puts the state back to `snap` (taken from this state earlier): what a
