@@ -5,7 +5,8 @@
 # usage: bench/agent_swarm.sh [NODES...]      e.g. bench/agent_swarm.sh 1250 12500
 # env:   TRANSPORT (watch, or poll: the older long poll), JOBS (2000), RUN_MS (1000),
 #        HEARTBEAT_MS (the server's interval, NODE_TIMEOUT / 3), IDLE_S (10), NODE_TIMEOUT (30s),
-#        RESTART (1: kill -9 and restart the server under the swarm, then check nothing was lost)
+#        RESTART (1: kill -9 and restart the server under the swarm, then check nothing was lost),
+#        IDLE_SOCKETS, SLOW_SOCKETS (hostile clients held open throughout; default 0)
 # Prints the swarm's RESULT lines per node count. Everything it starts it stops by PID.
 set -u
 BUILD=${BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
@@ -20,6 +21,8 @@ NODE_TIMEOUT_S=${NODE_TIMEOUT%s}
 HEARTBEAT_MS=${HEARTBEAT_MS:-$((NODE_TIMEOUT_S * 1000 / 3))}
 RESTART=${RESTART:-0}
 TIMEOUT_S=${TIMEOUT_S:-300}
+IDLE_SOCKETS=${IDLE_SOCKETS:-0}
+SLOW_SOCKETS=${SLOW_SOCKETS:-0}
 ulimit -n 262144 2>/dev/null || ulimit -n "$(ulimit -Hn)"  # the swarm holds a watch per node
 status=0
 for NODES in "${@:-1250}"; do
@@ -49,7 +52,7 @@ EOS
   echo "== $NODES nodes x 8 GPUs, transport $TRANSPORT, $JOBS jobs of ${RUN_MS} ms, heartbeat ${HEARTBEAT_MS} ms"
   "$SWARM" --server "$URL" --token "$(cat "$R/data/admin.token")" --server-pid "$(cat "$R/pid")" --nodes "$NODES" \
     --transport "$TRANSPORT" --jobs "$JOBS" --run-ms "$RUN_MS" --heartbeat-ms "$HEARTBEAT_MS" --idle-s "$IDLE_S" \
-    --timeout-s "$TIMEOUT_S" "${restart[@]}" || status=1
+    --timeout-s "$TIMEOUT_S" --idle-sockets "$IDLE_SOCKETS" --slow-sockets "$SLOW_SOCKETS" "${restart[@]}" || status=1
   kill -TERM "$(cat "$R/pid")" 2>/dev/null
   while kill -0 "$(cat "$R/pid")" 2>/dev/null; do sleep 0.1; done
   [ "$status" = 0 ] || tail -20 "$R/server.log"
