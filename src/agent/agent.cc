@@ -25,7 +25,7 @@ namespace rota::agent {
 using nlohmann::json;
 
 struct Agent::Task {
-  json assignment;
+  api::TaskAssignment assignment;
   uint64_t job = 0;
   uint16_t task = 0;
   uint32_t replica = 0;
@@ -286,8 +286,8 @@ void Agent::StopTask(Task& t, bool now) {
 }
 
 
-int32_t Agent::MigGpuInstance(const json& a, const std::vector<int32_t>& gpus) const {
-  const int mig_start = a.value("mig_start", -1);
+int32_t Agent::MigGpuInstance(const api::TaskAssignment& a, const std::vector<int32_t>& gpus) const {
+  const int mig_start = a.mig_start;
   if (mig_start < 0 || gpus.empty()) return -1;
   auto g = options_.inventory.mig_devices.find(gpus[0]);
   if (g == options_.inventory.mig_devices.end()) return -1;
@@ -313,7 +313,7 @@ void Agent::RenewLease(int64_t sent_at_ns) {
 
 void Agent::SaveRecord(const std::string& key, Task& t) {
   t.record_file = options_.state_dir + "/tasks/" + FileKey(key) + ".json";
-  const json record{{"key", key},           {"assignment", t.assignment}, {"pid", t.pid},
+  const json record{{"key", key},           {"assignment", api::AssignmentToJson(t.assignment)}, {"pid", t.pid},
                     {"shim", t.shim},       {"shim_start", t.shim_start}, {"exit_file", t.exit_file},
                     {"cgroup", t.cgroup},   {"log_path", t.log_path},     {"checkpoint_file", t.checkpoint_file},
                     {"uid", t.uid},         {"gpu_mask", t.gpu_mask},     {"oci_runtime", t.oci_runtime},
@@ -353,13 +353,22 @@ void Agent::AdoptTasks() {
       unlink(path.c_str());
       continue;
     }
+    auto assignment = api::AssignmentFromJson(r["assignment"], "assignment.");
+    if (!assignment.ok()) {
+      // Unreadable: nothing can be adopted from it; its cgroup (if it had
+      // one) is killed below as unrecorded.
+      std::fprintf(stderr, "rota agent: dropping task record %s: %s\n", path.c_str(),
+                   std::string(assignment.status().message()).c_str());
+      unlink(path.c_str());
+      continue;
+    }
     auto t = std::make_unique<Task>();
-    const json& a = r["assignment"];
-    t->assignment = a;
-    t->job = a.value("job", uint64_t{0});
-    t->task = a.value("task", uint16_t{0});
-    t->replica = a.value("replica", uint32_t{0});
-    t->attempt = a.value("attempt", 0);
+    t->assignment = std::move(assignment).value();
+    const api::TaskAssignment& a = t->assignment;
+    t->job = a.job.value();
+    t->task = a.task;
+    t->replica = a.replica;
+    t->attempt = a.attempt;
     t->pid = r.value("pid", 0);
     t->shim = r.value("shim", 0);
     t->shim_start = r.value("shim_start", uint64_t{0});
@@ -477,7 +486,9 @@ bool Agent::LogShipped(const Task& t) {
 
 bool Agent::Heartbeat(int wait_ms) {
   uint64_t busy = 0;
-  json tasks = json::array();
+  api::HeartbeatReport report;
+  report.node = options_.node_name;
+  report.wait_ms = wait_ms;
   constexpr std::streamsize kLogChunk = 64 * 1024;
   std::streamsize log_budget = 384 * 1024;  // all files: 512 KiB in base64
   std::set<std::string> shipping;        // log files in this report
@@ -486,13 +497,17 @@ bool Agent::Heartbeat(int wait_ms) {
   Reap();
   for (auto& [key, t] : tasks_) {
     if (!t->exited) busy |= t->gpu_mask;
-    tasks.push_back({{"job", t->job}, {"task", t->task}, {"replica", t->replica}, {"attempt", t->attempt},
-                     {"state", t->exited ? "exited" : "running"}, {"exit_code", t->exit_code},
-                     {"exit_reason", t->exit_reason}});
+    api::TaskReport& r = report.tasks.emplace_back();
+    r.job = JobId(t->job);
+    r.task = t->task;
+    r.replica = t->replica;
+    r.attempt = t->attempt;
+    r.exited = t->exited;
+    r.exit_code = t->exit_code;
+    r.exit_reason = t->exit_reason;
     if (options_.ship_logs && !t->log_path.empty() && log_budget > 0 && shipping.insert(t->log_path).second) {
       // The next piece of its log (a replica's log spans its attempts: one
-      // offset per file), base64 so that any bytes survive JSON; a report
-      // stays well under the server's 1 MiB limit.
+      // offset per file); a report stays well under the server's 1 MiB limit.
       auto known = log_shipped_.find(t->log_path);
       const int64_t from = known == log_shipped_.end() ? 0 : known->second;
       std::ifstream in(t->log_path, std::ios::binary);
@@ -502,42 +517,43 @@ bool Agent::Heartbeat(int wait_ms) {
       chunk.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
       if (!chunk.empty()) {
         log_budget -= static_cast<std::streamsize>(chunk.size());
-        tasks.back()["log_b64"] = Base64Encode(chunk);
-        tasks.back()["log_offset"] = from;
         sent[t->log_path] = from + static_cast<int64_t>(chunk.size());
+        r.log = std::move(chunk);
+        r.log_offset = from;
       }
     }
     std::string ckpt;
     TimePoint ckpt_at = 0;
     if (!t->checkpoint_file.empty() && ReadCheckpoint(t->checkpoint_file, t->uid, &ckpt, &ckpt_at)) {
-      tasks.back()["checkpoint_path"] = ckpt;
-      tasks.back()["checkpoint_at"] = FormatTime(ckpt_at);
+      r.checkpoint_path = std::move(ckpt);
+      r.checkpoint_at = ckpt_at;
     }
   }
-  json gpus = json::array();
   const auto sick = ReadHealthFile(options_.health_file);
   for (const GpuSample& s : SampleGpus(options_.inventory, busy)) {
-    bool healthy = s.healthy;
-    std::string why = s.health_reason;
+    api::GpuTelemetry& g = report.gpus.emplace_back();
+    g.index = s.index;
+    g.utilization_pct = s.utilization_pct;
+    g.memory_used = s.memory_used;
+    g.temperature_c = s.temperature_c;
+    g.power_w = s.power_w;
+    g.healthy = s.healthy;
+    g.health_reason = s.health_reason;
     if (s.temperature_c > options_.max_temperature_c) {
-      healthy = false;
-      why = "temperature " + std::to_string(s.temperature_c) + "C";
+      g.healthy = false;
+      g.health_reason = "temperature " + std::to_string(s.temperature_c) + "C";
     }
     if (auto it = sick.find(s.index); it != sick.end()) {
-      healthy = false;
-      why = it->second;
+      g.healthy = false;
+      g.health_reason = it->second;
     }
-    gpus.push_back({{"index", s.index}, {"utilization_pct", s.utilization_pct}, {"memory_used_mib", s.memory_used},
-                    {"temperature_c", s.temperature_c}, {"power_w", s.power_w}, {"healthy", healthy},
-                    {"health_reason", why}});
   }
   lock.unlock();
   auto client = MakeClient(options_.server, options_.token);
   client->set_read_timeout(10 + wait_ms / 1000, 0);
   const int64_t sent_at = BootTimeNs();
   auto res = client->Post("/v1/agents/heartbeat",
-                          json{{"node", options_.node_name}, {"gpus", gpus}, {"tasks", tasks}, {"wait_ms", wait_ms}}
-                              .dump(-1, ' ', false, json::error_handler_t::replace),
+                          api::HeartbeatToJson(report).dump(-1, ' ', false, json::error_handler_t::replace),
                           "application/json");
   if (!res) return false;
   if (res->status == 200 && !sent.empty()) {
@@ -549,28 +565,29 @@ bool Agent::Heartbeat(int wait_ms) {
     return false;
   }
   if (res->status != 200) return false;
-  json body = json::parse(res->body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return false;
+  auto answer = api::AnswerFromJson(json::parse(res->body, nullptr, false));
+  if (!answer.ok()) {
+    std::fprintf(stderr, "rota agent: unreadable heartbeat answer: %s\n", std::string(answer.status().message()).c_str());
+    return false;
+  }
   // The server heard us: the tasks may run until one more fence interval.
-  if (const int64_t fence = body.value("fence_after_ms", int64_t{0}); fence > 0) fence_after_ms_ = static_cast<int>(fence);
+  if (answer->fence_after_ms > 0) fence_after_ms_ = static_cast<int>(std::min<int64_t>(answer->fence_after_ms, INT32_MAX));
   RenewLease(sent_at);
   lock.lock();
-  Reconcile(body);
+  Reconcile(*answer);
   return true;
 }
 
-void Agent::Reconcile(const json& body) {
-  if (const int64_t every = body.value("heartbeat_interval_ms", int64_t{0}); every > 0) {
-    server_interval_ms_ = static_cast<int>(std::clamp<int64_t>(every, 10, 600'000));
+void Agent::Reconcile(const api::AgentAnswer& answer) {
+  if (answer.heartbeat_interval_ms > 0) {
+    server_interval_ms_ = static_cast<int>(std::clamp<int64_t>(answer.heartbeat_interval_ms, 10, 600'000));
   }
   // Start what is wanted and missing; stop what is not wanted.
-  const uint64_t revision = body.value("revision", uint64_t{0});
+  const uint64_t revision = answer.revision;
   if (revision < applied_revision_) return;  // read before one we applied already
   applied_revision_ = revision;
-  std::map<std::string, json> desired;
-  for (const auto& a : body.value("tasks", json::array())) {
-    desired[Key(a.at("job"), a.at("task"), a.at("replica"), a.value("attempt", 0))] = a;
-  }
+  std::map<std::string, const api::TaskAssignment*> desired;
+  for (const api::TaskAssignment& a : answer.tasks) desired[Key(a.job.value(), a.task, a.replica, a.attempt)] = &a;
   for (auto it = tasks_.begin(); it != tasks_.end();) {
     if (desired.count(it->first) == 0) {
       StopTask(*it->second, false);
@@ -595,33 +612,33 @@ void Agent::Reconcile(const json& body) {
   // Whole GPUs still held by tasks on their way out (a requeued or resized
   // gang in its checkpoint grace period): no new task starts on them until
   // those exit. (Shares and MIG instances of a GPU are meant to coexist.)
-  auto whole = [](const json& a) { return a.value("gpu_milli", 0) == 0 && a.value("mig_start", -1) < 0; };
   uint64_t stopping = 0;
   for (const auto& [key, t] : tasks_) {
-    if (desired.count(key) == 0 && !t->exited && whole(t->assignment)) stopping |= t->gpu_mask;
+    if (desired.count(key) == 0 && !t->exited && t->assignment.whole_gpus()) stopping |= t->gpu_mask;
   }
-  for (auto& [key, a] : desired) {
+  for (auto& [key, wanted] : desired) {
     if (tasks_.count(key) || finished_.count(key)) continue;
+    const api::TaskAssignment& a = *wanted;
     uint64_t wants = 0;
-    for (int g : a.at("gpus")) wants |= 1ULL << g;
+    for (int g : a.gpus) wants |= 1ULL << g;
     if ((wants & stopping) != 0) continue;  // started by a later reconcile, once they are free
     auto t = std::make_unique<Task>();
     t->assignment = a;
-    t->job = a.at("job");
-    t->task = a.at("task");
-    t->replica = a.at("replica");
-    t->attempt = a.value("attempt", 0);
-    t->stop_signal = SignalNumber(a.value("checkpoint_signal", std::string("SIGTERM")));
-    t->grace_ms = static_cast<int>(std::max<int64_t>(a.value("checkpoint_grace_ms", int64_t{0}), options_.stop_grace_ms));
+    t->job = a.job.value();
+    t->task = a.task;
+    t->replica = a.replica;
+    t->attempt = a.attempt;
+    t->stop_signal = SignalNumber(a.checkpoint_signal.empty() ? std::string("SIGTERM") : a.checkpoint_signal);
+    t->grace_ms = static_cast<int>(std::clamp<int64_t>(a.checkpoint_grace / 1000, options_.stop_grace_ms, INT32_MAX));
     std::vector<int32_t> gpu_list;
-    for (int g : a.at("gpus")) {
+    for (int g : a.gpus) {
       t->gpu_mask |= 1ULL << g;
       gpu_list.push_back(g);
     }
     const std::string visible = VisibleDevices(options_.inventory, gpu_list);
     std::string launch_error;  // why the task cannot start here, reported as its exit
     const std::string job_dir = options_.logs_dir + "/" + std::to_string(t->job);
-    const std::string name = a.at("task_name").get<std::string>() + "-" + std::to_string(t->replica);
+    const std::string name = a.task_name + "-" + std::to_string(t->replica);
     LaunchSpec spec;
     spec.log_path = job_dir + "/" + name + ".log";
     t->log_path = spec.log_path;
@@ -631,17 +648,14 @@ void Agent::Reconcile(const json& body) {
       const auto size = std::filesystem::file_size(t->log_path, size_ec);
       log_shipped_[t->log_path] = size_ec ? 0 : static_cast<int64_t>(size);
     }
-    spec.argv = a.value("command", std::vector<std::string>{});
+    spec.argv = a.command;
     // Who the task runs as: the job's user's account on this node (an
     // assignment without a user, from an older server, runs as the agent).
     TaskIdentity identity;
     identity.uid = getuid();
     identity.gid = getgid();
-    if (a.contains("user")) {
-      auto resolved = ResolveIdentity({.user = a.value("user", std::string()),
-                                       .uid = a.value("uid", int64_t{-1}),
-                                       .gid = a.value("gid", int64_t{-1}),
-                                       .allow_root = a.value("allow_root", false)},
+    if (!a.user.empty()) {
+      auto resolved = ResolveIdentity({.user = a.user, .uid = a.uid, .gid = a.gid, .allow_root = a.allow_root},
                                       getuid(), options_.node_name);
       if (resolved.ok()) {
         identity = *resolved;
@@ -663,14 +677,14 @@ void Agent::Reconcile(const json& body) {
         if (const char* v = getenv(pass)) spec.env[pass] = v;
       }
     }
-    for (const auto& [k, v] : a.value("env", std::map<std::string, std::string>{})) spec.env[k] = v;
+    for (const auto& [k, v] : a.env) spec.env[k] = v;
     spec.env["CUDA_VISIBLE_DEVICES"] = visible;
     spec.env["NVIDIA_VISIBLE_DEVICES"] = visible.empty() ? "none" : visible;
-    if (const int milli = a.value("gpu_milli", 0); milli > 0) {
+    if (const int milli = a.gpu_milli; milli > 0) {
       // A share of one GPU. Without MPS the limits are advisory (the task may
       // honour them, e.g. torch.cuda.set_per_process_memory_fraction); where
       // an MPS daemon serves the GPU it enforces them.
-      const int64_t mem = a.value("gpu_memory_limit_mib", int64_t{0});
+      const int64_t mem = a.gpu_memory_limit;
       spec.env["ROTA_GPU_FRACTION"] = FormatMilliCpu(milli);
       spec.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::max(1, milli / 10));
       if (mem > 0) {
@@ -678,11 +692,11 @@ void Agent::Reconcile(const json& body) {
         spec.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(mem) + "M";
       }
     }
-    if (const int mig_start = a.value("mig_start", -1); mig_start >= 0) {
+    if (const int mig_start = a.mig_start; mig_start >= 0) {
       // One MIG instance of gpus[0] (hardware isolation). A simulated GPU has
       // no MIG device to name: the task sees which instance it was given.
       const int32_t gpu = gpu_list.empty() ? 0 : gpu_list[0];
-      const std::string profile = a.value("mig_profile", std::string());
+      const std::string profile = a.mig_profile;
       spec.env["ROTA_MIG_INSTANCE"] = std::to_string(gpu) + ":" + profile + "@" + std::to_string(mig_start);
       spec.env["CUDA_VISIBLE_DEVICES"] = spec.env["NVIDIA_VISIBLE_DEVICES"] =
           MigVisibleDevice(options_.inventory, gpu, profile, mig_start);
@@ -692,16 +706,16 @@ void Agent::Reconcile(const json& body) {
       }
     }
     spec.env["ROTA_JOB_ID"] = std::to_string(t->job);
-    spec.env["ROTA_JOB_NAME"] = a.at("job_name").get<std::string>();
-    spec.env["ROTA_TASK"] = a.at("task_name").get<std::string>();
+    spec.env["ROTA_JOB_NAME"] = a.job_name;
+    spec.env["ROTA_TASK"] = a.task_name;
     spec.env["ROTA_REPLICA"] = std::to_string(t->replica);
     spec.env["ROTA_SIMULATED_GPUS"] = options_.inventory.simulated ? "1" : "0";
-    spec.env["MASTER_ADDR"] = a.at("master_addr").get<std::string>();
-    spec.env["MASTER_PORT"] = std::to_string(a.at("master_port").get<int>());
-    spec.env["WORLD_SIZE"] = std::to_string(a.at("world_size").get<int>());
-    spec.env["RANK"] = std::to_string(a.at("rank").get<int>());
-    spec.env["LOCAL_RANK"] = std::to_string(a.at("local_rank").get<int>());
-    spec.env["NODE_RANK"] = std::to_string(a.at("node_rank").get<int>());
+    spec.env["MASTER_ADDR"] = a.master_addr;
+    spec.env["MASTER_PORT"] = std::to_string(a.master_port);
+    spec.env["WORLD_SIZE"] = std::to_string(a.world_size);
+    spec.env["RANK"] = std::to_string(a.rank);
+    spec.env["LOCAL_RANK"] = std::to_string(a.local_rank);
+    spec.env["NODE_RANK"] = std::to_string(a.node_rank);
     const std::string hostfile = job_dir + "/hostfile";
     std::error_code ec;
     // The job's directory is the agent's (logs, hostfile, bundles: the task
@@ -712,7 +726,7 @@ void Agent::Reconcile(const json& body) {
     }
     {
       std::ofstream hf(hostfile);
-      for (const auto& h : a.at("hosts")) hf << h.get<std::string>() << "\n";
+      for (const std::string& h : a.hosts) hf << h << "\n";
     }
     chmod(hostfile.c_str(), 0644);
     spec.env["ROTA_HOSTFILE"] = hostfile;
@@ -723,7 +737,7 @@ void Agent::Reconcile(const json& body) {
     std::filesystem::remove(t->checkpoint_file, ec);  // an earlier attempt's report is not this one's
     spec.env["ROTA_CHECKPOINT_FILE"] = t->checkpoint_file;
     // Where to resume: the last checkpoint the job reported before this attempt.
-    if (const std::string last = a.value("last_checkpoint", std::string()); !last.empty()) {
+    if (const std::string& last = a.last_checkpoint; !last.empty()) {
       spec.env["ROTA_LAST_CHECKPOINT"] = last;
     }
     if (!launch_error.empty()) {
@@ -734,10 +748,10 @@ void Agent::Reconcile(const json& body) {
       std::ofstream(spec.log_path, std::ios::app) << "rota: no command; the task holds its GPUs until cancelled\n";
     } else {
       // CPU and memory limits: the process joins its cgroup before it runs.
-      const int64_t cpu = a.value("cpu_milli", int64_t{0});
-      const int64_t memory = a.value("memory_mib", int64_t{0});
+      const int64_t cpu = a.cpu;
+      const int64_t memory = a.memory;
       Status container = Status::Ok();
-      if (const std::string rootfs = a.value("rootfs", std::string()); !rootfs.empty()) {
+      if (const std::string& rootfs = a.rootfs; !rootfs.empty()) {
         // An OCI container: the runtime in the foreground is the task's process.
         container = [&]() -> Status {
           ROTA_ASSIGN_OR_RETURN(std::string runtime, FindOciRuntime(options_.oci_runtime));
@@ -755,14 +769,11 @@ void Agent::Reconcile(const json& body) {
           for (gid_t g : identity.groups) {
             if (g != identity.gid) oci.additional_gids.push_back(g);
           }
-          const auto task_env = a.value("env", std::map<std::string, std::string>{});
+          const auto& task_env = a.env;
           for (const char* host_only : {"PATH", "HOME", "TMPDIR"}) {
             if (!task_env.count(host_only)) oci.env.erase(host_only);
           }
-          for (const auto& m : a.value("mounts", json::array())) {
-            oci.mounts.push_back({m.at("source").get<std::string>(), m.at("target").get<std::string>(),
-                                  m.value("read_only", false)});
-          }
+          for (const MountSpec& m : a.mounts) oci.mounts.push_back({m.source, m.target, m.read_only});
           oci.job_dir = job_dir;
           oci.gpus = DeviceMinors(options_.inventory, gpu_list);  // /dev/nvidia<minor>
           oci.cpu = cpu;
@@ -923,11 +934,11 @@ void Agent::WatchLoop() {
                                const std::string line = pending.substr(0, nl);
                                pending.erase(0, nl + 1);
                                if (line.empty()) continue;  // keepalive
-                               json body = json::parse(line, nullptr, false);
-                               if (body.is_discarded() || !body.is_object() || !body.contains("tasks")) continue;
+                               auto answer = api::AnswerFromJson(json::parse(line, nullptr, false));
+                               if (!answer.ok()) continue;  // (an {"error": ...} line: the next reconnect tells)
                                got = true;
                                std::lock_guard<std::mutex> lock(mu_);
-                               Reconcile(body);
+                               Reconcile(*answer);
                              }
                              return !stop_.load() && pending.size() < (4u << 20);
                            });

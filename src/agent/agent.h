@@ -41,6 +41,7 @@
 #include "agent/cgroups.h"
 #include "agent/inventory.h"
 #include "agent/launcher.h"
+#include "api/agent_protocol.h"
 
 namespace httplib {
 class Client;
@@ -104,7 +105,7 @@ class Agent {
   void ReapLoop();
   // REQUIRES: mu_ held. Applies the server's answer (a heartbeat's or a
   // watch event): starts wanted tasks that are missing, stops unwanted ones.
-  void Reconcile(const nlohmann::json& body);
+  void Reconcile(const api::AgentAnswer& answer);
   int IntervalMs() const;
   // Sleeps up to `ms`, or until Stop.
   void Sleep(int ms);
@@ -125,7 +126,7 @@ class Agent {
   void ForgetRecord(const Task& t);
   std::string LeaseFile() const;
   // The GPU instance id of the MIG instance assignment `a` names (-1: not MIG).
-  int32_t MigGpuInstance(const nlohmann::json& a, const std::vector<int32_t>& gpus) const;
+  int32_t MigGpuInstance(const api::TaskAssignment& a, const std::vector<int32_t>& gpus) const;
   // Moves the lease's deadline to `sent_at_ns` (CLOCK_BOOTTIME, when the
   // answered heartbeat was sent) + fence_after_ms_.
   void RenewLease(int64_t sent_at_ns);

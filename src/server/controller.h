@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/agent_protocol.h"
 #include "base/clock.h"
 #include "core/cluster_config.h"
 #include "sched/engine.h"
@@ -69,74 +70,11 @@ struct ControllerOptions {
 // sent it), and supervisors check it every 100 ms.
 inline constexpr Duration kFenceMargin = 2 * kMicrosPerSecond;
 
-struct GpuTelemetry {
-  int32_t index = 0;
-  int32_t utilization_pct = 0;
-  MemoryMiB memory_used = 0;
-  int32_t temperature_c = 0;
-  int32_t power_w = 0;
-  bool healthy = true;
-  std::string health_reason;  // "xid 79", "ecc", "temperature 95C"
-};
-
-// What a node's agent should be running: one replica of a job.
-struct TaskAssignment {
-  JobId job;
-  std::string job_name;
-  uint16_t task = 0;
-  std::string task_name;
-  uint32_t replica = 0;
-  std::vector<int32_t> gpus;
-  int32_t gpu_milli = 0;          // a share of gpus[0] (0 = whole GPUs)
-  MemoryMiB gpu_memory_limit = 0;  // the share's GPU memory bound
-  std::string mig_profile;         // a MIG instance of gpus[0]: its profile and start slot
-  int32_t mig_start = -1;
-  std::string last_checkpoint;     // where a restarted attempt resumes ("" = from the start)
-  std::vector<std::string> command;
-  std::map<std::string, std::string> env;
-  std::string rootfs;              // an OCI container's root filesystem ("" = a process)
-  std::vector<MountSpec> mounts;   // the job's data mounts (containers)
-  int32_t world_size = 1;
-  int32_t rank = 0;
-  int32_t local_rank = 0;
-  int32_t node_rank = 0;
-  std::string master_addr;
-  int32_t master_port = 0;
-  std::vector<std::string> hosts;  // one per replica, by rank
-  MilliCpu cpu = 0;
-  MemoryMiB memory = 0;
-  int32_t attempt = 0;  // the job's restart count: a new attempt is a new process
-  std::string checkpoint_signal = "SIGUSR1";
-  Duration checkpoint_grace = 0;
-  std::string user;       // the job's owner: the account it runs as on the node
-  int64_t uid = -1;       // an explicit mapping from the config's accounts (-1 = by name)
-  int64_t gid = -1;
-  bool allow_root = false;
-};
-
-struct TaskReport {
-  JobId job;
-  uint16_t task = 0;
-  uint32_t replica = 0;
-  int32_t attempt = 0;
-  bool exited = false;
-  int32_t exit_code = 0;
-  std::string exit_reason;  // "oom": killed by the kernel at its memory limit
-  // The task's last checkpoint (it wrote the path to $ROTA_CHECKPOINT_FILE at
-  // checkpoint_at); journaled once per newer time.
-  std::string checkpoint_path;
-  TimePoint checkpoint_at = 0;
-  // The next piece of the replica's log from byte `log_offset` (agents that
-  // ship logs); "" = none.
-  std::string log;
-  int64_t log_offset = 0;
-};
-
-struct HeartbeatReport {
-  std::string node;
-  std::vector<GpuTelemetry> gpus;
-  std::vector<TaskReport> tasks;
-};
+// The agent protocol's types (api/agent_protocol.h).
+using api::GpuTelemetry;
+using api::HeartbeatReport;
+using api::TaskAssignment;
+using api::TaskReport;
 
 // What the control plane knows of a node beyond the journaled state.
 struct NodeLive {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "api/agent_protocol.h"
 #include "api/json_codec.h"
 #include "api/yaml_codec.h"
 #include "server/views.h"
@@ -128,140 +129,18 @@ StatusOr<uint64_t> ParseId(const std::string& text) {
   return v;
 }
 
-// Reads a heartbeat body, naming the field that is wrong.
-StatusOr<HeartbeatReport> ParseHeartbeat(const json& body) {
-  auto field = [](const json& obj, const std::string& path, const char* key, json::value_t type,
-                  bool required) -> StatusOr<const json*> {
-    auto it = obj.find(key);
-    if (it == obj.end()) {
-      if (required) return InvalidArgumentError("request body: " + path + key + ": required");
-      return static_cast<const json*>(nullptr);
-    }
-    const bool ok = it->type() == type ||
-                    (type == json::value_t::number_integer && it->type() == json::value_t::number_unsigned);
-    if (!ok) return InvalidArgumentError("request body: " + path + key + ": wrong type");
-    return &*it;
-  };
-  using V = json::value_t;
-  HeartbeatReport r;
-  ROTA_ASSIGN_OR_RETURN(const json* node, field(body, "", "node", V::string, true));
-  r.node = node->get<std::string>();
-  ROTA_ASSIGN_OR_RETURN(const json* gpus, field(body, "", "gpus", V::array, false));
-  if (gpus != nullptr) {
-    for (size_t i = 0; i < gpus->size(); ++i) {
-      const json& g = (*gpus)[i];
-      const std::string p = "gpus[" + std::to_string(i) + "].";
-      if (!g.is_object()) return InvalidArgumentError("request body: gpus[" + std::to_string(i) + "]: not an object");
-      GpuTelemetry t;
-      ROTA_ASSIGN_OR_RETURN(const json* index, field(g, p, "index", V::number_integer, true));
-      t.index = index->get<int32_t>();
-      for (auto [key, out] : {std::pair<const char*, int32_t*>{"utilization_pct", &t.utilization_pct},
-                              {"temperature_c", &t.temperature_c},
-                              {"power_w", &t.power_w}}) {
-        ROTA_ASSIGN_OR_RETURN(const json* v, field(g, p, key, V::number_integer, false));
-        if (v != nullptr) *out = v->get<int32_t>();
-      }
-      ROTA_ASSIGN_OR_RETURN(const json* mem, field(g, p, "memory_used_mib", V::number_integer, false));
-      if (mem != nullptr) t.memory_used = mem->get<int64_t>();
-      ROTA_ASSIGN_OR_RETURN(const json* healthy, field(g, p, "healthy", V::boolean, false));
-      if (healthy != nullptr) t.healthy = healthy->get<bool>();
-      ROTA_ASSIGN_OR_RETURN(const json* why, field(g, p, "health_reason", V::string, false));
-      if (why != nullptr) t.health_reason = why->get<std::string>();
-      r.gpus.push_back(t);
-    }
-  }
-  ROTA_ASSIGN_OR_RETURN(const json* tasks, field(body, "", "tasks", V::array, false));
-  if (tasks != nullptr) {
-    for (size_t i = 0; i < tasks->size(); ++i) {
-      const json& t = (*tasks)[i];
-      const std::string p = "tasks[" + std::to_string(i) + "].";
-      if (!t.is_object()) return InvalidArgumentError("request body: tasks[" + std::to_string(i) + "]: not an object");
-      ROTA_ASSIGN_OR_RETURN(const json* job, field(t, p, "job", V::number_integer, true));
-      ROTA_ASSIGN_OR_RETURN(const json* task, field(t, p, "task", V::number_integer, true));
-      ROTA_ASSIGN_OR_RETURN(const json* replica, field(t, p, "replica", V::number_integer, true));
-      ROTA_ASSIGN_OR_RETURN(const json* state, field(t, p, "state", V::string, false));
-      ROTA_ASSIGN_OR_RETURN(const json* code, field(t, p, "exit_code", V::number_integer, false));
-      ROTA_ASSIGN_OR_RETURN(const json* attempt, field(t, p, "attempt", V::number_integer, false));
-      ROTA_ASSIGN_OR_RETURN(const json* reason, field(t, p, "exit_reason", V::string, false));
-      TaskReport tr;
-      // A checkpoint report that does not parse is dropped, not the heartbeat
-      // (its exits and health matter more).
-      if (t.contains("checkpoint_path") && t.contains("checkpoint_at") && t["checkpoint_path"].is_string() &&
-          t["checkpoint_at"].is_string()) {
-        auto at = ParseTime(t["checkpoint_at"].get<std::string>());
-        std::string ckpt = t["checkpoint_path"].get<std::string>();
-        if (at.ok() && !ckpt.empty() && ckpt.size() <= 4096 && IsValidUtf8(ckpt)) {
-          tr.checkpoint_path = std::move(ckpt);
-          tr.checkpoint_at = *at;
-        }
-      }
-      tr.job = JobId(job->get<uint64_t>());
-      tr.task = task->get<uint16_t>();
-      tr.replica = replica->get<uint32_t>();
-      tr.attempt = attempt ? attempt->get<int32_t>() : 0;
-      tr.exited = state != nullptr && state->get<std::string>() == "exited";
-      tr.exit_code = code ? code->get<int32_t>() : 0;
-      tr.exit_reason = reason ? reason->get<std::string>() : "";
-      // A log piece that does not parse is dropped, not the heartbeat.
-      if (t.contains("log_b64") && t["log_b64"].is_string() && t.contains("log_offset") &&
-          t["log_offset"].is_number_integer() && t["log_offset"].get<int64_t>() >= 0) {
-        if (auto bytes = Base64Decode(t["log_b64"].get<std::string>())) {
-          tr.log = std::move(*bytes);
-          tr.log_offset = t["log_offset"].get<int64_t>();
-        }
-      }
-      r.tasks.push_back(tr);
-    }
-  }
-  return r;
-}
-
 std::string TaskKey(JobId job, uint16_t task, uint32_t replica, int32_t attempt) {
   return std::to_string(job.value()) + "/" + std::to_string(task) + "/" + std::to_string(replica) + "/" +
          std::to_string(attempt);
 }
 
 // What the server tells an agent, in a heartbeat's answer and in each
-// event of its watch stream: the tasks it should run (read at state
-// `revision`), how long they may run without an answered heartbeat, and how
-// often to report.
-ordered_json AgentAnswer(const Controller& c, const std::vector<TaskAssignment>& tasks, uint64_t revision) {
-  ordered_json out = ordered_json::array();
-  for (const TaskAssignment& a : tasks) {
-    out.push_back({{"job", a.job.value()},       {"job_name", a.job_name},   {"task", a.task},
-                   {"task_name", a.task_name},   {"replica", a.replica},     {"gpus", a.gpus},
-                   {"command", a.command},       {"env", a.env},             {"world_size", a.world_size},
-                   {"rank", a.rank},             {"local_rank", a.local_rank}, {"node_rank", a.node_rank},
-                   {"master_addr", a.master_addr}, {"master_port", a.master_port}, {"hosts", a.hosts},
-                   {"cpu_milli", a.cpu},         {"memory_mib", a.memory},   {"attempt", a.attempt},
-                   {"checkpoint_signal", a.checkpoint_signal},
-                   {"checkpoint_grace_ms", a.checkpoint_grace / 1000}});
-    out.back()["user"] = a.user;
-    if (a.uid >= 0) out.back()["uid"] = a.uid;
-    if (a.gid >= 0) out.back()["gid"] = a.gid;
-    if (a.allow_root) out.back()["allow_root"] = true;
-    if (!a.last_checkpoint.empty()) out.back()["last_checkpoint"] = a.last_checkpoint;
-    if (a.gpu_milli > 0) {
-      out.back()["gpu_milli"] = a.gpu_milli;
-      out.back()["gpu_memory_limit_mib"] = a.gpu_memory_limit;
-    }
-    if (a.mig_start >= 0) {
-      out.back()["mig_profile"] = a.mig_profile;
-      out.back()["mig_start"] = a.mig_start;
-    }
-    if (!a.rootfs.empty()) {
-      out.back()["rootfs"] = a.rootfs;
-      ordered_json mounts = ordered_json::array();
-      for (const MountSpec& m : a.mounts) {
-        mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
-      }
-      out.back()["mounts"] = std::move(mounts);
-    }
-  }
-  return {{"tasks", std::move(out)},
-          {"revision", revision},
-          {"fence_after_ms", c.FenceAfter() / 1000},
-          {"heartbeat_interval_ms", c.heartbeat_interval() / 1000}};
+// event of its watch stream (api/agent_protocol.h).
+ordered_json AgentAnswer(const Controller& c, std::vector<TaskAssignment> tasks, uint64_t revision) {
+  return api::AnswerToJson({.tasks = std::move(tasks),
+                            .revision = revision,
+                            .fence_after_ms = c.FenceAfter() / 1000,
+                            .heartbeat_interval_ms = c.heartbeat_interval() / 1000});
 }
 
 // Agents' watch streams: per node, the open streams. After each commit
@@ -337,7 +216,7 @@ class WatchHub {
       for (const std::string& node : dirty) {
         uint64_t revision = 0;
         auto tasks = c_->NodeTasks(node, &revision);
-        std::string line = tasks.ok() ? AgentAnswer(*c_, *tasks, revision).dump(-1, ' ', false, json::error_handler_t::replace)
+        std::string line = tasks.ok() ? AgentAnswer(*c_, std::move(*tasks), revision).dump(-1, ' ', false, json::error_handler_t::replace)
                                       : ordered_json{{"error", std::string(tasks.status().message())}}.dump();
         line += '\n';
         std::lock_guard<std::mutex> relock(mu_);
@@ -642,11 +521,9 @@ class HttpServerImpl final : public HttpServer {
     srv.Post("/v1/agents/heartbeat", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
-      auto report = ParseHeartbeat(body);
+      auto report = api::HeartbeatFromJson(body);
       if (!report.ok()) return ReplyError(res, report.status());
-      const int64_t wait_ms = body.contains("wait_ms") && body["wait_ms"].is_number_integer()
-                                  ? std::clamp<int64_t>(body["wait_ms"].get<int64_t>(), 0, 30000)
-                                  : 0;
+      const int64_t wait_ms = report->wait_ms;
       if (wait_ms == 0) {
         // A report (the watch transport's heartbeats, exits, checkpoints):
         // answered once durable, without holding a worker meanwhile.
@@ -658,7 +535,7 @@ class HttpServerImpl final : public HttpServer {
                                                          StatusOr<std::vector<TaskAssignment>> tasks, uint64_t revision) {
             HttpResponse out;
             if (!tasks.ok()) ReplyError(out, tasks.status());
-            else Reply(out, 200, AgentAnswer(*c_, *tasks, revision));
+            else Reply(out, 200, AgentAnswer(*c_, std::move(*tasks), revision));
             respond(std::move(out));
             AsyncEnd();
           });
@@ -696,7 +573,7 @@ class HttpServerImpl final : public HttpServer {
       } else if (wait_ms > 0 && idle) {
         long_polls_.fetch_sub(1);
       }
-      Reply(res, 200, AgentAnswer(*c_, *tasks, revision));
+      Reply(res, 200, AgentAnswer(*c_, std::move(*tasks), revision));
     }, Access::kAgents));
 
     // The agent's watch: a stream of its node's tasks, one JSON line per

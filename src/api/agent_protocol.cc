@@ -1,0 +1,299 @@
+#include "api/agent_protocol.h"
+
+#include <nlohmann/json.hpp>
+
+#include "base/base64.h"
+#include "base/quantity.h"
+
+namespace rota::api {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+namespace {
+
+using V = json::value_t;
+
+// The field `key` of `obj` if it has the type (an unsigned number counts as
+// an integer); nullptr if absent and optional.
+StatusOr<const json*> Field(const json& obj, const std::string& path, const char* key, V type, bool required) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (required) return InvalidArgumentError("request body: " + path + key + ": required");
+    return static_cast<const json*>(nullptr);
+  }
+  const bool ok = it->type() == type || (type == V::number_integer && it->type() == V::number_unsigned) ||
+                  (type == V::number_unsigned && it->type() == V::number_integer && it->get<int64_t>() >= 0);
+  if (!ok) return InvalidArgumentError("request body: " + path + key + ": wrong type");
+  return &*it;
+}
+
+template <typename T>
+Status Read(const json& obj, const std::string& path, const char* key, T* out, bool required = false) {
+  V type;
+  if constexpr (std::is_same_v<T, bool>) type = V::boolean;
+  else if constexpr (std::is_same_v<T, std::string>) type = V::string;
+  else if constexpr (std::is_unsigned_v<T>) type = V::number_unsigned;
+  else type = V::number_integer;
+  ROTA_ASSIGN_OR_RETURN(const json* v, Field(obj, path, key, type, required));
+  if (v == nullptr) return Status::Ok();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // In range of the field's type, or refused (no silent wrap-around).
+    if constexpr (std::is_unsigned_v<T>) {
+      const uint64_t n = v->get<uint64_t>();
+      if (n > std::numeric_limits<T>::max()) return InvalidArgumentError("request body: " + path + key + ": out of range");
+      *out = static_cast<T>(n);
+    } else {
+      const int64_t n = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                            ? INT64_MAX
+                            : v->get<int64_t>();
+      if (n > std::numeric_limits<T>::max() || n < std::numeric_limits<T>::min()) {
+        return InvalidArgumentError("request body: " + path + key + ": out of range");
+      }
+      *out = static_cast<T>(n);
+    }
+  } else {
+    *out = v->get<T>();
+  }
+  return Status::Ok();
+}
+
+Status ReadStrings(const json& obj, const std::string& path, const char* key, std::vector<std::string>* out) {
+  ROTA_ASSIGN_OR_RETURN(const json* v, Field(obj, path, key, V::array, false));
+  if (v == nullptr) return Status::Ok();
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].is_string()) {
+      return InvalidArgumentError("request body: " + path + key + "[" + std::to_string(i) + "]: not a string");
+    }
+    out->push_back((*v)[i].get<std::string>());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ordered_json HeartbeatToJson(const HeartbeatReport& report) {
+  ordered_json gpus = ordered_json::array();
+  for (const GpuTelemetry& g : report.gpus) {
+    gpus.push_back({{"index", g.index},
+                    {"utilization_pct", g.utilization_pct},
+                    {"memory_used_mib", g.memory_used},
+                    {"temperature_c", g.temperature_c},
+                    {"power_w", g.power_w},
+                    {"healthy", g.healthy},
+                    {"health_reason", g.health_reason}});
+  }
+  ordered_json tasks = ordered_json::array();
+  for (const TaskReport& t : report.tasks) {
+    ordered_json j{{"job", t.job.value()},        {"task", t.task},
+                   {"replica", t.replica},        {"attempt", t.attempt},
+                   {"state", t.exited ? "exited" : "running"}, {"exit_code", t.exit_code},
+                   {"exit_reason", t.exit_reason}};
+    if (!t.log.empty()) {
+      j["log_b64"] = Base64Encode(t.log);  // any bytes survive JSON
+      j["log_offset"] = t.log_offset;
+    }
+    if (!t.checkpoint_path.empty() && t.checkpoint_at != 0) {
+      j["checkpoint_path"] = t.checkpoint_path;
+      j["checkpoint_at"] = FormatTime(t.checkpoint_at);
+    }
+    tasks.push_back(std::move(j));
+  }
+  ordered_json out{{"node", report.node}, {"gpus", std::move(gpus)}, {"tasks", std::move(tasks)}};
+  if (report.wait_ms > 0) out["wait_ms"] = report.wait_ms;
+  return out;
+}
+
+StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
+  if (!body.is_object()) return InvalidArgumentError("request body: not a JSON object");
+  HeartbeatReport r;
+  ROTA_RETURN_IF_ERROR(Read(body, "", "node", &r.node, true));
+  if (auto w = body.find("wait_ms"); w != body.end() && w->is_number_integer()) {
+    r.wait_ms = std::clamp<int64_t>(w->get<int64_t>(), 0, 30000);
+  }
+  ROTA_ASSIGN_OR_RETURN(const json* gpus, Field(body, "", "gpus", V::array, false));
+  if (gpus != nullptr) {
+    for (size_t i = 0; i < gpus->size(); ++i) {
+      const json& g = (*gpus)[i];
+      const std::string p = "gpus[" + std::to_string(i) + "].";
+      if (!g.is_object()) return InvalidArgumentError("request body: gpus[" + std::to_string(i) + "]: not an object");
+      GpuTelemetry t;
+      ROTA_RETURN_IF_ERROR(Read(g, p, "index", &t.index, true));
+      ROTA_RETURN_IF_ERROR(Read(g, p, "utilization_pct", &t.utilization_pct));
+      ROTA_RETURN_IF_ERROR(Read(g, p, "temperature_c", &t.temperature_c));
+      ROTA_RETURN_IF_ERROR(Read(g, p, "power_w", &t.power_w));
+      ROTA_RETURN_IF_ERROR(Read(g, p, "memory_used_mib", &t.memory_used));
+      ROTA_RETURN_IF_ERROR(Read(g, p, "healthy", &t.healthy));
+      ROTA_RETURN_IF_ERROR(Read(g, p, "health_reason", &t.health_reason));
+      r.gpus.push_back(std::move(t));
+    }
+  }
+  ROTA_ASSIGN_OR_RETURN(const json* tasks, Field(body, "", "tasks", V::array, false));
+  if (tasks != nullptr) {
+    for (size_t i = 0; i < tasks->size(); ++i) {
+      const json& t = (*tasks)[i];
+      const std::string p = "tasks[" + std::to_string(i) + "].";
+      if (!t.is_object()) return InvalidArgumentError("request body: tasks[" + std::to_string(i) + "]: not an object");
+      TaskReport tr;
+      uint64_t job = 0;
+      std::string state;
+      ROTA_RETURN_IF_ERROR(Read(t, p, "job", &job, true));
+      ROTA_RETURN_IF_ERROR(Read(t, p, "task", &tr.task, true));
+      ROTA_RETURN_IF_ERROR(Read(t, p, "replica", &tr.replica, true));
+      ROTA_RETURN_IF_ERROR(Read(t, p, "state", &state));
+      ROTA_RETURN_IF_ERROR(Read(t, p, "exit_code", &tr.exit_code));
+      ROTA_RETURN_IF_ERROR(Read(t, p, "attempt", &tr.attempt));
+      ROTA_RETURN_IF_ERROR(Read(t, p, "exit_reason", &tr.exit_reason));
+      tr.job = JobId(job);
+      tr.exited = state == "exited";
+      // A checkpoint report that does not parse is dropped, not the report
+      // (its exits and health matter more).
+      if (t.contains("checkpoint_path") && t.contains("checkpoint_at") && t["checkpoint_path"].is_string() &&
+          t["checkpoint_at"].is_string()) {
+        auto at = ParseTime(t["checkpoint_at"].get<std::string>());
+        std::string ckpt = t["checkpoint_path"].get<std::string>();
+        if (at.ok() && !ckpt.empty() && ckpt.size() <= 4096 && IsValidUtf8(ckpt)) {
+          tr.checkpoint_path = std::move(ckpt);
+          tr.checkpoint_at = *at;
+        }
+      }
+      // A log piece that does not parse is dropped, not the report.
+      if (t.contains("log_b64") && t["log_b64"].is_string() && t.contains("log_offset") &&
+          t["log_offset"].is_number_integer() && t["log_offset"].get<int64_t>() >= 0) {
+        if (auto bytes = Base64Decode(t["log_b64"].get<std::string>())) {
+          tr.log = std::move(*bytes);
+          tr.log_offset = t["log_offset"].get<int64_t>();
+        }
+      }
+      r.tasks.push_back(std::move(tr));
+    }
+  }
+  return r;
+}
+
+ordered_json AssignmentToJson(const TaskAssignment& a) {
+  ordered_json out{{"job", a.job.value()},           {"job_name", a.job_name},
+                   {"task", a.task},                 {"task_name", a.task_name},
+                   {"replica", a.replica},           {"gpus", a.gpus},
+                   {"command", a.command},           {"env", a.env},
+                   {"world_size", a.world_size},     {"rank", a.rank},
+                   {"local_rank", a.local_rank},     {"node_rank", a.node_rank},
+                   {"master_addr", a.master_addr},   {"master_port", a.master_port},
+                   {"hosts", a.hosts},               {"cpu_milli", a.cpu},
+                   {"memory_mib", a.memory},         {"attempt", a.attempt},
+                   {"checkpoint_signal", a.checkpoint_signal},
+                   {"checkpoint_grace_ms", a.checkpoint_grace / 1000}};
+  if (!a.user.empty()) out["user"] = a.user;
+  if (a.uid >= 0) out["uid"] = a.uid;
+  if (a.gid >= 0) out["gid"] = a.gid;
+  if (a.allow_root) out["allow_root"] = true;
+  if (!a.last_checkpoint.empty()) out["last_checkpoint"] = a.last_checkpoint;
+  if (a.gpu_milli > 0) {
+    out["gpu_milli"] = a.gpu_milli;
+    out["gpu_memory_limit_mib"] = a.gpu_memory_limit;
+  }
+  if (a.mig_start >= 0) {
+    out["mig_profile"] = a.mig_profile;
+    out["mig_start"] = a.mig_start;
+  }
+  if (!a.rootfs.empty()) {
+    out["rootfs"] = a.rootfs;
+    ordered_json mounts = ordered_json::array();
+    for (const MountSpec& m : a.mounts) {
+      mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+    }
+    out["mounts"] = std::move(mounts);
+  }
+  return out;
+}
+
+StatusOr<TaskAssignment> AssignmentFromJson(const json& j, const std::string& p) {
+  if (!j.is_object()) return InvalidArgumentError("request body: " + p + ": not an object");
+  TaskAssignment a;
+  uint64_t job = 0;
+  int64_t grace_ms = 0;
+  ROTA_RETURN_IF_ERROR(Read(j, p, "job", &job, true));
+  a.job = JobId(job);
+  ROTA_RETURN_IF_ERROR(Read(j, p, "task", &a.task, true));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "replica", &a.replica, true));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "job_name", &a.job_name));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "task_name", &a.task_name));
+  ROTA_ASSIGN_OR_RETURN(const json* gpus, Field(j, p, "gpus", V::array, false));
+  if (gpus != nullptr) {
+    for (const json& g : *gpus) {
+      if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() >= 64) {
+        return InvalidArgumentError("request body: " + p + "gpus: GPU indices are 0..63");
+      }
+      a.gpus.push_back(g.get<int32_t>());
+    }
+  }
+  ROTA_RETURN_IF_ERROR(Read(j, p, "gpu_milli", &a.gpu_milli));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "gpu_memory_limit_mib", &a.gpu_memory_limit));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "mig_profile", &a.mig_profile));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "mig_start", &a.mig_start));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "last_checkpoint", &a.last_checkpoint));
+  ROTA_RETURN_IF_ERROR(ReadStrings(j, p, "command", &a.command));
+  ROTA_ASSIGN_OR_RETURN(const json* env, Field(j, p, "env", V::object, false));
+  if (env != nullptr) {
+    for (const auto& [k, v] : env->items()) {
+      if (!v.is_string()) return InvalidArgumentError("request body: " + p + "env." + k + ": not a string");
+      a.env[k] = v.get<std::string>();
+    }
+  }
+  ROTA_RETURN_IF_ERROR(Read(j, p, "rootfs", &a.rootfs));
+  ROTA_ASSIGN_OR_RETURN(const json* mounts, Field(j, p, "mounts", V::array, false));
+  if (mounts != nullptr) {
+    for (size_t i = 0; i < mounts->size(); ++i) {
+      const std::string mp = p + "mounts[" + std::to_string(i) + "].";
+      MountSpec m;
+      if (!(*mounts)[i].is_object()) return InvalidArgumentError("request body: " + mp + ": not an object");
+      ROTA_RETURN_IF_ERROR(Read((*mounts)[i], mp, "source", &m.source, true));
+      ROTA_RETURN_IF_ERROR(Read((*mounts)[i], mp, "target", &m.target, true));
+      ROTA_RETURN_IF_ERROR(Read((*mounts)[i], mp, "read_only", &m.read_only));
+      a.mounts.push_back(std::move(m));
+    }
+  }
+  ROTA_RETURN_IF_ERROR(Read(j, p, "world_size", &a.world_size));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "rank", &a.rank));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "local_rank", &a.local_rank));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "node_rank", &a.node_rank));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "master_addr", &a.master_addr));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "master_port", &a.master_port));
+  ROTA_RETURN_IF_ERROR(ReadStrings(j, p, "hosts", &a.hosts));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "cpu_milli", &a.cpu));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "memory_mib", &a.memory));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "attempt", &a.attempt));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "checkpoint_signal", &a.checkpoint_signal));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "checkpoint_grace_ms", &grace_ms));
+  a.checkpoint_grace = grace_ms * 1000;
+  ROTA_RETURN_IF_ERROR(Read(j, p, "user", &a.user));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "uid", &a.uid));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "gid", &a.gid));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "allow_root", &a.allow_root));
+  return a;
+}
+
+ordered_json AnswerToJson(const AgentAnswer& answer) {
+  ordered_json tasks = ordered_json::array();
+  for (const TaskAssignment& a : answer.tasks) tasks.push_back(AssignmentToJson(a));
+  return {{"tasks", std::move(tasks)},
+          {"revision", answer.revision},
+          {"fence_after_ms", answer.fence_after_ms},
+          {"heartbeat_interval_ms", answer.heartbeat_interval_ms}};
+}
+
+StatusOr<AgentAnswer> AnswerFromJson(const json& body) {
+  if (!body.is_object()) return InvalidArgumentError("answer: not a JSON object");
+  AgentAnswer answer;
+  ROTA_RETURN_IF_ERROR(Read(body, "", "revision", &answer.revision));
+  ROTA_RETURN_IF_ERROR(Read(body, "", "fence_after_ms", &answer.fence_after_ms));
+  ROTA_RETURN_IF_ERROR(Read(body, "", "heartbeat_interval_ms", &answer.heartbeat_interval_ms));
+  ROTA_ASSIGN_OR_RETURN(const json* tasks, Field(body, "", "tasks", V::array, true));
+  for (size_t i = 0; i < tasks->size(); ++i) {
+    ROTA_ASSIGN_OR_RETURN(TaskAssignment a, AssignmentFromJson((*tasks)[i], "tasks[" + std::to_string(i) + "]."));
+    answer.tasks.push_back(std::move(a));
+  }
+  return answer;
+}
+
+}  // namespace rota::api

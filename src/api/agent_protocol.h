@@ -1,0 +1,126 @@
+// The agent protocol: what a node agent and the server say to each other,
+// as types, with the one codec both sides use.
+//
+//   POST /v1/agents/register   {"node": NodeSpec, "simulated", "address", "mps"}
+//   GET  /v1/agents/watch?node=NAME
+//        a stream (chunked, application/x-ndjson): one AgentAnswer per line,
+//        sent when the stream opens and each time the node's tasks change;
+//        empty lines between keep it alive (at least every 20 s).
+//   POST /v1/agents/heartbeat  HeartbeatReport -> AgentAnswer
+//        periodic (every heartbeat_interval_ms), and at once for an exit or
+//        a new checkpoint. "wait_ms" > 0 long-polls: the answer waits until
+//        the node's tasks change (the older transport, `--transport poll`).
+//
+// An answer is level-triggered: the whole set of tasks the node should run,
+// read at state `revision`; an agent applies one only if its revision is not
+// older than the last it applied (a watch event and a heartbeat's answer may
+// cross). A task is keyed by job/task/replica/attempt: a new attempt is a new
+// process.
+//
+// Decoding names the field that is wrong ("request body: tasks[2].job:
+// required"). Pieces that matter less than the rest are dropped instead of
+// failing the report: a checkpoint or log piece that does not parse.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "core/job.h"
+
+namespace rota::api {
+
+struct GpuTelemetry {
+  int32_t index = 0;
+  int32_t utilization_pct = 0;
+  MemoryMiB memory_used = 0;
+  int32_t temperature_c = 0;
+  int32_t power_w = 0;
+  bool healthy = true;
+  std::string health_reason;  // "xid 79", "ecc", "temperature 95C"
+};
+
+// What a node's agent should be running: one replica of a job.
+struct TaskAssignment {
+  JobId job;
+  std::string job_name;
+  uint16_t task = 0;
+  std::string task_name;
+  uint32_t replica = 0;
+  std::vector<int32_t> gpus;
+  int32_t gpu_milli = 0;           // a share of gpus[0] (0 = whole GPUs)
+  MemoryMiB gpu_memory_limit = 0;  // the share's GPU memory bound
+  std::string mig_profile;         // a MIG instance of gpus[0]: its profile and start slot
+  int32_t mig_start = -1;
+  std::string last_checkpoint;     // where a restarted attempt resumes ("" = from the start)
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  std::string rootfs;              // an OCI container's root filesystem ("" = a process)
+  std::vector<MountSpec> mounts;   // the job's data mounts (containers)
+  int32_t world_size = 1;
+  int32_t rank = 0;
+  int32_t local_rank = 0;
+  int32_t node_rank = 0;
+  std::string master_addr;
+  int32_t master_port = 0;
+  std::vector<std::string> hosts;  // one per replica, by rank
+  MilliCpu cpu = 0;
+  MemoryMiB memory = 0;
+  int32_t attempt = 0;  // the replica's attempt: a new attempt is a new process
+  std::string checkpoint_signal = "SIGUSR1";
+  Duration checkpoint_grace = 0;
+  std::string user;  // the job's owner: the account it runs as on the node ("" = none named)
+  int64_t uid = -1;  // an explicit mapping from the config's accounts (-1 = by name)
+  int64_t gid = -1;
+  bool allow_root = false;
+  // The whole GPUs it holds (not a share, not a MIG instance).
+  bool whole_gpus() const { return gpu_milli == 0 && mig_start < 0; }
+};
+
+struct TaskReport {
+  JobId job;
+  uint16_t task = 0;
+  uint32_t replica = 0;
+  int32_t attempt = 0;
+  bool exited = false;
+  int32_t exit_code = 0;
+  std::string exit_reason;  // "oom": killed by the kernel at its memory limit
+  // The task's last checkpoint (it wrote the path to $ROTA_CHECKPOINT_FILE at
+  // checkpoint_at); journaled once per newer time.
+  std::string checkpoint_path;
+  TimePoint checkpoint_at = 0;
+  // The next piece of the replica's log from byte `log_offset` (agents that
+  // ship logs); "" = none.
+  std::string log;
+  int64_t log_offset = 0;
+};
+
+struct HeartbeatReport {
+  std::string node;
+  std::vector<GpuTelemetry> gpus;
+  std::vector<TaskReport> tasks;
+  int64_t wait_ms = 0;  // > 0: a long poll (0..30000)
+};
+
+struct AgentAnswer {
+  std::vector<TaskAssignment> tasks;
+  uint64_t revision = 0;
+  int64_t fence_after_ms = 0;         // tasks run on this long after the last answered heartbeat
+  int64_t heartbeat_interval_ms = 0;  // how often to report
+};
+
+nlohmann::ordered_json HeartbeatToJson(const HeartbeatReport& report);
+StatusOr<HeartbeatReport> HeartbeatFromJson(const nlohmann::json& body);
+
+nlohmann::ordered_json AssignmentToJson(const TaskAssignment& a);
+// `path` prefixes field names in errors ("tasks[0].").
+StatusOr<TaskAssignment> AssignmentFromJson(const nlohmann::json& j, const std::string& path = "");
+
+nlohmann::ordered_json AnswerToJson(const AgentAnswer& answer);
+StatusOr<AgentAnswer> AnswerFromJson(const nlohmann::json& body);
+
+}  // namespace rota::api

@@ -1,0 +1,134 @@
+#include "api/agent_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace rota::api {
+namespace {
+
+using nlohmann::json;
+
+TaskAssignment FullAssignment() {
+  TaskAssignment a;
+  a.job = JobId(42);
+  a.job_name = "train";
+  a.task = 1;
+  a.task_name = "worker";
+  a.replica = 3;
+  a.gpus = {2, 5};
+  a.gpu_milli = 250;
+  a.gpu_memory_limit = 10240;
+  a.mig_profile = "3g.40gb";
+  a.mig_start = 4;
+  a.last_checkpoint = "/ckpt/7";
+  a.command = {"python", "train.py"};
+  a.env = {{"A", "b"}};
+  a.rootfs = "/images/pytorch";
+  a.mounts = {{"/data", "/data", true}};
+  a.world_size = 8;
+  a.rank = 3;
+  a.local_rank = 1;
+  a.node_rank = 1;
+  a.master_addr = "n-0";
+  a.master_port = 20042;
+  a.hosts = {"n-0", "n-1"};
+  a.cpu = 1500;
+  a.memory = 8192;
+  a.attempt = 2;
+  a.checkpoint_signal = "SIGUSR2";
+  a.checkpoint_grace = 90 * kMicrosPerSecond;
+  a.user = "alice";
+  a.uid = 1000;
+  a.gid = 1000;
+  a.allow_root = true;
+  return a;
+}
+
+TEST(AgentProtocol, AnAnswerRoundTripsThroughItsJson) {
+  AgentAnswer answer{.tasks = {FullAssignment()}, .revision = 77, .fence_after_ms = 30000, .heartbeat_interval_ms = 10000};
+  auto back = AnswerFromJson(json::parse(AnswerToJson(answer).dump()));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->revision, 77u);
+  EXPECT_EQ(back->fence_after_ms, 30000);
+  EXPECT_EQ(back->heartbeat_interval_ms, 10000);
+  ASSERT_EQ(back->tasks.size(), 1u);
+  // Encoding the decoded answer gives the same JSON: every field survived.
+  EXPECT_EQ(AnswerToJson(*back).dump(), AnswerToJson(answer).dump());
+  const TaskAssignment& a = back->tasks[0];
+  EXPECT_EQ(a.job, JobId(42));
+  EXPECT_EQ(a.gpus, (std::vector<int32_t>{2, 5}));
+  EXPECT_EQ(a.checkpoint_grace, 90 * kMicrosPerSecond);
+  EXPECT_EQ(a.mounts.size(), 1u);
+  EXPECT_TRUE(a.mounts[0].read_only);
+  EXPECT_EQ(a.user, "alice");
+  EXPECT_TRUE(a.allow_root);
+  EXPECT_FALSE(a.whole_gpus());
+}
+
+TEST(AgentProtocol, AHeartbeatRoundTripsWithItsLogAndCheckpoint) {
+  HeartbeatReport r;
+  r.node = "n-1";
+  r.wait_ms = 5000;
+  r.gpus.push_back({.index = 3, .utilization_pct = 90, .memory_used = 4096, .temperature_c = 60, .power_w = 300,
+                    .healthy = false, .health_reason = "xid 79"});
+  TaskReport t;
+  t.job = JobId(9);
+  t.task = 0;
+  t.replica = 1;
+  t.attempt = 2;
+  t.exited = true;
+  t.exit_code = 137;
+  t.exit_reason = "oom";
+  t.log = std::string("bytes\0\xff", 7);  // any bytes survive
+  t.log_offset = 100;
+  t.checkpoint_path = "/ckpt/1";
+  t.checkpoint_at = 1'700'000'000'000'000;
+  r.tasks.push_back(t);
+  auto back = HeartbeatFromJson(json::parse(HeartbeatToJson(r).dump()));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->node, "n-1");
+  EXPECT_EQ(back->wait_ms, 5000);
+  ASSERT_EQ(back->gpus.size(), 1u);
+  EXPECT_FALSE(back->gpus[0].healthy);
+  EXPECT_EQ(back->gpus[0].health_reason, "xid 79");
+  ASSERT_EQ(back->tasks.size(), 1u);
+  EXPECT_TRUE(back->tasks[0].exited);
+  EXPECT_EQ(back->tasks[0].exit_code, 137);
+  EXPECT_EQ(back->tasks[0].log, t.log);
+  EXPECT_EQ(back->tasks[0].log_offset, 100);
+  EXPECT_EQ(back->tasks[0].checkpoint_path, "/ckpt/1");
+  EXPECT_EQ(back->tasks[0].checkpoint_at, t.checkpoint_at);
+}
+
+TEST(AgentProtocol, BadInputNamesTheField) {
+  auto missing = HeartbeatFromJson(json::parse(R"({"tasks": []})"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(), "request body: node: required");
+  auto type = HeartbeatFromJson(json::parse(R"({"node": "n", "tasks": [{"job": 1, "task": "x", "replica": 0}]})"));
+  ASSERT_FALSE(type.ok());
+  EXPECT_EQ(type.status().message(), "request body: tasks[0].task: wrong type");
+  auto range = HeartbeatFromJson(json::parse(R"({"node": "n", "tasks": [{"job": 1, "task": 70000, "replica": 0}]})"));
+  ASSERT_FALSE(range.ok());
+  EXPECT_EQ(range.status().message(), "request body: tasks[0].task: out of range");
+  auto negative = HeartbeatFromJson(json::parse(R"({"node": "n", "tasks": [{"job": -1, "task": 0, "replica": 0}]})"));
+  ASSERT_FALSE(negative.ok());
+  EXPECT_EQ(negative.status().message(), "request body: tasks[0].job: wrong type");
+  auto gpu = AnswerFromJson(json::parse(R"({"tasks": [{"job": 1, "task": 0, "replica": 0, "gpus": [64]}]})"));
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.status().message(), "request body: tasks[0].gpus: GPU indices are 0..63");
+}
+
+TEST(AgentProtocol, ABadCheckpointOrLogPieceIsDroppedNotTheReport) {
+  auto r = HeartbeatFromJson(json::parse(R"({"node": "n", "tasks": [
+      {"job": 1, "task": 0, "replica": 0, "state": "exited", "exit_code": 1,
+       "checkpoint_path": "/c", "checkpoint_at": "not a time", "log_b64": "%%%", "log_offset": 0}]})"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->tasks.size(), 1u);
+  EXPECT_TRUE(r->tasks[0].exited);
+  EXPECT_EQ(r->tasks[0].checkpoint_at, 0);
+  EXPECT_TRUE(r->tasks[0].log.empty());
+}
+
+}  // namespace
+}  // namespace rota::api
