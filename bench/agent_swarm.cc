@@ -40,8 +40,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <limits>
@@ -75,6 +77,7 @@ struct Options {
   bool watch = true;
   std::string restart_cmd;
   int grace_s = 35;
+  int max_reports = 4000;
   int idle_sockets = 0;  // held open without a request, throughout
   int slow_sockets = 0;  // held open sending a header byte a second, throughout
   int jobs = 2000;
@@ -126,6 +129,26 @@ struct Shared {
   std::atomic<bool> restarted{false};
   std::atomic<bool> stop{false};
   Clock::time_point array_at{};
+  // Reports in flight across the swarm are capped (--max-reports): the
+  // emulator's own descriptors are limited (12,500 nodes are 12,500
+  // machines, each with its own), and a node never has two in flight.
+  int max_reports = 4000;
+  int reports_in_flight = 0;
+  std::deque<std::function<void()>> report_queue;
+  void Acquire(std::function<void()> fn) {
+    if (reports_in_flight < max_reports) {
+      ++reports_in_flight;
+      return fn();
+    }
+    report_queue.push_back(std::move(fn));
+  }
+  void Release() {
+    --reports_in_flight;
+    if (report_queue.empty()) return;
+    ++reports_in_flight;
+    asio::post(ioc, std::move(report_queue.front()));
+    report_queue.pop_front();
+  }
   std::atomic<bool> array_submitted{false};
 };
 
@@ -351,15 +374,24 @@ class Node : public std::enable_shared_from_this<Node> {
 
   // An exit is reported at once, on the second connection.
   void ReportNow() {
-    if (report_.busy) {
+    if (report_.busy || queued_) {
       again_ = true;
       return;
     }
+    queued_ = true;
+    s_.Acquire([this, self = shared_from_this()] {
+      queued_ = false;
+      SendReport();
+    });
+  }
+
+  void SendReport() {
     json body = Report();
     body["wait_ms"] = 0;
     const auto t0 = Clock::now();
     Post(report_, "/v1/agents/heartbeat", body.dump(), 15000,
          [this, self = shared_from_this(), t0](int status, const std::string& text) {
+           s_.Release();
            if (status == 200) {
              s_.heartbeat_rtt.Add(Ms(Clock::now() - t0));
              Apply(text);
@@ -446,6 +478,7 @@ class Node : public std::enable_shared_from_this<Node> {
   bool registering_ = false;
   bool ever_registered_ = false;
   bool beating_ = false;
+  bool queued_ = false;  // a report waits for one of the swarm's report slots
   int failures_ = 0;
   int watch_failures_ = 0;
 };
@@ -555,6 +588,7 @@ int main(int argc, char** argv) {
     else if (a == "--restart-cmd") opt.restart_cmd = v;
     else if (a == "--grace-s") opt.grace_s = std::stoi(v);
     else if (a == "--idle-sockets") opt.idle_sockets = std::stoi(v);
+    else if (a == "--max-reports") opt.max_reports = std::stoi(v);
     else if (a == "--slow-sockets") opt.slow_sockets = std::stoi(v);
     else if (a == "--jobs") opt.jobs = std::stoi(v);
     else if (a == "--run-ms") opt.run_ms = std::stoi(v);
@@ -589,6 +623,7 @@ int main(int argc, char** argv) {
   }
   asio::io_context ioc;
   Shared s{opt, ioc, {}};
+  s.max_reports = opt.max_reports;
   s.server = tcp::endpoint(asio::ip::make_address(opt.host == "localhost" ? "127.0.0.1" : opt.host),
                            static_cast<unsigned short>(std::stoi(opt.port)));
   std::vector<std::shared_ptr<Node>> nodes;
@@ -678,13 +713,16 @@ int main(int argc, char** argv) {
       }
     }
     if (live == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  const double server_seconds = Ms(Clock::now() - s.array_at) / 1000;
   const int64_t finished = live == 0 ? opt.jobs : -1;
   const int lost_load = LostNodes(admin);
-  std::printf("RESULT array jobs=%d accepted_in=%.2fs done_in=%.2fs jobs_per_s=%.0f exits_reported=%lld "
+  std::printf("RESULT array jobs=%d accepted_in=%.2fs done_in=%.2fs jobs_per_s=%.0f e2e_done_in=%.2fs e2e_jobs_per_s=%.0f "
+              "exits_reported=%lld "
               "server_finished=%lld server_cpu=%.1f%% rss=%.0fMiB lost_nodes=%d transport_errors=%lld\n",
-              opt.jobs, Ms(accepted - s.array_at) / 1000, seconds, opt.jobs / seconds, static_cast<long long>(s.exits.load()),
+              opt.jobs, Ms(accepted - s.array_at) / 1000, seconds, opt.jobs / seconds, server_seconds,
+              opt.jobs / server_seconds, static_cast<long long>(s.exits.load()),
               static_cast<long long>(finished), 100.0 * (cpu2 - cpu1) / std::max(0.001, seconds), rss2, lost_load,
               static_cast<long long>(s.errors.load()));
   std::printf("RESULT bind_to_agent %s\n", s.bind_to_agent.Summary().c_str());

@@ -930,13 +930,16 @@ void Controller::HeartbeatAsync(const Principal& who, HeartbeatReport report,
 
 StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch, const HeartbeatReport& report,
                                                                    uint64_t* revision) {
-  Snapshot snap = batch.state->GetSnapshot();
-  const NodeState* node = snap.FindNode(report.node);
-  // After each change: the new state, and the node in it (`node` points
-  // into a snapshot that may be released with the old `snap`).
+  // A snapshot is held only between changes: one held across Apply would
+  // make each change copy the whole state (copy-on-write), O(jobs) per exit.
+  // Record pointers stay valid through the batch (the published state holds
+  // them). After each change: the new state, and the node in it.
+  std::optional<Snapshot> snap = batch.state->GetSnapshot();
+  const NodeState* node = snap->FindNode(report.node);
+  auto release = [&] { snap.reset(); };
   auto refresh = [&] {
     snap = batch.state->GetSnapshot();
-    node = snap.FindNode(report.node);
+    node = snap->FindNode(report.node);
   };
   if (node == nullptr) return NotFoundError("node '" + report.node + "' is not registered");
   {
@@ -947,13 +950,14 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
     if (!report.gpus.empty()) live.gpus = report.gpus;
   }
   if (node->lost) {
+    release();
     batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
     refresh();
   }
   // Usage of each running job's GPUs, for right-sizing.
   {
     std::lock_guard<std::mutex> lock(mu_);
-    FoldUsage(snap, *node, report);
+    FoldUsage(*snap, *node, report);
   }
   // GPU health: a GPU the agent reports unhealthy takes no work, and the
   // gangs on it restart elsewhere.
@@ -961,25 +965,30 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
     if (g.index < 0 || g.index >= node->spec.gpus) continue;
     const bool was = (node->healthy_mask >> g.index) & 1;
     if (was == g.healthy) continue;
-    batch.Apply(GpuHealthChanged{report.node, g.index, g.healthy}).IgnoreError();
+    std::vector<const JobRecord*> on_gpu;  // the running gangs on it
     if (!g.healthy) {
-      for (const auto& [id, job] : snap.live_jobs()) {
+      for (const auto& [id, job] : snap->live_jobs()) {
         if (job->state != JobState::kRunning) continue;
         for (const ReplicaPlacement& r : job->placement) {
           if (r.node == node->id && ((r.gpu_mask >> g.index) & 1)) {
-            Requeue(batch, *job, "GPU " + std::to_string(g.index) + " on " + report.node + " failed (" +
-                                     g.health_reason + ")", false);
+            on_gpu.push_back(job.get());
             break;
           }
         }
       }
+    }
+    release();
+    batch.Apply(GpuHealthChanged{report.node, g.index, g.healthy}).IgnoreError();
+    for (const JobRecord* job : on_gpu) {
+      Requeue(batch, *job, "GPU " + std::to_string(g.index) + " on " + report.node + " failed (" + g.health_reason + ")",
+              false);
     }
     refresh();
   }
   // Checkpoints the node's tasks report (newer than the job's last).
   for (const TaskReport& t : report.tasks) {
     if (t.checkpoint_at == 0 || t.checkpoint_path.empty()) continue;
-    const JobRecord* job = snap.FindJob(t.job);
+    const JobRecord* job = snap->FindJob(t.job);
     // A time ahead of ours counts as now, once: the same path again is not new.
     const TimePoint at = std::min(t.checkpoint_at, options_.clock->Now());
     if (job == nullptr || at <= job->last_checkpoint_at) continue;
@@ -989,16 +998,16 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
       return r.task == t.task && r.replica == t.replica && r.node == node->id;
     });
     if (!ours) continue;
-    if (batch.Apply(JobCheckpointed{t.job, at, t.checkpoint_path}).ok()) {
-      refresh();
-    }
+    release();
+    batch.Apply(JobCheckpointed{t.job, at, t.checkpoint_path}).IgnoreError();
+    refresh();
   }
   // Exits: a job ends when every replica has exited (all zero: succeeded).
   // A failed replica ends the attempt at once: the gang restarts if its
   // policy allows, else the job fails.
   for (const TaskReport& t : report.tasks) {
     if (!t.exited) continue;
-    const JobRecord* job = snap.FindJob(t.job);
+    const JobRecord* job = snap->FindJob(t.job);
     if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica)) continue;
     if (job->state == JobState::kPreempting) {
       // An evicted gang is requeued once all of its replicas have stopped.
@@ -1010,7 +1019,9 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
       stopped[{t.task, t.replica}] = t.exit_code;
       if (stopped.size() == job->placement.size()) {
         exits_.erase(t.job);
-        batch.Apply(JobRequeued{t.job, options_.clock->Now(), job->last_requeue_reason}).IgnoreError();
+        const std::string why = job->last_requeue_reason;
+        release();
+        batch.Apply(JobRequeued{t.job, options_.clock->Now(), why}).IgnoreError();
         refresh();
       }
       continue;
@@ -1028,6 +1039,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
       // An elastic job restarts only the failed rank; the others keep running.
       const std::string replica_name = job->spec.tasks[t.task].name + "-" + std::to_string(t.replica);
       exits.erase({t.task, t.replica});
+      release();
       batch.Apply(RankRestarted{t.job, t.task, t.replica, options_.clock->Now(),
                                 t.exit_reason == "oom" ? replica_name + " was OOM-killed; restarted alone"
                                                        : replica_name + " exited with code " +
@@ -1039,12 +1051,14 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
     if (failed) {
       const TaskGroupSpec& spec = job->spec.tasks[t.task];
       const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
+      release();
       Requeue(batch, *job,
               t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
                                      : replica_name + " exited with code " + std::to_string(t.exit_code),
               true);
       refresh();
     } else if (exits.size() == job->placement.size()) {
+      release();
       if (job->spec.restart.policy == RestartPolicy::kAlways) {
         Requeue(batch, *job, "all replicas exited; restart policy always", true);
       } else {
@@ -1058,13 +1072,13 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
   // commit moves the node's version, so watches and long polls get them.)
   std::vector<TaskAssignment> tasks;
   std::lock_guard<std::mutex> lock(mu_);
-  if (revision != nullptr) *revision = snap.revision();
+  if (revision != nullptr) *revision = snap->revision();
   if (const std::set<JobId>* ids = JobsOn(report.node)) {
     for (JobId id : *ids) {
-      const JobRecord* job = snap.FindJob(id);
+      const JobRecord* job = snap->FindJob(id);
       if (job == nullptr || job->state != JobState::kRunning) continue;
       for (size_t i = 0; i < job->placement.size(); ++i) {
-        if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));
+        if (job->placement[i].node == node->id) tasks.push_back(Assignment(*snap, *job, i));
       }
     }
   }
