@@ -99,14 +99,21 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
   }
 
   if (cmd == "jobs") {
+    // One page at a time (--limit, default 500; --after ID for the next):
+    // a busy cluster's million jobs are never fetched at once.
     std::string query;
+    std::string limit = "500";
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i] == "--all" || args[i] == "-a") query += "&all=true";
       else if (args[i] == "--state" && i + 1 < args.size()) query += "&state=" + args[++i];
       else if (args[i] == "--queue" && i + 1 < args.size()) query += "&queue=" + args[++i];
-      else return Usage("rota jobs [--all] [--state S] [--queue Q] [-o json]");
+      else if (args[i] == "--user" && i + 1 < args.size()) query += "&user=" + args[++i];
+      else if (args[i] == "--after" && i + 1 < args.size()) query += "&after=" + args[++i];
+      else if (args[i] == "--limit" && i + 1 < args.size()) limit = args[++i];
+      else return Usage("rota jobs [--all] [--state S] [--queue Q] [--user U] [--limit N] [--after ID] [-o json]");
     }
-    Response r = c.Get("/v1/jobs?" + (query.empty() ? "" : query.substr(1)));
+    query += "&limit=" + limit;
+    Response r = c.Get("/v1/jobs?" + query.substr(1));
     return Run(c, r, "jobs", [](const json& j) {
       Table t({"ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "NODES", "REASON"});
       for (const auto& job : j["jobs"]) {
@@ -123,6 +130,9 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
                nodes.empty() ? "-" : nodes, reason});
       }
       std::cout << t.Render();
+      if (j.contains("next_after")) {
+        std::cout << "(more: rota jobs --after " << S(j, "next_after") << " for the next page)\n";
+      }
     });
   }
 

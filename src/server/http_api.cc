@@ -10,6 +10,8 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -335,7 +337,7 @@ class HttpServerImpl final : public HttpServer {
     HttpTransport& srv = *server_;
     // Alive and serving; a store that refuses writes is reported, not hidden
     // (reads still work, so this stays 200).
-    srv.Get("/healthz", [this](const HttpRequest&, HttpResponse& res) {
+    srv.GetInline("/healthz", [this](const HttpRequest&, HttpResponse& res) {
       const std::string store = c_->StoreError();
       res.set_content(store.empty() ? "ok\n" : "degraded: store refuses writes: " + store + "\n", "text/plain");
     });
@@ -362,21 +364,63 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 201, view);
     }));
 
+    // Listings page: ?limit=N (1..10000) jobs with ids above ?after=ID, in
+    // id order, filtered by ?state=, ?queue=, ?user= (admins; others see
+    // their own). A page cut short by the limit names where the next
+    // starts ("next_after"). The scan starts at `after` and stops at the
+    // limit: the first page of a million jobs costs one page.
     srv.Get("/v1/jobs", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       Snapshot snap = c_->snapshot();
       const std::string state = req.get_param_value("state");
       const std::string queue = req.get_param_value("queue");
+      const std::string user = req.get_param_value("user");
       const bool all = req.get_param_value("all") == "true";
+      if (!state.empty()) {
+        bool known = false;
+        for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kPreempting, JobState::kSucceeded,
+                            JobState::kFailed, JobState::kCancelled}) {
+          known = known || JobStateName(st) == state;
+        }
+        if (!known) {
+          return ReplyError(res, InvalidArgumentError("state: '" + state +
+                                                      "' is not one of pending, running, preempting, succeeded, "
+                                                      "failed, cancelled"));
+        }
+      }
+      size_t limit = std::numeric_limits<size_t>::max();
+      if (req.has_param("limit")) {
+        auto n = ParseId(req.get_param_value("limit"));
+        if (!n.ok() || *n > 10000) return ReplyError(res, InvalidArgumentError("limit: must be 1..10000"));
+        limit = *n;
+      }
+      uint64_t after = 0;
+      if (req.has_param("after")) {
+        const std::string text = req.get_param_value("after");
+        auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), after);
+        if (ec != std::errc() || p != text.data() + text.size()) {
+          return ReplyError(res, InvalidArgumentError("after: '" + text + "' is not a job id"));
+        }
+      }
       ordered_json jobs = ordered_json::array();
       // Without ?all or a state, only the jobs that have not ended (their index).
-      const bool live_only = !all && state.empty();
-      for (const auto& [id, job] : live_only ? snap.live_jobs() : snap.jobs()) {
-        if (!who.admin() && job->user != who.user) continue;
-        if (!state.empty() && JobStateName(job->state) != state) continue;
-        if (!queue.empty() && job->spec.queue != queue) continue;
-        jobs.push_back(JobView(*c_, snap, *job, false));
+      const bool live_only = !all && (state.empty() || state == "pending" || state == "running" || state == "preempting");
+      const auto& index = live_only ? snap.live_jobs() : snap.jobs();
+      std::optional<uint64_t> next_after;
+      for (auto it = index.upper_bound(JobId(after)); it != index.end(); ++it) {
+        const JobRecord& job = *it->second;
+        if (!who.admin() && job.user != who.user) continue;
+        if (!user.empty() && job.user != user) continue;
+        if (!state.empty() && JobStateName(job.state) != state) continue;
+        if (!queue.empty() && job.spec.queue != queue) continue;
+        if (jobs.size() == limit) {
+          next_after = jobs.back()["id"].get<uint64_t>();
+          break;
+        }
+        jobs.push_back(JobView(*c_, snap, job, false));
       }
-      Reply(res, 200, {{"jobs", jobs}});
+      ordered_json body{{"jobs", std::move(jobs)}};
+      if (next_after) body["next_after"] = *next_after;
+      Reply(res, 200, body);
     }));
 
     srv.Get(R"(/v1/jobs/([^/]+))", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {

@@ -62,6 +62,7 @@ struct Route {
   std::string method;
   std::regex pattern;
   HttpHandler handler;
+  bool inline_ = false;  // runs on the loop (GetInline)
 };
 
 }  // namespace
@@ -97,6 +98,7 @@ struct HttpTransport::Impl {
   // Declared before the io_context, so destroyed after it: sessions still
   // queued in it release their counts (and use the TLS context) as it goes.
   std::vector<Route> routes;
+  bool has_inline = false;
   HttpHandler error_handler;
   HttpTransportOptions options;
   mutable std::mutex mu;  // guards the connection counts
@@ -107,8 +109,17 @@ struct HttpTransport::Impl {
   asio::io_context ioc{1};
   std::optional<tcp::acceptor> acceptor;
   asio::steady_timer accept_retry{ioc};
+  int accepts_waiting = 0;  // accepts that failed, to start again when it fires (loop thread only)
   std::optional<asio::thread_pool> workers;
   std::thread io_thread;
+
+  // Whether `req`'s route runs on the loop.
+  bool Inline(const HttpRequest& req) const {
+    for (const Route& r : routes) {
+      if (r.method == req.method && std::regex_match(req.path, r.pattern)) return r.inline_;
+    }
+    return false;
+  }
 
   // Runs the route for `req` on a worker thread; fills `res`.
   void Dispatch(HttpRequest& req, HttpResponse& res) const {
@@ -258,6 +269,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     req->remote_addr = address_;
     // Handlers may block (long polls, group commits): on a worker, never here.
     Lowest().expires_never();
+    if (impl_.has_inline && impl_.Inline(*req)) {
+      HttpResponse res;
+      impl_.Dispatch(*req, res);
+      return Write(std::move(res));
+    }
     asio::post(*impl_.workers, [self = this->shared_from_this(), req] {
       auto res = std::make_shared<HttpResponse>();
       self->impl_.Dispatch(*req, *res);
@@ -465,9 +481,14 @@ void HttpTransport::Impl::Accept() {
       // Out of descriptors (or memory): the pending connection stays in the
       // backlog, so retrying at once would spin. Serve the open ones and
       // try again shortly.
+      // (One timer for all the accepts that failed: it re-arms each.)
+      if (accepts_waiting++ > 0) return;
       accept_retry.expires_after(std::chrono::milliseconds(50));
       accept_retry.async_wait([this](beast::error_code e) {
-        if (!e && !stopping) Accept();
+        const int n = accepts_waiting;
+        accepts_waiting = 0;
+        if (e || stopping) return;
+        for (int i = 0; i < n; ++i) Accept();
       });
       return;
     }
@@ -491,6 +512,10 @@ HttpTransport::~HttpTransport() { Stop(); }
 
 void HttpTransport::Get(const std::string& pattern, HttpHandler handler) {
   impl_->routes.push_back({"GET", std::regex(pattern), std::move(handler)});
+}
+void HttpTransport::GetInline(const std::string& pattern, HttpHandler handler) {
+  impl_->routes.push_back({"GET", std::regex(pattern), std::move(handler), true});
+  impl_->has_inline = true;
 }
 void HttpTransport::Post(const std::string& pattern, HttpHandler handler) {
   impl_->routes.push_back({"POST", std::regex(pattern), std::move(handler)});
@@ -535,7 +560,10 @@ StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
   }
   const int port = d.acceptor->local_endpoint().port();
   d.workers.emplace(static_cast<size_t>(std::max(1, options.workers)));
-  d.Accept();
+  // Several accepts outstanding: each wakeup of the listener takes up to
+  // this many connections, so a reconnect storm drains the backlog fast
+  // (a full backlog drops SYNs, which clients retry only after a second).
+  for (int i = 0; i < 16; ++i) d.Accept();
   d.io_thread = std::thread([&d] { d.ioc.run(); });
   return port;
 }

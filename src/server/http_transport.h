@@ -111,6 +111,9 @@ class HttpTransport {
   HttpTransport& operator=(const HttpTransport&) = delete;
 
   void Get(const std::string& pattern, HttpHandler handler);
+  // A GET answered on the event loop itself, never queued behind the
+  // workers (health checks under load): the handler must not block.
+  void GetInline(const std::string& pattern, HttpHandler handler);
   void Post(const std::string& pattern, HttpHandler handler);
   void Delete(const std::string& pattern, HttpHandler handler);
   void set_error_handler(HttpHandler handler);

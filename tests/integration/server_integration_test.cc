@@ -482,6 +482,29 @@ queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
   ASSERT_EQ(array->status, 201) << array->body;
   EXPECT_EQ(json::parse(array->body)["ids"], json::parse(R"({"first": 2, "last": 4})"));
   EXPECT_EQ(json::parse(bob.Get("/v1/jobs?all=true")->body)["jobs"].size(), 3u);
+  // Listings page in id order: ?limit, ?after, "next_after" while more remain; filters by user.
+  const json first = json::parse(admin.Get("/v1/jobs?limit=2")->body);
+  ASSERT_EQ(first["jobs"].size(), 2u);
+  EXPECT_EQ(first["jobs"][0]["id"], 1);
+  EXPECT_EQ(first["jobs"][1]["id"], 2);
+  EXPECT_EQ(first["next_after"], 2);
+  const json second = json::parse(admin.Get("/v1/jobs?limit=2&after=2")->body);
+  ASSERT_EQ(second["jobs"].size(), 2u);
+  EXPECT_EQ(second["jobs"][0]["id"], 3);
+  EXPECT_EQ(second["jobs"][1]["id"], 4);
+  EXPECT_FALSE(second.contains("next_after"));  // the last page
+  EXPECT_EQ(json::parse(admin.Get("/v1/jobs?user=bob")->body)["jobs"].size(), 3u);
+  EXPECT_EQ(json::parse(admin.Get("/v1/jobs?user=bob&after=3")->body)["jobs"].size(), 1u);
+  for (const auto& [path, message] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/jobs?limit=0", "limit: must be 1..10000"},
+           {"/v1/jobs?limit=20000", "limit: must be 1..10000"},
+           {"/v1/jobs?after=x", "after: 'x' is not a job id"},
+           {"/v1/jobs?state=sleeping", "state: 'sleeping' is not one of"}}) {
+    auto r = admin.Get(path);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << path;
+    EXPECT_NE(r->body.find(message), std::string::npos) << path << ": " << r->body;
+  }
 }
 
 TEST_F(Integration, AuthMatrixOfRolesAndEndpoints) {
