@@ -32,6 +32,58 @@ int16_t Snapshot::ModelIndex(const std::string& model) const {
   return -1;
 }
 
+void JobTable::const_iterator::Settle() {
+  const auto& chunks = table_->chunks_;
+  while (chunk_ < chunks.size()) {
+    const Chunk* c = chunks[chunk_].get();
+    if (c != nullptr) {
+      while (slot_ < kChunk && !c->slots[slot_]) ++slot_;
+      if (slot_ < kChunk) return;
+    }
+    ++chunk_;
+    slot_ = 0;
+  }
+  slot_ = 0;  // end(): (chunks.size(), 0)
+}
+
+JobTable::const_iterator JobTable::find(JobId id) const {
+  const uint64_t c = id.value() / kChunk, slot = id.value() % kChunk;
+  if (c >= chunks_.size() || chunks_[c] == nullptr || !chunks_[c]->slots[slot]) return end();
+  return const_iterator(this, c, slot);
+}
+
+JobTable::const_iterator JobTable::upper_bound(JobId id) const {
+  const uint64_t next = id.value() + 1;
+  if (next / kChunk >= chunks_.size()) return end();
+  return const_iterator(this, next / kChunk, next % kChunk);
+}
+
+JobTable::Chunk& JobTable::Mut(size_t c) {
+  if (c >= chunks_.size()) chunks_.resize(c + 1);
+  if (chunks_[c] == nullptr) chunks_[c] = std::make_shared<Chunk>();
+  else if (chunks_[c].use_count() > 1) chunks_[c] = std::make_shared<Chunk>(*chunks_[c]);
+  return *chunks_[c];
+}
+
+void JobTable::Put(JobId id, std::shared_ptr<const JobRecord> job) {
+  Chunk& c = Mut(id.value() / kChunk);
+  auto& slot = c.slots[id.value() % kChunk];
+  if (!slot) {
+    ++c.used;
+    ++size_;
+  }
+  slot.emplace(id, std::move(job));
+}
+
+void JobTable::Erase(JobId id) {
+  const uint64_t c = id.value() / kChunk;
+  if (c >= chunks_.size() || chunks_[c] == nullptr || !chunks_[c]->slots[id.value() % kChunk]) return;
+  Chunk& chunk = Mut(c);
+  chunk.slots[id.value() % kChunk].reset();
+  --size_;
+  if (--chunk.used == 0) chunks_[c] = nullptr;
+}
+
 const JobRecord* Snapshot::FindJob(JobId id) const {
   auto it = data_->jobs.find(id);
   return it == data_->jobs.end() ? nullptr : it->second.get();
@@ -88,11 +140,11 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
   const bool live = job->state == JobState::kPending || job->state == JobState::kRunning ||
                     job->state == JobState::kPreempting;
   if (live) {
-    d.live[id] = job;
+    d.live.Put(id, job);
   } else {
-    d.live.erase(id);
+    d.live.Erase(id);
   }
-  d.jobs[id] = std::move(job);
+  d.jobs.Put(id, std::move(job));
 }
 
 void ClusterState::Restore(const Snapshot& snap) {
@@ -198,6 +250,10 @@ Status ClusterState::ApplyOne(const GpuHealthChanged& e) {
 
 Status ClusterState::ApplyOne(const JobSubmitted& e) {
   ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
+  // Ids are issued densely from 1 (the job table is indexed by them).
+  if (e.id.value() == 0 || e.id.value() >= (uint64_t{1} << 40)) {
+    return InvalidArgumentError("job id " + std::to_string(e.id.value()) + " is out of range");
+  }
   if (data_->jobs.count(e.id)) return AlreadyExistsError("job " + std::to_string(e.id.value()) + " already exists");
   auto job = std::make_shared<JobRecord>();
   job->id = e.id;

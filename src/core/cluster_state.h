@@ -15,10 +15,12 @@
 //   Snapshot snap = state.GetSnapshot();
 #pragma once
 
+#include <array>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -164,6 +166,73 @@ class NodeTable {
   std::vector<std::shared_ptr<NodeState>> nodes_;
 };
 
+// Jobs by id, in id order, shared between states in chunks of kChunk
+// consecutive ids (ids are issued densely): copying a state copies one
+// pointer per chunk, and a write copies only the chunk it changes. With a
+// million jobs a batch that changes a few thousand costs a few chunks, not
+// a million map nodes. Reads look like a std::map<JobId, ...>.
+class JobTable {
+ public:
+  static constexpr uint64_t kChunk = 1024;
+  using value_type = std::pair<const JobId, std::shared_ptr<const JobRecord>>;
+
+  class const_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = JobTable::value_type;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const value_type*;
+    using reference = const value_type&;
+    const_iterator() = default;
+    reference operator*() const;
+    pointer operator->() const { return &**this; }
+    const_iterator& operator++() {
+      ++slot_;
+      Settle();
+      return *this;
+    }
+    bool operator==(const const_iterator& o) const { return chunk_ == o.chunk_ && slot_ == o.slot_; }
+    bool operator!=(const const_iterator& o) const { return !(*this == o); }
+
+   private:
+    friend class JobTable;
+    const_iterator(const JobTable* table, size_t chunk, size_t slot) : table_(table), chunk_(chunk), slot_(slot) {
+      Settle();
+    }
+    // Moves to the first occupied slot at or after here (or the end).
+    void Settle();
+    const JobTable* table_ = nullptr;
+    size_t chunk_ = 0;
+    size_t slot_ = 0;
+  };
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const_iterator begin() const { return const_iterator(this, 0, 0); }
+  const_iterator end() const { return const_iterator(this, chunks_.size(), 0); }
+  const_iterator find(JobId id) const;
+  // The first job with an id above `id`.
+  const_iterator upper_bound(JobId id) const;
+  size_t count(JobId id) const { return find(id) != end() ? 1 : 0; }
+  // Adds or replaces; copies the chunk first if another state shares it.
+  void Put(JobId id, std::shared_ptr<const JobRecord> job);
+  void Erase(JobId id);
+
+ private:
+  struct Chunk {
+    std::array<std::optional<value_type>, kChunk> slots;
+    size_t used = 0;
+  };
+  // Chunk `c` to change (created or copied as needed).
+  Chunk& Mut(size_t c);
+  std::vector<std::shared_ptr<Chunk>> chunks_;  // null: no job in that range
+  size_t size_ = 0;
+};
+
+inline JobTable::const_iterator::reference JobTable::const_iterator::operator*() const {
+  return *table_->chunks_[chunk_]->slots[slot_];
+}
+
 class Snapshot {
  public:
   uint64_t revision() const { return data_->revision; }
@@ -178,11 +247,11 @@ class Snapshot {
   const JobRecord* FindJob(JobId id) const;
   // Pending jobs in submission order.
   std::vector<const JobRecord*> PendingJobs() const;
-  const std::map<JobId, std::shared_ptr<const JobRecord>>& jobs() const { return data_->jobs; }
+  const JobTable& jobs() const { return data_->jobs; }
   int64_t PendingOfUser(const std::string& user) const;
   int64_t PendingInQueue(const std::string& queue) const;
   // Only the jobs that have not ended (pending, running, preempting).
-  const std::map<JobId, std::shared_ptr<const JobRecord>>& live_jobs() const { return data_->live; }
+  const JobTable& live_jobs() const { return data_->live; }
 
  private:
   friend class ClusterState;
@@ -210,8 +279,8 @@ class Snapshot {
     // Per domain level: domain name -> its parent's name, to refuse a node
     // whose labels would put one rack in two spines.
     std::vector<std::unordered_map<std::string, std::string>> domain_parent;
-    std::map<JobId, std::shared_ptr<const JobRecord>> jobs;
-    std::map<JobId, std::shared_ptr<const JobRecord>> live;  // the subset not ended
+    JobTable jobs;
+    JobTable live;  // the subset not ended
     // Pending jobs per user and per (leaf) queue, kept as jobs change, for
     // the tenant limits.
     std::unordered_map<std::string, int64_t> pending_by_user;

@@ -395,13 +395,22 @@ void Controller::ActorLoop() {
 void Controller::SchedulerLoop() {
   const auto interval = std::chrono::microseconds(options_.schedule_interval);
   while (true) {
+    bool asked;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, interval, [this] { return stopping_ || trigger_; });
       if (stopping_) return;
+      asked = trigger_ || cycles_requested_ > cycles_done_;
       trigger_ = false;
     }
     CheckNodes();
+    const auto quiet = std::min<std::chrono::steady_clock::duration>(
+        std::chrono::microseconds(options_.quiet_interval),
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(20 * last_cycle_seconds_)));
+    if (!asked && last_cycle_idle_ && snapshot().revision() == last_cycle_revision_ &&
+        std::chrono::steady_clock::now() - last_cycle_at_ < quiet) {
+      continue;  // nothing changed and nothing was decided: not again so soon
+    }
     RunOneCycle();
   }
 }
@@ -448,6 +457,11 @@ void Controller::RunOneCycle() {
     while (b < std::size(kCycleBuckets) && seconds > kCycleBuckets[b]) ++b;
     metrics_.cycle_buckets[b]++;
   }
+  last_cycle_revision_ = snap.revision();
+  last_cycle_seconds_ = seconds;
+  last_cycle_at_ = std::chrono::steady_clock::now();
+  last_cycle_idle_ = result.placed.empty() && result.unresolvable.empty() && result.preemptions.empty() &&
+                     result.resizes.empty() && result.reconfigurations.empty();
   if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty() ||
       !result.resizes.empty()) {
     Call<bool>([&](Batch& batch) -> StatusOr<bool> {

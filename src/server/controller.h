@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -43,6 +44,13 @@ struct ControllerOptions {
   const Clock* clock = nullptr;  // required
   uint64_t snapshot_every = 10'000;              // journal events between snapshots
   Duration schedule_interval = kMicrosPerSecond;  // a cycle at least this often
+  // While nothing changes (the state's revision stands and the last cycle
+  // decided nothing) only time moves the answer (reservation windows,
+  // minimum run times, fair-share decay): cycles then come no more often
+  // than 20 times their own cost, so they take at most 5% of a core, and
+  // at least every quiet_interval. (A cycle over a million pending jobs
+  // costs a sort; one over a few hundred runs every interval as before.)
+  Duration quiet_interval = 30 * kMicrosPerSecond;
   Duration node_timeout = 30 * kMicrosPerSecond;  // heartbeat age after which a node shows as lost
   // How long an agent's tasks run on after the last heartbeat the server
   // answered before they stop themselves (0 = node_timeout). A lost node's
@@ -306,6 +314,11 @@ class Controller {
   // (scheduler thread only; rebuilt from zero after a restart).
   std::map<std::string, double> decayed_usage_;
   TimePoint decayed_at_ = 0;
+  // Scheduler thread only: what the last cycle saw and did.
+  uint64_t last_cycle_revision_ = 0;
+  bool last_cycle_idle_ = false;  // it decided nothing
+  double last_cycle_seconds_ = 0;  // what it cost
+  std::chrono::steady_clock::time_point last_cycle_at_{};
   mutable std::condition_variable node_cv_;
 
   std::thread actor_;

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# A million jobs in the store: a `rota server` (SQLite store in a temporary
+# directory, 4 declared 8-GPU nodes, no agents: everything stays pending) on
+# a free loopback port takes ARRAYS arrays of 100,000 1-GPU jobs, and prints
+# per array the time to accept it, then: the server's RSS, its CPU while
+# nothing changes, the time for the first page of `rota jobs`, a restart
+# after kill -9 (until the jobs are served again), and one more array after
+# the restart.
+#
+# usage: bench/million_jobs.sh [ARRAYS]        (default 10: a million jobs)
+# Prints RESULT lines. Everything it starts it stops by PID.
+set -u
+ARRAYS=${1:-10}
+ROTA=${ROTA:-$(cd "$(dirname "$0")/.." && pwd)/build/src/cli/rota}
+R=$(mktemp -d /tmp/rota-million-XXXXXX)
+SERVER=""
+cleanup() {
+  [ -n "$SERVER" ] && kill -TERM "$SERVER" 2>/dev/null && wait "$SERVER" 2>/dev/null
+  rm -rf "$R"
+}
+trap cleanup EXIT
+cat > "$R/cluster.yaml" <<'YAML'
+node_groups: [{name: n, count: 4, gpus: 8, gpu_model: H100, gpu_memory: 80Gi, cpu: 64, memory: 512Gi}]
+limits: {max_pending_per_user: 10000000, max_pending_per_queue: 10000000, submit_rate: 10000000}
+YAML
+start() {
+  "$ROTA" server --data-dir "$R/data" --listen "$1" --config "$R/cluster.yaml" --rate-limit 0 >> "$R/server.log" 2>&1 &
+  SERVER=$!
+}
+now() { date +%s.%N; }
+start 127.0.0.1:0
+for _ in $(seq 100); do grep -q "serving http" "$R/server.log" && break; sleep 0.1; done
+URL=$(grep -o "http://127.0.0.1:[0-9]*" "$R/server.log" | head -1)
+export ROTA_SERVER=$URL ROTA_TOKEN=$(cat "$R/data/admin.token")
+JOB='{"name": "j", "tasks": [{"gpus": 1, "command": ["true"]}]}'
+submit() {
+  local t0 t1 code
+  t0=$(now)
+  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 600 -H "Authorization: Bearer $ROTA_TOKEN" \
+    -H 'Content-Type: application/json' -d "$JOB" "$URL/v1/jobs?count=100000")
+  t1=$(now)
+  echo "$code $(echo "$t1 - $t0" | bc)"
+}
+rss() { awk '/VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$SERVER/status"; }
+cpu() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
+peak=0
+for i in $(seq "$ARRAYS"); do
+  read -r code secs < <(submit)
+  r=$(rss)
+  [ "$r" -gt "$peak" ] && peak=$r
+  echo "RESULT array $i of 100000: http $code accepted in ${secs}s; server rss ${r} MiB"
+done
+sleep 5
+c0=$(cpu)
+sleep 10
+c1=$(cpu)
+echo "RESULT idle with $((ARRAYS * 100000)) pending: server cpu $(( (c1 - c0) * 100 / 10 / $(getconf CLK_TCK) ))% rss $(rss) MiB (peak seen ${peak} MiB)"
+t0=$(now)
+"$ROTA" jobs --limit 500 > /dev/null
+t1=$(now)
+echo "RESULT first page of rota jobs (500): $(echo "$t1 - $t0" | bc)s"
+t0=$(now)
+curl -s -o /dev/null -H "Authorization: Bearer $ROTA_TOKEN" "$URL/v1/jobs?limit=500&after=500000"
+t1=$(now)
+echo "RESULT GET /v1/jobs?limit=500&after=500000: $(echo "$t1 - $t0" | bc)s"
+kill -9 "$SERVER"
+wait "$SERVER" 2>/dev/null
+t0=$(now)
+start "${URL#http://}"
+until curl -s -o /dev/null -m 1 -H "Authorization: Bearer $ROTA_TOKEN" "$URL/v1/jobs?limit=1" 2>/dev/null; do sleep 0.05; done
+t1=$(now)
+echo "RESULT restart after kill -9 with $((ARRAYS * 100000)) jobs: serving jobs again in $(echo "$t1 - $t0" | bc)s; rss $(rss) MiB"
+read -r code secs < <(submit)
+echo "RESULT one more array after the restart: http $code accepted in ${secs}s; rss $(rss) MiB"
