@@ -516,7 +516,17 @@ void Controller::CheckNodes() {
   {
     Snapshot snap = snapshot();
     std::vector<JobId> overdue, expired;
-    for (const auto& [id, job] : snap.live_jobs()) {
+    // Only running and preempting jobs can be over time: those the node
+    // index holds (not every pending job of a million).
+    std::vector<JobId> placed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      placed.reserve(job_nodes_.size());
+      for (const auto& [id, nodes] : job_nodes_) placed.push_back(id);
+    }
+    for (JobId id : placed) {
+      const JobRecord* job = snap.FindJob(id);
+      if (job == nullptr) continue;
       if (job->state == JobState::kRunning && job->spec.time_limit > 0 && now - job->started_at > job->spec.time_limit) {
         expired.push_back(id);
       }
