@@ -406,7 +406,7 @@ void Controller::SchedulerLoop() {
     CheckNodes();
     const auto quiet = std::min<std::chrono::steady_clock::duration>(
         std::chrono::microseconds(options_.quiet_interval),
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(20 * last_cycle_seconds_)));
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(40 * last_cycle_seconds_)));
     if (!asked && last_cycle_idle_ && snapshot().revision() == last_cycle_revision_ &&
         std::chrono::steady_clock::now() - last_cycle_at_ < quiet) {
       continue;  // nothing changed and nothing was decided: not again so soon

@@ -47,7 +47,7 @@ struct ControllerOptions {
   // While nothing changes (the state's revision stands and the last cycle
   // decided nothing) only time moves the answer (reservation windows,
   // minimum run times, fair-share decay): cycles then come no more often
-  // than 20 times their own cost, so they take at most 5% of a core, and
+  // than 40 times their own cost, so they take at most 2.5% of a core, and
   // at least every quiet_interval. (A cycle over a million pending jobs
   // costs a sort; one over a few hundred runs every interval as before.)
   Duration quiet_interval = 30 * kMicrosPerSecond;
