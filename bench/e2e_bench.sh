@@ -48,10 +48,10 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 
-count_state() { "$ROTA" jobs --all -o json | grep -o "\"state\": \"$1\"" | wc -l; }
+count_state() { "$ROTA" jobs --all --limit 0 -o json | grep -o "\"state\": \"$1\"" | wc -l; }
 run_workload() {
   local name=$1 count=$2 spec=$3
-  local first=$(( $("$ROTA" jobs --all -o json | grep -c '"id"') ))
+  local first=$(( $("$ROTA" jobs --all --limit 0 -o json | grep -c '"id"') ))
   printf '%s\n' "$spec" > "$R/$name.yaml"
   local t0=$(now)
   if [ "${name#array}" != "$name" ]; then
@@ -62,7 +62,7 @@ run_workload() {
   local t_sub=$(now)
   local started="" done_t=""
   while true; do
-    local json=$("$ROTA" jobs --all -o json)
+    local json=$("$ROTA" jobs --all --limit 0 -o json)
     local pending=$(grep -o '"state": "pending"' <<< "$json" | wc -l)
     local running=$(grep -o '"state": "running"' <<< "$json" | wc -l)
     [ -z "$started" ] && [ "$pending" -eq 0 ] && started=$(now)
@@ -70,7 +70,7 @@ run_workload() {
     sleep 0.2
   done
   # Per-job wait = started_at - submitted_at, from the server's own timestamps.
-  local waits=$("$ROTA" jobs --all -o json | python3 -c '
+  local waits=$("$ROTA" jobs --all --limit 0 -o json | python3 -c '
 import json, sys, datetime
 def t(s): return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
 jobs = [j for j in json.load(sys.stdin)["jobs"] if j["id"] > '"$first"' and j["started_at"]]

@@ -110,10 +110,30 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       else if (args[i] == "--user" && i + 1 < args.size()) query += "&user=" + args[++i];
       else if (args[i] == "--after" && i + 1 < args.size()) query += "&after=" + args[++i];
       else if (args[i] == "--limit" && i + 1 < args.size()) limit = args[++i];
-      else return Usage("rota jobs [--all] [--state S] [--queue Q] [--user U] [--limit N] [--after ID] [-o json]");
+      else return Usage("rota jobs [--all] [--state S] [--queue Q] [--user U] [--limit N|0 for every page] [--after ID] [-o json]");
     }
-    query += "&limit=" + limit;
-    Response r = c.Get("/v1/jobs?" + query.substr(1));
+    Response r;
+    if (limit == "0") {
+      // Every page (scripts that want all of them), merged into one answer.
+      json all = json::array();
+      std::string after;
+      while (true) {
+        r = c.Get("/v1/jobs?" + query.substr(query.empty() ? 0 : 1) + (query.empty() ? "" : "&") + "limit=10000" +
+                  (after.empty() ? "" : "&after=" + after));
+        if (r.status != 200) break;
+        json page = json::parse(r.body, nullptr, false);
+        if (page.is_discarded()) break;
+        for (auto& job : page["jobs"]) all.push_back(std::move(job));
+        if (!page.contains("next_after")) {
+          r.body = json{{"jobs", std::move(all)}}.dump();
+          break;
+        }
+        after = S(page, "next_after");
+      }
+    } else {
+      query += "&limit=" + limit;
+      r = c.Get("/v1/jobs?" + query.substr(1));
+    }
     return Run(c, r, "jobs", [](const json& j) {
       Table t({"ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "NODES", "REASON"});
       for (const auto& job : j["jobs"]) {
