@@ -56,6 +56,10 @@ struct Agent::Task {
 
 namespace {
 
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // The task's last checkpoint: the first line of its checkpoint file and the
 // file's modification time; false if it has written none.
 bool ReadCheckpoint(const std::string& file, uid_t owner, std::string* path, TimePoint* at) {
@@ -579,6 +583,7 @@ bool Agent::Heartbeat(int wait_ms) {
 }
 
 void Agent::Reconcile(const api::AgentAnswer& answer) {
+  const double received_at = WallSeconds();
   if (answer.heartbeat_interval_ms > 0) {
     server_interval_ms_ = static_cast<int>(std::clamp<int64_t>(answer.heartbeat_interval_ms, 10, 600'000));
   }
@@ -846,6 +851,11 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         t->shim = launched->shim;
         t->shim_start = ProcessStartTime(t->shim);
         if (t->shim != 0) SaveRecord(key, *t);
+        // One line per start (like slurmd's "launching job"), with the wall
+        // clock when its assignment arrived and when it was launched.
+        std::fprintf(stderr, "rota agent: started job %llu %s attempt %d pid %d uid %u received_at=%.6f launched_at=%.6f\n",
+                     static_cast<unsigned long long>(t->job), name.c_str(), t->attempt, static_cast<int>(t->pid),
+                     static_cast<unsigned>(identity.uid), received_at, WallSeconds());
       } else {
         std::ofstream(spec.log_path, std::ios::app) << "rota: " << launched.status().message() << "\n";
         t->exited = true;
