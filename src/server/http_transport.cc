@@ -106,12 +106,15 @@ struct HttpTransport::Impl {
   size_t open = 0;
   std::atomic<bool> stopping{false};
   std::optional<asio::ssl::context> ssl;
-  asio::io_context ioc{1};
+  asio::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
-  asio::steady_timer accept_retry{ioc};
+  std::optional<asio::steady_timer> accept_retry;  // on the accept strand
   int accepts_waiting = 0;  // accepts that failed, to start again when it fires (loop thread only)
   std::optional<asio::thread_pool> workers;
-  std::thread io_thread;
+  std::vector<std::thread> io_threads;
+  // The listener's own strand: its accepts complete here, one at a time,
+  // whichever loop thread runs them.
+  std::optional<asio::strand<asio::io_context::executor_type>> accept_strand;
 
   // Whether `req`'s route runs on the loop.
   bool Inline(const HttpRequest& req) const {
@@ -475,7 +478,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 }  // namespace
 
 void HttpTransport::Impl::Accept() {
-  acceptor->async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+  acceptor->async_accept(asio::make_strand(ioc), asio::bind_executor(*accept_strand, [this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || stopping) return;
       // Out of descriptors (or memory): the pending connection stays in the
@@ -483,8 +486,8 @@ void HttpTransport::Impl::Accept() {
       // try again shortly.
       // (One timer for all the accepts that failed: it re-arms each.)
       if (accepts_waiting++ > 0) return;
-      accept_retry.expires_after(std::chrono::milliseconds(50));
-      accept_retry.async_wait([this](beast::error_code e) {
+      accept_retry->expires_after(std::chrono::milliseconds(50));
+      accept_retry->async_wait([this](beast::error_code e) {
         const int n = accepts_waiting;
         accepts_waiting = 0;
         if (e || stopping) return;
@@ -504,7 +507,7 @@ void HttpTransport::Impl::Accept() {
       std::make_shared<Session<beast::tcp_stream>>(*this, address, std::move(socket))->Run();
     }
     Accept();
-  });
+  }));
 }
 
 HttpTransport::HttpTransport() : impl_(std::make_unique<Impl>()) {}
@@ -549,7 +552,9 @@ StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
   auto endpoints = resolver.resolve(options.host, std::to_string(options.port), ec);
   if (ec || endpoints.empty()) return UnavailableError("cannot listen on " + where + ": " + ec.message());
   const tcp::endpoint endpoint = endpoints.begin()->endpoint();
-  d.acceptor.emplace(d.ioc);
+  d.accept_strand.emplace(asio::make_strand(d.ioc));
+  d.acceptor.emplace(*d.accept_strand);
+  d.accept_retry.emplace(*d.accept_strand);
   d.acceptor->open(endpoint.protocol(), ec);
   if (!ec) d.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) d.acceptor->bind(endpoint, ec);
@@ -563,8 +568,12 @@ StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
   // Several accepts outstanding: each wakeup of the listener takes up to
   // this many connections, so a reconnect storm drains the backlog fast
   // (a full backlog drops SYNs, which clients retry only after a second).
-  for (int i = 0; i < 16; ++i) d.Accept();
-  d.io_thread = std::thread([&d] { d.ioc.run(); });
+  asio::post(*d.accept_strand, [&d] {
+    for (int i = 0; i < 16; ++i) d.Accept();
+  });
+  const int loops = options.io_threads > 0 ? options.io_threads
+                                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 4));
+  for (int i = 0; i < loops; ++i) d.io_threads.emplace_back([&d] { d.ioc.run(); });
   return port;
 }
 
@@ -572,7 +581,8 @@ void HttpTransport::Stop() {
   Impl& d = *impl_;
   if (d.stopping.exchange(true) || !d.acceptor) return;
   d.ioc.stop();
-  if (d.io_thread.joinable()) d.io_thread.join();
+  for (std::thread& t : d.io_threads) t.join();
+  d.io_threads.clear();
   beast::error_code ec;
   d.acceptor->close(ec);  // the loop is stopped: no other thread touches it now
   if (d.workers) d.workers->join();  // handlers running now finish; their writes are queued, never run
