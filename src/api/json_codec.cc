@@ -297,6 +297,14 @@ std::string EncodeEvent(const Event& event) {
             j["rank_attempt"] = std::move(ranks);
           }
           j["spec"] = JobSpecToJson(e.spec);
+        } else if constexpr (std::is_same_v<E, JobsSubmitted>) {
+          j["type"] = "JobsSubmitted";
+          j["first"] = e.first.value();
+          j["count"] = e.count;
+          j["at"] = e.at;
+          j["user"] = e.user;
+          j["priority_value"] = e.spec.priority;
+          j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobBound>) {
           j["type"] = "JobBound";
           j["id"] = e.id.value();
@@ -405,6 +413,12 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
         }
       }
       return Event(std::move(e));
+    }
+    if (type == "JobsSubmitted") {
+      ROTA_ASSIGN_OR_RETURN(JobSpec spec, JobSpecFromJson(j.at("spec")));
+      spec.priority = j.at("priority_value").get<int32_t>();
+      return Event(JobsSubmitted{JobId(j.at("first").get<uint64_t>()), j.at("count").get<int64_t>(), std::move(spec),
+                                 j.at("at"), j.at("user")});
     }
     if (type == "JobBound") {
       return Event(JobBound{JobId(j.at("id").get<uint64_t>()), PlacementFromJson(j.at("placement")), j.at("at")});

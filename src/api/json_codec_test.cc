@@ -51,6 +51,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobResized{JobId(17), {{0, 0, NodeId(1), 0x04, 500}, {0, 1, NodeId(0), 0x02, 0, 4}}, 901, "shrank for job 5"},
       RankRestarted{JobId(14), 0, 2, 950, "worker-2 exited with code 3; restarted alone"},
       JobSubmitted{JobId(15), *spec, 6, "dan", 1, 2, 3, 3, {{1, 5}, {4, 6}}},
+      JobsSubmitted{JobId(100), 2000, *spec, 7, "erin"},
   };
   for (const Event& e : events) {
     const std::string text = EncodeEvent(e);

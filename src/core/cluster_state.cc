@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <optional>
 
 namespace rota {
 
@@ -266,6 +267,35 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->gang_attempt = e.gang_attempt;
   job->rank_attempt = e.rank_attempt;
   Put(Mutable(), std::move(job));
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const JobsSubmitted& e) {
+  constexpr int64_t kMaxRun = 1'000'000;
+  if (e.count < 1 || e.count > kMaxRun) {
+    return InvalidArgumentError("jobs submitted: count " + std::to_string(e.count) + " is not 1.." + std::to_string(kMaxRun));
+  }
+  ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
+  const uint64_t first = e.first.value();
+  if (first == 0 || first + static_cast<uint64_t>(e.count) > (uint64_t{1} << 40)) {
+    return InvalidArgumentError("job ids " + std::to_string(first) + ".." + std::to_string(first + e.count - 1) +
+                                " are out of range");
+  }
+  // All or nothing: every id must be free before any is taken.
+  for (int64_t i = 0; i < e.count; ++i) {
+    if (data_->jobs.count(JobId(first + static_cast<uint64_t>(i)))) {
+      return AlreadyExistsError("job " + std::to_string(first + i) + " already exists");
+    }
+  }
+  Snapshot::Data& d = Mutable();
+  for (int64_t i = 0; i < e.count; ++i) {
+    auto job = std::make_shared<JobRecord>();
+    job->id = JobId(first + static_cast<uint64_t>(i));
+    job->spec = e.spec;
+    job->submitted_at = e.at;
+    job->user = e.user;
+    Put(d, std::move(job));
+  }
   return Status::Ok();
 }
 
@@ -740,11 +770,37 @@ std::vector<Event> CompactState(const Snapshot& snap) {
       out.push_back(GpuReconfigured{n.spec.name, g, FormatMigLayout(*n.mig_geometry, n.mig_layout[g])});
     }
   }
-  for (const auto& [id, job] : snap.jobs()) {
-    if (job->state == JobState::kPending || job->state == JobState::kRunning || job->state == JobState::kPreempting) {
-      emit_job(*job);
+  // Live jobs. A run of pending jobs that have never run, with consecutive
+  // ids and the same spec, owner and submission time (a job array's) is one
+  // JobsSubmitted: read back with one spec decoded, not one per job.
+  std::optional<JobsSubmitted> run;
+  auto flush = [&] {
+    if (!run) return;
+    if (run->count == 1) out.push_back(JobSubmitted{run->first, std::move(run->spec), run->at, run->user});
+    else out.push_back(std::move(*run));
+    run.reset();
+  };
+  auto plain = [](const JobRecord& j) {
+    return j.state == JobState::kPending && j.restarts == 0 && j.resizes == 0 && j.rank_restarts == 0 &&
+           j.gang_attempt == 0 && j.rank_attempt.empty() && j.placement.empty() && j.last_checkpoint_at == 0 &&
+           j.preempted_at.empty() && j.last_requeue_reason.empty() && j.last_placement.empty() && j.nominated.empty() &&
+           j.resized_at == 0;
+  };
+  for (const auto& [id, job] : snap.live_jobs()) {
+    if (plain(*job)) {
+      if (run && run->first.value() + static_cast<uint64_t>(run->count) == id.value() && run->at == job->submitted_at &&
+          run->user == job->user && run->spec == job->spec) {
+        ++run->count;
+        continue;
+      }
+      flush();
+      run = JobsSubmitted{id, 1, job->spec, job->submitted_at, job->user};
+      continue;
     }
+    flush();
+    emit_job(*job);
   }
+  flush();
   for (const NodeState& n : snap.nodes()) {
     if (n.drained) out.push_back(NodeDrainChanged{n.spec.name, true});
     if (n.lost) out.push_back(NodeLostChanged{n.spec.name, true});

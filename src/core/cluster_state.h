@@ -312,6 +312,7 @@ class ClusterState {
   Status ApplyOne(const NodeDrainChanged& e);
   Status ApplyOne(const GpuHealthChanged& e);
   Status ApplyOne(const JobSubmitted& e);
+  Status ApplyOne(const JobsSubmitted& e);
   Status ApplyOne(const JobBound& e);
   Status ApplyOne(const JobFinished& e);
   Status ApplyOne(const JobCancelled& e);

@@ -223,5 +223,74 @@ TEST(CompactState, ReplayRebuildsTheSameState) {
   }
 }
 
+// A run of jobs journaled as one event is exactly that many JobSubmitted;
+// it takes all of its ids or none; a snapshot writes such a run back as one.
+TEST(ClusterState, JobsSubmittedIsARunOfJobSubmitted) {
+  ClusterState one, run;
+  for (ClusterState* st : {&one, &run}) ASSERT_TRUE(st->Apply(NodeAdded{Node("n0", 8)}).ok());
+  for (uint64_t id = 1; id <= 5; ++id) ASSERT_TRUE(one.Apply(JobSubmitted{JobId(id), Job(1, 1), 9, "a"}).ok());
+  ASSERT_TRUE(run.Apply(JobsSubmitted{JobId(1), 5, Job(1, 1), 9, "a"}).ok());
+  Snapshot a = one.GetSnapshot(), b = run.GetSnapshot();
+  ASSERT_EQ(b.jobs().size(), 5u);
+  EXPECT_EQ(b.PendingOfUser("a"), 5);
+  for (const auto& [id, job] : a.jobs()) {
+    const JobRecord* other = b.FindJob(id);
+    ASSERT_NE(other, nullptr);
+    EXPECT_EQ(other->spec, job->spec);
+    EXPECT_EQ(other->submitted_at, job->submitted_at);
+    EXPECT_EQ(other->user, job->user);
+    EXPECT_EQ(other->state, JobState::kPending);
+  }
+  // Overlapping ids (5 is taken): refused whole, nothing added.
+  Status overlap = run.Apply(JobsSubmitted{JobId(5), 3, Job(1, 1), 10, "b"});
+  EXPECT_EQ(overlap.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(run.GetSnapshot().jobs().size(), 5u);
+  EXPECT_EQ(run.GetSnapshot().PendingOfUser("b"), 0);
+  EXPECT_FALSE(run.Apply(JobsSubmitted{JobId(6), 0, Job(1, 1), 10, "b"}).ok());  // count 0
+  // Job 3 runs: the snapshot writes 1-2 and 4-5 as runs, 3 on its own.
+  ASSERT_TRUE(run.Apply(JobBound{JobId(3), {{0, 0, NodeId(0), 0x01}}, 11}).ok());
+  int runs = 0, singles = 0;
+  ClusterState copy;
+  for (const Event& e : CompactState(run.GetSnapshot())) {
+    runs += std::holds_alternative<JobsSubmitted>(e);
+    singles += std::holds_alternative<JobSubmitted>(e);
+    ASSERT_TRUE(copy.Apply(e).ok());
+  }
+  EXPECT_EQ(runs, 2);
+  EXPECT_EQ(singles, 1);
+  EXPECT_EQ(copy.GetSnapshot().jobs().size(), 5u);
+  EXPECT_EQ(copy.GetSnapshot().FindJob(JobId(3))->state, JobState::kRunning);
+  EXPECT_EQ(copy.GetSnapshot().FindJob(JobId(5))->state, JobState::kPending);
+}
+
+// The job table iterates in id order across its chunks, finds and skips
+// gaps, and a copy is not changed by writes to the original.
+TEST(JobTable, IteratesInOrderAcrossChunksAndCopiesOnWrite) {
+  JobTable t;
+  auto rec = [](uint64_t id) {
+    auto j = std::make_shared<JobRecord>();
+    j->id = JobId(id);
+    return std::shared_ptr<const JobRecord>(j);
+  };
+  for (uint64_t id : {1u, 2u, 1023u, 1024u, 5000u}) t.Put(JobId(id), rec(id));
+  std::vector<uint64_t> seen;
+  for (const auto& [id, job] : t) seen.push_back(id.value());
+  EXPECT_EQ(seen, (std::vector<uint64_t>{1, 2, 1023, 1024, 5000}));
+  EXPECT_EQ(t.size(), 5u);
+  EXPECT_EQ(t.find(JobId(3)), t.end());
+  EXPECT_EQ(t.upper_bound(JobId(2))->first, JobId(1023));
+  EXPECT_EQ(t.upper_bound(JobId(1024))->first, JobId(5000));
+  EXPECT_EQ(t.upper_bound(JobId(5000)), t.end());
+  JobTable copy = t;
+  t.Erase(JobId(1024));
+  t.Put(JobId(2), rec(2));
+  EXPECT_EQ(copy.size(), 5u);
+  EXPECT_NE(copy.find(JobId(1024)), copy.end());
+  EXPECT_EQ(t.size(), 4u);
+  EXPECT_EQ(t.find(JobId(1024)), t.end());
+  t.Erase(JobId(5000));  // its chunk empties and goes
+  EXPECT_EQ(t.upper_bound(JobId(1023)), t.end());
+}
+
 }  // namespace
 }  // namespace rota

@@ -52,6 +52,16 @@ struct JobSubmitted {
   int32_t gang_attempt = 0;
   std::map<uint32_t, int32_t> rank_attempt;
 };
+// `count` jobs with ids first..first+count-1, each exactly as a
+// JobSubmitted with that id and these fields: a job array's part (or a
+// snapshot's run of identical pending jobs) journaled, and read back, once.
+struct JobsSubmitted {
+  JobId first;
+  int64_t count = 0;
+  JobSpec spec;
+  TimePoint at = 0;
+  std::string user;
+};
 // The whole gang is bound at once: one replica placement per replica (an
 // elastic job: at least min_replicas of them).
 struct JobBound {
@@ -152,6 +162,6 @@ struct JobCancelled {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted>;
 
 }  // namespace rota

@@ -33,6 +33,7 @@ struct GpuShare {
   int32_t fraction_milli = 0;  // 250 = a quarter of a GPU; 0 = not fractional
   MemoryMiB memory = 0;      // memory bound for a fraction
   bool shared() const { return !mig_profile.empty() || fraction_milli > 0; }
+  bool operator==(const GpuShare&) const = default;
 };
 
 struct TaskGroupSpec {
@@ -50,6 +51,7 @@ struct TaskGroupSpec {
   // directory on the node, or an unpacked image directory holding rootfs/.
   // Empty = a plain process.
   std::string rootfs;
+  bool operator==(const TaskGroupSpec&) const = default;
 };
 
 enum class TopologyMode { kRequired, kPreferred };
@@ -59,11 +61,13 @@ enum class TopologyMode { kRequired, kPreferred };
 struct TopologyConstraint {
   std::string level;
   TopologyMode mode = TopologyMode::kRequired;
+  bool operator==(const TopologyConstraint&) const = default;
 };
 
 struct CheckpointSpec {
   std::string signal = "SIGUSR1";
   Duration grace = 0;
+  bool operator==(const CheckpointSpec&) const = default;
 };
 
 enum class RestartPolicy { kNever, kOnFailure, kAlways };
@@ -71,12 +75,14 @@ enum class RestartPolicy { kNever, kOnFailure, kAlways };
 struct RestartSpec {
   RestartPolicy policy = RestartPolicy::kNever;
   int32_t max_restarts = 0;
+  bool operator==(const RestartSpec&) const = default;
 };
 
 struct MountSpec {
   std::string source;
   std::string target;
   bool read_only = false;
+  bool operator==(const MountSpec&) const = default;
 };
 
 struct JobSpec {
@@ -107,6 +113,7 @@ struct JobSpec {
   // Whole GPUs plus its GPU fractions rounded up to whole GPUs: what quotas,
   // fair share and preemption cost count.
   int64_t GpuEquivalent() const;
+  bool operator==(const JobSpec&) const = default;
 };
 
 // Cluster-independent checks. Errors are InvalidArgument with a field path.

@@ -23,6 +23,9 @@ Status Controller::Start() {
   // Recover: the latest snapshot plus the journal after it.
   Status replay = store_->Replay([this](const Event& e) {
     if (auto* s = std::get_if<JobSubmitted>(&e)) next_job_id_ = std::max(next_job_id_, s->id.value() + 1);
+    if (auto* s = std::get_if<JobsSubmitted>(&e)) {
+      next_job_id_ = std::max(next_job_id_, s->first.value() + static_cast<uint64_t>(s->count));
+    }
     return state_.Apply(e).WithPrefix("replaying the journal");
   });
   ROTA_RETURN_IF_ERROR(replay);
@@ -722,8 +725,10 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
                                     limit_name + ": " + std::to_string(queue_limit) + ")");
     }
     // Copies of a spec that validated, under fresh ids: none can be refused.
-    for (int64_t i = 0; i < chunk; ++i) {
-      ROTA_RETURN_IF_ERROR(batch.Apply(JobSubmitted{JobId(first.value() + static_cast<uint64_t>(i)), spec, now, who.user}));
+    if (chunk == 1) {
+      ROTA_RETURN_IF_ERROR(batch.Apply(JobSubmitted{first, spec, now, who.user}));
+    } else {
+      ROTA_RETURN_IF_ERROR(batch.Apply(JobsSubmitted{first, chunk, spec, now, who.user}));  // one event for the part
     }
     next_job_id_ = first.value() + static_cast<uint64_t>(count);
     array_reserved_user_[who.user] += count - chunk;
@@ -739,10 +744,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     const int64_t n = std::min(kArrayChunk, count - done);
     bool moved = false;  // set on the actor: this chunk's n left the reservation
     auto more = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-      for (int64_t i = 0; i < n; ++i) {
-        ROTA_RETURN_IF_ERROR(
-            batch.Apply(JobSubmitted{JobId(first + static_cast<uint64_t>(done + i)), spec, now, who.user}));
-      }
+      ROTA_RETURN_IF_ERROR(batch.Apply(JobsSubmitted{JobId(first + static_cast<uint64_t>(done)), n, spec, now, who.user}));
       array_reserved_user_[who.user] -= n;  // pending now, no longer reserved
       array_reserved_queue_[spec.queue] -= n;
       moved = true;
