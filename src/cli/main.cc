@@ -20,7 +20,7 @@ constexpr const char* kUsage =
     "  agent      a node agent that runs the tasks placed on its node\n"
     "use:\n"
     "  submit     submit a job file (YAML or JSON)\n"
-    "  jobs       list jobs (--all for ended ones)\n"
+    "  jobs       list jobs, a page at a time (--all for ended ones, --limit N, --after ID)\n"
     "  describe   a job's state, placement, pending reason and events\n"
     "  cancel     cancel a job\n"
     "  logs       a job's output\n"
