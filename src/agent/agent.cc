@@ -44,7 +44,8 @@ struct Agent::Task {
   std::string exit_reason;  // "oom" when the kernel OOM-killed it
   std::string cgroup;       // its group name, "" if none
   std::string checkpoint_file;  // where the task writes its last checkpoint's path
-  int64_t checkpoint_mtime = 0;  // the file's modification time last seen (ns)
+  int64_t checkpoint_mtime = 0;  // the file's modification time last reported at once (ns)
+  std::chrono::steady_clock::time_point checkpoint_reported{};
   std::string log_path;
   uid_t uid = 0;                // the account it runs as (its checkpoint file must be its own)
   std::string oci_runtime;      // a container: the runtime binary and container id ("" = a process)
@@ -211,9 +212,14 @@ void Agent::Stop() {
     wake_ = true;
   }
   wake_cv_.notify_all();
-  {
-    std::lock_guard<std::mutex> lock(watch_mu_);
-    if (watch_client_ != nullptr) watch_client_->stop();
+  // A stop that lands before the watch's socket is open does nothing: ask
+  // again until the watch thread has gone.
+  for (int i = 0; i < 1000 && options_.watch && !watch_done_; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      if (watch_client_ != nullptr) watch_client_->stop();
+    }
+    usleep(10 * 1000);
   }
   if (watch_thread_.joinable()) watch_thread_.join();
   if (poll_thread_.joinable()) poll_thread_.join();
@@ -920,6 +926,10 @@ void Agent::PollLoop() {
 }
 
 void Agent::WatchLoop() {
+  struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag = true; }
+  } done{watch_done_};
   int failures = 0;
   while (!stop_) {
     if (!registered_) {
@@ -976,8 +986,13 @@ void Agent::ReapLoop() {
         struct stat st;
         if (stat(t->checkpoint_file.c_str(), &st) != 0) continue;
         const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-        if (mtime != t->checkpoint_mtime) {
+        // At most one report a second per task for its checkpoints (a task
+        // rewriting its file in a loop does not set the journal's pace);
+        // a change within the second is seen on the next tick after it.
+        const auto now = std::chrono::steady_clock::now();
+        if (mtime != t->checkpoint_mtime && now - t->checkpoint_reported >= std::chrono::seconds(1)) {
           t->checkpoint_mtime = mtime;
+          t->checkpoint_reported = now;
           ended = true;
         }
       }

@@ -265,7 +265,7 @@ StatusOr<TaskAssignment> AssignmentFromJson(const json& j, const std::string& p)
   ROTA_RETURN_IF_ERROR(Read(j, p, "attempt", &a.attempt));
   ROTA_RETURN_IF_ERROR(Read(j, p, "checkpoint_signal", &a.checkpoint_signal));
   ROTA_RETURN_IF_ERROR(Read(j, p, "checkpoint_grace_ms", &grace_ms));
-  a.checkpoint_grace = grace_ms * 1000;
+  a.checkpoint_grace = std::clamp<int64_t>(grace_ms, 0, int64_t{1} << 40) * 1000;
   ROTA_RETURN_IF_ERROR(Read(j, p, "user", &a.user));
   ROTA_RETURN_IF_ERROR(Read(j, p, "uid", &a.uid));
   ROTA_RETURN_IF_ERROR(Read(j, p, "gid", &a.gid));

@@ -54,6 +54,7 @@ JobTable::const_iterator JobTable::find(JobId id) const {
 }
 
 JobTable::const_iterator JobTable::upper_bound(JobId id) const {
+  if (id.value() >= chunks_.size() * kChunk) return end();  // (also: no wrap past the largest id)
   const uint64_t next = id.value() + 1;
   if (next / kChunk >= chunks_.size()) return end();
   return const_iterator(this, next / kChunk, next % kChunk);
@@ -100,6 +101,21 @@ std::vector<const JobRecord*> Snapshot::PendingJobs() const {
 
 ClusterState::ClusterState(std::vector<std::string> levels) : data_(std::make_shared<Snapshot::Data>()) {
   data_->levels = std::move(levels);
+}
+
+ClusterState::ClusterState(const ClusterState& other) : data_(std::make_shared<Snapshot::Data>(*other.data_)) {
+  // A copy is a new lineage: it adds nodes of its own, so it gets its own name index.
+  auto names = std::make_shared<Snapshot::Data::NameIndex>();
+  {
+    std::shared_lock<std::shared_mutex> lock(other.data_->node_by_name->mu);
+    names->ids = other.data_->node_by_name->ids;
+  }
+  data_->node_by_name = std::move(names);
+}
+
+ClusterState& ClusterState::operator=(const ClusterState& other) {
+  if (this != &other) *this = ClusterState(other);
+  return *this;
 }
 
 const Topology& Snapshot::topology() const {
@@ -271,9 +287,9 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
 }
 
 Status ClusterState::ApplyOne(const JobsSubmitted& e) {
-  constexpr int64_t kMaxRun = 1'000'000;
-  if (e.count < 1 || e.count > kMaxRun) {
-    return InvalidArgumentError("jobs submitted: count " + std::to_string(e.count) + " is not 1.." + std::to_string(kMaxRun));
+  if (e.count < 1 || e.count > kMaxJobsPerRun) {
+    return InvalidArgumentError("jobs submitted: count " + std::to_string(e.count) + " is not 1.." +
+                                std::to_string(kMaxJobsPerRun));
   }
   ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
   const uint64_t first = e.first.value();
@@ -788,8 +804,8 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   };
   for (const auto& [id, job] : snap.live_jobs()) {
     if (plain(*job)) {
-      if (run && run->first.value() + static_cast<uint64_t>(run->count) == id.value() && run->at == job->submitted_at &&
-          run->user == job->user && run->spec == job->spec) {
+      if (run && run->count < kMaxJobsPerRun && run->first.value() + static_cast<uint64_t>(run->count) == id.value() &&
+          run->at == job->submitted_at && run->user == job->user && run->spec == job->spec) {
         ++run->count;
         continue;
       }

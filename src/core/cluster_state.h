@@ -294,6 +294,11 @@ class ClusterState {
  public:
   // `levels`: topology level names, innermost first (see Topology).
   explicit ClusterState(std::vector<std::string> levels = {"nvlink", "node", "rack", "spine"});
+  // Copies are independent states (their own node-name index).
+  ClusterState(const ClusterState& other);
+  ClusterState& operator=(const ClusterState& other);
+  ClusterState(ClusterState&&) = default;
+  ClusterState& operator=(ClusterState&&) = default;
 
   Status Apply(const Event& event);
   Snapshot GetSnapshot();

@@ -55,6 +55,7 @@ struct JobSubmitted {
 // `count` jobs with ids first..first+count-1, each exactly as a
 // JobSubmitted with that id and these fields: a job array's part (or a
 // snapshot's run of identical pending jobs) journaled, and read back, once.
+inline constexpr int64_t kMaxJobsPerRun = 1'000'000;  // the most one JobsSubmitted holds
 struct JobsSubmitted {
   JobId first;
   int64_t count = 0;

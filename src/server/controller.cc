@@ -118,7 +118,7 @@ void Controller::SnapshotLoop() {
 }
 
 std::string Controller::StoreError() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(store_error_mu_);
   return store_error_;
 }
 
@@ -159,6 +159,8 @@ const std::set<JobId>* Controller::JobsOn(const std::string& node) const {
 }
 
 void Controller::BumpNodeVersions(const std::vector<Event>& events) {
+  // The published state and the node index change under one lock: a reader
+  // of both (NodeTasks, a quiet heartbeat) never sees one without the other.
   Snapshot snap = state_.GetSnapshot();
   std::set<JobId> jobs;
   for (const Event& e : events) {
@@ -171,6 +173,7 @@ void Controller::BumpNodeVersions(const std::vector<Event>& events) {
   std::set<std::string> touched;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    published_ = snap;
     for (JobId id : jobs) IndexJob(snap, id, &touched);
     for (const std::string& n : touched) ++node_versions_[n];
   }
@@ -349,6 +352,7 @@ void Controller::ActorLoop() {
         {
           std::lock_guard<std::mutex> lock(mu_);
           state_.Restore(*published_);
+          std::lock_guard<std::mutex> error_lock(store_error_mu_);
           store_error_ = std::string(seq.status().message());
         }
         next_job_id_ = next_job_id;
@@ -365,12 +369,11 @@ void Controller::ActorLoop() {
         continue;
       }
       if (store_failures_.exchange(0) > 0) {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::lock_guard<std::mutex> lock(store_error_mu_);
         store_error_.clear();
         std::fprintf(stderr, "rota: journal writes work again\n");
       }
-      Publish();
-      BumpNodeVersions(batch.events);
+      BumpNodeVersions(batch.events);  // publishes the new state with its index
       Trigger();
       if (*seq - last_snapshot_seq_ >= options_.snapshot_every) {
         // Compacted, encoded and written on the snapshot thread, from this
@@ -1094,13 +1097,20 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
       refresh();
     }
   }
-  // (Jobs bound in this same batch are not indexed until it commits; the
-  // commit moves the node's version, so watches and long polls get them.)
+  // From the working state, at its revision: the jobs indexed on the node
+  // (as of the last commit) and those this batch bound or resized so far,
+  // so that the answer holds everything its revision claims.
   std::vector<TaskAssignment> tasks;
+  std::set<JobId> ids;
+  for (const Event& e : batch.events) {
+    if (const auto* b = std::get_if<JobBound>(&e)) ids.insert(b->id);
+    if (const auto* r = std::get_if<JobResized>(&e)) ids.insert(r->id);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (revision != nullptr) *revision = snap->revision();
-  if (const std::set<JobId>* ids = JobsOn(report.node)) {
-    for (JobId id : *ids) {
+  if (const std::set<JobId>* indexed = JobsOn(report.node)) ids.insert(indexed->begin(), indexed->end());
+  {
+    for (JobId id : ids) {
       const JobRecord* job = snap->FindJob(id);
       if (job == nullptr || job->state != JobState::kRunning) continue;
       for (size_t i = 0; i < job->placement.size(); ++i) {
@@ -1141,6 +1151,9 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
     const NodeState* node = snap.FindNode(report.node);
     auto live = live_.find(report.node);
     if (node == nullptr || node->lost || live == live_.end() || !live->second.registered) return false;
+    // Overdue: CheckNodes may be declaring it lost right now; the actor
+    // orders the two.
+    if (options_.clock->Now() - live->second.last_heartbeat > options_.node_timeout) return false;
     for (const GpuTelemetry& g : report.gpus) {
       if (g.index < 0 || g.index >= node->spec.gpus) continue;
       if (static_cast<bool>((node->healthy_mask >> g.index) & 1) != g.healthy) return false;

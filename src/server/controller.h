@@ -180,9 +180,10 @@ class Controller {
   const Clock& clock() const { return *options_.clock; }
   Duration node_timeout() const { return options_.node_timeout; }
 
-  // How often agents report (node_timeout / 3): announced in every answer
-  // to an agent, so the node timeout and the heartbeat move together.
-  Duration heartbeat_interval() const { return options_.node_timeout / 3; }
+  // How often agents report (a third of the node timeout or the fence
+  // interval, whichever is shorter: a lease is renewed by each answered
+  // report): announced in every answer to an agent.
+  Duration heartbeat_interval() const { return std::min(options_.node_timeout, FenceAfter()) / 3; }
 
   // The tasks `node` should run now, read from the published state through
   // the per-node job index: O(that node's jobs), no actor round trip (agent
@@ -283,6 +284,7 @@ class Controller {
   uint64_t cycles_done_ = 0;
   std::condition_variable cycle_cv_;
   std::optional<Snapshot> published_;
+  mutable std::mutex store_error_mu_;  // guards store_error_ (read by /healthz on the event loop)
   std::string store_error_;  // why the last journal write failed; "" once one succeeds
   struct SubmitBucket {
     double tokens = 0;
