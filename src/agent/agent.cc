@@ -544,20 +544,13 @@ bool Agent::Heartbeat(int wait_ms) {
     }
   }
   const auto sick = ReadHealthFile(options_.health_file);
-  for (const GpuSample& s : SampleGpus(options_.inventory, busy)) {
-    api::GpuTelemetry& g = report.gpus.emplace_back();
-    g.index = s.index;
-    g.utilization_pct = s.utilization_pct;
-    g.memory_used = s.memory_used;
-    g.temperature_c = s.temperature_c;
-    g.power_w = s.power_w;
-    g.healthy = s.healthy;
-    g.health_reason = s.health_reason;
-    if (s.temperature_c > options_.max_temperature_c) {
+  report.gpus = SampleGpus(options_.inventory, busy);
+  for (api::GpuTelemetry& g : report.gpus) {
+    if (g.temperature_c > options_.max_temperature_c) {
       g.healthy = false;
-      g.health_reason = "temperature " + std::to_string(s.temperature_c) + "C";
+      g.health_reason = "temperature " + std::to_string(g.temperature_c) + "C";
     }
-    if (auto it = sick.find(s.index); it != sick.end()) {
+    if (auto it = sick.find(g.index); it != sick.end()) {
       g.healthy = false;
       g.health_reason = it->second;
     }

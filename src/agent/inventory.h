@@ -8,20 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "api/agent_protocol.h"
 #include "base/status.h"
 #include "core/node.h"
 
 namespace rota::agent {
 
-struct GpuSample {
-  int32_t index = 0;
-  int32_t utilization_pct = 0;  // -1: not known (NVML has none for a GPU in MIG mode)
-  MemoryMiB memory_used = 0;
-  int32_t temperature_c = 0;
-  int32_t power_w = 0;
-  bool healthy = true;
-  std::string health_reason;
-};
+// One GPU's telemetry sample: exactly what a heartbeat reports (the
+// protocol's type). utilization_pct is -1 where NVML knows none (a GPU in
+// MIG mode).
+using GpuSample = api::GpuTelemetry;
 
 struct Inventory {
   std::string gpu_model;
