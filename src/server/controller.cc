@@ -158,7 +158,7 @@ const std::set<JobId>* Controller::JobsOn(const std::string& node) const {
   return it == node_jobs_.end() ? nullptr : &it->second;
 }
 
-void Controller::BumpNodeVersions(const std::vector<Event>& events) {
+void Controller::PublishBatch(const std::vector<Event>& events) {
   // The published state and the node index change under one lock: a reader
   // of both (NodeTasks, a quiet heartbeat) never sees one without the other.
   Snapshot snap = state_.GetSnapshot();
@@ -373,7 +373,7 @@ void Controller::ActorLoop() {
         store_error_.clear();
         std::fprintf(stderr, "rota: journal writes work again\n");
       }
-      BumpNodeVersions(batch.events);  // publishes the new state with its index
+      PublishBatch(batch.events);
       Trigger();
       if (*seq - last_snapshot_seq_ >= options_.snapshot_every) {
         // Compacted, encoded and written on the snapshot thread, from this
@@ -930,10 +930,15 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
 
 StatusOr<std::vector<TaskAssignment>> Controller::Heartbeat(const Principal& who, const HeartbeatReport& report,
                                                             uint64_t* revision) {
-  ROTA_RETURN_IF_ERROR(CheckReporter(who, report));
-  // Most heartbeats change nothing journaled: answered without the actor.
-  if (std::vector<TaskAssignment> quiet; QuietHeartbeat(report, &quiet, revision)) return quiet;
-  return Call<std::vector<TaskAssignment>>([&](Batch& batch) { return HeartbeatOnActor(batch, report, revision); });
+  // The same path as HeartbeatAsync, waited for.
+  std::promise<std::pair<StatusOr<std::vector<TaskAssignment>>, uint64_t>> answered;
+  auto answer = answered.get_future();
+  HeartbeatAsync(who, report, [&answered](StatusOr<std::vector<TaskAssignment>> tasks, uint64_t at) {
+    answered.set_value({std::move(tasks), at});
+  });
+  auto [tasks, at] = answer.get();
+  if (revision != nullptr) *revision = at;
+  return std::move(tasks);
 }
 
 Status Controller::CheckReporter(const Principal& who, const HeartbeatReport& report) const {
@@ -946,6 +951,7 @@ Status Controller::CheckReporter(const Principal& who, const HeartbeatReport& re
 void Controller::HeartbeatAsync(const Principal& who, HeartbeatReport report,
                                 std::function<void(StatusOr<std::vector<TaskAssignment>>, uint64_t)> done) {
   if (Status s = CheckReporter(who, report); !s.ok()) return done(s, 0);
+  // Most heartbeats change nothing journaled: answered without the actor.
   uint64_t quiet_revision = 0;
   if (std::vector<TaskAssignment> quiet; QuietHeartbeat(report, &quiet, &quiet_revision)) {
     return done(std::move(quiet), quiet_revision);

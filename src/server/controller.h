@@ -240,7 +240,10 @@ class Controller {
   // a negative `jobs` gives back what a refused submission took.
   Status TakeSubmitBudget(const std::string& user, int64_t jobs);
   void Publish();
-  void BumpNodeVersions(const std::vector<Event>& events);
+  // After a batch is durable: publishes the new state, re-indexes the jobs
+  // its events name, moves the versions of the nodes they touch and tells
+  // the node listener (watches).
+  void PublishBatch(const std::vector<Event>& events);
   // REQUIRES: mu_ held. Re-indexes job `id` under the nodes it holds in
   // `snap`; adds the nodes it left and joined to `touched`.
   void IndexJob(const Snapshot& snap, JobId id, std::set<std::string>* touched);

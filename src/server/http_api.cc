@@ -10,7 +10,6 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -258,6 +257,8 @@ class WatchHub {
 // Requests may wait in a long poll; the pool keeps room for everything else.
 constexpr int kThreads = 96;
 constexpr int kMaxLongPolls = 64;
+// The most jobs one listing answers (GET /v1/jobs?limit=).
+constexpr size_t kMaxPage = 10'000;
 
 class HttpServerImpl final : public HttpServer {
  public:
@@ -364,7 +365,7 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 201, view);
     }));
 
-    // Listings page: ?limit=N (1..10000) jobs with ids above ?after=ID, in
+    // Listings page: ?limit=N (1..10000, default 10000) jobs with ids above ?after=ID, in
     // id order, filtered by ?state=, ?queue=, ?user= (admins; others see
     // their own). A page cut short by the limit names where the next
     // starts ("next_after"). The scan starts at `after` and stops at the
@@ -387,10 +388,12 @@ class HttpServerImpl final : public HttpServer {
                                                       "failed, cancelled"));
         }
       }
-      size_t limit = std::numeric_limits<size_t>::max();
+      // Without ?limit a page is the largest one: no request builds an
+      // answer of a million jobs (a gigabyte) in the server's memory.
+      size_t limit = kMaxPage;
       if (req.has_param("limit")) {
         auto n = ParseId(req.get_param_value("limit"));
-        if (!n.ok() || *n > 10000) return ReplyError(res, InvalidArgumentError("limit: must be 1..10000"));
+        if (!n.ok() || *n > kMaxPage) return ReplyError(res, InvalidArgumentError("limit: must be 1..10000"));
         limit = *n;
       }
       uint64_t after = 0;

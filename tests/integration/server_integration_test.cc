@@ -507,6 +507,24 @@ queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
   }
 }
 
+// A listing without ?limit is one page of at most 10,000 jobs, never the
+// whole store (a million jobs would be a gigabyte built in the server).
+TEST_F(Integration, AListingIsAtMostOnePage) {
+  RotaProcess server("server", tmp.path() + "/data", {"--config", Write("c.yaml", R"(
+node_groups: [{name: n, count: 1, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]
+limits: {submit_rate: 1000000}
+)")});
+  auto admin = server.Admin();
+  auto r = admin.Post("/v1/jobs?count=10005", "name: many\ntasks: [{gpus: 1}]\n", "application/yaml");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const json page = json::parse(admin.Get("/v1/jobs")->body);
+  EXPECT_EQ(page["jobs"].size(), 10000u);
+  EXPECT_EQ(page["next_after"], 10000);
+  const json rest = json::parse(admin.Get("/v1/jobs?after=10000")->body);
+  EXPECT_EQ(rest["jobs"].size(), 5u);
+  EXPECT_FALSE(rest.contains("next_after"));
+}
+
 TEST_F(Integration, AuthMatrixOfRolesAndEndpoints) {
   RotaProcess server("server", tmp.path() + "/data", {"--rate-limit", "0", "--config", Write("c.yaml",
       "node_groups: [{name: n, count: 1, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]\n")});
