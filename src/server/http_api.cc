@@ -179,10 +179,21 @@ class WatchHub {
     watchers_.clear();
   }
 
+  // A node's agent needs one watch (two while a reconnect overlaps the
+  // dead one): past kMaxPerNode the oldest is closed, so a token that opens
+  // watch after watch holds at most this many.
+  static constexpr size_t kMaxPerNode = 4;
+
   void Add(const std::string& node, std::shared_ptr<HttpStream> stream) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return stream->Close();
-    watchers_[node].push_back(std::move(stream));
+    auto& streams = watchers_[node];
+    std::erase_if(streams, [](const std::shared_ptr<HttpStream>& s) { return !s->open(); });
+    while (streams.size() >= kMaxPerNode) {
+      streams.front()->Close();
+      streams.erase(streams.begin());
+    }
+    streams.push_back(std::move(stream));
     dirty_.insert(node);
     cv_.notify_one();
   }

@@ -11,6 +11,7 @@
 #include <sys/sysmacros.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -547,6 +548,51 @@ TEST_F(Sockets, IdleAndSlowHeaderSocketsDoNotStallTheApiOrLoseNodes) {
   const json j = Job(1);
   EXPECT_EQ(j["state"], "running");
   EXPECT_EQ(j["restarts"], 0) << j.dump();
+}
+
+// One node's token opening watch after watch holds at most four: each
+// one past that closes the oldest (a reconnecting agent replaces its dead
+// watch the same way).
+TEST_F(Sockets, WatchesPerNodeAreCappedOldestClosedFirst) {
+  auto admin = server_->Admin();
+  ASSERT_EQ(admin.Post("/v1/agents/register",
+                       R"({"node": {"name": "w0", "gpus": 1, "gpu_model": "H100", "gpu_memory": "80Gi", "cpu": "8",
+                          "memory": "64Gi"}, "simulated": true})",
+                       "application/json")->status,
+            200);
+  const int port = std::stoi(server_->url().substr(server_->url().rfind(':') + 1));
+  const std::string request = "GET /v1/agents/watch?node=w0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                              server_->token() + "\r\n\r\n";
+  // Reads until the first event line, so that watch i is open before i+1.
+  auto open_watch = [&] {
+    const int fd = Connect(port, request);
+    std::string got;
+    char buf[4096];
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    while (got.find("\"tasks\"") == std::string::npos) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_NE(got.find("200 OK"), std::string::npos) << got;
+    return fd;
+  };
+  std::vector<int> fds;
+  for (int i = 0; i < 6; ++i) fds.push_back(open_watch());
+  // Closed by the server: the first two (EOF, after a last chunk); open: the last four.
+  auto closed = [](int fd) {
+    char buf[4096];
+    timeval tv{0, 300'000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    while (true) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n == 0) return true;   // EOF
+      if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;  // reset: closed too; timeout: open
+    }
+  };
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(closed(fds[static_cast<size_t>(i)]), i < 2) << "watch " << i;
+  for (int fd : fds) close(fd);
 }
 
 }  // namespace
