@@ -582,9 +582,6 @@ void Controller::CheckNodes() {
   if (silent.empty()) return;
   Call<bool>([&](Batch& batch) -> StatusOr<bool> {
     for (const std::string& name : silent) {
-      Snapshot snap = batch.state->GetSnapshot();
-      const NodeState* node = snap.FindNode(name);
-      if (node == nullptr) continue;
       Duration silence;
       {
         // A heartbeat may have arrived since the scan.
@@ -592,26 +589,33 @@ void Controller::CheckNodes() {
         silence = options_.clock->Now() - live_[name].last_heartbeat;
       }
       if (silence <= options_.node_timeout) continue;
-      if (!node->lost) batch.Apply(NodeLostChanged{name, true}).IgnoreError();
+      // What to change, read first; the snapshot goes before the changes
+      // (one held across Apply makes each change copy the state).
+      bool lost = false;
+      std::vector<const JobRecord*> held;  // its running gangs (records outlive the batch's changes to others)
+      {
+        Snapshot snap = batch.state->GetSnapshot();
+        const NodeState* node = snap.FindNode(name);
+        if (node == nullptr) continue;
+        lost = node->lost;
+        std::lock_guard<std::mutex> lock(mu_);
+        if (const std::set<JobId>* ids = JobsOn(name); ids != nullptr && silence > requeue_after) {
+          for (JobId id : *ids) {
+            const JobRecord* job = snap.FindJob(id);
+            if (job == nullptr || (job->state != JobState::kRunning && job->state != JobState::kPreempting)) continue;
+            if (std::any_of(job->placement.begin(), job->placement.end(),
+                            [&](const ReplicaPlacement& r) { return r.node == node->id; })) {
+              held.push_back(job);
+            }
+          }
+        }
+      }
+      if (!lost) batch.Apply(NodeLostChanged{name, true}).IgnoreError();
       if (silence <= requeue_after) continue;
       const std::string why = "node " + name + " lost (no heartbeat for " +
                               FormatDuration(silence / kMicrosPerSecond * kMicrosPerSecond) +
                               "; its tasks fenced themselves after " + FormatDuration(FenceAfter()) + ")";
-      std::vector<JobId> held;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (const std::set<JobId>* ids = JobsOn(name)) held.assign(ids->begin(), ids->end());
-      }
-      for (JobId id : held) {
-        const JobRecord* job = snap.FindJob(id);
-        if (job == nullptr || (job->state != JobState::kRunning && job->state != JobState::kPreempting)) continue;
-        for (const ReplicaPlacement& r : job->placement) {
-          if (r.node == node->id) {
-            Requeue(batch, *job, why, /*counts_against_policy=*/false);
-            break;
-          }
-        }
-      }
+      for (const JobRecord* job : held) Requeue(batch, *job, why, /*counts_against_policy=*/false);
     }
     return true;
   }).status().IgnoreError();
