@@ -8,7 +8,7 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
           libsqlite3-dev zlib1g-dev libssl-dev libboost-dev libcpp-httplib-dev prometheus openssl chromium chromium-driver
-          runc crun busybox-static)
+          runc crun busybox-static postgresql libpq-dev)
 
 missing=()
 for p in "${packages[@]}"; do

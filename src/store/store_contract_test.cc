@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "store/memory_store.h"
+#include "store/pg_store.h"
+#include "store/pg_test_server.h"
 #include "store/sqlite_store.h"
 
 namespace rota {
@@ -30,12 +32,43 @@ struct SqliteFactory {
   }
 };
 
+// One PostgreSQL server for the whole binary; a fresh database per test.
+TestPostgres& SharedPostgres() {
+  static std::unique_ptr<TestPostgres> pg = [] {
+    std::string error;
+    auto started = TestPostgres::Start(&error);
+    if (!started) {
+      ADD_FAILURE() << "cannot start PostgreSQL: " << error;
+      std::abort();
+    }
+    return started;
+  }();
+  return *pg;
+}
+
+struct PgFactory {
+  std::string conninfo;
+  PgFactory() {
+    static int n = 0;
+    conninfo = SharedPostgres().CreateDatabase("contract_" + std::to_string(getpid()) + "_" + std::to_string(++n));
+  }
+  std::unique_ptr<Store> Make() {
+    auto s = PgStore::Open(conninfo);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return std::move(s).value();
+  }
+  std::unique_ptr<Store> Reopen(std::unique_ptr<Store> s) {
+    s.reset();
+    return Make();
+  }
+};
+
 template <typename F>
 class StoreContract : public ::testing::Test {
  protected:
   F factory;
 };
-using Factories = ::testing::Types<MemoryFactory, SqliteFactory>;
+using Factories = ::testing::Types<MemoryFactory, SqliteFactory, PgFactory>;
 TYPED_TEST_SUITE(StoreContract, Factories);
 
 NodeSpec Node(const std::string& name) {
@@ -81,6 +114,50 @@ TYPED_TEST(StoreContract, KeepsTokens) {
   ASSERT_TRUE(tokens.ok());
   ASSERT_EQ(tokens->size(), 2u);
   EXPECT_EQ((*tokens)[1].node, "n-0");
+}
+
+TYPED_TEST(StoreContract, KeepsAnyTextExactly) {
+  // Quotes, backslashes, braces, commas, newlines, tabs and UTF-8: what a
+  // label or a name may hold must come back byte for byte.
+  const std::string odd = "a\"b\\c{d},e\nf\tg \xc3\xa9 NULL \\\"";
+  NodeSpec n = Node(odd);
+  n.labels["k"] = odd;
+  auto s = this->factory.Make();
+  ASSERT_TRUE(s->Append({NodeAdded{n}, NodeAdded{Node("plain")}}).ok());
+  s = this->factory.Reopen(std::move(s));
+  std::vector<NodeSpec> back;
+  ASSERT_TRUE(s->Replay([&](const Event& e) {
+                 if (auto* a = std::get_if<NodeAdded>(&e)) back.push_back(a->spec);
+                 return Status::Ok();
+               }).ok());
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].name, odd);
+  EXPECT_EQ(back[0].labels["k"], odd);
+}
+
+TYPED_TEST(StoreContract, ALargeBatchIsOneAppend) {
+  auto s = this->factory.Make();
+  std::vector<Event> batch;
+  for (int i = 0; i < 20000; ++i) batch.push_back(NodeAdded{Node("n" + std::to_string(i))});
+  EXPECT_EQ(*s->Append(batch), 20000u);
+  EXPECT_EQ(*s->Append({NodeDrainChanged{"n7", true}}), 20001u);
+  s = this->factory.Reopen(std::move(s));
+  const std::vector<std::string> names = Names(*s);
+  ASSERT_EQ(names.size(), 20001u);
+  EXPECT_EQ(names[19999], "n19999");
+  EXPECT_EQ(names.back(), "drain:n7");
+}
+
+TYPED_TEST(StoreContract, KeepsRevocationAndExpiry) {
+  auto s = this->factory.Make();
+  ASSERT_TRUE(s->PutToken({"h1", "alice", "user", "", 1, 99}).ok());
+  ASSERT_TRUE(s->PutToken({"h1", "alice", "user", "", 1, 99, true}).ok());  // revoked: the same hash again
+  s = this->factory.Reopen(std::move(s));
+  auto tokens = s->Tokens();
+  ASSERT_TRUE(tokens.ok());
+  ASSERT_EQ(tokens->size(), 1u);
+  EXPECT_EQ((*tokens)[0].expires_at, 99);
+  EXPECT_TRUE((*tokens)[0].revoked);
 }
 
 TEST(SqliteStore, ReportsAnUnopenablePath) {

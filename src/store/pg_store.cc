@@ -1,0 +1,515 @@
+#include "store/pg_store.h"
+
+#include <libpq-fe.h>
+#include <poll.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <initializer_list>
+
+#include "api/json_codec.h"
+
+namespace rota {
+namespace pg {
+
+// A query's result; cleared on scope exit.
+class Result {
+ public:
+  explicit Result(PGresult* r) : r_(r) {}
+  Result(Result&& o) noexcept : r_(std::exchange(o.r_, nullptr)) {}
+  Result& operator=(Result&& o) noexcept {
+    std::swap(r_, o.r_);
+    return *this;
+  }
+  ~Result() { PQclear(r_); }
+  int rows() const { return PQntuples(r_); }
+  bool null(int row, int col) const { return PQgetisnull(r_, row, col) != 0; }
+  std::string_view text(int row, int col) const {
+    return {PQgetvalue(r_, row, col), static_cast<size_t>(PQgetlength(r_, row, col))};
+  }
+  int64_t int64(int row, int col) const { return std::strtoll(PQgetvalue(r_, row, col), nullptr, 10); }
+  PGresult* get() const { return r_; }
+
+ private:
+  PGresult* r_;
+};
+
+// One connection that opens itself on first use and again after it breaks.
+// Every session runs with synchronous_commit=on and bounded waits: a
+// transaction left idle (its client paused or gone) is ended by the server,
+// so it cannot hold the lease row's lock.
+class Conn {
+ public:
+  Conn(std::string conninfo, std::string settings) : conninfo_(std::move(conninfo)), settings_(std::move(settings)) {}
+  ~Conn() { PQfinish(c_); }
+
+  PGconn* raw() { return c_; }
+
+  // "postgres HOST:PORT/DB", never the conninfo (it may carry a password).
+  std::string Where() const {
+    if (c_ == nullptr || PQhost(c_) == nullptr) return "postgres";
+    return std::string("postgres ") + PQhost(c_) + ":" + PQport(c_) + "/" + PQdb(c_);
+  }
+
+  Status Ensure() {
+    if (c_ != nullptr && PQstatus(c_) == CONNECTION_OK) return Status::Ok();
+    PQfinish(c_);
+    c_ = PQconnectdb(conninfo_.c_str());
+    if (PQstatus(c_) != CONNECTION_OK) {
+      std::string msg = PQerrorMessage(c_);
+      while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+      Status s = UnavailableError(Where() + ": cannot connect: " + msg);
+      PQfinish(c_);
+      c_ = nullptr;
+      return s;
+    }
+    PQsetNoticeProcessor(c_, [](void*, const char*) {}, nullptr);  // the server's notices are not errors
+    if (!settings_.empty()) {
+      PGresult* r = PQexec(c_, settings_.c_str());
+      const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+      std::string msg = PQresultErrorMessage(r);
+      PQclear(r);
+      if (!ok) return UnavailableError(Where() + ": " + msg);
+    }
+    return Status::Ok();
+  }
+
+  // Runs `sql` with text parameters. A refused statement is an error naming
+  // `what` and PostgreSQL's reason: a full disk on the database is
+  // InsufficientStorage (nothing changed), everything else Unavailable.
+  StatusOr<Result> Exec(const std::string& what, const char* sql, std::initializer_list<std::string_view> params = {}) {
+    ROTA_RETURN_IF_ERROR(Ensure());
+    std::vector<std::string> owned(params.begin(), params.end());
+    std::vector<const char*> values;
+    std::vector<int> lengths;
+    for (const std::string& p : owned) {
+      values.push_back(p.c_str());
+      lengths.push_back(static_cast<int>(p.size()));
+    }
+    // Outside a transaction a statement that meets a dead connection (the
+    // database restarted since the last call) ran nowhere: open a new one and
+    // send it once more. Inside one, the transaction is gone with it.
+    const bool outside = PQtransactionStatus(c_) == PQTRANS_IDLE;
+    Result r(PQexecParams(c_, sql, static_cast<int>(values.size()), nullptr, values.data(), lengths.data(), nullptr, 0));
+    if (outside && PQstatus(c_) == CONNECTION_BAD) {
+      ROTA_RETURN_IF_ERROR(Ensure());
+      r = Result(PQexecParams(c_, sql, static_cast<int>(values.size()), nullptr, values.data(), lengths.data(), nullptr, 0));
+    }
+    const ExecStatusType st = PQresultStatus(r.get());
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
+    return Error(what, r.get());
+  }
+
+  // Runs several statements without parameters (a schema).
+  Status Script(const std::string& what, const char* sql) {
+    ROTA_RETURN_IF_ERROR(Ensure());
+    Result r(PQexec(c_, sql));
+    const ExecStatusType st = PQresultStatus(r.get());
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return Status::Ok();
+    return Error(what, r.get());
+  }
+
+  Status Error(const std::string& what, PGresult* r) {
+    const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+    std::string msg = r ? PQresultErrorMessage(r) : "";
+    if (msg.empty()) msg = PQerrorMessage(c_);
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    std::string full = Where() + ": " + what + ": " + msg;
+    // SQLSTATE class 53: insufficient resources (53100 disk_full).
+    if (state != nullptr && std::strncmp(state, "53", 2) == 0) return InsufficientStorageError(std::move(full));
+    return UnavailableError(std::move(full));
+  }
+
+  void Rollback() {
+    if (c_ != nullptr && PQstatus(c_) == CONNECTION_OK) PQclear(PQexec(c_, "ROLLBACK"));
+  }
+
+ private:
+  std::string conninfo_, settings_;
+  PGconn* c_ = nullptr;
+};
+
+}  // namespace pg
+
+namespace {
+
+// The checksum SqliteStore records too: CRC-32 of the sequence number (8
+// bytes, little-endian) and the body.
+int64_t RecordCrc(uint64_t seq, std::string_view body) {
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(seq >> (8 * i));
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc32(crc, le, 8);
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()));
+  return static_cast<int64_t>(crc);
+}
+
+// Sessions of the store: durable commits; a transaction left idle for 5 s (a
+// paused or vanished server) is ended by PostgreSQL, which frees its locks.
+constexpr const char* kStoreSettings =
+    "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = '5s';"
+    " SET client_min_messages = warning;";
+// The lease's session: never waits long for a lock (an election retries).
+constexpr const char* kLeaseSettings =
+    "SET synchronous_commit = on; SET lock_timeout = '1s'; SET statement_timeout = '2s';"
+    " SET client_min_messages = warning;";
+
+// Creates the tables once, under an advisory lock (two servers starting
+// together would otherwise race on CREATE TABLE IF NOT EXISTS).
+Status EnsureSchema(pg::Conn& c) {
+  ROTA_RETURN_IF_ERROR(c.Exec("create tables", "BEGIN").status());
+  Status done = c.Script("create tables",
+                     "SELECT pg_advisory_xact_lock(7070700);"
+                     "CREATE TABLE IF NOT EXISTS rota_events (seq bigint PRIMARY KEY, body text NOT NULL, crc bigint NOT NULL);"
+                     "CREATE TABLE IF NOT EXISTS rota_snapshots (seq bigint PRIMARY KEY, body text NOT NULL, crc bigint NOT NULL);"
+                     "CREATE TABLE IF NOT EXISTS rota_tokens (hash text PRIMARY KEY, username text NOT NULL,"
+                     " role text NOT NULL, node text NOT NULL, created_at bigint NOT NULL,"
+                     " expires_at bigint NOT NULL DEFAULT 0, revoked boolean NOT NULL DEFAULT false);"
+                     "CREATE TABLE IF NOT EXISTS rota_meta (key text PRIMARY KEY, value bigint NOT NULL);"
+                     "CREATE TABLE IF NOT EXISTS rota_leader (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL,"
+                     " holder text NOT NULL, expires_at timestamptz NOT NULL);"
+                     "COMMIT");
+  if (!done.ok()) c.Rollback();
+  return done;
+}
+
+// A text[] literal of `items`: each quoted, its quotes and backslashes escaped.
+std::string ArrayLiteral(const std::vector<std::string>& items) {
+  std::string out = "{";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out.push_back('"');
+    for (char ch : items[i]) {
+      if (ch == '"' || ch == '\\') out.push_back('\\');
+      out.push_back(ch);
+    }
+    out.push_back('"');
+  }
+  out.push_back('}');
+  return out;
+}
+
+}  // namespace
+
+PgStore::PgStore(std::string conninfo)
+    : conninfo_(std::move(conninfo)),
+      db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
+      snap_db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
+      listen_db_(std::make_unique<pg::Conn>(conninfo_, "LISTEN rota_journal")) {}
+
+PgStore::~PgStore() = default;
+
+StatusOr<std::unique_ptr<PgStore>> PgStore::Open(const std::string& conninfo) {
+  std::unique_ptr<PgStore> store(new PgStore(conninfo));
+  pg::Conn& c = *store->db_;
+  ROTA_RETURN_IF_ERROR(EnsureSchema(c));
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("read sequence",
+                                            "SELECT (SELECT max(seq) FROM rota_events), (SELECT max(seq) FROM rota_snapshots),"
+                                            " (SELECT value FROM rota_meta WHERE key = 'last_seq')"));
+  const uint64_t events = r.null(0, 0) ? 0 : static_cast<uint64_t>(r.int64(0, 0));
+  const uint64_t snaps = r.null(0, 1) ? 0 : static_cast<uint64_t>(r.int64(0, 1));
+  const uint64_t committed = r.null(0, 2) ? 0 : static_cast<uint64_t>(r.int64(0, 2));
+  store->last_seq_ = std::max(events, snaps);
+  if (committed > store->last_seq_) {
+    return DataLossError(c.Where() + ": the journal ends at event " + std::to_string(store->last_seq_) +
+                         " but events through " + std::to_string(committed) + " were committed: event " +
+                         std::to_string(store->last_seq_ + 1) + " is missing");
+  }
+  return store;
+}
+
+Status PgStore::CheckFence(pg::Conn& c) {
+  const int64_t mine = fence_epoch_;
+  if (mine == 0) return Status::Ok();
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("check the lease", "SELECT epoch FROM rota_leader WHERE id = 1 FOR SHARE"));
+  const int64_t now = r.rows() == 0 ? 0 : r.int64(0, 0);
+  if (now == mine) return Status::Ok();
+  fenced_ = true;
+  return FailedPreconditionError("another rota server leads now (lease epoch " + std::to_string(now) + ", this one's " +
+                                 std::to_string(mine) + "): this server no longer writes");
+}
+
+StatusOr<uint64_t> PgStore::Append(const std::vector<Event>& events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (events.empty()) return last_seq_.load();
+  pg::Conn& c = *db_;
+  std::vector<std::string> seqs, bodies, crcs;
+  uint64_t seq = last_seq_;
+  for (const Event& e : events) {
+    std::string body = api::EncodeEvent(e);
+    ++seq;
+    crcs.push_back(std::to_string(RecordCrc(seq, body)));
+    seqs.push_back(std::to_string(seq));
+    bodies.push_back(std::move(body));
+  }
+  const std::string last = std::to_string(seq);
+  auto fail = [&](Status s) {
+    c.Rollback();
+    return s;
+  };
+  ROTA_RETURN_IF_ERROR(c.Exec("append", "BEGIN").status());
+  if (Status s = CheckFence(c); !s.ok()) return fail(s);
+  if (auto r = c.Exec("append",
+                      "INSERT INTO rota_events (seq, body, crc)"
+                      " SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])",
+                      {ArrayLiteral(seqs), ArrayLiteral(bodies), ArrayLiteral(crcs)});
+      !r.ok()) {
+    return fail(r.status());
+  }
+  if (auto r = c.Exec("append",
+                      "INSERT INTO rota_meta (key, value) VALUES ('last_seq', $1::bigint)"
+                      " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                      {last});
+      !r.ok()) {
+    return fail(r.status());
+  }
+  if (auto r = c.Exec("append", "SELECT pg_notify('rota_journal', $1)", {last}); !r.ok()) return fail(r.status());
+  auto committed = c.Exec("commit", "COMMIT");
+  if (!committed.ok()) {
+    // The answer to COMMIT was lost (the connection broke): what the journal
+    // holds at `seq` says whether it committed.
+    if (auto check = c.Exec("check the commit", "SELECT crc FROM rota_events WHERE seq = $1", {last});
+        check.ok() && check->rows() == 1 && check->int64(0, 0) == std::stoll(crcs.back())) {
+      last_seq_ = seq;
+      return seq;
+    }
+    return committed.status();
+  }
+  last_seq_ = seq;
+  return seq;
+}
+
+Status PgStore::Replay(const std::function<Status(const Event&)>& fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pg::Conn& c = *db_;
+  // One consistent view of the snapshot and the journal after it, read in
+  // pages through a cursor (a million-job journal never sits in memory whole).
+  ROTA_RETURN_IF_ERROR(c.Exec("replay", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").status());
+  auto run = [&]() -> Status {
+    uint64_t snap_seq = 0;
+    {
+      ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("read snapshot",
+                                                "SELECT seq, body, crc FROM rota_snapshots ORDER BY seq DESC LIMIT 1"));
+      if (r.rows() == 1) {
+        snap_seq = static_cast<uint64_t>(r.int64(0, 0));
+        std::string_view body = r.text(0, 1);
+        if (r.int64(0, 2) != RecordCrc(snap_seq, body)) {
+          return DataLossError(c.Where() + ": snapshot at event " + std::to_string(snap_seq) +
+                               " fails its checksum (the record was changed)");
+        }
+        size_t start = 0;
+        while (start < body.size()) {
+          size_t end = body.find('\n', start);
+          if (end == std::string_view::npos) end = body.size();
+          ROTA_ASSIGN_OR_RETURN(Event e, api::DecodeEvent(body.substr(start, end - start)));
+          ROTA_RETURN_IF_ERROR(fn(e));
+          start = end + 1;
+        }
+      }
+    }
+    ROTA_RETURN_IF_ERROR(c.Exec("read journal",
+                                "DECLARE journal NO SCROLL CURSOR FOR SELECT seq, body, crc FROM rota_events"
+                                " WHERE seq > $1::bigint ORDER BY seq",
+                                {std::to_string(snap_seq)})
+                             .status());
+    uint64_t expected = snap_seq + 1;
+    while (true) {
+      ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("read journal", "FETCH 5000 FROM journal"));
+      if (r.rows() == 0) break;
+      for (int i = 0; i < r.rows(); ++i) {
+        const auto seq = static_cast<uint64_t>(r.int64(i, 0));
+        if (seq != expected) {
+          return DataLossError(c.Where() + ": journal event " + std::to_string(expected) + " is missing (the next is " +
+                               std::to_string(seq) + ")");
+        }
+        ++expected;
+        std::string_view body = r.text(i, 1);
+        if (r.int64(i, 2) != RecordCrc(seq, body)) {
+          return DataLossError(c.Where() + ": journal event " + std::to_string(seq) +
+                               " fails its checksum (the record was changed)");
+        }
+        auto e = api::DecodeEvent(body);
+        if (!e.ok()) return e.status().WithPrefix(c.Where() + ": journal event " + std::to_string(seq));
+        ROTA_RETURN_IF_ERROR(fn(*e));
+      }
+    }
+    last_seq_ = std::max<uint64_t>(last_seq_, expected - 1);
+    return Status::Ok();
+  };
+  Status s = run();
+  if (!s.ok()) {
+    c.Rollback();
+    return s;
+  }
+  return c.Exec("replay", "COMMIT").status();
+}
+
+StatusOr<uint64_t> PgStore::Follow(uint64_t seq, const std::function<Status(const Event&)>& fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pg::Conn& c = *db_;
+  while (true) {
+    ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("follow the journal",
+                                              "SELECT seq, body, crc FROM rota_events WHERE seq > $1::bigint"
+                                              " ORDER BY seq LIMIT 5000",
+                                              {std::to_string(seq)}));
+    if (r.rows() > 0 && static_cast<uint64_t>(r.int64(0, 0)) != seq + 1) {
+      return DataLossError(c.Where() + ": journal events after " + std::to_string(seq) +
+                           " were compacted into a snapshot; replay from the snapshot");
+    }
+    if (r.rows() == 0) {
+      ROTA_ASSIGN_OR_RETURN(pg::Result s, c.Exec("follow the journal", "SELECT max(seq) FROM rota_snapshots"));
+      if (!s.null(0, 0) && static_cast<uint64_t>(s.int64(0, 0)) > seq) {
+        return DataLossError(c.Where() + ": journal events after " + std::to_string(seq) +
+                             " were compacted into a snapshot; replay from the snapshot");
+      }
+      return seq;
+    }
+    for (int i = 0; i < r.rows(); ++i) {
+      const auto at = static_cast<uint64_t>(r.int64(i, 0));
+      if (at != seq + 1) return DataLossError(c.Where() + ": journal event " + std::to_string(seq + 1) + " is missing");
+      std::string_view body = r.text(i, 1);
+      if (r.int64(i, 2) != RecordCrc(at, body)) {
+        return DataLossError(c.Where() + ": journal event " + std::to_string(at) + " fails its checksum");
+      }
+      ROTA_ASSIGN_OR_RETURN(Event e, api::DecodeEvent(body));
+      ROTA_RETURN_IF_ERROR(fn(e));
+      seq = at;
+    }
+  }
+}
+
+bool PgStore::WaitForAppend(Duration timeout) {
+  std::lock_guard<std::mutex> lock(listen_mu_);
+  pg::Conn& c = *listen_db_;
+  if (!c.Ensure().ok()) return false;
+  auto drain = [&] {
+    bool any = false;
+    PQconsumeInput(c.raw());
+    while (PGnotify* n = PQnotifies(c.raw())) {
+      any = true;
+      PQfreemem(n);
+    }
+    return any;
+  };
+  if (drain()) return true;
+  pollfd p{PQsocket(c.raw()), POLLIN, 0};
+  if (poll(&p, 1, static_cast<int>(timeout / 1000)) <= 0) return false;
+  return drain();
+}
+
+Status PgStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);  // its own connection: the appender goes on
+  pg::Conn& c = *snap_db_;
+  std::string body;
+  for (const Event& e : compacted) {
+    if (!body.empty()) body += '\n';
+    body += api::EncodeEvent(e);
+  }
+  const std::string at = std::to_string(seq);
+  ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "BEGIN").status());
+  auto run = [&]() -> Status {
+    ROTA_RETURN_IF_ERROR(CheckFence(c));
+    ROTA_RETURN_IF_ERROR(c.Exec("write snapshot",
+                                "INSERT INTO rota_snapshots (seq, body, crc) VALUES ($1::bigint, $2, $3::bigint)"
+                                " ON CONFLICT (seq) DO UPDATE SET body = EXCLUDED.body, crc = EXCLUDED.crc",
+                                {at, body, std::to_string(RecordCrc(seq, body))})
+                             .status());
+    // The snapshot and the trim of the journal behind it commit together.
+    ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "DELETE FROM rota_snapshots WHERE seq < $1::bigint", {at}).status());
+    ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "DELETE FROM rota_events WHERE seq <= $1::bigint", {at}).status());
+    return c.Exec("write snapshot", "COMMIT").status();
+  };
+  Status s = run();
+  if (!s.ok()) c.Rollback();
+  return s;
+}
+
+Status PgStore::PutToken(const TokenRecord& t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pg::Conn& c = *db_;
+  ROTA_RETURN_IF_ERROR(c.Exec("put token", "BEGIN").status());
+  auto run = [&]() -> Status {
+    ROTA_RETURN_IF_ERROR(CheckFence(c));
+    ROTA_RETURN_IF_ERROR(c.Exec("put token",
+                                "INSERT INTO rota_tokens (hash, username, role, node, created_at, expires_at, revoked)"
+                                " VALUES ($1, $2, $3, $4, $5::bigint, $6::bigint, $7::boolean) ON CONFLICT (hash) DO UPDATE"
+                                " SET username = EXCLUDED.username, role = EXCLUDED.role, node = EXCLUDED.node,"
+                                " created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,"
+                                " revoked = EXCLUDED.revoked",
+                                {t.hash, t.user, t.role, t.node, std::to_string(t.created_at),
+                                 std::to_string(t.expires_at), t.revoked ? "true" : "false"})
+                             .status());
+    return c.Exec("put token", "COMMIT").status();
+  };
+  Status s = run();
+  if (!s.ok()) c.Rollback();
+  return s;
+}
+
+StatusOr<std::vector<TokenRecord>> PgStore::Tokens() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, db_->Exec("read tokens",
+                                               "SELECT hash, username, role, node, created_at, expires_at, revoked"
+                                               " FROM rota_tokens ORDER BY created_at, hash"));
+  std::vector<TokenRecord> out;
+  for (int i = 0; i < r.rows(); ++i) {
+    out.push_back({std::string(r.text(i, 0)), std::string(r.text(i, 1)), std::string(r.text(i, 2)),
+                   std::string(r.text(i, 3)), r.int64(i, 4), r.int64(i, 5), r.text(i, 6) == "t"});
+  }
+  return out;
+}
+
+// ---- the lease ----
+
+PgLease::PgLease(std::unique_ptr<pg::Conn> db, std::string holder) : db_(std::move(db)), holder_(std::move(holder)) {}
+PgLease::~PgLease() = default;
+
+StatusOr<std::unique_ptr<PgLease>> PgLease::Open(const std::string& conninfo, std::string holder) {
+  auto db = std::make_unique<pg::Conn>(conninfo, kLeaseSettings);
+  ROTA_RETURN_IF_ERROR(EnsureSchema(*db));
+  return std::unique_ptr<PgLease>(new PgLease(std::move(db), std::move(holder)));
+}
+
+StatusOr<int64_t> PgLease::TryAcquire(Duration lease, bool reclaim) {
+  ROTA_ASSIGN_OR_RETURN(
+      pg::Result r,
+      db_->Exec("take the lease",
+                "INSERT INTO rota_leader (id, epoch, holder, expires_at)"
+                " VALUES (1, 1, $1, clock_timestamp() + $2::bigint * interval '1 microsecond')"
+                " ON CONFLICT (id) DO UPDATE SET epoch = rota_leader.epoch + 1, holder = EXCLUDED.holder,"
+                " expires_at = EXCLUDED.expires_at"
+                " WHERE rota_leader.expires_at < clock_timestamp() OR ($3::boolean AND rota_leader.holder = EXCLUDED.holder)"
+                " RETURNING epoch",
+                {holder_, std::to_string(lease), reclaim ? "true" : "false"}));
+  return r.rows() == 1 ? r.int64(0, 0) : int64_t{0};
+}
+
+StatusOr<bool> PgLease::Renew(int64_t epoch, Duration lease) {
+  ROTA_ASSIGN_OR_RETURN(pg::Result r,
+                        db_->Exec("renew the lease",
+                                  "UPDATE rota_leader SET expires_at = clock_timestamp() + $2::bigint * interval '1 microsecond'"
+                                  " WHERE id = 1 AND epoch = $1::bigint RETURNING 1",
+                                  {std::to_string(epoch), std::to_string(lease)}));
+  return r.rows() == 1;
+}
+
+Status PgLease::Release(int64_t epoch) {
+  return db_->Exec("release the lease",
+                   "UPDATE rota_leader SET expires_at = clock_timestamp() - interval '1 second'"
+                   " WHERE id = 1 AND epoch = $1::bigint",
+                   {std::to_string(epoch)})
+      .status();
+}
+
+StatusOr<LeaderInfo> PgLease::Current() {
+  ROTA_ASSIGN_OR_RETURN(pg::Result r,
+                        db_->Exec("read the lease",
+                                  "SELECT epoch, holder, (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint"
+                                  " FROM rota_leader WHERE id = 1"));
+  if (r.rows() == 0) return LeaderInfo{};
+  return LeaderInfo{r.int64(0, 0), std::string(r.text(0, 1)), r.int64(0, 2)};
+}
+
+}  // namespace rota

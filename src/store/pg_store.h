@@ -1,0 +1,114 @@
+// PgStore: a Store in PostgreSQL, through libpq. The same journal, snapshots
+// and tokens as SqliteStore, in tables of their own (rota_events,
+// rota_snapshots, rota_tokens, rota_meta), each record with the same CRC-32 of
+// its sequence number and body. Every connection runs with
+// synchronous_commit=on, so an Append returns only once PostgreSQL has made
+// the transaction durable (and, where the database has synchronous replicas,
+// reached them).
+//
+// Several rota servers share one database; one of them leads (PgLease
+// below). **Fencing:** once SetFence(epoch) is called, every write checks in
+// its own transaction that the lease's epoch is still `epoch`, holding the
+// lease row FOR SHARE, so an election (which updates that row) waits for any
+// write in flight and every later write of the old leader is refused
+// (FailedPrecondition, and fenced() turns true). A paused or partitioned
+// ex-leader can never write.
+//
+// Each append also NOTIFYs channel rota_journal with its last sequence number,
+// which standbys LISTEN to (Follow).
+//
+// A connection that breaks is opened again on the next call; a COMMIT whose
+// answer was lost is resolved by reading back the journal, as SqliteStore
+// does.
+//
+// Example:
+//   ROTA_ASSIGN_OR_RETURN(auto store, PgStore::Open("postgresql://rota@db:5432/rota"));
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/clock.h"
+#include "store/store.h"
+
+typedef struct pg_conn PGconn;
+
+namespace rota {
+
+namespace pg {
+class Conn;  // one libpq connection that reopens itself (pg_store.cc)
+}
+
+class PgStore final : public Store {
+ public:
+  // `conninfo`: a libpq connection string or URI (postgres://...). Creates the
+  // tables if they are missing.
+  static StatusOr<std::unique_ptr<PgStore>> Open(const std::string& conninfo);
+  ~PgStore() override;
+
+  StatusOr<uint64_t> Append(const std::vector<Event>& events) override;
+  Status Replay(const std::function<Status(const Event&)>& fn) override;
+  Status WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) override;
+  uint64_t last_seq() const override { return last_seq_; }
+  Status PutToken(const TokenRecord& token) override;
+  StatusOr<std::vector<TokenRecord>> Tokens() override;
+
+  // From now on every write requires the lease's epoch to be `epoch`.
+  void SetFence(int64_t epoch) { fence_epoch_ = epoch; }
+  // True once a write was refused because another server took the lease.
+  bool fenced() const { return fenced_; }
+
+  // Standbys: calls `fn` with every journal event after `seq`, in order, and
+  // returns the sequence number of the last (or `seq` if none). DataLoss if
+  // the events after `seq` were compacted into a newer snapshot (the caller
+  // replays from scratch).
+  StatusOr<uint64_t> Follow(uint64_t seq, const std::function<Status(const Event&)>& fn);
+  // Blocks up to `timeout` for an append's notification; false on timeout.
+  bool WaitForAppend(Duration timeout);
+
+ private:
+  explicit PgStore(std::string conninfo);
+  Status CheckFence(pg::Conn& c);
+
+  std::string conninfo_;
+  std::unique_ptr<pg::Conn> db_;      // appends, replay, tokens (mu_)
+  std::unique_ptr<pg::Conn> snap_db_;  // snapshots, off the appender's thread (snapshot_mu_)
+  std::unique_ptr<pg::Conn> listen_db_;  // LISTEN rota_journal (listen_mu_)
+  std::mutex mu_, snapshot_mu_, listen_mu_;
+  std::atomic<uint64_t> last_seq_ = 0;
+  std::atomic<int64_t> fence_epoch_ = 0;  // 0 = no fencing (a single server, tests)
+  std::atomic<bool> fenced_ = false;
+};
+
+// The leader's lease: one row (rota_leader) timed on the database's clock,
+// with an epoch that grows at every election.
+struct LeaderInfo {
+  int64_t epoch = 0;       // 0 = nobody has ever led
+  std::string holder;      // the leader's advertised URL
+  Duration expires_in = 0;  // by the database's clock; <= 0 = expired
+};
+
+class PgLease {
+ public:
+  static StatusOr<std::unique_ptr<PgLease>> Open(const std::string& conninfo, std::string holder);
+  ~PgLease();
+
+  // Takes the lease for `lease` if it has expired (or is already `holder`'s
+  // and `reclaim`: a restarted server on the same address, whose old process
+  // cannot be serving); returns the new epoch, or 0 if another holds it.
+  StatusOr<int64_t> TryAcquire(Duration lease, bool reclaim);
+  // Extends the lease; false if `epoch` is no longer the leader's.
+  StatusOr<bool> Renew(int64_t epoch, Duration lease);
+  // Ends the lease at once (a clean shutdown), so a standby need not wait.
+  Status Release(int64_t epoch);
+  StatusOr<LeaderInfo> Current();
+
+ private:
+  PgLease(std::unique_ptr<pg::Conn> db, std::string holder);
+  std::unique_ptr<pg::Conn> db_;
+  std::string holder_;
+};
+
+}  // namespace rota
