@@ -3,7 +3,8 @@
 # Runs apt-get update once, and only when something is missing. (prometheus brings
 # promtool, which the metrics test uses to check the /metrics output; chromium and
 # chromium-driver run the dashboard's browser test; runc and crun are the agent's OCI
-# runtimes, and busybox-static gives the container test a root filesystem.)
+# runtimes, busybox-static gives the container test a root filesystem, and postgresql
+# with libpq-dev is the PostgreSQL store, whose tests start their own server.)
 set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
