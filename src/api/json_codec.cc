@@ -296,6 +296,7 @@ std::string EncodeEvent(const Event& event) {
             for (const auto& [replica, attempt] : e.rank_attempt) ranks[std::to_string(replica)] = attempt;
             j["rank_attempt"] = std::move(ranks);
           }
+          if (!e.request_id.empty()) j["request_id"] = e.request_id;
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobsSubmitted>) {
           j["type"] = "JobsSubmitted";
@@ -304,6 +305,7 @@ std::string EncodeEvent(const Event& event) {
           j["at"] = e.at;
           j["user"] = e.user;
           j["priority_value"] = e.spec.priority;
+          if (!e.request_id.empty()) j["request_id"] = e.request_id;
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobBound>) {
           j["type"] = "JobBound";
@@ -402,6 +404,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       spec.priority = j.at("priority_value").get<int32_t>();
       JobSubmitted e{JobId(j.at("id").get<uint64_t>()), std::move(spec), j.at("at"), j.at("user"),
                      j.value("restarts", 0), j.value("resizes", 0), j.value("rank_restarts", 0), j.value("gang_attempt", 0)};
+      e.request_id = j.value("request_id", std::string());
       if (j.contains("rank_attempt")) {
         for (const auto& [replica, attempt] : j["rank_attempt"].items()) {
           uint32_t r = 0;
@@ -418,7 +421,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       ROTA_ASSIGN_OR_RETURN(JobSpec spec, JobSpecFromJson(j.at("spec")));
       spec.priority = j.at("priority_value").get<int32_t>();
       return Event(JobsSubmitted{JobId(j.at("first").get<uint64_t>()), j.at("count").get<int64_t>(), std::move(spec),
-                                 j.at("at"), j.at("user")});
+                                 j.at("at"), j.at("user"), j.value("request_id", std::string())});
     }
     if (type == "JobBound") {
       return Event(JobBound{JobId(j.at("id").get<uint64_t>()), PlacementFromJson(j.at("placement")), j.at("at")});

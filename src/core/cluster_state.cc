@@ -282,6 +282,7 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->rank_restarts = e.rank_restarts;
   job->gang_attempt = e.gang_attempt;
   job->rank_attempt = e.rank_attempt;
+  job->request_id = e.request_id;
   Put(Mutable(), std::move(job));
   return Status::Ok();
 }
@@ -310,6 +311,7 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
     job->spec = e.spec;
     job->submitted_at = e.at;
     job->user = e.user;
+    job->request_id = e.request_id;
     Put(d, std::move(job));
   }
   return Status::Ok();
@@ -735,7 +737,7 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
     out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
-                               j.gang_attempt, j.rank_attempt});
+                               j.gang_attempt, j.rank_attempt, j.request_id});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {
@@ -792,7 +794,10 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   std::optional<JobsSubmitted> run;
   auto flush = [&] {
     if (!run) return;
-    if (run->count == 1) out.push_back(JobSubmitted{run->first, std::move(run->spec), run->at, run->user});
+    if (run->count == 1) {
+      out.push_back(JobSubmitted{.id = run->first, .spec = std::move(run->spec), .at = run->at, .user = run->user,
+                                 .request_id = run->request_id});
+    }
     else out.push_back(std::move(*run));
     run.reset();
   };
@@ -805,12 +810,13 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   for (const auto& [id, job] : snap.live_jobs()) {
     if (plain(*job)) {
       if (run && run->count < kMaxJobsPerRun && run->first.value() + static_cast<uint64_t>(run->count) == id.value() &&
-          run->at == job->submitted_at && run->user == job->user && run->spec == job->spec) {
+          run->at == job->submitted_at && run->user == job->user && run->request_id == job->request_id &&
+          run->spec == job->spec) {
         ++run->count;
         continue;
       }
       flush();
-      run = JobsSubmitted{id, 1, job->spec, job->submitted_at, job->user};
+      run = JobsSubmitted{id, 1, job->spec, job->submitted_at, job->user, job->request_id};
       continue;
     }
     flush();

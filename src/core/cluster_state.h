@@ -80,6 +80,7 @@ struct JobRecord {
   JobId id;
   JobSpec spec;
   std::string user;
+  std::string request_id;  // the submission's Idempotency-Key ("" = none)
   JobState state = JobState::kPending;
   TimePoint submitted_at = 0;
   TimePoint started_at = 0;

@@ -51,6 +51,9 @@ struct JobSubmitted {
   int32_t rank_restarts = 0;
   int32_t gang_attempt = 0;
   std::map<uint32_t, int32_t> rank_attempt;
+  // The client's Idempotency-Key ("" = none): a retried submission with the
+  // same key from the same user returns this job instead of a second one.
+  std::string request_id;
 };
 // `count` jobs with ids first..first+count-1, each exactly as a
 // JobSubmitted with that id and these fields: a job array's part (or a
@@ -62,6 +65,7 @@ struct JobsSubmitted {
   JobSpec spec;
   TimePoint at = 0;
   std::string user;
+  std::string request_id;  // as JobSubmitted's (every part of one array carries it)
 };
 // The whole gang is bound at once: one replica placement per replica (an
 // elastic job: at least min_replicas of them).

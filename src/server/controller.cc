@@ -22,9 +22,13 @@ Status Controller::Start() {
   probe_->SetQueues(options_.config);
   // Recover: the latest snapshot plus the journal after it.
   Status replay = store_->Replay([this](const Event& e) {
-    if (auto* s = std::get_if<JobSubmitted>(&e)) next_job_id_ = std::max(next_job_id_, s->id.value() + 1);
+    if (auto* s = std::get_if<JobSubmitted>(&e)) {
+      next_job_id_ = std::max(next_job_id_, s->id.value() + 1);
+      if (!s->request_id.empty()) RecordRequestId(s->user, s->request_id, s->id, 1);
+    }
     if (auto* s = std::get_if<JobsSubmitted>(&e)) {
       next_job_id_ = std::max(next_job_id_, s->first.value() + static_cast<uint64_t>(s->count));
+      if (!s->request_id.empty()) RecordRequestId(s->user, s->request_id, s->first, s->count);
     }
     return state_.Apply(e).WithPrefix("replaying the journal");
   });
@@ -373,6 +377,10 @@ void Controller::ActorLoop() {
         store_error_.clear();
         std::fprintf(stderr, "rota: journal writes work again\n");
       }
+      for (const auto& [key, jobs] : batch.request_ids) {
+        const size_t nl = key.find('\n');
+        RecordRequestId(key.substr(0, nl), key.substr(nl + 1), jobs.first, jobs.second);
+      }
       PublishBatch(batch.events);
       Trigger();
       if (*seq - last_snapshot_seq_ >= options_.snapshot_every) {
@@ -677,7 +685,22 @@ Status Controller::TakeSubmitBudget(const std::string& user, int64_t jobs) {
   return Status::Ok();
 }
 
+void Controller::RecordRequestId(const std::string& user, const std::string& key, JobId first, int64_t count) {
+  auto [it, added] = request_ids_.try_emplace(user + '\n' + key, first, count);
+  // The later parts of one array: contiguous with what the key holds.
+  if (!added && it->second.first.value() + static_cast<uint64_t>(it->second.second) == first.value()) {
+    it->second.second += count;
+  }
+}
+
 StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int64_t count) {
+  bool replayed = false;
+  return SubmitArray(who, std::move(spec), count, "", &replayed);
+}
+
+StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int64_t count, const std::string& request_id,
+                                        bool* replayed) {
+  *replayed = false;
   if (who.role == Role::kAgent) return Status(StatusCode::kPermissionDenied, "agents cannot submit jobs");
   if (count < 1 || count > kMaxArray) {
     return InvalidArgumentError("count: must be 1.." + std::to_string(kMaxArray) + ", got " + std::to_string(count));
@@ -699,6 +722,31 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
   auto first_id = Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
     const JobId first(next_job_id_);
     Snapshot snap = batch.state->GetSnapshot();
+    if (!request_id.empty()) {
+      // A retried submission (its answer was lost, or its server failed
+      // over): the jobs the key made the first time, not new ones.
+      const std::string key = who.user + '\n' + request_id;
+      const std::pair<JobId, int64_t>* prior = nullptr;
+      if (auto it = request_ids_.find(key); it != request_ids_.end()) prior = &it->second;
+      for (const auto& [k, jobs] : batch.request_ids) {
+        if (k == key) prior = &jobs;
+      }
+      if (prior != nullptr) {
+        const JobRecord* job = snap.FindJob(prior->first);
+        const std::string made = prior->second == 1 ? "job " + std::to_string(prior->first.value())
+                                                    : "jobs " + std::to_string(prior->first.value()) + ".." +
+                                                          std::to_string(prior->first.value() + prior->second - 1);
+        if (prior->second != count || job == nullptr || !(job->spec == spec)) {
+          return FailedPreconditionError("Idempotency-Key '" + request_id + "' was used before for " + made +
+                                         (prior->second != count ? ", with count " + std::to_string(prior->second)
+                                                                 : ", with a different job spec") +
+                                         "; use a new key for a new submission");
+        }
+        *replayed = true;
+        return prior->first;
+      }
+      batch.request_ids.push_back({key, {first, count}});
+    }
     // Reject what no node or domain of this cluster could ever hold.
     JobRecord probe;
     probe.id = first;
@@ -733,25 +781,28 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     }
     // Copies of a spec that validated, under fresh ids: none can be refused.
     if (chunk == 1) {
-      ROTA_RETURN_IF_ERROR(batch.Apply(JobSubmitted{first, spec, now, who.user}));
+      ROTA_RETURN_IF_ERROR(
+          batch.Apply(JobSubmitted{.id = first, .spec = spec, .at = now, .user = who.user, .request_id = request_id}));
     } else {
-      ROTA_RETURN_IF_ERROR(batch.Apply(JobsSubmitted{first, chunk, spec, now, who.user}));  // one event for the part
+      // One event for the part.
+      ROTA_RETURN_IF_ERROR(batch.Apply(JobsSubmitted{first, chunk, spec, now, who.user, request_id}));
     }
     next_job_id_ = first.value() + static_cast<uint64_t>(count);
     array_reserved_user_[who.user] += count - chunk;
     array_reserved_queue_[spec.queue] += count - chunk;
     return first;
   });
-  if (!first_id.ok()) {
-    TakeSubmitBudget(who.user, -count).IgnoreError();  // refused: nothing was submitted
-    return first_id.status();
+  if (!first_id.ok() || *replayed) {
+    TakeSubmitBudget(who.user, -count).IgnoreError();  // refused, or made before: nothing new was submitted
+    return first_id;
   }
   const uint64_t first = first_id->value();
   for (int64_t done = chunk; done < count; done += kArrayChunk) {
     const int64_t n = std::min(kArrayChunk, count - done);
     bool moved = false;  // set on the actor: this chunk's n left the reservation
     auto more = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-      ROTA_RETURN_IF_ERROR(batch.Apply(JobsSubmitted{JobId(first + static_cast<uint64_t>(done)), n, spec, now, who.user}));
+      ROTA_RETURN_IF_ERROR(
+          batch.Apply(JobsSubmitted{JobId(first + static_cast<uint64_t>(done)), n, spec, now, who.user, request_id}));
       array_reserved_user_[who.user] -= n;  // pending now, no longer reserved
       array_reserved_queue_[spec.queue] -= n;
       moved = true;

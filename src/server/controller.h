@@ -128,6 +128,12 @@ class Controller {
   // Array elements committed per batch (so other writes interleave).
   static constexpr int64_t kArrayChunk = 2'000;
   StatusOr<JobId> SubmitArray(const Principal& who, JobSpec spec, int64_t count);
+  // The same with the client's Idempotency-Key `request_id` (may be ""): a
+  // key this user has used before returns the jobs it made (and sets
+  // *replayed) instead of new ones; reused for a different spec or count it
+  // is a Conflict (FailedPrecondition), naming the jobs it made.
+  StatusOr<JobId> SubmitArray(const Principal& who, JobSpec spec, int64_t count, const std::string& request_id,
+                              bool* replayed);
   Status Cancel(const Principal& who, JobId id);
   // Records that the job saved a checkpoint at `path` now (its owner or an admin).
   Status Checkpoint(const Principal& who, JobId id, const std::string& path);
@@ -211,6 +217,8 @@ class Controller {
     std::vector<Event> events;
     std::vector<std::function<void(const Status&)>> done;
     std::vector<bool> standalone;  // per done: its result stands even if the journal write fails
+    // Idempotency keys of this batch's submissions: kept once it is durable.
+    std::vector<std::pair<std::string, std::pair<JobId, int64_t>>> request_ids = {};
     Status Apply(Event e) {
       Status s = state->Apply(e);
       if (s.ok()) events.push_back(std::move(e));
@@ -297,6 +305,9 @@ class Controller {
   // On the actor: jobs of arrays accepted but not yet all committed, per
   // user and per queue, counted against the pending limits.
   std::map<std::string, int64_t> array_reserved_user_;
+  // Actor only: "user\nkey" -> the first job and the count its submission made.
+  std::unordered_map<std::string, std::pair<JobId, int64_t>> request_ids_;
+  void RecordRequestId(const std::string& user, const std::string& key, JobId first, int64_t count);
   std::map<std::string, int64_t> array_reserved_queue_;
   std::map<JobId, sched::PendingReason> reasons_;
   std::map<std::string, NodeLive> live_;

@@ -6,6 +6,7 @@
 #include "server/http_transport.h"
 
 #include <atomic>
+#include <algorithm>
 #include <charconv>
 #include <condition_variable>
 #include <filesystem>
@@ -364,16 +365,26 @@ class HttpServerImpl final : public HttpServer {
           return ReplyError(res, InvalidArgumentError("count: '" + text + "' is not a whole number"));
         }
       }
+      // Idempotency-Key: a retry of a submission whose answer was lost (or
+      // whose server failed over) returns the jobs it made, with 200.
+      const std::string request_id = req.get_header_value("Idempotency-Key");
+      if (request_id.size() > 128 || std::any_of(request_id.begin(), request_id.end(), [](char ch) {
+            return static_cast<unsigned char>(ch) < 0x21 || static_cast<unsigned char>(ch) > 0x7e;
+          })) {
+        return ReplyError(res, InvalidArgumentError("Idempotency-Key: must be 1..128 visible ASCII characters"));
+      }
       auto spec = api::ParseJobSpec(req.body, "request body");
       if (!spec.ok()) return ReplyError(res, spec.status());
-      auto id = c_->SubmitArray(who, std::move(*spec), count);
+      bool replayed = false;
+      auto id = c_->SubmitArray(who, std::move(*spec), count, request_id, &replayed);
       if (!id.ok()) return ReplyError(res, id.status());
       Snapshot snap = c_->snapshot();
       ordered_json view = JobView(*c_, snap, *snap.FindJob(*id), false);
       if (req.has_param("count")) {
         view["ids"] = {{"first", id->value()}, {"last", id->value() + static_cast<uint64_t>(count) - 1}};
       }
-      Reply(res, 201, view);
+      if (replayed) res.set_header("Idempotent-Replayed", "true");
+      Reply(res, replayed ? 200 : 201, view);
     }));
 
     // Listings page: ?limit=N (1..10000, default 10000) jobs with ids above ?after=ID, in

@@ -17,6 +17,7 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   j["id"] = job.id.value();
   j["name"] = job.spec.name;
   j["user"] = job.user;
+  if (!job.request_id.empty()) j["request_id"] = job.request_id;
   j["queue"] = job.spec.queue;
   j["priority"] = job.spec.priority;
   j["state"] = std::string(JobStateName(job.state));
