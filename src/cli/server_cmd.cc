@@ -15,12 +15,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "agent/agent.h"
 #include "agent/nvml.h"
 #include "api/yaml_codec.h"
 #include "cli/client.h"
 #include "server/http_api.h"
+#include "server/replica.h"
+#include "store/pg_store.h"
 #include "store/sqlite_store.h"
 
 namespace rota::cli {
@@ -31,7 +34,15 @@ constexpr const char* kServerUsage =
     "                   [--tls-cert FILE --tls-key FILE] [--rate-limit N] [--node-timeout 30s]\n"
     "                   [--fence-after DURATION (default: the node timeout)]\n"
     "                   [--min-runtime 10m] [--history-interval 10s]\n"
-    "                   [--idle-after 30m] [--idle-utilization 5]\n";
+    "                   [--idle-after 30m] [--idle-utilization 5]\n"
+    "                   [--store sqlite | postgres://USER@HOST:PORT/DB] [--advertise URL] [--lease 3s]\n"
+    "\n"
+    "--store postgres://...: the journal lives in PostgreSQL, and several servers\n"
+    "may share it: one leads (a lease in the database, fenced by its epoch), the\n"
+    "others stand by, answer 503 naming the leader, and take over when its lease\n"
+    "runs out. --advertise is the URL clients reach this server at (default: the\n"
+    "--listen address). Keep the password out of the URL: libpq reads PGPASSWORD\n"
+    "or ~/.pgpass.\n";
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
@@ -173,6 +184,84 @@ std::string HostName() {
   return buf;
 }
 
+// Writes the bootstrap admin token (made only while the store has no
+// tokens) to DATA_DIR/admin.token and says where.
+Status WriteAdminToken(server::Controller& controller, const std::string& data_dir) {
+  ROTA_ASSIGN_OR_RETURN(std::string admin, controller.BootstrapAdminToken());
+  if (admin.empty()) return Status::Ok();
+  const std::string path = data_dir + "/admin.token";
+  ROTA_RETURN_IF_ERROR(WriteSecret(path, admin));
+  std::cout << "rota: admin token written to " << path << " (mode 0600)" << std::endl;
+  return Status::Ok();
+}
+
+// One term of leadership: the controller on the fenced store and the API.
+class LeaderTerm final : public server::Term {
+ public:
+  LeaderTerm(std::unique_ptr<server::Controller> controller, std::unique_ptr<server::HttpServer> http)
+      : controller_(std::move(controller)), http_(std::move(http)) {}
+  void Stop() override {
+    http_->Stop();
+    controller_->Stop();
+  }
+
+ private:
+  std::unique_ptr<server::Controller> controller_;
+  std::unique_ptr<server::HttpServer> http_;
+};
+
+// `rota server --store postgres://...`: one replica of several on one
+// database (server/replica.h), until SIGINT or SIGTERM.
+int ReplicatedServer(const std::string& conninfo, std::string advertise, Duration lease,
+                     const server::ControllerOptions& options, const server::HttpOptions& http,
+                     const std::string& data_dir) {
+  const std::string scheme = http.tls_cert.empty() ? "http" : "https";
+  if (advertise.empty()) {
+    const std::string host = http.host == "0.0.0.0" || http.host == "::" ? HostName() : http.host;
+    advertise = scheme + "://" + host + ":" + std::to_string(http.port);
+  }
+  if (http.port == 0) {
+    std::cerr << "rota: --store postgres: --listen needs a fixed port (standby and leader share it)\n";
+    return kExitBadInput;
+  }
+  server::ReplicaOptions ro{.conninfo = conninfo,
+                            .advertise = advertise,
+                            .lease = lease,
+                            .http = {.host = http.host, .port = http.port, .tls_cert = http.tls_cert,
+                                     .tls_key = http.tls_key, .workers = 4}};
+  server::Replica replica(ro);
+  std::thread signals([&] {
+    WaitForSignal();
+    std::cout << "rota: shutting down" << std::endl;
+    replica.Shutdown();
+  });
+  std::cout << "rota: replica " << advertise << " on PostgreSQL (data in " << data_dir << "), standing by" << std::endl;
+  Status run = replica.Run([&](std::unique_ptr<PgStore> store, int64_t) -> StatusOr<std::unique_ptr<server::Term>> {
+    auto controller = std::make_unique<server::Controller>(options, std::move(store));
+    ROTA_RETURN_IF_ERROR(controller->Start());
+    if (Status s = WriteAdminToken(*controller, data_dir); !s.ok()) {
+      controller->Stop();
+      return s;
+    }
+    server::HttpOptions api = http;
+    api.logs_dir = data_dir + "/logs";
+    auto server = server::StartHttpServer(controller.get(), api);
+    if (!server.ok()) {
+      controller->Stop();
+      return server.status();
+    }
+    std::cout << "rota: serving " << advertise << " as the leader" << std::endl;
+    return std::unique_ptr<server::Term>(new LeaderTerm(std::move(controller), std::move(server).value()));
+  });
+  if (!run.ok()) {
+    std::cerr << "rota: " << run.message() << "\n";
+    // The signal thread waits in sigwait: end the process from here.
+    std::exit(kExitError);
+  }
+  signals.join();
+  return kExitOk;
+}
+
 }  // namespace
 
 int ServerMain(std::vector<std::string> args, bool with_local_agent) {
@@ -186,6 +275,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   Duration idle_after = 30 * 60 * kMicrosPerSecond;  // right-sizing window
   int32_t idle_pct = 5;
   Duration history_interval = 10 * kMicrosPerSecond;  // queue usage samples for the dashboard
+  std::string store_url = "sqlite", advertise;
+  Duration lease = 3 * kMicrosPerSecond;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&] { return FlagValue(args, &i, "rota"); };
@@ -205,6 +296,9 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--node-timeout") node_timeout = DurationFlag(args, &i, "rota");
     else if (a == "--fence-after") fence_after = DurationFlag(args, &i, "rota");
     else if (a == "--history-interval") history_interval = DurationFlag(args, &i, "rota");
+    else if (!with_local_agent && a == "--store") store_url = value();
+    else if (!with_local_agent && a == "--advertise") advertise = value();
+    else if (!with_local_agent && a == "--lease") lease = DurationFlag(args, &i, "rota");
     else if (with_local_agent && a == "--gpus") gpus = value();
     else if (with_local_agent && a == "--mig") mig.set = true, mig.layout = value();
     else if (with_local_agent && a == "--mig-gpus") mig.gpus = std::atoi(value().c_str());
@@ -234,6 +328,15 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
   if (oci_runtime != "auto" && oci_runtime != "runc" && oci_runtime != "crun") {
     std::cerr << "rota: --oci-runtime must be auto, runc or crun, got '" << oci_runtime << "'\n";
+    return kExitBadInput;
+  }
+  const bool postgres = store_url.starts_with("postgres://") || store_url.starts_with("postgresql://");
+  if (!postgres && store_url != "sqlite") {
+    std::cerr << "rota: --store must be sqlite or a postgres:// (postgresql://) URL, got '" << store_url << "'\n";
+    return kExitBadInput;
+  }
+  if (lease < 500 * 1000) {
+    std::cerr << "rota: --lease must be at least 500ms\n";
     return kExitBadInput;
   }
   if (history_interval < kMicrosPerSecond) {
@@ -307,11 +410,6 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
       std::cerr << "rota: warning: cannot record the pid in " << data_dir << "/lock: " << std::strerror(errno) << "\n";
     }
   }
-  auto store = SqliteStore::Open(data_dir + "/rota.db");
-  if (!store.ok()) {
-    std::cerr << "rota: " << store.status().message() << "\n";
-    return kExitError;
-  }
   BlockSignals();
   SystemClock clock;
   server::ControllerOptions options{.config = config,
@@ -322,6 +420,12 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
                                     .idle_after = idle_after,
                                     .min_runtime = min_runtime,
                                     .owner = UnixUserName()};
+  if (postgres) return ReplicatedServer(store_url, advertise, lease, options, http, data_dir);
+  auto store = SqliteStore::Open(data_dir + "/rota.db");
+  if (!store.ok()) {
+    std::cerr << "rota: " << store.status().message() << "\n";
+    return kExitError;
+  }
   server::Controller controller(options, std::move(store).value());
   if (Status s = controller.Start(); !s.ok()) {
     std::cerr << "rota: cannot start: " << s.message() << "\n";
