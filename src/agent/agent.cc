@@ -155,6 +155,16 @@ std::unique_ptr<httplib::Client> MakeClient(const std::string& server, const std
   return c;
 }
 
+// What an answer, or its absence, says about where the leader is: no answer
+// moves on to the next server; a standby's 503 names the leader.
+void Heard(api::ServerList& servers, const std::string& tried, const httplib::Result& res) {
+  if (!res) {
+    servers.Failed(tried);
+  } else if (res->status == 503 && res->has_header("Rota-Leader")) {
+    servers.Redirect(res->get_header_value("Rota-Leader"));
+  }
+}
+
 }  // namespace
 
 Agent::Agent(AgentOptions options) : options_(std::move(options)) {
@@ -471,7 +481,8 @@ bool Agent::Register() {
     node["mig"] = std::move(mig);
     if (inv.mig_fixed) node["mig_fixed"] = true;  // the driver's layouts: not re-partitioned by rota
   }
-  auto client = MakeClient(options_.server, options_.token);
+  const std::string server = servers_.current();
+  auto client = MakeClient(server, options_.token);
   auto res = client->Post("/v1/agents/register",
                           json{{"node", node},
                                {"simulated", inv.simulated},
@@ -479,9 +490,10 @@ bool Agent::Register() {
                                {"mps", !inv.simulated && MpsRunning()}}
                               .dump(),
                           "application/json");
+  Heard(servers_, server, res);
   if (!res) return false;
   if (res->status != 200) {
-    std::fprintf(stderr, "rota agent: register refused (%d): %s", res->status, res->body.c_str());
+    if (res->status != 503) std::fprintf(stderr, "rota agent: register refused (%d): %s", res->status, res->body.c_str());
     return false;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -556,12 +568,14 @@ bool Agent::Heartbeat(int wait_ms) {
     }
   }
   lock.unlock();
-  auto client = MakeClient(options_.server, options_.token);
+  const std::string server = servers_.current();
+  auto client = MakeClient(server, options_.token);
   client->set_read_timeout(10 + wait_ms / 1000, 0);
   const int64_t sent_at = BootTimeNs();
   auto res = client->Post("/v1/agents/heartbeat",
                           api::HeartbeatToJson(report).dump(-1, ' ', false, json::error_handler_t::replace),
                           "application/json");
+  Heard(servers_, server, res);
   if (!res) return false;
   if (res->status == 200 && !sent.empty()) {
     std::lock_guard<std::mutex> shipped(mu_);
@@ -598,6 +612,11 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
   for (const api::TaskAssignment& a : answer.tasks) desired[Key(a.job.value(), a.task, a.replica, a.attempt)] = &a;
   for (auto it = tasks_.begin(); it != tasks_.end();) {
     if (desired.count(it->first) == 0) {
+      if (!it->second->stopping && !it->second->exited && it->second->pid != 0) {
+        std::fprintf(stderr, "rota agent: stopping job %llu %s: not in the server's answer (revision %llu, %zu tasks)\n",
+                     static_cast<unsigned long long>(it->second->job), it->first.c_str(),
+                     static_cast<unsigned long long>(revision), answer.tasks.size());
+      }
       StopTask(*it->second, false);
       if ((it->second->exited || it->second->pid == 0) && LogShipped(*it->second)) {
         if (finished_.insert(it->first).second) finished_order_.push_back(it->first);
@@ -881,10 +900,28 @@ void Agent::Sleep(int ms) {
   wake_ = false;
 }
 
+void Agent::SleepUntilBeat(int ms) {
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  wake_cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return stop_.load() || wake_ || beat_now_; });
+  wake_ = false;
+  beat_now_ = false;
+}
+
+void Agent::HeartbeatSoon() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    beat_now_ = true;
+  }
+  wake_cv_.notify_all();
+}
+
 int Agent::Backoff(int failures) {
   // 100 ms doubling to 5 s, jittered by +-50%, so that a thousand agents
-  // that lost the server together do not come back in step.
-  const int base = std::min(5000, 100 << std::min(failures, 6));
+  // that lost the server together do not come back in step. With several
+  // replicas the cap is 1 s: a failover is a few seconds, and the tasks'
+  // lease runs from the last answer.
+  const int cap = servers_.size() > 1 ? 1000 : 5000;
+  const int base = std::min(cap, 100 << std::min(failures, 6));
   std::lock_guard<std::mutex> lock(wake_mu_);
   return std::uniform_int_distribution<int>(base / 2, base + base / 2)(rng_);
 }
@@ -905,7 +942,7 @@ void Agent::PollLoop() {
       // and checkpoints go at once, from the reap thread).
       if (Heartbeat(0)) {
         failures = 0;
-        Sleep(IntervalMs());
+        SleepUntilBeat(IntervalMs());
       } else {
         Sleep(std::min(IntervalMs(), Backoff(failures++)));
       }
@@ -933,7 +970,8 @@ void Agent::WatchLoop() {
       Sleep(50);
       continue;
     }
-    auto client = MakeClient(options_.server, options_.token);
+    const std::string server = servers_.current();
+    auto client = MakeClient(server, options_.token);
     // The server writes at least every 20 s; silence past this is a dead link.
     client->set_read_timeout(75, 0);
     {
@@ -964,6 +1002,8 @@ void Agent::WatchLoop() {
       watch_client_ = nullptr;
     }
     if (res && res->status == 404) registered_ = false;  // the server restarted or forgot us
+    if (!got) Heard(servers_, server, res);  // (a stream that carried answers ended; the next try tells)
+    if (!res && !stop_) HeartbeatSoon();    // the server may be gone: renew the tasks' lease with its successor
     if (got) failures = 0;
     if (!stop_) Sleep(Backoff(failures++));
   }

@@ -42,6 +42,7 @@
 #include "agent/inventory.h"
 #include "agent/launcher.h"
 #include "api/agent_protocol.h"
+#include "api/server_list.h"
 
 namespace httplib {
 class Client;
@@ -50,6 +51,8 @@ class Client;
 namespace rota::agent {
 
 struct AgentOptions {
+  // The server, or every replica of a replicated one ("URL1,URL2,..."): the
+  // agent follows the leader across them (api/server_list.h).
   std::string server = "http://127.0.0.1:7070";
   std::string token;
   std::string node_name;  // default: the host name
@@ -109,6 +112,11 @@ class Agent {
   int IntervalMs() const;
   // Sleeps up to `ms`, or until Stop.
   void Sleep(int ms);
+  // The heartbeat loop's sleep: also ends at HeartbeatSoon.
+  void SleepUntilBeat(int ms);
+  // The watch lost its server: report at once (to renew the tasks' lease
+  // with whichever server leads now) instead of an interval later.
+  void HeartbeatSoon();
   // The wait before retry number `failures` (jittered exponential).
   int Backoff(int failures);
   bool Register();
@@ -134,6 +142,7 @@ class Agent {
   bool LogShipped(const Task& t);
 
   AgentOptions options_;
+  api::ServerList servers_{options_.server};
   ProcessLauncher launcher_;
   std::unique_ptr<Cgroups> cgroups_;  // null: limits not enforced
   std::mutex mu_;  // guards tasks_
@@ -156,6 +165,7 @@ class Agent {
   std::mutex wake_mu_;  // guards wake_, rng_
   std::condition_variable wake_cv_;
   bool wake_ = false;
+  bool beat_now_ = false;  // (wake_mu_) HeartbeatSoon
   std::minstd_rand rng_;
   std::mutex watch_mu_;  // guards watch_client_
   httplib::Client* watch_client_ = nullptr;  // the open watch, for Stop to interrupt

@@ -2,7 +2,11 @@
 
 #include <httplib.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <random>
+#include <thread>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -40,28 +44,37 @@ std::string Trimmed(std::string s) {
 
 }  // namespace
 
+std::string NewIdempotencyKey() {
+  std::random_device rd;
+  char out[33];
+  for (int i = 0; i < 4; ++i) std::snprintf(out + 8 * i, 9, "%08x", static_cast<unsigned>(rd()));
+  return out;
+}
+
 Client Client::FromArgs(std::vector<std::string>* args) {
   Client c;
+  std::string server;
   std::vector<std::string> rest;
   for (size_t i = 0; i < args->size(); ++i) {
     const std::string& a = (*args)[i];
     auto value = [&]() { return i + 1 < args->size() ? (*args)[++i] : std::string(); };
-    if (a == "--server") c.server_ = value();
+    if (a == "--server") server = value();
     else if (a == "--token") c.token_ = value();
     else if (a == "-o" || a == "--output") c.output_ = value();
     else rest.push_back(a);
   }
   *args = rest;
-  if (c.server_.empty()) {
-    if (const char* s = std::getenv("ROTA_SERVER"); s && *s) c.server_ = s;
+  if (server.empty()) {
+    if (const char* s = std::getenv("ROTA_SERVER"); s && *s) server = s;
   }
-  if (c.server_.empty()) c.server_ = ReadConfigValue("server");
-  if (c.server_.empty()) c.server_ = "http://127.0.0.1:7070";
+  if (server.empty()) server = ReadConfigValue("server");
+  if (server.empty()) server = "http://127.0.0.1:7070";
+  c.servers_ = api::ServerList(server);
   if (c.token_.empty()) {
     if (const char* t = std::getenv("ROTA_TOKEN"); t && *t) c.token_ = t;
   }
   if (c.token_.empty()) c.token_ = ReadConfigValue("token");
-  const bool local = c.server_.find("://127.0.0.1") != std::string::npos || c.server_.find("://localhost") != std::string::npos;
+  const bool local = server.find("://127.0.0.1") != std::string::npos || server.find("://localhost") != std::string::npos;
   if (c.token_.empty() && local) {
     std::ifstream in(DefaultDataDir() + "/admin.token");
     std::getline(in, c.token_);
@@ -70,26 +83,48 @@ Client Client::FromArgs(std::vector<std::string>* args) {
   return c;
 }
 
-Response Client::Get(const std::string& path) const {
-  httplib::Client http(server_);
-  http.set_bearer_token_auth(token_);
-  http.set_connection_timeout(5, 0);
-  http.set_tcp_nodelay(true);
-  http.set_read_timeout(30, 0);
-  auto res = http.Get(path);
-  if (!res) return {0, "", "cannot reach " + server_ + " (" + httplib::to_string(res.error()) + "); is `rota up` running?"};
-  return {res->status, res->body, ""};
+Response Client::Send(const std::string& method, const std::string& path, const std::string& body,
+                      const std::string& content_type, const std::string& idempotency_key) const {
+  // One server: one try, as always. Several (replicas): follow the leader
+  // through a failover, for up to 15 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  const bool replicated = servers_.size() > 1;
+  for (int attempt = 0;; ++attempt) {
+    const std::string server = servers_.current();
+    httplib::Client http(server);
+    http.set_bearer_token_auth(token_);
+    http.set_connection_timeout(replicated ? 2 : 5, 0);
+    http.set_tcp_nodelay(true);
+    http.set_read_timeout(30, 0);
+    httplib::Headers headers;
+    if (!idempotency_key.empty()) headers.emplace("Idempotency-Key", idempotency_key);
+    auto res = method == "GET" ? http.Get(path, headers) : http.Post(path, headers, body, content_type);
+    const bool more_time = std::chrono::steady_clock::now() < deadline;
+    if (!res) {
+      // A request that never connected reached no server; one whose answer
+      // was lost may have: sent again only with an idempotency key (or a GET).
+      const bool unsent = res.error() == httplib::Error::Connection;
+      if (!(replicated && more_time && (unsent || method == "GET" || !idempotency_key.empty()))) {
+        return {0, "", "cannot reach " + server + " (" + httplib::to_string(res.error()) + ")" +
+                           (replicated ? "" : "; is `rota up` running?")};
+      }
+      servers_.Failed(server);
+    } else if (res->status == 503 && res->has_header("Rota-Leader") && more_time) {
+      // A standby: it did nothing, and names the leader.
+      servers_.Redirect(res->get_header_value("Rota-Leader"));
+      if (servers_.current() != server) continue;  // straight to the leader it named
+    } else {
+      return {res->status, res->body, ""};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 50 << std::min(attempt, 4))));
+  }
 }
 
-Response Client::Post(const std::string& path, const std::string& body, const std::string& content_type) const {
-  httplib::Client http(server_);
-  http.set_bearer_token_auth(token_);
-  http.set_connection_timeout(5, 0);
-  http.set_tcp_nodelay(true);
-  http.set_read_timeout(30, 0);
-  auto res = http.Post(path, body, content_type);
-  if (!res) return {0, "", "cannot reach " + server_ + " (" + httplib::to_string(res.error()) + "); is `rota up` running?"};
-  return {res->status, res->body, ""};
+Response Client::Get(const std::string& path) const { return Send("GET", path, "", "", ""); }
+
+Response Client::Post(const std::string& path, const std::string& body, const std::string& content_type,
+                      const std::string& idempotency_key) const {
+  return Send("POST", path, body, content_type, idempotency_key);
 }
 
 int Client::Fail(const Response& r, const std::string& what) {

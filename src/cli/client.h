@@ -1,4 +1,7 @@
-// Client: the CLI's connection to a rota server. Resolves the server and token
+// Client: the CLI's connection to a rota server. The server may be several
+// replicas ("URL1,URL2"): a request goes to the leader, following a
+// standby's Rota-Leader answer or moving on from one that does not answer,
+// for up to 15 s (a failover). Resolves the server and token
 // from, in order: --server/--token flags, ROTA_SERVER/ROTA_TOKEN, the config
 // file ($ROTA_CONFIG or ~/.config/rota/config.yaml, lines `server: URL` and
 // `token: T`), and for a server on this machine the admin token that
@@ -7,6 +10,8 @@
 
 #include <string>
 #include <vector>
+
+#include "api/server_list.h"
 
 namespace rota::cli {
 
@@ -30,16 +35,23 @@ class Client {
   static Client FromArgs(std::vector<std::string>* args);
 
   Response Get(const std::string& path) const;
-  Response Post(const std::string& path, const std::string& body, const std::string& content_type) const;
+  // `idempotency_key` (an Idempotency-Key header) makes the POST safe to send
+  // again when its answer was lost; without one, a POST is sent again only
+  // when it cannot have reached a server (no connection, a standby's 503).
+  Response Post(const std::string& path, const std::string& body, const std::string& content_type,
+                const std::string& idempotency_key = "") const;
 
-  const std::string& server() const { return server_; }
+  std::string server() const { return servers_.current(); }
   bool json_output() const { return output_ == "json"; }
 
   // Prints the server's error (or the network error) and returns the exit code for it.
   static int Fail(const Response& r, const std::string& what);
 
  private:
-  std::string server_;
+  Response Send(const std::string& method, const std::string& path, const std::string& body,
+               const std::string& content_type, const std::string& idempotency_key) const;
+
+  mutable api::ServerList servers_{""};
   std::string token_;
   std::string output_ = "table";
 };
@@ -47,5 +59,8 @@ class Client {
 // The data directory `rota up` uses by default: $ROTA_DATA_DIR, else
 // ~/.local/share/rota.
 std::string DefaultDataDir();
+
+// A fresh random Idempotency-Key (128 bits, hex).
+std::string NewIdempotencyKey();
 
 }  // namespace rota::cli

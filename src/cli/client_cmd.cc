@@ -50,7 +50,8 @@ int Usage(const std::string& text) {
 }  // namespace
 
 int ClientMain(const std::string& cmd, std::vector<std::string> args) {
-  static const char* kCommands[] = {"submit", "jobs", "describe", "cancel", "logs", "nodes", "queues", "top", "token"};
+  static const char* kCommands[] = {"submit", "jobs",   "describe", "cancel", "logs",
+                                    "nodes",  "queues", "top",      "token",  "status"};
   bool known = false;
   for (const char* k : kCommands) known = known || cmd == k;
   if (!known) return -1;
@@ -79,14 +80,16 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     ss << in.rdbuf();
     const std::string body = ss.str();
     if (count == 1) {
-      Response r = c.Post("/v1/jobs", body, "application/yaml");
+      // One key per submission: a retry after a lost answer or a failover
+      // returns the job it made instead of a second one.
+      Response r = c.Post("/v1/jobs", body, "application/yaml", NewIdempotencyKey());
       return Run(c, r, "submit", [](const json& j) {
         std::cout << "submitted job " << j["id"] << " (" << S(j, "name") << ") to queue " << S(j, "queue") << "\n";
       });
     }
     // A job array: one request, committed whole (all N or none).
-    Response r = c.Post("/v1/jobs?count=" + std::to_string(count), body, "application/yaml");
-    if (r.status != 201) return Client::Fail(r, "submit");
+    Response r = c.Post("/v1/jobs?count=" + std::to_string(count), body, "application/yaml", NewIdempotencyKey());
+    if (r.status != 201 && r.status != 200) return Client::Fail(r, "submit");
     const json j = json::parse(r.body, nullptr, false);
     if (!j.is_object() || !j.contains("ids")) return Client::Fail(r, "submit");
     const uint64_t first = j["ids"].value("first", uint64_t{0}), last = j["ids"].value("last", uint64_t{0});
@@ -218,6 +221,26 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       for (const auto& n : j["nodes"]) {
         t.Add({S(n, "name"), S(n, "state"), S(n, "gpu_model"), S(n, "gpus"), S(n, "gpus_allocated"), S(n, "cpu"),
                S(n, "memory"), n["labels"].value("rack", "-"), n["simulated"].get<bool>() ? "yes" : "no"});
+      }
+      std::cout << t.Render();
+    });
+  }
+
+  if (cmd == "status") {
+    if (!args.empty()) return Usage("rota status [-o json]");
+    Response r = c.Get("/v1/replicas");
+    return Run(c, r, "status", [&](const json& j) {
+      const std::string leader = S(j, "leader");
+      if (S(j, "store") != "postgres") {
+        std::cout << "server  " << c.server() << " (one server, SQLite store: no standbys)\n";
+        return;
+      }
+      std::cout << "leader  " << leader << " (epoch " << S(j, "epoch") << ", journal at event " << S(j, "journal_seq")
+                << ")\n\n";
+      Table t({"REPLICA", "ROLE", "AT EVENT", "LAG", "SEEN"});
+      for (const auto& r : j["replicas"]) {
+        t.Add({S(r, "url"), S(r, "role"), S(r, "seq"), S(r, "lag_events"),
+               std::to_string(r.value("seen_ms_ago", int64_t{0}) / 1000) + "s ago"});
       }
       std::cout << t.Render();
     });

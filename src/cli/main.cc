@@ -28,12 +28,14 @@ constexpr const char* kUsage =
     "  queues     queues with pending and running jobs\n"
     "  top        GPU utilisation per node\n"
     "  token      create, list and revoke API tokens (admin)\n"
+    "  status     the control plane: the leader, its epoch, the standbys and their lag\n"
     "offline:\n"
     "  plan       schedule a jobs file on a cluster config (what-if)\n"
     "  sim        replay a cluster trace through the scheduler in virtual time\n"
     "  version    print the version\n"
     "\n"
-    "Client commands take --server URL, --token T (or ROTA_SERVER, ROTA_TOKEN) and -o json.\n";
+    "Client commands take --server URL, --token T (or ROTA_SERVER, ROTA_TOKEN) and -o json;\n"
+    "--server may list every replica (URL1,URL2,...): requests follow the leader.\n";
 
 }  // namespace
 

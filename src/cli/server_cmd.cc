@@ -228,7 +228,18 @@ int ReplicatedServer(const std::string& conninfo, std::string advertise, Duratio
                             .advertise = advertise,
                             .lease = lease,
                             .http = {.host = http.host, .port = http.port, .tls_cert = http.tls_cert,
-                                     .tls_key = http.tls_key, .workers = 4}};
+                                     .tls_key = http.tls_key, .workers = 4},
+                            .topology = options.config.topology};
+  // The tasks' lease on their agents runs from the last answered heartbeat
+  // (every fence / 3) and warns them (the checkpoint signal) at half the
+  // fence: a failover (a lease, a lease check, a reconnect) must fit in
+  // what is left.
+  const Duration fence = options.fence_after > 0 ? options.fence_after : options.node_timeout;
+  if (lease * 7 / 6 + kMicrosPerSecond > fence / 6) {
+    std::cerr << "rota: warning: --lease " << FormatDuration(lease) << " is long for a fence of " << FormatDuration(fence)
+              << ": tasks may get their checkpoint signal during a failover (keep the lease under a seventh of the"
+                 " node timeout)\n";
+  }
   server::Replica replica(ro);
   std::thread signals([&] {
     WaitForSignal();
@@ -236,8 +247,9 @@ int ReplicatedServer(const std::string& conninfo, std::string advertise, Duratio
     replica.Shutdown();
   });
   std::cout << "rota: replica " << advertise << " on PostgreSQL (data in " << data_dir << "), standing by" << std::endl;
-  Status run = replica.Run([&](std::unique_ptr<PgStore> store, int64_t) -> StatusOr<std::unique_ptr<server::Term>> {
-    auto controller = std::make_unique<server::Controller>(options, std::move(store));
+  Status run = replica.Run([&](std::unique_ptr<PgStore> store, int64_t epoch,
+                               std::unique_ptr<server::Recovered> warm) -> StatusOr<std::unique_ptr<server::Term>> {
+    auto controller = std::make_unique<server::Controller>(options, std::move(store), std::move(warm));
     ROTA_RETURN_IF_ERROR(controller->Start());
     if (Status s = WriteAdminToken(*controller, data_dir); !s.ok()) {
       controller->Stop();
@@ -245,6 +257,8 @@ int ReplicatedServer(const std::string& conninfo, std::string advertise, Duratio
     }
     server::HttpOptions api = http;
     api.logs_dir = data_dir + "/logs";
+    api.replica = &replica;
+    api.leader_epoch = epoch;
     auto server = server::StartHttpServer(controller.get(), api);
     if (!server.ok()) {
       controller->Stop();

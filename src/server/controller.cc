@@ -8,8 +8,12 @@
 
 namespace rota::server {
 
-Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
-    : options_(std::move(options)), store_(std::move(store)), state_(options_.config.topology) {}
+Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store, std::unique_ptr<Recovered> warm)
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      recovered_(warm ? std::move(warm) : std::make_unique<Recovered>(options_.config.topology)),
+      warm_(recovered_->seq > 0),
+      state_(*recovered_->state) {}
 
 Controller::~Controller() { Stop(); }
 
@@ -20,19 +24,15 @@ Status Controller::Start() {
   scheduler_->SetBackfill(options_.config);
   scheduler_->set_min_runtime(options_.min_runtime);
   probe_->SetQueues(options_.config);
-  // Recover: the latest snapshot plus the journal after it.
-  Status replay = store_->Replay([this](const Event& e) {
-    if (auto* s = std::get_if<JobSubmitted>(&e)) {
-      next_job_id_ = std::max(next_job_id_, s->id.value() + 1);
-      if (!s->request_id.empty()) RecordRequestId(s->user, s->request_id, s->id, 1);
-    }
-    if (auto* s = std::get_if<JobsSubmitted>(&e)) {
-      next_job_id_ = std::max(next_job_id_, s->first.value() + static_cast<uint64_t>(s->count));
-      if (!s->request_id.empty()) RecordRequestId(s->user, s->request_id, s->first, s->count);
-    }
-    return state_.Apply(e).WithPrefix("replaying the journal");
-  });
-  ROTA_RETURN_IF_ERROR(replay);
+  // Recover: the latest snapshot plus the journal after it (or a standby's
+  // warm state, which applied them already).
+  if (warm_ && recovered_->seq != store_->last_seq()) {
+    return FailedPreconditionError("the warm state is at event " + std::to_string(recovered_->seq) +
+                                   " but the journal ends at " + std::to_string(store_->last_seq()));
+  }
+  if (!warm_) ROTA_RETURN_IF_ERROR(store_->Replay([this](const Event& e) { return recovered_->Apply(e); }));
+  next_job_id_ = recovered_->next_job_id;
+  request_ids_ = std::move(recovered_->request_ids);
   last_snapshot_seq_ = store_->last_seq();
   ROTA_ASSIGN_OR_RETURN(std::vector<TokenRecord> tokens, store_->Tokens());
   for (const TokenRecord& t : tokens) auth_.Add(t);
@@ -379,7 +379,7 @@ void Controller::ActorLoop() {
       }
       for (const auto& [key, jobs] : batch.request_ids) {
         const size_t nl = key.find('\n');
-        RecordRequestId(key.substr(0, nl), key.substr(nl + 1), jobs.first, jobs.second);
+        NoteRequestId(request_ids_, key.substr(0, nl), key.substr(nl + 1), jobs.first, jobs.second);
       }
       PublishBatch(batch.events);
       Trigger();
@@ -683,14 +683,6 @@ Status Controller::TakeSubmitBudget(const std::string& user, int64_t jobs) {
   }
   b.tokens -= static_cast<double>(jobs);
   return Status::Ok();
-}
-
-void Controller::RecordRequestId(const std::string& user, const std::string& key, JobId first, int64_t count) {
-  auto [it, added] = request_ids_.try_emplace(user + '\n' + key, first, count);
-  // The later parts of one array: contiguous with what the key holds.
-  if (!added && it->second.first.value() + static_cast<uint64_t>(it->second.second) == first.value()) {
-    it->second.second += count;
-  }
 }
 
 StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int64_t count) {

@@ -35,6 +35,7 @@
 #include "core/cluster_config.h"
 #include "sched/engine.h"
 #include "server/auth.h"
+#include "server/recovery.h"
 #include "store/store.h"
 
 namespace rota::server {
@@ -106,7 +107,10 @@ inline constexpr double kCycleBuckets[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0
 
 class Controller {
  public:
-  Controller(ControllerOptions options, std::unique_ptr<Store> store);
+  // `warm`: a state a standby kept by following this store's journal (at
+  // warm->seq, which must be the store's last event); Start then replays
+  // nothing. Null: Start replays the store.
+  Controller(ControllerOptions options, std::unique_ptr<Store> store, std::unique_ptr<Recovered> warm = nullptr);
   ~Controller();
 
   // Replays the store, adds the config's declared nodes that are missing,
@@ -273,7 +277,9 @@ class Controller {
   std::unique_ptr<sched::Scheduler> probe_;      // actor only: resolvability checks at submission
 
   // Actor-owned.
-  ClusterState state_;
+  std::unique_ptr<Recovered> recovered_;  // owns state_; what Start recovered
+  bool warm_ = false;                     // recovered_ came from a standby, replayed already
+  ClusterState& state_;
   uint64_t next_job_id_ = 1;
   std::atomic<uint64_t> last_snapshot_seq_{0};
   // The journal snapshot in progress: (seq, the state at it), handed from
@@ -305,9 +311,7 @@ class Controller {
   // On the actor: jobs of arrays accepted but not yet all committed, per
   // user and per queue, counted against the pending limits.
   std::map<std::string, int64_t> array_reserved_user_;
-  // Actor only: "user\nkey" -> the first job and the count its submission made.
-  std::unordered_map<std::string, std::pair<JobId, int64_t>> request_ids_;
-  void RecordRequestId(const std::string& user, const std::string& key, JobId first, int64_t count);
+  RequestIds request_ids_;  // actor only: the submissions' idempotency keys
   std::map<std::string, int64_t> array_reserved_queue_;
   std::map<JobId, sched::PendingReason> reasons_;
   std::map<std::string, NodeLive> live_;

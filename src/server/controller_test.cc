@@ -364,5 +364,54 @@ TEST_F(ControllerTest, RecoversEverythingFromTheStore) {
   std::filesystem::remove_all(dir);
 }
 
+// A retried submission with the same Idempotency-Key returns the jobs it
+// made the first time, also after a restart and after a snapshot; reused for
+// another spec or count, or by another user, it makes nothing twice.
+TEST_F(ControllerTest, AnIdempotencyKeyMakesItsJobsOnce) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  JobId one, array;
+  {
+    auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    bool replayed = true;
+    one = *c->SubmitArray(kAlice, Job("one", 1, 1), 1, "key-1", &replayed);
+    EXPECT_FALSE(replayed);
+    EXPECT_EQ(*c->SubmitArray(kAlice, Job("one", 1, 1), 1, "key-1", &replayed), one);
+    EXPECT_TRUE(replayed);
+    // An array larger than one chunk: the key covers every part.
+    array = *c->SubmitArray(kAlice, Job("sweep", 1, 1), Controller::kArrayChunk + 5, "key-2", &replayed);
+    EXPECT_FALSE(replayed);
+    EXPECT_EQ(c->snapshot().FindJob(JobId(array.value() + Controller::kArrayChunk + 4))->request_id, "key-2");
+    // Another user's key of the same name is theirs.
+    auto bobs = c->SubmitArray(kBob, Job("one", 1, 1, "team/b"), 1, "key-1", &replayed);
+    ASSERT_TRUE(bobs.ok());
+    EXPECT_FALSE(replayed);
+    EXPECT_NE(*bobs, one);
+    c->Stop();
+  }
+  auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  const size_t jobs = c->snapshot().jobs().size();
+  EXPECT_EQ(jobs, 1u + Controller::kArrayChunk + 5 + 1);
+  bool replayed = false;
+  EXPECT_EQ(*c->SubmitArray(kAlice, Job("sweep", 1, 1), Controller::kArrayChunk + 5, "key-2", &replayed), array);
+  EXPECT_TRUE(replayed);
+  auto changed = c->SubmitArray(kAlice, Job("other", 1, 1), 1, "key-1", &replayed);
+  EXPECT_EQ(changed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(changed.status().message().find("was used before for job " + std::to_string(one.value())),
+            std::string::npos)
+      << changed.status().ToString();
+  EXPECT_EQ(c->SubmitArray(kAlice, Job("sweep", 1, 1), 3, "key-2", &replayed).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->snapshot().jobs().size(), jobs);  // nothing made twice
+  // Compacted into a snapshot, the keys survive too.
+  const std::vector<Event> compacted = CompactState(c->snapshot());
+  ClusterState again;
+  for (const Event& e : compacted) ASSERT_TRUE(again.Apply(e).ok());
+  EXPECT_EQ(again.GetSnapshot().FindJob(one)->request_id, "key-1");
+  EXPECT_EQ(again.GetSnapshot().FindJob(JobId(array.value() + 7))->request_id, "key-2");
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rota::server

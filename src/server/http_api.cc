@@ -4,6 +4,7 @@
 #include "server/web_assets.h"
 
 #include "server/http_transport.h"
+#include "server/replica.h"
 
 #include <atomic>
 #include <algorithm>
@@ -351,6 +352,10 @@ class HttpServerImpl final : public HttpServer {
     // Alive and serving; a store that refuses writes is reported, not hidden
     // (reads still work, so this stays 200).
     srv.GetInline("/healthz", [this](const HttpRequest&, HttpResponse& res) {
+      if (options_.replica != nullptr) {
+        res.set_header("Rota-Role", "leader");
+        res.set_header("Rota-Epoch", std::to_string(options_.leader_epoch));
+      }
       const std::string store = c_->StoreError();
       res.set_content(store.empty() ? "ok\n" : "degraded: store refuses writes: " + store + "\n", "text/plain");
     });
@@ -713,7 +718,13 @@ class HttpServerImpl final : public HttpServer {
     }));
 
     srv.Get("/metrics", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
-      res.set_content(RenderMetrics(*c_), "text/plain; version=0.0.4");
+      res.set_content(RenderMetrics(*c_) + ReplicaMetrics(), "text/plain; version=0.0.4");
+    }));
+
+    // The control plane's replicas: the leader, its epoch, and each standby
+    // with how far its warm state is behind the journal (events).
+    srv.Get("/v1/replicas", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
+      Reply(res, 200, ReplicasView());
     }));
 
     srv.set_error_handler([](const HttpRequest& req, HttpResponse& res) {
@@ -725,6 +736,46 @@ class HttpServerImpl final : public HttpServer {
       else ReplyError(res, Status(StatusCode::kInvalidArgument, "request refused"));
       res.status = status;
     });
+  }
+
+  ordered_json ReplicasView() const {
+    ordered_json out{{"store", options_.replica == nullptr ? "sqlite" : "postgres"},
+                     {"leader", options_.replica == nullptr ? "" : options_.replica->advertise()},
+                     {"epoch", options_.leader_epoch},
+                     {"replicas", ordered_json::array()}};
+    if (options_.replica == nullptr) return out;
+    const std::vector<ReplicaRow> rows = options_.replica->replicas();
+    uint64_t head = 0;
+    for (const ReplicaRow& r : rows) {
+      if (r.url == options_.replica->advertise()) head = r.seq;
+    }
+    for (const ReplicaRow& r : rows) {
+      const bool self = r.url == options_.replica->advertise();
+      out["replicas"].push_back({{"url", r.url},
+                                 {"role", self ? "leader" : r.role == "leader" ? "stale leader" : r.role},
+                                 {"seq", r.seq},
+                                 {"lag_events", head > r.seq ? head - r.seq : 0},
+                                 {"seen_ms_ago", r.age / 1000}});
+    }
+    out["journal_seq"] = head;
+    return out;
+  }
+
+  std::string ReplicaMetrics() const {
+    if (options_.replica == nullptr) return "";
+    const ordered_json view = ReplicasView();
+    std::string m =
+        "# HELP rota_replica_epoch The lease epoch this leader holds.\n# TYPE rota_replica_epoch gauge\n"
+        "rota_replica_epoch " + std::to_string(options_.leader_epoch) + "\n"
+        "# HELP rota_replica_lag_events Journal events a replica's state is behind the leader's.\n"
+        "# TYPE rota_replica_lag_events gauge\n";
+    for (const auto& r : view["replicas"]) {
+      std::string url = r["url"].get<std::string>();
+      std::erase_if(url, [](char ch) { return ch == '"' || ch == '\\' || ch == '\n'; });
+      m += "rota_replica_lag_events{replica=\"" + url + "\",role=\"" + r["role"].get<std::string>() + "\"} " +
+           std::to_string(r["lag_events"].get<uint64_t>()) + "\n";
+    }
+    return m;
   }
 
   Status Find(const Principal& who, const Snapshot& snap, const std::string& id_text, const JobRecord** job) {

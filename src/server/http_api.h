@@ -17,6 +17,8 @@
 
 namespace rota::server {
 
+class Replica;
+
 struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 7070;  // 0 = any free port
@@ -26,6 +28,11 @@ struct HttpOptions {
   double rate_per_second = 200;  // per token (or client address), burst of twice that
   std::string logs_dir;          // task logs: the local agent writes here, remote agents ship theirs ("" = none)
   double queue_sample_seconds = 10;  // queue usage history for the dashboard (GET /v1/queues/history)
+  // A replica leading a replicated control plane at `leader_epoch`
+  // (server/replica.h; null: a single server): /healthz, /metrics and
+  // GET /v1/replicas show it and its standbys.
+  const Replica* replica = nullptr;
+  int64_t leader_epoch = 0;
 };
 
 class HttpServer {

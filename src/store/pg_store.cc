@@ -170,6 +170,8 @@ Status EnsureSchema(pg::Conn& c) {
                      "CREATE TABLE IF NOT EXISTS rota_meta (key text PRIMARY KEY, value bigint NOT NULL);"
                      "CREATE TABLE IF NOT EXISTS rota_leader (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL,"
                      " holder text NOT NULL, expires_at timestamptz NOT NULL);"
+                     "CREATE TABLE IF NOT EXISTS rota_replicas (url text PRIMARY KEY, role text NOT NULL,"
+                     " seq bigint NOT NULL, seen_at timestamptz NOT NULL);"
                      "COMMIT");
   if (!done.ok()) c.Rollback();
   return done;
@@ -364,6 +366,7 @@ StatusOr<uint64_t> PgStore::Follow(uint64_t seq, const std::function<Status(cons
         return DataLossError(c.Where() + ": journal events after " + std::to_string(seq) +
                              " were compacted into a snapshot; replay from the snapshot");
       }
+      if (seq > last_seq_) last_seq_ = seq;
       return seq;
     }
     for (int i = 0; i < r.rows(); ++i) {
@@ -510,6 +513,27 @@ StatusOr<LeaderInfo> PgLease::Current() {
                                   " FROM rota_leader WHERE id = 1"));
   if (r.rows() == 0) return LeaderInfo{};
   return LeaderInfo{r.int64(0, 0), std::string(r.text(0, 1)), r.int64(0, 2)};
+}
+
+Status PgLease::Report(const std::string& role, uint64_t seq) {
+  return db_->Exec("report this replica",
+                   "INSERT INTO rota_replicas (url, role, seq, seen_at) VALUES ($1, $2, $3::bigint, clock_timestamp())"
+                   " ON CONFLICT (url) DO UPDATE SET role = EXCLUDED.role, seq = EXCLUDED.seq, seen_at = EXCLUDED.seen_at",
+                   {holder_, role, std::to_string(seq)})
+      .status();
+}
+
+StatusOr<std::vector<ReplicaRow>> PgLease::Replicas() {
+  ROTA_ASSIGN_OR_RETURN(pg::Result r,
+                        db_->Exec("read the replicas",
+                                  "SELECT url, role, seq, (extract(epoch FROM clock_timestamp() - seen_at) * 1000000)::bigint"
+                                  " FROM rota_replicas WHERE seen_at > clock_timestamp() - interval '1 minute' ORDER BY url"));
+  std::vector<ReplicaRow> out;
+  for (int i = 0; i < r.rows(); ++i) {
+    out.push_back({std::string(r.text(i, 0)), std::string(r.text(i, 1)), static_cast<uint64_t>(r.int64(i, 2)),
+                   r.int64(i, 3)});
+  }
+  return out;
 }
 
 }  // namespace rota

@@ -61,7 +61,8 @@ class PgStore final : public Store {
   bool fenced() const { return fenced_; }
 
   // Standbys: calls `fn` with every journal event after `seq`, in order, and
-  // returns the sequence number of the last (or `seq` if none). DataLoss if
+  // returns the sequence number of the last (or `seq` if none); last_seq()
+  // follows it. DataLoss if
   // the events after `seq` were compacted into a newer snapshot (the caller
   // replays from scratch).
   StatusOr<uint64_t> Follow(uint64_t seq, const std::function<Status(const Event&)>& fn);
@@ -90,6 +91,14 @@ struct LeaderInfo {
   Duration expires_in = 0;  // by the database's clock; <= 0 = expired
 };
 
+// One replica as it last reported itself (rota_replicas).
+struct ReplicaRow {
+  std::string url;
+  std::string role;   // leader | standby
+  uint64_t seq = 0;   // the journal event its state is at
+  Duration age = 0;   // since it reported, by the database's clock
+};
+
 class PgLease {
  public:
   static StatusOr<std::unique_ptr<PgLease>> Open(const std::string& conninfo, std::string holder);
@@ -104,6 +113,11 @@ class PgLease {
   // Ends the lease at once (a clean shutdown), so a standby need not wait.
   Status Release(int64_t epoch);
   StatusOr<LeaderInfo> Current();
+
+  // Records this replica's role and position (every few seconds), and the
+  // replicas heard from in the last minute.
+  Status Report(const std::string& role, uint64_t seq);
+  StatusOr<std::vector<ReplicaRow>> Replicas();
 
  private:
   PgLease(std::unique_ptr<pg::Conn> db, std::string holder);

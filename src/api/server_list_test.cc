@@ -1,0 +1,38 @@
+#include "api/server_list.h"
+
+#include <gtest/gtest.h>
+
+namespace rota::api {
+namespace {
+
+TEST(ServerList, ParsesTrimsAndDefaults) {
+  ServerList s(" http://a:1/ ,, http://b:2,http://a:1");
+  EXPECT_EQ(s.all(), (std::vector<std::string>{"http://a:1", "http://b:2"}));
+  EXPECT_EQ(s.current(), "http://a:1");
+  EXPECT_EQ(ServerList("").current(), "http://127.0.0.1:7070");
+}
+
+TEST(ServerList, MovesOnOnceForOneFailureSeenByTwoThreads) {
+  ServerList s("http://a:1,http://b:2,http://c:3");
+  const std::string tried = s.current();
+  s.Failed(tried);
+  s.Failed(tried);  // a second caller that tried the same one: no second move
+  EXPECT_EQ(s.current(), "http://b:2");
+  s.Failed("http://b:2");
+  s.Failed("http://c:3");
+  EXPECT_EQ(s.current(), "http://a:1");  // round again
+}
+
+TEST(ServerList, GoesWhereAStandbySaysTheLeaderIs) {
+  ServerList s("http://a:1,http://b:2");
+  s.Redirect("http://b:2");
+  EXPECT_EQ(s.current(), "http://b:2");
+  s.Redirect("http://d:4/");  // not listed: it joins
+  EXPECT_EQ(s.current(), "http://d:4");
+  EXPECT_EQ(s.size(), 3u);
+  s.Redirect("");
+  EXPECT_EQ(s.current(), "http://d:4");
+}
+
+}  // namespace
+}  // namespace rota::api

@@ -1,0 +1,27 @@
+#include "server/recovery.h"
+
+#include <algorithm>
+
+namespace rota::server {
+
+void NoteRequestId(RequestIds& ids, const std::string& user, const std::string& key, JobId first, int64_t count) {
+  auto [it, added] = ids.try_emplace(user + '\n' + key, first, count);
+  // The later parts of one array: contiguous with what the key holds.
+  if (!added && it->second.first.value() + static_cast<uint64_t>(it->second.second) == first.value()) {
+    it->second.second += count;
+  }
+}
+
+Status Recovered::Apply(const Event& e) {
+  if (auto* s = std::get_if<JobSubmitted>(&e)) {
+    next_job_id = std::max(next_job_id, s->id.value() + 1);
+    if (!s->request_id.empty()) NoteRequestId(request_ids, s->user, s->request_id, s->id, 1);
+  }
+  if (auto* s = std::get_if<JobsSubmitted>(&e)) {
+    next_job_id = std::max(next_job_id, s->first.value() + static_cast<uint64_t>(s->count));
+    if (!s->request_id.empty()) NoteRequestId(request_ids, s->user, s->request_id, s->first, s->count);
+  }
+  return state->Apply(e).WithPrefix("replaying the journal");
+}
+
+}  // namespace rota::server

@@ -1,0 +1,37 @@
+// Recovered: what replaying a journal builds, the cluster state and what the
+// controller derives from the events beside it (the next job id, the
+// submissions' idempotency keys). The controller replays into one at
+// start; a standby replica keeps one warm by applying the journal as the
+// leader appends it, and hands it to its controller when it takes over, so
+// that a takeover replays only the tail.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "core/cluster_state.h"
+
+namespace rota::server {
+
+// "user\nkey" -> the first job and the count its submission made.
+using RequestIds = std::unordered_map<std::string, std::pair<JobId, int64_t>>;
+
+// Records that `user`'s submission with key `key` made jobs first..first+count-1
+// (a later part of the same array extends it).
+void NoteRequestId(RequestIds& ids, const std::string& user, const std::string& key, JobId first, int64_t count);
+
+struct Recovered {
+  explicit Recovered(std::vector<std::string> levels) : state(std::make_unique<ClusterState>(std::move(levels))) {}
+
+  // Applies one journal event (a replay's or a follower's).
+  Status Apply(const Event& e);
+
+  std::unique_ptr<ClusterState> state;
+  uint64_t next_job_id = 1;
+  RequestIds request_ids;
+  uint64_t seq = 0;  // the journal's sequence number the state is at (followers)
+};
+
+}  // namespace rota::server
