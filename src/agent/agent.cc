@@ -591,6 +591,13 @@ bool Agent::Heartbeat(int wait_ms) {
     std::fprintf(stderr, "rota agent: unreadable heartbeat answer: %s\n", std::string(answer.status().message()).c_str());
     return false;
   }
+  {
+    // Answered by another server than the watch's (its server stopped
+    // answering, or lost the lead, and the stream has not noticed yet, e.g.
+    // a paused process): move the watch to the one that answers.
+    std::lock_guard<std::mutex> watch(watch_mu_);
+    if (watch_client_ != nullptr && watch_server_ != server) watch_client_->stop();
+  }
   // The server heard us: the tasks may run until one more fence interval.
   if (answer->fence_after_ms > 0) fence_after_ms_ = static_cast<int>(std::min<int64_t>(answer->fence_after_ms, INT32_MAX));
   RenewLease(sent_at);
@@ -978,6 +985,7 @@ void Agent::WatchLoop() {
       std::lock_guard<std::mutex> lock(watch_mu_);
       if (stop_) break;
       watch_client_ = client.get();
+      watch_server_ = server;
     }
     std::string pending;
     bool got = false;

@@ -169,6 +169,7 @@ class Agent {
   std::minstd_rand rng_;
   std::mutex watch_mu_;  // guards watch_client_
   httplib::Client* watch_client_ = nullptr;  // the open watch, for Stop to interrupt
+  std::string watch_server_;                 // where it is open
   std::atomic<bool> watch_done_{false};  // the watch thread has returned
   std::thread poll_thread_;
   std::thread watch_thread_;

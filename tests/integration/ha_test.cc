@@ -1,0 +1,414 @@
+// A replicated control plane, end to end: a real PostgreSQL (started here),
+// three `rota server --store postgres://...` replicas, two real agents given
+// every replica's address, and a submitter that retries each submission
+// (with its Idempotency-Key) across the replicas until one is acknowledged.
+// Through a kill -9 of the leader, a paused leader, its database sessions
+// killed and a restart of PostgreSQL itself: every acknowledged job exists
+// exactly once, a standby serves writes within seconds, a paused ex-leader
+// writes nothing and steps down, and running tasks are never restarted.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "harness.h"
+#include "store/pg_test_server.h"
+
+namespace rota::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The pids of live `sleep ARG` processes.
+std::set<pid_t> Sleepers(const std::string& arg) {
+  std::set<pid_t> out;
+  const std::string want = std::string("sleep") + '\0' + arg + '\0';
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (ReadAll(e.path().string() + "/cmdline") != want) continue;
+    const std::string stat = ReadAll(e.path().string() + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z') out.insert(std::stoi(name));
+  }
+  return out;
+}
+
+class Replicated : public ::testing::Test {
+ protected:
+  static constexpr int kReplicas = 3;
+
+  void SetUp() override {
+    std::string error;
+    pg_ = TestPostgres::Start(&error);
+    ASSERT_TRUE(pg_) << error;
+    pg_->CreateDatabase("rota");
+    store_ = "postgresql://rota@127.0.0.1:" + std::to_string(pg_->port()) + "/rota";
+    for (int i = 0; i < kReplicas; ++i) {
+      ports_.push_back(FreePort());
+      pids_.push_back(0);
+      if (!list_.empty()) list_ += ",";
+      list_ += Url(i);
+    }
+    for (int i = 0; i < kReplicas; ++i) StartReplica(i);
+    const int leader = WaitForLeader(-1, 20);
+    ASSERT_GE(leader, 0) << ReadAll(Log(0));
+    // The first leader made the admin token, in its own data directory.
+    for (int i = 0; i < 100 && token_.empty(); ++i) {
+      token_ = ReadAll(Dir(leader) + "/admin.token");
+      while (!token_.empty() && token_.back() == '\n') token_.pop_back();
+      if (token_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_FALSE(token_.empty());
+    for (int i = 0; i < 2; ++i) StartAgent(i);
+    ASSERT_TRUE(Eventually([&] { return ReadyNodes() == 2; }, 20)) << "agents did not become ready";
+  }
+
+  void TearDown() override {
+    StopSubmitter();
+    for (pid_t p : agents_) {
+      kill(p, SIGTERM);
+      waitpid(p, nullptr, 0);
+    }
+    for (int i = 0; i < kReplicas; ++i) Kill(i, SIGKILL);
+    for (const std::string& arg : sleep_args_) {
+      for (pid_t p : Sleepers(arg)) kill(p, SIGKILL);
+    }
+  }
+
+  std::string Url(int i) const { return "http://127.0.0.1:" + std::to_string(ports_[i]); }
+  std::string Dir(int i) const { return tmp_.path() + "/replica" + std::to_string(i); }
+  std::string Log(int i) const { return Dir(i) + ".log"; }
+
+  void StartReplica(int i) {
+    pids_[i] = SpawnLogged({RotaBinary(), "server", "--data-dir", Dir(i), "--listen", "127.0.0.1:" + std::to_string(ports_[i]),
+                            "--store", store_, "--rate-limit", "0", "--min-runtime", "0s", "--lease", "3s"},
+                           Log(i));
+    ASSERT_GT(pids_[i], 0);
+  }
+  void Kill(int i, int sig) {
+    if (pids_[i] <= 0) return;
+    kill(pids_[i], sig);
+    if (sig == SIGKILL || sig == SIGTERM) {
+      if (sig == SIGKILL) kill(pids_[i], SIGCONT);
+      waitpid(pids_[i], nullptr, 0);
+      pids_[i] = 0;
+    }
+  }
+
+  // "leader", "standby" or "" (no answer), from /healthz.
+  std::string Role(int i) {
+    httplib::Client c("127.0.0.1", ports_[i]);
+    c.set_connection_timeout(0, 300000);
+    c.set_read_timeout(1, 0);
+    auto r = c.Get("/healthz");
+    if (!r || r->status != 200) return "";
+    return r->get_header_value("Rota-Role");
+  }
+  // The index of a replica other than `not_this` that answers as the leader, or -1.
+  int WaitForLeader(int not_this, int seconds) {
+    for (int n = 0; n < seconds * 20; ++n) {
+      for (int i = 0; i < kReplicas; ++i) {
+        if (i != not_this && pids_[i] > 0 && Role(i) == "leader") return i;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -1;
+  }
+
+  void StartAgent(int i) {
+    const std::string name = "h" + std::to_string(i);
+    auto r = Post("/v1/tokens", json{{"user", name}, {"role", "agent"}, {"node", name}}.dump(), "");
+    ASSERT_EQ(r.first, 201) << r.second;
+    const std::string token_file = tmp_.path() + "/" + name + ".token";
+    std::ofstream(token_file) << json::parse(r.second)["token"].get<std::string>() << "\n";
+    const pid_t pid = SpawnLogged({RotaBinary(), "agent", "--server", list_, "--token-file", token_file, "--name", name,
+                                   "--address", "127.0.0.1", "--gpus", "4xH100:80Gi", "--logs-dir",
+                                   tmp_.path() + "/logs-" + name},
+                                  tmp_.path() + "/" + name + ".log");
+    ASSERT_GT(pid, 0);
+    agents_.push_back(pid);
+  }
+
+  // One request to whichever replica leads: tries each, follows a standby's
+  // Rota-Leader, for up to `seconds`. The status and body (0 if none answered).
+  std::pair<int, std::string> Send(const std::string& method, const std::string& path, const std::string& body,
+                                   const std::string& key, int seconds = 20) {
+    const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+    int at = 0;
+    {
+      std::lock_guard<std::mutex> lock(route_mu_);
+      at = route_;
+    }
+    while (Clock::now() < deadline) {
+      httplib::Client c("127.0.0.1", ports_[at]);
+      c.set_bearer_token_auth(token_);
+      c.set_connection_timeout(1, 0);
+      c.set_read_timeout(3, 0);  // (a paused leader accepts, and never answers)
+      httplib::Headers h;
+      if (!key.empty()) h.emplace("Idempotency-Key", key);
+      auto r = method == "GET" ? c.Get(path, h) : c.Post(path, h, body, "application/yaml");
+      if (r && r->status != 503) {
+        std::lock_guard<std::mutex> lock(route_mu_);
+        route_ = at;
+        return {r->status, r->body};
+      }
+      int next = (at + 1) % kReplicas;
+      if (r && r->has_header("Rota-Leader")) {
+        for (int i = 0; i < kReplicas; ++i) {
+          if (Url(i) == r->get_header_value("Rota-Leader")) next = i;
+        }
+      }
+      if (next == at || !r) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      at = next;
+    }
+    return {0, ""};
+  }
+  std::pair<int, std::string> Post(const std::string& path, const std::string& body, const std::string& key) {
+    return Send("POST", path, body, key);
+  }
+  json Get(const std::string& path) {
+    auto r = Send("GET", path, "", "");
+    EXPECT_EQ(r.first, 200) << path << ": " << r.second;
+    return json::parse(r.second, nullptr, false);
+  }
+
+  int ReadyNodes() {
+    auto r = Send("GET", "/v1/nodes", "", "", 2);
+    if (r.first != 200) return 0;
+    int ready = 0;
+    const json doc = json::parse(r.second);
+    for (const auto& n : doc["nodes"]) ready += n["state"] == "ready";
+    return ready;
+  }
+
+  bool Eventually(const std::function<bool()>& pred, int seconds) {
+    for (int i = 0; i < seconds * 20; ++i) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // A running one-GPU job `sleep ARG`; its id, once its process runs.
+  uint64_t StartLongJob(const std::string& arg) {
+    sleep_args_.push_back(arg);
+    auto r = Post("/v1/jobs", "name: long\ntasks: [{name: w, replicas: 1, gpus: 1, command: [sleep, \"" + arg + "\"]}]\n",
+                  "long-" + arg);
+    EXPECT_EQ(r.first, 201) << r.second;
+    const uint64_t id = json::parse(r.second)["id"];
+    EXPECT_TRUE(Eventually([&] { return Sleepers(arg).size() == 1; }, 20)) << "job " << id << " never started";
+    return id;
+  }
+
+  // The submitter: short jobs, each under its own key, retried (same key)
+  // until acknowledged. Records the id of every acknowledgement and when.
+  void StartSubmitter() {
+    submitting_ = true;
+    submitter_ = std::thread([this] {
+      for (int n = 0; submitting_; ++n) {
+        const std::string key = "burst-" + std::to_string(n);
+        auto r = Send("POST", "/v1/jobs", "name: b\ntasks: [{name: w, replicas: 1, gpus: 0, cpu: 10m, command: [true]}]\n",
+                      key, 30);
+        if (r.first == 200 || r.first == 201) {
+          std::lock_guard<std::mutex> lock(acks_mu_);
+          acks_[key] = json::parse(r.second)["id"].get<uint64_t>();
+          ack_times_.push_back(Clock::now());
+        } else {
+          std::lock_guard<std::mutex> lock(acks_mu_);
+          refused_.push_back(key + ": " + std::to_string(r.first) + " " + r.second);
+        }
+      }
+    });
+  }
+  void StopSubmitter() {
+    submitting_ = false;
+    if (submitter_.joinable()) submitter_.join();
+  }
+  size_t Acks() {
+    std::lock_guard<std::mutex> lock(acks_mu_);
+    return acks_.size();
+  }
+  // The first acknowledgement after `t`, or `t` + 1 h if none.
+  Clock::time_point FirstAckAfter(Clock::time_point t) {
+    std::lock_guard<std::mutex> lock(acks_mu_);
+    for (const auto& at : ack_times_) {
+      if (at > t) return at;
+    }
+    return t + std::chrono::hours(1);
+  }
+
+  // The longest time without an acknowledgement from `t` on: how long writes were unavailable.
+  double LongestGapAfter(Clock::time_point t) {
+    std::lock_guard<std::mutex> lock(acks_mu_);
+    double worst = 0;
+    Clock::time_point last = t;
+    for (const auto& at : ack_times_) {
+      if (at <= t) continue;
+      worst = std::max(worst, Seconds(at - last));
+      last = at;
+    }
+    return worst;
+  }
+
+  // Every acknowledged job exists exactly once, under the id acknowledged;
+  // no key made two jobs.
+  void ExpectEveryAckExactlyOnce() {
+    std::map<std::string, std::vector<uint64_t>> by_key;
+    uint64_t after = 0;
+    while (true) {
+      const json page = Get("/v1/jobs?all=true&limit=1000&after=" + std::to_string(after));
+      for (const auto& j : page["jobs"]) {
+        if (j.contains("request_id")) by_key[j["request_id"]].push_back(j["id"]);
+      }
+      if (!page.contains("next_after")) break;
+      after = page["next_after"];
+    }
+    std::lock_guard<std::mutex> lock(acks_mu_);
+    EXPECT_TRUE(refused_.empty()) << refused_.size() << " submissions never acknowledged, e.g. " << refused_.front();
+    for (const auto& [key, ids] : by_key) EXPECT_EQ(ids.size(), 1u) << key << " made " << ids.size() << " jobs";
+    for (const auto& [key, id] : acks_) {
+      auto it = by_key.find(key);
+      ASSERT_NE(it, by_key.end()) << "acknowledged " << key << " (job " << id << ") is lost";
+      EXPECT_EQ(it->second, std::vector<uint64_t>{id}) << key;
+    }
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<TestPostgres> pg_;
+  std::string store_, list_, token_;
+  std::vector<int> ports_;
+  std::vector<pid_t> pids_, agents_;
+  std::vector<std::string> sleep_args_;
+  std::mutex route_mu_;
+  int route_ = 0;
+  std::atomic<bool> submitting_{false};
+  std::thread submitter_;
+  std::mutex acks_mu_;
+  std::map<std::string, uint64_t> acks_;
+  std::vector<Clock::time_point> ack_times_;
+  std::vector<std::string> refused_;
+};
+
+TEST_F(Replicated, KillingTheLeaderMidBurstLosesNothingAndRestartsNothing) {
+  const std::string arg = "4101" + std::to_string(getpid() % 1000);
+  const uint64_t long_job = StartLongJob(arg);
+  const std::set<pid_t> before = Sleepers(arg);
+  StartSubmitter();
+  ASSERT_TRUE(Eventually([&] { return Acks() >= 20; }, 20));
+  const int leader = WaitForLeader(-1, 5);
+  ASSERT_GE(leader, 0);
+  std::ofstream(tmp_.path() + "/cli.yaml") << "name: cli\ntasks: [{name: w, replicas: 1, gpus: 0, cpu: 10m, command: [true]}]\n";
+  const auto killed = Clock::now();
+  Kill(leader, SIGKILL);
+  // The CLI, given every replica, follows the leader through the failover.
+  const CommandResult cli = RunRota({"submit", "-o", "json", tmp_.path() + "/cli.yaml"},
+                                    {"ROTA_SERVER=" + list_, "ROTA_TOKEN=" + token_}, tmp_.path());
+  EXPECT_EQ(cli.exit_code, 0) << cli.err;
+  const int successor = WaitForLeader(leader, 20);
+  ASSERT_GE(successor, 0) << ReadAll(Log((leader + 1) % kReplicas));
+  ASSERT_TRUE(Eventually([&] { return FirstAckAfter(killed) < killed + std::chrono::hours(1); }, 20));
+  const double failover = Seconds(FirstAckAfter(killed) - killed);
+  std::printf("failover: a standby acknowledged a write %.2f s after the leader was killed\n", failover);
+  EXPECT_LT(failover, 6.0);  // target 5 s: a 3 s lease, a lease check, a retry
+  const size_t at_kill = Acks();
+  ASSERT_TRUE(Eventually([&] { return Acks() >= at_kill + 20; }, 20));
+  StopSubmitter();
+  ExpectEveryAckExactlyOnce();
+  // The running task was never touched: the same process, no restart.
+  EXPECT_EQ(Sleepers(arg), before);
+  const json job = Get("/v1/jobs/" + std::to_string(long_job));
+  EXPECT_EQ(job["state"], "running") << job.dump();
+  EXPECT_EQ(job.value("restarts", 0), 0) << job.dump();
+  // The nodes are all there, none declared lost.
+  EXPECT_TRUE(Eventually([&] { return ReadyNodes() == 2; }, 10)) << Get("/v1/nodes").dump();
+}
+
+TEST_F(Replicated, APausedLeaderIsFencedAndStepsDown) {
+  const int leader = WaitForLeader(-1, 5);
+  ASSERT_GE(leader, 0);
+  Kill(leader, SIGSTOP);
+  const auto paused = Clock::now();
+  const int successor = WaitForLeader(leader, 20);
+  ASSERT_GE(successor, 0);
+  std::printf("takeover from a paused leader: %.2f s\n", Seconds(Clock::now() - paused));
+  StartSubmitter();
+  ASSERT_TRUE(Eventually([&] { return Acks() >= 10; }, 20));
+  // The old leader wakes and is asked to write, directly: refused.
+  Kill(leader, SIGCONT);
+  const auto resumed = Clock::now();
+  httplib::Client old("127.0.0.1", ports_[leader]);
+  old.set_bearer_token_auth(token_);
+  old.set_read_timeout(10, 0);
+  auto r = old.Post("/v1/jobs", {{"Idempotency-Key", "stale-write"}},
+                    "name: stale\ntasks: [{name: w, replicas: 1, gpus: 0, cpu: 10m, command: [true]}]\n",
+                    "application/yaml");
+  // (Refused, or cut off as it steps down: never accepted.)
+  if (r) EXPECT_EQ(r->status, 503) << r->body;
+  std::printf("the write to the woken ex-leader ended after %.2f s\n", Seconds(Clock::now() - resumed));
+  const auto woken = Clock::now();
+  // It steps down and follows the new leader.
+  EXPECT_TRUE(Eventually([&] { return Role(leader) == "standby"; }, 10)) << ReadAll(Log(leader));
+  std::printf("the woken ex-leader answered %s and was a standby %.2f s later\n",
+              r ? std::to_string(r->status).c_str() : "nothing", Seconds(Clock::now() - woken));
+  EXPECT_NE(ReadAll(Log(leader)).find("stepping down"), std::string::npos) << ReadAll(Log(leader));
+  StopSubmitter();
+  ExpectEveryAckExactlyOnce();
+  const json stale = Get("/v1/jobs?all=true&limit=10000");
+  for (const auto& j : stale["jobs"]) EXPECT_NE(j.value("request_id", ""), "stale-write") << j.dump();
+  EXPECT_EQ(WaitForLeader(-1, 1), successor);  // one leader
+}
+
+TEST_F(Replicated, KilledDatabaseSessionsAndARestartedDatabaseLoseNothing) {
+  const std::string arg = "4102" + std::to_string(getpid() % 1000);
+  StartLongJob(arg);
+  const std::set<pid_t> before = Sleepers(arg);
+  StartSubmitter();
+  ASSERT_TRUE(Eventually([&] { return Acks() >= 20; }, 20));
+  // Every rota session ended by the database (an operator's
+  // pg_terminate_backend): the servers reconnect.
+  ASSERT_TRUE(pg_->Sql("postgres",
+                       "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'rota' AND pid <> pg_backend_pid()"));
+  auto cut = Clock::now();
+  ASSERT_TRUE(Eventually([&] { return FirstAckAfter(cut) < cut + std::chrono::hours(1); }, 20));
+  std::printf("writes resumed %.2f s after the sessions were terminated\n", Seconds(FirstAckAfter(cut) - cut));
+  // PostgreSQL itself restarted mid-burst (an immediate stop: a crash).
+  size_t acked = Acks();
+  cut = Clock::now();
+  ASSERT_TRUE(pg_->Restart());
+  const double down = Seconds(Clock::now() - cut);
+  ASSERT_TRUE(Eventually([&] { return Acks() >= acked + 20; }, 30));
+  std::printf("writes were unavailable for at most %.2f s around a restart of PostgreSQL (which took %.2f s)\n",
+              LongestGapAfter(cut), down);
+  StopSubmitter();
+  ExpectEveryAckExactlyOnce();
+  EXPECT_GE(WaitForLeader(-1, 10), 0);
+  EXPECT_EQ(Sleepers(arg), before);
+  EXPECT_TRUE(Eventually([&] { return ReadyNodes() == 2; }, 10)) << Get("/v1/nodes").dump();
+}
+
+}  // namespace
+}  // namespace rota::testing
