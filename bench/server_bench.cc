@@ -10,7 +10,14 @@
 //             leaves them). Baseline: replaying the same history without a
 //             snapshot.
 //
-// usage: server_bench [--jobs 100000] [--seconds 5] [--clients 16]
+// With --postgres, the same on PostgreSQL (a server this benchmark starts
+// with initdb + pg_ctl in a temporary directory), beside SQLite in the same
+// run: submissions/s through HTTP on PgStore, and a standby's takeover of
+// the 100k-job history: the tail it has not followed yet plus the
+// controller's start from its warm state, against a cold replay from the
+// database.
+//
+// usage: server_bench [--jobs 100000] [--seconds 5] [--clients 16] [--postgres]
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +29,9 @@
 #include <vector>
 
 #include "server/http_api.h"
+#include "server/recovery.h"
+#include "store/pg_store.h"
+#include "store/pg_test_server.h"
 #include "store/sqlite_store.h"
 
 namespace rota {
@@ -50,10 +60,10 @@ struct SubmitResult {
   int64_t total = 0;
 };
 
-SubmitResult BenchSubmit(const std::string& dir, double seconds, int clients, size_t max_batch) {
+SubmitResult BenchSubmit(std::unique_ptr<Store> store, double seconds, int clients, size_t max_batch) {
   SystemClock clock;
   server::ControllerOptions o{.config = Cluster(), .clock = &clock, .max_batch = max_batch};
-  server::Controller c(o, std::move(SqliteStore::Open(dir + "/rota-" + std::to_string(max_batch) + ".db")).value());
+  server::Controller c(o, std::move(store));
   if (!c.Start().ok()) return {};
   const std::string token = *c.BootstrapAdminToken();
   auto http = std::move(server::StartHttpServer(&c, {.port = 0, .rate_per_second = 0})).value();
@@ -95,10 +105,14 @@ double BaselineSubmit(const std::string& dir, double seconds) {
   return static_cast<double>(n) / Since(t0);
 }
 
+SubmitResult BenchSubmit(const std::string& dir, double seconds, int clients, size_t max_batch) {
+  return BenchSubmit(std::move(SqliteStore::Open(dir + "/rota-" + std::to_string(max_batch) + ".db")).value(), seconds,
+                     clients, max_batch);
+}
+
 // Writes the history of `jobs` submissions (every 20th bound and finished)
 // the way the server does: a snapshot every 10,000 events if `snapshots`.
-void WriteHistory(const std::string& path, int jobs, bool snapshots) {
-  auto store = std::move(SqliteStore::Open(path)).value();
+void WriteHistory(std::unique_ptr<Store> store, int jobs, bool snapshots) {
   ClusterState state(Cluster().topology);
   std::vector<Event> batch;
   const std::vector<NodeSpec> nodes = std::move(ExpandNodes(Cluster())).value();
@@ -125,15 +139,61 @@ void WriteHistory(const std::string& path, int jobs, bool snapshots) {
   flush();
 }
 
-double BenchRecovery(const std::string& path, int jobs) {
+void WriteHistory(const std::string& path, int jobs, bool snapshots) {
+  WriteHistory(std::move(SqliteStore::Open(path)).value(), jobs, snapshots);
+}
+
+double BenchRecovery(std::unique_ptr<Store> store, int jobs) {
   SystemClock clock;
   server::ControllerOptions o{.config = Cluster(), .clock = &clock};
   const auto t0 = std::chrono::steady_clock::now();
-  server::Controller c(o, std::move(SqliteStore::Open(path)).value());
+  server::Controller c(o, std::move(store));
   if (!c.Start().ok()) return -1;
   const double seconds = Since(t0);
   const size_t recovered = c.snapshot().jobs().size();
   if (recovered != static_cast<size_t>(jobs)) std::printf("RECOVERY MISMATCH: %zu of %d jobs\n", recovered, jobs);
+  c.Stop();
+  return seconds;
+}
+
+double BenchRecovery(const std::string& path, int jobs) {
+  return BenchRecovery(std::move(SqliteStore::Open(path)).value(), jobs);
+}
+
+// A standby's takeover: it replayed the 100k-job history into its warm
+// state, then the leader appended 1,000 more submissions it has not
+// followed yet, then the leader went. Timed: applying that tail and starting
+// the controller from the warm state.
+double BenchTakeover(const std::string& conninfo, int jobs) {
+  auto standby = std::move(PgStore::Open(conninfo)).value();
+  auto warm = std::make_unique<server::Recovered>(Cluster().topology);
+  if (!standby->Replay([&](const Event& e) { return warm->Apply(e); }).ok()) return -1;
+  warm->seq = standby->last_seq();
+  {
+    auto leader = std::move(PgStore::Open(conninfo)).value();
+    std::vector<Event> more;
+    for (int i = 1; i <= 1000; ++i) more.push_back(JobSubmitted{JobId(jobs + i), Job(jobs + i), 0, "admin"});
+    if (!leader->Append(more).ok()) return -1;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto caught = standby->Follow(warm->seq, [&](const Event& e) {
+    ROTA_RETURN_IF_ERROR(warm->Apply(e));
+    ++warm->seq;
+    return Status::Ok();
+  });
+  if (!caught.ok()) return -1;
+  SystemClock clock;
+  server::ControllerOptions o{.config = Cluster(), .clock = &clock};
+  server::Controller c(o, std::move(standby), std::move(warm));
+  if (Status s = c.Start(); !s.ok()) {
+    std::printf("TAKEOVER FAILED: %s\n", s.ToString().c_str());
+    return -1;
+  }
+  const double seconds = Since(t0);
+  const size_t recovered = c.snapshot().jobs().size();
+  if (recovered != static_cast<size_t>(jobs + 1000)) {
+    std::printf("TAKEOVER MISMATCH: %zu of %d jobs\n", recovered, jobs + 1000);
+  }
   c.Stop();
   return seconds;
 }
@@ -144,8 +204,16 @@ double BenchRecovery(const std::string& path, int jobs) {
 int main(int argc, char** argv) {
   int jobs = 100'000, clients = 16;
   double seconds = 5;
+  bool postgres = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--postgres") postgres = true;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--postgres") {
+      --i;
+      continue;
+    }
     if (a == "--jobs") jobs = std::atoi(argv[i + 1]);
     else if (a == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (a == "--clients") clients = std::atoi(argv[i + 1]);
@@ -170,6 +238,27 @@ int main(int argc, char** argv) {
   std::printf("%-34s %12.3f s   (%d jobs)\n", "recovery: snapshot + journal tail", snap, jobs);
   std::printf("%-34s %12.3f s\n", "baseline: replay the whole journal", full);
   std::printf("%-34s %12.1fx\n", "ratio", full / snap);
+
+  if (postgres) {
+    std::string error;
+    auto pg = rota::TestPostgres::Start(&error);
+    if (!pg) {
+      std::printf("postgres: %s\n", error.c_str());
+      return 1;
+    }
+    const auto on_pg = rota::BenchSubmit(std::move(rota::PgStore::Open(pg->CreateDatabase("submit"))).value(), seconds,
+                                         clients, 0);
+    std::printf("%-34s %12.0f /s   (%lld in %.0f s, %d clients)\n", "submit: rota HTTP on PostgreSQL",
+                on_pg.per_second, static_cast<long long>(on_pg.total), seconds, clients);
+    std::printf("%-34s %12.2fx\n", "ratio to SQLite (same run)", on_pg.per_second / submit.per_second);
+    const std::string history = pg->CreateDatabase("history");
+    rota::WriteHistory(std::move(rota::PgStore::Open(history)).value(), jobs, true);
+    const double cold = rota::BenchRecovery(std::move(rota::PgStore::Open(history)).value(), jobs);
+    const double takeover = rota::BenchTakeover(history, jobs);
+    std::printf("%-34s %12.3f s   (%d jobs)\n", "takeover: warm standby + tail", takeover, jobs);
+    std::printf("%-34s %12.3f s\n", "baseline: cold replay from PG", cold);
+    std::printf("%-34s %12.1fx\n", "ratio", cold / takeover);
+  }
   std::filesystem::remove_all(dir);
   return 0;
 }
