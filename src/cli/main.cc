@@ -18,6 +18,7 @@ constexpr const char* kUsage =
     "  up         server and a local agent in one process (single machine)\n"
     "  server     the control plane: REST API, scheduler, durable store\n"
     "  agent      a node agent that runs the tasks placed on its node\n"
+    "  store      move a server's SQLite store into PostgreSQL (store migrate)\n"
     "use:\n"
     "  submit     submit a job file (YAML or JSON)\n"
     "  jobs       list jobs, a page at a time (--all for ended ones, --limit N, --after ID)\n"
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[first];
   std::vector<std::string> args(argv + first + 1, argv + argc);
   args.insert(args.end(), leading.begin(), leading.end());
-  if (!leading.empty() && (cmd == "plan" || cmd == "sim" || cmd == "server" || cmd == "up" || cmd == "agent")) {
+  if (!leading.empty() &&
+      (cmd == "plan" || cmd == "sim" || cmd == "server" || cmd == "up" || cmd == "agent" || cmd == "store")) {
     std::cerr << "rota: --server/--token/-o go with client commands, not '" << cmd << "'\n";
     return 2;
   }
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
   if (cmd == "server") return rota::cli::ServerMain(args, /*with_local_agent=*/false);
   if (cmd == "up") return rota::cli::ServerMain(args, /*with_local_agent=*/true);
   if (cmd == "agent") return rota::cli::AgentMain(args);
+  if (cmd == "store") return rota::cli::StoreMain(args);
   if (int rc = rota::cli::ClientMain(cmd, args); rc >= 0) return rc;
   if (cmd == "version" || cmd == "--version") {
     std::cout << "rota 0.2.0\n";

@@ -648,4 +648,107 @@ int AgentMain(std::vector<std::string> args) {
   return kExitOk;
 }
 
+int StoreMain(std::vector<std::string> args) {
+  constexpr const char* kUsage =
+      "usage: rota store migrate [--data-dir DIR] --to postgres://USER@HOST:PORT/DB [--config CLUSTER.yaml]\n"
+      "\n"
+      "Moves the store of a stopped `rota server` (DIR/rota.db) into an empty PostgreSQL\n"
+      "database, as one snapshot of its state plus its tokens, and checks it by reading\n"
+      "it back. Then start the servers with --store postgres://... (the SQLite file is\n"
+      "left as it was).\n";
+  if (args.empty() || args[0] != "migrate") {
+    std::cerr << kUsage;
+    return args.size() == 1 && (args[0] == "-h" || args[0] == "--help") ? kExitOk : kExitBadInput;
+  }
+  std::string data_dir = DefaultDataDir(), to, config_path;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--data-dir") data_dir = FlagValue(args, &i, "rota store");
+    else if (a == "--to") to = FlagValue(args, &i, "rota store");
+    else if (a == "--config") config_path = FlagValue(args, &i, "rota store");
+    else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return kExitOk;
+    } else {
+      std::cerr << "rota store: unknown argument '" << a << "'\n" << kUsage;
+      return kExitBadInput;
+    }
+  }
+  if (!to.starts_with("postgres://") && !to.starts_with("postgresql://")) {
+    std::cerr << "rota store: --to must be a postgres:// (postgresql://) URL\n" << kUsage;
+    return kExitBadInput;
+  }
+  ClusterConfig config;
+  if (!config_path.empty()) {
+    auto text = api::ReadFile(config_path);
+    auto parsed = text.ok() ? api::ParseClusterConfig(*text, config_path) : StatusOr<ClusterConfig>(text.status());
+    if (!parsed.ok()) {
+      std::cerr << "rota store: " << parsed.status().message() << "\n";
+      return kExitBadInput;
+    }
+    config = *parsed;
+  }
+  // The server must be stopped: its data directory's lock, held while we copy.
+  const int lock_fd = open((data_dir + "/lock").c_str(), O_RDWR | O_CLOEXEC);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    std::cerr << "rota store: " << data_dir
+              << (lock_fd < 0 ? ": no rota data directory here" : " is in use by a running rota server: stop it first")
+              << "\n";
+    return kExitError;
+  }
+  auto from = SqliteStore::Open(data_dir + "/rota.db");
+  if (!from.ok()) {
+    std::cerr << "rota store: " << from.status().message() << "\n";
+    return kExitError;
+  }
+  auto dest = PgStore::Open(to);
+  if (!dest.ok()) {
+    std::cerr << "rota store: " << dest.status().message() << "\n";
+    return kExitError;
+  }
+  auto tokens = (*from)->Tokens();
+  auto dest_tokens = (*dest)->Tokens();
+  if (!tokens.ok() || !dest_tokens.ok()) {
+    std::cerr << "rota store: " << (tokens.ok() ? dest_tokens.status() : tokens.status()).message() << "\n";
+    return kExitError;
+  }
+  if ((*dest)->last_seq() > 0 || !dest_tokens->empty()) {
+    std::cerr << "rota store: the database already holds a rota store (journal at event " << (*dest)->last_seq()
+              << ", " << dest_tokens->size() << " tokens): migrate into an empty database\n";
+    return kExitError;
+  }
+  server::Recovered state(config.topology);
+  if (Status s = (*from)->Replay([&](const Event& e) { return state.Apply(e); }); !s.ok()) {
+    std::cerr << "rota store: " << s.message() << "\n";
+    return kExitError;
+  }
+  const uint64_t seq = std::max<uint64_t>((*from)->last_seq(), 1);
+  const Snapshot snap = state.state->GetSnapshot();
+  const std::vector<Event> compacted = CompactState(snap);
+  if (Status s = (*dest)->WriteSnapshot(seq, compacted); !s.ok()) {
+    std::cerr << "rota store: " << s.message() << "\n";
+    return kExitError;
+  }
+  for (const TokenRecord& t : *tokens) {
+    if (Status s = (*dest)->PutToken(t); !s.ok()) {
+      std::cerr << "rota store: " << s.message() << "\n";
+      return kExitError;
+    }
+  }
+  // Read it back, as a server would.
+  auto check = PgStore::Open(to);
+  server::Recovered back(config.topology);
+  Status read = check.ok() ? (*check)->Replay([&](const Event& e) { return back.Apply(e); }) : check.status();
+  if (!read.ok() || back.state->GetSnapshot().jobs().size() != snap.jobs().size() ||
+      back.state->GetSnapshot().nodes().size() != snap.nodes().size() || back.next_job_id != state.next_job_id) {
+    std::cerr << "rota store: the copy does not read back as the original"
+              << (read.ok() ? "" : ": " + std::string(read.message())) << "\n";
+    return kExitError;
+  }
+  std::cout << "rota store: moved " << snap.jobs().size() << " jobs, " << snap.nodes().size() << " nodes and "
+            << tokens->size() << " tokens (the state at journal event " << seq << ", as one snapshot) into PostgreSQL\n"
+            << "rota store: start the servers with --store " << to << "\n";
+  return kExitOk;
+}
+
 }  // namespace rota::cli

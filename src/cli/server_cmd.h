@@ -8,5 +8,8 @@ namespace rota::cli {
 
 int ServerMain(std::vector<std::string> args, bool with_local_agent);
 int AgentMain(std::vector<std::string> args);
+// `rota store migrate --data-dir DIR --to postgres://...`: moves a stopped
+// server's SQLite store into an empty PostgreSQL database.
+int StoreMain(std::vector<std::string> args);
 
 }  // namespace rota::cli

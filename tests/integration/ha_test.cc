@@ -410,5 +410,68 @@ TEST_F(Replicated, KilledDatabaseSessionsAndARestartedDatabaseLoseNothing) {
   EXPECT_TRUE(Eventually([&] { return ReadyNodes() == 2; }, 10)) << Get("/v1/nodes").dump();
 }
 
+// `rota store migrate` moves a stopped SQLite server's store into
+// PostgreSQL: the jobs, their ids, the tokens; a replica started on it
+// serves them, and new ids continue after the old ones. It refuses while the
+// server runs, and into a database that holds a store already.
+TEST(StoreMigrate, MovesASqliteStoreIntoPostgres) {
+  TempDir tmp;
+  std::string error;
+  auto pg = TestPostgres::Start(&error);
+  ASSERT_TRUE(pg) << error;
+  pg->CreateDatabase("moved");
+  const std::string url = "postgresql://rota@127.0.0.1:" + std::to_string(pg->port()) + "/moved";
+  const std::string data = tmp.path() + "/data";
+  std::string token;
+  const std::string config = tmp.path() + "/cluster.yaml";
+  std::ofstream(config) << "node_groups:\n  - {name: n, count: 2, gpus: 8, gpu_model: H100, cpu: 64, memory: 256Gi}\n";
+  {
+    RotaProcess server("server", data, {"--rate-limit", "0", "--config", config});
+    token = server.token();
+    for (int i = 0; i < 3; ++i) {
+      auto r = server.Admin().Post("/v1/jobs", "name: j" + std::to_string(i) +
+                                                   "\ntasks: [{name: w, replicas: 1, gpus: 0, cpu: 10m, command: [true]}]\n",
+                                   "application/yaml");
+      ASSERT_EQ(r->status, 201) << r->body;
+    }
+    const CommandResult busy = RunRota({"store", "migrate", "--data-dir", data, "--to", url}, {}, tmp.path());
+    EXPECT_EQ(busy.exit_code, 1);
+    EXPECT_NE(busy.err.find("in use by a running rota server"), std::string::npos) << busy.err;
+  }
+  const CommandResult moved = RunRota({"store", "migrate", "--data-dir", data, "--to", url}, {}, tmp.path());
+  ASSERT_EQ(moved.exit_code, 0) << moved.err;
+  EXPECT_NE(moved.out.find("moved 3 jobs"), std::string::npos) << moved.out;
+  const CommandResult again = RunRota({"store", "migrate", "--data-dir", data, "--to", url}, {}, tmp.path());
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("already holds a rota store"), std::string::npos) << again.err;
+
+  // A replica on the moved store: the old token works, the jobs are there.
+  const int port = FreePort();
+  const pid_t pid = SpawnLogged({RotaBinary(), "server", "--data-dir", tmp.path() + "/replica", "--listen",
+                                 "127.0.0.1:" + std::to_string(port), "--store", url, "--config", config},
+                                tmp.path() + "/replica.log");
+  ASSERT_GT(pid, 0);
+  httplib::Client c("127.0.0.1", port);
+  c.set_bearer_token_auth(token);
+  std::string body;
+  for (int i = 0; i < 200; ++i) {
+    auto r = c.Get("/v1/jobs?all=true");
+    if (r && r->status == 200) {
+      body = r->body;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(body.empty()) << ReadAll(tmp.path() + "/replica.log");
+  EXPECT_EQ(json::parse(body)["jobs"].size(), 3u) << body;
+  auto next = c.Post("/v1/jobs", "name: after\ntasks: [{name: w, replicas: 1, gpus: 0, cpu: 10m, command: [true]}]\n",
+                     "application/yaml");
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 201) << next->body;
+  EXPECT_EQ(json::parse(next->body)["id"], 4) << next->body;
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
+}
+
 }  // namespace
 }  // namespace rota::testing
