@@ -158,7 +158,17 @@ void Replica::HoldLease(int64_t epoch, const PgStore& store) {
 }
 
 Status Replica::Run(const LeadFn& lead) {
-  ROTA_ASSIGN_OR_RETURN(lease_, PgLease::Open(options_.conninfo, options_.advertise));
+  // A database that is down (or still starting) is waited for, not fatal.
+  for (bool reported = false; lease_ == nullptr;) {
+    auto lease = PgLease::Open(options_.conninfo, options_.advertise);
+    if (lease.ok()) {
+      lease_ = std::move(lease).value();
+      break;
+    }
+    if (!reported) std::fprintf(stderr, "rota: waiting for the database: %s\n", lease.status().ToString().c_str());
+    reported = true;
+    if (!SleepFor(kMicrosPerSecond)) return Status::Ok();
+  }
   while (true) {
     std::unique_ptr<PgStore> store;
     std::unique_ptr<Recovered> warm;
@@ -226,6 +236,15 @@ StatusOr<std::unique_ptr<HttpTransport>> StartStandbyServer(const HttpTransportO
     if (!leader.empty()) body["leader"] = leader;
     res.set_content(body.dump() + "\n", "application/json");
   };
+  // A browser opening a standby's dashboard is sent to the leader's.
+  transport->Get(R"(/|/[^/]*\.(html|js|css|ico))", [replica, refuse](const HttpRequest& req, HttpResponse& res) {
+    const std::string leader = replica->leader();
+    if (leader.empty() || leader == replica->advertise()) return refuse(req, res);
+    res.status = 307;
+    res.set_header("Location", leader + req.path);
+    res.set_header("Rota-Leader", leader);
+    res.set_content("the leader is " + leader + "\n", "text/plain");
+  });
   transport->Get(".*", refuse);
   transport->Post(".*", refuse);
   transport->Delete(".*", refuse);

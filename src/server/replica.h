@@ -63,8 +63,8 @@ class Replica {
 
   explicit Replica(ReplicaOptions options) : options_(std::move(options)) {}
 
-  // Runs until Shutdown(); an error only if the database cannot be reached
-  // at the start.
+  // Runs until Shutdown() (a database that is down is waited for); an
+  // error only if the standby cannot listen.
   Status Run(const LeadFn& lead);
   // From any thread (a signal handler's thread).
   void Shutdown();
