@@ -133,8 +133,8 @@ void Replica::HoldLease(int64_t epoch, const PgStore& store) {
   const Duration safe = options_.lease - options_.lease / 6;
   while (SleepFor(options_.lease / 3)) {
     if (store.fenced()) {
-      std::fprintf(stderr, "rota: the store refused a write under epoch %lld (another server leads): stepping down\n",
-                   static_cast<long long>(epoch));
+      std::fprintf(stderr, "rota: stepping down from epoch %lld to replay the journal: %s\n",
+                   static_cast<long long>(epoch), store.stale_reason().c_str());
       return;
     }
     const Steady::time_point sent = Steady::now();

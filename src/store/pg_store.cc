@@ -222,15 +222,29 @@ StatusOr<std::unique_ptr<PgStore>> PgStore::Open(const std::string& conninfo) {
   return store;
 }
 
+std::string PgStore::stale_reason() const {
+  std::lock_guard<std::mutex> lock(reason_mu_);
+  return stale_reason_;
+}
+
+void PgStore::MarkStale(std::string reason) {
+  {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    if (stale_reason_.empty()) stale_reason_ = std::move(reason);
+  }
+  fenced_ = true;
+}
+
 Status PgStore::CheckFence(pg::Conn& c) {
   const int64_t mine = fence_epoch_;
   if (mine == 0) return Status::Ok();
   ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("check the lease", "SELECT epoch FROM rota_leader WHERE id = 1 FOR SHARE"));
   const int64_t now = r.rows() == 0 ? 0 : r.int64(0, 0);
   if (now == mine) return Status::Ok();
-  fenced_ = true;
-  return FailedPreconditionError("another rota server leads now (lease epoch " + std::to_string(now) + ", this one's " +
-                                 std::to_string(mine) + "): this server no longer writes");
+  Status refused = FailedPreconditionError("another rota server leads now (lease epoch " + std::to_string(now) +
+                                           ", this one's " + std::to_string(mine) + "): this server no longer writes");
+  MarkStale(std::string(refused.message()));
+  return refused;
 }
 
 StatusOr<uint64_t> PgStore::Append(const std::vector<Event>& events) {
@@ -258,6 +272,10 @@ StatusOr<uint64_t> PgStore::Append(const std::vector<Event>& events) {
                       " SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])",
                       {ArrayLiteral(seqs), ArrayLiteral(bodies), ArrayLiteral(crcs)});
       !r.ok()) {
+    if (r.status().message().find("duplicate key") != std::string_view::npos) {
+      // Events this store never wrote sit where its next ones go.
+      MarkStale("the journal already holds event " + seqs.front() + ": it grew behind this server's back");
+    }
     return fail(r.status());
   }
   if (auto r = c.Exec("append",
@@ -272,10 +290,16 @@ StatusOr<uint64_t> PgStore::Append(const std::vector<Event>& events) {
   if (!committed.ok()) {
     // The answer to COMMIT was lost (the connection broke): what the journal
     // holds at `seq` says whether it committed.
-    if (auto check = c.Exec("check the commit", "SELECT crc FROM rota_events WHERE seq = $1", {last});
-        check.ok() && check->rows() == 1 && check->int64(0, 0) == std::stoll(crcs.back())) {
+    auto check = c.Exec("check the commit", "SELECT crc FROM rota_events WHERE seq = $1", {last});
+    if (check.ok() && check->rows() == 1 && check->int64(0, 0) == std::stoll(crcs.back())) {
       last_seq_ = seq;
       return seq;
+    }
+    if (!check.ok()) {
+      // Nobody can say yet whether it committed: refuse it, and have the
+      // owner replay once the database answers (a guess either way could
+      // leave the server's state and the journal apart).
+      MarkStale("the outcome of a commit is unknown (" + std::string(committed.status().message()) + ")");
     }
     return committed.status();
   }

@@ -57,8 +57,13 @@ class PgStore final : public Store {
 
   // From now on every write requires the lease's epoch to be `epoch`.
   void SetFence(int64_t epoch) { fence_epoch_ = epoch; }
-  // True once a write was refused because another server took the lease.
+  // True once this store's view of the journal may differ from the
+  // database's, so that its owner must stop writing and replay: a write was
+  // refused because another server took the lease, a COMMIT's outcome could
+  // not be learned (its connection broke and the database could not be
+  // asked), or the journal grew behind this store's back. stale_reason() says which.
   bool fenced() const { return fenced_; }
+  std::string stale_reason() const;
 
   // Standbys: calls `fn` with every journal event after `seq`, in order, and
   // returns the sequence number of the last (or `seq` if none); last_seq()
@@ -81,6 +86,9 @@ class PgStore final : public Store {
   std::atomic<uint64_t> last_seq_ = 0;
   std::atomic<int64_t> fence_epoch_ = 0;  // 0 = no fencing (a single server, tests)
   std::atomic<bool> fenced_ = false;
+  mutable std::mutex reason_mu_;
+  std::string stale_reason_;
+  void MarkStale(std::string reason);
 };
 
 // The leader's lease: one row (rota_leader) timed on the database's clock,

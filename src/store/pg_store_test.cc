@@ -113,6 +113,19 @@ TEST_F(PgStoreTest, AFencedLeaderCanNeverWriteAgain) {
   EXPECT_EQ(check->Tokens()->size(), 1u);
 }
 
+// Two writers with no lease between them (a misconfiguration): the second
+// append at a taken position is refused, and that store knows it is stale.
+TEST_F(PgStoreTest, AJournalThatGrewBehindAStoresBackMakesItStale) {
+  auto a = Open(), b = Open();
+  ASSERT_TRUE(a->Append({NodeAdded{Node("a")}}).ok());
+  auto stale = b->Append({NodeAdded{Node("b")}});
+  EXPECT_FALSE(stale.ok());
+  EXPECT_TRUE(b->fenced());
+  EXPECT_NE(b->stale_reason().find("grew behind this server's back"), std::string::npos) << b->stale_reason();
+  EXPECT_FALSE(a->fenced());
+  EXPECT_EQ(Count(*Open()), 1);
+}
+
 TEST_F(PgStoreTest, AStandbyFollowsTheJournalAsItGrows) {
   auto leader = Open(), standby = Open();
   std::vector<std::string> seen;

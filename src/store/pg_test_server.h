@@ -93,6 +93,52 @@ class TestPostgres {
                            .c_str()) == 0;
   }
 
+  // A streaming replica of this server (pg_basebackup -R), started on its
+  // own port, made synchronous: from then on a commit returns only once the
+  // replica has it. Null (and *error) if it cannot be made.
+  std::unique_ptr<TestPostgres> StartSynchronousReplica(std::string* error) {
+    std::unique_ptr<TestPostgres> r(new TestPostgres);
+    r->bin_ = bin_;
+    r->as_ = as_;
+    char tmpl[] = "/tmp/rota-pg-replica-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      *error = "mkdtemp failed";
+      return nullptr;
+    }
+    r->dir_ = tmpl;
+    if (!as_.empty() && std::system(("chown postgres " + r->dir_).c_str()) != 0) {
+      *error = "cannot chown " + r->dir_;
+      return nullptr;
+    }
+    r->port_ = FreePort();
+    if (!r->Run(bin_ + "/pg_basebackup -h 127.0.0.1 -p " + std::to_string(port_) + " -U rota -D " + r->dir_ +
+                "/data -R -X stream -c fast > " + r->dir_ + "/basebackup.log 2>&1")) {
+      *error = "pg_basebackup failed (see " + r->dir_ + "/basebackup.log)";
+      return nullptr;
+    }
+    if (!r->StartServer()) {
+      *error = "the replica did not start (see " + r->dir_ + "/server.log)";
+      return nullptr;
+    }
+    if (!Sql("postgres", "ALTER SYSTEM SET synchronous_standby_names = '*'") || !Sql("postgres", "SELECT pg_reload_conf()")) {
+      *error = "cannot make the replica synchronous";
+      return nullptr;
+    }
+    // Synchronous from here on: the primary says so.
+    for (int i = 0; i < 200; ++i) {
+      if (Sql("postgres", "DO \\$\\$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync')"
+                          " THEN RAISE EXCEPTION 'not yet'; END IF; END \\$\\$")) {
+        return r;
+      }
+      usleep(50 * 1000);
+    }
+    *error = "the replica never became synchronous";
+    return nullptr;
+  }
+
+  // A replica becomes the primary.
+  bool Promote() { return Run(bin_ + "/pg_ctl -D " + dir_ + "/data -w promote >/dev/null 2>&1"); }
+
   // Stops the server at once (like a crash: no checkpoint), then starts it.
   bool Restart() {
     Stop();
