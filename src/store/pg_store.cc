@@ -117,6 +117,7 @@ class Conn {
     if (msg.empty()) msg = PQerrorMessage(c_);
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
     std::string full = Where() + ": " + what + ": " + msg;
+    if (state != nullptr) full += std::string(" (SQLSTATE ") + state + ")";
     // SQLSTATE class 53: insufficient resources (53100 disk_full).
     if (state != nullptr && std::strncmp(state, "53", 2) == 0) return InsufficientStorageError(std::move(full));
     return UnavailableError(std::move(full));
@@ -272,7 +273,7 @@ StatusOr<uint64_t> PgStore::Append(const std::vector<Event>& events) {
                       " SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])",
                       {ArrayLiteral(seqs), ArrayLiteral(bodies), ArrayLiteral(crcs)});
       !r.ok()) {
-    if (r.status().message().find("duplicate key") != std::string_view::npos) {
+    if (r.status().message().find("(SQLSTATE 23505)") != std::string_view::npos) {  // unique_violation
       // Events this store never wrote sit where its next ones go.
       MarkStale("the journal already holds event " + seqs.front() + ": it grew behind this server's back");
     }
