@@ -17,7 +17,7 @@
 // and the failover time (fault to the next acknowledged write) p50/p99/max
 // by fault.
 //
-// usage: ha_soak [--events 100] [--submitters 4] [--lease 3s]
+// usage: ha_soak [--events 100] [--submitters 4] [--lease 3s] [--keep 1]
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -91,6 +91,8 @@ double Percentile(std::vector<double> v, double p) {
 
 class Soak {
  public:
+  bool keep_ = false;  // --keep 1: leave the logs
+
   Soak(std::string rota, int submitters, std::string lease) : rota_(std::move(rota)), submitters_(submitters), lease_(lease) {}
 
   bool Start() {
@@ -203,6 +205,10 @@ class Soak {
         StartReplica(leader);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      if (sentinel_lost_at_.empty() && SentinelPids() != sentinel_pids_) {
+        sentinel_lost_at_ = "event " + std::to_string(e + 1) + " (" + fault + ")";
+        std::fprintf(stderr, "ha_soak: the sentinel's process changed after %s\n", sentinel_lost_at_.c_str());
+      }
       if ((e + 1) % 10 == 0) {
         std::fprintf(stderr, "ha_soak: %d events, %zu acknowledged\n", e + 1, Acks());
       }
@@ -245,7 +251,7 @@ class Soak {
     std::printf("%-28s %d restarts, state %s, process %s\n", "sentinel job",
                 s.is_object() ? s.value("restarts", -1) : -1,
                 s.is_object() ? s.value("state", std::string("?")).c_str() : "?",
-                SentinelPids() == sentinel_pids_ ? "the original" : "REPLACED");
+                SentinelPids() == sentinel_pids_ ? "the original" : ("REPLACED after " + sentinel_lost_at_).c_str());
     std::printf("%-10s %6s %8s %8s %8s %8s\n", "fault", "count", "p50 s", "p90 s", "p99 s", "max s");
     std::vector<double> all;
     for (const auto& [fault, times] : failover_) {
@@ -270,6 +276,10 @@ class Soak {
       waitpid(p, nullptr, 0);
     }
     for (pid_t p : SentinelPids()) kill(p, SIGKILL);
+    if (keep_) {
+      std::printf("ha_soak: logs kept in %s\n", dir_.c_str());
+      return;
+    }
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
@@ -417,6 +427,7 @@ class Soak {
   size_t unacked_ = 0, double_held_ = 0, samples_ = 0;
   uint64_t sentinel_ = 0;
   std::set<pid_t> sentinel_pids_;
+  std::string sentinel_lost_at_;
   std::map<std::string, std::vector<double>> failover_;
 };
 
@@ -426,15 +437,18 @@ int main(int argc, char** argv) {
   int events = 100, submitters = 4;
   std::string lease = "3s";
   std::string rota = ROTA_BINARY_PATH;
+  bool keep = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--events") events = std::atoi(argv[i + 1]);
     else if (a == "--submitters") submitters = std::max(1, std::atoi(argv[i + 1]));
     else if (a == "--lease") lease = argv[i + 1];
     else if (a == "--rota") rota = argv[i + 1];
+    else if (a == "--keep") keep = std::string(argv[i + 1]) == "1";
   }
   signal(SIGPIPE, SIG_IGN);
   Soak soak(rota, submitters, lease);
+  soak.keep_ = keep;
   if (!soak.Start()) {
     std::fprintf(stderr, "ha_soak: the cluster did not start\n");
     soak.Stop();

@@ -570,7 +570,11 @@ bool Agent::Heartbeat(int wait_ms) {
   lock.unlock();
   const std::string server = servers_.current();
   auto client = MakeClient(server, options_.token);
-  client->set_read_timeout(10 + wait_ms / 1000, 0);
+  // A server that accepts and never answers (a paused one) must not eat the
+  // tasks' lease: a tenth of the fence interval (2..10 s) to answer, beyond
+  // any long poll's wait.
+  const int answer_s = std::clamp(fence_after_ms_.load() / 10'000, 2, 10);
+  client->set_read_timeout(answer_s + wait_ms / 1000, 0);
   const int64_t sent_at = BootTimeNs();
   auto res = client->Post("/v1/agents/heartbeat",
                           api::HeartbeatToJson(report).dump(-1, ' ', false, json::error_handler_t::replace),

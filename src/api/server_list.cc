@@ -56,6 +56,7 @@ size_t ServerList::size() const {
 
 void ServerList::Failed(const std::string& tried) {
   std::lock_guard<std::mutex> lock(mu_);
+  failed_at_[tried] = std::chrono::steady_clock::now();
   if (urls_[at_] == tried) at_ = (at_ + 1) % urls_.size();
 }
 
@@ -63,6 +64,12 @@ void ServerList::Redirect(const std::string& leader) {
   const std::string url = Trim(leader);
   if (url.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (auto f = failed_at_.find(url);
+      f != failed_at_.end() && std::chrono::steady_clock::now() - f->second < std::chrono::seconds(2)) {
+    // A stale answer: the leader it names just failed us. Try another.
+    if (urls_.size() > 1 && urls_[at_] == url) at_ = (at_ + 1) % urls_.size();
+    return;
+  }
   auto it = std::find(urls_.begin(), urls_.end(), url);
   if (it == urls_.end()) {
     urls_.push_back(url);

@@ -12,6 +12,8 @@
 //   else if (res->status == 503 && res->has_header("Rota-Leader")) servers.Redirect(res->get_header_value("Rota-Leader"));
 #pragma once
 
+#include <chrono>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -33,13 +35,16 @@ class ServerList {
   // `tried` (a URL current() returned) did not answer: move on to the next,
   // unless another thread moved already.
   void Failed(const std::string& tried);
-  // A standby named `leader`: go there (it joins the list if it was not in it).
+  // A standby named `leader`: go there (it joins the list if it was not in
+  // it), unless that one failed in the last two seconds (the standby has
+  // not yet seen the leader go): then on to the next instead.
   void Redirect(const std::string& leader);
 
  private:
   mutable std::mutex mu_;
   std::vector<std::string> urls_;
   size_t at_ = 0;
+  std::map<std::string, std::chrono::steady_clock::time_point> failed_at_;  // the last failure of each
 };
 
 }  // namespace rota::api

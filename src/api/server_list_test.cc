@@ -34,5 +34,18 @@ TEST(ServerList, GoesWhereAStandbySaysTheLeaderIs) {
   EXPECT_EQ(s.current(), "http://d:4");
 }
 
+TEST(ServerList, DoesNotGoBackToALeaderThatJustFailed) {
+  ServerList s("http://a:1,http://b:2,http://c:3");
+  s.Failed("http://a:1");         // the leader stopped answering
+  EXPECT_EQ(s.current(), "http://b:2");
+  s.Redirect("http://a:1");       // b has not noticed yet: a stale answer
+  EXPECT_EQ(s.current(), "http://b:2");
+  s.Failed("http://b:2");
+  s.Redirect("http://a:1");
+  EXPECT_EQ(s.current(), "http://c:3");
+  s.Redirect("http://d:4");       // c names the new leader
+  EXPECT_EQ(s.current(), "http://d:4");
+}
+
 }  // namespace
 }  // namespace rota::api

@@ -147,10 +147,10 @@ int64_t RecordCrc(uint64_t seq, std::string_view body) {
   return static_cast<int64_t>(crc);
 }
 
-// Sessions of the store: durable commits; a transaction left idle for 5 s (a
+// Sessions of the store: durable commits; a transaction left idle for 2 s (a
 // paused or vanished server) is ended by PostgreSQL, which frees its locks.
 constexpr const char* kStoreSettings =
-    "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = '5s';"
+    "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = '2s';"
     " SET client_min_messages = warning;";
 // The lease's session: never waits long for a lock (an election retries).
 constexpr const char* kLeaseSettings =

@@ -208,7 +208,8 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
   // Queues.
   b.Js("location.hash = '#/queues'");
   ASSERT_EQ(b.WaitFor("return document.querySelector('#queues-table') !== null"), true);
-  for (const auto& q : json::parse(admin.Get("/v1/queues")->body)["queues"]) {
+  const json queues = json::parse(admin.Get("/v1/queues")->body);  // named: a range-for over a temporary's member dangles
+  for (const auto& q : queues["queues"]) {
     const std::string row = "#queues-table tr[data-queue=\"" + q["name"].get<std::string>() + "\"] ";
     EXPECT_EQ(b.Js("return document.querySelector(arguments[0] + 'td[data-k=allocated]').textContent", {row}),
               std::to_string(q["gpus_allocated"].get<int64_t>()));
