@@ -195,11 +195,24 @@ Status WriteAdminToken(server::Controller& controller, const std::string& data_d
   return Status::Ok();
 }
 
-// One term of leadership: the controller on the fenced store and the API.
-class LeaderTerm final : public server::Term {
+// A replica's term: the controller following the store, the API in standby
+// mode on it, then (once) the same controller leading.
+class ReplicaTerm final : public server::Term {
  public:
-  LeaderTerm(std::unique_ptr<server::Controller> controller, std::unique_ptr<server::HttpServer> http)
-      : controller_(std::move(controller)), http_(std::move(http)) {}
+  ReplicaTerm(std::unique_ptr<server::Controller> controller, std::unique_ptr<server::HttpServer> http,
+              std::string data_dir, std::string advertise)
+      : controller_(std::move(controller)),
+        http_(std::move(http)),
+        data_dir_(std::move(data_dir)),
+        advertise_(std::move(advertise)) {}
+  Status CatchUp() override { return controller_->CatchUp(); }
+  Status ReloadTokens() override { return controller_->ReloadTokens(); }
+  Status Lead(int64_t) override {
+    ROTA_RETURN_IF_ERROR(controller_->Start());
+    ROTA_RETURN_IF_ERROR(WriteAdminToken(*controller_, data_dir_));
+    std::cout << "rota: serving " << advertise_ << " as the leader" << std::endl;
+    return Status::Ok();
+  }
   void Stop() override {
     http_->Stop();
     controller_->Stop();
@@ -208,6 +221,7 @@ class LeaderTerm final : public server::Term {
  private:
   std::unique_ptr<server::Controller> controller_;
   std::unique_ptr<server::HttpServer> http_;
+  std::string data_dir_, advertise_;
 };
 
 // `rota server --store postgres://...`: one replica of several on one
@@ -221,15 +235,9 @@ int ReplicatedServer(const std::string& conninfo, std::string advertise, Duratio
     advertise = scheme + "://" + host + ":" + std::to_string(http.port);
   }
   if (http.port == 0) {
-    std::cerr << "rota: --store postgres: --listen needs a fixed port (standby and leader share it)\n";
+    std::cerr << "rota: --store postgres: --listen needs a fixed port (it is the replica's address)\n";
     return kExitBadInput;
   }
-  server::ReplicaOptions ro{.conninfo = conninfo,
-                            .advertise = advertise,
-                            .lease = lease,
-                            .http = {.host = http.host, .port = http.port, .tls_cert = http.tls_cert,
-                                     .tls_key = http.tls_key, .workers = 4},
-                            .topology = options.config.topology};
   // The tasks' lease on their agents runs from the last answered heartbeat
   // (every fence / 3) and warns them (the checkpoint signal) at half the
   // fence: a failover (a lease, a lease check, a reconnect) must fit in
@@ -240,37 +248,26 @@ int ReplicatedServer(const std::string& conninfo, std::string advertise, Duratio
               << ": tasks may get their checkpoint signal during a failover (keep the lease under a seventh of the"
                  " node timeout)\n";
   }
-  server::Replica replica(ro);
+  server::Replica replica({.conninfo = conninfo, .advertise = advertise, .lease = lease});
   std::thread signals([&] {
     WaitForSignal();
     std::cout << "rota: shutting down" << std::endl;
     replica.Shutdown();
   });
   std::cout << "rota: replica " << advertise << " on PostgreSQL (data in " << data_dir << "), standing by" << std::endl;
-  Status run = replica.Run([&](std::unique_ptr<PgStore> store, int64_t epoch,
-                               std::unique_ptr<server::Recovered> warm) -> StatusOr<std::unique_ptr<server::Term>> {
-    auto controller = std::make_unique<server::Controller>(options, std::move(store), std::move(warm));
-    ROTA_RETURN_IF_ERROR(controller->Start());
-    if (Status s = WriteAdminToken(*controller, data_dir); !s.ok()) {
-      controller->Stop();
-      return s;
-    }
+  Status run = replica.Run([&](std::unique_ptr<PgStore> store) -> StatusOr<std::unique_ptr<server::Term>> {
+    auto controller = std::make_unique<server::Controller>(options, std::move(store));
+    ROTA_RETURN_IF_ERROR(controller->StartFollowing());
     server::HttpOptions api = http;
     api.logs_dir = data_dir + "/logs";
     api.replica = &replica;
-    api.leader_epoch = epoch;
-    auto server = server::StartHttpServer(controller.get(), api);
-    if (!server.ok()) {
-      controller->Stop();
-      return server.status();
-    }
-    std::cout << "rota: serving " << advertise << " as the leader" << std::endl;
-    return std::unique_ptr<server::Term>(new LeaderTerm(std::move(controller), std::move(server).value()));
+    ROTA_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> server, server::StartHttpServer(controller.get(), api));
+    return std::unique_ptr<server::Term>(
+        new ReplicaTerm(std::move(controller), std::move(server), data_dir, advertise));
   });
   if (!run.ok()) {
     std::cerr << "rota: " << run.message() << "\n";
-    // The signal thread waits in sigwait: end the process from here.
-    std::exit(kExitError);
+    std::exit(kExitError);  // the signal thread waits in sigwait: end the process from here
   }
   signals.join();
   return kExitOk;

@@ -34,8 +34,7 @@ Status Controller::Start() {
   next_job_id_ = recovered_->next_job_id;
   request_ids_ = std::move(recovered_->request_ids);
   last_snapshot_seq_ = store_->last_seq();
-  ROTA_ASSIGN_OR_RETURN(std::vector<TokenRecord> tokens, store_->Tokens());
-  for (const TokenRecord& t : tokens) auth_.Add(t);
+  ROTA_RETURN_IF_ERROR(ReloadTokens());
 
   // Declared nodes from the config that the journal does not have yet.
   ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> declared, ExpandNodes(options_.config));
@@ -77,6 +76,37 @@ Status Controller::Start() {
   scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
   snapshot_thread_ = std::thread([this] { SnapshotLoop(); });
   Trigger();
+  return Status::Ok();
+}
+
+Status Controller::StartFollowing() {
+  ROTA_RETURN_IF_ERROR(store_->Replay([this](const Event& e) { return recovered_->Apply(e); }));
+  recovered_->seq = store_->last_seq();
+  warm_ = true;
+  ROTA_RETURN_IF_ERROR(ReloadTokens());
+  Snapshot snap = state_.GetSnapshot();
+  std::set<std::string> touched;
+  std::lock_guard<std::mutex> lock(mu_);
+  published_ = snap;
+  for (const auto& [id, job] : snap.live_jobs()) IndexJob(snap, id, &touched);
+  return Status::Ok();
+}
+
+Status Controller::CatchUp() {
+  std::vector<Event> applied;
+  auto seq = store_->Follow(recovered_->seq, [&](const Event& e) {
+    ROTA_RETURN_IF_ERROR(recovered_->Apply(e));
+    ++recovered_->seq;
+    applied.push_back(e);
+    return Status::Ok();
+  });
+  if (!applied.empty()) PublishBatch(applied);
+  return seq.status();
+}
+
+Status Controller::ReloadTokens() {
+  ROTA_ASSIGN_OR_RETURN(std::vector<TokenRecord> tokens, store_->Tokens());
+  for (const TokenRecord& t : tokens) auth_.Add(t);
   return Status::Ok();
 }
 

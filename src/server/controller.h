@@ -116,6 +116,16 @@ class Controller {
   // Replays the store, adds the config's declared nodes that are missing,
   // and starts the actor and scheduler threads.
   Status Start();
+
+  // A standby's controller (server/replica.h), before any Start:
+  // StartFollowing replays the store and publishes the state for readers,
+  // running nothing; CatchUp applies the events the leader has appended
+  // since (Store::Follow) and publishes them; ReloadTokens reads the tokens
+  // again. A later Start (the takeover) begins from that state. A CatchUp
+  // that fails leaves the state unusable (the caller builds a new one).
+  Status StartFollowing();
+  Status CatchUp();
+  Status ReloadTokens();
   void Stop();
 
   // Mutations: each returns once its effect is durable, or with why not.

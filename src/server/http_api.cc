@@ -323,6 +323,18 @@ class HttpServerImpl final : public HttpServer {
   HttpHandler Guard(Handler h, Access access = Access::kPeople) {
     return [this, h, access](const HttpRequest& req, HttpResponse& res) {
       try {
+        if (Standby()) {
+          // Reads from the state this standby follows; the rest is the leader's.
+          const std::string leader = options_.replica->leader();
+          res.set_header("Rota-Role", "standby");
+          if (!leader.empty()) res.set_header("Rota-Leader", leader);
+          if (req.method != "GET" || access == Access::kAgents) {
+            res.set_header("Retry-After", "1");
+            return ReplyError(res, UnavailableError("this rota server is a standby; " +
+                                                    (leader.empty() ? std::string("no leader is known yet, retry shortly")
+                                                                    : "send writes to the leader, " + leader)));
+          }
+        }
         auto who = c_->Authenticate(req.get_header_value("Authorization"));
         // One bucket per identity: each node's agent its own, each user theirs.
         const std::string key = !who.ok()                   ? "addr:" + req.remote_addr
@@ -352,9 +364,17 @@ class HttpServerImpl final : public HttpServer {
     // Alive and serving; a store that refuses writes is reported, not hidden
     // (reads still work, so this stays 200).
     srv.GetInline("/healthz", [this](const HttpRequest&, HttpResponse& res) {
+      if (Standby()) {
+        const std::string leader = options_.replica->leader();
+        res.set_header("Rota-Role", "standby");
+        if (!leader.empty()) res.set_header("Rota-Leader", leader);
+        res.set_content("standby: the leader is " + (leader.empty() ? std::string("not known yet") : leader) + "\n",
+                        "text/plain");
+        return;
+      }
       if (options_.replica != nullptr) {
         res.set_header("Rota-Role", "leader");
-        res.set_header("Rota-Epoch", std::to_string(options_.leader_epoch));
+        res.set_header("Rota-Epoch", std::to_string(options_.replica->epoch()));
       }
       const std::string store = c_->StoreError();
       res.set_content(store.empty() ? "ok\n" : "degraded: store refuses writes: " + store + "\n", "text/plain");
@@ -544,7 +564,14 @@ class HttpServerImpl final : public HttpServer {
 
     // The dashboard: static files, no data (every number comes from the API
     // with the token the page asks for).
-    srv.Get(R"(/|/[A-Za-z0-9_-]+\.(html|js|css))", [](const HttpRequest& req, HttpResponse& res) {
+    srv.Get(R"(/|/[A-Za-z0-9_-]+\.(html|js|css))", [this](const HttpRequest& req, HttpResponse& res) {
+      if (Standby() && !options_.replica->leader().empty() && options_.replica->leader() != options_.replica->advertise()) {
+        // A browser opening a standby's dashboard goes to the leader's (live telemetry, reasons).
+        res.status = 307;
+        res.set_header("Location", options_.replica->leader() + req.path);
+        res.set_content("the leader is " + options_.replica->leader() + "\n", "text/plain");
+        return;
+      }
       const WebAsset* asset = FindWebAsset(req.path);
       if (asset == nullptr) {
         res.status = 404;
@@ -738,21 +765,26 @@ class HttpServerImpl final : public HttpServer {
     });
   }
 
+  bool Standby() const { return options_.replica != nullptr && !options_.replica->leading(); }
+
   ordered_json ReplicasView() const {
     ordered_json out{{"store", options_.replica == nullptr ? "sqlite" : "postgres"},
-                     {"leader", options_.replica == nullptr ? "" : options_.replica->advertise()},
-                     {"epoch", options_.leader_epoch},
+                     {"leader", options_.replica == nullptr ? "" : options_.replica->leader()},
+                     {"epoch", options_.replica == nullptr ? 0 : options_.replica->epoch()},
+                     {"answered_by", options_.replica == nullptr ? "" : options_.replica->advertise()},
                      {"replicas", ordered_json::array()}};
     if (options_.replica == nullptr) return out;
     const std::vector<ReplicaRow> rows = options_.replica->replicas();
+    // The leader's position is the journal's head.
+    const std::string leader = options_.replica->leader();
     uint64_t head = 0;
     for (const ReplicaRow& r : rows) {
-      if (r.url == options_.replica->advertise()) head = r.seq;
+      if (r.url == leader) head = r.seq;
     }
     for (const ReplicaRow& r : rows) {
-      const bool self = r.url == options_.replica->advertise();
+      const bool is_leader = r.url == leader;
       out["replicas"].push_back({{"url", r.url},
-                                 {"role", self ? "leader" : r.role == "leader" ? "stale leader" : r.role},
+                                 {"role", is_leader ? "leader" : r.role == "leader" ? "stale leader" : r.role},
                                  {"seq", r.seq},
                                  {"lag_events", head > r.seq ? head - r.seq : 0},
                                  {"seen_ms_ago", r.age / 1000}});
@@ -766,7 +798,7 @@ class HttpServerImpl final : public HttpServer {
     const ordered_json view = ReplicasView();
     std::string m =
         "# HELP rota_replica_epoch The lease epoch this leader holds.\n# TYPE rota_replica_epoch gauge\n"
-        "rota_replica_epoch " + std::to_string(options_.leader_epoch) + "\n"
+        "rota_replica_epoch " + std::to_string(options_.replica->epoch()) + "\n"
         "# HELP rota_replica_lag_events Journal events a replica's state is behind the leader's.\n"
         "# TYPE rota_replica_lag_events gauge\n";
     for (const auto& r : view["replicas"]) {

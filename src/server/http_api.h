@@ -28,11 +28,12 @@ struct HttpOptions {
   double rate_per_second = 200;  // per token (or client address), burst of twice that
   std::string logs_dir;          // task logs: the local agent writes here, remote agents ship theirs ("" = none)
   double queue_sample_seconds = 10;  // queue usage history for the dashboard (GET /v1/queues/history)
-  // A replica leading a replicated control plane at `leader_epoch`
-  // (server/replica.h; null: a single server): /healthz, /metrics and
-  // GET /v1/replicas show it and its standbys.
+  // A replica of a replicated control plane (server/replica.h; null: a
+  // single server). While it stands by, reads are answered from its
+  // following state and every write or agent request gets 503 naming the
+  // leader; /healthz, /metrics and GET /v1/replicas show its role, the
+  // leader's epoch and the standbys.
   const Replica* replica = nullptr;
-  int64_t leader_epoch = 0;
 };
 
 class HttpServer {

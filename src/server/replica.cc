@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
 
 namespace rota::server {
 namespace {
@@ -61,69 +60,33 @@ void Replica::Refresh(const std::string& role, uint64_t seq) {
   if (rows.ok()) replicas_ = std::move(rows).value();
 }
 
-void Replica::CatchUp(PgStore& store, std::unique_ptr<Recovered>* warm) {
-  if (*warm == nullptr) {
-    auto fresh = std::make_unique<Recovered>(options_.topology);
-    if (Status s = store.Replay([&](const Event& e) { return fresh->Apply(e); }); !s.ok()) {
-      std::fprintf(stderr, "rota: standby: cannot replay the journal: %s\n", s.ToString().c_str());
-      return;
-    }
-    fresh->seq = store.last_seq();
-    *warm = std::move(fresh);
-    return;
-  }
-  Recovered& w = **warm;
-  auto seq = store.Follow(w.seq, [&](const Event& e) {
-    ROTA_RETURN_IF_ERROR(w.Apply(e));
-    ++w.seq;
-    return Status::Ok();
-  });
-  if (!seq.ok()) {
-    // Compacted past us, or a state that may be half-applied: start over.
-    if (seq.status().code() != StatusCode::kUnavailable) {
-      std::fprintf(stderr, "rota: standby: replaying afresh: %s\n", seq.status().ToString().c_str());
-    }
-    warm->reset();
-  }
-}
-
-int64_t Replica::WaitForLease(std::unique_ptr<PgStore>* store, std::unique_ptr<Recovered>* warm) {
+int64_t Replica::WaitForLease(PgStore& store, Term& term) {
   bool reported = false;
   Steady::time_point next_check = Steady::now();
   while (!stopping()) {
-    if (*store == nullptr) {
-      auto opened = PgStore::Open(options_.conninfo);
-      if (opened.ok()) {
-        *store = std::move(opened).value();
-      } else {
-        if (!reported) std::fprintf(stderr, "rota: standby: %s\n", opened.status().ToString().c_str());
-        reported = true;
-        if (!SleepFor(options_.lease / 6)) return 0;
-        continue;
+    if (Status s = term.CatchUp(); !s.ok()) {
+      if (s.code() != StatusCode::kUnavailable) {
+        std::fprintf(stderr, "rota: standby: replaying afresh: %s\n", s.ToString().c_str());
+        return -1;
       }
     }
-    CatchUp(**store, warm);
     if (Steady::now() >= next_check) {
       next_check = Steady::now() + std::chrono::microseconds(options_.lease / 6);
       // Reclaim: this process holds the port, so whatever server held the
       // lease at this address is gone.
       auto epoch = lease_->TryAcquire(options_.lease, /*reclaim=*/true);
-      if (epoch.ok() && *epoch > 0) {
-        // Every append of the old leader is committed now (the election
-        // waited for any in flight, and its later ones are fenced): the tail.
-        if (*warm != nullptr) CatchUp(**store, warm);
-        return *epoch;
-      }
+      if (epoch.ok() && *epoch > 0) return *epoch;
       if (!epoch.ok()) {
         if (!reported) std::fprintf(stderr, "rota: standby: %s\n", epoch.status().ToString().c_str());
         reported = true;
       } else {
         reported = false;
       }
-      Refresh("standby", *warm != nullptr ? (*warm)->seq : 0);
+      Refresh("standby", store.last_seq());
+      term.ReloadTokens().IgnoreError();  // (tokens are made on the leader; the next check reads them again)
     }
     const Duration left = std::chrono::duration_cast<std::chrono::microseconds>(next_check - Steady::now()).count();
-    (*store)->WaitForAppend(std::clamp<Duration>(left, 1000, options_.lease / 6));
+    store.WaitForAppend(std::clamp<Duration>(left, 1000, options_.lease / 6));
   }
   return 0;
 }
@@ -157,7 +120,7 @@ void Replica::HoldLease(int64_t epoch, const PgStore& store) {
   }
 }
 
-Status Replica::Run(const LeadFn& lead) {
+Status Replica::Run(const MakeTerm& make) {
   // A database that is down (or still starting) is waited for, not fatal.
   for (bool reported = false; lease_ == nullptr;) {
     auto lease = PgLease::Open(options_.conninfo, options_.advertise);
@@ -169,87 +132,60 @@ Status Replica::Run(const LeadFn& lead) {
     reported = true;
     if (!SleepFor(kMicrosPerSecond)) return Status::Ok();
   }
-  while (true) {
-    std::unique_ptr<PgStore> store;
-    std::unique_ptr<Recovered> warm;
-    int64_t epoch = 0;
-    {
-      ROTA_ASSIGN_OR_RETURN(std::unique_ptr<HttpTransport> standby, StartStandbyServer(options_.http, this));
-      epoch = WaitForLease(&store, &warm);
-      standby->Stop();
+  while (!stopping()) {
+    // A standby: a store, a controller following it, the API.
+    auto store = PgStore::Open(options_.conninfo);
+    if (!store.ok()) {
+      std::fprintf(stderr, "rota: standby: %s\n", store.status().ToString().c_str());
+      SleepFor(options_.lease / 6);
+      continue;
     }
-    if (epoch == 0) return Status::Ok();  // Shutdown
-    epoch_ = epoch;
+    PgStore& followed = **store;
+    auto made = make(std::move(store).value());
+    if (!made.ok()) {
+      std::fprintf(stderr, "rota: standby: cannot follow the journal: %s\n", made.status().ToString().c_str());
+      SleepFor(kMicrosPerSecond);
+      continue;
+    }
+    std::unique_ptr<Term> term = std::move(made).value();
+    const int64_t epoch = WaitForLease(followed, *term);
+    if (epoch <= 0) {
+      term->Stop();
+      continue;  // Shutdown, or a state that cannot go on: a new term
+    }
+    const Steady::time_point took = Steady::now();
+    // Every append of the old leader is committed now (the election waited
+    // for any in flight, and its later ones are fenced): the tail, then lead.
+    Status led = term->CatchUp();
+    if (led.ok()) {
+      followed.SetFence(epoch);
+      led = term->Lead(epoch);
+    }
+    if (!led.ok()) {
+      std::fprintf(stderr, "rota: took the lease (epoch %lld) but cannot lead: %s\n", static_cast<long long>(epoch),
+                   led.ToString().c_str());
+      term->Stop();
+      lease_->Release(epoch).IgnoreError();
+      SleepFor(options_.lease);
+      continue;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       leader_ = options_.advertise;
     }
-    const Steady::time_point took = Steady::now();
-    const bool was_warm = warm != nullptr;
-    store->SetFence(epoch);
-    const PgStore* fenced_store = store.get();
-    StatusOr<std::unique_ptr<Term>> term = lead(std::move(store), epoch, std::move(warm));
-    if (!term.ok()) {
-      std::fprintf(stderr, "rota: took the lease (epoch %lld) but cannot lead: %s\n", static_cast<long long>(epoch),
-                   term.status().ToString().c_str());
-      epoch_ = 0;
-      lease_->Release(epoch).IgnoreError();
-      if (!SleepFor(options_.lease)) return Status::Ok();
-      continue;
-    }
-    std::fprintf(stderr, "rota: leading at epoch %lld (%s, serving %.0f ms after taking the lease)\n",
-                 static_cast<long long>(epoch), was_warm ? "from the warm state" : "replayed the store",
-                 static_cast<double>(Since(took)) / 1000.0);
-    Refresh("leader", fenced_store->last_seq());
-    HoldLease(epoch, *fenced_store);  // the term owns the store; it lives until Stop below
-    (*term)->Stop();
+    epoch_ = epoch;
+    std::fprintf(stderr, "rota: leading at epoch %lld (serving %.0f ms after taking the lease)\n",
+                 static_cast<long long>(epoch), static_cast<double>(Since(took)) / 1000.0);
+    Refresh("leader", followed.last_seq());
+    HoldLease(epoch, followed);
     epoch_ = 0;
+    term->Stop();  // (the store goes with it)
     if (stopping()) {
       // A clean shutdown: hand over at once instead of after the lease.
       lease_->Release(epoch).IgnoreError();
-      return Status::Ok();
     }
   }
-}
-
-StatusOr<std::unique_ptr<HttpTransport>> StartStandbyServer(const HttpTransportOptions& options,
-                                                            const Replica* replica) {
-  auto transport = std::make_unique<HttpTransport>();
-  transport->GetInline("/healthz", [replica](const HttpRequest&, HttpResponse& res) {
-    const std::string leader = replica->leader();
-    res.set_header("Rota-Role", "standby");
-    if (!leader.empty()) res.set_header("Rota-Leader", leader);
-    res.set_content("standby: the leader is " + (leader.empty() ? std::string("not known yet") : leader) + "\n",
-                    "text/plain");
-  });
-  HttpHandler refuse = [replica](const HttpRequest&, HttpResponse& res) {
-    const std::string leader = replica->leader();
-    res.status = 503;
-    res.set_header("Retry-After", "1");
-    if (!leader.empty()) res.set_header("Rota-Leader", leader);
-    nlohmann::ordered_json body{
-        {"error",
-         {{"code", "Unavailable"},
-          {"message", "this rota server is a standby; " +
-                          (leader.empty() ? std::string("no leader is known yet, retry shortly")
-                                          : "send requests to the leader, " + leader)}}}};
-    if (!leader.empty()) body["leader"] = leader;
-    res.set_content(body.dump() + "\n", "application/json");
-  };
-  // A browser opening a standby's dashboard is sent to the leader's.
-  transport->Get(R"(/|/[^/]*\.(html|js|css|ico))", [replica, refuse](const HttpRequest& req, HttpResponse& res) {
-    const std::string leader = replica->leader();
-    if (leader.empty() || leader == replica->advertise()) return refuse(req, res);
-    res.status = 307;
-    res.set_header("Location", leader + req.path);
-    res.set_header("Rota-Leader", leader);
-    res.set_content("the leader is " + leader + "\n", "text/plain");
-  });
-  transport->Get(".*", refuse);
-  transport->Post(".*", refuse);
-  transport->Delete(".*", refuse);
-  ROTA_RETURN_IF_ERROR(transport->Start(options).status());
-  return transport;
+  return Status::Ok();
 }
 
 }  // namespace rota::server

@@ -1,23 +1,25 @@
 // Replica: one rota server of several on one PostgreSQL database. At most
 // one leads: it holds the lease (PgLease, timed on the database's clock) and
 // writes with its epoch as the fence (PgStore::SetFence). The others are
-// standbys:
-//   - they answer every request but /healthz with 503 and the leader's
-//     address (header Rota-Leader), so clients with several server addresses
-//     move to the leader;
-//   - they try for the lease every lease / 6;
-//   - they keep a warm state: one replay of the store, then the journal
-//     applied as the leader appends it (woken by its NOTIFY), so a takeover
-//     replays only the tail since the last notification.
+// standbys, each with a Term: a controller following the journal (one replay,
+// then the events the leader appends, woken by its NOTIFY) and the API in
+// standby mode:
+//   - reads are answered from that state (header Rota-Role: standby);
+//   - writes and agents get 503 with the leader's address (Rota-Leader), so
+//     clients with several server addresses move to the leader;
+//   - every lease / 6 the standby tries for the lease.
+// When it takes the lease, it applies the tail it has not seen, fences its
+// store with the new epoch and starts the same controller: the API goes on
+// from the same port, now leading.
 //
 // Replica::Run is a server's whole life: standby until it takes the lease,
-// leader (the caller's `lead` builds the controller and the API on the
-// fenced store) until it loses the lease, its store is fenced, or it is
-// told to stop; then standby again. A leader renews every lease / 3 and
-// steps down by itself once a renewal has not succeeded within 5/6 of a
-// lease of being sent (its own monotonic clock, which runs on while the
-// process is stopped: a paused leader wakes up knowing it may no longer
-// lead, and its writes are fenced in any case).
+// leader until it loses the lease, its store goes stale (fenced, or a commit
+// whose outcome is unknown) or it is told to stop; then a new Term, standby
+// again. A leader renews every lease / 3 and steps down by itself once a
+// renewal has not succeeded within 5/6 of a lease of being sent (its own
+// monotonic clock, which runs on while the process is stopped: a paused
+// leader wakes up knowing it may no longer lead, and its writes are fenced in
+// any case).
 //
 // A server whose address is the lease's holder, and which could bind its
 // port, takes the lease back at once (its old process cannot be serving
@@ -32,8 +34,6 @@
 #include <string>
 #include <vector>
 
-#include "server/http_transport.h"
-#include "server/recovery.h"
 #include "store/pg_store.h"
 
 namespace rota::server {
@@ -42,30 +42,33 @@ struct ReplicaOptions {
   std::string conninfo;   // libpq connection string or URI
   std::string advertise;  // this server's URL, as clients reach it; recorded in the lease
   Duration lease = 3 * kMicrosPerSecond;
-  HttpTransportOptions http;  // where the standby listens (the leader's API takes the same port)
-  std::vector<std::string> topology = {"nvlink", "node", "rack", "spine"};  // the cluster's levels (a warm state's)
 };
 
-// What a term of leadership runs; returned by Replica's `lead` callback.
+// A controller and its API on one store: following the journal as a
+// standby, then, once, leading. Made by the caller (Replica's MakeTerm).
 class Term {
  public:
   virtual ~Term() = default;
-  virtual void Stop() = 0;  // stops serving and writing
+  // Standby: applies what the leader appended since; an error other than
+  // Unavailable means the state cannot go on (the replica makes a new Term).
+  virtual Status CatchUp() = 0;
+  virtual Status ReloadTokens() = 0;
+  // The takeover: starts the controller (the store is fenced already).
+  virtual Status Lead(int64_t epoch) = 0;
+  // Stops serving and writing.
+  virtual void Stop() = 0;
 };
 
 class Replica {
  public:
-  // `lead(store, epoch, warm)` starts a term on `store` (fenced with
-  // `epoch`) from the standby's warm state (null: replay the store), or
-  // fails (the replica releases the lease and stays standby for a lease).
-  using LeadFn = std::function<StatusOr<std::unique_ptr<Term>>(std::unique_ptr<PgStore> store, int64_t epoch,
-                                                                std::unique_ptr<Recovered> warm)>;
+  // Builds a Term on `store`: replays it, publishes the state and starts the
+  // API in standby mode (it asks this replica for its role and the leader).
+  using MakeTerm = std::function<StatusOr<std::unique_ptr<Term>>(std::unique_ptr<PgStore> store)>;
 
   explicit Replica(ReplicaOptions options) : options_(std::move(options)) {}
 
-  // Runs until Shutdown() (a database that is down is waited for); an
-  // error only if the standby cannot listen.
-  Status Run(const LeadFn& lead);
+  // Runs until Shutdown() (a database that is down is waited for).
+  Status Run(const MakeTerm& make);
   // From any thread (a signal handler's thread).
   void Shutdown();
 
@@ -78,15 +81,12 @@ class Replica {
   std::vector<ReplicaRow> replicas() const;
 
  private:
-  // Follows the journal until it takes the lease: the epoch (0 after
-  // Shutdown), with the store and the warm state (null if it has none).
-  int64_t WaitForLease(std::unique_ptr<PgStore>* store, std::unique_ptr<Recovered>* warm);
-  // Applies the journal's new events to `warm` (replaying from the snapshot
-  // when it has none); on any failure drops it, so the next try replays.
-  void CatchUp(PgStore& store, std::unique_ptr<Recovered>* warm);
+  // Follows the journal until it takes the lease: the epoch; 0 after
+  // Shutdown; -1 if the term's state cannot go on.
+  int64_t WaitForLease(PgStore& store, Term& term);
   // Records this replica's role and position; reads the leader and the replicas.
   void Refresh(const std::string& role, uint64_t seq);
-  // Renews until the lease is lost, the store is fenced or Shutdown.
+  // Renews until the lease is lost, the store goes stale or Shutdown.
   void HoldLease(int64_t epoch, const PgStore& store);
   bool SleepFor(Duration d);  // false once Shutdown was called
   bool stopping() const;
@@ -100,9 +100,5 @@ class Replica {
   std::vector<ReplicaRow> replicas_;
   std::atomic<int64_t> epoch_ = 0;  // > 0 while leading
 };
-
-// The HTTP front end of a standby: /healthz says "standby" (200: the process
-// is alive); everything else is 503 naming the leader.
-StatusOr<std::unique_ptr<HttpTransport>> StartStandbyServer(const HttpTransportOptions& options, const Replica* replica);
 
 }  // namespace rota::server

@@ -70,7 +70,7 @@ class PgStore final : public Store {
   // follows it. DataLoss if
   // the events after `seq` were compacted into a newer snapshot (the caller
   // replays from scratch).
-  StatusOr<uint64_t> Follow(uint64_t seq, const std::function<Status(const Event&)>& fn);
+  StatusOr<uint64_t> Follow(uint64_t seq, const std::function<Status(const Event&)>& fn) override;
   // Blocks up to `timeout` for an append's notification; false on timeout.
   bool WaitForAppend(Duration timeout);
 

@@ -48,6 +48,14 @@ class Store {
   // Sequence number of the last appended event (0 if none).
   virtual uint64_t last_seq() const = 0;
 
+  // A standby's view of a journal another process appends to: calls `fn`
+  // with every event after `seq`, in order, and returns the last one's
+  // sequence number (`seq` if none). DataLoss if those events were compacted
+  // into a snapshot. Only stores that several servers share have it.
+  virtual StatusOr<uint64_t> Follow(uint64_t /*seq*/, const std::function<Status(const Event&)>& /*fn*/) {
+    return UnimplementedError("this store is not shared: there is no journal to follow");
+  }
+
   virtual Status PutToken(const TokenRecord& token) = 0;
   virtual StatusOr<std::vector<TokenRecord>> Tokens() = 0;
 };

@@ -347,6 +347,51 @@ TEST_F(Replicated, KillingTheLeaderMidBurstLosesNothingAndRestartsNothing) {
   EXPECT_TRUE(Eventually([&] { return ReadyNodes() == 2; }, 10)) << Get("/v1/nodes").dump();
 }
 
+// A standby answers reads from the state it follows (a job submitted on the
+// leader appears there within moments), sends writes, agents and browsers to
+// the leader, and `rota status` shows every replica.
+TEST_F(Replicated, StandbysAnswerReadsAndSendTheRestToTheLeader) {
+  const int leader = WaitForLeader(-1, 5);
+  ASSERT_GE(leader, 0);
+  const int standby = (leader + 1) % kReplicas;
+  auto submitted = Post("/v1/jobs", "name: seen\ntasks: [{name: w, replicas: 1, gpus: 0, cpu: 10m, command: [true]}]\n",
+                        "seen-1");
+  ASSERT_EQ(submitted.first, 201) << submitted.second;
+  const uint64_t id = json::parse(submitted.second)["id"];
+  httplib::Client c("127.0.0.1", ports_[standby]);
+  c.set_bearer_token_auth(token_);
+  EXPECT_TRUE(Eventually([&] {
+    auto r = c.Get("/v1/jobs/" + std::to_string(id));
+    return r && r->status == 200 && r->get_header_value("Rota-Role") == "standby" &&
+           json::parse(r->body)["name"] == "seen";
+  }, 5));
+  auto write = c.Post("/v1/jobs", "name: no\ntasks: [{name: w, replicas: 1, gpus: 0, cpu: 10m, command: [true]}]\n",
+                      "application/yaml");
+  ASSERT_TRUE(write);
+  EXPECT_EQ(write->status, 503) << write->body;
+  EXPECT_EQ(write->get_header_value("Rota-Leader"), Url(leader));
+  EXPECT_NE(write->body.find("send writes to the leader"), std::string::npos) << write->body;
+  auto watch = c.Get("/v1/agents/watch?node=h0");
+  ASSERT_TRUE(watch);
+  EXPECT_EQ(watch->status, 503);
+  auto page = c.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 307);
+  EXPECT_EQ(page->get_header_value("Location"), Url(leader) + "/");
+  EXPECT_TRUE(Eventually([&] {
+    auto r = c.Get("/v1/replicas");
+    if (!r || r->status != 200) return false;
+    const json v = json::parse(r->body);
+    bool all_caught_up = v["replicas"].size() == static_cast<size_t>(kReplicas);
+    for (const auto& row : v["replicas"]) all_caught_up = all_caught_up && row["lag_events"] == 0;
+    return v["leader"] == Url(leader) && all_caught_up;
+  }, 10));
+  const CommandResult status = RunRota({"status"}, {"ROTA_SERVER=" + list_, "ROTA_TOKEN=" + token_}, tmp_.path());
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_NE(status.out.find("leader  " + Url(leader)), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("standby"), std::string::npos) << status.out;
+}
+
 TEST_F(Replicated, APausedLeaderIsFencedAndStepsDown) {
   const int leader = WaitForLeader(-1, 5);
   ASSERT_GE(leader, 0);
