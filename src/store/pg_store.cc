@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <initializer_list>
+#include <thread>
 
 #include "api/json_codec.h"
 
@@ -411,7 +412,12 @@ StatusOr<uint64_t> PgStore::Follow(uint64_t seq, const std::function<Status(cons
 bool PgStore::WaitForAppend(Duration timeout) {
   std::lock_guard<std::mutex> lock(listen_mu_);
   pg::Conn& c = *listen_db_;
-  if (!c.Ensure().ok()) return false;
+  if (!c.Ensure().ok()) {
+    // The database is down: wait out the timeout here, so that a caller's
+    // loop does not spin on reconnecting.
+    std::this_thread::sleep_for(std::chrono::microseconds(timeout));
+    return false;
+  }
   auto drain = [&] {
     bool any = false;
     PQconsumeInput(c.raw());
