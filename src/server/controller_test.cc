@@ -409,6 +409,13 @@ TEST_F(ControllerTest, AnIdempotencyKeyMakesItsJobsOnce) {
   for (const Event& e : compacted) ASSERT_TRUE(again.Apply(e).ok());
   EXPECT_EQ(again.GetSnapshot().FindJob(one)->request_id, "key-1");
   EXPECT_EQ(again.GetSnapshot().FindJob(JobId(array.value() + 7))->request_id, "key-2");
+  // Parts of one array seen out of order (a snapshot lists ended jobs
+  // first): the key still covers the whole array.
+  RequestIds ids;
+  NoteRequestId(ids, "alice", "k", JobId(11), 1);  // ended: listed first
+  NoteRequestId(ids, "alice", "k", JobId(10), 1);
+  NoteRequestId(ids, "alice", "k", JobId(12), 1);
+  EXPECT_EQ(ids.at("alice\nk"), (std::pair<JobId, int64_t>{JobId(10), 3}));
   c->Stop();
   std::filesystem::remove_all(dir);
 }

@@ -6,10 +6,13 @@ namespace rota::server {
 
 void NoteRequestId(RequestIds& ids, const std::string& user, const std::string& key, JobId first, int64_t count) {
   auto [it, added] = ids.try_emplace(user + '\n' + key, first, count);
-  // The later parts of one array: contiguous with what the key holds.
-  if (!added && it->second.first.value() + static_cast<uint64_t>(it->second.second) == first.value()) {
-    it->second.second += count;
-  }
+  if (added) return;
+  // Another part of the same array, in any order (a snapshot lists ended
+  // jobs before live ones): the key covers the lowest id to the highest.
+  const uint64_t lo = std::min(it->second.first.value(), first.value());
+  const uint64_t hi = std::max(it->second.first.value() + static_cast<uint64_t>(it->second.second),
+                               first.value() + static_cast<uint64_t>(count));
+  it->second = {JobId(lo), static_cast<int64_t>(hi - lo)};
 }
 
 Status Recovered::Apply(const Event& e) {

@@ -19,7 +19,7 @@ namespace rota::server {
 using RequestIds = std::unordered_map<std::string, std::pair<JobId, int64_t>>;
 
 // Records that `user`'s submission with key `key` made jobs first..first+count-1
-// (a later part of the same array extends it).
+// (another part of the same array, seen in any order, widens it).
 void NoteRequestId(RequestIds& ids, const std::string& user, const std::string& key, JobId first, int64_t count);
 
 struct Recovered {

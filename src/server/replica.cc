@@ -72,10 +72,16 @@ int64_t Replica::WaitForLease(PgStore& store, Term& term) {
     }
     if (Steady::now() >= next_check) {
       next_check = Steady::now() + std::chrono::microseconds(options_.lease / 6);
-      // Reclaim: this process holds the port, so whatever server held the
-      // lease at this address is gone.
-      auto epoch = lease_->TryAcquire(options_.lease, /*reclaim=*/true);
-      if (epoch.ok() && *epoch > 0) return *epoch;
+      // On this process's first try, a lease held at this address is taken
+      // back: this process bound the port, so its holder is gone.
+      const Steady::time_point sent = Steady::now();
+      auto epoch = lease_->TryAcquire(options_.lease, /*at_startup=*/first_try_);
+      first_try_ = false;
+      if (epoch.ok() && *epoch > 0) {
+        // The database stamped the lease after this was sent: ours runs from here.
+        acquired_sent_ = sent;
+        return *epoch;
+      }
       if (!epoch.ok()) {
         if (!reported) std::fprintf(stderr, "rota: standby: %s\n", epoch.status().ToString().c_str());
         reported = true;
@@ -91,19 +97,37 @@ int64_t Replica::WaitForLease(PgStore& store, Term& term) {
   return 0;
 }
 
+bool Replica::leading() const {
+  return epoch_ > 0 && Steady::now().time_since_epoch().count() < valid_until_.load();
+}
+
 void Replica::HoldLease(int64_t epoch, const PgStore& store) {
-  Steady::time_point renewed = Steady::now();  // when the last successful renewal was sent
   const Duration safe = options_.lease - options_.lease / 6;
-  while (SleepFor(options_.lease / 3)) {
+  Steady::time_point renewed = acquired_sent_;  // when the last successful renewal was sent
+  // The first renewal at once (taking over took time off the lease), then
+  // every lease / 3, never sleeping past the deadline.
+  for (bool first = true;; first = false) {
+    if (!first) {
+      const Steady::time_point deadline = renewed + std::chrono::microseconds(safe);
+      const Duration until = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Steady::now()).count();
+      if (!SleepFor(std::clamp<Duration>(until, 0, options_.lease / 3))) return;
+    }
+    if (stopping()) return;
     if (store.fenced()) {
       std::fprintf(stderr, "rota: stepping down from epoch %lld to replay the journal: %s\n",
                    static_cast<long long>(epoch), store.stale_reason().c_str());
+      return;
+    }
+    if (Since(renewed) >= safe) {
+      std::fprintf(stderr, "rota: the lease (epoch %lld) was not renewed in time; stepping down\n",
+                   static_cast<long long>(epoch));
       return;
     }
     const Steady::time_point sent = Steady::now();
     auto renewed_ok = lease_->Renew(epoch, options_.lease);
     if (renewed_ok.ok() && *renewed_ok) {
       renewed = sent;
+      valid_until_ = (sent + std::chrono::microseconds(safe)).time_since_epoch().count();
       Refresh("leader", store.last_seq());
       continue;
     }
@@ -123,7 +147,7 @@ void Replica::HoldLease(int64_t epoch, const PgStore& store) {
 Status Replica::Run(const MakeTerm& make) {
   // A database that is down (or still starting) is waited for, not fatal.
   for (bool reported = false; lease_ == nullptr;) {
-    auto lease = PgLease::Open(options_.conninfo, options_.advertise);
+    auto lease = PgLease::Open(options_.conninfo, options_.advertise, options_.lease);
     if (lease.ok()) {
       lease_ = std::move(lease).value();
       break;
@@ -173,6 +197,9 @@ Status Replica::Run(const MakeTerm& make) {
       std::lock_guard<std::mutex> lock(mu_);
       leader_ = options_.advertise;
     }
+    valid_until_ = (acquired_sent_ + std::chrono::microseconds(options_.lease - options_.lease / 6))
+                       .time_since_epoch()
+                       .count();
     epoch_ = epoch;
     std::fprintf(stderr, "rota: leading at epoch %lld (serving %.0f ms after taking the lease)\n",
                  static_cast<long long>(epoch), static_cast<double>(Since(took)) / 1000.0);

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -74,7 +75,10 @@ class Replica {
 
   // The leader's URL as last seen ("" if none), this replica's role and epoch.
   std::string leader() const;
-  bool leading() const { return epoch_ > 0; }
+  // True while this replica leads and its lease, by its own clock, has not
+  // run out: past that the API refuses writes and agents at once, even while
+  // a renewal is still on its way.
+  bool leading() const;
   int64_t epoch() const { return epoch_; }
   const std::string& advertise() const { return options_.advertise; }
   // Every replica heard from in the last minute, as of the last lease check.
@@ -99,6 +103,9 @@ class Replica {
   std::string leader_;
   std::vector<ReplicaRow> replicas_;
   std::atomic<int64_t> epoch_ = 0;  // > 0 while leading
+  std::atomic<int64_t> valid_until_ = 0;  // steady clock (ns): the lease's end by this replica's reckoning
+  std::chrono::steady_clock::time_point acquired_sent_{};  // when the TryAcquire that won was sent
+  bool first_try_ = true;  // the process's first TryAcquire may reclaim an earlier process's lease
 };
 
 }  // namespace rota::server

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <initializer_list>
+#include <random>
 #include <thread>
 
 #include "api/json_codec.h"
@@ -43,7 +44,12 @@ class Result {
 // so it cannot hold the lease row's lock.
 class Conn {
  public:
-  Conn(std::string conninfo, std::string settings) : conninfo_(std::move(conninfo)), settings_(std::move(settings)) {}
+  // `tcp_user_timeout_ms`: how long the peer may leave sent data
+  // unacknowledged before a call fails.
+  Conn(std::string conninfo, std::string settings, int tcp_user_timeout_ms = 5000)
+      : conninfo_(std::move(conninfo)),
+        settings_(std::move(settings)),
+        tcp_user_timeout_(std::to_string(tcp_user_timeout_ms)) {}
   ~Conn() { PQfinish(c_); }
 
   PGconn* raw() { return c_; }
@@ -57,7 +63,14 @@ class Conn {
   Status Ensure() {
     if (c_ != nullptr && PQstatus(c_) == CONNECTION_OK) return Status::Ok();
     PQfinish(c_);
-    c_ = PQconnectdb(conninfo_.c_str());
+    // Bounded waits on the network too: a connect gives up after 5 s, and a
+    // peer that stops acknowledging (a dropped link) fails the call within
+    // 5 s instead of the kernel's quarter of an hour. The user's conninfo,
+    // expanded last, overrides any of these.
+    const char* keys[] = {"connect_timeout", "keepalives",         "keepalives_idle", "keepalives_interval",
+                          "keepalives_count", "tcp_user_timeout", "dbname",          nullptr};
+    const char* values[] = {"5", "1", "5", "2", "2", tcp_user_timeout_.c_str(), conninfo_.c_str(), nullptr};
+    c_ = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
     if (PQstatus(c_) != CONNECTION_OK) {
       std::string msg = PQerrorMessage(c_);
       while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
@@ -66,16 +79,33 @@ class Conn {
       c_ = nullptr;
       return s;
     }
-    PQsetNoticeProcessor(c_, [](void*, const char*) {}, nullptr);  // the server's notices are not errors
+    // Notices are not errors, but a WARNING is remembered: a COMMIT whose
+    // wait for a synchronous replica was cancelled succeeds with one.
+    PQsetNoticeReceiver(
+        c_,
+        [](void* self, const PGresult* r) {
+          const char* severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+          if (severity != nullptr && std::strcmp(severity, "WARNING") == 0) static_cast<Conn*>(self)->warned_ = true;
+        },
+        this);
     if (!settings_.empty()) {
       PGresult* r = PQexec(c_, settings_.c_str());
       const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
       std::string msg = PQresultErrorMessage(r);
       PQclear(r);
-      if (!ok) return UnavailableError(Where() + ": " + msg);
+      if (!ok) {
+        // Never a session without its settings (durability, timeouts).
+        Status s = UnavailableError(Where() + ": " + msg);
+        PQfinish(c_);
+        c_ = nullptr;
+        return s;
+      }
     }
     return Status::Ok();
   }
+
+  // True if a WARNING came since the last call (and forgets it).
+  bool TakeWarning() { return std::exchange(warned_, false); }
 
   // Runs `sql` with text parameters. A refused statement is an error naming
   // `what` and PostgreSQL's reason: a full disk on the database is
@@ -129,8 +159,9 @@ class Conn {
   }
 
  private:
-  std::string conninfo_, settings_;
+  std::string conninfo_, settings_, tcp_user_timeout_;
   PGconn* c_ = nullptr;
+  bool warned_ = false;
 };
 
 }  // namespace pg
@@ -151,12 +182,16 @@ int64_t RecordCrc(uint64_t seq, std::string_view body) {
 // Sessions of the store: durable commits; a transaction left idle for 2 s (a
 // paused or vanished server) is ended by PostgreSQL, which frees its locks.
 constexpr const char* kStoreSettings =
-    "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = '2s';"
+    "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = '2s'; SET statement_timeout = 0;"
     " SET client_min_messages = warning;";
-// The lease's session: never waits long for a lock (an election retries).
-constexpr const char* kLeaseSettings =
-    "SET synchronous_commit = on; SET lock_timeout = '1s'; SET statement_timeout = '2s';"
-    " SET client_min_messages = warning;";
+// The lease's session: never waits long (an election retries; a leader
+// whose renewal cannot finish in time steps down): a lock for a quarter of
+// the lease, a statement for half.
+std::string LeaseSettings(Duration lease) {
+  const int64_t ms = std::max<int64_t>(lease / 1000, 400);
+  return "SET synchronous_commit = on; SET lock_timeout = '" + std::to_string(ms / 4) +
+         "ms'; SET statement_timeout = '" + std::to_string(ms / 2) + "ms'; SET client_min_messages = warning;";
+}
 
 // Creates the tables once, under an advisory lock (two servers starting
 // together would otherwise race on CREATE TABLE IF NOT EXISTS).
@@ -174,6 +209,10 @@ Status EnsureSchema(pg::Conn& c) {
                      " holder text NOT NULL, expires_at timestamptz NOT NULL);"
                      "CREATE TABLE IF NOT EXISTS rota_replicas (url text PRIMARY KEY, role text NOT NULL,"
                      " seq bigint NOT NULL, seen_at timestamptz NOT NULL);"
+                     // The epoch is a key: changing it (an election) conflicts with the
+                     // writers' FOR KEY SHARE; renewing the expiry does not.
+                     "CREATE UNIQUE INDEX IF NOT EXISTS rota_leader_epoch ON rota_leader (epoch);"
+                     "ALTER TABLE rota_leader ADD COLUMN IF NOT EXISTS instance text NOT NULL DEFAULT '';"
                      "COMMIT");
   if (!done.ok()) c.Rollback();
   return done;
@@ -240,13 +279,49 @@ void PgStore::MarkStale(std::string reason) {
 Status PgStore::CheckFence(pg::Conn& c) {
   const int64_t mine = fence_epoch_;
   if (mine == 0) return Status::Ok();
-  ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("check the lease", "SELECT epoch FROM rota_leader WHERE id = 1 FOR SHARE"));
+  // FOR KEY SHARE: an election (which changes `epoch`, a unique key) waits
+  // for this transaction; the leader's renewals (which change only
+  // `expires_at`) do not.
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("check the lease", "SELECT epoch FROM rota_leader WHERE id = 1 FOR KEY SHARE"));
   const int64_t now = r.rows() == 0 ? 0 : r.int64(0, 0);
   if (now == mine) return Status::Ok();
   Status refused = FailedPreconditionError("another rota server leads now (lease epoch " + std::to_string(now) +
                                            ", this one's " + std::to_string(mine) + "): this server no longer writes");
   MarkStale(std::string(refused.message()));
   return refused;
+}
+
+// After a COMMIT whose answer was lost: what became of transaction `xid`
+// (begun on backend `pid`). "committed", "aborted" or "" (unknown: the
+// database cannot be asked, or the transaction is still running after the
+// old backend was told to end).
+std::string ResolveCommit(pg::Conn& c, const std::string& xid, int pid) {
+  for (int i = 0; i < 200; ++i) {  // up to 10 s
+    auto r = c.Exec("resolve a lost commit", "SELECT txid_status($1::bigint)", {xid});
+    if (!r.ok()) {
+      if (i >= 100) return "";
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    const std::string status = r->null(0, 0) ? "" : std::string(r->text(0, 0));
+    if (status == "committed" || status == "aborted") return status;
+    if (status.empty()) return "";  // too old to know
+    // Still running on the old backend (our end of its connection broke,
+    // not the backend): after a second, end it.
+    if (i == 20 && pid > 0) {
+      c.Exec("end the old backend", "SELECT pg_terminate_backend($1::int)", {std::to_string(pid)}).status().IgnoreError();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "";
+}
+
+// A write whose COMMIT waits for the synchronous replicas: once it returns
+// without a warning, everything committed before it is on them too.
+bool ConfirmReplicated(pg::Conn& c) {
+  c.TakeWarning();
+  auto r = c.Exec("confirm replication", "UPDATE rota_meta SET value = value WHERE key = 'last_seq'");
+  return r.ok() && !c.TakeWarning();
 }
 
 StatusOr<uint64_t> PgStore::Append(const std::vector<Event>& events) {
@@ -268,6 +343,10 @@ StatusOr<uint64_t> PgStore::Append(const std::vector<Event>& events) {
     return s;
   };
   ROTA_RETURN_IF_ERROR(c.Exec("append", "BEGIN").status());
+  const int pid = PQbackendPID(c.raw());
+  auto xid = c.Exec("append", "SELECT txid_current()");
+  if (!xid.ok()) return fail(xid.status());
+  const std::string txid(xid->text(0, 0));
   if (Status s = CheckFence(c); !s.ok()) return fail(s);
   if (auto r = c.Exec("append",
                       "INSERT INTO rota_events (seq, body, crc)"
@@ -287,25 +366,31 @@ StatusOr<uint64_t> PgStore::Append(const std::vector<Event>& events) {
       !r.ok()) {
     return fail(r.status());
   }
-  if (auto r = c.Exec("append", "SELECT pg_notify('rota_journal', $1)", {last}); !r.ok()) return fail(r.status());
+  c.TakeWarning();
   auto committed = c.Exec("commit", "COMMIT");
-  if (!committed.ok()) {
-    // The answer to COMMIT was lost (the connection broke): what the journal
-    // holds at `seq` says whether it committed.
-    auto check = c.Exec("check the commit", "SELECT crc FROM rota_events WHERE seq = $1", {last});
-    if (check.ok() && check->rows() == 1 && check->int64(0, 0) == std::stoll(crcs.back())) {
-      last_seq_ = seq;
-      return seq;
-    }
-    if (!check.ok()) {
-      // Nobody can say yet whether it committed: refuse it, and have the
-      // owner replay once the database answers (a guess either way could
-      // leave the server's state and the journal apart).
-      MarkStale("the outcome of a commit is unknown (" + std::string(committed.status().message()) + ")");
-    }
-    return committed.status();
+  bool durable = committed.ok() && !c.TakeWarning();
+  if (committed.ok() && !durable) {
+    // Committed here, but its wait for the synchronous replicas was cancelled.
+    durable = ConfirmReplicated(c);
+  } else if (!committed.ok()) {
+    // The answer to COMMIT was lost (the connection broke): ask the database
+    // what became of the transaction.
+    const std::string outcome = ResolveCommit(c, txid, pid);
+    if (outcome == "aborted") return committed.status();  // not made: the callers are refused, rightly
+    durable = outcome == "committed" && ConfirmReplicated(c);
+  }
+  if (!durable) {
+    // Nobody can say yet whether it is (durably) made: refuse it, and have
+    // the owner replay once the database answers (a guess either way could
+    // leave the server's state and the journal apart).
+    MarkStale("the outcome of a commit is unknown (" +
+              (committed.ok() ? std::string("its replication was not confirmed") : std::string(committed.status().message())) +
+              ")");
+    return UnavailableError("the outcome of the commit of events " + seqs.front() + ".." + last + " is unknown");
   }
   last_seq_ = seq;
+  // Wakes the standbys (they poll anyway: a failure here costs only latency).
+  c.Exec("notify", "SELECT pg_notify('rota_journal', $1)", {last}).status().IgnoreError();
   return seq;
 }
 
@@ -316,6 +401,9 @@ Status PgStore::Replay(const std::function<Status(const Event&)>& fn) {
   // pages through a cursor (a million-job journal never sits in memory whole).
   ROTA_RETURN_IF_ERROR(c.Exec("replay", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").status());
   auto run = [&]() -> Status {
+    // Applying a large snapshot keeps this read-only transaction idle for
+    // seconds, as PostgreSQL sees it: not a paused writer.
+    ROTA_RETURN_IF_ERROR(c.Exec("replay", "SET LOCAL idle_in_transaction_session_timeout = 0").status());
     uint64_t snap_seq = 0;
     {
       ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("read snapshot",
@@ -444,7 +532,6 @@ Status PgStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted)
   const std::string at = std::to_string(seq);
   ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "BEGIN").status());
   auto run = [&]() -> Status {
-    ROTA_RETURN_IF_ERROR(CheckFence(c));
     ROTA_RETURN_IF_ERROR(c.Exec("write snapshot",
                                 "INSERT INTO rota_snapshots (seq, body, crc) VALUES ($1::bigint, $2, $3::bigint)"
                                 " ON CONFLICT (seq) DO UPDATE SET body = EXCLUDED.body, crc = EXCLUDED.crc",
@@ -453,6 +540,9 @@ Status PgStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted)
     // The snapshot and the trim of the journal behind it commit together.
     ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "DELETE FROM rota_snapshots WHERE seq < $1::bigint", {at}).status());
     ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "DELETE FROM rota_events WHERE seq <= $1::bigint", {at}).status());
+    // The fence last, so that an election waits on this transaction only
+    // for its commit, not for the whole snapshot's writing.
+    ROTA_RETURN_IF_ERROR(CheckFence(c));
     return c.Exec("write snapshot", "COMMIT").status();
   };
   Status s = run();
@@ -461,6 +551,10 @@ Status PgStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted)
 }
 
 Status PgStore::PutToken(const TokenRecord& t) {
+  // (libpq sends text parameters as C strings: a NUL would cut one short.)
+  for (const std::string* field : {&t.hash, &t.user, &t.role, &t.node}) {
+    if (field->find('\0') != std::string::npos) return InvalidArgumentError("token: a field holds a NUL character");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   pg::Conn& c = *db_;
   ROTA_RETURN_IF_ERROR(c.Exec("put token", "BEGIN").status());
@@ -497,26 +591,35 @@ StatusOr<std::vector<TokenRecord>> PgStore::Tokens() {
 
 // ---- the lease ----
 
-PgLease::PgLease(std::unique_ptr<pg::Conn> db, std::string holder) : db_(std::move(db)), holder_(std::move(holder)) {}
+PgLease::PgLease(std::unique_ptr<pg::Conn> db, std::string holder, std::string instance)
+    : db_(std::move(db)), holder_(std::move(holder)), instance_(std::move(instance)) {}
 PgLease::~PgLease() = default;
 
-StatusOr<std::unique_ptr<PgLease>> PgLease::Open(const std::string& conninfo, std::string holder) {
-  auto db = std::make_unique<pg::Conn>(conninfo, kLeaseSettings);
+StatusOr<std::unique_ptr<PgLease>> PgLease::Open(const std::string& conninfo, std::string holder, Duration lease) {
+  auto db = std::make_unique<pg::Conn>(conninfo, LeaseSettings(lease),
+                                       static_cast<int>(std::max<int64_t>(lease / 2000, 200)));
   ROTA_RETURN_IF_ERROR(EnsureSchema(*db));
-  return std::unique_ptr<PgLease>(new PgLease(std::move(db), std::move(holder)));
+  std::random_device rd;
+  char instance[17];
+  std::snprintf(instance, sizeof(instance), "%08x%08x", static_cast<unsigned>(rd()), static_cast<unsigned>(rd()));
+  return std::unique_ptr<PgLease>(new PgLease(std::move(db), std::move(holder), instance));
 }
 
-StatusOr<int64_t> PgLease::TryAcquire(Duration lease, bool reclaim) {
+StatusOr<int64_t> PgLease::TryAcquire(Duration lease, bool at_startup) {
+  // Expired, or held at this address by this process (it stepped down), or
+  // by an earlier process at this address, on this process's first try (it
+  // bound the port: that one is gone).
   ROTA_ASSIGN_OR_RETURN(
       pg::Result r,
       db_->Exec("take the lease",
-                "INSERT INTO rota_leader (id, epoch, holder, expires_at)"
-                " VALUES (1, 1, $1, clock_timestamp() + $2::bigint * interval '1 microsecond')"
+                "INSERT INTO rota_leader (id, epoch, holder, expires_at, instance)"
+                " VALUES (1, 1, $1, clock_timestamp() + $2::bigint * interval '1 microsecond', $4)"
                 " ON CONFLICT (id) DO UPDATE SET epoch = rota_leader.epoch + 1, holder = EXCLUDED.holder,"
-                " expires_at = EXCLUDED.expires_at"
-                " WHERE rota_leader.expires_at < clock_timestamp() OR ($3::boolean AND rota_leader.holder = EXCLUDED.holder)"
+                " expires_at = EXCLUDED.expires_at, instance = EXCLUDED.instance"
+                " WHERE rota_leader.expires_at < clock_timestamp()"
+                " OR (rota_leader.holder = EXCLUDED.holder AND (rota_leader.instance = EXCLUDED.instance OR $3::boolean))"
                 " RETURNING epoch",
-                {holder_, std::to_string(lease), reclaim ? "true" : "false"}));
+                {holder_, std::to_string(lease), at_startup ? "true" : "false", instance_}));
   return r.rows() == 1 ? r.int64(0, 0) : int64_t{0};
 }
 

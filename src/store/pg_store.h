@@ -9,17 +9,21 @@
 // Several rota servers share one database; one of them leads (PgLease
 // below). **Fencing:** once SetFence(epoch) is called, every write checks in
 // its own transaction that the lease's epoch is still `epoch`, holding the
-// lease row FOR SHARE, so an election (which updates that row) waits for any
-// write in flight and every later write of the old leader is refused
-// (FailedPrecondition, and fenced() turns true). A paused or partitioned
-// ex-leader can never write.
+// lease row FOR KEY SHARE (the epoch is a unique key), so an election (which
+// changes the epoch) waits for any write in flight and every later write of
+// the old leader is refused (FailedPrecondition, and fenced() turns true),
+// while the leader's renewals (the expiry only) never wait on its writes. A
+// paused or partitioned ex-leader can never write.
 //
-// Each append also NOTIFYs channel rota_journal with its last sequence number,
-// which standbys LISTEN to (Follow).
+// After each append commits, a NOTIFY on channel rota_journal wakes the
+// standbys (Follow).
 //
-// A connection that breaks is opened again on the next call; a COMMIT whose
-// answer was lost is resolved by reading back the journal, as SqliteStore
-// does.
+// A connection that breaks is opened again on the next call. A COMMIT whose
+// answer was lost is resolved by asking the database what became of its
+// transaction (txid_status; the old backend is ended if it lingers); one
+// committed with a warning (its wait for a synchronous replica cancelled) is
+// confirmed by a write that waits for the replicas. An outcome nobody can
+// learn makes the store stale (fenced()): its owner must replay.
 //
 // Example:
 //   ROTA_ASSIGN_OR_RETURN(auto store, PgStore::Open("postgresql://rota@db:5432/rota"));
@@ -109,13 +113,18 @@ struct ReplicaRow {
 
 class PgLease {
  public:
-  static StatusOr<std::unique_ptr<PgLease>> Open(const std::string& conninfo, std::string holder);
+  // `lease`: the lease's length, which bounds this session's waits (locks a
+  // quarter of it, statements half).
+  static StatusOr<std::unique_ptr<PgLease>> Open(const std::string& conninfo, std::string holder,
+                                                 Duration lease = 3 * kMicrosPerSecond);
   ~PgLease();
 
-  // Takes the lease for `lease` if it has expired (or is already `holder`'s
-  // and `reclaim`: a restarted server on the same address, whose old process
-  // cannot be serving); returns the new epoch, or 0 if another holds it.
-  StatusOr<int64_t> TryAcquire(Duration lease, bool reclaim);
+  // Takes the lease for `lease` if it has expired, or is already this
+  // holder's: this process's own (it stepped down and comes back), or, on
+  // `at_startup`, an earlier process's at the same address (the caller bound
+  // that address's port, so that process cannot be serving). The new epoch,
+  // or 0 if another holds it.
+  StatusOr<int64_t> TryAcquire(Duration lease, bool at_startup);
   // Extends the lease; false if `epoch` is no longer the leader's.
   StatusOr<bool> Renew(int64_t epoch, Duration lease);
   // Ends the lease at once (a clean shutdown), so a standby need not wait.
@@ -128,9 +137,10 @@ class PgLease {
   StatusOr<std::vector<ReplicaRow>> Replicas();
 
  private:
-  PgLease(std::unique_ptr<pg::Conn> db, std::string holder);
+  PgLease(std::unique_ptr<pg::Conn> db, std::string holder, std::string instance);
   std::unique_ptr<pg::Conn> db_;
   std::string holder_;
+  std::string instance_;  // this process's (random): which holder at this address it is
 };
 
 }  // namespace rota

@@ -10,6 +10,10 @@
 
 #include "store/pg_test_server.h"
 
+#include <libpq-fe.h>
+
+#include <chrono>
+
 namespace rota {
 namespace {
 
@@ -73,11 +77,42 @@ TEST_F(PgStoreTest, OneLeaseHolderAtATimeWithAGrowingEpoch) {
   usleep(400 * 1000);  // a stops renewing: the lease runs out on the database's clock
   EXPECT_EQ(*b->TryAcquire(300 * kMs, false), 2);
   EXPECT_FALSE(*a->Renew(1, 300 * kMs));  // a lost it
-  // A restarted b on the same address reclaims at once, with a new epoch.
-  EXPECT_EQ(*b->TryAcquire(300 * kMs, true), 3);
+  // b stepped down and comes back: its own lease, taken back at once.
+  EXPECT_EQ(*b->TryAcquire(300 * kMs, false), 3);
+  // A restarted b (a new process on the same address) reclaims at once on
+  // its first try; another process at that address, later, cannot.
+  auto b2 = Lease("http://b:7070"), b3 = Lease("http://b:7070");
+  EXPECT_EQ(*b2->TryAcquire(300 * kMs, true), 4);
+  EXPECT_EQ(*b3->TryAcquire(300 * kMs, false), 0);
   // A clean shutdown releases it: a takes over without waiting.
-  ASSERT_TRUE(b->Release(3).ok());
-  EXPECT_EQ(*a->TryAcquire(300 * kMs, false), 4);
+  ASSERT_TRUE(b2->Release(4).ok());
+  EXPECT_EQ(*a->TryAcquire(300 * kMs, false), 5);
+}
+
+// A write in flight holds the lease row FOR KEY SHARE: an election waits for
+// it (and here gives up, its lock wait bounded), while the leader's own
+// renewals go through (a long snapshot must not cost the leader its lease).
+TEST_F(PgStoreTest, AWriteInFlightHoldsOffAnElectionButNotARenewal) {
+  auto leader = Lease("http://leader"), rival = Lease("http://rival");
+  const int64_t epoch = *leader->TryAcquire(300 * kMs, false);
+  PGconn* writer = PQconnectdb(conninfo_.c_str());
+  ASSERT_EQ(PQstatus(writer), CONNECTION_OK);
+  auto exec = [&](const char* sql) {
+    PGresult* r = PQexec(writer, sql);
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    return ok;
+  };
+  ASSERT_TRUE(exec("BEGIN"));
+  ASSERT_TRUE(exec("SELECT epoch FROM rota_leader WHERE id = 1 FOR KEY SHARE"));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(*leader->Renew(epoch, 300 * kMs));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
+  usleep(400 * 1000);  // the lease runs out; the write is still open
+  EXPECT_FALSE(rival->TryAcquire(300 * kMs, false).ok());  // waited for the writer's lock, gave up
+  ASSERT_TRUE(exec("COMMIT"));
+  EXPECT_EQ(*rival->TryAcquire(300 * kMs, false), epoch + 1);
+  PQfinish(writer);
 }
 
 TEST_F(PgStoreTest, AFencedLeaderCanNeverWriteAgain) {
