@@ -331,6 +331,7 @@ class Soak {
                                    const std::string& key, int seconds, int& answered_by) {
     const auto deadline = Clock::now() + std::chrono::seconds(seconds);
     int at = route_;
+    Clock::time_point failed_at[3] = {};
     while (Clock::now() < deadline) {
       httplib::Client c("127.0.0.1", ports_[at]);
       c.set_bearer_token_auth(token_);
@@ -344,10 +345,16 @@ class Soak {
         answered_by = at;
         return {r->status, r->body};
       }
+      // Like the CLI and the agents (api::ServerList): on to the next one,
+      // or to the leader a standby names, unless that one just failed us
+      // (the standby has not seen it go yet).
+      if (!r) failed_at[at] = Clock::now();
       int next = (at + 1) % 3;
       if (r && r->has_header("Rota-Leader")) {
         for (int i = 0; i < 3; ++i) {
-          if (Url(i) == r->get_header_value("Rota-Leader")) next = i;
+          if (Url(i) == r->get_header_value("Rota-Leader") && Clock::now() - failed_at[i] > std::chrono::seconds(2)) {
+            next = i;
+          }
         }
       }
       if (next == at || !r) std::this_thread::sleep_for(std::chrono::milliseconds(50));
