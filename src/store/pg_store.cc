@@ -2,7 +2,6 @@
 
 #include <libpq-fe.h>
 #include <poll.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +11,7 @@
 #include <thread>
 
 #include "api/json_codec.h"
+#include "store/records.h"
 
 namespace rota {
 namespace pg {
@@ -168,16 +168,6 @@ class Conn {
 
 namespace {
 
-// The checksum SqliteStore records too: CRC-32 of the sequence number (8
-// bytes, little-endian) and the body.
-int64_t RecordCrc(uint64_t seq, std::string_view body) {
-  unsigned char le[8];
-  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(seq >> (8 * i));
-  uLong crc = crc32(0L, Z_NULL, 0);
-  crc = crc32(crc, le, 8);
-  crc = crc32(crc, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()));
-  return static_cast<int64_t>(crc);
-}
 
 // Sessions of the store: durable commits; a transaction left idle for 2 s (a
 // paused or vanished server) is ended by PostgreSQL, which frees its locks.
@@ -415,14 +405,7 @@ Status PgStore::Replay(const std::function<Status(const Event&)>& fn) {
           return DataLossError(c.Where() + ": snapshot at event " + std::to_string(snap_seq) +
                                " fails its checksum (the record was changed)");
         }
-        size_t start = 0;
-        while (start < body.size()) {
-          size_t end = body.find('\n', start);
-          if (end == std::string_view::npos) end = body.size();
-          ROTA_ASSIGN_OR_RETURN(Event e, api::DecodeEvent(body.substr(start, end - start)));
-          ROTA_RETURN_IF_ERROR(fn(e));
-          start = end + 1;
-        }
+        ROTA_RETURN_IF_ERROR(DecodeSnapshotBody(body, fn));
       }
     }
     ROTA_RETURN_IF_ERROR(c.Exec("read journal",
@@ -524,11 +507,7 @@ bool PgStore::WaitForAppend(Duration timeout) {
 Status PgStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) {
   std::lock_guard<std::mutex> lock(snapshot_mu_);  // its own connection: the appender goes on
   pg::Conn& c = *snap_db_;
-  std::string body;
-  for (const Event& e : compacted) {
-    if (!body.empty()) body += '\n';
-    body += api::EncodeEvent(e);
-  }
+  const std::string body = EncodeSnapshotBody(compacted);
   const std::string at = std::to_string(seq);
   ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "BEGIN").status());
   auto run = [&]() -> Status {

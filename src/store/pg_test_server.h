@@ -73,6 +73,21 @@ class TestPostgres {
   }
 
   int port() const { return port_; }
+
+  // A loopback TCP port nothing listens on now (tests start servers on it).
+  static int FreePort() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    close(fd);
+    return ntohs(addr.sin_port);
+  }
+
+
   const std::string& dir() const { return dir_; }
 
   // A libpq connection string for database `db`.
@@ -166,18 +181,6 @@ class TestPostgres {
       if (std::filesystem::exists(bin + "/initdb") && bin > best) best = bin;
     }
     return best;
-  }
-
-  static int FreePort() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    close(fd);
-    return ntohs(addr.sin_port);
   }
 
   std::string bin_, dir_, as_;

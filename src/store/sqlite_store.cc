@@ -1,7 +1,6 @@
 #include "store/sqlite_store.h"
 
 #include <sqlite3.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <fstream>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "api/json_codec.h"
+#include "store/records.h"
 
 namespace rota {
 namespace {
@@ -19,16 +19,6 @@ struct Stmt {
   ~Stmt() { sqlite3_finalize(s); }
 };
 
-// The checksum a record carries: CRC-32 of its sequence number (8 bytes,
-// little-endian) and its body, so a row moved to another seq fails too.
-int64_t RecordCrc(uint64_t seq, std::string_view body) {
-  unsigned char le[8];
-  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(seq >> (8 * i));
-  uLong crc = crc32(0L, Z_NULL, 0);
-  crc = crc32(crc, le, 8);
-  crc = crc32(crc, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()));
-  return static_cast<int64_t>(crc);
-}
 
 uint32_t Get32(const unsigned char* p, bool big_endian) {
   return big_endian ? (uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3])
@@ -320,14 +310,7 @@ Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
       std::string_view body(reinterpret_cast<const char*>(sqlite3_column_text(st.s, 1)),
                             static_cast<size_t>(sqlite3_column_bytes(st.s, 1)));
       ROTA_RETURN_IF_ERROR(CheckRecord("snapshot at event", snap_seq, body, st.s, 2));
-      size_t start = 0;
-      while (start < body.size()) {
-        size_t end = body.find('\n', start);
-        if (end == std::string_view::npos) end = body.size();
-        ROTA_ASSIGN_OR_RETURN(Event e, api::DecodeEvent(body.substr(start, end - start)));
-        ROTA_RETURN_IF_ERROR(fn(e));
-        start = end + 1;
-      }
+      ROTA_RETURN_IF_ERROR(DecodeSnapshotBody(body, fn));
     }
   }
   Stmt st;
@@ -361,11 +344,7 @@ Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
 
 Status SqliteStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) {
   std::lock_guard<std::mutex> lock(snapshot_mu_);  // one snapshot at a time; its own connections
-  std::string body;
-  for (const Event& e : compacted) {
-    if (!body.empty()) body += '\n';
-    body += api::EncodeEvent(e);
-  }
+  const std::string body = EncodeSnapshotBody(compacted);
   auto fail = [&](sqlite3* db, const std::string& what) {
     const int code = sqlite3_errcode(db) & 0xff;
     std::string message = path_ + ": " + what + ": " + sqlite3_errmsg(db);

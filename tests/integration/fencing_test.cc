@@ -24,24 +24,16 @@ using nlohmann::json;
 // The live processes running `sleep <arg>` as rota tasks, by "job/rank".
 std::map<std::string, std::set<pid_t>> Census(const std::string& arg) {
   std::map<std::string, std::set<pid_t>> out;
-  const std::string want = std::string("sleep") + '\0' + arg + '\0';
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (ReadAll(e.path().string() + "/cmdline") != want) continue;
-    const std::string stat = ReadAll(e.path().string() + "/stat");
-    const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z') continue;
-    const std::string env = ReadAll(e.path().string() + "/environ");
+  ForEachLiveProcess({"sleep", arg}, [&](pid_t pid, const std::string& dir) {
+    const std::string env = ReadAll(dir + "/environ");
     auto var = [&](const std::string& key) {
       const size_t at = env.find(std::string(1, '\0') + key + "=");
       if (at == std::string::npos) return std::string();
       const size_t from = at + key.size() + 2;
       return env.substr(from, env.find('\0', from) - from);
     };
-    out[var("ROTA_JOB_ID") + "/" + var("RANK")].insert(std::stoi(name));
-  }
+    out[var("ROTA_JOB_ID") + "/" + var("RANK")].insert(pid);
+  });
   return out;
 }
 

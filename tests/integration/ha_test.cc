@@ -7,9 +7,7 @@
 // exactly once, a standby serves writes within seconds, a paused ex-leader
 // writes nothing and steps down, and running tasks are never restarted.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 
 #include <atomic>
 #include <map>
@@ -27,33 +25,14 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+int FreePort() { return TestPostgres::FreePort(); }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // The pids of live `sleep ARG` processes.
 std::set<pid_t> Sleepers(const std::string& arg) {
   std::set<pid_t> out;
-  const std::string want = std::string("sleep") + '\0' + arg + '\0';
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (ReadAll(e.path().string() + "/cmdline") != want) continue;
-    const std::string stat = ReadAll(e.path().string() + "/stat");
-    const size_t paren = stat.rfind(')');
-    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z') out.insert(std::stoi(name));
-  }
+  ForEachLiveProcess({"sleep", arg}, [&](pid_t pid, const std::string&) { out.insert(pid); });
   return out;
 }
 

@@ -37,6 +37,24 @@ inline std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
+// Calls `fn(pid, "/proc/PID")` for each live (not zombie) process whose
+// command line is `argv` (its arguments joined by NULs), e.g. {"sleep", "77"}.
+inline void ForEachLiveProcess(const std::vector<std::string>& argv,
+                               const std::function<void(pid_t, const std::string&)>& fn) {
+  std::string want;
+  for (const std::string& a : argv) want += a + '\0';
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (ReadAll(e.path().string() + "/cmdline") != want) continue;
+    const std::string stat = ReadAll(e.path().string() + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z') continue;
+    fn(std::stoi(name), e.path().string());
+  }
+}
+
 struct CommandResult {
   int exit_code = -1;
   std::string out;
