@@ -346,6 +346,12 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     std::cerr << "rota: --store must be sqlite or a postgres:// (postgresql://) URL, got '" << store_url << "'\n";
     return kExitBadInput;
   }
+  if (postgres) {
+    if (Status s = CheckConninfo(store_url); !s.ok()) {
+      std::cerr << "rota: --store: " << s.message() << "\n";
+      return kExitBadInput;
+    }
+  }
   if (lease < 500 * 1000) {
     std::cerr << "rota: --lease must be at least 500ms\n";
     return kExitBadInput;
@@ -673,6 +679,10 @@ int StoreMain(std::vector<std::string> args) {
   }
   if (!to.starts_with("postgres://") && !to.starts_with("postgresql://")) {
     std::cerr << "rota store: --to must be a postgres:// (postgresql://) URL\n" << kUsage;
+    return kExitBadInput;
+  }
+  if (Status s = CheckConninfo(to); !s.ok()) {
+    std::cerr << "rota store: --to: " << s.message() << "\n";
     return kExitBadInput;
   }
   ClusterConfig config;

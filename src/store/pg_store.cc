@@ -226,6 +226,28 @@ std::string ArrayLiteral(const std::vector<std::string>& items) {
 
 }  // namespace
 
+Status CheckConninfo(const std::string& conninfo) {
+  char* err = nullptr;
+  PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &err);
+  if (options == nullptr) {
+    std::string why = err != nullptr ? err : "out of memory";
+    PQfreemem(err);
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    return InvalidArgumentError("not a PostgreSQL connection URL: " + why);
+  }
+  bool password = false;
+  for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (std::strcmp(o->keyword, "password") == 0 && o->val != nullptr && *o->val != '\0') password = true;
+  }
+  PQconninfoFree(options);
+  if (password) {
+    return InvalidArgumentError(
+        "the URL carries a password, which every user of this machine can read (ps): put it in PGPASSWORD or "
+        "~/.pgpass (PGPASSFILE) instead");
+  }
+  return Status::Ok();
+}
+
 PgStore::PgStore(std::string conninfo)
     : conninfo_(std::move(conninfo)),
       db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),

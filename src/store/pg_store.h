@@ -95,6 +95,11 @@ class PgStore final : public Store {
   void MarkStale(std::string reason);
 };
 
+// InvalidArgument if `conninfo` does not parse, or carries a password (on a
+// command line every user of the machine reads it: libpq takes it from
+// PGPASSWORD or ~/.pgpass instead).
+Status CheckConninfo(const std::string& conninfo);
+
 // The leader's lease: one row (rota_leader) timed on the database's clock,
 // with an epoch that grows at every election.
 struct LeaderInfo {

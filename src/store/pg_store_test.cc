@@ -233,5 +233,16 @@ TEST_F(PgStoreTest, AnUnreachableDatabaseIsUnavailableWithoutThePassword) {
   EXPECT_EQ(s.status().message().find("hunter2"), std::string::npos) << s.status().ToString();
 }
 
+TEST(PgConninfo, APasswordOnTheCommandLineIsRefusedNamingWhereItGoes) {
+  EXPECT_TRUE(CheckConninfo("postgresql://rota@db:5432/rota").ok());
+  EXPECT_TRUE(CheckConninfo("host=db port=5432 user=rota dbname=rota").ok());
+  Status s = CheckConninfo("postgresql://rota:hunter2@db/rota");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("PGPASSWORD"), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.message().find("hunter2"), std::string::npos) << s.ToString();
+  EXPECT_EQ(CheckConninfo("host=db password=x").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckConninfo("postgresql://db/rota?bogus=1").code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace rota

@@ -466,6 +466,17 @@ TEST(StoreMigrate, MovesASqliteStoreIntoPostgres) {
     EXPECT_EQ(busy.exit_code, 1);
     EXPECT_NE(busy.err.find("in use by a running rota server"), std::string::npos) << busy.err;
   }
+  // A password in the URL would be on every user's `ps`: refused, nothing started.
+  const CommandResult leaky = RunRota({"store", "migrate", "--data-dir", data, "--to",
+                                       "postgresql://rota:secret@127.0.0.1:" + std::to_string(pg->port()) + "/moved"},
+                                      {}, tmp.path());
+  EXPECT_EQ(leaky.exit_code, 2);
+  EXPECT_NE(leaky.err.find("PGPASSWORD"), std::string::npos) << leaky.err;
+  const CommandResult leaky_server = RunRota({"server", "--data-dir", tmp.path() + "/x", "--store",
+                                              "postgresql://rota:secret@127.0.0.1:1/moved"},
+                                             {}, tmp.path());
+  EXPECT_EQ(leaky_server.exit_code, 2);
+  EXPECT_NE(leaky_server.err.find("--store: the URL carries a password"), std::string::npos) << leaky_server.err;
   const CommandResult moved = RunRota({"store", "migrate", "--data-dir", data, "--to", url}, {}, tmp.path());
   ASSERT_EQ(moved.exit_code, 0) << moved.err;
   EXPECT_NE(moved.out.find("moved 3 jobs"), std::string::npos) << moved.out;
