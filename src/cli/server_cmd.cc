@@ -42,7 +42,7 @@ constexpr const char* kServerUsage =
     "others stand by, answer 503 naming the leader, and take over when its lease\n"
     "runs out. --advertise is the URL clients reach this server at (default: the\n"
     "--listen address). Keep the password out of the URL: libpq reads PGPASSWORD\n"
-    "or ~/.pgpass.\n";
+    "or ~/.pgpass (a URL with a password in it is refused).\n";
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
