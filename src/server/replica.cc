@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdio>
 
-
 namespace rota::server {
 namespace {
 
@@ -51,11 +50,14 @@ void Replica::Refresh(const std::string& role, uint64_t seq) {
   auto rows = lease_->Replicas();
   std::lock_guard<std::mutex> lock(mu_);
   if (info.ok() && role == "standby") {
-    if (info->holder != leader_ && !info->holder.empty()) {
-      std::fprintf(stderr, "rota: standby: the leader is %s (epoch %lld)\n", info->holder.c_str(),
+    // A lease that ran out names nobody: clients then try the next replica
+    // instead of the holder that is likely gone.
+    const std::string holder = info->expires_in > 0 ? info->holder : "";
+    if (holder != leader_ && !holder.empty()) {
+      std::fprintf(stderr, "rota: standby: the leader is %s (epoch %lld)\n", holder.c_str(),
                    static_cast<long long>(info->epoch));
     }
-    leader_ = info->holder;
+    leader_ = holder;
   }
   if (rows.ok()) replicas_ = std::move(rows).value();
 }
