@@ -107,7 +107,9 @@ void Replica::HoldLease(int64_t epoch, const PgStore& store) {
   const Duration safe = options_.lease - options_.lease / 6;
   Steady::time_point renewed = acquired_sent_;  // when the last successful renewal was sent
   // The first renewal at once (taking over took time off the lease), then
-  // every lease / 3, never sleeping past the deadline.
+  // every lease / 3, never sleeping past the deadline. The replicas' view is
+  // refreshed every third renewal (its queries must not crowd the renewals).
+  int renewals = 0;
   for (bool first = true;; first = false) {
     if (!first) {
       const Steady::time_point deadline = renewed + std::chrono::microseconds(safe);
@@ -130,7 +132,7 @@ void Replica::HoldLease(int64_t epoch, const PgStore& store) {
     if (renewed_ok.ok() && *renewed_ok) {
       renewed = sent;
       valid_until_ = (sent + std::chrono::microseconds(safe)).time_since_epoch().count();
-      Refresh("leader", store.last_seq());
+      if (renewals++ % 3 == 0) Refresh("leader", store.last_seq());
       continue;
     }
     if (renewed_ok.ok()) {
