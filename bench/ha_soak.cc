@@ -17,7 +17,7 @@
 // and the failover time (fault to the next acknowledged write) p50/p99/max
 // by fault.
 //
-// usage: ha_soak [--events 100] [--submitters 4] [--lease 3s] [--keep 1]
+// usage: ha_soak [--events 100] [--submitters 4] [--lease 3s] [--keep 1] [--only kill|stop|term]
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -80,6 +80,7 @@ double Percentile(std::vector<double> v, double p) {
 class Soak {
  public:
   bool keep_ = false;  // --keep 1: leave the logs
+  std::string only_;   // --only kill|stop|term: one kind of fault
 
   Soak(std::string rota, int submitters, std::string lease) : rota_(std::move(rota)), submitters_(submitters), lease_(lease) {}
 
@@ -161,7 +162,8 @@ class Soak {
         break;
       }
       const int pick = std::uniform_int_distribution<int>(0, 9)(rng);
-      const std::string fault = pick < 6 ? "kill -9" : pick < 8 ? "SIGSTOP" : "SIGTERM";
+      std::string fault = pick < 6 ? "kill -9" : pick < 8 ? "SIGSTOP" : "SIGTERM";
+      if (!only_.empty()) fault = only_;
       const Clock::time_point at = Clock::now();
       if (fault == "kill -9") {
         kill(pids_[leader], SIGKILL);
@@ -433,6 +435,7 @@ int main(int argc, char** argv) {
   std::string lease = "3s";
   std::string rota = ROTA_BINARY_PATH;
   bool keep = false;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--events") events = std::atoi(argv[i + 1]);
@@ -440,10 +443,19 @@ int main(int argc, char** argv) {
     else if (a == "--lease") lease = argv[i + 1];
     else if (a == "--rota") rota = argv[i + 1];
     else if (a == "--keep") keep = std::string(argv[i + 1]) == "1";
+    else if (a == "--only") {
+      const std::string f = argv[i + 1];
+      only = f == "kill" ? "kill -9" : f == "stop" ? "SIGSTOP" : f == "term" ? "SIGTERM" : "";
+      if (only.empty()) {
+        std::fprintf(stderr, "ha_soak: --only: kill, stop or term, not '%s'\n", f.c_str());
+        return 2;
+      }
+    }
   }
   signal(SIGPIPE, SIG_IGN);
   Soak soak(rota, submitters, lease);
   soak.keep_ = keep;
+  soak.only_ = only;
   if (!soak.Start()) {
     std::fprintf(stderr, "ha_soak: the cluster did not start\n");
     soak.Stop();

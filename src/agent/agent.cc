@@ -580,7 +580,24 @@ bool Agent::Heartbeat(int wait_ms) {
                           api::HeartbeatToJson(report).dump(-1, ' ', false, json::error_handler_t::replace),
                           "application/json");
   Heard(servers_, server, res);
+  if (!res || res->status != 200) {
+    // Said once when heartbeats start failing, and every tenth time after
+    // (with how long the tasks' lease has been without an answer).
+    const int failed = ++heartbeat_failures_;
+    if (failed == 1 || failed % 10 == 0) {
+      std::fprintf(stderr, "rota agent: heartbeat to %s failed (%s; %d in a row, last answered %.1f s ago)\n",
+                   server.c_str(), res ? ("HTTP " + std::to_string(res->status)).c_str() : httplib::to_string(res.error()).c_str(),
+                   failed, (BootTimeNs() - last_answered_ns_.load()) / 1e9);
+    }
+  }
   if (!res) return false;
+  if (res->status == 200) {
+    if (heartbeat_failures_.exchange(0) > 0) {
+      std::fprintf(stderr, "rota agent: heartbeats answered again by %s (%.1f s after the last answer)\n",
+                   server.c_str(), (BootTimeNs() - last_answered_ns_.load()) / 1e9);
+    }
+    last_answered_ns_ = BootTimeNs();
+  }
   if (res->status == 200 && !sent.empty()) {
     std::lock_guard<std::mutex> shipped(mu_);
     for (const auto& [path, offset] : sent) log_shipped_[path] = std::max(log_shipped_[path], offset);

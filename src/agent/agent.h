@@ -170,6 +170,8 @@ class Agent {
   std::mutex watch_mu_;  // guards watch_client_
   httplib::Client* watch_client_ = nullptr;  // the open watch, for Stop to interrupt
   std::string watch_server_;                 // where it is open
+  std::atomic<int> heartbeat_failures_{0};   // in a row (logged)
+  std::atomic<int64_t> last_answered_ns_{0};  // boot-time clock of the last answered heartbeat
   std::atomic<bool> watch_done_{false};  // the watch thread has returned
   std::thread poll_thread_;
   std::thread watch_thread_;
