@@ -27,6 +27,17 @@ using Clock = std::chrono::steady_clock;
 
 int FreePort() { return TestPostgres::FreePort(); }
 
+// Ends a spawned process when the test ends, however it ends (a failed
+// ASSERT returns early: the process must not outlive the test).
+struct Reaped {
+  pid_t pid;
+  ~Reaped() {
+    if (pid <= 0) return;
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+  }
+};
+
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // The pids of live `sleep ARG` processes.
@@ -490,6 +501,7 @@ TEST(StoreMigrate, MovesASqliteStoreIntoPostgres) {
                                  "127.0.0.1:" + std::to_string(port), "--store", url, "--config", config},
                                 tmp.path() + "/replica.log");
   ASSERT_GT(pid, 0);
+  const Reaped reaped{pid};
   httplib::Client c("127.0.0.1", port);
   c.set_bearer_token_auth(token);
   std::string body;
@@ -508,8 +520,6 @@ TEST(StoreMigrate, MovesASqliteStoreIntoPostgres) {
   ASSERT_TRUE(next);
   EXPECT_EQ(next->status, 201) << next->body;
   EXPECT_EQ(json::parse(next->body)["id"], 4) << next->body;
-  kill(pid, SIGTERM);
-  waitpid(pid, nullptr, 0);
 }
 
 // PostgreSQL's own failover: a synchronous streaming replica promoted after
@@ -534,6 +544,7 @@ TEST(PostgresFailover, APromotedSynchronousReplicaLosesNothing) {
                                     "--rate-limit", "0"},
                                    tmp.path() + "/server.log");
   ASSERT_GT(server, 0);
+  const Reaped reaped{server};
   std::string token;
   for (int i = 0; i < 200 && token.empty(); ++i) {
     token = ReadAll(tmp.path() + "/data/admin.token");
@@ -565,6 +576,14 @@ TEST(PostgresFailover, APromotedSynchronousReplicaLosesNothing) {
       }
     }
   });
+  struct Joined {  // the submitter ends with the test, however it ends
+    std::atomic<bool>& running;
+    std::thread& thread;
+    ~Joined() {
+      running = false;
+      if (thread.joinable()) thread.join();
+    }
+  } joined{running, submitter};
   auto count = [&] {
     std::lock_guard<std::mutex> lock(mu);
     return acks.size();
@@ -580,9 +599,6 @@ TEST(PostgresFailover, APromotedSynchronousReplicaLosesNothing) {
               Seconds(Clock::now() - crashed) - stopped);
   const size_t at_crash = count();
   for (int i = 0; i < 600 && count() < at_crash + 30; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (count() < at_crash + 30 && std::getenv("ROTA_DEBUG_STACKS")) {
-    std::system(("gdb -p " + std::to_string(server) + " -batch -ex 'thread apply all bt' 2>&1 | grep -E 'Controller|Replica|PgStore|PgLease|pg::|PQ|pqWait|poll|recv|connect|^Thread' | grep -B1 -E 'Controller|Replica|Pg|PQ|pq' | head -120").c_str());
-  }
   running = false;
   submitter.join();
   ASSERT_GE(count(), at_crash + 30) << ReadAll(tmp.path() + "/server.log");
@@ -616,8 +632,6 @@ TEST(PostgresFailover, APromotedSynchronousReplicaLosesNothing) {
   }
   EXPECT_EQ(lost, 0u) << "of " << acks.size() << " acknowledged, e.g. " << example << "; the server's log:\n"
                       << ReadAll(tmp.path() + "/server.log");
-  kill(server, SIGTERM);
-  waitpid(server, nullptr, 0);
 }
 
 }  // namespace
