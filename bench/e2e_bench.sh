@@ -16,15 +16,7 @@ GANG_N=${3:-$(( N / 10 ))}
 WORKLOADS=${WORKLOADS:-"gpu1 gpu8 gang"}
 JOB_CMD=${JOB_CMD:-true}
 HEARTBEAT_MS=${HEARTBEAT_MS:-1000}
-ROTA=${ROTA:-$(cd "$(dirname "$0")/.." && pwd)/build/src/cli/rota}
-R=$(mktemp -d /tmp/rota-e2e-XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$R"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh" e2e
 now() { date +%s.%N; }
 el() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", b-a}'; }
 
@@ -33,8 +25,7 @@ node_groups: [{name: g, count: $NODES, gpus: 8, gpu_model: H100, gpu_memory: 80G
 YAML
 "$ROTA" server --data-dir "$R/data" --listen 127.0.0.1:0 --config "$R/cluster.yaml" --rate-limit 0 > "$R/server.log" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 100); do grep -q "serving http" "$R/server.log" && break; sleep 0.1; done
-export ROTA_SERVER=$(grep -o "http://127.0.0.1:[0-9]*" "$R/server.log" | head -1)
+wait_for_server "$R/server.log"
 export ROTA_TOKEN=$(cat "$R/data/admin.token")
 for i in $(seq 0 $((NODES - 1))); do
   "$ROTA" token create --user "g-$i" --role agent --node "g-$i" > "$R/agent-$i.token"

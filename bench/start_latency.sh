@@ -22,20 +22,11 @@
 set -u
 SAMPLES=${1:-200}
 NODES=${2:-64}
-ROTA=${ROTA:-$(cd "$(dirname "$0")/.." && pwd)/build/src/cli/rota}
-R=$(mktemp -d /tmp/rota-start-XXXXXX)
+. "$(dirname "$0")/lib.sh" start
 chmod 755 "$R"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$R"
-}
-trap cleanup EXIT
 "$ROTA" server --data-dir "$R/data" --listen 127.0.0.1:0 --rate-limit 0 > "$R/server.log" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 100); do grep -q "serving http" "$R/server.log" && break; sleep 0.1; done
-export ROTA_SERVER=$(grep -o "http://127.0.0.1:[0-9]*" "$R/server.log" | head -1)
+wait_for_server "$R/server.log"
 export ROTA_TOKEN=$(cat "$R/data/admin.token")
 mkdir -p "$R/logs"
 for i in $(seq "$NODES"); do

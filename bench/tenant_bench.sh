@@ -11,15 +11,7 @@
 set -u
 COUNT=${1:-100000}
 SAMPLES=${2:-200}
-ROTA=${ROTA:-$(cd "$(dirname "$0")/.." && pwd)/build/src/cli/rota}
-R=$(mktemp -d /tmp/rota-tenant-XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$R"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh" tenant
 cat > "$R/cluster.yaml" <<'YAML'
 node_groups: [{name: n, count: 4, gpus: 8, gpu_model: H100, gpu_memory: 80Gi, cpu: 64, memory: 512Gi}]
 limits: {max_pending_per_user: 1000000, submit_rate: 1000000}
