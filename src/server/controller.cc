@@ -8,11 +8,10 @@
 
 namespace rota::server {
 
-Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store, std::unique_ptr<Recovered> warm)
+Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
     : options_(std::move(options)),
       store_(std::move(store)),
-      recovered_(warm ? std::move(warm) : std::make_unique<Recovered>(options_.config.topology)),
-      warm_(recovered_->seq > 0),
+      recovered_(std::make_unique<Recovered>(options_.config.topology)),
       state_(*recovered_->state) {}
 
 Controller::~Controller() { Stop(); }
@@ -24,8 +23,8 @@ Status Controller::Start() {
   scheduler_->SetBackfill(options_.config);
   scheduler_->set_min_runtime(options_.min_runtime);
   probe_->SetQueues(options_.config);
-  // Recover: the latest snapshot plus the journal after it (or a standby's
-  // warm state, which applied them already).
+  // Recover: the latest snapshot plus the journal after it (a following
+  // standby applied them already: StartFollowing, CatchUp).
   if (warm_ && recovered_->seq != store_->last_seq()) {
     return FailedPreconditionError("the warm state is at event " + std::to_string(recovered_->seq) +
                                    " but the journal ends at " + std::to_string(store_->last_seq()));

@@ -107,10 +107,7 @@ inline constexpr double kCycleBuckets[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0
 
 class Controller {
  public:
-  // `warm`: a state a standby kept by following this store's journal (at
-  // warm->seq, which must be the store's last event); Start then replays
-  // nothing. Null: Start replays the store.
-  Controller(ControllerOptions options, std::unique_ptr<Store> store, std::unique_ptr<Recovered> warm = nullptr);
+  Controller(ControllerOptions options, std::unique_ptr<Store> store);
   ~Controller();
 
   // Replays the store, adds the config's declared nodes that are missing,
@@ -287,8 +284,8 @@ class Controller {
   std::unique_ptr<sched::Scheduler> probe_;      // actor only: resolvability checks at submission
 
   // Actor-owned.
-  std::unique_ptr<Recovered> recovered_;  // owns state_; what Start recovered
-  bool warm_ = false;                     // recovered_ came from a standby, replayed already
+  std::unique_ptr<Recovered> recovered_;  // owns state_; what Start (or StartFollowing) recovered
+  bool warm_ = false;                     // StartFollowing replayed the store already
   ClusterState& state_;
   uint64_t next_job_id_ = 1;
   std::atomic<uint64_t> last_snapshot_seq_{0};

@@ -1,9 +1,8 @@
 // Recovered: what replaying a journal builds, the cluster state and what the
 // controller derives from the events beside it (the next job id, the
-// submissions' idempotency keys). The controller replays into one at
-// start; a standby replica keeps one warm by applying the journal as the
-// leader appends it, and hands it to its controller when it takes over, so
-// that a takeover replays only the tail.
+// submissions' idempotency keys). The controller replays into one at start
+// (Controller::Start), or, on a standby, once and then as the leader appends
+// (StartFollowing, CatchUp), so that a takeover replays only the tail.
 #pragma once
 
 #include <memory>
