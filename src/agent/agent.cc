@@ -155,14 +155,9 @@ std::unique_ptr<httplib::Client> MakeClient(const std::string& server, const std
   return c;
 }
 
-// What an answer, or its absence, says about where the leader is: no answer
-// moves on to the next server; a standby's 503 names the leader.
+// What an answer, or its absence, says about where the leader is (api::ServerList::Heard).
 void Heard(api::ServerList& servers, const std::string& tried, const httplib::Result& res) {
-  if (!res) {
-    servers.Failed(tried);
-  } else if (res->status == 503 && res->has_header("Rota-Leader")) {
-    servers.Redirect(res->get_header_value("Rota-Leader"));
-  }
+  servers.Heard(tried, res ? res->status : 0, res ? res->get_header_value("Rota-Leader") : std::string());
 }
 
 }  // namespace

@@ -60,6 +60,11 @@ void ServerList::Failed(const std::string& tried) {
   if (urls_[at_] == tried) at_ = (at_ + 1) % urls_.size();
 }
 
+void ServerList::Heard(const std::string& tried, int status, const std::string& leader) {
+  if (status == 0) Failed(tried);
+  else if (status == 503 && !leader.empty()) Redirect(leader);
+}
+
 void ServerList::Redirect(const std::string& leader) {
   const std::string url = Trim(leader);
   if (url.empty()) return;

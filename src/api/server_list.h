@@ -35,6 +35,11 @@ class ServerList {
   // `tried` (a URL current() returned) did not answer: move on to the next,
   // unless another thread moved already.
   void Failed(const std::string& tried);
+  // What an answer to a request sent to `tried` says about where the leader
+  // is: no answer (`status` 0) moves on to the next server; a standby's 503
+  // with a Rota-Leader header (`leader`) goes to the leader it names.
+  void Heard(const std::string& tried, int status, const std::string& leader);
+
   // A standby named `leader`: go there (it joins the list if it was not in
   // it), unless that one failed in the last two seconds (the standby has
   // not yet seen the leader go): then on to the next instead.

@@ -34,6 +34,18 @@ TEST(ServerList, GoesWhereAStandbySaysTheLeaderIs) {
   EXPECT_EQ(s.current(), "http://d:4");
 }
 
+TEST(ServerList, HeardMovesOnNoAnswerAndFollowsAStandby) {
+  ServerList s("http://a:1,http://b:2");
+  s.Heard("http://a:1", 200, "");
+  EXPECT_EQ(s.current(), "http://a:1");
+  s.Heard("http://a:1", 503, "");  // a leader that cannot write: it stays the one
+  EXPECT_EQ(s.current(), "http://a:1");
+  s.Heard("http://a:1", 0, "");
+  EXPECT_EQ(s.current(), "http://b:2");
+  s.Heard("http://b:2", 503, "http://c:3");
+  EXPECT_EQ(s.current(), "http://c:3");
+}
+
 TEST(ServerList, DoesNotGoBackToALeaderThatJustFailed) {
   ServerList s("http://a:1,http://b:2,http://c:3");
   s.Failed("http://a:1");         // the leader stopped answering

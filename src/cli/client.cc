@@ -108,10 +108,10 @@ Response Client::Send(const std::string& method, const std::string& path, const 
         return {0, "", "cannot reach " + server + " (" + httplib::to_string(res.error()) + ")" +
                            (replicated ? "" : "; is `rota up` running?")};
       }
-      servers_.Failed(server);
+      servers_.Heard(server, 0, "");
     } else if (res->status == 503 && res->has_header("Rota-Leader") && more_time) {
       // A standby: it did nothing, and names the leader.
-      servers_.Redirect(res->get_header_value("Rota-Leader"));
+      servers_.Heard(server, res->status, res->get_header_value("Rota-Leader"));
       if (servers_.current() != server) continue;  // straight to the leader it named
     } else {
       return {res->status, res->body, ""};
