@@ -157,7 +157,8 @@ std::unique_ptr<httplib::Client> MakeClient(const std::string& server, const std
 
 // What an answer, or its absence, says about where the leader is (api::ServerList::Heard).
 void Heard(api::ServerList& servers, const std::string& tried, const httplib::Result& res) {
-  servers.Heard(tried, res ? res->status : 0, res ? res->get_header_value("Rota-Leader") : std::string());
+  servers.Heard(tried, res ? res->status : 0, res ? res->get_header_value("Rota-Role") : std::string(),
+                res ? res->get_header_value("Rota-Leader") : std::string());
 }
 
 }  // namespace

@@ -60,9 +60,16 @@ void ServerList::Failed(const std::string& tried) {
   if (urls_[at_] == tried) at_ = (at_ + 1) % urls_.size();
 }
 
-void ServerList::Heard(const std::string& tried, int status, const std::string& leader) {
-  if (status == 0) Failed(tried);
-  else if (status == 503 && !leader.empty()) Redirect(leader);
+void ServerList::Heard(const std::string& tried, int status, std::string_view role, const std::string& leader) {
+  if (status == 0) {
+    Failed(tried);
+  } else if (status == 503 && !leader.empty()) {
+    Redirect(leader);
+  } else if (status == 503 && role == "standby") {
+    // It answered, so it is not recorded as failed: it may be the next leader.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (urls_[at_] == tried) at_ = (at_ + 1) % urls_.size();
+  }
 }
 
 void ServerList::Redirect(const std::string& leader) {

@@ -37,8 +37,11 @@ class ServerList {
   void Failed(const std::string& tried);
   // What an answer to a request sent to `tried` says about where the leader
   // is: no answer (`status` 0) moves on to the next server; a standby's 503
-  // with a Rota-Leader header (`leader`) goes to the leader it names.
-  void Heard(const std::string& tried, int status, const std::string& leader);
+  // (`role` is its Rota-Role header, "standby") goes to the leader its
+  // Rota-Leader header names (`leader`), or, naming none (the lease is
+  // between leaders), on to the next server, which may be the one taking
+  // over. Any other 503 is the leader's own: it stays the one.
+  void Heard(const std::string& tried, int status, std::string_view role, const std::string& leader);
 
   // A standby named `leader`: go there (it joins the list if it was not in
   // it), unless that one failed in the last two seconds (the standby has

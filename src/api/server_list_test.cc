@@ -36,14 +36,24 @@ TEST(ServerList, GoesWhereAStandbySaysTheLeaderIs) {
 
 TEST(ServerList, HeardMovesOnNoAnswerAndFollowsAStandby) {
   ServerList s("http://a:1,http://b:2");
-  s.Heard("http://a:1", 200, "");
+  s.Heard("http://a:1", 200, "", "");
   EXPECT_EQ(s.current(), "http://a:1");
-  s.Heard("http://a:1", 503, "");  // a leader that cannot write: it stays the one
+  s.Heard("http://a:1", 503, "", "");  // a leader that cannot write: it stays the one
   EXPECT_EQ(s.current(), "http://a:1");
-  s.Heard("http://a:1", 0, "");
+  s.Heard("http://a:1", 0, "", "");
   EXPECT_EQ(s.current(), "http://b:2");
-  s.Heard("http://b:2", 503, "http://c:3");
+  s.Heard("http://b:2", 503, "standby", "http://c:3");
   EXPECT_EQ(s.current(), "http://c:3");
+}
+
+TEST(ServerList, AStandbyThatKnowsNoLeaderSendsTheClientOnWithoutMarkingItFailed) {
+  ServerList s("http://a:1,http://b:2");
+  s.Heard("http://a:1", 503, "standby", "");  // between leaders: try the other
+  EXPECT_EQ(s.current(), "http://b:2");
+  s.Heard("http://b:2", 503, "standby", "");
+  EXPECT_EQ(s.current(), "http://a:1");
+  s.Redirect("http://b:2");  // b won the election: not skipped as failed
+  EXPECT_EQ(s.current(), "http://b:2");
 }
 
 TEST(ServerList, DoesNotGoBackToALeaderThatJustFailed) {

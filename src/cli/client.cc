@@ -108,11 +108,13 @@ Response Client::Send(const std::string& method, const std::string& path, const 
         return {0, "", "cannot reach " + server + " (" + httplib::to_string(res.error()) + ")" +
                            (replicated ? "" : "; is `rota up` running?")};
       }
-      servers_.Heard(server, 0, "");
-    } else if (res->status == 503 && res->has_header("Rota-Leader") && more_time) {
-      // A standby: it did nothing, and names the leader.
-      servers_.Heard(server, res->status, res->get_header_value("Rota-Leader"));
-      if (servers_.current() != server) continue;  // straight to the leader it named
+      servers_.Heard(server, 0, "", "");
+    } else if (res->status == 503 && res->get_header_value("Rota-Role") == "standby" && more_time) {
+      // A standby: it did nothing, and names the leader (or, between
+      // leaders, none: then the next server, after a pause).
+      const std::string leader = res->get_header_value("Rota-Leader");
+      servers_.Heard(server, res->status, "standby", leader);
+      if (!leader.empty() && servers_.current() != server) continue;  // straight to the leader it named
     } else {
       return {res->status, res->body, ""};
     }
