@@ -91,10 +91,11 @@ std::unique_ptr<ClusterState> MakeCluster(int32_t nodes, double occupancy, Backg
   return state;
 }
 
-std::unique_ptr<Scheduler> MakeScheduler(const char* placer) {
-  ProfileConfig p;
-  p.plugins = {{"priority", 1}, {"fifo", 1}, {"resource-fit", 1}, {"gang", 1}, {placer, 1}, {"binpack", 1}};
-  return std::move(Scheduler::Create(p)).value();
+std::unique_ptr<Scheduler> MakeScheduler(const char* placer, ClusterConfig config = {}, int32_t max_jobs = 0) {
+  config.profile.plugins = {{"priority", 1}, {"fifo", 1}, {"resource-fit", 1}, {"gang", 1}, {placer, 1}, {"binpack", 1}};
+  EngineOptions options = EngineOptions::FromConfig(config);
+  options.max_jobs_per_cycle = max_jobs;
+  return std::move(Scheduler::Create(config, options)).value();
 }
 
 // Caches one cluster + pending set per case so baseline and indexed runs share it.
@@ -238,9 +239,7 @@ void PolicyPass(benchmark::State& state, int32_t max_jobs) {
       (void)st->Apply(JobSubmitted{JobId(id), j, now - static_cast<TimePoint>(100000 - i)}).ok();
     }
   }
-  auto scheduler = MakeScheduler("topology");
-  scheduler->SetQueues(config);
-  scheduler->set_max_jobs_per_cycle(max_jobs);
+  auto scheduler = MakeScheduler("topology", config, max_jobs);
   Snapshot snap = st->GetSnapshot();
   CycleResult result;
   size_t examined = 0;

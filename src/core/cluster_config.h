@@ -98,6 +98,9 @@ struct PluginConfig {
 struct ProfileConfig {
   std::string name = "default";
   std::vector<PluginConfig> plugins;  // empty = the default profile
+  // The cycle's actions in order (empty = allocate, shrink-elastic, preempt,
+  // reserve, grow-elastic): see sched/actions/action.h.
+  std::vector<std::string> actions;
   // Where GPU fractions go: "fgd" (fragmentation gradient descent over the
   // live jobs' task mix, best fit on ties) or "bestfit" (the GPU left fullest).
   std::string share_placement = "fgd";

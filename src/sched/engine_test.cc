@@ -32,10 +32,12 @@ using testing::GpuJob;
 using testing::Group;
 using testing::MakeCluster;
 
-std::unique_ptr<Scheduler> Make(std::vector<PluginConfig> plugins = {}) {
-  ProfileConfig c;
-  c.plugins = std::move(plugins);
-  auto s = Scheduler::Create(c);
+// A scheduler with `plugins` (empty: the default profile), the queues of
+// `config` and `options`.
+std::unique_ptr<Scheduler> Make(std::vector<PluginConfig> plugins = {}, ClusterConfig config = {},
+                                EngineOptions options = {}) {
+  config.profile.plugins = std::move(plugins);
+  auto s = Scheduler::Create(config, options);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   return std::move(s).value();
 }
@@ -305,8 +307,7 @@ std::pair<int, int> ShareOfForty(int32_t weight_a, int32_t weight_b, const std::
       EXPECT_TRUE(st.Apply(JobSubmitted{JobId(id), j, static_cast<TimePoint>(id)}).ok());
     }
   }
-  auto s = Make();
-  s->SetQueues(c);
+  auto s = Make({}, c);
   s->SetUsageHistory(history);
   CycleResult r;
   s->RunCycle(st.GetSnapshot(), &r);
@@ -348,9 +349,7 @@ TEST(PolicyProperties, RandomizedThousandCycles) {
               {.name = "b", .weight = 2, .quota = {{"H100", 16}}, .borrowing_limit = {{"H100", 48}}},
               {.name = "c", .weight = 1, .quota = {{"H100", 32}}}};
   ClusterState st = MakeCluster(c);
-  auto s = Make();
-  s->SetQueues(c);
-  s->set_min_runtime(5 * 60 * kMicrosPerSecond);
+  auto s = Make({}, c, {.min_runtime = 5 * 60 * kMicrosPerSecond});
   Rng rng(2026);
   const Duration minute = 60 * kMicrosPerSecond;
   TimePoint now = 1000 * minute;
@@ -463,9 +462,8 @@ TEST(PolicyProperties, RandomizedSharingAndElastic) {
   mig.mig = {"3g.40gb", "3g.40gb"};
   c.node_groups.push_back(mig);
   ClusterState st = MakeCluster(c);
-  auto s = Make();
   const Duration minute = 60 * kMicrosPerSecond;
-  s->set_min_runtime(5 * minute);
+  auto s = Make({}, {}, {.min_runtime = 5 * minute});
   Rng rng(7);
   TimePoint now = 1000 * minute;
   uint64_t next = 1;

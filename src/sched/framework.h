@@ -8,6 +8,11 @@
 //   Score     - weighted sum of 0..100 scores; higher is better.
 //   Placer    - exactly one; places a whole gang inside a Txn.
 //   JobReady  - AND: the gang commits only if every one agrees.
+//   SharePlacer - exactly one (fgd by default); ranks the GPUs of a node for
+//               one replica's GPU fraction, the lowest cost first (ties go
+//               to the GPU left fullest, then the lower node and GPU).
+//   QueueOrder - exactly one (drf by default) when queues are configured;
+//               which queue's head job goes next among equal priorities.
 //
 // Plugins read const views; only the Txn they are handed changes tentative
 // allocations; only ClusterState::Apply commits anything.
@@ -16,6 +21,8 @@
 #include <cstdint>
 #include <string_view>
 #include <vector>
+
+#include "sched/fgd.h"
 
 #include "core/cluster_state.h"
 
@@ -114,6 +121,36 @@ class PlacerPlugin : public virtual Plugin {
 class JobReadyPlugin : public virtual Plugin {
  public:
   virtual bool Ready(const JobRequest& job, int64_t placed_replicas) const = 0;
+};
+
+// What a share placer sees of one node: each GPU's milli-GPU left for
+// shares (0 when it takes none: held whole, MIG or unhealthy), the node's
+// free CPU, and the live jobs' typical task mix (the shapes the next
+// placements will likely ask for).
+struct ShareNode {
+  const int32_t* left = nullptr;  // [gpus]
+  int32_t gpus = 0;
+  MilliCpu free_cpu = 0;
+  int16_t model = -1;
+  const std::vector<TypicalTask>* mix = nullptr;  // when needs_task_mix()
+};
+
+class SharePlacerPlugin : public virtual Plugin {
+ public:
+  // Whether Costs reads ShareNode::mix (built once a cycle, on first use).
+  virtual bool needs_task_mix() const { return false; }
+  // For each GPU g with candidate[g], the cost of giving it a share of
+  // `milli` (and `cpu` of the node's): written to cost[g]. Lower is better.
+  virtual void Costs(const ShareNode& node, const bool* candidate, int32_t milli, MilliCpu cpu, double* cost) const = 0;
+};
+
+class QueueBook;
+
+class QueueOrderPlugin : public virtual Plugin {
+ public:
+  // < 0: queue a's head job before queue b's; > 0: after; 0: tie (the
+  // earlier job in job order goes first). Both heads have equal priority.
+  virtual int Compare(const QueueBook& book, int32_t a, int32_t b) const = 0;
 };
 
 }  // namespace rota::sched

@@ -17,9 +17,7 @@ std::vector<int32_t> Gpus(uint64_t mask) {
 StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) {
   const std::vector<JobListEntry>& jobs = list.jobs;
   ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> nodes, ExpandNodes(cluster));
-  ROTA_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(cluster.profile));
-  scheduler->SetQueues(cluster);
-  scheduler->SetBackfill(cluster);
+  ROTA_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(cluster));
   ClusterState state(cluster.topology);
   for (NodeSpec& n : nodes) ROTA_RETURN_IF_ERROR(state.Apply(NodeAdded{std::move(n)}));
   for (const std::string& name : cluster.drained) ROTA_RETURN_IF_ERROR(state.Apply(NodeDrainChanged{name, true}));

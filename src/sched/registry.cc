@@ -33,6 +33,45 @@ ProfileConfig DefaultProfileConfig() {
   return p;
 }
 
+std::vector<std::string> DefaultActions() { return {"allocate", "shrink-elastic", "preempt", "reserve", "grow-elastic"}; }
+
+namespace {
+
+bool IsAction(const Plugin* p) {
+  return dynamic_cast<const CycleAction*>(p) != nullptr || dynamic_cast<const MakeRoomAction*>(p) != nullptr ||
+         dynamic_cast<const BlockedAction*>(p) != nullptr;
+}
+
+// The registered names of one kind, for an error message.
+std::string Known(const Registry& registry, bool actions) {
+  std::string known;
+  for (const auto& n : registry.Names()) {
+    if (IsAction(registry.Create(n).get()) == actions) known += (known.empty() ? "" : ", ") + n;
+  }
+  return known;
+}
+
+}  // namespace
+
+Status Profile::AddActions(const std::vector<std::string>& names, const Registry& registry) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string path = "profile.actions[" + std::to_string(i) + "]";
+    for (size_t j = 0; j < i; ++j) {
+      if (names[j] == names[i]) return InvalidArgumentError(path + ": action '" + names[i] + "' listed twice");
+    }
+    std::unique_ptr<Plugin> action = registry.Create(names[i]);
+    if (action == nullptr || !IsAction(action.get())) {
+      return InvalidArgumentError(path + ": unknown action '" + names[i] + "' (known: " + Known(registry, true) + ")");
+    }
+    if (auto* a = dynamic_cast<const CycleAction*>(action.get())) actions_.push_back(a);
+    if (auto* a = dynamic_cast<const MakeRoomAction*>(action.get())) make_room_.push_back(a);
+    if (auto* a = dynamic_cast<const BlockedAction*>(action.get())) when_blocked_.push_back(a);
+    action_names_.push_back(names[i]);
+    owned_.push_back(std::move(action));
+  }
+  return Status::Ok();
+}
+
 StatusOr<Profile> Profile::Create(const ProfileConfig& config, const Registry& registry) {
   const ProfileConfig& effective = config.plugins.empty() ? DefaultProfileConfig() : config;
   Profile p;
@@ -45,9 +84,10 @@ StatusOr<Profile> Profile::Create(const ProfileConfig& config, const Registry& r
     }
     std::unique_ptr<Plugin> plugin = registry.Create(pc.name);
     if (plugin == nullptr) {
-      std::string known;
-      for (const auto& n : registry.Names()) known += (known.empty() ? "" : ", ") + n;
-      return InvalidArgumentError(path + ": unknown plugin '" + pc.name + "' (known: " + known + ")");
+      return InvalidArgumentError(path + ": unknown plugin '" + pc.name + "' (known: " + Known(registry, false) + ")");
+    }
+    if (IsAction(plugin.get())) {
+      return InvalidArgumentError(path + ": '" + pc.name + "' is an action; list it under profile.actions");
     }
     if (pc.weight < 0 || pc.weight > 100) return InvalidArgumentError(path + ".weight: must be between 0 and 100");
     if (auto* o = dynamic_cast<const JobOrderPlugin*>(plugin.get())) p.job_orders_.push_back(o);
@@ -61,9 +101,34 @@ StatusOr<Profile> Profile::Create(const ProfileConfig& config, const Registry& r
       }
       p.placer_ = pl;
     }
+    if (auto* q = dynamic_cast<const QueueOrderPlugin*>(plugin.get())) {
+      if (p.queue_order_ != nullptr) {
+        return InvalidArgumentError(path + ": a profile has at most one queue order; '" +
+                                    std::string(p.queue_order_->name()) + "' and '" + pc.name + "' are both");
+      }
+      p.queue_order_ = q;
+    }
+    if (dynamic_cast<const SharePlacerPlugin*>(plugin.get()) != nullptr) {
+      return InvalidArgumentError(path + ": '" + pc.name + "' is a share placer; choose it with profile.share_placement");
+    }
     p.owned_.push_back(std::move(plugin));
   }
   if (p.placer_ == nullptr) return InvalidArgumentError("profile.plugins: no placer enabled (e.g. topology)");
+  if (p.queue_order_ == nullptr) {
+    p.owned_.push_back(registry.Create("drf"));
+    p.queue_order_ = dynamic_cast<const QueueOrderPlugin*>(p.owned_.back().get());
+    if (p.queue_order_ == nullptr) return InvalidArgumentError("profile.plugins: no queue order (drf is not registered)");
+  }
+  {
+    std::unique_ptr<Plugin> share = registry.Create(config.share_placement);
+    auto* sp = dynamic_cast<const SharePlacerPlugin*>(share.get());
+    if (sp == nullptr) {
+      return InvalidArgumentError("profile.share_placement: '" + config.share_placement + "' is not fgd or bestfit");
+    }
+    p.share_placer_ = sp;
+    p.owned_.push_back(std::move(share));
+  }
+  ROTA_RETURN_IF_ERROR(p.AddActions(config.actions.empty() ? DefaultActions() : config.actions, registry));
   return p;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cluster_config.h"
+#include "sched/actions/action.h"
 #include "sched/framework.h"
 
 namespace rota::sched {
@@ -29,11 +30,14 @@ class Registry {
 };
 
 // The plugins shipped with rota: priority, fifo, resource-fit, gang,
-// topology, scan, binpack, spread.
+// topology, scan, binpack, spread, fgd, bestfit, drf; and the actions
+// allocate, shrink-elastic, preempt, reserve, grow-elastic.
 const Registry& BuiltinRegistry();
 
 // priority, fifo, resource-fit, gang, topology, binpack.
 ProfileConfig DefaultProfileConfig();
+// allocate, shrink-elastic, preempt, reserve, grow-elastic.
+std::vector<std::string> DefaultActions();
 
 struct WeightedScore {
   const ScorePlugin* plugin;
@@ -42,8 +46,11 @@ struct WeightedScore {
 
 class Profile {
  public:
-  // An empty plugin list means DefaultProfileConfig(). Fails on an unknown
-  // name, a duplicate, a weight outside 0..100, or not exactly one placer.
+  // An empty plugin list means DefaultProfileConfig()'s plugins, an empty
+  // action list DefaultActions(). Fails on an unknown name, a duplicate, a
+  // weight outside 0..100, not exactly one placer, more than one queue
+  // order, an action listed as a plugin or a plugin as an action, or a
+  // share_placement that is not a share placer.
   static StatusOr<Profile> Create(const ProfileConfig& config, const Registry& registry);
 
   const std::string& name() const { return name_; }
@@ -52,6 +59,14 @@ class Profile {
   const std::vector<WeightedScore>& scores() const { return scores_; }
   const PlacerPlugin& placer() const { return *placer_; }
   const std::vector<const JobReadyPlugin*>& job_ready() const { return job_ready_; }
+  const SharePlacerPlugin& share_placer() const { return *share_placer_; }
+  const QueueOrderPlugin& queue_order() const { return *queue_order_; }
+  // The cycle's actions, and the make-room and blocked ones allocate runs
+  // for each job, in the order the profile lists them.
+  const std::vector<const CycleAction*>& actions() const { return actions_; }
+  const std::vector<const MakeRoomAction*>& make_room() const { return make_room_; }
+  const std::vector<const BlockedAction*>& when_blocked() const { return when_blocked_; }
+  const std::vector<std::string>& action_names() const { return action_names_; }
 
   // Weighted sum of all scorers.
   int64_t Score(const NodeFit& fit) const {
@@ -61,6 +76,8 @@ class Profile {
   }
 
  private:
+  Status AddActions(const std::vector<std::string>& names, const Registry& registry);
+
   std::string name_;
   std::vector<std::unique_ptr<Plugin>> owned_;
   std::vector<const JobOrderPlugin*> job_orders_;
@@ -68,6 +85,12 @@ class Profile {
   std::vector<WeightedScore> scores_;
   const PlacerPlugin* placer_ = nullptr;
   std::vector<const JobReadyPlugin*> job_ready_;
+  const SharePlacerPlugin* share_placer_ = nullptr;
+  const QueueOrderPlugin* queue_order_ = nullptr;
+  std::vector<const CycleAction*> actions_;
+  std::vector<const MakeRoomAction*> make_room_;
+  std::vector<const BlockedAction*> when_blocked_;
+  std::vector<std::string> action_names_;
 };
 
 }  // namespace rota::sched

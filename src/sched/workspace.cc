@@ -6,6 +6,8 @@ namespace rota::sched {
 
 void Workspace::Reset(const Snapshot& snap) {
   topology_ = &snap.topology();
+  shares_.clear();
+  migs_.clear();
   const uint32_t n = static_cast<uint32_t>(topology_->num_nodes());
   nodes_.resize(n);
   free_mask_.resize(n);
@@ -148,6 +150,36 @@ int64_t Workspace::DomainReplicaBound(int32_t domain, int32_t gpus) const {
   const int32_t* h = &hist_[static_cast<size_t>(domain) * (max_capacity_ + 1)];
   for (int32_t f = gpus; f <= max_capacity_; ++f) total += static_cast<int64_t>(h[f]) * (f / gpus);
   return total;
+}
+
+void Txn::SetShare(uint32_t pos, int32_t gpu, Workspace::GpuShare use) {
+  const uint64_t key = Workspace::GpuKey(pos, gpu);
+  auto it = ws_->shares_.find(key);
+  share_undo_.push_back({false, key, it != ws_->shares_.end(), it != ws_->shares_.end() ? it->second : Workspace::GpuShare{}, {}});
+  ws_->shares_[key] = use;
+}
+
+void Txn::SetMig(uint32_t pos, int32_t gpu, Workspace::MigUse use) {
+  const uint64_t key = Workspace::GpuKey(pos, gpu);
+  auto it = ws_->migs_.find(key);
+  const bool existed = it != ws_->migs_.end();
+  share_undo_.push_back({true, key, existed, {}, existed ? std::move(it->second) : Workspace::MigUse{}});
+  ws_->migs_[key] = std::move(use);
+}
+
+void Txn::Rollback() {
+  RollbackTo(0);
+  while (!share_undo_.empty()) {
+    ShareUndo& u = share_undo_.back();
+    if (u.mig) {
+      if (u.existed) ws_->migs_[u.key] = std::move(u.mig_use);
+      else ws_->migs_.erase(u.key);
+    } else {
+      if (u.existed) ws_->shares_[u.key] = u.share;
+      else ws_->shares_.erase(u.key);
+    }
+    share_undo_.pop_back();
+  }
 }
 
 }  // namespace rota::sched

@@ -14,6 +14,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "sched/bitset_index.h"
@@ -69,7 +70,39 @@ class Workspace {
   // REQUIRES: gpus > 0.
   int64_t DomainReplicaBound(int32_t domain, int32_t gpus) const;
 
+  // GPU sharing. A GPU's fractions in use and its MIG layout and instances
+  // in use, where this cycle changed them (only a Txn changes them, so that
+  // a rollback undoes shares and MIG instances with the whole GPUs).
+  struct GpuShare {
+    int32_t milli = 0;
+    MemoryMiB memory = 0;
+  };
+  struct MigUse {
+    MigLayout layout;
+    uint8_t used = 0;  // start slots of instances in use
+  };
+  // A GPU's layout and instances in use as this cycle sees them (no copy;
+  // valid until the next change).
+  struct MigView {
+    const MigLayout* layout;
+    uint8_t used;
+  };
+  static uint64_t GpuKey(uint32_t pos, int32_t gpu) { return static_cast<uint64_t>(pos) << 6 | static_cast<uint64_t>(gpu); }
+  // Null when this cycle placed no share on it yet (the snapshot's count).
+  const GpuShare* share(uint32_t pos, int32_t gpu) const {
+    auto it = shares_.find(GpuKey(pos, gpu));
+    return it == shares_.end() ? nullptr : &it->second;
+  }
+  MigView mig(uint32_t pos, int32_t gpu) const {
+    if (auto it = migs_.find(GpuKey(pos, gpu)); it != migs_.end()) return {&it->second.layout, it->second.used};
+    return {&nodes_[pos]->mig_layout[gpu], nodes_[pos]->mig_used[gpu]};
+  }
+
  private:
+  friend class Txn;
+  std::unordered_map<uint64_t, GpuShare> shares_;  // GpuKey -> its shares, where this cycle placed some
+  std::unordered_map<uint64_t, MigUse> migs_;      // GpuKey -> its MIG state, where this cycle changed it
+
   void IndexNode(uint32_t pos, int32_t free, int delta);
 
   const Topology* topology_ = nullptr;
@@ -91,7 +124,9 @@ class Workspace {
 // Txn: the tentative allocations of one gang. Place records an allocation in
 // the workspace and in an undo log; RollbackTo undoes back to a mark, in
 // reverse order; Commit keeps them (the caller reads steps() for bindings).
-// Reuse one Txn across jobs: Begin() clears without freeing memory.
+// GPU shares and MIG instances (SetShare, SetMig) are in the same undo log:
+// Rollback undoes them too. Reuse one Txn across jobs: Begin() clears
+// without freeing memory.
 class Txn {
  public:
   struct Step {
@@ -104,11 +139,17 @@ class Txn {
   };
 
   explicit Txn(Workspace* ws) : ws_(ws) {}
-  void Begin() { steps_.clear(); }
+  void Begin() {
+    steps_.clear();
+    share_undo_.clear();
+  }
   void Place(const Step& step) {
     ws_->Take(step.pos, step.mask, step.cpu, step.memory);
     steps_.push_back(step);
   }
+  // The GPU's shares in use become `use` / its MIG state becomes `use`.
+  void SetShare(uint32_t pos, int32_t gpu, Workspace::GpuShare use);
+  void SetMig(uint32_t pos, int32_t gpu, Workspace::MigUse use);
   size_t Mark() const { return steps_.size(); }
   void RollbackTo(size_t mark) {
     while (steps_.size() > mark) {
@@ -117,12 +158,21 @@ class Txn {
       steps_.pop_back();
     }
   }
-  void Rollback() { RollbackTo(0); }
+  // Undoes every step and every share and MIG change since Begin.
+  void Rollback();
   const std::vector<Step>& steps() const { return steps_; }
 
  private:
+  struct ShareUndo {
+    bool mig;
+    uint64_t key;
+    bool existed;
+    Workspace::GpuShare share;
+    Workspace::MigUse mig_use;
+  };
   Workspace* ws_;
   std::vector<Step> steps_;
+  std::vector<ShareUndo> share_undo_;
 };
 
 }  // namespace rota::sched

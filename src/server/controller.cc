@@ -17,12 +17,10 @@ Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
 Controller::~Controller() { Stop(); }
 
 Status Controller::Start() {
-  ROTA_ASSIGN_OR_RETURN(scheduler_, sched::Scheduler::Create(options_.config.profile));
-  ROTA_ASSIGN_OR_RETURN(probe_, sched::Scheduler::Create(options_.config.profile));
-  scheduler_->SetQueues(options_.config);
-  scheduler_->SetBackfill(options_.config);
-  scheduler_->set_min_runtime(options_.min_runtime);
-  probe_->SetQueues(options_.config);
+  sched::EngineOptions engine = sched::EngineOptions::FromConfig(options_.config);
+  engine.min_runtime = options_.min_runtime;
+  ROTA_ASSIGN_OR_RETURN(scheduler_, sched::Scheduler::Create(options_.config, engine));
+  ROTA_ASSIGN_OR_RETURN(probe_, sched::Scheduler::Create(options_.config, engine));
   // Recover: the latest snapshot plus the journal after it (a following
   // standby applied them already: StartFollowing, CatchUp).
   if (warm_ && recovered_->seq != store_->last_seq()) {
@@ -466,25 +464,6 @@ void Controller::RunOneCycle() {
   }
   Snapshot snap = snapshot();
   const TimePoint now = options_.clock->Now();
-  // Decayed usage per queue for fair share: H <- H * 2^(-dt/half_life) + held * dt.
-  const Duration half_life = options_.config.fair_share_half_life;
-  if (half_life > 0 && !options_.config.queues.empty()) {
-    const double dt = decayed_at_ == 0 ? 0 : static_cast<double>(now - decayed_at_);
-    const double keep = std::exp2(-dt / static_cast<double>(half_life));
-    std::map<std::string, double> held;
-    for (const auto& [id, job] : snap.live_jobs()) {
-      if (job->state == JobState::kRunning || job->state == JobState::kPreempting) {
-        held[job->spec.queue] += static_cast<double>(job->spec.GpuEquivalent());
-      }
-    }
-    for (auto& [queue, h] : decayed_usage_) h *= keep;
-    for (const auto& [queue, gpus] : held) decayed_usage_[queue] += gpus * dt;
-    decayed_at_ = now;
-    // As average GPUs over the window the decay integrates to: half_life / ln 2.
-    std::map<std::string, double> average;
-    for (const auto& [queue, h] : decayed_usage_) average[queue] = h * std::log(2.0) / static_cast<double>(half_life);
-    scheduler_->SetUsageHistory(average);
-  }
   sched::CycleResult result;
   const auto t0 = std::chrono::steady_clock::now();
   scheduler_->RunCycle(snap, now, &result);

@@ -337,10 +337,6 @@ class Controller {
     bool seen = false;  // telemetry arrived for its GPUs
   };
   std::map<JobId, JobUsage> usage_;
-  // Fair share: per leaf queue, GPU-microseconds decayed by the half-life
-  // (scheduler thread only; rebuilt from zero after a restart).
-  std::map<std::string, double> decayed_usage_;
-  TimePoint decayed_at_ = 0;
   // Scheduler thread only: what the last cycle saw and did.
   uint64_t last_cycle_revision_ = 0;
   bool last_cycle_idle_ = false;  // it decided nothing

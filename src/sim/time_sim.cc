@@ -211,14 +211,16 @@ class EngineBackend final : public Backend {
                        {placement == Placement::kBestFit ? "scan" : "topology", 1}};
     if (placement == Placement::kBestFit || placement == Placement::kTopology) profile.plugins.push_back({"binpack", 1});
     if (placement == Placement::kSpread) profile.plugins.push_back({"spread", 1});
-    ROTA_ASSIGN_OR_RETURN(b->scheduler_, sched::Scheduler::Create(profile, registry));
-    // The simulator's policy orders jobs (rank); queue quotas and fair share
-    // are not applied here.
+    // The simulator's policy orders jobs and stops them (rank): the engine
+    // only places, neither preempting nor reserving.
+    profile.actions = {"allocate", "shrink-elastic", "grow-elastic"};
+    // Queue quotas and fair share are not applied here.
+    ClusterConfig engine_config;
+    engine_config.profile = profile;
+    ROTA_ASSIGN_OR_RETURN(b->scheduler_, sched::Scheduler::Create(engine_config, sched::EngineOptions{}, registry));
     for (const std::string& name : config.drained) {
       ROTA_RETURN_IF_ERROR(b->state_.Apply(NodeDrainChanged{name, true}));
     }
-    b->scheduler_->set_preemption(false);
-    b->scheduler_->set_reservation_depth(0);
     b->leaves_ = LeafQueuePaths(config);
     return b;
   }
@@ -251,7 +253,9 @@ class EngineBackend final : public Backend {
         submitted_at_[i] = -1;
       }
     }
-    scheduler_->set_max_jobs_per_cycle(static_cast<int32_t>(order.size()));
+    sched::EngineOptions options = scheduler_->options();
+    options.max_jobs_per_cycle = static_cast<int32_t>(order.size());
+    scheduler_->SetOptions(options);
     sched::CycleResult& result = result_;
     {
       Snapshot snap = state_.GetSnapshot();

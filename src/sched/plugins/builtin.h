@@ -13,6 +13,13 @@ void RegisterTopology(Registry& r);     // Placer: smallest topology domain that
 void RegisterScan(Registry& r);         // Placer: scan every node, per-replica greedy (baseline)
 void RegisterBinpack(Registry& r);      // Score: fill nodes up
 void RegisterSpread(Registry& r);       // Score: keep nodes empty
+void RegisterFgd(Registry& r);          // SharePlacer: least growth of fragmentation (the default)
+void RegisterBestFit(Registry& r);      // SharePlacer: the GPU left fullest
+void RegisterDrf(Registry& r);          // QueueOrder: lowest weighted dominant share (the default)
+void RegisterAllocate(Registry& r);     // action: the pending jobs in order
+void RegisterElastic(Registry& r);      // actions: shrink-elastic (make room), grow-elastic
+void RegisterPreempt(Registry& r);      // action (blocked): evict cheaper gangs
+void RegisterReserve(Registry& r);      // action (blocked): hold GPUs for the first blocked jobs
 
 inline void RegisterBuiltinPlugins(Registry& r) {
   RegisterPriority(r);
@@ -23,6 +30,13 @@ inline void RegisterBuiltinPlugins(Registry& r) {
   RegisterScan(r);
   RegisterBinpack(r);
   RegisterSpread(r);
+  RegisterFgd(r);
+  RegisterBestFit(r);
+  RegisterDrf(r);
+  RegisterAllocate(r);
+  RegisterElastic(r);
+  RegisterPreempt(r);
+  RegisterReserve(r);
 }
 
 }  // namespace rota::sched

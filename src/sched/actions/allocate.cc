@@ -1,0 +1,294 @@
+// allocate: the pending jobs in order, each placed as a gang or told why it
+// waits. The order is the profile's: priority first; with queues, among
+// equal priorities the queue its QueueOrder plugin (drf) picks; then the job
+// orders. For each job:
+//   1. its request (a job no cluster could run is rejected);
+//   2. GPU fractions and MIG slices go the sharing path (share_place.h),
+//      then admission;
+//   3. whole GPUs: quota first when the model is known without placing, a
+//      shape that failed this cycle fails again without a search, then the
+//      placer (an elastic job starts smaller rather than not at all), the
+//      profile's make-room actions, and admission by the queues;
+//   4. a job that still waits is explained (reserved or nominated GPUs
+//      named), and the profile's blocked actions act for it (preempt,
+//      reserve) in order.
+// A job that ends before the first reservation starts may backfill onto the
+// reserved GPUs; any other job goes around them.
+#include "sched/actions/action.h"
+#include "sched/plugins/builtin.h"
+#include "sched/session.h"
+#include "sched/share_place.h"
+
+namespace rota::sched {
+namespace {
+
+// The pending jobs in the order they are examined: by job order alone, or
+// with queues by fair share among equal priorities (jobs of no known queue
+// first).
+class JobCursor {
+ public:
+  explicit JobCursor(const Session& s) : s_(s), order_(s.order()) {
+    if (!s.fair()) return;
+    by_queue_.clear();
+    for (uint32_t i = 0; i < order_.size(); ++i) {
+      const int32_t leaf = s.Leaf(*order_[i]);
+      if (leaf < 0) {
+        no_queue_.push_back(i);
+        continue;
+      }
+      if (by_queue_.size() <= static_cast<size_t>(leaf)) by_queue_.resize(leaf + 1);
+      by_queue_[leaf].push_back(i);
+    }
+    head_.assign(by_queue_.size(), 0);
+  }
+
+  const JobRecord* Next() {
+    if (!s_.fair()) return next_ < order_.size() ? order_[next_++] : nullptr;
+    if (no_queue_head_ < no_queue_.size()) return order_[no_queue_[no_queue_head_++]];
+    // Highest priority first; among equals, the queue order; then the
+    // earlier job in job order.
+    const QueueOrderPlugin& queues = s_.profile().queue_order();
+    int32_t best = -1;
+    for (size_t q = 0; q < by_queue_.size(); ++q) {
+      if (head_[q] >= by_queue_[q].size()) continue;
+      if (best < 0) {
+        best = static_cast<int32_t>(q);
+        continue;
+      }
+      const uint32_t a = by_queue_[q][head_[q]];
+      const uint32_t b = by_queue_[best][head_[best]];
+      if (order_[a]->spec.priority != order_[b]->spec.priority) {
+        if (order_[a]->spec.priority > order_[b]->spec.priority) best = static_cast<int32_t>(q);
+        continue;
+      }
+      if (const int c = queues.Compare(s_.book(), static_cast<int32_t>(q), best); c != 0) {
+        if (c < 0) best = static_cast<int32_t>(q);
+        continue;
+      }
+      if (a < b) best = static_cast<int32_t>(q);
+    }
+    if (best < 0) return nullptr;
+    return order_[by_queue_[best][head_[best]++]];
+  }
+
+ private:
+  const Session& s_;
+  const std::vector<const JobRecord*>& order_;
+  size_t next_ = 0;
+  std::vector<std::vector<uint32_t>> by_queue_;  // per leaf queue, positions into order_
+  std::vector<size_t> head_;
+  std::vector<uint32_t> no_queue_;
+  size_t no_queue_head_ = 0;
+};
+
+// The current (elastic) request with fewer replicas: the most that fit now,
+// at least min_replicas; kept in the Txn. False (with the request set to
+// min_replicas, what it needs at least) if not even that fits.
+bool PlaceSmaller(Session& s, const JobRecord& job) {
+  const int32_t best = s.MostReplicasThatFit(job, job.spec.elastic_min_replicas, s.request().tasks[0].replicas - 1);
+  if (best == 0) {
+    s.SetElasticReplicas(job.spec.elastic_min_replicas);
+    return false;
+  }
+  s.SetElasticReplicas(best);
+  return s.TryPlace(true);
+}
+
+class Allocate final : public CycleAction {
+ public:
+  std::string_view name() const override { return "allocate"; }
+  void Execute(Session& s) const override;
+
+ private:
+  // One job; `nominee` is its nomination if it has one.
+  void AllocateOne(Session& s, const JobRecord& job, bool nominee) const;
+  // The sharing path: placed and admitted, or its reason recorded.
+  void AllocateShares(Session& s, const JobRecord& job) const;
+  // Whole GPUs: placed (kept in the Txn) and admitted. False with *refused
+  // if a quota refused it (its reason recorded).
+  bool PlaceWhole(Session& s, const JobRecord& job, bool ends_first, bool* refused) const;
+  // Why a job that did not fit waits, with held GPUs named.
+  PendingReason Explain(Session& s, const JobRecord& job, bool ends_first, bool nominee, bool* unresolvable) const;
+};
+
+void Allocate::Execute(Session& s) const {
+  JobCursor cursor(s);
+  int32_t examined = 0;
+  // Jobs are examined by priority: a nomination is let go for the first job
+  // of its nominee's priority or higher (its nominee included). The nominee
+  // examined last holds its GPUs again, for lower jobs, unless it was placed
+  // or all of its victims have stopped (then holding would only idle them).
+  Session::Nomination* nominee = nullptr;
+  auto settle_nominee = [&] {
+    if (nominee == nullptr) return;
+    const bool placed = !s.out().placed.empty() && s.out().placed.back().job == nominee->job->id;
+    if (!placed && s.room_being_made(nominee->job->id)) s.HoldNomination(*nominee, true);
+    nominee = nullptr;
+  };
+  const int32_t max_jobs = s.options().max_jobs_per_cycle;
+  while (const JobRecord* job = cursor.Next()) {
+    settle_nominee();
+    if (max_jobs > 0 && examined++ >= max_jobs) break;
+    for (Session::Nomination& n : s.nominations()) {
+      if (!n.released && n.job->spec.priority <= job->spec.priority) s.HoldNomination(n, false);
+      if (n.job == job) nominee = &n;
+    }
+    AllocateOne(s, *job, nominee != nullptr);
+  }
+  settle_nominee();
+}
+
+void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const {
+  CycleResult& out = s.out();
+  PendingReason why;
+  if (!s.BuildRequest(job, &why)) {
+    out.unresolvable.push_back({job.id, std::move(why)});
+    return;
+  }
+  if (s.request().fractional) return AllocateShares(s, job);
+  // Quota first when the GPU model is known without placing (the job names
+  // it, or the cluster has one): a job over its queue's limit waits for
+  // quota, whatever capacity frees up.
+  const int32_t leaf = s.Leaf(job);
+  const int16_t model = s.RequestModel();
+  if (leaf >= 0 && model >= 0 && s.request().total_gpus > 0 &&
+      s.RefuseOverQuota(job, leaf, {{model, s.request().total_gpus}})) {
+    return;
+  }
+  // Backfill: a job that ends before the first reservation starts may use
+  // the reserved GPUs; any other job must go around them.
+  const bool ends_first = s.holding() && s.has_clock() && job.spec.time_limit > 0 &&
+                          s.now() + job.spec.time_limit <= s.first_reservation();
+  // A placement shape that already failed this cycle fails again (nothing
+  // is freed within a cycle) - after its quota check, which is its own.
+  if (const Session::Failure* seen = s.FindFailure(job, ends_first);
+      seen != nullptr && !s.room_being_made(job.id) && !nominee) {
+    (seen->unresolvable ? out.unresolvable : out.pending).push_back({job.id, seen->reason});
+    return;
+  }
+  bool refused = false;
+  if (PlaceWhole(s, job, ends_first, &refused)) {
+    s.CommitPlacement();
+    return;
+  }
+  if (refused) return;
+  bool unresolvable = false;
+  PendingReason reason = Explain(s, job, ends_first, nominee, &unresolvable);
+  if (!unresolvable) {
+    // Room already being made for it: wait for those gangs to stop.
+    if (const std::string making_room = s.MakingRoomFor(job.id); !making_room.empty()) {
+      out.pending.push_back(
+          {job.id, {ReasonCode::kPreempting, "waiting for preempted job(s) " + making_room + " to checkpoint and stop"}});
+      return;
+    }
+    for (const BlockedAction* a : s.profile().when_blocked()) {
+      if (a->Blocked(s, job, &reason)) return;
+    }
+  }
+  s.RecordFailure(&job, reason, unresolvable, ends_first);
+  (unresolvable ? out.unresolvable : out.pending).push_back({job.id, std::move(reason)});
+}
+
+void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
+  CycleResult& out = s.out();
+  PendingReason why;
+  bool never = false;
+  const size_t first = out.replicas.size();
+  const size_t first_reconf = out.reconfigurations.size();
+  if (!PlaceShares(s, &why, &never)) {
+    (never ? out.unresolvable : out.pending).push_back({job.id, why});
+    return;
+  }
+  if (!s.fair()) return;
+  // Admission: its shares count as whole GPUs (rounded up) of the model they landed on.
+  const int32_t leaf = s.Leaf(job);
+  const int16_t model = s.ws().node(s.topology().position_of(out.replicas[first].node)).model;
+  const QueueBook::ModelGpus add = {{model, static_cast<int32_t>(job.spec.GpuEquivalent())}};
+  if (leaf >= 0 && model >= 0 && s.RefuseOverQuota(job, leaf, add)) {
+    // Undo the placement: the Txn (shares and MIG instances too) and the output.
+    s.txn().Rollback();
+    out.replicas.resize(first);
+    out.reconfigurations.resize(first_reconf);
+    out.placed.pop_back();
+    return;
+  }
+  if (leaf >= 0 && model >= 0) s.book().Charge(leaf, add);
+  if (leaf >= 0) s.ChargeResources(leaf);
+}
+
+bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, bool* refused) const {
+  if (ends_first) s.ReleaseHeld();
+  bool ok = s.TryPlace(/*keep=*/true);
+  // An elastic job starts smaller rather than not at all.
+  if (!ok && job.spec.elastic()) ok = PlaceSmaller(s, job);
+  const size_t resize_mark = s.out().resizes.size();
+  for (const MakeRoomAction* a : s.profile().make_room()) {
+    if (ok) break;
+    ok = a->MakeRoom(s, job);
+  }
+  const int32_t leaf = s.Leaf(job);
+  if (ok && leaf >= 0) {
+    // Admission: the placement must fit the queues' quotas too.
+    const QueueBook::ModelGpus add = s.TxnGpusByModel();
+    if (s.RefuseOverQuota(job, leaf, add)) {
+      // Undo first, so reserved GPUs it had taken go back to being held.
+      s.txn().Rollback();
+      s.UndoResizes(resize_mark);
+      if (ends_first) s.RetakeHeld();
+      *refused = true;
+      return false;
+    }
+    s.Charge(leaf, add);
+  }
+  if (ends_first) s.RetakeHeld();
+  return ok;
+}
+
+PendingReason Allocate::Explain(Session& s, const JobRecord& job, bool ends_first, bool nominee,
+                                bool* unresolvable) const {
+  PendingReason reason = ExplainUnresolvable(s.ctx(), s.request());
+  *unresolvable = !reason.ok();
+  if (*unresolvable) return reason;
+  reason = ExplainPending(s.ctx(), s.request());
+  // Held back only by a reservation?
+  if (s.holding() && !ends_first) {
+    s.ReleaseHeld();
+    const bool would_fit = s.TryPlace(false);
+    s.RetakeHeld();
+    if (would_fit) {
+      const Duration gap = s.first_reservation() - s.now();
+      reason = {ReasonCode::kReserved, "fits now only on GPUs reserved for a higher job that starts in " +
+                                           FormatDuration(gap) + "; a time_limit of at most " + FormatDuration(gap) +
+                                           " would let it backfill"};
+    }
+  }
+  // Held back only by GPUs nominated for a higher job that preempted for them?
+  if (reason.code != ReasonCode::kReserved && !nominee) {
+    std::string for_jobs;
+    for (Session::Nomination& n : s.nominations()) {
+      if (n.released) continue;
+      s.HoldNomination(n, false);
+      n.released = false;  // only looked at
+      for_jobs += (for_jobs.empty() ? "" : ", ") + std::to_string(n.job->id.value());
+    }
+    if (!for_jobs.empty()) {
+      const bool would_fit = s.TryPlace(false);
+      for (Session::Nomination& n : s.nominations()) {
+        if (!n.released) s.HoldNomination(n, true);
+      }
+      if (would_fit) {
+        reason = {ReasonCode::kReserved, "fits now only on GPUs freed by preemption for higher-priority job(s) " +
+                                             for_jobs + ", held for them until they start"};
+      }
+    }
+  }
+  return reason;
+}
+
+}  // namespace
+
+void RegisterAllocate(Registry& r) {
+  r.Register("allocate", [] { return std::make_unique<Allocate>(); });
+}
+
+}  // namespace rota::sched

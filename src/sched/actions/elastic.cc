@@ -1,0 +1,179 @@
+// Elastic jobs (min_replicas below their replicas) grow and shrink.
+//   shrink-elastic (make-room): a job that does not fit takes surplus
+//     replicas (above their min) of running elastic jobs: of lower priority
+//     at once, of equal priority only once they have run min_runtime since
+//     they started or last resized (never without a clock); across queues
+//     only from a queue borrowing beyond its guarantee; never GPUs a
+//     reservation counts on. Lowest priority and most surplus first, and the
+//     last one gives up only as many replicas as needed.
+//   grow-elastic (cycle): what is left free at the end of a cycle goes to
+//     running elastic jobs below their replicas, highest priority first,
+//     each at most once per min_runtime (a resize restarts the gang).
+// An elastic job that does not fit whole starts smaller: allocate's own
+// rule, not an action.
+#include "sched/actions/action.h"
+#include "sched/plugins/builtin.h"
+#include "sched/session.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace rota::sched {
+namespace {
+
+// Frees surplus replicas until the current request fits, and places it
+// (kept in the Txn); records the shrinks in out().resizes. False (nothing
+// changed) if that is not enough.
+bool ShrinkElastic(Session& s, const JobRecord& job) {
+  const TimePoint* now = s.now_or_null();
+  const QueueBook& book = s.book();
+  struct Candidate {
+    const JobRecord* job;
+    std::vector<ReplicaPlacement> placement;  // current, replicas in order
+    size_t surplus;
+  };
+  std::vector<Candidate> candidates;
+  for (const JobRecord* r : s.elastic_running()) {
+    if (r->id == job.id || s.is_victim(r->id) || r->spec.priority > job.spec.priority) {
+      continue;
+    }
+    if (r->spec.priority == job.spec.priority &&
+        (now == nullptr || *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime)) {
+      continue;
+    }
+    // Across queues, only a queue borrowing beyond its guarantee gives up replicas.
+    if (s.fair() && r->spec.queue != job.spec.queue) {
+      const int32_t leaf = book.LeafIndex(r->spec.queue);
+      if (leaf < 0 || !book.Borrowing(leaf)) continue;
+    }
+    // GPUs a reservation counts on stay with their gang (as for preemption).
+    if (s.HoldsReservedGpus(*r)) continue;
+    const std::vector<ReplicaPlacement>* resized = s.resized(r->id);
+    std::vector<ReplicaPlacement> p = resized != nullptr ? *resized : r->placement;
+    const size_t min = static_cast<size_t>(r->spec.elastic_min_replicas);
+    if (p.size() <= min) continue;
+    std::sort(p.begin(), p.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
+    candidates.push_back({r, std::move(p), 0});
+    candidates.back().surplus = candidates.back().placement.size() - min;
+  }
+  if (candidates.empty()) return false;
+  // Lowest priority first, then the most surplus.
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tuple(a.job->spec.priority, -static_cast<int64_t>(a.surplus), a.job->id) <
+           std::tuple(b.job->spec.priority, -static_cast<int64_t>(b.surplus), b.job->id);
+  });
+  // Its highest replicas go first.
+  auto release = [&](const Candidate& c, size_t k, bool give) {
+    s.SetReplicasReleased(c.job->spec, c.placement.data() + c.placement.size() - k, k, give);
+  };
+  size_t last = candidates.size();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    release(candidates[i], candidates[i].surplus, true);
+    if (s.TryPlace(false)) {
+      last = i;
+      break;
+    }
+  }
+  if (last == candidates.size()) {
+    for (const Candidate& c : candidates) release(c, c.surplus, false);
+    return false;
+  }
+  // Candidates after `last` were never released: nothing to take back.
+  // The last one gives up only as many replicas as needed.
+  Candidate& c = candidates[last];
+  release(c, c.surplus, false);
+  size_t lo = 1, hi = c.surplus;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    release(c, mid, true);
+    const bool fits = s.TryPlace(false);
+    release(c, mid, false);
+    if (fits) hi = mid;
+    else lo = mid + 1;
+  }
+  c.surplus = lo;
+  release(c, c.surplus, true);
+  if (!s.TryPlace(true)) {  // cannot happen: the same placement fitted above
+    for (size_t i = 0; i <= last; ++i) release(candidates[i], candidates[i].surplus, false);
+    return false;
+  }
+  for (size_t i = 0; i <= last; ++i) {
+    Candidate& v = candidates[i];
+    v.placement.resize(v.placement.size() - v.surplus);
+    s.out().resizes.push_back({v.job->id, v.placement,
+                            "shrunk by " + std::to_string(v.surplus) + " replica(s) to " +
+                                std::to_string(v.placement.size()) + " for job " + std::to_string(job.id.value()),
+                            job.id});
+    s.SetResized(v.job->id, v.placement);
+  }
+  return true;
+}
+
+class ShrinkElasticAction final : public MakeRoomAction {
+ public:
+  std::string_view name() const override { return "shrink-elastic"; }
+  bool MakeRoom(Session& s, const JobRecord& job) const override {
+    return !s.elastic_running().empty() && ShrinkElastic(s, job);
+  }
+};
+
+class GrowElastic final : public CycleAction {
+ public:
+  std::string_view name() const override { return "grow-elastic"; }
+  void Execute(Session& s) const override;
+};
+
+void GrowElastic::Execute(Session& s) const {
+  const Topology& topo = s.topology();
+  const TimePoint* now = s.now_or_null();
+  std::vector<const JobRecord*> growing;
+  for (const JobRecord* r : s.elastic_running()) {
+    if (s.is_victim(r->id) || s.resized(r->id) != nullptr) continue;
+    if (static_cast<int64_t>(r->placement.size()) >= r->spec.TotalReplicas()) continue;
+    // New replicas are placed on their own: they could not be kept in the running ones' domain.
+    if (r->spec.topology.mode == TopologyMode::kRequired && !r->spec.topology.level.empty()) continue;
+    if (now != nullptr && *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime) continue;
+    growing.push_back(r);
+  }
+  std::sort(growing.begin(), growing.end(), [](const JobRecord* a, const JobRecord* b) {
+    return std::tie(b->spec.priority, a->id) < std::tie(a->spec.priority, b->id);
+  });
+  for (const JobRecord* r : growing) {
+    PendingReason why;
+    if (!s.BuildRequest(*r, &why)) continue;
+    const int32_t leaf = s.Leaf(*r);
+    const int32_t missing = s.request().tasks[0].replicas - static_cast<int32_t>(r->placement.size());
+    const int32_t best = s.MostReplicasThatFit(*r, 1, missing);
+    if (best == 0) continue;
+    s.SetElasticReplicas(best);
+    if (!s.TryPlace(true)) continue;
+    if (leaf >= 0) {
+      s.Charge(leaf, s.TxnGpusByModel());
+    }
+    // The new replicas take the lowest replica indices the gang lacks.
+    std::vector<bool> used(static_cast<size_t>(r->spec.tasks[0].replicas), false);
+    for (const ReplicaPlacement& p : r->placement) used[p.replica] = true;
+    std::vector<ReplicaPlacement> grown = r->placement;
+    uint32_t next = 0;
+    for (const Txn::Step& st : s.txn().steps()) {
+      while (used[next]) ++next;
+      used[next] = true;
+      grown.push_back({0, next, topo.node_at(st.pos), st.mask});
+    }
+    std::sort(grown.begin(), grown.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
+    s.out().resizes.push_back({r->id, grown,
+                            "grew by " + std::to_string(best) + " replica(s) to " + std::to_string(grown.size()) +
+                                " into free GPUs",
+                            JobId()});
+    s.SetResized(r->id, std::move(grown));
+  }
+}
+
+}  // namespace
+
+void RegisterElastic(Registry& r) {
+  r.Register("shrink-elastic", [] { return std::make_unique<ShrinkElasticAction>(); });
+  r.Register("grow-elastic", [] { return std::make_unique<GrowElastic>(); });
+}
+
+}  // namespace rota::sched

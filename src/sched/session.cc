@@ -1,0 +1,497 @@
+#include "sched/session.h"
+
+#include <algorithm>
+#include <bit>
+#include <map>
+#include <tuple>
+
+namespace rota::sched {
+
+Session::Session(const Profile* profile, const EngineOptions* options, QueueBook* book)
+    : profile_(profile), options_(options), book_(book), txn_(&ws_), ctx_(profile, &ws_, &txn_) {}
+
+void Session::BeginProbe(const Snapshot& snap) {
+  snap_ = &snap;
+  ws_.Reset(snap);
+  ctx_.NewCycle();
+}
+
+void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out) {
+  BeginProbe(snap);
+  has_now_ = now != nullptr;
+  now_ = has_now_ ? *now : 0;
+  out_ = out;
+  out->Clear();
+  out->revision = snap.revision();
+  failures_.clear();
+  failure_index_.clear();
+  endings_built_ = false;
+  preemption_searches_ = 0;
+  victim_set_.clear();
+  held_.clear();
+  promised_.clear();
+  first_reservation_ = 0;
+  resized_.clear();
+  mig_demand_built_ = false;
+  typical_built_ = false;
+  making_room_for_.clear();
+  order_.clear();
+  running_.clear();
+  elastic_running_.clear();
+  for (const auto& [id, job] : snap.live_jobs()) {
+    if (job->state == JobState::kPending) order_.push_back(job.get());
+    if (job->state == JobState::kRunning) running_.push_back(job.get());
+    if (job->state == JobState::kRunning && job->spec.elastic()) elastic_running_.push_back(job.get());
+    if (job->state == JobState::kPreempting) making_room_for_.emplace(job->preempted_for, id);
+  }
+  std::stable_sort(order_.begin(), order_.end(), [this](const JobRecord* a, const JobRecord* b) {
+    for (const JobOrderPlugin* o : profile_->job_orders()) {
+      if (int c = o->Compare(*a, *b); c != 0) return c < 0;
+    }
+    return a->id < b->id;
+  });
+  if (fair()) book_->Reset(snap);
+
+  // Nominations: GPUs freed for a preemptor stay out of the pool for jobs of
+  // lower priority while gangs are still stopping for it (and a little after).
+  nominations_.clear();
+  if (has_now_) {
+    const Topology& t = snap.topology();
+    for (const JobRecord* j : order_) {
+      if (j->nominated.empty() ||
+          (making_room_for_.count(j->id) == 0 && now_ - j->nominated_at >= options_->nomination_ttl)) {
+        continue;
+      }
+      Nomination n{j, {}, false};
+      for (const ReplicaPlacement& p : j->nominated) {
+        const uint32_t pos = t.position_of(p.node);
+        const uint64_t mask = p.gpu_mask & ws_.free_mask(pos);
+        if (mask == 0) continue;
+        ws_.Take(pos, mask, 0, 0);
+        n.held.push_back({pos, mask});
+      }
+      if (!n.held.empty()) nominations_.push_back(std::move(n));
+    }
+  }
+}
+
+std::string Session::MakingRoomFor(JobId job) const {
+  std::string ids;
+  for (auto [it, end] = making_room_for_.equal_range(job); it != end; ++it) {
+    ids += (ids.empty() ? "" : ", ") + std::to_string(it->second.value());
+  }
+  return ids;
+}
+
+void Session::CommitPlacement() {
+  const Topology& topo = snap_->topology();
+  out_->placed.push_back({request_.job->id, static_cast<uint32_t>(out_->replicas.size()),
+                          static_cast<uint32_t>(txn_.steps().size())});
+  for (const Txn::Step& s : txn_.steps()) out_->replicas.push_back({s.task, s.replica, topo.node_at(s.pos), s.mask});
+}
+
+int16_t Session::RequestModel() const {
+  int16_t model = snap_->gpu_models().size() == 1 ? 0 : -1;
+  for (const TaskRequest& t : request_.tasks) {
+    if (t.gpus > 0 && t.model >= 0) model = t.model;
+  }
+  return model;
+}
+
+void Session::Charge(int32_t leaf, const QueueBook::ModelGpus& add) {
+  book_->Charge(leaf, add);
+  ChargeResources(leaf);
+}
+
+void Session::Reserve(JobId job, TimePoint start, const std::vector<Txn::Step>& steps) {
+  const Topology& topo = snap_->topology();
+  Reservation r{job, start, {}};
+  for (const Txn::Step& st : steps) {
+    r.replicas.push_back({st.task, st.replica, topo.node_at(st.pos), st.mask});
+    promised_[st.pos] |= st.mask;
+    const uint64_t free_now = st.mask & ws_.free_mask(st.pos);
+    if (free_now != 0) {
+      ws_.Take(st.pos, free_now, 0, 0);
+      held_.push_back({st.pos, free_now});
+    }
+  }
+  first_reservation_ = out_->reservations.empty() ? start : std::min(first_reservation_, start);
+  out_->reservations.push_back(std::move(r));
+}
+
+const std::vector<ReplicaPlacement>* Session::resized(JobId job) const {
+  auto it = resized_.find(job);
+  return it == resized_.end() ? nullptr : &it->second;
+}
+
+void Session::UndoResizes(size_t mark) {
+  CycleResult* out = out_;
+  while (out->resizes.size() > mark) {
+    const Resize& r = out->resizes.back();
+    const JobRecord* job = snap_->FindJob(r.job);
+    // Back to what it held before this resize: the previous resize of it this cycle, or the snapshot's.
+    std::vector<ReplicaPlacement> before = job->placement;
+    for (size_t i = mark; i-- > 0;) {
+      if (out->resizes[i].job == r.job) {
+        before = out->resizes[i].replicas;
+        break;
+      }
+    }
+    std::vector<ReplicaPlacement> removed;
+    for (const ReplicaPlacement& p : before) {
+      if (std::find(r.replicas.begin(), r.replicas.end(), p) == r.replicas.end()) removed.push_back(p);
+    }
+    SetReplicasReleased(job->spec, removed.data(), removed.size(), false);
+    if (before == job->placement) resized_.erase(r.job);
+    else resized_[r.job] = before;
+    out->resizes.pop_back();
+  }
+}
+
+const Session::Failure* Session::FindFailure(const JobRecord& job, bool ends_first) const {
+  if (failures_.empty()) return nullptr;
+  for (auto [it, end] = failure_index_.equal_range(ShapeHash(job.spec)); it != end; ++it) {
+    const Failure& f = failures_[it->second];
+    if (f.ends_first == ends_first && f.held == held_.size() && SameShape(*f.job, job)) return &f;
+  }
+  return nullptr;
+}
+
+const std::vector<Session::Ending>& Session::Endings() {
+  if (!endings_built_) {
+    endings_built_ = true;
+    endings_.clear();
+    for (const auto& [id, job] : snap_->live_jobs()) {
+      if (job->state != JobState::kRunning || job->spec.time_limit <= 0) continue;
+      endings_.push_back({std::max(now_, job->started_at + job->spec.time_limit), job.get()});
+    }
+    std::sort(endings_.begin(), endings_.end(), [](const Ending& a, const Ending& b) {
+      return std::tie(a.end, a.job->id) < std::tie(b.end, b.job->id);
+    });
+  }
+  return endings_;
+}
+
+const std::vector<const std::string*>& Session::MigDemand() {
+  if (!mig_demand_built_) {
+    mig_demand_built_ = true;
+    mig_demand_.clear();
+    for (const JobRecord* j : order_) {
+      for (const TaskGroupSpec& t : j->spec.tasks) {
+        for (int32_t r = 0; r < t.replicas && !t.gpu_share.mig_profile.empty() && mig_demand_.size() < 64; ++r) {
+          mig_demand_.push_back(&t.gpu_share.mig_profile);
+        }
+      }
+      if (mig_demand_.size() >= 64) break;
+    }
+  }
+  return mig_demand_;
+}
+
+bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
+  const Snapshot& snap = *snap_;
+  const JobSpec& spec = job.spec;
+  const Topology& topo = snap.topology();
+  request_.job = &job;
+  request_.selector = spec.node_selector.empty() ? &empty_labels_ : &spec.node_selector;
+  request_.tasks.clear();
+  request_.total_gpus = 0;
+  request_.total_replicas = 0;
+  request_.fractional = false;
+  bool whole = false;
+  for (size_t i = 0; i < spec.tasks.size(); ++i) {
+    const TaskGroupSpec& t = spec.tasks[i];
+    request_.fractional = request_.fractional || t.gpu_share.shared();
+    if (t.gpu_share.shared() && !spec.topology.level.empty() && spec.topology.mode == TopologyMode::kRequired) {
+      *why = {ReasonCode::kUnsupported,
+              "topology: a required level for a job with GPU fractions or MIG slices is not scheduled yet; make it "
+              "preferred or drop it"};
+      return false;
+    }
+    whole = whole || t.gpus > 0;
+    if (request_.fractional && whole) {
+      *why = {ReasonCode::kUnsupported, "tasks[" + std::to_string(i) +
+                                            "]: a job with GPU fractions or MIG slices may not also ask for whole GPUs "
+                                            "(not scheduled yet)"};
+      return false;
+    }
+    TaskRequest r;
+    r.task = static_cast<uint16_t>(i);
+    r.replicas = t.replicas;
+    r.gpus = t.gpus;
+    r.cpu = t.cpu;
+    r.memory = t.memory;
+    r.gpu_memory = t.gpu_memory;
+    r.milli = t.gpu_share.fraction_milli;
+    r.share_memory = t.gpu_share.memory;
+    r.mig = t.gpu_share.mig_profile.empty() ? nullptr : &t.gpu_share.mig_profile;
+    if (!t.gpu_model.empty()) {
+      r.model = snap.ModelIndex(t.gpu_model);
+      r.model_missing = r.model < 0;
+    }
+    request_.tasks.push_back(r);
+    request_.total_gpus += static_cast<int64_t>(t.replicas) * t.gpus;
+    request_.total_replicas += t.replicas;
+  }
+  const int32_t root = static_cast<int32_t>(topo.domain_levels().size());
+  if (spec.topology.level.empty()) {
+    request_.level = root;
+    request_.required = false;
+  } else {
+    request_.level = topo.DomainLevelIndex(spec.topology.level);
+    request_.required = spec.topology.mode == TopologyMode::kRequired;
+    if (request_.level < -1) {
+      std::string levels = "node";
+      for (const auto& l : topo.domain_levels()) levels += ", " + l;
+      *why = {ReasonCode::kInvalid, "topology.level: the cluster has no level '" + spec.topology.level +
+                                        "' (levels: " + levels + ", cluster)"};
+      return false;
+    }
+  }
+  return true;
+}
+
+uint64_t Session::ShapeHash(const JobSpec& spec) const {
+  // FNV-1a over the fields SameShape compares.
+  uint64_t h = 1469598103934665603ULL;
+  auto mix = [&h](std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h ^= c;
+      h *= 1099511628211ULL;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ULL;
+  };
+  auto num = [&h](int64_t v) {  // a word at a time (numbers are most of a shape)
+    h ^= static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h *= 1099511628211ULL;
+  };
+  mix(spec.topology.level);
+  num(static_cast<int64_t>(spec.topology.mode));
+  mix(spec.queue);
+  num(spec.priority);
+  num(spec.preemptible);
+  num(spec.elastic_min_replicas);
+  for (const auto& [k, v] : spec.node_selector) {
+    mix(k);
+    mix(v);
+  }
+  for (const TaskGroupSpec& t : spec.tasks) {
+    num(t.replicas);
+    num(t.gpus);
+    num(t.cpu);
+    num(t.memory);
+    num(t.gpu_memory);
+    mix(t.gpu_model);
+  }
+  return h;
+}
+
+bool Session::SameShape(const JobRecord& a, const JobRecord& b) {
+  const JobSpec& x = a.spec;
+  const JobSpec& y = b.spec;
+  if (x.tasks.size() != y.tasks.size() || x.node_selector != y.node_selector ||
+      x.topology.level != y.topology.level || x.topology.mode != y.topology.mode ||
+      // What decides whether it may preempt, and whom:
+      x.queue != y.queue || x.priority != y.priority || x.preemptible != y.preemptible ||
+      x.elastic_min_replicas != y.elastic_min_replicas) {
+    return false;
+  }
+  for (size_t i = 0; i < x.tasks.size(); ++i) {
+    const TaskGroupSpec& s = x.tasks[i];
+    const TaskGroupSpec& t = y.tasks[i];
+    if (s.replicas != t.replicas || s.gpus != t.gpus || s.cpu != t.cpu || s.memory != t.memory ||
+        s.gpu_model != t.gpu_model || s.gpu_memory != t.gpu_memory || s.gpu_share.shared() || t.gpu_share.shared()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Session::RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable, bool ends_first) {
+  failure_index_.emplace(ShapeHash(job->spec), failures_.size());
+  failures_.push_back({job, reason, unresolvable, ends_first, held_.size()});
+}
+
+bool Session::TryPlace(bool keep) {
+  txn_.Begin();
+  bool ok = profile_->placer().Place(ctx_, request_);
+  for (const JobReadyPlugin* r : profile_->job_ready()) {
+    ok = ok && r->Ready(request_, static_cast<int64_t>(txn_.steps().size()));
+  }
+  if (!ok || !keep) txn_.Rollback();
+  return ok;
+}
+
+void Session::HoldNomination(Nomination& n, bool hold) {
+  for (auto& [pos, mask] : n.held) {
+    if (hold) {
+      mask &= ws_.free_mask(pos);  // what was used meanwhile is gone
+      ws_.Take(pos, mask, 0, 0);
+    } else {
+      ws_.Give(pos, mask, 0, 0);
+    }
+  }
+  n.released = !hold;
+}
+
+void Session::ReleaseHeld() {
+  for (const auto& [pos, mask] : held_) ws_.Give(pos, mask, 0, 0);
+}
+
+void Session::RetakeHeld() {
+  for (auto& [pos, mask] : held_) {
+    mask &= ws_.free_mask(pos);  // a backfilled job may have taken some: it ends first
+    ws_.Take(pos, mask, 0, 0);
+  }
+}
+
+void Session::SetReleased(const JobRecord& job, bool release) {
+  auto it = resized_.find(job.id);
+  const std::vector<ReplicaPlacement>& placement = it != resized_.end() ? it->second : job.placement;
+  SetReplicasReleased(job.spec, placement.data(), placement.size(), release);
+}
+
+void Session::SetReplicasReleased(const JobSpec& spec, const ReplicaPlacement* first, size_t count, bool release) {
+  const Topology& topo = snap_->topology();
+  for (const ReplicaPlacement* r = first; r != first + count; ++r) {
+    if (r->shares_gpu()) continue;  // a shared or MIG GPU is not freed whole by one sharer ending
+    const TaskGroupSpec& t = spec.tasks[r->task];
+    const uint32_t pos = topo.position_of(r->node);
+    const uint64_t mask = r->gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
+    if (release) ws_.Give(pos, mask, t.cpu, t.memory);
+    else ws_.Take(pos, mask, t.cpu, t.memory);
+  }
+}
+
+bool Session::HoldsReservedGpus(const JobRecord& job) const {
+  const std::vector<Reservation>& reservations = out_->reservations;
+  for (const Reservation& res : reservations) {
+    for (const ReplicaPlacement& rp : res.replicas) {
+      for (const ReplicaPlacement& mine : job.placement) {
+        if (rp.node == mine.node && (rp.gpu_mask & mine.gpu_mask) != 0) return true;
+      }
+    }
+  }
+  return false;
+}
+
+QueueBook::ModelGpus Session::TxnGpusByModel() const {
+  QueueBook::ModelGpus add;  // GPUs per model, summed over the gang
+  for (const Txn::Step& st : txn_.steps()) {
+    const int16_t model = ws_.node(st.pos).model;
+    if (model < 0 || st.mask == 0) continue;
+    auto it = std::find_if(add.begin(), add.end(), [&](const auto& e) { return e.first == model; });
+    if (it == add.end()) add.push_back({model, std::popcount(st.mask)});
+    else it->second += std::popcount(st.mask);
+  }
+  return add;
+}
+
+bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf) const {
+  if (!book_->configured() || leaf < 0) return true;
+  std::string why;
+  return book_->Admits(leaf, TxnGpusByModel(), book_->MayBorrow(job.spec), &why);
+}
+
+void Session::SetElasticReplicas(int32_t k) {
+  TaskRequest& t = request_.tasks[0];
+  t.replicas = k;
+  request_.total_replicas = k;
+  request_.total_gpus = static_cast<int64_t>(k) * t.gpus;
+}
+
+int32_t Session::MostReplicasThatFit(const JobRecord& job, int32_t lo, int32_t hi) {
+  const int32_t leaf = Leaf(job);
+  int32_t best = 0;
+  // Placement and quota are both monotone in the count: binary search.
+  while (lo <= hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    SetElasticReplicas(mid);
+    const bool ok = TryPlace(true) && QuotaAdmits(job, leaf);
+    txn_.Rollback();
+    if (ok) {
+      best = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return best;
+}
+
+bool Session::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) {
+  const bool may_borrow = book_->MayBorrow(job.spec);
+  std::string why_not, never;
+  if (book_->Admits(leaf, add, may_borrow, &why_not)) return false;
+  const bool impossible = !book_->Admits(leaf, add, may_borrow, &never, /*empty=*/true);
+  PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
+                      "needs " + std::to_string(request_.total_gpus) + " GPUs; " + (impossible ? never : why_not)};
+  (impossible ? out_->unresolvable : out_->pending).push_back({job.id, std::move(quota)});
+  return true;
+}
+
+void Session::ChargeResources(int32_t leaf) {
+  MilliCpu cpu = 0;
+  MemoryMiB memory = 0;
+  for (const TaskRequest& t : request_.tasks) {
+    cpu += t.cpu * t.replicas;
+    memory += t.memory * t.replicas;
+  }
+  book_->ChargeResources(leaf, cpu, memory);
+}
+
+bool Session::ShareCouldFit(const TaskRequest& task, uint32_t pos) const {
+  const NodeState& n = ws_.node(pos);
+  if (task.mig != nullptr) {
+    if (n.mig_mask == 0 || n.mig_geometry->ProfileIndex(*task.mig) < 0) return false;
+    if (task.model >= 0 && n.model != task.model) return false;
+  }
+  if (task.milli > 0) {
+    if (n.spec.gpus == 0) return false;
+    if (task.model >= 0 && n.model != task.model) return false;
+    if (task.gpu_memory > 0 && n.spec.gpu_memory < task.gpu_memory) return false;
+    if (task.share_memory > 0 && n.spec.gpu_memory > 0 && n.spec.gpu_memory < task.share_memory) return false;
+  }
+  TaskRequest cpu_part = task;  // the filters see the replica's CPU and memory, no whole GPUs
+  cpu_part.gpus = 0;
+  cpu_part.model = -1;
+  for (const FilterPlugin* f : profile_->filters()) {
+    if (f->Filter(request_, cpu_part, ws_.View(pos)).fit == FilterResult::kNever) return false;
+  }
+  return n.spec.cpu >= task.cpu && n.spec.memory >= task.memory;
+}
+
+const std::vector<TypicalTask>& Session::TypicalMix() {
+  if (typical_built_) return typical_;
+  typical_built_ = true;
+  typical_.clear();
+  // The live jobs' task shapes, weighted by replicas: what FGD expects to
+  // have to place next. The 32 most common.
+  std::map<std::tuple<int64_t, int32_t, int32_t, int16_t>, int64_t> weight;
+  for (const auto& [id, j] : snap_->live_jobs()) {
+    for (const TaskGroupSpec& t : j->spec.tasks) {
+      if (!t.gpu_share.mig_profile.empty()) continue;  // MIG instances live on MIG GPUs
+      const int32_t milli = t.gpu_share.fraction_milli > 0 ? t.gpu_share.fraction_milli : (t.gpus > 0 ? 1000 : 0);
+      const int32_t num = t.gpu_share.fraction_milli > 0 ? 1 : t.gpus;
+      const int16_t model = t.gpu_model.empty() ? -1 : snap_->ModelIndex(t.gpu_model);
+      weight[{t.cpu, milli, num, model}] += t.replicas;
+    }
+  }
+  std::vector<std::pair<int64_t, std::tuple<int64_t, int32_t, int32_t, int16_t>>> shapes;
+  for (const auto& [shape, w] : weight) shapes.push_back({w, shape});
+  std::stable_sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (shapes.size() > 32) shapes.resize(32);
+  int64_t kept = 0;
+  for (const auto& s : shapes) kept += s.first;
+  for (const auto& [w, shape] : shapes) {
+    const auto& [cpu, milli, num, model] = shape;
+    TypicalTask t{cpu, milli, num, std::vector<bool>(snap_->gpu_models().size(), model < 0),
+                  static_cast<double>(w) / static_cast<double>(kept)};
+    if (model >= 0) t.access[model] = true;
+    typical_.push_back(std::move(t));
+  }
+  return typical_;
+}
+
+}  // namespace rota::sched

@@ -1,0 +1,228 @@
+// Session: one scheduling cycle, what every action and plugin works on
+// (Volcano's Session). It holds the cycle's inputs (the snapshot, the time
+// if the driver has one, the options, the profile, the queue book), the
+// workspace and its Txn (whole GPUs, shares and MIG instances), the request
+// being placed, the decisions made so far (CycleResult) and the bookkeeping
+// that lets later decisions respect earlier ones: GPUs held for
+// reservations and nominations, gangs chosen as victims or resized, shapes
+// that already failed.
+//
+// The primitives the actions share live here, once: build a request, try
+// it in the Txn, release a running gang's resources as if it had ended,
+// admit and charge a placement against the queues, commit a placement.
+// Actions (actions/*.cc) decide; the session records.
+//
+// Thread-safety: one owner (the scheduler's cycle). Reused across cycles
+// (Begin clears without freeing memory).
+//
+// Example (an action):
+//   void GrowElastic::Execute(Session& s) const {
+//     for (const JobRecord* r : s.elastic_running()) {
+//       if (!s.BuildRequest(*r, &why)) continue;
+//       if (s.TryPlace(/*keep=*/true)) ...
+#pragma once
+
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "sched/cycle_result.h"
+#include "sched/options.h"
+#include "sched/place_context.h"
+#include "sched/queues.h"
+#include "sched/reason.h"
+#include "sched/registry.h"
+#include "sched/workspace.h"
+
+namespace rota::sched {
+
+class Session {
+ public:
+  Session(const Profile* profile, const EngineOptions* options, QueueBook* book);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Starts a cycle on `snap` at `now` (null: no clock, so no reservations,
+  // preemption or nominations) writing into `out` (cleared). Orders the
+  // pending jobs by the profile's job orders.
+  void Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out);
+  // Only the workspace, for checking one job against the whole cluster.
+  void BeginProbe(const Snapshot& snap);
+
+  // --- The cycle's inputs.
+  const Snapshot& snap() const { return *snap_; }
+  const Topology& topology() const { return snap_->topology(); }
+  bool has_clock() const { return has_now_; }
+  TimePoint now() const { return now_; }  // REQUIRES: has_clock()
+  const TimePoint* now_or_null() const { return has_now_ ? &now_ : nullptr; }
+  const EngineOptions& options() const { return *options_; }
+  const Profile& profile() const { return *profile_; }
+  QueueBook& book() { return *book_; }
+  const QueueBook& book() const { return *book_; }
+  bool fair() const { return book_->configured(); }
+  // The job's leaf queue; -1 without queues (or for an unknown path).
+  int32_t Leaf(const JobRecord& job) const { return fair() ? book_->LeafIndex(job.spec.queue) : -1; }
+
+  // --- Jobs, as this cycle found them.
+  const std::vector<const JobRecord*>& order() const { return order_; }  // pending, in job order
+  const std::vector<const JobRecord*>& running() const { return running_; }
+  const std::vector<const JobRecord*>& elastic_running() const { return elastic_running_; }
+  // Running gangs being preempted to make room for `job` (their ids).
+  std::string MakingRoomFor(JobId job) const;
+  bool room_being_made(JobId job) const { return making_room_for_.count(job) > 0; }
+
+  // --- The workspace and the request being placed.
+  Workspace& ws() { return ws_; }
+  const Workspace& ws() const { return ws_; }
+  Txn& txn() { return txn_; }
+  PlaceContext& ctx() { return ctx_; }
+  JobRequest& request() { return request_; }
+  const JobRequest& request() const { return request_; }
+  CycleResult& out() { return *out_; }
+
+  // Fills request() for `job`; false (with *why) if it cannot be scheduled at all.
+  bool BuildRequest(const JobRecord& job, PendingReason* why);
+  // Tries the current request (the placer, then every JobReady plugin) in
+  // the Txn; rolls back unless `keep`. True if it fits.
+  bool TryPlace(bool keep);
+  // The current (elastic) request with k replicas of its one task group.
+  void SetElasticReplicas(int32_t k);
+  // The most replicas in [lo, hi] that fit now, placement and quota (0 =
+  // none); leaves the workspace as it was.
+  int32_t MostReplicasThatFit(const JobRecord& job, int32_t lo, int32_t hi);
+  // Records the Txn's steps as the placement of the current request.
+  void CommitPlacement();
+
+  // Frees (or takes back) a running job's resources in the workspace, as if
+  // it had ended; only its healthy GPUs come free. A job resized this cycle
+  // frees what it holds after the resize.
+  void SetReleased(const JobRecord& job, bool release);
+  void SetReplicasReleased(const JobSpec& spec, const ReplicaPlacement* first, size_t count, bool release);
+
+  // --- Admission (the queue book).
+  // GPUs per model of the Txn's steps.
+  QueueBook::ModelGpus TxnGpusByModel() const;
+  // The model of the request's whole GPUs when known without placing (it
+  // names one, or the cluster has one); -1 otherwise.
+  int16_t RequestModel() const;
+  bool QuotaAdmits(const JobRecord& job, int32_t leaf) const;
+  // Records why `job` waits (or is rejected) if adding `add` to its queue
+  // would break a quota; true if so.
+  bool RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add);
+  // Charges `add` and the current request's CPU and memory to `leaf`.
+  void Charge(int32_t leaf, const QueueBook::ModelGpus& add);
+  // Only the current request's CPU and memory (dominant shares).
+  void ChargeResources(int32_t leaf);
+
+  // --- Reservations: GPUs held for blocked jobs this cycle.
+  bool holding() const { return !held_.empty(); }
+  size_t held_count() const { return held_.size(); }
+  TimePoint first_reservation() const { return first_reservation_; }
+  // Gives the held GPUs back to the pool (a job that ends before the first
+  // reservation may use them) / takes back what is still free of them.
+  void ReleaseHeld();
+  void RetakeHeld();
+  // Adds a reservation for `job` at `start` on `steps` (taking what is free
+  // of them out of the pool).
+  void Reserve(JobId job, TimePoint start, const std::vector<Txn::Step>& steps);
+  // GPUs some reservation of this cycle counts on, by position.
+  const std::unordered_map<uint32_t, uint64_t>& promised() const { return promised_; }
+  // Whether a running gang holds GPUs a reservation of this cycle counts on:
+  // evicting or shrinking it would hand them to a job the reservation's
+  // owner goes before.
+  bool HoldsReservedGpus(const JobRecord& job) const;
+
+  // --- Time limits: running jobs with one, by when they reach it (at
+  // least now), what reservations count on. Built on first use.
+  // REQUIRES: has_clock().
+  struct Ending {
+    TimePoint end;
+    const JobRecord* job;
+  };
+  const std::vector<Ending>& Endings();
+  // One more victim search this cycle, if options().max_preemption_searches allows.
+  bool TakePreemptionSearch() { return preemption_searches_++ < options_->max_preemption_searches; }
+
+  // --- Nominations: GPUs freed by preemption for a pending job, out of the
+  // pool for jobs of lower priority while its victims are stopping.
+  struct Nomination {
+    const JobRecord* job;
+    std::vector<std::pair<uint32_t, uint64_t>> held;
+    bool released = false;  // given back to the pool
+  };
+  std::vector<Nomination>& nominations() { return nominations_; }
+  void HoldNomination(Nomination& n, bool hold);
+
+  // --- Gangs changed this cycle.
+  bool is_victim(JobId job) const { return victim_set_.count(job) > 0; }
+  void AddVictim(JobId job) { victim_set_.insert(job); }
+  // Placements of elastic jobs resized this cycle (their current gangs).
+  const std::vector<ReplicaPlacement>* resized(JobId job) const;
+  void SetResized(JobId job, std::vector<ReplicaPlacement> placement) { resized_[job] = std::move(placement); }
+  void ClearResized(JobId job) { resized_.erase(job); }
+  // Takes back the resizes recorded in out().resizes from `mark` on.
+  void UndoResizes(size_t mark);
+
+  // --- Shapes that failed this cycle: nothing is freed within a cycle, so
+  // a job of the same shape (and the same view of held GPUs) fails again.
+  struct Failure {
+    const JobRecord* job;
+    PendingReason reason;
+    bool unresolvable;
+    bool ends_first;  // tried with the reserved GPUs available
+    size_t held;      // how many held ranges existed then (more reservations, other room)
+  };
+  const Failure* FindFailure(const JobRecord& job, bool ends_first) const;
+  void RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable, bool ends_first);
+
+  // --- Sharing.
+  // MIG profiles the cycle's pending jobs ask for, in order (at most 64).
+  const std::vector<const std::string*>& MigDemand();
+  // The live jobs' task shapes, weighted by replicas (FGD's typical mix).
+  const std::vector<TypicalTask>& TypicalMix();
+  // Whether a replica of `task` (a share or CPU only) could ever run on `pos`.
+  bool ShareCouldFit(const TaskRequest& task, uint32_t pos) const;
+
+ private:
+  uint64_t ShapeHash(const JobSpec& spec) const;
+  static bool SameShape(const JobRecord& a, const JobRecord& b);
+
+  const Profile* profile_;
+  const EngineOptions* options_;
+  QueueBook* book_;
+  const Snapshot* snap_ = nullptr;
+  bool has_now_ = false;
+  TimePoint now_ = 0;
+  CycleResult* out_ = nullptr;
+
+  Workspace ws_;
+  Txn txn_;
+  PlaceContext ctx_;
+  JobRequest request_;
+  Labels empty_labels_;
+
+  std::vector<const JobRecord*> order_;
+  std::vector<const JobRecord*> running_;
+  std::vector<const JobRecord*> elastic_running_;
+  std::unordered_multimap<JobId, JobId> making_room_for_;  // preemptor -> its preempting victims
+
+  std::vector<std::pair<uint32_t, uint64_t>> held_;  // taken out of the pool for reservations (free when taken)
+  TimePoint first_reservation_ = 0;
+  std::unordered_map<uint32_t, uint64_t> promised_;
+  std::vector<Nomination> nominations_;
+  std::unordered_set<JobId> victim_set_;
+  std::unordered_map<JobId, std::vector<ReplicaPlacement>> resized_;
+
+  std::vector<Ending> endings_;
+  bool endings_built_ = false;
+  int32_t preemption_searches_ = 0;
+  std::vector<Failure> failures_;
+  std::unordered_multimap<uint64_t, size_t> failure_index_;  // ShapeHash -> failures_ index
+
+  std::vector<const std::string*> mig_demand_;
+  bool mig_demand_built_ = false;
+  std::vector<TypicalTask> typical_;
+  bool typical_built_ = false;
+};
+
+}  // namespace rota::sched
