@@ -30,6 +30,7 @@ void QueueBook::Add(const std::vector<QueueConfig>& children, int32_t parent, co
     const std::string path = e.path;
     const double weight = e.effective_weight;
     queues_.push_back(std::move(e));
+    if (parent >= 0) queues_[parent].children.push_back(index);
     Add(q.children, index, path, weight);
   }
 }
@@ -109,13 +110,26 @@ bool QueueBook::Admits(int32_t leaf, const ModelGpus& add, bool may_borrow, std:
     const Queue& e = queues_[q];
     if (!e.has_quota) continue;
     for (const auto& [model, n] : add) {
-      const int64_t used = empty ? 0 : e.used[model];
+      // A job kept within guarantees is not held back by what siblings
+      // borrow beyond theirs (that is reclaimable, and preempt reclaims it).
+      const int64_t used = empty ? 0 : !may_borrow && q != leaf ? HeldWithinGuarantees(q, model) : e.used[model];
       const int64_t quota = Lookup(e.quota, model, 0);
       constexpr int64_t kUnlimited = int64_t{1} << 50;
-      const int64_t limit = may_borrow ? quota + Lookup(e.borrowing_limit, model, kUnlimited) : quota;
-      if (used + n > limit) {
+      const int64_t ceiling = quota + Lookup(e.borrowing_limit, model, kUnlimited);
+      const int64_t limit = may_borrow ? ceiling : quota;
+      // Whatever is reclaimable, a queue never holds more than its ceiling.
+      const bool over_ceiling = !empty && e.used[model] + n > ceiling;
+      if (used + n > limit || over_ceiling) {
         const std::string& name = models_[model];
-        *why = "queue " + e.path + " holds " + std::to_string(used) + " " + name + " GPUs and would hold " +
+        const bool within = !may_borrow && q != leaf && !empty;
+        if (used + n <= limit) {  // within guarantees, but the borrowers fill its ceiling
+          *why = "queue " + e.path + " holds " + std::to_string(e.used[model]) + " " + name + " GPUs and would hold " +
+                 std::to_string(e.used[model] + n) + "; its limit is " + std::to_string(quota) + " guaranteed + " +
+                 std::to_string(ceiling - quota) + " borrowable (its children borrow the rest)";
+          return false;
+        }
+        *why = "queue " + e.path + " holds " + std::to_string(used) + " " + name + " GPUs" +
+               (within ? " within its children's guarantees" : "") + " and would hold " +
                std::to_string(used + n) + "; its limit is " + std::to_string(quota) + " guaranteed" +
                (may_borrow ? " + " + std::to_string(limit - quota) + " borrowable"
                            : " (jobs that may not be preempted use only the guarantee)");
@@ -174,17 +188,44 @@ bool QueueBook::Borrowing(int32_t leaf) const {
   return false;
 }
 
-bool QueueBook::WithinGuarantee(int32_t leaf, const ModelGpus& add) const {
+int64_t QueueBook::HeldWithinGuarantees(int32_t q, int16_t model) const {
+  const Queue& e = queues_[q];
+  if (e.leaf) return e.used[model];
+  int64_t held = 0;
+  for (int32_t c : e.children) {
+    const int64_t inner = HeldWithinGuarantees(c, model);
+    held += queues_[c].has_quota ? std::min(inner, Lookup(queues_[c].quota, model, 0)) : inner;
+  }
+  return held;
+}
+
+bool QueueBook::MayReclaim(int32_t leaf, int32_t victim_leaf, const ModelGpus& add) const {
+  // The lowest common ancestor (-1: different top-level queues).
+  std::vector<int32_t> mine;
+  for (int32_t q = leaf; q >= 0; q = queues_[q].parent) mine.push_back(q);
+  int32_t common = -1;
+  for (int32_t q = victim_leaf; q >= 0 && common < 0; q = queues_[q].parent) {
+    if (std::find(mine.begin(), mine.end(), q) != mine.end()) common = q;
+  }
   bool any_quota = false;
-  for (int32_t q = leaf; q >= 0; q = queues_[q].parent) {
+  for (int32_t q = leaf; q != common; q = queues_[q].parent) {
     const Queue& e = queues_[q];
     if (!e.has_quota) continue;
     any_quota = true;
     for (const auto& [model, n] : add) {
-      if (e.used[model] + n > Lookup(e.quota, model, 0)) return false;
+      if (HeldWithinGuarantees(q, model) + n > Lookup(e.quota, model, 0)) return false;
     }
   }
-  return any_quota;
+  if (!any_quota) return false;
+  for (int32_t q = victim_leaf; q != common; q = queues_[q].parent) {
+    const Queue& e = queues_[q];
+    if (!e.has_quota) continue;
+    for (size_t m = 0; m < e.used.size(); ++m) {
+      const auto model = static_cast<int16_t>(m);
+      if (HeldWithinGuarantees(q, model) > Lookup(e.quota, model, 0)) return true;
+    }
+  }
+  return false;
 }
 
 void QueueBook::ChargeResources(int32_t leaf, MilliCpu cpu, MemoryMiB memory) {

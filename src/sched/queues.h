@@ -50,14 +50,26 @@ class QueueBook {
   // decay window; it adds to the queue's share, so a queue that ran a lot
   // recently yields to one that did not. Kept until replaced.
   void SetHistory(const std::map<std::string, double>& average_gpus);
-  // GPUs of `model` the queue (and its ancestors) hold beyond their guarantee;
-  // 0 if within it or without quotas.
+  // Whether the leaf holds more GPUs of some model than it is guaranteed.
   bool Borrowing(int32_t leaf) const;
-  // Adding `add` keeps the queue, and every ancestor with quotas, within its
-  // guarantee (no borrowing). Reclaiming is only for work that fits there, so
-  // two queues can never take capacity back from each other in turn.
-  bool WithinGuarantee(int32_t leaf, const ModelGpus& add) const;
+  // Whether a job of `leaf` adding `add` may reclaim from a gang of
+  // `victim_leaf` (evict it as a borrower): below their lowest common
+  // ancestor, every queue with quotas on the job's side stays within its
+  // guarantee (there is one at least), and some queue on the victim's side
+  // holds more than its guarantee. Above the common ancestor nothing
+  // changes: the eviction moves GPUs inside it, so a parent over its own
+  // quota does not hold a team below its guarantee while a sibling borrows.
+  // A queue's holding within guarantees counts its children's up to each
+  // child's guarantee (what they borrow is reclaimable), so two queues can
+  // never take capacity back from each other in turn.
+  bool MayReclaim(int32_t leaf, int32_t victim_leaf, const ModelGpus& add) const;
+  // The queue's guaranteed GPUs of `model` (0 without a quota for it).
+  int64_t Guarantee(int32_t q, int16_t model) const { return Lookup(queues_[q].quota, model, 0); }
+  // GPUs of `model` the queue holds within guarantees: a leaf all it holds;
+  // a parent the sum of its children's, each up to the child's guarantee.
+  int64_t HeldWithinGuarantees(int32_t q, int16_t model) const;
   const std::string& path(int32_t q) const { return queues_[q].path; }
+  const std::string& model_name(int16_t model) const { return models_[model]; }
   // A queue's weight times its ancestors' shares of their levels (0..1].
   double effective_weight(int32_t q) const { return queues_[q].effective_weight; }
 
@@ -71,6 +83,7 @@ class QueueBook {
     std::vector<std::pair<std::string, int64_t>> lending_limit;
     bool has_quota = false;
     bool leaf = false;
+    std::vector<int32_t> children;
     std::vector<int64_t> used;  // by interned model
     int64_t used_total = 0;
     MilliCpu used_cpu = 0;

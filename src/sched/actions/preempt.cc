@@ -1,14 +1,15 @@
 // preempt: a blocked job may evict preemptible running gangs, if that lets
-// it fit now: gangs of lower priority in its queue, or gangs borrowing from
-// a queue over its guarantee while the job's queue is within its own
-// (reclaim). Victims are chosen by the work they would lose (GPUs x the
-// time since their last checkpoint, or their start), cheapest first,
-// preferring victims within one rack to victims scattered over the
-// cluster; a gang is never evicted before it has run min_runtime, more
-// than max_preemptions_per_hour times an hour, for a job it was itself
+// it fit now: gangs of lower priority in its queue, or gangs of a queue
+// borrowing beyond its guarantee while the job's side stays within its own
+// (reclaim, QueueBook::MayReclaim). Victims are chosen by the work they
+// would lose (GPUs x the time since their last checkpoint, or their start),
+// cheapest first, preferring victims within one rack to victims scattered
+// over the cluster; a gang is never evicted before it has run min_runtime,
+// more than max_preemptions_per_hour times an hour, for a job it was itself
 // evicted for, or off GPUs a reservation counts on. Victims get their
-// checkpoint signal and grace; the preemptor waits (its pending reason
-// says for whom), with the GPUs nominated for it.
+// checkpoint signal and grace; the preemptor waits (its pending reason says
+// for whom), with the GPUs nominated for it. When a reclaim is blocked, the
+// reason names the queue, its guarantee, the borrower and what blocks it.
 #include "sched/actions/action.h"
 #include "sched/plugins/builtin.h"
 #include "sched/session.h"
@@ -19,132 +20,174 @@
 namespace rota::sched {
 namespace {
 
-// The cheapest set of victims whose eviction lets the current request fit;
-// empty if none does. Leaves the workspace as it found it.
-std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job) {
-  const Topology& topo = s.topology();
+struct Candidate {
+  int64_t cost;  // GPU-microseconds of work since it last saved (lost if evicted)
+  const JobRecord* job;
+};
+
+// What the candidate search saw of reclaiming.
+struct Reclaim {
+  int64_t candidates = 0;  // borrowers' gangs that may be evicted
+  std::string borrower;    // the first borrower queue met
+  std::string blocked;     // why the first of its gangs may not be evicted
+};
+
+// Why running gang `r` may not be evicted for `job` ("" if it may); *reclaim
+// says whether it is a borrower's the job may reclaim from.
+std::string Exclusion(Session& s, const JobRecord& job, const JobRecord& r, int16_t model, bool* reclaim) {
   const QueueBook& book = s.book();
+  const EngineOptions& o = s.options();
   const TimePoint now = s.now();
-  const int32_t my_leaf = s.Leaf(job);
+  *reclaim = false;
+  if (r.spec.queue == job.spec.queue) {
+    if (r.spec.priority >= job.spec.priority) return "not eligible";
+  } else {
+    const int32_t leaf = s.Leaf(job), victim_leaf = book.LeafIndex(r.spec.queue);
+    *reclaim = leaf >= 0 && victim_leaf >= 0 && model >= 0 &&
+               book.MayReclaim(leaf, victim_leaf, {{model, s.request().total_gpus}});
+    if (!*reclaim) return "not eligible";
+  }
+  const std::string id = "job " + std::to_string(r.id.value());
+  if (!book.MayBorrow(r.spec)) return id + " may not be preempted";
+  if (now - r.started_at < o.min_runtime) {
+    return id + " has run " + FormatDuration(now - r.started_at) + " of its " + FormatDuration(o.min_runtime) +
+           " minimum runtime";
+  }
+  const auto recent = std::count_if(r.preempted_at.begin(), r.preempted_at.end(),
+                                    [&](TimePoint t) { return now - t < 3600 * kMicrosPerSecond; });
+  if (recent >= o.max_preemptions_per_hour) {
+    return id + " was preempted " + std::to_string(recent) + " times in the last hour (the most allowed)";
+  }
+  if (s.is_victim(r.id) || s.resized(r.id) != nullptr) return id + " is already being preempted or resized";
+  // No eviction cycles: never evict a job this one was (recently) evicted for.
+  if (std::find(job.preempted_by.begin(), job.preempted_by.end(), r.id) != job.preempted_by.end()) {
+    return id + " preempted this job before (no eviction cycles)";
+  }
+  // Evicting a gang whose GPUs a reservation counts on would only hand
+  // them to a job that the reservation's owner should go before.
+  if (s.HoldsReservedGpus(r)) return id + " holds GPUs a reservation counts on";
+  return "";
+}
+
+// The running gangs that may be evicted for `job`, cheapest first.
+std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* reclaim) {
   // Reclaiming across queues needs the job's GPU model (to check its guarantee).
   const int16_t model = s.RequestModel();
-  const bool may_reclaim = my_leaf >= 0 && model >= 0 &&
-                           book.WithinGuarantee(my_leaf, {{model, s.request().total_gpus}});
-  struct Candidate {
-    int64_t cost;  // GPU-microseconds of work since it started (lost if it has not checkpointed)
-    const JobRecord* job;
-  };
   std::vector<Candidate> candidates;
   for (const JobRecord* r : s.running()) {
-    const JobId id = r->id;
-    if (!book.MayBorrow(r->spec)) continue;
-    if (now - r->started_at < s.options().min_runtime) continue;
-    const auto recent = std::count_if(r->preempted_at.begin(), r->preempted_at.end(),
-                                      [&](TimePoint t) { return now - t < 3600 * kMicrosPerSecond; });
-    if (recent >= s.options().max_preemptions_per_hour) continue;
-    if (s.is_victim(id) || s.resized(id) != nullptr) continue;
-    // No eviction cycles: never evict a job this one was (recently) evicted for.
-    if (std::find(job.preempted_by.begin(), job.preempted_by.end(), id) != job.preempted_by.end()) continue;
-    // Evicting a gang whose GPUs a reservation counts on would only hand
-    // them to a job that the reservation's owner should go before.
-    if (s.HoldsReservedGpus(*r)) continue;
-    bool eligible = r->spec.queue == job.spec.queue && r->spec.priority < job.spec.priority;
-    if (!eligible && may_reclaim && r->spec.queue != job.spec.queue) {
-      const int32_t leaf = book.LeafIndex(r->spec.queue);
-      eligible = leaf >= 0 && book.Borrowing(leaf);
+    bool borrower = false;
+    const std::string why = Exclusion(s, job, *r, model, &borrower);
+    if (borrower && reclaim->borrower.empty()) reclaim->borrower = r->spec.queue;
+    if (!why.empty()) {
+      if (borrower && reclaim->blocked.empty()) reclaim->blocked = why;
+      continue;
     }
-    if (!eligible) continue;
+    reclaim->candidates += borrower;
     // Lost work: its GPUs x the time since it last saved (its start, or its
     // last reported checkpoint in this run).
     const TimePoint saved = std::max(r->started_at, r->last_checkpoint_at);
-    candidates.push_back({r->spec.GpuEquivalent() * std::max<Duration>(0, now - saved), r});
+    candidates.push_back({r->spec.GpuEquivalent() * std::max<Duration>(0, s.now() - saved), r});
   }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return std::tie(a.cost, a.job->id) < std::tie(b.cost, b.job->id);
   });
-  auto set = [&](const JobRecord& r, bool release) { s.SetReleased(r, release); };
-  // The shortest cheapest-first prefix of `list` whose eviction lets the job
-  // fit: doubling, then binary search (a few placements, not one per victim).
-  // Returns its length, 0 if none fits; leaves nothing released.
-  size_t released = 0;
-  const std::vector<Candidate>* list = &candidates;
-  auto set_prefix = [&](size_t k) {
-    for (; released < k; ++released) set(*(*list)[released].job, true);
-    for (; released > k; --released) set(*(*list)[released - 1].job, false);
-  };
-  auto shortest_prefix = [&]() -> size_t {
+  return candidates;
+}
+
+// Evicts prefixes of a candidate list in the workspace, to see what fits.
+class PrefixSearch {
+ public:
+  explicit PrefixSearch(Session& s) : s_(s) {}
+  ~PrefixSearch() { SetPrefix(0); }
+
+  // Works on `list` from now on. REQUIRES: nothing released.
+  void Use(const std::vector<Candidate>* list) { list_ = list; }
+  const std::vector<Candidate>& list() const { return *list_; }
+  // Releases exactly the first k candidates.
+  void SetPrefix(size_t k) {
+    for (; released_ < k; ++released_) s_.SetReleased(*(*list_)[released_].job, true);
+    for (; released_ > k; --released_) s_.SetReleased(*(*list_)[released_ - 1].job, false);
+  }
+  // The shortest prefix whose eviction lets the job fit: doubling, then
+  // binary search (a few placements, not one per victim). 0 if none fits;
+  // leaves nothing released.
+  size_t Shortest() {
     size_t hi = 1;
     bool fits = false;
-    while (!list->empty()) {
-      set_prefix(std::min(hi, list->size()));
-      fits = s.TryPlace(false);
-      if (fits || hi >= list->size()) break;
+    while (!list_->empty()) {
+      SetPrefix(std::min(hi, list_->size()));
+      fits = s_.TryPlace(false);
+      if (fits || hi >= list_->size()) break;
       hi *= 2;
     }
     if (!fits) {
-      set_prefix(0);
+      SetPrefix(0);
       return 0;
     }
     size_t lo = hi / 2 + 1;
-    hi = std::min(hi, list->size());
+    hi = std::min(hi, list_->size());
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;
-      set_prefix(mid);
-      if (s.TryPlace(false)) hi = mid;
+      SetPrefix(mid);
+      if (s_.TryPlace(false)) hi = mid;
       else lo = mid + 1;
     }
-    set_prefix(0);
+    SetPrefix(0);
     return hi;
-  };
-  // Prefer victims in one domain (innermost level above the node: a rack)
-  // over GPUs scattered across the cluster: try each domain's candidates
-  // alone, cheapest total first; only if none suffices, all of them.
+  }
+
+ private:
+  Session& s_;
+  const std::vector<Candidate>* list_ = nullptr;
+  size_t released_ = 0;
+};
+
+// Victims in one domain (innermost level above the node: a rack) rather
+// than GPUs scattered across the cluster: each domain's candidates alone,
+// the cheapest sufficient set; empty if no one domain suffices.
+std::vector<Candidate> OneDomain(Session& s, PrefixSearch& search, const std::vector<Candidate>& candidates) {
+  const Topology& topo = s.topology();
   std::vector<Candidate> local;
-  if (!topo.domain_levels().empty() && candidates.size() > 1) {
-    std::map<int32_t, std::vector<Candidate>> by_domain;
-    for (const Candidate& c : candidates) {
-      int32_t d = -1;
-      for (const ReplicaPlacement& p : c.job->placement) {
-        const int32_t pd = topo.DomainOf(topo.position_of(p.node), 0);
-        d = d == -1 || d == pd ? pd : -2;  // -2: the gang itself spans domains
-      }
-      if (d >= 0) by_domain[d].push_back(c);
+  if (topo.domain_levels().empty() || candidates.size() <= 1) return local;
+  std::map<int32_t, std::vector<Candidate>> by_domain;
+  for (const Candidate& c : candidates) {
+    int32_t d = -1;
+    for (const ReplicaPlacement& p : c.job->placement) {
+      const int32_t pd = topo.DomainOf(topo.position_of(p.node), 0);
+      d = d == -1 || d == pd ? pd : -2;  // -2: the gang itself spans domains
     }
-    int64_t best_cost = INT64_MAX;
-    int tried = 0;
-    for (auto& [d, group] : by_domain) {
-      if (group.size() == candidates.size() || ++tried > 8) break;  // one domain holds them all: same as global
-      list = &group;
-      const size_t k = shortest_prefix();
-      if (k == 0) continue;
-      int64_t cost = 0;
-      for (size_t i = 0; i < k; ++i) cost += group[i].cost;
-      if (cost < best_cost) {
-        best_cost = cost;
-        local.assign(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(k));
-      }
+    if (d >= 0) by_domain[d].push_back(c);
+  }
+  int64_t best_cost = INT64_MAX;
+  int tried = 0;
+  for (auto& [d, group] : by_domain) {
+    if (group.size() == candidates.size() || ++tried > 8) break;  // one domain holds them all: same as global
+    search.Use(&group);
+    const size_t k = search.Shortest();
+    if (k == 0) continue;
+    int64_t cost = 0;
+    for (size_t i = 0; i < k; ++i) cost += group[i].cost;
+    if (cost < best_cost) {
+      best_cost = cost;
+      local.assign(group.begin(), group.begin() + static_cast<std::ptrdiff_t>(k));
     }
   }
-  size_t hi = 0;
-  if (!local.empty()) {
-    list = &local;
-    hi = local.size();
-  } else {
-    list = &candidates;
-    hi = shortest_prefix();
-  }
-  const bool fits = hi > 0;
-  std::vector<const JobRecord*> victims;
-  if (!fits) return victims;
-  set_prefix(hi);
-  // Keep only the victims whose GPUs the job's placement actually uses:
-  // scattered GPUs elsewhere are not evicted for nothing.
+  return local;
+}
+
+// Of the first `k` of the search's list (which fit), only the victims whose
+// GPUs the job's placement actually uses: scattered GPUs elsewhere are not
+// evicted for nothing. Falls back to all k if the trimmed set does not fit.
+std::vector<const JobRecord*> Trim(Session& s, PrefixSearch& search, size_t k) {
+  const Topology& topo = s.topology();
+  search.SetPrefix(k);
   s.TryPlace(true);
   std::vector<std::pair<uint32_t, uint64_t>> used;
   for (const Txn::Step& st : s.txn().steps()) used.push_back({st.pos, st.mask});
   s.txn().Rollback();
-  for (size_t i = 0; i < hi; ++i) {
-    const JobRecord& v = *(*list)[i].job;
+  std::vector<const JobRecord*> victims;
+  for (size_t i = 0; i < k; ++i) {
+    const JobRecord& v = *search.list()[i].job;
     bool overlaps = false;
     for (const ReplicaPlacement& p : v.placement) {
       const uint32_t pos = topo.position_of(p.node);
@@ -152,16 +195,49 @@ std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job) {
     }
     if (overlaps) victims.push_back(&v);
   }
-  set_prefix(0);
-  // Check the trimmed set; fall back to the whole prefix if it does not hold.
-  for (const JobRecord* v : victims) set(*v, true);
+  search.SetPrefix(0);
+  for (const JobRecord* v : victims) s.SetReleased(*v, true);
   const bool trimmed_fits = s.TryPlace(false);
-  for (const JobRecord* v : victims) set(*v, false);
+  for (const JobRecord* v : victims) s.SetReleased(*v, false);
   if (!trimmed_fits) {
     victims.clear();
-    for (size_t i = 0; i < hi; ++i) victims.push_back((*list)[i].job);
+    for (size_t i = 0; i < k; ++i) victims.push_back(search.list()[i].job);
   }
   return victims;
+}
+
+// The cheapest set of victims whose eviction lets the current request fit;
+// empty if none does. Leaves the workspace as it found it.
+std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job, Reclaim* reclaim) {
+  const std::vector<Candidate> candidates = Candidates(s, job, reclaim);
+  PrefixSearch search(s);
+  std::vector<Candidate> local = OneDomain(s, search, candidates);
+  size_t k = 0;
+  if (!local.empty()) {
+    search.Use(&local);
+    k = local.size();
+  } else {
+    search.Use(&candidates);
+    k = search.Shortest();
+  }
+  if (k == 0) return {};
+  return Trim(s, search, k);
+}
+
+// "; queue Q holds h of its g guaranteed M GPUs while B borrows ...": why a
+// reclaim the job is entitled to did not happen.
+std::string ReclaimBlocked(Session& s, const JobRecord& job, const Reclaim& reclaim) {
+  const QueueBook& book = s.book();
+  const int16_t model = s.RequestModel();
+  const int32_t leaf = s.Leaf(job);
+  const std::string gpus = book.model_name(model) + " GPUs";
+  std::string out = "; queue " + job.spec.queue + " holds " + std::to_string(book.HeldWithinGuarantees(leaf, model)) +
+                    " of its " + std::to_string(book.Guarantee(leaf, model)) + " guaranteed " + gpus + " while " +
+                    reclaim.borrower + " borrows beyond its own, but reclaiming is blocked: ";
+  if (!reclaim.blocked.empty() && reclaim.candidates == 0) return out + reclaim.blocked;
+  out += "evicting every borrowed gang it may take would not make room for it";
+  if (!reclaim.blocked.empty()) out += " (and " + reclaim.blocked + ")";
+  return out;
 }
 
 class Preempt final : public BlockedAction {
@@ -169,8 +245,12 @@ class Preempt final : public BlockedAction {
   std::string_view name() const override { return "preempt"; }
   bool Blocked(Session& s, const JobRecord& job, PendingReason* reason) const override {
     if (!s.has_clock() || reason->code == ReasonCode::kReserved || !s.TakePreemptionSearch()) return false;
-    const std::vector<const JobRecord*> victims = ChooseVictims(s, job);
-    if (victims.empty()) return false;
+    Reclaim reclaim;
+    const std::vector<const JobRecord*> victims = ChooseVictims(s, job, &reclaim);
+    if (victims.empty()) {
+      if (!reclaim.borrower.empty()) reason->message += ReclaimBlocked(s, job, reclaim);
+      return false;
+    }
     std::string names;
     for (const JobRecord* v : victims) {
       const std::string cause = job.spec.queue == v->spec.queue
