@@ -20,8 +20,11 @@ constexpr const char* kUsage =
     "\n"
     "Schedules the jobs (in file order; jobs marked state: running stay where\n"
     "they are) on the cluster until nothing more can be placed, and prints the\n"
-    "placements, the pending jobs with their reasons, the reservations (when the\n"
-    "file sets `now:`), and the rejected jobs.\n";
+    "placements, the pending jobs with their reasons, the preemptions, the\n"
+    "reservations and the rejected jobs, naming jobs by their names. The plan is\n"
+    "made at the file's `now:`; without one, at the latest time the file gives,\n"
+    "with running jobs that give no started_at counted as having run the minimum\n"
+    "runtime (and only durations are shown).\n";
 
 std::string GpuList(const std::vector<int32_t>& gpus) {
   // "0-3,6" style ranges.
@@ -57,7 +60,8 @@ void PrintJson(const sched::PlanOutput& out) {
   j["pending"] = nlohmann::ordered_json::array();
   for (const auto& p : out.pending) {
     nlohmann::ordered_json pj{{"job", p.job}, {"code", p.code}, {"message", p.message}};
-    if (p.expected_start != 0) pj["expected_start"] = FormatTime(p.expected_start);
+    if (p.expected_start != 0 && out.absolute_times) pj["expected_start"] = FormatTime(p.expected_start);
+    if (p.expected_start != 0) pj["expected_in"] = FormatDuration(p.expected_in);
     j["pending"].push_back(std::move(pj));
   }
   j["preemptions"] = nlohmann::ordered_json::array();
@@ -67,7 +71,9 @@ void PrintJson(const sched::PlanOutput& out) {
   }
   j["reservations"] = nlohmann::ordered_json::array();
   for (const auto& r : out.reservations) {
-    nlohmann::ordered_json rj{{"job", r.job}, {"start", FormatTime(r.start)}, {"in", FormatDuration(r.in)}};
+    nlohmann::ordered_json rj{{"job", r.job}};
+    if (out.absolute_times) rj["start"] = FormatTime(r.start);  // (without `now:` only durations mean anything)
+    rj["in"] = FormatDuration(r.in);
     rj["gpus"] = nlohmann::ordered_json::array();
     for (const auto& p : r.replicas) rj["gpus"].push_back({{"task", p.task}, {"replica", p.replica}, {"node", p.node}, {"gpus", p.gpus}});
     j["reservations"].push_back(std::move(rj));
@@ -103,7 +109,9 @@ void PrintTable(const sched::PlanOutput& out) {
   if (!out.preemptions.empty()) std::cout << "\nPreemptions (" << out.preemptions.size() << ")\n" << evicted.Render();
   Table reserved({"JOB", "START", "IN", "NODE", "GPUS"});
   for (const auto& r : out.reservations) {
-    for (const auto& p : r.replicas) reserved.Add({r.job, FormatTime(r.start), FormatDuration(r.in), p.node, GpuList(p.gpus)});
+    for (const auto& p : r.replicas) {
+      reserved.Add({r.job, out.absolute_times ? FormatTime(r.start) : "-", FormatDuration(r.in), p.node, GpuList(p.gpus)});
+    }
   }
   if (!out.reservations.empty()) std::cout << "\nReservations (" << out.reservations.size() << ")\n" << reserved.Render();
   Table rejected({"JOB", "REASON", "ERROR"});

@@ -38,6 +38,9 @@ struct EngineOptions {
   // Fair share counts past usage decayed with this half-life (0 = only what
   // queues hold now): config `fair_share.half_life`.
   Duration fair_share_half_life = 7 * 24 * 3600 * kMicrosPerSecond;
+  // Reasons refer to other jobs by name rather than id ("preempting job
+  // train-b"): for `rota plan`, whose job ids are only the file's order.
+  bool name_jobs = false;
 
   // The config's backfill and fair-share settings; the rest at their defaults.
   static EngineOptions FromConfig(const ClusterConfig& config) {

@@ -1,5 +1,6 @@
 #include "sched/plan.h"
 
+#include <algorithm>
 #include <set>
 
 namespace rota::sched {
@@ -14,15 +15,29 @@ std::vector<int32_t> Gpus(uint64_t mask) {
 }
 }  // namespace
 
-StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) {
+// The instant the plan is made at: the file's `now`, or the latest time it
+// gives (at least a day into the epoch, so that a job counted as having run
+// the minimum runtime started after it).
+TimePoint PlanNow(const JobList& list) {
+  if (list.has_now) return list.now;
+  TimePoint now = 24 * 3600 * kMicrosPerSecond;
+  for (const JobListEntry& j : list.jobs) now = std::max({now, j.started_at, j.last_checkpoint});
+  return now;
+}
+
+StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list, const PlanOptions& plan_options) {
   const std::vector<JobListEntry>& jobs = list.jobs;
   ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> nodes, ExpandNodes(cluster));
-  ROTA_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(cluster));
+  EngineOptions options = EngineOptions::FromConfig(cluster);
+  options.name_jobs = plan_options.name_jobs;
+  ROTA_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(cluster, options));
+  const TimePoint now = PlanNow(list);
   ClusterState state(cluster.topology);
   for (NodeSpec& n : nodes) ROTA_RETURN_IF_ERROR(state.Apply(NodeAdded{std::move(n)}));
   for (const std::string& name : cluster.drained) ROTA_RETURN_IF_ERROR(state.Apply(NodeDrainChanged{name, true}));
 
   PlanOutput out;
+  out.absolute_times = list.has_now;
   std::vector<std::string> names;  // by JobId - 1
   std::set<std::string> seen;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -42,8 +57,8 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
       out.rejected.push_back({spec.name, "Invalid", std::string(s.message())});
       continue;
     }
-    // Submission order is file order; with a clock, all were submitted by `now`.
-    const TimePoint submitted = list.has_now ? list.now - static_cast<TimePoint>(jobs.size() - i) : static_cast<TimePoint>(i);
+    // Submission order is file order, all submitted by `now`.
+    const TimePoint submitted = now - static_cast<TimePoint>(jobs.size() - i);
     ROTA_RETURN_IF_ERROR(state.Apply(JobSubmitted{id, spec, submitted}));
     if (!pj.running) continue;
     // A running job: bind it where the file says.
@@ -55,7 +70,8 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
                                   (spec.elastic() ? std::to_string(spec.elastic_min_replicas) + ".." : "") +
                                   std::to_string(spec.TotalReplicas()) + " replicas (one per running replica)");
     }
-    JobBound bound{id, {}, pj.started_at != 0 ? pj.started_at : static_cast<TimePoint>(i)};
+    // Without a start, it has run exactly the minimum runtime: it may be preempted.
+    JobBound bound{id, {}, pj.started_at != 0 ? pj.started_at : now - options.min_runtime};
     size_t k = 0;
     for (size_t t = 0; t < spec.tasks.size(); ++t) {
       for (int32_t r = 0; r < spec.tasks[t].replicas && k < pj.placement.size(); ++r, ++k) {
@@ -87,8 +103,7 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
   std::set<uint64_t> rejected_ids;
   while (true) {
     Snapshot snap = state.GetSnapshot();
-    if (list.has_now) scheduler->RunCycle(snap, list.now, &result);
-    else scheduler->RunCycle(snap, &result);
+    scheduler->RunCycle(snap, now, &result);
     ++out.cycles;
     for (const Waiting& w : result.unresolvable) {
       out.rejected.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message});
@@ -104,10 +119,11 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
       const JobRecord* job = state.GetSnapshot().FindJob(r.job);
       out.resizes.push_back({job->spec.name, static_cast<int32_t>(job->placement.size()),
                              static_cast<int32_t>(r.replicas.size()), r.reason});
-      ROTA_RETURN_IF_ERROR(state.Apply(JobResized{r.job, r.replicas, list.has_now ? list.now : 0, r.reason}));
+      ROTA_RETURN_IF_ERROR(state.Apply(JobResized{r.job, r.replicas, now, r.reason}));
     }
     for (const Placed& p : result.placed) {
-      JobBound bound{p.job, {result.replicas.begin() + p.first, result.replicas.begin() + p.first + p.count}, 0};
+      // It starts now: a later cycle of this plan sees it as just started.
+      JobBound bound{p.job, {result.replicas.begin() + p.first, result.replicas.begin() + p.first + p.count}, now};
       const JobRecord* job = snap.FindJob(p.job);
       for (const ReplicaPlacement& r : bound.placement) {
         out.placements.push_back(
@@ -121,14 +137,14 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list) 
   }
   for (const Waiting& w : result.pending) {
     out.pending.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message,
-                           w.reason.expected_start});
+                           w.reason.expected_start, w.reason.expected_start != 0 ? w.reason.expected_start - now : 0});
   }
   for (const Preemption& p : result.preemptions) {
     out.preemptions.push_back({names[p.victim.value() - 1], names[p.preemptor.value() - 1], p.reason, p.signal, p.grace});
   }
   Snapshot snap = state.GetSnapshot();
   for (const Reservation& r : result.reservations) {
-    PlanOutput::Reserved res{names[r.job.value() - 1], r.start, r.start - list.now, {}};
+    PlanOutput::Reserved res{names[r.job.value() - 1], r.start, r.start - now, {}};
     const JobRecord* job = snap.FindJob(r.job);
     for (const ReplicaPlacement& p : r.replicas) {
       res.replicas.push_back({job->spec.name, job->spec.tasks[p.task].name, p.replica, snap.node(p.node).spec.name,

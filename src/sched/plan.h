@@ -28,6 +28,7 @@ struct PlanOutput {
     std::string code;
     std::string message;
     TimePoint expected_start = 0;
+    Duration expected_in = 0;  // from the plan's instant
   };
   struct Rejected {
     std::string job;
@@ -67,13 +68,25 @@ struct PlanOutput {
   std::vector<Pending> pending;
   std::vector<Rejected> rejected;
   int32_t cycles = 0;
+  // Whether times are real instants (the file set `now:`); without, the
+  // plan runs at a virtual instant and only durations from it mean anything.
+  bool absolute_times = false;
+};
+
+struct PlanOptions {
+  // Reasons name other jobs by their names (EngineOptions::name_jobs); off,
+  // by their ids (the file's order, from 1).
+  bool name_jobs = true;
 };
 
 // Errors (InvalidArgument) are for input that cannot be loaded: a bad cluster,
 // duplicate job names, a running job's placement that does not fit. A job the
 // cluster cannot serve is not an error: it is rejected in the output.
-// With list.has_now, running jobs' time limits give the first blocked job a
-// reservation and later jobs backfill around it.
-StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list);
+// The plan runs with a clock: at list.now, or without `now:` at a virtual
+// instant at or after every time the file gives, with running jobs that
+// give no started_at counted as having run exactly the minimum runtime (so
+// they may be preempted). Running jobs' time limits give the first blocked
+// jobs reservations and later jobs backfill around them.
+StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list, const PlanOptions& options = {});
 
 }  // namespace rota::sched

@@ -75,10 +75,19 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   }
 }
 
+std::string Session::JobName(const JobRecord& job) const {
+  return options_->name_jobs ? job.spec.name : std::to_string(job.id.value());
+}
+
+std::string Session::JobName(JobId job) const {
+  const JobRecord* j = options_->name_jobs ? snap_->FindJob(job) : nullptr;
+  return j != nullptr ? j->spec.name : std::to_string(job.value());
+}
+
 std::string Session::MakingRoomFor(JobId job) const {
   std::string ids;
   for (auto [it, end] = making_room_for_.equal_range(job); it != end; ++it) {
-    ids += (ids.empty() ? "" : ", ") + std::to_string(it->second.value());
+    ids += (ids.empty() ? "" : ", ") + JobName(it->second);
   }
   return ids;
 }

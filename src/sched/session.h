@@ -67,7 +67,10 @@ class Session {
   const std::vector<const JobRecord*>& order() const { return order_; }  // pending, in job order
   const std::vector<const JobRecord*>& running() const { return running_; }
   const std::vector<const JobRecord*>& elastic_running() const { return elastic_running_; }
-  // Running gangs being preempted to make room for `job` (their ids).
+  // How reasons refer to a job: its id, or its name (options().name_jobs).
+  std::string JobName(JobId job) const;
+  std::string JobName(const JobRecord& job) const;
+  // Running gangs being preempted to make room for `job`, as JobName lists them.
   std::string MakingRoomFor(JobId job) const;
   bool room_being_made(JobId job) const { return making_room_for_.count(job) > 0; }
 

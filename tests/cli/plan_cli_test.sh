@@ -28,4 +28,15 @@ set +e
 rc=$?
 set -e
 [ "$rc" -eq 2 ] || fail "missing file exited $rc, want 2"
+# Without `now:`, a plan preempts (running jobs without started_at have run
+# the minimum runtime) and names jobs by their names, not their file order.
+printf 'node_groups:\n  - {name: n, count: 1, gpus: 8, gpu_model: H100}\n' > "$tmp/one.yaml"
+cat > "$tmp/busy.yaml" <<'JOBS'
+jobs:
+  - {name: low-a, priority: low, tasks: [{gpus: 8}], state: running, placement: [{node: n-0, gpus: [0, 1, 2, 3, 4, 5, 6, 7]}]}
+  - {name: urgent, priority: high, tasks: [{gpus: 8}]}
+JOBS
+"$rota" plan --cluster "$tmp/one.yaml" --jobs "$tmp/busy.yaml" > "$tmp/busy.txt"
+grep -q "preempting job low-a to make room" "$tmp/busy.txt" || fail "no-clock plan: $(cat "$tmp/busy.txt")"
+grep -q "preempted for job urgent (priority 1000 > 100)" "$tmp/busy.txt" || fail "preemption reason: $(cat "$tmp/busy.txt")"
 echo "plan_cli_test: ok"

@@ -269,7 +269,7 @@ PendingReason Allocate::Explain(Session& s, const JobRecord& job, bool ends_firs
       if (n.released) continue;
       s.HoldNomination(n, false);
       n.released = false;  // only looked at
-      for_jobs += (for_jobs.empty() ? "" : ", ") + std::to_string(n.job->id.value());
+      for_jobs += (for_jobs.empty() ? "" : ", ") + s.JobName(*n.job);
     }
     if (!for_jobs.empty()) {
       const bool would_fit = s.TryPlace(false);

@@ -102,7 +102,7 @@ bool ShrinkElastic(Session& s, const JobRecord& job) {
     v.placement.resize(v.placement.size() - v.surplus);
     s.out().resizes.push_back({v.job->id, v.placement,
                             "shrunk by " + std::to_string(v.surplus) + " replica(s) to " +
-                                std::to_string(v.placement.size()) + " for job " + std::to_string(job.id.value()),
+                                std::to_string(v.placement.size()) + " for job " + s.JobName(job),
                             job.id});
     s.SetResized(v.job->id, v.placement);
   }

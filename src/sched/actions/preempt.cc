@@ -47,7 +47,7 @@ std::string Exclusion(Session& s, const JobRecord& job, const JobRecord& r, int1
                book.MayReclaim(leaf, victim_leaf, {{model, s.request().total_gpus}});
     if (!*reclaim) return "not eligible";
   }
-  const std::string id = "job " + std::to_string(r.id.value());
+  const std::string id = "job " + s.JobName(r);
   if (!book.MayBorrow(r.spec)) return id + " may not be preempted";
   if (now - r.started_at < o.min_runtime) {
     return id + " has run " + FormatDuration(now - r.started_at) + " of its " + FormatDuration(o.min_runtime) +
@@ -254,14 +254,14 @@ class Preempt final : public BlockedAction {
     std::string names;
     for (const JobRecord* v : victims) {
       const std::string cause = job.spec.queue == v->spec.queue
-                                    ? "preempted for job " + std::to_string(job.id.value()) + " (priority " +
+                                    ? "preempted for job " + s.JobName(job) + " (priority " +
                                           std::to_string(job.spec.priority) + " > " + std::to_string(v->spec.priority) +
                                           ")"
                                     : "preempted to return borrowed capacity to queue " + job.spec.queue + " (job " +
-                                          std::to_string(job.id.value()) + ")";
+                                          s.JobName(job) + ")";
       s.out().preemptions.push_back({v->id, job.id, cause, v->spec.checkpoint.signal, v->spec.checkpoint.grace});
       s.AddVictim(v->id);
-      names += (names.empty() ? "" : ", ") + std::to_string(v->id.value());
+      names += (names.empty() ? "" : ", ") + s.JobName(*v);
     }
     s.out().pending.push_back({job.id, {ReasonCode::kPreempting, "preempting job" +
                                                                      std::string(victims.size() > 1 ? "s " : " ") + names +
