@@ -1,5 +1,7 @@
 #include "sched/plan.h"
 
+#include "sched/to_events.h"
+
 #include <algorithm>
 #include <set>
 
@@ -108,39 +110,36 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list, 
     for (const Waiting& w : result.unresolvable) {
       out.rejected.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message});
       rejected_ids.insert(w.job.value());
-      ROTA_RETURN_IF_ERROR(state.Apply(JobCancelled{w.job, 0}));
     }
     for (const Reconfiguration& r : result.reconfigurations) {
-      const std::string& node = snap.node(r.node).spec.name;
-      out.reconfigurations.push_back({node, r.gpu, r.before, r.layout});
-      ROTA_RETURN_IF_ERROR(state.Apply(GpuReconfigured{node, r.gpu, r.layout}));
+      out.reconfigurations.push_back({snap.node(r.node).spec.name, r.gpu, r.before, r.layout});
     }
     for (const Resize& r : result.resizes) {
-      const JobRecord* job = state.GetSnapshot().FindJob(r.job);
+      const JobRecord* job = snap.FindJob(r.job);
       out.resizes.push_back({job->spec.name, static_cast<int32_t>(job->placement.size()),
                              static_cast<int32_t>(r.replicas.size()), r.reason});
-      ROTA_RETURN_IF_ERROR(state.Apply(JobResized{r.job, r.replicas, now, r.reason}));
     }
     for (const Placed& p : result.placed) {
-      // It starts now: a later cycle of this plan sees it as just started.
-      JobBound bound{p.job, {result.replicas.begin() + p.first, result.replicas.begin() + p.first + p.count}, now};
       const JobRecord* job = snap.FindJob(p.job);
-      for (const ReplicaPlacement& r : bound.placement) {
+      for (uint32_t k = p.first; k < p.first + p.count; ++k) {
+        const ReplicaPlacement& r = result.replicas[k];
         out.placements.push_back(
             {job->spec.name, job->spec.tasks[r.task].name, r.replica, snap.node(r.node).spec.name, Gpus(r.gpu_mask),
              r.gpu_milli,
              r.mig_start >= 0 ? job->spec.tasks[r.task].gpu_share.mig_profile + "@" + std::to_string(r.mig_start) : ""});
       }
-      ROTA_RETURN_IF_ERROR(state.Apply(bound));
     }
+    for (const Preemption& p : result.preemptions) {
+      out.preemptions.push_back({names[p.victim.value() - 1], names[p.preemptor.value() - 1], p.reason, p.signal, p.grace});
+    }
+    // The decisions as the server would journal them (a job the plan placed
+    // starts now: a later cycle sees it just started).
+    for (Event& e : ToEvents(result, snap, now)) ROTA_RETURN_IF_ERROR(state.Apply(std::move(e)));
     if (result.placed.empty() && result.resizes.empty()) break;
   }
   for (const Waiting& w : result.pending) {
     out.pending.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message,
                            w.reason.expected_start, w.reason.expected_start != 0 ? w.reason.expected_start - now : 0});
-  }
-  for (const Preemption& p : result.preemptions) {
-    out.preemptions.push_back({names[p.victim.value() - 1], names[p.preemptor.value() - 1], p.reason, p.signal, p.grace});
   }
   Snapshot snap = state.GetSnapshot();
   for (const Reservation& r : result.reservations) {

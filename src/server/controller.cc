@@ -6,6 +6,8 @@
 #include <future>
 #include <set>
 
+#include "sched/to_events.h"
+
 namespace rota::server {
 
 Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
@@ -486,40 +488,29 @@ void Controller::RunOneCycle() {
                      result.resizes.empty() && result.reconfigurations.empty();
   if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty() ||
       !result.resizes.empty()) {
+    std::vector<Event> events = sched::ToEvents(result, snap, now);
     Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-      // MIG GPUs re-partitioned for this cycle's placements go first (refused
-      // if an instance came into use since the snapshot: those binds fail too).
-      for (const sched::Reconfiguration& r : result.reconfigurations) {
-        const std::string& node = batch.state->GetSnapshot().node(r.node).spec.name;
-        if (!batch.Apply(GpuReconfigured{node, r.gpu, r.layout}).ok()) Trigger();
-      }
-      // Elastic gangs shrink (freeing GPUs these placements use) or grow; each
-      // restarts with its new world size.
-      for (const sched::Resize& r : result.resizes) {
-        if (batch.Apply(JobResized{r.job, r.replicas, now, r.reason}).ok()) {
-          std::lock_guard<std::mutex> lock(mu_);
-          exits_.erase(r.job);
-        } else {
-          Trigger();
+      // In ToEvents' order: MIG re-partitions (refused if an instance came
+      // into use since the snapshot: those binds fail too), resizes,
+      // placements, evictions, rejections. One refused because the job or
+      // its GPUs changed since the snapshot is dropped; the next cycle retries.
+      for (Event& e : events) {
+        if (const auto* c = std::get_if<JobCancelled>(&e)) {
+          const JobRecord* job = batch.state->GetSnapshot().FindJob(c->id);
+          if (job == nullptr || job->state != JobState::kPending) continue;
         }
-      }
-      for (const sched::Placed& p : result.placed) {
-        JobBound bound{p.job,
-                       {result.replicas.begin() + p.first, result.replicas.begin() + p.first + p.count},
-                       now};
-        // Refused if the job or its GPUs changed since the snapshot; the next cycle retries.
-        if (!batch.Apply(std::move(bound)).ok()) Trigger();
-      }
-      for (const sched::Preemption& p : result.preemptions) {
-        if (batch.Apply(JobPreempting{p.victim, now, p.preemptor, p.reason}).ok()) {
-          std::lock_guard<std::mutex> lock(mu_);
-          metrics_.preemptions++;
+        const auto* resized = std::get_if<JobResized>(&e);
+        const JobId resized_job = resized != nullptr ? resized->id : JobId();
+        const bool preempting = std::holds_alternative<JobPreempting>(e);
+        const bool cancel = std::holds_alternative<JobCancelled>(e);
+        const bool ok = batch.Apply(std::move(e)).ok();
+        if (!ok) {
+          if (!preempting && !cancel) Trigger();
+          continue;
         }
-      }
-      for (const sched::Waiting& w : result.unresolvable) {
-        const JobRecord* job = batch.state->GetSnapshot().FindJob(w.job);
-        if (job == nullptr || job->state != JobState::kPending) continue;
-        batch.Apply(JobCancelled{w.job, now, "unresolvable: " + w.reason.message}).IgnoreError();
+        std::lock_guard<std::mutex> lock(mu_);
+        if (resized_job != JobId()) exits_.erase(resized_job);  // it restarts with its new world size
+        if (preempting) metrics_.preemptions++;
       }
       return true;
     }).status().IgnoreError();

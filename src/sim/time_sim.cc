@@ -11,10 +11,12 @@
 #include <memory>
 #include <numeric>
 #include <queue>
+#include <set>
 
 #include "base/rng.h"
 #include "core/cluster_state.h"
 #include "sched/engine.h"
+#include "sched/to_events.h"
 
 namespace rota::sim {
 namespace {
@@ -262,21 +264,24 @@ class EngineBackend final : public Backend {
       auto begin = std::chrono::steady_clock::now();
       scheduler_->RunCycle(snap, &result);
       cycle_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count());
+      events_ = sched::ToEvents(result, snap, t);
     }  // the snapshot goes before the first Apply, so nothing is copied
+    // Strict order: the policy's jobs start in order up to the first that
+    // did not fit (placements the engine made after it are dropped).
+    std::set<uint64_t> starts;
     for (uint32_t i : order) {
-      int32_t p = -1;
-      for (size_t k = 0; k < result.placed.size(); ++k) {
-        if (result.placed[k].job.value() == i + 1) p = static_cast<int32_t>(k);
-      }
-      if (p < 0) {
+      const bool placed = std::any_of(result.placed.begin(), result.placed.end(),
+                                      [&](const sched::Placed& p) { return p.job.value() == i + 1; });
+      if (!placed) {
         if (strict) break;
         continue;
       }
-      const sched::Placed& pl = result.placed[p];
-      JobBound bound{pl.job, {}, t};
-      bound.placement.assign(result.replicas.begin() + pl.first, result.replicas.begin() + pl.first + pl.count);
-      Check(state_.Apply(bound));
+      starts.insert(i + 1);
       jobs[i].state = SimJob::kRunning;
+    }
+    for (Event& e : events_) {
+      if (const auto* b = std::get_if<JobBound>(&e); b != nullptr && starts.count(b->id.value()) == 0) continue;
+      Check(state_.Apply(std::move(e)));
     }
     for (uint32_t i : order) rank_[i] = std::numeric_limits<double>::max();
   }
@@ -384,6 +389,7 @@ class EngineBackend final : public Backend {
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::vector<double> rank_;
   sched::CycleResult result_;  // reused: a cycle allocates nothing at steady state
+  std::vector<Event> events_;   // this cycle's, from ToEvents
   std::vector<TimePoint> submitted_at_;  // arrived, not yet given to the engine (-1 once given)
   std::vector<std::string> leaves_;
   int64_t total_ = 0;
