@@ -438,13 +438,17 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
     }
     if (root.Has("profile")) {
       Field p = root["profile"];
-      p.ExpectMap({"name", "plugins", "share_placement"});
+      p.ExpectMap({"name", "plugins", "share_placement", "actions"});
       if (p.Has("name")) c.profile.name = p["name"].Str();
       if (p.Has("share_placement")) {
         c.profile.share_placement = p["share_placement"].Str();
         if (c.profile.share_placement != "fgd" && c.profile.share_placement != "bestfit") {
           p["share_placement"].Fail("must be fgd or bestfit, got '" + c.profile.share_placement + "'");
         }
+      }
+      Field actions = p["actions"];
+      for (size_t i = 0, n = p.Has("actions") ? actions.ExpectSeq() : 0; i < n; ++i) {
+        c.profile.actions.push_back(actions.At(i).Str());
       }
       Field plugins = p["plugins"];
       for (size_t i = 0, n = p.Has("plugins") ? plugins.ExpectSeq() : 0; i < n; ++i) {

@@ -131,6 +131,15 @@ TEST(ParseClusterConfig, ReadsTheDesignExample) {
   EXPECT_EQ((*nodes)[9].labels.at("pool"), "train");
 }
 
+TEST(ParseClusterConfig, ReadsTheProfilesActionsInOrder) {
+  auto c = ParseClusterConfig("node_groups: [{name: a, count: 1}]\nprofile: {actions: [allocate, reserve, grow-elastic]}\n",
+                              "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->profile.actions, (std::vector<std::string>{"allocate", "reserve", "grow-elastic"}));
+  auto bad = ParseClusterConfig("node_groups: [{name: a, count: 1}]\nprofile: {actions: allocate}\n", "c.yaml");
+  EXPECT_FALSE(bad.ok());
+}
+
 TEST(ParseClusterConfig, ReadsTheFairShareHalfLife) {
   auto c = ParseClusterConfig("node_groups: [{name: a, count: 1}]\nfair_share: {half_life: 24h}\n", "c.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();

@@ -29,4 +29,23 @@ inline NodeGroupConfig Group(std::string name, int32_t count, int32_t gpus, std:
           .memory = 1024 * 1024};
 }
 
+// A scheduler for `config` (its profile, queues and classes) with `options`.
+inline std::unique_ptr<Scheduler> MakeScheduler(const ClusterConfig& config, const EngineOptions& options = {}) {
+  auto s = Scheduler::Create(config, options);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+// Submits `spec` as job `id` and binds it whole: replica r on node `nodes[r]`
+// with GPU mask `mask`, started at `started`.
+inline void StartJob(ClusterState& st, uint64_t id, const JobSpec& spec, const std::vector<uint32_t>& nodes,
+                     uint64_t mask, TimePoint started) {
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(id), spec, started - 1}).ok());
+  std::vector<ReplicaPlacement> placement;
+  for (uint32_t r = 0; r < nodes.size(); ++r) placement.push_back({0, r, NodeId(nodes[r]), mask});
+  ASSERT_TRUE(st.Apply(JobBound{JobId(id), placement, started}).ok());
+}
+
+inline constexpr Duration kMinute = 60 * kMicrosPerSecond;
+
 }  // namespace rota::sched::testing

@@ -1,0 +1,112 @@
+#include <gtest/gtest.h>
+
+#include "sched/test_util.h"
+
+namespace rota::sched {
+namespace {
+
+using testing::GpuJob;
+using testing::Group;
+using testing::kMinute;
+using testing::MakeCluster;
+using testing::MakeScheduler;
+using testing::StartJob;
+
+ClusterConfig Nodes(int32_t count) {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("n", count, 8));
+  return c;
+}
+
+TEST(Allocate, PlacesInJobOrderAndExplainsOrRejectsTheRest) {
+  ClusterConfig c = Nodes(1);
+  ClusterState st = MakeCluster(c);
+  JobSpec first = GpuJob("first", 1, 4), second = GpuJob("second", 1, 4), third = GpuJob("third", 1, 4);
+  second.priority = 1000;  // goes first
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), first, 1}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), second, 2}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), third, 3}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(4), GpuJob("huge", 1, 16), 4}).ok());
+  CycleResult r;
+  MakeScheduler(c)->RunCycle(st.GetSnapshot(), &r);
+  ASSERT_EQ(r.placed.size(), 2u);
+  EXPECT_EQ(r.placed[0].job, JobId(2));
+  EXPECT_EQ(r.placed[1].job, JobId(1));
+  ASSERT_EQ(r.pending.size(), 1u);
+  EXPECT_EQ(r.pending[0].job, JobId(3));
+  EXPECT_EQ(r.pending[0].reason.code, ReasonCode::kInsufficientGpus);
+  ASSERT_EQ(r.unresolvable.size(), 1u);
+  EXPECT_EQ(r.unresolvable[0].job, JobId(4));
+}
+
+TEST(Allocate, ExaminesAtMostMaxJobsPerCycle) {
+  ClusterConfig c = Nodes(1);
+  ClusterState st = MakeCluster(c);
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(st.Apply(JobSubmitted{JobId(id), GpuJob("j", 1, 1), 0}).ok());
+  CycleResult r;
+  MakeScheduler(c, {.max_jobs_per_cycle = 3})->RunCycle(st.GetSnapshot(), &r);
+  EXPECT_EQ(r.placed.size(), 3u);
+}
+
+TEST(Allocate, AnElasticJobStartsSmallerRatherThanNotAtAll) {
+  ClusterConfig c = Nodes(1);
+  ClusterState st = MakeCluster(c);
+  StartJob(st, 1, GpuJob("busy", 1, 5), {0}, 0x1f, 0);
+  JobSpec el = GpuJob("el", 6, 1);
+  el.elastic_min_replicas = 2;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), el, 1}).ok());
+  CycleResult r;
+  MakeScheduler(c)->RunCycle(st.GetSnapshot(), &r);
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(r.placed[0].count, 3u);  // the 3 free GPUs
+}
+
+// A blocked high job that could both evict a low gang and reserve: the
+// profile's order of blocked actions decides which acts.
+TEST(Allocate, BlockedActionsActInTheProfilesOrder) {
+  ClusterConfig c = Nodes(1);
+  ClusterState st = MakeCluster(c);
+  JobSpec low = GpuJob("low", 1, 8);
+  low.priority = 100;
+  low.preemptible = true;
+  low.time_limit = 120 * kMinute;
+  StartJob(st, 1, low, {0}, 0xff, 0);
+  JobSpec high = GpuJob("high", 1, 8);
+  high.priority = 1000;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), high, 1}).ok());
+  CycleResult r;
+  MakeScheduler(c)->RunCycle(st.GetSnapshot(), 60 * kMinute, &r);  // default: preempt, then reserve
+  EXPECT_EQ(r.preemptions.size(), 1u);
+  EXPECT_TRUE(r.reservations.empty());
+  c.profile.actions = {"allocate", "reserve", "preempt"};
+  MakeScheduler(c)->RunCycle(st.GetSnapshot(), 60 * kMinute, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+  ASSERT_EQ(r.reservations.size(), 1u);
+  EXPECT_EQ(r.reservations[0].start, 120 * kMinute);
+}
+
+TEST(Allocate, ProfilesRejectUnknownDuplicateAndMisplacedActions) {
+  ClusterConfig c = Nodes(1);
+  c.profile.actions = {"allocate", "nope"};
+  auto s = Scheduler::Create(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("profile.actions[1]: unknown action 'nope' (known: allocate"), std::string::npos)
+      << s.status().message();
+  c.profile.actions = {"allocate", "allocate"};
+  EXPECT_NE(Scheduler::Create(c).status().message().find("listed twice"), std::string::npos);
+  c.profile.actions = {"allocate", "binpack"};
+  EXPECT_NE(Scheduler::Create(c).status().message().find("unknown action 'binpack'"), std::string::npos);
+  c.profile.actions = {};
+  c.profile.plugins = {{"topology", 1}, {"preempt", 1}};
+  EXPECT_NE(Scheduler::Create(c).status().message().find("'preempt' is an action; list it under profile.actions"),
+            std::string::npos);
+  c.profile.plugins = {{"topology", 1}, {"fgd", 1}};
+  EXPECT_NE(Scheduler::Create(c).status().message().find("choose it with profile.share_placement"), std::string::npos);
+  c.profile.plugins = {};
+  c.profile.share_placement = "topology";
+  EXPECT_NE(Scheduler::Create(c).status().message().find("profile.share_placement: 'topology' is not fgd or bestfit"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace rota::sched

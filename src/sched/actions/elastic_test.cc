@@ -1,0 +1,97 @@
+#include <gtest/gtest.h>
+
+#include "sched/test_util.h"
+
+namespace rota::sched {
+namespace {
+
+using testing::GpuJob;
+using testing::Group;
+using testing::kMinute;
+using testing::MakeCluster;
+using testing::MakeScheduler;
+using testing::StartJob;
+
+JobSpec Elastic(std::string name, int32_t replicas, int32_t min, int32_t priority) {
+  JobSpec s = GpuJob(std::move(name), replicas, 1);
+  s.elastic_min_replicas = min;
+  s.priority = priority;
+  return s;
+}
+
+ClusterConfig OneNode() {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("n", 1, 8));
+  return c;
+}
+
+// An elastic job (8 x 1 GPU, min 2) fills the node; `priority` arrives wanting 4 GPUs.
+struct Full {
+  ClusterConfig config = OneNode();
+  ClusterState st = MakeCluster(config);
+  Full(int32_t newcomer_priority, TimePoint started) {
+    JobSpec el = Elastic("el", 8, 2, 500);
+    EXPECT_TRUE(st.Apply(JobSubmitted{JobId(1), el, started - 1}).ok());
+    std::vector<ReplicaPlacement> p;
+    for (uint32_t r = 0; r < 8; ++r) p.push_back({0, r, NodeId(0), uint64_t{1} << r});
+    EXPECT_TRUE(st.Apply(JobBound{JobId(1), p, started}).ok());
+    JobSpec job = GpuJob("new", 1, 4);
+    job.priority = newcomer_priority;
+    EXPECT_TRUE(st.Apply(JobSubmitted{JobId(2), job, started}).ok());
+  }
+};
+
+TEST(ShrinkElastic, AHigherJobTakesSurplusReplicasAtOnce) {
+  Full c(/*newcomer*/ 1000, /*started*/ 99 * kMinute);
+  CycleResult r;
+  MakeScheduler(c.config)->RunCycle(c.st.GetSnapshot(), 100 * kMinute, &r);
+  ASSERT_EQ(r.resizes.size(), 1u);
+  EXPECT_EQ(r.resizes[0].job, JobId(1));
+  EXPECT_EQ(r.resizes[0].replicas.size(), 4u);  // gives up only as many as needed
+  EXPECT_EQ(r.resizes[0].for_job, JobId(2));
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(r.placed[0].job, JobId(2));
+}
+
+TEST(ShrinkElastic, AnEqualJobWaitsForTheMinimumRuntime) {
+  Full young(/*newcomer*/ 500, /*started*/ 95 * kMinute);
+  CycleResult r;
+  MakeScheduler(young.config)->RunCycle(young.st.GetSnapshot(), 100 * kMinute, &r);
+  EXPECT_TRUE(r.resizes.empty());
+  EXPECT_TRUE(r.placed.empty());
+  Full old(/*newcomer*/ 500, /*started*/ 80 * kMinute);
+  MakeScheduler(old.config)->RunCycle(old.st.GetSnapshot(), 100 * kMinute, &r);
+  ASSERT_EQ(r.resizes.size(), 1u);
+  EXPECT_EQ(r.placed.size(), 1u);
+}
+
+TEST(ShrinkElastic, AProfileWithoutItLeavesElasticGangsWhole) {
+  Full c(/*newcomer*/ 1000, /*started*/ 99 * kMinute);
+  c.config.profile.actions = {"allocate", "grow-elastic"};
+  CycleResult r;
+  MakeScheduler(c.config)->RunCycle(c.st.GetSnapshot(), 100 * kMinute, &r);
+  EXPECT_TRUE(r.resizes.empty());
+  EXPECT_TRUE(r.placed.empty());
+}
+
+TEST(GrowElastic, ARunningGangGrowsIntoWhatIsLeftFree) {
+  ClusterConfig c = OneNode();
+  ClusterState st = MakeCluster(c);
+  JobSpec el = Elastic("el", 6, 2, 500);
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), el, 0}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 1}, {0, 1, NodeId(0), 2}}, 1}).ok());
+  CycleResult r;
+  auto s = MakeScheduler(c);
+  s->RunCycle(st.GetSnapshot(), 5 * kMinute, &r);  // within its minimum runtime: not yet
+  EXPECT_TRUE(r.resizes.empty());
+  s->RunCycle(st.GetSnapshot(), 20 * kMinute, &r);
+  ASSERT_EQ(r.resizes.size(), 1u);
+  EXPECT_EQ(r.resizes[0].replicas.size(), 6u);  // its 6 replicas, on the node's free GPUs
+  EXPECT_EQ(r.resizes[0].for_job, JobId());
+  c.profile.actions = {"allocate"};
+  MakeScheduler(c)->RunCycle(st.GetSnapshot(), 20 * kMinute, &r);
+  EXPECT_TRUE(r.resizes.empty());
+}
+
+}  // namespace
+}  // namespace rota::sched
