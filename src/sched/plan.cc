@@ -15,7 +15,6 @@ std::vector<int32_t> Gpus(uint64_t mask) {
   }
   return out;
 }
-}  // namespace
 
 // The instant the plan is made at: the file's `now`, or the latest time it
 // gives (at least a day into the epoch, so that a job counted as having run
@@ -26,6 +25,78 @@ TimePoint PlanNow(const JobList& list) {
   for (const JobListEntry& j : list.jobs) now = std::max({now, j.started_at, j.last_checkpoint});
   return now;
 }
+
+// Binds running job `id` (jobs[i] of the file) where the file says.
+Status BindRunning(ClusterState& state, const JobListEntry& pj, const JobSpec& spec, JobId id, const std::string& path,
+                   TimePoint now, Duration min_runtime) {
+  Snapshot snap = state.GetSnapshot();
+  const int64_t placed = static_cast<int64_t>(pj.placement.size());
+  if (spec.elastic() ? placed < spec.elastic_min_replicas || placed > spec.TotalReplicas()
+                     : placed != spec.TotalReplicas()) {
+    return InvalidArgumentError(path + ".placement: " + std::to_string(pj.placement.size()) + " entries for " +
+                                (spec.elastic() ? std::to_string(spec.elastic_min_replicas) + ".." : "") +
+                                std::to_string(spec.TotalReplicas()) + " replicas (one per running replica)");
+  }
+  // Without a start, it has run exactly the minimum runtime: it may be preempted.
+  JobBound bound{id, {}, pj.started_at != 0 ? pj.started_at : now - min_runtime};
+  size_t k = 0;
+  for (size_t t = 0; t < spec.tasks.size(); ++t) {
+    for (int32_t r = 0; r < spec.tasks[t].replicas && k < pj.placement.size(); ++r, ++k) {
+      const ReplicaLocation& p = pj.placement[k];
+      const std::string ppath = path + ".placement[" + std::to_string(k) + "]";
+      const NodeState* node = snap.FindNode(p.node);
+      if (node == nullptr) return InvalidArgumentError(ppath + ".node: no node named '" + p.node + "'");
+      uint64_t mask = 0;
+      for (int32_t g : p.gpus) {
+        if (g < 0 || g >= node->spec.gpus) {
+          return InvalidArgumentError(ppath + ".gpus: node '" + p.node + "' has no GPU " + std::to_string(g));
+        }
+        mask |= 1ULL << g;
+      }
+      bound.placement.push_back({static_cast<uint16_t>(t), static_cast<uint32_t>(r), node->id, mask,
+                                 spec.tasks[t].gpu_share.fraction_milli, p.mig_start});
+    }
+  }
+  if (Status s = state.Apply(bound); !s.ok()) return InvalidArgumentError(path + ".placement: " + std::string(s.message()));
+  if (pj.last_checkpoint != 0) {
+    if (Status s = state.Apply(JobCheckpointed{id, pj.last_checkpoint, ""}); !s.ok()) {
+      return InvalidArgumentError(path + ".last_checkpoint: " + std::string(s.message()));
+    }
+  }
+  return Status::Ok();
+}
+
+// What one cycle decided, in the plan's terms (names, not ids).
+void RecordCycle(const CycleResult& result, const Snapshot& snap, const std::vector<std::string>& names,
+                 PlanOutput* out_ptr) {
+  PlanOutput& out = *out_ptr;
+  for (const Waiting& w : result.unresolvable) {
+    out.rejected.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message});
+  }
+  for (const Reconfiguration& r : result.reconfigurations) {
+    out.reconfigurations.push_back({snap.node(r.node).spec.name, r.gpu, r.before, r.layout});
+  }
+  for (const Resize& r : result.resizes) {
+    const JobRecord* job = snap.FindJob(r.job);
+    out.resizes.push_back({job->spec.name, static_cast<int32_t>(job->placement.size()),
+                           static_cast<int32_t>(r.replicas.size()), r.reason});
+  }
+  for (const Placed& p : result.placed) {
+    const JobRecord* job = snap.FindJob(p.job);
+    for (uint32_t k = p.first; k < p.first + p.count; ++k) {
+      const ReplicaPlacement& r = result.replicas[k];
+      out.placements.push_back(
+          {job->spec.name, job->spec.tasks[r.task].name, r.replica, snap.node(r.node).spec.name, Gpus(r.gpu_mask),
+           r.gpu_milli,
+           r.mig_start >= 0 ? job->spec.tasks[r.task].gpu_share.mig_profile + "@" + std::to_string(r.mig_start) : ""});
+    }
+  }
+  for (const Preemption& p : result.preemptions) {
+    out.preemptions.push_back({names[p.victim.value() - 1], names[p.preemptor.value() - 1], p.reason, p.signal, p.grace});
+  }
+}
+
+}  // namespace
 
 StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list, const PlanOptions& plan_options) {
   const std::vector<JobListEntry>& jobs = list.jobs;
@@ -63,75 +134,16 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list, 
     const TimePoint submitted = now - static_cast<TimePoint>(jobs.size() - i);
     ROTA_RETURN_IF_ERROR(state.Apply(JobSubmitted{id, spec, submitted}));
     if (!pj.running) continue;
-    // A running job: bind it where the file says.
-    Snapshot snap = state.GetSnapshot();
-    const int64_t placed = static_cast<int64_t>(pj.placement.size());
-    if (spec.elastic() ? placed < spec.elastic_min_replicas || placed > spec.TotalReplicas()
-                       : placed != spec.TotalReplicas()) {
-      return InvalidArgumentError(path + ".placement: " + std::to_string(pj.placement.size()) + " entries for " +
-                                  (spec.elastic() ? std::to_string(spec.elastic_min_replicas) + ".." : "") +
-                                  std::to_string(spec.TotalReplicas()) + " replicas (one per running replica)");
-    }
-    // Without a start, it has run exactly the minimum runtime: it may be preempted.
-    JobBound bound{id, {}, pj.started_at != 0 ? pj.started_at : now - options.min_runtime};
-    size_t k = 0;
-    for (size_t t = 0; t < spec.tasks.size(); ++t) {
-      for (int32_t r = 0; r < spec.tasks[t].replicas && k < pj.placement.size(); ++r, ++k) {
-        const ReplicaLocation& p = pj.placement[k];
-        const std::string ppath = path + ".placement[" + std::to_string(k) + "]";
-        const NodeState* node = snap.FindNode(p.node);
-        if (node == nullptr) return InvalidArgumentError(ppath + ".node: no node named '" + p.node + "'");
-        uint64_t mask = 0;
-        for (int32_t g : p.gpus) {
-          if (g < 0 || g >= node->spec.gpus) {
-            return InvalidArgumentError(ppath + ".gpus: node '" + p.node + "' has no GPU " + std::to_string(g));
-          }
-          mask |= 1ULL << g;
-        }
-        bound.placement.push_back({static_cast<uint16_t>(t), static_cast<uint32_t>(r), node->id, mask,
-                                   spec.tasks[t].gpu_share.fraction_milli, p.mig_start});
-      }
-    }
-    if (Status s = state.Apply(bound); !s.ok()) return InvalidArgumentError(path + ".placement: " + std::string(s.message()));
-    if (pj.last_checkpoint != 0) {
-      if (Status s = state.Apply(JobCheckpointed{id, pj.last_checkpoint, ""}); !s.ok()) {
-        return InvalidArgumentError(path + ".last_checkpoint: " + std::string(s.message()));
-      }
-    }
+    ROTA_RETURN_IF_ERROR(BindRunning(state, pj, spec, id, path, now, options.min_runtime));
   }
 
   // Schedule until a cycle binds nothing.
   CycleResult result;
-  std::set<uint64_t> rejected_ids;
   while (true) {
     Snapshot snap = state.GetSnapshot();
     scheduler->RunCycle(snap, now, &result);
     ++out.cycles;
-    for (const Waiting& w : result.unresolvable) {
-      out.rejected.push_back({names[w.job.value() - 1], std::string(ReasonCodeName(w.reason.code)), w.reason.message});
-      rejected_ids.insert(w.job.value());
-    }
-    for (const Reconfiguration& r : result.reconfigurations) {
-      out.reconfigurations.push_back({snap.node(r.node).spec.name, r.gpu, r.before, r.layout});
-    }
-    for (const Resize& r : result.resizes) {
-      const JobRecord* job = snap.FindJob(r.job);
-      out.resizes.push_back({job->spec.name, static_cast<int32_t>(job->placement.size()),
-                             static_cast<int32_t>(r.replicas.size()), r.reason});
-    }
-    for (const Placed& p : result.placed) {
-      const JobRecord* job = snap.FindJob(p.job);
-      for (uint32_t k = p.first; k < p.first + p.count; ++k) {
-        const ReplicaPlacement& r = result.replicas[k];
-        out.placements.push_back(
-            {job->spec.name, job->spec.tasks[r.task].name, r.replica, snap.node(r.node).spec.name, Gpus(r.gpu_mask),
-             r.gpu_milli,
-             r.mig_start >= 0 ? job->spec.tasks[r.task].gpu_share.mig_profile + "@" + std::to_string(r.mig_start) : ""});
-      }
-    }
-    for (const Preemption& p : result.preemptions) {
-      out.preemptions.push_back({names[p.victim.value() - 1], names[p.preemptor.value() - 1], p.reason, p.signal, p.grace});
-    }
+    RecordCycle(result, snap, names, &out);
     // The decisions as the server would journal them (a job the plan placed
     // starts now: a later cycle sees it just started).
     for (Event& e : ToEvents(result, snap, now)) ROTA_RETURN_IF_ERROR(state.Apply(std::move(e)));

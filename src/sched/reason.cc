@@ -96,65 +96,71 @@ bool IsUnresolvable(ReasonCode code) {
          code == ReasonCode::kUnsupported;
 }
 
-PendingReason ExplainUnresolvable(PlaceContext& ctx, const JobRequest& job) {
+namespace {
+
+// Why no node could ever hold a replica of task group `t` (OK if one could).
+PendingReason TaskNeverFits(PlaceContext& ctx, const JobRequest& job, const TaskRequest& t) {
+  Workspace& ws = ctx.workspace();
+  const uint32_t n = ws.size();
+  const std::string prefix = TaskPrefix(job, t);
+  std::map<Shortfall, int64_t> never;
+  int64_t candidates = 0;
+  int32_t max_gpus = 0;
+  for (uint32_t pos = 0; pos < n; ++pos) {
+    Shortfall why = Shortfall::kNone;
+    if (StaticFit(ctx, job, t, pos, &why)) {
+      ++candidates;
+    } else {
+      ++never[why];
+      if (why == Shortfall::kGpus) max_gpus = std::max(max_gpus, ws.node(pos).spec.gpus);
+    }
+  }
+  if (candidates > 0) return {};
+  const std::string& model = job.job->spec.tasks[t.task].gpu_model;
+  if (never.count(Shortfall::kGpuModel) && never.size() == 1) {
+    std::string have;
+    for (uint32_t pos = 0; pos < n; ++pos) {
+      const std::string& m = ws.node(pos).spec.gpu_model;
+      if (!m.empty() && have.find("'" + m + "'") == std::string::npos) have += (have.empty() ? "'" : ", '") + m + "'";
+    }
+    return {ReasonCode::kNoMatchingNodes, prefix + "no node has GPU model '" + model + "'" +
+                                              (have.empty() ? "" : " (the cluster has " + have + ")")};
+  }
+  if (never.count(Shortfall::kSelector) && never[Shortfall::kSelector] + never[Shortfall::kGpuModel] == n) {
+    std::string sel;
+    for (const auto& [k, v] : *job.selector) sel += (sel.empty() ? "" : ", ") + k + ": " + v;
+    return {ReasonCode::kNoMatchingNodes,
+            prefix + "no node" + (model.empty() ? "" : " with GPU model '" + model + "'") +
+                " matches node_selector {" + sel + "}"};
+  }
+  if (never.count(Shortfall::kGpus)) {
+    return {ReasonCode::kExceedsNodeCapacity, prefix + "needs " + Plural(t.gpus, "GPU", "GPUs") +
+                                                  " per replica; the largest matching node has " +
+                                                  std::to_string(max_gpus)};
+  }
+  if (never.count(Shortfall::kGpuMemory)) {
+    return {ReasonCode::kExceedsNodeCapacity,
+            prefix + "needs GPUs with " + FormatMemoryMiB(t.gpu_memory) + " memory; no matching node has them"};
+  }
+  if (never.count(Shortfall::kCpu)) {
+    return {ReasonCode::kExceedsNodeCapacity,
+            prefix + "needs " + FormatMilliCpu(t.cpu) + " CPU per replica; no matching node has that many"};
+  }
+  if (never.count(Shortfall::kMemory)) {
+    return {ReasonCode::kExceedsNodeCapacity,
+            prefix + "needs " + FormatMemoryMiB(t.memory) + " memory per replica; no matching node has that much"};
+  }
+  return {ReasonCode::kNoMatchingNodes, prefix + "no node passes the profile's filters"};
+}
+
+// Why no domain at the job's level could hold the whole gang, even empty
+// (OK if one could).
+PendingReason DomainNeverHolds(PlaceContext& ctx, const JobRequest& job) {
   Workspace& ws = ctx.workspace();
   const Topology& topo = ctx.topology();
   const uint32_t n = ws.size();
   const int32_t root = static_cast<int32_t>(topo.domain_levels().size());
   const int32_t level = job.required ? job.level : root;
-
-  for (const TaskRequest& t : job.tasks) {
-    const std::string prefix = TaskPrefix(job, t);
-    std::map<Shortfall, int64_t> never;
-    int64_t candidates = 0;
-    int32_t max_gpus = 0;
-    for (uint32_t pos = 0; pos < n; ++pos) {
-      Shortfall why = Shortfall::kNone;
-      if (StaticFit(ctx, job, t, pos, &why)) {
-        ++candidates;
-      } else {
-        ++never[why];
-        if (why == Shortfall::kGpus) max_gpus = std::max(max_gpus, ws.node(pos).spec.gpus);
-      }
-    }
-    if (candidates > 0) continue;
-    const std::string& model = job.job->spec.tasks[t.task].gpu_model;
-    if (never.count(Shortfall::kGpuModel) && never.size() == 1) {
-      std::string have;
-      for (uint32_t pos = 0; pos < n; ++pos) {
-        const std::string& m = ws.node(pos).spec.gpu_model;
-        if (!m.empty() && have.find("'" + m + "'") == std::string::npos) have += (have.empty() ? "'" : ", '") + m + "'";
-      }
-      return {ReasonCode::kNoMatchingNodes, prefix + "no node has GPU model '" + model + "'" +
-                                                (have.empty() ? "" : " (the cluster has " + have + ")")};
-    }
-    if (never.count(Shortfall::kSelector) && never[Shortfall::kSelector] + never[Shortfall::kGpuModel] == n) {
-      std::string sel;
-      for (const auto& [k, v] : *job.selector) sel += (sel.empty() ? "" : ", ") + k + ": " + v;
-      return {ReasonCode::kNoMatchingNodes,
-              prefix + "no node" + (model.empty() ? "" : " with GPU model '" + model + "'") +
-                  " matches node_selector {" + sel + "}"};
-    }
-    if (never.count(Shortfall::kGpus)) {
-      return {ReasonCode::kExceedsNodeCapacity, prefix + "needs " + Plural(t.gpus, "GPU", "GPUs") +
-                                                    " per replica; the largest matching node has " +
-                                                    std::to_string(max_gpus)};
-    }
-    if (never.count(Shortfall::kGpuMemory)) {
-      return {ReasonCode::kExceedsNodeCapacity,
-              prefix + "needs GPUs with " + FormatMemoryMiB(t.gpu_memory) + " memory; no matching node has them"};
-    }
-    if (never.count(Shortfall::kCpu)) {
-      return {ReasonCode::kExceedsNodeCapacity,
-              prefix + "needs " + FormatMilliCpu(t.cpu) + " CPU per replica; no matching node has that many"};
-    }
-    if (never.count(Shortfall::kMemory)) {
-      return {ReasonCode::kExceedsNodeCapacity,
-              prefix + "needs " + FormatMemoryMiB(t.memory) + " memory per replica; no matching node has that much"};
-    }
-    return {ReasonCode::kNoMatchingNodes, prefix + "no node passes the profile's filters"};
-  }
-
   // Capacity of the largest domain at the allowed level, counting every node as empty.
   auto static_replicas = [&](const TaskRequest& t, uint32_t pos) -> int64_t {
     Shortfall why;
@@ -198,60 +204,75 @@ PendingReason ExplainUnresolvable(PlaceContext& ctx, const JobRequest& job) {
   return {ReasonCode::kExceedsDomainCapacity, msg};
 }
 
-PendingReason ExplainPending(PlaceContext& ctx, const JobRequest& job) {
+}  // namespace
+
+PendingReason ExplainUnresolvable(PlaceContext& ctx, const JobRequest& job) {
+  for (const TaskRequest& t : job.tasks) {
+    if (PendingReason why = TaskNeverFits(ctx, job, t); !why.ok()) return why;
+  }
+  return DomainNeverHolds(ctx, job);
+}
+
+namespace {
+
+// Why task group `t` does not fit the cluster now (OK if it does).
+PendingReason TaskShortNow(PlaceContext& ctx, const JobRequest& job, const TaskRequest& t) {
+  Workspace& ws = ctx.workspace();
+  const uint32_t n = ws.size();
+  const std::string prefix = TaskPrefix(job, t);
+  int64_t matching = 0, available = 0, free_gpus = 0, fit_by_gpu = 0, fit_all = 0, nodes_fitting = 0;
+  int64_t fit_by_cpu = 0, fit_by_memory = 0;
+  std::vector<int32_t> frees;
+  for (uint32_t pos = 0; pos < n; ++pos) {
+    Shortfall why;
+    if (!StaticFit(ctx, job, t, pos, &why)) continue;
+    ++matching;
+    if (!ws.schedulable(pos)) continue;
+    ++available;
+    const NodeView v = ws.View(pos);
+    const int32_t f = ws.free_gpus(pos);
+    frees.push_back(f);
+    free_gpus += f;
+    const int64_t g = t.gpus > 0 ? f / t.gpus : t.replicas;
+    fit_by_gpu += g;
+    fit_by_cpu += t.cpu > 0 ? std::min<int64_t>(g, v.free_cpu / t.cpu) : g;
+    fit_by_memory += t.memory > 0 ? std::min<int64_t>(g, v.free_memory / t.memory) : g;
+    const int64_t all = ReplicasFitting(t, f, v.free_cpu, v.free_memory);
+    fit_all += all;
+    nodes_fitting += all > 0;
+  }
+  if (fit_all >= t.replicas) return {};
+  if (available == 0) {
+    return {ReasonCode::kNodesUnavailable,
+            prefix + "all " + Plural(matching, "matching node is", "matching nodes are") + " drained"};
+  }
+  if (t.gpus > 0 && free_gpus < static_cast<int64_t>(t.replicas) * t.gpus) {
+    return {ReasonCode::kInsufficientGpus,
+            prefix + "needs " + Plural(static_cast<int64_t>(t.replicas) * t.gpus, "GPU", "GPUs") + " (" + Shape(t) +
+                "); " + std::to_string(free_gpus) + " free on " + Plural(available, "matching node", "matching nodes")};
+  }
+  if (t.gpus > 0 && fit_by_gpu < t.replicas) {
+    int64_t gpu_nodes = 0;
+    for (int32_t f : frees) gpu_nodes += f >= t.gpus;
+    return {ReasonCode::kFragmented, prefix + "needs " + Shape(t) + " on one node each; " + FreeList(frees, gpu_nodes)};
+  }
+  if (fit_by_cpu < t.replicas) {
+    return {ReasonCode::kInsufficientCpu, prefix + "needs " + Plural(t.replicas, "replica", "replicas") + " x " +
+                                              FormatMilliCpu(t.cpu) + " CPU; free CPU fits " +
+                                              std::to_string(fit_by_cpu) + " on nodes with the GPUs"};
+  }
+  return {ReasonCode::kInsufficientMemory, prefix + "needs " + Plural(t.replicas, "replica", "replicas") + " x " +
+                                               FormatMemoryMiB(t.memory) + " memory; free memory fits " +
+                                               std::to_string(fit_by_memory) + " on nodes with the GPUs"};
+}
+
+// Every task group fits the cluster now: why the constraint or the
+// combination does not.
+PendingReason GangShortNow(PlaceContext& ctx, const JobRequest& job) {
   Workspace& ws = ctx.workspace();
   const Topology& topo = ctx.topology();
   const uint32_t n = ws.size();
   const int32_t root = static_cast<int32_t>(topo.domain_levels().size());
-
-  for (const TaskRequest& t : job.tasks) {
-    const std::string prefix = TaskPrefix(job, t);
-    int64_t matching = 0, available = 0, free_gpus = 0, fit_by_gpu = 0, fit_all = 0, nodes_fitting = 0;
-    int64_t fit_by_cpu = 0, fit_by_memory = 0;
-    std::vector<int32_t> frees;
-    for (uint32_t pos = 0; pos < n; ++pos) {
-      Shortfall why;
-      if (!StaticFit(ctx, job, t, pos, &why)) continue;
-      ++matching;
-      if (!ws.schedulable(pos)) continue;
-      ++available;
-      const NodeView v = ws.View(pos);
-      const int32_t f = ws.free_gpus(pos);
-      frees.push_back(f);
-      free_gpus += f;
-      const int64_t g = t.gpus > 0 ? f / t.gpus : t.replicas;
-      fit_by_gpu += g;
-      fit_by_cpu += t.cpu > 0 ? std::min<int64_t>(g, v.free_cpu / t.cpu) : g;
-      fit_by_memory += t.memory > 0 ? std::min<int64_t>(g, v.free_memory / t.memory) : g;
-      const int64_t all = ReplicasFitting(t, f, v.free_cpu, v.free_memory);
-      fit_all += all;
-      nodes_fitting += all > 0;
-    }
-    if (fit_all >= t.replicas) continue;
-    if (available == 0) {
-      return {ReasonCode::kNodesUnavailable,
-              prefix + "all " + Plural(matching, "matching node is", "matching nodes are") + " drained"};
-    }
-    if (t.gpus > 0 && free_gpus < static_cast<int64_t>(t.replicas) * t.gpus) {
-      return {ReasonCode::kInsufficientGpus,
-              prefix + "needs " + Plural(static_cast<int64_t>(t.replicas) * t.gpus, "GPU", "GPUs") + " (" + Shape(t) +
-                  "); " + std::to_string(free_gpus) + " free on " + Plural(available, "matching node", "matching nodes")};
-    }
-    if (t.gpus > 0 && fit_by_gpu < t.replicas) {
-      int64_t gpu_nodes = 0;
-      for (int32_t f : frees) gpu_nodes += f >= t.gpus;
-      return {ReasonCode::kFragmented, prefix + "needs " + Shape(t) + " on one node each; " + FreeList(frees, gpu_nodes)};
-    }
-    if (fit_by_cpu < t.replicas) {
-      return {ReasonCode::kInsufficientCpu, prefix + "needs " + Plural(t.replicas, "replica", "replicas") + " x " +
-                                                FormatMilliCpu(t.cpu) + " CPU; free CPU fits " +
-                                                std::to_string(fit_by_cpu) + " on nodes with the GPUs"};
-    }
-    return {ReasonCode::kInsufficientMemory, prefix + "needs " + Plural(t.replicas, "replica", "replicas") + " x " +
-                                                 FormatMemoryMiB(t.memory) + " memory; free memory fits " +
-                                                 std::to_string(fit_by_memory) + " on nodes with the GPUs"};
-  }
-
   // Every task group fits the cluster now; the constraint or the combination does not.
   if (job.required && job.level < root) {
     int64_t best = -1;
@@ -288,6 +309,15 @@ PendingReason ExplainPending(PlaceContext& ctx, const JobRequest& job) {
   }
   return {ReasonCode::kUnschedulable, "each task group fits on its own, but no placement holds all " +
                                           Plural(job.total_replicas, "replica", "replicas") + " at once"};
+}
+
+}  // namespace
+
+PendingReason ExplainPending(PlaceContext& ctx, const JobRequest& job) {
+  for (const TaskRequest& t : job.tasks) {
+    if (PendingReason why = TaskShortNow(ctx, job, t); !why.ok()) return why;
+  }
+  return GangShortNow(ctx, job);
 }
 
 }  // namespace rota::sched

@@ -21,18 +21,18 @@
 namespace rota::sched {
 namespace {
 
-// Frees surplus replicas until the current request fits, and places it
-// (kept in the Txn); records the shrinks in out().resizes. False (nothing
-// changed) if that is not enough.
-bool ShrinkElastic(Session& s, const JobRecord& job) {
+struct Surplus {
+  const JobRecord* job;
+  std::vector<ReplicaPlacement> placement;  // current, replicas in order
+  size_t surplus;                           // replicas above its minimum
+};
+
+// The running elastic gangs that may give up replicas for `job`: lowest
+// priority first, then the most surplus.
+std::vector<Surplus> ShrinkCandidates(Session& s, const JobRecord& job) {
   const TimePoint* now = s.now_or_null();
   const QueueBook& book = s.book();
-  struct Candidate {
-    const JobRecord* job;
-    std::vector<ReplicaPlacement> placement;  // current, replicas in order
-    size_t surplus;
-  };
-  std::vector<Candidate> candidates;
+  std::vector<Surplus> candidates;
   for (const JobRecord* r : s.elastic_running()) {
     if (r->id == job.id || s.is_victim(r->id) || r->spec.priority > job.spec.priority) {
       continue;
@@ -56,54 +56,62 @@ bool ShrinkElastic(Session& s, const JobRecord& job) {
     candidates.push_back({r, std::move(p), 0});
     candidates.back().surplus = candidates.back().placement.size() - min;
   }
-  if (candidates.empty()) return false;
-  // Lowest priority first, then the most surplus.
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+  std::sort(candidates.begin(), candidates.end(), [](const Surplus& a, const Surplus& b) {
     return std::tuple(a.job->spec.priority, -static_cast<int64_t>(a.surplus), a.job->id) <
            std::tuple(b.job->spec.priority, -static_cast<int64_t>(b.surplus), b.job->id);
   });
-  // Its highest replicas go first.
-  auto release = [&](const Candidate& c, size_t k, bool give) {
-    s.SetReplicasReleased(c.job->spec, c.placement.data() + c.placement.size() - k, k, give);
-  };
+  return candidates;
+}
+
+// Frees (or takes back) the highest k replicas of a candidate.
+void Release(Session& s, const Surplus& c, size_t k, bool give) {
+  s.SetReplicasReleased(c.job->spec, c.placement.data() + c.placement.size() - k, k, give);
+}
+
+// Frees surplus replicas until the current request fits, and places it
+// (kept in the Txn); records the shrinks in out().resizes. False (nothing
+// changed) if that is not enough.
+bool ShrinkElastic(Session& s, const JobRecord& job) {
+  std::vector<Surplus> candidates = ShrinkCandidates(s, job);
+  if (candidates.empty()) return false;
   size_t last = candidates.size();
   for (size_t i = 0; i < candidates.size(); ++i) {
-    release(candidates[i], candidates[i].surplus, true);
+    Release(s, candidates[i], candidates[i].surplus, true);
     if (s.TryPlace(false)) {
       last = i;
       break;
     }
   }
   if (last == candidates.size()) {
-    for (const Candidate& c : candidates) release(c, c.surplus, false);
+    for (const Surplus& c : candidates) Release(s, c, c.surplus, false);
     return false;
   }
   // Candidates after `last` were never released: nothing to take back.
   // The last one gives up only as many replicas as needed.
-  Candidate& c = candidates[last];
-  release(c, c.surplus, false);
+  Surplus& c = candidates[last];
+  Release(s, c, c.surplus, false);
   size_t lo = 1, hi = c.surplus;
   while (lo < hi) {
     const size_t mid = (lo + hi) / 2;
-    release(c, mid, true);
+    Release(s, c, mid, true);
     const bool fits = s.TryPlace(false);
-    release(c, mid, false);
+    Release(s, c, mid, false);
     if (fits) hi = mid;
     else lo = mid + 1;
   }
   c.surplus = lo;
-  release(c, c.surplus, true);
+  Release(s, c, c.surplus, true);
   if (!s.TryPlace(true)) {  // cannot happen: the same placement fitted above
-    for (size_t i = 0; i <= last; ++i) release(candidates[i], candidates[i].surplus, false);
+    for (size_t i = 0; i <= last; ++i) Release(s, candidates[i], candidates[i].surplus, false);
     return false;
   }
   for (size_t i = 0; i <= last; ++i) {
-    Candidate& v = candidates[i];
+    Surplus& v = candidates[i];
     v.placement.resize(v.placement.size() - v.surplus);
     s.out().resizes.push_back({v.job->id, v.placement,
-                            "shrunk by " + std::to_string(v.surplus) + " replica(s) to " +
-                                std::to_string(v.placement.size()) + " for job " + s.JobName(job),
-                            job.id});
+                               "shrunk by " + std::to_string(v.surplus) + " replica(s) to " +
+                                   std::to_string(v.placement.size()) + " for job " + s.JobName(job),
+                               job.id});
     s.SetResized(v.job->id, v.placement);
   }
   return true;
