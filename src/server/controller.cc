@@ -6,7 +6,6 @@
 #include <future>
 #include <set>
 
-#include "sched/to_events.h"
 
 namespace rota::server {
 
@@ -14,7 +13,9 @@ Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
     : options_(std::move(options)),
       store_(std::move(store)),
       recovered_(std::make_unique<Recovered>(options_.config.topology)),
-      state_(*recovered_->state) {}
+      state_(*recovered_->state),
+      lifecycle_(options_.clock, options_.preempt_slack),
+      usage_(RightSizing{options_.idle_utilization_pct, options_.idle_after, options_.overprovisioned_pct}) {}
 
 Controller::~Controller() { Stop(); }
 
@@ -276,27 +277,8 @@ std::optional<sched::PendingReason> Controller::pending_reason(JobId id) const {
 }
 
 std::vector<std::string> Controller::job_flags(const JobRecord& job) const {
-  std::vector<std::string> flags;
-  if (job.state != JobState::kRunning) return flags;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = usage_.find(job.id);
-  if (it == usage_.end() || !it->second.seen) return flags;
-  const JobUsage& u = it->second;
-  const TimePoint now = options_.clock->Now();
-  const Duration idle = now - std::max(job.started_at, u.last_busy);
-  if (idle >= options_.idle_after) {
-    flags.push_back("idle: its GPUs have been below " + std::to_string(options_.idle_utilization_pct) +
-                    "% utilisation for " + FormatDuration(idle / kMicrosPerSecond * kMicrosPerSecond));
-  }
-  MemoryMiB per_gpu = 0;
-  Snapshot snap = *published_;
-  if (!job.placement.empty()) per_gpu = snap.node(job.placement[0].node).spec.gpu_memory;
-  if (per_gpu > 0 && now - job.started_at >= options_.idle_after &&
-      u.peak_memory * 100 < per_gpu * options_.overprovisioned_pct) {
-    flags.push_back("over-provisioned: peak GPU memory " + FormatMemoryMiB(u.peak_memory) + " of " +
-                    FormatMemoryMiB(per_gpu) + " per GPU");
-  }
-  return flags;
+  if (job.state != JobState::kRunning) return {};
+  return usage_.Flags(snapshot(), job, options_.clock->Now());
 }
 
 std::map<std::string, NodeLive> Controller::nodes_live() const {
@@ -435,140 +417,28 @@ void Controller::ActorLoop() {
   for (auto& done : batch.done) done(UnavailableError("the server is shutting down"));
 }
 
-void Controller::SchedulerLoop() {
-  const auto interval = std::chrono::microseconds(options_.schedule_interval);
-  while (true) {
-    bool asked;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, interval, [this] { return stopping_ || trigger_; });
-      if (stopping_) return;
-      asked = trigger_ || cycles_requested_ > cycles_done_;
-      trigger_ = false;
-    }
-    CheckNodes();
-    const auto quiet = std::min<std::chrono::steady_clock::duration>(
-        std::chrono::microseconds(options_.quiet_interval),
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(40 * last_cycle_seconds_)));
-    if (!asked && last_cycle_idle_ && snapshot().revision() == last_cycle_revision_ &&
-        std::chrono::steady_clock::now() - last_cycle_at_ < quiet) {
-      continue;  // nothing changed and nothing was decided: not again so soon
-    }
-    RunOneCycle();
-  }
-}
-
-void Controller::RunOneCycle() {
-  uint64_t requested;
+void Controller::CheckTimes(TimePoint now) {
+  // Evicted gangs that outlived their grace period (plus slack) are requeued;
+  // jobs past their time limit end (reservations count on time limits).
+  // Only running and preempting jobs can be over time: those the node index
+  // holds (not every pending job of a million).
+  std::vector<JobId> placed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    requested = cycles_requested_;
+    placed.reserve(job_nodes_.size());
+    for (const auto& [id, nodes] : job_nodes_) placed.push_back(id);
   }
-  Snapshot snap = snapshot();
-  const TimePoint now = options_.clock->Now();
-  sched::CycleResult result;
-  const auto t0 = std::chrono::steady_clock::now();
-  scheduler_->RunCycle(snap, now, &result);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    reasons_.clear();
-    for (const auto& w : result.pending) reasons_[w.job] = w.reason;
-    metrics_.cycles++;
-    metrics_.cycle_sum_seconds += seconds;
-    metrics_.cycle_buckets.resize(std::size(kCycleBuckets) + 1);
-    size_t b = 0;
-    while (b < std::size(kCycleBuckets) && seconds > kCycleBuckets[b]) ++b;
-    metrics_.cycle_buckets[b]++;
-  }
-  last_cycle_revision_ = snap.revision();
-  last_cycle_seconds_ = seconds;
-  last_cycle_at_ = std::chrono::steady_clock::now();
-  last_cycle_idle_ = result.placed.empty() && result.unresolvable.empty() && result.preemptions.empty() &&
-                     result.resizes.empty() && result.reconfigurations.empty();
-  if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty() ||
-      !result.resizes.empty()) {
-    std::vector<Event> events = sched::ToEvents(result, snap, now);
-    Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-      // In ToEvents' order: MIG re-partitions (refused if an instance came
-      // into use since the snapshot: those binds fail too), resizes,
-      // placements, evictions, rejections. One refused because the job or
-      // its GPUs changed since the snapshot is dropped; the next cycle retries.
-      for (Event& e : events) {
-        if (const auto* c = std::get_if<JobCancelled>(&e)) {
-          const JobRecord* job = batch.state->GetSnapshot().FindJob(c->id);
-          if (job == nullptr || job->state != JobState::kPending) continue;
-        }
-        const auto* resized = std::get_if<JobResized>(&e);
-        const JobId resized_job = resized != nullptr ? resized->id : JobId();
-        const bool preempting = std::holds_alternative<JobPreempting>(e);
-        const bool cancel = std::holds_alternative<JobCancelled>(e);
-        const bool ok = batch.Apply(std::move(e)).ok();
-        if (!ok) {
-          if (!preempting && !cancel) Trigger();
-          continue;
-        }
-        std::lock_guard<std::mutex> lock(mu_);
-        if (resized_job != JobId()) exits_.erase(resized_job);  // it restarts with its new world size
-        if (preempting) metrics_.preemptions++;
-      }
-      return true;
-    }).status().IgnoreError();
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    cycles_done_ = std::max(cycles_done_, requested);
-  }
-  cycle_cv_.notify_all();
+  const JobLifecycle::Overdue overdue = lifecycle_.FindOverdue(snapshot(), placed, now);
+  if (overdue.empty()) return;
+  Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+    lifecycle_.EndOverdue(batch, overdue, now);
+    return true;
+  }).status().IgnoreError();
 }
 
 void Controller::CheckNodes() {
   const TimePoint now = options_.clock->Now();
-  // Evicted gangs that outlived their grace period (plus slack) are requeued;
-  // jobs past their time limit end (reservations count on time limits).
-  {
-    Snapshot snap = snapshot();
-    std::vector<JobId> overdue, expired;
-    // Only running and preempting jobs can be over time: those the node
-    // index holds (not every pending job of a million).
-    std::vector<JobId> placed;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      placed.reserve(job_nodes_.size());
-      for (const auto& [id, nodes] : job_nodes_) placed.push_back(id);
-    }
-    for (JobId id : placed) {
-      const JobRecord* job = snap.FindJob(id);
-      if (job == nullptr) continue;
-      if (job->state == JobState::kRunning && job->spec.time_limit > 0 && now - job->started_at > job->spec.time_limit) {
-        expired.push_back(id);
-      }
-      if (job->state == JobState::kPreempting &&
-          now - job->preempting_since > job->spec.checkpoint.grace + options_.preempt_slack) {
-        overdue.push_back(id);
-      }
-    }
-    if (!overdue.empty() || !expired.empty()) {
-      Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-        for (JobId id : expired) {
-          const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
-          if (job == nullptr || job->state != JobState::kRunning) continue;
-          exits_.erase(id);
-          batch.Apply(JobFinished{id, JobOutcome::kFailed, now,
-                                  "time limit " + FormatDuration(job->spec.time_limit) + " reached"})
-              .IgnoreError();
-        }
-        for (JobId id : overdue) {
-          const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
-          if (job == nullptr || job->state != JobState::kPreempting) continue;
-          exits_.erase(id);
-          batch.Apply(JobRequeued{id, now, job->last_requeue_reason + " (did not stop within its grace period)"})
-              .IgnoreError();
-        }
-        return true;
-      }).status().IgnoreError();
-    }
-  }
+  CheckTimes(now);
   // A node silent for node_timeout shows as lost; its gangs are requeued
   // only once its tasks have fenced themselves (fence_after, plus a margin
   // for the agent's clock and the supervisors' tick), so a partitioned or
@@ -622,28 +492,10 @@ void Controller::CheckNodes() {
       const std::string why = "node " + name + " lost (no heartbeat for " +
                               FormatDuration(silence / kMicrosPerSecond * kMicrosPerSecond) +
                               "; its tasks fenced themselves after " + FormatDuration(FenceAfter()) + ")";
-      for (const JobRecord* job : held) Requeue(batch, *job, why, /*counts_against_policy=*/false);
+      for (const JobRecord* job : held) lifecycle_.Requeue(batch, *job, why, /*counts_against_policy=*/false);
     }
     return true;
   }).status().IgnoreError();
-}
-
-bool Controller::RestartAllowed(const JobRecord& job) {
-  const RestartSpec& r = job.spec.restart;
-  // Gang restarts and elastic ranks restarted alone count alike.
-  return r.policy != RestartPolicy::kNever &&
-         (r.max_restarts == 0 ? r.policy == RestartPolicy::kAlways : job.restarts + job.rank_restarts < r.max_restarts);
-}
-
-void Controller::Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy) {
-  exits_.erase(job.id);
-  const TimePoint now = options_.clock->Now();
-  const bool allowed = !counts_against_policy || RestartAllowed(job);
-  if (allowed) {
-    batch.Apply(JobRequeued{job.id, now, reason}).IgnoreError();
-  } else {
-    batch.Apply(JobFinished{job.id, JobOutcome::kFailed, now, reason + "; no restarts left"}).IgnoreError();
-  }
 }
 
 void Controller::ScheduleNow() {
@@ -839,7 +691,7 @@ Status Controller::Cancel(const Principal& who, JobId id) {
              return NotFoundError("no job " + std::to_string(id.value()));  // others' jobs are invisible
            }
            ROTA_RETURN_IF_ERROR(batch.Apply(JobCancelled{id, options_.clock->Now(), "cancelled by " + who.user}));
-           exits_.erase(id);
+           lifecycle_.Forget(id);
            return true;
          })
       .status();
@@ -1011,189 +863,70 @@ void Controller::HeartbeatAsync(const Principal& who, HeartbeatReport report,
 
 StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch, const HeartbeatReport& report,
                                                                    uint64_t* revision) {
-  // A snapshot is held only between changes: one held across Apply would
-  // make each change copy the whole state (copy-on-write), O(jobs) per exit.
-  // Record pointers stay valid through the batch (the published state holds
-  // them). After each change: the new state, and the node in it.
-  std::optional<Snapshot> snap = batch.state->GetSnapshot();
-  const NodeState* node = snap->FindNode(report.node);
-  auto release = [&] { snap.reset(); };
-  auto refresh = [&] {
-    snap = batch.state->GetSnapshot();
-    node = snap->FindNode(report.node);
-  };
-  if (node == nullptr) return NotFoundError("node '" + report.node + "' is not registered");
+  // Each part in turn, on the working state: the node registry (alive, no
+  // longer lost) and usage; the job lifecycle (GPU health, checkpoints,
+  // exits); the binder (the node's tasks).
+  std::vector<GpuTelemetry> health;
+  ROTA_RETURN_IF_ERROR(NoteAlive(batch, report, &health));
+  for (const GpuTelemetry& g : health) lifecycle_.OnGpuHealth(batch, report.node, g);
+  lifecycle_.OnTaskReports(batch, report.node, report.tasks);
+  return TasksFor(batch, report.node, revision);
+}
+
+Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::vector<GpuTelemetry>* health_changes) {
+  bool lost = false;
   {
+    // No snapshot is held across a change (one held across Apply would make
+    // each change copy the whole state).
+    Snapshot snap = batch.state->GetSnapshot();
+    const NodeState* node = snap.FindNode(report.node);
+    if (node == nullptr) return NotFoundError("node '" + report.node + "' is not registered");
     std::lock_guard<std::mutex> lock(mu_);
     NodeLive& live = live_[report.node];
     if (!live.registered) return NotFoundError("node '" + report.node + "' must register again");
     live.last_heartbeat = options_.clock->Now();
     if (!report.gpus.empty()) live.gpus = report.gpus;
-  }
-  if (node->lost) {
-    release();
-    batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
-    refresh();
-  }
-  // Usage of each running job's GPUs, for right-sizing.
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    FoldUsage(*snap, *node, report);
-  }
-  // GPU health: a GPU the agent reports unhealthy takes no work, and the
-  // gangs on it restart elsewhere.
-  for (const GpuTelemetry& g : report.gpus) {
-    if (g.index < 0 || g.index >= node->spec.gpus) continue;
-    const bool was = (node->healthy_mask >> g.index) & 1;
-    if (was == g.healthy) continue;
-    std::vector<const JobRecord*> on_gpu;  // the running gangs on it
-    if (!g.healthy) {
-      for (const auto& [id, job] : snap->live_jobs()) {
-        if (job->state != JobState::kRunning) continue;
-        for (const ReplicaPlacement& r : job->placement) {
-          if (r.node == node->id && ((r.gpu_mask >> g.index) & 1)) {
-            on_gpu.push_back(job.get());
-            break;
-          }
-        }
-      }
-    }
-    release();
-    batch.Apply(GpuHealthChanged{report.node, g.index, g.healthy}).IgnoreError();
-    for (const JobRecord* job : on_gpu) {
-      Requeue(batch, *job, "GPU " + std::to_string(g.index) + " on " + report.node + " failed (" + g.health_reason + ")",
-              false);
-    }
-    refresh();
-  }
-  // Checkpoints the node's tasks report (newer than the job's last).
-  for (const TaskReport& t : report.tasks) {
-    if (t.checkpoint_at == 0 || t.checkpoint_path.empty()) continue;
-    const JobRecord* job = snap->FindJob(t.job);
-    // A time ahead of ours counts as now, once: the same path again is not new.
-    const TimePoint at = std::min(t.checkpoint_at, options_.clock->Now());
-    if (job == nullptr || at <= job->last_checkpoint_at) continue;
-    if (t.checkpoint_at > at && t.checkpoint_path == job->last_checkpoint_path) continue;
-    if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
-    const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
-      return r.task == t.task && r.replica == t.replica && r.node == node->id;
-    });
-    if (!ours) continue;
-    release();
-    batch.Apply(JobCheckpointed{t.job, at, t.checkpoint_path}).IgnoreError();
-    refresh();
-  }
-  // Exits: a job ends when every replica has exited (all zero: succeeded).
-  // A failed replica ends the attempt at once: the gang restarts if its
-  // policy allows, else the job fails.
-  for (const TaskReport& t : report.tasks) {
-    if (!t.exited) continue;
-    const JobRecord* job = snap->FindJob(t.job);
-    if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica)) continue;
-    if (job->state == JobState::kPreempting) {
-      // An evicted gang is requeued once all of its replicas have stopped.
-      const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
-        return r.task == t.task && r.replica == t.replica && r.node == node->id;
-      });
-      if (!ours) continue;
-      auto& stopped = exits_[t.job];
-      stopped[{t.task, t.replica}] = t.exit_code;
-      if (stopped.size() == job->placement.size()) {
-        exits_.erase(t.job);
-        const std::string why = job->last_requeue_reason;
-        release();
-        batch.Apply(JobRequeued{t.job, options_.clock->Now(), why}).IgnoreError();
-        refresh();
-      }
-      continue;
-    }
-    if (job->state != JobState::kRunning) continue;
-    // Only a replica this node runs, of this attempt, can be reported here.
-    const bool ours = std::any_of(job->placement.begin(), job->placement.end(), [&](const ReplicaPlacement& r) {
-      return r.task == t.task && r.replica == t.replica && r.node == node->id;
-    });
-    if (!ours) continue;
-    auto& exits = exits_[t.job];
-    exits[{t.task, t.replica}] = t.exit_code;
-    const bool failed = t.exit_code != 0;
-    if (failed && job->spec.elastic() && RestartAllowed(*job)) {
-      // An elastic job restarts only the failed rank; the others keep running.
-      const std::string replica_name = job->spec.tasks[t.task].name + "-" + std::to_string(t.replica);
-      exits.erase({t.task, t.replica});
-      release();
-      batch.Apply(RankRestarted{t.job, t.task, t.replica, options_.clock->Now(),
-                                t.exit_reason == "oom" ? replica_name + " was OOM-killed; restarted alone"
-                                                       : replica_name + " exited with code " +
-                                                             std::to_string(t.exit_code) + "; restarted alone"})
-          .IgnoreError();
-      refresh();
-      continue;
-    }
-    if (failed) {
-      const TaskGroupSpec& spec = job->spec.tasks[t.task];
-      const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
-      release();
-      Requeue(batch, *job,
-              t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
-                                     : replica_name + " exited with code " + std::to_string(t.exit_code),
-              true);
-      refresh();
-    } else if (exits.size() == job->placement.size()) {
-      release();
-      if (job->spec.restart.policy == RestartPolicy::kAlways) {
-        Requeue(batch, *job, "all replicas exited; restart policy always", true);
-      } else {
-        batch.Apply(JobFinished{t.job, JobOutcome::kSucceeded, options_.clock->Now()}).IgnoreError();
-        exits_.erase(t.job);
-      }
-      refresh();
+    lost = node->lost;
+    // Usage of each running job's GPUs, for right-sizing.
+    FoldUsage(snap, *node, report);
+    for (const GpuTelemetry& g : report.gpus) {
+      if (g.index < 0 || g.index >= node->spec.gpus) continue;
+      if (static_cast<bool>((node->healthy_mask >> g.index) & 1) != g.healthy) health_changes->push_back(g);
     }
   }
+  if (lost) batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
+  return Status::Ok();
+}
+
+std::vector<TaskAssignment> Controller::TasksFor(Batch& batch, const std::string& node_name, uint64_t* revision) {
   // From the working state, at its revision: the jobs indexed on the node
   // (as of the last commit) and those this batch bound or resized so far,
   // so that the answer holds everything its revision claims.
+  const Snapshot snap = batch.state->GetSnapshot();
+  const NodeState* node = snap.FindNode(node_name);
   std::vector<TaskAssignment> tasks;
+  if (node == nullptr) return tasks;
   std::set<JobId> ids;
   for (const Event& e : batch.events) {
     if (const auto* b = std::get_if<JobBound>(&e)) ids.insert(b->id);
     if (const auto* r = std::get_if<JobResized>(&e)) ids.insert(r->id);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (revision != nullptr) *revision = snap->revision();
-  if (const std::set<JobId>* indexed = JobsOn(report.node)) ids.insert(indexed->begin(), indexed->end());
-  {
-    for (JobId id : ids) {
-      const JobRecord* job = snap->FindJob(id);
-      if (job == nullptr || job->state != JobState::kRunning) continue;
-      for (size_t i = 0; i < job->placement.size(); ++i) {
-        if (job->placement[i].node == node->id) tasks.push_back(Assignment(*snap, *job, i));
-      }
+  if (revision != nullptr) *revision = snap.revision();
+  if (const std::set<JobId>* indexed = JobsOn(node_name)) ids.insert(indexed->begin(), indexed->end());
+  for (JobId id : ids) {
+    const JobRecord* job = snap.FindJob(id);
+    if (job == nullptr || job->state != JobState::kRunning) continue;
+    for (size_t i = 0; i < job->placement.size(); ++i) {
+      if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));
     }
   }
   return tasks;
 }
 
 void Controller::FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report) {
-  if (report.gpus.empty()) return;
   const std::set<JobId>* ids = JobsOn(node.spec.name);
-  if (ids == nullptr) return;
-  const TimePoint now = options_.clock->Now();
-  for (JobId id : *ids) {
-    const JobRecord* job = snap.FindJob(id);
-    if (job == nullptr || job->state != JobState::kRunning) continue;
-    for (const ReplicaPlacement& r : job->placement) {
-      // A shared GPU's telemetry is the whole GPU's (several jobs', or
-      // none at all in MIG mode): it says nothing of one job's use.
-      if (r.node != node.id || r.shares_gpu()) continue;
-      for (const GpuTelemetry& g : report.gpus) {
-        if (g.index < 0 || g.index >= 64 || !((r.gpu_mask >> g.index) & 1)) continue;
-        JobUsage& u = usage_[id];
-        u.seen = true;
-        u.peak_memory = std::max(u.peak_memory, g.memory_used);
-        if (g.utilization_pct >= options_.idle_utilization_pct) u.last_busy = now;
-      }
-    }
-  }
+  if (ids != nullptr) usage_.Fold(snap, node, *ids, report.gpus, options_.clock->Now());
 }
 
 bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskAssignment>* tasks, uint64_t* revision) {

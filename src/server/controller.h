@@ -35,7 +35,10 @@
 #include "core/cluster_config.h"
 #include "sched/engine.h"
 #include "server/auth.h"
+#include "server/batch.h"
+#include "server/job_lifecycle.h"
 #include "server/recovery.h"
+#include "server/usage.h"
 #include "store/store.h"
 
 namespace rota::server {
@@ -223,19 +226,6 @@ class Controller {
   void ScheduleNow();
 
  private:
-  struct Batch {
-    ClusterState* state;
-    std::vector<Event> events;
-    std::vector<std::function<void(const Status&)>> done;
-    std::vector<bool> standalone;  // per done: its result stands even if the journal write fails
-    // Idempotency keys of this batch's submissions: kept once it is durable.
-    std::vector<std::pair<std::string, std::pair<JobId, int64_t>>> request_ids = {};
-    Status Apply(Event e) {
-      Status s = state->Apply(e);
-      if (s.ok()) events.push_back(std::move(e));
-      return s;
-    }
-  };
   template <typename T>
   // Runs `fn` on the actor in the next batch; its result once the batch is
   // durable. `standalone`: `fn` journals nothing and depends on no state the
@@ -251,10 +241,12 @@ class Controller {
   void RunOneCycle();
   // Declares nodes lost whose agents stopped heartbeating, and requeues their gangs.
   void CheckNodes();
-  // REQUIRES: on the actor. Requeues (or fails, past the restart limit) a running job.
-  // Whether the job's restart policy allows one more restart.
-  static bool RestartAllowed(const JobRecord& job);
-  void Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy);
+  // On the actor: the node registry's part of a heartbeat (the agent is
+  // live; a lost node is back); false (with why) if it may not report.
+  Status NoteAlive(Batch& batch, const HeartbeatReport& report, std::vector<GpuTelemetry>* health_changes);
+  // The binder's answer to a node: its tasks in the working state, at its
+  // revision (the jobs indexed on it plus those this batch bound or resized).
+  std::vector<TaskAssignment> TasksFor(Batch& batch, const std::string& node, uint64_t* revision);
   // ResourceExhausted unless `user` may submit `jobs` more now (limits.submit_rate);
   // a negative `jobs` gives back what a refused submission took.
   Status TakeSubmitBudget(const std::string& user, int64_t jobs);
@@ -274,6 +266,8 @@ class Controller {
   bool QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskAssignment>* tasks, uint64_t* revision);
   // REQUIRES: mu_ held. Folds the report's GPU telemetry into the usage of the jobs on `node`.
   void FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report);
+  // Expired time limits and evicted gangs past their grace, ended or requeued.
+  void CheckTimes(TimePoint now);
   void Trigger();
   TaskAssignment Assignment(const Snapshot& snap, const JobRecord& job, size_t index) const;
 
@@ -296,7 +290,7 @@ class Controller {
   std::optional<std::pair<uint64_t, Snapshot>> snapshot_pending_;
   bool snapshot_stop_ = false;
   std::thread snapshot_thread_;
-  std::map<JobId, std::map<std::pair<uint16_t, uint32_t>, int32_t>> exits_;  // running jobs' exited replicas
+  JobLifecycle lifecycle_;  // exits, restarts, requeues, time limits
 
   std::atomic<uint64_t> store_failures_{0};  // journal writes refused in a row
   mutable std::mutex mu_;  // guards the fields below
@@ -331,12 +325,7 @@ class Controller {
   std::map<JobId, std::vector<std::string>> job_nodes_;
   std::mutex listener_mu_;  // guards node_listener_ (held while it runs)
   std::function<void(const std::vector<std::string>&)> node_listener_;
-  struct JobUsage {
-    TimePoint last_busy = 0;
-    MemoryMiB peak_memory = 0;
-    bool seen = false;  // telemetry arrived for its GPUs
-  };
-  std::map<JobId, JobUsage> usage_;
+  UsageTracker usage_;  // right-sizing (thread-safe)
   // Scheduler thread only: what the last cycle saw and did.
   uint64_t last_cycle_revision_ = 0;
   bool last_cycle_idle_ = false;  // it decided nothing

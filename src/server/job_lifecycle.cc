@@ -1,0 +1,172 @@
+#include "server/job_lifecycle.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace rota::server {
+namespace {
+
+// Whether `job` has replica (task, replica) of `t` on `node`.
+bool Ours(const JobRecord& job, NodeId node, const api::TaskReport& t) {
+  return std::any_of(job.placement.begin(), job.placement.end(), [&](const ReplicaPlacement& r) {
+    return r.task == t.task && r.replica == t.replica && r.node == node;
+  });
+}
+
+}  // namespace
+
+void JobLifecycle::OnTaskReports(Batch& batch, const std::string& node_name,
+                                 const std::vector<api::TaskReport>& tasks) {
+  // No snapshot is held across a change: one held across Apply would make
+  // each change copy the whole state (copy-on-write). Record pointers stay
+  // valid through the batch (the published state holds them).
+  NodeId node;
+  {
+    Snapshot snap = batch.state->GetSnapshot();
+    const NodeState* n = snap.FindNode(node_name);
+    if (n == nullptr) return;
+    node = n->id;
+  }
+  for (const api::TaskReport& t : tasks) {
+    if (t.checkpoint_at == 0 || t.checkpoint_path.empty()) continue;
+    const JobRecord* job = batch.state->GetSnapshot().FindJob(t.job);
+    if (job != nullptr) OnCheckpoint(batch, node, *job, t);
+  }
+  for (const api::TaskReport& t : tasks) {
+    if (!t.exited) continue;
+    const JobRecord* job = batch.state->GetSnapshot().FindJob(t.job);
+    if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica) || !Ours(*job, node, t)) continue;
+    OnExit(batch, *job, t);
+  }
+}
+
+void JobLifecycle::OnCheckpoint(Batch& batch, NodeId node, const JobRecord& job, const api::TaskReport& t) {
+  // A time ahead of ours counts as now, once: the same path again is not new.
+  const TimePoint at = std::min(t.checkpoint_at, clock_->Now());
+  if (at <= job.last_checkpoint_at) return;
+  if (t.checkpoint_at > at && t.checkpoint_path == job.last_checkpoint_path) return;
+  if (job.state != JobState::kRunning && job.state != JobState::kPreempting) return;
+  if (!Ours(job, node, t)) return;
+  batch.Apply(JobCheckpointed{t.job, at, t.checkpoint_path}).IgnoreError();
+}
+
+void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskReport& t) {
+  const TimePoint now = clock_->Now();
+  if (job.state == JobState::kPreempting) {
+    // An evicted gang is requeued once all of its replicas have stopped.
+    auto& stopped = exits_[t.job];
+    stopped[{t.task, t.replica}] = t.exit_code;
+    if (stopped.size() != job.placement.size()) return;
+    exits_.erase(t.job);
+    batch.Apply(JobRequeued{t.job, now, job.last_requeue_reason}).IgnoreError();
+    return;
+  }
+  if (job.state != JobState::kRunning) return;
+  auto& exits = exits_[t.job];
+  exits[{t.task, t.replica}] = t.exit_code;
+  const TaskGroupSpec& spec = job.spec.tasks[t.task];
+  const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
+  if (t.exit_code != 0 && job.spec.elastic() && RestartAllowed(job)) {
+    // An elastic job restarts only the failed rank; the others keep running.
+    exits.erase({t.task, t.replica});
+    batch.Apply(RankRestarted{t.job, t.task, t.replica, now,
+                              t.exit_reason == "oom" ? replica_name + " was OOM-killed; restarted alone"
+                                                     : replica_name + " exited with code " +
+                                                           std::to_string(t.exit_code) + "; restarted alone"})
+        .IgnoreError();
+    return;
+  }
+  if (t.exit_code != 0) {
+    Requeue(batch, job,
+            t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
+                                   : replica_name + " exited with code " + std::to_string(t.exit_code),
+            true);
+    return;
+  }
+  if (exits.size() != job.placement.size()) return;
+  if (job.spec.restart.policy == RestartPolicy::kAlways) {
+    Requeue(batch, job, "all replicas exited; restart policy always", true);
+  } else {
+    batch.Apply(JobFinished{t.job, JobOutcome::kSucceeded, now}).IgnoreError();
+    exits_.erase(t.job);
+  }
+}
+
+void JobLifecycle::OnGpuHealth(Batch& batch, const std::string& node_name, const api::GpuTelemetry& g) {
+  std::vector<const JobRecord*> on_gpu;  // the running gangs on it
+  {
+    Snapshot snap = batch.state->GetSnapshot();
+    const NodeState* node = snap.FindNode(node_name);
+    if (node == nullptr || g.index < 0 || g.index >= node->spec.gpus) return;
+    const bool was = (node->healthy_mask >> g.index) & 1;
+    if (was == g.healthy) return;
+    if (!g.healthy) {
+      for (const auto& [id, job] : snap.live_jobs()) {
+        if (job->state != JobState::kRunning) continue;
+        for (const ReplicaPlacement& r : job->placement) {
+          if (r.node == node->id && ((r.gpu_mask >> g.index) & 1)) {
+            on_gpu.push_back(job.get());
+            break;
+          }
+        }
+      }
+    }
+  }
+  batch.Apply(GpuHealthChanged{node_name, g.index, g.healthy}).IgnoreError();
+  for (const JobRecord* job : on_gpu) {
+    Requeue(batch, *job, "GPU " + std::to_string(g.index) + " on " + node_name + " failed (" + g.health_reason + ")",
+            false);
+  }
+}
+
+JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std::vector<JobId>& ids,
+                                               TimePoint now) const {
+  Overdue out;
+  for (JobId id : ids) {
+    const JobRecord* job = snap.FindJob(id);
+    if (job == nullptr) continue;
+    if (job->state == JobState::kRunning && job->spec.time_limit > 0 && now - job->started_at > job->spec.time_limit) {
+      out.expired.push_back(id);
+    }
+    if (job->state == JobState::kPreempting &&
+        now - job->preempting_since > job->spec.checkpoint.grace + preempt_slack_) {
+      out.unstopped.push_back(id);
+    }
+  }
+  return out;
+}
+
+void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now) {
+  for (JobId id : overdue.expired) {
+    const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+    if (job == nullptr || job->state != JobState::kRunning) continue;
+    exits_.erase(id);
+    batch.Apply(JobFinished{id, JobOutcome::kFailed, now, "time limit " + FormatDuration(job->spec.time_limit) + " reached"})
+        .IgnoreError();
+  }
+  for (JobId id : overdue.unstopped) {
+    const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+    if (job == nullptr || job->state != JobState::kPreempting) continue;
+    exits_.erase(id);
+    batch.Apply(JobRequeued{id, now, job->last_requeue_reason + " (did not stop within its grace period)"}).IgnoreError();
+  }
+}
+
+bool JobLifecycle::RestartAllowed(const JobRecord& job) {
+  const RestartSpec& r = job.spec.restart;
+  // Gang restarts and elastic ranks restarted alone count alike.
+  return r.policy != RestartPolicy::kNever &&
+         (r.max_restarts == 0 ? r.policy == RestartPolicy::kAlways : job.restarts + job.rank_restarts < r.max_restarts);
+}
+
+void JobLifecycle::Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy) {
+  exits_.erase(job.id);
+  const TimePoint now = clock_->Now();
+  if (!counts_against_policy || RestartAllowed(job)) {
+    batch.Apply(JobRequeued{job.id, now, reason}).IgnoreError();
+  } else {
+    batch.Apply(JobFinished{job.id, JobOutcome::kFailed, now, reason + "; no restarts left"}).IgnoreError();
+  }
+}
+
+}  // namespace rota::server

@@ -1,0 +1,100 @@
+// The controller's scheduling loop (controller.h): a thread that runs the
+// engine on the latest published snapshot whenever something changed (many
+// triggers coalesce into one pending cycle) and at least every
+// schedule_interval, quieter while nothing changes; its decisions go to the
+// actor as ToEvents' events, validated against the current state there.
+#include <chrono>
+
+#include "sched/to_events.h"
+#include "server/controller.h"
+
+namespace rota::server {
+
+void Controller::SchedulerLoop() {
+  const auto interval = std::chrono::microseconds(options_.schedule_interval);
+  while (true) {
+    bool asked;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, interval, [this] { return stopping_ || trigger_; });
+      if (stopping_) return;
+      asked = trigger_ || cycles_requested_ > cycles_done_;
+      trigger_ = false;
+    }
+    CheckNodes();
+    const auto quiet = std::min<std::chrono::steady_clock::duration>(
+        std::chrono::microseconds(options_.quiet_interval),
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(40 * last_cycle_seconds_)));
+    if (!asked && last_cycle_idle_ && snapshot().revision() == last_cycle_revision_ &&
+        std::chrono::steady_clock::now() - last_cycle_at_ < quiet) {
+      continue;  // nothing changed and nothing was decided: not again so soon
+    }
+    RunOneCycle();
+  }
+}
+
+void Controller::RunOneCycle() {
+  uint64_t requested;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    requested = cycles_requested_;
+  }
+  Snapshot snap = snapshot();
+  const TimePoint now = options_.clock->Now();
+  sched::CycleResult result;
+  const auto t0 = std::chrono::steady_clock::now();
+  scheduler_->RunCycle(snap, now, &result);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reasons_.clear();
+    for (const auto& w : result.pending) reasons_[w.job] = w.reason;
+    metrics_.cycles++;
+    metrics_.cycle_sum_seconds += seconds;
+    metrics_.cycle_buckets.resize(std::size(kCycleBuckets) + 1);
+    size_t b = 0;
+    while (b < std::size(kCycleBuckets) && seconds > kCycleBuckets[b]) ++b;
+    metrics_.cycle_buckets[b]++;
+  }
+  last_cycle_revision_ = snap.revision();
+  last_cycle_seconds_ = seconds;
+  last_cycle_at_ = std::chrono::steady_clock::now();
+  last_cycle_idle_ = result.placed.empty() && result.unresolvable.empty() && result.preemptions.empty() &&
+                     result.resizes.empty() && result.reconfigurations.empty();
+  if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty() ||
+      !result.resizes.empty()) {
+    std::vector<Event> events = sched::ToEvents(result, snap, now);
+    Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+      // In ToEvents' order: MIG re-partitions (refused if an instance came
+      // into use since the snapshot: those binds fail too), resizes,
+      // placements, evictions, rejections. One refused because the job or
+      // its GPUs changed since the snapshot is dropped; the next cycle retries.
+      for (Event& e : events) {
+        if (const auto* c = std::get_if<JobCancelled>(&e)) {
+          const JobRecord* job = batch.state->GetSnapshot().FindJob(c->id);
+          if (job == nullptr || job->state != JobState::kPending) continue;
+        }
+        const auto* resized = std::get_if<JobResized>(&e);
+        const JobId resized_job = resized != nullptr ? resized->id : JobId();
+        const bool preempting = std::holds_alternative<JobPreempting>(e);
+        const bool cancel = std::holds_alternative<JobCancelled>(e);
+        const bool ok = batch.Apply(std::move(e)).ok();
+        if (!ok) {
+          if (!preempting && !cancel) Trigger();
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        if (resized_job != JobId()) lifecycle_.Forget(resized_job);  // it restarts with its new world size
+        if (preempting) metrics_.preemptions++;
+      }
+      return true;
+    }).status().IgnoreError();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cycles_done_ = std::max(cycles_done_, requested);
+  }
+  cycle_cv_.notify_all();
+}
+
+}  // namespace rota::server
