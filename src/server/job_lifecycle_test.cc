@@ -1,0 +1,139 @@
+#include "server/job_lifecycle.h"
+
+#include <gtest/gtest.h>
+
+#include "sched/test_util.h"
+
+namespace rota::server {
+namespace {
+
+using sched::testing::GpuJob;
+using sched::testing::Group;
+using sched::testing::MakeCluster;
+
+// One 8-GPU node "n-0" with job 1 (2 replicas, GPUs 0 and 1) running.
+struct Running {
+  ManualClock clock{1000 * kMicrosPerSecond};
+  ClusterConfig config = Config();
+  ClusterState st = MakeCluster(config);
+  JobLifecycle lifecycle{&clock, 30 * kMicrosPerSecond};
+  static ClusterConfig Config() {
+    ClusterConfig c;
+    c.node_groups.push_back(Group("n", 1, 8));
+    return c;
+  }
+  explicit Running(JobSpec spec = GpuJob("j", 2, 1)) {
+    EXPECT_TRUE(st.Apply(JobSubmitted{JobId(1), spec, 0}).ok());
+    EXPECT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 1}, {0, 1, NodeId(0), 2}}, 10}).ok());
+  }
+  // Reports `tasks` from n-0 in one batch; the events it journaled.
+  std::vector<Event> Report(std::vector<api::TaskReport> tasks) {
+    Batch batch{&st};
+    lifecycle.OnTaskReports(batch, "n-0", tasks);
+    return batch.events;
+  }
+  const JobRecord& job() { return *st.GetSnapshot().FindJob(JobId(1)); }
+};
+
+api::TaskReport Exit(uint32_t replica, int32_t code) {
+  return {.job = JobId(1), .task = 0, .replica = replica, .attempt = 0, .exited = true, .exit_code = code};
+}
+
+TEST(JobLifecycle, AJobSucceedsWhenEveryReplicaHasExitedZero) {
+  Running r;
+  EXPECT_TRUE(r.Report({Exit(0, 0)}).empty());  // one of two: still running
+  const auto events = r.Report({Exit(1, 0)});
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobFinished>(events[0]));
+  EXPECT_EQ(std::get<JobFinished>(events[0]).outcome, JobOutcome::kSucceeded);
+  EXPECT_EQ(r.job().state, JobState::kSucceeded);
+}
+
+TEST(JobLifecycle, AFailedReplicaEndsTheAttemptAsThePolicyAllows) {
+  Running never;  // restart: never
+  auto events = never.Report({Exit(1, 3)});
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobFinished>(events[0]));
+  EXPECT_EQ(std::get<JobFinished>(events[0]).reason, "worker-1 exited with code 3; no restarts left");
+  JobSpec retry = GpuJob("j", 2, 1);
+  retry.restart = {RestartPolicy::kOnFailure, 2};
+  Running once(retry);
+  events = once.Report({Exit(0, 1)});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<JobRequeued>(events[0]));
+  EXPECT_EQ(once.job().state, JobState::kPending);
+}
+
+TEST(JobLifecycle, AnElasticJobRestartsOnlyTheFailedRank) {
+  JobSpec el = GpuJob("el", 2, 1);
+  el.elastic_min_replicas = 1;
+  el.restart = {RestartPolicy::kOnFailure, 3};
+  Running r(el);
+  const auto events = r.Report({{.job = JobId(1), .replica = 1, .exited = true, .exit_code = 9, .exit_reason = "oom"}});
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<RankRestarted>(events[0]));
+  EXPECT_EQ(std::get<RankRestarted>(events[0]).reason, "worker-1 was OOM-killed; restarted alone");
+  EXPECT_EQ(r.job().state, JobState::kRunning);
+}
+
+TEST(JobLifecycle, AnEvictedGangIsRequeuedOnceAllItsReplicasStopped) {
+  Running r;
+  ASSERT_TRUE(r.st.Apply(JobPreempting{JobId(1), 20, JobId(9), "preempted for job 9"}).ok());
+  EXPECT_TRUE(r.Report({Exit(0, 143)}).empty());
+  const auto events = r.Report({Exit(1, 143)});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<JobRequeued>(events[0]));
+}
+
+TEST(JobLifecycle, ReportsOfAnotherAttemptOrNodeChangeNothing) {
+  Running r;
+  api::TaskReport stale = Exit(0, 1);
+  stale.attempt = 4;
+  EXPECT_TRUE(r.Report({stale}).empty());
+  api::TaskReport other = Exit(0, 1);
+  other.replica = 7;  // not a replica of the job on this node
+  EXPECT_TRUE(r.Report({other}).empty());
+}
+
+TEST(JobLifecycle, OnlyANewerCheckpointIsRecorded) {
+  Running r;
+  api::TaskReport t{.job = JobId(1), .replica = 0, .checkpoint_path = "/ckpt/1", .checkpoint_at = 500};
+  ASSERT_EQ(r.Report({t}).size(), 1u);
+  EXPECT_EQ(r.job().last_checkpoint_at, 500);
+  EXPECT_TRUE(r.Report({t}).empty());  // the same again
+  t.checkpoint_at = 5000 * kMicrosPerSecond;  // ahead of the clock: counts as now, once
+  t.checkpoint_path = "/ckpt/2";
+  ASSERT_EQ(r.Report({t}).size(), 1u);
+  EXPECT_EQ(r.job().last_checkpoint_at, r.clock.Now());
+  EXPECT_TRUE(r.Report({t}).empty());
+}
+
+TEST(JobLifecycle, AFailedGpuRequeuesTheGangsOnItWithoutCountingAgainstThePolicy) {
+  Running r;
+  Batch batch{&r.st};
+  r.lifecycle.OnGpuHealth(batch, "n-0", {.index = 1, .healthy = false, .health_reason = "Xid 79"});
+  ASSERT_EQ(batch.events.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<GpuHealthChanged>(batch.events[0]));
+  ASSERT_TRUE(std::holds_alternative<JobRequeued>(batch.events[1]));
+  EXPECT_EQ(std::get<JobRequeued>(batch.events[1]).reason, "GPU 1 on n-0 failed (Xid 79)");
+  Batch again{&r.st};
+  r.lifecycle.OnGpuHealth(again, "n-0", {.index = 1, .healthy = false});  // no change: nothing
+  EXPECT_TRUE(again.events.empty());
+}
+
+TEST(JobLifecycle, TimeLimitsAndUnstoppedEvictionsEnd) {
+  JobSpec limited = GpuJob("j", 2, 1);
+  limited.time_limit = 60 * kMicrosPerSecond;
+  Running r(limited);
+  const std::vector<JobId> ids = {JobId(1)};
+  EXPECT_TRUE(r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, 50 * kMicrosPerSecond).empty());
+  const auto overdue = r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, 61 * kMicrosPerSecond);
+  ASSERT_EQ(overdue.expired.size(), 1u);
+  Batch batch{&r.st};
+  r.lifecycle.EndOverdue(batch, overdue, 61 * kMicrosPerSecond);
+  ASSERT_EQ(batch.events.size(), 1u);
+  EXPECT_EQ(std::get<JobFinished>(batch.events[0]).reason, "time limit 1m reached");
+}
+
+}  // namespace
+}  // namespace rota::server
