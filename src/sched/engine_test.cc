@@ -291,52 +291,6 @@ TEST(Reservations, WithoutThemTheSameStreamStarvesTheGang) {
 namespace rota::sched {
 namespace {
 
-// 40 GPUs; queues a and b with the given weights each submit 100 1-GPU jobs,
-// a first (FIFO alone would give a all 40). Returns the GPUs each gets in one
-// cycle, with `history` as their decayed past usage.
-std::pair<int, int> ShareOfForty(int32_t weight_a, int32_t weight_b, const std::map<std::string, double>& history) {
-  ClusterConfig c;
-  c.node_groups.push_back(Group("n", 5, 8));
-  c.queues = {{.name = "a", .weight = weight_a}, {.name = "b", .weight = weight_b}};
-  ClusterState st = MakeCluster(c);
-  uint64_t id = 1;
-  for (const char* q : {"a", "b"}) {
-    for (int i = 0; i < 100; ++i, ++id) {
-      JobSpec j = GpuJob("j", 1, 1);
-      j.queue = q;
-      EXPECT_TRUE(st.Apply(JobSubmitted{JobId(id), j, static_cast<TimePoint>(id)}).ok());
-    }
-  }
-  auto s = Make({}, c);
-  s->SetUsageHistory(history);
-  CycleResult r;
-  s->RunCycle(st.GetSnapshot(), &r);
-  int a = 0, b = 0;
-  for (const Placed& p : r.placed) (p.job.value() <= 100 ? a : b)++;
-  return {a, b};
-}
-
-TEST(FairShare, ConvergesToQueueWeightsUnderContention) {
-  auto [a, b] = ShareOfForty(1, 3, {});
-  EXPECT_EQ(a + b, 40);
-  EXPECT_EQ(a, 10);  // weights 1:3 of 40 GPUs
-  EXPECT_EQ(b, 30);
-}
-
-TEST(FairShare, PastUsageCountsAgainstAQueue) {
-  // Queue a averaged 20 GPUs over the decay window; b nothing. Equal weights:
-  // shares meet when a holds 10 and b 30 (10 + 20 = 30 + 0).
-  auto [a, b] = ShareOfForty(1, 1, {{"a", 20.0}});
-  EXPECT_EQ(a, 10);
-  EXPECT_EQ(b, 30);
-}
-
-}  // namespace
-}  // namespace rota::sched
-
-namespace rota::sched {
-namespace {
-
 // 1,000 one-minute cycles of random gangs in three queues with quotas and
 // preemption; victims stop one cycle after they are chosen. Checks, every
 // cycle: every bind applies (no GPU given twice), no queue ever holds more
@@ -548,71 +502,6 @@ TEST(PolicyProperties, RandomizedSharingAndElastic) {
               "%lld shrinks, %lld MIG re-partitions over 600 cycles\n",
               static_cast<long long>(placed), static_cast<long long>(mig_placed), static_cast<long long>(started_small),
               static_cast<long long>(grows), static_cast<long long>(shrinks), static_cast<long long>(reconfigured));
-}
-
-// Capacity freed for a preemptor is nominated for it: while the rest of its
-// victims checkpoint, a lower-priority job does not take the GPUs the first
-// victim freed (and is told why); once all have stopped, the preemptor gets
-// the whole node.
-TEST(Preemption, FreedGpusAreNominatedForThePreemptor) {
-  ClusterConfig c;
-  c.node_groups.push_back(Group("n", 1, 8));
-  ClusterState st = MakeCluster(c);
-  auto s = Make();
-  const Duration minute = 60 * kMicrosPerSecond;
-  TimePoint now = 100 * minute;
-  auto job = [](const char* name, int32_t gpus, int32_t priority, bool preemptible) {
-    JobSpec j = GpuJob(name, 1, gpus);
-    j.priority = priority;
-    j.preemptible = preemptible;
-    j.checkpoint.grace = 5 * 60 * kMicrosPerSecond;
-    return j;
-  };
-  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), job("v1", 4, 100, true), 0}).ok());
-  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), job("v2", 4, 100, true), 0}).ok());
-  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x0F}}, 0}).ok());
-  ASSERT_TRUE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0xF0}}, 0}).ok());
-  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), job("p", 8, 1000, false), now}).ok());
-  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(4), job("y", 4, 500, false), now}).ok());
-  CycleResult r;
-  s->RunCycle(st.GetSnapshot(), now, &r);
-  ASSERT_EQ(r.preemptions.size(), 2u);
-  for (const Preemption& p : r.preemptions) {
-    EXPECT_EQ(p.preemptor, JobId(3));
-    ASSERT_TRUE(st.Apply(JobPreempting{p.victim, now, p.preemptor, p.reason}).ok());
-  }
-  // v1 checkpoints and stops first: its GPUs are nominated for p.
-  now += minute / 2;
-  ASSERT_TRUE(st.Apply(JobRequeued{JobId(1), now, "stopped"}).ok());
-  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(3))->nominated.size(), 1u);
-  s->RunCycle(st.GetSnapshot(), now, &r);
-  EXPECT_TRUE(r.placed.empty()) << "job " << r.placed[0].job.value() << " took GPUs nominated for p";
-  EXPECT_TRUE(r.preemptions.empty());
-  std::map<JobId, PendingReason> why;
-  for (const Waiting& w : r.pending) why[w.job] = w.reason;
-  EXPECT_EQ(why[JobId(3)].code, ReasonCode::kPreempting) << why[JobId(3)].message;
-  EXPECT_EQ(why[JobId(4)].code, ReasonCode::kReserved) << why[JobId(4)].message;
-  EXPECT_NE(why[JobId(4)].message.find("freed by preemption for higher-priority job(s) 3"), std::string::npos)
-      << why[JobId(4)].message;
-  // A job of the preemptor's priority or higher is not held back by it.
-  ClusterState st2 = st;
-  ASSERT_TRUE(st2.Apply(JobSubmitted{JobId(5), job("z", 2, 1000, false), now}).ok());
-  s->RunCycle(st2.GetSnapshot(), now, &r);
-  ASSERT_EQ(r.placed.size(), 1u);
-  EXPECT_EQ(r.placed[0].job, JobId(5));
-  // v2 stops: p takes the whole node.
-  now += minute / 2;
-  ASSERT_TRUE(st.Apply(JobRequeued{JobId(2), now, "stopped"}).ok());
-  s->RunCycle(st.GetSnapshot(), now, &r);
-  ASSERT_EQ(r.placed.size(), 1u);
-  EXPECT_EQ(r.placed[0].job, JobId(3));
-  ASSERT_TRUE(st.Apply(JobBound{JobId(3), {r.replicas.begin(), r.replicas.end()}, now}).ok());
-  EXPECT_TRUE(st.GetSnapshot().FindJob(JobId(3))->nominated.empty());
-  // Without a preemptor waiting, nothing is held: y runs once p ends.
-  ASSERT_TRUE(st.Apply(JobFinished{JobId(3), JobOutcome::kSucceeded, now + minute}).ok());
-  s->RunCycle(st.GetSnapshot(), now + minute, &r);
-  ASSERT_FALSE(r.placed.empty());
-  EXPECT_EQ(r.placed[0].job, JobId(4));
 }
 
 }  // namespace

@@ -124,5 +124,71 @@ TEST(Preempt, ANonPreemptibleGangIsNeverAVictim) {
   EXPECT_TRUE(r.preemptions.empty());
 }
 
+// (Moved from engine_test.cc with the engine redesign.)
+// Capacity freed for a preemptor is nominated for it: while the rest of its
+// victims checkpoint, a lower-priority job does not take the GPUs the first
+// victim freed (and is told why); once all have stopped, the preemptor gets
+// the whole node.
+TEST(Preemption, FreedGpusAreNominatedForThePreemptor) {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("n", 1, 8));
+  ClusterState st = MakeCluster(c);
+  auto s = MakeScheduler(c);
+  const Duration minute = 60 * kMicrosPerSecond;
+  TimePoint now = 100 * minute;
+  auto job = [](const char* name, int32_t gpus, int32_t priority, bool preemptible) {
+    JobSpec j = GpuJob(name, 1, gpus);
+    j.priority = priority;
+    j.preemptible = preemptible;
+    j.checkpoint.grace = 5 * 60 * kMicrosPerSecond;
+    return j;
+  };
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), job("v1", 4, 100, true), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), job("v2", 4, 100, true), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x0F}}, 0}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0xF0}}, 0}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), job("p", 8, 1000, false), now}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(4), job("y", 4, 500, false), now}).ok());
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.preemptions.size(), 2u);
+  for (const Preemption& p : r.preemptions) {
+    EXPECT_EQ(p.preemptor, JobId(3));
+    ASSERT_TRUE(st.Apply(JobPreempting{p.victim, now, p.preemptor, p.reason}).ok());
+  }
+  // v1 checkpoints and stops first: its GPUs are nominated for p.
+  now += minute / 2;
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(1), now, "stopped"}).ok());
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(3))->nominated.size(), 1u);
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.placed.empty()) << "job " << r.placed[0].job.value() << " took GPUs nominated for p";
+  EXPECT_TRUE(r.preemptions.empty());
+  std::map<JobId, PendingReason> why;
+  for (const Waiting& w : r.pending) why[w.job] = w.reason;
+  EXPECT_EQ(why[JobId(3)].code, ReasonCode::kPreempting) << why[JobId(3)].message;
+  EXPECT_EQ(why[JobId(4)].code, ReasonCode::kReserved) << why[JobId(4)].message;
+  EXPECT_NE(why[JobId(4)].message.find("freed by preemption for higher-priority job(s) 3"), std::string::npos)
+      << why[JobId(4)].message;
+  // A job of the preemptor's priority or higher is not held back by it.
+  ClusterState st2 = st;
+  ASSERT_TRUE(st2.Apply(JobSubmitted{JobId(5), job("z", 2, 1000, false), now}).ok());
+  s->RunCycle(st2.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(r.placed[0].job, JobId(5));
+  // v2 stops: p takes the whole node.
+  now += minute / 2;
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(2), now, "stopped"}).ok());
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(r.placed[0].job, JobId(3));
+  ASSERT_TRUE(st.Apply(JobBound{JobId(3), {r.replicas.begin(), r.replicas.end()}, now}).ok());
+  EXPECT_TRUE(st.GetSnapshot().FindJob(JobId(3))->nominated.empty());
+  // Without a preemptor waiting, nothing is held: y runs once p ends.
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(3), JobOutcome::kSucceeded, now + minute}).ok());
+  s->RunCycle(st.GetSnapshot(), now + minute, &r);
+  ASSERT_FALSE(r.placed.empty());
+  EXPECT_EQ(r.placed[0].job, JobId(4));
+}
+
 }  // namespace
 }  // namespace rota::sched
