@@ -13,13 +13,20 @@
 //               to the GPU left fullest, then the lower node and GPU).
 //   QueueOrder - exactly one (drf by default) when queues are configured;
 //               which queue's head job goes next among equal priorities.
+//   Admit     - AND (quota by default): a placement is admitted only if
+//               every one agrees; one that refuses even on empty queues
+//               rejects the job.
+//   VictimOrder - exactly one (lost-work by default): what evicting a
+//               running gang costs; preempt takes the cheapest first.
 //
 // Plugins read const views; only the Txn they are handed changes tentative
 // allocations; only ClusterState::Apply commits anything.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sched/fgd.h"
@@ -145,6 +152,21 @@ class SharePlacerPlugin : public virtual Plugin {
 };
 
 class QueueBook;
+
+class AdmitPlugin : public virtual Plugin {
+ public:
+  // Whether a placement adding `add` GPUs (per interned model) to leaf queue
+  // `leaf` may be admitted now (false, with *why, if not). With `empty`, as
+  // if the queues held nothing: false then means never (the job is rejected).
+  virtual bool Admits(const QueueBook& book, int32_t leaf, const std::vector<std::pair<int16_t, int64_t>>& add,
+                      bool may_borrow, bool empty, std::string* why) const = 0;
+};
+
+class VictimOrderPlugin : public virtual Plugin {
+ public:
+  // What evicting running gang `victim` at `now` costs; the cheapest go first.
+  virtual int64_t Cost(const JobRecord& victim, TimePoint now) const = 0;
+};
 
 class QueueOrderPlugin : public virtual Plugin {
  public:

@@ -3,6 +3,7 @@
 #include "sched/to_events.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace rota::sched {
@@ -76,10 +77,12 @@ void RecordCycle(const CycleResult& result, const Snapshot& snap, const std::vec
   for (const Reconfiguration& r : result.reconfigurations) {
     out.reconfigurations.push_back({snap.node(r.node).spec.name, r.gpu, r.before, r.layout});
   }
+  std::map<JobId, int32_t> size;  // a job resized twice in a cycle goes from its first resize's size
   for (const Resize& r : result.resizes) {
     const JobRecord* job = snap.FindJob(r.job);
-    out.resizes.push_back({job->spec.name, static_cast<int32_t>(job->placement.size()),
-                           static_cast<int32_t>(r.replicas.size()), r.reason});
+    auto [it, first] = size.emplace(r.job, static_cast<int32_t>(job->placement.size()));
+    out.resizes.push_back({job->spec.name, it->second, static_cast<int32_t>(r.replicas.size()), r.reason});
+    it->second = static_cast<int32_t>(r.replicas.size());
   }
   for (const Placed& p : result.placed) {
     const JobRecord* job = snap.FindJob(p.job);

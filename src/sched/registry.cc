@@ -1,5 +1,7 @@
 #include "sched/registry.h"
 
+#include <algorithm>
+
 #include "sched/plugins/builtin.h"
 
 namespace rota::sched {
@@ -69,6 +71,12 @@ Status Profile::AddActions(const std::vector<std::string>& names, const Registry
     action_names_.push_back(names[i]);
     owned_.push_back(std::move(action));
   }
+  const bool allocates = std::find(names.begin(), names.end(), "allocate") != names.end();
+  if (!allocates && (!make_room_.empty() || !when_blocked_.empty())) {
+    return InvalidArgumentError("profile.actions: '" +
+                                std::string(!make_room_.empty() ? make_room_[0]->name() : when_blocked_[0]->name()) +
+                                "' acts inside allocate; list allocate too");
+  }
   return Status::Ok();
 }
 
@@ -108,16 +116,34 @@ StatusOr<Profile> Profile::Create(const ProfileConfig& config, const Registry& r
       }
       p.queue_order_ = q;
     }
+    if (auto* a = dynamic_cast<const AdmitPlugin*>(plugin.get())) p.admit_.push_back(a);
+    if (auto* v = dynamic_cast<const VictimOrderPlugin*>(plugin.get())) {
+      if (p.victim_order_ != nullptr) {
+        return InvalidArgumentError(path + ": a profile has at most one victim order; '" +
+                                    std::string(p.victim_order_->name()) + "' and '" + pc.name + "' are both");
+      }
+      p.victim_order_ = v;
+    }
     if (dynamic_cast<const SharePlacerPlugin*>(plugin.get()) != nullptr) {
       return InvalidArgumentError(path + ": '" + pc.name + "' is a share placer; choose it with profile.share_placement");
     }
     p.owned_.push_back(std::move(plugin));
   }
   if (p.placer_ == nullptr) return InvalidArgumentError("profile.plugins: no placer enabled (e.g. topology)");
-  if (p.queue_order_ == nullptr) {
-    p.owned_.push_back(registry.Create("drf"));
-    p.queue_order_ = dynamic_cast<const QueueOrderPlugin*>(p.owned_.back().get());
-    if (p.queue_order_ == nullptr) return InvalidArgumentError("profile.plugins: no queue order (drf is not registered)");
+  // The points a profile need not name: their defaults.
+  auto fallback = [&](const char* name) -> const Plugin* {
+    std::unique_ptr<Plugin> plugin = registry.Create(name);
+    if (plugin == nullptr) return nullptr;
+    p.owned_.push_back(std::move(plugin));
+    return p.owned_.back().get();
+  };
+  if (p.queue_order_ == nullptr) p.queue_order_ = dynamic_cast<const QueueOrderPlugin*>(fallback("drf"));
+  if (p.admit_.empty()) {
+    if (auto* a = dynamic_cast<const AdmitPlugin*>(fallback("quota"))) p.admit_.push_back(a);
+  }
+  if (p.victim_order_ == nullptr) p.victim_order_ = dynamic_cast<const VictimOrderPlugin*>(fallback("lost-work"));
+  if (p.queue_order_ == nullptr || p.admit_.empty() || p.victim_order_ == nullptr) {
+    return InvalidArgumentError("profile.plugins: the registry lacks drf, quota or lost-work for the points left unnamed");
   }
   {
     std::unique_ptr<Plugin> share = registry.Create(config.share_placement);

@@ -30,7 +30,7 @@ class Registry {
 };
 
 // The plugins shipped with rota: priority, fifo, resource-fit, gang,
-// topology, scan, binpack, spread, fgd, bestfit, drf; and the actions
+// topology, scan, binpack, spread, fgd, bestfit, drf, quota, lost-work; and the actions
 // allocate, shrink-elastic, preempt, reserve, grow-elastic.
 const Registry& BuiltinRegistry();
 
@@ -49,8 +49,9 @@ class Profile {
   // An empty plugin list means DefaultProfileConfig()'s plugins, an empty
   // action list DefaultActions(). Fails on an unknown name, a duplicate, a
   // weight outside 0..100, not exactly one placer, more than one queue
-  // order, an action listed as a plugin or a plugin as an action, or a
-  // share_placement that is not a share placer.
+  // order or victim order, an action listed as a plugin or a plugin as an
+  // action, or a share_placement that is not a share placer. Without a queue
+  // order, admit or victim order plugin listed: drf, quota, lost-work.
   static StatusOr<Profile> Create(const ProfileConfig& config, const Registry& registry);
 
   const std::string& name() const { return name_; }
@@ -61,6 +62,8 @@ class Profile {
   const std::vector<const JobReadyPlugin*>& job_ready() const { return job_ready_; }
   const SharePlacerPlugin& share_placer() const { return *share_placer_; }
   const QueueOrderPlugin& queue_order() const { return *queue_order_; }
+  const std::vector<const AdmitPlugin*>& admit() const { return admit_; }
+  const VictimOrderPlugin& victim_order() const { return *victim_order_; }
   // The cycle's actions, and the make-room and blocked ones allocate runs
   // for each job, in the order the profile lists them.
   const std::vector<const CycleAction*>& actions() const { return actions_; }
@@ -87,6 +90,8 @@ class Profile {
   std::vector<const JobReadyPlugin*> job_ready_;
   const SharePlacerPlugin* share_placer_ = nullptr;
   const QueueOrderPlugin* queue_order_ = nullptr;
+  std::vector<const AdmitPlugin*> admit_;
+  const VictimOrderPlugin* victim_order_ = nullptr;
   std::vector<const CycleAction*> actions_;
   std::vector<const MakeRoomAction*> make_room_;
   std::vector<const BlockedAction*> when_blocked_;

@@ -42,3 +42,23 @@ TEST(Profile, ScoresAreAWeightedSum) {
 
 }  // namespace
 }  // namespace rota::sched
+
+namespace rota::sched {
+namespace {
+
+TEST(Profile, PointsLeftUnnamedGetTheirDefaults) {
+  auto p = Profile::Create({}, BuiltinRegistry());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->queue_order().name(), "drf");
+  ASSERT_EQ(p->admit().size(), 1u);
+  EXPECT_EQ(p->admit()[0]->name(), "quota");
+  EXPECT_EQ(p->victim_order().name(), "lost-work");
+  EXPECT_EQ(p->share_placer().name(), "fgd");
+  EXPECT_EQ(p->action_names(), DefaultActions());
+  ASSERT_EQ(p->actions().size(), 2u);  // allocate, grow-elastic; the rest run inside allocate
+  EXPECT_EQ(p->make_room().size(), 1u);
+  EXPECT_EQ(p->when_blocked().size(), 2u);
+}
+
+}  // namespace
+}  // namespace rota::sched

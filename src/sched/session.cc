@@ -400,7 +400,12 @@ QueueBook::ModelGpus Session::TxnGpusByModel() const {
 bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf) const {
   if (!book_->configured() || leaf < 0) return true;
   std::string why;
-  return book_->Admits(leaf, TxnGpusByModel(), book_->MayBorrow(job.spec), &why);
+  const QueueBook::ModelGpus add = TxnGpusByModel();
+  const bool may_borrow = book_->MayBorrow(job.spec);
+  for (const AdmitPlugin* a : profile_->admit()) {
+    if (!a->Admits(*book_, leaf, add, may_borrow, /*empty=*/false, &why)) return false;
+  }
+  return true;
 }
 
 void Session::SetElasticReplicas(int32_t k) {
@@ -432,8 +437,16 @@ int32_t Session::MostReplicasThatFit(const JobRecord& job, int32_t lo, int32_t h
 bool Session::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) {
   const bool may_borrow = book_->MayBorrow(job.spec);
   std::string why_not, never;
-  if (book_->Admits(leaf, add, may_borrow, &why_not)) return false;
-  const bool impossible = !book_->Admits(leaf, add, may_borrow, &never, /*empty=*/true);
+  // The first Admit plugin that refuses says why (AND: every one must agree).
+  const AdmitPlugin* refused = nullptr;
+  for (const AdmitPlugin* a : profile_->admit()) {
+    if (!a->Admits(*book_, leaf, add, may_borrow, /*empty=*/false, &why_not)) {
+      refused = a;
+      break;
+    }
+  }
+  if (refused == nullptr) return false;
+  const bool impossible = !refused->Admits(*book_, leaf, add, may_borrow, /*empty=*/true, &never);
   PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
                       "needs " + std::to_string(request_.total_gpus) + " GPUs; " + (impossible ? never : why_not)};
   (impossible ? out_->unresolvable : out_->pending).push_back({job.id, std::move(quota)});

@@ -160,6 +160,11 @@ class Txn {
   }
   // Undoes every step and every share and MIG change since Begin.
   void Rollback();
+  // Keeps them: a later Rollback (before the next Begin) undoes nothing.
+  void Commit() {
+    steps_.clear();
+    share_undo_.clear();
+  }
   const std::vector<Step>& steps() const { return steps_; }
 
  private:

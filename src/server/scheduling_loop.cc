@@ -83,9 +83,11 @@ void Controller::RunOneCycle() {
           if (!preempting && !cancel) Trigger();
           continue;
         }
-        std::lock_guard<std::mutex> lock(mu_);
-        if (resized_job != JobId()) lifecycle_.Forget(resized_job);  // it restarts with its new world size
-        if (preempting) metrics_.preemptions++;
+        if (resized_job != JobId()) lifecycle_.Forget(resized_job);  // it restarts with its new world size (actor-owned)
+        if (preempting) {
+          std::lock_guard<std::mutex> lock(mu_);
+          metrics_.preemptions++;
+        }
       }
       return true;
     }).status().IgnoreError();

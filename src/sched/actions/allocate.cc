@@ -199,7 +199,7 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
     (never ? out.unresolvable : out.pending).push_back({job.id, why});
     return;
   }
-  if (!s.fair()) return;
+  if (!s.fair()) return s.txn().Commit();
   // Admission: its shares count as whole GPUs (rounded up) of the model they landed on.
   const int32_t leaf = s.Leaf(job);
   const int16_t model = s.ws().node(s.topology().position_of(out.replicas[first].node)).model;
@@ -214,6 +214,7 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
   }
   if (leaf >= 0 && model >= 0) s.book().Charge(leaf, add);
   if (leaf >= 0) s.ChargeResources(leaf);
+  s.txn().Commit();
 }
 
 bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, bool* refused) const {

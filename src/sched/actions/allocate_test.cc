@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "sched/plugins/builtin.h"
 #include "sched/test_util.h"
 
 namespace rota::sched {
@@ -83,6 +84,46 @@ TEST(Allocate, BlockedActionsActInTheProfilesOrder) {
   EXPECT_TRUE(r.preemptions.empty());
   ASSERT_EQ(r.reservations.size(), 1u);
   EXPECT_EQ(r.reservations[0].start, 120 * kMinute);
+}
+
+// Admit plugins AND with the quotas: here no placement of more than 4 GPUs.
+class AtMostFour final : public AdmitPlugin {
+ public:
+  std::string_view name() const override { return "at-most-four"; }
+  bool Admits(const QueueBook&, int32_t, const std::vector<std::pair<int16_t, int64_t>>& add, bool, bool,
+              std::string* why) const override {
+    int64_t n = 0;
+    for (const auto& [model, gpus] : add) n += gpus;
+    if (n <= 4) return true;
+    *why = "at most 4 GPUs a job here";
+    return false;
+  }
+};
+
+TEST(Allocate, EveryAdmitPluginMustAgree) {
+  ClusterConfig c = Nodes(1);
+  c.queues = {{.name = "q"}};
+  ClusterState st = MakeCluster(c);
+  for (uint64_t id = 1; id <= 2; ++id) {
+    JobSpec j = GpuJob(id == 1 ? "big" : "small", 1, id == 1 ? 6 : 2);
+    j.queue = "q";
+    ASSERT_TRUE(st.Apply(JobSubmitted{JobId(id), j, static_cast<TimePoint>(id)}).ok());
+  }
+  Registry registry;
+  RegisterBuiltinPlugins(registry);
+  registry.Register("at-most-four", [] { return std::make_unique<AtMostFour>(); });
+  c.profile.plugins = DefaultProfileConfig().plugins;
+  c.profile.plugins.push_back({"quota", 1});
+  c.profile.plugins.push_back({"at-most-four", 1});
+  auto s = Scheduler::Create(c, {}, registry);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  CycleResult r;
+  (*s)->RunCycle(st.GetSnapshot(), &r);
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(r.placed[0].job, JobId(2));
+  ASSERT_EQ(r.unresolvable.size(), 1u);  // refused even on empty queues: never
+  EXPECT_EQ(r.unresolvable[0].reason.code, ReasonCode::kExceedsQuota);
+  EXPECT_NE(r.unresolvable[0].reason.message.find("at most 4 GPUs a job here"), std::string::npos);
 }
 
 TEST(Allocate, ProfilesRejectUnknownDuplicateAndMisplacedActions) {

@@ -1,9 +1,9 @@
 // preempt: a blocked job may evict preemptible running gangs, if that lets
 // it fit now: gangs of lower priority in its queue, or gangs of a queue
 // borrowing beyond its guarantee while the job's side stays within its own
-// (reclaim, QueueBook::MayReclaim). Victims are chosen by the work they
-// would lose (GPUs x the time since their last checkpoint, or their start),
-// cheapest first, preferring victims within one rack to victims scattered
+// (reclaim, QueueBook::MayReclaim). Victims are chosen by what evicting
+// them costs (the profile's VictimOrder; lost-work by default: GPUs x the
+// time since their last checkpoint, or their start), cheapest first, preferring victims within one rack to victims scattered
 // over the cluster; a gang is never evicted before it has run min_runtime,
 // more than max_preemptions_per_hour times an hour, for a job it was itself
 // evicted for, or off GPUs a reservation counts on. Victims get their
@@ -21,7 +21,7 @@ namespace rota::sched {
 namespace {
 
 struct Candidate {
-  int64_t cost;  // GPU-microseconds of work since it last saved (lost if evicted)
+  int64_t cost;  // the VictimOrder's (lost-work: GPU-microseconds since it last saved)
   const JobRecord* job;
 };
 
@@ -32,61 +32,78 @@ struct Reclaim {
   std::string blocked;     // why the first of its gangs may not be evicted
 };
 
-// Why running gang `r` may not be evicted for `job` ("" if it may); *reclaim
-// says whether it is a borrower's the job may reclaim from.
-std::string Exclusion(Session& s, const JobRecord& job, const JobRecord& r, int16_t model, bool* reclaim) {
-  const QueueBook& book = s.book();
+// Why a running gang may not be evicted for a job.
+enum class Exclusion { kNone, kNotEligible, kNotPreemptible, kMinRuntime, kHourlyCap, kChanged, kCycle, kReserved };
+
+// Why running gang `r` may not be evicted for `job`; `reclaim`: it is a
+// borrower's the job may reclaim from. No allocation (this runs for every
+// running gang of every search).
+Exclusion Excluded(Session& s, const JobRecord& job, const JobRecord& r, bool reclaim) {
   const EngineOptions& o = s.options();
   const TimePoint now = s.now();
-  *reclaim = false;
-  if (r.spec.queue == job.spec.queue) {
-    if (r.spec.priority >= job.spec.priority) return "not eligible";
-  } else {
-    const int32_t leaf = s.Leaf(job), victim_leaf = book.LeafIndex(r.spec.queue);
-    *reclaim = leaf >= 0 && victim_leaf >= 0 && model >= 0 &&
-               book.MayReclaim(leaf, victim_leaf, {{model, s.request().total_gpus}});
-    if (!*reclaim) return "not eligible";
-  }
-  const std::string id = "job " + s.JobName(r);
-  if (!book.MayBorrow(r.spec)) return id + " may not be preempted";
-  if (now - r.started_at < o.min_runtime) {
-    return id + " has run " + FormatDuration(now - r.started_at) + " of its " + FormatDuration(o.min_runtime) +
-           " minimum runtime";
-  }
+  if (r.spec.queue == job.spec.queue ? r.spec.priority >= job.spec.priority : !reclaim) return Exclusion::kNotEligible;
+  if (!s.book().MayBorrow(r.spec)) return Exclusion::kNotPreemptible;
+  if (now - r.started_at < o.min_runtime) return Exclusion::kMinRuntime;
   const auto recent = std::count_if(r.preempted_at.begin(), r.preempted_at.end(),
                                     [&](TimePoint t) { return now - t < 3600 * kMicrosPerSecond; });
-  if (recent >= o.max_preemptions_per_hour) {
-    return id + " was preempted " + std::to_string(recent) + " times in the last hour (the most allowed)";
-  }
-  if (s.is_victim(r.id) || s.resized(r.id) != nullptr) return id + " is already being preempted or resized";
+  if (recent >= o.max_preemptions_per_hour) return Exclusion::kHourlyCap;
+  if (s.is_victim(r.id) || s.resized(r.id) != nullptr) return Exclusion::kChanged;
   // No eviction cycles: never evict a job this one was (recently) evicted for.
   if (std::find(job.preempted_by.begin(), job.preempted_by.end(), r.id) != job.preempted_by.end()) {
-    return id + " preempted this job before (no eviction cycles)";
+    return Exclusion::kCycle;
   }
   // Evicting a gang whose GPUs a reservation counts on would only hand
   // them to a job that the reservation's owner should go before.
-  if (s.HoldsReservedGpus(r)) return id + " holds GPUs a reservation counts on";
-  return "";
+  if (s.HoldsReservedGpus(r)) return Exclusion::kReserved;
+  return Exclusion::kNone;
+}
+
+std::string Describe(Session& s, const JobRecord& r, Exclusion why) {
+  const std::string id = "job " + s.JobName(r);
+  const TimePoint now = s.now();
+  switch (why) {
+    case Exclusion::kNotPreemptible: return id + " may not be preempted";
+    case Exclusion::kMinRuntime:
+      return id + " has run " + FormatDuration(now - r.started_at) + " of its " + FormatDuration(s.options().min_runtime) +
+             " minimum runtime";
+    case Exclusion::kHourlyCap:
+      return id + " was preempted " + std::to_string(s.options().max_preemptions_per_hour) +
+             " times in the last hour (the most allowed)";
+    case Exclusion::kChanged: return id + " is already being preempted or resized";
+    case Exclusion::kCycle: return id + " preempted this job before (no eviction cycles)";
+    case Exclusion::kReserved: return id + " holds GPUs a reservation counts on";
+    default: return "";
+  }
 }
 
 // The running gangs that may be evicted for `job`, cheapest first.
 std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* reclaim) {
   // Reclaiming across queues needs the job's GPU model (to check its guarantee).
   const int16_t model = s.RequestModel();
+  const int32_t leaf = s.Leaf(job);
+  const QueueBook::ModelGpus need = {{model, s.request().total_gpus}};
+  std::vector<std::pair<int32_t, bool>> may_reclaim;  // per victim leaf, once a search (a few queues)
+  auto reclaims_from = [&](const JobRecord& r) {
+    if (leaf < 0 || model < 0 || r.spec.queue == job.spec.queue) return false;
+    const int32_t victim_leaf = s.book().LeafIndex(r.spec.queue);
+    if (victim_leaf < 0) return false;
+    for (const auto& [l, ok] : may_reclaim) {
+      if (l == victim_leaf) return ok;
+    }
+    may_reclaim.push_back({victim_leaf, s.book().MayReclaim(leaf, victim_leaf, need)});
+    return may_reclaim.back().second;
+  };
   std::vector<Candidate> candidates;
   for (const JobRecord* r : s.running()) {
-    bool borrower = false;
-    const std::string why = Exclusion(s, job, *r, model, &borrower);
+    const bool borrower = reclaims_from(*r);
+    const Exclusion why = Excluded(s, job, *r, borrower);
     if (borrower && reclaim->borrower.empty()) reclaim->borrower = r->spec.queue;
-    if (!why.empty()) {
-      if (borrower && reclaim->blocked.empty()) reclaim->blocked = why;
+    if (why != Exclusion::kNone) {
+      if (borrower && why != Exclusion::kNotEligible && reclaim->blocked.empty()) reclaim->blocked = Describe(s, *r, why);
       continue;
     }
     reclaim->candidates += borrower;
-    // Lost work: its GPUs x the time since it last saved (its start, or its
-    // last reported checkpoint in this run).
-    const TimePoint saved = std::max(r->started_at, r->last_checkpoint_at);
-    candidates.push_back({r->spec.GpuEquivalent() * std::max<Duration>(0, s.now() - saved), r});
+    candidates.push_back({s.profile().victim_order().Cost(*r, s.now()), r});
   }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return std::tie(a.cost, a.job->id) < std::tie(b.cost, b.job->id);

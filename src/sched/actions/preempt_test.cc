@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "sched/plugins/builtin.h"
 #include "sched/test_util.h"
 
 namespace rota::sched {
@@ -64,6 +65,28 @@ TEST(Preempt, ACheckpointMakesAnOldGangTheCheaperVictim) {
   // old saved a minute ago: it loses 4 x 1m now, and goes instead.
   ASSERT_TRUE(c.st.Apply(JobCheckpointed{JobId(1), 999 * kMinute, ""}).ok());
   MakeScheduler(c.config)->RunCycle(c.st.GetSnapshot(), c.now, &r);
+  ASSERT_EQ(r.preemptions.size(), 1u);
+  EXPECT_EQ(r.preemptions[0].victim, JobId(1));
+}
+
+// A VictimOrder plugin replaces lost work: here the oldest gang goes first.
+class OldestFirst final : public VictimOrderPlugin {
+ public:
+  std::string_view name() const override { return "oldest-first"; }
+  int64_t Cost(const JobRecord& victim, TimePoint) const override { return victim.started_at; }
+};
+
+TEST(Preempt, TheProfilesVictimOrderDecidesWhoGoes) {
+  TwoLow c(/*old*/ 900 * kMinute, /*young*/ 980 * kMinute);  // lost work: young is cheaper
+  Registry registry;
+  RegisterBuiltinPlugins(registry);
+  registry.Register("oldest-first", [] { return std::make_unique<OldestFirst>(); });
+  c.config.profile.plugins = DefaultProfileConfig().plugins;
+  c.config.profile.plugins.push_back({"oldest-first", 1});
+  auto s = Scheduler::Create(c.config, {}, registry);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  CycleResult r;
+  (*s)->RunCycle(c.st.GetSnapshot(), c.now, &r);
   ASSERT_EQ(r.preemptions.size(), 1u);
   EXPECT_EQ(r.preemptions[0].victim, JobId(1));
 }

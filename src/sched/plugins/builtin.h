@@ -16,6 +16,8 @@ void RegisterSpread(Registry& r);       // Score: keep nodes empty
 void RegisterFgd(Registry& r);          // SharePlacer: least growth of fragmentation (the default)
 void RegisterBestFit(Registry& r);      // SharePlacer: the GPU left fullest
 void RegisterDrf(Registry& r);          // QueueOrder: lowest weighted dominant share (the default)
+void RegisterQuota(Registry& r);        // Admit: queue quotas, borrowing and lending limits (the default)
+void RegisterLostWork(Registry& r);     // VictimOrder: GPU-time since the last checkpoint (the default)
 void RegisterAllocate(Registry& r);     // action: the pending jobs in order
 void RegisterElastic(Registry& r);      // actions: shrink-elastic (make room), grow-elastic
 void RegisterPreempt(Registry& r);      // action (blocked): evict cheaper gangs
@@ -33,6 +35,8 @@ inline void RegisterBuiltinPlugins(Registry& r) {
   RegisterFgd(r);
   RegisterBestFit(r);
   RegisterDrf(r);
+  RegisterQuota(r);
+  RegisterLostWork(r);
   RegisterAllocate(r);
   RegisterElastic(r);
   RegisterPreempt(r);
