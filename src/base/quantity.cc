@@ -1,5 +1,7 @@
 #include "base/quantity.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -243,6 +245,17 @@ std::string FormatDuration(Duration v) {
   if (secs >= 60) { out += std::to_string(secs / 60) + "m"; secs %= 60; }
   if (secs > 0) out += std::to_string(secs) + "s";
   return out;
+}
+
+std::string FormatSpan(Duration v) {
+  const Duration secs = std::max<Duration>(0, v) / kMicrosPerSecond;
+  auto two = [](Duration major, const char* a, Duration minor, const char* b) {
+    return std::to_string(major) + a + (minor > 0 ? std::to_string(minor) + b : "");
+  };
+  if (secs < 60) return std::to_string(secs) + "s";
+  if (secs < 3600) return two(secs / 60, "m", secs % 60, "s");
+  if (secs < 86400) return two(secs / 3600, "h", secs % 3600 / 60, "m");
+  return two(secs / 86400, "d", secs % 86400 / 3600, "h");
 }
 
 }  // namespace rota

@@ -41,5 +41,9 @@ bool IsValidUtf8(std::string_view s);
 std::string FormatMilliCpu(MilliCpu v);     // "32", "0.5"
 std::string FormatMemoryMiB(MemoryMiB v);   // "80Gi", "512Mi"
 std::string FormatDuration(Duration v);     // "48h", "1h30m", "90s"
+// A span as people read it, rounded down to two units: "45s", "19m58s",
+// "5h20m", "2d3h" (negative: "0s"). For times shown to users (reasons,
+// ages); FormatDuration is exact, for values users wrote.
+std::string FormatSpan(Duration v);
 
 }  // namespace rota

@@ -80,5 +80,15 @@ TEST(Time, ParsesAndFormatsUtc) {
   EXPECT_FALSE(ParseTime("2026-13-01T00:00:00Z").ok());
 }
 
+TEST(FormatSpan, RoundsToTwoUnitsAsPeopleReadThem) {
+  EXPECT_EQ(FormatSpan(1197993 * 1000), "19m57s");  // the 1197993ms a reason once showed
+  EXPECT_EQ(FormatSpan(45 * kMicrosPerSecond + 999999), "45s");
+  EXPECT_EQ(FormatSpan(30 * 60 * kMicrosPerSecond), "30m");
+  EXPECT_EQ(FormatSpan((5 * 3600 + 20 * 60 + 59) * kMicrosPerSecond), "5h20m");
+  EXPECT_EQ(FormatSpan((2 * 86400 + 3 * 3600 + 1) * kMicrosPerSecond), "2d3h");
+  EXPECT_EQ(FormatSpan(3600 * kMicrosPerSecond), "1h");
+  EXPECT_EQ(FormatSpan(-5), "0s");
+}
+
 }  // namespace
 }  // namespace rota

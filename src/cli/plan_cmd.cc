@@ -61,7 +61,7 @@ void PrintJson(const sched::PlanOutput& out) {
   for (const auto& p : out.pending) {
     nlohmann::ordered_json pj{{"job", p.job}, {"code", p.code}, {"message", p.message}};
     if (p.expected_start != 0 && out.absolute_times) pj["expected_start"] = FormatTime(p.expected_start);
-    if (p.expected_start != 0) pj["expected_in"] = FormatDuration(p.expected_in);
+    if (p.expected_start != 0) pj["expected_in"] = FormatSpan(p.expected_in);
     j["pending"].push_back(std::move(pj));
   }
   j["preemptions"] = nlohmann::ordered_json::array();
@@ -73,7 +73,7 @@ void PrintJson(const sched::PlanOutput& out) {
   for (const auto& r : out.reservations) {
     nlohmann::ordered_json rj{{"job", r.job}};
     if (out.absolute_times) rj["start"] = FormatTime(r.start);  // (without `now:` only durations mean anything)
-    rj["in"] = FormatDuration(r.in);
+    rj["in"] = FormatSpan(r.in);
     rj["gpus"] = nlohmann::ordered_json::array();
     for (const auto& p : r.replicas) rj["gpus"].push_back({{"task", p.task}, {"replica", p.replica}, {"node", p.node}, {"gpus", p.gpus}});
     j["reservations"].push_back(std::move(rj));
@@ -110,7 +110,7 @@ void PrintTable(const sched::PlanOutput& out) {
   Table reserved({"JOB", "START", "IN", "NODE", "GPUS"});
   for (const auto& r : out.reservations) {
     for (const auto& p : r.replicas) {
-      reserved.Add({r.job, out.absolute_times ? FormatTime(r.start) : "-", FormatDuration(r.in), p.node, GpuList(p.gpus)});
+      reserved.Add({r.job, out.absolute_times ? FormatTime(r.start) : "-", FormatSpan(r.in), p.node, GpuList(p.gpus)});
     }
   }
   if (!out.reservations.empty()) std::cout << "\nReservations (" << out.reservations.size() << ")\n" << reserved.Render();

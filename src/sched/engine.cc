@@ -58,9 +58,13 @@ void Scheduler::DecayUsage(const Snapshot& snap, TimePoint now) {
 }
 
 PendingReason Scheduler::CheckResolvable(const Snapshot& snap, const JobRecord& job) {
+  // No node at all (a fresh server, its agents not yet registered): nothing
+  // can be judged; the job waits, saying so.
+  if (snap.nodes().empty()) return {};
   session_.BeginProbe(snap);
   PendingReason why;
   if (!session_.BuildRequest(job, &why)) return why;
+  if (PendingReason quota = NeverAdmitted(snap, job); !quota.ok()) return quota;
   const JobRequest& request = session_.request();
   if (request.fractional) {
     // Some node must have a GPU of the model and memory the share asks for.
@@ -81,6 +85,33 @@ PendingReason Scheduler::CheckResolvable(const Snapshot& snap, const JobRecord& 
     return {};
   }
   return ExplainUnresolvable(session_.ctx(), session_.request());
+}
+
+PendingReason Scheduler::NeverAdmitted(const Snapshot& snap, const JobRecord& job) {
+  const int32_t leaf = book_.configured() ? book_.LeafIndex(job.spec.queue) : -1;
+  if (leaf < 0) return {};
+  const JobRequest& request = session_.request();
+  // The model its GPUs count against: the one it names, or the cluster's only one.
+  int16_t model = snap.gpu_models().size() == 1 ? 0 : -1;
+  for (const TaskRequest& t : request.tasks) {
+    if ((t.gpus > 0 || t.milli > 0 || t.mig != nullptr) && t.model >= 0) model = t.model;
+  }
+  const int64_t gpus = request.fractional ? job.spec.GpuEquivalent() : request.total_gpus;
+  if (model < 0 || gpus <= 0) return {};
+  book_.SetModels(snap);
+  const QueueBook::ModelGpus add = {{model, gpus}};
+  const bool may_borrow = book_.MayBorrow(job.spec);
+  for (const AdmitPlugin* a : profile_.admit()) {
+    std::string why;
+    if (a->Admits(book_, leaf, add, may_borrow, /*empty=*/true, &why)) continue;
+    std::string ignored;
+    const bool by_borrowing = !may_borrow && a->Admits(book_, leaf, add, /*may_borrow=*/true, /*empty=*/true, &ignored);
+    return {ReasonCode::kExceedsQuota,
+            "needs " + std::to_string(gpus) + (request.fractional ? " GPU(s), its shares rounded up; " : " GPUs; ") + why +
+                (by_borrowing ? "; set `preemptible: true` (or a preemptible priority class) to borrow beyond the guarantee"
+                              : "")};
+  }
+  return {};
 }
 
 }  // namespace rota::sched

@@ -65,7 +65,9 @@ class Scheduler {
   void SetUsageHistory(const std::map<std::string, double>& average_gpus);
 
   // Checks a job against the cluster as if it were empty: OK, or the reason
-  // no node or domain could ever hold it (for rejecting at submission).
+  // no node or domain could ever hold it, or its queue could never admit it
+  // (for rejecting at submission). A cluster with no node at all judges
+  // nothing: OK.
   PendingReason CheckResolvable(const Snapshot& snap, const JobRecord& job);
 
   const Profile& profile() const { return profile_; }
@@ -74,6 +76,9 @@ class Scheduler {
   Scheduler(Profile profile, const ClusterConfig& config, const EngineOptions& options);
   void Run(const Snapshot& snap, const TimePoint* now, CycleResult* out);
   void DecayUsage(const Snapshot& snap, TimePoint now);
+  // Why the job's queue could never admit it, even empty (OK if it could).
+  // REQUIRES: the session's request is the job's.
+  PendingReason NeverAdmitted(const Snapshot& snap, const JobRecord& job);
 
   Profile profile_;
   EngineOptions options_;

@@ -50,6 +50,13 @@ bool QueueBook::MayBorrow(const JobSpec& spec) const {
   return false;
 }
 
+void QueueBook::SetModels(const Snapshot& snap) {
+  if (models_ == snap.gpu_models()) return;
+  models_ = snap.gpu_models();
+  capacity_.assign(models_.size(), 0);
+  for (Queue& q : queues_) q.used.assign(models_.size(), 0);
+}
+
 void QueueBook::Reset(const Snapshot& snap) {
   models_ = snap.gpu_models();
   total_gpus_ = 0;

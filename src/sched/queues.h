@@ -31,6 +31,8 @@ class QueueBook {
   void Configure(const ClusterConfig& config);
   // Usage from the snapshot's running jobs.
   void Reset(const Snapshot& snap);
+  // Only the snapshot's GPU model names (enough for Admits with `empty`).
+  void SetModels(const Snapshot& snap);
 
   bool configured() const { return !queues_.empty(); }
   int32_t LeafIndex(const std::string& path) const;

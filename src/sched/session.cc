@@ -447,8 +447,19 @@ bool Session::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBoo
   }
   if (refused == nullptr) return false;
   const bool impossible = !refused->Admits(*book_, leaf, add, may_borrow, /*empty=*/true, &never);
+  int64_t gpus = 0;  // what admission counts: whole GPUs, shares rounded up
+  for (const auto& [model, n] : add) gpus += n;
+  std::string hint;
+  if (!may_borrow && impossible) {
+    // Could it be admitted by borrowing? Then say how.
+    std::string ignored;
+    if (refused->Admits(*book_, leaf, add, /*may_borrow=*/true, /*empty=*/true, &ignored)) {
+      hint = "; set `preemptible: true` (or a preemptible priority class) to borrow beyond the guarantee";
+    }
+  }
   PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
-                      "needs " + std::to_string(request_.total_gpus) + " GPUs; " + (impossible ? never : why_not)};
+                      "needs " + std::to_string(gpus) + (request_.fractional ? " GPU(s), its shares rounded up; " : " GPUs; ") +
+                          (impossible ? never : why_not) + hint};
   (impossible ? out_->unresolvable : out_->pending).push_back({job.id, std::move(quota)});
   return true;
 }

@@ -422,3 +422,49 @@ TEST_F(ControllerTest, AnIdempotencyKeyMakesItsJobsOnce) {
 
 }  // namespace
 }  // namespace rota::server
+
+namespace rota::server {
+namespace {
+
+// A job its queue could never admit is refused at submission, saying how to
+// get in (issue: it used to be accepted, then cancelled as unresolvable).
+TEST(ControllerSubmit, AJobOverItsQueuesLimitIsRefusedWithTheFix) {
+  ManualClock clock{1'000'000};
+  ClusterConfig config = TwoNodes();
+  config.queues = {{.name = "small", .quota = {{"H100", 4}}, .borrowing_limit = {{"H100", 8}}}};
+  Controller c({.config = config, .clock = &clock}, std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c.Start().ok());
+  auto over = c.Submit(kAlice, Job("big", 1, 8, "small"));
+  ASSERT_EQ(over.status().code(), StatusCode::kOutOfRange) << over.status().ToString();
+  EXPECT_NE(over.status().message().find("ExceedsQueueLimit: needs 8 GPUs; queue small"), std::string::npos)
+      << over.status().message();
+  EXPECT_NE(over.status().message().find("set `preemptible: true`"), std::string::npos) << over.status().message();
+  JobSpec borrowing = Job("big", 1, 8, "small");
+  borrowing.preemptible = true;
+  EXPECT_TRUE(c.Submit(kAlice, borrowing).ok());  // within 4 + 8 borrowable
+  EXPECT_EQ(c.Submit(kAlice, Job("huge", 2, 8, "small")).status().code(), StatusCode::kOutOfRange);  // 16 > 12
+  EXPECT_EQ(c.snapshot().jobs().size(), 1u);
+  c.Stop();
+}
+
+// A server with no node at all accepts work and says why it waits.
+TEST(ControllerSubmit, BeforeAnyNodeRegistersAJobWaitsAndSaysWhy) {
+  ManualClock clock{1'000'000};
+  ClusterConfig config;  // no node groups: nodes come from agents
+  Controller c({.config = config, .clock = &clock}, std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c.Start().ok());
+  JobSpec spec = Job("early", 1, 1, "default");
+  auto id = c.Submit(kAlice, spec);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  c.ScheduleNow();
+  const JobRecord* job = c.snapshot().FindJob(*id);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->state, JobState::kPending);
+  auto why = c.pending_reason(*id);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(why->message, "the cluster has no nodes yet: it waits for one to register");
+  c.Stop();
+}
+
+}  // namespace
+}  // namespace rota::server

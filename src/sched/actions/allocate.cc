@@ -145,6 +145,10 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
     out.unresolvable.push_back({job.id, std::move(why)});
     return;
   }
+  if (s.ws().size() == 0) {  // a fresh cluster: nothing could be judged, nothing is rejected
+    out.pending.push_back({job.id, {ReasonCode::kNodesUnavailable, "the cluster has no nodes yet: it waits for one to register"}});
+    return;
+  }
   if (s.request().fractional) return AllocateShares(s, job);
   // Quota first when the GPU model is known without placing (the job names
   // it, or the cluster has one): a job over its queue's limit waits for
@@ -259,7 +263,7 @@ PendingReason Allocate::Explain(Session& s, const JobRecord& job, bool ends_firs
     if (would_fit) {
       const Duration gap = s.first_reservation() - s.now();
       reason = {ReasonCode::kReserved, "fits now only on GPUs reserved for a higher job that starts in " +
-                                           FormatDuration(gap) + "; a time_limit of at most " + FormatDuration(gap) +
+                                           FormatSpan(gap) + "; a time_limit of at most " + FormatSpan(gap) +
                                            " would let it backfill"};
     }
   }

@@ -151,3 +151,59 @@ TEST(Allocate, ProfilesRejectUnknownDuplicateAndMisplacedActions) {
 
 }  // namespace
 }  // namespace rota::sched
+
+namespace rota::sched {
+namespace {
+
+TEST(Allocate, TimesInReasonsReadAsPeopleReadThem) {
+  // A gang reserved 19m57.993s ahead (a running job's limit ends then):
+  // the reason says "in 19m57s", not "1197993ms".
+  ClusterConfig c = Nodes(1);
+  ClusterState st = MakeCluster(c);
+  JobSpec running = GpuJob("running", 1, 8);
+  running.time_limit = 1197993 * 1000;
+  StartJob(st, 1, running, {0}, 0xff, 0);
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), GpuJob("next", 1, 8), 1}).ok());
+  CycleResult r;
+  MakeScheduler(c)->RunCycle(st.GetSnapshot(), 1, &r);
+  ASSERT_EQ(r.pending.size(), 1u);
+  EXPECT_NE(r.pending[0].reason.message.find("reserved: expected to start in 19m57s"), std::string::npos)
+      << r.pending[0].reason.message;
+}
+
+TEST(Allocate, AShareOverItsQueuesLimitCountsItsGpusRoundedUp) {
+  ClusterConfig c = Nodes(1);
+  c.queues = {{.name = "q", .quota = {{"H100", 0}}}};
+  ClusterState st = MakeCluster(c);
+  JobSpec half;
+  half.name = "half";
+  half.queue = "q";
+  half.tasks.push_back({.name = "w", .gpu_share = {.fraction_milli = 500}, .cpu = 1000});
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), half, 1}).ok());
+  auto s = MakeScheduler(c);
+  JobRecord probe;
+  probe.id = JobId(1);
+  probe.spec = half;
+  const PendingReason why = s->CheckResolvable(st.GetSnapshot(), probe);
+  EXPECT_EQ(why.code, ReasonCode::kExceedsQuota);
+  EXPECT_NE(why.message.find("needs 1 GPU(s), its shares rounded up"), std::string::npos) << why.message;
+  EXPECT_EQ(why.message.find("needs 0 GPUs"), std::string::npos) << why.message;
+}
+
+TEST(Allocate, ACycleWithNoNodesRejectsNothing) {
+  ClusterConfig c;
+  ClusterState st(c.topology);
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), GpuJob("early", 1, 1), 0}).ok());
+  CycleResult r;
+  auto s = MakeScheduler(c);
+  s->RunCycle(st.GetSnapshot(), &r);
+  EXPECT_TRUE(r.unresolvable.empty());
+  ASSERT_EQ(r.pending.size(), 1u);
+  EXPECT_EQ(r.pending[0].reason.code, ReasonCode::kNodesUnavailable);
+  JobRecord probe;
+  probe.spec = GpuJob("early", 1, 1);
+  EXPECT_TRUE(s->CheckResolvable(st.GetSnapshot(), probe).ok());
+}
+
+}  // namespace
+}  // namespace rota::sched

@@ -64,7 +64,7 @@ std::string Describe(Session& s, const JobRecord& r, Exclusion why) {
   switch (why) {
     case Exclusion::kNotPreemptible: return id + " may not be preempted";
     case Exclusion::kMinRuntime:
-      return id + " has run " + FormatDuration(now - r.started_at) + " of its " + FormatDuration(s.options().min_runtime) +
+      return id + " has run " + FormatSpan(now - r.started_at) + " of its " + FormatDuration(s.options().min_runtime) +
              " minimum runtime";
     case Exclusion::kHourlyCap:
       return id + " was preempted " + std::to_string(s.options().max_preemptions_per_hour) +

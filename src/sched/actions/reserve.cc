@@ -80,12 +80,12 @@ class Reserve final : public BlockedAction {
     const Duration in = start - s.now();
     reason->expected_start = start;
     if (o.reservation_window > 0 && in > o.reservation_window) {
-      reason->message += "; earliest start in " + FormatDuration(in) + ", beyond the reservation window (" +
+      reason->message += "; earliest start in " + FormatSpan(in) + ", beyond the reservation window (" +
                          FormatDuration(o.reservation_window) + "): nothing is held for it";
       return false;
     }
     s.Reserve(job.id, start, steps);
-    reason->message += "; reserved: expected to start in " + FormatDuration(in) +
+    reason->message += "; reserved: expected to start in " + FormatSpan(in) +
                        ", when running jobs reach their time limits";
     // Its reason is its own: later jobs of the same shape get their own search.
     s.out().pending.push_back({job.id, *reason});
