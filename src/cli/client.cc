@@ -19,13 +19,16 @@ std::string DefaultDataDir() {
   return std::string(home && *home ? home : ".") + "/.local/share/rota";
 }
 
+std::string ClientConfigPath() {
+  if (const char* p = std::getenv("ROTA_CONFIG"); p && *p) return p;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.config/rota/config.yaml";
+}
+
 namespace {
 
 std::string ReadConfigValue(const std::string& key) {
-  std::string path;
-  if (const char* p = std::getenv("ROTA_CONFIG"); p && *p) path = p;
-  else if (const char* home = std::getenv("HOME"); home && *home) path = std::string(home) + "/.config/rota/config.yaml";
-  std::ifstream in(path);
+  std::ifstream in(ClientConfigPath());
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind(key + ":", 0) != 0) continue;
@@ -42,7 +45,16 @@ std::string Trimmed(std::string s) {
   return s;
 }
 
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return Trimmed(line);
+}
+
 }  // namespace
+
+std::string ServerUrlPath(const std::string& data_dir) { return data_dir + "/server.url"; }
 
 std::string NewIdempotencyKey() {
   std::random_device rd;
@@ -68,6 +80,11 @@ Client Client::FromArgs(std::vector<std::string>* args) {
     if (const char* s = std::getenv("ROTA_SERVER"); s && *s) server = s;
   }
   if (server.empty()) server = ReadConfigValue("server");
+  if (server.empty()) {
+    // A `rota up` (or `rota server`) on this machine records where it listens.
+    server = FirstLine(ServerUrlPath(DefaultDataDir()));
+    if (!server.empty()) c.found_in_ = ServerUrlPath(DefaultDataDir());
+  }
   if (server.empty()) server = "http://127.0.0.1:7070";
   c.servers_ = api::ServerList(server);
   if (c.token_.empty()) {
@@ -106,6 +123,7 @@ Response Client::Send(const std::string& method, const std::string& path, const 
       const bool unsent = res.error() == httplib::Error::Connection;
       if (!(replicated && more_time && (unsent || method == "GET" || !idempotency_key.empty()))) {
         return {0, "", "cannot reach " + server + " (" + httplib::to_string(res.error()) + ")" +
+                           (found_in_.empty() ? "" : " (the address in " + found_in_ + ")") +
                            (replicated ? "" : "; is `rota up` running?")};
       }
       servers_.Heard(server, 0, "", "");
@@ -138,6 +156,11 @@ int Client::Fail(const Response& r, const std::string& what) {
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (!j.is_discarded() && j.contains("error")) message = j["error"].value("message", r.body);
   std::cerr << "rota " << what << ": " << message << " (HTTP " << r.status << ")\n";
+  if (r.status == 401) {
+    std::cerr << "rota: give a token with --token, ROTA_TOKEN or a `token:` line in " << ClientConfigPath()
+              << " (on the server's machine, `rota up` wrote the admin token to DATA_DIR/admin.token, "
+              << "by default " << DefaultDataDir() << "/admin.token)\n";
+  }
   switch (r.status) {
     case 400:
     case 413:

@@ -4,8 +4,10 @@
 // for up to 15 s (a failover). Resolves the server and token
 // from, in order: --server/--token flags, ROTA_SERVER/ROTA_TOKEN, the config
 // file ($ROTA_CONFIG or ~/.config/rota/config.yaml, lines `server: URL` and
-// `token: T`), and for a server on this machine the admin token that
-// `rota up` wrote to its data directory.
+// `token: T`), the address a `rota up` on this machine recorded in its data
+// directory (DATA_DIR/server.url; DATA_DIR is $ROTA_DATA_DIR or
+// ~/.local/share/rota), else http://127.0.0.1:7070; and for a server on this
+// machine the admin token `rota up` wrote to DATA_DIR/admin.token.
 #pragma once
 
 #include <string>
@@ -52,9 +54,15 @@ class Client {
                const std::string& content_type, const std::string& idempotency_key) const;
 
   mutable api::ServerList servers_{""};
+  std::string found_in_;  // the file the server's address came from, if one did
   std::string token_;
   std::string output_ = "table";
 };
+
+// The client config file: $ROTA_CONFIG, else ~/.config/rota/config.yaml.
+std::string ClientConfigPath();
+// Where a server serving from `data_dir` records its address (one line, a URL).
+std::string ServerUrlPath(const std::string& data_dir);
 
 // The data directory `rota up` uses by default: $ROTA_DATA_DIR, else
 // ~/.local/share/rota.

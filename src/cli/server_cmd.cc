@@ -470,7 +470,19 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
   const std::string scheme = tls_cert.empty() ? "http" : "https";
   const std::string url = scheme + "://" + http.host + ":" + std::to_string((*server)->port());
-  auto announce = [&] { std::cout << "rota: serving " << url << " (data in " << data_dir << ")\n"; };
+  // Where it listens, for the CLI on this machine (client.h): a client with
+  // this data directory finds the server without --server.
+  const std::string url_path = ServerUrlPath(data_dir);
+  {
+    std::ofstream out(url_path, std::ios::trunc);
+    out << (http.host == "0.0.0.0" ? scheme + "://127.0.0.1:" + std::to_string((*server)->port()) : url) << "\n";
+  }
+  auto announce = [&] {
+    std::cout << "rota: serving " << url << " (data in " << data_dir << ")\n";
+    if (data_dir != DefaultDataDir()) {
+      std::cout << "rota: the CLI finds this server with ROTA_DATA_DIR=" << data_dir << " (or --server " << url << ")\n";
+    }
+  };
   if (!with_local_agent) announce();
 
   std::unique_ptr<agent::Agent> local;
@@ -519,6 +531,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::cout.flush();
   WaitForSignal();
   std::cout << "rota: shutting down\n";
+  std::remove(url_path.c_str());
   if (local) local->Stop();
   (*server)->Stop();
   controller.Stop();

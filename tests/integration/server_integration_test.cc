@@ -884,3 +884,30 @@ TEST_F(Cluster3, UnhealthyGpuMovesTheGang) {
 
 }  // namespace
 }  // namespace rota::testing
+
+namespace rota::testing {
+namespace {
+
+// The CLI finds a `rota up` started with --listen and --data-dir from the
+// data directory alone, and a 401 says where a token comes from.
+TEST_F(Integration, TheCliFindsARotaUpByItsDataDirectory) {
+  const std::string data = tmp.path() + "/data";
+  {
+    RotaProcess up("up", data, {"--gpus", "1xH100:80Gi", "--name", "local"});  // a random port
+    CommandResult jobs = RunRota({"jobs"}, {"ROTA_DATA_DIR=" + data, "HOME=" + tmp.path()}, tmp.path());
+    EXPECT_EQ(jobs.exit_code, 0) << jobs.err;
+    CommandResult denied = RunRota({"jobs", "--server", up.url()}, {"HOME=" + tmp.path()}, tmp.path());
+    EXPECT_EQ(denied.exit_code, 4) << denied.err;
+    EXPECT_NE(denied.err.find("give a token with --token, ROTA_TOKEN or a `token:` line in"), std::string::npos)
+        << denied.err;
+    EXPECT_NE(ReadAll(data + ".log").find("the CLI finds this server with ROTA_DATA_DIR=" + data), std::string::npos);
+  }
+  // Stopped cleanly: the address is gone, and the CLI says where it looked.
+  CommandResult gone = RunRota({"jobs"}, {"ROTA_DATA_DIR=" + data, "HOME=" + tmp.path()}, tmp.path());
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_NE(gone.err.find("cannot reach http://127.0.0.1:7070"), std::string::npos) << gone.err;
+}
+
+}  // namespace
+}  // namespace rota::testing
+
