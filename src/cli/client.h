@@ -45,6 +45,8 @@ class Client {
 
   std::string server() const { return servers_.current(); }
   bool json_output() const { return output_ == "json"; }
+  const std::string& output() const { return output_; }
+  bool output_valid() const { return output_ == "json" || output_ == "table"; }
 
   // Prints the server's error (or the network error) and returns the exit code for it.
   static int Fail(const Response& r, const std::string& what);

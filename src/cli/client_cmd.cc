@@ -1,6 +1,7 @@
 #include "cli/client_cmd.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "cli/client.h"
+#include "cli/suggest.h"
 #include "cli/table.h"
 
 namespace rota::cli {
@@ -42,20 +44,115 @@ std::string GpuList(const json& gpus) {
   return out;
 }
 
+// The server names a parse error's place in "request body:LINE:COLUMN";
+// the user knows it as their file.
+void NameTheFile(Response* r, const std::string& file) {
+  if (r->status < 400) return;
+  const std::string from = "request body:";
+  std::string to = json(file).dump();  // escaped as the JSON body needs, without its quotes
+  to = to.substr(1, to.size() - 2) + ":";
+  for (size_t at = r->body.find(from); at != std::string::npos; at = r->body.find(from, at + to.size())) {
+    r->body.replace(at, from.size(), to);
+  }
+}
+
 int Usage(const std::string& text) {
   std::cerr << "usage: " << text << "\n";
   return kExitBadInput;
 }
 
+// Every client command: its synopsis, what it does, and the flags it takes
+// besides the client flags (--server, --token, -o). --help prints it without
+// calling the server; an unknown flag is refused with the closest known one.
+struct CommandHelp {
+  std::string name;
+  std::string usage;
+  std::string summary;
+  std::vector<std::string> flags;
+};
+
+const std::vector<CommandHelp>& Commands() {
+  static const std::vector<CommandHelp> kCommands = {
+      {"submit", "rota submit JOB.yaml [--count N] [-o json]",
+       "Submits a job file (YAML or JSON). --count N submits a job array: N copies (1..100000), all\n"
+       "accepted or none. A retry after a lost answer returns the job it made (an idempotency key).",
+       {"--count"}},
+      {"jobs", "rota jobs [--all] [--state S] [--queue Q] [--user U] [--limit N|0 for every page] [--after ID] [-o json]",
+       "Lists jobs a page at a time (--all includes ended ones; --after ID for the next page).",
+       {"--all", "-a", "--state", "--queue", "--user", "--limit", "--after"}},
+      {"describe", "rota describe JOB_ID [-o json]",
+       "A job's state, placement, pending reason with the numbers behind it, and its events.", {}},
+      {"cancel", "rota cancel JOB_ID", "Cancels a job (its tasks get SIGTERM, then SIGKILL).", {}},
+      {"logs", "rota logs JOB_ID", "A job's output, every replica's.", {}},
+      {"nodes", "rota nodes [-o json]", "Nodes, their GPUs and state (ready, lost, drained, declared).", {}},
+      {"queues", "rota queues [-o json]", "Queues with their guarantees, holdings, pending and running jobs.", {}},
+      {"top", "rota top [-o json]", "GPU utilisation, memory and power per node and GPU.", {}},
+      {"token",
+       "rota token create --user NAME [--role admin|user|agent] [--node NODE] [--ttl 30d] [--existing]\n"
+       "       rota token list | revoke TOKEN_ID",
+       "Creates, lists and revokes API tokens (admin).", {"--user", "--role", "--node", "--ttl", "--existing"}},
+      {"status", "rota status [-o json]", "The control plane: the leader, its epoch, the standbys and their lag.", {}},
+  };
+  return kCommands;
+}
+
+const CommandHelp* FindCommand(const std::string& name) {
+  for (const CommandHelp& c : Commands()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+void PrintHelp(const CommandHelp& c) {
+  std::cout << "usage: " << c.usage << "\n\n" << c.summary << "\n\n"
+            << "Client flags: --server URL (or several, URL1,URL2: the leader is followed), --token T\n"
+            << "(or ROTA_SERVER, ROTA_TOKEN, the config file), -o table|json. Exit codes: 0 ok, 1 server\n"
+            << "unreachable or failing, 2 bad input, 3 not found, 4 not authenticated or not allowed, 5 conflict.\n";
+}
+
+// An argument that looks like a flag this command does not take: an error
+// naming the closest one. (Numbers, even negative, are values.)
+int CheckFlags(const CommandHelp& c, const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a.size() < 2 || a[0] != '-' || std::isdigit(static_cast<unsigned char>(a[1]))) continue;
+    if (std::find(c.flags.begin(), c.flags.end(), a) != c.flags.end()) continue;
+    std::vector<std::string> known = c.flags;
+    known.insert(known.end(), {"--server", "--token", "--output", "--help"});
+    std::cerr << "rota " << c.name << ": unknown flag '" << a << "'" << DidYouMean(a, known) << "\n"
+              << "usage: " << c.usage << "\n";
+    return kExitBadInput;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
+std::vector<std::string> ClientCommandNames() {
+  std::vector<std::string> names;
+  for (const CommandHelp& c : Commands()) names.push_back(c.name);
+  return names;
+}
+
+bool PrintClientHelp(const std::string& cmd) {
+  const CommandHelp* c = FindCommand(cmd);
+  if (c != nullptr) PrintHelp(*c);
+  return c != nullptr;
+}
+
 int ClientMain(const std::string& cmd, std::vector<std::string> args) {
-  static const char* kCommands[] = {"submit", "jobs",   "describe", "cancel", "logs",
-                                    "nodes",  "queues", "top",      "token",  "status"};
-  bool known = false;
-  for (const char* k : kCommands) known = known || cmd == k;
-  if (!known) return -1;
+  const CommandHelp* help = FindCommand(cmd);
+  if (help == nullptr) return -1;
+  if (std::find(args.begin(), args.end(), "--help") != args.end() ||
+      std::find(args.begin(), args.end(), "-h") != args.end()) {
+    PrintHelp(*help);
+    return kExitOk;
+  }
   Client c = Client::FromArgs(&args);
+  if (!c.output_valid()) {
+    std::cerr << "rota " << cmd << ": -o: must be table or json, got '" << c.output() << "'\n";
+    return kExitBadInput;
+  }
+  if (int rc = CheckFlags(*help, args); rc != kExitOk) return rc;
 
   if (cmd == "submit") {
     // --count N: N copies of the job (a job array, like sbatch --array),
@@ -83,12 +180,14 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       // One key per submission: a retry after a lost answer or a failover
       // returns the job it made instead of a second one.
       Response r = c.Post("/v1/jobs", body, "application/yaml", NewIdempotencyKey());
+      NameTheFile(&r, files[0]);
       return Run(c, r, "submit", [](const json& j) {
         std::cout << "submitted job " << j["id"] << " (" << S(j, "name") << ") to queue " << S(j, "queue") << "\n";
       });
     }
     // A job array: one request, committed whole (all N or none).
     Response r = c.Post("/v1/jobs?count=" + std::to_string(count), body, "application/yaml", NewIdempotencyKey());
+    NameTheFile(&r, files[0]);
     if (r.status != 201 && r.status != 200) return Client::Fail(r, "submit");
     const json j = json::parse(r.body, nullptr, false);
     if (!j.is_object() || !j.contains("ids")) return Client::Fail(r, "submit");

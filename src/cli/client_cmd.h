@@ -7,7 +7,13 @@
 
 namespace rota::cli {
 
-// Returns the exit code, or -1 if `cmd` is not a client command.
+// Returns the exit code, or -1 if `cmd` is not a client command. --help (or
+// -h) prints the command's help without calling the server; a flag the
+// command does not take, or -o other than table or json, is bad input.
 int ClientMain(const std::string& cmd, std::vector<std::string> args);
+
+// The client commands' names, and the help of one (false if not one).
+std::vector<std::string> ClientCommandNames();
+bool PrintClientHelp(const std::string& cmd);
 
 }  // namespace rota::cli

@@ -1,5 +1,6 @@
 // rota: one binary, subcommands. This layer only parses arguments and prints;
 // the work happens in the libraries.
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "cli/plan_cmd.h"
 #include "cli/server_cmd.h"
 #include "cli/sim_cmd.h"
+#include "cli/suggest.h"
 
 namespace {
 
@@ -38,6 +40,13 @@ constexpr const char* kUsage =
     "Client commands take --server URL, --token T (or ROTA_SERVER, ROTA_TOKEN) and -o json;\n"
     "--server may list every replica (URL1,URL2,...): requests follow the leader.\n";
 
+// Every command name, for did-you-mean.
+std::vector<std::string> Commands() {
+  std::vector<std::string> names = rota::cli::ClientCommandNames();
+  names.insert(names.end(), {"up", "server", "agent", "store", "plan", "sim", "version", "help"});
+  return names;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,15 +67,33 @@ int main(int argc, char** argv) {
     std::cerr << kUsage;
     return 2;
   }
-  const std::string cmd = argv[first];
+  std::string cmd = argv[first];
   std::vector<std::string> args(argv + first + 1, argv + argc);
+  if (cmd == "help" || cmd == "-h" || cmd == "--help") {
+    if (args.empty()) {
+      std::cout << kUsage;
+      return 0;
+    }
+    // rota help CMD: that command's own help, as `rota CMD --help` prints it.
+    const std::vector<std::string> known = Commands();
+    if (std::find(known.begin(), known.end(), args[0]) == known.end() || args[0] == "help") {
+      std::cerr << "rota help: unknown command '" << args[0] << "'" << rota::cli::DidYouMean(args[0], known) << "\n";
+      return 2;
+    }
+    cmd = args[0];
+    args = {"--help"};
+  }
   args.insert(args.end(), leading.begin(), leading.end());
   if (!leading.empty() &&
       (cmd == "plan" || cmd == "sim" || cmd == "server" || cmd == "up" || cmd == "agent" || cmd == "store")) {
     std::cerr << "rota: --server/--token/-o go with client commands, not '" << cmd << "'\n";
     return 2;
   }
-  if (cmd == "plan") return rota::cli::PlanMain(argc - 2, argv + 2);
+  if (cmd == "plan") {
+    std::vector<char*> plan_argv;
+    for (std::string& a : args) plan_argv.push_back(a.data());
+    return rota::cli::PlanMain(static_cast<int>(plan_argv.size()), plan_argv.data());
+  }
   if (cmd == "sim") return rota::cli::SimMain(args);
   if (cmd == "server") return rota::cli::ServerMain(args, /*with_local_agent=*/false);
   if (cmd == "up") return rota::cli::ServerMain(args, /*with_local_agent=*/true);
@@ -77,10 +104,7 @@ int main(int argc, char** argv) {
     std::cout << "rota 0.2.0\n";
     return 0;
   }
-  if (cmd == "help" || cmd == "-h" || cmd == "--help") {
-    std::cout << kUsage;
-    return 0;
-  }
-  std::cerr << "rota: unknown command '" << cmd << "'\n" << kUsage;
+  std::cerr << "rota: unknown command '" << cmd << "'" << rota::cli::DidYouMean(cmd, Commands()) << "\n"
+            << "(rota help lists the commands)\n";
   return 2;
 }

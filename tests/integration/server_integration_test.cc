@@ -901,6 +901,12 @@ TEST_F(Integration, TheCliFindsARotaUpByItsDataDirectory) {
     EXPECT_NE(denied.err.find("give a token with --token, ROTA_TOKEN or a `token:` line in"), std::string::npos)
         << denied.err;
     EXPECT_NE(ReadAll(data + ".log").find("the CLI finds this server with ROTA_DATA_DIR=" + data), std::string::npos);
+    // A parse error names the user's file, not the request body.
+    const std::string bad = Write("bad job.yaml", "name: x\ntasks: [{gpus: two}]\n");
+    CommandResult refused = RunRota({"submit", bad}, {"ROTA_DATA_DIR=" + data, "HOME=" + tmp.path()}, tmp.path());
+    EXPECT_EQ(refused.exit_code, 2);
+    EXPECT_NE(refused.err.find(bad + ":2:"), std::string::npos) << refused.err;
+    EXPECT_EQ(refused.err.find("request body"), std::string::npos) << refused.err;
   }
   // Stopped cleanly: the address is gone, and the CLI says where it looked.
   CommandResult gone = RunRota({"jobs"}, {"ROTA_DATA_DIR=" + data, "HOME=" + tmp.path()}, tmp.path());
