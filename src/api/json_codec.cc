@@ -297,6 +297,10 @@ std::string EncodeEvent(const Event& event) {
             j["rank_attempt"] = std::move(ranks);
           }
           if (!e.request_id.empty()) j["request_id"] = e.request_id;
+          if (e.array_count > 0) {
+            j["array"] = e.array.value();
+            j["array_count"] = e.array_count;
+          }
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobsSubmitted>) {
           j["type"] = "JobsSubmitted";
@@ -306,6 +310,10 @@ std::string EncodeEvent(const Event& event) {
           j["user"] = e.user;
           j["priority_value"] = e.spec.priority;
           if (!e.request_id.empty()) j["request_id"] = e.request_id;
+          if (e.array_count > 0) {
+            j["array"] = e.array.value();
+            j["array_count"] = e.array_count;
+          }
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobBound>) {
           j["type"] = "JobBound";
@@ -405,6 +413,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       JobSubmitted e{JobId(j.at("id").get<uint64_t>()), std::move(spec), j.at("at"), j.at("user"),
                      j.value("restarts", 0), j.value("resizes", 0), j.value("rank_restarts", 0), j.value("gang_attempt", 0)};
       e.request_id = j.value("request_id", std::string());
+      e.array = JobId(j.value("array", uint64_t{0}));
+      e.array_count = j.value("array_count", int64_t{0});
       if (j.contains("rank_attempt")) {
         for (const auto& [replica, attempt] : j["rank_attempt"].items()) {
           uint32_t r = 0;
@@ -421,7 +431,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       ROTA_ASSIGN_OR_RETURN(JobSpec spec, JobSpecFromJson(j.at("spec")));
       spec.priority = j.at("priority_value").get<int32_t>();
       return Event(JobsSubmitted{JobId(j.at("first").get<uint64_t>()), j.at("count").get<int64_t>(), std::move(spec),
-                                 j.at("at"), j.at("user"), j.value("request_id", std::string())});
+                                 j.at("at"), j.at("user"), j.value("request_id", std::string()),
+                                 JobId(j.value("array", uint64_t{0})), j.value("array_count", int64_t{0})});
     }
     if (type == "JobBound") {
       return Event(JobBound{JobId(j.at("id").get<uint64_t>()), PlacementFromJson(j.at("placement")), j.at("at")});

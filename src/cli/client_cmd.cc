@@ -75,14 +75,21 @@ const std::vector<CommandHelp>& Commands() {
   static const std::vector<CommandHelp> kCommands = {
       {"submit", "rota submit JOB.yaml [--count N] [-o json]",
        "Submits a job file (YAML or JSON). --count N submits a job array: N copies (1..100000), all\n"
-       "accepted or none. A retry after a lost answer returns the job it made (an idempotency key).",
+       "accepted or none, one array id (its first job's); each task sees ROTA_ARRAY_ID, ROTA_ARRAY_INDEX\n"
+       "(0..N-1) and ROTA_ARRAY_COUNT. A retry after a lost answer returns the job it made.",
        {"--count"}},
-      {"jobs", "rota jobs [--all] [--state S] [--queue Q] [--user U] [--limit N|0 for every page] [--after ID] [-o json]",
-       "Lists jobs a page at a time (--all includes ended ones; --after ID for the next page).",
-       {"--all", "-a", "--state", "--queue", "--user", "--limit", "--after"}},
+      {"jobs",
+       "rota jobs [--all] [--state S] [--queue Q] [--user U] [--array ID] [--limit N|0 for every page] [--after ID] "
+       "[-o json]",
+       "Lists jobs a page at a time (--all includes ended ones; --after ID for the next page; --array ID\n"
+       "one job array's elements).",
+       {"--all", "-a", "--state", "--queue", "--user", "--array", "--limit", "--after"}},
       {"describe", "rota describe JOB_ID [-o json]",
        "A job's state, placement, pending reason with the numbers behind it, and its events.", {}},
-      {"cancel", "rota cancel JOB_ID", "Cancels a job (its tasks get SIGTERM, then SIGKILL).", {}},
+      {"cancel", "rota cancel JOB_ID [JOB_ID...] | --array ID",
+       "Cancels jobs, or every live element of a job array (their tasks get SIGTERM, then SIGKILL).\n"
+       "Each in turn; the exit code is the first failure's.",
+       {"--array"}},
       {"logs", "rota logs JOB_ID", "A job's output, every replica's.", {}},
       {"nodes", "rota nodes [-o json]", "Nodes, their GPUs and state (ready, lost, drained, declared).", {}},
       {"queues", "rota queues [-o json]", "Queues with their guarantees, holdings, pending and running jobs.", {}},
@@ -195,7 +202,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     if (c.json_output()) {
       std::cout << json{{"ids", {{"first", first}, {"last", last}}}, {"count", count}}.dump(2) << "\n";
     } else {
-      std::cout << "submitted " << count << " jobs (ids " << first << ".." << last << ")\n";
+      std::cout << "submitted " << count << " jobs (array " << first << ": ids " << first << ".." << last << ")\n";
     }
     return kExitOk;
   }
@@ -210,6 +217,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       else if (args[i] == "--state" && i + 1 < args.size()) query += "&state=" + args[++i];
       else if (args[i] == "--queue" && i + 1 < args.size()) query += "&queue=" + args[++i];
       else if (args[i] == "--user" && i + 1 < args.size()) query += "&user=" + args[++i];
+      else if (args[i] == "--array" && i + 1 < args.size()) query += "&array=" + args[++i];
       else if (args[i] == "--after" && i + 1 < args.size()) query += "&after=" + args[++i];
       else if (args[i] == "--limit" && i + 1 < args.size()) limit = args[++i];
       else return Usage("rota jobs [--all] [--state S] [--queue Q] [--user U] [--limit N|0 for every page] [--after ID] [-o json]");
@@ -299,9 +307,44 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
   }
 
   if (cmd == "cancel") {
-    if (args.size() != 1) return Usage("rota cancel JOB_ID");
-    Response r = c.Post("/v1/jobs/" + args[0] + "/cancel", "", "application/json");
-    return Run(c, r, "cancel", [](const json& j) { std::cout << "cancelled job " << j["id"] << " (" << S(j, "name") << ")\n"; });
+    // rota cancel ID [ID...] | --array ID: each in turn (like scancel); the
+    // exit code is the first failure's.
+    std::vector<std::string> ids;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--array" && i + 1 < args.size()) {
+        std::string after = "0";
+        while (true) {  // the array's live elements, a page at a time
+          Response page = c.Get("/v1/jobs?array=" + args[i + 1] + "&limit=10000&after=" + after);
+          if (page.status != 200) return Client::Fail(page, "cancel");
+          const json j = json::parse(page.body, nullptr, false);
+          if (j.is_discarded()) return Client::Fail(page, "cancel");
+          for (const auto& job : j["jobs"]) ids.push_back(job["id"].dump());
+          if (!j.contains("next_after")) break;
+          after = j["next_after"].dump();
+        }
+        ++i;
+      } else if (args[i] == "--array") {
+        return Usage(help->usage);
+      } else {
+        ids.push_back(args[i]);
+      }
+    }
+    if (ids.empty()) return Usage(help->usage);
+    int rc = kExitOk;
+    json results = json::array();
+    for (const std::string& id : ids) {
+      Response r = c.Post("/v1/jobs/" + id + "/cancel", "", "application/json");
+      if (r.status < 200 || r.status >= 300) {
+        const int failed = Client::Fail(r, "cancel " + id);
+        if (rc == kExitOk) rc = failed;
+        continue;
+      }
+      const json j = json::parse(r.body, nullptr, false);
+      if (c.json_output()) results.push_back(j);
+      else if (!j.is_discarded()) std::cout << "cancelled job " << j["id"] << " (" << S(j, "name") << ")\n";
+    }
+    if (c.json_output()) std::cout << (ids.size() == 1 && results.size() == 1 ? results[0] : results).dump(2) << "\n";
+    return rc;
   }
 
   if (cmd == "logs") {

@@ -265,8 +265,24 @@ Status ClusterState::ApplyOne(const GpuHealthChanged& e) {
   return Status::Ok();
 }
 
+namespace {
+
+// A job array's element `id`: within the array it names.
+Status CheckArray(JobId id, JobId array, int64_t array_count, int64_t count = 1) {
+  if (array_count == 0 && array.value() == 0) return Status::Ok();
+  if (array_count < 1 || array.value() == 0 || id.value() < array.value() ||
+      id.value() + static_cast<uint64_t>(count) > array.value() + static_cast<uint64_t>(array_count)) {
+    return InvalidArgumentError("job " + std::to_string(id.value()) + " is not within array " +
+                                std::to_string(array.value()) + " of " + std::to_string(array_count));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ClusterState::ApplyOne(const JobSubmitted& e) {
   ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
+  ROTA_RETURN_IF_ERROR(CheckArray(e.id, e.array, e.array_count));
   // Ids are issued densely from 1 (the job table is indexed by them).
   if (e.id.value() == 0 || e.id.value() >= (uint64_t{1} << 40)) {
     return InvalidArgumentError("job id " + std::to_string(e.id.value()) + " is out of range");
@@ -283,6 +299,8 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->gang_attempt = e.gang_attempt;
   job->rank_attempt = e.rank_attempt;
   job->request_id = e.request_id;
+  job->array = e.array;
+  job->array_count = e.array_count;
   Put(Mutable(), std::move(job));
   return Status::Ok();
 }
@@ -293,6 +311,7 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
                                 std::to_string(kMaxJobsPerRun));
   }
   ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
+  ROTA_RETURN_IF_ERROR(CheckArray(e.first, e.array, e.array_count, e.count));
   const uint64_t first = e.first.value();
   if (first == 0 || first + static_cast<uint64_t>(e.count) > (uint64_t{1} << 40)) {
     return InvalidArgumentError("job ids " + std::to_string(first) + ".." + std::to_string(first + e.count - 1) +
@@ -312,6 +331,8 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
     job->submitted_at = e.at;
     job->user = e.user;
     job->request_id = e.request_id;
+    job->array = e.array;
+    job->array_count = e.array_count;
     Put(d, std::move(job));
   }
   return Status::Ok();
@@ -737,7 +758,7 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
     out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
-                               j.gang_attempt, j.rank_attempt, j.request_id});
+                               j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {
@@ -796,7 +817,7 @@ std::vector<Event> CompactState(const Snapshot& snap) {
     if (!run) return;
     if (run->count == 1) {
       out.push_back(JobSubmitted{.id = run->first, .spec = std::move(run->spec), .at = run->at, .user = run->user,
-                                 .request_id = run->request_id});
+                                 .request_id = run->request_id, .array = run->array, .array_count = run->array_count});
     }
     else out.push_back(std::move(*run));
     run.reset();
@@ -811,12 +832,12 @@ std::vector<Event> CompactState(const Snapshot& snap) {
     if (plain(*job)) {
       if (run && run->count < kMaxJobsPerRun && run->first.value() + static_cast<uint64_t>(run->count) == id.value() &&
           run->at == job->submitted_at && run->user == job->user && run->request_id == job->request_id &&
-          run->spec == job->spec) {
+          run->array == job->array && run->array_count == job->array_count && run->spec == job->spec) {
         ++run->count;
         continue;
       }
       flush();
-      run = JobsSubmitted{id, 1, job->spec, job->submitted_at, job->user, job->request_id};
+      run = JobsSubmitted{id, 1, job->spec, job->submitted_at, job->user, job->request_id, job->array, job->array_count};
       continue;
     }
     flush();

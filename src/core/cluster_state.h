@@ -81,6 +81,11 @@ struct JobRecord {
   JobSpec spec;
   std::string user;
   std::string request_id;  // the submission's Idempotency-Key ("" = none)
+  // A job array's element: the array's id (its first job's), its index in it
+  // (id - array) and the array's size; array 0 for a job submitted alone.
+  JobId array;
+  int64_t array_count = 0;
+  int64_t array_index() const { return static_cast<int64_t>(id.value() - array.value()); }
   JobState state = JobState::kPending;
   TimePoint submitted_at = 0;
   TimePoint started_at = 0;

@@ -88,6 +88,29 @@ TEST(ClusterState, GpuFractionsShareAGpuWithinItsCapacityAndMemory) {
   EXPECT_EQ(replay.GetSnapshot().node(NodeId(0)).allocated_mask, 0x2u);
 }
 
+// A job array keeps its id, size and each element's index through a
+// journal snapshot, whether its elements run (one event each) or wait (one
+// run), and a run never merges two arrays or an array with lone jobs.
+TEST(CompactState, KeepsJobArrays) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(1), 3, Job(1, 1), 1, "u", "", JobId(1), 5}).ok());
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(4), 2, Job(1, 1), 1, "u", "", JobId(1), 5}).ok());  // the second part
+  ASSERT_TRUE(st.Apply(JobSubmitted{.id = JobId(6), .spec = Job(1, 1), .at = 1, .user = "u"}).ok());  // alone
+  ASSERT_TRUE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0x01}}, 2}).ok());
+  EXPECT_FALSE(st.Apply(JobsSubmitted{JobId(7), 3, Job(1, 1), 1, "u", "", JobId(7), 2}).ok());  // beyond its array
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  for (uint64_t id = 1; id <= 5; ++id) {
+    const JobRecord* j = replay.GetSnapshot().FindJob(JobId(id));
+    ASSERT_NE(j, nullptr);
+    EXPECT_EQ(j->array, JobId(1)) << id;
+    EXPECT_EQ(j->array_count, 5) << id;
+    EXPECT_EQ(j->array_index(), static_cast<int64_t>(id - 1));
+  }
+  EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(6))->array_count, 0);
+}
+
 TEST(CompactState, ReplaysAPreemptingJobOnce) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());

@@ -54,6 +54,10 @@ struct JobSubmitted {
   // The client's Idempotency-Key ("" = none): a retried submission with the
   // same key from the same user returns this job instead of a second one.
   std::string request_id;
+  // A job array's element: the array's id (its first job's) and size; none
+  // (id 0) for a job submitted alone.
+  JobId array;
+  int64_t array_count = 0;
 };
 // `count` jobs with ids first..first+count-1, each exactly as a
 // JobSubmitted with that id and these fields: a job array's part (or a
@@ -66,6 +70,11 @@ struct JobsSubmitted {
   TimePoint at = 0;
   std::string user;
   std::string request_id;  // as JobSubmitted's (every part of one array carries it)
+  // The array these jobs belong to, as JobSubmitted's (an array is
+  // journaled in parts: each names the whole); none for a snapshot's run of
+  // jobs submitted alone.
+  JobId array;
+  int64_t array_count = 0;
 };
 // The whole gang is bound at once: one replica placement per replica (an
 // elastic job: at least min_replicas of them).

@@ -628,7 +628,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
           batch.Apply(JobSubmitted{.id = first, .spec = spec, .at = now, .user = who.user, .request_id = request_id}));
     } else {
       // One event for the part.
-      ROTA_RETURN_IF_ERROR(batch.Apply(JobsSubmitted{first, chunk, spec, now, who.user, request_id}));
+      ROTA_RETURN_IF_ERROR(batch.Apply(JobsSubmitted{first, chunk, spec, now, who.user, request_id, first, count}));
     }
     next_job_id_ = first.value() + static_cast<uint64_t>(count);
     array_reserved_user_[who.user] += count - chunk;
@@ -645,7 +645,8 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     bool moved = false;  // set on the actor: this chunk's n left the reservation
     auto more = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
       ROTA_RETURN_IF_ERROR(
-          batch.Apply(JobsSubmitted{JobId(first + static_cast<uint64_t>(done)), n, spec, now, who.user, request_id}));
+          batch.Apply(JobsSubmitted{JobId(first + static_cast<uint64_t>(done)), n, spec, now, who.user, request_id,
+                                    JobId(first), count}));
       array_reserved_user_[who.user] -= n;  // pending now, no longer reserved
       array_reserved_queue_[spec.queue] -= n;
       moved = true;
@@ -791,6 +792,12 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   a.last_checkpoint = job.last_checkpoint_path;
   a.command = task.command;
   a.env = task.env;
+  if (job.array_count > 0) {
+    // A job array's element knows which it is (Slurm's SLURM_ARRAY_TASK_ID).
+    a.env["ROTA_ARRAY_ID"] = std::to_string(job.array.value());
+    a.env["ROTA_ARRAY_INDEX"] = std::to_string(job.array_index());
+    a.env["ROTA_ARRAY_COUNT"] = std::to_string(job.array_count);
+  }
   a.rootfs = task.rootfs;
   a.mounts = job.spec.mounts;
   a.cpu = task.cpu;

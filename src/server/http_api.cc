@@ -405,9 +405,10 @@ class HttpServerImpl final : public HttpServer {
       if (!id.ok()) return ReplyError(res, id.status());
       Snapshot snap = c_->snapshot();
       ordered_json view = JobView(*c_, snap, *snap.FindJob(*id), false);
-      if (req.has_param("count")) {
-        view["ids"] = {{"first", id->value()}, {"last", id->value() + static_cast<uint64_t>(count) - 1}};
-      }
+      // One shape for one job and for an array: the first job's view, and
+      // the ids and count of all (an array's also under "array").
+      view["ids"] = {{"first", id->value()}, {"last", id->value() + static_cast<uint64_t>(count) - 1}};
+      view["count"] = count;
       if (replayed) res.set_header("Idempotent-Replayed", "true");
       Reply(res, replayed ? 200 : 201, view);
     }));
@@ -423,6 +424,12 @@ class HttpServerImpl final : public HttpServer {
       const std::string queue = req.get_param_value("queue");
       const std::string user = req.get_param_value("user");
       const bool all = req.get_param_value("all") == "true";
+      uint64_t array = 0;  // ?array=ID: one job array's elements
+      if (req.has_param("array")) {
+        auto a = ParseId(req.get_param_value("array"));
+        if (!a.ok() || *a == 0) return ReplyError(res, InvalidArgumentError("array: must be an array's id (its first job's)"));
+        array = *a;
+      }
       if (!state.empty()) {
         bool known = false;
         for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kPreempting, JobState::kSucceeded,
@@ -456,8 +463,13 @@ class HttpServerImpl final : public HttpServer {
       const bool live_only = !all && (state.empty() || state == "pending" || state == "running" || state == "preempting");
       const auto& index = live_only ? snap.live_jobs() : snap.jobs();
       std::optional<uint64_t> next_after;
+      if (array > 0) after = std::max(after, array - 1);  // its elements start at its id
       for (auto it = index.upper_bound(JobId(after)); it != index.end(); ++it) {
         const JobRecord& job = *it->second;
+        if (array > 0 && job.array.value() != array) {
+          if (job.id.value() > array) break;  // past it: an array's ids are consecutive
+          continue;
+        }
         if (!who.admin() && job.user != who.user) continue;
         if (!user.empty() && job.user != user) continue;
         if (!state.empty() && JobStateName(job.state) != state) continue;

@@ -67,6 +67,9 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
     else j["pending_reason"] = {{"code", "NotYetScheduled"}, {"message", "waiting for the next scheduling cycle"}};
   }
   if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
+  if (job.array_count > 0) {
+    j["array"] = {{"id", job.array.value()}, {"index", job.array_index()}, {"count", job.array_count}};
+  }
   j["restarts"] = job.restarts;
   if (job.rank_restarts > 0) j["rank_restarts"] = job.rank_restarts;
   if (job.spec.elastic()) {

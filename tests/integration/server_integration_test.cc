@@ -914,6 +914,51 @@ TEST_F(Integration, TheCliFindsARotaUpByItsDataDirectory) {
   EXPECT_NE(gone.err.find("cannot reach http://127.0.0.1:7070"), std::string::npos) << gone.err;
 }
 
+// A job array: one id, each element knows its index (ROTA_ARRAY_*), listed
+// and cancelled by the array; one JSON shape for one job and for an array.
+TEST_F(Integration, AJobArrayHasAnIdAndEachTaskItsIndex) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  const std::string job = Write("array.yaml", R"(
+name: sweep
+tasks:
+  - {name: w, gpus: 1, command: [sh, -c, 'echo "array=$ROTA_ARRAY_ID index=$ROTA_ARRAY_INDEX of $ROTA_ARRAY_COUNT"']}
+)");
+  CommandResult submit = RunRota({"submit", job, "--count", "3"}, env, tmp.path());
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  EXPECT_EQ(submit.out, "submitted 3 jobs (array 1: ids 1..3)\n");
+  for (int id = 1; id <= 3; ++id) {
+    std::string out;
+    for (int i = 0; i < 200 && out.find("index=") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      out = RunRota({"logs", std::to_string(id)}, env, tmp.path()).out;
+    }
+    EXPECT_NE(out.find("array=1 index=" + std::to_string(id - 1) + " of 3"), std::string::npos) << id << ": " << out;
+  }
+  CommandResult listed = RunRota({"jobs", "--all", "--array", "1", "-o", "json"}, env, tmp.path());
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  const json page = json::parse(listed.out);
+  ASSERT_EQ(page["jobs"].size(), 3u);
+  EXPECT_EQ(page["jobs"][2]["array"], json({{"id", 1}, {"index", 2}, {"count", 3}}));
+  // A long array, cancelled by its id; a single job answers in the same shape.
+  const std::string hold = Write("hold.yaml", "name: hold\ntasks: [{gpus: 1, command: [sleep, '600']}]\n");
+  CommandResult second = RunRota({"submit", hold, "--count", "2", "-o", "json"}, env, tmp.path());
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  CommandResult one = RunRota({"submit", hold, "-o", "json"}, env, tmp.path());
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const json single = json::parse(one.out);
+  EXPECT_EQ(single["ids"], json({{"first", 6}, {"last", 6}}));
+  EXPECT_EQ(single["count"], 1);
+  EXPECT_FALSE(single.contains("array"));
+  CommandResult cancel = RunRota({"cancel", "--array", "4"}, env, tmp.path());
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  EXPECT_NE(cancel.out.find("cancelled job 4 (hold)"), std::string::npos) << cancel.out;
+  EXPECT_NE(cancel.out.find("cancelled job 5 (hold)"), std::string::npos) << cancel.out;
+  CommandResult two = RunRota({"cancel", "6", "99"}, env, tmp.path());
+  EXPECT_EQ(two.exit_code, 3) << two.err;  // 6 cancelled, 99 not found: the first failure's code
+  EXPECT_NE(two.out.find("cancelled job 6 (hold)"), std::string::npos) << two.out;
+}
+
 }  // namespace
 }  // namespace rota::testing
 
