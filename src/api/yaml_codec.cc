@@ -356,9 +356,9 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
       c.topology = root["topology"].StrList();
       if (Status s = Topology::ValidateLevels(c.topology); !s.ok()) root["topology"].Fail(std::string(s.message()));
     }
+    // Optional: without node groups, the nodes are the agents that register.
     Field groups = root["node_groups"];
-    if (groups.IsNull()) root.Fail("node_groups: required (a list of node groups)");
-    for (size_t i = 0, n = groups.ExpectSeq(); i < n; ++i) {
+    for (size_t i = 0, n = root.Has("node_groups") ? groups.ExpectSeq() : 0; i < n; ++i) {
       c.node_groups.push_back(ParseNodeGroup(groups.At(i)));
       for (size_t j = 0; j < i; ++j) {
         if (c.node_groups[j].name == c.node_groups[i].name) {

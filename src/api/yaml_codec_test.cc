@@ -131,6 +131,14 @@ TEST(ParseClusterConfig, ReadsTheDesignExample) {
   EXPECT_EQ((*nodes)[9].labels.at("pool"), "train");
 }
 
+TEST(ParseClusterConfig, NodeGroupsAreOptional) {
+  // A queue-only config: the nodes are the agents that register.
+  auto c = ParseClusterConfig("queues: [{name: a, quota: {H100: 8}}]\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->node_groups.empty());
+  EXPECT_EQ(c->queues.size(), 1u);
+}
+
 TEST(ParseClusterConfig, ReadsTheProfilesActionsInOrder) {
   auto c = ParseClusterConfig("node_groups: [{name: a, count: 1}]\nprofile: {actions: [allocate, reserve, grow-elastic]}\n",
                               "c.yaml");

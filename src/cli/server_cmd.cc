@@ -400,6 +400,14 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
       }
     }
   }
+  // The local node's inventory is checked before anything is written or
+  // served: a bad --gpus or --mig changes nothing.
+  if (with_local_agent) {
+    if (auto inv = LocalInventory(gpus, mig); !inv.ok()) {
+      std::cerr << "rota: " << inv.status().message() << "\n";
+      return kExitBadInput;
+    }
+  }
   // Files the server makes are its own (the store, tokens, logs); the data
   // directory is 0711 so that tasks of other accounts under `rota up` can
   // reach their own job's work directory, and nothing else in it.

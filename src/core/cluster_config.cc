@@ -100,6 +100,9 @@ Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec) {
   if (std::find(leaves.begin(), leaves.end(), spec->queue) == leaves.end()) {
     std::string names;
     for (const auto& l : leaves) names += (names.empty() ? "" : ", ") + l;
+    if (spec->queue == "default") {  // (what a job that names no queue gets)
+      return InvalidArgumentError("queue: required on this cluster, which has no queue 'default': name one of " + names);
+    }
     return InvalidArgumentError("queue: unknown leaf queue '" + spec->queue + "' (queues: " + names + ")");
   }
   // Tiers: every queue on the path that restricts the kind of GPU must accept this job's.

@@ -1,5 +1,7 @@
 #include "core/job.h"
 
+#include "core/cluster_config.h"
+
 #include <gtest/gtest.h>
 
 namespace rota {
@@ -44,6 +46,17 @@ TEST(JobSpec, ErrorsNameTheField) {
   s = Valid();
   s.tasks[0].gpus = 0;
   EXPECT_EQ(ValidateJobSpec(s).message(), "tasks[0]: asks for nothing: set gpus, gpu, cpu or memory");
+}
+
+TEST(ResolveJobPolicy, AJobThatNamesNoQueueIsToldToNameOne) {
+  ClusterConfig c;
+  c.queues = {{.name = "a"}, {.name = "b"}};
+  JobSpec s = Valid();  // queue left as "default", what a spec without queue: gets
+  EXPECT_EQ(ResolveJobPolicy(c, &s).message(), "queue: required on this cluster, which has no queue 'default': name one of a, b");
+  s.queue = "c";
+  EXPECT_EQ(ResolveJobPolicy(c, &s).message(), "queue: unknown leaf queue 'c' (queues: a, b)");
+  s.queue = "a";
+  EXPECT_TRUE(ResolveJobPolicy(c, &s).ok());
 }
 
 }  // namespace
