@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/quantity.h"
 #include "cli/client.h"
 #include "cli/suggest.h"
 #include "cli/table.h"
@@ -36,6 +37,12 @@ int Run(const Client& c, const Response& r, const std::string& what, const std::
   }
   table(j);
   return kExitOk;
+}
+
+// A span in seconds as people read it ("19m57s"), "-" when absent.
+std::string Span(const json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number()) return "-";
+  return FormatSpan(j[key].get<int64_t>() * kMicrosPerSecond);
 }
 
 std::string GpuList(const json& gpus) {
@@ -245,7 +252,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       r = c.Get("/v1/jobs?" + query.substr(1));
     }
     return Run(c, r, "jobs", [](const json& j) {
-      Table t({"ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "NODES", "REASON"});
+      Table t({"ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "WAITED", "TIME", "LIMIT", "NODES", "REASON"});
       for (const auto& job : j["jobs"]) {
         std::string nodes, reason;
         for (const auto& p : job["placement"]) {
@@ -257,6 +264,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         std::string gpus = S(job, "gpus");
         if (job.contains("gpu_shares")) gpus = gpus == "0" ? S(job, "gpu_shares") : gpus + " + " + S(job, "gpu_shares");
         t.Add({S(job, "id"), S(job, "name"), S(job, "user"), S(job, "queue"), S(job, "state"), gpus,
+               Span(job, "waited_s"), Span(job, "elapsed_s"), job.contains("time_limit") ? S(job, "time_limit") : "-",
                nodes.empty() ? "-" : nodes, reason});
       }
       std::cout << t.Render();
@@ -274,6 +282,20 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       for (const char* k : {"id", "name", "user", "queue", "priority", "state", "replicas", "gpus", "submitted_at",
                             "started_at", "finished_at", "end_reason"}) {
         if (!S(j, k).empty()) kv.Add({std::string(k) + ":", S(j, k)});
+      }
+      if (j.contains("waited_s")) kv.Add({"waited:", Span(j, "waited_s")});
+      if (j.contains("elapsed_s")) kv.Add({"elapsed:", Span(j, "elapsed_s")});
+      if (j.contains("time_limit")) {
+        std::string limit = S(j, "time_limit");
+        if (j.contains("elapsed_s") && S(j, "state") == "running") {
+          auto d = ParseDuration(limit);
+          if (d.ok()) limit += " (" + FormatSpan(*d - j["elapsed_s"].get<int64_t>() * kMicrosPerSecond) + " left)";
+        }
+        kv.Add({"time limit:", limit});
+      }
+      if (j.contains("array")) {
+        const json& a = j["array"];
+        kv.Add({"array:", S(a, "id") + " (element " + S(a, "index") + " of 0.." + std::to_string(a.value("count", 1) - 1) + ")"});
       }
       if (j.contains("flags")) {
         for (const auto& f : j["flags"]) kv.Add({"flag:", f.get<std::string>()});

@@ -35,6 +35,17 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   j["submitted_at"] = TimeText(job.submitted_at);
   j["started_at"] = TimeText(job.started_at);
   j["finished_at"] = TimeText(job.finished_at);
+  // Spans on the server's clock (a client's may differ): how long it waited
+  // (to its start, or until now while pending) and ran (to now, or its end).
+  const TimePoint now = c.clock().Now();
+  const bool started = job.started_at != 0;
+  const TimePoint ended = job.finished_at != 0 ? job.finished_at : now;
+  if (job.state == JobState::kPending) j["waited_s"] = std::max<Duration>(0, now - job.submitted_at) / kMicrosPerSecond;
+  else if (started) j["waited_s"] = std::max<Duration>(0, job.started_at - job.submitted_at) / kMicrosPerSecond;
+  if (started && job.state != JobState::kPending) {
+    j["elapsed_s"] = std::max<Duration>(0, ended - job.started_at) / kMicrosPerSecond;
+  }
+  if (job.spec.time_limit > 0) j["time_limit"] = FormatDuration(job.spec.time_limit);
   j["placement"] = ordered_json::array();
   std::optional<std::map<std::string, NodeLive>> live;  // read only for GPU fractions (MPS)
   for (const ReplicaPlacement& r : job.placement) {

@@ -941,7 +941,8 @@ tasks:
   ASSERT_EQ(page["jobs"].size(), 3u);
   EXPECT_EQ(page["jobs"][2]["array"], json({{"id", 1}, {"index", 2}, {"count", 3}}));
   // A long array, cancelled by its id; a single job answers in the same shape.
-  const std::string hold = Write("hold.yaml", "name: hold\ntasks: [{gpus: 1, command: [sleep, '600']}]\n");
+  const std::string hold =
+      Write("hold.yaml", "name: hold\ntime_limit: 10m\ntasks: [{gpus: 1, command: [sleep, '600']}]\n");
   CommandResult second = RunRota({"submit", hold, "--count", "2", "-o", "json"}, env, tmp.path());
   ASSERT_EQ(second.exit_code, 0) << second.err;
   CommandResult one = RunRota({"submit", hold, "-o", "json"}, env, tmp.path());
@@ -950,6 +951,21 @@ tasks:
   EXPECT_EQ(single["ids"], json({{"first", 6}, {"last", 6}}));
   EXPECT_EQ(single["count"], 1);
   EXPECT_FALSE(single.contains("array"));
+  // Times as people read them: waited, elapsed, the limit and what is left of it.
+  std::string described;
+  for (int i = 0; i < 100 && described.find("elapsed:") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    described = RunRota({"describe", "6"}, env, tmp.path()).out;
+  }
+  EXPECT_NE(described.find("waited:"), std::string::npos) << described;
+  EXPECT_NE(described.find("time limit:"), std::string::npos) << described;
+  EXPECT_NE(described.find(" 10m ("), std::string::npos) << described;  // "10m (9m58s left)"
+  EXPECT_NE(described.find(" left)"), std::string::npos) << described;
+  const std::string element = RunRota({"describe", "4"}, env, tmp.path()).out;
+  EXPECT_NE(element.find(" 4 (element 0 of 0..1)"), std::string::npos) << element;
+  CommandResult table = RunRota({"jobs"}, env, tmp.path());
+  EXPECT_NE(table.out.find("WAITED  TIME"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("10m"), std::string::npos) << table.out;
   CommandResult cancel = RunRota({"cancel", "--array", "4"}, env, tmp.path());
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
   EXPECT_NE(cancel.out.find("cancelled job 4 (hold)"), std::string::npos) << cancel.out;
