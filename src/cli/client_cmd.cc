@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "base/quantity.h"
 #include "cli/client.h"
@@ -97,7 +99,10 @@ const std::vector<CommandHelp>& Commands() {
        "Cancels jobs, or every live element of a job array (their tasks get SIGTERM, then SIGKILL).\n"
        "Each in turn; the exit code is the first failure's.",
        {"--array"}},
-      {"logs", "rota logs JOB_ID", "A job's output, every replica's.", {}},
+      {"logs", "rota logs JOB_ID [--task NAME|NAME-REPLICA] [--tail N] [-f]",
+       "A job's output, every replica's (or one task group's or replica's); --tail N: the last N lines of\n"
+       "each; -f follows it, every second, until the job ends.",
+       {"--task", "--tail", "-f", "--follow"}},
       {"nodes", "rota nodes [-o json]", "Nodes, their GPUs and state (ready, lost, drained, declared).", {}},
       {"queues", "rota queues [-o json]", "Queues with their guarantees, holdings, pending and running jobs.", {}},
       {"top", "rota top [-o json]", "GPU utilisation, memory and power per node and GPU.", {}},
@@ -370,10 +375,41 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
   }
 
   if (cmd == "logs") {
-    if (args.size() != 1) return Usage("rota logs JOB_ID");
-    Response r = c.Get("/v1/jobs/" + args[0] + "/logs");
+    std::string id, query;
+    bool follow = false;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if ((args[i] == "--task" || args[i] == "--tail") && i + 1 < args.size()) {
+        query += (query.empty() ? "?" : "&") + args[i].substr(2) + "=" + args[i + 1];
+        ++i;
+      } else if (args[i] == "-f" || args[i] == "--follow") {
+        follow = true;
+      } else if (id.empty() && args[i][0] != '-') {
+        id = args[i];
+      } else {
+        return Usage(help->usage);
+      }
+    }
+    if (id.empty()) return Usage(help->usage);
+    Response r = c.Get("/v1/jobs/" + id + "/logs" + query);
     if (r.status != 200) return Client::Fail(r, "logs");
-    std::cout << r.body;
+    std::cout << r.body << std::flush;
+    // -f: what is new, every second, until the job has ended (then once more).
+    std::string seen = r.body;
+    while (follow) {
+      Response state = c.Get("/v1/jobs/" + id);
+      const json j = json::parse(state.body, nullptr, false);
+      const std::string st = state.status == 200 && j.is_object() ? S(j, "state") : "";
+      const bool ended = st == "succeeded" || st == "failed" || st == "cancelled" || st.empty();
+      if (!ended) std::this_thread::sleep_for(std::chrono::seconds(1));
+      Response now = c.Get("/v1/jobs/" + id + "/logs" + query);
+      if (now.status != 200) return Client::Fail(now, "logs");
+      // Logs grow at their end; a new attempt may start them over.
+      if (now.body.compare(0, seen.size(), seen) == 0) std::cout << now.body.substr(seen.size());
+      else std::cout << "\n==> (the logs started over: a new attempt) <==\n" << now.body;
+      std::cout << std::flush;
+      seen = std::move(now.body);
+      if (ended) break;
+    }
     return kExitOk;
   }
 

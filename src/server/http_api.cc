@@ -530,12 +530,24 @@ class HttpServerImpl final : public HttpServer {
       if (options_.logs_dir.empty()) {
         return ReplyError(res, UnimplementedError("this server has no local agent logs (rota up serves them)"));
       }
+      // ?task=NAME (a task group) or NAME-REPLICA (one replica); ?tail=N: the
+      // last N lines of each replica's log.
+      const std::string only = req.get_param_value("task");
+      size_t tail = 0;
+      if (req.has_param("tail")) {
+        auto n = ParseId(req.get_param_value("tail"));
+        if (!n.ok() || *n == 0 || *n > 1000000) return ReplyError(res, InvalidArgumentError("tail: must be 1..1000000 lines"));
+        tail = *n;
+      }
       std::string out;
       // Where it runs or ran; a requeued job's last attempt until it is placed again.
       const auto& placement = job->placement.empty() ? job->last_placement : job->placement;
       const std::string dir = options_.logs_dir + "/" + std::to_string(job->id.value());
+      bool matched = only.empty();
       for (const ReplicaPlacement& r : placement) {
         const std::string name = job->spec.tasks[r.task].name + "-" + std::to_string(r.replica);
+        if (!only.empty() && only != name && only != job->spec.tasks[r.task].name) continue;
+        matched = true;
         // Written here by the local agent, and shipped by remote agents (one file per node).
         std::vector<std::string> files;
         std::error_code ec;
@@ -550,13 +562,35 @@ class HttpServerImpl final : public HttpServer {
         std::sort(shipped.begin(), shipped.end());
         files.insert(files.end(), shipped.begin(), shipped.end());
         if (files.empty()) continue;
-        if (placement.size() > 1) out += "==> " + name + " <==\n";
+        if (placement.size() > 1 && (only.empty() || only == job->spec.tasks[r.task].name)) {
+          out += "==> " + name + " <==\n";
+        }
+        std::string text;
         for (const std::string& file : files) {
           std::ifstream in(file, std::ios::binary);
           std::stringstream ss;
           ss << in.rdbuf();
-          out += ss.str();
+          text += ss.str();
         }
+        if (tail > 0) {
+          // The last `tail` lines (a final line without its newline counts).
+          size_t at = text.size(), lines = 0;
+          if (at > 0 && text[at - 1] == '\n') --at;
+          while (at > 0 && lines < tail) {
+            if (text[at - 1] == '\n' && ++lines == tail) break;
+            --at;
+          }
+          text.erase(0, at);
+        }
+        out += text;
+      }
+      if (!matched) {
+        std::string names;
+        for (const ReplicaPlacement& r : placement) {
+          names += (names.empty() ? "" : ", ") + job->spec.tasks[r.task].name + "-" + std::to_string(r.replica);
+        }
+        return ReplyError(res, NotFoundError("task: job " + std::to_string(job->id.value()) + " has no task or replica '" +
+                                             only + "'" + (names.empty() ? "" : " (replicas: " + names + ")")));
       }
       res.set_content(out, "text/plain");
     }));

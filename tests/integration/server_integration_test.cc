@@ -975,6 +975,30 @@ tasks:
   EXPECT_NE(two.out.find("cancelled job 6 (hold)"), std::string::npos) << two.out;
 }
 
+// rota logs: one replica's, the last lines, and following to the end.
+TEST_F(Integration, LogsByTaskTailAndFollow) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  const std::string job = Write("lines.yaml", R"(
+name: lines
+tasks:
+  - {name: w, replicas: 2, gpus: 1, command: [sh, -c, 'echo "$RANK one"; echo "$RANK two"; sleep 1; echo "$RANK three"']}
+)");
+  ASSERT_EQ(RunRota({"submit", job}, env, tmp.path()).exit_code, 0);
+  // -f returns once the job has ended, with every line.
+  CommandResult followed = RunRota({"logs", "1", "-f"}, env, tmp.path());
+  EXPECT_EQ(followed.exit_code, 0) << followed.err;
+  EXPECT_NE(followed.out.find("0 three"), std::string::npos) << followed.out;
+  EXPECT_NE(followed.out.find("1 three"), std::string::npos) << followed.out;
+  CommandResult tail = RunRota({"logs", "1", "--tail", "1"}, env, tmp.path());
+  EXPECT_EQ(tail.out, "==> w-0 <==\n0 three\n==> w-1 <==\n1 three\n") << tail.out;
+  CommandResult one = RunRota({"logs", "1", "--task", "w-1"}, env, tmp.path());
+  EXPECT_EQ(one.out, "1 one\n1 two\n1 three\n") << one.out;
+  CommandResult none = RunRota({"logs", "1", "--task", "x"}, env, tmp.path());
+  EXPECT_EQ(none.exit_code, 3);
+  EXPECT_NE(none.err.find("has no task or replica 'x' (replicas: w-0, w-1)"), std::string::npos) << none.err;
+}
+
 }  // namespace
 }  // namespace rota::testing
 
