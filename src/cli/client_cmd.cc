@@ -53,6 +53,22 @@ std::string GpuList(const json& gpus) {
   return out;
 }
 
+// A query parameter's value, percent-encoded.
+std::string UrlEncode(const std::string& v) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char ch : v) {
+    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+      out += static_cast<char>(ch);
+    } else {
+      out += '%';
+      out += kHex[ch >> 4];
+      out += kHex[ch & 15];
+    }
+  }
+  return out;
+}
+
 // The server names a parse error's place in "request body:LINE:COLUMN";
 // the user knows it as their file.
 void NameTheFile(Response* r, const std::string& file) {
@@ -82,11 +98,16 @@ struct CommandHelp {
 
 const std::vector<CommandHelp>& Commands() {
   static const std::vector<CommandHelp> kCommands = {
-      {"submit", "rota submit JOB.yaml [--count N] [-o json]",
+      {"submit",
+       "rota submit JOB.yaml|- [--count N] [--name N] [--queue Q] [--priority P] [--gpus G] [-o json]\n"
+       "       rota submit --wrap 'CMD' [--gpus G] [...]",
        "Submits a job file (YAML or JSON). --count N submits a job array: N copies (1..100000), all\n"
        "accepted or none, one array id (its first job's); each task sees ROTA_ARRAY_ID, ROTA_ARRAY_INDEX\n"
-       "(0..N-1) and ROTA_ARRAY_COUNT. A retry after a lost answer returns the job it made.",
-       {"--count"}},
+       "(0..N-1) and ROTA_ARRAY_COUNT. A retry after a lost answer returns the job it made. `-` reads the\n"
+       "job from stdin; --wrap CMD submits `sh -c CMD` (one replica: --gpus G, or one CPU), like sbatch\n"
+       "--wrap; --name, --queue, --priority (a class or a number) and --gpus (a job of one task group)\n"
+       "replace what the file says.",
+       {"--count", "--name", "--queue", "--priority", "--gpus", "--wrap"}},
       {"jobs",
        "rota jobs [--all] [--state S] [--queue Q] [--user U] [--array ID] [--limit N|0 for every page] [--after ID] "
        "[-o json]",
@@ -175,38 +196,69 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
 
   if (cmd == "submit") {
     // --count N: N copies of the job (a job array, like sbatch --array),
-    // accepted together by the server.
+    // accepted together by the server. `-` reads the job from stdin; --wrap
+    // CMD makes one (like sbatch --wrap); --name, --queue, --priority and
+    // --gpus replace what the file says.
     int64_t count = 1;
     std::vector<std::string> files;
+    std::string overrides, wrap;
+    bool wrapped = false;
+    int32_t wrap_gpus = 0;
     for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i] == "--count" && i + 1 < args.size()) {
+      const std::string& a = args[i];
+      if (a == "--count" && i + 1 < args.size()) {
         count = std::atoll(args[++i].c_str());
         if (count < 1 || count > 100'000) return Usage("rota submit JOB.yaml [--count N (1..100000)] [-o json]");
+      } else if ((a == "--name" || a == "--queue" || a == "--priority" || a == "--gpus") && i + 1 < args.size()) {
+        overrides += "&" + a.substr(2) + "=" + UrlEncode(args[i + 1]);
+        if (a == "--gpus") wrap_gpus = std::atoi(args[i + 1].c_str());
+        ++i;
+      } else if (a == "--wrap" && i + 1 < args.size()) {
+        wrap = args[++i];
+        wrapped = true;
+      } else if (a.size() > 1 && a[0] == '-') {
+        return Usage(help->usage);
       } else {
-        files.push_back(args[i]);
+        files.push_back(a);
       }
     }
-    if (files.size() != 1) return Usage("rota submit JOB.yaml [--count N] [-o json]");
-    std::ifstream in(files[0]);
-    if (!in) {
-      std::cerr << "rota submit: " << files[0] << ": cannot open file\n";
-      return kExitBadInput;
+    if (files.size() != (wrapped ? 0u : 1u)) return Usage(help->usage);
+    std::string body;
+    std::string source = wrapped ? "--wrap" : files[0];
+    if (wrapped) {
+      // One replica of `sh -c CMD`: its GPUs from --gpus, else one CPU.
+      json task{{"name", "main"}, {"command", {"sh", "-c", wrap}}};
+      if (wrap_gpus > 0) task["gpus"] = wrap_gpus;
+      else task["cpu"] = 1;
+      body = json{{"name", "wrap"}, {"tasks", {task}}}.dump();
+    } else if (files[0] == "-") {
+      std::stringstream ss;
+      ss << std::cin.rdbuf();
+      body = ss.str();
+      source = "stdin";
+    } else {
+      std::ifstream in(files[0]);
+      if (!in) {
+        std::cerr << "rota submit: " << files[0] << ": cannot open file\n";
+        return kExitBadInput;
+      }
+      std::stringstream ss;
+      ss << in.rdbuf();
+      body = ss.str();
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string body = ss.str();
     if (count == 1) {
       // One key per submission: a retry after a lost answer or a failover
       // returns the job it made instead of a second one.
-      Response r = c.Post("/v1/jobs", body, "application/yaml", NewIdempotencyKey());
-      NameTheFile(&r, files[0]);
+      Response r = c.Post("/v1/jobs" + (overrides.empty() ? "" : "?" + overrides.substr(1)), body, "application/yaml",
+                          NewIdempotencyKey());
+      NameTheFile(&r, source);
       return Run(c, r, "submit", [](const json& j) {
         std::cout << "submitted job " << j["id"] << " (" << S(j, "name") << ") to queue " << S(j, "queue") << "\n";
       });
     }
     // A job array: one request, committed whole (all N or none).
-    Response r = c.Post("/v1/jobs?count=" + std::to_string(count), body, "application/yaml", NewIdempotencyKey());
-    NameTheFile(&r, files[0]);
+    Response r = c.Post("/v1/jobs?count=" + std::to_string(count) + overrides, body, "application/yaml", NewIdempotencyKey());
+    NameTheFile(&r, source);
     if (r.status != 201 && r.status != 200) return Client::Fail(r, "submit");
     const json j = json::parse(r.body, nullptr, false);
     if (!j.is_object() || !j.contains("ids")) return Client::Fail(r, "submit");

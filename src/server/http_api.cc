@@ -123,6 +123,44 @@ void ReplyError(HttpResponse& res, const Status& s) {
   Reply(res, HttpStatusFor(s.code()), body);
 }
 
+// `rota submit --name/--queue/--priority/--gpus` (like sbatch's flags over
+// the script's #SBATCH lines): ?name=, ?queue=, ?priority= (a class name or
+// a number) and ?gpus= (whole GPUs per replica, for a job of one task group)
+// replace what the spec says. Checked with the spec afterwards.
+Status ApplyOverrides(const HttpRequest& req, JobSpec* spec) {
+  if (req.has_param("name")) spec->name = req.get_param_value("name");
+  if (req.has_param("queue")) spec->queue = req.get_param_value("queue");
+  if (req.has_param("priority")) {
+    const std::string p = req.get_param_value("priority");
+    int32_t value = 0;
+    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), value);
+    if (!p.empty() && ec == std::errc() && end == p.data() + p.size()) {
+      if (value < 0) return InvalidArgumentError("priority: '" + p + "' must not be negative");
+      spec->priority = value;
+      spec->priority_class.clear();
+    } else {
+      spec->priority_class = p;
+    }
+  }
+  if (req.has_param("gpus")) {
+    const std::string g = req.get_param_value("gpus");
+    int32_t gpus = 0;
+    auto [end, ec] = std::from_chars(g.data(), g.data() + g.size(), gpus);
+    if (g.empty() || ec != std::errc() || end != g.data() + g.size() || gpus < 0) {
+      return InvalidArgumentError("gpus: '" + g + "' is not a whole number of GPUs");
+    }
+    if (spec->tasks.size() != 1) {
+      return InvalidArgumentError("gpus: the job has " + std::to_string(spec->tasks.size()) +
+                                  " task groups; set each one's gpus in the file");
+    }
+    if (spec->tasks[0].gpu_share.shared()) {
+      return InvalidArgumentError("gpus: tasks[0] asks for a GPU share (gpu:); set whole GPUs in the file instead");
+    }
+    spec->tasks[0].gpus = gpus;
+  }
+  return Status::Ok();
+}
+
 StatusOr<uint64_t> ParseId(const std::string& text) {
   uint64_t v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -400,6 +438,7 @@ class HttpServerImpl final : public HttpServer {
       }
       auto spec = api::ParseJobSpec(req.body, "request body");
       if (!spec.ok()) return ReplyError(res, spec.status());
+      if (Status s = ApplyOverrides(req, &*spec); !s.ok()) return ReplyError(res, s);
       bool replayed = false;
       auto id = c_->SubmitArray(who, std::move(*spec), count, request_id, &replayed);
       if (!id.ok()) return ReplyError(res, id.status());

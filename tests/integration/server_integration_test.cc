@@ -999,6 +999,36 @@ tasks:
   EXPECT_NE(none.err.find("has no task or replica 'x' (replicas: w-0, w-1)"), std::string::npos) << none.err;
 }
 
+// sbatch's habits: --wrap 'CMD', a job from stdin, flags over the file.
+TEST_F(Integration, SubmitWrapsACommandReadsStdinAndOverrides) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  CommandResult wrapped =
+      RunRota({"submit", "--wrap", "echo wrapped on $CUDA_VISIBLE_DEVICES", "--gpus", "1", "--name", "w1"}, env, tmp.path());
+  ASSERT_EQ(wrapped.exit_code, 0) << wrapped.err;
+  EXPECT_EQ(wrapped.out, "submitted job 1 (w1) to queue default\n");
+  std::string out;
+  for (int i = 0; i < 100 && out.find("wrapped on") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    out = RunRota({"logs", "1"}, env, tmp.path()).out;
+  }
+  EXPECT_EQ(out, "wrapped on 0\n");
+  // From stdin, with the priority and GPUs replaced.
+  const std::string file = Write("two.yaml", "name: two\ntasks: [{gpus: 2, command: [sleep, '60']}]\n");
+  CommandResult piped =
+      RunShell("cat '" + file + "' | " + RotaBinary() + " submit - --priority high --gpus 1 -o json", env, tmp.path());
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  const json j = json::parse(piped.out);
+  EXPECT_EQ(j["name"], "two");
+  EXPECT_EQ(j["priority"], 1000);
+  EXPECT_EQ(j["gpus"], 1);
+  const std::string multi = Write("multi.yaml", "name: m\ntasks: [{name: a, gpus: 1}, {name: b, gpus: 1}]\n");
+  CommandResult refused = RunRota({"submit", multi, "--gpus", "2"}, env, tmp.path());
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("gpus: the job has 2 task groups; set each one's gpus in the file"), std::string::npos)
+      << refused.err;
+}
+
 }  // namespace
 }  // namespace rota::testing
 
