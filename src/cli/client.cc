@@ -140,6 +140,15 @@ Response Client::Send(const std::string& method, const std::string& path, const 
   }
 }
 
+std::string Client::ServerVersion() const {
+  httplib::Client http(servers_.current());
+  http.set_connection_timeout(2, 0);
+  http.set_read_timeout(2, 0);
+  auto res = http.Get("/healthz");
+  if (!res || !res->has_header("Rota-Version")) return "";
+  return res->get_header_value("Rota-Version");
+}
+
 Response Client::Get(const std::string& path) const { return Send("GET", path, "", "", ""); }
 
 Response Client::Post(const std::string& path, const std::string& body, const std::string& content_type,

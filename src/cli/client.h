@@ -44,6 +44,8 @@ class Client {
                 const std::string& idempotency_key = "") const;
 
   std::string server() const { return servers_.current(); }
+  // The server's version (its /healthz Rota-Version), "" if none answers within 2 s.
+  std::string ServerVersion() const;
   bool json_output() const { return output_ == "json"; }
   const std::string& output() const { return output_; }
   bool output_valid() const { return output_ == "json" || output_ == "table"; }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/quantity.h"
+#include "base/version.h"
 #include "cli/client.h"
 #include "cli/suggest.h"
 #include "cli/table.h"
@@ -166,6 +167,15 @@ int CheckFlags(const CommandHelp& c, const std::vector<std::string>& args) {
 }
 
 }  // namespace
+
+int VersionMain(std::vector<std::string> args) {
+  std::cout << "rota " << kVersion << "\n";
+  Client c = Client::FromArgs(&args);
+  const std::string server = c.ServerVersion();
+  if (server.empty()) std::cout << "server: none answers at " << c.server() << "\n";
+  else std::cout << "server: rota " << server << " at " << c.server() << "\n";
+  return kExitOk;
+}
 
 std::vector<std::string> ClientCommandNames() {
   std::vector<std::string> names;

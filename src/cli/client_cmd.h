@@ -12,6 +12,10 @@ namespace rota::cli {
 // command does not take, or -o other than table or json, is bad input.
 int ClientMain(const std::string& cmd, std::vector<std::string> args);
 
+// `rota version`: this binary's version, and the server's (found as client
+// commands find it) when one answers within 2 s. Always exit code 0.
+int VersionMain(std::vector<std::string> args);
+
 // The client commands' names, and the help of one (false if not one).
 std::vector<std::string> ClientCommandNames();
 bool PrintClientHelp(const std::string& cmd);

@@ -101,8 +101,11 @@ int main(int argc, char** argv) {
   if (cmd == "store") return rota::cli::StoreMain(args);
   if (int rc = rota::cli::ClientMain(cmd, args); rc >= 0) return rc;
   if (cmd == "version" || cmd == "--version") {
-    std::cout << "rota 0.2.0\n";
-    return 0;
+    if (std::find(args.begin(), args.end(), "--help") != args.end()) {
+      std::cout << "usage: rota version [--server URL]\n\nThis binary's version, and the server's when one answers.\n";
+      return 0;
+    }
+    return rota::cli::VersionMain(args);
   }
   std::cerr << "rota: unknown command '" << cmd << "'" << rota::cli::DidYouMean(cmd, Commands()) << "\n"
             << "(rota help lists the commands)\n";

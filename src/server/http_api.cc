@@ -1,5 +1,7 @@
 #include "server/http_api.h"
 
+#include "base/version.h"
+
 #include "base/base64.h"
 #include "server/web_assets.h"
 
@@ -402,6 +404,7 @@ class HttpServerImpl final : public HttpServer {
     // Alive and serving; a store that refuses writes is reported, not hidden
     // (reads still work, so this stays 200).
     srv.GetInline("/healthz", [this](const HttpRequest&, HttpResponse& res) {
+      res.set_header("Rota-Version", kVersion);
       if (Standby()) {
         const std::string leader = options_.replica->leader();
         res.set_header("Rota-Role", "standby");

@@ -16,6 +16,7 @@ for cmd in submit jobs describe cancel logs nodes queues top token status up ser
   cmp -s "$tmp/help.txt" "$tmp/help2.txt" || fail "rota help $cmd differs from rota $cmd --help"
 done
 "$rota" describe -h | grep -q "^usage: rota describe JOB_ID" || fail "describe -h"
+"$rota" version | grep -q "^server: none answers at http://127.0.0.1:9" || fail "version without a server: $("$rota" version)"
 
 expect_bad() {  # expect_bad "message" args...
   local want="$1"; shift

@@ -896,6 +896,9 @@ TEST_F(Integration, TheCliFindsARotaUpByItsDataDirectory) {
     RotaProcess up("up", data, {"--gpus", "1xH100:80Gi", "--name", "local"});  // a random port
     CommandResult jobs = RunRota({"jobs"}, {"ROTA_DATA_DIR=" + data, "HOME=" + tmp.path()}, tmp.path());
     EXPECT_EQ(jobs.exit_code, 0) << jobs.err;
+    CommandResult version = RunRota({"version"}, {"ROTA_DATA_DIR=" + data, "HOME=" + tmp.path()}, tmp.path());
+    EXPECT_NE(version.out.find("server: rota "), std::string::npos) << version.out;
+    EXPECT_NE(version.out.find(" at " + up.url()), std::string::npos) << version.out;
     CommandResult denied = RunRota({"jobs", "--server", up.url()}, {"HOME=" + tmp.path()}, tmp.path());
     EXPECT_EQ(denied.exit_code, 4) << denied.err;
     EXPECT_NE(denied.err.find("give a token with --token, ROTA_TOKEN or a `token:` line in"), std::string::npos)
