@@ -276,6 +276,7 @@ std::string EncodeEvent(const Event& event) {
           j["type"] = "NodeDrainChanged";
           j["node"] = e.node;
           j["drained"] = e.drained;
+          if (!e.reason.empty()) j["reason"] = e.reason;
         } else if constexpr (std::is_same_v<E, GpuHealthChanged>) {
           j["type"] = "GpuHealthChanged";
           j["node"] = e.node;
@@ -405,7 +406,9 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       ROTA_ASSIGN_OR_RETURN(NodeSpec spec, NodeSpecFromJson(j.at("spec"), "event NodeAdded"));
       return Event(NodeAdded{std::move(spec)});
     }
-    if (type == "NodeDrainChanged") return Event(NodeDrainChanged{j.at("node"), j.at("drained")});
+    if (type == "NodeDrainChanged") {
+      return Event(NodeDrainChanged{j.at("node"), j.at("drained"), j.value("reason", std::string())});
+    }
     if (type == "GpuHealthChanged") return Event(GpuHealthChanged{j.at("node"), j.at("gpu"), j.at("healthy")});
     if (type == "JobSubmitted") {
       ROTA_ASSIGN_OR_RETURN(JobSpec spec, JobSpecFromJson(j.at("spec")));

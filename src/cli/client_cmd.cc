@@ -126,6 +126,10 @@ const std::vector<CommandHelp>& Commands() {
        "each; -f follows it, every second, until the job ends.",
        {"--task", "--tail", "-f", "--follow"}},
       {"nodes", "rota nodes [-o json]", "Nodes, their GPUs and state (ready, lost, drained, declared).", {}},
+      {"node", "rota node drain NAME [--reason TEXT] | undrain NAME | describe NAME [-o json]",
+       "Drains a node (it takes no new work; what runs there runs on) with the reason shown to everyone,\n"
+       "undrains it (admin), or describes it: state, reason, labels, every GPU.",
+       {"--reason"}},
       {"queues", "rota queues [-o json]", "Queues with their guarantees, holdings, pending and running jobs.", {}},
       {"top", "rota top [-o json]", "GPU utilisation, memory and power per node and GPU.", {}},
       {"token",
@@ -475,14 +479,69 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     return kExitOk;
   }
 
+  if (cmd == "node") {
+    std::vector<std::string> words;
+    std::string reason;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--reason" && i + 1 < args.size()) reason = args[++i];
+      else words.push_back(args[i]);
+    }
+    if (words.size() != 2 || (words[0] != "drain" && words[0] != "undrain" && words[0] != "describe")) {
+      return Usage(help->usage);
+    }
+    const std::string& name = words[1];
+    if (words[0] == "describe") {
+      Response r = c.Get("/v1/nodes");
+      if (r.status != 200) return Client::Fail(r, "node describe");
+      const json all = json::parse(r.body, nullptr, false);
+      if (!all.is_object()) return Client::Fail(r, "node describe");
+      for (const auto& n : all["nodes"]) {
+        if (S(n, "name") != name) continue;
+        if (c.json_output()) {
+          std::cout << n.dump(2) << "\n";
+          return kExitOk;
+        }
+        Table kv({"Field", "Value"});
+        for (const char* k : {"name", "state", "drain_reason", "gpu_model", "gpus", "gpus_allocated", "gpus_unhealthy",
+                              "cpu", "cpu_allocated", "memory", "memory_allocated", "nvlink_islands", "last_heartbeat"}) {
+          if (!S(n, k).empty()) kv.Add({std::string(k) + ":", S(n, k)});
+        }
+        for (const auto& [k, v] : n["labels"].items()) kv.Add({"label:", k + "=" + v.get<std::string>()});
+        std::string out = kv.Render();
+        std::cout << out.substr(out.find('\n') + 1);
+        Table g({"GPU", "ALLOCATED", "HEALTHY", "DETAIL"});
+        for (const auto& gpu : n["gpu_list"]) {
+          std::string detail;
+          if (gpu.contains("job")) detail = "job " + S(gpu, "job");
+          if (gpu.contains("shared_milli")) detail += (detail.empty() ? "" : ", ") + S(gpu, "shared_milli") + " milli shared";
+          if (gpu.contains("mig")) detail += (detail.empty() ? "" : ", ") + std::string("MIG");
+          g.Add({S(gpu, "index"), gpu.value("allocated", false) ? "yes" : "no", gpu.value("healthy", true) ? "yes" : "no",
+                 detail.empty() ? "-" : detail});
+        }
+        std::cout << "\nGPUs\n" << g.Render();
+        return kExitOk;
+      }
+      std::cerr << "rota node describe: no node named '" << name << "'\n";
+      return kExitNotFound;
+    }
+    const bool drain = words[0] == "drain";
+    const json body = reason.empty() ? json::object() : json{{"reason", reason}};
+    Response r = c.Post("/v1/nodes/" + UrlEncode(name) + (drain ? "/drain" : "/undrain"), body.dump(), "application/json");
+    return Run(c, r, "node " + words[0], [&](const json& j) {
+      std::cout << (drain ? "drained " : "undrained ") << S(j, "name")
+                << (drain && j.contains("drain_reason") ? " (" + S(j, "drain_reason") + ")" : "") << "\n";
+    });
+  }
+
   if (cmd == "nodes") {
     if (!args.empty()) return Usage("rota nodes [-o json]");
     Response r = c.Get("/v1/nodes");
     return Run(c, r, "nodes", [](const json& j) {
-      Table t({"NAME", "STATE", "MODEL", "GPUS", "ALLOCATED", "CPU", "MEMORY", "RACK", "SIMULATED"});
+      Table t({"NAME", "STATE", "MODEL", "GPUS", "ALLOCATED", "CPU", "MEMORY", "RACK", "SIMULATED", "REASON"});
       for (const auto& n : j["nodes"]) {
         t.Add({S(n, "name"), S(n, "state"), S(n, "gpu_model"), S(n, "gpus"), S(n, "gpus_allocated"), S(n, "cpu"),
-               S(n, "memory"), n["labels"].value("rack", "-"), n["simulated"].get<bool>() ? "yes" : "no"});
+               S(n, "memory"), n["labels"].value("rack", "-"), n["simulated"].get<bool>() ? "yes" : "no",
+               n.contains("drain_reason") ? S(n, "drain_reason") : "-"});
       }
       std::cout << t.Render();
     });

@@ -249,7 +249,9 @@ StatusOr<uint32_t> ClusterState::NodeIndexOf(const std::string& name) const {
 
 Status ClusterState::ApplyOne(const NodeDrainChanged& e) {
   ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
-  Mutable().nodes.Mut(index).drained = e.drained;
+  NodeState& n = Mutable().nodes.Mut(index);
+  n.drained = e.drained;
+  n.drain_reason = e.drained ? e.reason : "";
   return Status::Ok();
 }
 
@@ -845,7 +847,7 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   }
   flush();
   for (const NodeState& n : snap.nodes()) {
-    if (n.drained) out.push_back(NodeDrainChanged{n.spec.name, true});
+    if (n.drained) out.push_back(NodeDrainChanged{n.spec.name, true, n.drain_reason});
     if (n.lost) out.push_back(NodeLostChanged{n.spec.name, true});
     for (int32_t g = 0; g < n.spec.gpus; ++g) {
       if (!((n.healthy_mask >> g) & 1)) out.push_back(GpuHealthChanged{n.spec.name, g, false});

@@ -60,6 +60,7 @@ struct NodeState {
   MilliCpu cpu_allocated = 0;
   MemoryMiB memory_allocated = 0;
   bool drained = false;
+  std::string drain_reason;  // why, as the admin gave it ("" = none)
   bool lost = false;  // its agent stopped heartbeating
 
   bool schedulable() const { return !drained && !lost; }

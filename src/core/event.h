@@ -35,6 +35,7 @@ struct NodeAdded {
 struct NodeDrainChanged {
   std::string node;
   bool drained = true;
+  std::string reason;  // why it is drained ("" = none given), like scontrol's Reason=
 };
 struct GpuHealthChanged {
   std::string node;

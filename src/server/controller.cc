@@ -713,10 +713,11 @@ Status Controller::Checkpoint(const Principal& who, JobId id, const std::string&
       .status();
 }
 
-Status Controller::SetDrain(const Principal& who, const std::string& node, bool drained) {
+Status Controller::SetDrain(const Principal& who, const std::string& node, bool drained, const std::string& reason) {
   if (!who.admin()) return Status(StatusCode::kPermissionDenied, "draining nodes needs the admin role");
+  if (reason.size() > 512) return InvalidArgumentError("reason: at most 512 bytes");
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-           ROTA_RETURN_IF_ERROR(batch.Apply(NodeDrainChanged{node, drained}));
+           ROTA_RETURN_IF_ERROR(batch.Apply(NodeDrainChanged{node, drained, reason}));
            return true;
          })
       .status();

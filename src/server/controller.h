@@ -151,7 +151,7 @@ class Controller {
   Status Cancel(const Principal& who, JobId id);
   // Records that the job saved a checkpoint at `path` now (its owner or an admin).
   Status Checkpoint(const Principal& who, JobId id, const std::string& path);
-  Status SetDrain(const Principal& who, const std::string& node, bool drained);
+  Status SetDrain(const Principal& who, const std::string& node, bool drained, const std::string& reason = "");
   // `mps`: an NVIDIA MPS control daemon serves the node's GPUs (GPU fractions
   // there get their compute share and memory limit enforced).
   Status RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address,

@@ -686,7 +686,13 @@ class HttpServerImpl final : public HttpServer {
     for (const bool drain : {true, false}) {
       srv.Post(std::string(R"(/v1/nodes/([^/]+)/)") + (drain ? "drain" : "undrain"),
              Guard([this, drain](const Principal& who, const HttpRequest& req, HttpResponse& res) {
-               if (Status s = c_->SetDrain(who, req.matches[1], drain); !s.ok()) return ReplyError(res, s);
+               // ?reason= (or a JSON body {"reason": ...}): why it is drained.
+               std::string reason = req.get_param_value("reason");
+               if (reason.empty() && !req.body.empty()) {
+                 const auto body = nlohmann::json::parse(req.body, nullptr, false);
+                 if (body.is_object() && body.contains("reason") && body["reason"].is_string()) reason = body["reason"];
+               }
+               if (Status s = c_->SetDrain(who, req.matches[1], drain, reason); !s.ok()) return ReplyError(res, s);
                Snapshot snap = c_->snapshot();
                Reply(res, 200, NodeView(*c_, snap, *snap.FindNode(req.matches[1]), c_->nodes_live()));
              }));

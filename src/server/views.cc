@@ -115,6 +115,7 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
   ordered_json j;
   j["name"] = node.spec.name;
   j["state"] = NodeStateName(c, node, live);
+  if (node.drained && !node.drain_reason.empty()) j["drain_reason"] = node.drain_reason;
   j["gpu_model"] = node.spec.gpu_model;
   j["gpus"] = node.spec.gpus;
   j["gpus_allocated"] = std::popcount(node.busy_mask());

@@ -9,7 +9,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 export ROTA_SERVER=http://127.0.0.1:9  # nothing listens: a command that called it would fail
 
-for cmd in submit jobs describe cancel logs nodes queues top token status up server agent store plan sim; do
+for cmd in submit jobs describe cancel logs nodes node queues top token status up server agent store plan sim; do
   "$rota" "$cmd" --help > "$tmp/help.txt" 2>&1 || fail "rota $cmd --help exited $?: $(cat "$tmp/help.txt")"
   grep -q "^usage: rota $cmd" "$tmp/help.txt" || fail "rota $cmd --help: $(head -2 "$tmp/help.txt")"
   "$rota" help "$cmd" > "$tmp/help2.txt" 2>&1 || fail "rota help $cmd exited $?"

@@ -1032,6 +1032,30 @@ TEST_F(Integration, SubmitWrapsACommandReadsStdinAndOverrides) {
       << refused.err;
 }
 
+// rota node drain with a reason everyone sees, undrain, describe.
+TEST_F(Integration, NodeDrainWithAReasonAndDescribe) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "box"});
+  const auto env = up.ClientEnv();
+  CommandResult drain = RunRota({"node", "drain", "box", "--reason", "PSU swap"}, env, tmp.path());
+  ASSERT_EQ(drain.exit_code, 0) << drain.err;
+  EXPECT_EQ(drain.out, "drained box (PSU swap)\n");
+  CommandResult nodes = RunRota({"nodes"}, env, tmp.path());
+  EXPECT_NE(nodes.out.find("drained"), std::string::npos) << nodes.out;
+  EXPECT_NE(nodes.out.find("PSU swap"), std::string::npos) << nodes.out;
+  CommandResult described = RunRota({"node", "describe", "box"}, env, tmp.path());
+  ASSERT_EQ(described.exit_code, 0) << described.err;
+  EXPECT_NE(described.out.find("PSU swap"), std::string::npos) << described.out;
+  EXPECT_NE(described.out.find("GPUs"), std::string::npos) << described.out;
+  // The reason survives a restart (it is journaled).
+  up.Kill(SIGTERM);
+  up.Restart();
+  EXPECT_NE(RunRota({"node", "describe", "box", "-o", "json"}, up.ClientEnv(), tmp.path()).out.find("PSU swap"),
+            std::string::npos);
+  CommandResult undrain = RunRota({"node", "undrain", "box"}, up.ClientEnv(), tmp.path());
+  EXPECT_EQ(undrain.exit_code, 0) << undrain.err;
+  EXPECT_EQ(RunRota({"node", "describe", "nope"}, up.ClientEnv(), tmp.path()).exit_code, 3);
+}
+
 }  // namespace
 }  // namespace rota::testing
 
