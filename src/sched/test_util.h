@@ -48,4 +48,11 @@ inline void StartJob(ClusterState& st, uint64_t id, const JobSpec& spec, const s
 
 inline constexpr Duration kMinute = 60 * kMicrosPerSecond;
 
+// `count` nodes of `gpus` H100s each ("n-0", "n-1", ...).
+inline ClusterConfig Nodes(int32_t count, int32_t gpus = 8) {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("n", count, gpus));
+  return c;
+}
+
 }  // namespace rota::sched::testing

@@ -102,15 +102,13 @@ inline pid_t SpawnLogged(std::vector<std::string> args, const std::string& log) 
   return Spawn(std::move(args), log, log, /*append=*/true);
 }
 
-// Runs `rota args...` to completion with extra environment (and none of
-// this process's ROTA_ variables).
-inline CommandResult RunRota(const std::vector<std::string>& args, const std::vector<std::string>& env,
-                             const std::string& scratch) {
+// Runs `argv` to completion with extra environment (and none of this
+// process's ROTA_ variables), its output in files under `scratch`.
+inline CommandResult RunWithEnv(std::vector<std::string> argv_s, const std::vector<std::string>& env,
+                                const std::string& scratch) {
   static int counter = 0;
   const std::string out = scratch + "/cmd" + std::to_string(++counter) + ".out";
   const std::string err = out + ".err";
-  std::vector<std::string> argv_s{RotaBinary()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<std::string> env_s = env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
@@ -130,29 +128,18 @@ inline CommandResult RunRota(const std::vector<std::string>& args, const std::ve
   return r;
 }
 
-// Runs `sh -c command` (a pipeline around the rota binary) like RunRota.
+// Runs `rota args...` so.
+inline CommandResult RunRota(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                             const std::string& scratch) {
+  std::vector<std::string> argv{RotaBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunWithEnv(std::move(argv), env, scratch);
+}
+
+// Runs `sh -c command` (a pipeline around the rota binary) so.
 inline CommandResult RunShell(const std::string& command, const std::vector<std::string>& env,
                               const std::string& scratch) {
-  static int counter = 0;
-  const std::string out = scratch + "/sh" + std::to_string(++counter) + ".out";
-  const std::string err = out + ".err";
-  std::vector<std::string> env_s = env;
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e;
-    if (kv.rfind("ROTA_", 0) != 0) env_s.push_back(kv);
-  }
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  CommandResult r;
-  const pid_t pid = Spawn({"/bin/sh", "-c", command}, out, err, /*append=*/false, envp.data());
-  if (pid == 0) return r;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = ReadAll(out);
-  r.err = ReadAll(err);
-  return r;
+  return RunWithEnv({"/bin/sh", "-c", command}, env, scratch);
 }
 
 // A running `rota up` or `rota server`.

@@ -11,13 +11,9 @@ using testing::Group;
 using testing::kMinute;
 using testing::MakeCluster;
 using testing::MakeScheduler;
+using testing::Nodes;
 using testing::StartJob;
 
-ClusterConfig Nodes(int32_t count) {
-  ClusterConfig c;
-  c.node_groups.push_back(Group("n", count, 8));
-  return c;
-}
 
 TEST(Allocate, PlacesInJobOrderAndExplainsOrRejectsTheRest) {
   ClusterConfig c = Nodes(1);

@@ -19,15 +19,10 @@ JobSpec Elastic(std::string name, int32_t replicas, int32_t min, int32_t priorit
   return s;
 }
 
-ClusterConfig OneNode() {
-  ClusterConfig c;
-  c.node_groups.push_back(Group("n", 1, 8));
-  return c;
-}
 
 // An elastic job (8 x 1 GPU, min 2) fills the node; `priority` arrives wanting 4 GPUs.
 struct Full {
-  ClusterConfig config = OneNode();
+  ClusterConfig config = testing::Nodes(1);
   ClusterState st = MakeCluster(config);
   Full(int32_t newcomer_priority, TimePoint started) {
     JobSpec el = Elastic("el", 8, 2, 500);
@@ -75,7 +70,7 @@ TEST(ShrinkElastic, AProfileWithoutItLeavesElasticGangsWhole) {
 }
 
 TEST(GrowElastic, ARunningGangGrowsIntoWhatIsLeftFree) {
-  ClusterConfig c = OneNode();
+  ClusterConfig c = testing::Nodes(1);
   ClusterState st = MakeCluster(c);
   JobSpec el = Elastic("el", 6, 2, 500);
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), el, 0}).ok());

@@ -27,14 +27,9 @@ JobSpec High(std::string name, int32_t gpus) {
 }
 
 // One 8-GPU node held by two 4-GPU low jobs; a high 4-GPU job arrives.
-ClusterConfig OneNode() {
-  ClusterConfig config;
-  config.node_groups.push_back(Group("n", 1, 8));
-  return config;
-}
 
 struct TwoLow {
-  ClusterConfig config = OneNode();
+  ClusterConfig config = testing::Nodes(1);
   ClusterState st = MakeCluster(config);
   TimePoint now = 1000 * kMinute;
   TwoLow(TimePoint first_started, TimePoint second_started) {

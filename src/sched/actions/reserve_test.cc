@@ -15,14 +15,9 @@ using testing::StartJob;
 // Two 8-GPU nodes: n-0 held until 60m (time limit), n-1 free but for 4 GPUs
 // held until 30m. A 2 x 8-GPU gang waits for both; a 4-GPU job behind it
 // with a short or a long time limit.
-ClusterConfig TwoNodes() {
-  ClusterConfig c;
-  c.node_groups.push_back(Group("n", 2, 8));
-  return c;
-}
 
 struct Busy {
-  ClusterConfig config = TwoNodes();
+  ClusterConfig config = testing::Nodes(2);
   ClusterState st = MakeCluster(config);
   const TimePoint now = 0;
   explicit Busy(Duration follower_limit) {
