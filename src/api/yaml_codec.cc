@@ -350,7 +350,7 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
     Field root(Load(text, source), "", &source, nullptr);
     root.ExpectMap(
         {"topology", "node_groups", "drained", "queues", "priority_classes", "profile", "fair_share", "backfill",
-         "accounts", "allowed_mounts", "limits"});
+         "accounts", "allowed_mounts", "limits", "job_visibility"});
     ClusterConfig c;
     if (root.Has("topology")) {
       c.topology = root["topology"].StrList();
@@ -430,6 +430,12 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
       b.ExpectMap({"reservation_depth", "window"});
       if (b.Has("reservation_depth")) c.reservation_depth = static_cast<int32_t>(b["reservation_depth"].Int(0, 1000));
       if (b.Has("window")) c.reservation_window = b["window"].Time();
+    }
+    if (root.Has("job_visibility")) {
+      c.job_visibility = root["job_visibility"].Str();
+      if (c.job_visibility != "own" && c.job_visibility != "all") {
+        root["job_visibility"].Fail("must be own or all, got '" + c.job_visibility + "'");
+      }
     }
     if (root.Has("fair_share")) {
       Field fs = root["fair_share"];

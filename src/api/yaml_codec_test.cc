@@ -131,6 +131,17 @@ TEST(ParseClusterConfig, ReadsTheDesignExample) {
   EXPECT_EQ((*nodes)[9].labels.at("pool"), "train");
 }
 
+TEST(ParseClusterConfig, ReadsJobVisibility) {
+  auto c = ParseClusterConfig("job_visibility: all\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->job_visibility, "all");
+  EXPECT_EQ(ParseClusterConfig("{}\n", "c.yaml")->job_visibility, "own");
+  auto bad = ParseClusterConfig("job_visibility: everyone\n", "c.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("job_visibility: must be own or all, got 'everyone'"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(ParseClusterConfig, NodeGroupsAreOptional) {
   // A queue-only config: the nodes are the agents that register.
   auto c = ParseClusterConfig("queues: [{name: a, quota: {H100: 8}}]\n", "c.yaml");

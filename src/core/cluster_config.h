@@ -125,6 +125,11 @@ struct ClusterConfig {
   // Mounts and rootfs of non-admin users must lie under one of these (none
   // configured: users may name neither).
   std::vector<MountRule> allowed_mounts;
+  // Who sees which jobs (Slurm's PrivateData, inverted): "own" (users see
+  // their own jobs; admins every one) or "all" (every user sees every job's
+  // owner, queue, size, state and reason, to know whom they wait behind;
+  // only its owner and admins see its spec and logs, or cancel it).
+  std::string job_visibility = "own";
 };
 
 // low 100 (preemptible), normal 500, high 1000, critical 10000.

@@ -512,7 +512,7 @@ class HttpServerImpl final : public HttpServer {
           if (job.id.value() > array) break;  // past it: an array's ids are consecutive
           continue;
         }
-        if (!who.admin() && job.user != who.user) continue;
+        if (!who.admin() && job.user != who.user && !AllSeeAll()) continue;
         if (!user.empty() && job.user != user) continue;
         if (!state.empty() && JobStateName(job.state) != state) continue;
         if (!queue.empty() && job.spec.queue != queue) continue;
@@ -530,8 +530,9 @@ class HttpServerImpl final : public HttpServer {
     srv.Get(R"(/v1/jobs/([^/]+))", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       const JobRecord* job = nullptr;
       Snapshot snap = c_->snapshot();
-      if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
-      ordered_json j = JobView(*c_, snap, *job, true);
+      bool owner = false;
+      if (Status s = FindVisible(who, snap, req.matches[1], &job, &owner); !s.ok()) return ReplyError(res, s);
+      ordered_json j = JobView(*c_, snap, *job, /*with_spec=*/owner);
       j["events"] = Timeline(*job);
       Reply(res, 200, j);
     }));
@@ -539,13 +540,18 @@ class HttpServerImpl final : public HttpServer {
     srv.Get(R"(/v1/jobs/([^/]+)/events)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       const JobRecord* job = nullptr;
       Snapshot snap = c_->snapshot();
-      if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
+      bool owner = false;
+      if (Status s = FindVisible(who, snap, req.matches[1], &job, &owner); !s.ok()) return ReplyError(res, s);
       Reply(res, 200, {{"events", Timeline(*job)}});
     }));
 
     srv.Post(R"(/v1/jobs/([^/]+)/cancel)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       auto id = ParseId(req.matches[1]);
       if (!id.ok()) return ReplyError(res, id.status());
+      if (AllSeeAll()) {  // another's job, visible: refused as such, not "no job"
+        const JobRecord* job = nullptr;
+        if (Status s = Find(who, c_->snapshot(), req.matches[1], &job); !s.ok()) return ReplyError(res, s);
+      }
       if (Status s = c_->Cancel(who, JobId(*id)); !s.ok()) return ReplyError(res, s);
       Snapshot snap = c_->snapshot();
       Reply(res, 200, JobView(*c_, snap, *snap.FindJob(JobId(*id)), false));
@@ -904,14 +910,31 @@ class HttpServerImpl final : public HttpServer {
     return m;
   }
 
+  // The job `id_text` names, if `who` may act on it (its owner, an admin).
+  // With job_visibility: all, a job `who` may only see is refused with
+  // PermissionDenied (it is no secret that it exists); otherwise NotFound.
   Status Find(const Principal& who, const Snapshot& snap, const std::string& id_text, const JobRecord** job) {
     ROTA_ASSIGN_OR_RETURN(uint64_t id, ParseId(id_text));
     *job = snap.FindJob(JobId(id));
-    if (*job == nullptr || (!who.admin() && (*job)->user != who.user)) {
-      return NotFoundError("no job " + std::to_string(id));
+    if (*job == nullptr) return NotFoundError("no job " + std::to_string(id));
+    if (!who.admin() && (*job)->user != who.user) {
+      if (!AllSeeAll()) return NotFoundError("no job " + std::to_string(id));
+      return Status(StatusCode::kPermissionDenied, "job " + std::to_string(id) + " is " + (*job)->user +
+                                                       "'s: only its owner or an admin may do that");
     }
     return Status::Ok();
   }
+  // The job, if `who` may see it; *owner: whether `who` may also act on it
+  // (see its spec and logs, cancel it).
+  Status FindVisible(const Principal& who, const Snapshot& snap, const std::string& id_text, const JobRecord** job,
+                     bool* owner) {
+    ROTA_ASSIGN_OR_RETURN(uint64_t id, ParseId(id_text));
+    *job = snap.FindJob(JobId(id));
+    *owner = *job != nullptr && (who.admin() || (*job)->user == who.user);
+    if (*job == nullptr || (!*owner && !AllSeeAll())) return NotFoundError("no job " + std::to_string(id));
+    return Status::Ok();
+  }
+  bool AllSeeAll() const { return c_->config().job_visibility == "all"; }
 
   // Appends the log pieces a (remote) agent shipped to the server's log
   // directory, where `rota logs` reads them. Only replicas that run or ran on

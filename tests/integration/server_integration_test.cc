@@ -1056,6 +1056,39 @@ TEST_F(Integration, NodeDrainWithAReasonAndDescribe) {
   EXPECT_EQ(RunRota({"node", "describe", "nope"}, up.ClientEnv(), tmp.path()).exit_code, 3);
 }
 
+// job_visibility: all: every user sees the whole queue (whom they wait
+// behind), but only the owner (or an admin) sees a job's spec and logs or
+// cancels it.
+TEST_F(Integration, WithVisibilityAllUsersSeeTheQueueNotEachOthersSpecs) {
+  RotaProcess server("server", tmp.path() + "/data", {"--config", Write("c.yaml", R"(
+node_groups: [{name: n, count: 1, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]
+job_visibility: all
+)")});
+  auto admin = server.Admin();
+  auto token = [&](const std::string& user) {
+    return json::parse(admin.Post("/v1/tokens", R"({"user": ")" + user + R"(", "role": "user"})", "application/json")->body)["token"]
+        .get<std::string>();
+  };
+  auto alice = server.Http(token("alice"));
+  auto bob = server.Http(token("bob"));
+  ASSERT_EQ(alice.Post("/v1/jobs", "name: hers\ntasks: [{gpus: 8, env: {SECRET: s3}}]\n", "application/yaml")->status, 201);
+  const json listed = json::parse(bob.Get("/v1/jobs")->body)["jobs"];
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["user"], "alice");
+  EXPECT_EQ(listed[0]["name"], "hers");
+  auto theirs = bob.Get("/v1/jobs/1");
+  ASSERT_EQ(theirs->status, 200);
+  EXPECT_FALSE(json::parse(theirs->body).contains("spec")) << theirs->body;
+  EXPECT_EQ(theirs->body.find("s3"), std::string::npos);
+  EXPECT_TRUE(json::parse(alice.Get("/v1/jobs/1")->body).contains("spec"));
+  auto cancel = bob.Post("/v1/jobs/1/cancel", "{}", "application/json");
+  EXPECT_EQ(cancel->status, 403) << cancel->body;
+  EXPECT_NE(cancel->body.find("job 1 is alice's: only its owner or an admin may do that"), std::string::npos);
+  EXPECT_EQ(bob.Get("/v1/jobs/1/logs")->status, 403);
+  EXPECT_EQ(bob.Get("/v1/jobs/99")->status, 404);
+  EXPECT_EQ(alice.Post("/v1/jobs/1/cancel", "{}", "application/json")->status, 200);
+}
+
 }  // namespace
 }  // namespace rota::testing
 
