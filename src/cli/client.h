@@ -48,7 +48,8 @@ class Client {
   std::string ServerVersion() const;
   bool json_output() const { return output_ == "json"; }
   const std::string& output() const { return output_; }
-  bool output_valid() const { return output_ == "json" || output_ == "table"; }
+  // table, json, or wide (a table with more columns, where a command has them).
+  bool output_valid() const { return output_ == "json" || output_ == "table" || output_ == "wide"; }
 
   // Prints the server's error (or the network error) and returns the exit code for it.
   static int Fail(const Response& r, const std::string& what);

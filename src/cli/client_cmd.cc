@@ -1,5 +1,7 @@
 #include "cli/client_cmd.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -111,10 +113,11 @@ const std::vector<CommandHelp>& Commands() {
        {"--count", "--name", "--queue", "--priority", "--gpus", "--wrap"}},
       {"jobs",
        "rota jobs [--all] [--state S] [--queue Q] [--user U] [--array ID] [--limit N|0 for every page] [--after ID] "
-       "[-o json]",
+       "[--watch] [-o json|wide]",
        "Lists jobs a page at a time (--all includes ended ones; --after ID for the next page; --array ID\n"
-       "one job array's elements).",
-       {"--all", "-a", "--state", "--queue", "--user", "--array", "--limit", "--after"}},
+       "one job array's elements); --watch lists them again every 2 s; -o wide adds priority, submission\n"
+       "time and each replica's node and GPUs.",
+       {"--all", "-a", "--state", "--queue", "--user", "--array", "--limit", "--after", "--watch", "-w"}},
       {"describe", "rota describe JOB_ID [-o json]",
        "A job's state, placement, pending reason with the numbers behind it, and its events.", {}},
       {"cancel", "rota cancel JOB_ID [JOB_ID...] | --array ID",
@@ -203,7 +206,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
   }
   Client c = Client::FromArgs(&args);
   if (!c.output_valid()) {
-    std::cerr << "rota " << cmd << ": -o: must be table or json, got '" << c.output() << "'\n";
+    std::cerr << "rota " << cmd << ": -o: must be table, wide or json, got '" << c.output() << "'\n";
     return kExitBadInput;
   }
   if (int rc = CheckFlags(*help, args); rc != kExitOk) return rc;
@@ -290,6 +293,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     // a busy cluster's million jobs are never fetched at once.
     std::string query;
     std::string limit = "500";
+    bool watch = false;
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i] == "--all" || args[i] == "-a") query += "&all=true";
       else if (args[i] == "--state" && i + 1 < args.size()) query += "&state=" + args[++i];
@@ -298,8 +302,14 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       else if (args[i] == "--array" && i + 1 < args.size()) query += "&array=" + args[++i];
       else if (args[i] == "--after" && i + 1 < args.size()) query += "&after=" + args[++i];
       else if (args[i] == "--limit" && i + 1 < args.size()) limit = args[++i];
-      else return Usage("rota jobs [--all] [--state S] [--queue Q] [--user U] [--limit N|0 for every page] [--after ID] [-o json]");
+      else if (args[i] == "--watch" || args[i] == "-w") watch = true;
+      else return Usage(help->usage);
     }
+    const bool wide = c.output() == "wide";
+    // --watch: the same listing again every 2 s, the screen cleared first on
+    // a terminal (like watch(1) and kubectl get -w), until interrupted.
+    for (bool first = true;; first = false) {
+    if (!first) std::this_thread::sleep_for(std::chrono::seconds(2));
     Response r;
     if (limit == "0") {
       // Every page (scripts that want all of them), merged into one answer.
@@ -319,30 +329,40 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         after = S(page, "next_after");
       }
     } else {
-      query += "&limit=" + limit;
-      r = c.Get("/v1/jobs?" + query.substr(1));
+      r = c.Get("/v1/jobs?" + query.substr(query.empty() ? 0 : 1) + (query.empty() ? "" : "&") + "limit=" + limit);
     }
-    return Run(c, r, "jobs", [](const json& j) {
-      Table t({"ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "WAITED", "TIME", "LIMIT", "NODES", "REASON"});
+    if (watch && isatty(STDOUT_FILENO)) std::cout << "\033[H\033[2J";
+    const int rc = Run(c, r, "jobs", [wide](const json& j) {
+      std::vector<std::string> header{"ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "WAITED", "TIME", "LIMIT", "NODES", "REASON"};
+      if (wide) header.insert(header.begin() + 5, {"PRIORITY", "SUBMITTED"});
+      Table t(header);
       for (const auto& job : j["jobs"]) {
         std::string nodes, reason;
         for (const auto& p : job["placement"]) {
           const std::string n = p["node"];
-          if (nodes.find(n) == std::string::npos) nodes += (nodes.empty() ? "" : ",") + n;
+          // -o wide: each replica's node and GPUs ("n-0[0,1]").
+          if (wide) nodes += (nodes.empty() ? "" : ",") + n + "[" + GpuList(p["gpus"]) + "]";
+          else if (nodes.find(n) == std::string::npos) nodes += (nodes.empty() ? "" : ",") + n;
         }
         if (job.contains("pending_reason")) reason = S(job["pending_reason"], "code") + ": " + S(job["pending_reason"], "message");
         else if (job.contains("end_reason")) reason = S(job, "end_reason");
         std::string gpus = S(job, "gpus");
         if (job.contains("gpu_shares")) gpus = gpus == "0" ? S(job, "gpu_shares") : gpus + " + " + S(job, "gpu_shares");
-        t.Add({S(job, "id"), S(job, "name"), S(job, "user"), S(job, "queue"), S(job, "state"), gpus,
-               Span(job, "waited_s"), Span(job, "elapsed_s"), job.contains("time_limit") ? S(job, "time_limit") : "-",
-               nodes.empty() ? "-" : nodes, reason});
+        std::vector<std::string> row{S(job, "id"), S(job, "name"), S(job, "user"), S(job, "queue"), S(job, "state"), gpus,
+                                     Span(job, "waited_s"), Span(job, "elapsed_s"),
+                                     job.contains("time_limit") ? S(job, "time_limit") : "-", nodes.empty() ? "-" : nodes,
+                                     reason};
+        if (wide) row.insert(row.begin() + 5, {S(job, "priority"), S(job, "submitted_at")});
+        t.Add(row);
       }
       std::cout << t.Render();
       if (j.contains("next_after")) {
         std::cout << "(more: rota jobs --after " << S(j, "next_after") << " for the next page)\n";
       }
     });
+    std::cout << std::flush;
+    if (!watch || rc != kExitOk) return rc;
+    }
   }
 
   if (cmd == "describe") {

@@ -30,7 +30,7 @@ expect_bad() {  # expect_bad "message" args...
 expect_bad "unknown command 'sumbit'; did you mean 'submit'?" sumbit job.yaml
 expect_bad "rota jobs: unknown flag '--stat'; did you mean '--state'?" jobs --stat running
 expect_bad "rota submit: unknown flag '--cout'; did you mean '--count'?" submit job.yaml --cout 3
-expect_bad "rota jobs: -o: must be table or json, got 'yaml'" jobs -o yaml
+expect_bad "rota jobs: -o: must be table, wide or json, got 'yaml'" jobs -o yaml
 expect_bad "rota help: unknown command 'nodez'; did you mean 'nodes'?" help nodez
 # A bad --gpus changes nothing: no data directory, no token, nothing served.
 expect_bad "--gpus: expected COUNTxMODEL" up --data-dir "$tmp/up" --listen 127.0.0.1:0 --gpus bogus

@@ -1000,6 +1000,15 @@ tasks:
   CommandResult none = RunRota({"logs", "1", "--task", "x"}, env, tmp.path());
   EXPECT_EQ(none.exit_code, 3);
   EXPECT_NE(none.err.find("has no task or replica 'x' (replicas: w-0, w-1)"), std::string::npos) << none.err;
+  // rota jobs -o wide names each replica's GPUs; --watch lists again every 2 s until stopped.
+  CommandResult wide = RunRota({"jobs", "--all", "-o", "wide"}, env, tmp.path());
+  EXPECT_NE(wide.out.find("PRIORITY  SUBMITTED"), std::string::npos) << wide.out;
+  EXPECT_NE(wide.out.find("local[0],local[1]"), std::string::npos) << wide.out;
+  CommandResult watched = RunShell("timeout 3 " + RotaBinary() + " jobs --all --watch", env, tmp.path());
+  EXPECT_EQ(watched.exit_code, 124);  // stopped by timeout, not ended by itself
+  size_t listings = 0;
+  for (size_t at = watched.out.find("ID  NAME"); at != std::string::npos; at = watched.out.find("ID  NAME", at + 1)) ++listings;
+  EXPECT_GE(listings, 2u) << watched.out;
 }
 
 // sbatch's habits: --wrap 'CMD', a job from stdin, flags over the file.
