@@ -134,7 +134,9 @@ Response Client::Send(const std::string& method, const std::string& path, const 
       servers_.Heard(server, res->status, "standby", leader);
       if (!leader.empty() && servers_.current() != server) continue;  // straight to the leader it named
     } else {
-      return {res->status, res->body, ""};
+      Response out{res->status, res->body, "", {}};
+      for (const auto& [k, v] : res->headers) out.headers.emplace(k, v);
+      return out;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 50 << std::min(attempt, 4))));
   }

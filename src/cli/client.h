@@ -10,6 +10,7 @@
 // machine the admin token `rota up` wrote to DATA_DIR/admin.token.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct Response {
   int status = 0;  // 0 = no answer
   std::string body;
   std::string error;  // network error text when status == 0
+  std::map<std::string, std::string> headers;  // the server's (names as sent)
 };
 
 class Client {

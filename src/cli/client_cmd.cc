@@ -173,6 +173,48 @@ int CheckFlags(const CommandHelp& c, const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+// rota logs -f: each replica's log from where it was seen, every second,
+// until the job has ended (then once more). A replica's new output goes
+// under a `==> name <==` header when another's was printed last.
+int FollowLogs(const Client& c, const std::string& id, const std::string& task, const std::string& tail) {
+  std::map<std::string, uint64_t> seen;  // replica -> bytes of its log printed
+  std::string last;
+  while (true) {
+    Response state = c.Get("/v1/jobs/" + id);
+    if (state.status != 200) return Client::Fail(state, "logs");
+    const json job = json::parse(state.body, nullptr, false);
+    if (!job.is_object()) return Client::Fail(state, "logs");
+    const std::string st = S(job, "state");
+    const bool ended = st == "succeeded" || st == "failed" || st == "cancelled";
+    std::vector<std::string> replicas;
+    for (const auto& p : job["placement"]) {
+      const std::string name = S(p, "task") + "-" + S(p, "replica");
+      if (!task.empty() && task != name && task != S(p, "task")) continue;
+      if (std::find(replicas.begin(), replicas.end(), name) == replicas.end()) replicas.push_back(name);
+    }
+    for (const std::string& name : replicas) {
+      auto it = seen.find(name);
+      std::string q = "?task=" + UrlEncode(name);
+      if (it != seen.end()) q += "&offset=" + std::to_string(it->second);
+      else if (!tail.empty()) q += "&tail=" + UrlEncode(tail);
+      Response r = c.Get("/v1/jobs/" + id + "/logs" + q);
+      if (r.status != 200) return Client::Fail(r, "logs");
+      const uint64_t size = std::strtoull(r.headers["Rota-Log-Size"].c_str(), nullptr, 10);
+      const bool restarted = it != seen.end() && size < it->second;
+      if (!r.body.empty() || restarted) {
+        if (replicas.size() > 1 && (last != name || restarted)) {
+          std::cout << "==> " << name << (restarted ? " (started over: a new attempt)" : "") << " <==\n";
+        }
+        std::cout << r.body << std::flush;
+        last = name;
+      }
+      seen[name] = size;
+    }
+    if (ended) return kExitOk;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
 }  // namespace
 
 int VersionMain(std::vector<std::string> args) {
@@ -461,11 +503,12 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
   }
 
   if (cmd == "logs") {
-    std::string id, query;
+    std::string id, query, task, tail;
     bool follow = false;
     for (size_t i = 0; i < args.size(); ++i) {
       if ((args[i] == "--task" || args[i] == "--tail") && i + 1 < args.size()) {
-        query += (query.empty() ? "?" : "&") + args[i].substr(2) + "=" + args[i + 1];
+        query += (query.empty() ? "?" : "&") + args[i].substr(2) + "=" + UrlEncode(args[i + 1]);
+        (args[i] == "--task" ? task : tail) = args[i + 1];
         ++i;
       } else if (args[i] == "-f" || args[i] == "--follow") {
         follow = true;
@@ -476,27 +519,13 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       }
     }
     if (id.empty()) return Usage(help->usage);
-    Response r = c.Get("/v1/jobs/" + id + "/logs" + query);
-    if (r.status != 200) return Client::Fail(r, "logs");
-    std::cout << r.body << std::flush;
-    // -f: what is new, every second, until the job has ended (then once more).
-    std::string seen = r.body;
-    while (follow) {
-      Response state = c.Get("/v1/jobs/" + id);
-      const json j = json::parse(state.body, nullptr, false);
-      const std::string st = state.status == 200 && j.is_object() ? S(j, "state") : "";
-      const bool ended = st == "succeeded" || st == "failed" || st == "cancelled" || st.empty();
-      if (!ended) std::this_thread::sleep_for(std::chrono::seconds(1));
-      Response now = c.Get("/v1/jobs/" + id + "/logs" + query);
-      if (now.status != 200) return Client::Fail(now, "logs");
-      // Logs grow at their end; a new attempt may start them over.
-      if (now.body.compare(0, seen.size(), seen) == 0) std::cout << now.body.substr(seen.size());
-      else std::cout << "\n==> (the logs started over: a new attempt) <==\n" << now.body;
-      std::cout << std::flush;
-      seen = std::move(now.body);
-      if (ended) break;
+    if (!follow) {
+      Response r = c.Get("/v1/jobs/" + id + "/logs" + query);
+      if (r.status != 200) return Client::Fail(r, "logs");
+      std::cout << r.body;
+      return kExitOk;
     }
-    return kExitOk;
+    return FollowLogs(c, id, task, tail);
   }
 
   if (cmd == "node") {

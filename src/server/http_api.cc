@@ -587,6 +587,20 @@ class HttpServerImpl final : public HttpServer {
         if (!n.ok() || *n == 0 || *n > 1000000) return ReplyError(res, InvalidArgumentError("tail: must be 1..1000000 lines"));
         tail = *n;
       }
+      // ?offset=B with one replica's ?task=NAME-REPLICA: its log from byte B
+      // on (what `rota logs -f` has not seen); Rota-Log-Size says how long it
+      // is now. A log shorter than B (it started over) comes back whole.
+      std::optional<uint64_t> offset;
+      if (req.has_param("offset")) {
+        const std::string text = req.get_param_value("offset");
+        uint64_t b = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), b);
+        if (ec != std::errc() || end != text.data() + text.size()) {
+          return ReplyError(res, InvalidArgumentError("offset: '" + text + "' is not a byte offset"));
+        }
+        offset = b;
+      }
+      uint64_t size = 0, replicas = 0;
       std::string out;
       // Where it runs or ran; a requeued job's last attempt until it is placed again.
       const auto& placement = job->placement.empty() ? job->last_placement : job->placement;
@@ -620,6 +634,9 @@ class HttpServerImpl final : public HttpServer {
           ss << in.rdbuf();
           text += ss.str();
         }
+        size += text.size();
+        ++replicas;
+        if (offset) text.erase(0, *offset <= text.size() ? *offset : 0);
         if (tail > 0) {
           // The last `tail` lines (a final line without its newline counts).
           size_t at = text.size(), lines = 0;
@@ -632,6 +649,10 @@ class HttpServerImpl final : public HttpServer {
         }
         out += text;
       }
+      if (offset && replicas > 1) {
+        return ReplyError(res, InvalidArgumentError("offset: needs ?task=NAME-REPLICA (one replica's log)"));
+      }
+      res.set_header("Rota-Log-Size", std::to_string(size));
       if (!matched) {
         std::string names;
         for (const ReplicaPlacement& r : placement) {

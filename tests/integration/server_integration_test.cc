@@ -993,6 +993,18 @@ tasks:
   EXPECT_EQ(followed.exit_code, 0) << followed.err;
   EXPECT_NE(followed.out.find("0 three"), std::string::npos) << followed.out;
   EXPECT_NE(followed.out.find("1 three"), std::string::npos) << followed.out;
+  // Each line once: -f asks each replica for what it has not seen (a replica's log growing in
+  // the middle of the combined output is not printed again).
+  for (const char* line : {"0 one\n", "1 one\n", "0 three\n", "1 three\n"}) {
+    size_t n = 0;
+    for (size_t at = followed.out.find(line); at != std::string::npos; at = followed.out.find(line, at + 1)) ++n;
+    EXPECT_EQ(n, 1u) << line << " in:\n" << followed.out;
+  }
+  auto from = up.Admin().Get("/v1/jobs/1/logs?task=w-0&offset=6");  // past "0 one\n"
+  ASSERT_TRUE(from);
+  EXPECT_EQ(from->body, "0 two\n0 three\n");
+  EXPECT_EQ(from->get_header_value("Rota-Log-Size"), "20");
+  EXPECT_EQ(up.Admin().Get("/v1/jobs/1/logs?offset=6")->status, 400);  // two replicas: which one?
   CommandResult tail = RunRota({"logs", "1", "--tail", "1"}, env, tmp.path());
   EXPECT_EQ(tail.out, "==> w-0 <==\n0 three\n==> w-1 <==\n1 three\n") << tail.out;
   CommandResult one = RunRota({"logs", "1", "--task", "w-1"}, env, tmp.path());
