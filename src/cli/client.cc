@@ -1,6 +1,8 @@
 #include "cli/client.h"
 
 #include <httplib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -52,6 +54,19 @@ std::string FirstLine(const std::string& path) {
   return Trimmed(line);
 }
 
+// The first line of `path` if this user owns it and nobody else may write it
+// (or the directory it is in); "" otherwise.
+std::string OwnFirstLine(const std::string& path) {
+  struct stat file, dir;
+  const std::string parent = path.substr(0, path.rfind('/') == std::string::npos ? 0 : path.rfind('/'));
+  if (stat(path.c_str(), &file) != 0 || file.st_uid != geteuid() || (file.st_mode & (S_IWGRP | S_IWOTH)) != 0) return "";
+  if (!parent.empty() && (stat(parent.c_str(), &dir) != 0 || (dir.st_uid != geteuid() && dir.st_uid != 0) ||
+                          (dir.st_mode & (S_IWGRP | S_IWOTH)) != 0)) {
+    return "";
+  }
+  return FirstLine(path);
+}
+
 }  // namespace
 
 std::string ServerUrlPath(const std::string& data_dir) { return data_dir + "/server.url"; }
@@ -82,7 +97,9 @@ Client Client::FromArgs(std::vector<std::string>* args) {
   if (server.empty()) server = ReadConfigValue("server");
   if (server.empty()) {
     // A `rota up` (or `rota server`) on this machine records where it listens.
-    server = FirstLine(ServerUrlPath(DefaultDataDir()));
+    // Only a file of this user's that nobody else may write: another account
+    // must not point this user's CLI (and its token) at a server of theirs.
+    server = OwnFirstLine(ServerUrlPath(DefaultDataDir()));
     if (!server.empty()) c.found_in_ = ServerUrlPath(DefaultDataDir());
   }
   if (server.empty()) server = "http://127.0.0.1:7070";

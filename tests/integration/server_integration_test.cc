@@ -1,6 +1,7 @@
 // The control plane through the real binary: CLI round trips, bad input,
 // durability under kill -9, metrics, and a job run by `rota up`'s local agent.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <mutex>
@@ -915,6 +916,14 @@ TEST_F(Integration, TheCliFindsARotaUpByItsDataDirectory) {
   CommandResult gone = RunRota({"jobs"}, {"ROTA_DATA_DIR=" + data, "HOME=" + tmp.path()}, tmp.path());
   EXPECT_EQ(gone.exit_code, 1);
   EXPECT_NE(gone.err.find("cannot reach http://127.0.0.1:7070"), std::string::npos) << gone.err;
+  // An address file others may write is not trusted (it could send this user's token elsewhere).
+  std::ofstream(data + "/server.url") << "http://127.0.0.1:9\n";
+  chmod((data + "/server.url").c_str(), 0666);
+  CommandResult planted = RunRota({"jobs"}, {"ROTA_DATA_DIR=" + data, "HOME=" + tmp.path()}, tmp.path());
+  EXPECT_NE(planted.err.find("cannot reach http://127.0.0.1:7070"), std::string::npos) << planted.err;
+  chmod((data + "/server.url").c_str(), 0600);
+  CommandResult own = RunRota({"jobs"}, {"ROTA_DATA_DIR=" + data, "HOME=" + tmp.path()}, tmp.path());
+  EXPECT_NE(own.err.find("cannot reach http://127.0.0.1:9"), std::string::npos) << own.err;
 }
 
 // A job array: one id, each element knows its index (ROTA_ARRAY_*), listed
