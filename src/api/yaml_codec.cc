@@ -174,11 +174,9 @@ void ParseJobFields(const Field& f, JobSpec* spec) {
     Field p = f["priority"];
     const std::string s = p.Str();
     if (!s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-')) {
-      spec->priority = static_cast<int32_t>(p.Int(0, 1'000'000'000));
-      spec->priority_class.clear();
-    } else {
-      spec->priority_class = s;
+      p.Int(0, 1'000'000'000);  // a number: checked here, where the error can name its line
     }
+    if (Status set = SetPriority(s, spec); !set.ok()) p.Fail(std::string(set.message()));
   }
   Field tasks = f["tasks"];
   if (tasks.IsNull()) f.Fail("tasks: required (a list of task groups)");

@@ -1,5 +1,8 @@
 #include "core/job.h"
 
+#include <cctype>
+#include <charconv>
+
 #include "core/mig.h"
 
 namespace rota {
@@ -186,6 +189,22 @@ std::string_view RestartPolicyName(RestartPolicy policy) {
     case RestartPolicy::kAlways: return "always";
   }
   return "never";
+}
+
+Status SetPriority(std::string_view text, JobSpec* spec) {
+  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-')) {
+    spec->priority_class = std::string(text);
+    return Status::Ok();
+  }
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgumentError("priority: '" + std::string(text) + "' is neither a number nor a priority class name");
+  }
+  if (value < 0 || value > 1'000'000'000) return InvalidArgumentError("priority: must be between 0 and 1000000000");
+  spec->priority = static_cast<int32_t>(value);
+  spec->priority_class.clear();
+  return Status::Ok();
 }
 
 }  // namespace rota

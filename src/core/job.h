@@ -119,6 +119,11 @@ struct JobSpec {
 // Cluster-independent checks. Errors are InvalidArgument with a field path.
 // Every job the state holds passes these (journal replay included).
 Status ValidateJobSpec(const JobSpec& spec);
+
+// `priority:` as a job spec (or `rota submit --priority`) gives it: a number
+// (0..1,000,000,000) sets the priority itself, anything else names a priority
+// class (resolved against the cluster's by ResolveJobPolicy).
+Status SetPriority(std::string_view text, JobSpec* spec);
 // What a job submitted now must also satisfy (rules newer than some
 // journals: elastic shape, MIG profile names, rootfs): submission and job files.
 Status ValidateNewJobSpec(const JobSpec& spec);

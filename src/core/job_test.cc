@@ -48,6 +48,17 @@ TEST(JobSpec, ErrorsNameTheField) {
   EXPECT_EQ(ValidateJobSpec(s).message(), "tasks[0]: asks for nothing: set gpus, gpu, cpu or memory");
 }
 
+TEST(SetPriority, ANumberOrAClassName) {
+  JobSpec s = Valid();
+  ASSERT_TRUE(SetPriority("750", &s).ok());
+  EXPECT_EQ(s.priority, 750);
+  EXPECT_EQ(s.priority_class, "");
+  ASSERT_TRUE(SetPriority("high", &s).ok());
+  EXPECT_EQ(s.priority_class, "high");
+  EXPECT_EQ(SetPriority("-1", &s).message(), "priority: must be between 0 and 1000000000");
+  EXPECT_EQ(SetPriority("5x", &s).message(), "priority: '5x' is neither a number nor a priority class name");
+}
+
 TEST(ResolveJobPolicy, AJobThatNamesNoQueueIsToldToNameOne) {
   ClusterConfig c;
   c.queues = {{.name = "a"}, {.name = "b"}};

@@ -132,18 +132,7 @@ void ReplyError(HttpResponse& res, const Status& s) {
 Status ApplyOverrides(const HttpRequest& req, JobSpec* spec) {
   if (req.has_param("name")) spec->name = req.get_param_value("name");
   if (req.has_param("queue")) spec->queue = req.get_param_value("queue");
-  if (req.has_param("priority")) {
-    const std::string p = req.get_param_value("priority");
-    int32_t value = 0;
-    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), value);
-    if (!p.empty() && ec == std::errc() && end == p.data() + p.size()) {
-      if (value < 0) return InvalidArgumentError("priority: '" + p + "' must not be negative");
-      spec->priority = value;
-      spec->priority_class.clear();
-    } else {
-      spec->priority_class = p;
-    }
-  }
+  if (req.has_param("priority")) ROTA_RETURN_IF_ERROR(SetPriority(req.get_param_value("priority"), spec));
   if (req.has_param("gpus")) {
     const std::string g = req.get_param_value("gpus");
     int32_t gpus = 0;
