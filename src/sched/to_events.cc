@@ -4,6 +4,13 @@ namespace rota::sched {
 
 std::vector<Event> ToEvents(const CycleResult& result, const Snapshot& snap, TimePoint now) {
   std::vector<Event> events;
+  ToEvents(result, snap, now, &events);
+  return events;
+}
+
+void ToEvents(const CycleResult& result, const Snapshot& snap, TimePoint now, std::vector<Event>* out) {
+  std::vector<Event>& events = *out;
+  events.clear();
   events.reserve(result.reconfigurations.size() + result.resizes.size() + result.placed.size() +
                  result.preemptions.size() + result.unresolvable.size());
   for (const Reconfiguration& r : result.reconfigurations) {
@@ -17,7 +24,6 @@ std::vector<Event> ToEvents(const CycleResult& result, const Snapshot& snap, Tim
   for (const Waiting& w : result.unresolvable) {
     events.push_back(JobCancelled{w.job, now, "unresolvable: " + w.reason.message});
   }
-  return events;
 }
 
 }  // namespace rota::sched

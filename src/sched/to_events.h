@@ -25,5 +25,8 @@ namespace rota::sched {
 
 // REQUIRES: `result` was decided on `snap`.
 std::vector<Event> ToEvents(const CycleResult& result, const Snapshot& snap, TimePoint now);
+// The same into `*events` (cleared first; its memory reused: a driver that
+// runs cycles in a loop allocates nothing at steady state).
+void ToEvents(const CycleResult& result, const Snapshot& snap, TimePoint now, std::vector<Event>* events);
 
 }  // namespace rota::sched

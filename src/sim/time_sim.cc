@@ -11,7 +11,6 @@
 #include <memory>
 #include <numeric>
 #include <queue>
-#include <set>
 
 #include "base/rng.h"
 #include "core/cluster_state.h"
@@ -264,11 +263,10 @@ class EngineBackend final : public Backend {
       auto begin = std::chrono::steady_clock::now();
       scheduler_->RunCycle(snap, &result);
       cycle_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count());
-      events_ = sched::ToEvents(result, snap, t);
+      sched::ToEvents(result, snap, t, &events_);
     }  // the snapshot goes before the first Apply, so nothing is copied
     // Strict order: the policy's jobs start in order up to the first that
     // did not fit (placements the engine made after it are dropped).
-    std::set<uint64_t> starts;
     for (uint32_t i : order) {
       const bool placed = std::any_of(result.placed.begin(), result.placed.end(),
                                       [&](const sched::Placed& p) { return p.job.value() == i + 1; });
@@ -276,11 +274,14 @@ class EngineBackend final : public Backend {
         if (strict) break;
         continue;
       }
-      starts.insert(i + 1);
       jobs[i].state = SimJob::kRunning;
     }
+    // A bind is this cycle's (the engine places only pending jobs): kept if
+    // its job was started just above.
     for (Event& e : events_) {
-      if (const auto* b = std::get_if<JobBound>(&e); b != nullptr && starts.count(b->id.value()) == 0) continue;
+      if (const auto* b = std::get_if<JobBound>(&e); b != nullptr && jobs[b->id.value() - 1].state != SimJob::kRunning) {
+        continue;
+      }
       Check(state_.Apply(std::move(e)));
     }
     for (uint32_t i : order) rank_[i] = std::numeric_limits<double>::max();
