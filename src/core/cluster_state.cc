@@ -38,8 +38,14 @@ void JobTable::const_iterator::Settle() {
   while (chunk_ < chunks.size()) {
     const Chunk* c = chunks[chunk_].get();
     if (c != nullptr) {
-      while (slot_ < kChunk && !c->slots[slot_]) ++slot_;
-      if (slot_ < kChunk) return;
+      while (slot_ < kChunk) {
+        const uint64_t word = c->occupied[slot_ / 64] >> (slot_ % 64);
+        if (word != 0) {
+          slot_ += static_cast<size_t>(std::countr_zero(word));
+          return;
+        }
+        slot_ = (slot_ / 64 + 1) * 64;
+      }
     }
     ++chunk_;
     slot_ = 0;
@@ -73,6 +79,7 @@ void JobTable::Put(JobId id, std::shared_ptr<const JobRecord> job) {
   if (!slot) {
     ++c.used;
     ++size_;
+    c.occupied[id.value() % kChunk / 64] |= uint64_t{1} << (id.value() % 64);
   }
   slot.emplace(id, std::move(job));
 }
@@ -82,6 +89,7 @@ void JobTable::Erase(JobId id) {
   if (c >= chunks_.size() || chunks_[c] == nullptr || !chunks_[c]->slots[id.value() % kChunk]) return;
   Chunk& chunk = Mut(c);
   chunk.slots[id.value() % kChunk].reset();
+  chunk.occupied[id.value() % kChunk / 64] &= ~(uint64_t{1} << (id.value() % 64));
   --size_;
   if (--chunk.used == 0) chunks_[c] = nullptr;
 }

@@ -228,6 +228,9 @@ class JobTable {
  private:
   struct Chunk {
     std::array<std::optional<value_type>, kChunk> slots;
+    // Which slots hold a job: iterating a chunk whose jobs are mostly gone
+    // (old long jobs keep it alive) skips 64 empty slots a step.
+    std::array<uint64_t, kChunk / 64> occupied{};
     size_t used = 0;
   };
   // Chunk `c` to change (created or copied as needed).
