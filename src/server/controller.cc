@@ -257,6 +257,7 @@ bool Controller::WaitNodeChange(const std::string& node, uint64_t version, Durat
 }
 
 void Controller::Trigger() {
+  if (!options_.cycle_on_change) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     trigger_ = true;

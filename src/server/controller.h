@@ -48,6 +48,11 @@ struct ControllerOptions {
   const Clock* clock = nullptr;  // required
   uint64_t snapshot_every = 10'000;              // journal events between snapshots
   Duration schedule_interval = kMicrosPerSecond;  // a cycle at least this often
+  // A change (a submission, an exit) wakes the scheduler for a cycle. Off,
+  // cycles run only on ScheduleNow and every schedule_interval: for a driver
+  // that owns time (the test that replays a trace through the controller and
+  // the simulator alike, sim/differential_test.cc).
+  bool cycle_on_change = true;
   // While nothing changes (the state's revision stands and the last cycle
   // decided nothing) only time moves the answer (reservation windows,
   // minimum run times, fair-share decay): cycles then come no more often

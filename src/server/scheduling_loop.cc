@@ -7,6 +7,7 @@
 
 #include "sched/to_events.h"
 #include "server/controller.h"
+#include "server/decisions.h"
 
 namespace rota::server {
 
@@ -65,30 +66,10 @@ void Controller::RunOneCycle() {
       !result.resizes.empty()) {
     std::vector<Event> events = sched::ToEvents(result, snap, now);
     Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-      // In ToEvents' order: MIG re-partitions (refused if an instance came
-      // into use since the snapshot: those binds fail too), resizes,
-      // placements, evictions, rejections. One refused because the job or
-      // its GPUs changed since the snapshot is dropped; the next cycle retries.
-      for (Event& e : events) {
-        if (const auto* c = std::get_if<JobCancelled>(&e)) {
-          const JobRecord* job = batch.state->GetSnapshot().FindJob(c->id);
-          if (job == nullptr || job->state != JobState::kPending) continue;
-        }
-        const auto* resized = std::get_if<JobResized>(&e);
-        const JobId resized_job = resized != nullptr ? resized->id : JobId();
-        const bool preempting = std::holds_alternative<JobPreempting>(e);
-        const bool cancel = std::holds_alternative<JobCancelled>(e);
-        const bool ok = batch.Apply(std::move(e)).ok();
-        if (!ok) {
-          if (!preempting && !cancel) Trigger();
-          continue;
-        }
-        if (resized_job != JobId()) lifecycle_.Forget(resized_job);  // it restarts with its new world size (actor-owned)
-        if (preempting) {
-          std::lock_guard<std::mutex> lock(mu_);
-          metrics_.preemptions++;
-        }
-      }
+      const AppliedDecisions applied = ApplyDecisions(batch, events, lifecycle_);
+      if (applied.retry) Trigger();
+      std::lock_guard<std::mutex> lock(mu_);
+      metrics_.preemptions += static_cast<uint64_t>(applied.preemptions);
       return true;
     }).status().IgnoreError();
   }

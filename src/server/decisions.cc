@@ -1,0 +1,29 @@
+#include "server/decisions.h"
+
+#include <utility>
+#include <variant>
+
+namespace rota::server {
+
+AppliedDecisions ApplyDecisions(Batch& batch, std::vector<Event>& events, JobLifecycle& lifecycle) {
+  AppliedDecisions out;
+  for (Event& e : events) {
+    if (const auto* c = std::get_if<JobCancelled>(&e)) {
+      const JobRecord* job = batch.state->GetSnapshot().FindJob(c->id);
+      if (job == nullptr || job->state != JobState::kPending) continue;
+    }
+    const auto* resized = std::get_if<JobResized>(&e);
+    const JobId resized_job = resized != nullptr ? resized->id : JobId();
+    const bool preempting = std::holds_alternative<JobPreempting>(e);
+    const bool cancel = std::holds_alternative<JobCancelled>(e);
+    if (!batch.Apply(std::move(e)).ok()) {
+      if (!preempting && !cancel) out.retry = true;
+      continue;
+    }
+    if (resized_job != JobId()) lifecycle.Forget(resized_job);  // it restarts with its new world size
+    if (preempting) ++out.preemptions;
+  }
+  return out;
+}
+
+}  // namespace rota::server
