@@ -29,11 +29,19 @@ constexpr const char* kUsage =
     "                [--policy NAME] [--placement NAME] [--compare a,b,c] [--seed N]\n"
     "                [--inflate 1.3] [--failures RATE] [--repair-time 1h] [--checkpoint-interval 30m]\n"
     "                [--vc NAME] [--gittins-dist FILE] [--out DIR] [-o table|json] [--quiet]\n"
+    "                [--tick 60s] [--grace 0s] [--min-runtime 10m]\n"
     "\n"
     "Replays a trace through the scheduler in virtual time and prints summary metrics.\n"
     "\n"
     "Time traces (philly, tiresias, rota, --synthetic):\n"
-    "  --policy     fifo, sjf, srtf, srtf-gpu, las, tiresias, gittins, rota (default rota)\n"
+    "  --policy     fifo, sjf, srtf, srtf-gpu, las, tiresias, gittins, rota (default rota):\n"
+    "               research orders; profile: the cluster config's profile as the server runs\n"
+    "               it (priorities, queues, quotas, fair share, backfill, preemption with\n"
+    "               checkpoints), with the server's job lifecycle and modelled agents\n"
+    "  --tick       profile: a cycle at least this often while jobs wait (default 60s)\n"
+    "  --grace      profile: the jobs' checkpoint grace; a job that checkpoints saves on the\n"
+    "               preemption signal within it (default 0s: it keeps its last checkpoint)\n"
+    "  --min-runtime profile: a gang runs this long before it may be evicted (default 10m)\n"
     "  --placement  count (GPU counting only, as the Tiresias simulator), topology (default:\n"
     "               the engine through ClusterState), bestfit, spread\n"
     "  --compare    policies to run side by side on the same input\n"
@@ -55,6 +63,7 @@ struct Flags {
   double inflate = 1.3, failures = 0, load = 0.9;
   int32_t synthetic = 0;
   Duration repair = 3600 * kMicrosPerSecond, checkpoint = 1800 * kMicrosPerSecond;
+  Duration tick = 60 * kMicrosPerSecond, grace = 0, min_runtime = 10 * 60 * kMicrosPerSecond;
   bool quiet = false;
 };
 
@@ -183,6 +192,9 @@ int RunTimeMode(const Flags& flags, const ClusterConfig& config, const std::vect
     options.repair_time = flags.repair;
     options.checkpoint_interval = flags.checkpoint;
     options.gittins_samples = gittins;
+    options.tick = flags.tick;
+    options.grace = flags.grace;
+    options.min_runtime = flags.min_runtime;
     Progress progress(!flags.quiet && isatty(2), name);
     options.progress = [&progress](double f) { progress(f); };
     StatusOr<sim::TimeSimResult> r = sim::RunTimeSim(config, nodes, jobs, options);
@@ -251,7 +263,7 @@ int SimMain(const std::vector<std::string>& args) {
     static const char* kValued[] = {"--cluster", "--nodes", "--trace", "--format", "--policy", "--placement",
                                     "--compare", "--seed",  "--inflate", "--failures", "--repair-time",
                                     "--checkpoint-interval", "--out", "-o", "--output", "--vc", "--gittins-dist",
-                                    "--synthetic", "--load"};
+                                    "--synthetic", "--load", "--tick", "--grace", "--min-runtime"};
     if (std::find(std::begin(kValued), std::end(kValued), arg) == std::end(kValued)) {
       return Fail("unknown argument '" + arg + "'\n" + kUsage);
     }
@@ -298,6 +310,12 @@ int SimMain(const std::vector<std::string>& args) {
       StatusOr<Duration> dur = ParseDuration(*v);
       if (!dur.ok() || *dur < 0) return Fail(arg + ": not a duration: '" + *v + "'");
       (arg == "--repair-time" ? flags.repair : flags.checkpoint) = *dur;
+    } else if (arg == "--tick" || arg == "--grace" || arg == "--min-runtime") {
+      StatusOr<Duration> dur = ParseDuration(*v);
+      if (!dur.ok() || *dur < 0 || (arg == "--tick" && *dur == 0)) {
+        return Fail(arg + ": not a " + (arg == "--tick" ? "positive " : "") + "duration: '" + *v + "'");
+      }
+      (arg == "--tick" ? flags.tick : arg == "--grace" ? flags.grace : flags.min_runtime) = *dur;
     }
   }
   if (flags.output != "table" && flags.output != "json") return Fail("-o must be table or json, got '" + flags.output + "'");

@@ -16,6 +16,7 @@
 #include "core/cluster_state.h"
 #include "sched/engine.h"
 #include "sched/to_events.h"
+#include "sim/profile_sim.h"
 
 namespace rota::sim {
 namespace {
@@ -751,7 +752,8 @@ class RotaOrder {
 }  // namespace
 
 const std::vector<std::string>& TimePolicies() {
-  static const std::vector<std::string> kNames = {"fifo", "sjf", "srtf", "srtf-gpu", "las", "tiresias", "gittins", "rota"};
+  static const std::vector<std::string> kNames = {"fifo",     "sjf",     "srtf", "srtf-gpu", "las",
+                                                  "tiresias", "gittins", "rota", "profile"};
   return kNames;
 }
 
@@ -879,6 +881,13 @@ NormalFit FitCensoredNormal(const CensoredNormal& data, NormalFit start) {
 
 StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vector<NodeSpec>& nodes,
                                    const std::vector<TraceJob>& trace, const TimeSimOptions& options) {
+  if (options.policy == "profile") {
+    if (options.placement != "topology" && options.placement != "default") {
+      return InvalidArgumentError("--placement " + options.placement +
+                                  ": the production profile places with its own plugins (the config's profile:)");
+    }
+    return RunProfileSim(config, nodes, trace, options);
+  }
   const auto wall_start = std::chrono::steady_clock::now();
   ROTA_ASSIGN_OR_RETURN(Policy policy, ParsePolicy(options.policy));
   ROTA_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(options.placement));

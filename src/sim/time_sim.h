@@ -12,6 +12,12 @@
 //   tiresias  discretized 2D-LAS (3 queues on GPU-seconds: 3,250 / 7,200)
 //   gittins   2D-Gittins: tiresias' queues, Gittins index inside each
 //   rota      rota's default: see RotaOrder in time_sim.cc; non-clairvoyant
+//   profile   the config's profile, as the server runs it: the engine's
+//             actions over one session (priorities, queues, quotas and
+//             borrowing, fair share, backfill reservations, preemption
+//             through the checkpoint protocol, elastic), the server's job
+//             lifecycle and a model of its agents (profile_sim.h). The
+//             policies above are the research baselines.
 // Placements:
 //   count     GPU counting only (no nodes), free preemption: the Tiresias
 //             simulator's `count` scheme
@@ -52,6 +58,20 @@ struct TimeSimOptions {
   std::vector<int64_t> gittins_samples;
   // Called now and then with the fraction of jobs finished.
   std::function<void(double)> progress;
+
+  // The production profile (policy "profile"; profile_sim.h):
+  // A cycle runs at every event and at least this often while jobs wait.
+  Duration tick = 60 * kMicrosPerSecond;
+  // As the server's (ControllerOptions): a gang runs this long before it
+  // can be evicted; an evicted gang is requeued this long past its grace.
+  Duration min_runtime = 10 * 60 * kMicrosPerSecond;
+  Duration preempt_slack = 30 * kMicrosPerSecond;
+  // Trace jobs' checkpoint grace (their spec's checkpoint.grace), and how
+  // long a job takes to save on the signal within it.
+  Duration grace = 0;
+  Duration save_time = 30 * kMicrosPerSecond;
+  // Trace jobs may be preempted (and so borrow beyond their queue's guarantee).
+  bool preemptible = true;
 };
 
 struct TimeSimResult {
