@@ -1,0 +1,113 @@
+#include "sim/profile_sim.h"
+
+#include <gtest/gtest.h>
+
+namespace rota::sim {
+namespace {
+
+constexpr Duration kS = kMicrosPerSecond;
+
+std::vector<NodeSpec> OneNode() {
+  NodeSpec n;
+  n.name = "n0";
+  n.gpu_model = "V100";
+  n.gpus = 8;
+  n.cpu = 64000;
+  n.memory = 262144;
+  n.labels = {{"hostname", "n0"}, {"gpu_model", "V100"}};
+  return {n};
+}
+
+TraceJob Job(const std::string& name, int64_t submit_s, int64_t duration_s, int32_t gpus, int32_t priority,
+             const std::string& queue = "default") {
+  TraceJob j;
+  j.name = name;
+  j.submit = submit_s * kS;
+  j.duration = duration_s * kS;
+  j.gpus = gpus;
+  j.priority = priority;
+  j.queue = queue;
+  j.checkpoint_interval = 600 * kS;
+  return j;
+}
+
+ClusterConfig Config() {
+  ClusterConfig c;
+  c.topology = {"nvlink", "node"};
+  return c;
+}
+
+TimeSimOptions Profile() {
+  TimeSimOptions o;
+  o.policy = "profile";
+  o.grace = 60 * kS;
+  o.save_time = 30 * kS;
+  return o;
+}
+
+TEST(ProfileSim, AHigherPriorityJobEvictsThroughTheCheckpointProtocol) {
+  // low fills the node; high comes at 1,200 s (past low's 10 minutes of
+  // protection) and evicts it: low saves on the signal 30 s later and
+  // stops, high runs 600 s, and low resumes from its 1,230 s of work.
+  StatusOr<TimeSimResult> r = RunTimeSim(Config(), OneNode(), {Job("low", 0, 3600, 8, 100), Job("high", 1200, 600, 8, 900)}, Profile());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const JobResult& low = r->jobs[0];
+  const JobResult& high = r->jobs[1];
+  EXPECT_EQ(high.first_start, 1230 * kS);
+  EXPECT_EQ(high.end, 1830 * kS);
+  EXPECT_EQ(low.preemptions, 1);
+  EXPECT_EQ(low.end, (1830 + 3600 - 1230) * kS);
+  EXPECT_EQ(low.lost_gpu_seconds, 0);
+  EXPECT_EQ(r->summary.preemptions, 1);
+  EXPECT_EQ(r->summary.unfinished, 0);
+}
+
+TEST(ProfileSim, WithoutAGraceTheEvictedJobKeepsOnlyItsLastCheckpoint) {
+  TimeSimOptions o = Profile();
+  o.grace = 0;
+  StatusOr<TimeSimResult> r = RunTimeSim(Config(), OneNode(), {Job("low", 0, 3600, 8, 100), Job("high", 1200, 600, 8, 900)}, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // It stops 1 s after the signal, with 1,201 s done and 1,200 s saved.
+  EXPECT_EQ(r->jobs[1].first_start, 1201 * kS);
+  EXPECT_EQ(r->jobs[0].end, (1801 + 3600 - 1200) * kS);
+  EXPECT_DOUBLE_EQ(r->jobs[0].lost_gpu_seconds, 8.0);
+}
+
+TEST(ProfileSim, ProtectionDelaysTheEvictionUntilTheMinimumRunTime) {
+  // high arrives 100 s after low started: low runs its 10 minutes first.
+  StatusOr<TimeSimResult> r = RunTimeSim(Config(), OneNode(), {Job("low", 0, 3600, 8, 100), Job("high", 100, 600, 8, 900)}, Profile());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // The eviction comes at the first cycle past 600 s (a tick every 60 s from 100 s: 640 s).
+  EXPECT_EQ(r->jobs[1].first_start, (640 + 30) * kS);
+}
+
+TEST(ProfileSim, QueuesQuotasAndRejectionsAreTheServers) {
+  ClusterConfig c = Config();
+  c.queues.push_back({.name = "a", .quota = {{"V100", 4}}});
+  c.queues.push_back({.name = "b", .quota = {{"V100", 4}}});
+  TimeSimOptions o = Profile();
+  o.preemptible = false;  // no borrowing: each queue holds at most its 4
+  StatusOr<TimeSimResult> r = RunTimeSim(
+      c, OneNode(), {Job("a1", 0, 1000, 4, 500, "a"), Job("a2", 0, 1000, 4, 500, "a"), Job("b1", 10, 1000, 4, 500, "b"),
+                     Job("huge", 20, 100, 16, 500, "a")},
+      o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->jobs[0].first_start, 0);
+  EXPECT_EQ(r->jobs[1].first_start, 1000 * kS);  // a's quota, though 4 GPUs are idle until b1 comes
+  EXPECT_EQ(r->jobs[2].first_start, 10 * kS);
+  ASSERT_EQ(r->never.size(), 1u);  // refused at submission, as the server refuses it
+  EXPECT_NE(r->never[0].find("huge: "), std::string::npos) << r->never[0];
+  EXPECT_EQ(r->summary.unfinished, 1);
+}
+
+TEST(ProfileSim, RefusesWhatItDoesNotSimulate) {
+  TimeSimOptions o = Profile();
+  o.placement = "count";
+  EXPECT_EQ(RunTimeSim(Config(), OneNode(), {Job("x", 0, 10, 1, 500)}, o).status().code(), StatusCode::kInvalidArgument);
+  o = Profile();
+  o.failure_rate = 1e-5;
+  EXPECT_EQ(RunTimeSim(Config(), OneNode(), {Job("x", 0, 10, 1, 500)}, o).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace rota::sim
