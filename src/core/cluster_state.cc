@@ -763,7 +763,7 @@ Status ClusterState::ApplyOne(const JobCancelled& e) {
 
 namespace rota {
 
-std::vector<Event> CompactState(const Snapshot& snap) {
+std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
   std::vector<Event> out;
   for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
@@ -808,6 +808,7 @@ std::vector<Event> CompactState(const Snapshot& snap) {
   // Ended jobs first: each binds and releases at once, so their old GPUs
   // never collide with the live jobs that hold them now.
   for (const auto& [id, job] : snap.jobs()) {
+    if (live_only) break;
     if (job->state != JobState::kPending && job->state != JobState::kRunning && job->state != JobState::kPreempting) {
       emit_mig_layouts(*job);
       emit_job(*job);

@@ -353,7 +353,8 @@ class ClusterState {
 };
 
 // Events that rebuild the snapshot's state from empty (a journal snapshot):
-// replaying them gives the same nodes, jobs, allocations and history.
-std::vector<Event> CompactState(const Snapshot& snap);
+// replaying them gives the same nodes, jobs, allocations and history. With
+// `live_only`, jobs that ended are left out (a projection of what is live).
+std::vector<Event> CompactState(const Snapshot& snap, bool live_only = false);
 
 }  // namespace rota

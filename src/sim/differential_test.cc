@@ -63,25 +63,25 @@ std::vector<TraceJob> Trace(int jobs, uint64_t seed) {
 // A job event as one line ("" for any other event): what the drivers must agree on.
 std::string Line(const Event& e) {
   std::ostringstream s;
-  if (const auto* x = std::get_if<JobSubmitted>(&e)) {
-    s << "submitted " << x->id.value() << " " << x->spec.name << " " << x->spec.queue << " @" << x->at;
-  } else if (const auto* x = std::get_if<JobBound>(&e)) {
-    s << "bound " << x->id.value() << " @" << x->at;
-    for (const ReplicaPlacement& r : x->placement) s << " " << r.replica << ":" << r.node.value() << "/" << r.gpu_mask;
-  } else if (const auto* x = std::get_if<JobFinished>(&e)) {
-    s << "finished " << x->id.value() << " " << static_cast<int>(x->outcome) << " @" << x->at << " " << x->reason;
-  } else if (const auto* x = std::get_if<JobCancelled>(&e)) {
-    s << "cancelled " << x->id.value() << " @" << x->at << " " << x->reason;
-  } else if (const auto* x = std::get_if<JobRequeued>(&e)) {
-    s << "requeued " << x->id.value() << " @" << x->at << " " << x->reason;
-  } else if (const auto* x = std::get_if<JobPreempting>(&e)) {
-    s << "preempting " << x->id.value() << " for " << x->preemptor.value() << " @" << x->at << " " << x->reason;
-  } else if (const auto* x = std::get_if<JobCheckpointed>(&e)) {
-    s << "checkpointed " << x->id.value() << " @" << x->at << " " << x->path;
-  } else if (const auto* x = std::get_if<JobResized>(&e)) {
-    s << "resized " << x->id.value() << " @" << x->at;
-  } else if (const auto* x = std::get_if<RankRestarted>(&e)) {
-    s << "rank-restarted " << x->id.value() << " @" << x->at;
+  if (const auto* sub = std::get_if<JobSubmitted>(&e)) {
+    s << "submitted " << sub->id.value() << " " << sub->spec.name << " " << sub->spec.queue << " @" << sub->at;
+  } else if (const auto* bnd = std::get_if<JobBound>(&e)) {
+    s << "bound " << bnd->id.value() << " @" << bnd->at;
+    for (const ReplicaPlacement& r : bnd->placement) s << " " << r.replica << ":" << r.node.value() << "/" << r.gpu_mask;
+  } else if (const auto* fin = std::get_if<JobFinished>(&e)) {
+    s << "finished " << fin->id.value() << " " << static_cast<int>(fin->outcome) << " @" << fin->at << " " << fin->reason;
+  } else if (const auto* can = std::get_if<JobCancelled>(&e)) {
+    s << "cancelled " << can->id.value() << " @" << can->at << " " << can->reason;
+  } else if (const auto* req = std::get_if<JobRequeued>(&e)) {
+    s << "requeued " << req->id.value() << " @" << req->at << " " << req->reason;
+  } else if (const auto* pre = std::get_if<JobPreempting>(&e)) {
+    s << "preempting " << pre->id.value() << " for " << pre->preemptor.value() << " @" << pre->at << " " << pre->reason;
+  } else if (const auto* ckp = std::get_if<JobCheckpointed>(&e)) {
+    s << "checkpointed " << ckp->id.value() << " @" << ckp->at << " " << ckp->path;
+  } else if (const auto* rsz = std::get_if<JobResized>(&e)) {
+    s << "resized " << rsz->id.value() << " @" << rsz->at;
+  } else if (const auto* rnk = std::get_if<RankRestarted>(&e)) {
+    s << "rank-restarted " << rnk->id.value() << " @" << rnk->at;
   }
   return s.str();
 }

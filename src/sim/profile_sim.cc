@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <limits>
 #include <queue>
-#include <unordered_set>
+#include <set>
 
 #include "base/clock.h"
 #include "sched/engine.h"
@@ -27,6 +27,142 @@ void Check(const Status& s) {
     std::abort();
   }
 }
+
+// One run of the production profile: the server's engine, probe and job
+// lifecycle over one state, driven step by step (the header's order).
+class ProfileDriver {
+ public:
+  ProfileDriver(const ClusterConfig& config, const TimeSimOptions& options, std::function<ModelWork(JobId)> work,
+                std::function<void(const Event&)> follow)
+      : config_(config),
+        options_(options),
+        state_(config.topology),
+        lifecycle_(&clock_, options.preempt_slack),
+        agents_(std::move(work), options.save_time),
+        follow_(std::move(follow)) {}
+
+  Status Create() {
+    sched::EngineOptions engine = sched::EngineOptions::FromConfig(config_);
+    engine.min_runtime = options_.min_runtime;
+    ROTA_ASSIGN_OR_RETURN(scheduler_, sched::Scheduler::Create(config_, engine));
+    ROTA_ASSIGN_OR_RETURN(probe_, sched::Scheduler::Create(config_, engine));
+    return Status::Ok();
+  }
+  ClusterState& state() { return state_; }
+  AgentModel& agents() { return agents_; }
+  const std::vector<double>& cycle_ms() const { return cycle_ms_; }
+  TimePoint last_cycle() const { return last_cycle_; }
+  bool last_cycle_decided() const { return last_decided_; }
+
+  // Applies an event of the starting state (nodes, jobs already live): the
+  // agents and the driver follow it, the caller's hook does not.
+  Status Seed(const Event& e) {
+    ROTA_RETURN_IF_ERROR(state_.Apply(e));
+    Track(e);
+    return Status::Ok();
+  }
+
+  // Admits a job as the server does (ValidateNewJobSpec, ResolveJobPolicy,
+  // CheckResolvable): journals it, or says why it is refused.
+  Status Submit(server::Batch& batch, JobId id, JobSpec spec, TimePoint t, const std::string& user) {
+    ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(spec));
+    ROTA_RETURN_IF_ERROR(ResolveJobPolicy(config_, &spec));
+    JobRecord probe;
+    probe.id = id;
+    probe.spec = std::move(spec);
+    {
+      Snapshot snap = state_.GetSnapshot();
+      const sched::PendingReason why = probe_->CheckResolvable(snap, probe);
+      if (!why.ok()) return Status(StatusCode::kOutOfRange, std::string(sched::ReasonCodeName(why.code)) + ": " + why.message);
+    }
+    Check(batch.Apply(JobSubmitted{.id = id, .spec = std::move(probe.spec), .at = t, .user = user}));
+    return Status::Ok();
+  }
+
+  // When a report, a time limit or a grace period is due next (kNever: none).
+  TimePoint NextDue() {
+    while (!overdue_at_.empty() && overdue_at_.top() <= last_cycle_) overdue_at_.pop();
+    return std::min(agents_.NextReport(), overdue_at_.empty() ? kNever : overdue_at_.top());
+  }
+
+  // One step at `t`: reports, `arrivals` (submissions into the batch), time
+  // limits and grace periods, one cycle.
+  void Step(TimePoint t, const std::function<void(server::Batch&)>& arrivals) {
+    clock_.Set(t);
+    server::Batch batch{&state_};
+    {
+      Snapshot snap = state_.GetSnapshot();
+      agents_.TakeDue(snap, t, &reports_);
+    }
+    for (const auto& [node, tasks] : reports_) lifecycle_.OnTaskReports(batch, node, tasks);
+    if (arrivals) arrivals(batch);
+    placed_ids_.assign(placed_.begin(), placed_.end());
+    std::sort(placed_ids_.begin(), placed_ids_.end());
+    server::JobLifecycle::Overdue overdue;
+    {
+      Snapshot snap = state_.GetSnapshot();
+      overdue = lifecycle_.FindOverdue(snap, placed_ids_, t);
+    }
+    if (!overdue.empty()) lifecycle_.EndOverdue(batch, overdue, t);
+    for (const Event& e : batch.events) Follow(e);
+    {
+      Snapshot snap = state_.GetSnapshot();
+      const auto begin = std::chrono::steady_clock::now();
+      scheduler_->RunCycle(snap, t, &cycle_);
+      cycle_ms_.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count());
+      decided_.clear();
+      sched::ToEvents(cycle_, snap, t, &decided_);
+    }  // the snapshot goes before the first Apply, so nothing is copied
+    last_cycle_ = t;
+    server::Batch decisions{&state_};
+    server::ApplyDecisions(decisions, decided_, lifecycle_);
+    last_decided_ = !decisions.events.empty();
+    for (const Event& e : decisions.events) Follow(e);
+  }
+
+ private:
+  void Follow(const Event& e) {
+    Track(e);
+    if (follow_) follow_(e);
+  }
+  // The agents, the placed jobs and when their limits may run out.
+  void Track(const Event& e) {
+    agents_.Apply(e);
+    if (const auto* b = std::get_if<JobBound>(&e)) {
+      placed_.insert(b->id);
+      const JobRecord* job = state_.GetSnapshot().FindJob(b->id);
+      if (job != nullptr && job->spec.time_limit > 0) overdue_at_.push(b->at + job->spec.time_limit + 1);
+    } else if (const auto* p = std::get_if<JobPreempting>(&e)) {
+      const JobRecord* job = state_.GetSnapshot().FindJob(p->id);
+      overdue_at_.push(p->at + (job != nullptr ? job->spec.checkpoint.grace : 0) + options_.preempt_slack + 1);
+    } else if (const auto* q = std::get_if<JobRequeued>(&e)) {
+      placed_.erase(q->id);
+    } else if (const auto* f = std::get_if<JobFinished>(&e)) {
+      placed_.erase(f->id);
+    } else if (const auto* c = std::get_if<JobCancelled>(&e)) {
+      placed_.erase(c->id);
+    }
+  }
+
+  const ClusterConfig& config_;
+  const TimeSimOptions& options_;
+  ClusterState state_;
+  std::unique_ptr<sched::Scheduler> scheduler_;
+  std::unique_ptr<sched::Scheduler> probe_;  // resolvability at submission, as the server's
+  ManualClock clock_;
+  server::JobLifecycle lifecycle_;
+  AgentModel agents_;
+  std::function<void(const Event&)> follow_;
+  std::set<JobId> placed_;  // running or evicted and stopping: time limits and grace
+  std::vector<JobId> placed_ids_;
+  std::priority_queue<TimePoint, std::vector<TimePoint>, std::greater<TimePoint>> overdue_at_;
+  std::vector<std::pair<std::string, std::vector<api::TaskReport>>> reports_;
+  sched::CycleResult cycle_;
+  std::vector<Event> decided_;
+  std::vector<double> cycle_ms_;
+  TimePoint last_cycle_ = -1;
+  bool last_decided_ = false;
+};
 
 }  // namespace
 
@@ -69,29 +205,9 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
     return InvalidArgumentError("--failures: not simulated with --policy profile yet (the research policies simulate them)");
   }
   if (options.tick <= 0) return InvalidArgumentError("--tick: must be positive");
-  ClusterState state(config.topology);
-  int64_t total_gpus = 0;
-  for (const NodeSpec& n : nodes) {
-    Check(state.Apply(NodeAdded{n}));
-    total_gpus += n.gpus;
-  }
-  if (total_gpus == 0) return InvalidArgumentError("--cluster: the cluster has no GPUs");
-  for (const std::string& name : config.drained) Check(state.Apply(NodeDrainChanged{name, true}));
-
-  // The server's engine, probe and lifecycle, with its settings.
-  sched::EngineOptions engine = sched::EngineOptions::FromConfig(config);
-  engine.min_runtime = options.min_runtime;
-  ROTA_ASSIGN_OR_RETURN(auto scheduler, sched::Scheduler::Create(config, engine));
-  ROTA_ASSIGN_OR_RETURN(auto probe, sched::Scheduler::Create(config, engine));
-  ManualClock clock;
-  server::JobLifecycle lifecycle(&clock, options.preempt_slack);
-
   const size_t n = trace.size();
   std::vector<size_t> trace_of;  // job id - 1 -> trace index
-  AgentModel agents([&](JobId id) { return ProfileWork(trace[trace_of[id.value() - 1]], options); }, options.save_time);
-
   TimeSimResult result;
-  result.total_gpus = total_gpus;
   result.jobs.resize(n);
   for (size_t i = 0; i < n; ++i) {
     JobResult& o = result.jobs[i];
@@ -101,93 +217,65 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
     o.submit = trace[i].submit;
     o.duration = trace[i].duration;
   }
-
-  // Jobs placed (running or evicted and stopping), for time limits and grace.
-  std::unordered_set<uint64_t> placed;
-  std::vector<JobId> placed_ids;
-  // When a time limit or a grace period may run out next (checked lazily).
-  std::priority_queue<TimePoint, std::vector<TimePoint>, std::greater<TimePoint>> overdue_at;
-  std::vector<Event> decided;
-  std::vector<std::pair<std::string, std::vector<api::TaskReport>>> reports;
-  sched::CycleResult cycle;
-  size_t next_arrival = 0, done = 0, last_progress = 0;
+  size_t done = 0;
   int64_t allocated = 0;
   int32_t pending = 0, running = 0;
-  TimePoint last_cycle = -1;
-
-  // Follows one journaled event: the agents, the counts, the results.
+  std::vector<bool> on_gpus(n, false);
+  // Follows one journaled event: the counts, the results.
   auto follow = [&](const Event& e) {
-    agents.Apply(e);
     if (record != nullptr) record->events.push_back(e);
-    if (const auto* b = std::get_if<JobBound>(&e)) {
-      const size_t i = trace_of[b->id.value() - 1];
-      if (result.jobs[i].first_start < 0) result.jobs[i].first_start = b->at;
-      placed.insert(b->id.value());
-      allocated += trace[i].TotalGpus();
-      --pending;
-      ++running;
-      if (trace[i].time_limit > 0) overdue_at.push(b->at + trace[i].time_limit + 1);
-    } else if (const auto* p = std::get_if<JobPreempting>(&e)) {
-      ++result.jobs[trace_of[p->id.value() - 1]].preemptions;
-      overdue_at.push(p->at + options.grace + options.preempt_slack + 1);
-    } else if (const auto* q = std::get_if<JobRequeued>(&e)) {
-      const size_t i = trace_of[q->id.value() - 1];
-      placed.erase(q->id.value());
-      allocated -= trace[i].TotalGpus();
-      ++pending;
-      --running;
-    } else if (const auto* f = std::get_if<JobFinished>(&e)) {
-      const size_t i = trace_of[f->id.value() - 1];
-      if (placed.erase(f->id.value()) > 0) {
+    auto off = [&](size_t i) {
+      if (on_gpus[i]) {
+        on_gpus[i] = false;
         allocated -= trace[i].TotalGpus();
         --running;
       } else {
         --pending;
       }
+    };
+    if (const auto* b = std::get_if<JobBound>(&e)) {
+      const size_t i = trace_of[b->id.value() - 1];
+      if (result.jobs[i].first_start < 0) result.jobs[i].first_start = b->at;
+      on_gpus[i] = true;
+      allocated += trace[i].TotalGpus();
+      --pending;
+      ++running;
+    } else if (const auto* p = std::get_if<JobPreempting>(&e)) {
+      ++result.jobs[trace_of[p->id.value() - 1]].preemptions;
+    } else if (const auto* q = std::get_if<JobRequeued>(&e)) {
+      off(trace_of[q->id.value() - 1]);
+      ++pending;
+    } else if (const auto* f = std::get_if<JobFinished>(&e)) {
+      const size_t i = trace_of[f->id.value() - 1];
+      off(i);
       result.jobs[i].end = f->at;
       ++done;
     } else if (const auto* c = std::get_if<JobCancelled>(&e)) {
       const size_t i = trace_of[c->id.value() - 1];
-      if (placed.erase(c->id.value()) > 0) {
-        allocated -= trace[i].TotalGpus();
-        --running;
-      } else {
-        --pending;
-      }
+      off(i);
       result.never.push_back(trace[i].name + ": " + c->reason);
       ++done;
     }
   };
+  ProfileDriver driver(
+      config, options, [&](JobId id) { return ProfileWork(trace[trace_of[id.value() - 1]], options); }, follow);
+  ROTA_RETURN_IF_ERROR(driver.Create());
+  int64_t total_gpus = 0;
+  for (const NodeSpec& node : nodes) {
+    ROTA_RETURN_IF_ERROR(driver.Seed(NodeAdded{node}));
+    total_gpus += node.gpus;
+  }
+  if (total_gpus == 0) return InvalidArgumentError("--cluster: the cluster has no GPUs");
+  for (const std::string& name : config.drained) ROTA_RETURN_IF_ERROR(driver.Seed(NodeDrainChanged{name, true}));
+  result.total_gpus = total_gpus;
 
-  while (done < n) {
-    TimePoint t = next_arrival < n ? trace[next_arrival].submit : kNever;
-    t = std::min(t, agents.NextReport());
-    while (!overdue_at.empty() && overdue_at.top() <= last_cycle) overdue_at.pop();
-    if (!overdue_at.empty()) t = std::min(t, overdue_at.top());
-    if (pending > 0 && last_cycle >= 0) t = std::min(t, last_cycle + options.tick);
-    if (t == kNever) break;  // nothing runs or arrives: what waits can never run
-    clock.Set(t);
-    if (record != nullptr) record->steps.push_back(t);
-    server::Batch batch{&state};
-    // 1. Reports.
-    {
-      Snapshot snap = state.GetSnapshot();
-      agents.TakeDue(snap, t, &reports);
-    }
-    for (const auto& [node, tasks] : reports) lifecycle.OnTaskReports(batch, node, tasks);
-    // 2. Arrivals.
+  size_t next_arrival = 0, last_progress = 0;
+  auto arrivals = [&](server::Batch& batch) {
+    const TimePoint t = trace[next_arrival].submit;
     for (; next_arrival < n && trace[next_arrival].submit == t; ++next_arrival) {
       const size_t i = next_arrival;
-      JobRecord probe_job;
-      probe_job.id = JobId(trace_of.size() + 1);
-      probe_job.spec = ProfileJobSpec(config, trace[i], i, options);
-      Status admitted = ValidateNewJobSpec(probe_job.spec);
-      if (admitted.ok()) admitted = ResolveJobPolicy(config, &probe_job.spec);
-      if (admitted.ok()) {
-        Snapshot snap = state.GetSnapshot();
-        const sched::PendingReason why = probe->CheckResolvable(snap, probe_job);
-        if (!why.ok()) admitted = Status(StatusCode::kOutOfRange, std::string(sched::ReasonCodeName(why.code)) + ": " + why.message);
-      }
+      const Status admitted =
+          driver.Submit(batch, JobId(trace_of.size() + 1), ProfileJobSpec(config, trace[i], i, options), t, "sim");
       if (!admitted.ok()) {
         result.never.push_back(trace[i].name + ": " + std::string(admitted.message()));
         ++done;
@@ -195,61 +283,39 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
       }
       trace_of.push_back(i);
       ++pending;
-      Check(batch.Apply(JobSubmitted{.id = probe_job.id, .spec = std::move(probe_job.spec), .at = t, .user = "sim"}));
     }
-    // 3. Time limits and grace periods.
-    {
-      placed_ids.clear();
-      for (uint64_t id : placed) placed_ids.push_back(JobId(id));
-      std::sort(placed_ids.begin(), placed_ids.end());
-      server::JobLifecycle::Overdue overdue;
-      {
-        Snapshot snap = state.GetSnapshot();
-        overdue = lifecycle.FindOverdue(snap, placed_ids, t);
-      }
-      if (!overdue.empty()) lifecycle.EndOverdue(batch, overdue, t);
-    }
-    for (const Event& e : batch.events) follow(e);
-    // 4. One cycle.
-    {
-      Snapshot snap = state.GetSnapshot();
-      const auto begin = std::chrono::steady_clock::now();
-      scheduler->RunCycle(snap, t, &cycle);
-      result.cycle_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count());
-      decided.clear();
-      sched::ToEvents(cycle, snap, t, &decided);
-    }  // the snapshot goes before the first Apply, so nothing is copied
-    last_cycle = t;
-    server::Batch decisions{&state};
-    server::ApplyDecisions(decisions, decided, lifecycle);
-    for (const Event& e : decisions.events) follow(e);
-
+  };
+  while (done < n) {
+    const TimePoint arrival = next_arrival < n ? trace[next_arrival].submit : kNever;
+    TimePoint t = std::min(arrival, driver.NextDue());
+    if (pending > 0 && driver.last_cycle() >= 0) t = std::min(t, driver.last_cycle() + options.tick);
+    if (t == kNever) break;  // nothing runs or arrives: what waits can never run
+    if (record != nullptr) record->steps.push_back(t);
+    driver.Step(t, t == arrival ? std::function<void(server::Batch&)>(arrivals) : nullptr);
     if (result.samples.empty() || result.samples.back().allocated_gpus != allocated ||
         result.samples.back().pending != pending || result.samples.back().running != running) {
       result.samples.push_back({t, allocated, pending, running});
     }
     // Nothing runs or will arrive and the cycle decided nothing: what still
     // waits never runs here (its queue's ceiling, a drained node).
-    if (running == 0 && next_arrival == n && decisions.events.empty() && agents.NextReport() == kNever) break;
+    if (running == 0 && next_arrival == n && !driver.last_cycle_decided() && driver.NextDue() == kNever) break;
     if (options.progress && done * 100 / n != last_progress) {
       last_progress = done * 100 / n;
       options.progress(static_cast<double>(done) / static_cast<double>(n));
     }
   }
 
-  for (size_t id = 0; id < trace_of.size(); ++id) {
-    JobResult& o = result.jobs[trace_of[id]];
-    o.lost_gpu_seconds = agents.lost_gpu_seconds(JobId(id + 1));
-  }
   {
-    Snapshot snap = state.GetSnapshot();
+    Snapshot snap = driver.state().GetSnapshot();
     for (size_t id = 0; id < trace_of.size(); ++id) {
+      JobResult& o = result.jobs[trace_of[id]];
+      o.lost_gpu_seconds = driver.agents().lost_gpu_seconds(JobId(id + 1));
       // Requeues other than after an eviction (the model's jobs never fail:
       // an evicted gang that did not stop within its grace).
-      JobResult& o = result.jobs[trace_of[id]];
       if (const JobRecord* job = snap.FindJob(JobId(id + 1))) o.restarts = std::max(0, job->restarts - o.preemptions);
     }
   }
+  result.cycle_ms = driver.cycle_ms();
   result.summary = Summarize(result.jobs, result.samples, total_gpus);
   Summary& s = result.summary;
   s.cycles = static_cast<int64_t>(result.cycle_ms.size());

@@ -249,7 +249,7 @@ bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, boo
   return ok;
 }
 
-PendingReason Allocate::Explain(Session& s, const JobRecord& job, bool ends_first, bool nominee,
+PendingReason Allocate::Explain(Session& s, const JobRecord& /*job*/, bool ends_first, bool nominee,
                                 bool* unresolvable) const {
   PendingReason reason = ExplainUnresolvable(s.ctx(), s.request());
   *unresolvable = !reason.ok();
