@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <limits>
 #include <queue>
+#include <map>
 #include <set>
+#include <unordered_map>
 
 #include "base/clock.h"
 #include "sched/engine.h"
@@ -327,6 +329,127 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
   s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   if (s.wall_s > 0) s.sim_days_per_wall_s = s.makespan_s / 86400.0 / s.wall_s;
   return result;
+}
+
+StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, TimePoint now,
+                             const ProjectOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  if (options.sim.tick <= 0 || options.resolution <= 0 || options.horizon <= 0) {
+    return InvalidArgumentError("tick, resolution and horizon must be positive");
+  }
+  Projection out;
+  // The default run time: the median of the finished jobs' (bounded scan of the latest).
+  out.default_run = options.default_run;
+  if (out.default_run <= 0) {
+    std::vector<Duration> runs;
+    const JobTable& jobs = snap.jobs();
+    for (auto it = jobs.begin(); it != jobs.end() && runs.size() < 100'000; ++it) {
+      const JobRecord& j = *it->second;
+      if (j.state == JobState::kSucceeded && j.started_at > 0 && j.finished_at > j.started_at) {
+        runs.push_back(j.finished_at - j.started_at);
+      }
+    }
+    if (!runs.empty()) {
+      std::nth_element(runs.begin(), runs.begin() + static_cast<ptrdiff_t>(runs.size() / 2), runs.end());
+      out.default_run = runs[runs.size() / 2];
+    } else {
+      out.default_run = 3600 * kMicrosPerSecond;
+    }
+  }
+  // What each live job runs for, and whether that is an estimate.
+  std::unordered_map<uint64_t, ModelWork> work;
+  std::unordered_map<uint64_t, bool> estimated;
+  std::map<JobId, size_t> index;  // pending job -> out.jobs
+  for (const auto& [id, job] : snap.live_jobs()) {
+    ModelWork w;
+    w.checkpoint_interval = options.sim.checkpoint_interval;
+    w.grace = job->spec.checkpoint.grace;
+    for (const TaskGroupSpec& t : job->spec.tasks) w.gpus += static_cast<int64_t>(t.replicas) * t.gpus;
+    const bool limited = job->spec.time_limit > 0;
+    if (job->state == JobState::kPending) {
+      w.duration = limited ? job->spec.time_limit : out.default_run;
+      index[id] = out.jobs.size();
+      out.jobs.push_back({id, -1, false, ""});
+    } else {
+      const Duration elapsed = std::max<Duration>(0, now - job->started_at);
+      w.duration = limited ? job->spec.time_limit : std::max(out.default_run, elapsed + out.default_run / 10);
+    }
+    work[id.value()] = w;
+    estimated[id.value()] = !limited;
+  }
+  TimePoint first_estimated_end = kNever;
+  size_t started = 0;
+  auto follow = [&](const Event& e) {
+    if (const auto* b = std::get_if<JobBound>(&e)) {
+      auto it = index.find(b->id);
+      if (it != index.end() && out.jobs[it->second].start < 0) {
+        out.jobs[it->second].start = b->at;
+        out.jobs[it->second].estimate = b->at >= first_estimated_end;
+        ++started;
+      }
+    } else if (const auto* f = std::get_if<JobFinished>(&e)) {
+      if (estimated[f->id.value()]) first_estimated_end = std::min(first_estimated_end, f->at);
+    } else if (const auto* q = std::get_if<JobRequeued>(&e)) {
+      if (estimated[q->id.value()]) first_estimated_end = std::min(first_estimated_end, q->at);
+    } else if (const auto* c = std::get_if<JobCancelled>(&e)) {
+      auto it = index.find(c->id);
+      if (it != index.end() && out.jobs[it->second].start < 0 && out.jobs[it->second].why.empty()) {
+        out.jobs[it->second].why = c->reason;
+        ++started;
+      }
+    }
+  };
+  ProfileDriver driver(
+      config, options.sim, [&](JobId id) { return work.at(id.value()); }, follow);
+  ROTA_RETURN_IF_ERROR(driver.Create());
+  for (const Event& e : CompactState(snap, /*live_only=*/true)) ROTA_RETURN_IF_ERROR(driver.Seed(e));
+  // The changes.
+  for (const auto& [group, count] : options.change.add_nodes) {
+    ClusterConfig more = config;
+    auto g = std::find_if(more.node_groups.begin(), more.node_groups.end(), [&](const NodeGroupConfig& n) { return n.name == group; });
+    if (g == more.node_groups.end()) {
+      std::string names;
+      for (const NodeGroupConfig& n : config.node_groups) names += (names.empty() ? "" : ", ") + n.name;
+      return InvalidArgumentError("add_nodes: no node group '" + group + "' in the config" +
+                                  (names.empty() ? std::string(" (it declares none)") : " (groups: " + names + ")"));
+    }
+    if (count < 1 || count > 100'000) return InvalidArgumentError("add_nodes: " + group + ": count must be 1..100000");
+    g->count += count;
+    ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> specs, ExpandNodes(more));
+    int32_t added = 0;
+    for (NodeSpec& n : specs) {
+      if (driver.state().GetSnapshot().FindNode(n.name) != nullptr) continue;
+      if (n.name.rfind(group + "-", 0) != 0) continue;
+      ROTA_RETURN_IF_ERROR(driver.Seed(NodeAdded{std::move(n)}));
+      if (++added == count) break;
+    }
+  }
+  for (const std::string& name : options.change.drain) {
+    if (driver.state().GetSnapshot().FindNode(name) == nullptr) return InvalidArgumentError("drain: no node '" + name + "'");
+    ROTA_RETURN_IF_ERROR(driver.Seed(NodeDrainChanged{name, true, "what-if"}));
+  }
+
+  const TimePoint end = now + options.horizon;
+  auto round_up = [&](TimePoint t) {
+    if (t == kNever) return t;
+    const TimePoint k = (t - now + options.resolution - 1) / options.resolution;
+    return now + k * options.resolution;
+  };
+  TimePoint t = now;
+  while (started < out.jobs.size() && t <= end) {
+    driver.Step(t, nullptr);
+    ++out.steps;
+    if (started == out.jobs.size()) break;
+    // Nothing runs (every running job has an end due) and the cycle decided
+    // nothing: nothing more will start.
+    if (driver.NextDue() == kNever && !driver.last_cycle_decided()) break;
+    TimePoint next = round_up(driver.NextDue());
+    next = std::min(next, t + std::max(options.sim.tick, options.resolution));
+    if (next <= t) next = t + options.resolution;
+    t = next;
+  }
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return out;
 }
 
 }  // namespace rota::sim

@@ -50,4 +50,40 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
                                       const std::vector<TraceJob>& jobs, const TimeSimOptions& options,
                                       ProfileRecord* record = nullptr);
 
+// What-if on today's queue: a live state (a server's snapshot) projected
+// forward with the same driver from `now`, nothing more submitted. Each job
+// runs to its time limit; one without a limit for `default_run` (the median
+// run time of the state's finished jobs, else an hour), and a running one
+// for at least a tenth of that more. A start that comes after any such
+// estimated end is marked an estimate. Steps are rounded up to whole
+// `resolution`s (reports due inside one are taken together). Fair share
+// starts from what the queues hold now (the server's decayed history is not
+// in the snapshot).
+struct WhatIfChange {
+  std::vector<std::pair<std::string, int32_t>> add_nodes;  // more nodes of a config node group
+  std::vector<std::string> drain;                          // nodes to drain
+  bool empty() const { return add_nodes.empty() && drain.empty(); }
+};
+struct ProjectOptions {
+  TimeSimOptions sim;  // tick, min_runtime, preempt_slack, save_time, checkpoint_interval
+  Duration horizon = 30LL * 24 * 3600 * kMicrosPerSecond;
+  Duration resolution = 60 * kMicrosPerSecond;
+  Duration default_run = 0;  // 0: from the state's finished jobs
+  WhatIfChange change;
+};
+struct ProjectedStart {
+  JobId job;
+  TimePoint start = -1;  // -1: not within the horizon (or never: see why)
+  bool estimate = false;
+  std::string why;  // a job rejected in the projection (its queue or the changed cluster could never hold it)
+};
+struct Projection {
+  std::vector<ProjectedStart> jobs;  // every pending job of the state, in id order
+  Duration default_run = 0;
+  int64_t steps = 0;
+  double wall_s = 0;
+};
+// Errors: a change naming an unknown node group or node (InvalidArgument).
+StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, TimePoint now, const ProjectOptions& options);
+
 }  // namespace rota::sim

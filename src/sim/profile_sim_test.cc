@@ -111,3 +111,96 @@ TEST(ProfileSim, RefusesWhatItDoesNotSimulate) {
 
 }  // namespace
 }  // namespace rota::sim
+
+namespace rota::sim {
+namespace {
+
+// One node of group n (8 GPUs); job 1 ran 200 s and finished; job 2 runs
+// since now - 100 s with a 1,000 s limit; job 3 waits with a 500 s limit, job
+// 4 with none (it runs the median, 200 s).
+struct LiveState {
+  ClusterConfig config;
+  ClusterState state{std::vector<std::string>{"nvlink", "node"}};
+  TimePoint now = 10'000 * kS;
+  LiveState() {
+    config.topology = {"nvlink", "node"};
+    config.node_groups.push_back({.name = "n", .count = 1, .gpus = 8, .gpu_model = "V100", .cpu = 64000, .memory = 262144});
+    StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(config);
+    EXPECT_TRUE(nodes.ok());
+    for (const NodeSpec& n : *nodes) EXPECT_TRUE(state.Apply(NodeAdded{n}).ok());
+    auto spec = [](const std::string& name, Duration limit) {
+      JobSpec s;
+      s.name = name;
+      s.time_limit = limit;
+      s.tasks.push_back({.name = "w", .replicas = 1, .gpus = 8, .command = {"x"}});
+      return s;
+    };
+    auto all = [&] {
+      ReplicaPlacement r;
+      r.node = NodeId(0);
+      r.gpu_mask = 0xff;
+      return std::vector<ReplicaPlacement>{r};
+    };
+    EXPECT_TRUE(state.Apply(JobSubmitted{.id = JobId(1), .spec = spec("done", 0), .at = 0, .user = "u"}).ok());
+    EXPECT_TRUE(state.Apply(JobBound{JobId(1), all(), 1000 * kS}).ok());
+    EXPECT_TRUE(state.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 1200 * kS, ""}).ok());
+    EXPECT_TRUE(state.Apply(JobSubmitted{.id = JobId(2), .spec = spec("running", 1000 * kS), .at = 0, .user = "u"}).ok());
+    EXPECT_TRUE(state.Apply(JobBound{JobId(2), all(), now - 100 * kS}).ok());
+    EXPECT_TRUE(state.Apply(JobSubmitted{.id = JobId(3), .spec = spec("limited", 500 * kS), .at = 1, .user = "u"}).ok());
+    EXPECT_TRUE(state.Apply(JobSubmitted{.id = JobId(4), .spec = spec("open", 0), .at = 2, .user = "u"}).ok());
+  }
+};
+
+TEST(Project, EveryPendingJobGetsAnExpectedStartFromTimeLimitsOrTheMedianRun) {
+  LiveState live;
+  StatusOr<Projection> p = Project(live.config, live.state.GetSnapshot(), live.now, {});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->default_run, 200 * kS);
+  ASSERT_EQ(p->jobs.size(), 2u);
+  EXPECT_EQ(p->jobs[0].job, JobId(3));
+  EXPECT_EQ(p->jobs[0].start, live.now + 900 * kS);  // when job 2's limit ends
+  EXPECT_FALSE(p->jobs[0].estimate);
+  EXPECT_EQ(p->jobs[1].start, live.now + 1440 * kS);  // job 3's limit later (1,400 s), on the minute
+  EXPECT_FALSE(p->jobs[1].estimate);
+  // The projection changes nothing of the live state.
+  EXPECT_EQ(live.state.GetSnapshot().FindJob(JobId(3))->state, JobState::kPending);
+}
+
+TEST(Project, AddedNodesAndDrainsChangeTheProjection) {
+  LiveState live;
+  ProjectOptions more;
+  more.change.add_nodes = {{"n", 1}};
+  StatusOr<Projection> p = Project(live.config, live.state.GetSnapshot(), live.now, more);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->jobs[0].start, live.now);              // on the new node at once
+  EXPECT_EQ(p->jobs[1].start, live.now + 540 * kS);   // when job 3 ends there (500 s, on the minute)
+  ProjectOptions drain;
+  drain.change.drain = {"n-0"};
+  p = Project(live.config, live.state.GetSnapshot(), live.now, drain);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->jobs[0].start, -1);  // nowhere to run within the horizon
+  ProjectOptions bad;
+  bad.change.add_nodes = {{"gpu", 1}};
+  EXPECT_EQ(Project(live.config, live.state.GetSnapshot(), live.now, bad).status().code(), StatusCode::kInvalidArgument);
+  bad.change = {};
+  bad.change.drain = {"nope"};
+  EXPECT_EQ(Project(live.config, live.state.GetSnapshot(), live.now, bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Project, AStartAfterAnEstimatedEndIsAnEstimate) {
+  LiveState live;
+  // A third pending job behind job 4, which has no limit.
+  JobSpec s;
+  s.name = "after";
+  s.tasks.push_back({.name = "w", .replicas = 1, .gpus = 8, .command = {"x"}});
+  ASSERT_TRUE(live.state.Apply(JobSubmitted{.id = JobId(5), .spec = s, .at = 3, .user = "u"}).ok());
+  StatusOr<Projection> p = Project(live.config, live.state.GetSnapshot(), live.now, {});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->jobs.size(), 3u);
+  EXPECT_FALSE(p->jobs[1].estimate);
+  EXPECT_EQ(p->jobs[2].start, live.now + 1680 * kS);  // job 4's 200 s estimate after 1,440 s, on the minute
+  EXPECT_TRUE(p->jobs[2].estimate);
+}
+
+}  // namespace
+}  // namespace rota::sim
