@@ -134,6 +134,12 @@ const std::vector<CommandHelp>& Commands() {
        "undrains it (admin), or describes it: state, reason, labels, every GPU.",
        {"--reason"}},
       {"queues", "rota queues [-o json]", "Queues with their guarantees, holdings, pending and running jobs.", {}},
+      {"whatif", "rota whatif [--add-nodes GROUP=N]... [--drain NODE]... [--horizon 30d] [-o json]",
+       "When every pending job you can see is expected to start: the server projects its live state\n"
+       "forward with its own profile (the engine it runs, in virtual time; running and pending jobs run\n"
+       "to their time limits, or for the median run of finished jobs: marked ~, an estimate). With\n"
+       "--add-nodes (more nodes of a config node group) or --drain, the same beside it, from one snapshot.",
+       {"--add-nodes", "--drain", "--horizon"}},
       {"top", "rota top [-o json]", "GPU utilisation, memory and power per node and GPU.", {}},
       {"token",
        "rota token create --user NAME [--role admin|user|agent] [--node NODE] [--ttl 30d] [--existing]\n"
@@ -608,11 +614,65 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       std::cout << "leader  " << leader << " (epoch " << S(j, "epoch") << ", journal at event " << S(j, "journal_seq")
                 << ")\n\n";
       Table t({"REPLICA", "ROLE", "AT EVENT", "LAG", "SEEN"});
-      for (const auto& r : j["replicas"]) {
-        t.Add({S(r, "url"), S(r, "role"), S(r, "seq"), S(r, "lag_events"),
-               std::to_string(r.value("seen_ms_ago", int64_t{0}) / 1000) + "s ago"});
+      for (const auto& rep : j["replicas"]) {
+        t.Add({S(rep, "url"), S(rep, "role"), S(rep, "seq"), S(rep, "lag_events"),
+               std::to_string(rep.value("seen_ms_ago", int64_t{0}) / 1000) + "s ago"});
       }
       std::cout << t.Render();
+    });
+  }
+
+  if (cmd == "whatif") {
+    std::vector<std::string> adds, drains;
+    std::string horizon;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      if ((a == "--add-nodes" || a == "--drain" || a == "--horizon") && i + 1 < args.size()) {
+        const std::string& v = args[++i];
+        if (a == "--add-nodes") adds.push_back(v);
+        else if (a == "--drain") drains.push_back(v);
+        else horizon = v;
+        continue;
+      }
+      return Usage(help->usage);
+    }
+    auto join = [](const std::vector<std::string>& v) {
+      std::string out;
+      for (const std::string& x : v) out += (out.empty() ? "" : ",") + x;
+      return out;
+    };
+    std::string query;
+    if (!adds.empty()) query += "&add_nodes=" + UrlEncode(join(adds));
+    if (!drains.empty()) query += "&drain=" + UrlEncode(join(drains));
+    if (!horizon.empty()) query += "&horizon=" + UrlEncode(horizon);
+    if (!query.empty()) query[0] = '?';
+    Response r = c.Get("/v1/whatif" + query);
+    return Run(c, r, "whatif", [&](const json& j) {
+      const bool changes = j.contains("with_changes");
+      auto start = [](const json& job) -> std::string {
+        if (job.contains("why")) return "never";
+        if (job["starts_in_s"].is_null()) return "beyond horizon";
+        const int64_t in = job["starts_in_s"].get<int64_t>();
+        return (job.value("estimate", false) ? "~" : "") + (in <= 0 ? std::string("now") : "in " + FormatSpan(in * kMicrosPerSecond));
+      };
+      std::map<int64_t, const json*> variant;
+      if (changes) {
+        for (const auto& job : j["with_changes"]["jobs"]) variant[job["id"].get<int64_t>()] = &job;
+      }
+      std::vector<std::string> head = {"ID", "NAME", "USER", "QUEUE", "EXPECTED START"};
+      if (changes) head.push_back("WITH CHANGES");
+      Table t(head);
+      for (const auto& job : j["baseline"]["jobs"]) {
+        std::vector<std::string> row = {S(job, "id"), S(job, "name"), S(job, "user"), S(job, "queue"), start(job)};
+        if (changes) {
+          auto it = variant.find(job["id"].get<int64_t>());
+          row.push_back(it == variant.end() ? "-" : start(*it->second));
+        }
+        t.Add(row);
+      }
+      std::cout << t.Render();
+      std::cout << "\n~: after a job with no time limit ends (run for the median of finished jobs, "
+                << FormatSpan(j["baseline"]["default_run_s"].get<int64_t>() * kMicrosPerSecond) << ")\n";
     });
   }
 

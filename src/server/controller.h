@@ -204,6 +204,8 @@ class Controller {
   const Auth& auth() const { return auth_; }
   const Clock& clock() const { return *options_.clock; }
   Duration node_timeout() const { return options_.node_timeout; }
+  Duration min_runtime() const { return options_.min_runtime; }
+  Duration preempt_slack() const { return options_.preempt_slack; }
 
   // How often agents report (a third of the node timeout or the fence
   // interval, whichever is shorter: a lease is renewed by each answered

@@ -24,6 +24,7 @@
 #include "api/json_codec.h"
 #include "api/yaml_codec.h"
 #include "server/views.h"
+#include "sim/profile_sim.h"
 
 namespace rota::server {
 
@@ -114,6 +115,19 @@ class RateLimiter {
   std::mutex mu_;
   std::map<std::string, Bucket> buckets_;
 };
+
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > pos) out.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
 
 void Reply(HttpResponse& res, int status, const ordered_json& body) {
   res.status = status;
@@ -691,6 +705,79 @@ class HttpServerImpl final : public HttpServer {
       res.set_content(std::string(asset->data, asset->size), std::string(asset->content_type));
     });
 
+    // What-if on today's queue: the live state projected forward with this
+    // server's profile (sim/profile_sim.h Project): every pending job's
+    // expected start, and with ?add_nodes=GROUP=N[,GROUP=N] and
+    // ?drain=NODE[,NODE] the same beside it, from one snapshot. ?horizon=
+    // bounds it (default 30d, at most 90d). The jobs are those the caller
+    // may see; the projection runs all of them. One projection at a time.
+    srv.Get("/v1/whatif", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
+      sim::ProjectOptions options;
+      options.sim.min_runtime = c_->min_runtime();
+      options.sim.preempt_slack = c_->preempt_slack();
+      if (req.has_param("horizon")) {
+        auto h = ParseDuration(req.get_param_value("horizon"));
+        if (!h.ok() || *h <= 0 || *h > 90LL * 24 * 3600 * kMicrosPerSecond) {
+          return ReplyError(res, InvalidArgumentError("horizon: must be a duration from 1s to 90d, got '" +
+                                                      req.get_param_value("horizon") + "'"));
+        }
+        options.horizon = *h;
+      }
+      sim::WhatIfChange change;
+      for (const std::string& item : SplitList(req.get_param_value("add_nodes"))) {
+        const size_t eq = item.find('=');
+        int32_t n = 0;
+        const char* begin = item.data() + (eq == std::string::npos ? 0 : eq + 1);
+        auto [end, ec] = std::from_chars(begin, item.data() + item.size(), n);
+        if (eq == std::string::npos || eq == 0 || ec != std::errc() || end != item.data() + item.size() || n < 1) {
+          return ReplyError(res, InvalidArgumentError("add_nodes: '" + item + "' is not GROUP=N (N >= 1)"));
+        }
+        change.add_nodes.emplace_back(item.substr(0, eq), n);
+      }
+      change.drain = SplitList(req.get_param_value("drain"));
+      bool expected = false;
+      if (!projecting_.compare_exchange_strong(expected, true)) {
+        res.set_header("Retry-After", "1");
+        return ReplyError(res, Status(StatusCode::kResourceExhausted, "a what-if projection is already running; retry shortly"));
+      }
+      struct Done {
+        std::atomic<bool>* flag;
+        ~Done() { flag->store(false); }
+      } done{&projecting_};
+      const Snapshot snap = c_->snapshot();
+      const TimePoint now = c_->clock().Now();
+      auto view = [&](const sim::Projection& p) {
+        ordered_json jobs = ordered_json::array();
+        for (const sim::ProjectedStart& s : p.jobs) {
+          const JobRecord* job = snap.FindJob(s.job);
+          if (job == nullptr || (!who.admin() && job->user != who.user && !AllSeeAll())) continue;
+          ordered_json j = {{"id", s.job.value()}, {"name", job->spec.name}, {"user", job->user}, {"queue", job->spec.queue}};
+          j["expected_start"] = s.start >= 0 ? ordered_json(FormatTime(s.start)) : ordered_json(nullptr);
+          j["starts_in_s"] = s.start >= 0 ? ordered_json((s.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
+          j["estimate"] = s.estimate;
+          if (!s.why.empty()) j["why"] = s.why;
+          jobs.push_back(std::move(j));
+        }
+        return ordered_json{{"jobs", jobs}, {"default_run_s", p.default_run / kMicrosPerSecond}, {"steps", p.steps},
+                            {"wall_ms", p.wall_s * 1000}};
+      };
+      StatusOr<sim::Projection> base = sim::Project(c_->config(), snap, now, options);
+      if (!base.ok()) return ReplyError(res, base.status());
+      ordered_json out = {{"now", FormatTime(now)}, {"horizon_s", options.horizon / kMicrosPerSecond}, {"baseline", view(*base)}};
+      if (!change.empty()) {
+        options.change = change;
+        StatusOr<sim::Projection> variant = sim::Project(c_->config(), snap, now, options);
+        if (!variant.ok()) return ReplyError(res, variant.status());
+        ordered_json v = view(*variant);
+        ordered_json adds = ordered_json::object();
+        for (const auto& [group, n] : change.add_nodes) adds[group] = n;
+        v["add_nodes"] = adds;
+        v["drain"] = change.drain;
+        out["with_changes"] = std::move(v);
+      }
+      Reply(res, 200, out);
+    }));
+
     srv.Get("/v1/nodes", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
       Snapshot snap = c_->snapshot();
       const auto live = c_->nodes_live();
@@ -1036,6 +1123,7 @@ class HttpServerImpl final : public HttpServer {
   HttpOptions options_;
   RateLimiter limiter_;
   std::atomic<int> long_polls_{0};
+  std::atomic<bool> projecting_{false};  // a /v1/whatif projection runs
   // Deferred answers not yet handed to the transport.
   void AsyncBegin() {
     std::lock_guard<std::mutex> lock(async_mu_);

@@ -89,6 +89,59 @@ tasks:
   EXPECT_EQ(RunRota({"jobs"}, {"ROTA_SERVER=" + up.url(), "ROTA_TOKEN=wrong"}, tmp.path()).exit_code, 4);
 }
 
+// rota whatif: the live queue projected forward by the server's own profile.
+TEST_F(Integration, WhatIfGivesEveryPendingJobAnExpectedStart) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  auto submit = [&](const std::string& name, const std::string& limit) {
+    const std::string file = Write(name + ".yaml", "name: " + name + "\n" + (limit.empty() ? "" : "time_limit: " + limit + "\n") +
+                                                       "tasks: [{gpus: 4, command: [sleep, '600']}]\n");
+    CommandResult r = RunRota({"submit", file}, env, tmp.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  };
+  submit("holds", "1h");
+  for (int i = 0; i < 200; ++i) {  // running before the others come
+    CommandResult d = RunRota({"describe", "1", "-o", "json"}, env, tmp.path());
+    if (d.exit_code == 0 && json::parse(d.out)["state"] == "running") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  submit("next", "30m");
+  submit("open", "");
+  submit("last", "10m");
+  CommandResult w = RunRota({"whatif", "-o", "json"}, env, tmp.path());
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  const json j = json::parse(w.out);
+  const json& jobs = j["baseline"]["jobs"];
+  ASSERT_EQ(jobs.size(), 3u) << w.out;
+  // "next" when "holds" reaches its hour (on the minute), "open" 30 minutes
+  // later, "last" after "open"'s estimated hour (no finished job yet: 1 h).
+  EXPECT_EQ(jobs[0]["name"], "next");
+  EXPECT_GE(jobs[0]["starts_in_s"].get<int64_t>(), 3500);
+  EXPECT_LE(jobs[0]["starts_in_s"].get<int64_t>(), 3660);
+  EXPECT_FALSE(jobs[0]["estimate"].get<bool>());
+  EXPECT_EQ(jobs[1]["starts_in_s"].get<int64_t>() - jobs[0]["starts_in_s"].get<int64_t>(), 1800) << w.out;
+  EXPECT_FALSE(jobs[1]["estimate"].get<bool>());
+  EXPECT_EQ(jobs[2]["starts_in_s"].get<int64_t>() - jobs[1]["starts_in_s"].get<int64_t>(), 3600) << w.out;
+  EXPECT_TRUE(jobs[2]["estimate"].get<bool>());
+  EXPECT_EQ(j["baseline"]["default_run_s"], 3600);
+  // The table, and the same with the node drained, side by side.
+  CommandResult t = RunRota({"whatif", "--drain", "local"}, env, tmp.path());
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("EXPECTED START  WITH CHANGES"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("beyond horizon"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("~in "), std::string::npos) << t.out;
+  // Bad changes: the field and the reason, exit 2.
+  CommandResult bad = RunRota({"whatif", "--add-nodes", "gpu=2"}, env, tmp.path());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("add_nodes: no node group 'gpu'"), std::string::npos) << bad.err;
+  bad = RunRota({"whatif", "--add-nodes", "gpu"}, env, tmp.path());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("is not GROUP=N"), std::string::npos) << bad.err;
+  bad = RunRota({"whatif", "--horizon", "1y"}, env, tmp.path());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("horizon: must be a duration"), std::string::npos) << bad.err;
+}
+
 // Two half-GPU jobs share the one GPU and run at once; a third waits; each
 // task sees its GPU and its share; describe states the share and isolation.
 TEST_F(Integration, GpuFractionsShareOneGpu) {
