@@ -430,10 +430,17 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
   }
 
   const TimePoint end = now + options.horizon;
+  // The step at or after `t`, on a whole resolution; coarser further ahead
+  // (a 32nd of the distance from now): an estimate hours ahead needs no
+  // minute, and each step is a cycle over the whole queue.
+  auto resolution = [&](TimePoint t) {
+    const Duration far = (t - now) / 32;
+    return std::max(options.resolution, (far + options.resolution - 1) / options.resolution * options.resolution);
+  };
   auto round_up = [&](TimePoint t) {
     if (t == kNever) return t;
-    const TimePoint k = (t - now + options.resolution - 1) / options.resolution;
-    return now + k * options.resolution;
+    const Duration r = resolution(t);
+    return now + (t - now + r - 1) / r * r;
   };
   TimePoint t = now;
   while (started < out.jobs.size() && t <= end) {
@@ -444,8 +451,8 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
     // nothing: nothing more will start.
     if (driver.NextDue() == kNever && !driver.last_cycle_decided()) break;
     TimePoint next = round_up(driver.NextDue());
-    next = std::min(next, t + std::max(options.sim.tick, options.resolution));
-    if (next <= t) next = t + options.resolution;
+    next = std::min(next, round_up(t + std::max(options.sim.tick, resolution(t))));
+    if (next <= t) next = t + resolution(t);
     t = next;
   }
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

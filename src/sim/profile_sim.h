@@ -56,7 +56,8 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
 // run time of the state's finished jobs, else an hour), and a running one
 // for at least a tenth of that more. A start that comes after any such
 // estimated end is marked an estimate. Steps are rounded up to whole
-// `resolution`s (reports due inside one are taken together). Fair share
+// `resolution`s (reports due inside one are taken together), coarser further
+// ahead (a 32nd of the distance from now: 8 hours ahead, 15 minutes). Fair share
 // starts from what the queues hold now (the server's decayed history is not
 // in the snapshot).
 struct WhatIfChange {
