@@ -113,11 +113,12 @@ const std::vector<CommandHelp>& Commands() {
        {"--count", "--name", "--queue", "--priority", "--gpus", "--wrap"}},
       {"jobs",
        "rota jobs [--all] [--state S] [--queue Q] [--user U] [--array ID] [--limit N|0 for every page] [--after ID] "
-       "[--watch] [-o json|wide]",
+       "[--watch] [--start] [-o json|wide]",
        "Lists jobs a page at a time (--all includes ended ones; --after ID for the next page; --array ID\n"
        "one job array's elements); --watch lists them again every 2 s; -o wide adds priority, submission\n"
-       "time and each replica's node and GPUs.",
-       {"--all", "-a", "--state", "--queue", "--user", "--array", "--limit", "--after", "--watch", "-w"}},
+       "time and each replica's node and GPUs; --start adds each pending job's expected start from the\n"
+       "server's projection of its queue (see rota whatif; ~ marks an estimate).",
+       {"--all", "-a", "--state", "--queue", "--user", "--array", "--limit", "--after", "--watch", "-w", "--start"}},
       {"describe", "rota describe JOB_ID [-o json]",
        "A job's state, placement, pending reason with the numbers behind it, and its events.", {}},
       {"cancel", "rota cancel JOB_ID [JOB_ID...] | --array ID",
@@ -341,7 +342,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     // a busy cluster's million jobs are never fetched at once.
     std::string query;
     std::string limit = "500";
-    bool watch = false;
+    bool watch = false, start = false;
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i] == "--all" || args[i] == "-a") query += "&all=true";
       else if (args[i] == "--state" && i + 1 < args.size()) query += "&state=" + args[++i];
@@ -351,6 +352,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       else if (args[i] == "--after" && i + 1 < args.size()) query += "&after=" + args[++i];
       else if (args[i] == "--limit" && i + 1 < args.size()) limit = args[++i];
       else if (args[i] == "--watch" || args[i] == "-w") watch = true;
+      else if (args[i] == "--start") start = true;
       else return Usage(help->usage);
     }
     const bool wide = c.output() == "wide";
@@ -379,9 +381,30 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     } else {
       r = c.Get("/v1/jobs?" + query.substr(query.empty() ? 0 : 1) + (query.empty() ? "" : "&") + "limit=" + limit);
     }
+    if (start && r.status == 200) {
+      // --start: each pending job's expected start from the server's
+      // projection of its live queue (rota whatif), in the listing.
+      Response w = c.Get("/v1/whatif");
+      if (w.status != 200) return Client::Fail(w, "jobs --start");
+      const json projection = json::parse(w.body, nullptr, false);
+      json listing = json::parse(r.body, nullptr, false);
+      if (projection.is_object() && listing.is_object()) {
+        std::map<int64_t, const json*> by_id;
+        for (const auto& p : projection["baseline"]["jobs"]) by_id[p["id"].get<int64_t>()] = &p;
+        for (auto& job : listing["jobs"]) {
+          auto it = by_id.find(job["id"].get<int64_t>());
+          if (it == by_id.end()) continue;
+          job["expected_start"] = (*it->second)["expected_start"];
+          job["starts_in_s"] = (*it->second)["starts_in_s"];
+          job["start_estimate"] = (*it->second)["estimate"];
+        }
+        r.body = listing.dump();
+      }
+    }
     if (watch && isatty(STDOUT_FILENO)) std::cout << "\033[H\033[2J";
-    const int rc = Run(c, r, "jobs", [wide](const json& j) {
+    const int rc = Run(c, r, "jobs", [wide, start](const json& j) {
       std::vector<std::string> header{"ID", "NAME", "USER", "QUEUE", "STATE", "GPUS", "WAITED", "TIME", "LIMIT", "NODES", "REASON"};
+      if (start) header.insert(header.begin() + 9, "START");
       if (wide) header.insert(header.begin() + 5, {"PRIORITY", "SUBMITTED"});
       Table t(header);
       for (const auto& job : j["jobs"]) {
@@ -400,6 +423,19 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
                                      Span(job, "waited_s"), Span(job, "elapsed_s"),
                                      job.contains("time_limit") ? S(job, "time_limit") : "-", nodes.empty() ? "-" : nodes,
                                      reason};
+        if (start) {
+          std::string when = "-";
+          if (job.contains("starts_in_s")) {
+            if (job["starts_in_s"].is_null()) {
+              when = "beyond horizon";
+            } else {
+              const int64_t in = job["starts_in_s"].get<int64_t>();
+              when = (job.value("start_estimate", false) ? "~" : "") +
+                     (in <= 0 ? std::string("now") : "in " + FormatSpan(in * kMicrosPerSecond));
+            }
+          }
+          row.insert(row.begin() + 9, when);
+        }
         if (wide) row.insert(row.begin() + 5, {S(job, "priority"), S(job, "submitted_at")});
         t.Add(row);
       }

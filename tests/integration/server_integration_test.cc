@@ -135,6 +135,17 @@ TEST_F(Integration, WhatIfGivesEveryPendingJobAnExpectedStart) {
   EXPECT_NE(t.out.find("EXPECTED START  WITH CHANGES"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("beyond horizon"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("~in "), std::string::npos) << t.out;
+  // rota jobs --start: the same projection in the listing.
+  CommandResult listing = RunRota({"jobs", "--start"}, env, tmp.path());
+  ASSERT_EQ(listing.exit_code, 0) << listing.err;
+  EXPECT_NE(listing.out.find("START"), std::string::npos) << listing.out;
+  EXPECT_NE(listing.out.find("~in "), std::string::npos) << listing.out;
+  CommandResult listing_json = RunRota({"jobs", "--start", "-o", "json"}, env, tmp.path());
+  ASSERT_EQ(listing_json.exit_code, 0) << listing_json.err;
+  const json lj = json::parse(listing_json.out);
+  ASSERT_EQ(lj["jobs"].size(), 4u);
+  EXPECT_FALSE(lj["jobs"][0].contains("starts_in_s"));  // running
+  EXPECT_EQ(lj["jobs"][1]["starts_in_s"], jobs[0]["starts_in_s"]);
   // Bad changes: the field and the reason, exit 2.
   CommandResult bad = RunRota({"whatif", "--add-nodes", "gpu=2"}, env, tmp.path());
   EXPECT_EQ(bad.exit_code, 2);
