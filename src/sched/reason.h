@@ -5,6 +5,8 @@
 // Explain computes it from the cycle's workspace after a placement failed.
 #pragma once
 
+#include <memory>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -37,9 +39,46 @@ enum class ReasonCode {
 std::string_view ReasonCodeName(ReasonCode code);
 bool IsUnresolvable(ReasonCode code);
 
+// A reason's text, shared by its copies: a cycle gives thousands of waiting
+// jobs one reason (and the server keeps each waiting job's), so copying it
+// must not allocate. Reads like a const std::string; += makes a new text
+// (copies made before keep theirs).
+class ReasonText {
+ public:
+  ReasonText() = default;
+  ReasonText(std::string text)  // NOLINT: implicit, as a std::string field was
+      : text_(text.empty() ? nullptr : std::make_shared<const std::string>(std::move(text))) {}
+  ReasonText(const char* text) : ReasonText(std::string(text)) {}  // NOLINT
+  operator const std::string&() const { return str(); }  // NOLINT
+  const std::string& str() const { return text_ ? *text_ : Empty(); }
+  bool empty() const { return str().empty(); }
+  size_t size() const { return str().size(); }
+  const char* c_str() const { return str().c_str(); }
+  size_t find(std::string_view what, size_t pos = 0) const { return str().find(what, pos); }
+  ReasonText& operator+=(std::string_view more) {
+    *this = ReasonText(str() + std::string(more));
+    return *this;
+  }
+  friend std::string operator+(const ReasonText& a, const std::string& b) { return a.str() + b; }
+  friend std::string operator+(const ReasonText& a, const char* b) { return a.str() + b; }
+  friend std::string operator+(const std::string& a, const ReasonText& b) { return a + b.str(); }
+  friend std::string operator+(const char* a, const ReasonText& b) { return a + b.str(); }
+  friend bool operator==(const ReasonText& a, const ReasonText& b) { return a.str() == b.str(); }
+  friend bool operator==(const ReasonText& a, const std::string& b) { return a.str() == b; }
+  friend bool operator==(const ReasonText& a, const char* b) { return a.str() == b; }
+  friend std::ostream& operator<<(std::ostream& os, const ReasonText& t) { return os << t.str(); }
+
+ private:
+  static const std::string& Empty() {
+    static const std::string kEmpty;
+    return kEmpty;
+  }
+  std::shared_ptr<const std::string> text_;
+};
+
 struct PendingReason {
   ReasonCode code = ReasonCode::kNone;
-  std::string message;
+  ReasonText message;
   TimePoint expected_start = 0;  // when a reservation gives one
   bool ok() const { return code == ReasonCode::kNone; }
 };

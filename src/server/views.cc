@@ -72,7 +72,7 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   if (job.state == JobState::kPending) {
     auto reason = c.pending_reason(job.id);
     if (reason) {
-      j["pending_reason"] = {{"code", std::string(sched::ReasonCodeName(reason->code))}, {"message", reason->message}};
+      j["pending_reason"] = {{"code", std::string(sched::ReasonCodeName(reason->code))}, {"message", reason->message.str()}};
       if (reason->expected_start != 0) j["expected_start"] = TimeText(reason->expected_start);
     }
     else j["pending_reason"] = {{"code", "NotYetScheduled"}, {"message", "waiting for the next scheduling cycle"}};
