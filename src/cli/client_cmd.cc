@@ -102,15 +102,16 @@ struct CommandHelp {
 const std::vector<CommandHelp>& Commands() {
   static const std::vector<CommandHelp> kCommands = {
       {"submit",
-       "rota submit JOB.yaml|- [--count N] [--name N] [--queue Q] [--priority P] [--gpus G] [-o json]\n"
+       "rota submit JOB.yaml|- [--count N] [--name N] [--queue Q] [--priority P] [--gpus G] [--dry-run] [-o json]\n"
        "       rota submit --wrap 'CMD' [--gpus G] [...]",
        "Submits a job file (YAML or JSON). --count N submits a job array: N copies (1..100000), all\n"
        "accepted or none, one array id (its first job's); each task sees ROTA_ARRAY_ID, ROTA_ARRAY_INDEX\n"
        "(0..N-1) and ROTA_ARRAY_COUNT. A retry after a lost answer returns the job it made. `-` reads the\n"
        "job from stdin; --wrap CMD submits `sh -c CMD` (one replica: --gpus G, or one CPU), like sbatch\n"
        "--wrap; --name, --queue, --priority (a class or a number) and --gpus (a job of one task group)\n"
-       "replace what the file says.",
-       {"--count", "--name", "--queue", "--priority", "--gpus", "--wrap"}},
+       "replace what the file says. --dry-run (like sbatch --test-only) says whether it would be accepted,\n"
+       "and where and when it would start on the live queue (see rota whatif); nothing is submitted.",
+       {"--count", "--name", "--queue", "--priority", "--gpus", "--wrap", "--dry-run"}},
       {"jobs",
        "rota jobs [--all] [--state S] [--queue Q] [--user U] [--array ID] [--limit N|0 for every page] [--after ID] "
        "[--watch] [--start] [-o json|wide]",
@@ -268,7 +269,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     int64_t count = 1;
     std::vector<std::string> files;
     std::string overrides, wrap;
-    bool wrapped = false;
+    bool wrapped = false, dry_run = false;
     int32_t wrap_gpus = 0;
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
@@ -282,6 +283,8 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       } else if (a == "--wrap" && i + 1 < args.size()) {
         wrap = args[++i];
         wrapped = true;
+      } else if (a == "--dry-run") {
+        dry_run = true;
       } else if (a.size() > 1 && a[0] == '-') {
         return Usage(help->usage);
       } else {
@@ -311,6 +314,30 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       std::stringstream ss;
       ss << in.rdbuf();
       body = ss.str();
+    }
+    if (dry_run) {
+      // Like sbatch --test-only: whether it would be accepted, and where and
+      // when it would start; nothing is submitted.
+      Response r = c.Post("/v1/jobs?dry_run=true&count=" + std::to_string(count) + overrides, body, "application/yaml");
+      NameTheFile(&r, source);
+      return Run(c, r, "submit", [](const json& j) {
+        std::string where;
+        for (const auto& p : j["placement"]) {
+          where += (where.empty() ? "" : ", ") + S(p, "node") + "[" + GpuList(p["gpus"]) + "]";
+        }
+        std::string when = "not within the horizon (30d)";
+        if (!j["starts_in_s"].is_null()) {
+          const int64_t in = j["starts_in_s"].get<int64_t>();
+          when = (j.value("estimate", false) ? "in about " : "in ") + FormatSpan(in * kMicrosPerSecond);
+          if (in <= 0) when = "now";
+        }
+        std::cout << "dry run: " << S(j, "name") << " would be accepted into queue " << S(j, "queue") << " and start " << when
+                  << (where.empty() ? "" : " on " + where) << " (nothing was submitted)\n";
+        if (j.value("estimate", false)) {
+          std::cout << "  (an estimate: a job ahead has no time limit; run times from the median of finished jobs, "
+                    << FormatSpan(j["default_run_s"].get<int64_t>() * kMicrosPerSecond) << ")\n";
+        }
+      });
     }
     if (count == 1) {
       // One key per submission: a retry after a lost answer or a failover

@@ -66,6 +66,17 @@ JobTable::const_iterator JobTable::upper_bound(JobId id) const {
   return const_iterator(this, next / kChunk, next % kChunk);
 }
 
+JobId JobTable::max_id() const {
+  for (size_t c = chunks_.size(); c-- > 0;) {
+    const Chunk* chunk = chunks_[c].get();
+    if (chunk == nullptr) continue;
+    for (size_t w = chunk->occupied.size(); w-- > 0;) {
+      if (chunk->occupied[w] != 0) return JobId(c * kChunk + w * 64 + 63 - static_cast<size_t>(std::countl_zero(chunk->occupied[w])));
+    }
+  }
+  return JobId();
+}
+
 JobTable::Chunk& JobTable::Mut(size_t c) {
   if (c >= chunks_.size()) chunks_.resize(c + 1);
   if (chunks_[c] == nullptr) chunks_[c] = std::make_shared<Chunk>();

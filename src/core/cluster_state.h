@@ -221,6 +221,8 @@ class JobTable {
   // The first job with an id above `id`.
   const_iterator upper_bound(JobId id) const;
   size_t count(JobId id) const { return find(id) != end() ? 1 : 0; }
+  // The largest id held (JobId() if none).
+  JobId max_id() const;
   // Adds or replaces; copies the chunk first if another state shares it.
   void Put(JobId id, std::shared_ptr<const JobRecord> job);
   void Erase(JobId id);

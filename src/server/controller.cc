@@ -513,6 +513,14 @@ void Controller::ScheduleNow() {
 
 StatusOr<JobId> Controller::Submit(const Principal& who, JobSpec spec) { return SubmitArray(who, std::move(spec), 1); }
 
+Status Controller::CheckSubmission(const Principal& who, JobSpec* spec) const {
+  if (who.role == Role::kAgent) return Status(StatusCode::kPermissionDenied, "agents cannot submit jobs");
+  ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(*spec));
+  ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, spec));
+  ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec->queue, who.user, who.admin()));
+  return MountsAllowed(options_.config, *spec, who.admin());
+}
+
 Status Controller::TakeSubmitBudget(const std::string& user, int64_t jobs) {
   const TenantLimits& limits = options_.config.limits;
   const double rate = static_cast<double>(limits.submit_rate);
@@ -554,10 +562,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     return ResourceExhaustedError("count: " + std::to_string(count) + " is over the array limit (limits.max_array: " +
                                   std::to_string(limits.max_array) + ")");
   }
-  ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(spec));
-  ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, &spec));
-  ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec.queue, who.user, who.admin()));
-  ROTA_RETURN_IF_ERROR(MountsAllowed(options_.config, spec, who.admin()));
+  ROTA_RETURN_IF_ERROR(CheckSubmission(who, &spec));
   ROTA_RETURN_IF_ERROR(TakeSubmitBudget(who.user, count));
   // A large array goes in chunks, each its own batch, so that other writers
   // are never held behind it for long; its ids are reserved up front.

@@ -153,6 +153,10 @@ class Controller {
   // is a Conflict (FailedPrecondition), naming the jobs it made.
   StatusOr<JobId> SubmitArray(const Principal& who, JobSpec spec, int64_t count, const std::string& request_id,
                               bool* replayed);
+  // The checks of a submission that need no state (the spec, its priority
+  // class and queue, who may use them, its mounts); resolves `spec` as a
+  // submission would. For a dry run; Submit runs them too.
+  Status CheckSubmission(const Principal& who, JobSpec* spec) const;
   Status Cancel(const Principal& who, JobId id);
   // Records that the job saved a checkpoint at `path` now (its owner or an admin).
   Status Checkpoint(const Principal& who, JobId id, const std::string& path);

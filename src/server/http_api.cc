@@ -445,6 +445,7 @@ class HttpServerImpl final : public HttpServer {
       auto spec = api::ParseJobSpec(req.body, "request body");
       if (!spec.ok()) return ReplyError(res, spec.status());
       if (Status s = ApplyOverrides(req, &*spec); !s.ok()) return ReplyError(res, s);
+      if (req.get_param_value("dry_run") == "true") return DryRun(who, std::move(*spec), count, res);
       bool replayed = false;
       auto id = c_->SubmitArray(who, std::move(*spec), count, request_id, &replayed);
       if (!id.ok()) return ReplyError(res, id.status());
@@ -1032,6 +1033,53 @@ class HttpServerImpl final : public HttpServer {
     return Status::Ok();
   }
   bool AllSeeAll() const { return c_->config().job_visibility == "all"; }
+
+  // POST /v1/jobs?dry_run=true (like sbatch --test-only): whether the job
+  // would be accepted, and where and when it would start, from the live
+  // state projected forward with it added (as GET /v1/whatif projects);
+  // nothing is journaled. An array's `count` copies are projected together.
+  void DryRun(const Principal& who, JobSpec spec, int64_t count, HttpResponse& res) {
+    if (count < 1 || count > 10'000) return ReplyError(res, InvalidArgumentError("count: a dry run takes 1..10000 copies"));
+    if (Status s = c_->CheckSubmission(who, &spec); !s.ok()) return ReplyError(res, s);
+    bool expected = false;
+    if (!projecting_.compare_exchange_strong(expected, true)) {
+      res.set_header("Retry-After", "1");
+      return ReplyError(res, Status(StatusCode::kResourceExhausted, "a what-if projection is already running; retry shortly"));
+    }
+    struct Done {
+      std::atomic<bool>* flag;
+      ~Done() { flag->store(false); }
+    } done{&projecting_};
+    sim::ProjectOptions options;
+    options.sim.min_runtime = c_->min_runtime();
+    options.sim.preempt_slack = c_->preempt_slack();
+    options.user = who.user;
+    options.submit.assign(static_cast<size_t>(count), spec);
+    const Snapshot snap = c_->snapshot();
+    const TimePoint now = c_->clock().Now();
+    StatusOr<sim::Projection> p = sim::Project(c_->config(), snap, now, options);
+    if (!p.ok()) return ReplyError(res, p.status());
+    const sim::ProjectedStart& first = p->jobs[p->jobs.size() - static_cast<size_t>(count)];
+    const sim::ProjectedStart& last = p->jobs.back();
+    ordered_json out = {{"dry_run", true}, {"name", spec.name}, {"queue", spec.queue}, {"count", count}};
+    out["expected_start"] = first.start >= 0 ? ordered_json(FormatTime(first.start)) : ordered_json(nullptr);
+    out["starts_in_s"] = first.start >= 0 ? ordered_json((first.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
+    out["estimate"] = first.estimate;
+    ordered_json placement = ordered_json::array();
+    for (const ReplicaPlacement& r : first.placement) {
+      ordered_json gpus = ordered_json::array();
+      for (int32_t g = 0; g < 64; ++g) {
+        if ((r.gpu_mask >> g) & 1) gpus.push_back(g);
+      }
+      const bool known = r.node.value() < snap.nodes().size();
+      placement.push_back({{"node", known ? snap.nodes()[r.node.value()].spec.name : std::to_string(r.node.value())},
+                           {"task", spec.tasks[r.task].name}, {"replica", r.replica}, {"gpus", gpus}});
+    }
+    out["placement"] = placement;
+    if (count > 1) out["last_starts_in_s"] = last.start >= 0 ? ordered_json((last.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
+    out["default_run_s"] = p->default_run / kMicrosPerSecond;
+    Reply(res, 200, out);
+  }
 
   // Appends the log pieces a (remote) agent shipped to the server's log
   // directory, where `rota logs` reads them. Only replicas that run or ran on

@@ -369,7 +369,7 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
     if (job->state == JobState::kPending) {
       w.duration = limited ? job->spec.time_limit : out.default_run;
       index[id] = out.jobs.size();
-      out.jobs.push_back({id, -1, false, ""});
+      out.jobs.push_back({id, -1, false, "", {}});
     } else {
       const Duration elapsed = std::max<Duration>(0, now - job->started_at);
       w.duration = limited ? job->spec.time_limit : std::max(out.default_run, elapsed + out.default_run / 10);
@@ -384,6 +384,7 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
       auto it = index.find(b->id);
       if (it != index.end() && out.jobs[it->second].start < 0) {
         out.jobs[it->second].start = b->at;
+        out.jobs[it->second].placement = b->placement;
         out.jobs[it->second].estimate = b->at >= first_estimated_end;
         ++started;
       }
@@ -429,6 +430,27 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
     ROTA_RETURN_IF_ERROR(driver.Seed(NodeDrainChanged{name, true, "what-if"}));
   }
 
+  // The dry run's jobs, submitted at the first step.
+  const uint64_t first_new = snap.jobs().max_id().value() + 1;
+  for (size_t k = 0; k < options.submit.size(); ++k) {
+    const JobId id(first_new + k);
+    ModelWork w;
+    w.checkpoint_interval = options.sim.checkpoint_interval;
+    w.grace = options.submit[k].checkpoint.grace;
+    for (const TaskGroupSpec& t : options.submit[k].tasks) w.gpus += static_cast<int64_t>(t.replicas) * t.gpus;
+    w.duration = options.submit[k].time_limit > 0 ? options.submit[k].time_limit : out.default_run;
+    work[id.value()] = w;
+    estimated[id.value()] = options.submit[k].time_limit <= 0;
+    index[id] = out.jobs.size();
+    out.jobs.push_back({id, -1, false, "", {}});
+  }
+  Status refused = Status::Ok();
+  auto submit = [&](server::Batch& batch) {
+    for (size_t k = 0; k < options.submit.size() && refused.ok(); ++k) {
+      refused = driver.Submit(batch, JobId(first_new + k), options.submit[k], now, options.user);
+    }
+  };
+
   const TimePoint end = now + options.horizon;
   // The step at or after `t`, on a whole resolution; coarser further ahead
   // (a 32nd of the distance from now): an estimate hours ahead needs no
@@ -444,8 +466,9 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
   };
   TimePoint t = now;
   while (started < out.jobs.size() && t <= end) {
-    driver.Step(t, nullptr);
+    driver.Step(t, out.steps == 0 && !options.submit.empty() ? std::function<void(server::Batch&)>(submit) : nullptr);
     ++out.steps;
+    if (!refused.ok()) return refused;
     if (started == out.jobs.size()) break;
     // Nothing runs (every running job has an end due) and the cycle decided
     // nothing: nothing more will start.

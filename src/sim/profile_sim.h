@@ -71,12 +71,18 @@ struct ProjectOptions {
   Duration resolution = 60 * kMicrosPerSecond;
   Duration default_run = 0;  // 0: from the state's finished jobs
   WhatIfChange change;
+  // Jobs submitted at `now` by `user` (a dry run: where and when a job would
+  // start), admitted as the server admits them; after the state's pending
+  // jobs in Projection::jobs, with ids after the state's.
+  std::vector<JobSpec> submit;
+  std::string user;
 };
 struct ProjectedStart {
   JobId job;
   TimePoint start = -1;  // -1: not within the horizon (or never: see why)
   bool estimate = false;
   std::string why;  // a job rejected in the projection (its queue or the changed cluster could never hold it)
+  std::vector<ReplicaPlacement> placement;  // where it starts
 };
 struct Projection {
   std::vector<ProjectedStart> jobs;  // every pending job of the state, in id order
@@ -84,7 +90,8 @@ struct Projection {
   int64_t steps = 0;
   double wall_s = 0;
 };
-// Errors: a change naming an unknown node group or node (InvalidArgument).
+// Errors: a change naming an unknown node group or node (InvalidArgument); a
+// submitted job the server would refuse (its error).
 StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, TimePoint now, const ProjectOptions& options);
 
 }  // namespace rota::sim

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+
 namespace rota::sim {
 namespace {
 
@@ -200,6 +202,29 @@ TEST(Project, AStartAfterAnEstimatedEndIsAnEstimate) {
   EXPECT_FALSE(p->jobs[1].estimate);
   EXPECT_EQ(p->jobs[2].start, live.now + 1680 * kS);  // job 4's 200 s estimate after 1,440 s, on the minute
   EXPECT_TRUE(p->jobs[2].estimate);
+}
+
+TEST(Project, ADryRunSaysWhereAndWhenASubmittedJobWouldStart) {
+  LiveState live;
+  ProjectOptions dry;
+  JobSpec s;
+  s.name = "dry";
+  s.time_limit = 100 * kS;
+  s.tasks.push_back({.name = "w", .replicas = 1, .gpus = 4, .command = {"x"}});
+  dry.submit = {s};
+  dry.user = "u";
+  StatusOr<Projection> p = Project(live.config, live.state.GetSnapshot(), live.now, dry);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->jobs.size(), 3u);
+  EXPECT_EQ(p->jobs[2].job, JobId(5));  // after the state's ids
+  EXPECT_EQ(p->jobs[2].start, live.now + 1680 * kS);  // behind jobs 3 and 4, which take the whole node
+  ASSERT_EQ(p->jobs[2].placement.size(), 1u);
+  EXPECT_EQ(std::popcount(p->jobs[2].placement[0].gpu_mask), 4);
+  EXPECT_TRUE(p->jobs[2].estimate);  // job 4 has no limit
+  EXPECT_EQ(live.state.GetSnapshot().FindJob(JobId(5)), nullptr);  // nothing submitted
+  s.tasks[0].gpus = 16;  // more than any node: refused as the server refuses it
+  dry.submit = {s};
+  EXPECT_EQ(Project(live.config, live.state.GetSnapshot(), live.now, dry).status().code(), StatusCode::kOutOfRange);
 }
 
 }  // namespace

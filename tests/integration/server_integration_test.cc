@@ -146,6 +146,24 @@ TEST_F(Integration, WhatIfGivesEveryPendingJobAnExpectedStart) {
   ASSERT_EQ(lj["jobs"].size(), 4u);
   EXPECT_FALSE(lj["jobs"][0].contains("starts_in_s"));  // running
   EXPECT_EQ(lj["jobs"][1]["starts_in_s"], jobs[0]["starts_in_s"]);
+  // rota submit --dry-run: where and when, nothing submitted.
+  const std::string dry = Write("dry.yaml", "name: dry\ntime_limit: 10m\ntasks: [{gpus: 2, command: [sleep, '1']}]\n");
+  CommandResult d = RunRota({"submit", dry, "--dry-run"}, env, tmp.path());
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("dry run: dry would be accepted into queue default and start in about "), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find(" on local[0,1]"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("(nothing was submitted)"), std::string::npos) << d.out;
+  CommandResult dj = RunRota({"submit", dry, "--dry-run", "-o", "json"}, env, tmp.path());
+  ASSERT_EQ(dj.exit_code, 0) << dj.err;
+  // After "last" (it holds all 4 GPUs for its 10 minutes).
+  const int64_t dry_in = json::parse(dj.out)["starts_in_s"].get<int64_t>();
+  EXPECT_GE(dry_in, jobs[2]["starts_in_s"].get<int64_t>() + 600) << dj.out;
+  EXPECT_LE(dry_in, jobs[2]["starts_in_s"].get<int64_t>() + 900) << dj.out;
+  EXPECT_EQ(RunRota({"submit", Write("big.yaml", "name: big\ntasks: [{gpus: 8}]\n"), "--dry-run"}, env, tmp.path()).exit_code, 2);
+  CommandResult noq = RunRota({"submit", dry, "--dry-run", "--queue", "nope"}, env, tmp.path());
+  EXPECT_EQ(noq.exit_code, 2);
+  EXPECT_NE(noq.err.find("queue"), std::string::npos) << noq.err;
+  EXPECT_EQ(CountJobs(up), 4);  // nothing was submitted
   // Bad changes: the field and the reason, exit 2.
   CommandResult bad = RunRota({"whatif", "--add-nodes", "gpu=2"}, env, tmp.path());
   EXPECT_EQ(bad.exit_code, 2);
