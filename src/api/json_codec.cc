@@ -289,6 +289,7 @@ std::string EncodeEvent(const Event& event) {
           j["user"] = e.user;
           j["priority_value"] = e.spec.priority;  // resolved from the class at submission
           if (e.restarts != 0) j["restarts"] = e.restarts;
+          if (e.attained != 0) j["attained"] = e.attained;
           if (e.resizes != 0) j["resizes"] = e.resizes;
           if (e.rank_restarts != 0) j["rank_restarts"] = e.rank_restarts;
           if (e.gang_attempt != 0) j["gang_attempt"] = e.gang_attempt;
@@ -416,6 +417,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       JobSubmitted e{JobId(j.at("id").get<uint64_t>()), std::move(spec), j.at("at"), j.at("user"),
                      j.value("restarts", 0), j.value("resizes", 0), j.value("rank_restarts", 0), j.value("gang_attempt", 0)};
       e.request_id = j.value("request_id", std::string());
+      e.attained = j.value("attained", Duration{0});
       e.array = JobId(j.value("array", uint64_t{0}));
       e.array_count = j.value("array_count", int64_t{0});
       if (j.contains("rank_attempt")) {

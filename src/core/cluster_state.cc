@@ -315,6 +315,7 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->submitted_at = e.at;
   job->user = e.user;
   job->restarts = e.restarts;
+  job->attained = e.attained;
   job->resizes = e.resizes;
   job->rank_restarts = e.rank_restarts;
   job->gang_attempt = e.gang_attempt;
@@ -548,6 +549,7 @@ Status ClusterState::ApplyOne(const JobFinished& e) {
   Release(*old);
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = e.outcome == JobOutcome::kSucceeded ? JobState::kSucceeded : JobState::kFailed;
+  updated->attained += std::max<Duration>(0, e.at - old->started_at);
   updated->finished_at = e.at;
   updated->end_reason = e.reason;
   Put(Mutable(), std::move(updated));
@@ -563,6 +565,7 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   Release(*old);
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = JobState::kPending;
+  updated->attained += std::max<Duration>(0, e.at - old->started_at);
   updated->preempted_for = JobId();
   updated->preempting_since = 0;
   updated->started_at = 0;
@@ -763,6 +766,9 @@ Status ClusterState::ApplyOne(const JobCancelled& e) {
   }
   if (old->state == JobState::kRunning || old->state == JobState::kPreempting) Release(*old);
   auto updated = std::make_shared<JobRecord>(*old);
+  if (old->state == JobState::kRunning || old->state == JobState::kPreempting) {
+    updated->attained += std::max<Duration>(0, e.at - old->started_at);
+  }
   updated->state = JobState::kCancelled;
   updated->finished_at = e.at;
   updated->end_reason = e.reason;
@@ -779,7 +785,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
   for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
     out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
-                               j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count});
+                               j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count, j.attained});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {
@@ -845,7 +851,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     run.reset();
   };
   auto plain = [](const JobRecord& j) {
-    return j.state == JobState::kPending && j.restarts == 0 && j.resizes == 0 && j.rank_restarts == 0 &&
+    return j.state == JobState::kPending && j.restarts == 0 && j.attained == 0 && j.resizes == 0 && j.rank_restarts == 0 &&
            j.gang_attempt == 0 && j.rank_attempt.empty() && j.placement.empty() && j.last_checkpoint_at == 0 &&
            j.preempted_at.empty() && j.last_requeue_reason.empty() && j.last_placement.empty() && j.nominated.empty() &&
            j.resized_at == 0;

@@ -94,6 +94,12 @@ struct JobRecord {
   std::vector<ReplicaPlacement> placement;  // where it runs or ran (kept after it ends)
   std::string end_reason;                   // why it was cancelled or failed
   int32_t restarts = 0;                     // times requeued after it started
+  // Run time of its ended attempts (a running attempt adds now - started_at):
+  // the attained service that least-attained-service orders read.
+  Duration attained = 0;
+  Duration AttainedAt(TimePoint now) const {
+    return attained + ((state == JobState::kRunning || state == JobState::kPreempting) && now > started_at ? now - started_at : 0);
+  }
   std::vector<ReplicaPlacement> last_placement;  // where the attempt before a requeue ran
   JobId preempted_for;          // while preempting: the job it makes room for
   TimePoint preempting_since = 0;

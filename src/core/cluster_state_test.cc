@@ -316,4 +316,23 @@ TEST(JobTable, IteratesInOrderAcrossChunksAndCopiesOnWrite) {
 }
 
 }  // namespace
+// Attained service: the run time of a job's ended attempts, plus the
+// running one's so far; it survives a journal snapshot.
+TEST(ClusterState, AJobsAttainedServiceAddsUpItsAttempts) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{NodeSpec{.name = "n", .gpu_model = "H100", .gpus = 8, .cpu = 64000, .memory = 1 << 20}}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 8), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0xff}}, 100}).ok());
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->AttainedAt(130), 30);
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(1), 150, "node lost"}).ok());
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->attained, 50);
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->AttainedAt(1000), 50);  // pending: nothing more
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0xff}}, 200}).ok());
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(1))->AttainedAt(260), 110);
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 300}).ok());
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->attained, 150);
+}
+
 }  // namespace rota

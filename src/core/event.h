@@ -59,6 +59,7 @@ struct JobSubmitted {
   // (id 0) for a job submitted alone.
   JobId array;
   int64_t array_count = 0;
+  Duration attained = 0;  // journal snapshots only: JobRecord::attained
 };
 // `count` jobs with ids first..first+count-1, each exactly as a
 // JobSubmitted with that id and these fields: a job array's part (or a
