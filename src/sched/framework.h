@@ -3,7 +3,9 @@
 // Each extension point is a small interface; a plugin implements the ones it
 // needs and is registered by name (registry.h). A profile enables plugins and
 // weights scorers. The framework owns the combination rules, written once:
-//   JobOrder  - the first plugin that does not tie decides; then JobId.
+//   JobOrder  - the first plugin that does not tie decides; then JobId. A
+//               preemptive one (las, tiresias, smallest-first) also lets a
+//               job it puts first evict running gangs of equal priority.
 //   Filter    - AND: a node fits if every filter says so.
 //   Score     - weighted sum of 0..100 scores; higher is better.
 //   Placer    - exactly one; places a whole gang inside a Txn.
@@ -101,8 +103,15 @@ class Plugin {
 
 class JobOrderPlugin : public virtual Plugin {
  public:
-  // < 0: a before b; > 0: b before a; 0: tie.
-  virtual int Compare(const JobRecord& a, const JobRecord& b) const = 0;
+  // < 0: a before b; > 0: b before a; 0: tie. `now` is the cycle's time (0
+  // without a clock): orders by attained service read a running job's as of
+  // then (JobRecord::AttainedAt).
+  virtual int Compare(const JobRecord& a, const JobRecord& b, TimePoint now) const = 0;
+  // Whether a blocked job this order puts ahead of a running gang of its own
+  // queue and priority may evict it (least attained service: a newcomer goes
+  // before a gang that has run long), within the preempt action's limits
+  // (minimum run time, evictions per hour, no eviction cycles).
+  virtual bool preemptive() const { return false; }
 };
 
 class FilterPlugin : public virtual Plugin {

@@ -46,7 +46,7 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   }
   auto before = [this](const JobRecord* a, const JobRecord* b) {
     for (const JobOrderPlugin* o : profile_->job_orders()) {
-      if (int c = o->Compare(*a, *b); c != 0) return c < 0;
+      if (int c = o->Compare(*a, *b, now_); c != 0) return c < 0;
     }
     return a->id < b->id;
   };
@@ -76,6 +76,13 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
       if (!n.held.empty()) nominations_.push_back(std::move(n));
     }
   }
+}
+
+bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {
+  for (const JobOrderPlugin* o : profile_->job_orders()) {
+    if (int c = o->Compare(job, r, now_); c != 0) return c < 0 && o->preemptive();
+  }
+  return false;
 }
 
 std::string Session::JobName(const JobRecord& job) const {

@@ -53,6 +53,10 @@ class Session {
   const Snapshot& snap() const { return *snap_; }
   const Topology& topology() const { return snap_->topology(); }
   bool has_clock() const { return has_now_; }
+  // Whether the profile's job order puts pending `job` before running `r`
+  // by a preemptive JobOrder (the first plugin that does not tie decides;
+  // framework.h): then `job` may evict `r` though their priorities are equal.
+  bool OrderEvicts(const JobRecord& job, const JobRecord& r) const;
   TimePoint now() const { return now_; }  // REQUIRES: has_clock()
   const TimePoint* now_or_null() const { return has_now_ ? &now_ : nullptr; }
   const EngineOptions& options() const { return *options_; }

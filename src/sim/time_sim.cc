@@ -184,7 +184,7 @@ class RankOrder final : public sched::JobOrderPlugin {
  public:
   explicit RankOrder(const std::vector<double>* rank) : rank_(rank) {}
   std::string_view name() const override { return "sim-rank"; }
-  int Compare(const JobRecord& a, const JobRecord& b) const override {
+  int Compare(const JobRecord& a, const JobRecord& b, TimePoint) const override {
     const double x = (*rank_)[a.id.value() - 1], y = (*rank_)[b.id.value() - 1];
     return x < y ? -1 : (x > y ? 1 : 0);
   }

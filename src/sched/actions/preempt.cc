@@ -1,5 +1,6 @@
 // preempt: a blocked job may evict preemptible running gangs, if that lets
-// it fit now: gangs of lower priority in its queue, or gangs of a queue
+// it fit now: gangs of lower priority in its queue (or of its priority that
+// a preemptive job order puts after it: las, tiresias), or gangs of a queue
 // borrowing beyond its guarantee while the job's side stays within its own
 // (reclaim, QueueBook::MayReclaim). Victims are chosen by what evicting
 // them costs (the profile's VictimOrder; lost-work by default: GPUs x the
@@ -41,7 +42,14 @@ enum class Exclusion { kNone, kNotEligible, kNotPreemptible, kMinRuntime, kHourl
 Exclusion Excluded(Session& s, const JobRecord& job, const JobRecord& r, bool reclaim) {
   const EngineOptions& o = s.options();
   const TimePoint now = s.now();
-  if (r.spec.queue == job.spec.queue ? r.spec.priority >= job.spec.priority : !reclaim) return Exclusion::kNotEligible;
+  // Its own queue's gangs of lower priority (or, under a preemptive job
+  // order, of equal priority that the order puts after it); another queue's
+  // only to reclaim.
+  if (r.spec.queue == job.spec.queue
+          ? r.spec.priority > job.spec.priority || (r.spec.priority == job.spec.priority && !s.OrderEvicts(job, r))
+          : !reclaim) {
+    return Exclusion::kNotEligible;
+  }
   if (!s.book().MayBorrow(r.spec)) return Exclusion::kNotPreemptible;
   if (now - r.started_at < o.min_runtime) return Exclusion::kMinRuntime;
   const auto recent = std::count_if(r.preempted_at.begin(), r.preempted_at.end(),

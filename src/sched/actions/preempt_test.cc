@@ -86,6 +86,46 @@ TEST(Preempt, TheProfilesVictimOrderDecidesWhoGoes) {
   EXPECT_EQ(r.preemptions[0].victim, JobId(1));
 }
 
+// Under a preemptive job order (las), a newcomer evicts a gang of its own
+// priority that has run longer; under the default order (fifo) it waits.
+TEST(Preempt, APreemptiveOrderEvictsEqualPriorityGangsItPutsLater) {
+  ClusterConfig config = testing::Nodes(1);
+  ClusterState st = MakeCluster(config);
+  const TimePoint now = 1000 * kMinute;
+  StartJob(st, 1, Low("long", 8), {0}, 0xff, 880 * kMinute);  // has run 2 h
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Low("new", 8), now - 1}).ok());
+  CycleResult r;
+  MakeScheduler(config)->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+  for (const char* order : {"las", "tiresias"}) {
+    SCOPED_TRACE(order);
+    ClusterConfig c = config;
+    c.profile.plugins = {{"priority", 1}, {order, 1}, {"fifo", 1}, {"resource-fit", 1}, {"gang", 1}, {"topology", 1}, {"binpack", 1}};
+    MakeScheduler(c)->RunCycle(st.GetSnapshot(), now, &r);
+    ASSERT_EQ(r.preemptions.size(), 1u);
+    EXPECT_EQ(r.preemptions[0].victim, JobId(1));
+    EXPECT_EQ(r.preemptions[0].preemptor, JobId(2));
+  }
+  // Not a job that has run less than the newcomer has attained (las), nor
+  // one in the same tiresias queue (below 3,250 GPU-seconds: 8 GPUs x 6 min).
+  ClusterState young = MakeCluster(config);
+  StartJob(young, 1, Low("short", 8), {0}, 0xff, 994 * kMinute);
+  ASSERT_TRUE(young.Apply(JobSubmitted{JobId(2), Low("new", 8), now - 1}).ok());
+  ClusterConfig c = config;
+  c.profile.plugins = {{"priority", 1}, {"tiresias", 1}, {"fifo", 1}, {"resource-fit", 1}, {"gang", 1}, {"topology", 1}, {"binpack", 1}};
+  MakeScheduler(c, {.min_runtime = kMinute})->RunCycle(young.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+  // A higher-priority gang never yields to the order.
+  ClusterState high = MakeCluster(config);
+  JobSpec h = Low("long-high", 8);
+  h.priority = 900;
+  StartJob(high, 1, h, {0}, 0xff, 880 * kMinute);
+  ASSERT_TRUE(high.Apply(JobSubmitted{JobId(2), Low("new", 8), now - 1}).ok());
+  c.profile.plugins[1] = {"las", 1};
+  MakeScheduler(c)->RunCycle(high.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+}
+
 TEST(Preempt, NeverBeforeTheMinimumRuntimeNorWithoutAClock) {
   TwoLow c(/*old*/ 995 * kMinute, /*young*/ 996 * kMinute);  // 5 and 4 minutes
   CycleResult r;

@@ -7,6 +7,7 @@ namespace rota::sched {
 
 void RegisterPriority(Registry& r);     // JobOrder: higher priority first
 void RegisterFifo(Registry& r);         // JobOrder: earlier submission first
+void RegisterAttainedOrders(Registry& r);  // JobOrder (preemptive): las, tiresias, smallest-first
 void RegisterResourceFit(Registry& r);  // Filter: GPUs, model, GPU memory, CPU, memory, selector, drain
 void RegisterGang(Registry& r);         // JobReady: all replicas or nothing
 void RegisterTopology(Registry& r);     // Placer: smallest topology domain that fits
@@ -26,6 +27,7 @@ void RegisterReserve(Registry& r);      // action (blocked): hold GPUs for the f
 inline void RegisterBuiltinPlugins(Registry& r) {
   RegisterPriority(r);
   RegisterFifo(r);
+  RegisterAttainedOrders(r);
   RegisterResourceFit(r);
   RegisterGang(r);
   RegisterTopology(r);
