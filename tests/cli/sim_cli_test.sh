@@ -31,6 +31,27 @@ if grep -q -e "<script" -e "http://" -e "https://" <(grep -v 'xmlns="http://www.
 fi
 grep -q "^pretrain-a,research/nlp,64," "$tmp/out/jobs-rota.csv" || fail "jobs csv: $(head -2 "$tmp/out/jobs-rota.csv")"
 
+# The production profile: the example cluster's queues, quotas and profile, and with a
+# preemptive order (tiresias) in its plugins; deterministic too.
+"$rota" sim --cluster "$src/examples/cluster.yaml" --trace "$src/examples/trace.csv" --format rota \
+  --policy profile --grace 60s -o json > "$tmp/p1.json"
+"$rota" sim --cluster "$src/examples/cluster.yaml" --trace "$src/examples/trace.csv" --format rota \
+  --policy profile --grace 60s -o json > "$tmp/p2.json"
+cmp -s <(stable "$tmp/p1.json") <(stable "$tmp/p2.json") || fail "two profile runs differ"
+grep -q '"jobs": 12' "$tmp/p1.json" || fail "profile: $(cat "$tmp/p1.json")"
+grep -q '"unfinished": 0' "$tmp/p1.json" || fail "profile left jobs unfinished: $(cat "$tmp/p1.json")"
+sed 's/plugins: \[priority, fifo,/plugins: [priority, tiresias, fifo,/' "$src/examples/cluster.yaml" > "$tmp/tiresias.yaml"
+grep -q 'tiresias, fifo' "$tmp/tiresias.yaml" || fail "could not add tiresias to the example profile"
+"$rota" sim --cluster "$tmp/tiresias.yaml" --trace "$src/examples/trace.csv" --format rota --policy profile --grace 60s -o json \
+  > "$tmp/p3.json"
+grep -q '"unfinished": 0' "$tmp/p3.json" || fail "profile with tiresias: $(cat "$tmp/p3.json")"
+cmp -s <(stable "$tmp/p1.json") <(stable "$tmp/p3.json") && fail "the job order made no difference"
+set +e
+"$rota" sim --cluster "$src/examples/cluster.yaml" --trace "$src/examples/trace.csv" --format rota --policy profile \
+  --placement count > /dev/null 2> "$tmp/err.txt"
+set -e
+grep -qF "the production profile places with its own plugins" "$tmp/err.txt" || fail "profile + count: $(cat "$tmp/err.txt")"
+
 # Table output with failures injected.
 "$rota" sim --cluster "$src/examples/cluster.yaml" --trace "$src/examples/trace.csv" --format rota \
   --policy tiresias --failures 0.001 > "$tmp/table.txt"
