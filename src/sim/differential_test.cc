@@ -162,11 +162,16 @@ void ExpectSame(const std::vector<std::string>& sim, const std::vector<std::stri
 }
 
 TEST(Differential, TheSimulatorAndTheControllerJournalTheSameJobEvents) {
-  const ClusterConfig config = Config();
-  StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(config);
-  ASSERT_TRUE(nodes.ok());
-  for (uint64_t seed : {7, 8, 9}) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
+  // The default profile, and one ordering by attained service (tiresias:
+  // a preemptive order, read from JobRecord::attained in both drivers).
+  ClusterConfig tiresias = Config();
+  tiresias.profile.plugins = {{"priority", 1}, {"tiresias", 1}, {"fifo", 1}, {"resource-fit", 1},
+                              {"gang", 1},     {"topology", 1}, {"binpack", 1}};
+  for (const auto& [config, seed] : std::vector<std::pair<ClusterConfig, uint64_t>>{
+           {Config(), 7}, {Config(), 8}, {Config(), 9}, {tiresias, 7}, {tiresias, 10}}) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", profile " + (config.profile.plugins.empty() ? "default" : "tiresias"));
+    StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(config);
+    ASSERT_TRUE(nodes.ok());
     const std::vector<TraceJob> trace = Trace(150, seed);
     TimeSimOptions options;
     options.policy = "profile";
