@@ -122,10 +122,11 @@ const std::vector<CommandHelp>& Commands() {
        {"--all", "-a", "--state", "--queue", "--user", "--array", "--limit", "--after", "--watch", "-w", "--start"}},
       {"describe", "rota describe JOB_ID [-o json]",
        "A job's state, placement, pending reason with the numbers behind it, and its events.", {}},
-      {"cancel", "rota cancel JOB_ID [JOB_ID...] | --array ID",
-       "Cancels jobs, or every live element of a job array (their tasks get SIGTERM, then SIGKILL).\n"
-       "Each in turn; the exit code is the first failure's.",
-       {"--array"}},
+      {"cancel", "rota cancel JOB_ID [JOB_ID...] | --array ID | [--name NAME] [--user USER] [--state pending|running]",
+       "Cancels jobs, or every live element of a job array, or (like scancel) every live job you may see\n"
+       "that matches --name, --user and --state together (their tasks get SIGTERM, then SIGKILL). Each in\n"
+       "turn; the exit code is the first failure's.",
+       {"--array", "--name", "--user", "--state"}},
       {"logs", "rota logs JOB_ID [--task NAME|NAME-REPLICA] [--tail N] [-f]",
        "A job's output, every replica's (or one task group's or replica's); --tail N: the last N lines of\n"
        "each; -f follows it, every second, until the job ends.",
@@ -534,6 +535,8 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     // rota cancel ID [ID...] | --array ID: each in turn (like scancel); the
     // exit code is the first failure's.
     std::vector<std::string> ids;
+    std::string name, user, state;
+    bool selected = false;
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i] == "--array" && i + 1 < args.size()) {
         std::string after = "0";
@@ -547,10 +550,45 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
           after = j["next_after"].dump();
         }
         ++i;
-      } else if (args[i] == "--array") {
+      } else if ((args[i] == "--name" || args[i] == "--user" || args[i] == "--state") && i + 1 < args.size()) {
+        (args[i] == "--name" ? name : args[i] == "--user" ? user : state) = args[i + 1];
+        selected = true;
+        ++i;
+      } else if (args[i] == "--array" || args[i] == "--name" || args[i] == "--user" || args[i] == "--state" ||
+                 (args[i].size() > 1 && args[i][0] == '-')) {
         return Usage(help->usage);
       } else {
         ids.push_back(args[i]);
+      }
+    }
+    if (selected) {
+      // --name, --user, --state (like scancel): the live jobs matching all
+      // of them, a page at a time (the server lists only what the caller
+      // may see).
+      if (!state.empty() && state != "pending" && state != "running") {
+        std::cerr << "rota cancel: --state: must be pending or running, got '" << state << "'\n";
+        return kExitBadInput;
+      }
+      std::string after = "0";
+      size_t matched = 0;
+      while (true) {
+        Response page = c.Get("/v1/jobs?limit=10000&after=" + after + (user.empty() ? "" : "&user=" + UrlEncode(user)) +
+                              (state.empty() ? "" : "&state=" + state));
+        if (page.status != 200) return Client::Fail(page, "cancel");
+        const json j = json::parse(page.body, nullptr, false);
+        if (j.is_discarded()) return Client::Fail(page, "cancel");
+        for (const auto& job : j["jobs"]) {
+          if (!name.empty() && S(job, "name") != name) continue;
+          ids.push_back(job["id"].dump());
+          ++matched;
+        }
+        if (!j.contains("next_after")) break;
+        after = j["next_after"].dump();
+      }
+      if (matched == 0) {
+        std::cerr << "rota cancel: no live job matches" << (name.empty() ? "" : " --name " + name)
+                  << (user.empty() ? "" : " --user " + user) << (state.empty() ? "" : " --state " + state) << "\n";
+        return kExitOk;
       }
     }
     if (ids.empty()) return Usage(help->usage);

@@ -89,6 +89,30 @@ tasks:
   EXPECT_EQ(RunRota({"jobs"}, {"ROTA_SERVER=" + up.url(), "ROTA_TOKEN=wrong"}, tmp.path()).exit_code, 4);
 }
 
+// rota cancel --name/--user/--state, like scancel: every live job matching all of them.
+TEST_F(Integration, CancelSelectsJobsByNameUserAndState) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  const std::string sweep = Write("sweep.yaml", "name: sweep\ntasks: [{gpus: 1, command: [sleep, '600']}]\n");
+  const std::string other = Write("other.yaml", "name: other\ntasks: [{gpus: 1, command: [sleep, '600']}]\n");
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(RunRota({"submit", sweep}, env, tmp.path()).exit_code, 0);
+  ASSERT_EQ(RunRota({"submit", other}, env, tmp.path()).exit_code, 0);
+  CommandResult none = RunRota({"cancel", "--name", "nothing"}, env, tmp.path());
+  EXPECT_EQ(none.exit_code, 0);
+  EXPECT_NE(none.err.find("no live job matches --name nothing"), std::string::npos) << none.err;
+  EXPECT_EQ(RunRota({"cancel", "--state", "bogus"}, env, tmp.path()).exit_code, 2);
+  CommandResult c = RunRota({"cancel", "--name", "sweep"}, env, tmp.path());
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("cancelled job 1 (sweep)"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("cancelled job 3 (sweep)"), std::string::npos) << c.out;
+  EXPECT_EQ(c.out.find("other"), std::string::npos) << c.out;
+  CommandResult jobs = RunRota({"jobs", "-o", "json"}, env, tmp.path());
+  ASSERT_EQ(jobs.exit_code, 0);
+  const json live = json::parse(jobs.out)["jobs"];
+  ASSERT_EQ(live.size(), 1u) << jobs.out;
+  EXPECT_EQ(live[0]["name"], "other");
+}
+
 // rota whatif: the live queue projected forward by the server's own profile.
 TEST_F(Integration, WhatIfGivesEveryPendingJobAnExpectedStart) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "local"});
