@@ -385,6 +385,12 @@ std::string EncodeEvent(const Event& event) {
           j["id"] = e.id.value();
           j["at"] = e.at;
           j["path"] = e.path;
+        } else if constexpr (std::is_same_v<E, JobHoldChanged>) {
+          j["type"] = "JobHoldChanged";
+          j["id"] = e.id.value();
+          j["held"] = e.held;
+          j["at"] = e.at;
+          j["by"] = e.by;
         } else if constexpr (std::is_same_v<E, JobCancelled>) {
           j["type"] = "JobCancelled";
           j["id"] = e.id.value();
@@ -452,6 +458,9 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
     if (type == "JobPreempting") {
       return Event(JobPreempting{JobId(j.at("id").get<uint64_t>()), j.at("at"), JobId(j.at("preemptor").get<uint64_t>()),
                                  j.at("reason")});
+    }
+    if (type == "JobHoldChanged") {
+      return Event(JobHoldChanged{JobId(j.at("id").get<uint64_t>()), j.at("held"), j.at("at"), j.at("by")});
     }
     if (type == "JobCancelled") {
       return Event(JobCancelled{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason")});

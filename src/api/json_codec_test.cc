@@ -56,6 +56,8 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobsSubmitted{JobId(2100), 2000, *spec, 7, "erin", "k", JobId(100), 5000},  // an array's second part
       JobSubmitted{.id = JobId(7100), .spec = *spec, .at = 8, .user = "erin", .array = JobId(100), .array_count = 7001},
       JobSubmitted{.id = JobId(7200), .spec = *spec, .at = 9, .user = "erin", .restarts = 2, .attained = 5'000'000},
+      JobHoldChanged{JobId(7), true, 1100, "alice"},
+      JobHoldChanged{JobId(7), false, 1200, "admin"},
   };
   for (const Event& e : events) {
     const std::string text = EncodeEvent(e);
@@ -76,7 +78,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
   EXPECT_EQ(js.spec.priority, 1000);
   EXPECT_EQ(js.spec.tasks[0].cpu, 1500);
   EXPECT_EQ(js.user, "alice");
-  EXPECT_EQ(std::get<JobSubmitted>(*DecodeEvent(EncodeEvent(events.back()))).attained, 5'000'000);
+  EXPECT_EQ(std::get<JobSubmitted>(*DecodeEvent(EncodeEvent(events[events.size() - 3]))).attained, 5'000'000);
 }
 
 TEST(EventCodec, RejectsGarbage) {

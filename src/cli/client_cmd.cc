@@ -127,6 +127,13 @@ const std::vector<CommandHelp>& Commands() {
        "that matches --name, --user and --state together (their tasks get SIGTERM, then SIGKILL). Each in\n"
        "turn; the exit code is the first failure's.",
        {"--array", "--name", "--user", "--state"}},
+      {"hold", "rota hold JOB_ID [JOB_ID...]",
+       "Holds pending jobs: they are not scheduled until released (like scontrol hold).", {}},
+      {"release", "rota release JOB_ID [JOB_ID...]", "Releases held jobs back into the queue (like scontrol release).", {}},
+      {"requeue", "rota requeue JOB_ID [JOB_ID...]",
+       "Puts running jobs back in the queue: their tasks stop, and each restarts from its last checkpoint\n"
+       "when placed again (like scontrol requeue).",
+       {}},
       {"logs", "rota logs JOB_ID [--task NAME|NAME-REPLICA] [--tail N] [-f]",
        "A job's output, every replica's (or one task group's or replica's); --tail N: the last N lines of\n"
        "each; -f follows it, every second, until the job ends.",
@@ -453,7 +460,9 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
                                      reason};
         if (start) {
           std::string when = "-";
-          if (job.contains("starts_in_s")) {
+          if (job.value("held", false)) {
+            when = "held";
+          } else if (job.contains("starts_in_s")) {
             if (job["starts_in_s"].is_null()) {
               when = "beyond horizon";
             } else {
@@ -609,6 +618,30 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     return rc;
   }
 
+  if (cmd == "hold" || cmd == "release" || cmd == "requeue") {
+    // Each in turn; the exit code is the first failure's.
+    if (args.empty()) return Usage(help->usage);
+    for (const std::string& a : args) {
+      if (a.size() > 1 && a[0] == '-') return Usage(help->usage);
+    }
+    int rc = kExitOk;
+    json results = json::array();
+    const std::string done = cmd == "hold" ? "held" : cmd == "release" ? "released" : "requeued";
+    for (const std::string& id : args) {
+      Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/" + cmd, "", "application/json");
+      if (r.status < 200 || r.status >= 300) {
+        const int failed = Client::Fail(r, cmd + " " + id);
+        if (rc == kExitOk) rc = failed;
+        continue;
+      }
+      const json j = json::parse(r.body, nullptr, false);
+      if (c.json_output()) results.push_back(j);
+      else if (!j.is_discarded()) std::cout << done << " job " << j["id"] << " (" << S(j, "name") << ")\n";
+    }
+    if (c.json_output()) std::cout << (args.size() == 1 && results.size() == 1 ? results[0] : results).dump(2) << "\n";
+    return rc;
+  }
+
   if (cmd == "logs") {
     std::string id, query, task, tail;
     bool follow = false;
@@ -751,6 +784,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     return Run(c, r, "whatif", [&](const json& j) {
       const bool changes = j.contains("with_changes");
       auto start = [](const json& job) -> std::string {
+        if (job.value("held", false)) return "held";
         if (job.contains("why")) return "never";
         if (job["starts_in_s"].is_null()) return "beyond horizon";
         const int64_t in = job["starts_in_s"].get<int64_t>();

@@ -757,6 +757,22 @@ Status ClusterState::ApplyOne(const NodeLostChanged& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const JobHoldChanged& e) {
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  if (e.held && found->state != JobState::kPending) {
+    return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is " +
+                                   std::string(JobStateName(found->state)) + ": only a pending job can be held");
+  }
+  if (e.held == found->held) {
+    return FailedPreconditionError("job " + std::to_string(e.id.value()) + (e.held ? " is held already" : " is not held"));
+  }
+  auto updated = std::make_shared<JobRecord>(*found);
+  updated->held = e.held;
+  updated->held_by = e.held ? e.by : "";
+  Put(Mutable(), std::move(updated));
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyOne(const JobCancelled& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   std::shared_ptr<const JobRecord> old = found;
@@ -797,6 +813,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     } else if (j.state == JobState::kCancelled) {
       out.push_back(JobCancelled{j.id, j.finished_at, j.end_reason});
     }
+    if (j.held) out.push_back(JobHoldChanged{j.id, true, j.submitted_at, j.held_by});
     // Last, so that nothing replayed above overwrites it.
     if (!j.preempted_at.empty() || !j.last_requeue_reason.empty() || !j.last_placement.empty() ||
         !j.nominated.empty() || j.resized_at != 0) {
@@ -851,7 +868,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     run.reset();
   };
   auto plain = [](const JobRecord& j) {
-    return j.state == JobState::kPending && j.restarts == 0 && j.attained == 0 && j.resizes == 0 && j.rank_restarts == 0 &&
+    return j.state == JobState::kPending && !j.held && j.restarts == 0 && j.attained == 0 && j.resizes == 0 && j.rank_restarts == 0 &&
            j.gang_attempt == 0 && j.rank_attempt.empty() && j.placement.empty() && j.last_checkpoint_at == 0 &&
            j.preempted_at.empty() && j.last_requeue_reason.empty() && j.last_placement.empty() && j.nominated.empty() &&
            j.resized_at == 0;

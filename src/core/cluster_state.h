@@ -93,6 +93,9 @@ struct JobRecord {
   TimePoint finished_at = 0;
   std::vector<ReplicaPlacement> placement;  // where it runs or ran (kept after it ends)
   std::string end_reason;                   // why it was cancelled or failed
+  // Held (pending, not scheduled until released: JobHoldChanged), and by whom.
+  bool held = false;
+  std::string held_by;
   int32_t restarts = 0;                     // times requeued after it started
   // Run time of its ended attempts (a running attempt adds now - started_at):
   // the attained service that least-attained-service orders read.
@@ -339,6 +342,7 @@ class ClusterState {
   Status ApplyOne(const JobBound& e);
   Status ApplyOne(const JobFinished& e);
   Status ApplyOne(const JobCancelled& e);
+  Status ApplyOne(const JobHoldChanged& e);
   Status ApplyOne(const JobRequeued& e);
   Status ApplyOne(const NodeLostChanged& e);
   Status ApplyOne(const JobPreempting& e);

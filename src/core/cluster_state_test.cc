@@ -335,4 +335,23 @@ TEST(ClusterState, AJobsAttainedServiceAddsUpItsAttempts) {
   EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->attained, 150);
 }
 
+// A hold: only a pending job, once; it survives a journal snapshot.
+TEST(ClusterState, HoldsAPendingJobUntilReleased) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{NodeSpec{.name = "n", .gpu_model = "H100", .gpus = 8, .cpu = 64000, .memory = 1 << 20}}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 8), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Job(1, 8), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0xff}}, 10}).ok());
+  EXPECT_EQ(st.Apply(JobHoldChanged{JobId(1), true, 11, "bob"}).code(), StatusCode::kFailedPrecondition);  // running
+  EXPECT_EQ(st.Apply(JobHoldChanged{JobId(2), false, 11, "bob"}).code(), StatusCode::kFailedPrecondition);  // not held
+  ASSERT_TRUE(st.Apply(JobHoldChanged{JobId(2), true, 12, "bob"}).ok());
+  EXPECT_EQ(st.Apply(JobHoldChanged{JobId(2), true, 13, "bob"}).code(), StatusCode::kFailedPrecondition);
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  EXPECT_TRUE(replay.GetSnapshot().FindJob(JobId(2))->held);
+  EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(2))->held_by, "bob");
+  ASSERT_TRUE(st.Apply(JobHoldChanged{JobId(2), false, 14, "admin"}).ok());
+  EXPECT_FALSE(st.GetSnapshot().FindJob(JobId(2))->held);
+}
+
 }  // namespace rota

@@ -176,8 +176,16 @@ struct JobCancelled {
   TimePoint at = 0;
   std::string reason;  // "cancelled by alice", "unresolvable: ..."
 };
+// A pending job is held (it is not scheduled until released), or released,
+// like Slurm's scontrol hold/release. `by`: who did it.
+struct JobHoldChanged {
+  JobId id;
+  bool held = true;
+  TimePoint at = 0;
+  std::string by;
+};
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged>;
 
 }  // namespace rota

@@ -39,7 +39,7 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   running_.clear();
   elastic_running_.clear();
   for (const auto& [id, job] : snap.live_jobs()) {
-    if (job->state == JobState::kPending) order_.push_back(job.get());
+    if (job->state == JobState::kPending && !job->held) order_.push_back(job.get());  // held: not scheduled
     if (job->state == JobState::kRunning) running_.push_back(job.get());
     if (job->state == JobState::kRunning && job->spec.elastic()) elastic_running_.push_back(job.get());
     if (job->state == JobState::kPreempting) making_room_for_.emplace(job->preempted_for, id);

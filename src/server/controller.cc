@@ -704,6 +704,35 @@ Status Controller::Cancel(const Principal& who, JobId id) {
       .status();
 }
 
+Status Controller::SetHold(const Principal& who, JobId id, bool held) {
+  return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+           if (job == nullptr || (!who.admin() && job->user != who.user)) {
+             return NotFoundError("no job " + std::to_string(id.value()));
+           }
+           ROTA_RETURN_IF_ERROR(batch.Apply(JobHoldChanged{id, held, options_.clock->Now(), who.user}));
+           return true;
+         })
+      .status();
+}
+
+Status Controller::Requeue(const Principal& who, JobId id) {
+  return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+           if (job == nullptr || (!who.admin() && job->user != who.user)) {
+             return NotFoundError("no job " + std::to_string(id.value()));
+           }
+           if (job->state != JobState::kRunning) {
+             return FailedPreconditionError("job " + std::to_string(id.value()) + " is " +
+                                            std::string(JobStateName(job->state)) + ": only a running job can be requeued");
+           }
+           ROTA_RETURN_IF_ERROR(batch.Apply(JobRequeued{id, options_.clock->Now(), "requeued by " + who.user}));
+           lifecycle_.Forget(id);
+           return true;
+         })
+      .status();
+}
+
 Status Controller::Checkpoint(const Principal& who, JobId id, const std::string& path) {
   if (path.empty() || path.size() > 4096 || !IsValidUtf8(path)) {
     return InvalidArgumentError("path: required, UTF-8, at most 4096 bytes");

@@ -158,6 +158,14 @@ class Controller {
   // submission would. For a dry run; Submit runs them too.
   Status CheckSubmission(const Principal& who, JobSpec* spec) const;
   Status Cancel(const Principal& who, JobId id);
+  // Holds a pending job (it is not scheduled) or releases it, like Slurm's
+  // scontrol hold/release (its owner or an admin). FailedPrecondition: not
+  // pending, or already so.
+  Status SetHold(const Principal& who, JobId id, bool held);
+  // Puts a running job back in the queue (its tasks stop; it restarts from
+  // its last checkpoint when placed again), like scontrol requeue.
+  // FailedPrecondition: not running.
+  Status Requeue(const Principal& who, JobId id);
   // Records that the job saved a checkpoint at `path` now (its owner or an admin).
   Status Checkpoint(const Principal& who, JobId id, const std::string& path);
   Status SetDrain(const Principal& who, const std::string& node, bool drained, const std::string& reason = "");

@@ -561,6 +561,20 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, JobView(*c_, snap, *snap.FindJob(JobId(*id)), false));
     }));
 
+    // hold, release (scontrol hold/release) and requeue (scontrol requeue).
+    for (const char* verb : {"hold", "release", "requeue"}) {
+      const std::string v = verb;
+      srv.Post(std::string(R"(/v1/jobs/([^/]+)/)") + verb, Guard([this, v](const Principal& who, const HttpRequest& req, HttpResponse& res) {
+        const JobRecord* job = nullptr;
+        if (Status s = Find(who, c_->snapshot(), req.matches[1], &job); !s.ok()) return ReplyError(res, s);
+        const JobId id = job->id;
+        const Status s = v == "requeue" ? c_->Requeue(who, id) : c_->SetHold(who, id, v == "hold");
+        if (!s.ok()) return ReplyError(res, s);
+        Snapshot snap = c_->snapshot();
+        Reply(res, 200, JobView(*c_, snap, *snap.FindJob(id), false));
+      }));
+    }
+
     srv.Post(R"(/v1/jobs/([^/]+)/checkpoint)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       const json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("body: must be a JSON object"));
@@ -756,6 +770,7 @@ class HttpServerImpl final : public HttpServer {
           j["expected_start"] = s.start >= 0 ? ordered_json(FormatTime(s.start)) : ordered_json(nullptr);
           j["starts_in_s"] = s.start >= 0 ? ordered_json((s.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
           j["estimate"] = s.estimate;
+          if (job->held) j["held"] = true;  // not scheduled until released
           if (!s.why.empty()) j["why"] = s.why;
           jobs.push_back(std::move(j));
         }

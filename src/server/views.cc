@@ -69,7 +69,12 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
       j["placement"].back()["isolation"] = "hardware (MIG instance)";
     }
   }
-  if (job.state == JobState::kPending) {
+  if (job.state == JobState::kPending && job.held) {
+    j["held"] = true;
+    j["pending_reason"] = {{"code", "Held"},
+                           {"message", "held by " + job.held_by + ": not scheduled until released (rota release " +
+                                           std::to_string(job.id.value()) + ")"}};
+  } else if (job.state == JobState::kPending) {
     auto reason = c.pending_reason(job.id);
     if (reason) {
       j["pending_reason"] = {{"code", std::string(sched::ReasonCodeName(reason->code))}, {"message", reason->message.str()}};

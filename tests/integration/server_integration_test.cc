@@ -113,6 +113,57 @@ TEST_F(Integration, CancelSelectsJobsByNameUserAndState) {
   EXPECT_EQ(live[0]["name"], "other");
 }
 
+// rota hold, release and requeue, like scontrol's.
+TEST_F(Integration, HoldReleaseAndRequeue) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "1xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  const std::string job = Write("job.yaml", "name: j\ntasks: [{gpus: 1, command: [sleep, '600']}]\n");
+  ASSERT_EQ(RunRota({"submit", job}, env, tmp.path()).exit_code, 0);
+  ASSERT_EQ(RunRota({"submit", job}, env, tmp.path()).exit_code, 0);
+  auto state = [&](int id) {
+    CommandResult d = RunRota({"describe", std::to_string(id), "-o", "json"}, env, tmp.path());
+    return d.exit_code == 0 ? json::parse(d.out) : json{};
+  };
+  auto wait_state = [&](int id, const std::string& want) {
+    json j;
+    for (int i = 0; i < 200; ++i) {
+      j = state(id);
+      if (j.value("state", "") == want) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return j;
+  };
+  ASSERT_EQ(wait_state(1, "running")["state"], "running");
+  CommandResult h = RunRota({"hold", "2"}, env, tmp.path());
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_EQ(h.out, "held job 2 (j)\n");
+  CommandResult again = RunRota({"hold", "2"}, env, tmp.path());
+  EXPECT_EQ(again.exit_code, 5);
+  EXPECT_NE(again.err.find("is held already"), std::string::npos) << again.err;
+  CommandResult running = RunRota({"hold", "1"}, env, tmp.path());
+  EXPECT_EQ(running.exit_code, 5);
+  EXPECT_NE(running.err.find("only a pending job can be held"), std::string::npos) << running.err;
+  // Held: the GPU frees up, and it still waits, saying why.
+  ASSERT_EQ(RunRota({"cancel", "1"}, env, tmp.path()).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  json held = state(2);
+  EXPECT_EQ(held["state"], "pending");
+  EXPECT_EQ(held["pending_reason"]["code"], "Held") << held.dump();
+  EXPECT_NE(held["pending_reason"]["message"].get<std::string>().find("rota release 2"), std::string::npos);
+  ASSERT_EQ(RunRota({"release", "2"}, env, tmp.path()).exit_code, 0);
+  EXPECT_EQ(wait_state(2, "running")["state"], "running");
+  EXPECT_EQ(RunRota({"release", "2"}, env, tmp.path()).exit_code, 5);  // not held
+  // Requeue: back to the queue, and placed again (a new attempt).
+  CommandResult rq = RunRota({"requeue", "2"}, env, tmp.path());
+  ASSERT_EQ(rq.exit_code, 0) << rq.err;
+  EXPECT_EQ(rq.out, "requeued job 2 (j)\n");
+  json again_running = wait_state(2, "running");
+  EXPECT_EQ(again_running["state"], "running");
+  EXPECT_EQ(again_running.value("restarts", 0), 1) << again_running.dump();
+  EXPECT_EQ(RunRota({"requeue", "1"}, env, tmp.path()).exit_code, 5);  // cancelled
+  EXPECT_EQ(RunRota({"hold", "99"}, env, tmp.path()).exit_code, 3);
+}
+
 // rota whatif: the live queue projected forward by the server's own profile.
 TEST_F(Integration, WhatIfGivesEveryPendingJobAnExpectedStart) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "local"});
