@@ -9,6 +9,7 @@
 #include "core/test_util.h"
 #include "store/memory_store.h"
 #include "store/sqlite_store.h"
+#include "server/views.h"
 
 namespace rota::server {
 namespace {
@@ -467,4 +468,20 @@ TEST(ControllerSubmit, BeforeAnyNodeRegistersAJobWaitsAndSaysWhy) {
 }
 
 }  // namespace
+// A drained node whose agent goes silent shows as lost (the drain stays in its view).
+TEST_F(ControllerTest, ADrainedNodeThatGoesSilentShowsAsLost) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  ASSERT_TRUE(c->SetDrain(kAdmin, "n-0", true, "PSU swap").ok());
+  Snapshot snap = c->snapshot();
+  EXPECT_EQ(NodeStateName(*c, *snap.FindNode("n-0"), c->nodes_live()), "drained");
+  EXPECT_EQ(NodeStateName(*c, *snap.FindNode("n-1"), c->nodes_live()), "declared");
+  clock.Advance(31 * kMicrosPerSecond);  // past the 30 s node timeout
+  EXPECT_EQ(NodeStateName(*c, *snap.FindNode("n-0"), c->nodes_live()), "lost");
+  const auto view = NodeView(*c, snap, *snap.FindNode("n-0"), c->nodes_live());
+  EXPECT_EQ(view["drained"], true);
+  EXPECT_EQ(view["drain_reason"], "PSU swap");
+}
+
 }  // namespace rota::server

@@ -107,11 +107,14 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
 }
 
 std::string NodeStateName(const Controller& c, const NodeState& node, const std::map<std::string, NodeLive>& live) {
-  if (node.drained) return "drained";
+  // Lost goes first: a drained node whose agent has gone silent is lost
+  // (the drain still shows, as "drained" and its reason, in the view).
   if (node.lost) return "lost";
   auto it = live.find(node.spec.name);
-  if (it == live.end() || !it->second.registered) return "declared";  // no agent has reported for it
-  if (c.clock().Now() - it->second.last_heartbeat > c.node_timeout()) return "lost";
+  const bool registered = it != live.end() && it->second.registered;
+  if (registered && c.clock().Now() - it->second.last_heartbeat > c.node_timeout()) return "lost";
+  if (node.drained) return "drained";
+  if (!registered) return "declared";  // no agent has reported for it
   return "ready";
 }
 
@@ -120,6 +123,7 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
   ordered_json j;
   j["name"] = node.spec.name;
   j["state"] = NodeStateName(c, node, live);
+  if (node.drained) j["drained"] = true;
   if (node.drained && !node.drain_reason.empty()) j["drain_reason"] = node.drain_reason;
   j["gpu_model"] = node.spec.gpu_model;
   j["gpus"] = node.spec.gpus;
