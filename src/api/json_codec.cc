@@ -368,6 +368,13 @@ std::string EncodeEvent(const Event& event) {
           j["nominated_at"] = e.nominated_at;
           j["resized_at"] = e.resized_at;
           j["last_resize_reason"] = e.last_resize_reason;
+          if (!e.attempts.empty()) {
+            ordered_json attempts = ordered_json::array();
+            for (const JobAttempt& a : e.attempts) {
+              attempts.push_back({{"started_at", a.started_at}, {"ended_at", a.ended_at}, {"end", a.end}});
+            }
+            j["attempts"] = std::move(attempts);
+          }
         } else if constexpr (std::is_same_v<E, NodeMigChanged>) {
           j["type"] = "NodeMigChanged";
           j["node"] = e.node;
@@ -487,6 +494,11 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       h.nominated_at = j.at("nominated_at");
       h.resized_at = j.at("resized_at");
       h.last_resize_reason = j.at("last_resize_reason");
+      if (j.contains("attempts")) {
+        for (const auto& a : j.at("attempts")) {
+          h.attempts.push_back({a.at("started_at").get<TimePoint>(), a.at("ended_at").get<TimePoint>(), a.at("end")});
+        }
+      }
       return Event(std::move(h));
     }
     if (type == "NodeMigChanged") {

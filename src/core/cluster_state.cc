@@ -540,6 +540,16 @@ void ClusterState::Release(const JobRecord& job) {
   }
 }
 
+namespace {
+
+// Records the attempt `job` ends at `at`.
+void EndAttempt(JobRecord& job, TimePoint at, std::string end) {
+  job.attempts.push_back({job.started_at, at, std::move(end)});
+  if (job.attempts.size() > JobRecord::kMaxAttempts) job.attempts.erase(job.attempts.begin());
+}
+
+}  // namespace
+
 Status ClusterState::ApplyOne(const JobFinished& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   if (found->state != JobState::kRunning && found->state != JobState::kPreempting) {
@@ -550,6 +560,7 @@ Status ClusterState::ApplyOne(const JobFinished& e) {
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = e.outcome == JobOutcome::kSucceeded ? JobState::kSucceeded : JobState::kFailed;
   updated->attained += std::max<Duration>(0, e.at - old->started_at);
+  EndAttempt(*updated, e.at, e.outcome == JobOutcome::kSucceeded ? "succeeded" : "failed: " + e.reason);
   updated->finished_at = e.at;
   updated->end_reason = e.reason;
   Put(Mutable(), std::move(updated));
@@ -566,6 +577,7 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   auto updated = std::make_shared<JobRecord>(*old);
   updated->state = JobState::kPending;
   updated->attained += std::max<Duration>(0, e.at - old->started_at);
+  EndAttempt(*updated, e.at, "requeued: " + e.reason);
   updated->preempted_for = JobId();
   updated->preempting_since = 0;
   updated->started_at = 0;
@@ -669,6 +681,7 @@ Status ClusterState::ApplyOne(const JobHistory& e) {
   auto updated = std::make_shared<JobRecord>(*job);
   updated->preempted_at = e.preempted_at;
   updated->preempted_by = e.preempted_by;
+  updated->attempts = e.attempts;
   updated->last_requeue_reason = e.last_requeue_reason;
   updated->last_placement = e.last_placement;
   updated->nominated = e.nominated;
@@ -784,6 +797,7 @@ Status ClusterState::ApplyOne(const JobCancelled& e) {
   auto updated = std::make_shared<JobRecord>(*old);
   if (old->state == JobState::kRunning || old->state == JobState::kPreempting) {
     updated->attained += std::max<Duration>(0, e.at - old->started_at);
+    EndAttempt(*updated, e.at, e.reason);
   }
   updated->state = JobState::kCancelled;
   updated->finished_at = e.at;
@@ -816,9 +830,9 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     if (j.held) out.push_back(JobHoldChanged{j.id, true, j.submitted_at, j.held_by});
     // Last, so that nothing replayed above overwrites it.
     if (!j.preempted_at.empty() || !j.last_requeue_reason.empty() || !j.last_placement.empty() ||
-        !j.nominated.empty() || j.resized_at != 0) {
+        !j.nominated.empty() || j.resized_at != 0 || !j.attempts.empty()) {
       out.push_back(JobHistory{j.id, j.preempted_at, j.preempted_by, j.last_requeue_reason, j.last_placement,
-                               j.nominated, j.nominated_at, j.resized_at, j.last_resize_reason});
+                               j.nominated, j.nominated_at, j.resized_at, j.last_resize_reason, j.attempts});
     }
   };
   // MIG GPUs a replayed job's instances are on get a layout holding them
@@ -868,7 +882,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     run.reset();
   };
   auto plain = [](const JobRecord& j) {
-    return j.state == JobState::kPending && !j.held && j.restarts == 0 && j.attained == 0 && j.resizes == 0 && j.rank_restarts == 0 &&
+    return j.state == JobState::kPending && !j.held && j.restarts == 0 && j.attained == 0 && j.attempts.empty() && j.resizes == 0 && j.rank_restarts == 0 &&
            j.gang_attempt == 0 && j.rank_attempt.empty() && j.placement.empty() && j.last_checkpoint_at == 0 &&
            j.preempted_at.empty() && j.last_requeue_reason.empty() && j.last_placement.empty() && j.nominated.empty() &&
            j.resized_at == 0;

@@ -93,6 +93,9 @@ struct JobRecord {
   TimePoint finished_at = 0;
   std::vector<ReplicaPlacement> placement;  // where it runs or ran (kept after it ends)
   std::string end_reason;                   // why it was cancelled or failed
+  // Its ended attempts, the last kMaxAttempts (the job's timeline).
+  static constexpr size_t kMaxAttempts = 16;
+  std::vector<JobAttempt> attempts;
   // Held (pending, not scheduled until released: JobHoldChanged), and by whom.
   bool held = false;
   std::string held_by;

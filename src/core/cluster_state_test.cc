@@ -333,6 +333,12 @@ TEST(ClusterState, AJobsAttainedServiceAddsUpItsAttempts) {
   EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(1))->AttainedAt(260), 110);
   ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 300}).ok());
   EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->attained, 150);
+  // Each attempt, with its times and how it ended, through a snapshot too.
+  const std::vector<JobAttempt> want = {{100, 150, "requeued: node lost"}, {200, 300, "succeeded"}};
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->attempts, want);
+  ClusterState again;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(again.Apply(e).ok());
+  EXPECT_EQ(again.GetSnapshot().FindJob(JobId(1))->attempts, want);
 }
 
 // A hold: only a pending job, once; it survives a journal snapshot.

@@ -156,6 +156,14 @@ struct NodeMigChanged {
   std::map<int32_t, std::string> mig;
   bool mig_fixed = false;
 };
+// One ended attempt of a job: when it was bound and ended, and how
+// ("requeued: node n-3 lost", "succeeded", "cancelled by bob").
+struct JobAttempt {
+  TimePoint started_at = 0;
+  TimePoint ended_at = 0;
+  std::string end;
+  bool operator==(const JobAttempt&) const = default;
+};
 // Journal snapshots only (CompactState): what a job's record remembers of
 // its past that its other events do not carry: recent evictions and whom
 // they made room for, the last requeue reason and placement, a nomination
@@ -170,6 +178,7 @@ struct JobHistory {
   TimePoint nominated_at = 0;
   TimePoint resized_at = 0;
   std::string last_resize_reason;
+  std::vector<JobAttempt> attempts;
 };
 struct JobCancelled {
   JobId id;

@@ -1154,16 +1154,35 @@ class HttpServerImpl final : public HttpServer {
   static ordered_json Timeline(const JobRecord& job) {
     ordered_json ev = ordered_json::array();
     ev.push_back({{"at", TimeText(job.submitted_at)}, {"event", "submitted"}, {"detail", "by " + job.user}});
-    if (job.started_at != 0) {
+    // One start and one end per attempt (the last JobRecord::kMaxAttempts):
+    // when each was bound and how it ended.
+    const int64_t earlier = static_cast<int64_t>(job.restarts) + (job.finished_at != 0 ? 1 : 0) -
+                            static_cast<int64_t>(job.attempts.size());
+    if (earlier > 0) {
+      ev.push_back({{"at", ""}, {"event", "requeued"},
+                    {"detail", std::to_string(earlier) + " earlier attempt(s) not kept"}});
+    }
+    const bool live = job.state == JobState::kRunning || job.state == JobState::kPreempting;
+    for (size_t i = 0; i < job.attempts.size(); ++i) {
+      const JobAttempt& a = job.attempts[i];
+      // An ended job's last attempt is its end, below.
+      const bool last_end = !live && job.finished_at != 0 && i + 1 == job.attempts.size();
+      ev.push_back({{"at", TimeText(a.started_at)}, {"event", "bound"}, {"detail", "attempt " + std::to_string(i + 1)}});
+      if (!last_end) {
+        const bool requeued = a.end.rfind("requeued: ", 0) == 0;
+        ev.push_back({{"at", TimeText(a.ended_at)}, {"event", requeued ? "requeued" : "ended"},
+                      {"detail", requeued ? a.end.substr(10) : a.end}});
+      }
+    }
+    if (live && job.started_at != 0) {
+      ev.push_back({{"at", TimeText(job.started_at)}, {"event", "bound"},
+                    {"detail", std::to_string(job.placement.size()) + " replicas placed"}});
+    } else if (job.attempts.empty() && job.started_at != 0) {
       ev.push_back({{"at", TimeText(job.started_at)}, {"event", "bound"},
                     {"detail", std::to_string(job.placement.size()) + " replicas placed"}});
     }
     if (job.last_checkpoint_at != 0) {
       ev.push_back({{"at", TimeText(job.last_checkpoint_at)}, {"event", "checkpoint"}, {"detail", job.last_checkpoint_path}});
-    }
-    if (job.restarts > 0) {
-      ev.push_back({{"at", ""}, {"event", "requeued"},
-                    {"detail", std::to_string(job.restarts) + " restart(s); last: " + job.last_requeue_reason}});
     }
     if (job.rank_restarts > 0) {
       ev.push_back({{"at", ""}, {"event", "rank restarted"},

@@ -160,6 +160,20 @@ TEST_F(Integration, HoldReleaseAndRequeue) {
   json again_running = wait_state(2, "running");
   EXPECT_EQ(again_running["state"], "running");
   EXPECT_EQ(again_running.value("restarts", 0), 1) << again_running.dump();
+  // One start and one end per attempt, each with its time.
+  const json events = json::parse(up.Admin().Get("/v1/jobs/2/events")->body)["events"];
+  int bound = 0;
+  bool requeued = false;
+  for (const auto& e : events) {
+    bound += e["event"] == "bound";
+    if (e["event"] == "requeued") {
+      requeued = true;
+      EXPECT_NE(e["detail"].get<std::string>().find("requeued by"), std::string::npos) << events.dump();
+      EXPECT_FALSE(e["at"].get<std::string>().empty()) << events.dump();
+    }
+  }
+  EXPECT_EQ(bound, 2) << events.dump();
+  EXPECT_TRUE(requeued) << events.dump();
   EXPECT_EQ(RunRota({"requeue", "1"}, env, tmp.path()).exit_code, 5);  // cancelled
   EXPECT_EQ(RunRota({"hold", "99"}, env, tmp.path()).exit_code, 3);
 }
