@@ -727,9 +727,7 @@ class HttpServerImpl final : public HttpServer {
     // bounds it (default 30d, at most 90d). The jobs are those the caller
     // may see; the projection runs all of them. One projection at a time.
     srv.Get("/v1/whatif", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
-      sim::ProjectOptions options;
-      options.sim.min_runtime = c_->min_runtime();
-      options.sim.preempt_slack = c_->preempt_slack();
+      sim::ProjectOptions options = ProjectionOptions();
       if (req.has_param("horizon")) {
         auto h = ParseDuration(req.get_param_value("horizon"));
         if (!h.ok() || *h <= 0 || *h > 90LL * 24 * 3600 * kMicrosPerSecond) {
@@ -750,15 +748,8 @@ class HttpServerImpl final : public HttpServer {
         change.add_nodes.emplace_back(item.substr(0, eq), n);
       }
       change.drain = SplitList(req.get_param_value("drain"));
-      bool expected = false;
-      if (!projecting_.compare_exchange_strong(expected, true)) {
-        res.set_header("Retry-After", "1");
-        return ReplyError(res, Status(StatusCode::kResourceExhausted, "a what-if projection is already running; retry shortly"));
-      }
-      struct Done {
-        std::atomic<bool>* flag;
-        ~Done() { flag->store(false); }
-      } done{&projecting_};
+      const auto slot = TakeProjectionSlot(res);
+      if (slot == nullptr) return;
       const Snapshot snap = c_->snapshot();
       const TimePoint now = c_->clock().Now();
       auto view = [&](const sim::Projection& p) {
@@ -1049,6 +1040,29 @@ class HttpServerImpl final : public HttpServer {
   }
   bool AllSeeAll() const { return c_->config().job_visibility == "all"; }
 
+  // A projection with this server's engine settings.
+  sim::ProjectOptions ProjectionOptions() const {
+    sim::ProjectOptions options;
+    options.sim.min_runtime = c_->min_runtime();
+    options.sim.preempt_slack = c_->preempt_slack();
+    return options;
+  }
+  // One projection at a time (each may take a core for a second): the slot,
+  // released when it goes, or null with a 429 written to `res`.
+  struct ProjectionSlot {
+    std::atomic<bool>* flag;
+    ~ProjectionSlot() { flag->store(false); }
+  };
+  std::unique_ptr<ProjectionSlot> TakeProjectionSlot(HttpResponse& res) {
+    bool expected = false;
+    if (!projecting_.compare_exchange_strong(expected, true)) {
+      res.set_header("Retry-After", "1");
+      ReplyError(res, Status(StatusCode::kResourceExhausted, "a what-if projection is already running; retry shortly"));
+      return nullptr;
+    }
+    return std::make_unique<ProjectionSlot>(ProjectionSlot{&projecting_});
+  }
+
   // POST /v1/jobs?dry_run=true (like sbatch --test-only): whether the job
   // would be accepted, and where and when it would start, from the live
   // state projected forward with it added (as GET /v1/whatif projects);
@@ -1056,18 +1070,9 @@ class HttpServerImpl final : public HttpServer {
   void DryRun(const Principal& who, JobSpec spec, int64_t count, HttpResponse& res) {
     if (count < 1 || count > 10'000) return ReplyError(res, InvalidArgumentError("count: a dry run takes 1..10000 copies"));
     if (Status s = c_->CheckSubmission(who, &spec); !s.ok()) return ReplyError(res, s);
-    bool expected = false;
-    if (!projecting_.compare_exchange_strong(expected, true)) {
-      res.set_header("Retry-After", "1");
-      return ReplyError(res, Status(StatusCode::kResourceExhausted, "a what-if projection is already running; retry shortly"));
-    }
-    struct Done {
-      std::atomic<bool>* flag;
-      ~Done() { flag->store(false); }
-    } done{&projecting_};
-    sim::ProjectOptions options;
-    options.sim.min_runtime = c_->min_runtime();
-    options.sim.preempt_slack = c_->preempt_slack();
+    const auto slot = TakeProjectionSlot(res);
+    if (slot == nullptr) return;
+    sim::ProjectOptions options = ProjectionOptions();
     options.user = who.user;
     options.submit.assign(static_cast<size_t>(count), spec);
     const Snapshot snap = c_->snapshot();

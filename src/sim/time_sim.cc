@@ -879,6 +879,19 @@ NormalFit FitCensoredNormal(const CensoredNormal& data, NormalFit start) {
   return out;
 }
 
+void FinishSummary(TimeSimResult* result, int64_t total_gpus, std::chrono::steady_clock::time_point start) {
+  result->summary = Summarize(result->jobs, result->samples, total_gpus);
+  Summary& s = result->summary;
+  s.cycles = static_cast<int64_t>(result->cycle_ms.size());
+  if (!result->cycle_ms.empty()) {
+    std::vector<double> c = result->cycle_ms;
+    s.cycle_p50_ms = Percentile(c, 50);
+    s.cycle_p99_ms = Percentile(c, 99);
+  }
+  s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (s.wall_s > 0) s.sim_days_per_wall_s = s.makespan_s / 86400.0 / s.wall_s;
+}
+
 StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vector<NodeSpec>& nodes,
                                    const std::vector<TraceJob>& trace, const TimeSimOptions& options) {
   if (options.policy == "profile") {
@@ -1263,16 +1276,7 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
     o.lost_gpu_seconds = j.lost;
   }
   result.cycle_ms = std::move(backend->cycle_ms);
-  result.summary = Summarize(result.jobs, result.samples, total_gpus);
-  Summary& s = result.summary;
-  s.cycles = static_cast<int64_t>(result.cycle_ms.size());
-  if (!result.cycle_ms.empty()) {
-    std::vector<double> c = result.cycle_ms;
-    s.cycle_p50_ms = Percentile(c, 50);
-    s.cycle_p99_ms = Percentile(c, 99);
-  }
-  s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  if (s.wall_s > 0) s.sim_days_per_wall_s = s.makespan_s / 86400.0 / s.wall_s;
+  FinishSummary(&result, total_gpus, wall_start);
   return result;
 }
 

@@ -32,6 +32,7 @@
 // that demotion wake-ups are at the exact GPU-time crossing.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -82,6 +83,10 @@ struct TimeSimResult {
   std::vector<double> cycle_ms;  // engine cycle wall times
   std::vector<std::string> never;  // jobs no node could ever hold: "name: why"
 };
+
+// Fills `result->summary` from its jobs, samples and cycle times, with the
+// wall time since `start` (both drivers of a time simulation end so).
+void FinishSummary(TimeSimResult* result, int64_t total_gpus, std::chrono::steady_clock::time_point start);
 
 // Known names, for help and errors.
 const std::vector<std::string>& TimePolicies();
