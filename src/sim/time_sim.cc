@@ -223,7 +223,6 @@ class EngineBackend final : public Backend {
     for (const std::string& name : config.drained) {
       ROTA_RETURN_IF_ERROR(b->state_.Apply(NodeDrainChanged{name, true}));
     }
-    b->leaves_ = LeafQueuePaths(config);
     return b;
   }
   int64_t healthy_gpus() const override { return total_ - down_; }
@@ -358,7 +357,7 @@ class EngineBackend final : public Backend {
   }
 
  private:
-  explicit EngineBackend(const ClusterConfig& config) : state_(config.topology) {}
+  explicit EngineBackend(const ClusterConfig& config) : config_(config), state_(config.topology) {}
   static void Check(const Status& s) {
     if (!s.ok()) {
       // The simulator only applies what the engine decided on the same state:
@@ -367,33 +366,17 @@ class EngineBackend final : public Backend {
       std::abort();
     }
   }
-  // The engine's view of a trace job; named by its index (trace names need
-  // not be valid job names: the results keep the trace's).
-  JobSpec Spec(const TraceJob& t, size_t index) const {
-    JobSpec spec;
-    spec.name = "j" + std::to_string(index);
-    spec.queue = "default";
-    if (std::find(leaves_.begin(), leaves_.end(), t.queue) != leaves_.end()) spec.queue = t.queue;
-    spec.priority = t.priority;
-    spec.priority_class.clear();
-    TaskGroupSpec task;
-    task.name = "worker";
-    task.replicas = t.replicas;
-    task.gpus = t.gpus;
-    if (t.gpu_models.size() == 1) task.gpu_model = t.gpu_models[0];
-    spec.tasks.push_back(std::move(task));
-    spec.time_limit = t.time_limit;
-    spec.preemptible = true;
-    return spec;
-  }
+  // The engine's view of a trace job: the one the production profile
+  // submits (profile_sim.h), preemptible (the policy stops what it likes).
+  JobSpec Spec(const TraceJob& t, size_t index) const { return ProfileJobSpec(config_, t, index, TimeSimOptions{}); }
 
+  const ClusterConfig& config_;  // the caller's: outlives the run
   ClusterState state_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::vector<double> rank_;
   sched::CycleResult result_;  // reused: a cycle allocates nothing at steady state
   std::vector<Event> events_;   // this cycle's, from ToEvents
   std::vector<TimePoint> submitted_at_;  // arrived, not yet given to the engine (-1 once given)
-  std::vector<std::string> leaves_;
   int64_t total_ = 0;
   int64_t down_ = 0;
   struct Down {
