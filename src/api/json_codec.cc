@@ -368,6 +368,7 @@ std::string EncodeEvent(const Event& event) {
           j["nominated_at"] = e.nominated_at;
           j["resized_at"] = e.resized_at;
           j["last_resize_reason"] = e.last_resize_reason;
+          if (e.attained != 0) j["attained"] = e.attained;
           if (!e.attempts.empty()) {
             ordered_json attempts = ordered_json::array();
             for (const JobAttempt& a : e.attempts) {
@@ -494,6 +495,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       h.nominated_at = j.at("nominated_at");
       h.resized_at = j.at("resized_at");
       h.last_resize_reason = j.at("last_resize_reason");
+      h.attained = j.value("attained", Duration{0});
       if (j.contains("attempts")) {
         for (const auto& a : j.at("attempts")) {
           h.attempts.push_back({a.at("started_at").get<TimePoint>(), a.at("ended_at").get<TimePoint>(), a.at("end")});

@@ -420,7 +420,13 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       // --start: each pending job's expected start from the server's
       // projection of its live queue (rota whatif), in the listing.
       Response w = c.Get("/v1/whatif");
-      if (w.status != 200) return Client::Fail(w, "jobs --start");
+      if (w.status == 429) {
+        std::cerr << "rota jobs: --start: the server is busy with another projection; listed without START\n";
+        start = false;
+      } else if (w.status != 200) {
+        return Client::Fail(w, "jobs --start");
+      }
+      if (start) {
       const json projection = json::parse(w.body, nullptr, false);
       json listing = json::parse(r.body, nullptr, false);
       if (projection.is_object() && listing.is_object()) {
@@ -432,8 +438,10 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
           job["expected_start"] = (*it->second)["expected_start"];
           job["starts_in_s"] = (*it->second)["starts_in_s"];
           job["start_estimate"] = (*it->second)["estimate"];
+          if (it->second->contains("held")) job["held"] = true;
         }
         r.body = listing.dump();
+      }
       }
     }
     if (watch && isatty(STDOUT_FILENO)) std::cout << "\033[H\033[2J";

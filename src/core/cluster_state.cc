@@ -484,6 +484,8 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   if (job.state != JobState::kPending) {
     return FailedPreconditionError(who + ": job is " + std::string(JobStateName(job.state)) + ", not pending");
   }
+  // (A cycle decided on a snapshot from before the hold.)
+  if (job.held) return FailedPreconditionError(who + ": job is held by " + job.held_by);
   ROTA_RETURN_IF_ERROR(CheckPlacement(job, e.placement, {}, who));
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : e.placement) {
@@ -682,6 +684,7 @@ Status ClusterState::ApplyOne(const JobHistory& e) {
   updated->preempted_at = e.preempted_at;
   updated->preempted_by = e.preempted_by;
   updated->attempts = e.attempts;
+  updated->attained = e.attained;
   updated->last_requeue_reason = e.last_requeue_reason;
   updated->last_placement = e.last_placement;
   updated->nominated = e.nominated;
@@ -799,6 +802,8 @@ Status ClusterState::ApplyOne(const JobCancelled& e) {
     updated->attained += std::max<Duration>(0, e.at - old->started_at);
     EndAttempt(*updated, e.at, e.reason);
   }
+  updated->held = false;  // an ended job is held no more
+  updated->held_by.clear();
   updated->state = JobState::kCancelled;
   updated->finished_at = e.at;
   updated->end_reason = e.reason;
@@ -827,12 +832,13 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     } else if (j.state == JobState::kCancelled) {
       out.push_back(JobCancelled{j.id, j.finished_at, j.end_reason});
     }
-    if (j.held) out.push_back(JobHoldChanged{j.id, true, j.submitted_at, j.held_by});
+    if (j.held && j.state == JobState::kPending) out.push_back(JobHoldChanged{j.id, true, j.submitted_at, j.held_by});
     // Last, so that nothing replayed above overwrites it.
     if (!j.preempted_at.empty() || !j.last_requeue_reason.empty() || !j.last_placement.empty() ||
-        !j.nominated.empty() || j.resized_at != 0 || !j.attempts.empty()) {
+        !j.nominated.empty() || j.resized_at != 0 || !j.attempts.empty() || j.attained != 0) {
+      // (attained too: replaying an ended job's last attempt above added it again.)
       out.push_back(JobHistory{j.id, j.preempted_at, j.preempted_by, j.last_requeue_reason, j.last_placement,
-                               j.nominated, j.nominated_at, j.resized_at, j.last_resize_reason, j.attempts});
+                               j.nominated, j.nominated_at, j.resized_at, j.last_resize_reason, j.attempts, j.attained});
     }
   };
   // MIG GPUs a replayed job's instances are on get a layout holding them

@@ -339,6 +339,7 @@ TEST(ClusterState, AJobsAttainedServiceAddsUpItsAttempts) {
   ClusterState again;
   for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(again.Apply(e).ok());
   EXPECT_EQ(again.GetSnapshot().FindJob(JobId(1))->attempts, want);
+  EXPECT_EQ(again.GetSnapshot().FindJob(JobId(1))->attained, 150);  // not its last attempt twice
 }
 
 // A hold: only a pending job, once; it survives a journal snapshot.
@@ -358,6 +359,16 @@ TEST(ClusterState, HoldsAPendingJobUntilReleased) {
   EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(2))->held_by, "bob");
   ASSERT_TRUE(st.Apply(JobHoldChanged{JobId(2), false, 14, "admin"}).ok());
   EXPECT_FALSE(st.GetSnapshot().FindJob(JobId(2))->held);
+  // A held job is never bound (a cycle that decided before the hold), and a
+  // held job cancelled is held no more: its journal snapshot replays.
+  ASSERT_TRUE(st.Apply(JobHoldChanged{JobId(2), true, 15, "bob"}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 16}).ok());
+  EXPECT_EQ(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0xff}}, 17}).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(2), 18, "cancelled by bob"}).ok());
+  EXPECT_FALSE(st.GetSnapshot().FindJob(JobId(2))->held);
+  ClusterState after;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(after.Apply(e).ok());
+  EXPECT_EQ(after.GetSnapshot().FindJob(JobId(2))->state, JobState::kCancelled);
 }
 
 }  // namespace rota

@@ -179,6 +179,7 @@ struct JobHistory {
   TimePoint resized_at = 0;
   std::string last_resize_reason;
   std::vector<JobAttempt> attempts;
+  Duration attained = 0;
 };
 struct JobCancelled {
   JobId id;

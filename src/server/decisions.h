@@ -7,7 +7,8 @@
 // since the snapshot: those binds fail too), resizes, placements, evictions,
 // rejections. A decision refused because its job or its GPUs changed since
 // the snapshot is dropped; the next cycle decides again. A rejection
-// (JobCancelled) applies only to a job still pending.
+// (JobCancelled) applies only to a job still pending, an eviction only for a
+// preemptor still pending and not held.
 #pragma once
 
 #include <cstdint>

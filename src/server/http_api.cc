@@ -1050,8 +1050,11 @@ class HttpServerImpl final : public HttpServer {
   // One projection at a time (each may take a core for a second): the slot,
   // released when it goes, or null with a 429 written to `res`.
   struct ProjectionSlot {
-    std::atomic<bool>* flag;
+    explicit ProjectionSlot(std::atomic<bool>* f) : flag(f) {}
+    ProjectionSlot(const ProjectionSlot&) = delete;
+    ProjectionSlot& operator=(const ProjectionSlot&) = delete;
     ~ProjectionSlot() { flag->store(false); }
+    std::atomic<bool>* flag;
   };
   std::unique_ptr<ProjectionSlot> TakeProjectionSlot(HttpResponse& res) {
     bool expected = false;
@@ -1060,7 +1063,7 @@ class HttpServerImpl final : public HttpServer {
       ReplyError(res, Status(StatusCode::kResourceExhausted, "a what-if projection is already running; retry shortly"));
       return nullptr;
     }
-    return std::make_unique<ProjectionSlot>(ProjectionSlot{&projecting_});
+    return std::make_unique<ProjectionSlot>(&projecting_);
   }
 
   // POST /v1/jobs?dry_run=true (like sbatch --test-only): whether the job
@@ -1081,6 +1084,9 @@ class HttpServerImpl final : public HttpServer {
     if (!p.ok()) return ReplyError(res, p.status());
     const sim::ProjectedStart& first = p->jobs[p->jobs.size() - static_cast<size_t>(count)];
     const sim::ProjectedStart& last = p->jobs.back();
+    if (!first.why.empty()) {  // the projection's cycle rejected it (its queue could never admit it)
+      return ReplyError(res, Status(StatusCode::kOutOfRange, first.why));
+    }
     ordered_json out = {{"dry_run", true}, {"name", spec.name}, {"queue", spec.queue}, {"count", count}};
     out["expected_start"] = first.start >= 0 ? ordered_json(FormatTime(first.start)) : ordered_json(nullptr);
     out["starts_in_s"] = first.start >= 0 ? ordered_json((first.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
@@ -1161,7 +1167,10 @@ class HttpServerImpl final : public HttpServer {
     ev.push_back({{"at", TimeText(job.submitted_at)}, {"event", "submitted"}, {"detail", "by " + job.user}});
     // One start and one end per attempt (the last JobRecord::kMaxAttempts):
     // when each was bound and how it ended.
-    const int64_t earlier = static_cast<int64_t>(job.restarts) + (job.finished_at != 0 ? 1 : 0) -
+    // Whether the job ended while it ran (its last attempt is its end).
+    const bool ended_running =
+        job.finished_at != 0 && !job.attempts.empty() && job.attempts.back().ended_at == job.finished_at;
+    const int64_t earlier = static_cast<int64_t>(job.restarts) + (ended_running ? 1 : 0) -
                             static_cast<int64_t>(job.attempts.size());
     if (earlier > 0) {
       ev.push_back({{"at", ""}, {"event", "requeued"},
@@ -1171,8 +1180,9 @@ class HttpServerImpl final : public HttpServer {
     for (size_t i = 0; i < job.attempts.size(); ++i) {
       const JobAttempt& a = job.attempts[i];
       // An ended job's last attempt is its end, below.
-      const bool last_end = !live && job.finished_at != 0 && i + 1 == job.attempts.size();
-      ev.push_back({{"at", TimeText(a.started_at)}, {"event", "bound"}, {"detail", "attempt " + std::to_string(i + 1)}});
+      const bool last_end = !live && ended_running && i + 1 == job.attempts.size();
+      const int64_t number = std::max<int64_t>(earlier, 0) + static_cast<int64_t>(i) + 1;
+      ev.push_back({{"at", TimeText(a.started_at)}, {"event", "bound"}, {"detail", "attempt " + std::to_string(number)}});
       if (!last_end) {
         const bool requeued = a.end.rfind("requeued: ", 0) == 0;
         ev.push_back({{"at", TimeText(a.ended_at)}, {"event", requeued ? "requeued" : "ended"},

@@ -65,7 +65,8 @@ void AgentModel::Apply(const Event& e) {
     auto it = runs_.find(q->id.value());
     if (it == runs_.end()) return;
     const Duration kept = saved_.count(q->id.value()) ? saved_[q->id.value()] : 0;
-    const Duration done = it->second.ProgressAt(q->at);
+    // (Work stops when its process exits, not when the requeue is journaled.)
+    const Duration done = it->second.ProgressAt(std::min(q->at, it->second.exited_at));
     if (done > kept) {
       lost_[q->id.value()] += static_cast<double>(done - kept) * static_cast<double>(it->second.work.gpus) / kMicrosPerSecond;
     }
@@ -145,6 +146,7 @@ void AgentModel::TakeDue(const Snapshot& snap, TimePoint now,
         t.exit_code = 0;
         by_node[node_name(r)].second.push_back(std::move(t));
       }
+      run.exited_at = exit_at;
       run.finish = run.stop_at = run.next_checkpoint = kNever;  // reported: nothing more until the journal says
     }
     run.generation = ++generation_;

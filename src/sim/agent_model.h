@@ -78,6 +78,7 @@ class AgentModel {
     TimePoint next_checkpoint = kNever;
     TimePoint stop_at = kNever;       // evicted: when it exits
     bool save_on_stop = false;
+    TimePoint exited_at = kNever;  // its replicas reported their exit
     uint32_t generation = 0;
     Duration ProgressAt(TimePoint t) const { return std::min(work.duration, from + (t - started)); }
     TimePoint Next() const { return std::min(finish, stop_at); }

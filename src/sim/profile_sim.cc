@@ -396,7 +396,9 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
   ROTA_RETURN_IF_ERROR(driver.Create());
   for (const Event& e : CompactState(snap, /*live_only=*/true)) ROTA_RETURN_IF_ERROR(driver.Seed(e));
   // The changes.
-  for (const auto& [group, count] : options.change.add_nodes) {
+  std::map<std::string, int64_t> more_of;  // a group named twice adds both counts
+  for (const auto& [group, count] : options.change.add_nodes) more_of[group] += count;
+  for (const auto& [group, count] : more_of) {
     ClusterConfig more = config;
     auto g = std::find_if(more.node_groups.begin(), more.node_groups.end(), [&](const NodeGroupConfig& n) { return n.name == group; });
     if (g == more.node_groups.end()) {
@@ -406,7 +408,7 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
                                   (names.empty() ? std::string(" (it declares none)") : " (groups: " + names + ")"));
     }
     if (count < 1 || count > 100'000) return InvalidArgumentError("add_nodes: " + group + ": count must be 1..100000");
-    g->count += count;
+    g->count += static_cast<int32_t>(count);
     ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> specs, ExpandNodes(more));
     int32_t added = 0;
     for (NodeSpec& n : specs) {
