@@ -611,8 +611,13 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     if (ids.empty()) return Usage(help->usage);
     int rc = kExitOk;
     json results = json::array();
+    size_t not_ours = 0;
     for (const std::string& id : ids) {
       Response r = c.Post("/v1/jobs/" + id + "/cancel", "", "application/json");
+      if (selected && r.status == 403) {
+        ++not_ours;  // a selection (job_visibility: all lists others' jobs) cancels only what we may
+        continue;
+      }
       if (r.status < 200 || r.status >= 300) {
         const int failed = Client::Fail(r, "cancel " + id);
         if (rc == kExitOk) rc = failed;
@@ -623,6 +628,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       else if (!j.is_discarded()) std::cout << "cancelled job " << j["id"] << " (" << S(j, "name") << ")\n";
     }
     if (c.json_output()) std::cout << (ids.size() == 1 && results.size() == 1 ? results[0] : results).dump(2) << "\n";
+    if (not_ours > 0) std::cerr << "rota cancel: skipped " << not_ours << " matching job(s) of other users\n";
     return rc;
   }
 
