@@ -150,7 +150,8 @@ const std::vector<CommandHelp>& Commands() {
        "to their time limits, or for the median run of finished jobs: marked ~, an estimate). With\n"
        "--add-nodes (more nodes of a config node group) or --drain, the same beside it, from one snapshot.",
        {"--add-nodes", "--drain", "--horizon"}},
-      {"top", "rota top [-o json]", "GPU utilisation, memory and power per node and GPU.", {}},
+      {"top", "rota top [--watch] [-o json]",
+       "GPU utilisation, memory and power per node and GPU; --watch shows it again every 2 s.", {"--watch", "-w"}},
       {"token",
        "rota token create --user NAME [--role admin|user|agent] [--node NODE] [--ttl 30d] [--existing]\n"
        "       rota token list | revoke TOKEN_ID",
@@ -838,9 +839,17 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
   }
 
   if (cmd == "top") {
-    if (!args.empty()) return Usage("rota top [-o json]");
+    // --watch: again every 2 s (clearing a terminal), like top(1), until interrupted.
+    bool watch = false;
+    for (const std::string& a : args) {
+      if (a == "--watch" || a == "-w") watch = true;
+      else return Usage(help->usage);
+    }
+    for (bool first = true;; first = false) {
+    if (!first) std::this_thread::sleep_for(std::chrono::seconds(2));
     Response r = c.Get("/v1/nodes");
-    return Run(c, r, "top", [](const json& j) {
+    if (watch && isatty(STDOUT_FILENO)) std::cout << "\033[H\033[2J";
+    const int rc = Run(c, r, "top", [](const json& j) {
       Table t({"NODE", "GPU", "JOB", "UTIL%", "MEMORY", "TEMP", "POWER", "HEALTHY", "MIG"});
       int64_t total = 0, allocated = 0;
       for (const auto& n : j["nodes"]) {
@@ -857,6 +866,9 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       }
       std::cout << "GPUs allocated: " << allocated << "/" << total << "\n" << t.Render();
     });
+    std::cout << std::flush;
+    if (!watch || rc != kExitOk) return rc;
+    }
   }
 
   // token create | list | revoke

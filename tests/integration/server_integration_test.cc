@@ -111,6 +111,14 @@ TEST_F(Integration, CancelSelectsJobsByNameUserAndState) {
   const json live = json::parse(jobs.out)["jobs"];
   ASSERT_EQ(live.size(), 1u) << jobs.out;
   EXPECT_EQ(live[0]["name"], "other");
+  // rota top --watch shows it again every 2 s until interrupted.
+  CommandResult top = RunShell("timeout 5 '" + RotaBinary() + "' top --watch", env, tmp.path());
+  EXPECT_EQ(top.exit_code, 124) << top.err;
+  size_t shown = 0;
+  for (size_t at = top.out.find("GPUs allocated: 1/2"); at != std::string::npos; at = top.out.find("GPUs allocated: 1/2", at + 1)) {
+    ++shown;
+  }
+  EXPECT_GE(shown, 2u) << top.out;  // at 0, 2 (and 4) s
 }
 
 // rota hold, release and requeue, like scontrol's.
