@@ -1063,7 +1063,7 @@ StatusOr<std::string> Controller::BootstrapAdminToken() {
     ROTA_RETURN_IF_ERROR(store_->PutToken(record));
     auth_.Add(record);
     return token;
-  });
+  }, /*standalone=*/true);  // journals nothing: a batch refused by a full disk (a cycle's binds beside it) must not refuse it
 }
 
 }  // namespace rota::server

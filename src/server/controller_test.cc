@@ -484,4 +484,82 @@ TEST_F(ControllerTest, ADrainedNodeThatGoesSilentShowsAsLost) {
   EXPECT_EQ(view["drain_reason"], "PSU swap");
 }
 
+// A store whose journal refuses every append (a full disk) once `full`, and
+// whose first append after Arm() waits for Release (so that later calls queue
+// into one batch).
+class FullDiskStore final : public Store {
+ public:
+  StatusOr<uint64_t> Append(const std::vector<Event>& events) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (armed_ && !held_once_) {
+        held_once_ = true;
+        waiting_ = true;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return go_; });
+      }
+      if (full_) return Status(StatusCode::kInsufficientStorage, "disk full");
+    }
+    return inner_.Append(events);
+  }
+  Status Replay(const std::function<Status(const Event&)>& fn) override { return inner_.Replay(fn); }
+  Status WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) override {
+    return inner_.WriteSnapshot(seq, compacted);
+  }
+  uint64_t last_seq() const override { return inner_.last_seq(); }
+  Status PutToken(const TokenRecord& token) override { return inner_.PutToken(token); }
+  StatusOr<std::vector<TokenRecord>> Tokens() override { return inner_.Tokens(); }
+  void Arm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = true;
+  }
+  void WaitHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return waiting_; });
+  }
+  void Release(bool full) {
+    std::lock_guard<std::mutex> lock(mu_);
+    full_ = full;
+    go_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  MemoryStore inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool armed_ = false, held_once_ = false, waiting_ = false, go_ = false, full_ = false;
+};
+
+// The first admin token is stored beside the journal, not in it: a batch
+// that a full disk refuses (a submission, a cycle's binds) must not refuse it
+// too, or a server restarted on a full disk exits at once.
+TEST_F(ControllerTest, TheBootstrapTokenIsNotRefusedWithABatchAFullDiskRefused) {
+  auto raw = std::make_unique<FullDiskStore>();
+  FullDiskStore* store = raw.get();
+  ControllerOptions o{.config = TwoNodes(), .clock = &clock};
+  auto c = std::make_unique<Controller>(o, std::move(raw));
+  ASSERT_TRUE(c->Start().ok());
+  store->Arm();
+  // The next journaled batch (job 1) holds the actor in Append.
+  std::thread first([&] { (void)c->Submit(kAlice, Job("first", 1, 1)); });
+  store->WaitHeld();
+  StatusOr<JobId> second = InternalError("not run");
+  StatusOr<std::string> token = InternalError("not run");
+  std::thread both([&] {
+    std::thread t([&] { second = c->Submit(kAlice, Job("second", 1, 1)); });
+    token = c->BootstrapAdminToken();
+    t.join();
+  });
+  // Both queue behind the held append (they go in one batch), then the disk fills.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  store->Release(/*full=*/true);
+  first.join();
+  both.join();
+  EXPECT_EQ(second.status().code(), StatusCode::kInsufficientStorage);
+  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  EXPECT_FALSE(token->empty());
+  EXPECT_TRUE(c->Authenticate("Bearer " + *token).ok());
+}
+
 }  // namespace rota::server

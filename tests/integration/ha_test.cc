@@ -405,7 +405,9 @@ TEST_F(Replicated, APausedLeaderIsFencedAndStepsDown) {
                     "name: stale\ntasks: [{name: w, replicas: 1, gpus: 0, cpu: 10m, command: [true]}]\n",
                     "application/yaml");
   // (Refused, or cut off as it steps down: never accepted.)
-  if (r) EXPECT_EQ(r->status, 503) << r->body;
+  if (r) {
+    EXPECT_EQ(r->status, 503) << r->body;
+  }
   std::printf("the write to the woken ex-leader ended after %.2f s\n", Seconds(Clock::now() - resumed));
   const auto woken = Clock::now();
   // It steps down and follows the new leader.

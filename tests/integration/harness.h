@@ -157,18 +157,24 @@ class RotaProcess {
     std::vector<std::string> args{RotaBinary(), mode, "--data-dir", data_dir_, "--listen",
                                   port_ ? "127.0.0.1:" + std::to_string(port_) : "127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
+    // (The log is appended to: only this start's lines count.)
+    const size_t logged = ReadAll(log_).size();
     pid_ = SpawnLogged(args, log_);
     ASSERT_GT(pid_, 0) << "cannot start " << args[0];
     // Wait for "serving http://127.0.0.1:PORT".
+    bool announced = false;
     for (int i = 0; i < 500; ++i) {
-      const std::string log = ReadAll(log_);
+      const std::string all = ReadAll(log_);
+      const std::string log = all.size() > logged ? all.substr(logged) : "";
       const size_t at = log.rfind("serving http://127.0.0.1:");
       if (at != std::string::npos) {
+        announced = true;
         port_ = std::stoi(log.substr(at + 25));
         if (Healthy()) break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    ASSERT_TRUE(announced) << "this start never served:\n" << ReadAll(log_).substr(logged);
     ASSERT_GT(port_, 0) << ReadAll(log_);
     token_ = ReadAll(data_dir_ + "/admin.token");
     while (!token_.empty() && (token_.back() == '\n')) token_.pop_back();

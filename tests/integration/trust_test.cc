@@ -177,7 +177,9 @@ TEST_F(Trust, MountsAndRootfsOnlyFromTheAdminsPrefixes) {
     auto r = alice.Post("/v1/jobs", c.spec, "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, c.status) << c.spec << "\n" << r->body;
-    if (!c.says.empty()) EXPECT_NE(r->body.find(c.says), std::string::npos) << r->body;
+    if (!c.says.empty()) {
+      EXPECT_NE(r->body.find(c.says), std::string::npos) << r->body;
+    }
   }
   // Refusals changed nothing: only the allowed job exists.
   auto jobs = json::parse(up.Admin().Get("/v1/jobs?all=true")->body)["jobs"];
