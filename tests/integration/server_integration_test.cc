@@ -128,48 +128,37 @@ TEST_F(Integration, HoldReleaseAndRequeue) {
   const std::string job = Write("job.yaml", "name: j\ntasks: [{gpus: 1, command: [sleep, '600']}]\n");
   ASSERT_EQ(RunRota({"submit", job}, env, tmp.path()).exit_code, 0);
   ASSERT_EQ(RunRota({"submit", job}, env, tmp.path()).exit_code, 0);
-  auto state = [&](int id) {
-    CommandResult d = RunRota({"describe", std::to_string(id), "-o", "json"}, env, tmp.path());
-    return d.exit_code == 0 ? json::parse(d.out) : json{};
-  };
-  auto wait_state = [&](int id, const std::string& want) {
-    json j;
-    for (int i = 0; i < 200; ++i) {
-      j = state(id);
-      if (j.value("state", "") == want) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return j;
-  };
-  ASSERT_EQ(wait_state(1, "running")["state"], "running");
+  auto admin = up.Admin();
+  auto running = [](const json& j) { return j.value("state", "") == "running"; };
+  ASSERT_EQ(WaitJob(admin, 1, running)["state"], "running");
   CommandResult h = RunRota({"hold", "2"}, env, tmp.path());
   ASSERT_EQ(h.exit_code, 0) << h.err;
   EXPECT_EQ(h.out, "held job 2 (j)\n");
   CommandResult again = RunRota({"hold", "2"}, env, tmp.path());
   EXPECT_EQ(again.exit_code, 5);
   EXPECT_NE(again.err.find("is held already"), std::string::npos) << again.err;
-  CommandResult running = RunRota({"hold", "1"}, env, tmp.path());
-  EXPECT_EQ(running.exit_code, 5);
-  EXPECT_NE(running.err.find("only a pending job can be held"), std::string::npos) << running.err;
+  CommandResult not_pending = RunRota({"hold", "1"}, env, tmp.path());
+  EXPECT_EQ(not_pending.exit_code, 5);
+  EXPECT_NE(not_pending.err.find("only a pending job can be held"), std::string::npos) << not_pending.err;
   // Held: the GPU frees up, and it still waits, saying why.
   ASSERT_EQ(RunRota({"cancel", "1"}, env, tmp.path()).exit_code, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  json held = state(2);
+  json held = json::parse(admin.Get("/v1/jobs/2")->body);
   EXPECT_EQ(held["state"], "pending");
   EXPECT_EQ(held["pending_reason"]["code"], "Held") << held.dump();
   EXPECT_NE(held["pending_reason"]["message"].get<std::string>().find("rota release 2"), std::string::npos);
   ASSERT_EQ(RunRota({"release", "2"}, env, tmp.path()).exit_code, 0);
-  EXPECT_EQ(wait_state(2, "running")["state"], "running");
+  EXPECT_EQ(WaitJob(admin, 2, running)["state"], "running");
   EXPECT_EQ(RunRota({"release", "2"}, env, tmp.path()).exit_code, 5);  // not held
   // Requeue: back to the queue, and placed again (a new attempt).
   CommandResult rq = RunRota({"requeue", "2"}, env, tmp.path());
   ASSERT_EQ(rq.exit_code, 0) << rq.err;
   EXPECT_EQ(rq.out, "requeued job 2 (j)\n");
-  json again_running = wait_state(2, "running");
+  json again_running = WaitJob(admin, 2, running);
   EXPECT_EQ(again_running["state"], "running");
   EXPECT_EQ(again_running.value("restarts", 0), 1) << again_running.dump();
   // One start and one end per attempt, each with its time.
-  const json events = json::parse(up.Admin().Get("/v1/jobs/2/events")->body)["events"];
+  const json events = json::parse(admin.Get("/v1/jobs/2/events")->body)["events"];
   int bound = 0;
   bool requeued = false;
   for (const auto& e : events) {
@@ -197,11 +186,8 @@ TEST_F(Integration, WhatIfGivesEveryPendingJobAnExpectedStart) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
   };
   submit("holds", "1h");
-  for (int i = 0; i < 200; ++i) {  // running before the others come
-    CommandResult d = RunRota({"describe", "1", "-o", "json"}, env, tmp.path());
-    if (d.exit_code == 0 && json::parse(d.out)["state"] == "running") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  auto admin = up.Admin();  // running before the others come
+  ASSERT_EQ(WaitJob(admin, 1, [](const json& j) { return j.value("state", "") == "running"; })["state"], "running");
   submit("next", "30m");
   submit("open", "");
   submit("last", "10m");
