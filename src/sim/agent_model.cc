@@ -1,5 +1,7 @@
 #include "sim/agent_model.h"
 
+#include "api/agent_protocol.h"
+
 #include <algorithm>
 #include <map>
 #include <tuple>

@@ -31,8 +31,13 @@
 #include <utility>
 #include <vector>
 
-#include "api/agent_protocol.h"
 #include "core/cluster_state.h"
+
+// (Declared only: the protocol's header brings nlohmann's JSON, which the
+// simulator's other includers need not compile.)
+namespace rota::api {
+struct TaskReport;
+}  // namespace rota::api
 
 namespace rota::sim {
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api/agent_protocol.h"
 #include "base/clock.h"
 #include "base/rng.h"
 #include "server/controller.h"

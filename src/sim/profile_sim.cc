@@ -98,8 +98,7 @@ class ProfileDriver {
     }
     for (const auto& [node, tasks] : reports_) lifecycle_.OnTaskReports(batch, node, tasks);
     if (arrivals) arrivals(batch);
-    placed_ids_.assign(placed_.begin(), placed_.end());
-    std::sort(placed_ids_.begin(), placed_ids_.end());
+    placed_ids_.assign(placed_.begin(), placed_.end());  // (in id order: a set)
     server::JobLifecycle::Overdue overdue;
     {
       Snapshot snap = state_.GetSnapshot();
