@@ -1189,10 +1189,9 @@ class HttpServerImpl final : public HttpServer {
                       {"detail", requeued ? a.end.substr(10) : a.end}});
       }
     }
-    if (live && job.started_at != 0) {
-      ev.push_back({{"at", TimeText(job.started_at)}, {"event", "bound"},
-                    {"detail", std::to_string(job.placement.size()) + " replicas placed"}});
-    } else if (job.attempts.empty() && job.started_at != 0) {
+    // The running attempt (or the one start of a job whose attempts a journal
+    // from before them does not hold).
+    if (job.started_at != 0 && (live || job.attempts.empty())) {
       ev.push_back({{"at", TimeText(job.started_at)}, {"event", "bound"},
                     {"detail", std::to_string(job.placement.size()) + " replicas placed"}});
     }
