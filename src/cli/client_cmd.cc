@@ -334,7 +334,8 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         for (const auto& p : j["placement"]) {
           where += (where.empty() ? "" : ", ") + S(p, "node") + "[" + GpuList(p["gpus"]) + "]";
         }
-        std::string when = "not within the horizon (30d)";
+        std::string when = j.value("complete", true) ? "not within the horizon (30d)"
+                                                     : "beyond what the server projects within its time budget";
         if (!j["starts_in_s"].is_null()) {
           const int64_t in = j["starts_in_s"].get<int64_t>();
           when = (j.value("estimate", false) ? "in about " : "in ") + FormatSpan(in * kMicrosPerSecond);
@@ -823,6 +824,10 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       std::cout << t.Render();
       std::cout << "\n~: after a job with no time limit ends (run for the median of finished jobs, "
                 << FormatSpan(j["baseline"]["default_run_s"].get<int64_t>() * kMicrosPerSecond) << ")\n";
+      if (!j["baseline"].value("complete", true) || (changes && !j["with_changes"].value("complete", true))) {
+        std::cout << "(the queue is too long to project within the server's time budget: "
+                     "'beyond horizon' there means not reached)\n";
+      }
     });
   }
 

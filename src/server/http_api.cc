@@ -765,8 +765,9 @@ class HttpServerImpl final : public HttpServer {
           if (!s.why.empty()) j["why"] = s.why;
           jobs.push_back(std::move(j));
         }
-        return ordered_json{{"jobs", jobs}, {"default_run_s", p.default_run / kMicrosPerSecond}, {"steps", p.steps},
-                            {"wall_ms", p.wall_s * 1000}};
+        return ordered_json{{"jobs", jobs},       {"default_run_s", p.default_run / kMicrosPerSecond},
+                            {"steps", p.steps}, {"wall_ms", p.wall_s * 1000},
+                            {"complete", !p.cut_short}};
       };
       StatusOr<sim::Projection> base = sim::Project(c_->config(), snap, now, options);
       if (!base.ok()) return ReplyError(res, base.status());
@@ -1041,10 +1042,14 @@ class HttpServerImpl final : public HttpServer {
   bool AllSeeAll() const { return c_->config().job_visibility == "all"; }
 
   // A projection with this server's engine settings.
+  // A request costs at most kProjectionBudget of one core: a bigger queue is
+  // projected as far as that reaches ("complete": false).
+  static constexpr Duration kProjectionBudget = 10 * kMicrosPerSecond;
   sim::ProjectOptions ProjectionOptions() const {
     sim::ProjectOptions options;
     options.sim.min_runtime = c_->min_runtime();
     options.sim.preempt_slack = c_->preempt_slack();
+    options.wall_budget = kProjectionBudget;
     return options;
   }
   // One projection at a time (each may take a core for a second): the slot,
@@ -1104,6 +1109,7 @@ class HttpServerImpl final : public HttpServer {
     out["placement"] = placement;
     if (count > 1) out["last_starts_in_s"] = last.start >= 0 ? ordered_json((last.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
     out["default_run_s"] = p->default_run / kMicrosPerSecond;
+    out["complete"] = !p->cut_short;
     Reply(res, 200, out);
   }
 

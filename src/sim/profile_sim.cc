@@ -465,6 +465,13 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
     // Nothing runs (every running job has an end due) and the cycle decided
     // nothing: nothing more will start.
     if (driver.NextDue() == kNever && !driver.last_cycle_decided()) break;
+    // Out of wall time (a server bounds what one request may cost): what has
+    // not started by now is reported as beyond the projection.
+    if (options.wall_budget > 0 &&
+        std::chrono::steady_clock::now() - wall_start > std::chrono::microseconds(options.wall_budget)) {
+      out.cut_short = true;
+      break;
+    }
     TimePoint next = round_up(driver.NextDue());
     next = std::min(next, round_up(t + std::max(options.sim.tick, resolution(t))));
     if (next <= t) next = t + resolution(t);

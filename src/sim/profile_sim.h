@@ -70,6 +70,9 @@ struct ProjectOptions {
   Duration horizon = 30LL * 24 * 3600 * kMicrosPerSecond;
   Duration resolution = 60 * kMicrosPerSecond;
   Duration default_run = 0;  // 0: from the state's finished jobs
+  // Wall time the projection may take (0 = any): past it, it stops and says
+  // so (Projection::cut_short); starts not reached are left at -1.
+  Duration wall_budget = 0;
   WhatIfChange change;
   // Jobs submitted at `now` by `user` (a dry run: where and when a job would
   // start), admitted as the server admits them; after the state's pending
@@ -89,6 +92,7 @@ struct Projection {
   Duration default_run = 0;
   int64_t steps = 0;
   double wall_s = 0;
+  bool cut_short = false;  // stopped by the wall budget, not by the horizon
 };
 // Errors: a change naming an unknown node group or node (InvalidArgument); a
 // submitted job the server would refuse (its error).

@@ -189,6 +189,20 @@ TEST(Project, AddedNodesAndDrainsChangeTheProjection) {
   EXPECT_EQ(Project(live.config, live.state.GetSnapshot(), live.now, bad).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(Project, AWallBudgetStopsItAndSaysSo) {
+  LiveState live;
+  ProjectOptions tight;
+  tight.wall_budget = 1;  // a microsecond: past it after the first step
+  StatusOr<Projection> p = Project(live.config, live.state.GetSnapshot(), live.now, tight);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(p->cut_short);
+  EXPECT_EQ(p->steps, 1);
+  EXPECT_EQ(p->jobs[0].start, -1);
+  StatusOr<Projection> whole = Project(live.config, live.state.GetSnapshot(), live.now, {});
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE(whole->cut_short);
+}
+
 TEST(Project, AStartAfterAnEstimatedEndIsAnEstimate) {
   LiveState live;
   // A third pending job behind job 4, which has no limit.
