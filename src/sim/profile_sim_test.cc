@@ -4,34 +4,24 @@
 
 #include <bit>
 
+#include "sim/test_util.h"
+
 namespace rota::sim {
 namespace {
 
 constexpr Duration kS = kMicrosPerSecond;
 
-std::vector<NodeSpec> OneNode() {
-  NodeSpec n;
-  n.name = "n0";
-  n.gpu_model = "V100";
-  n.gpus = 8;
-  n.cpu = 64000;
-  n.memory = 262144;
-  n.labels = {{"hostname", "n0"}, {"gpu_model", "V100"}};
-  return {n};
-}
-
+// A single-replica job of `queue` at `priority` that checkpoints every 10 minutes.
 TraceJob Job(const std::string& name, int64_t submit_s, int64_t duration_s, int32_t gpus, int32_t priority,
              const std::string& queue = "default") {
-  TraceJob j;
-  j.name = name;
-  j.submit = submit_s * kS;
-  j.duration = duration_s * kS;
-  j.gpus = gpus;
+  TraceJob j = sim::Job(name, submit_s, duration_s, gpus);
   j.priority = priority;
   j.queue = queue;
   j.checkpoint_interval = 600 * kS;
   return j;
 }
+
+std::vector<NodeSpec> OneNode() { return Nodes(1, 8); }
 
 ClusterConfig Config() {
   ClusterConfig c;

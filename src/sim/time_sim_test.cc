@@ -14,31 +14,6 @@
 namespace rota::sim {
 namespace {
 
-std::vector<NodeSpec> Nodes(int count, int gpus) {
-  std::vector<NodeSpec> nodes;
-  for (int i = 0; i < count; ++i) {
-    NodeSpec n;
-    n.name = "n" + std::to_string(i);
-    n.gpu_model = "V100";
-    n.gpus = gpus;
-    n.cpu = 64000;
-    n.memory = 262144;
-    n.labels = {{"hostname", n.name}, {"gpu_model", "V100"}, {"rack", "r0"}, {"spine", "s0"}};
-    nodes.push_back(n);
-  }
-  return nodes;
-}
-
-TraceJob Job(const std::string& name, int64_t submit_s, int64_t duration_s, int32_t gpus, int32_t replicas = 1) {
-  TraceJob j;
-  j.name = name;
-  j.submit = submit_s * kMicrosPerSecond;
-  j.duration = duration_s * kMicrosPerSecond;
-  j.gpus = gpus;
-  j.replicas = replicas;
-  return j;
-}
-
 // The YARN GPU-time distribution shipped with Tiresias (its Gittins input).
 std::vector<int64_t> YarnSamples() {
   std::string yarn;
