@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "api/yaml_codec.h"
+#include "base/strings.h"
 #include "cli/table.h"
 #include "sim/openb.h"
 #include "sim/report.h"
@@ -70,18 +71,6 @@ struct Flags {
 int Fail(const std::string& message) {
   std::cerr << "rota sim: " << message << "\n";
   return 2;
-}
-
-std::vector<std::string> SplitComma(const std::string& s) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t comma = s.find(',', pos);
-    if (comma == std::string::npos) comma = s.size();
-    if (comma > pos) out.push_back(s.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return out;
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -277,7 +266,7 @@ int SimMain(const std::vector<std::string>& args) {
     else if (arg == "--policy") flags.policy = *v;
     else if (arg == "--placement") flags.placement = *v;
     else if (arg == "--compare") {
-      flags.compare = SplitComma(*v);
+      flags.compare = SplitList(*v);
       if (flags.compare.empty()) return Fail("--compare: give names separated by commas");
       for (size_t a = 0; a < flags.compare.size(); ++a) {
         for (size_t b = 0; b < a; ++b) {

@@ -3,6 +3,7 @@
 #include "base/version.h"
 
 #include "base/base64.h"
+#include "base/strings.h"
 #include "server/web_assets.h"
 
 #include "server/http_transport.h"
@@ -115,19 +116,6 @@ class RateLimiter {
   std::mutex mu_;
   std::map<std::string, Bucket> buckets_;
 };
-
-// "a,b,,c" -> {"a", "b", "c"}.
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    if (comma > pos) out.push_back(text.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return out;
-}
 
 void Reply(HttpResponse& res, int status, const ordered_json& body) {
   res.status = status;
