@@ -399,6 +399,7 @@ std::string EncodeEvent(const Event& event) {
           j["held"] = e.held;
           j["at"] = e.at;
           j["by"] = e.by;
+          if (e.admin) j["admin"] = true;
         } else if constexpr (std::is_same_v<E, JobCancelled>) {
           j["type"] = "JobCancelled";
           j["id"] = e.id.value();
@@ -468,7 +469,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
                                  j.at("reason")});
     }
     if (type == "JobHoldChanged") {
-      return Event(JobHoldChanged{JobId(j.at("id").get<uint64_t>()), j.at("held"), j.at("at"), j.at("by")});
+      return Event(JobHoldChanged{JobId(j.at("id").get<uint64_t>()), j.at("held"), j.at("at"), j.at("by"),
+                                  j.value("admin", false)});
     }
     if (type == "JobCancelled") {
       return Event(JobCancelled{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason")});

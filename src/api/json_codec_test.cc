@@ -59,6 +59,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobSubmitted{.id = JobId(7200), .spec = *spec, .at = 9, .user = "erin", .restarts = 2, .attained = 5'000'000},
       JobHoldChanged{JobId(7), true, 1100, "alice"},
       JobHoldChanged{JobId(7), false, 1200, "admin"},
+      JobHoldChanged{JobId(8), true, 1300, "root", true},
   };
   for (const Event& e : events) {
     const std::string text = EncodeEvent(e);

@@ -785,6 +785,7 @@ Status ClusterState::ApplyOne(const JobHoldChanged& e) {
   auto updated = std::make_shared<JobRecord>(*found);
   updated->held = e.held;
   updated->held_by = e.held ? e.by : "";
+  updated->held_by_admin = e.held && e.admin;
   Put(Mutable(), std::move(updated));
   return Status::Ok();
 }
@@ -804,6 +805,7 @@ Status ClusterState::ApplyOne(const JobCancelled& e) {
   }
   updated->held = false;  // an ended job is held no more
   updated->held_by.clear();
+  updated->held_by_admin = false;
   updated->state = JobState::kCancelled;
   updated->finished_at = e.at;
   updated->end_reason = e.reason;
@@ -832,7 +834,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     } else if (j.state == JobState::kCancelled) {
       out.push_back(JobCancelled{j.id, j.finished_at, j.end_reason});
     }
-    if (j.held && j.state == JobState::kPending) out.push_back(JobHoldChanged{j.id, true, j.submitted_at, j.held_by});
+    if (j.held && j.state == JobState::kPending) out.push_back(JobHoldChanged{j.id, true, j.submitted_at, j.held_by, j.held_by_admin});
     // Last, so that nothing replayed above overwrites it.
     if (!j.preempted_at.empty() || !j.last_requeue_reason.empty() || !j.last_placement.empty() ||
         !j.nominated.empty() || j.resized_at != 0 || !j.attempts.empty() || j.attained != 0) {

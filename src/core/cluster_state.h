@@ -99,6 +99,7 @@ struct JobRecord {
   // Held (pending, not scheduled until released: JobHoldChanged), and by whom.
   bool held = false;
   std::string held_by;
+  bool held_by_admin = false;
   int32_t restarts = 0;                     // times requeued after it started
   // Run time of its ended attempts (a running attempt adds now - started_at):
   // the attained service that least-attained-service orders read.

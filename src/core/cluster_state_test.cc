@@ -369,6 +369,12 @@ TEST(ClusterState, HoldsAPendingJobUntilReleased) {
   ClusterState after;
   for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(after.Apply(e).ok());
   EXPECT_EQ(after.GetSnapshot().FindJob(JobId(2))->state, JobState::kCancelled);
+  // An admin's hold stays an admin's through a snapshot.
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), Job(1, 8), 20}).ok());
+  ASSERT_TRUE(st.Apply(JobHoldChanged{JobId(3), true, 21, "root", true}).ok());
+  ClusterState later;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(later.Apply(e).ok());
+  EXPECT_TRUE(later.GetSnapshot().FindJob(JobId(3))->held_by_admin);
 }
 
 }  // namespace rota

@@ -187,12 +187,14 @@ struct JobCancelled {
   std::string reason;  // "cancelled by alice", "unresolvable: ..."
 };
 // A pending job is held (it is not scheduled until released), or released,
-// like Slurm's scontrol hold/release. `by`: who did it.
+// like Slurm's scontrol hold/release. `by`: who did it; `admin`: an admin's
+// hold (like Slurm's, its owner may not release it).
 struct JobHoldChanged {
   JobId id;
   bool held = true;
   TimePoint at = 0;
   std::string by;
+  bool admin = false;
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,

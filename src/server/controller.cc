@@ -710,7 +710,11 @@ Status Controller::SetHold(const Principal& who, JobId id, bool held) {
            if (job == nullptr || (!who.admin() && job->user != who.user)) {
              return NotFoundError("no job " + std::to_string(id.value()));
            }
-           ROTA_RETURN_IF_ERROR(batch.Apply(JobHoldChanged{id, held, options_.clock->Now(), who.user}));
+           if (!held && job->held_by_admin && !who.admin()) {
+             return Status(StatusCode::kPermissionDenied, "job " + std::to_string(id.value()) + " was held by admin " +
+                                                             job->held_by + ": only an admin may release it");
+           }
+           ROTA_RETURN_IF_ERROR(batch.Apply(JobHoldChanged{id, held, options_.clock->Now(), who.user, held && who.admin()}));
            return true;
          })
       .status();

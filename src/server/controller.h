@@ -159,8 +159,9 @@ class Controller {
   Status CheckSubmission(const Principal& who, JobSpec* spec) const;
   Status Cancel(const Principal& who, JobId id);
   // Holds a pending job (it is not scheduled) or releases it, like Slurm's
-  // scontrol hold/release (its owner or an admin). FailedPrecondition: not
-  // pending, or already so.
+  // scontrol hold/release (its owner or an admin; an admin's hold only an
+  // admin releases: PermissionDenied). FailedPrecondition: not pending, or
+  // already so.
   Status SetHold(const Principal& who, JobId id, bool held);
   // Puts a running job back in the queue (its tasks stop; it restarts from
   // its last checkpoint when placed again), like scontrol requeue.

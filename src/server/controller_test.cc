@@ -562,4 +562,19 @@ TEST_F(ControllerTest, TheBootstrapTokenIsNotRefusedWithABatchAFullDiskRefused) 
   EXPECT_TRUE(c->Authenticate("Bearer " + *token).ok());
 }
 
+// Like Slurm's: an admin's hold only an admin releases; the owner's own hold the owner may.
+TEST_F(ControllerTest, AnAdminsHoldOnlyAnAdminReleases) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->Submit(kBob, Job("all", 2, 8, "team/b")).ok());  // every GPU
+  c->ScheduleNow();
+  auto id = c->Submit(kAlice, Job("next", 1, 1));  // pending behind it
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(c->SetHold(kAdmin, *id, true).ok());
+  EXPECT_EQ(c->SetHold(kAlice, *id, false).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(c->SetHold(kBob, *id, true).code(), StatusCode::kNotFound);  // not bob's
+  ASSERT_TRUE(c->SetHold(kAdmin, *id, false).ok());
+  ASSERT_TRUE(c->SetHold(kAlice, *id, true).ok());
+  EXPECT_TRUE(c->SetHold(kAlice, *id, false).ok());
+}
+
 }  // namespace rota::server
