@@ -377,4 +377,20 @@ TEST(ClusterState, HoldsAPendingJobUntilReleased) {
   EXPECT_TRUE(later.GetSnapshot().FindJob(JobId(3))->held_by_admin);
 }
 
+// The largest id the table holds, across chunks and after erasures.
+TEST(JobTable, MaxIdIsTheLargestHeld) {
+  JobTable t;
+  EXPECT_EQ(t.max_id(), JobId());
+  for (uint64_t id : {3, 1500, 2047, 2048}) t.Put(JobId(id), std::make_shared<JobRecord>());
+  EXPECT_EQ(t.max_id(), JobId(2048));
+  t.Erase(JobId(2048));
+  EXPECT_EQ(t.max_id(), JobId(2047));
+  t.Erase(JobId(2047));
+  t.Erase(JobId(1500));
+  EXPECT_EQ(t.max_id(), JobId(3));
+  size_t seen = 0;
+  for (const auto& [id, job] : t) seen += id == JobId(3);
+  EXPECT_EQ(seen, 1u);
+}
+
 }  // namespace rota

@@ -328,12 +328,15 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
     return InvalidArgumentError("tick, resolution and horizon must be positive");
   }
   Projection out;
-  // The default run time: the median of the finished jobs' (bounded scan of the latest).
+  // The default run time: the median of the finished jobs' among the latest
+  // 100,000 submitted (what the cluster runs now, at a bounded cost).
   out.default_run = options.default_run;
   if (out.default_run <= 0) {
     std::vector<Duration> runs;
     const JobTable& jobs = snap.jobs();
-    for (auto it = jobs.begin(); it != jobs.end() && runs.size() < 100'000; ++it) {
+    constexpr uint64_t kRecent = 100'000;
+    const uint64_t last = jobs.max_id().value();
+    for (auto it = last > kRecent ? jobs.upper_bound(JobId(last - kRecent)) : jobs.begin(); it != jobs.end(); ++it) {
       const JobRecord& j = *it->second;
       if (j.state == JobState::kSucceeded && j.started_at > 0 && j.finished_at > j.started_at) {
         runs.push_back(j.finished_at - j.started_at);
