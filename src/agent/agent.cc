@@ -53,6 +53,8 @@ struct Agent::Task {
   bool memory_limited = false;
   bool stopping = false;
   std::chrono::steady_clock::time_point stop_deadline;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  bool backoff_noted = false;  // its exit counted toward its replica's back-off
 };
 
 namespace {
@@ -667,9 +669,21 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
   for (const auto& [key, t] : tasks_) {
     if (desired.count(key) == 0 && !t->exited && t->assignment.whole_gpus()) stopping |= t->gpu_mask;
   }
+  bool deferred = false;
+  const auto steady_now = std::chrono::steady_clock::now();
   for (auto& [key, wanted] : desired) {
     if (tasks_.count(key) || finished_.count(key)) continue;
     const api::TaskAssignment& a = *wanted;
+    if (a.service) {
+      // A replica that keeps exiting waits out its back-off (the reap loop
+      // starts it when that ends).
+      auto b = backoff_.find(Key(a.job.value(), a.task, a.replica, 0));
+      if (b != backoff_.end() && b->second.not_before > steady_now) {
+        if (!deferred || b->second.not_before < deferred_until_) deferred_until_ = b->second.not_before;
+        deferred = true;
+        continue;
+      }
+    }
     uint64_t wants = 0;
     for (int g : a.gpus) wants |= 1ULL << g;
     if ((wants & stopping) != 0) continue;  // started by a later reconcile, once they are free
@@ -912,6 +926,20 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
     }
     tasks_[key] = std::move(t);
   }
+  if (deferred) deferred_answer_ = std::make_unique<api::AgentAnswer>(answer);
+  else deferred_answer_.reset();
+}
+
+void Agent::NoteServiceExits() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [key, t] : tasks_) {
+    if (!t->exited || t->backoff_noted || !t->assignment.service) continue;
+    t->backoff_noted = true;
+    ReplicaBackoff& b = backoff_[Key(t->job, t->task, t->replica, 0)];
+    b.failures = now - t->started >= std::chrono::seconds(60) ? 1 : std::min(b.failures + 1, 7);
+    b.not_before = now + std::chrono::seconds(std::min(60, 1 << (b.failures - 1)));
+  }
+  if (backoff_.size() > 100000) backoff_.clear();  // bounded (a lost back-off only restarts sooner)
 }
 
 int Agent::IntervalMs() const {
@@ -1041,6 +1069,12 @@ void Agent::ReapLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ended = Reap();
+      NoteServiceExits();
+      if (deferred_answer_ && std::chrono::steady_clock::now() >= deferred_until_) {
+        const api::AgentAnswer again = *deferred_answer_;
+        if (again.revision >= applied_revision_) Reconcile(again);
+        else deferred_answer_.reset();
+      }
       // A checkpoint a task just wrote is reported at once too (in watch
       // mode heartbeats are seconds apart; preemption waits on it).
       for (auto& [key, t] : tasks_) {

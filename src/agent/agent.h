@@ -157,6 +157,19 @@ class Agent {
   // heartbeats in flight) is not applied. Reset when registering again.
   uint64_t applied_revision_ = 0;
   std::deque<std::string> finished_order_;  // oldest first, to keep finished_ bounded
+  // Services' replicas that keep exiting start again only after a back-off
+  // (1 s doubling to 60 s; reset by a run of 60 s), keyed job/task/replica.
+  // A start held back waits here, and the reap loop reconciles the answer
+  // again when the earliest back-off ends.
+  struct ReplicaBackoff {
+    int failures = 0;
+    std::chrono::steady_clock::time_point not_before{};
+  };
+  std::map<std::string, ReplicaBackoff> backoff_;
+  std::unique_ptr<api::AgentAnswer> deferred_answer_;
+  std::chrono::steady_clock::time_point deferred_until_{};
+  // REQUIRES: mu_ held. Notes a service replica's exit for its back-off.
+  void NoteServiceExits();
   std::string instance_tag_;  // "-<hash of state_dir>" on task cgroup names ("" without a state directory)
   std::atomic<int> fence_after_ms_{30000};
   std::atomic<bool> stop_{false};

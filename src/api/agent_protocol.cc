@@ -187,6 +187,7 @@ ordered_json AssignmentToJson(const TaskAssignment& a) {
   if (a.uid >= 0) out["uid"] = a.uid;
   if (a.gid >= 0) out["gid"] = a.gid;
   if (a.allow_root) out["allow_root"] = true;
+  if (a.service) out["service"] = true;
   if (!a.last_checkpoint.empty()) out["last_checkpoint"] = a.last_checkpoint;
   if (a.gpu_milli > 0) {
     out["gpu_milli"] = a.gpu_milli;
@@ -270,6 +271,7 @@ StatusOr<TaskAssignment> AssignmentFromJson(const json& j, const std::string& p)
   ROTA_RETURN_IF_ERROR(Read(j, p, "uid", &a.uid));
   ROTA_RETURN_IF_ERROR(Read(j, p, "gid", &a.gid));
   ROTA_RETURN_IF_ERROR(Read(j, p, "allow_root", &a.allow_root));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "service", &a.service));
   return a;
 }
 

@@ -77,6 +77,9 @@ struct TaskAssignment {
   int64_t uid = -1;  // an explicit mapping from the config's accounts (-1 = by name)
   int64_t gid = -1;
   bool allow_root = false;
+  // A service's replica: restarted forever, so the agent backs off one that
+  // keeps exiting (1 s doubling to 60 s, like the kubelet's CrashLoopBackOff).
+  bool service = false;
   // The whole GPUs it holds (not a share, not a MIG instance).
   bool whole_gpus() const { return gpu_milli == 0 && mig_start < 0; }
 };

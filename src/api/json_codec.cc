@@ -51,7 +51,25 @@ ordered_json JobSpecToJson(const JobSpec& s) {
     j["topology"] = {{"level", s.topology.level}, {"mode", std::string(TopologyModeName(s.topology.mode))}};
   }
   if (!s.node_selector.empty()) j["node_selector"] = s.node_selector;
-  if (s.elastic_min_replicas > 0) j["elastic"] = {{"min_replicas", s.elastic_min_replicas}};
+  if (s.is_service()) {
+    const ServiceSpec& sv = s.service;
+    const AutoscaleSpec& a = sv.autoscale;
+    j["kind"] = "service";
+    j["service"] = {
+        {"replicas", {{"min", sv.min_replicas}, {"max", sv.max_replicas}}},
+        {"port", sv.port},
+        {"readiness",
+         {{"path", sv.readiness.path}, {"period", FormatDuration(sv.readiness.period)},
+          {"timeout", FormatDuration(sv.readiness.timeout)}, {"startup", FormatDuration(sv.readiness.startup)},
+          {"failure_threshold", sv.readiness.failure_threshold}}},
+        {"autoscale",
+         {{"target_inflight", a.target_inflight}, {"target_gpu_memory", a.target_gpu_memory},
+          {"stable_window", FormatDuration(a.stable_window)}, {"panic_window", FormatDuration(a.panic_window)},
+          {"panic_threshold", a.panic_threshold}, {"tolerance", a.tolerance},
+          {"scale_down_delay", FormatDuration(a.scale_down_delay)}}}};
+  } else if (s.elastic_min_replicas > 0) {
+    j["elastic"] = {{"min_replicas", s.elastic_min_replicas}};
+  }
   if (s.preemptible) j["preemptible"] = true;
   j["checkpoint"] = {{"signal", s.checkpoint.signal}, {"grace", FormatDuration(s.checkpoint.grace)}};
   j["restart"] = {{"policy", std::string(RestartPolicyName(s.restart.policy))}, {"max_restarts", s.restart.max_restarts}};
@@ -210,6 +228,29 @@ StatusOr<JobSpec> JobSpecFromJson(const json& j) {
     }
     if (j.contains("node_selector")) s.node_selector = j["node_selector"].get<Labels>();
     if (j.contains("elastic")) s.elastic_min_replicas = j["elastic"].at("min_replicas").get<int32_t>();
+    if (j.value("kind", std::string("batch")) == "service") {
+      s.kind = JobKind::kService;
+      const json& sj = j.at("service");
+      ServiceSpec& sv = s.service;
+      sv.min_replicas = sj.at("replicas").at("min").get<int32_t>();
+      sv.max_replicas = sj.at("replicas").at("max").get<int32_t>();
+      sv.port = sj.at("port").get<int32_t>();
+      const json& r = sj.at("readiness");
+      sv.readiness.path = r.at("path").get<std::string>();
+      sv.readiness.period = duration(r.at("period"));
+      sv.readiness.timeout = duration(r.at("timeout"));
+      sv.readiness.startup = duration(r.at("startup"));
+      sv.readiness.failure_threshold = r.at("failure_threshold").get<int32_t>();
+      const json& a = sj.at("autoscale");
+      sv.autoscale.target_inflight = a.at("target_inflight").get<double>();
+      sv.autoscale.target_gpu_memory = a.at("target_gpu_memory").get<double>();
+      sv.autoscale.stable_window = duration(a.at("stable_window"));
+      sv.autoscale.panic_window = duration(a.at("panic_window"));
+      sv.autoscale.panic_threshold = a.at("panic_threshold").get<double>();
+      sv.autoscale.tolerance = a.at("tolerance").get<double>();
+      sv.autoscale.scale_down_delay = duration(a.at("scale_down_delay"));
+      s.elastic_min_replicas = sv.min_replicas;
+    }
     if (j.contains("preemptible")) s.preemptible = j["preemptible"].get<bool>();
     if (j.contains("checkpoint")) {
       s.checkpoint.signal = j["checkpoint"].at("signal").get<std::string>();
@@ -349,6 +390,12 @@ std::string EncodeEvent(const Event& event) {
           j["at"] = e.at;
           j["reason"] = e.reason;
           j["placement"] = PlacementToJson(e.placement);
+        } else if constexpr (std::is_same_v<E, ServiceScaled>) {
+          j["type"] = "ServiceScaled";
+          j["id"] = e.id.value();
+          j["at"] = e.at;
+          j["desired"] = e.desired;
+          j["reason"] = e.reason;
         } else if constexpr (std::is_same_v<E, RankRestarted>) {
           j["type"] = "RankRestarted";
           j["id"] = e.id.value();
@@ -453,6 +500,9 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       return Event(JobsSubmitted{JobId(j.at("first").get<uint64_t>()), j.at("count").get<int64_t>(), std::move(spec),
                                  j.at("at"), j.at("user"), j.value("request_id", std::string()),
                                  JobId(j.value("array", uint64_t{0})), j.value("array_count", int64_t{0})});
+    }
+    if (type == "ServiceScaled") {
+      return Event(ServiceScaled{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("desired"), j.at("reason")});
     }
     if (type == "JobBound") {
       return Event(JobBound{JobId(j.at("id").get<uint64_t>()), PlacementFromJson(j.at("placement")), j.at("at")});

@@ -60,6 +60,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobHoldChanged{JobId(7), true, 1100, "alice"},
       JobHoldChanged{JobId(7), false, 1200, "admin"},
       JobHoldChanged{JobId(8), true, 1300, "root", true},
+      ServiceScaled{JobId(20), 1400, 3, "in flight 11.0 (target 4/replica): 3 over 1m"},
   };
   for (const Event& e : events) {
     const std::string text = EncodeEvent(e);
@@ -75,6 +76,23 @@ mounts: [{source: /d, target: /data, read_only: true}]
       EXPECT_EQ(std::get<JobResized>(*back).placement, resized->placement);
     }
   }
+  // A service's spec (its block, min as the elastic floor) comes back whole.
+  auto service = ParseJobSpec(R"(
+name: llm
+kind: service
+service:
+  port: 8000
+  replicas: {min: 1, max: 4}
+  readiness: {path: /health, period: 500ms, startup: 5m}
+  autoscale: {target_inflight: 4, target_gpu_memory: 0.8, panic_window: 10s, scale_down_delay: 2m}
+tasks: [{name: server, gpus: 1, command: [python3, serve.py]}]
+)",
+                              "svc.yaml");
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  auto svc_back = DecodeEvent(EncodeEvent(JobSubmitted{JobId(21), *service, 1, "alice"}));
+  ASSERT_TRUE(svc_back.ok()) << svc_back.status().ToString();
+  EXPECT_EQ(std::get<JobSubmitted>(*svc_back).spec, *service);
+
   auto sub = DecodeEvent(EncodeEvent(events[3]));
   const auto& js = std::get<JobSubmitted>(*sub);
   EXPECT_EQ(js.spec.priority, 1000);

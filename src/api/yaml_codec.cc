@@ -164,11 +164,82 @@ TaskGroupSpec ParseTask(const Field& f) {
 }
 
 const std::initializer_list<std::string_view> kJobFields = {
-    "name",        "queue",   "priority",   "tasks",    "topology",   "node_selector", "elastic",
-    "preemptible", "checkpoint", "restart", "time_limit", "mounts"};
+    "name",        "kind",       "service", "queue",      "priority", "tasks",  "topology", "node_selector",
+    "elastic",     "preemptible", "checkpoint", "restart", "time_limit", "mounts"};
+
+std::string FormatNumber(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+double Fraction(const Field& f, double lo, double hi) {
+  const std::string s = f.Str();
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size()) f.Fail("must be a number, got '" + s + "'");
+  if (!(v >= lo && v <= hi)) f.Fail("must be between " + FormatNumber(lo) + " and " + FormatNumber(hi) + ", got " + s);
+  return v;
+}
+
+// kind: service's block. The task group's replicas become max, and min the
+// elastic floor (JobSpec::elastic).
+void ParseService(const Field& f, JobSpec* spec) {
+  f.ExpectMap({"replicas", "port", "readiness", "autoscale"});
+  ServiceSpec& sv = spec->service;
+  if (!f.Has("port")) f.Fail("port: required (replica r listens on port + r, told in $PORT)");
+  sv.port = static_cast<int32_t>(f["port"].Int(1, 65535));
+  if (f.Has("replicas")) {
+    Field r = f["replicas"];
+    if (r.IsScalar()) {
+      sv.min_replicas = sv.max_replicas = static_cast<int32_t>(r.Int(1, kMaxReplicas));
+    } else {
+      r.ExpectMap({"min", "max"});
+      if (r.Has("min")) sv.min_replicas = static_cast<int32_t>(r["min"].Int(0, kMaxReplicas));
+      sv.max_replicas = r.Has("max") ? static_cast<int32_t>(r["max"].Int(1, kMaxReplicas)) : std::max(1, sv.min_replicas);
+      if (sv.min_replicas > sv.max_replicas) {
+        r["min"].Fail("must not exceed max (" + std::to_string(sv.max_replicas) + ")");
+      }
+    }
+  }
+  if (f.Has("readiness")) {
+    Field r = f["readiness"];
+    r.ExpectMap({"path", "period", "timeout", "startup", "failure_threshold"});
+    if (r.Has("path")) sv.readiness.path = r["path"].Str();
+    if (r.Has("period")) sv.readiness.period = r["period"].Time();
+    if (r.Has("timeout")) sv.readiness.timeout = r["timeout"].Time();
+    if (r.Has("startup")) sv.readiness.startup = r["startup"].Time();
+    if (r.Has("failure_threshold")) sv.readiness.failure_threshold = static_cast<int32_t>(r["failure_threshold"].Int(1, 1000));
+  }
+  if (f.Has("autoscale")) {
+    Field a = f["autoscale"];
+    a.ExpectMap({"target_inflight", "target_gpu_memory", "stable_window", "panic_window", "panic_threshold",
+                 "tolerance", "scale_down_delay"});
+    AutoscaleSpec& as = sv.autoscale;
+    if (a.Has("target_inflight")) as.target_inflight = Fraction(a["target_inflight"], 0.01, 1e6);
+    if (a.Has("target_gpu_memory")) as.target_gpu_memory = Fraction(a["target_gpu_memory"], 0.01, 1);
+    if (a.Has("stable_window")) as.stable_window = a["stable_window"].Time();
+    if (a.Has("panic_window")) as.panic_window = a["panic_window"].Time();
+    if (a.Has("panic_threshold")) as.panic_threshold = Fraction(a["panic_threshold"], 1, 100);
+    if (a.Has("tolerance")) as.tolerance = Fraction(a["tolerance"], 0, 0.99);
+    if (a.Has("scale_down_delay")) as.scale_down_delay = a["scale_down_delay"].Time();
+  }
+}
 
 void ParseJobFields(const Field& f, JobSpec* spec) {
   if (f.Has("name")) spec->name = f["name"].Str();
+  if (f.Has("kind")) {
+    const std::string kind = f["kind"].Str();
+    if (kind == "service") {
+      spec->kind = JobKind::kService;
+      spec->priority_class = "inference";  // unless priority says otherwise
+      spec->priority = 2000;
+    } else if (kind != "batch") {
+      f["kind"].Fail("must be batch or service, got '" + kind + "'");
+    }
+  }
+  if (spec->is_service() && !f.Has("service")) f.Fail("service: required with kind: service (port, replicas)");
+  if (!spec->is_service() && f.Has("service")) f["service"].Fail("only with kind: service");
   if (f.Has("queue")) spec->queue = f["queue"].Str();
   if (f.Has("priority")) {
     Field p = f["priority"];
@@ -181,6 +252,15 @@ void ParseJobFields(const Field& f, JobSpec* spec) {
   Field tasks = f["tasks"];
   if (tasks.IsNull()) f.Fail("tasks: required (a list of task groups)");
   for (size_t i = 0, n = tasks.ExpectSeq(); i < n; ++i) spec->tasks.push_back(ParseTask(tasks.At(i)));
+  if (spec->is_service()) {
+    ParseService(f["service"], spec);
+    for (size_t i = 0; i < spec->tasks.size(); ++i) {
+      if (tasks.At(i).Has("replicas")) tasks.At(i)["replicas"].Fail("a service's replicas are service.replicas (min/max)");
+    }
+    if (spec->tasks.size() == 1) spec->tasks[0].replicas = spec->service.max_replicas;
+    spec->elastic_min_replicas = spec->service.min_replicas;
+    if (f.Has("elastic")) f["elastic"].Fail("a service scales by service.replicas, not elastic");
+  }
   if (f.Has("topology")) {
     Field t = f["topology"];
     t.ExpectMap({"level", "mode"});

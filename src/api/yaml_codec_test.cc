@@ -224,5 +224,56 @@ jobs:
   EXPECT_EQ(bad.status().message(), "jobs.yaml:3:28: jobs[0].tasks[0].cpu: '-2' is not a valid CPU quantity");
 }
 
+TEST(ParseJobSpec, ReadsAService) {
+  auto spec = ParseJobSpec(R"(
+name: llm
+kind: service
+service:
+  port: 8000
+  replicas: {min: 2, max: 6}
+  autoscale: {target_inflight: 4}
+tasks: [{name: server, gpus: 1, command: [python3, serve.py]}]
+)",
+                           "svc.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->is_service());
+  EXPECT_TRUE(spec->elastic());
+  EXPECT_EQ(spec->priority_class, "inference");
+  EXPECT_EQ(spec->tasks[0].replicas, 6);
+  EXPECT_EQ(spec->elastic_min_replicas, 2);
+  EXPECT_EQ(spec->service.readiness.path, "/");
+  EXPECT_EQ(spec->service.autoscale.target_inflight, 4);
+  EXPECT_TRUE(ValidateNewJobSpec(*spec).ok());
+}
+
+TEST(ParseJobSpec, AServiceIsCheckedFieldByField) {
+  const std::string head = "name: llm\nkind: service\n";
+  const std::string task = "tasks: [{name: server, gpus: 1, command: [x]}]\n";
+  struct Case {
+    std::string yaml;
+    std::string error;
+  } cases[] = {
+      {head + task, "svc.yaml:1:1: service: required with kind: service"},
+      {head + "service: {port: 8000, replicas: {min: 3, max: 2}}\n" + task, "service.replicas.min: must not exceed max (2)"},
+      {head + "service: {port: 0}\n" + task, "service.port: must be between 1 and 65535, got 0"},
+      {head + "service: {port: 80, autoscale: {target_inflight: -1}}\n" + task,
+       "service.autoscale.target_inflight: must be between 0.01"},
+      {head + "service: {port: 80, bogus: 1}\n" + task, "service.bogus: unknown field"},
+      {head + "service: {port: 80}\ntime_limit: 1h\n" + task, "time_limit: a service is never ended by a time limit"},
+      {head + "service: {port: 80}\ntasks: [{name: s, replicas: 2, gpus: 1}]\n", "tasks[0].replicas: a service's replicas"},
+      {"name: j\nkind: cron\n" + task, "kind: must be batch or service, got 'cron'"},
+      {"name: j\nservice: {port: 80}\n" + task, "service: only with kind: service"},
+  };
+  for (const Case& c : cases) {
+    auto spec = ParseJobSpec(c.yaml, "svc.yaml");
+    ASSERT_FALSE(spec.ok()) << c.yaml;
+    EXPECT_NE(spec.status().message().find(c.error), std::string::npos) << spec.status().message() << "\n  wanted: " << c.error;
+  }
+  auto zero = ParseJobSpec(head + "service: {port: 80, replicas: {min: 0, max: 2}}\n" + task, "svc.yaml");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("service.replicas.min: must be at least 1"), std::string::npos)
+      << zero.status().message();
+}
+
 }  // namespace
 }  // namespace rota::api

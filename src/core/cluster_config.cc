@@ -9,7 +9,8 @@
 namespace rota {
 
 std::vector<PriorityClassConfig> DefaultPriorityClasses() {
-  return {{"low", 100, true}, {"normal", 500, false}, {"high", 1000, false}, {"critical", 10000, false}};
+  return {{"low", 100, true}, {"normal", 500, false}, {"high", 1000, false},
+          {"inference", 2000, false}, {"critical", 10000, false}};
 }
 
 StatusOr<std::vector<NodeSpec>> ExpandNodes(const ClusterConfig& config) {
@@ -91,6 +92,11 @@ Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec) {
         spec->priority = c.value;
         found = true;
       }
+    }
+    // A service's default class, built in even where the config lists its own.
+    if (!found && spec->priority_class == "inference") {
+      spec->priority = 2000;
+      found = true;
     }
     if (!found) {
       return InvalidArgumentError("priority: unknown priority class '" + spec->priority_class + "' (classes: " + names + ")");

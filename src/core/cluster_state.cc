@@ -643,6 +643,16 @@ Status ClusterState::ApplyOne(const JobResized& e) {
   updated->resizes++;
   updated->gang_attempt = updated->attempt();
   updated->rank_attempt.clear();
+  if (old->spec.is_service()) {
+    // A service's replicas are independent: those kept where they ran keep
+    // their attempt (their processes), new ones start as the new attempt.
+    for (const ReplicaPlacement& r : e.placement) {
+      const bool kept = std::any_of(old->placement.begin(), old->placement.end(), [&](const ReplicaPlacement& o) {
+        return o.replica == r.replica && o.node == r.node && o.gpu_mask == r.gpu_mask;
+      });
+      if (kept) updated->rank_attempt[r.replica] = old->ReplicaAttempt(r.replica);
+    }
+  }
   updated->resized_at = e.at;
   updated->last_resize_reason = e.reason;
   Put(d, std::move(updated));
@@ -653,7 +663,9 @@ Status ClusterState::ApplyOne(const RankRestarted& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   const JobRecord& job = *found;
   const std::string who = "restart a rank of job " + std::to_string(e.id.value());
-  if (!job.spec.elastic()) return FailedPreconditionError(who + ": only an elastic job restarts ranks alone");
+  if (!job.spec.elastic() && !job.spec.is_service()) {
+    return FailedPreconditionError(who + ": only an elastic job or a service restarts ranks alone");
+  }
   if (job.state != JobState::kRunning) return FailedPreconditionError(who + ": job is not running");
   const bool placed = std::any_of(job.placement.begin(), job.placement.end(), [&](const ReplicaPlacement& r) {
     return r.task == e.task && r.replica == e.replica;
@@ -790,6 +802,27 @@ Status ClusterState::ApplyOne(const JobHoldChanged& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const ServiceScaled& e) {
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  const std::string who = "scale job " + std::to_string(e.id.value());
+  if (!found->spec.is_service()) return FailedPreconditionError(who + ": not a service");
+  if (found->state != JobState::kPending && found->state != JobState::kRunning && found->state != JobState::kPreempting) {
+    return FailedPreconditionError(who + ": it is " + std::string(JobStateName(found->state)));
+  }
+  const ServiceSpec& sv = found->spec.service;
+  if (e.desired < sv.min_replicas || e.desired > sv.max_replicas) {
+    return InvalidArgumentError(who + ": desired " + std::to_string(e.desired) + " is outside its replicas " +
+                                std::to_string(sv.min_replicas) + ".." + std::to_string(sv.max_replicas));
+  }
+  if (e.reason.size() > 4096) return InvalidArgumentError(who + ": reason longer than 4096 bytes");
+  auto updated = std::make_shared<JobRecord>(*found);
+  updated->desired_replicas = e.desired;
+  updated->scaled_at = e.at;
+  updated->last_scale_reason = e.reason;
+  Put(Mutable(), std::move(updated));
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyOne(const JobCancelled& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   std::shared_ptr<const JobRecord> old = found;
@@ -835,6 +868,10 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
       out.push_back(JobCancelled{j.id, j.finished_at, j.end_reason});
     }
     if (j.held && j.state == JobState::kPending) out.push_back(JobHoldChanged{j.id, true, j.submitted_at, j.held_by, j.held_by_admin});
+    if (j.desired_replicas > 0 && (j.state == JobState::kPending || j.state == JobState::kRunning ||
+                                   j.state == JobState::kPreempting)) {
+      out.push_back(ServiceScaled{j.id, j.scaled_at, j.desired_replicas, j.last_scale_reason});
+    }
     // Last, so that nothing replayed above overwrites it.
     if (!j.preempted_at.empty() || !j.last_requeue_reason.empty() || !j.last_placement.empty() ||
         !j.nominated.empty() || j.resized_at != 0 || !j.attempts.empty() || j.attained != 0) {

@@ -128,6 +128,14 @@ struct JobRecord {
   int32_t rank_restarts = 0;
   std::map<uint32_t, int32_t> rank_attempt;
   int32_t gang_attempt = 0;
+  // A service: the replicas its autoscaler wants (0 = none decided: its
+  // min), when and why it last decided.
+  int32_t desired_replicas = 0;
+  TimePoint scaled_at = 0;
+  std::string last_scale_reason;
+  int32_t DesiredReplicas() const {
+    return desired_replicas > 0 ? desired_replicas : spec.service.min_replicas;
+  }
   // A generation that grows with every restart, resize and rank restart.
   int32_t attempt() const { return restarts + resizes + rank_restarts; }
   // The attempt replica `replica` runs as: a new one is a new process.
@@ -356,6 +364,7 @@ class ClusterState {
   Status ApplyOne(const JobHistory& e);
   Status ApplyOne(const JobResized& e);
   Status ApplyOne(const RankRestarted& e);
+  Status ApplyOne(const ServiceScaled& e);
   // Checks `placement` for `job` against the current state, as if the GPUs,
   // CPU and memory of `replacing` (the job's own placement, on a resize) were
   // free. Error names what does not fit.

@@ -196,8 +196,16 @@ struct JobHoldChanged {
   std::string by;
   bool admin = false;
 };
+// A service's desired replica count, as its autoscaler decided (between its
+// min and max); the engine places (or removes) replicas toward it.
+struct ServiceScaled {
+  JobId id;
+  TimePoint at = 0;
+  int32_t desired = 0;
+  std::string reason;
+};
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled>;
 
 }  // namespace rota

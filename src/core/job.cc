@@ -132,6 +132,47 @@ Status ValidateJobSpec(const JobSpec& spec) {
     return FieldError("elastic.min_replicas", "must not exceed the job's replicas (" +
                                                   std::to_string(spec.TotalReplicas()) + ")");
   }
+  if (spec.is_service()) {
+    const ServiceSpec& sv = spec.service;
+    if (spec.tasks.size() != 1) {
+      return FieldError("tasks", "a service has one task group (its replicas); this one has " +
+                                     std::to_string(spec.tasks.size()));
+    }
+    if (sv.min_replicas < 0) return FieldError("service.replicas.min", "must not be negative");
+    if (sv.max_replicas < 1) return FieldError("service.replicas.max", "must be at least 1");
+    if (sv.min_replicas > sv.max_replicas) {
+      return FieldError("service.replicas.min", "must not exceed max (" + std::to_string(sv.max_replicas) + ")");
+    }
+    if (spec.tasks[0].replicas != sv.max_replicas) {
+      return FieldError("tasks[0].replicas", "a service's replicas are service.replicas (min/max), not the task's");
+    }
+    if (sv.port < 1 || static_cast<int64_t>(sv.port) + sv.max_replicas - 1 > 65535) {
+      return FieldError("service.port", "must be 1..65535, with port + max - 1 at most 65535 (replica r listens on port + r)");
+    }
+    if (sv.readiness.path.empty() || sv.readiness.path[0] != '/') {
+      return FieldError("service.readiness.path", "must start with '/'");
+    }
+    if (sv.readiness.period < 100'000) return FieldError("service.readiness.period", "must be at least 100ms");
+    if (sv.readiness.timeout < 10'000) return FieldError("service.readiness.timeout", "must be at least 10ms");
+    if (sv.readiness.startup < 0) return FieldError("service.readiness.startup", "must not be negative");
+    if (sv.readiness.failure_threshold < 1) return FieldError("service.readiness.failure_threshold", "must be at least 1");
+    const AutoscaleSpec& a = sv.autoscale;
+    if (a.target_inflight < 0) return FieldError("service.autoscale.target_inflight", "must not be negative");
+    if (a.target_gpu_memory < 0 || a.target_gpu_memory > 1) {
+      return FieldError("service.autoscale.target_gpu_memory", "must be a fraction in (0, 1]");
+    }
+    if (a.stable_window < 1'000'000) return FieldError("service.autoscale.stable_window", "must be at least 1s");
+    if (a.panic_window < 1'000'000 || a.panic_window > a.stable_window) {
+      return FieldError("service.autoscale.panic_window", "must be 1s..stable_window");
+    }
+    if (a.tolerance < 0 || a.tolerance >= 1) return FieldError("service.autoscale.tolerance", "must be in [0, 1)");
+    if (a.panic_threshold < 1) return FieldError("service.autoscale.panic_threshold", "must be at least 1");
+    if (a.scale_down_delay < 0) return FieldError("service.autoscale.scale_down_delay", "must not be negative");
+    if (spec.time_limit > 0) return FieldError("time_limit", "a service is never ended by a time limit");
+    if (spec.elastic_min_replicas != sv.min_replicas) {
+      return FieldError("elastic", "a service scales by service.replicas, not elastic");
+    }
+  }
   if (spec.restart.max_restarts < 0) return FieldError("restart.max_restarts", "must not be negative");
   if (spec.time_limit < 0) return FieldError("time_limit", "must not be negative");
   if (spec.checkpoint.grace < 0) return FieldError("checkpoint.grace", "must not be negative");
@@ -165,7 +206,16 @@ Status ValidateNewJobSpec(const JobSpec& spec) {
                                        "/dev/nvidia-caps device nodes yet");
     }
   }
-  if (spec.elastic_min_replicas > 0) {
+  if (spec.is_service() && spec.tasks[0].gpu_share.shared() &&
+      spec.service.min_replicas != spec.service.max_replicas) {
+    return FieldError("service.replicas", "a service on GPU fractions or MIG slices runs a fixed count (min = max): "
+                                          "only whole-GPU (or CPU-only) replicas are scaled yet");
+  }
+  if (spec.is_service() && spec.service.min_replicas == 0) {
+    return FieldError("service.replicas.min", "must be at least 1: scale to zero needs the router to hold requests "
+                                              "until a replica is ready, which it does not yet");
+  }
+  if (spec.elastic_min_replicas > 0 && !spec.is_service()) {
     if (spec.tasks.size() != 1) {
       return FieldError("elastic", "an elastic job has one task group (its replicas grow and shrink); this one has " +
                                        std::to_string(spec.tasks.size()));
@@ -181,6 +231,8 @@ Status ValidateNewJobSpec(const JobSpec& spec) {
 std::string_view TopologyModeName(TopologyMode mode) {
   return mode == TopologyMode::kRequired ? "required" : "preferred";
 }
+
+std::string_view JobKindName(JobKind kind) { return kind == JobKind::kService ? "service" : "batch"; }
 
 std::string_view RestartPolicyName(RestartPolicy policy) {
   switch (policy) {

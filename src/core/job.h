@@ -85,8 +85,52 @@ struct MountSpec {
   bool operator==(const MountSpec&) const = default;
 };
 
+// A service (kind: service): long-running replicas behind a stable endpoint
+// (the server's router), restarted forever, never ended by a time limit, and
+// scaled between min and max by the autoscaler (sched/autoscale.h). A
+// service's one task group has `max` replicas; min is its floor.
+struct ProbeSpec {
+  std::string path = "/";    // HTTP GET on the replica's port; 2xx/3xx = ready
+  Duration period = 1'000'000;   // between probes
+  Duration timeout = 1'000'000;  // for one probe's answer
+  // A replica not ready this long after it started is restarted (loading
+  // weights takes time); one ready once that then fails `failure_threshold`
+  // probes in a row is out of the router, and restarted.
+  Duration startup = 600'000'000;
+  int32_t failure_threshold = 3;
+  bool operator==(const ProbeSpec&) const = default;
+};
+
+struct AutoscaleSpec {
+  // Targets per replica (0 = not used): requests in flight, and the used
+  // fraction of its GPUs' memory. The desired count is the largest any target asks.
+  double target_inflight = 0;
+  double target_gpu_memory = 0;
+  Duration stable_window = 60'000'000;  // averages over this
+  Duration panic_window = 6'000'000;    // and over this, to scale up fast
+  double panic_threshold = 2.0;  // panic when the panic window asks this many times the ready replicas
+  double tolerance = 0.1;        // no change within +-10% of the target
+  Duration scale_down_delay = 300'000'000;  // scale down only to the most asked over this long
+  bool enabled() const { return target_inflight > 0 || target_gpu_memory > 0; }
+  bool operator==(const AutoscaleSpec&) const = default;
+};
+
+struct ServiceSpec {
+  int32_t min_replicas = 1;
+  int32_t max_replicas = 1;
+  int32_t port = 0;  // replica r listens on port + r ($PORT)
+  ProbeSpec readiness;
+  AutoscaleSpec autoscale;
+  bool operator==(const ServiceSpec&) const = default;
+};
+
+enum class JobKind { kBatch, kService };
+
 struct JobSpec {
   std::string name;
+  JobKind kind = JobKind::kBatch;
+  ServiceSpec service;  // kind service only
+  bool is_service() const { return kind == JobKind::kService; }
   std::string queue = "default";
   std::string priority_class = "normal";  // empty when given as an integer
   int32_t priority = 500;
@@ -99,6 +143,9 @@ struct JobSpec {
   int32_t elastic_min_replicas = 0;
   // Elastic as scheduled: one task group of whole GPUs (or none). A journal
   // from before elastic scheduling may hold other shapes; they run as gangs.
+  // A service of whole GPUs (or none) is elastic too, between its min and
+  // max (elastic_min_replicas = its min), but a resize keeps its running
+  // replicas (ClusterState's JobResized).
   bool elastic() const {
     return elastic_min_replicas > 0 && tasks.size() == 1 && !tasks[0].gpu_share.shared();
   }
@@ -130,5 +177,6 @@ Status ValidateNewJobSpec(const JobSpec& spec);
 
 std::string_view TopologyModeName(TopologyMode mode);
 std::string_view RestartPolicyName(RestartPolicy policy);
+std::string_view JobKindName(JobKind kind);
 
 }  // namespace rota

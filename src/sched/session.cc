@@ -237,6 +237,11 @@ bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
     TaskRequest r;
     r.task = static_cast<uint16_t>(i);
     r.replicas = t.replicas;
+    if (spec.is_service() && spec.elastic()) {
+      // A service asks for what its autoscaler wants (allocate starts it
+      // smaller, down to its min, rather than not at all).
+      r.replicas = std::clamp(job.DesiredReplicas(), std::max(1, spec.service.min_replicas), t.replicas);
+    }
     r.gpus = t.gpus;
     r.cpu = t.cpu;
     r.memory = t.memory;
@@ -249,8 +254,8 @@ bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
       r.model_missing = r.model < 0;
     }
     request_.tasks.push_back(r);
-    request_.total_gpus += static_cast<int64_t>(t.replicas) * t.gpus;
-    request_.total_replicas += t.replicas;
+    request_.total_gpus += static_cast<int64_t>(r.replicas) * t.gpus;
+    request_.total_replicas += r.replicas;
   }
   const int32_t root = static_cast<int32_t>(topo.domain_levels().size());
   if (spec.topology.level.empty()) {
@@ -313,7 +318,8 @@ bool Session::SameShape(const JobRecord& a, const JobRecord& b) {
       x.topology.level != y.topology.level || x.topology.mode != y.topology.mode ||
       // What decides whether it may preempt, and whom:
       x.queue != y.queue || x.priority != y.priority || x.preemptible != y.preemptible ||
-      x.elastic_min_replicas != y.elastic_min_replicas) {
+      x.elastic_min_replicas != y.elastic_min_replicas || x.is_service() != y.is_service() ||
+      (x.is_service() && a.DesiredReplicas() != b.DesiredReplicas())) {
     return false;
   }
   for (size_t i = 0; i < x.tasks.size(); ++i) {

@@ -838,6 +838,13 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
     a.env["ROTA_ARRAY_INDEX"] = std::to_string(job.array_index());
     a.env["ROTA_ARRAY_COUNT"] = std::to_string(job.array_count);
   }
+  if (job.spec.is_service()) {
+    // Replica r listens on port + r: replicas sharing a node do not collide.
+    const std::string port = std::to_string(job.spec.service.port + static_cast<int32_t>(r.replica));
+    a.env["PORT"] = port;
+    a.env["ROTA_SERVICE_PORT"] = port;
+    a.service = true;
+  }
   a.rootfs = task.rootfs;
   a.mounts = job.spec.mounts;
   a.cpu = task.cpu;

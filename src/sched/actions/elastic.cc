@@ -131,16 +131,41 @@ class GrowElastic final : public CycleAction {
   void Execute(Session& s) const override;
 };
 
+// A service above what its autoscaler wants gives up its highest replicas.
+void ScaleDown(Session& s, const JobRecord& r, size_t desired) {
+  std::vector<ReplicaPlacement> p = r.placement;
+  std::sort(p.begin(), p.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
+  const size_t k = p.size() - desired;
+  s.SetReplicasReleased(r.spec, p.data() + desired, k, true);
+  p.resize(desired);
+  s.out().resizes.push_back({r.id, p,
+                             "scaled down by " + std::to_string(k) + " replica(s) to " + std::to_string(desired) +
+                                 ": " + r.last_scale_reason,
+                             JobId()});
+  s.SetResized(r.id, std::move(p));
+}
+
 void GrowElastic::Execute(Session& s) const {
   const Topology& topo = s.topology();
   const TimePoint* now = s.now_or_null();
   std::vector<const JobRecord*> growing;
   for (const JobRecord* r : s.elastic_running()) {
     if (s.is_victim(r->id) || s.resized(r->id) != nullptr) continue;
-    if (static_cast<int64_t>(r->placement.size()) >= r->spec.TotalReplicas()) continue;
+    if (r->spec.is_service()) {
+      // A service goes to what its autoscaler wants, in this pass: a resize
+      // keeps its running replicas, so no min_runtime wait.
+      const size_t desired = static_cast<size_t>(r->DesiredReplicas());
+      if (r->placement.size() > desired) {
+        ScaleDown(s, *r, desired);
+        continue;
+      }
+      if (r->placement.size() == desired) continue;
+    } else {
+      if (static_cast<int64_t>(r->placement.size()) >= r->spec.TotalReplicas()) continue;
+      if (now != nullptr && *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime) continue;
+    }
     // New replicas are placed on their own: they could not be kept in the running ones' domain.
     if (r->spec.topology.mode == TopologyMode::kRequired && !r->spec.topology.level.empty()) continue;
-    if (now != nullptr && *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime) continue;
     growing.push_back(r);
   }
   std::sort(growing.begin(), growing.end(), [](const JobRecord* a, const JobRecord* b) {
@@ -170,8 +195,11 @@ void GrowElastic::Execute(Session& s) const {
     }
     std::sort(grown.begin(), grown.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
     s.out().resizes.push_back({r->id, grown,
-                            "grew by " + std::to_string(best) + " replica(s) to " + std::to_string(grown.size()) +
-                                " into free GPUs",
+                            r->spec.is_service()
+                                ? "scaled up by " + std::to_string(best) + " replica(s) to " +
+                                      std::to_string(grown.size()) + ": " + r->last_scale_reason
+                                : "grew by " + std::to_string(best) + " replica(s) to " + std::to_string(grown.size()) +
+                                      " into free GPUs",
                             JobId()});
     s.SetResized(r->id, std::move(grown));
   }

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "sched/test_util.h"
+#include "sched/to_events.h"
 
 namespace rota::sched {
 namespace {
@@ -85,6 +86,60 @@ TEST(GrowElastic, ARunningGangGrowsIntoWhatIsLeftFree) {
   EXPECT_EQ(r.resizes[0].for_job, JobId());
   c.profile.actions = {"allocate"};
   MakeScheduler(c)->RunCycle(st.GetSnapshot(), 20 * kMinute, &r);
+  EXPECT_TRUE(r.resizes.empty());
+}
+
+// A service (min 1, max 4, 1 GPU a replica) goes to what its autoscaler
+// wants in the cycle after it decided, both ways, and the replicas it keeps
+// keep their attempt (their processes).
+TEST(ScaleService, ItGoesToItsDesiredCountAndKeepsRunningReplicas) {
+  ClusterConfig c = testing::Nodes(1);
+  ClusterState st = MakeCluster(c);
+  JobSpec svc = GpuJob("svc", 4, 1);
+  svc.kind = JobKind::kService;
+  svc.service.min_replicas = 1;
+  svc.service.max_replicas = 4;
+  svc.service.port = 8000;
+  svc.elastic_min_replicas = 1;
+  ASSERT_TRUE(ValidateNewJobSpec(svc).ok()) << ValidateNewJobSpec(svc).message();
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
+  auto s = MakeScheduler(c);
+  auto cycle = [&](TimePoint now) {
+    CycleResult r;
+    s->RunCycle(st.GetSnapshot(), now, &r);
+    for (Event& e : ToEvents(r, st.GetSnapshot(), now)) EXPECT_TRUE(st.Apply(std::move(e)).ok());
+    return r;
+  };
+  CycleResult r = cycle(kMinute);
+  for (const auto& p : r.pending) ADD_FAILURE() << p.reason.message;
+  for (const auto& p : r.unresolvable) ADD_FAILURE() << p.reason.message;
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->placement.size(), 1u);  // its min: nothing decided yet
+  const int32_t first = st.GetSnapshot().FindJob(JobId(1))->ReplicaAttempt(0);
+
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), kMinute + 1, 3, "in flight 11.0 (target 4/replica): 3"}).ok());
+  r = cycle(kMinute + 2);  // within any min_runtime: a service does not wait
+  ASSERT_EQ(r.resizes.size(), 1u);
+  EXPECT_NE(r.resizes[0].reason.find("scaled up by 2 replica(s) to 3: in flight 11.0"), std::string::npos)
+      << r.resizes[0].reason;
+  const JobRecord* job = st.GetSnapshot().FindJob(JobId(1));
+  ASSERT_EQ(job->placement.size(), 3u);
+  EXPECT_EQ(job->ReplicaAttempt(0), first);  // replica 0 kept running
+  EXPECT_NE(job->ReplicaAttempt(1), first);
+
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), kMinute + 3, 1, "in flight 0.0 (target 4/replica): 1"}).ok());
+  r = cycle(kMinute + 4);
+  ASSERT_EQ(r.resizes.size(), 1u);
+  job = st.GetSnapshot().FindJob(JobId(1));
+  ASSERT_EQ(job->placement.size(), 1u);
+  EXPECT_EQ(job->placement[0].replica, 0u);
+  EXPECT_EQ(job->ReplicaAttempt(0), first);
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).allocated_mask, job->placement[0].gpu_mask);
+
+  // Out of its range is refused, and changes nothing.
+  EXPECT_FALSE(st.Apply(ServiceScaled{JobId(1), kMinute + 5, 5, ""}).ok());
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->DesiredReplicas(), 1);
+  r = cycle(kMinute + 6);
   EXPECT_TRUE(r.resizes.empty());
 }
 

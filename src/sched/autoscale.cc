@@ -1,0 +1,103 @@
+#include "sched/autoscale.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace rota::sched {
+namespace {
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+}  // namespace
+
+void Autoscaler::Observe(const AutoscaleSample& s) {
+  samples_.push_back(s);
+  while (!samples_.empty() && samples_.front().at <= s.at - spec_.autoscale.stable_window) samples_.pop_front();
+}
+
+Autoscaler::Window Autoscaler::Average(TimePoint now, Duration span) const {
+  Window w;
+  double memory = 0;
+  int64_t memory_samples = 0;
+  for (auto it = samples_.rbegin(); it != samples_.rend() && it->at > now - span; ++it) {
+    w.inflight += it->inflight;
+    ++w.samples;
+    if (it->gpu_memory >= 0) {
+      memory += it->gpu_memory;
+      ++memory_samples;
+    }
+  }
+  if (w.samples > 0) w.inflight /= static_cast<double>(w.samples);
+  if (memory_samples > 0) w.gpu_memory = memory / static_cast<double>(memory_samples);
+  return w;
+}
+
+int32_t Autoscaler::Ask(const Window& w, int32_t current, std::string* why) const {
+  const AutoscaleSpec& a = spec_.autoscale;
+  const int32_t base = std::max(current, 1);
+  int32_t best = 0;
+  auto consider = [&](double ratio, const std::string& what) {
+    // Within the tolerance band of the target at the current count: stay.
+    const int32_t asked = std::abs(ratio - 1) <= a.tolerance ? base : static_cast<int32_t>(std::ceil(ratio * base - 1e-9));
+    if (asked > best || why->empty()) {
+      best = std::max(best, asked);
+      *why = what + ": " + std::to_string(asked);
+    }
+  };
+  if (a.target_inflight > 0) {
+    consider(w.inflight / (a.target_inflight * base),
+             "in flight " + Num(w.inflight) + " (target " + Num(a.target_inflight) + "/replica)");
+  }
+  if (a.target_gpu_memory > 0 && w.gpu_memory >= 0) {
+    consider(w.gpu_memory / a.target_gpu_memory,
+             "GPU memory " + Num(100 * w.gpu_memory) + "% (target " + Num(100 * a.target_gpu_memory) + "%)");
+  }
+  return best;
+}
+
+AutoscaleDecision Autoscaler::Decide(TimePoint now, int32_t current, int32_t ready) {
+  const AutoscaleSpec& a = spec_.autoscale;
+  const ServiceSpec& sv = spec_;
+  AutoscaleDecision d;
+  if (!a.enabled() || samples_.empty()) {
+    d.desired = std::clamp(current, sv.min_replicas, sv.max_replicas);
+    return d;
+  }
+  std::string stable_why, panic_why;
+  const int32_t stable = Ask(Average(now, a.stable_window), current, &stable_why);
+  const int32_t panic = Ask(Average(now, a.panic_window), current, &panic_why);
+  // Panic when the panic window asks panic_threshold x what can serve now.
+  if (panic >= a.panic_threshold * std::max(ready, 1) && panic > current) {
+    panic_since_ = now;
+  } else if (panic_since_ != 0 && now - panic_since_ >= a.stable_window) {
+    panic_since_ = 0;
+  }
+  int32_t want = stable;
+  std::string why = stable_why + " over " + FormatSpan(a.stable_window);
+  if (panic_since_ != 0) {
+    d.panic = true;
+    want = std::max({panic, stable, current});  // never down in panic
+    why = "panic: " + panic_why + " over " + FormatSpan(a.panic_window);
+  }
+  want = std::clamp(want, sv.min_replicas, sv.max_replicas);
+  // Scale down only to the most asked within the delay.
+  recommended_.push_back({now, want});
+  while (!recommended_.empty() && recommended_.front().first <= now - a.scale_down_delay) recommended_.pop_front();
+  int32_t floor = want;
+  for (const auto& [at, n] : recommended_) floor = std::max(floor, n);
+  if (floor > want && want < current) {
+    why += "; held at " + std::to_string(std::min(floor, current)) + " by the " + FormatSpan(a.scale_down_delay) +
+           " scale-down delay";
+    want = std::min(floor, current);
+  }
+  d.desired = want;
+  d.reason = why;
+  return d;
+}
+
+}  // namespace rota::sched

@@ -1,0 +1,111 @@
+#include "sched/autoscale.h"
+
+#include <gtest/gtest.h>
+
+#include "base/rng.h"
+
+namespace rota::sched {
+namespace {
+
+constexpr Duration kSecond = kMicrosPerSecond;
+
+ServiceSpec Service(int32_t min, int32_t max, double target_inflight) {
+  ServiceSpec s;
+  s.min_replicas = min;
+  s.max_replicas = max;
+  s.port = 8000;
+  s.autoscale.target_inflight = target_inflight;
+  return s;
+}
+
+// Drives one autoscaler at 1 Hz as the server does: `load(t)` in flight,
+// the service running what it last decided, all of it ready.
+struct Drive {
+  Autoscaler scaler;
+  int32_t current;
+  std::vector<std::pair<TimePoint, int32_t>> changes;  // (when, to)
+  Drive(const ServiceSpec& s, int32_t start) : scaler(s), current(start) {}
+  template <typename Load>
+  void Run(TimePoint from, TimePoint to, Load load) {
+    for (TimePoint t = from; t < to; t += kSecond) {
+      scaler.Observe({t, load(t), -1});
+      const AutoscaleDecision d = scaler.Decide(t, current, current);
+      if (d.desired != current) {
+        changes.push_back({t, d.desired});
+        current = d.desired;
+      }
+    }
+  }
+};
+
+TEST(Autoscale, AThresholdCrossingIsDecidedWithinTwoSeconds) {
+  // Target 4 in flight per replica; the load steps from 2 to 40 at t = 100 s.
+  Drive d(Service(1, 8, 4), 1);
+  const TimePoint step = 100 * kSecond;
+  d.Run(0, 200 * kSecond, [&](TimePoint t) { return t < step ? 2.0 : 40.0; });
+  ASSERT_FALSE(d.changes.empty());
+  EXPECT_LE(d.changes.front().first - step, 2 * kSecond);
+  EXPECT_GT(d.changes.front().second, 1);
+  EXPECT_EQ(d.current, 8);  // 40 / 4 = 10, clamped to max
+}
+
+TEST(Autoscale, NoiseAroundTheTargetForTwoHoursNeverFlipsDirection) {
+  // 3 replicas' worth (12 in flight, target 4) +-10% noise, for 2 hours.
+  Drive d(Service(1, 10, 4), 3);
+  Rng rng(7);
+  d.Run(0, 2 * 3600 * kSecond, [&](TimePoint) { return 12.0 * (0.9 + 0.2 * rng.UniformDouble()); });
+  int flips = 0;
+  for (size_t i = 1; i < d.changes.size(); ++i) {
+    const int prev = i >= 2 ? d.changes[i - 2].second : 3;
+    if ((d.changes[i].second > d.changes[i - 1].second) != (d.changes[i - 1].second > prev)) ++flips;
+  }
+  EXPECT_EQ(flips, 0);
+  EXPECT_TRUE(d.changes.empty()) << "first change at " << d.changes.front().first / kSecond << " s to "
+                                 << d.changes.front().second;
+  EXPECT_EQ(d.current, 3);
+}
+
+TEST(Autoscale, ScalesDownOnlyAfterTheDelayAndToItsMin) {
+  ServiceSpec s = Service(1, 8, 4);
+  s.autoscale.scale_down_delay = 300 * kSecond;
+  Drive d(s, 1);
+  d.Run(0, 200 * kSecond, [](TimePoint) { return 16.0; });
+  ASSERT_EQ(d.current, 4);
+  const size_t up = d.changes.size();
+  const TimePoint quiet = 200 * kSecond;
+  d.Run(quiet, 1000 * kSecond, [](TimePoint) { return 0.0; });
+  ASSERT_GT(d.changes.size(), up);
+  // Not before the delay (and the panic that scaled it up has ended).
+  EXPECT_GE(d.changes[up].first - quiet, 300 * kSecond - 2 * kSecond);
+  EXPECT_LT(d.changes[up].second, 4);
+  EXPECT_EQ(d.current, 1);
+}
+
+TEST(Autoscale, GpuMemoryTargetAsksForMoreReplicas) {
+  ServiceSpec s = Service(1, 8, 0);
+  s.autoscale.target_gpu_memory = 0.8;
+  Autoscaler a(s);
+  for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 0, 0.95});
+  const AutoscaleDecision d = a.Decide(69 * kSecond, 2, 2);
+  EXPECT_EQ(d.desired, 3);  // ceil(2 x 0.95 / 0.8)
+  EXPECT_NE(d.reason.find("GPU memory 95.0%"), std::string::npos) << d.reason;
+}
+
+TEST(Autoscale, WithinTheToleranceNothingChanges) {
+  Autoscaler a(Service(1, 8, 4));
+  for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 8.6, -1});  // 2 x 4 x 1.075
+  EXPECT_EQ(a.Decide(69 * kSecond, 2, 2).desired, 2);
+  Autoscaler b(Service(1, 8, 4));
+  for (int i = 0; i < 70; ++i) b.Observe({i * kSecond, 9.2, -1});  // 15% over: 3
+  EXPECT_EQ(b.Decide(69 * kSecond, 2, 2).desired, 3);
+}
+
+TEST(Autoscale, WithoutTargetsItKeepsItsCountWithinMinAndMax) {
+  Autoscaler a(Service(2, 4, 0));
+  a.Observe({0, 100, -1});
+  EXPECT_EQ(a.Decide(0, 3, 3).desired, 3);
+  EXPECT_EQ(a.Decide(0, 1, 1).desired, 2);
+}
+
+}  // namespace
+}  // namespace rota::sched
