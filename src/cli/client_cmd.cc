@@ -143,6 +143,12 @@ const std::vector<CommandHelp>& Commands() {
        "Drains a node (it takes no new work; what runs there runs on) with the reason shown to everyone,\n"
        "undrains it (admin), or describes it: state, reason, labels, every GPU.",
        {"--reason"}},
+      {"services", "rota services [-o json]",
+       "Services (kind: service): replicas desired by the autoscaler, placed and ready, the router's\n"
+       "signals (in flight, queued, latency) and the last scaling decision with its reason.",
+       {}},
+      {"endpoints", "rota endpoints NAME [-o json]",
+       "A service's stable URL (the router's) and its replicas behind it: address, ready, outstanding.", {}},
       {"queues", "rota queues [-o json]", "Queues with their guarantees, holdings, pending and running jobs.", {}},
       {"whatif", "rota whatif [--add-nodes GROUP=N]... [--drain NODE]... [--horizon 30d] [-o json]",
        "When every pending job you can see is expected to start: the server projects its live state\n"
@@ -747,6 +753,44 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         t.Add({S(n, "name"), S(n, "state"), S(n, "gpu_model"), S(n, "gpus"), S(n, "gpus_allocated"), S(n, "cpu"),
                S(n, "memory"), n["labels"].value("rack", "-"), n["simulated"].get<bool>() ? "yes" : "no",
                n.contains("drain_reason") ? S(n, "drain_reason") : "-"});
+      }
+      std::cout << t.Render();
+    });
+  }
+
+  if (cmd == "services") {
+    if (!args.empty()) return Usage("rota services [-o json]");
+    Response r = c.Get("/v1/services");
+    return Run(c, r, "services", [](const json& j) {
+      Table t({"NAME", "JOB", "STATE", "DESIRED", "PLACED", "READY", "MIN-MAX", "IN FLIGHT", "QUEUED", "P99", "LAST SCALING"});
+      for (const auto& v : j["services"]) {
+        const json& r = v["replicas"];
+        const json sig = v.value("signals", json::object());
+        char p99[32] = "-";
+        if (sig.contains("p99_ms") && sig.value("requests", 0) > 0) std::snprintf(p99, sizeof p99, "%.1fms", sig.value("p99_ms", 0.0));
+        std::string last = v.contains("last_scale") ? "to " + S(v["last_scale"], "to") + ": " + S(v["last_scale"], "reason")
+                           : v.contains("reason") ? S(v, "reason")
+                                                  : "-";
+        t.Add({S(v, "name"), S(v, "job"), S(v, "state") + (v.value("panic", false) ? " (panic)" : ""), S(r, "desired"),
+               S(r, "placed"), S(r, "ready"), S(r, "min") + "-" + S(r, "max"),
+               sig.contains("inflight") ? S(sig, "inflight") : "-", sig.contains("queued") ? S(sig, "queued") : "-", p99,
+               last});
+      }
+      std::cout << t.Render();
+      if (S(j, "router").empty()) std::cout << "(no router: start the server with --router HOST:PORT for endpoints)\n";
+    });
+  }
+
+  if (cmd == "endpoints") {
+    if (args.size() != 1) return Usage("rota endpoints NAME [-o json]");
+    Response r = c.Get("/v1/services/" + args[0] + "/endpoints");
+    return Run(c, r, "endpoints", [](const json& j) {
+      std::cout << "service " << S(j, "service") << " (job " << S(j, "job") << ")  "
+                << (S(j, "url").empty() ? "no router" : S(j, "url")) << "\n";
+      Table t({"REPLICA", "ADDRESS", "READY", "OUTSTANDING", "ATTEMPT"});
+      for (const auto& e : j["endpoints"]) {
+        t.Add({S(e, "replica"), S(e, "address"), e.value("ready", false) ? "yes" : "no", S(e, "outstanding"),
+               S(e, "attempt")});
       }
       std::cout << t.Render();
     });

@@ -23,6 +23,8 @@
 #include "cli/client.h"
 #include "server/http_api.h"
 #include "server/replica.h"
+#include "server/router.h"
+#include "server/services.h"
 #include "store/pg_store.h"
 #include "store/sqlite_store.h"
 
@@ -36,6 +38,10 @@ constexpr const char* kServerUsage =
     "                   [--min-runtime 10m] [--history-interval 10s]\n"
     "                   [--idle-after 30m] [--idle-utilization 5]\n"
     "                   [--store sqlite | postgres://USER@HOST:PORT/DB] [--advertise URL] [--lease 3s]\n"
+    "                   [--router HOST:PORT | off (default: off)]\n"
+    "\n"
+    "--router: the services' stable endpoint, a reverse proxy: http://HOST:PORT/NAME/...\n"
+    "goes to a ready replica of service NAME (docs/services.md).\n"
     "\n"
     "--store postgres://...: the journal lives in PostgreSQL, and several servers\n"
     "may share it: one leads (a lease in the database, fenced by its epoch), the\n"
@@ -49,6 +55,7 @@ constexpr const char* kUpUsage =
     "               [--nvlink-islands N] [--oci-runtime auto|runc|crun] [--device-dir /dev]\n"
     "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5]\n"
     "               [--node-timeout 30s] [--fence-after DURATION]\n"
+    "               [--router HOST:PORT | off (default: 127.0.0.1:7071; skipped if taken)]\n"
     "\n"
     "Runs the server and a local agent in one process, with an embedded SQLite\n"
     "store in DIR (default $ROTA_DATA_DIR or ~/.local/share/rota). Without an\n"
@@ -288,6 +295,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   Duration history_interval = 10 * kMicrosPerSecond;  // queue usage samples for the dashboard
   std::string store_url = "sqlite", advertise;
   Duration lease = 3 * kMicrosPerSecond;
+  std::string router_listen = with_local_agent ? "127.0.0.1:7071" : "off";
+  bool router_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&] { return FlagValue(args, &i, "rota"); };
@@ -307,6 +316,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--node-timeout") node_timeout = DurationFlag(args, &i, "rota");
     else if (a == "--fence-after") fence_after = DurationFlag(args, &i, "rota");
     else if (a == "--history-interval") history_interval = DurationFlag(args, &i, "rota");
+    else if (a == "--router") router_listen = value(), router_given = true;
     else if (!with_local_agent && a == "--store") store_url = value();
     else if (!with_local_agent && a == "--advertise") advertise = value();
     else if (!with_local_agent && a == "--lease") lease = DurationFlag(args, &i, "rota");
@@ -369,6 +379,11 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   http.tls_key = tls_key;
   http.rate_per_second = rate;
   http.queue_sample_seconds = static_cast<double>(history_interval) / kMicrosPerSecond;
+  server::RouterOptions router_options;
+  if (router_listen != "off" && !SplitListen(router_listen, &router_options.host, &router_options.port)) {
+    std::cerr << "rota: --router must be HOST:PORT or off, got '" << router_listen << "'\n";
+    return kExitBadInput;
+  }
 
   ClusterConfig config;
   config.node_groups.clear();
@@ -469,6 +484,26 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     }
     std::cout << "rota: admin token written to " << admin_path << " (mode 0600)\n";
   }
+  // Services: their router (the stable endpoint) and autoscalers.
+  std::unique_ptr<server::Router> router;
+  if (router_listen != "off") {
+    router = std::make_unique<server::Router>(router_options);
+    auto port = router->Start();
+    if (!port.ok()) {
+      if (router_given) {
+        std::cerr << "rota: " << port.status().message() << "\n";
+        return kExitError;
+      }
+      std::cerr << "rota: warning: " << port.status().message() << "; services get no endpoint (--router HOST:PORT)\n";
+      router.reset();
+    } else {
+      http.router_url = "http://" + router_options.host + ":" + std::to_string(*port);
+      std::cout << "rota: services' router at " << http.router_url << "/NAME/\n";
+    }
+  }
+  server::ServiceManager services(&controller, router.get());
+  services.Start();
+  http.services = &services;
   // Task logs: the local agent of `rota up` writes them here; remote agents ship theirs.
   http.logs_dir = data_dir + "/logs";
   auto server = server::StartHttpServer(&controller, http);
@@ -542,6 +577,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::remove(url_path.c_str());
   if (local) local->Stop();
   (*server)->Stop();
+  services.Stop();
+  if (router) router->Stop();
   controller.Stop();
   return kExitOk;
 }

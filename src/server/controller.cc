@@ -605,6 +605,16 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
       return Status(StatusCode::kOutOfRange,
                     std::string(sched::ReasonCodeName(why.code)) + ": " + why.message);
     }
+    // A service is found by its name (its endpoint): one live service a name.
+    if (spec.is_service()) {
+      if (count != 1) return InvalidArgumentError("count: a service is submitted once; its replicas are service.replicas");
+      for (const auto& [id, job] : snap.live_jobs()) {
+        if (job->spec.is_service() && job->spec.name == spec.name) {
+          return Status(StatusCode::kAlreadyExists, "name: service '" + spec.name + "' exists already (job " +
+                                                        std::to_string(id.value()) + "); cancel it or pick another name");
+        }
+      }
+    }
     // Tenant limits, counted against what is pending now (on the actor, so
     // concurrent submissions cannot both slip under a limit).
     // (Counting the parts of arrays still being committed, reserved below.)
@@ -732,6 +742,29 @@ Status Controller::Requeue(const Principal& who, JobId id) {
            }
            ROTA_RETURN_IF_ERROR(batch.Apply(JobRequeued{id, options_.clock->Now(), "requeued by " + who.user}));
            lifecycle_.Forget(id);
+           return true;
+         })
+      .status();
+}
+
+Status Controller::ScaleService(JobId id, int32_t desired, const std::string& reason) {
+  return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+           if (job == nullptr) return NotFoundError("no job " + std::to_string(id.value()));
+           if (job->DesiredReplicas() == desired) return false;
+           ROTA_RETURN_IF_ERROR(batch.Apply(ServiceScaled{id, options_.clock->Now(), desired, reason}));
+           return true;
+         })
+      .status();
+}
+
+Status Controller::RestartReplica(JobId id, uint16_t task, uint32_t replica, int32_t attempt, const std::string& reason) {
+  return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+           if (job == nullptr || job->state != JobState::kRunning) return false;
+           if (job->ReplicaAttempt(replica) != attempt) return false;  // restarted since
+           const std::string name = job->spec.tasks[task].name + "-" + std::to_string(replica);
+           ROTA_RETURN_IF_ERROR(batch.Apply(RankRestarted{id, task, replica, options_.clock->Now(), name + " " + reason}));
            return true;
          })
       .status();

@@ -169,6 +169,11 @@ class Controller {
   Status Requeue(const Principal& who, JobId id);
   // Records that the job saved a checkpoint at `path` now (its owner or an admin).
   Status Checkpoint(const Principal& who, JobId id, const std::string& path);
+  // A service's autoscaler (server/services.h): its desired replica count
+  // (journaled if it changed), and a replica its readiness says to restart
+  // (if it still runs that attempt).
+  Status ScaleService(JobId id, int32_t desired, const std::string& reason);
+  Status RestartReplica(JobId id, uint16_t task, uint32_t replica, int32_t attempt, const std::string& reason);
   Status SetDrain(const Principal& who, const std::string& node, bool drained, const std::string& reason = "");
   // `mps`: an NVIDIA MPS control daemon serves the node's GPUs (GPU fractions
   // there get their compute share and memory limit enforced).

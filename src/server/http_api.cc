@@ -8,6 +8,7 @@
 
 #include "server/http_transport.h"
 #include "server/replica.h"
+#include "server/services.h"
 
 #include <atomic>
 #include <algorithm>
@@ -938,7 +939,44 @@ class HttpServerImpl final : public HttpServer {
     }));
 
     srv.Get("/metrics", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
-      res.set_content(RenderMetrics(*c_) + ReplicaMetrics(), "text/plain; version=0.0.4");
+      res.set_content(RenderMetrics(*c_) + ReplicaMetrics() + ServiceMetrics(), "text/plain; version=0.0.4");
+    }));
+
+    // Services: desired, placed and ready replicas, the router's signals
+    // and the autoscaler's last decision (visible as their jobs are).
+    srv.Get("/v1/services", Guard([this](const Principal& who, const HttpRequest&, HttpResponse& res) {
+      Snapshot snap = c_->snapshot();
+      const auto status = options_.services != nullptr ? options_.services->status() : std::map<JobId, ServiceStatus>{};
+      ordered_json list = ordered_json::array();
+      for (const auto& [id, job] : snap.live_jobs()) {
+        if (!job->spec.is_service() || !(who.admin() || job->user == who.user || AllSeeAll())) continue;
+        auto it = status.find(id);
+        list.push_back(ServiceView(*job, it != status.end() ? &it->second : nullptr));
+      }
+      Reply(res, 200, {{"router", options_.router_url}, {"services", list}});
+    }));
+    srv.Get(R"(/v1/services/([^/]+)/endpoints)", Guard([this](const Principal& who, const HttpRequest& req,
+                                                              HttpResponse& res) {
+      Snapshot snap = c_->snapshot();
+      const JobRecord* found = nullptr;
+      for (const auto& [id, job] : snap.live_jobs()) {
+        if (job->spec.is_service() && job->spec.name == req.matches[1]) found = job.get();
+      }
+      if (found == nullptr || !(who.admin() || found->user == who.user || AllSeeAll())) {
+        return ReplyError(res, NotFoundError("no service '" + req.matches[1] + "'"));
+      }
+      ordered_json endpoints = ordered_json::array();
+      Router* router = options_.services != nullptr ? options_.services->router() : nullptr;
+      if (router != nullptr) {
+        for (const RouterEndpoint& e : router->Endpoints(found->spec.name)) {
+          endpoints.push_back({{"replica", e.replica}, {"attempt", e.attempt}, {"address", e.address},
+                               {"ready", e.ready}, {"outstanding", e.outstanding}});
+        }
+      }
+      Reply(res, 200, {{"service", found->spec.name},
+                       {"job", found->id.value()},
+                       {"url", options_.router_url.empty() ? "" : options_.router_url + "/" + found->spec.name + "/"},
+                       {"endpoints", endpoints}});
     }));
 
     // The control plane's replicas: the leader, its epoch, and each standby
@@ -959,6 +997,79 @@ class HttpServerImpl final : public HttpServer {
   }
 
   bool Standby() const { return options_.replica != nullptr && !options_.replica->leading(); }
+
+  ordered_json ServiceView(const JobRecord& job, const ServiceStatus* st) const {
+    const ServiceSpec& sv = job.spec.service;
+    ordered_json v{{"name", job.spec.name},
+                   {"job", job.id.value()},
+                   {"user", job.user},
+                   {"state", std::string(JobStateName(job.state))},
+                   {"url", options_.router_url.empty() ? "" : options_.router_url + "/" + job.spec.name + "/"},
+                   {"replicas",
+                    {{"min", sv.min_replicas},
+                     {"max", sv.max_replicas},
+                     {"desired", job.DesiredReplicas()},
+                     {"placed", job.state == JobState::kRunning ? job.placement.size() : 0},
+                     {"ready", st != nullptr ? st->signals.ready : 0}}},
+                   {"autoscale", sv.autoscale.enabled()}};
+    if (st != nullptr) {
+      v["signals"] = {{"inflight", st->signals.inflight},
+                      {"inflight_avg", st->signals.inflight_avg},
+                      {"queued", st->signals.queued},
+                      {"requests", st->signals.requests},
+                      {"failed", st->signals.failed},
+                      {"retried", st->signals.retried},
+                      {"p50_ms", st->signals.p50_ms},
+                      {"p99_ms", st->signals.p99_ms}};
+      if (st->gpu_memory >= 0) v["signals"]["gpu_memory"] = st->gpu_memory;
+      if (st->last.panic) v["panic"] = true;
+    }
+    if (job.scaled_at != 0) {
+      v["last_scale"] = {{"at", FormatTime(job.scaled_at)}, {"to", job.desired_replicas}, {"reason", job.last_scale_reason}};
+    }
+    if (job.state == JobState::kPending) {
+      if (auto why = c_->pending_reason(job.id)) v["reason"] = why->message;
+    }
+    return v;
+  }
+
+  std::string ServiceMetrics() const {
+    if (options_.services == nullptr) return "";
+    Snapshot snap = c_->snapshot();
+    std::string m =
+        "# HELP rota_service_replicas A service's replicas: desired by its autoscaler, placed, ready in the router.\n"
+        "# TYPE rota_service_replicas gauge\n"
+        "# HELP rota_service_inflight_requests Requests a service's replicas are answering now (router).\n"
+        "# TYPE rota_service_inflight_requests gauge\n"
+        "# HELP rota_service_queued_requests Requests waiting for a ready replica (router).\n"
+        "# TYPE rota_service_queued_requests gauge\n"
+        "# HELP rota_service_requests_total Requests the router answered, and those it failed itself (502/503).\n"
+        "# TYPE rota_service_requests_total counter\n"
+        "# HELP rota_service_latency_seconds The router's latency over the last 2048 requests.\n"
+        "# TYPE rota_service_latency_seconds gauge\n";
+    for (const auto& [id, st] : options_.services->status()) {
+      const JobRecord* job = snap.FindJob(id);
+      if (job == nullptr) continue;
+      std::string name = job->spec.name;  // (names are letters, digits, '-', '_', '.')
+      const std::string l = "{service=\"" + name + "\"";
+      auto num = [](double v) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.6g", v);
+        return std::string(buf);
+      };
+      m += "rota_service_replicas" + l + ",kind=\"desired\"} " + std::to_string(job->DesiredReplicas()) + "\n";
+      m += "rota_service_replicas" + l + ",kind=\"placed\"} " +
+           std::to_string(job->state == JobState::kRunning ? job->placement.size() : 0) + "\n";
+      m += "rota_service_replicas" + l + ",kind=\"ready\"} " + std::to_string(st.signals.ready) + "\n";
+      m += "rota_service_inflight_requests" + l + "} " + std::to_string(st.signals.inflight) + "\n";
+      m += "rota_service_queued_requests" + l + "} " + std::to_string(st.signals.queued) + "\n";
+      m += "rota_service_requests_total" + l + ",result=\"all\"} " + std::to_string(st.signals.requests) + "\n";
+      m += "rota_service_requests_total" + l + ",result=\"router_error\"} " + std::to_string(st.signals.failed) + "\n";
+      m += "rota_service_latency_seconds" + l + ",quantile=\"0.5\"} " + num(st.signals.p50_ms / 1000) + "\n";
+      m += "rota_service_latency_seconds" + l + ",quantile=\"0.99\"} " + num(st.signals.p99_ms / 1000) + "\n";
+    }
+    return m;
+  }
 
   ordered_json ReplicasView() const {
     ordered_json out{{"store", options_.replica == nullptr ? "sqlite" : "postgres"},

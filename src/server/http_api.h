@@ -19,6 +19,8 @@ namespace rota::server {
 
 class Replica;
 
+class ServiceManager;
+
 struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 7070;  // 0 = any free port
@@ -34,6 +36,11 @@ struct HttpOptions {
   // leader; /healthz, /metrics and GET /v1/replicas show its role, the
   // leader's epoch and the standbys.
   const Replica* replica = nullptr;
+  // Services (server/services.h; null: none are watched): GET /v1/services,
+  // /v1/services/NAME/endpoints and their series on /metrics. `router_url`
+  // is where the router listens ("" = no router).
+  const ServiceManager* services = nullptr;
+  std::string router_url;
 };
 
 class HttpServer {

@@ -1,0 +1,476 @@
+#include <utility>  // (before Asio: its awaitable.hpp uses std::exchange)
+
+#include "server/router.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <optional>
+#include <thread>
+
+namespace rota::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using asio::awaitable;
+using asio::use_awaitable;
+using Steady = std::chrono::steady_clock;
+
+namespace {
+
+constexpr size_t kLatencies = 2048;
+constexpr size_t kIdlePerBackend = 32;
+
+std::chrono::microseconds Micros(Duration d) { return std::chrono::microseconds(d); }
+
+bool Idempotent(http::verb v) {
+  return v == http::verb::get || v == http::verb::head || v == http::verb::put || v == http::verb::delete_ ||
+         v == http::verb::options;
+}
+
+http::response<http::string_body> Error(unsigned status, const std::string& message, unsigned version) {
+  http::response<http::string_body> res{static_cast<http::status>(status), version};
+  res.set(http::field::content_type, "application/json");
+  std::string escaped;
+  for (char c : message) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    escaped += c;
+  }
+  res.body() = "{\"error\":\"" + escaped + "\"}\n";
+  res.prepare_payload();
+  return res;
+}
+
+}  // namespace
+
+struct Router::Impl {
+  struct Backend {
+    RouterBackend b;
+    bool ready = false;
+    bool ever_ready = false;
+    bool gone = false;
+    bool reported = false;  // told unhealthy already
+    int failures = 0;
+    int64_t outstanding = 0;
+    Steady::time_point seen = Steady::now(), last_ready = Steady::now();
+    std::vector<std::unique_ptr<beast::tcp_stream>> idle;
+  };
+  struct Service {
+    RouterService info;
+    std::map<std::string, std::shared_ptr<Backend>> backends;  // by job/replica/attempt
+    int64_t inflight = 0, queued = 0;
+    double integral = 0;  // in-flight x seconds since window_start
+    Steady::time_point last_change = Steady::now(), window_start = Steady::now();
+    uint64_t requests = 0, failed = 0, retried = 0;
+    std::vector<double> latencies;  // ms, a ring of kLatencies
+    size_t next_latency = 0;
+    size_t turn = 0;
+    void Count(int64_t delta) {
+      const auto now = Steady::now();
+      integral += static_cast<double>(inflight) * std::chrono::duration<double>(now - last_change).count();
+      last_change = now;
+      inflight += delta;
+    }
+  };
+
+  explicit Impl(RouterOptions o) : options(std::move(o)) {}
+
+  RouterOptions options;
+  asio::io_context ioc{1};
+  std::optional<tcp::acceptor> acceptor;
+  std::thread loop;
+  bool stopping = false;  // (loop thread)
+  size_t connections = 0;
+  std::map<std::string, std::shared_ptr<Service>> services;  // (loop thread) by name
+  std::vector<RouterUnhealthy> unhealthy;                    // (loop thread)
+
+  // Runs `fn` on the loop thread and waits for its result.
+  template <typename F>
+  auto OnLoop(F fn) -> decltype(fn()) {
+    std::packaged_task<decltype(fn())()> task(std::move(fn));
+    auto result = task.get_future();
+    asio::post(ioc, [&task] { task(); });
+    return result.get();
+  }
+
+  void Apply(std::vector<RouterService> list);
+  awaitable<void> Accept();
+  awaitable<void> Serve(tcp::socket socket);
+  awaitable<http::response<http::string_body>> Forward(http::request<http::string_body> req, std::string remote);
+  // One exchange with a backend; nullopt if it failed before an answer.
+  awaitable<std::optional<http::response<http::string_body>>> Exchange(Backend& b, const http::request<http::string_body>& req);
+  awaitable<void> Probe(std::shared_ptr<Service> svc, std::shared_ptr<Backend> b);
+  awaitable<bool> ProbeOnce(const RouterBackend& b, const ProbeSpec& p);
+  std::shared_ptr<Backend> Pick(Service& svc, const Backend* exclude);
+  void MarkDown(Backend& b) {
+    b.ready = false;
+    b.failures = std::max(b.failures, 1);
+  }
+};
+
+void Router::Impl::Apply(std::vector<RouterService> list) {
+  std::map<std::string, std::shared_ptr<Service>> next;
+  for (RouterService& s : list) {
+    auto it = services.find(s.name);
+    std::shared_ptr<Service> svc =
+        it != services.end() && it->second->info.job == s.job ? it->second : std::make_shared<Service>();
+    std::map<std::string, std::shared_ptr<Backend>> keep;
+    for (const RouterBackend& b : s.backends) {
+      const std::string key = std::to_string(b.job.value()) + "/" + std::to_string(b.task) + "/" +
+                              std::to_string(b.replica) + "/" + std::to_string(b.attempt) + "@" + b.host + ":" +
+                              std::to_string(b.port);
+      auto found = svc->backends.find(key);
+      if (found != svc->backends.end()) {
+        keep[key] = found->second;
+        continue;
+      }
+      auto backend = std::make_shared<Backend>();
+      backend->b = b;
+      keep[key] = backend;
+      asio::co_spawn(ioc, Probe(svc, backend), asio::detached);
+    }
+    for (auto& [key, b] : svc->backends) {
+      if (!keep.count(key)) b->gone = true;
+    }
+    svc->backends = std::move(keep);
+    svc->info = std::move(s);
+    next[svc->info.name] = svc;
+  }
+  for (auto& [name, svc] : services) {
+    if (next.count(name) && next[name] == svc) continue;
+    for (auto& [key, b] : svc->backends) b->gone = true;
+  }
+  services = std::move(next);
+}
+
+std::shared_ptr<Router::Impl::Backend> Router::Impl::Pick(Service& svc, const Backend* exclude) {
+  std::vector<std::shared_ptr<Backend>> ready;
+  for (auto& [key, b] : svc.backends) {
+    if (b->ready && !b->gone && b.get() != exclude) ready.push_back(b);
+  }
+  if (ready.empty()) return nullptr;
+  // Fewest outstanding; ties in turn.
+  const size_t start = svc.turn++ % ready.size();
+  std::shared_ptr<Backend> best;
+  for (size_t i = 0; i < ready.size(); ++i) {
+    const std::shared_ptr<Backend>& b = ready[(start + i) % ready.size()];
+    if (best == nullptr || b->outstanding < best->outstanding) best = b;
+  }
+  return best;
+}
+
+awaitable<bool> Router::Impl::ProbeOnce(const RouterBackend& b, const ProbeSpec& p) {
+  try {
+    auto ex = co_await asio::this_coro::executor;
+    tcp::resolver resolver(ex);
+    beast::tcp_stream s(ex);
+    s.expires_after(Micros(p.timeout));
+    auto results = co_await resolver.async_resolve(b.host, std::to_string(b.port), use_awaitable);
+    co_await s.async_connect(results, use_awaitable);
+    http::request<http::empty_body> req{http::verb::get, p.path, 11};
+    req.set(http::field::host, b.host + ":" + std::to_string(b.port));
+    req.set(http::field::user_agent, "rota-router-probe");
+    req.keep_alive(false);
+    co_await http::async_write(s, req, use_awaitable);
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(1 << 20);
+    co_await http::async_read(s, buf, parser, use_awaitable);
+    const unsigned status = parser.get().result_int();
+    beast::error_code ignored;
+    s.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    co_return status >= 200 && status < 400;
+  } catch (const std::exception&) {
+    co_return false;
+  }
+}
+
+awaitable<void> Router::Impl::Probe(std::shared_ptr<Service> svc, std::shared_ptr<Backend> b) {
+  auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer timer(ex);
+  while (!stopping && !b->gone) {
+    const ProbeSpec p = svc->info.readiness;
+    const bool ok = co_await ProbeOnce(b->b, p);
+    if (stopping || b->gone) break;
+    const auto now = Steady::now();
+    if (ok) {
+      b->failures = 0;
+      b->ready = b->ever_ready = true;
+      b->last_ready = now;
+    } else {
+      ++b->failures;
+      // Before its first success it is starting (not ready); after, it is
+      // out once failure_threshold probes in a row fail.
+      if (!b->ever_ready || b->failures >= p.failure_threshold) b->ready = false;
+      if (b->ready) b->last_ready = now;
+    }
+    if (!b->ready && !b->reported && now - std::max(b->seen, b->last_ready) > Micros(p.startup)) {
+      b->reported = true;
+      unhealthy.push_back({b->b.job, b->b.task, b->b.replica, b->b.attempt,
+                           std::string(b->ever_ready ? "not ready again within " : "not ready within its startup allowance of ") +
+                               FormatSpan(p.startup) + "; restarted"});
+    }
+    timer.expires_after(Micros(p.period));
+    beast::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
+  }
+}
+
+awaitable<std::optional<http::response<http::string_body>>> Router::Impl::Exchange(
+    Backend& b, const http::request<http::string_body>& req) {
+  auto ex = co_await asio::this_coro::executor;
+  // A kept-alive connection first; one the replica closed meanwhile fails
+  // before any answer, and then a fresh one is tried.
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    std::unique_ptr<beast::tcp_stream> s;
+    const bool reused = !b.idle.empty() && fresh == 0;
+    if (reused) {
+      s = std::move(b.idle.back());
+      b.idle.pop_back();
+    } else {
+      fresh = 1;
+      s = std::make_unique<beast::tcp_stream>(ex);
+    }
+    try {
+      if (!reused) {
+        tcp::resolver resolver(ex);
+        s->expires_after(std::chrono::seconds(5));
+        auto results = co_await resolver.async_resolve(b.b.host, std::to_string(b.b.port), use_awaitable);
+        co_await s->async_connect(results, use_awaitable);
+      }
+      s->expires_after(Micros(options.request_timeout));
+      co_await http::async_write(*s, req, use_awaitable);
+      beast::flat_buffer buf;
+      http::response_parser<http::string_body> parser;
+      parser.body_limit(options.max_body_bytes);
+      co_await http::async_read(*s, buf, parser, use_awaitable);
+      http::response<http::string_body> res = parser.release();
+      if (res.keep_alive() && b.idle.size() < kIdlePerBackend && !b.gone) {
+        s->expires_never();
+        b.idle.push_back(std::move(s));
+      }
+      co_return res;
+    } catch (const std::exception&) {
+      if (!reused) co_return std::nullopt;
+    }
+  }
+  co_return std::nullopt;
+}
+
+awaitable<http::response<http::string_body>> Router::Impl::Forward(http::request<http::string_body> req,
+                                                                   std::string remote) {
+  const unsigned version = req.version();
+  const std::string target(req.target());
+  // /NAME/rest?query -> service NAME, /rest?query
+  if (target.size() < 2 || target[0] != '/') co_return Error(400, "the path must start with /SERVICE/", version);
+  const size_t end = target.find_first_of("/?", 1);
+  const std::string name = target.substr(1, end == std::string::npos ? std::string::npos : end - 1);
+  std::string rest = end == std::string::npos ? "/" : target.substr(end);
+  if (rest[0] == '?') rest = "/" + rest;
+  auto it = services.find(name);
+  if (it == services.end()) co_return Error(404, "no service '" + name + "'", version);
+  std::shared_ptr<Service> svc = it->second;
+  const auto started = Steady::now();
+  svc->Count(+1);
+  req.target(rest);
+  req.version(11);
+  req.keep_alive(true);
+  req.set("X-Forwarded-For", remote);
+  req.set("X-Forwarded-Prefix", "/" + name);
+  auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer wait(ex);
+  std::optional<http::response<http::string_body>> res;
+  bool router_error = false;
+  const Backend* failed = nullptr;
+  for (int attempt = 0; attempt < 2 && !res; ++attempt) {
+    std::shared_ptr<Backend> b = Pick(*svc, failed);
+    if (b == nullptr && attempt == 0) {
+      // Wait (queued) for a replica to become ready.
+      svc->queued++;
+      while (b == nullptr && !stopping && Steady::now() - started < Micros(options.queue_timeout)) {
+        wait.expires_after(std::chrono::milliseconds(10));
+        beast::error_code ec;
+        co_await wait.async_wait(asio::redirect_error(use_awaitable, ec));
+        b = Pick(*svc, nullptr);
+      }
+      svc->queued--;
+    }
+    if (b == nullptr) {
+      if (attempt == 0) {
+        const size_t starting = svc->backends.size();
+        res = Error(503, "no ready replica of service '" + name + "' within " + FormatSpan(options.queue_timeout) +
+                             " (" + std::to_string(starting) + " starting or failing)",
+                    version);
+        router_error = true;
+      }
+      break;
+    }
+    b->outstanding++;
+    res = co_await Exchange(*b, req);
+    b->outstanding--;
+    if (!res) {
+      MarkDown(*b);  // out of the router until a probe succeeds again
+      failed = b.get();
+      if (!Idempotent(req.method())) break;
+      if (attempt == 0) svc->retried++;
+    }
+  }
+  if (!res) {
+    res = Error(502, "service '" + name + "': the replica failed before answering", version);
+    router_error = true;
+  }
+  svc->Count(-1);
+  svc->requests++;
+  if (router_error) svc->failed++;
+  const double ms = std::chrono::duration<double, std::milli>(Steady::now() - started).count();
+  if (svc->latencies.size() < kLatencies) svc->latencies.push_back(ms);
+  else svc->latencies[svc->next_latency++ % kLatencies] = ms;
+  res->version(version);
+  co_return std::move(*res);
+}
+
+awaitable<void> Router::Impl::Serve(tcp::socket socket) {
+  ++connections;
+  beast::tcp_stream client(std::move(socket));
+  beast::error_code ec;
+  const auto peer = client.socket().remote_endpoint(ec);
+  const std::string remote = ec ? "" : peer.address().to_string();
+  beast::flat_buffer buf;
+  try {
+    while (!stopping) {
+      client.expires_after(std::chrono::seconds(60));  // idle keep-alive and header deadline
+      http::request_parser<http::string_body> parser;
+      parser.body_limit(options.max_body_bytes);
+      parser.header_limit(64 << 10);
+      co_await http::async_read(client, buf, parser, use_awaitable);
+      http::request<http::string_body> req = parser.release();
+      const bool keep = req.keep_alive();
+      client.expires_never();
+      http::response<http::string_body> res = co_await Forward(std::move(req), remote);
+      res.keep_alive(keep);
+      client.expires_after(std::chrono::seconds(30));
+      co_await http::async_write(client, res, use_awaitable);
+      if (!keep) break;
+    }
+  } catch (const std::exception&) {
+  }
+  client.socket().shutdown(tcp::socket::shutdown_both, ec);
+  --connections;
+}
+
+awaitable<void> Router::Impl::Accept() {
+  while (!stopping) {
+    beast::error_code ec;
+    tcp::socket socket = co_await acceptor->async_accept(asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (stopping || ec == asio::error::operation_aborted) break;
+      continue;
+    }
+    if (connections >= options.max_connections) continue;  // closed at once
+    asio::co_spawn(ioc, Serve(std::move(socket)), asio::detached);
+  }
+}
+
+Router::Router(RouterOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Router::~Router() { Stop(); }
+
+StatusOr<int> Router::Start() {
+  Impl& d = *impl_;
+  beast::error_code ec;
+  const auto address = asio::ip::make_address(d.options.host, ec);
+  if (ec) return InvalidArgumentError("router: '" + d.options.host + "' is not an IP address");
+  const tcp::endpoint endpoint(address, static_cast<uint16_t>(d.options.port));
+  d.acceptor.emplace(d.ioc);
+  d.acceptor->open(endpoint.protocol(), ec);
+  if (!ec) d.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) d.acceptor->bind(endpoint, ec);
+  if (!ec) d.acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    d.acceptor.reset();
+    return Status(StatusCode::kUnavailable, "router: cannot listen on " + d.options.host + ":" +
+                                                std::to_string(d.options.port) + ": " + ec.message());
+  }
+  const int port = d.acceptor->local_endpoint().port();
+  asio::co_spawn(d.ioc, d.Accept(), asio::detached);
+  d.loop = std::thread([&d] { d.ioc.run(); });
+  return port;
+}
+
+void Router::Stop() {
+  Impl& d = *impl_;
+  if (!d.loop.joinable()) return;
+  asio::post(d.ioc, [&d] {
+    d.stopping = true;
+    beast::error_code ec;
+    if (d.acceptor) d.acceptor->close(ec);
+  });
+  // Probes and requests end within their timers; the loop is then stopped.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  d.ioc.stop();
+  d.loop.join();
+}
+
+void Router::Update(std::vector<RouterService> services) {
+  if (!impl_->loop.joinable()) return;
+  impl_->OnLoop([this, &services] { impl_->Apply(std::move(services)); });
+}
+
+std::map<std::string, RouterStats> Router::TakeStats() {
+  if (!impl_->loop.joinable()) return {};
+  return impl_->OnLoop([this] {
+    std::map<std::string, RouterStats> out;
+    const auto now = Steady::now();
+    for (auto& [name, svc] : impl_->services) {
+      RouterStats& st = out[name];
+      svc->Count(0);
+      const double span = std::chrono::duration<double>(now - svc->window_start).count();
+      st.inflight_avg = span > 0 ? svc->integral / span : static_cast<double>(svc->inflight);
+      svc->integral = 0;
+      svc->window_start = now;
+      st.inflight = svc->inflight;
+      st.queued = svc->queued;
+      for (auto& [key, b] : svc->backends) {
+        st.replicas++;
+        if (b->ready) st.ready++;
+      }
+      st.requests = svc->requests;
+      st.failed = svc->failed;
+      st.retried = svc->retried;
+      std::vector<double> l = svc->latencies;
+      if (!l.empty()) {
+        std::sort(l.begin(), l.end());
+        st.p50_ms = l[l.size() / 2];
+        st.p99_ms = l[std::min(l.size() - 1, l.size() * 99 / 100)];
+      }
+    }
+    return out;
+  });
+}
+
+std::vector<RouterEndpoint> Router::Endpoints(const std::string& service) const {
+  if (!impl_->loop.joinable()) return {};
+  return impl_->OnLoop([this, &service] {
+    std::vector<RouterEndpoint> out;
+    auto it = impl_->services.find(service);
+    if (it == impl_->services.end()) return out;
+    for (auto& [key, b] : it->second->backends) {
+      out.push_back({b->b.replica, b->b.attempt, b->b.host + ":" + std::to_string(b->b.port), b->ready, b->outstanding});
+    }
+    std::sort(out.begin(), out.end(), [](const RouterEndpoint& a, const RouterEndpoint& b) { return a.replica < b.replica; });
+    return out;
+  });
+}
+
+std::vector<RouterUnhealthy> Router::TakeUnhealthy() {
+  if (!impl_->loop.joinable()) return {};
+  return impl_->OnLoop([this] { return std::exchange(impl_->unhealthy, {}); });
+}
+
+}  // namespace rota::server

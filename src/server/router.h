@@ -1,0 +1,119 @@
+// Router: the stable endpoint of rota's services. A reverse proxy (real
+// HTTP/1.1, keep-alive on both sides) on its own listener: a request for
+// http://ROUTER/NAME/rest goes to a ready replica of service NAME as /rest.
+//
+//   - Readiness: each replica is probed (HTTP GET of its readiness path on
+//     its host and port, every period, within the timeout); it takes
+//     requests once a probe succeeds and stops after failure_threshold
+//     probes fail in a row, or at once when a request to it fails to
+//     connect or breaks before its answer (then a probe must succeed again).
+//     A replica not ready for longer than its startup allowance, since it
+//     started or since it was last ready, is reported unhealthy once
+//     (TakeUnhealthy): the server restarts it.
+//   - Balancing: the ready replica with the fewest requests outstanding
+//     (ties in turn). An idempotent request (GET, HEAD, PUT, DELETE, OPTIONS)
+//     that fails on a replica before any answer is retried once on another.
+//     With no ready replica a request waits (queued) up to queue_timeout,
+//     then gets 503.
+//   - Signals, per service: requests in flight (and their average over time,
+//     for the autoscaler), queued, totals, latency p50/p99 over the last
+//     2,048 requests.
+//
+// Answers are buffered whole (no streaming of a replica's answer yet), up
+// to max_body_bytes either way.
+//
+// Beast and Asio stay in router.cc. Thread-safety: thread-safe; the proxy
+// runs on one event-loop thread of its own, and every call from another
+// thread is handed to it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "core/job.h"
+
+namespace rota::server {
+
+struct RouterBackend {
+  JobId job;
+  uint16_t task = 0;
+  uint32_t replica = 0;
+  int32_t attempt = 0;  // a new attempt is a new process: probed from the start
+  std::string host;
+  int32_t port = 0;
+};
+
+struct RouterService {
+  std::string name;
+  JobId job;
+  ProbeSpec readiness;
+  std::vector<RouterBackend> backends;
+};
+
+struct RouterStats {
+  double inflight_avg = 0;  // time-weighted, since the last TakeStats
+  int64_t inflight = 0;     // now
+  int64_t queued = 0;       // now: waiting for a ready replica
+  int32_t ready = 0;
+  int32_t replicas = 0;
+  uint64_t requests = 0;  // answered, in all (replicas' answers of any status)
+  uint64_t failed = 0;    // answered by the router itself with 502/503/504
+  uint64_t retried = 0;
+  double p50_ms = 0, p99_ms = 0;
+};
+
+struct RouterEndpoint {
+  uint32_t replica = 0;
+  int32_t attempt = 0;
+  std::string address;  // host:port
+  bool ready = false;
+  int64_t outstanding = 0;
+};
+
+struct RouterUnhealthy {
+  JobId job;
+  uint16_t task = 0;
+  uint32_t replica = 0;
+  int32_t attempt = 0;
+  std::string reason;
+};
+
+struct RouterOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0 = any free port
+  Duration queue_timeout = 30 * kMicrosPerSecond;
+  Duration request_timeout = 300 * kMicrosPerSecond;  // a replica's answer
+  size_t max_body_bytes = 64 << 20;
+  size_t max_connections = 10'000;
+};
+
+class Router {
+ public:
+  explicit Router(RouterOptions options);
+  ~Router();
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  // Binds and starts the proxy; returns the port (Unavailable if taken).
+  StatusOr<int> Start();
+  void Stop();
+
+  // The services and their replicas now (what is not listed is dropped).
+  void Update(std::vector<RouterService> services);
+  // Per service name, its signals; the averages restart from now.
+  std::map<std::string, RouterStats> TakeStats();
+  std::vector<RouterEndpoint> Endpoints(const std::string& service) const;
+  // Replicas past their startup allowance without being ready (each once).
+  std::vector<RouterUnhealthy> TakeUnhealthy();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rota::server

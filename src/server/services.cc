@@ -1,0 +1,100 @@
+#include "server/services.h"
+
+#include <chrono>
+
+namespace rota::server {
+
+void ServiceManager::Start() {
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    while (!stop_) {
+      lock.unlock();
+      Tick();
+      lock.lock();
+      stop_cv_.wait_for(lock, std::chrono::microseconds(tick_), [this] { return stop_; });
+    }
+  });
+}
+
+void ServiceManager::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ServiceManager::Tick() {
+  std::lock_guard<std::mutex> run(run_mu_);
+  const Snapshot snap = controller_->snapshot();
+  const std::map<std::string, NodeLive> live = controller_->nodes_live();
+  const TimePoint now = controller_->clock().Now();
+  std::vector<RouterService> services;
+  std::map<JobId, double> gpu_memory;
+  for (const auto& [id, job] : snap.live_jobs()) {
+    if (!job->spec.is_service()) continue;
+    RouterService rs{job->spec.name, id, job->spec.service.readiness, {}};
+    double used = 0, total = 0;
+    if (job->state == JobState::kRunning) {
+      for (const ReplicaPlacement& r : job->placement) {
+        const NodeState& node = snap.node(r.node);
+        auto l = live.find(node.spec.name);
+        const std::string host = l != live.end() && !l->second.address.empty() ? l->second.address : node.spec.name;
+        rs.backends.push_back({id, r.task, r.replica, job->ReplicaAttempt(r.replica), host,
+                               job->spec.service.port + static_cast<int32_t>(r.replica)});
+        if (l == live.end()) continue;
+        for (const GpuTelemetry& g : l->second.gpus) {
+          if (g.index >= 0 && g.index < 64 && ((r.gpu_mask >> g.index) & 1) && node.spec.gpu_memory > 0) {
+            used += static_cast<double>(g.memory_used);
+            total += static_cast<double>(node.spec.gpu_memory);
+          }
+        }
+      }
+    }
+    if (total > 0) gpu_memory[id] = used / total;
+    services.push_back(std::move(rs));
+  }
+  std::map<std::string, RouterStats> stats;
+  if (router_ != nullptr) {
+    router_->Update(services);
+    stats = router_->TakeStats();
+    for (const RouterUnhealthy& u : router_->TakeUnhealthy()) {
+      controller_->RestartReplica(u.job, u.task, u.replica, u.attempt, u.reason).IgnoreError();
+    }
+  }
+  std::map<JobId, ServiceStatus> next;
+  for (const RouterService& rs : services) {
+    const JobRecord* job = snap.FindJob(rs.job);
+    ServiceStatus& st = next[rs.job];
+    if (auto it = stats.find(rs.name); it != stats.end()) st.signals = it->second;
+    if (auto it = gpu_memory.find(rs.job); it != gpu_memory.end()) st.gpu_memory = it->second;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = status_.find(rs.job); it != status_.end()) st.last = it->second.last;
+    }
+    if (job->state != JobState::kRunning || !job->spec.service.autoscale.enabled()) continue;
+    auto& scaler = scalers_[rs.job];
+    if (scaler == nullptr) scaler = std::make_unique<sched::Autoscaler>(job->spec.service);
+    scaler->Observe({now, st.signals.inflight_avg, st.gpu_memory});
+    const int32_t current = job->DesiredReplicas();
+    sched::AutoscaleDecision d = scaler->Decide(now, current, router_ != nullptr ? st.signals.ready : current);
+    if (d.desired != current) {
+      if (controller_->ScaleService(rs.job, d.desired, d.reason).ok()) st.last = d;
+    } else if (st.last.desired == 0) {
+      st.last = d;
+    }
+  }
+  for (auto it = scalers_.begin(); it != scalers_.end();) {
+    it = next.count(it->first) ? std::next(it) : scalers_.erase(it);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  status_ = std::move(next);
+}
+
+std::map<JobId, ServiceStatus> ServiceManager::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+}  // namespace rota::server

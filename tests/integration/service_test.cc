@@ -1,0 +1,233 @@
+// Services through the real binary: a small HTTP service (Python's
+// http.server) as kind: service with 1..4 replicas behind the server's
+// router, on two agents. Load raises the requests in flight: it scales up;
+// a replica killed mid-load is out of the router within 1 s and replaced;
+// no request fails; the load stops: it scales down after the delay.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "harness.h"
+
+namespace rota::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kServer = R"(import http.server, os, socketserver, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        if self.path.startswith("/slow"):
+            time.sleep(0.2)
+        body = ("replica %s path %s\n" % (os.environ["ROTA_REPLICA"], self.path)).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+S(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+)";
+
+class Services : public ::testing::Test {
+ protected:
+  TempDir tmp;
+  std::unique_ptr<RotaProcess> server;
+  std::vector<pid_t> agents;
+  int router_port = 0;
+  int base_port = 0;
+
+  void SetUp() override {
+    server = std::make_unique<RotaProcess>(
+        "server", tmp.path() + "/data",
+        std::vector<std::string>{"--rate-limit", "0", "--node-timeout", "5s", "--router", "127.0.0.1:0"});
+    for (int i = 0; i < 2; ++i) {
+      const std::string name = "s" + std::to_string(i);
+      auto r = server->Admin().Post("/v1/tokens", json{{"user", name}, {"role", "agent"}, {"node", name}}.dump(),
+                                    "application/json");
+      ASSERT_EQ(r->status, 201);
+      const std::string token_file = tmp.path() + "/" + name + ".token";
+      std::ofstream(token_file) << json::parse(r->body)["token"].get<std::string>() << "\n";
+      const pid_t pid = SpawnLogged({RotaBinary(), "agent", "--server", server->url(), "--token-file", token_file,
+                                     "--name", name, "--address", "127.0.0.1", "--gpus", "2xH100:80Gi", "--logs-dir",
+                                     tmp.path() + "/logs-" + name, "--heartbeat-ms", "200"},
+                                    tmp.path() + "/" + name + ".log");
+      ASSERT_GT(pid, 0);
+      agents.push_back(pid);
+    }
+    auto r = server->Admin().Get("/v1/services");
+    ASSERT_EQ(r->status, 200);
+    const std::string url = json::parse(r->body)["router"];
+    ASSERT_EQ(url.rfind("http://127.0.0.1:", 0), 0u) << url;
+    router_port = std::stoi(url.substr(17));
+    // Replicas listen on base + r; a range no other test uses at once.
+    base_port = 30000 + static_cast<int>(getpid() % 5000) * 4;
+    for (int i = 0; i < 200 && Ready() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  void TearDown() override {
+    for (pid_t p : agents) {
+      kill(p, SIGTERM);
+      waitpid(p, nullptr, 0);
+    }
+    // Their replicas outlive the agents (supervised) until fenced: end them now.
+    RunShell("pkill -9 -f " + tmp.path() + "/serve.py", {}, tmp.path());
+  }
+  int Ready() {
+    auto r = server->Admin().Get("/v1/nodes");
+    int ready = 0;
+    if (r && r->status == 200) {
+      const json doc = json::parse(r->body);
+      for (const auto& n : doc["nodes"]) ready += n["state"] == "ready";
+    }
+    return ready;
+  }
+  json Service(const std::string& name) {
+    auto r = server->Admin().Get("/v1/services");
+    const json doc = json::parse(r->body);
+    for (const auto& s : doc["services"]) {
+      if (s["name"] == name) return s;
+    }
+    return json();
+  }
+  json Endpoints(const std::string& name) {
+    return json::parse(server->Admin().Get("/v1/services/" + name + "/endpoints")->body);
+  }
+  // Waits until `pred(service)` holds; the last view either way.
+  json WaitService(const std::string& name, const std::function<bool(const json&)>& pred, int seconds) {
+    json s;
+    for (int i = 0; i < seconds * 10; ++i) {
+      s = Service(name);
+      if (!s.is_null() && pred(s)) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "service " << name << " never reached the expected state: " << s.dump();
+    return s;
+  }
+};
+
+TEST_F(Services, ScaleUpUnderLoadSurviveAKilledReplicaAndScaleDown) {
+  const std::string script = tmp.path() + "/serve.py";
+  std::ofstream(script) << kServer;
+  const std::string spec = tmp.path() + "/svc.yaml";
+  std::ofstream(spec) << "name: echo\nkind: service\nservice:\n  port: " << base_port
+                      << "\n  replicas: {min: 1, max: 4}\n  readiness: {path: /health, period: 200ms}\n"
+                         "  autoscale: {target_inflight: 2, stable_window: 10s, panic_window: 2s, scale_down_delay: 5s}\n"
+                         "tasks:\n  - name: server\n    cpu: 100m\n    command: [python3, "
+                      << script << "]\n";
+  const auto env = server->ClientEnv();
+  CommandResult submit = RunRota({"submit", spec}, env, tmp.path());
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  // One live service a name: a second is refused, naming the first.
+  CommandResult again = RunRota({"submit", spec}, env, tmp.path());
+  EXPECT_EQ(again.exit_code, 5) << again.out << again.err;
+  EXPECT_NE(again.err.find("name: service 'echo' exists already (job 1)"), std::string::npos) << again.err;
+
+  WaitService("echo", [](const json& s) { return s["replicas"]["ready"] == 1; }, 20);
+  httplib::Client direct("127.0.0.1", router_port);
+  direct.set_read_timeout(10, 0);
+  auto hello = direct.Get("/echo/hello?x=1");
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->status, 200);
+  EXPECT_EQ(hello->body, "replica 0 path /hello?x=1\n");
+  auto missing = direct.Get("/nope/x");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_NE(missing->body.find("no service 'nope'"), std::string::npos);
+
+  // Load: 8 clients, each one request of 0.2 s at a time (8 in flight, target 2 a replica).
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::mutex mu;
+  std::string failures;
+  std::vector<std::thread> clients;
+  struct Join {  // (an assertion that returns early still ends the load)
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& clients;
+    ~Join() {
+      stop = true;
+      for (std::thread& t : clients) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } join{stop, clients};
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&] {
+      httplib::Client c("127.0.0.1", router_port);
+      c.set_keep_alive(true);
+      c.set_read_timeout(30, 0);
+      while (!stop) {
+        auto r = c.Get("/echo/slow");
+        if (r && r->status == 200) {
+          ++ok;
+        } else {
+          ++failed;
+          std::lock_guard<std::mutex> lock(mu);
+          failures += (r ? std::to_string(r->status) + " " + r->body : std::string("no answer")) + "\n";
+        }
+      }
+    });
+  }
+  const json up = WaitService("echo", [](const json& s) { return s["replicas"]["ready"] == 4; }, 30);
+  EXPECT_EQ(up["replicas"]["desired"], 4);
+  EXPECT_NE(up["last_scale"]["reason"].get<std::string>().find("in flight"), std::string::npos) << up.dump();
+
+  // Kill replica 1's process: it is out of the router within 1 s, then replaced.
+  const int32_t attempt = [&] {
+    const json eps = Endpoints("echo");  // (named: a range-for over a temporary's member dangles)
+    for (const auto& e : eps["endpoints"]) {
+      if (e["replica"] == 1) return e["attempt"].get<int32_t>();
+    }
+    return -1;
+  }();
+  ASSERT_GE(attempt, 0) << Endpoints("echo").dump();
+  CommandResult killed = RunShell("for p in $(pgrep -f " + script + "); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx PORT=" +
+                                      std::to_string(base_port + 1) + " && kill -9 $p && echo $p; done",
+                                  {}, tmp.path());
+  ASSERT_FALSE(killed.out.empty()) << "no process of replica 1";
+  const auto killed_at = std::chrono::steady_clock::now();
+  bool out = false;
+  while (!out && std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(1)) {
+    const json eps = Endpoints("echo");
+    for (const auto& e : eps["endpoints"]) {
+      if (e["replica"] == 1 && (e["attempt"] != attempt || !e["ready"].get<bool>())) out = true;
+    }
+    if (!out) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(out) << "replica 1 still in the router 1 s after it was killed: " << Endpoints("echo").dump();
+  bool replaced = false;
+  for (int i = 0; i < 150 && !replaced; ++i) {
+    const json eps = Endpoints("echo");
+    for (const auto& e : eps["endpoints"]) {
+      if (e["replica"] == 1 && e["attempt"] != attempt && e["ready"].get<bool>()) replaced = true;
+    }
+    if (!replaced) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(replaced) << Endpoints("echo").dump();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  stop = true;
+  for (std::thread& t : clients) t.join();
+  clients.clear();
+  EXPECT_GT(ok.load(), 100);
+  EXPECT_EQ(failed.load(), 0) << failures;
+
+  // Quiet: down to its min once the panic and the scale-down delay have passed.
+  const json down = WaitService("echo", [](const json& s) { return s["replicas"]["desired"] == 1; }, 60);
+  EXPECT_EQ(down["replicas"]["placed"], 1);
+  const std::string metrics = server->Admin().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("rota_service_replicas{service=\"echo\",kind=\"desired\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("rota_service_requests_total{service=\"echo\",result=\"router_error\"} 0"), std::string::npos);
+  CommandResult listed = RunRota({"services"}, env, tmp.path());
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("echo"), std::string::npos) << listed.out;
+  CommandResult endpoints = RunRota({"endpoints", "echo"}, env, tmp.path());
+  EXPECT_EQ(endpoints.exit_code, 0) << endpoints.err;
+  EXPECT_NE(endpoints.out.find("/echo/"), std::string::npos) << endpoints.out;
+}
+
+}  // namespace
+}  // namespace rota::testing
