@@ -243,6 +243,7 @@ awaitable<std::optional<http::response<http::string_body>>> Router::Impl::Exchan
         s->expires_after(std::chrono::seconds(5));
         auto results = co_await resolver.async_resolve(b.b.host, std::to_string(b.b.port), use_awaitable);
         co_await s->async_connect(results, use_awaitable);
+        s->socket().set_option(tcp::no_delay(true));  // (small answers must not wait on delayed ACKs)
       }
       s->expires_after(Micros(options.request_timeout));
       co_await http::async_write(*s, req, use_awaitable);
@@ -339,6 +340,7 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket) {
   ++connections;
   beast::tcp_stream client(std::move(socket));
   beast::error_code ec;
+  client.socket().set_option(tcp::no_delay(true), ec);
   const auto peer = client.socket().remote_endpoint(ec);
   const std::string remote = ec ? "" : peer.address().to_string();
   beast::flat_buffer buf;
