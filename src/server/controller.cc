@@ -493,7 +493,24 @@ void Controller::CheckNodes() {
       const std::string why = "node " + name + " lost (no heartbeat for " +
                               FormatDuration(silence / kMicrosPerSecond * kMicrosPerSecond) +
                               "; its tasks fenced themselves after " + FormatDuration(FenceAfter()) + ")";
-      for (const JobRecord* job : held) lifecycle_.Requeue(batch, *job, why, /*counts_against_policy=*/false);
+      const NodeId lost_id = batch.state->GetSnapshot().FindNode(name)->id;
+      for (const JobRecord* job : held) {
+        // A service keeps its replicas elsewhere running (its floor allowing):
+        // those on the lost node are dropped, and the engine replaces them.
+        if (job->spec.is_service() && job->spec.elastic() && job->state == JobState::kRunning) {
+          std::vector<ReplicaPlacement> kept;
+          for (const ReplicaPlacement& r : job->placement) {
+            if (r.node != lost_id) kept.push_back(r);
+          }
+          if (!kept.empty() && static_cast<int32_t>(kept.size()) >= job->spec.elastic_min_replicas &&
+              batch.Apply(JobResized{job->id, kept, options_.clock->Now(),
+                                     std::to_string(job->placement.size() - kept.size()) + " replica(s) dropped: " + why})
+                  .ok()) {
+            continue;
+          }
+        }
+        lifecycle_.Requeue(batch, *job, why, /*counts_against_policy=*/false);
+      }
     }
     return true;
   }).status().IgnoreError();

@@ -142,6 +142,71 @@ TEST_F(ControllerTest, ALostNodesGangsAreRequeuedAndRunElsewhere) {
   EXPECT_NE(job->last_requeue_reason.find("lost"), std::string::npos) << job->last_requeue_reason;
 }
 
+JobSpec Service(const std::string& name, int32_t min, int32_t max) {
+  JobSpec s = Job(name, max, 4);
+  s.kind = JobKind::kService;
+  s.priority_class = "inference";
+  s.service.min_replicas = min;
+  s.service.max_replicas = max;
+  s.service.port = 8000;
+  s.elastic_min_replicas = min;
+  return s;
+}
+
+// A service: one a name; a replica that exits (0 or not) restarts alone,
+// forever; a lost node's replicas are dropped and placed elsewhere while
+// the others run on (no restart of the service).
+TEST_F(ControllerTest, AServiceRestartsReplicasForeverAndSurvivesANodeLoss) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
+  auto id = c->Submit(kAlice, Service("svc", 1, 3));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(c->Submit(kBob, Service("svc", 1, 1)).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(c->snapshot().FindJob(*id)->spec.priority, 2000);  // the inference class
+  c->ScheduleNow();
+  ASSERT_TRUE(c->ScaleService(*id, 3, "in flight 12.0 (target 4/replica): 3").ok());
+  c->ScheduleNow();
+  const JobRecord* job = c->snapshot().FindJob(*id);
+  ASSERT_EQ(job->placement.size(), 3u);  // 4 GPUs each: two on one node, one on the other
+  EXPECT_EQ(job->restarts, 0);
+  // Replica 0 exits with 0 (a batch job's replica would be done): restarted.
+  const ReplicaPlacement r0 = job->placement[0];
+  const Principal& on0 = r0.node.value() == 0 ? agent0 : agent1;
+  ASSERT_TRUE(c->Heartbeat(on0, {on0.node, {}, {{*id, 0, 0, job->ReplicaAttempt(0), true, 0}}}).ok());
+  job = c->snapshot().FindJob(*id);
+  EXPECT_EQ(job->state, JobState::kRunning);
+  EXPECT_EQ(job->rank_restarts, 1);
+  // The node holding one replica goes silent past the node timeout and fence.
+  NodeId single;
+  for (uint32_t n = 0; n < 2; ++n) {
+    int on = 0;
+    for (const ReplicaPlacement& r : job->placement) on += r.node.value() == n;
+    if (on == 1) single = NodeId(n);
+  }
+  const Principal& stays = single.value() == 0 ? agent1 : agent0;
+  std::map<uint32_t, int32_t> before;
+  for (const ReplicaPlacement& r : job->placement) {
+    if (r.node != single) before[r.replica] = job->ReplicaAttempt(r.replica);
+  }
+  clock.Advance(33 * kMicrosPerSecond);
+  ASSERT_TRUE(c->Heartbeat(stays, {stays.node, {}, {}}).ok());
+  c->ScheduleNow();
+  c->ScheduleNow();
+  Snapshot snap = c->snapshot();
+  job = snap.FindJob(*id);
+  EXPECT_TRUE(snap.node(single).lost);
+  EXPECT_EQ(job->restarts, 0) << job->last_requeue_reason;  // not requeued
+  EXPECT_EQ(job->state, JobState::kRunning);
+  EXPECT_NE(job->last_resize_reason.find("dropped: node"), std::string::npos) << job->last_resize_reason;
+  // The others kept their attempts (their processes); none is on the lost node.
+  for (const auto& [replica, attempt] : before) EXPECT_EQ(job->ReplicaAttempt(replica), attempt);
+  for (const ReplicaPlacement& r : job->placement) EXPECT_NE(r.node, single);
+  EXPECT_EQ(job->placement.size(), 2u);  // the third does not fit on the one node left (8 GPUs)
+}
+
 TEST_F(ControllerTest, CrashedReplicaRestartsPerPolicyThenFails) {
   auto c = Make(std::make_unique<MemoryStore>());
   const Principal agent0{"n-0", Role::kAgent, "n-0"};
