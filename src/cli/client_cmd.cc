@@ -528,9 +528,17 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       if (j.contains("flags")) {
         for (const auto& f : j["flags"]) kv.Add({"flag:", f.get<std::string>()});
       }
+      if (j.contains("service")) {
+        const json& sv = j["service"];
+        kv.Add({"service:", "desired " + S(sv, "desired") + " replica(s), port " + S(sv, "port") + "+replica" +
+                                (sv.value("autoscale", false) ? ", autoscaled" : "")});
+        if (sv.contains("last_scale")) {
+          kv.Add({"scaled:", S(sv["last_scale"], "at") + ": " + S(sv["last_scale"], "reason")});
+        }
+      }
       if (j.contains("elastic")) {
         const json& e = j["elastic"];
-        kv.Add({"elastic:", S(e, "running") + " running of " + S(e, "min_replicas") + ".." + S(e, "replicas") +
+        kv.Add({j.contains("service") ? "replicas:" : "elastic:", S(e, "running") + " running of " + S(e, "min_replicas") + ".." + S(e, "replicas") +
                                 " replicas (" + S(e, "resizes") + " resizes)"});
       }
       if (j.value("restarts", 0) > 0) kv.Add({"restarts:", S(j, "restarts") + " (last: " + S(j, "last_requeue_reason") + ")"});

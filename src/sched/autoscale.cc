@@ -84,6 +84,8 @@ AutoscaleDecision Autoscaler::Decide(TimePoint now, int32_t current, int32_t rea
     want = std::max({panic, stable, current});  // never down in panic
     why = "panic: " + panic_why + " over " + FormatSpan(a.panic_window);
   }
+  if (want > sv.max_replicas) why += " (max " + std::to_string(sv.max_replicas) + ")";
+  if (want < sv.min_replicas) why += " (min " + std::to_string(sv.min_replicas) + ")";
   want = std::clamp(want, sv.min_replicas, sv.max_replicas);
   // Scale down only to the most asked within the delay.
   recommended_.push_back({now, want});

@@ -88,6 +88,15 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   }
   j["restarts"] = job.restarts;
   if (job.rank_restarts > 0) j["rank_restarts"] = job.rank_restarts;
+  if (job.spec.is_service()) {
+    // What its autoscaler wants, and why (rota services has the signals).
+    j["service"] = {{"port", job.spec.service.port},
+                    {"desired", job.DesiredReplicas()},
+                    {"autoscale", job.spec.service.autoscale.enabled()}};
+    if (job.scaled_at != 0) {
+      j["service"]["last_scale"] = {{"at", FormatTime(job.scaled_at)}, {"reason", job.last_scale_reason}};
+    }
+  }
   if (job.spec.elastic()) {
     // Replicas running now, of min..max.
     j["elastic"] = {{"min_replicas", job.spec.elastic_min_replicas},
