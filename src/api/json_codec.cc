@@ -67,6 +67,12 @@ ordered_json JobSpecToJson(const JobSpec& s) {
           {"stable_window", FormatDuration(a.stable_window)}, {"panic_window", FormatDuration(a.panic_window)},
           {"panic_threshold", a.panic_threshold}, {"tolerance", a.tolerance},
           {"scale_down_delay", FormatDuration(a.scale_down_delay)}}}};
+    if (sv.metrics_path != "/metrics") j["service"]["metrics_path"] = sv.metrics_path;
+    if (!a.metrics.empty()) {
+      ordered_json m = ordered_json::array();
+      for (const MetricTarget& t : a.metrics) m.push_back({{"name", t.name}, {"target", t.target}});
+      j["service"]["autoscale"]["metrics"] = std::move(m);
+    }
   } else if (s.elastic_min_replicas > 0) {
     j["elastic"] = {{"min_replicas", s.elastic_min_replicas}};
   }
@@ -249,6 +255,10 @@ StatusOr<JobSpec> JobSpecFromJson(const json& j) {
       sv.autoscale.panic_threshold = a.at("panic_threshold").get<double>();
       sv.autoscale.tolerance = a.at("tolerance").get<double>();
       sv.autoscale.scale_down_delay = duration(a.at("scale_down_delay"));
+      if (sj.contains("metrics_path")) sv.metrics_path = sj["metrics_path"].get<std::string>();
+      if (a.contains("metrics")) {
+        for (const json& m : a["metrics"]) sv.autoscale.metrics.push_back({m.at("name"), m.at("target")});
+      }
       s.elastic_min_replicas = sv.min_replicas;
     }
     if (j.contains("preemptible")) s.preemptible = j["preemptible"].get<bool>();

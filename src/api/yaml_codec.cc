@@ -185,7 +185,8 @@ double Fraction(const Field& f, double lo, double hi) {
 // kind: service's block. The task group's replicas become max, and min the
 // elastic floor (JobSpec::elastic).
 void ParseService(const Field& f, JobSpec* spec) {
-  f.ExpectMap({"replicas", "port", "readiness", "autoscale"});
+  f.ExpectMap({"replicas", "port", "readiness", "autoscale", "metrics_path"});
+  if (f.Has("metrics_path")) spec->service.metrics_path = f["metrics_path"].Str();
   ServiceSpec& sv = spec->service;
   if (!f.Has("port")) f.Fail("port: required (replica r listens on port + r, told in $PORT)");
   sv.port = static_cast<int32_t>(f["port"].Int(1, 65535));
@@ -213,11 +214,20 @@ void ParseService(const Field& f, JobSpec* spec) {
   }
   if (f.Has("autoscale")) {
     Field a = f["autoscale"];
-    a.ExpectMap({"target_inflight", "target_gpu_memory", "stable_window", "panic_window", "panic_threshold",
-                 "tolerance", "scale_down_delay"});
+    a.ExpectMap({"target_inflight", "target_gpu_memory", "metrics", "stable_window", "panic_window",
+                 "panic_threshold", "tolerance", "scale_down_delay"});
     AutoscaleSpec& as = sv.autoscale;
     if (a.Has("target_inflight")) as.target_inflight = Fraction(a["target_inflight"], 0.01, 1e6);
     if (a.Has("target_gpu_memory")) as.target_gpu_memory = Fraction(a["target_gpu_memory"], 0.01, 1);
+    if (a.Has("metrics")) {
+      Field m = a["metrics"];
+      for (size_t i = 0, n = m.ExpectSeq(); i < n; ++i) {
+        Field e = m.At(i);
+        e.ExpectMap({"name", "target"});
+        if (!e.Has("name") || !e.Has("target")) e.Fail("needs name and target (per replica)");
+        as.metrics.push_back({e["name"].Str(), Fraction(e["target"], 1e-6, 1e12)});
+      }
+    }
     if (a.Has("stable_window")) as.stable_window = a["stable_window"].Time();
     if (a.Has("panic_window")) as.panic_window = a["panic_window"].Time();
     if (a.Has("panic_threshold")) as.panic_threshold = Fraction(a["panic_threshold"], 1, 100);

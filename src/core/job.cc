@@ -1,5 +1,6 @@
 #include "core/job.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -160,6 +161,20 @@ Status ValidateJobSpec(const JobSpec& spec) {
     if (a.target_inflight < 0) return FieldError("service.autoscale.target_inflight", "must not be negative");
     if (a.target_gpu_memory < 0 || a.target_gpu_memory > 1) {
       return FieldError("service.autoscale.target_gpu_memory", "must be a fraction in (0, 1]");
+    }
+    if (sv.metrics_path.empty() || sv.metrics_path[0] != '/') {
+      return FieldError("service.metrics_path", "must start with '/'");
+    }
+    if (a.metrics.size() > 8) return FieldError("service.autoscale.metrics", "at most 8");
+    for (size_t i = 0; i < a.metrics.size(); ++i) {
+      const std::string p = "service.autoscale.metrics[" + std::to_string(i) + "]";
+      const std::string& n = a.metrics[i].name;
+      const bool valid = !n.empty() && n.size() <= 200 && !std::isdigit(static_cast<unsigned char>(n[0])) &&
+                         std::all_of(n.begin(), n.end(), [](char c) {
+                           return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+                         });
+      if (!valid) return FieldError(p + ".name", "must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
+      if (!(a.metrics[i].target > 0)) return FieldError(p + ".target", "must be above 0");
     }
     if (a.stable_window < 1'000'000) return FieldError("service.autoscale.stable_window", "must be at least 1s");
     if (a.panic_window < 1'000'000 || a.panic_window > a.stable_window) {

@@ -101,17 +101,28 @@ struct ProbeSpec {
   bool operator==(const ProbeSpec&) const = default;
 };
 
+// A metric the service's replicas expose in Prometheus text on
+// service.metrics_path (vLLM's vllm:num_requests_waiting,
+// vllm:gpu_cache_usage_perc, ...): summed over a replica's series, and the
+// target is per replica (desired = ceil(sum over replicas / target)).
+struct MetricTarget {
+  std::string name;
+  double target = 0;
+  bool operator==(const MetricTarget&) const = default;
+};
+
 struct AutoscaleSpec {
   // Targets per replica (0 = not used): requests in flight, and the used
   // fraction of its GPUs' memory. The desired count is the largest any target asks.
   double target_inflight = 0;
   double target_gpu_memory = 0;
+  std::vector<MetricTarget> metrics;
   Duration stable_window = 60'000'000;  // averages over this
   Duration panic_window = 6'000'000;    // and over this, to scale up fast
   double panic_threshold = 2.0;  // panic when the panic window asks this many times the ready replicas
   double tolerance = 0.1;        // no change within +-10% of the target
   Duration scale_down_delay = 300'000'000;  // scale down only to the most asked over this long
-  bool enabled() const { return target_inflight > 0 || target_gpu_memory > 0; }
+  bool enabled() const { return target_inflight > 0 || target_gpu_memory > 0 || !metrics.empty(); }
   bool operator==(const AutoscaleSpec&) const = default;
 };
 
@@ -120,6 +131,7 @@ struct ServiceSpec {
   int32_t max_replicas = 1;
   int32_t port = 0;  // replica r listens on port + r ($PORT)
   ProbeSpec readiness;
+  std::string metrics_path = "/metrics";  // where autoscale.metrics are read
   AutoscaleSpec autoscale;
   bool operator==(const ServiceSpec&) const = default;
 };

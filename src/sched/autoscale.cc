@@ -34,6 +34,17 @@ Autoscaler::Window Autoscaler::Average(TimePoint now, Duration span) const {
   }
   if (w.samples > 0) w.inflight /= static_cast<double>(w.samples);
   if (memory_samples > 0) w.gpu_memory = memory / static_cast<double>(memory_samples);
+  for (const MetricTarget& m : spec_.autoscale.metrics) {
+    double sum = 0;
+    int64_t n = 0;
+    for (auto it = samples_.rbegin(); it != samples_.rend() && it->at > now - span; ++it) {
+      if (auto v = it->metrics.find(m.name); v != it->metrics.end()) {
+        sum += v->second;
+        ++n;
+      }
+    }
+    if (n > 0) w.metrics[m.name] = sum / static_cast<double>(n);
+  }
   return w;
 }
 
@@ -56,6 +67,11 @@ int32_t Autoscaler::Ask(const Window& w, int32_t current, std::string* why) cons
   if (a.target_gpu_memory > 0 && w.gpu_memory >= 0) {
     consider(w.gpu_memory / a.target_gpu_memory,
              "GPU memory " + Num(100 * w.gpu_memory) + "% (target " + Num(100 * a.target_gpu_memory) + "%)");
+  }
+  for (const MetricTarget& m : a.metrics) {
+    auto v = w.metrics.find(m.name);
+    if (v == w.metrics.end()) continue;
+    consider(v->second / (m.target * base), m.name + " " + Num(v->second) + " (target " + Num(m.target) + "/replica)");
   }
   return best;
 }

@@ -3,11 +3,13 @@
 // with the HPA's scale-down stabilisation, over several targets at once.
 //
 //   Observe(sample) once per tick (the server's is 1 s): requests in flight
-//   over all replicas (averaged over the tick), and the used fraction of the
-//   ready replicas' GPU memory.
+//   over all replicas (averaged over the tick), the used fraction of the
+//   ready replicas' GPU memory, and the service's own metrics summed over its
+//   ready replicas.
 //   Decide(now, current, ready) then says what the service should run:
 //     - per target, the replicas the stable window's average asks
-//       (ceil(in-flight / target), or ceil(current x memory / target));
+//       (ceil(in-flight / target), ceil(current x memory / target),
+//       ceil(metric sum / target));
 //       the largest any target asks wins;
 //     - within +-tolerance of the target at the current count: no change;
 //     - panic: when the panic window asks at least panic_threshold x the
@@ -24,6 +26,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
 
 #include "base/clock.h"
@@ -35,6 +38,8 @@ struct AutoscaleSample {
   TimePoint at = 0;
   double inflight = 0;     // requests in flight, all replicas, averaged over the tick
   double gpu_memory = -1;  // used fraction of the ready replicas' GPU memory (-1 = unknown)
+  // autoscale.metrics: each summed over the ready replicas (absent = unknown).
+  std::map<std::string, double> metrics;
 };
 
 struct AutoscaleDecision {
@@ -58,6 +63,7 @@ class Autoscaler {
   struct Window {
     double inflight = 0;
     double gpu_memory = -1;
+    std::map<std::string, double> metrics;  // averages of the samples that had them
     int64_t samples = 0;
   };
   Window Average(TimePoint now, Duration span) const;

@@ -91,6 +91,22 @@ TEST(Autoscale, GpuMemoryTargetAsksForMoreReplicas) {
   EXPECT_NE(d.reason.find("GPU memory 95.0%"), std::string::npos) << d.reason;
 }
 
+TEST(Autoscale, AServiceMetricTargetPerReplica) {
+  // vLLM's queue: 7 requests waiting over 2 replicas, target 2 a replica: 4.
+  ServiceSpec s = Service(1, 8, 0);
+  s.autoscale.metrics = {{"vllm:num_requests_waiting", 2}};
+  Autoscaler a(s);
+  for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 0, -1, {{"vllm:num_requests_waiting", 7}}});
+  const AutoscaleDecision d = a.Decide(69 * kSecond, 2, 2);
+  EXPECT_EQ(d.desired, 4);
+  EXPECT_NE(d.reason.find("vllm:num_requests_waiting 7.0 (target 2.0/replica)"), std::string::npos) << d.reason;
+  // The largest any target asks wins.
+  s.autoscale.target_inflight = 1;
+  Autoscaler b(s);
+  for (int i = 0; i < 70; ++i) b.Observe({i * kSecond, 6, -1, {{"vllm:num_requests_waiting", 1}}});
+  EXPECT_EQ(b.Decide(69 * kSecond, 2, 2).desired, 6);
+}
+
 TEST(Autoscale, WithinTheToleranceNothingChanges) {
   Autoscaler a(Service(1, 8, 4));
   for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 8.6, -1});  // 2 x 4 x 1.075

@@ -1022,6 +1022,7 @@ class HttpServerImpl final : public HttpServer {
                       {"p50_ms", st->signals.p50_ms},
                       {"p99_ms", st->signals.p99_ms}};
       if (st->gpu_memory >= 0) v["signals"]["gpu_memory"] = st->gpu_memory;
+      if (!st->signals.metrics.empty()) v["signals"]["metrics"] = st->signals.metrics;
       if (st->last.panic) v["panic"] = true;
     }
     if (job.scaled_at != 0) {

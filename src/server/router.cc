@@ -7,6 +7,8 @@
 #include <boost/beast/http.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <chrono>
 #include <future>
 #include <optional>
@@ -60,6 +62,7 @@ struct Router::Impl {
     int64_t outstanding = 0;
     Steady::time_point seen = Steady::now(), last_ready = Steady::now();
     std::vector<std::unique_ptr<beast::tcp_stream>> idle;
+    std::map<std::string, double> metrics;  // its last reading of RouterService::metrics
   };
   struct Service {
     RouterService info;
@@ -106,7 +109,8 @@ struct Router::Impl {
   // One exchange with a backend; nullopt if it failed before an answer.
   awaitable<std::optional<http::response<http::string_body>>> Exchange(Backend& b, const http::request<http::string_body>& req);
   awaitable<void> Probe(std::shared_ptr<Service> svc, std::shared_ptr<Backend> b);
-  awaitable<bool> ProbeOnce(const RouterBackend& b, const ProbeSpec& p);
+  // GET `path` with `timeout`: its status (0 = no answer), *body its body.
+  awaitable<unsigned> Fetch(const RouterBackend& b, const std::string& path, Duration timeout, std::string* body);
   std::shared_ptr<Backend> Pick(Service& svc, const Backend* exclude);
   void MarkDown(Backend& b) {
     b.ready = false;
@@ -165,29 +169,31 @@ std::shared_ptr<Router::Impl::Backend> Router::Impl::Pick(Service& svc, const Ba
   return best;
 }
 
-awaitable<bool> Router::Impl::ProbeOnce(const RouterBackend& b, const ProbeSpec& p) {
+awaitable<unsigned> Router::Impl::Fetch(const RouterBackend& b, const std::string& path, Duration timeout,
+                                        std::string* body) {
   try {
     auto ex = co_await asio::this_coro::executor;
     tcp::resolver resolver(ex);
     beast::tcp_stream s(ex);
-    s.expires_after(Micros(p.timeout));
+    s.expires_after(Micros(timeout));
     auto results = co_await resolver.async_resolve(b.host, std::to_string(b.port), use_awaitable);
     co_await s.async_connect(results, use_awaitable);
-    http::request<http::empty_body> req{http::verb::get, p.path, 11};
+    http::request<http::empty_body> req{http::verb::get, path, 11};
     req.set(http::field::host, b.host + ":" + std::to_string(b.port));
     req.set(http::field::user_agent, "rota-router-probe");
     req.keep_alive(false);
     co_await http::async_write(s, req, use_awaitable);
     beast::flat_buffer buf;
     http::response_parser<http::string_body> parser;
-    parser.body_limit(1 << 20);
+    parser.body_limit(4 << 20);
     co_await http::async_read(s, buf, parser, use_awaitable);
     const unsigned status = parser.get().result_int();
+    if (body != nullptr) *body = std::move(parser.get().body());
     beast::error_code ignored;
     s.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    co_return status >= 200 && status < 400;
+    co_return status;
   } catch (const std::exception&) {
-    co_return false;
+    co_return 0;
   }
 }
 
@@ -196,8 +202,17 @@ awaitable<void> Router::Impl::Probe(std::shared_ptr<Service> svc, std::shared_pt
   asio::steady_timer timer(ex);
   while (!stopping && !b->gone) {
     const ProbeSpec p = svc->info.readiness;
-    const bool ok = co_await ProbeOnce(b->b, p);
+    const unsigned status = co_await Fetch(b->b, p.path, p.timeout, nullptr);
+    const bool ok = status >= 200 && status < 400;
     if (stopping || b->gone) break;
+    if (ok && !svc->info.metrics.empty()) {
+      std::string text;
+      const std::vector<std::string> names = svc->info.metrics;
+      const unsigned got = co_await Fetch(b->b, svc->info.metrics_path, p.timeout, &text);
+      if (stopping || b->gone) break;
+      if (got >= 200 && got < 300) b->metrics = SumPrometheus(text, names);
+      else b->metrics.clear();
+    }
     const auto now = Steady::now();
     if (ok) {
       b->failures = 0;
@@ -379,6 +394,38 @@ awaitable<void> Router::Impl::Accept() {
   }
 }
 
+std::map<std::string, double> SumPrometheus(std::string_view text, const std::vector<std::string>& names) {
+  std::map<std::string, double> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.empty() || line[0] == '#') continue;
+    size_t i = 0;
+    while (i < line.size() && line[i] != '{' && line[i] != ' ' && line[i] != '\t') ++i;
+    const std::string_view name = line.substr(0, i);
+    if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+    if (i < line.size() && line[i] == '{') {  // labels: to the closing brace outside quotes
+      bool quoted = false;
+      for (++i; i < line.size(); ++i) {
+        if (quoted && line[i] == '\\') ++i;
+        else if (line[i] == '"') quoted = !quoted;
+        else if (!quoted && line[i] == '}') break;
+      }
+      ++i;
+    }
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    const std::string value(line.substr(i, line.find_first_of(" \t", i) - i));
+    char* parsed = nullptr;
+    const double v = std::strtod(value.c_str(), &parsed);
+    if (value.empty() || parsed != value.c_str() + value.size() || !std::isfinite(v)) continue;
+    out[std::string(name)] += v;
+  }
+  return out;
+}
+
 Router::Router(RouterOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 Router::~Router() { Stop(); }
@@ -440,7 +487,9 @@ std::map<std::string, RouterStats> Router::TakeStats() {
       st.queued = svc->queued;
       for (auto& [key, b] : svc->backends) {
         st.replicas++;
-        if (b->ready) st.ready++;
+        if (!b->ready) continue;
+        st.ready++;
+        for (const auto& [name, v] : b->metrics) st.metrics[name] += v;
       }
       st.requests = svc->requests;
       st.failed = svc->failed;

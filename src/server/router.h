@@ -9,7 +9,8 @@
 //     connect or breaks before its answer (then a probe must succeed again).
 //     A replica not ready for longer than its startup allowance, since it
 //     started or since it was last ready, is reported unhealthy once
-//     (TakeUnhealthy): the server restarts it.
+//     (TakeUnhealthy): the server restarts it. A ready replica's own
+//     metrics (RouterService::metrics) are read at each probe too.
 //   - Balancing: the ready replica with the fewest requests outstanding
 //     (ties in turn). An idempotent request (GET, HEAD, PUT, DELETE, OPTIONS)
 //     that fails on a replica before any answer is retried once on another.
@@ -30,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/clock.h"
@@ -52,7 +54,15 @@ struct RouterService {
   JobId job;
   ProbeSpec readiness;
   std::vector<RouterBackend> backends;
+  // The service's own metrics to read (Prometheus text on metrics_path) at
+  // each probe of a ready replica; summed over each replica's series.
+  std::string metrics_path = "/metrics";
+  std::vector<std::string> metrics;
 };
+
+// Sums of `names`' samples in Prometheus text (each over its label sets);
+// a name with no sample is absent.
+std::map<std::string, double> SumPrometheus(std::string_view text, const std::vector<std::string>& names);
 
 struct RouterStats {
   double inflight_avg = 0;  // time-weighted, since the last TakeStats
@@ -64,6 +74,9 @@ struct RouterStats {
   uint64_t failed = 0;    // answered by the router itself with 502/503/504
   uint64_t retried = 0;
   double p50_ms = 0, p99_ms = 0;
+  // RouterService::metrics summed over the ready replicas that reported
+  // them (a metric none reported is absent).
+  std::map<std::string, double> metrics;
 };
 
 struct RouterEndpoint {

@@ -34,7 +34,8 @@ void ServiceManager::Tick() {
   std::map<JobId, double> gpu_memory;
   for (const auto& [id, job] : snap.live_jobs()) {
     if (!job->spec.is_service()) continue;
-    RouterService rs{job->spec.name, id, job->spec.service.readiness, {}};
+    RouterService rs{job->spec.name, id, job->spec.service.readiness, {}, job->spec.service.metrics_path, {}};
+    for (const MetricTarget& m : job->spec.service.autoscale.metrics) rs.metrics.push_back(m.name);
     double used = 0, total = 0;
     if (job->state == JobState::kRunning) {
       for (const ReplicaPlacement& r : job->placement) {
@@ -76,7 +77,7 @@ void ServiceManager::Tick() {
     if (job->state != JobState::kRunning || !job->spec.service.autoscale.enabled()) continue;
     auto& scaler = scalers_[rs.job];
     if (scaler == nullptr) scaler = std::make_unique<sched::Autoscaler>(job->spec.service);
-    scaler->Observe({now, st.signals.inflight_avg, st.gpu_memory});
+    scaler->Observe({now, st.signals.inflight_avg, st.gpu_memory, st.signals.metrics});
     const int32_t current = job->DesiredReplicas();
     sched::AutoscaleDecision d = scaler->Decide(now, current, router_ != nullptr ? st.signals.ready : current);
     if (d.desired != current) {

@@ -23,6 +23,10 @@ class H(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/slow"):
             time.sleep(0.2)
         body = ("replica %s path %s\n" % (os.environ["ROTA_REPLICA"], self.path)).encode()
+        if self.path == "/metrics":
+            # Replica 0 reports the queue the test writes; the others none.
+            queue = open(os.environ["QUEUE_FILE"]).read().strip() if os.environ["ROTA_REPLICA"] == "0" else "0"
+            body = ("# TYPE fake:queue_waiting gauge\nfake:queue_waiting{model=\"m\"} %s\n" % queue).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -227,6 +231,35 @@ TEST_F(Services, ScaleUpUnderLoadSurviveAKilledReplicaAndScaleDown) {
   CommandResult endpoints = RunRota({"endpoints", "echo"}, env, tmp.path());
   EXPECT_EQ(endpoints.exit_code, 0) << endpoints.err;
   EXPECT_NE(endpoints.out.find("/echo/"), std::string::npos) << endpoints.out;
+}
+
+// Scaling on a metric the service exposes itself (as vLLM's
+// vllm:num_requests_waiting): 3 waiting at a target of 1 a replica gives 3
+// replicas; none waiting, back to 1 after the delay.
+TEST_F(Services, ScalesOnTheServicesOwnMetric) {
+  const std::string script = tmp.path() + "/serve.py";
+  std::ofstream(script) << kServer;
+  const std::string queue = tmp.path() + "/queue";
+  std::ofstream(queue) << "0\n";
+  const std::string spec = tmp.path() + "/svc.yaml";
+  std::ofstream(spec) << "name: queued\nkind: service\nservice:\n  port: " << base_port
+                      << "\n  replicas: {min: 1, max: 4}\n  readiness: {path: /health, period: 200ms}\n"
+                         "  autoscale:\n    metrics: [{name: 'fake:queue_waiting', target: 1}]\n"
+                         "    stable_window: 4s\n    panic_window: 2s\n    scale_down_delay: 3s\n"
+                         "tasks:\n  - name: server\n    cpu: 100m\n    env: {QUEUE_FILE: "
+                      << queue << "}\n    command: [python3, " << script << "]\n";
+  CommandResult submit = RunRota({"submit", spec}, server->ClientEnv(), tmp.path());
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  WaitService("queued", [](const json& s) { return s["replicas"]["ready"] == 1; }, 20);
+  std::ofstream(queue, std::ios::trunc) << "3\n";
+  const json up = WaitService("queued", [](const json& s) { return s["replicas"]["ready"] == 3; }, 20);
+  EXPECT_EQ(up["replicas"]["desired"], 3);
+  EXPECT_NE(up["last_scale"]["reason"].get<std::string>().find("fake:queue_waiting 3.0 (target 1.0/replica)"),
+            std::string::npos)
+      << up.dump();
+  EXPECT_EQ(up["signals"]["metrics"]["fake:queue_waiting"], 3.0) << up.dump();
+  std::ofstream(queue, std::ios::trunc) << "0\n";
+  WaitService("queued", [](const json& s) { return s["replicas"]["desired"] == 1 && s["replicas"]["placed"] == 1; }, 30);
 }
 
 }  // namespace
