@@ -406,6 +406,14 @@ std::string EncodeEvent(const Event& event) {
           j["at"] = e.at;
           j["desired"] = e.desired;
           j["reason"] = e.reason;
+        } else if constexpr (std::is_same_v<E, ServiceUpdated>) {
+          j["type"] = "ServiceUpdated";
+          j["id"] = e.id.value();
+          j["at"] = e.at;
+          j["spec"] = JobSpecToJson(e.spec);
+          j["priority_value"] = e.spec.priority;
+          j["by"] = e.by;
+          j["spec_attempt"] = e.spec_attempt;
         } else if constexpr (std::is_same_v<E, RankRestarted>) {
           j["type"] = "RankRestarted";
           j["id"] = e.id.value();
@@ -510,6 +518,12 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       return Event(JobsSubmitted{JobId(j.at("first").get<uint64_t>()), j.at("count").get<int64_t>(), std::move(spec),
                                  j.at("at"), j.at("user"), j.value("request_id", std::string()),
                                  JobId(j.value("array", uint64_t{0})), j.value("array_count", int64_t{0})});
+    }
+    if (type == "ServiceUpdated") {
+      ROTA_ASSIGN_OR_RETURN(JobSpec spec, JobSpecFromJson(j.at("spec")));
+      spec.priority = j.at("priority_value").get<int32_t>();
+      return Event(ServiceUpdated{JobId(j.at("id").get<uint64_t>()), j.at("at"), std::move(spec), j.at("by"),
+                                  j.at("spec_attempt")});
     }
     if (type == "ServiceScaled") {
       return Event(ServiceScaled{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("desired"), j.at("reason")});

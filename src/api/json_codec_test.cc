@@ -92,6 +92,11 @@ tasks: [{name: server, gpus: 1, command: [python3, serve.py]}]
   auto svc_back = DecodeEvent(EncodeEvent(JobSubmitted{JobId(21), *service, 1, "alice"}));
   ASSERT_TRUE(svc_back.ok()) << svc_back.status().ToString();
   EXPECT_EQ(std::get<JobSubmitted>(*svc_back).spec, *service);
+  auto update = DecodeEvent(EncodeEvent(ServiceUpdated{JobId(21), 2, *service, "alice", 7}));
+  ASSERT_TRUE(update.ok()) << update.status().ToString();
+  EXPECT_EQ(std::get<ServiceUpdated>(*update).spec, *service);
+  EXPECT_EQ(std::get<ServiceUpdated>(*update).spec_attempt, 7);
+  EXPECT_EQ(EncodeEvent(*update), EncodeEvent(ServiceUpdated{JobId(21), 2, *service, "alice", 7}));
 
   auto sub = DecodeEvent(EncodeEvent(events[3]));
   const auto& js = std::get<JobSubmitted>(*sub);

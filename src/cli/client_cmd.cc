@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "api/yaml_codec.h"
 #include "base/quantity.h"
 #include "base/version.h"
 #include "cli/client.h"
@@ -146,6 +147,11 @@ const std::vector<CommandHelp>& Commands() {
       {"services", "rota services [-o json]",
        "Services (kind: service): replicas desired by the autoscaler, placed and ready, the router's\n"
        "signals (in flight, queued, latency) and the last scaling decision with its reason.",
+       {}},
+      {"apply", "rota apply SERVICE.yaml [-o json]",
+       "Starts the service the file describes, or gives the live service of that name the new spec\n"
+       "(command, env, readiness, autoscaling, replica range): its replicas roll onto it one at a time,\n"
+       "each new one ready before an old one is drained and replaced (docs/services.md).",
        {}},
       {"endpoints", "rota endpoints NAME [-o json]",
        "A service's stable URL (the router's) and its replicas behind it: address, ready, outstanding.", {}},
@@ -776,7 +782,8 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         const json sig = v.value("signals", json::object());
         char p99[32] = "-";
         if (sig.contains("p99_ms") && sig.value("requests", 0) > 0) std::snprintf(p99, sizeof p99, "%.1fms", sig.value("p99_ms", 0.0));
-        std::string last = v.contains("last_scale") ? "to " + S(v["last_scale"], "to") + ": " + S(v["last_scale"], "reason")
+        std::string last = v.contains("rollout")      ? S(v, "rollout")
+                           : v.contains("last_scale")  ? "to " + S(v["last_scale"], "to") + ": " + S(v["last_scale"], "reason")
                            : v.contains("reason") ? S(v, "reason")
                                                   : "-";
         t.Add({S(v, "name"), S(v, "job"), S(v, "state") + (v.value("panic", false) ? " (panic)" : ""), S(r, "desired"),
@@ -786,6 +793,40 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       }
       std::cout << t.Render();
       if (S(j, "router").empty()) std::cout << "(no router: start the server with --router HOST:PORT for endpoints)\n";
+    });
+  }
+
+  if (cmd == "apply") {
+    if (args.size() != 1 || (args[0].size() > 1 && args[0][0] == '-')) return Usage(help->usage);
+    std::ifstream in(args[0]);
+    if (!in) {
+      std::cerr << "rota apply: " << args[0] << ": cannot open file\n";
+      return kExitBadInput;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string body = ss.str();
+    auto spec = api::ParseJobSpec(body, args[0]);
+    if (!spec.ok()) {
+      std::cerr << "rota apply: " << spec.status().message() << "\n";
+      return kExitBadInput;
+    }
+    if (!spec->is_service()) {
+      std::cerr << "rota apply: " << args[0] << ": kind: rota apply is for services (kind: service); rota submit runs jobs\n";
+      return kExitBadInput;
+    }
+    Response r = c.Post("/v1/services/" + spec->name + "/apply", body, "application/yaml");
+    if (r.status == 404 && r.body.find("no service") != std::string::npos) {
+      r = c.Post("/v1/jobs", body, "application/yaml");  // none yet: start it
+      NameTheFile(&r, args[0]);
+      return Run(c, r, "apply", [](const json& j) {
+        std::cout << "started service " << S(j, "name") << " (job " << S(j, "id") << ")\n";
+      });
+    }
+    NameTheFile(&r, args[0]);
+    return Run(c, r, "apply", [](const json& j) {
+      std::cout << "updated service " << S(j, "name") << " (job " << S(j, "id")
+                << "): its replicas roll onto the new spec (rota services shows where it is)\n";
     });
   }
 

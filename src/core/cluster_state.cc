@@ -823,6 +823,26 @@ Status ClusterState::ApplyOne(const ServiceScaled& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const ServiceUpdated& e) {
+  ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
+  const std::string who = "update service job " + std::to_string(e.id.value());
+  if (!found->spec.is_service()) return FailedPreconditionError(who + ": not a service");
+  if (found->state != JobState::kPending && found->state != JobState::kRunning && found->state != JobState::kPreempting) {
+    return FailedPreconditionError(who + ": it is " + std::string(JobStateName(found->state)));
+  }
+  ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
+  ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec, e.spec));
+  auto updated = std::make_shared<JobRecord>(*found);
+  updated->spec = e.spec;
+  updated->spec_attempt = e.spec_attempt >= 0 ? e.spec_attempt : found->attempt();
+  updated->spec_updates++;
+  if (updated->desired_replicas > 0) {
+    updated->desired_replicas = std::clamp(updated->desired_replicas, e.spec.service.min_replicas, e.spec.service.max_replicas);
+  }
+  Put(Mutable(), std::move(updated));
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyOne(const JobCancelled& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   std::shared_ptr<const JobRecord> old = found;
@@ -868,6 +888,11 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
       out.push_back(JobCancelled{j.id, j.finished_at, j.end_reason});
     }
     if (j.held && j.state == JobState::kPending) out.push_back(JobHoldChanged{j.id, true, j.submitted_at, j.held_by, j.held_by_admin});
+    if (j.spec_attempt >= 0 && (j.state == JobState::kPending || j.state == JobState::kRunning ||
+                                j.state == JobState::kPreempting)) {
+      // (Its spec is the new one already; this keeps which replicas run the old.)
+      out.push_back(ServiceUpdated{j.id, j.submitted_at, j.spec, "", j.spec_attempt});
+    }
     if (j.desired_replicas > 0 && (j.state == JobState::kPending || j.state == JobState::kRunning ||
                                    j.state == JobState::kPreempting)) {
       out.push_back(ServiceScaled{j.id, j.scaled_at, j.desired_replicas, j.last_scale_reason});

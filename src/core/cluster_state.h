@@ -133,6 +133,11 @@ struct JobRecord {
   int32_t desired_replicas = 0;
   TimePoint scaled_at = 0;
   std::string last_scale_reason;
+  // A service: its spec was last replaced (rota apply) at this attempt();
+  // a replica on an attempt up to it runs the spec from before (-1: never).
+  int32_t spec_attempt = -1;
+  int32_t spec_updates = 0;
+  bool OnOldSpec(uint32_t replica) const { return ReplicaAttempt(replica) <= spec_attempt; }
   int32_t DesiredReplicas() const {
     return desired_replicas > 0 ? desired_replicas : spec.service.min_replicas;
   }
@@ -365,6 +370,7 @@ class ClusterState {
   Status ApplyOne(const JobResized& e);
   Status ApplyOne(const RankRestarted& e);
   Status ApplyOne(const ServiceScaled& e);
+  Status ApplyOne(const ServiceUpdated& e);
   // Checks `placement` for `job` against the current state, as if the GPUs,
   // CPU and memory of `replacing` (the job's own placement, on a resize) were
   // free. Error names what does not fit.

@@ -204,8 +204,18 @@ struct ServiceScaled {
   int32_t desired = 0;
   std::string reason;
 };
+// A service's spec replaced (rota apply): replicas running an attempt from
+// before it (ReplicaAttempt <= spec_attempt) run the old one until the
+// rolling update restarts them. spec_attempt < 0: the job's attempt() now.
+struct ServiceUpdated {
+  JobId id;
+  TimePoint at = 0;
+  JobSpec spec;
+  std::string by;
+  int32_t spec_attempt = -1;
+};
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled, ServiceUpdated>;
 
 }  // namespace rota

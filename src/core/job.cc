@@ -247,6 +247,31 @@ std::string_view TopologyModeName(TopologyMode mode) {
   return mode == TopologyMode::kRequired ? "required" : "preferred";
 }
 
+Status ServiceUpdateAllowed(const JobSpec& from, const JobSpec& to) {
+  if (!to.is_service()) return FieldError("kind", "a service stays a service (cancel it to run a batch job)");
+  if (to.name != from.name) return FieldError("name", "is the service's endpoint: it does not change");
+  if (to.tasks.size() != 1 || from.tasks.size() != 1) return FieldError("tasks", "a service has one task group");
+  const TaskGroupSpec& a = from.tasks[0];
+  const TaskGroupSpec& b = to.tasks[0];
+  auto refuse = [](const std::string& field) {
+    return FieldError(field, "does not change in a running service (its replicas hold what it asked); "
+                             "submit a new service under another name and cancel this one");
+  };
+  if (a.gpus != b.gpus || !(a.gpu_share == b.gpu_share)) return refuse("tasks[0].gpus");
+  if (a.gpu_model != b.gpu_model) return refuse("tasks[0].gpu_model");
+  if (a.gpu_memory != b.gpu_memory) return refuse("tasks[0].gpu_memory");
+  if (a.cpu != b.cpu) return refuse("tasks[0].cpu");
+  if (a.memory != b.memory) return refuse("tasks[0].memory");
+  if (a.name != b.name) return refuse("tasks[0].name");
+  if (to.queue != from.queue) return refuse("queue");
+  if (to.priority != from.priority) return refuse("priority");
+  if (to.preemptible != from.preemptible) return refuse("preemptible");
+  if (to.node_selector != from.node_selector) return refuse("node_selector");
+  if (!(to.topology == from.topology)) return refuse("topology");
+  if (to.service.port != from.service.port) return refuse("service.port");
+  return Status::Ok();
+}
+
 std::string_view JobKindName(JobKind kind) { return kind == JobKind::kService ? "service" : "batch"; }
 
 std::string_view RestartPolicyName(RestartPolicy policy) {

@@ -190,5 +190,10 @@ Status ValidateNewJobSpec(const JobSpec& spec);
 std::string_view TopologyModeName(TopologyMode mode);
 std::string_view RestartPolicyName(RestartPolicy policy);
 std::string_view JobKindName(JobKind kind);
+// What `rota apply` may change in a running service: its command, env,
+// rootfs, readiness, autoscaling and replica range; not its resources,
+// queue, priority, placement constraints or port (InvalidArgument naming
+// the field otherwise).
+Status ServiceUpdateAllowed(const JobSpec& from, const JobSpec& to);
 
 }  // namespace rota

@@ -775,6 +775,26 @@ Status Controller::ScaleService(JobId id, int32_t desired, const std::string& re
       .status();
 }
 
+StatusOr<JobId> Controller::UpdateService(const Principal& who, JobSpec spec) {
+  ROTA_RETURN_IF_ERROR(CheckSubmission(who, &spec));
+  if (!spec.is_service()) return InvalidArgumentError("kind: rota apply updates a service (kind: service)");
+  return Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
+    Snapshot snap = batch.state->GetSnapshot();
+    const JobRecord* found = nullptr;
+    for (const auto& [id, job] : snap.live_jobs()) {
+      if (job->spec.is_service() && job->spec.name == spec.name) found = job.get();
+    }
+    if (found == nullptr || (!who.admin() && found->user != who.user)) {
+      return NotFoundError("no service '" + spec.name + "' of yours (rota submit starts one)");
+    }
+    if (found->spec == spec) return found->id;  // nothing to change
+    ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec, spec));
+    const JobId id = found->id;
+    ROTA_RETURN_IF_ERROR(batch.Apply(ServiceUpdated{id, options_.clock->Now(), spec, who.user}));
+    return id;
+  });
+}
+
 Status Controller::RestartReplica(JobId id, uint16_t task, uint32_t replica, int32_t attempt, const std::string& reason) {
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
            const JobRecord* job = batch.state->GetSnapshot().FindJob(id);

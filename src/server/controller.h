@@ -173,6 +173,9 @@ class Controller {
   // (journaled if it changed), and a replica its readiness says to restart
   // (if it still runs that attempt).
   Status ScaleService(JobId id, int32_t desired, const std::string& reason);
+  // rota apply: replaces the live service of spec's name (its owner or an
+  // admin); the ServiceManager then rolls its replicas onto it.
+  StatusOr<JobId> UpdateService(const Principal& who, JobSpec spec);
   Status RestartReplica(JobId id, uint16_t task, uint32_t replica, int32_t attempt, const std::string& reason);
   Status SetDrain(const Principal& who, const std::string& node, bool drained, const std::string& reason = "");
   // `mps`: an NVIDIA MPS control daemon serves the node's GPUs (GPU fractions

@@ -955,6 +955,21 @@ class HttpServerImpl final : public HttpServer {
       }
       Reply(res, 200, {{"router", options_.router_url}, {"services", list}});
     }));
+    // rota apply: the live service of the spec's name takes the new spec
+    // (the name in the path must be the spec's); its replicas roll onto it.
+    srv.Post(R"(/v1/services/([^/]+)/apply)", Guard([this](const Principal& who, const HttpRequest& req,
+                                                           HttpResponse& res) {
+      auto spec = api::ParseJobSpec(req.body, "request body");
+      if (!spec.ok()) return ReplyError(res, spec.status());
+      if (spec->name != req.matches[1]) {
+        return ReplyError(res, InvalidArgumentError("name: the spec names '" + spec->name + "', the path '" +
+                                                    req.matches[1] + "'"));
+      }
+      auto id = c_->UpdateService(who, std::move(*spec));
+      if (!id.ok()) return ReplyError(res, id.status());
+      Snapshot snap = c_->snapshot();
+      Reply(res, 200, JobView(*c_, snap, *snap.FindJob(*id), false));
+    }));
     srv.Get(R"(/v1/services/([^/]+)/endpoints)", Guard([this](const Principal& who, const HttpRequest& req,
                                                               HttpResponse& res) {
       Snapshot snap = c_->snapshot();
@@ -970,7 +985,8 @@ class HttpServerImpl final : public HttpServer {
       if (router != nullptr) {
         for (const RouterEndpoint& e : router->Endpoints(found->spec.name)) {
           endpoints.push_back({{"replica", e.replica}, {"attempt", e.attempt}, {"address", e.address},
-                               {"ready", e.ready}, {"outstanding", e.outstanding}});
+                               {"ready", e.ready}, {"draining", e.draining}, {"outstanding", e.outstanding},
+                               {"spec", e.attempt <= found->spec_attempt ? "old" : "current"}});
         }
       }
       Reply(res, 200, {{"service", found->spec.name},
@@ -1024,6 +1040,7 @@ class HttpServerImpl final : public HttpServer {
       if (st->gpu_memory >= 0) v["signals"]["gpu_memory"] = st->gpu_memory;
       if (!st->signals.metrics.empty()) v["signals"]["metrics"] = st->signals.metrics;
       if (st->last.panic) v["panic"] = true;
+      if (!st->rollout.empty()) v["rollout"] = st->rollout;
     }
     if (job.scaled_at != 0) {
       v["last_scale"] = {{"at", FormatTime(job.scaled_at)}, {"to", job.desired_replicas}, {"reason", job.last_scale_reason}};

@@ -58,6 +58,7 @@ struct Router::Impl {
     bool ever_ready = false;
     bool gone = false;
     bool reported = false;  // told unhealthy already
+    bool draining = false;  // no new requests (a rolling update replaces it)
     int failures = 0;
     int64_t outstanding = 0;
     Steady::time_point seen = Steady::now(), last_ready = Steady::now();
@@ -156,7 +157,7 @@ void Router::Impl::Apply(std::vector<RouterService> list) {
 std::shared_ptr<Router::Impl::Backend> Router::Impl::Pick(Service& svc, const Backend* exclude) {
   std::vector<std::shared_ptr<Backend>> ready;
   for (auto& [key, b] : svc.backends) {
-    if (b->ready && !b->gone && b.get() != exclude) ready.push_back(b);
+    if (b->ready && !b->gone && !b->draining && b.get() != exclude) ready.push_back(b);
   }
   if (ready.empty()) return nullptr;
   // Fewest outstanding; ties in turn.
@@ -487,7 +488,7 @@ std::map<std::string, RouterStats> Router::TakeStats() {
       st.queued = svc->queued;
       for (auto& [key, b] : svc->backends) {
         st.replicas++;
-        if (!b->ready) continue;
+        if (!b->ready || b->draining) continue;
         st.ready++;
         for (const auto& [name, v] : b->metrics) st.metrics[name] += v;
       }
@@ -512,10 +513,23 @@ std::vector<RouterEndpoint> Router::Endpoints(const std::string& service) const 
     auto it = impl_->services.find(service);
     if (it == impl_->services.end()) return out;
     for (auto& [key, b] : it->second->backends) {
-      out.push_back({b->b.replica, b->b.attempt, b->b.host + ":" + std::to_string(b->b.port), b->ready, b->outstanding});
+      out.push_back({b->b.replica, b->b.attempt, b->b.host + ":" + std::to_string(b->b.port), b->ready, b->draining,
+                     b->outstanding});
     }
     std::sort(out.begin(), out.end(), [](const RouterEndpoint& a, const RouterEndpoint& b) { return a.replica < b.replica; });
     return out;
+  });
+}
+
+void Router::Drain(JobId job, uint32_t replica, int32_t attempt) {
+  if (!impl_->loop.joinable()) return;
+  impl_->OnLoop([&] {
+    for (auto& [name, svc] : impl_->services) {
+      for (auto& [key, b] : svc->backends) {
+        if (b->b.job == job && b->b.replica == replica && b->b.attempt == attempt) b->draining = true;
+      }
+    }
+    return 0;
   });
 }
 

@@ -84,6 +84,7 @@ struct RouterEndpoint {
   int32_t attempt = 0;
   std::string address;  // host:port
   bool ready = false;
+  bool draining = false;
   int64_t outstanding = 0;
 };
 
@@ -120,6 +121,9 @@ class Router {
   // Per service name, its signals; the averages restart from now.
   std::map<std::string, RouterStats> TakeStats();
   std::vector<RouterEndpoint> Endpoints(const std::string& service) const;
+  // Sends no new request to that replica's attempt (a rolling update takes
+  // it out once its outstanding requests are answered).
+  void Drain(JobId job, uint32_t replica, int32_t attempt);
   // Replicas past their startup allowance without being ready (each once).
   std::vector<RouterUnhealthy> TakeUnhealthy();
 

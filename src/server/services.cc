@@ -74,7 +74,9 @@ void ServiceManager::Tick() {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto it = status_.find(rs.job); it != status_.end()) st.last = it->second.last;
     }
-    if (job->state != JobState::kRunning || !job->spec.service.autoscale.enabled()) continue;
+    if (job->state != JobState::kRunning) continue;
+    if (Roll(*job, st, now)) continue;
+    if (!job->spec.service.autoscale.enabled()) continue;
     auto& scaler = scalers_[rs.job];
     if (scaler == nullptr) scaler = std::make_unique<sched::Autoscaler>(job->spec.service);
     scaler->Observe({now, st.signals.inflight_avg, st.gpu_memory, st.signals.metrics});
@@ -89,8 +91,74 @@ void ServiceManager::Tick() {
   for (auto it = scalers_.begin(); it != scalers_.end();) {
     it = next.count(it->first) ? std::next(it) : scalers_.erase(it);
   }
+  for (auto it = rollouts_.begin(); it != rollouts_.end();) {
+    it = next.count(it->first) ? std::next(it) : rollouts_.erase(it);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   status_ = std::move(next);
+}
+
+bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now) {
+  const JobId id = job.id;
+  size_t old = 0;
+  const ReplicaPlacement* first_old = nullptr;
+  for (const ReplicaPlacement& r : job.placement) {
+    if (!job.OnOldSpec(r.replica)) continue;
+    ++old;
+    if (first_old == nullptr || r.replica < first_old->replica) first_old = &r;
+  }
+  auto it = rollouts_.find(id);
+  if (old == 0 && it == rollouts_.end()) return false;
+  const std::string of = std::to_string(job.placement.size() - old) + " of " + std::to_string(job.placement.size()) +
+                         " replicas on the new spec";
+  if (it == rollouts_.end()) {
+    Rollout r;
+    r.base = job.DesiredReplicas();
+    if (r.base < job.spec.service.max_replicas &&
+        controller_->ScaleService(id, r.base + 1, "rolling update: one replica over while replicas are replaced").ok()) {
+      r.surged = true;
+    }
+    rollouts_[id] = r;
+    st.rollout = "rolling update: starting (" + of + ")";
+    return true;
+  }
+  Rollout& r = it->second;
+  if (r.draining) {
+    // Restart it once its requests are answered (or after 30 s).
+    bool idle = true;
+    if (router_ != nullptr) {
+      for (const RouterEndpoint& e : router_->Endpoints(job.spec.name)) {
+        if (e.replica == r.replica && e.attempt == r.attempt && e.outstanding > 0) idle = false;
+      }
+    }
+    if (idle || now - r.drain_since > 30 * kMicrosPerSecond) {
+      controller_->RestartReplica(id, r.task, r.replica, r.attempt, "replaced by the rolling update").IgnoreError();
+      r.draining = false;
+    }
+    st.rollout = "rolling update: replacing replica " + std::to_string(r.replica) + " (" + of + ")";
+    return true;
+  }
+  if (old == 0) {
+    if (r.surged) controller_->ScaleService(id, r.base, "rolling update done").IgnoreError();
+    rollouts_.erase(it);
+    st.rollout = "";
+    return true;
+  }
+  // The next one only once every placed replica is ready (and the extra one placed).
+  const size_t want = static_cast<size_t>(r.surged ? r.base + 1 : r.base);
+  const bool all_ready = router_ == nullptr || st.signals.ready >= static_cast<int32_t>(job.placement.size());
+  if (job.placement.size() < std::min(want, static_cast<size_t>(job.spec.service.max_replicas)) || !all_ready) {
+    st.rollout = "rolling update: waiting for every replica to be ready (" + of + ")";
+    return true;
+  }
+  r.task = first_old->task;
+  r.replica = first_old->replica;
+  r.attempt = job.ReplicaAttempt(first_old->replica);
+  r.drain_since = now;
+  r.draining = true;
+  if (router_ != nullptr) router_->Drain(id, r.replica, r.attempt);
+  st.rollout = "rolling update: draining replica " + std::to_string(r.replica) + " (" + of + ")";
+  return true;
 }
 
 std::map<JobId, ServiceStatus> ServiceManager::status() const {

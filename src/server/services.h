@@ -8,7 +8,14 @@
 //     journals a changed desired count (ServiceScaled), which wakes the
 //     scheduling loop: the engine places or removes replicas in its next
 //     pass;
-//   - restarts a replica the router's readiness gave up on (RankRestarted).
+//   - restarts a replica the router's readiness gave up on (RankRestarted);
+//   - rolls a service whose spec was replaced (rota apply) onto it: one
+//     replica over its count first (while below its max), then, each time
+//     every placed replica is ready, the lowest replica still on the old
+//     spec is drained in the router (no new requests; up to 30 s for those
+//     it has) and restarted on the new one; at the end the extra replica
+//     goes. A new replica that never becomes ready halts it there, the
+//     old ones serving. The autoscaler waits meanwhile.
 // Its last signals and decision per service are kept for the views.
 //
 // Thread-safety: thread-safe; one thread of its own between Start and Stop.
@@ -32,6 +39,7 @@ struct ServiceStatus {
   RouterStats signals;
   double gpu_memory = -1;  // used fraction of its GPUs' memory (-1 = no telemetry)
   sched::AutoscaleDecision last;  // the last decision (desired 0: none yet)
+  std::string rollout;            // a rolling update in progress: where it is ("" = none)
 };
 
 class ServiceManager {
@@ -58,6 +66,19 @@ class ServiceManager {
   mutable std::mutex mu_;  // guards status_
   std::map<JobId, ServiceStatus> status_;
   std::map<JobId, std::unique_ptr<sched::Autoscaler>> scalers_;  // (under run_mu_)
+  struct Rollout {
+    int32_t base = 0;  // the desired count before it began
+    bool surged = false;
+    bool draining = false;
+    uint16_t task = 0;
+    uint32_t replica = 0;
+    int32_t attempt = 0;
+    TimePoint drain_since = 0;
+  };
+  std::map<JobId, Rollout> rollouts_;  // (under run_mu_)
+  // One step of a service's rolling update; false when none is due (the
+  // autoscaler may decide).
+  bool Roll(const JobRecord& job, ServiceStatus& st, TimePoint now);
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;

@@ -2,7 +2,8 @@
 // http.server) as kind: service with 1..4 replicas behind the server's
 // router, on two agents. Load raises the requests in flight: it scales up;
 // a replica killed mid-load is out of the router within 1 s and replaced;
-// no request fails; the load stops: it scales down after the delay.
+// a rolling update (rota apply) moves every replica onto a new spec; no
+// request fails; the load stops: it scales down after the delay.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -212,6 +213,34 @@ TEST_F(Services, ScaleUpUnderLoadSurviveAKilledReplicaAndScaleDown) {
     if (!replaced) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(replaced) << Endpoints("echo").dump();
+
+  // A rolling update under the load (a new env): every replica moves onto
+  // it, each drained before it is replaced.
+  std::string spec_text = ReadAll(spec);
+  spec_text.replace(spec_text.find("    cpu: 100m\n"), 13, "    cpu: 100m\n    env: {VERSION: '2'}\n");
+  const std::string spec2 = tmp.path() + "/svc2.yaml";
+  std::ofstream(spec2) << spec_text;
+  CommandResult applied = RunRota({"apply", spec2}, env, tmp.path());
+  ASSERT_EQ(applied.exit_code, 0) << applied.err;
+  EXPECT_NE(applied.out.find("updated service echo (job 1)"), std::string::npos) << applied.out;
+  bool rolled = false;
+  for (int i = 0; i < 300 && !rolled; ++i) {
+    const json s = Service("echo");
+    const json eps = Endpoints("echo");
+    rolled = !s.contains("rollout") && eps["endpoints"].size() == 4;
+    for (const auto& e : eps["endpoints"]) rolled = rolled && e["spec"] == "current" && e["ready"].get<bool>();
+    if (!rolled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(rolled) << Service("echo").dump() << Endpoints("echo").dump();
+  CommandResult versions = RunShell("for p in $(pgrep -f " + script + "); do tr '\\0' '\\n' < /proc/$p/environ | grep -x VERSION=2; done",
+                                    {}, tmp.path());
+  EXPECT_EQ(versions.out, "VERSION=2\nVERSION=2\nVERSION=2\nVERSION=2\n");
+  // What may not change in a running service is refused, naming the field.
+  spec_text.replace(spec_text.find("cpu: 100m"), 9, "cpu: 200m");
+  std::ofstream(spec2, std::ios::trunc) << spec_text;
+  CommandResult refused = RunRota({"apply", spec2}, env, tmp.path());
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("tasks[0].cpu: does not change in a running service"), std::string::npos) << refused.err;
   std::this_thread::sleep_for(std::chrono::seconds(1));
   stop = true;
   for (std::thread& t : clients) t.join();
