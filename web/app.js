@@ -67,6 +67,7 @@ function currentPage() {
   const parts = h.split('/');
   if (parts[0] === 'jobs' && parts[1]) return { page: 'job', id: decodeURIComponent(parts[1]) };
   if (parts[0] === 'queues') return { page: 'queues' };
+  if (parts[0] === 'services') return { page: 'services' };
   if (parts[0] === 'jobs') return { page: 'jobs' };
   return { page: 'cluster' };
 }
@@ -74,7 +75,7 @@ function currentPage() {
 function route() {
   if (!state.token) return;
   const p = currentPage();
-  for (const name of ['cluster', 'queues', 'jobs']) {
+  for (const name of ['cluster', 'queues', 'jobs', 'services']) {
     $('#nav-' + name).classList.toggle('active', p.page === name || (name === 'jobs' && p.page === 'job'));
   }
   $('#app').innerHTML = '<p class="muted">Loading…</p>';
@@ -89,6 +90,7 @@ async function refresh() {
     if (p.page === 'cluster') await renderCluster();
     else if (p.page === 'queues') await renderQueues();
     else if (p.page === 'jobs') await renderJobs();
+    else if (p.page === 'services') await renderServices();
     else await renderJob(p.id);
     $('#updated').textContent = 'updated ' + new Date().toLocaleTimeString();
     $('#app').dataset.ready = '1';
@@ -276,6 +278,31 @@ async function renderQueues() {
   }
   html += '</table><p class="muted">Bar: GPUs held; black mark: fair share (weights down the queue tree); green: guarantee.</p>';
   html += '<h2>Over time</h2>' + historyChart(history, queues);
+  $('#app').innerHTML = html;
+}
+
+// ---- services -------------------------------------------------------------
+
+async function renderServices() {
+  const { router, services } = await api('/v1/services');
+  let html = '<h1>Services</h1><table id="services-table"><tr><th>service</th><th class="num">job</th><th>state</th>' +
+    '<th class="num">desired</th><th class="num">placed</th><th class="num">ready</th><th class="num">min-max</th>' +
+    '<th class="num">in flight</th><th class="num">queued</th><th class="num">p99</th><th>last scaling</th><th>endpoint</th></tr>';
+  for (const v of services) {
+    const r = v.replicas, sig = v.signals || {};
+    const last = v.rollout || (v.last_scale ? 'to ' + v.last_scale.to + ': ' + v.last_scale.reason : v.reason || '');
+    html += '<tr data-service="' + esc(v.name) + '"><td>' + esc(v.name) + '</td><td class="num"><a href="#/jobs/' + esc(v.job) +
+      '">' + esc(v.job) + '</a></td><td data-k="state">' + esc(v.state) + (v.panic ? ' (panic)' : '') + '</td>' +
+      '<td class="num" data-k="desired">' + esc(r.desired) + '</td><td class="num" data-k="placed">' + esc(r.placed) +
+      '</td><td class="num" data-k="ready">' + esc(r.ready) + '</td><td class="num">' + esc(r.min) + '-' + esc(r.max) +
+      '</td><td class="num" data-k="inflight">' + esc(sig.inflight === undefined ? '' : sig.inflight) +
+      '</td><td class="num">' + esc(sig.queued === undefined ? '' : sig.queued) + '</td><td class="num">' +
+      esc(sig.requests ? sig.p99_ms.toFixed(1) + ' ms' : '') + '</td><td data-k="last">' + esc(last) + '</td><td>' +
+      esc(v.url) + '</td></tr>';
+  }
+  html += '</table>';
+  if (!services.length) html += '<p class="muted">No services (kind: service). See docs/services.md.</p>';
+  if (!router) html += '<p class="muted">No router: start the server with --router HOST:PORT for endpoints.</p>';
   $('#app').innerHTML = html;
 }
 

@@ -258,6 +258,16 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
               true);
   }
 
+  // Services: each with its replicas and the autoscaler's count.
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: web\nkind: service\nservice: {port: 28400}\ntasks: [{cpu: 100m, command: [sleep, '300']}]\n",
+                       "application/yaml")->status, 201);
+  b.Js("location.hash = '#/services'");
+  EXPECT_EQ(b.WaitFor("const r = document.querySelector('#services-table tr[data-service=\"web\"] td[data-k=placed]'); "
+                      "return r !== null && r.textContent === '1'"),
+            true);
+  EXPECT_EQ(b.Js("return document.querySelector('#services-table tr[data-service=\"web\"] td[data-k=desired]').textContent"), "1");
+  b.Screenshot(out + "/services.png");
+
   // Signing out leaves nothing on the page.
   b.Click("#logout");
   EXPECT_EQ(b.WaitFor("return !document.querySelector('#login-view').hidden"), true);
