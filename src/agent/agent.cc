@@ -935,6 +935,7 @@ void Agent::NoteServiceExits() {
   for (auto& [key, t] : tasks_) {
     if (!t->exited || t->backoff_noted || !t->assignment.service) continue;
     t->backoff_noted = true;
+    if (t->stopping) continue;  // stopped for the server (scaled down, replaced): not a crash
     ReplicaBackoff& b = backoff_[Key(t->job, t->task, t->replica, 0)];
     b.failures = now - t->started >= std::chrono::seconds(60) ? 1 : std::min(b.failures + 1, 7);
     b.not_before = now + std::chrono::seconds(std::min(60, 1 << (b.failures - 1)));

@@ -256,20 +256,21 @@ TEST(ParseJobSpec, AServiceIsCheckedFieldByField) {
       {head + task, "svc.yaml:1:1: service: required with kind: service"},
       {head + "service: {port: 8000, replicas: {min: 3, max: 2}}\n" + task, "service.replicas.min: must not exceed max (2)"},
       {head + "service: {port: 0}\n" + task, "service.port: must be between 1 and 65535, got 0"},
-      {head + "service: {port: 80, autoscale: {target_inflight: -1}}\n" + task,
+      {head + "service: {port: 8080, autoscale: {target_inflight: -1}}\n" + task,
        "service.autoscale.target_inflight: must be between 0.01"},
-      {head + "service: {port: 80, bogus: 1}\n" + task, "service.bogus: unknown field"},
-      {head + "service: {port: 80}\ntime_limit: 1h\n" + task, "time_limit: a service is never ended by a time limit"},
-      {head + "service: {port: 80}\ntasks: [{name: s, replicas: 2, gpus: 1}]\n", "tasks[0].replicas: a service's replicas"},
+      {head + "service: {port: 8080, bogus: 1}\n" + task, "service.bogus: unknown field"},
+      {head + "service: {port: 8080}\ntime_limit: 1h\n" + task, "time_limit: a service is never ended by a time limit"},
+      {head + "service: {port: 8080}\ntasks: [{name: s, replicas: 2, gpus: 1}]\n", "tasks[0].replicas: a service's replicas"},
+      {head + "service: {port: 80}\n" + task, "service.port: must be 1024 or above"},
       {"name: j\nkind: cron\n" + task, "kind: must be batch or service, got 'cron'"},
-      {"name: j\nservice: {port: 80}\n" + task, "service: only with kind: service"},
+      {"name: j\nservice: {port: 8080}\n" + task, "service: only with kind: service"},
   };
   for (const Case& c : cases) {
     auto spec = ParseJobSpec(c.yaml, "svc.yaml");
     ASSERT_FALSE(spec.ok()) << c.yaml;
     EXPECT_NE(spec.status().message().find(c.error), std::string::npos) << spec.status().message() << "\n  wanted: " << c.error;
   }
-  auto zero = ParseJobSpec(head + "service: {port: 80, replicas: {min: 0, max: 2}}\n" + task, "svc.yaml");
+  auto zero = ParseJobSpec(head + "service: {port: 8080, replicas: {min: 0, max: 2}}\n" + task, "svc.yaml");
   ASSERT_FALSE(zero.ok());
   EXPECT_NE(zero.status().message().find("service.replicas.min: must be at least 1"), std::string::npos)
       << zero.status().message();

@@ -832,9 +832,30 @@ Status ClusterState::ApplyOne(const ServiceUpdated& e) {
   }
   ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
   ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec, e.spec));
+  // The replicas it runs must fit the new range (indices below max, at least min).
+  const ServiceSpec& next = e.spec.service;
+  const ServiceSpec& now = found->spec.service;
+  if ((next.min_replicas != now.min_replicas || next.max_replicas != now.max_replicas) && !e.spec.elastic()) {
+    return InvalidArgumentError("service.replicas: a service on GPU fractions or MIG slices keeps its count");
+  }
+  if (found->state == JobState::kRunning || found->state == JobState::kPreempting) {
+    for (const ReplicaPlacement& r : found->placement) {
+      if (static_cast<int32_t>(r.replica) >= next.max_replicas) {
+        return InvalidArgumentError("service.replicas.max: replica " + std::to_string(r.replica) +
+                                    " runs; lower max only once the service runs fewer (rota services)");
+      }
+    }
+    if (static_cast<int32_t>(found->placement.size()) < next.min_replicas) {
+      return InvalidArgumentError("service.replicas.min: it runs " + std::to_string(found->placement.size()) +
+                                  " replicas; raise min only up to what runs, then let it scale");
+    }
+  }
   auto updated = std::make_shared<JobRecord>(*found);
   updated->spec = e.spec;
-  updated->spec_attempt = e.spec_attempt >= 0 ? e.spec_attempt : found->attempt();
+  // A pending service's next start is on the new spec already: nothing to roll.
+  updated->spec_attempt = e.spec_attempt >= 0                 ? e.spec_attempt
+                          : found->state == JobState::kPending ? found->spec_attempt
+                                                               : found->attempt();
   updated->spec_updates++;
   if (updated->desired_replicas > 0) {
     updated->desired_replicas = std::clamp(updated->desired_replicas, e.spec.service.min_replicas, e.spec.service.max_replicas);
@@ -955,7 +976,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     return j.state == JobState::kPending && !j.held && j.restarts == 0 && j.attained == 0 && j.attempts.empty() && j.resizes == 0 && j.rank_restarts == 0 &&
            j.gang_attempt == 0 && j.rank_attempt.empty() && j.placement.empty() && j.last_checkpoint_at == 0 &&
            j.preempted_at.empty() && j.last_requeue_reason.empty() && j.last_placement.empty() && j.nominated.empty() &&
-           j.resized_at == 0;
+           j.resized_at == 0 && j.spec_attempt < 0 && j.desired_replicas == 0;
   };
   for (const auto& [id, job] : snap.live_jobs()) {
     if (plain(*job)) {

@@ -150,6 +150,7 @@ Status ValidateJobSpec(const JobSpec& spec) {
     if (sv.port < 1 || static_cast<int64_t>(sv.port) + sv.max_replicas - 1 > 65535) {
       return FieldError("service.port", "must be 1..65535, with port + max - 1 at most 65535 (replica r listens on port + r)");
     }
+    if (sv.port < 1024) return FieldError("service.port", "must be 1024 or above (ports below are the node's own)");
     if (sv.readiness.path.empty() || sv.readiness.path[0] != '/') {
       return FieldError("service.readiness.path", "must start with '/'");
     }

@@ -95,7 +95,8 @@ struct ProbeSpec {
   Duration timeout = 1'000'000;  // for one probe's answer
   // A replica not ready this long after it started is restarted (loading
   // weights takes time); one ready once that then fails `failure_threshold`
-  // probes in a row is out of the router, and restarted.
+  // probes in a row is out of the router, and restarted if it stays out this
+  // long again.
   Duration startup = 600'000'000;
   int32_t failure_threshold = 3;
   bool operator==(const ProbeSpec&) const = default;

@@ -51,11 +51,11 @@ Autoscaler::Window Autoscaler::Average(TimePoint now, Duration span) const {
 int32_t Autoscaler::Ask(const Window& w, int32_t current, std::string* why) const {
   const AutoscaleSpec& a = spec_.autoscale;
   const int32_t base = std::max(current, 1);
-  int32_t best = 0;
+  int32_t best = -1;  // -1: no target had a signal
   auto consider = [&](double ratio, const std::string& what) {
     // Within the tolerance band of the target at the current count: stay.
     const int32_t asked = std::abs(ratio - 1) <= a.tolerance ? base : static_cast<int32_t>(std::ceil(ratio * base - 1e-9));
-    if (asked > best || why->empty()) {
+    if (asked > best) {
       best = std::max(best, asked);
       *why = what + ": " + std::to_string(asked);
     }
@@ -87,6 +87,13 @@ AutoscaleDecision Autoscaler::Decide(TimePoint now, int32_t current, int32_t rea
   std::string stable_why, panic_why;
   const int32_t stable = Ask(Average(now, a.stable_window), current, &stable_why);
   const int32_t panic = Ask(Average(now, a.panic_window), current, &panic_why);
+  if (stable < 0) {
+    // No signal for any target (metrics not exported yet, no ready replica
+    // to read them from): no load is not zero load; keep the count.
+    d.desired = std::clamp(current, sv.min_replicas, sv.max_replicas);
+    d.reason = "no signal for its targets; kept at " + std::to_string(d.desired);
+    return d;
+  }
   // Panic when the panic window asks panic_threshold x what can serve now.
   if (panic >= a.panic_threshold * std::max(ready, 1) && panic > current) {
     panic_since_ = now;

@@ -116,6 +116,18 @@ TEST(Autoscale, WithinTheToleranceNothingChanges) {
   EXPECT_EQ(b.Decide(69 * kSecond, 2, 2).desired, 3);
 }
 
+TEST(Autoscale, NoSignalIsNotZeroLoad) {
+  // A metric target whose metric no ready replica reports: kept, not scaled to min.
+  ServiceSpec s = Service(1, 8, 0);
+  s.autoscale.metrics = {{"vllm:num_requests_waiting", 2}};
+  s.autoscale.scale_down_delay = 0;
+  Autoscaler a(s);
+  for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 0, -1, {}});
+  const AutoscaleDecision d = a.Decide(69 * kSecond, 5, 0);
+  EXPECT_EQ(d.desired, 5);
+  EXPECT_NE(d.reason.find("no signal"), std::string::npos) << d.reason;
+}
+
 TEST(Autoscale, WithoutTargetsItKeepsItsCountWithinMinAndMax) {
   Autoscaler a(Service(2, 4, 0));
   a.Observe({0, 100, -1});

@@ -631,6 +631,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
                                                         std::to_string(id.value()) + "); cancel it or pick another name");
         }
       }
+      ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, JobId()));
     }
     // Tenant limits, counted against what is pending now (on the actor, so
     // concurrent submissions cannot both slip under a limit).
@@ -775,6 +776,24 @@ Status Controller::ScaleService(JobId id, int32_t desired, const std::string& re
       .status();
 }
 
+// Replica r of a service listens on port + r on whatever node it lands:
+// two live services' ranges never overlap, so no service's replica can
+// answer (or be probed, or be sent requests) for another's.
+Status Controller::PortsFree(const Snapshot& snap, const JobSpec& spec, JobId self) {
+  const int32_t lo = spec.service.port, hi = spec.service.port + spec.service.max_replicas - 1;
+  for (const auto& [id, job] : snap.live_jobs()) {
+    if (id == self || !job->spec.is_service()) continue;
+    const int32_t a = job->spec.service.port, b = a + job->spec.service.max_replicas - 1;
+    if (lo <= b && a <= hi) {
+      return Status(StatusCode::kAlreadyExists,
+                    "service.port: ports " + std::to_string(lo) + ".." + std::to_string(hi) + " (port + replica) overlap " +
+                        "service '" + job->spec.name + "' (job " + std::to_string(id.value()) + ", ports " +
+                        std::to_string(a) + ".." + std::to_string(b) + "); pick another port");
+    }
+  }
+  return Status::Ok();
+}
+
 StatusOr<JobId> Controller::UpdateService(const Principal& who, JobSpec spec) {
   ROTA_RETURN_IF_ERROR(CheckSubmission(who, &spec));
   if (!spec.is_service()) return InvalidArgumentError("kind: rota apply updates a service (kind: service)");
@@ -789,6 +808,7 @@ StatusOr<JobId> Controller::UpdateService(const Principal& who, JobSpec spec) {
     }
     if (found->spec == spec) return found->id;  // nothing to change
     ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec, spec));
+    ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, found->id));
     const JobId id = found->id;
     ROTA_RETURN_IF_ERROR(batch.Apply(ServiceUpdated{id, options_.clock->Now(), spec, who.user}));
     return id;

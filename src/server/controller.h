@@ -176,6 +176,7 @@ class Controller {
   // rota apply: replaces the live service of spec's name (its owner or an
   // admin); the ServiceManager then rolls its replicas onto it.
   StatusOr<JobId> UpdateService(const Principal& who, JobSpec spec);
+  static Status PortsFree(const Snapshot& snap, const JobSpec& spec, JobId self);
   Status RestartReplica(JobId id, uint16_t task, uint32_t replica, int32_t attempt, const std::string& reason);
   Status SetDrain(const Principal& who, const std::string& node, bool drained, const std::string& reason = "");
   // `mps`: an NVIDIA MPS control daemon serves the node's GPUs (GPU fractions

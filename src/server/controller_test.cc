@@ -165,6 +165,14 @@ TEST_F(ControllerTest, AServiceRestartsReplicasForeverAndSurvivesANodeLoss) {
   auto id = c->Submit(kAlice, Service("svc", 1, 3));
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   EXPECT_EQ(c->Submit(kBob, Service("svc", 1, 1)).status().code(), StatusCode::kAlreadyExists);
+  // Ports 8000..8002 are svc's (port + replica): another service's may not overlap them.
+  JobSpec other = Service("other", 1, 1);
+  other.service.port = 8002;
+  auto overlap = c->Submit(kBob, other);
+  EXPECT_EQ(overlap.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(overlap.status().message().find("service.port: ports 8002..8002 (port + replica) overlap service 'svc'"),
+            std::string::npos)
+      << overlap.status().message();
   EXPECT_EQ(c->snapshot().FindJob(*id)->spec.priority, 2000);  // the inference class
   c->ScheduleNow();
   ASSERT_TRUE(c->ScaleService(*id, 3, "in flight 12.0 (target 4/replica): 3").ok());

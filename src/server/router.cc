@@ -266,6 +266,7 @@ awaitable<std::optional<http::response<http::string_body>>> Router::Impl::Exchan
       beast::flat_buffer buf;
       http::response_parser<http::string_body> parser;
       parser.body_limit(options.max_body_bytes);
+      if (req.method() == http::verb::head) parser.skip(true);  // (no body follows its Content-Length)
       co_await http::async_read(*s, buf, parser, use_awaitable);
       http::response<http::string_body> res = parser.release();
       if (res.keep_alive() && b.idle.size() < kIdlePerBackend && !b.gone) {
@@ -273,8 +274,17 @@ awaitable<std::optional<http::response<http::string_body>>> Router::Impl::Exchan
         b.idle.push_back(std::move(s));
       }
       co_return res;
+    } catch (const boost::system::system_error& e) {
+      // A kept-alive connection the replica had closed fails at once with
+      // EOF or a reset, before the request reached it: then a fresh one.
+      // Anything else (a timeout, a replica that failed mid-answer) is the
+      // replica's failure: not sent again here.
+      const auto code = e.code();
+      const bool stale = code == http::error::end_of_stream || code == asio::error::eof ||
+                         code == asio::error::connection_reset || code == asio::error::broken_pipe;
+      if (!reused || !stale) co_return std::nullopt;
     } catch (const std::exception&) {
-      if (!reused) co_return std::nullopt;
+      co_return std::nullopt;
     }
   }
   co_return std::nullopt;

@@ -101,8 +101,8 @@ struct RouterOptions {
   int port = 0;  // 0 = any free port
   Duration queue_timeout = 30 * kMicrosPerSecond;
   Duration request_timeout = 300 * kMicrosPerSecond;  // a replica's answer
-  size_t max_body_bytes = 64 << 20;
-  size_t max_connections = 10'000;
+  size_t max_body_bytes = 16 << 20;  // a request's or an answer's
+  size_t max_connections = 4'096;
 };
 
 class Router {

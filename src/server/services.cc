@@ -77,8 +77,12 @@ void ServiceManager::Tick() {
     if (job->state != JobState::kRunning) continue;
     if (Roll(*job, st, now)) continue;
     if (!job->spec.service.autoscale.enabled()) continue;
-    auto& scaler = scalers_[rs.job];
-    if (scaler == nullptr) scaler = std::make_unique<sched::Autoscaler>(job->spec.service);
+    Scaler& entry = scalers_[rs.job];
+    if (entry.autoscaler == nullptr || !(entry.spec == job->spec.service)) {
+      entry.spec = job->spec.service;
+      entry.autoscaler = std::make_unique<sched::Autoscaler>(job->spec.service);
+    }
+    sched::Autoscaler* scaler = entry.autoscaler.get();
     scaler->Observe({now, st.signals.inflight_avg, st.gpu_memory, st.signals.metrics});
     const int32_t current = job->DesiredReplicas();
     sched::AutoscaleDecision d = scaler->Decide(now, current, router_ != nullptr ? st.signals.ready : current);
@@ -113,7 +117,16 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
                          " replicas on the new spec";
   if (it == rollouts_.end()) {
     Rollout r;
+    // (A server restarted mid-update finds the extra replica's count as
+    // desired: it starts from there, without another extra.)
     r.base = job.DesiredReplicas();
+    if (job.last_scale_reason.rfind("rolling update: one replica over", 0) == 0) {
+      r.base = std::max(job.spec.service.min_replicas, r.base - 1);
+      r.surged = true;
+      rollouts_[id] = r;
+      st.rollout = "rolling update: resuming (" + of + ")";
+      return true;
+    }
     if (r.base < job.spec.service.max_replicas &&
         controller_->ScaleService(id, r.base + 1, "rolling update: one replica over while replicas are replaced").ok()) {
       r.surged = true;
@@ -148,9 +161,16 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
   const size_t want = static_cast<size_t>(r.surged ? r.base + 1 : r.base);
   const bool all_ready = router_ == nullptr || st.signals.ready >= static_cast<int32_t>(job.placement.size());
   if (job.placement.size() < std::min(want, static_cast<size_t>(job.spec.service.max_replicas)) || !all_ready) {
+    if (r.waiting_since == 0) r.waiting_since = now;
+    // No room for the extra replica within a minute: replace in place.
+    if (r.surged && all_ready && now - r.waiting_since > 60 * kMicrosPerSecond &&
+        controller_->ScaleService(id, r.base, "rolling update: no room for an extra replica; replacing in place").ok()) {
+      r.surged = false;
+    }
     st.rollout = "rolling update: waiting for every replica to be ready (" + of + ")";
     return true;
   }
+  r.waiting_since = 0;
   r.task = first_old->task;
   r.replica = first_old->replica;
   r.attempt = job.ReplicaAttempt(first_old->replica);

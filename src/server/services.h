@@ -65,7 +65,11 @@ class ServiceManager {
   std::mutex run_mu_;  // one tick at a time
   mutable std::mutex mu_;  // guards status_
   std::map<JobId, ServiceStatus> status_;
-  std::map<JobId, std::unique_ptr<sched::Autoscaler>> scalers_;  // (under run_mu_)
+  struct Scaler {
+    ServiceSpec spec;  // what it was built from (rota apply may change it)
+    std::unique_ptr<sched::Autoscaler> autoscaler;
+  };
+  std::map<JobId, Scaler> scalers_;  // (under run_mu_)
   struct Rollout {
     int32_t base = 0;  // the desired count before it began
     bool surged = false;
@@ -74,6 +78,7 @@ class ServiceManager {
     uint32_t replica = 0;
     int32_t attempt = 0;
     TimePoint drain_since = 0;
+    TimePoint waiting_since = 0;  // for the extra replica's placement
   };
   std::map<JobId, Rollout> rollouts_;  // (under run_mu_)
   // One step of a service's rolling update; false when none is due (the

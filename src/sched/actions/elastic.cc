@@ -185,11 +185,14 @@ void GrowElastic::Execute(Session& s) const {
     }
     // The new replicas take the lowest replica indices the gang lacks.
     std::vector<bool> used(static_cast<size_t>(r->spec.tasks[0].replicas), false);
-    for (const ReplicaPlacement& p : r->placement) used[p.replica] = true;
+    for (const ReplicaPlacement& p : r->placement) {
+      if (p.replica < used.size()) used[p.replica] = true;
+    }
     std::vector<ReplicaPlacement> grown = r->placement;
     uint32_t next = 0;
     for (const Txn::Step& st : s.txn().steps()) {
-      while (used[next]) ++next;
+      while (next < used.size() && used[next]) ++next;
+      if (next >= used.size()) break;  // (cannot happen: it grows by at most the indices it lacks)
       used[next] = true;
       grown.push_back({0, next, topo.node_at(st.pos), st.mask});
     }
