@@ -66,24 +66,16 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
   exits[{t.task, t.replica}] = t.exit_code;
   const TaskGroupSpec& spec = job.spec.tasks[t.task];
   const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
-  if (job.spec.is_service()) {
-    // A service's replica restarts alone, whatever its exit, forever (the
-    // agent backs off a replica that keeps failing, as the kubelet does).
+  // A service's replica restarts alone, whatever its exit, forever (the
+  // agent backs off one that keeps failing, as the kubelet does); an
+  // elastic job's failed rank alone, as its policy allows; the others keep running.
+  if (job.spec.is_service() || (t.exit_code != 0 && job.spec.elastic() && RestartAllowed(job))) {
+    const std::string then = job.spec.is_service() ? "; restarted" : "; restarted alone";
     exits.erase({t.task, t.replica});
     batch.Apply(RankRestarted{t.job, t.task, t.replica, now,
-                              t.exit_reason == "oom" ? replica_name + " was OOM-killed; restarted"
-                                                     : replica_name + " exited with code " +
-                                                           std::to_string(t.exit_code) + "; restarted"})
-        .IgnoreError();
-    return;
-  }
-  if (t.exit_code != 0 && job.spec.elastic() && RestartAllowed(job)) {
-    // An elastic job restarts only the failed rank; the others keep running.
-    exits.erase({t.task, t.replica});
-    batch.Apply(RankRestarted{t.job, t.task, t.replica, now,
-                              t.exit_reason == "oom" ? replica_name + " was OOM-killed; restarted alone"
-                                                     : replica_name + " exited with code " +
-                                                           std::to_string(t.exit_code) + "; restarted alone"})
+                              t.exit_reason == "oom"
+                                  ? replica_name + " was OOM-killed" + then
+                                  : replica_name + " exited with code " + std::to_string(t.exit_code) + then})
         .IgnoreError();
     return;
   }
