@@ -91,6 +91,7 @@ struct Router::Impl {
   std::thread loop;
   bool stopping = false;  // (loop thread)
   size_t connections = 0;
+  std::map<std::string, size_t> per_address;  // open connections by client address
   std::map<std::string, std::shared_ptr<Service>> services;  // (loop thread) by name
   std::vector<RouterUnhealthy> unhealthy;                    // (loop thread)
 
@@ -105,7 +106,7 @@ struct Router::Impl {
 
   void Apply(std::vector<RouterService> list);
   awaitable<void> Accept();
-  awaitable<void> Serve(tcp::socket socket);
+  awaitable<void> Serve(tcp::socket socket, std::string remote);
   awaitable<http::response<http::string_body>> Forward(http::request<http::string_body> req, std::string remote);
   // One exchange with a backend; nullopt if it failed before an answer.
   awaitable<std::optional<http::response<http::string_body>>> Exchange(Backend& b, const http::request<http::string_body>& req);
@@ -362,13 +363,10 @@ awaitable<http::response<http::string_body>> Router::Impl::Forward(http::request
   co_return std::move(*res);
 }
 
-awaitable<void> Router::Impl::Serve(tcp::socket socket) {
-  ++connections;
+awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
   beast::tcp_stream client(std::move(socket));
   beast::error_code ec;
   client.socket().set_option(tcp::no_delay(true), ec);
-  const auto peer = client.socket().remote_endpoint(ec);
-  const std::string remote = ec ? "" : peer.address().to_string();
   beast::flat_buffer buf;
   try {
     while (!stopping) {
@@ -390,6 +388,7 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket) {
   }
   client.socket().shutdown(tcp::socket::shutdown_both, ec);
   --connections;
+  if (--per_address[remote] == 0) per_address.erase(remote);
 }
 
 awaitable<void> Router::Impl::Accept() {
@@ -400,8 +399,14 @@ awaitable<void> Router::Impl::Accept() {
       if (stopping || ec == asio::error::operation_aborted) break;
       continue;
     }
-    if (connections >= options.max_connections) continue;  // closed at once
-    asio::co_spawn(ioc, Serve(std::move(socket)), asio::detached);
+    const auto peer = socket.remote_endpoint(ec);
+    const std::string remote = ec ? "" : peer.address().to_string();
+    // Past the caps (in all, or from one client address): closed at once.
+    if (connections >= options.max_connections) continue;
+    if (per_address[remote] >= options.max_connections_per_address) continue;
+    ++connections;
+    ++per_address[remote];
+    asio::co_spawn(ioc, Serve(std::move(socket), remote), asio::detached);
   }
 }
 

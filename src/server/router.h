@@ -103,6 +103,7 @@ struct RouterOptions {
   Duration request_timeout = 300 * kMicrosPerSecond;  // a replica's answer
   size_t max_body_bytes = 16 << 20;  // a request's or an answer's
   size_t max_connections = 4'096;
+  size_t max_connections_per_address = 512;  // one client cannot take them all
 };
 
 class Router {
