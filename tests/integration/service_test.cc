@@ -249,7 +249,8 @@ TEST_F(Services, ScaleUpUnderLoadSurviveAKilledReplicaAndScaleDown) {
   EXPECT_EQ(failed.load(), 0) << failures;
 
   // Quiet: down to its min once the panic and the scale-down delay have passed.
-  const json down = WaitService("echo", [](const json& s) { return s["replicas"]["desired"] == 1; }, 60);
+  // (The decision first, its placement in the scheduling pass after it.)
+  const json down = WaitService("echo", [](const json& s) { return s["replicas"]["desired"] == 1 && s["replicas"]["placed"] == 1; }, 60);
   EXPECT_EQ(down["replicas"]["placed"], 1);
   const std::string metrics = server->Admin().Get("/metrics")->body;
   EXPECT_NE(metrics.find("rota_service_replicas{service=\"echo\",kind=\"desired\"} 1"), std::string::npos);
