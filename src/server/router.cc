@@ -7,6 +7,7 @@
 #include <boost/beast/http.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <chrono>
@@ -156,19 +157,24 @@ void Router::Impl::Apply(std::vector<RouterService> list) {
 }
 
 std::shared_ptr<Router::Impl::Backend> Router::Impl::Pick(Service& svc, const Backend* exclude) {
-  std::vector<std::shared_ptr<Backend>> ready;
-  for (auto& [key, b] : svc.backends) {
-    if (b->ready && !b->gone && !b->draining && b.get() != exclude) ready.push_back(b);
+  // Fewest outstanding; ties in turn (the n-th tie after a rotating start).
+  // No allocation: it runs for every request.
+  auto usable = [&](const Backend& b) { return b.ready && !b.gone && !b.draining && &b != exclude; };
+  size_t ready = 0;
+  int64_t fewest = INT64_MAX;
+  for (const auto& [key, b] : svc.backends) {
+    if (!usable(*b)) continue;
+    ++ready;
+    fewest = std::min(fewest, b->outstanding);
   }
-  if (ready.empty()) return nullptr;
-  // Fewest outstanding; ties in turn.
-  const size_t start = svc.turn++ % ready.size();
-  std::shared_ptr<Backend> best;
-  for (size_t i = 0; i < ready.size(); ++i) {
-    const std::shared_ptr<Backend>& b = ready[(start + i) % ready.size()];
-    if (best == nullptr || b->outstanding < best->outstanding) best = b;
+  if (ready == 0) return nullptr;
+  size_t ties = 0;
+  for (const auto& [key, b] : svc.backends) ties += usable(*b) && b->outstanding == fewest;
+  size_t nth = svc.turn++ % ties;
+  for (const auto& [key, b] : svc.backends) {
+    if (usable(*b) && b->outstanding == fewest && nth-- == 0) return b;
   }
-  return best;
+  return nullptr;  // (not reached)
 }
 
 awaitable<unsigned> Router::Impl::Fetch(const RouterBackend& b, const std::string& path, Duration timeout,
