@@ -180,7 +180,22 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
   } else {
     d.live.Erase(id);
   }
+  if (job->spec.is_service()) {
+    auto at = std::lower_bound(d.live_services.begin(), d.live_services.end(), id);
+    const bool listed = at != d.live_services.end() && *at == id;
+    if (live && !listed) d.live_services.insert(at, id);
+    if (!live && listed) d.live_services.erase(at);
+  }
   d.jobs.Put(id, std::move(job));
+}
+
+std::vector<const JobRecord*> Snapshot::LiveServices() const {
+  std::vector<const JobRecord*> out;
+  out.reserve(data_->live_services.size());
+  for (JobId id : data_->live_services) {
+    if (const JobRecord* j = FindJob(id)) out.push_back(j);
+  }
+  return out;
 }
 
 void ClusterState::Restore(const Snapshot& snap) {

@@ -290,6 +290,9 @@ class Snapshot {
   int64_t PendingInQueue(const std::string& queue) const;
   // Only the jobs that have not ended (pending, running, preempting).
   const JobTable& live_jobs() const { return data_->live; }
+  // The live services (kind: service), in id order: a few among a million
+  // jobs, so what looks after services does not walk every job.
+  std::vector<const JobRecord*> LiveServices() const;
 
  private:
   friend class ClusterState;
@@ -319,6 +322,7 @@ class Snapshot {
     std::vector<std::unordered_map<std::string, std::string>> domain_parent;
     JobTable jobs;
     JobTable live;  // the subset not ended
+    std::vector<JobId> live_services;  // the live subset of kind service, sorted
     // Pending jobs per user and per (leaf) queue, kept as jobs change, for
     // the tenant limits.
     std::unordered_map<std::string, int64_t> pending_by_user;

@@ -377,6 +377,37 @@ TEST(ClusterState, HoldsAPendingJobUntilReleased) {
   EXPECT_TRUE(later.GetSnapshot().FindJob(JobId(3))->held_by_admin);
 }
 
+// The live services are listed without a walk over every job: a service is
+// listed from its submission until it ends, and earlier snapshots keep theirs.
+TEST(ClusterState, ListsItsLiveServices) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  JobSpec svc = Job(1, 1);
+  svc.kind = JobKind::kService;
+  svc.service.port = 8000;
+  svc.elastic_min_replicas = 1;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 1), 0}).ok());
+  const Status submitted = st.Apply(JobSubmitted{JobId(2), svc, 0});
+  ASSERT_TRUE(submitted.ok()) << submitted.message();
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), svc, 0}).ok());
+  Snapshot both = st.GetSnapshot();
+  ASSERT_EQ(both.LiveServices().size(), 2u);
+  EXPECT_EQ(both.LiveServices()[0]->id, JobId(2));
+  EXPECT_EQ(both.LiveServices()[1]->id, JobId(3));
+  ASSERT_TRUE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0x1}}, 1}).ok());
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(3), 2, "cancelled"}).ok());
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(1), 2, "cancelled"}).ok());
+  Snapshot one = st.GetSnapshot();
+  ASSERT_EQ(one.LiveServices().size(), 1u);
+  EXPECT_EQ(one.LiveServices()[0]->id, JobId(2));
+  EXPECT_EQ(one.LiveServices()[0]->state, JobState::kRunning);
+  EXPECT_EQ(both.LiveServices().size(), 2u);
+  ClusterState replay;
+  for (const Event& e : CompactState(one)) ASSERT_TRUE(replay.Apply(e).ok());
+  ASSERT_EQ(replay.GetSnapshot().LiveServices().size(), 1u);
+  EXPECT_EQ(replay.GetSnapshot().LiveServices()[0]->id, JobId(2));
+}
+
 // The largest id the table holds, across chunks and after erasures.
 TEST(JobTable, MaxIdIsTheLargestHeld) {
   JobTable t;

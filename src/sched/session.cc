@@ -180,9 +180,9 @@ const std::vector<Session::Ending>& Session::Endings() {
   if (!endings_built_) {
     endings_built_ = true;
     endings_.clear();
-    for (const auto& [id, job] : snap_->live_jobs()) {
-      if (job->state != JobState::kRunning || job->spec.time_limit <= 0) continue;
-      endings_.push_back({std::max(now_, job->started_at + job->spec.time_limit), job.get()});
+    for (const JobRecord* job : running_) {  // the running jobs, not every live one
+      if (job->spec.time_limit <= 0) continue;
+      endings_.push_back({std::max(now_, job->started_at + job->spec.time_limit), job});
     }
     std::sort(endings_.begin(), endings_.end(), [](const Ending& a, const Ending& b) {
       return std::tie(a.end, a.job->id) < std::tie(b.end, b.job->id);

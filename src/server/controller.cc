@@ -272,9 +272,10 @@ Snapshot Controller::snapshot() const {
 
 std::optional<sched::PendingReason> Controller::pending_reason(JobId id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = reasons_.find(id);
-  if (it == reasons_.end()) return std::nullopt;
-  return it->second;
+  auto it = std::lower_bound(reasons_.begin(), reasons_.end(), id,
+                             [](const sched::Waiting& w, JobId job) { return w.job < job; });
+  if (it == reasons_.end() || it->job != id) return std::nullopt;
+  return it->reason;
 }
 
 std::vector<std::string> Controller::job_flags(const JobRecord& job) const {
@@ -625,10 +626,10 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     // A service is found by its name (its endpoint): one live service a name.
     if (spec.is_service()) {
       if (count != 1) return InvalidArgumentError("count: a service is submitted once; its replicas are service.replicas");
-      for (const auto& [id, job] : snap.live_jobs()) {
-        if (job->spec.is_service() && job->spec.name == spec.name) {
+      for (const JobRecord* job : snap.LiveServices()) {
+        if (job->spec.name == spec.name) {
           return Status(StatusCode::kAlreadyExists, "name: service '" + spec.name + "' exists already (job " +
-                                                        std::to_string(id.value()) + "); cancel it or pick another name");
+                                                        std::to_string(job->id.value()) + "); cancel it or pick another name");
         }
       }
       ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, JobId()));
@@ -781,8 +782,9 @@ Status Controller::ScaleService(JobId id, int32_t desired, const std::string& re
 // answer (or be probed, or be sent requests) for another's.
 Status Controller::PortsFree(const Snapshot& snap, const JobSpec& spec, JobId self) {
   const int32_t lo = spec.service.port, hi = spec.service.port + spec.service.max_replicas - 1;
-  for (const auto& [id, job] : snap.live_jobs()) {
-    if (id == self || !job->spec.is_service()) continue;
+  for (const JobRecord* job : snap.LiveServices()) {
+    const JobId id = job->id;
+    if (id == self) continue;
     const int32_t a = job->spec.service.port, b = a + job->spec.service.max_replicas - 1;
     if (lo <= b && a <= hi) {
       return Status(StatusCode::kAlreadyExists,
@@ -800,8 +802,8 @@ StatusOr<JobId> Controller::UpdateService(const Principal& who, JobSpec spec) {
   return Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
     Snapshot snap = batch.state->GetSnapshot();
     const JobRecord* found = nullptr;
-    for (const auto& [id, job] : snap.live_jobs()) {
-      if (job->spec.is_service() && job->spec.name == spec.name) found = job.get();
+    for (const JobRecord* job : snap.LiveServices()) {
+      if (job->spec.name == spec.name) found = job;
     }
     if (found == nullptr || (!who.admin() && found->user != who.user)) {
       return NotFoundError("no service '" + spec.name + "' of yours (rota submit starts one)");

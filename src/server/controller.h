@@ -268,6 +268,7 @@ class Controller {
   void SchedulerLoop();
   void SnapshotLoop();
   void RunOneCycle();
+  sched::CycleResult cycle_;  // the scheduling loop's: its buffers kept between cycles
   // Declares nodes lost whose agents stopped heartbeating, and requeues their gangs.
   void CheckNodes();
   // On the actor: the node registry's part of a heartbeat (the agent is
@@ -343,7 +344,10 @@ class Controller {
   std::map<std::string, int64_t> array_reserved_user_;
   RequestIds request_ids_;  // actor only: the submissions' idempotency keys
   std::map<std::string, int64_t> array_reserved_queue_;
-  std::map<JobId, sched::PendingReason> reasons_;
+  // The last cycle's pending jobs and why each waits, by job id (the
+  // cycle's own list, sorted and swapped in: a million waiting jobs cost no
+  // map of a million nodes each cycle).
+  std::vector<sched::Waiting> reasons_;
   std::map<std::string, NodeLive> live_;
   ControllerMetrics metrics_;
   std::map<std::string, uint64_t> node_versions_;

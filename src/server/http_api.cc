@@ -948,9 +948,9 @@ class HttpServerImpl final : public HttpServer {
       Snapshot snap = c_->snapshot();
       const auto status = options_.services != nullptr ? options_.services->status() : std::map<JobId, ServiceStatus>{};
       ordered_json list = ordered_json::array();
-      for (const auto& [id, job] : snap.live_jobs()) {
-        if (!job->spec.is_service() || !(who.admin() || job->user == who.user || AllSeeAll())) continue;
-        auto it = status.find(id);
+      for (const JobRecord* job : snap.LiveServices()) {
+        if (!(who.admin() || job->user == who.user || AllSeeAll())) continue;
+        auto it = status.find(job->id);
         list.push_back(ServiceView(*job, it != status.end() ? &it->second : nullptr));
       }
       Reply(res, 200, {{"router", options_.router_url}, {"services", list}});
@@ -974,8 +974,8 @@ class HttpServerImpl final : public HttpServer {
                                                               HttpResponse& res) {
       Snapshot snap = c_->snapshot();
       const JobRecord* found = nullptr;
-      for (const auto& [id, job] : snap.live_jobs()) {
-        if (job->spec.is_service() && job->spec.name == req.matches[1]) found = job.get();
+      for (const JobRecord* job : snap.LiveServices()) {
+        if (job->spec.name == req.matches[1]) found = job;
       }
       if (found == nullptr || !(who.admin() || found->user == who.user || AllSeeAll())) {
         return ReplyError(res, NotFoundError("no service '" + req.matches[1] + "'"));

@@ -32,8 +32,8 @@ void ServiceManager::Tick() {
   const TimePoint now = controller_->clock().Now();
   std::vector<RouterService> services;
   std::map<JobId, double> gpu_memory;
-  for (const auto& [id, job] : snap.live_jobs()) {
-    if (!job->spec.is_service()) continue;
+  for (const JobRecord* job : snap.LiveServices()) {
+    const JobId id = job->id;
     RouterService rs{job->spec.name, id, job->spec.service.readiness, {}, job->spec.service.metrics_path, {}};
     for (const MetricTarget& m : job->spec.service.autoscale.metrics) rs.metrics.push_back(m.name);
     double used = 0, total = 0;
