@@ -169,7 +169,7 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
   auto count = [&](const JobRecord& j, int64_t delta) {
     if (j.state != JobState::kPending) return;
     if ((d.pending_by_user[j.user] += delta) == 0) d.pending_by_user.erase(j.user);
-    if ((d.pending_by_queue[j.spec.queue] += delta) == 0) d.pending_by_queue.erase(j.spec.queue);
+    if ((d.pending_by_queue[j.spec().queue] += delta) == 0) d.pending_by_queue.erase(j.spec().queue);
   };
   if (auto old = d.jobs.find(id); old != d.jobs.end()) count(*old->second, -1);
   count(*job, +1);
@@ -180,7 +180,7 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
   } else {
     d.live.Erase(id);
   }
-  if (job->spec.is_service()) {
+  if (job->spec().is_service()) {
     auto at = std::lower_bound(d.live_services.begin(), d.live_services.end(), id);
     const bool listed = at != d.live_services.end() && *at == id;
     if (live && !listed) d.live_services.insert(at, id);
@@ -316,6 +316,18 @@ Status CheckArray(JobId id, JobId array, int64_t array_count, int64_t count = 1)
 
 }  // namespace
 
+std::shared_ptr<const JobSpec> ClusterState::ArraySpec(JobId id, JobId array, const JobSpec& spec) const {
+  // The element before, of the same array and spec (a journal snapshot
+  // replays an array's elements one by one once some have run): share its.
+  if (array.value() != 0 && id.value() > 1) {
+    auto prev = data_->jobs.find(JobId(id.value() - 1));
+    if (prev != data_->jobs.end() && prev->second->array == array && prev->second->spec() == spec) {
+      return prev->second->shared_spec;
+    }
+  }
+  return std::make_shared<const JobSpec>(spec);
+}
+
 Status ClusterState::ApplyOne(const JobSubmitted& e) {
   ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
   ROTA_RETURN_IF_ERROR(CheckArray(e.id, e.array, e.array_count));
@@ -326,7 +338,7 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   if (data_->jobs.count(e.id)) return AlreadyExistsError("job " + std::to_string(e.id.value()) + " already exists");
   auto job = std::make_shared<JobRecord>();
   job->id = e.id;
-  job->spec = e.spec;
+  job->SetSpec(ArraySpec(e.id, e.array, e.spec));
   job->submitted_at = e.at;
   job->user = e.user;
   job->restarts = e.restarts;
@@ -361,10 +373,11 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
     }
   }
   Snapshot::Data& d = Mutable();
+  const auto spec = ArraySpec(JobId(first), e.array, e.spec);  // one for the run
   for (int64_t i = 0; i < e.count; ++i) {
     auto job = std::make_shared<JobRecord>();
     job->id = JobId(first + static_cast<uint64_t>(i));
-    job->spec = e.spec;
+    job->SetSpec(spec);
     job->submitted_at = e.at;
     job->user = e.user;
     job->request_id = e.request_id;
@@ -378,32 +391,32 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
 Status ClusterState::CheckPlacement(const JobRecord& job, const std::vector<ReplicaPlacement>& placement,
                                     const std::vector<ReplicaPlacement>& replacing, const std::string& who) const {
   const int64_t n_placed = static_cast<int64_t>(placement.size());
-  if (job.spec.elastic()) {
-    if (n_placed < job.spec.elastic_min_replicas || n_placed > job.spec.TotalReplicas()) {
+  if (job.spec().elastic()) {
+    if (n_placed < job.spec().elastic_min_replicas || n_placed > job.spec().TotalReplicas()) {
       return FailedPreconditionError(who + ": " + std::to_string(n_placed) + " placements for an elastic job of " +
-                                     std::to_string(job.spec.elastic_min_replicas) + ".." +
-                                     std::to_string(job.spec.TotalReplicas()) + " replicas");
+                                     std::to_string(job.spec().elastic_min_replicas) + ".." +
+                                     std::to_string(job.spec().TotalReplicas()) + " replicas");
     }
-  } else if (n_placed != job.spec.TotalReplicas()) {
+  } else if (n_placed != job.spec().TotalReplicas()) {
     return FailedPreconditionError(who + ": " + std::to_string(n_placed) + " placements for " +
-                                   std::to_string(job.spec.TotalReplicas()) + " replicas (a gang binds whole)");
+                                   std::to_string(job.spec().TotalReplicas()) + " replicas (a gang binds whole)");
   }
   // What `replacing` holds per node counts as free.
   std::unordered_map<uint32_t, uint64_t> own_gpus;
   std::unordered_map<uint32_t, std::pair<MilliCpu, MemoryMiB>> own;
   for (const ReplicaPlacement& r : replacing) {
     own_gpus[r.node.value()] |= r.gpu_mask;
-    own[r.node.value()].first += job.spec.tasks[r.task].cpu;
-    own[r.node.value()].second += job.spec.tasks[r.task].memory;
+    own[r.node.value()].first += job.spec().tasks[r.task].cpu;
+    own[r.node.value()].second += job.spec().tasks[r.task].memory;
   }
   // Validate every replica against the current state plus the earlier replicas of this gang.
   std::unordered_map<uint32_t, uint64_t> gpus_taken;
   std::unordered_map<uint32_t, uint64_t> gpus_shared;  // by earlier fractional replicas of this gang
   std::unordered_map<uint32_t, std::pair<MilliCpu, MemoryMiB>> taken;
-  std::vector<std::vector<bool>> seen(job.spec.tasks.size());
-  for (size_t t = 0; t < job.spec.tasks.size(); ++t) seen[t].assign(job.spec.tasks[t].replicas, false);
+  std::vector<std::vector<bool>> seen(job.spec().tasks.size());
+  for (size_t t = 0; t < job.spec().tasks.size(); ++t) seen[t].assign(job.spec().tasks[t].replicas, false);
   for (const ReplicaPlacement& r : placement) {
-    if (r.task >= job.spec.tasks.size() || r.replica >= static_cast<uint32_t>(job.spec.tasks[r.task].replicas) ||
+    if (r.task >= job.spec().tasks.size() || r.replica >= static_cast<uint32_t>(job.spec().tasks[r.task].replicas) ||
         seen[r.task][r.replica]) {
       return FailedPreconditionError(who + ": bad or duplicate replica " + std::to_string(r.task) + "/" +
                                      std::to_string(r.replica));
@@ -411,7 +424,7 @@ Status ClusterState::CheckPlacement(const JobRecord& job, const std::vector<Repl
     seen[r.task][r.replica] = true;
     if (r.node.value() >= data_->nodes.size()) return NotFoundError(who + ": no node id " + std::to_string(r.node.value()));
     const NodeState& n = data_->nodes[r.node.value()];
-    const TaskGroupSpec& task = job.spec.tasks[r.task];
+    const TaskGroupSpec& task = job.spec().tasks[r.task];
     const int32_t fraction = task.gpu_share.fraction_milli;
     const bool mig = !task.gpu_share.mig_profile.empty();
     if (mig) {
@@ -465,7 +478,7 @@ Status ClusterState::CheckPlacement(const JobRecord& job, const std::vector<Repl
         if (&o == &r) break;
         if (o.node == r.node && o.gpu_mask == r.gpu_mask && o.gpu_milli > 0) {
           milli += o.gpu_milli;
-          mem += job.spec.tasks[o.task].gpu_share.memory;
+          mem += job.spec().tasks[o.task].gpu_share.memory;
         }
       }
       if ((r.gpu_mask & (n.allocated_mask | n.mig_mask | mine)) != 0 || milli > 1000 ||
@@ -505,7 +518,7 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : e.placement) {
     NodeState& n = d.nodes.Mut(r.node.value());
-    const TaskGroupSpec& task = job.spec.tasks[r.task];
+    const TaskGroupSpec& task = job.spec().tasks[r.task];
     if (r.mig_start >= 0) {
       n.mig_used[std::countr_zero(r.gpu_mask)] |= static_cast<uint8_t>(1u << r.mig_start);
     } else if (r.gpu_milli > 0) {
@@ -537,7 +550,7 @@ void ClusterState::Release(const JobRecord& job) {
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : job.placement) {
     NodeState& n = d.nodes.Mut(r.node.value());
-    const TaskGroupSpec& task = job.spec.tasks[r.task];
+    const TaskGroupSpec& task = job.spec().tasks[r.task];
     if (r.mig_start >= 0 && !n.mig_used.empty()) {
       n.mig_used[std::countr_zero(r.gpu_mask)] &= static_cast<uint8_t>(~(1u << r.mig_start));
     } else if (r.gpu_milli > 0 && !n.shared_milli.empty()) {
@@ -639,7 +652,7 @@ Status ClusterState::ApplyOne(const JobResized& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   std::shared_ptr<const JobRecord> old = found;
   const std::string who = "resize job " + std::to_string(e.id.value());
-  if (!old->spec.elastic()) return FailedPreconditionError(who + ": not an elastic job");
+  if (!old->spec().elastic()) return FailedPreconditionError(who + ": not an elastic job");
   if (old->state != JobState::kRunning) {
     return FailedPreconditionError(who + ": job is " + std::string(JobStateName(old->state)) + ", not running");
   }
@@ -648,7 +661,7 @@ Status ClusterState::ApplyOne(const JobResized& e) {
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : e.placement) {  // elastic replicas hold whole GPUs (or none)
     NodeState& n = d.nodes.Mut(r.node.value());
-    const TaskGroupSpec& task = old->spec.tasks[r.task];
+    const TaskGroupSpec& task = old->spec().tasks[r.task];
     n.allocated_mask |= r.gpu_mask;
     n.cpu_allocated += task.cpu;
     n.memory_allocated += task.memory;
@@ -658,7 +671,7 @@ Status ClusterState::ApplyOne(const JobResized& e) {
   updated->resizes++;
   updated->gang_attempt = updated->attempt();
   updated->rank_attempt.clear();
-  if (old->spec.is_service()) {
+  if (old->spec().is_service()) {
     // A service's replicas are independent: those kept where they ran keep
     // their attempt (their processes), new ones start as the new attempt.
     for (const ReplicaPlacement& r : e.placement) {
@@ -678,7 +691,7 @@ Status ClusterState::ApplyOne(const RankRestarted& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   const JobRecord& job = *found;
   const std::string who = "restart a rank of job " + std::to_string(e.id.value());
-  if (!job.spec.elastic() && !job.spec.is_service()) {
+  if (!job.spec().elastic() && !job.spec().is_service()) {
     return FailedPreconditionError(who + ": only an elastic job or a service restarts ranks alone");
   }
   if (job.state != JobState::kRunning) return FailedPreconditionError(who + ": job is not running");
@@ -702,7 +715,7 @@ Status ClusterState::ApplyOne(const JobHistory& e) {
   }
   for (const auto* placement : {&e.last_placement, &e.nominated}) {
     for (const ReplicaPlacement& r : *placement) {
-      if (r.node.value() >= data_->nodes.size() || r.task >= job->spec.tasks.size()) {
+      if (r.node.value() >= data_->nodes.size() || r.task >= job->spec().tasks.size()) {
         return InvalidArgumentError("job " + std::to_string(e.id.value()) + ": a placement names no such node or task");
       }
     }
@@ -820,11 +833,11 @@ Status ClusterState::ApplyOne(const JobHoldChanged& e) {
 Status ClusterState::ApplyOne(const ServiceScaled& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   const std::string who = "scale job " + std::to_string(e.id.value());
-  if (!found->spec.is_service()) return FailedPreconditionError(who + ": not a service");
+  if (!found->spec().is_service()) return FailedPreconditionError(who + ": not a service");
   if (found->state != JobState::kPending && found->state != JobState::kRunning && found->state != JobState::kPreempting) {
     return FailedPreconditionError(who + ": it is " + std::string(JobStateName(found->state)));
   }
-  const ServiceSpec& sv = found->spec.service;
+  const ServiceSpec& sv = found->spec().service;
   if (e.desired < sv.min_replicas || e.desired > sv.max_replicas) {
     return InvalidArgumentError(who + ": desired " + std::to_string(e.desired) + " is outside its replicas " +
                                 std::to_string(sv.min_replicas) + ".." + std::to_string(sv.max_replicas));
@@ -841,15 +854,15 @@ Status ClusterState::ApplyOne(const ServiceScaled& e) {
 Status ClusterState::ApplyOne(const ServiceUpdated& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   const std::string who = "update service job " + std::to_string(e.id.value());
-  if (!found->spec.is_service()) return FailedPreconditionError(who + ": not a service");
+  if (!found->spec().is_service()) return FailedPreconditionError(who + ": not a service");
   if (found->state != JobState::kPending && found->state != JobState::kRunning && found->state != JobState::kPreempting) {
     return FailedPreconditionError(who + ": it is " + std::string(JobStateName(found->state)));
   }
   ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
-  ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec, e.spec));
+  ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec(), e.spec));
   // The replicas it runs must fit the new range (indices below max, at least min).
   const ServiceSpec& next = e.spec.service;
-  const ServiceSpec& now = found->spec.service;
+  const ServiceSpec& now = found->spec().service;
   if ((next.min_replicas != now.min_replicas || next.max_replicas != now.max_replicas) && !e.spec.elastic()) {
     return InvalidArgumentError("service.replicas: a service on GPU fractions or MIG slices keeps its count");
   }
@@ -866,7 +879,7 @@ Status ClusterState::ApplyOne(const ServiceUpdated& e) {
     }
   }
   auto updated = std::make_shared<JobRecord>(*found);
-  updated->spec = e.spec;
+  updated->SetSpec(e.spec);
   // A pending service's next start is on the new spec already: nothing to roll.
   updated->spec_attempt = e.spec_attempt >= 0                 ? e.spec_attempt
                           : found->state == JobState::kPending ? found->spec_attempt
@@ -910,7 +923,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
   std::vector<Event> out;
   for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
-    out.push_back(JobSubmitted{j.id, j.spec, j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
+    out.push_back(JobSubmitted{j.id, j.spec(), j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
                                j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count, j.attained});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
@@ -927,7 +940,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     if (j.spec_attempt >= 0 && (j.state == JobState::kPending || j.state == JobState::kRunning ||
                                 j.state == JobState::kPreempting)) {
       // (Its spec is the new one already; this keeps which replicas run the old.)
-      out.push_back(ServiceUpdated{j.id, j.submitted_at, j.spec, "", j.spec_attempt});
+      out.push_back(ServiceUpdated{j.id, j.submitted_at, j.spec(), "", j.spec_attempt});
     }
     if (j.desired_replicas > 0 && (j.state == JobState::kPending || j.state == JobState::kRunning ||
                                    j.state == JobState::kPreempting)) {
@@ -950,7 +963,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
       if (r.mig_start < 0) continue;
       const NodeState& n = snap.node(r.node);
       if (n.mig_geometry == nullptr) continue;
-      const int32_t profile = n.mig_geometry->ProfileIndex(j.spec.tasks[r.task].gpu_share.mig_profile);
+      const int32_t profile = n.mig_geometry->ProfileIndex(j.spec().tasks[r.task].gpu_share.mig_profile);
       layouts[{r.node.value(), std::countr_zero(r.gpu_mask)}].push_back(
           {static_cast<int8_t>(profile), static_cast<int8_t>(r.mig_start)});
     }
@@ -987,6 +1000,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     else out.push_back(std::move(*run));
     run.reset();
   };
+  std::shared_ptr<const JobSpec> run_spec;  // the spec the run's first job holds
   auto plain = [](const JobRecord& j) {
     return j.state == JobState::kPending && !j.held && j.restarts == 0 && j.attained == 0 && j.attempts.empty() && j.resizes == 0 && j.rank_restarts == 0 &&
            j.gang_attempt == 0 && j.rank_attempt.empty() && j.placement.empty() && j.last_checkpoint_at == 0 &&
@@ -997,12 +1011,14 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     if (plain(*job)) {
       if (run && run->count < kMaxJobsPerRun && run->first.value() + static_cast<uint64_t>(run->count) == id.value() &&
           run->at == job->submitted_at && run->user == job->user && run->request_id == job->request_id &&
-          run->array == job->array && run->array_count == job->array_count && run->spec == job->spec) {
+          run->array == job->array && run->array_count == job->array_count &&
+          (job->shared_spec == run_spec || run->spec == job->spec())) {  // an array's elements share theirs
         ++run->count;
         continue;
       }
       flush();
-      run = JobsSubmitted{id, 1, job->spec, job->submitted_at, job->user, job->request_id, job->array, job->array_count};
+      run = JobsSubmitted{id, 1, job->spec(), job->submitted_at, job->user, job->request_id, job->array, job->array_count};
+      run_spec = job->shared_spec;
       continue;
     }
     flush();

@@ -79,7 +79,18 @@ struct NodeState {
 
 struct JobRecord {
   JobId id;
-  JobSpec spec;
+  // What was submitted, shared: by the elements of one array (a million
+  // jobs from one submission hold one spec) and by the copies of this record
+  // that other states keep. spec() reads it; SetSpec replaces this record's
+  // alone.
+  const JobSpec& spec() const { return *shared_spec; }
+  void SetSpec(JobSpec s) { shared_spec = std::make_shared<const JobSpec>(std::move(s)); }
+  void SetSpec(std::shared_ptr<const JobSpec> s) { shared_spec = std::move(s); }
+  std::shared_ptr<const JobSpec> shared_spec = EmptySpec();
+  static const std::shared_ptr<const JobSpec>& EmptySpec() {
+    static const std::shared_ptr<const JobSpec> kEmpty = std::make_shared<const JobSpec>();
+    return kEmpty;
+  }
   std::string user;
   std::string request_id;  // the submission's Idempotency-Key ("" = none)
   // A job array's element: the array's id (its first job's), its index in it
@@ -139,7 +150,7 @@ struct JobRecord {
   int32_t spec_updates = 0;
   bool OnOldSpec(uint32_t replica) const { return ReplicaAttempt(replica) <= spec_attempt; }
   int32_t DesiredReplicas() const {
-    return desired_replicas > 0 ? desired_replicas : spec.service.min_replicas;
+    return desired_replicas > 0 ? desired_replicas : spec().service.min_replicas;
   }
   // A generation that grows with every restart, resize and rank restart.
   int32_t attempt() const { return restarts + resizes + rank_restarts; }
@@ -381,6 +392,8 @@ class ClusterState {
   Status CheckPlacement(const JobRecord& job, const std::vector<ReplicaPlacement>& placement,
                         const std::vector<ReplicaPlacement>& replacing, const std::string& who) const;
   void Release(const JobRecord& job);
+  // `spec` for job `id` of `array`: the previous element's if it holds the same.
+  std::shared_ptr<const JobSpec> ArraySpec(JobId id, JobId array, const JobSpec& spec) const;
   // Stores `job` (new or updated) in jobs and, while it has not ended, live.
   static void Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job);
 

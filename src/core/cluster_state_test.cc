@@ -259,7 +259,7 @@ TEST(ClusterState, JobsSubmittedIsARunOfJobSubmitted) {
   for (const auto& [id, job] : a.jobs()) {
     const JobRecord* other = b.FindJob(id);
     ASSERT_NE(other, nullptr);
-    EXPECT_EQ(other->spec, job->spec);
+    EXPECT_EQ(other->spec(), job->spec());
     EXPECT_EQ(other->submitted_at, job->submitted_at);
     EXPECT_EQ(other->user, job->user);
     EXPECT_EQ(other->state, JobState::kPending);
@@ -375,6 +375,36 @@ TEST(ClusterState, HoldsAPendingJobUntilReleased) {
   ClusterState later;
   for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(later.Apply(e).ok());
   EXPECT_TRUE(later.GetSnapshot().FindJob(JobId(3))->held_by_admin);
+}
+
+// An array's elements hold one spec between them: as submitted in parts,
+// after a journal snapshot that replays some one by one (element 2 ran), and
+// until one element's spec is replaced (the others keep theirs).
+TEST(ClusterState, AnArraysElementsShareOneSpec) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(1), 3, Job(1, 1), 1, "u", "", JobId(1), 5}).ok());
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(4), 2, Job(1, 1), 1, "u", "", JobId(1), 5}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{.id = JobId(6), .spec = Job(1, 1), .at = 1, .user = "u"}).ok());  // alone
+  ASSERT_TRUE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0x01}}, 2}).ok());
+  auto shared = [](const Snapshot& snap, uint64_t a, uint64_t b) {
+    return snap.FindJob(JobId(a))->shared_spec == snap.FindJob(JobId(b))->shared_spec;
+  };
+  const Snapshot snap = st.GetSnapshot();
+  for (uint64_t id = 2; id <= 5; ++id) EXPECT_TRUE(shared(snap, 1, id)) << id;
+  EXPECT_FALSE(shared(snap, 5, 6));  // not of the array
+  ClusterState replay;
+  for (const Event& e : CompactState(snap)) ASSERT_TRUE(replay.Apply(e).ok());
+  const Snapshot again = replay.GetSnapshot();
+  for (uint64_t id = 2; id <= 5; ++id) EXPECT_TRUE(shared(again, 1, id)) << id;
+  EXPECT_EQ(again.FindJob(JobId(3))->spec(), Job(1, 1));
+  JobRecord copy = *again.FindJob(JobId(3));
+  JobSpec changed = copy.spec();
+  changed.priority = 7;
+  copy.SetSpec(std::move(changed));
+  EXPECT_EQ(copy.spec().priority, 7);
+  EXPECT_EQ(again.FindJob(JobId(3))->spec().priority, Job(1, 1).priority);
+  EXPECT_TRUE(shared(again, 1, 3));
 }
 
 // The live services are listed without a walk over every job: a service is

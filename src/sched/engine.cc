@@ -45,7 +45,7 @@ void Scheduler::DecayUsage(const Snapshot& snap, TimePoint now) {
   std::map<std::string, double> held;
   for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state == JobState::kRunning || job->state == JobState::kPreempting) {
-      held[job->spec.queue] += static_cast<double>(job->spec.GpuEquivalent());
+      held[job->spec().queue] += static_cast<double>(job->spec().GpuEquivalent());
     }
   }
   for (auto& [queue, h] : decayed_usage_) h *= keep;
@@ -88,7 +88,7 @@ PendingReason Scheduler::CheckResolvable(const Snapshot& snap, const JobRecord& 
 }
 
 PendingReason Scheduler::NeverAdmitted(const Snapshot& snap, const JobRecord& job) {
-  const int32_t leaf = book_.configured() ? book_.LeafIndex(job.spec.queue) : -1;
+  const int32_t leaf = book_.configured() ? book_.LeafIndex(job.spec().queue) : -1;
   if (leaf < 0) return {};
   const JobRequest& request = session_.request();
   // The model its GPUs count against: the one it names, or the cluster's only one.
@@ -96,11 +96,11 @@ PendingReason Scheduler::NeverAdmitted(const Snapshot& snap, const JobRecord& jo
   for (const TaskRequest& t : request.tasks) {
     if ((t.gpus > 0 || t.milli > 0 || t.mig != nullptr) && t.model >= 0) model = t.model;
   }
-  const int64_t gpus = request.fractional ? job.spec.GpuEquivalent() : request.total_gpus;
+  const int64_t gpus = request.fractional ? job.spec().GpuEquivalent() : request.total_gpus;
   if (model < 0 || gpus <= 0) return {};
   book_.SetModels(snap);
   const QueueBook::ModelGpus add = {{model, gpus}};
-  const bool may_borrow = book_.MayBorrow(job.spec);
+  const bool may_borrow = book_.MayBorrow(job.spec());
   for (const AdmitPlugin* a : profile_.admit()) {
     std::string why;
     if (a->Admits(book_, leaf, add, may_borrow, /*empty=*/true, &why)) continue;

@@ -261,7 +261,7 @@ StarvationRun RunStream(bool with_reservations) {
     for (const Placed& p : r.placed) {
       std::vector<ReplicaPlacement> reps(r.replicas.begin() + p.first, r.replicas.begin() + p.first + p.count);
       EXPECT_TRUE(st.Apply(JobBound{p.job, reps, now}).ok());
-      ends[p.job] = now + snap.FindJob(p.job)->spec.time_limit;
+      ends[p.job] = now + snap.FindJob(p.job)->spec().time_limit;
       if (p.job == JobId(1)) run.started = now;
     }
     if (run.started != 0) break;
@@ -357,13 +357,13 @@ TEST(PolicyProperties, RandomizedThousandCycles) {
     for (const Placed& p : r.placed) {
       std::vector<ReplicaPlacement> reps(r.replicas.begin() + p.first, r.replicas.begin() + p.first + p.count);
       ASSERT_TRUE(st.Apply(JobBound{p.job, reps, now}).ok()) << "cycle " << cycle;
-      ends[p.job] = now + snap.FindJob(p.job)->spec.time_limit;
+      ends[p.job] = now + snap.FindJob(p.job)->spec().time_limit;
       ++placed;
     }
     // Quotas: guarantee + borrowing limit, per queue.
     std::map<std::string, int64_t> used;
     for (const auto& [id, j] : st.GetSnapshot().jobs()) {
-      if (j->state == JobState::kRunning || j->state == JobState::kPreempting) used[j->spec.queue] += j->spec.TotalGpus();
+      if (j->state == JobState::kRunning || j->state == JobState::kPreempting) used[j->spec().queue] += j->spec().TotalGpus();
     }
     EXPECT_LE(used["a"], 32) << "cycle " << cycle;
     EXPECT_LE(used["b"], 64) << "cycle " << cycle;
@@ -482,14 +482,14 @@ TEST(PolicyProperties, RandomizedSharingAndElastic) {
       const JobRecord* j = snap.FindJob(p.job);
       ends[p.job] = now + static_cast<Duration>(5 + rng.Uniform(60)) * minute;
       mig_placed += reps[0].mig_start >= 0;
-      started_small += j->spec.elastic() && static_cast<int64_t>(reps.size()) < j->spec.TotalReplicas();
-      if (j->spec.elastic()) last_grow[p.job] = now;
+      started_small += j->spec().elastic() && static_cast<int64_t>(reps.size()) < j->spec().TotalReplicas();
+      if (j->spec().elastic()) last_grow[p.job] = now;
       ++placed;
     }
     for (const auto& [id, j] : st.GetSnapshot().live_jobs()) {
-      if (j->state != JobState::kRunning || !j->spec.elastic()) continue;
-      EXPECT_GE(static_cast<int64_t>(j->placement.size()), j->spec.elastic_min_replicas) << "job " << id.value();
-      EXPECT_LE(static_cast<int64_t>(j->placement.size()), j->spec.TotalReplicas()) << "job " << id.value();
+      if (j->state != JobState::kRunning || !j->spec().elastic()) continue;
+      EXPECT_GE(static_cast<int64_t>(j->placement.size()), j->spec().elastic_min_replicas) << "job " << id.value();
+      EXPECT_LE(static_cast<int64_t>(j->placement.size()), j->spec().TotalReplicas()) << "job " << id.value();
     }
   }
   EXPECT_GT(placed, 300);

@@ -81,7 +81,7 @@ void RecordCycle(const CycleResult& result, const Snapshot& snap, const std::vec
   for (const Resize& r : result.resizes) {
     const JobRecord* job = snap.FindJob(r.job);
     auto [it, first] = size.emplace(r.job, static_cast<int32_t>(job->placement.size()));
-    out.resizes.push_back({job->spec.name, it->second, static_cast<int32_t>(r.replicas.size()), r.reason});
+    out.resizes.push_back({job->spec().name, it->second, static_cast<int32_t>(r.replicas.size()), r.reason});
     it->second = static_cast<int32_t>(r.replicas.size());
   }
   for (const Placed& p : result.placed) {
@@ -89,9 +89,9 @@ void RecordCycle(const CycleResult& result, const Snapshot& snap, const std::vec
     for (uint32_t k = p.first; k < p.first + p.count; ++k) {
       const ReplicaPlacement& r = result.replicas[k];
       out.placements.push_back(
-          {job->spec.name, job->spec.tasks[r.task].name, r.replica, snap.node(r.node).spec.name, Gpus(r.gpu_mask),
+          {job->spec().name, job->spec().tasks[r.task].name, r.replica, snap.node(r.node).spec.name, Gpus(r.gpu_mask),
            r.gpu_milli,
-           r.mig_start >= 0 ? job->spec.tasks[r.task].gpu_share.mig_profile + "@" + std::to_string(r.mig_start) : ""});
+           r.mig_start >= 0 ? job->spec().tasks[r.task].gpu_share.mig_profile + "@" + std::to_string(r.mig_start) : ""});
     }
   }
   for (const Preemption& p : result.preemptions) {
@@ -161,7 +161,7 @@ StatusOr<PlanOutput> RunPlan(const ClusterConfig& cluster, const JobList& list, 
     PlanOutput::Reserved res{names[r.job.value() - 1], r.start, r.start - now, {}};
     const JobRecord* job = snap.FindJob(r.job);
     for (const ReplicaPlacement& p : r.replicas) {
-      res.replicas.push_back({job->spec.name, job->spec.tasks[p.task].name, p.replica, snap.node(p.node).spec.name,
+      res.replicas.push_back({job->spec().name, job->spec().tasks[p.task].name, p.replica, snap.node(p.node).spec.name,
                               Gpus(p.gpu_mask)});
     }
     out.reservations.push_back(std::move(res));

@@ -77,7 +77,7 @@ void QueueBook::Reset(const Snapshot& snap) {
   }
   for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
-    const int32_t leaf = LeafIndex(job->spec.queue);
+    const int32_t leaf = LeafIndex(job->spec().queue);
     if (leaf < 0) continue;
     ModelGpus add;
     int64_t milli = 0;
@@ -97,8 +97,8 @@ void QueueBook::Reset(const Snapshot& snap) {
     MilliCpu cpu = 0;
     MemoryMiB memory = 0;
     for (const ReplicaPlacement& r : job->placement) {
-      cpu += job->spec.tasks[r.task].cpu;
-      memory += job->spec.tasks[r.task].memory;
+      cpu += job->spec().tasks[r.task].cpu;
+      memory += job->spec().tasks[r.task].memory;
     }
     ChargeResources(leaf, cpu, memory);
   }

@@ -22,7 +22,7 @@ std::string Shape(const TaskRequest& t) {
 
 std::string TaskPrefix(const JobRequest& job, const TaskRequest& t) {
   if (job.tasks.size() == 1) return "";
-  return "task " + job.job->spec.tasks[t.task].name + ": ";
+  return "task " + job.job->spec().tasks[t.task].name + ": ";
 }
 
 // Replicas of `t` that fit a node with these free amounts.
@@ -116,7 +116,7 @@ PendingReason TaskNeverFits(PlaceContext& ctx, const JobRequest& job, const Task
     }
   }
   if (candidates > 0) return {};
-  const std::string& model = job.job->spec.tasks[t.task].gpu_model;
+  const std::string& model = job.job->spec().tasks[t.task].gpu_model;
   if (never.count(Shortfall::kGpuModel) && never.size() == 1) {
     std::string have;
     for (uint32_t pos = 0; pos < n; ++pos) {

@@ -41,7 +41,7 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state == JobState::kPending && !job->held) order_.push_back(job.get());  // held: not scheduled
     if (job->state == JobState::kRunning) running_.push_back(job.get());
-    if (job->state == JobState::kRunning && job->spec.elastic()) elastic_running_.push_back(job.get());
+    if (job->state == JobState::kRunning && job->spec().elastic()) elastic_running_.push_back(job.get());
     if (job->state == JobState::kPreempting) making_room_for_.emplace(job->preempted_for, id);
   }
   auto before = [this](const JobRecord* a, const JobRecord* b) {
@@ -86,12 +86,12 @@ bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {
 }
 
 std::string Session::JobName(const JobRecord& job) const {
-  return options_->name_jobs ? job.spec.name : std::to_string(job.id.value());
+  return options_->name_jobs ? job.spec().name : std::to_string(job.id.value());
 }
 
 std::string Session::JobName(JobId job) const {
   const JobRecord* j = options_->name_jobs ? snap_->FindJob(job) : nullptr;
-  return j != nullptr ? j->spec.name : std::to_string(job.value());
+  return j != nullptr ? j->spec().name : std::to_string(job.value());
 }
 
 std::string Session::MakingRoomFor(JobId job) const {
@@ -160,7 +160,7 @@ void Session::UndoResizes(size_t mark) {
     for (const ReplicaPlacement& p : before) {
       if (std::find(r.replicas.begin(), r.replicas.end(), p) == r.replicas.end()) removed.push_back(p);
     }
-    SetReplicasReleased(job->spec, removed.data(), removed.size(), false);
+    SetReplicasReleased(job->spec(), removed.data(), removed.size(), false);
     if (before == job->placement) resized_.erase(r.job);
     else resized_[r.job] = before;
     out->resizes.pop_back();
@@ -169,7 +169,7 @@ void Session::UndoResizes(size_t mark) {
 
 const Session::Failure* Session::FindFailure(const JobRecord& job, bool ends_first) const {
   if (failures_.empty()) return nullptr;
-  for (auto [it, end] = failure_index_.equal_range(ShapeHash(job.spec)); it != end; ++it) {
+  for (auto [it, end] = failure_index_.equal_range(ShapeHash(job.spec())); it != end; ++it) {
     const Failure& f = failures_[it->second];
     if (f.ends_first == ends_first && f.held == held_.size() && SameShape(*f.job, job)) return &f;
   }
@@ -181,8 +181,8 @@ const std::vector<Session::Ending>& Session::Endings() {
     endings_built_ = true;
     endings_.clear();
     for (const JobRecord* job : running_) {  // the running jobs, not every live one
-      if (job->spec.time_limit <= 0) continue;
-      endings_.push_back({std::max(now_, job->started_at + job->spec.time_limit), job});
+      if (job->spec().time_limit <= 0) continue;
+      endings_.push_back({std::max(now_, job->started_at + job->spec().time_limit), job});
     }
     std::sort(endings_.begin(), endings_.end(), [](const Ending& a, const Ending& b) {
       return std::tie(a.end, a.job->id) < std::tie(b.end, b.job->id);
@@ -196,7 +196,7 @@ const std::vector<const std::string*>& Session::MigDemand() {
     mig_demand_built_ = true;
     mig_demand_.clear();
     for (const JobRecord* j : order_) {
-      for (const TaskGroupSpec& t : j->spec.tasks) {
+      for (const TaskGroupSpec& t : j->spec().tasks) {
         for (int32_t r = 0; r < t.replicas && !t.gpu_share.mig_profile.empty() && mig_demand_.size() < 64; ++r) {
           mig_demand_.push_back(&t.gpu_share.mig_profile);
         }
@@ -209,7 +209,7 @@ const std::vector<const std::string*>& Session::MigDemand() {
 
 bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
   const Snapshot& snap = *snap_;
-  const JobSpec& spec = job.spec;
+  const JobSpec& spec = job.spec();
   const Topology& topo = snap.topology();
   request_.job = &job;
   request_.selector = spec.node_selector.empty() ? &empty_labels_ : &spec.node_selector;
@@ -312,8 +312,8 @@ uint64_t Session::ShapeHash(const JobSpec& spec) const {
 }
 
 bool Session::SameShape(const JobRecord& a, const JobRecord& b) {
-  const JobSpec& x = a.spec;
-  const JobSpec& y = b.spec;
+  const JobSpec& x = a.spec();
+  const JobSpec& y = b.spec();
   if (x.tasks.size() != y.tasks.size() || x.node_selector != y.node_selector ||
       x.topology.level != y.topology.level || x.topology.mode != y.topology.mode ||
       // What decides whether it may preempt, and whom:
@@ -334,7 +334,7 @@ bool Session::SameShape(const JobRecord& a, const JobRecord& b) {
 }
 
 void Session::RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable, bool ends_first) {
-  failure_index_.emplace(ShapeHash(job->spec), failures_.size());
+  failure_index_.emplace(ShapeHash(job->spec()), failures_.size());
   failures_.push_back({job, reason, unresolvable, ends_first, held_.size()});
 }
 
@@ -374,7 +374,7 @@ void Session::RetakeHeld() {
 void Session::SetReleased(const JobRecord& job, bool release) {
   auto it = resized_.find(job.id);
   const std::vector<ReplicaPlacement>& placement = it != resized_.end() ? it->second : job.placement;
-  SetReplicasReleased(job.spec, placement.data(), placement.size(), release);
+  SetReplicasReleased(job.spec(), placement.data(), placement.size(), release);
 }
 
 void Session::SetReplicasReleased(const JobSpec& spec, const ReplicaPlacement* first, size_t count, bool release) {
@@ -417,7 +417,7 @@ bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf) const {
   if (!book_->configured() || leaf < 0) return true;
   std::string why;
   const QueueBook::ModelGpus add = TxnGpusByModel();
-  const bool may_borrow = book_->MayBorrow(job.spec);
+  const bool may_borrow = book_->MayBorrow(job.spec());
   for (const AdmitPlugin* a : profile_->admit()) {
     if (!a->Admits(*book_, leaf, add, may_borrow, /*empty=*/false, &why)) return false;
   }
@@ -451,7 +451,7 @@ int32_t Session::MostReplicasThatFit(const JobRecord& job, int32_t lo, int32_t h
 }
 
 bool Session::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) {
-  const bool may_borrow = book_->MayBorrow(job.spec);
+  const bool may_borrow = book_->MayBorrow(job.spec());
   std::string why_not, never;
   // The first Admit plugin that refuses says why (AND: every one must agree).
   const AdmitPlugin* refused = nullptr;
@@ -519,7 +519,7 @@ const std::vector<TypicalTask>& Session::TypicalMix() {
   // have to place next. The 32 most common.
   std::map<std::tuple<int64_t, int32_t, int32_t, int16_t>, int64_t> weight;
   for (const auto& [id, j] : snap_->live_jobs()) {
-    for (const TaskGroupSpec& t : j->spec.tasks) {
+    for (const TaskGroupSpec& t : j->spec().tasks) {
       if (!t.gpu_share.mig_profile.empty()) continue;  // MIG instances live on MIG GPUs
       const int32_t milli = t.gpu_share.fraction_milli > 0 ? t.gpu_share.fraction_milli : (t.gpus > 0 ? 1000 : 0);
       const int32_t num = t.gpu_share.fraction_milli > 0 ? 1 : t.gpus;

@@ -65,7 +65,7 @@ class Session {
   const QueueBook& book() const { return *book_; }
   bool fair() const { return book_->configured(); }
   // The job's leaf queue; -1 without queues (or for an unknown path).
-  int32_t Leaf(const JobRecord& job) const { return fair() ? book_->LeafIndex(job.spec.queue) : -1; }
+  int32_t Leaf(const JobRecord& job) const { return fair() ? book_->LeafIndex(job.spec().queue) : -1; }
 
   // --- Jobs, as this cycle found them.
   const std::vector<const JobRecord*>& order() const { return order_; }  // pending, in job order

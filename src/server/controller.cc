@@ -498,12 +498,12 @@ void Controller::CheckNodes() {
       for (const JobRecord* job : held) {
         // A service keeps its replicas elsewhere running (its floor allowing):
         // those on the lost node are dropped, and the engine replaces them.
-        if (job->spec.is_service() && job->spec.elastic() && job->state == JobState::kRunning) {
+        if (job->spec().is_service() && job->spec().elastic() && job->state == JobState::kRunning) {
           std::vector<ReplicaPlacement> kept;
           for (const ReplicaPlacement& r : job->placement) {
             if (r.node != lost_id) kept.push_back(r);
           }
-          if (!kept.empty() && static_cast<int32_t>(kept.size()) >= job->spec.elastic_min_replicas &&
+          if (!kept.empty() && static_cast<int32_t>(kept.size()) >= job->spec().elastic_min_replicas &&
               batch.Apply(JobResized{job->id, kept, options_.clock->Now(),
                                      std::to_string(job->placement.size() - kept.size()) + " replica(s) dropped: " + why})
                   .ok()) {
@@ -603,7 +603,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
         const std::string made = prior->second == 1 ? "job " + std::to_string(prior->first.value())
                                                     : "jobs " + std::to_string(prior->first.value()) + ".." +
                                                           std::to_string(prior->first.value() + prior->second - 1);
-        if (prior->second != count || job == nullptr || !(job->spec == spec)) {
+        if (prior->second != count || job == nullptr || !(job->spec() == spec)) {
           return FailedPreconditionError("Idempotency-Key '" + request_id + "' was used before for " + made +
                                          (prior->second != count ? ", with count " + std::to_string(prior->second)
                                                                  : ", with a different job spec") +
@@ -617,7 +617,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     // Reject what no node or domain of this cluster could ever hold.
     JobRecord probe;
     probe.id = first;
-    probe.spec = spec;
+    probe.SetSpec(spec);
     sched::PendingReason why = probe_->CheckResolvable(snap, probe);
     if (!why.ok()) {
       return Status(StatusCode::kOutOfRange,
@@ -627,7 +627,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     if (spec.is_service()) {
       if (count != 1) return InvalidArgumentError("count: a service is submitted once; its replicas are service.replicas");
       for (const JobRecord* job : snap.LiveServices()) {
-        if (job->spec.name == spec.name) {
+        if (job->spec().name == spec.name) {
           return Status(StatusCode::kAlreadyExists, "name: service '" + spec.name + "' exists already (job " +
                                                         std::to_string(job->id.value()) + "); cancel it or pick another name");
         }
@@ -785,11 +785,11 @@ Status Controller::PortsFree(const Snapshot& snap, const JobSpec& spec, JobId se
   for (const JobRecord* job : snap.LiveServices()) {
     const JobId id = job->id;
     if (id == self) continue;
-    const int32_t a = job->spec.service.port, b = a + job->spec.service.max_replicas - 1;
+    const int32_t a = job->spec().service.port, b = a + job->spec().service.max_replicas - 1;
     if (lo <= b && a <= hi) {
       return Status(StatusCode::kAlreadyExists,
                     "service.port: ports " + std::to_string(lo) + ".." + std::to_string(hi) + " (port + replica) overlap " +
-                        "service '" + job->spec.name + "' (job " + std::to_string(id.value()) + ", ports " +
+                        "service '" + job->spec().name + "' (job " + std::to_string(id.value()) + ", ports " +
                         std::to_string(a) + ".." + std::to_string(b) + "); pick another port");
     }
   }
@@ -803,13 +803,13 @@ StatusOr<JobId> Controller::UpdateService(const Principal& who, JobSpec spec) {
     Snapshot snap = batch.state->GetSnapshot();
     const JobRecord* found = nullptr;
     for (const JobRecord* job : snap.LiveServices()) {
-      if (job->spec.name == spec.name) found = job;
+      if (job->spec().name == spec.name) found = job;
     }
     if (found == nullptr || (!who.admin() && found->user != who.user)) {
       return NotFoundError("no service '" + spec.name + "' of yours (rota submit starts one)");
     }
-    if (found->spec == spec) return found->id;  // nothing to change
-    ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec, spec));
+    if (found->spec() == spec) return found->id;  // nothing to change
+    ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec(), spec));
     ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, found->id));
     const JobId id = found->id;
     ROTA_RETURN_IF_ERROR(batch.Apply(ServiceUpdated{id, options_.clock->Now(), spec, who.user}));
@@ -822,7 +822,7 @@ Status Controller::RestartReplica(JobId id, uint16_t task, uint32_t replica, int
            const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
            if (job == nullptr || job->state != JobState::kRunning) return false;
            if (job->ReplicaAttempt(replica) != attempt) return false;  // restarted since
-           const std::string name = job->spec.tasks[task].name + "-" + std::to_string(replica);
+           const std::string name = job->spec().tasks[task].name + "-" + std::to_string(replica);
            ROTA_RETURN_IF_ERROR(batch.Apply(RankRestarted{id, task, replica, options_.clock->Now(), name + " " + reason}));
            return true;
          })
@@ -905,10 +905,10 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
 
 TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job, size_t index) const {
   const ReplicaPlacement& r = job.placement[index];
-  const TaskGroupSpec& task = job.spec.tasks[r.task];
+  const TaskGroupSpec& task = job.spec().tasks[r.task];
   TaskAssignment a;
   a.job = job.id;
-  a.job_name = job.spec.name;
+  a.job_name = job.spec().name;
   a.task = r.task;
   a.task_name = task.name;
   a.replica = r.replica;
@@ -930,15 +930,15 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
     a.env["ROTA_ARRAY_INDEX"] = std::to_string(job.array_index());
     a.env["ROTA_ARRAY_COUNT"] = std::to_string(job.array_count);
   }
-  if (job.spec.is_service()) {
+  if (job.spec().is_service()) {
     // Replica r listens on port + r: replicas sharing a node do not collide.
-    const std::string port = std::to_string(job.spec.service.port + static_cast<int32_t>(r.replica));
+    const std::string port = std::to_string(job.spec().service.port + static_cast<int32_t>(r.replica));
     a.env["PORT"] = port;
     a.env["ROTA_SERVICE_PORT"] = port;
     a.service = true;
   }
   a.rootfs = task.rootfs;
-  a.mounts = job.spec.mounts;
+  a.mounts = job.spec().mounts;
   a.cpu = task.cpu;
   a.memory = task.memory;
   a.world_size = static_cast<int32_t>(job.placement.size());
@@ -956,8 +956,8 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   // A rank restarted alone rejoins the gang's master: the port follows the gang's attempt.
   a.master_port = 20000 + static_cast<int32_t>((job.id.value() * 7 + static_cast<uint64_t>(job.gang_attempt)) % 20000);
   a.attempt = job.ReplicaAttempt(r.replica);
-  a.checkpoint_signal = job.spec.checkpoint.signal;
-  a.checkpoint_grace = job.spec.checkpoint.grace;
+  a.checkpoint_signal = job.spec().checkpoint.signal;
+  a.checkpoint_grace = job.spec().checkpoint.grace;
   // Who it runs as: the job's user, by name on the node unless the config
   // maps it to a uid; root only for the server's own user or where a queue allows it.
   a.user = job.user;
@@ -968,7 +968,7 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
     }
   }
   a.allow_root = (!options_.owner.empty() && job.user == options_.owner) ||
-                 RootAllowedOnPath(options_.config, job.spec.queue);
+                 RootAllowedOnPath(options_.config, job.spec().queue);
   return a;
 }
 

@@ -173,7 +173,7 @@ TEST_F(ControllerTest, AServiceRestartsReplicasForeverAndSurvivesANodeLoss) {
   EXPECT_NE(overlap.status().message().find("service.port: ports 8002..8002 (port + replica) overlap service 'svc'"),
             std::string::npos)
       << overlap.status().message();
-  EXPECT_EQ(c->snapshot().FindJob(*id)->spec.priority, 2000);  // the inference class
+  EXPECT_EQ(c->snapshot().FindJob(*id)->spec().priority, 2000);  // the inference class
   c->ScheduleNow();
   ASSERT_TRUE(c->ScaleService(*id, 3, "in flight 12.0 (target 4/replica): 3").ok());
   c->ScheduleNow();
@@ -378,7 +378,7 @@ TEST_F(ControllerTest, JobArraysCommitWholeAndDurably) {
     ASSERT_TRUE(first.ok()) << first.status().ToString();
     EXPECT_EQ(first->value(), 2u);
     EXPECT_EQ(c->snapshot().jobs().size(), 501u);
-    EXPECT_EQ(c->snapshot().FindJob(JobId(501))->spec.name, "sweep");
+    EXPECT_EQ(c->snapshot().FindJob(JobId(501))->spec().name, "sweep");
     EXPECT_EQ(c->snapshot().FindJob(JobId(501))->user, "alice");
     c->Stop();
   }

@@ -508,7 +508,7 @@ class HttpServerImpl final : public HttpServer {
         if (!who.admin() && job.user != who.user && !AllSeeAll()) continue;
         if (!user.empty() && job.user != user) continue;
         if (!state.empty() && JobStateName(job.state) != state) continue;
-        if (!queue.empty() && job.spec.queue != queue) continue;
+        if (!queue.empty() && job.spec().queue != queue) continue;
         if (jobs.size() == limit) {
           next_after = jobs.back()["id"].get<uint64_t>();
           break;
@@ -614,8 +614,8 @@ class HttpServerImpl final : public HttpServer {
       const std::string dir = options_.logs_dir + "/" + std::to_string(job->id.value());
       bool matched = only.empty();
       for (const ReplicaPlacement& r : placement) {
-        const std::string name = job->spec.tasks[r.task].name + "-" + std::to_string(r.replica);
-        if (!only.empty() && only != name && only != job->spec.tasks[r.task].name) continue;
+        const std::string name = job->spec().tasks[r.task].name + "-" + std::to_string(r.replica);
+        if (!only.empty() && only != name && only != job->spec().tasks[r.task].name) continue;
         matched = true;
         // Written here by the local agent, and shipped by remote agents (one file per node).
         std::vector<std::string> files;
@@ -631,7 +631,7 @@ class HttpServerImpl final : public HttpServer {
         std::sort(shipped.begin(), shipped.end());
         files.insert(files.end(), shipped.begin(), shipped.end());
         if (files.empty()) continue;
-        if (placement.size() > 1 && (only.empty() || only == job->spec.tasks[r.task].name)) {
+        if (placement.size() > 1 && (only.empty() || only == job->spec().tasks[r.task].name)) {
           out += "==> " + name + " <==\n";
         }
         std::string text;
@@ -663,7 +663,7 @@ class HttpServerImpl final : public HttpServer {
       if (!matched) {
         std::string names;
         for (const ReplicaPlacement& r : placement) {
-          names += (names.empty() ? "" : ", ") + job->spec.tasks[r.task].name + "-" + std::to_string(r.replica);
+          names += (names.empty() ? "" : ", ") + job->spec().tasks[r.task].name + "-" + std::to_string(r.replica);
         }
         return ReplyError(res, NotFoundError("task: job " + std::to_string(job->id.value()) + " has no task or replica '" +
                                              only + "'" + (names.empty() ? "" : " (replicas: " + names + ")")));
@@ -746,7 +746,7 @@ class HttpServerImpl final : public HttpServer {
         for (const sim::ProjectedStart& s : p.jobs) {
           const JobRecord* job = snap.FindJob(s.job);
           if (job == nullptr || (!who.admin() && job->user != who.user && !AllSeeAll())) continue;
-          ordered_json j = {{"id", s.job.value()}, {"name", job->spec.name}, {"user", job->user}, {"queue", job->spec.queue}};
+          ordered_json j = {{"id", s.job.value()}, {"name", job->spec().name}, {"user", job->user}, {"queue", job->spec().queue}};
           j["expected_start"] = s.start >= 0 ? ordered_json(FormatTime(s.start)) : ordered_json(nullptr);
           j["starts_in_s"] = s.start >= 0 ? ordered_json((s.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
           j["estimate"] = s.estimate;
@@ -975,7 +975,7 @@ class HttpServerImpl final : public HttpServer {
       Snapshot snap = c_->snapshot();
       const JobRecord* found = nullptr;
       for (const JobRecord* job : snap.LiveServices()) {
-        if (job->spec.name == req.matches[1]) found = job;
+        if (job->spec().name == req.matches[1]) found = job;
       }
       if (found == nullptr || !(who.admin() || found->user == who.user || AllSeeAll())) {
         return ReplyError(res, NotFoundError("no service '" + req.matches[1] + "'"));
@@ -983,15 +983,15 @@ class HttpServerImpl final : public HttpServer {
       ordered_json endpoints = ordered_json::array();
       Router* router = options_.services != nullptr ? options_.services->router() : nullptr;
       if (router != nullptr) {
-        for (const RouterEndpoint& e : router->Endpoints(found->spec.name)) {
+        for (const RouterEndpoint& e : router->Endpoints(found->spec().name)) {
           endpoints.push_back({{"replica", e.replica}, {"attempt", e.attempt}, {"address", e.address},
                                {"ready", e.ready}, {"draining", e.draining}, {"outstanding", e.outstanding},
                                {"spec", e.attempt <= found->spec_attempt ? "old" : "current"}});
         }
       }
-      Reply(res, 200, {{"service", found->spec.name},
+      Reply(res, 200, {{"service", found->spec().name},
                        {"job", found->id.value()},
-                       {"url", options_.router_url.empty() ? "" : options_.router_url + "/" + found->spec.name + "/"},
+                       {"url", options_.router_url.empty() ? "" : options_.router_url + "/" + found->spec().name + "/"},
                        {"endpoints", endpoints}});
     }));
 
@@ -1015,12 +1015,12 @@ class HttpServerImpl final : public HttpServer {
   bool Standby() const { return options_.replica != nullptr && !options_.replica->leading(); }
 
   ordered_json ServiceView(const JobRecord& job, const ServiceStatus* st) const {
-    const ServiceSpec& sv = job.spec.service;
-    ordered_json v{{"name", job.spec.name},
+    const ServiceSpec& sv = job.spec().service;
+    ordered_json v{{"name", job.spec().name},
                    {"job", job.id.value()},
                    {"user", job.user},
                    {"state", std::string(JobStateName(job.state))},
-                   {"url", options_.router_url.empty() ? "" : options_.router_url + "/" + job.spec.name + "/"},
+                   {"url", options_.router_url.empty() ? "" : options_.router_url + "/" + job.spec().name + "/"},
                    {"replicas",
                     {{"min", sv.min_replicas},
                      {"max", sv.max_replicas},
@@ -1068,7 +1068,7 @@ class HttpServerImpl final : public HttpServer {
     for (const auto& [id, st] : options_.services->status()) {
       const JobRecord* job = snap.FindJob(id);
       if (job == nullptr) continue;
-      std::string name = job->spec.name;  // (names are letters, digits, '-', '_', '.')
+      std::string name = job->spec().name;  // (names are letters, digits, '-', '_', '.')
       const std::string l = "{service=\"" + name + "\"";
       auto num = [](double v) {
         char buf[32];
@@ -1245,18 +1245,18 @@ class HttpServerImpl final : public HttpServer {
     for (const TaskReport& t : report.tasks) {
       if (t.log.empty()) continue;
       const JobRecord* job = snap.FindJob(t.job);
-      if (job == nullptr || t.task >= job->spec.tasks.size()) continue;
+      if (job == nullptr || t.task >= job->spec().tasks.size()) continue;
       auto here = [&](const std::vector<ReplicaPlacement>& ps) {
         return std::any_of(ps.begin(), ps.end(), [&](const ReplicaPlacement& r) {
           return r.node == node->id && r.task == t.task && r.replica == t.replica;
         });
       };
       // (An elastic job's replica shrunk away is in neither placement any more.)
-      const bool shrunk = job->spec.elastic() && t.replica < static_cast<uint32_t>(job->spec.tasks[t.task].replicas);
+      const bool shrunk = job->spec().elastic() && t.replica < static_cast<uint32_t>(job->spec().tasks[t.task].replicas);
       if (!here(job->placement) && !here(job->last_placement) && !shrunk) continue;
       // One file per node the replica ran on: the agent's offsets are into its own file.
       const std::string dir = options_.logs_dir + "/" + std::to_string(job->id.value());
-      const std::string path = dir + "/" + job->spec.tasks[t.task].name + "-" + std::to_string(t.replica) + "@" +
+      const std::string path = dir + "/" + job->spec().tasks[t.task].name + "-" + std::to_string(t.replica) + "@" +
                                report.node + ".log";
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);

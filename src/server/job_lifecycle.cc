@@ -64,13 +64,13 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
   if (job.state != JobState::kRunning) return;
   auto& exits = exits_[t.job];
   exits[{t.task, t.replica}] = t.exit_code;
-  const TaskGroupSpec& spec = job.spec.tasks[t.task];
+  const TaskGroupSpec& spec = job.spec().tasks[t.task];
   const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
   // A service's replica restarts alone, whatever its exit, forever (the
   // agent backs off one that keeps failing, as the kubelet does); an
   // elastic job's failed rank alone, as its policy allows; the others keep running.
-  if (job.spec.is_service() || (t.exit_code != 0 && job.spec.elastic() && RestartAllowed(job))) {
-    const std::string then = job.spec.is_service() ? "; restarted" : "; restarted alone";
+  if (job.spec().is_service() || (t.exit_code != 0 && job.spec().elastic() && RestartAllowed(job))) {
+    const std::string then = job.spec().is_service() ? "; restarted" : "; restarted alone";
     exits.erase({t.task, t.replica});
     batch.Apply(RankRestarted{t.job, t.task, t.replica, now,
                               t.exit_reason == "oom"
@@ -87,7 +87,7 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
     return;
   }
   if (exits.size() != job.placement.size()) return;
-  if (job.spec.restart.policy == RestartPolicy::kAlways) {
+  if (job.spec().restart.policy == RestartPolicy::kAlways) {
     Requeue(batch, job, "all replicas exited; restart policy always", true);
   } else {
     batch.Apply(JobFinished{t.job, JobOutcome::kSucceeded, now}).IgnoreError();
@@ -128,11 +128,11 @@ JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std:
   for (JobId id : ids) {
     const JobRecord* job = snap.FindJob(id);
     if (job == nullptr) continue;
-    if (job->state == JobState::kRunning && job->spec.time_limit > 0 && now - job->started_at > job->spec.time_limit) {
+    if (job->state == JobState::kRunning && job->spec().time_limit > 0 && now - job->started_at > job->spec().time_limit) {
       out.expired.push_back(id);
     }
     if (job->state == JobState::kPreempting &&
-        now - job->preempting_since > job->spec.checkpoint.grace + preempt_slack_) {
+        now - job->preempting_since > job->spec().checkpoint.grace + preempt_slack_) {
       out.unstopped.push_back(id);
     }
   }
@@ -144,7 +144,7 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
     if (job == nullptr || job->state != JobState::kRunning) continue;
     exits_.erase(id);
-    batch.Apply(JobFinished{id, JobOutcome::kFailed, now, "time limit " + FormatDuration(job->spec.time_limit) + " reached"})
+    batch.Apply(JobFinished{id, JobOutcome::kFailed, now, "time limit " + FormatDuration(job->spec().time_limit) + " reached"})
         .IgnoreError();
   }
   for (JobId id : overdue.unstopped) {
@@ -156,7 +156,7 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
 }
 
 bool JobLifecycle::RestartAllowed(const JobRecord& job) {
-  const RestartSpec& r = job.spec.restart;
+  const RestartSpec& r = job.spec().restart;
   // Gang restarts and elastic ranks restarted alone count alike.
   return r.policy != RestartPolicy::kNever &&
          (r.max_restarts == 0 ? r.policy == RestartPolicy::kAlways : job.restarts + job.rank_restarts < r.max_restarts);

@@ -34,8 +34,8 @@ void ServiceManager::Tick() {
   std::map<JobId, double> gpu_memory;
   for (const JobRecord* job : snap.LiveServices()) {
     const JobId id = job->id;
-    RouterService rs{job->spec.name, id, job->spec.service.readiness, {}, job->spec.service.metrics_path, {}};
-    for (const MetricTarget& m : job->spec.service.autoscale.metrics) rs.metrics.push_back(m.name);
+    RouterService rs{job->spec().name, id, job->spec().service.readiness, {}, job->spec().service.metrics_path, {}};
+    for (const MetricTarget& m : job->spec().service.autoscale.metrics) rs.metrics.push_back(m.name);
     double used = 0, total = 0;
     if (job->state == JobState::kRunning) {
       for (const ReplicaPlacement& r : job->placement) {
@@ -43,7 +43,7 @@ void ServiceManager::Tick() {
         auto l = live.find(node.spec.name);
         const std::string host = l != live.end() && !l->second.address.empty() ? l->second.address : node.spec.name;
         rs.backends.push_back({id, r.task, r.replica, job->ReplicaAttempt(r.replica), host,
-                               job->spec.service.port + static_cast<int32_t>(r.replica)});
+                               job->spec().service.port + static_cast<int32_t>(r.replica)});
         if (l == live.end()) continue;
         for (const GpuTelemetry& g : l->second.gpus) {
           if (g.index >= 0 && g.index < 64 && ((r.gpu_mask >> g.index) & 1) && node.spec.gpu_memory > 0) {
@@ -76,11 +76,11 @@ void ServiceManager::Tick() {
     }
     if (job->state != JobState::kRunning) continue;
     if (Roll(*job, st, now)) continue;
-    if (!job->spec.service.autoscale.enabled()) continue;
+    if (!job->spec().service.autoscale.enabled()) continue;
     Scaler& entry = scalers_[rs.job];
-    if (entry.autoscaler == nullptr || !(entry.spec == job->spec.service)) {
-      entry.spec = job->spec.service;
-      entry.autoscaler = std::make_unique<sched::Autoscaler>(job->spec.service);
+    if (entry.autoscaler == nullptr || !(entry.spec == job->spec().service)) {
+      entry.spec = job->spec().service;
+      entry.autoscaler = std::make_unique<sched::Autoscaler>(job->spec().service);
     }
     sched::Autoscaler* scaler = entry.autoscaler.get();
     scaler->Observe({now, st.signals.inflight_avg, st.gpu_memory, st.signals.metrics});
@@ -121,13 +121,13 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
     // desired: it starts from there, without another extra.)
     r.base = job.DesiredReplicas();
     if (job.last_scale_reason.rfind("rolling update: one replica over", 0) == 0) {
-      r.base = std::max(job.spec.service.min_replicas, r.base - 1);
+      r.base = std::max(job.spec().service.min_replicas, r.base - 1);
       r.surged = true;
       rollouts_[id] = r;
       st.rollout = "rolling update: resuming (" + of + ")";
       return true;
     }
-    if (r.base < job.spec.service.max_replicas &&
+    if (r.base < job.spec().service.max_replicas &&
         controller_->ScaleService(id, r.base + 1, "rolling update: one replica over while replicas are replaced").ok()) {
       r.surged = true;
     }
@@ -140,7 +140,7 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
     // Restart it once its requests are answered (or after 30 s).
     bool idle = true;
     if (router_ != nullptr) {
-      for (const RouterEndpoint& e : router_->Endpoints(job.spec.name)) {
+      for (const RouterEndpoint& e : router_->Endpoints(job.spec().name)) {
         if (e.replica == r.replica && e.attempt == r.attempt && e.outstanding > 0) idle = false;
       }
     }
@@ -160,7 +160,7 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
   // The next one only once every placed replica is ready (and the extra one placed).
   const size_t want = static_cast<size_t>(r.surged ? r.base + 1 : r.base);
   const bool all_ready = router_ == nullptr || st.signals.ready >= static_cast<int32_t>(job.placement.size());
-  if (job.placement.size() < std::min(want, static_cast<size_t>(job.spec.service.max_replicas)) || !all_ready) {
+  if (job.placement.size() < std::min(want, static_cast<size_t>(job.spec().service.max_replicas)) || !all_ready) {
     if (r.waiting_since == 0) r.waiting_since = now;
     // No room for the extra replica within a minute: replace in place.
     if (r.surged && all_ready && now - r.waiting_since > 60 * kMicrosPerSecond &&

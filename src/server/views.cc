@@ -15,17 +15,17 @@ std::string TimeText(TimePoint t) { return t == 0 ? "" : FormatTime(t); }
 ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool with_spec) {
   ordered_json j;
   j["id"] = job.id.value();
-  j["name"] = job.spec.name;
+  j["name"] = job.spec().name;
   j["user"] = job.user;
   if (!job.request_id.empty()) j["request_id"] = job.request_id;
-  j["queue"] = job.spec.queue;
-  j["priority"] = job.spec.priority;
+  j["queue"] = job.spec().queue;
+  j["priority"] = job.spec().priority;
   j["state"] = std::string(JobStateName(job.state));
-  j["replicas"] = job.spec.TotalReplicas();
-  j["gpus"] = job.spec.TotalGpus();
+  j["replicas"] = job.spec().TotalReplicas();
+  j["gpus"] = job.spec().TotalGpus();
   // Shares of GPUs, shown where whole GPUs would be ("2 x 0.5", "MIG 2g.35gb").
   std::string shares;
-  for (const TaskGroupSpec& t : job.spec.tasks) {
+  for (const TaskGroupSpec& t : job.spec().tasks) {
     if (!t.gpu_share.shared()) continue;
     const std::string one = t.gpu_share.mig_profile.empty() ? FormatMilliCpu(t.gpu_share.fraction_milli)
                                                             : "MIG " + t.gpu_share.mig_profile;
@@ -45,11 +45,11 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   if (started && job.state != JobState::kPending) {
     j["elapsed_s"] = std::max<Duration>(0, ended - job.started_at) / kMicrosPerSecond;
   }
-  if (job.spec.time_limit > 0) j["time_limit"] = FormatDuration(job.spec.time_limit);
+  if (job.spec().time_limit > 0) j["time_limit"] = FormatDuration(job.spec().time_limit);
   j["placement"] = ordered_json::array();
   std::optional<std::map<std::string, NodeLive>> live;  // read only for GPU fractions (MPS)
   for (const ReplicaPlacement& r : job.placement) {
-    j["placement"].push_back({{"task", job.spec.tasks[r.task].name},
+    j["placement"].push_back({{"task", job.spec().tasks[r.task].name},
                               {"replica", r.replica},
                               {"node", snap.node(r.node).spec.name},
                               {"gpus", api::GpuIndices(r.gpu_mask)}});
@@ -65,7 +65,7 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
                                                : "none (shared GPU; limits advisory: no MPS daemon on the node)";
     }
     if (r.mig_start >= 0) {
-      j["placement"].back()["mig"] = job.spec.tasks[r.task].gpu_share.mig_profile + "@" + std::to_string(r.mig_start);
+      j["placement"].back()["mig"] = job.spec().tasks[r.task].gpu_share.mig_profile + "@" + std::to_string(r.mig_start);
       j["placement"].back()["isolation"] = "hardware (MIG instance)";
     }
   }
@@ -88,19 +88,19 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   }
   j["restarts"] = job.restarts;
   if (job.rank_restarts > 0) j["rank_restarts"] = job.rank_restarts;
-  if (job.spec.is_service()) {
+  if (job.spec().is_service()) {
     // What its autoscaler wants, and why (rota services has the signals).
-    j["service"] = {{"port", job.spec.service.port},
+    j["service"] = {{"port", job.spec().service.port},
                     {"desired", job.DesiredReplicas()},
-                    {"autoscale", job.spec.service.autoscale.enabled()}};
+                    {"autoscale", job.spec().service.autoscale.enabled()}};
     if (job.scaled_at != 0) {
       j["service"]["last_scale"] = {{"at", FormatTime(job.scaled_at)}, {"reason", job.last_scale_reason}};
     }
   }
-  if (job.spec.elastic()) {
+  if (job.spec().elastic()) {
     // Replicas running now, of min..max.
-    j["elastic"] = {{"min_replicas", job.spec.elastic_min_replicas},
-                    {"replicas", job.spec.TotalReplicas()},
+    j["elastic"] = {{"min_replicas", job.spec().elastic_min_replicas},
+                    {"replicas", job.spec().TotalReplicas()},
                     {"running", job.state == JobState::kRunning || job.state == JobState::kPreempting
                                     ? static_cast<int64_t>(job.placement.size())
                                     : 0},
@@ -111,7 +111,7 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   }
   if (auto flags = c.job_flags(job); !flags.empty()) j["flags"] = flags;
   if (!job.last_requeue_reason.empty()) j["last_requeue_reason"] = job.last_requeue_reason;
-  if (with_spec) j["spec"] = api::JobSpecToJson(job.spec);
+  if (with_spec) j["spec"] = api::JobSpecToJson(job.spec());
   return j;
 }
 
@@ -223,11 +223,11 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
   for (size_t i = 0; i < paths.size(); ++i) {
     int64_t pending = 0, running = 0, gpus = 0;
     for (const auto& [id, job] : snap.live_jobs()) {
-      if (job->spec.queue != paths[i]) continue;
+      if (job->spec().queue != paths[i]) continue;
       if (job->state == JobState::kPending) ++pending;
       if (job->state == JobState::kRunning || job->state == JobState::kPreempting) {
         ++running;
-        gpus += job->spec.GpuEquivalent();
+        gpus += job->spec().GpuEquivalent();
       }
     }
     int64_t guaranteed = 0;
@@ -321,7 +321,7 @@ std::string RenderMetrics(const Controller& c) {
       is_idle = is_idle || f.rfind("idle", 0) == 0;
       is_over = is_over || f.rfind("over", 0) == 0;
     }
-    const std::string labels = "{job=\"" + std::to_string(id.value()) + "\",queue=\"" + Escape(job->spec.queue) + "\"} ";
+    const std::string labels = "{job=\"" + std::to_string(id.value()) + "\",queue=\"" + Escape(job->spec().queue) + "\"} ";
     idle += "rota_job_idle" + labels + (is_idle ? "1" : "0") + "\n";
     over += "rota_job_overprovisioned" + labels + (is_over ? "1" : "0") + "\n";
   }

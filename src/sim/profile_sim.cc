@@ -71,13 +71,13 @@ class ProfileDriver {
     ROTA_RETURN_IF_ERROR(ResolveJobPolicy(config_, &spec));
     JobRecord probe;
     probe.id = id;
-    probe.spec = std::move(spec);
+    probe.SetSpec(std::move(spec));
     {
       Snapshot snap = state_.GetSnapshot();
       const sched::PendingReason why = probe_->CheckResolvable(snap, probe);
       if (!why.ok()) return Status(StatusCode::kOutOfRange, std::string(sched::ReasonCodeName(why.code)) + ": " + why.message);
     }
-    Check(batch.Apply(JobSubmitted{.id = id, .spec = std::move(probe.spec), .at = t, .user = user}));
+    Check(batch.Apply(JobSubmitted{.id = id, .spec = std::move(probe.spec()), .at = t, .user = user}));
     return Status::Ok();
   }
 
@@ -132,10 +132,10 @@ class ProfileDriver {
     if (const auto* b = std::get_if<JobBound>(&e)) {
       placed_.insert(b->id);
       const JobRecord* job = state_.GetSnapshot().FindJob(b->id);
-      if (job != nullptr && job->spec.time_limit > 0) overdue_at_.push(b->at + job->spec.time_limit + 1);
+      if (job != nullptr && job->spec().time_limit > 0) overdue_at_.push(b->at + job->spec().time_limit + 1);
     } else if (const auto* p = std::get_if<JobPreempting>(&e)) {
       const JobRecord* job = state_.GetSnapshot().FindJob(p->id);
-      overdue_at_.push(p->at + (job != nullptr ? job->spec.checkpoint.grace : 0) + options_.preempt_slack + 1);
+      overdue_at_.push(p->at + (job != nullptr ? job->spec().checkpoint.grace : 0) + options_.preempt_slack + 1);
     } else if (const auto* q = std::get_if<JobRequeued>(&e)) {
       placed_.erase(q->id);
     } else if (const auto* f = std::get_if<JobFinished>(&e)) {
@@ -356,16 +356,16 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
   for (const auto& [id, job] : snap.live_jobs()) {
     ModelWork w;
     w.checkpoint_interval = options.sim.checkpoint_interval;
-    w.grace = job->spec.checkpoint.grace;
-    for (const TaskGroupSpec& t : job->spec.tasks) w.gpus += static_cast<int64_t>(t.replicas) * t.gpus;
-    const bool limited = job->spec.time_limit > 0;
+    w.grace = job->spec().checkpoint.grace;
+    for (const TaskGroupSpec& t : job->spec().tasks) w.gpus += static_cast<int64_t>(t.replicas) * t.gpus;
+    const bool limited = job->spec().time_limit > 0;
     if (job->state == JobState::kPending) {
-      w.duration = limited ? job->spec.time_limit : out.default_run;
+      w.duration = limited ? job->spec().time_limit : out.default_run;
       index[id] = out.jobs.size();
       out.jobs.push_back({id, -1, false, "", {}});
     } else {
       const Duration elapsed = std::max<Duration>(0, now - job->started_at);
-      w.duration = limited ? job->spec.time_limit : std::max(out.default_run, elapsed + out.default_run / 10);
+      w.duration = limited ? job->spec().time_limit : std::max(out.default_run, elapsed + out.default_run / 10);
     }
     work[id.value()] = w;
     estimated[id.value()] = !limited;

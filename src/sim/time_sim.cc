@@ -344,8 +344,8 @@ class EngineBackend final : public Backend {
     }
     JobRecord probe;
     probe.id = JobId(index + 1);
-    probe.spec = Spec(*j.trace, index);
-    if (Status s = ValidateJobSpec(probe.spec); !s.ok()) {
+    probe.SetSpec(Spec(*j.trace, index));
+    if (Status s = ValidateJobSpec(probe.spec()); !s.ok()) {
       *why = std::string(s.message());
       return true;
     }

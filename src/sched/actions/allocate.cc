@@ -57,8 +57,8 @@ class JobCursor {
       }
       const uint32_t a = by_queue_[q][head_[q]];
       const uint32_t b = by_queue_[best][head_[best]];
-      if (order_[a]->spec.priority != order_[b]->spec.priority) {
-        if (order_[a]->spec.priority > order_[b]->spec.priority) best = static_cast<int32_t>(q);
+      if (order_[a]->spec().priority != order_[b]->spec().priority) {
+        if (order_[a]->spec().priority > order_[b]->spec().priority) best = static_cast<int32_t>(q);
         continue;
       }
       if (const int c = queues.Compare(s_.book(), static_cast<int32_t>(q), best); c != 0) {
@@ -85,9 +85,9 @@ class JobCursor {
 // at least min_replicas; kept in the Txn. False (with the request set to
 // min_replicas, what it needs at least) if not even that fits.
 bool PlaceSmaller(Session& s, const JobRecord& job) {
-  const int32_t best = s.MostReplicasThatFit(job, job.spec.elastic_min_replicas, s.request().tasks[0].replicas - 1);
+  const int32_t best = s.MostReplicasThatFit(job, job.spec().elastic_min_replicas, s.request().tasks[0].replicas - 1);
   if (best == 0) {
-    s.SetElasticReplicas(job.spec.elastic_min_replicas);
+    s.SetElasticReplicas(job.spec().elastic_min_replicas);
     return false;
   }
   s.SetElasticReplicas(best);
@@ -130,7 +130,7 @@ void Allocate::Execute(Session& s) const {
     settle_nominee();
     if (max_jobs > 0 && examined++ >= max_jobs) break;
     for (Session::Nomination& n : s.nominations()) {
-      if (!n.released && n.job->spec.priority <= job->spec.priority) s.HoldNomination(n, false);
+      if (!n.released && n.job->spec().priority <= job->spec().priority) s.HoldNomination(n, false);
       if (n.job == job) nominee = &n;
     }
     AllocateOne(s, *job, nominee != nullptr);
@@ -161,8 +161,8 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
   }
   // Backfill: a job that ends before the first reservation starts may use
   // the reserved GPUs; any other job must go around them.
-  const bool ends_first = s.holding() && s.has_clock() && job.spec.time_limit > 0 &&
-                          s.now() + job.spec.time_limit <= s.first_reservation();
+  const bool ends_first = s.holding() && s.has_clock() && job.spec().time_limit > 0 &&
+                          s.now() + job.spec().time_limit <= s.first_reservation();
   // A placement shape that already failed this cycle fails again (nothing
   // is freed within a cycle) - after its quota check, which is its own.
   if (const Session::Failure* seen = s.FindFailure(job, ends_first);
@@ -207,7 +207,7 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
   // Admission: its shares count as whole GPUs (rounded up) of the model they landed on.
   const int32_t leaf = s.Leaf(job);
   const int16_t model = s.ws().node(s.topology().position_of(out.replicas[first].node)).model;
-  const QueueBook::ModelGpus add = {{model, static_cast<int32_t>(job.spec.GpuEquivalent())}};
+  const QueueBook::ModelGpus add = {{model, static_cast<int32_t>(job.spec().GpuEquivalent())}};
   if (leaf >= 0 && model >= 0 && s.RefuseOverQuota(job, leaf, add)) {
     // Undo the placement: the Txn (shares and MIG instances too) and the output.
     s.txn().Rollback();
@@ -225,7 +225,7 @@ bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, boo
   if (ends_first) s.ReleaseHeld();
   bool ok = s.TryPlace(/*keep=*/true);
   // An elastic job starts smaller rather than not at all.
-  if (!ok && job.spec.elastic()) ok = PlaceSmaller(s, job);
+  if (!ok && job.spec().elastic()) ok = PlaceSmaller(s, job);
   const size_t resize_mark = s.out().resizes.size();
   for (const MakeRoomAction* a : s.profile().make_room()) {
     if (ok) break;

@@ -179,7 +179,7 @@ TEST(Allocate, AShareOverItsQueuesLimitCountsItsGpusRoundedUp) {
   auto s = MakeScheduler(c);
   JobRecord probe;
   probe.id = JobId(1);
-  probe.spec = half;
+  probe.SetSpec(half);
   const PendingReason why = s->CheckResolvable(st.GetSnapshot(), probe);
   EXPECT_EQ(why.code, ReasonCode::kExceedsQuota);
   EXPECT_NE(why.message.find("needs 1 GPU(s), its shares rounded up"), std::string::npos) << why.message;
@@ -197,7 +197,7 @@ TEST(Allocate, ACycleWithNoNodesRejectsNothing) {
   ASSERT_EQ(r.pending.size(), 1u);
   EXPECT_EQ(r.pending[0].reason.code, ReasonCode::kNodesUnavailable);
   JobRecord probe;
-  probe.spec = GpuJob("early", 1, 1);
+  probe.SetSpec(GpuJob("early", 1, 1));
   EXPECT_TRUE(s->CheckResolvable(st.GetSnapshot(), probe).ok());
 }
 

@@ -34,38 +34,38 @@ std::vector<Surplus> ShrinkCandidates(Session& s, const JobRecord& job) {
   const QueueBook& book = s.book();
   std::vector<Surplus> candidates;
   for (const JobRecord* r : s.elastic_running()) {
-    if (r->id == job.id || s.is_victim(r->id) || r->spec.priority > job.spec.priority) {
+    if (r->id == job.id || s.is_victim(r->id) || r->spec().priority > job.spec().priority) {
       continue;
     }
-    if (r->spec.priority == job.spec.priority &&
+    if (r->spec().priority == job.spec().priority &&
         (now == nullptr || *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime)) {
       continue;
     }
     // Across queues, only a queue borrowing beyond its guarantee gives up replicas.
-    if (s.fair() && r->spec.queue != job.spec.queue) {
-      const int32_t leaf = book.LeafIndex(r->spec.queue);
+    if (s.fair() && r->spec().queue != job.spec().queue) {
+      const int32_t leaf = book.LeafIndex(r->spec().queue);
       if (leaf < 0 || !book.Borrowing(leaf)) continue;
     }
     // GPUs a reservation counts on stay with their gang (as for preemption).
     if (s.HoldsReservedGpus(*r)) continue;
     const std::vector<ReplicaPlacement>* resized = s.resized(r->id);
     std::vector<ReplicaPlacement> p = resized != nullptr ? *resized : r->placement;
-    const size_t min = static_cast<size_t>(r->spec.elastic_min_replicas);
+    const size_t min = static_cast<size_t>(r->spec().elastic_min_replicas);
     if (p.size() <= min) continue;
     std::sort(p.begin(), p.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
     candidates.push_back({r, std::move(p), 0});
     candidates.back().surplus = candidates.back().placement.size() - min;
   }
   std::sort(candidates.begin(), candidates.end(), [](const Surplus& a, const Surplus& b) {
-    return std::tuple(a.job->spec.priority, -static_cast<int64_t>(a.surplus), a.job->id) <
-           std::tuple(b.job->spec.priority, -static_cast<int64_t>(b.surplus), b.job->id);
+    return std::tuple(a.job->spec().priority, -static_cast<int64_t>(a.surplus), a.job->id) <
+           std::tuple(b.job->spec().priority, -static_cast<int64_t>(b.surplus), b.job->id);
   });
   return candidates;
 }
 
 // Frees (or takes back) the highest k replicas of a candidate.
 void Release(Session& s, const Surplus& c, size_t k, bool give) {
-  s.SetReplicasReleased(c.job->spec, c.placement.data() + c.placement.size() - k, k, give);
+  s.SetReplicasReleased(c.job->spec(), c.placement.data() + c.placement.size() - k, k, give);
 }
 
 // Frees surplus replicas until the current request fits, and places it
@@ -136,7 +136,7 @@ void ScaleDown(Session& s, const JobRecord& r, size_t desired) {
   std::vector<ReplicaPlacement> p = r.placement;
   std::sort(p.begin(), p.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
   const size_t k = p.size() - desired;
-  s.SetReplicasReleased(r.spec, p.data() + desired, k, true);
+  s.SetReplicasReleased(r.spec(), p.data() + desired, k, true);
   p.resize(desired);
   s.out().resizes.push_back({r.id, p,
                              "scaled down by " + std::to_string(k) + " replica(s) to " + std::to_string(desired) +
@@ -151,7 +151,7 @@ void GrowElastic::Execute(Session& s) const {
   std::vector<const JobRecord*> growing;
   for (const JobRecord* r : s.elastic_running()) {
     if (s.is_victim(r->id) || s.resized(r->id) != nullptr) continue;
-    if (r->spec.is_service()) {
+    if (r->spec().is_service()) {
       // A service goes to what its autoscaler wants, in this pass: a resize
       // keeps its running replicas, so no min_runtime wait.
       const size_t desired = static_cast<size_t>(r->DesiredReplicas());
@@ -161,15 +161,15 @@ void GrowElastic::Execute(Session& s) const {
       }
       if (r->placement.size() == desired) continue;
     } else {
-      if (static_cast<int64_t>(r->placement.size()) >= r->spec.TotalReplicas()) continue;
+      if (static_cast<int64_t>(r->placement.size()) >= r->spec().TotalReplicas()) continue;
       if (now != nullptr && *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime) continue;
     }
     // New replicas are placed on their own: they could not be kept in the running ones' domain.
-    if (r->spec.topology.mode == TopologyMode::kRequired && !r->spec.topology.level.empty()) continue;
+    if (r->spec().topology.mode == TopologyMode::kRequired && !r->spec().topology.level.empty()) continue;
     growing.push_back(r);
   }
   std::sort(growing.begin(), growing.end(), [](const JobRecord* a, const JobRecord* b) {
-    return std::tie(b->spec.priority, a->id) < std::tie(a->spec.priority, b->id);
+    return std::tie(b->spec().priority, a->id) < std::tie(a->spec().priority, b->id);
   });
   for (const JobRecord* r : growing) {
     PendingReason why;
@@ -184,7 +184,7 @@ void GrowElastic::Execute(Session& s) const {
       s.Charge(leaf, s.TxnGpusByModel());
     }
     // The new replicas take the lowest replica indices the gang lacks.
-    std::vector<bool> used(static_cast<size_t>(r->spec.tasks[0].replicas), false);
+    std::vector<bool> used(static_cast<size_t>(r->spec().tasks[0].replicas), false);
     for (const ReplicaPlacement& p : r->placement) {
       if (p.replica < used.size()) used[p.replica] = true;
     }
@@ -198,7 +198,7 @@ void GrowElastic::Execute(Session& s) const {
     }
     std::sort(grown.begin(), grown.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
     s.out().resizes.push_back({r->id, grown,
-                            r->spec.is_service()
+                            r->spec().is_service()
                                 ? "scaled up by " + std::to_string(best) + " replica(s) to " +
                                       std::to_string(grown.size()) + ": " + r->last_scale_reason
                                 : "grew by " + std::to_string(best) + " replica(s) to " + std::to_string(grown.size()) +

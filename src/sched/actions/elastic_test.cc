@@ -138,18 +138,18 @@ TEST(ScaleService, ItGoesToItsDesiredCountAndKeepsRunningReplicas) {
 
   // A new spec must fit what runs: replica 0 runs, so max may not drop below 1,
   // and min may not rise above the 1 that runs.
-  JobSpec next = job->spec;
+  JobSpec next = job->spec();
   next.service.min_replicas = next.elastic_min_replicas = 2;
   EXPECT_FALSE(st.Apply(ServiceUpdated{JobId(1), kMinute + 4, next, "alice"}).ok());
   next.service.min_replicas = next.elastic_min_replicas = 1;
   next.tasks[0].cpu = 4000;
   EXPECT_FALSE(st.Apply(ServiceUpdated{JobId(1), kMinute + 4, next, "alice"}).ok());  // resources stay
-  next.tasks[0].cpu = job->spec.tasks[0].cpu;
+  next.tasks[0].cpu = job->spec().tasks[0].cpu;
   next.tasks[0].env = {{"VERSION", "2"}};
   ASSERT_TRUE(st.Apply(ServiceUpdated{JobId(1), kMinute + 4, next, "alice"}).ok());
   job = st.GetSnapshot().FindJob(JobId(1));
   EXPECT_TRUE(job->OnOldSpec(0));  // runs the old spec until the rolling update replaces it
-  EXPECT_EQ(job->spec.tasks[0].env.at("VERSION"), "2");
+  EXPECT_EQ(job->spec().tasks[0].env.at("VERSION"), "2");
 
   // Out of its range is refused, and changes nothing.
   EXPECT_FALSE(st.Apply(ServiceScaled{JobId(1), kMinute + 5, 5, ""}).ok());

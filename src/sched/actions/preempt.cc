@@ -45,12 +45,12 @@ Exclusion Excluded(Session& s, const JobRecord& job, const JobRecord& r, bool re
   // Its own queue's gangs of lower priority (or, under a preemptive job
   // order, of equal priority that the order puts after it); another queue's
   // only to reclaim.
-  if (r.spec.queue == job.spec.queue
-          ? r.spec.priority > job.spec.priority || (r.spec.priority == job.spec.priority && !s.OrderEvicts(job, r))
+  if (r.spec().queue == job.spec().queue
+          ? r.spec().priority > job.spec().priority || (r.spec().priority == job.spec().priority && !s.OrderEvicts(job, r))
           : !reclaim) {
     return Exclusion::kNotEligible;
   }
-  if (!s.book().MayBorrow(r.spec)) return Exclusion::kNotPreemptible;
+  if (!s.book().MayBorrow(r.spec())) return Exclusion::kNotPreemptible;
   if (now - r.started_at < o.min_runtime) return Exclusion::kMinRuntime;
   const auto recent = std::count_if(r.preempted_at.begin(), r.preempted_at.end(),
                                     [&](TimePoint t) { return now - t < 3600 * kMicrosPerSecond; });
@@ -92,8 +92,8 @@ std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* rec
   const QueueBook::ModelGpus need = {{model, s.request().total_gpus}};
   std::vector<std::pair<int32_t, bool>> may_reclaim;  // per victim leaf, once a search (a few queues)
   auto reclaims_from = [&](const JobRecord& r) {
-    if (leaf < 0 || model < 0 || r.spec.queue == job.spec.queue) return false;
-    const int32_t victim_leaf = s.book().LeafIndex(r.spec.queue);
+    if (leaf < 0 || model < 0 || r.spec().queue == job.spec().queue) return false;
+    const int32_t victim_leaf = s.book().LeafIndex(r.spec().queue);
     if (victim_leaf < 0) return false;
     for (const auto& [l, ok] : may_reclaim) {
       if (l == victim_leaf) return ok;
@@ -105,7 +105,7 @@ std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* rec
   for (const JobRecord* r : s.running()) {
     const bool borrower = reclaims_from(*r);
     const Exclusion why = Excluded(s, job, *r, borrower);
-    if (borrower && reclaim->borrower.empty()) reclaim->borrower = r->spec.queue;
+    if (borrower && reclaim->borrower.empty()) reclaim->borrower = r->spec().queue;
     if (why != Exclusion::kNone) {
       if (borrower && why != Exclusion::kNotEligible && reclaim->blocked.empty()) reclaim->blocked = Describe(s, *r, why);
       continue;
@@ -256,7 +256,7 @@ std::string ReclaimBlocked(Session& s, const JobRecord& job, const Reclaim& recl
   const int16_t model = s.RequestModel();
   const int32_t leaf = s.Leaf(job);
   const std::string gpus = book.model_name(model) + " GPUs";
-  std::string out = "; queue " + job.spec.queue + " holds " + std::to_string(book.HeldWithinGuarantees(leaf, model)) +
+  std::string out = "; queue " + job.spec().queue + " holds " + std::to_string(book.HeldWithinGuarantees(leaf, model)) +
                     " of its " + std::to_string(book.Guarantee(leaf, model)) + " guaranteed " + gpus + " while " +
                     reclaim.borrower + " borrows beyond its own, but reclaiming is blocked: ";
   if (!reclaim.blocked.empty() && reclaim.candidates == 0) return out + reclaim.blocked;
@@ -278,13 +278,13 @@ class Preempt final : public BlockedAction {
     }
     std::string names;
     for (const JobRecord* v : victims) {
-      const std::string cause = job.spec.queue == v->spec.queue
+      const std::string cause = job.spec().queue == v->spec().queue
                                     ? "preempted for job " + s.JobName(job) + " (priority " +
-                                          std::to_string(job.spec.priority) + " > " + std::to_string(v->spec.priority) +
+                                          std::to_string(job.spec().priority) + " > " + std::to_string(v->spec().priority) +
                                           ")"
-                                    : "preempted to return borrowed capacity to queue " + job.spec.queue + " (job " +
+                                    : "preempted to return borrowed capacity to queue " + job.spec().queue + " (job " +
                                           s.JobName(job) + ")";
-      s.out().preemptions.push_back({v->id, job.id, cause, v->spec.checkpoint.signal, v->spec.checkpoint.grace});
+      s.out().preemptions.push_back({v->id, job.id, cause, v->spec().checkpoint.signal, v->spec().checkpoint.grace});
       s.AddVictim(v->id);
       names += (names.empty() ? "" : ", ") + s.JobName(*v);
     }

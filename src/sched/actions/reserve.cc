@@ -35,7 +35,7 @@ bool EarliestStart(Session& s, TimePoint* start, std::vector<Txn::Step>* steps) 
         if (r.shares_gpu()) continue;
         auto it = promised.find(topo.position_of(r.node));
         if (it != promised.end()) r.gpu_mask &= ~it->second;
-        s.SetReplicasReleased(job.spec, &r, 1, give);
+        s.SetReplicasReleased(job.spec(), &r, 1, give);
       }
     }
   };

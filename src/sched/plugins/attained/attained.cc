@@ -17,7 +17,7 @@ namespace {
 
 int64_t TotalGpus(const JobRecord& j) {
   int64_t g = 0;
-  for (const TaskGroupSpec& t : j.spec.tasks) g += static_cast<int64_t>(t.replicas) * t.gpus;
+  for (const TaskGroupSpec& t : j.spec().tasks) g += static_cast<int64_t>(t.replicas) * t.gpus;
   return g;
 }
 
