@@ -61,6 +61,90 @@ TEST(Scheduler, TwoHugeGangsPlaceExactlyOneWhole) {
   EXPECT_EQ(r.pending[0].reason.message, "needs 800 GPUs (100 replicas x 8 GPUs); 0 free on 100 matching nodes");
 }
 
+// A cycle decides the same whether an array's elements share one spec (as
+// the cluster state keeps them) or each hold an equal copy: what a job's
+// request and its shape's failure are is read once per spec, and must not
+// leak across jobs whose answers differ (backfill by time limit, elastic
+// jobs made smaller, reservations and preemption in between).
+TEST(Scheduler, AnArraysSharedSpecDecidesAsCopiesWould) {
+  ClusterConfig c = testing::Nodes(5);
+  const TimePoint now = 100 * testing::kMinute;
+  auto spec = [](const char* name, int32_t replicas, int32_t gpus, Duration limit, int32_t priority, bool preemptible) {
+    JobSpec s = GpuJob(name, replicas, gpus);
+    s.time_limit = limit;
+    s.priority = priority;
+    s.preemptible = preemptible;
+    return s;
+  };
+  JobSpec elastic = spec("elastic", 4, 1, 0, 500, true);
+  elastic.elastic_min_replicas = 1;
+  // Running: 1 on n-0 (ends in 20 min), 2 (low, preemptible) on n-1, 3 and
+  // 4 on 1 and 6 GPUs of n-3 and n-4; n-2 is free. Pending arrays, in order:
+  // 2 high x 8 GPUs (one placed, one preempts 2); 3 x 4 GPUs (one placed);
+  // an 8-GPU job (reserved at 20 min); 3 elastic 4 x 1 GPU (one whole, one
+  // smaller, one waits); 6 x 1 GPU (wait).
+  struct Part {
+    JobSpec spec;
+    int64_t count;
+  };
+  const std::vector<Part> parts = {{spec("high", 1, 8, 0, 900, false), 2},
+                                   {spec("four", 1, 4, 60 * testing::kMinute, 500, false), 3},
+                                   {spec("eight", 1, 8, 0, 500, false), 1},
+                                   {elastic, 3},
+                                   {spec("short", 1, 1, 10 * testing::kMinute, 500, false), 6}};
+  auto build = [&](bool shared) {
+    ClusterState st = MakeCluster(c);
+    testing::StartJob(st, 1, spec("running", 1, 8, 120 * testing::kMinute, 500, false), {0}, 0xFF, now - 100 * testing::kMinute);
+    testing::StartJob(st, 2, spec("low", 1, 8, 0, 100, true), {1}, 0xFF, now - 50 * testing::kMinute);
+    testing::StartJob(st, 3, spec("one", 1, 1, 300 * testing::kMinute, 500, false), {3}, 0x1, now - 50 * testing::kMinute);
+    testing::StartJob(st, 4, spec("six", 1, 6, 300 * testing::kMinute, 500, false), {4}, 0x3F, now - 50 * testing::kMinute);
+    uint64_t id = 5;
+    for (const Part& p : parts) {
+      if (shared) {
+        EXPECT_TRUE(st.Apply(JobsSubmitted{JobId(id), p.count, p.spec, now - 10, "u", "", JobId(id), p.count}).ok());
+        id += static_cast<uint64_t>(p.count);
+        continue;
+      }
+      for (int64_t i = 0; i < p.count; ++i, ++id) {
+        EXPECT_TRUE(st.Apply(JobSubmitted{.id = JobId(id), .spec = p.spec, .at = now - 10, .user = "u"}).ok());
+      }
+    }
+    return st;
+  };
+  ClusterState shared = build(true), copies = build(false);
+  const Snapshot a = shared.GetSnapshot(), b = copies.GetSnapshot();
+  ASSERT_EQ(a.FindJob(JobId(7))->shared_spec, a.FindJob(JobId(9))->shared_spec);  // shared
+  ASSERT_NE(b.FindJob(JobId(7))->shared_spec, b.FindJob(JobId(9))->shared_spec);  // copies
+  CycleResult ra, rb;
+  Make()->RunCycle(a, now, &ra);
+  Make()->RunCycle(b, now, &rb);
+  auto describe = [](const CycleResult& r) {
+    std::string out;
+    for (const Placed& p : r.placed) {
+      out += "placed " + std::to_string(p.job.value()) + ":";
+      for (uint32_t i = p.first; i < p.first + p.count; ++i) {
+        out += " " + std::to_string(r.replicas[i].node.value()) + "/" + std::to_string(r.replicas[i].gpu_mask);
+      }
+      out += "\n";
+    }
+    for (const Waiting& w : r.pending) {
+      out += "pending " + std::to_string(w.job.value()) + " " + std::string(ReasonCodeName(w.reason.code)) + " " +
+             w.reason.message.str() + "\n";
+    }
+    for (const Waiting& w : r.unresolvable) out += "unresolvable " + std::to_string(w.job.value()) + "\n";
+    for (const Reservation& v : r.reservations) out += "reserved " + std::to_string(v.job.value()) + " at " + std::to_string(v.start) + "\n";
+    for (const Preemption& p : r.preemptions) out += "preempt " + std::to_string(p.victim.value()) + " for " + std::to_string(p.preemptor.value()) + "\n";
+    for (const Resize& z : r.resizes) out += "resize " + std::to_string(z.job.value()) + " to " + std::to_string(z.replicas.size()) + "\n";
+    return out;
+  };
+  EXPECT_EQ(describe(ra), describe(rb));
+  // The cycle did decide something of each kind worth comparing.
+  EXPECT_EQ(ra.placed.size(), 4u);  // a high, a four, two elastic
+  EXPECT_EQ(ra.pending.size(), 11u);
+  EXPECT_EQ(ra.preemptions.size(), 1u);
+  EXPECT_EQ(ra.reservations.size(), 1u);
+}
+
 TEST(Scheduler, FragmentationReasonListsFreeGpusPerNode) {
   ClusterConfig c;
   c.node_groups.push_back(Group("n", 3, 8));

@@ -12,6 +12,8 @@ Session::Session(const Profile* profile, const EngineOptions* options, QueueBook
 
 void Session::BeginProbe(const Snapshot& snap) {
   snap_ = &snap;
+  request_spec_ = nullptr;
+  find_memo_ = {};
   ws_.Reset(snap);
   ctx_.NewCycle();
 }
@@ -25,6 +27,7 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   out->revision = snap.revision();
   failures_.clear();
   failure_index_.clear();
+  find_memo_ = {};
   endings_built_ = false;
   preemption_searches_ = 0;
   victim_set_.clear();
@@ -169,11 +172,23 @@ void Session::UndoResizes(size_t mark) {
 
 const Session::Failure* Session::FindFailure(const JobRecord& job, bool ends_first) const {
   if (failures_.empty()) return nullptr;
+  // A job's shape is its spec's (a service's also its desired count).
+  const JobSpec* spec = job.spec().is_service() ? nullptr : job.shared_spec.get();
+  const FindMemo& m = find_memo_;
+  if (spec != nullptr && spec == m.spec && ends_first == m.ends_first && held_.size() == m.held &&
+      failures_.size() == m.failures) {
+    return m.found;
+  }
+  const Failure* found = nullptr;
   for (auto [it, end] = failure_index_.equal_range(ShapeHash(job.spec())); it != end; ++it) {
     const Failure& f = failures_[it->second];
-    if (f.ends_first == ends_first && f.held == held_.size() && SameShape(*f.job, job)) return &f;
+    if (f.ends_first == ends_first && f.held == held_.size() && SameShape(*f.job, job)) {
+      found = &f;
+      break;
+    }
   }
-  return nullptr;
+  find_memo_ = {spec, ends_first, held_.size(), failures_.size(), found};
+  return found;
 }
 
 const std::vector<Session::Ending>& Session::Endings() {
@@ -210,8 +225,10 @@ const std::vector<const std::string*>& Session::MigDemand() {
 bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
   const Snapshot& snap = *snap_;
   const JobSpec& spec = job.spec();
-  const Topology& topo = snap.topology();
   request_.job = &job;
+  if (job.shared_spec.get() == request_spec_) return true;  // the same spec asks the same
+  request_spec_ = nullptr;
+  const Topology& topo = snap.topology();
   request_.selector = spec.node_selector.empty() ? &empty_labels_ : &spec.node_selector;
   request_.tasks.clear();
   request_.total_gpus = 0;
@@ -272,6 +289,7 @@ bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
       return false;
     }
   }
+  if (!spec.is_service()) request_spec_ = job.shared_spec.get();  // a service's asks its desired count
   return true;
 }
 
@@ -425,6 +443,7 @@ bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf) const {
 }
 
 void Session::SetElasticReplicas(int32_t k) {
+  request_spec_ = nullptr;  // no longer what the spec asks
   TaskRequest& t = request_.tasks[0];
   t.replicas = k;
   request_.total_replicas = k;

@@ -206,6 +206,10 @@ class Session {
   Txn txn_;
   PlaceContext ctx_;
   JobRequest request_;
+  // The spec request_ was built from, while it still says what that spec
+  // asks (not a service's, not made smaller): the next job holding the same
+  // spec (an array's elements share one) reuses it. nullptr: build anew.
+  const JobSpec* request_spec_ = nullptr;
   Labels empty_labels_;
 
   std::vector<const JobRecord*> order_;
@@ -225,6 +229,16 @@ class Session {
   int32_t preemption_searches_ = 0;
   std::vector<Failure> failures_;
   std::unordered_multimap<uint64_t, size_t> failure_index_;  // ShapeHash -> failures_ index
+  // The last FindFailure: its answer holds for the next job of the same
+  // spec while no failure was added and the held GPUs are the same.
+  struct FindMemo {
+    const JobSpec* spec = nullptr;
+    bool ends_first = false;
+    size_t held = 0;
+    size_t failures = 0;
+    const Failure* found = nullptr;
+  };
+  mutable FindMemo find_memo_;
 
   std::vector<const std::string*> mig_demand_;
   bool mig_demand_built_ = false;
