@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -264,6 +265,17 @@ class JobTable {
   void Put(JobId id, std::shared_ptr<const JobRecord> job);
   void Erase(JobId id);
 
+  // Chunk by chunk (chunk c: ids c * kChunk up to (c + 1) * kChunk), for a
+  // reader that keeps what it derived from each: two tables hold a chunk of
+  // the same identity only if it is unchanged between them (records are
+  // immutable, and a write copies a chunk another table shares), as long
+  // as the reader keeps the older table alive.
+  size_t chunk_count() const { return chunks_.size(); }
+  const void* chunk_identity(size_t c) const { return chunks_[c].get(); }  // null: none of its ids held
+  // f(id, record) for the jobs of chunk c, in id order.
+  template <typename F>
+  void ForEachInChunk(size_t c, F&& f) const;
+
  private:
   struct Chunk {
     std::array<std::optional<value_type>, kChunk> slots;
@@ -277,6 +289,18 @@ class JobTable {
   std::vector<std::shared_ptr<Chunk>> chunks_;  // null: no job in that range
   size_t size_ = 0;
 };
+
+template <typename F>
+void JobTable::ForEachInChunk(size_t c, F&& f) const {
+  const Chunk* chunk = chunks_[c].get();
+  if (chunk == nullptr) return;
+  for (size_t w = 0; w < chunk->occupied.size(); ++w) {
+    for (uint64_t bits = chunk->occupied[w]; bits != 0; bits &= bits - 1) {
+      const value_type& slot = *chunk->slots[w * 64 + static_cast<size_t>(std::countr_zero(bits))];
+      f(slot.first, slot.second);
+    }
+  }
+}
 
 inline JobTable::const_iterator::reference JobTable::const_iterator::operator*() const {
   return *table_->chunks_[chunk_]->slots[slot_];

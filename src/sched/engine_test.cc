@@ -11,6 +11,7 @@
 #include "base/rng.h"
 #include "core/test_util.h"
 #include "sched/test_util.h"
+#include "sched/to_events.h"
 
 // Counts heap allocations, to check that placements do not allocate.
 namespace {
@@ -59,6 +60,89 @@ TEST(Scheduler, TwoHugeGangsPlaceExactlyOneWhole) {
   EXPECT_EQ(r.pending[0].job, JobId(2));
   EXPECT_EQ(r.pending[0].reason.code, ReasonCode::kInsufficientGpus);
   EXPECT_EQ(r.pending[0].reason.message, "needs 800 GPUs (100 replicas x 8 GPUs); 0 free on 100 matching nodes");
+}
+
+// Every decision of a cycle, one per line, to compare two cycles.
+std::string Describe(const CycleResult& r) {
+  std::string out;
+  for (const Placed& p : r.placed) {
+    out += "placed " + std::to_string(p.job.value()) + ":";
+    for (uint32_t i = p.first; i < p.first + p.count; ++i) {
+      out += " " + std::to_string(r.replicas[i].node.value()) + "/" + std::to_string(r.replicas[i].gpu_mask);
+    }
+    out += "\n";
+  }
+  for (const Waiting& w : r.pending) {
+    out += "pending " + std::to_string(w.job.value()) + " " + std::string(ReasonCodeName(w.reason.code)) + " " +
+           w.reason.message.str() + "\n";
+  }
+  for (const Waiting& w : r.unresolvable) out += "unresolvable " + std::to_string(w.job.value()) + "\n";
+  for (const Reservation& v : r.reservations) {
+    out += "reserved " + std::to_string(v.job.value()) + " at " + std::to_string(v.start) + "\n";
+  }
+  for (const Preemption& p : r.preemptions) {
+    out += "preempt " + std::to_string(p.victim.value()) + " for " + std::to_string(p.preemptor.value()) + "\n";
+  }
+  for (const Resize& z : r.resizes) {
+    out += "resize " + std::to_string(z.job.value()) + " to " + std::to_string(z.replicas.size()) + "\n";
+  }
+  return out;
+}
+
+// A scheduler keeps what it read and the order it sorted from one cycle to
+// the next, and reads again only what changed: over random changes (arrays
+// submitted in parts across chunks, jobs placed, finished, requeued,
+// cancelled, held and released, preempted), each cycle of a scheduler that
+// has run every cycle decides exactly what a new scheduler decides on the
+// same snapshot. With one queue, with weighted queues (fair share), and
+// with the attained-service order.
+TEST(Scheduler, AKeptOrderDecidesAsAFreshSortOverRandomChanges) {
+  ClusterConfig one = testing::Nodes(12);
+  ClusterConfig fair = one;
+  fair.queues = {{.name = "a", .weight = 1}, {.name = "b", .weight = 3}};
+  ClusterConfig las = one;
+  las.profile.plugins = {{"priority", 1}, {"las", 1}, {"fifo", 1}, {"resource-fit", 1}, {"gang", 1}, {"topology", 1}, {"binpack", 1}};
+  int checked = 0;
+  for (const ClusterConfig* config : {&one, &fair, &las}) {
+    ClusterState st = MakeCluster(*config);
+    auto kept = testing::MakeScheduler(*config);
+    Rng rng(17 + checked);
+    uint64_t next = 1;
+    TimePoint now = 1000 * testing::kMinute;
+    std::vector<uint64_t> ids;
+    for (int step = 0; step < 80; ++step) {
+      now += testing::kMinute;
+      // Changes: a few of each kind a step (most fail harmlessly: a job in
+      // the wrong state), then the cycle's own decisions, as the server does.
+      const int64_t count = 1 + static_cast<int64_t>(rng.Uniform(step % 10 == 0 ? 900 : 40));
+      JobSpec spec = GpuJob("j", 1, 1 << rng.Uniform(4));
+      spec.priority = rng.Uniform(4) == 0 ? 900 : 500;
+      spec.time_limit = static_cast<Duration>(1 + rng.Uniform(60)) * testing::kMinute;
+      spec.preemptible = rng.Uniform(2) == 0;
+      if (config == &fair) spec.queue = rng.Uniform(2) == 0 ? "a" : "b";
+      ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(next), count, spec, now, "u", "", JobId(next), count}).ok());
+      for (int64_t i = 0; i < count; ++i) ids.push_back(next + static_cast<uint64_t>(i));
+      next += static_cast<uint64_t>(count);
+      for (int k = 0; k < 6; ++k) {
+        const JobId id(ids[rng.Uniform(ids.size())]);
+        switch (rng.Uniform(5)) {
+          case 0: (void)st.Apply(JobFinished{id, JobOutcome::kSucceeded, now}); break;
+          case 1: (void)st.Apply(JobCancelled{id, now, "cancelled"}); break;
+          case 2: (void)st.Apply(JobHoldChanged{id, true, now, "u"}); break;
+          case 3: (void)st.Apply(JobHoldChanged{id, false, now, "u"}); break;
+          default: (void)st.Apply(JobRequeued{id, now, "node lost"}); break;
+        }
+      }
+      const Snapshot snap = st.GetSnapshot();
+      CycleResult a, b;
+      kept->RunCycle(snap, now, &a);
+      testing::MakeScheduler(*config)->RunCycle(snap, now, &b);
+      ASSERT_EQ(Describe(a), Describe(b)) << "step " << step;
+      ++checked;
+      for (const Event& e : ToEvents(a, snap, now)) (void)st.Apply(e);
+    }
+  }
+  EXPECT_EQ(checked, 240);
 }
 
 // A cycle decides the same whether an array's elements share one spec (as
@@ -118,26 +202,7 @@ TEST(Scheduler, AnArraysSharedSpecDecidesAsCopiesWould) {
   CycleResult ra, rb;
   Make()->RunCycle(a, now, &ra);
   Make()->RunCycle(b, now, &rb);
-  auto describe = [](const CycleResult& r) {
-    std::string out;
-    for (const Placed& p : r.placed) {
-      out += "placed " + std::to_string(p.job.value()) + ":";
-      for (uint32_t i = p.first; i < p.first + p.count; ++i) {
-        out += " " + std::to_string(r.replicas[i].node.value()) + "/" + std::to_string(r.replicas[i].gpu_mask);
-      }
-      out += "\n";
-    }
-    for (const Waiting& w : r.pending) {
-      out += "pending " + std::to_string(w.job.value()) + " " + std::string(ReasonCodeName(w.reason.code)) + " " +
-             w.reason.message.str() + "\n";
-    }
-    for (const Waiting& w : r.unresolvable) out += "unresolvable " + std::to_string(w.job.value()) + "\n";
-    for (const Reservation& v : r.reservations) out += "reserved " + std::to_string(v.job.value()) + " at " + std::to_string(v.start) + "\n";
-    for (const Preemption& p : r.preemptions) out += "preempt " + std::to_string(p.victim.value()) + " for " + std::to_string(p.preemptor.value()) + "\n";
-    for (const Resize& z : r.resizes) out += "resize " + std::to_string(z.job.value()) + " to " + std::to_string(z.replicas.size()) + "\n";
-    return out;
-  };
-  EXPECT_EQ(describe(ra), describe(rb));
+  EXPECT_EQ(Describe(ra), Describe(rb));
   // The cycle did decide something of each kind worth comparing.
   EXPECT_EQ(ra.placed.size(), 4u);  // a high, a four, two elastic
   EXPECT_EQ(ra.pending.size(), 11u);

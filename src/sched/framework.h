@@ -112,6 +112,11 @@ class JobOrderPlugin : public virtual Plugin {
   // before a gang that has run long), within the preempt action's limits
   // (minimum run time, evictions per hour, no eviction cycles).
   virtual bool preemptive() const { return false; }
+  // Whether Compare of two pending jobs reads only those two records (not
+  // the time, not state outside them): then a pending job keeps its place
+  // in the order until it or a job it is compared with changes, and the
+  // session keeps the order between cycles, re-sorting only what changed.
+  virtual bool stable() const { return false; }
 };
 
 class FilterPlugin : public virtual Plugin {

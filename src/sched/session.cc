@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <iterator>
 #include <map>
 #include <tuple>
 
@@ -38,24 +39,15 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   mig_demand_built_ = false;
   typical_built_ = false;
   making_room_for_.clear();
-  order_.clear();
+  ReadLiveJobs(snap);
   running_.clear();
   elastic_running_.clear();
-  for (const auto& [id, job] : snap.live_jobs()) {
-    if (job->state == JobState::kPending && !job->held) order_.push_back(job.get());  // held: not scheduled
-    if (job->state == JobState::kRunning) running_.push_back(job.get());
-    if (job->state == JobState::kRunning && job->spec().elastic()) elastic_running_.push_back(job.get());
-    if (job->state == JobState::kPreempting) making_room_for_.emplace(job->preempted_for, id);
+  for (const ChunkJobs& c : chunks_) {
+    running_.insert(running_.end(), c.running.begin(), c.running.end());
+    elastic_running_.insert(elastic_running_.end(), c.elastic_running.begin(), c.elastic_running.end());
+    for (const auto& [preemptor, victim] : c.making_room) making_room_for_.emplace(preemptor, victim);
   }
-  auto before = [this](const JobRecord* a, const JobRecord* b) {
-    for (const JobOrderPlugin* o : profile_->job_orders()) {
-      if (int c = o->Compare(*a, *b, now_); c != 0) return c < 0;
-    }
-    return a->id < b->id;
-  };
-  // Collected in id order, which is often the order already (one priority,
-  // first come first served): a check costs n comparisons, a sort n log n.
-  if (!std::is_sorted(order_.begin(), order_.end(), before)) std::stable_sort(order_.begin(), order_.end(), before);
+  OrderPending();
   if (fair()) book_->Reset(snap);
 
   // Nominations: GPUs freed for a preemptor stay out of the pool for jobs of
@@ -63,11 +55,15 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   nominations_.clear();
   if (has_now_) {
     const Topology& t = snap.topology();
-    for (const JobRecord* j : order_) {
-      if (j->nominated.empty() ||
-          (making_room_for_.count(j->id) == 0 && now_ - j->nominated_at >= options_->nomination_ttl)) {
-        continue;
-      }
+    // The pending jobs with a nomination, in job order (a few of order_).
+    nominated_.clear();
+    for (const ChunkJobs& c : chunks_) {
+      for (const JobRecord* j : c.nominated) nominated_.push_back({j->id, j});
+    }
+    std::sort(nominated_.begin(), nominated_.end(), [this](const Ordered& a, const Ordered& b) { return Before(a, b); });
+    for (const Ordered& o : nominated_) {
+      const JobRecord* j = o.job;
+      if (making_room_for_.count(j->id) == 0 && now_ - j->nominated_at >= options_->nomination_ttl) continue;
       Nomination n{j, {}, false};
       for (const ReplicaPlacement& p : j->nominated) {
         const uint32_t pos = t.position_of(p.node);
@@ -79,6 +75,91 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
       if (!n.held.empty()) nominations_.push_back(std::move(n));
     }
   }
+}
+
+void Session::ReadLiveJobs(const Snapshot& snap) {
+  const JobTable& live = snap.live_jobs();
+  const size_t n = live.chunk_count();
+  if (!read_) chunks_.clear();  // nothing kept yet
+  changed_.assign(std::max(n, chunks_.size()), 0);
+  for (size_t c = n; c < chunks_.size(); ++c) changed_[c] = 1;  // (a smaller table: another state's)
+  chunks_.resize(n);
+  for (size_t c = 0; c < n; ++c) {
+    ChunkJobs& cj = chunks_[c];
+    const void* identity = live.chunk_identity(c);
+    if (read_ && identity == cj.identity) continue;
+    changed_[c] = 1;
+    cj.identity = identity;
+    cj.pending.clear();
+    cj.running.clear();
+    cj.elastic_running.clear();
+    cj.nominated.clear();
+    cj.making_room.clear();
+    live.ForEachInChunk(c, [&cj](JobId id, const std::shared_ptr<const JobRecord>& job) {
+      if (job->state == JobState::kPending && !job->held) {  // held: not scheduled
+        cj.pending.push_back(job.get());
+        if (!job->nominated.empty()) cj.nominated.push_back(job.get());
+      }
+      if (job->state == JobState::kRunning) cj.running.push_back(job.get());
+      if (job->state == JobState::kRunning && job->spec().elastic()) cj.elastic_running.push_back(job.get());
+      if (job->state == JobState::kPreempting) cj.making_room.emplace_back(job->preempted_for, id);
+    });
+  }
+  read_ = snap;
+}
+
+bool Session::Before(const Ordered& a, const Ordered& b) const {
+  for (const JobOrderPlugin* o : profile_->job_orders()) {
+    if (int c = o->Compare(*a.job, *b.job, now_); c != 0) return c < 0;
+  }
+  return a.id < b.id;
+}
+
+void Session::OrderPending() {
+  auto before = [this](const Ordered& a, const Ordered& b) { return Before(a, b); };
+  bool stable = true;
+  for (const JobOrderPlugin* o : profile_->job_orders()) stable = stable && o->stable();
+  if (stable && sorted_kept_) {
+    // The last order without the changed chunks' jobs, and those chunks'
+    // pending jobs sorted and merged in: one insertion each when few.
+    kept_.clear();
+    fresh_.clear();
+    for (const Ordered& o : sorted_) {
+      if (!changed_[o.id.value() / JobTable::kChunk]) kept_.push_back(o);
+    }
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      if (!changed_[c]) continue;
+      for (const JobRecord* j : chunks_[c].pending) fresh_.push_back({j->id, j});
+    }
+    if (!std::is_sorted(fresh_.begin(), fresh_.end(), before)) std::sort(fresh_.begin(), fresh_.end(), before);
+    sorted_.clear();
+    if (fresh_.size() * 16 < kept_.size()) {
+      auto from = kept_.begin();
+      for (const Ordered& f : fresh_) {
+        auto at = std::upper_bound(from, kept_.end(), f, before);
+        sorted_.insert(sorted_.end(), from, at);
+        sorted_.push_back(f);
+        from = at;
+      }
+      sorted_.insert(sorted_.end(), from, kept_.end());
+    } else {
+      std::merge(kept_.begin(), kept_.end(), fresh_.begin(), fresh_.end(), std::back_inserter(sorted_), before);
+    }
+  } else {
+    sorted_.clear();
+    for (const ChunkJobs& c : chunks_) {
+      for (const JobRecord* j : c.pending) sorted_.push_back({j->id, j});
+    }
+    // Collected in id order, which is often the order already (one
+    // priority, first come first served): a check costs n comparisons, a
+    // sort n log n. (Ids break ties, so the order is total: a sort and a
+    // merge give the same.)
+    if (!std::is_sorted(sorted_.begin(), sorted_.end(), before)) std::sort(sorted_.begin(), sorted_.end(), before);
+  }
+  sorted_kept_ = stable;
+  order_.clear();
+  order_.reserve(sorted_.size());
+  for (const Ordered& o : sorted_) order_.push_back(o.job);
 }
 
 bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {

@@ -22,6 +22,7 @@
 //       if (s.TryPlace(/*keep=*/true)) ...
 #pragma once
 
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -216,6 +217,33 @@ class Session {
   std::vector<const JobRecord*> running_;
   std::vector<const JobRecord*> elastic_running_;
   std::unordered_multimap<JobId, JobId> making_room_for_;  // preemptor -> its preempting victims
+
+  // --- Kept between cycles, so that a cycle's set-up costs what changed:
+  // what Begin read from each chunk of the live jobs (JobTable), and the
+  // pending jobs in job order. A chunk the new snapshot shares with the
+  // last (read_ keeps it alive) is unchanged, so only changed chunks are
+  // read again, and with stable job orders (framework.h) only their pending
+  // jobs are sorted and merged into the kept order.
+  struct ChunkJobs {
+    const void* identity = nullptr;
+    std::vector<const JobRecord*> pending, running, elastic_running;
+    std::vector<const JobRecord*> nominated;  // pending (not held) with GPUs nominated for it
+    std::vector<std::pair<JobId, JobId>> making_room;  // preemptor, victim
+  };
+  struct Ordered {
+    JobId id;
+    const JobRecord* job;
+  };
+  // Reads the live jobs' changed chunks; marks them in changed_.
+  void ReadLiveJobs(const Snapshot& snap);
+  // order_: the pending jobs (not held) in job order.
+  void OrderPending();
+  bool Before(const Ordered& a, const Ordered& b) const;  // in job order, ties by id
+  std::vector<ChunkJobs> chunks_;
+  std::vector<uint8_t> changed_;  // per chunk: read again this cycle
+  std::optional<Snapshot> read_;  // the snapshot chunks_ was read from
+  std::vector<Ordered> sorted_, kept_, fresh_, nominated_;
+  bool sorted_kept_ = false;  // sorted_ is the last cycle's order, by stable job orders
 
   std::vector<std::pair<uint32_t, uint64_t>> held_;  // taken out of the pool for reservations (free when taken)
   TimePoint first_reservation_ = 0;

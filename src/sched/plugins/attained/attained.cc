@@ -27,6 +27,8 @@ class Las final : public JobOrderPlugin {
  public:
   std::string_view name() const override { return "las"; }
   bool preemptive() const override { return true; }
+  // A pending job's attained service is fixed (AttainedAt adds only while running).
+  bool stable() const override { return true; }
   int Compare(const JobRecord& a, const JobRecord& b, TimePoint now) const override {
     return Less(a.AttainedAt(now), b.AttainedAt(now));
   }
@@ -38,6 +40,7 @@ class Tiresias final : public JobOrderPlugin {
   static constexpr int64_t kLimits[] = {3250, 7200};
   std::string_view name() const override { return "tiresias"; }
   bool preemptive() const override { return true; }
+  bool stable() const override { return true; }
   int Compare(const JobRecord& a, const JobRecord& b, TimePoint now) const override {
     return Less(Queue(a, now), Queue(b, now));
   }
@@ -55,6 +58,7 @@ class SmallestFirst final : public JobOrderPlugin {
  public:
   std::string_view name() const override { return "smallest-first"; }
   bool preemptive() const override { return true; }
+  bool stable() const override { return true; }
   int Compare(const JobRecord& a, const JobRecord& b, TimePoint) const override { return Less(TotalGpus(a), TotalGpus(b)); }
 };
 
