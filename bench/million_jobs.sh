@@ -3,13 +3,15 @@
 # directory, 4 declared 8-GPU nodes, no agents: everything stays pending) on
 # a free loopback port takes ARRAYS arrays of 100,000 1-GPU jobs, and prints
 # per array the time to accept it, then: the server's RSS, its CPU while
-# nothing changes, the time for the first page of `rota jobs`, a restart
+# nothing changes and while one job a second arrives (with the mean cycle
+# time), the time for the first page of `rota jobs`, a restart
 # after kill -9 (until the jobs are served again), and one more array after
 # the restart.
 #
 # usage: bench/million_jobs.sh [ARRAYS]        (default 10: a million jobs)
 # env:   IDLE_S (default 60): how long the idle CPU is measured (idle cycles
-#        over an unchanged state come every ~40x their cost, up to 30 s)
+#        over an unchanged state come every ~40x their cost, up to 30 s);
+#        CHANGE_S (default 20): how long one job a second is submitted
 # Prints RESULT lines. Everything it starts it stops by PID.
 set -u
 ARRAYS=${1:-10}
@@ -58,6 +60,22 @@ c0=$(cpu)
 sleep "$IDLE_S"
 c1=$(cpu)
 echo "RESULT idle with $((ARRAYS * 100000)) pending over ${IDLE_S}s: server cpu $(echo "scale=1; ($c1 - $c0) * 100 / $IDLE_S / $(getconf CLK_TCK)" | bc)% rss $(rss) MiB (peak seen ${peak} MiB)"
+# While something changes: one more job a second (each wakes a cycle over
+# the million pending), the server's CPU and its mean cycle time.
+CHANGE_S=${CHANGE_S:-20}
+cycles() {
+  curl -s -H "Authorization: Bearer $ROTA_TOKEN" "$URL/metrics" |
+    awk '/^rota_scheduling_cycle_seconds_sum/ {s = $2} /^rota_scheduling_cycle_seconds_count/ {n = $2} END {print s, n}'
+}
+read -r s0 n0 < <(cycles)
+c0=$(cpu)
+for _ in $(seq "$CHANGE_S"); do
+  curl -s -o /dev/null -H "Authorization: Bearer $ROTA_TOKEN" -H 'Content-Type: application/json' -d "$JOB" "$URL/v1/jobs"
+  sleep 1
+done
+c1=$(cpu)
+read -r s1 n1 < <(cycles)
+echo "RESULT one job a second for ${CHANGE_S}s with $((ARRAYS * 100000)) pending: server cpu $(echo "scale=1; ($c1 - $c0) * 100 / $CHANGE_S / $(getconf CLK_TCK)" | bc)%, $((n1 - n0)) cycles of $(echo "scale=1; ($s1 - $s0) * 1000 / ($n1 - $n0)" | bc) ms on average"
 t0=$(now)
 "$ROTA" jobs --limit 500 > /dev/null
 t1=$(now)
