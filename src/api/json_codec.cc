@@ -340,6 +340,7 @@ std::string EncodeEvent(const Event& event) {
           j["user"] = e.user;
           j["priority_value"] = e.spec.priority;  // resolved from the class at submission
           if (e.restarts != 0) j["restarts"] = e.restarts;
+          if (e.failed_restarts != 0) j["failed_restarts"] = e.failed_restarts;
           if (e.attained != 0) j["attained"] = e.attained;
           if (e.resizes != 0) j["resizes"] = e.resizes;
           if (e.rank_restarts != 0) j["rank_restarts"] = e.rank_restarts;
@@ -384,6 +385,7 @@ std::string EncodeEvent(const Event& event) {
           j["id"] = e.id.value();
           j["at"] = e.at;
           j["reason"] = e.reason;
+          if (e.failed) j["failed"] = true;
         } else if constexpr (std::is_same_v<E, JobPreempting>) {
           j["type"] = "JobPreempting";
           j["id"] = e.id.value();
@@ -498,6 +500,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
                      j.value("restarts", 0), j.value("resizes", 0), j.value("rank_restarts", 0), j.value("gang_attempt", 0)};
       e.request_id = j.value("request_id", std::string());
       e.attained = j.value("attained", Duration{0});
+      e.failed_restarts = j.value("failed_restarts", 0);
       e.array = JobId(j.value("array", uint64_t{0}));
       e.array_count = j.value("array_count", int64_t{0});
       if (j.contains("rank_attempt")) {
@@ -536,7 +539,9 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
                                j.at("outcome") == "succeeded" ? JobOutcome::kSucceeded : JobOutcome::kFailed, j.at("at"),
                                j.value("reason", std::string())});
     }
-    if (type == "JobRequeued") return Event(JobRequeued{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason")});
+    if (type == "JobRequeued") {
+      return Event(JobRequeued{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("reason"), j.value("failed", false)});
+    }
     if (type == "NodeLostChanged") return Event(NodeLostChanged{j.at("node"), j.at("lost")});
     if (type == "JobPreempting") {
       return Event(JobPreempting{JobId(j.at("id").get<uint64_t>()), j.at("at"), JobId(j.at("preemptor").get<uint64_t>()),

@@ -39,6 +39,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobFinished{JobId(7), JobOutcome::kFailed, 789},
       JobCancelled{JobId(8), 999, "cancelled by bob"},
       JobRequeued{JobId(9), 1000, "node n-1 lost"},
+      JobRequeued{JobId(9), 1001, "worker-0 exited with code 2", true},  // a failed attempt
       NodeLostChanged{"n-1", true},
       JobPreempting{JobId(11), 77, JobId(12), "preempted for job 12"},
       JobSubmitted{JobId(10), *spec, 5, "carol", 2, 3},
@@ -57,6 +58,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobsSubmitted{JobId(2100), 2000, *spec, 7, "erin", "k", JobId(100), 5000},  // an array's second part
       JobSubmitted{.id = JobId(7100), .spec = *spec, .at = 8, .user = "erin", .array = JobId(100), .array_count = 7001},
       JobSubmitted{.id = JobId(7200), .spec = *spec, .at = 9, .user = "erin", .restarts = 2, .attained = 5'000'000},
+      JobSubmitted{.id = JobId(7300), .spec = *spec, .at = 9, .user = "erin", .restarts = 3, .failed_restarts = 1},
       JobHoldChanged{JobId(7), true, 1100, "alice"},
       JobHoldChanged{JobId(7), false, 1200, "admin"},
       JobHoldChanged{JobId(8), true, 1300, "root", true},

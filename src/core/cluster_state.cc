@@ -342,6 +342,7 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->submitted_at = e.at;
   job->user = e.user;
   job->restarts = e.restarts;
+  job->failed_restarts = e.failed_restarts;
   job->attained = e.attained;
   job->resizes = e.resizes;
   job->rank_restarts = e.rank_restarts;
@@ -614,6 +615,7 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   updated->last_placement = std::move(updated->placement);
   updated->placement.clear();
   updated->restarts++;
+  if (e.failed) updated->failed_restarts++;
   updated->gang_attempt = updated->attempt();
   updated->rank_attempt.clear();
   updated->last_requeue_reason = e.reason;
@@ -924,7 +926,8 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
   for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
     out.push_back(JobSubmitted{j.id, j.spec(), j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
-                               j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count, j.attained});
+                               j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count, j.attained,
+                               j.failed_restarts});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {

@@ -60,6 +60,7 @@ struct JobSubmitted {
   JobId array;
   int64_t array_count = 0;
   Duration attained = 0;  // journal snapshots only: JobRecord::attained
+  int32_t failed_restarts = 0;  // likewise: JobRecord::failed_restarts
 };
 // `count` jobs with ids first..first+count-1, each exactly as a
 // JobSubmitted with that id and these fields: a job array's part (or a
@@ -99,6 +100,9 @@ struct JobRequeued {
   JobId id;
   TimePoint at = 0;
   std::string reason;
+  // A failed attempt, restarted as its policy allows: counts against
+  // restart.max_restarts (a preemption, a lost node or `rota requeue` does not).
+  bool failed = false;
 };
 // A running gang is being evicted for `preemptor`: its tasks get their
 // checkpoint signal and grace period; it keeps its GPUs until they stop, then

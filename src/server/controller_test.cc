@@ -239,6 +239,42 @@ TEST_F(ControllerTest, CrashedReplicaRestartsPerPolicyThenFails) {
   EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kFailed);
 }
 
+// Only failed attempts use up restart.max_restarts: a requeue by hand (and
+// likewise a preemption or a lost node) restarts the job without it, so a
+// job requeued twice still has its one restart after a crash; and the count
+// survives a journal snapshot.
+TEST_F(ControllerTest, ARequeueByHandDoesNotUseUpTheRestartPolicy) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  JobSpec spec = Job("requeued", 1, 1);
+  spec.restart = {RestartPolicy::kOnFailure, 1};
+  spec.node_selector = {{"hostname", "n-0"}};
+  auto id = c->Submit(kAlice, spec);
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(c->Requeue(kAlice, *id).ok());
+    c->ScheduleNow();
+    ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
+  }
+  EXPECT_EQ(c->snapshot().FindJob(*id)->restarts, 2);
+  EXPECT_EQ(c->snapshot().FindJob(*id)->failed_restarts, 0);
+  // Attempt 2 fails: its one restart.
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, 2, true, 2}}}).ok());
+  c->ScheduleNow();
+  const JobRecord* job = c->snapshot().FindJob(*id);
+  EXPECT_EQ(job->state, JobState::kRunning) << job->end_reason;
+  EXPECT_EQ(job->restarts, 3);
+  EXPECT_EQ(job->failed_restarts, 1);
+  ClusterState replay;
+  for (const Event& e : CompactState(c->snapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  EXPECT_EQ(replay.GetSnapshot().FindJob(*id)->failed_restarts, 1);
+  // Attempt 3 fails: none left.
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, 3, true, 2}}}).ok());
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kFailed);
+}
+
 // One heartbeat reporting several exits (short jobs on a busy node): each
 // ends its job, and the answer lists the node's remaining tasks - the
 // node's record is re-read after every change (it once pointed into a

@@ -159,14 +159,14 @@ bool JobLifecycle::RestartAllowed(const JobRecord& job) {
   const RestartSpec& r = job.spec().restart;
   // Gang restarts and elastic ranks restarted alone count alike.
   return r.policy != RestartPolicy::kNever &&
-         (r.max_restarts == 0 ? r.policy == RestartPolicy::kAlways : job.restarts + job.rank_restarts < r.max_restarts);
+         (r.max_restarts == 0 ? r.policy == RestartPolicy::kAlways : job.failed_restarts + job.rank_restarts < r.max_restarts);
 }
 
 void JobLifecycle::Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy) {
   exits_.erase(job.id);
   const TimePoint now = clock_->Now();
   if (!counts_against_policy || RestartAllowed(job)) {
-    batch.Apply(JobRequeued{job.id, now, reason}).IgnoreError();
+    batch.Apply(JobRequeued{job.id, now, reason, counts_against_policy}).IgnoreError();
   } else {
     batch.Apply(JobFinished{job.id, JobOutcome::kFailed, now, reason + "; no restarts left"}).IgnoreError();
   }
