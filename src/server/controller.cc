@@ -539,7 +539,51 @@ Status Controller::CheckSubmission(const Principal& who, JobSpec* spec) const {
   return MountsAllowed(options_.config, *spec, who.admin());
 }
 
-Status Controller::TakeSubmitBudget(const std::string& user, int64_t jobs) {
+// The pending limits for `count` more of `spec` from `who`, counting the
+// parts of arrays still being committed (reserved). On the actor.
+Status Controller::PendingLimits(const Principal& who, const JobSpec& spec, int64_t count, const Snapshot& snap) {
+  const TenantLimits& limits = options_.config.limits;
+  const int64_t user_pending = snap.PendingOfUser(who.user) + array_reserved_user_[who.user];
+  if (user_pending + count > limits.max_pending_per_user) {
+    return ResourceExhaustedError("user '" + who.user + "' has " + std::to_string(user_pending) +
+                                  " pending jobs; " + std::to_string(count) + " more would pass the limit " +
+                                  "(limits.max_pending_per_user: " + std::to_string(limits.max_pending_per_user) + ")");
+  }
+  int64_t queue_limit = limits.max_pending_per_queue;
+  std::string limit_name = "limits.max_pending_per_queue";
+  for (const QueueConfig* q : QueuesOnPath(options_.config, spec.queue)) {
+    if (q->max_pending > 0) {
+      queue_limit = q->max_pending;
+      limit_name = "queue " + q->name + " max_pending";
+    }
+  }
+  const int64_t queue_pending = snap.PendingInQueue(spec.queue) + array_reserved_queue_[spec.queue];
+  if (queue_pending + count > queue_limit) {
+    return ResourceExhaustedError("queue '" + spec.queue + "' has " + std::to_string(queue_pending) +
+                                  " pending jobs; " + std::to_string(count) + " more would pass the limit (" +
+                                  limit_name + ": " + std::to_string(queue_limit) + ")");
+  }
+  return Status::Ok();
+}
+
+// What a submission of `count` copies would be refused for by the tenant
+// limits (array size, submission rate, pending jobs), taking nothing: a dry
+// run says what the real submission would.
+Status Controller::CheckTenantLimits(const Principal& who, const JobSpec& spec, int64_t count) {
+  const TenantLimits& limits = options_.config.limits;
+  if (count > limits.max_array) {
+    return ResourceExhaustedError("count: " + std::to_string(count) + " is over the array limit (limits.max_array: " +
+                                  std::to_string(limits.max_array) + ")");
+  }
+  ROTA_RETURN_IF_ERROR(TakeSubmitBudget(who.user, count, /*take=*/false));
+  return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           ROTA_RETURN_IF_ERROR(PendingLimits(who, spec, count, batch.state->GetSnapshot()));
+           return true;
+         })
+      .status();
+}
+
+Status Controller::TakeSubmitBudget(const std::string& user, int64_t jobs, bool take) {
   const TenantLimits& limits = options_.config.limits;
   const double rate = static_cast<double>(limits.submit_rate);
   const double burst = std::max<double>(static_cast<double>(limits.max_array), rate);
@@ -559,7 +603,7 @@ Status Controller::TakeSubmitBudget(const std::string& user, int64_t jobs) {
                                   std::to_string(limits.submit_rate) + " jobs/s, array elements count one each); " +
                                   "retry in " + std::to_string(static_cast<int64_t>(wait) + 1) + "s");
   }
-  b.tokens -= static_cast<double>(jobs);
+  if (take) b.tokens -= static_cast<double>(jobs);
   return Status::Ok();
 }
 
@@ -636,27 +680,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     }
     // Tenant limits, counted against what is pending now (on the actor, so
     // concurrent submissions cannot both slip under a limit).
-    // (Counting the parts of arrays still being committed, reserved below.)
-    const int64_t user_pending = snap.PendingOfUser(who.user) + array_reserved_user_[who.user];
-    if (user_pending + count > limits.max_pending_per_user) {
-      return ResourceExhaustedError("user '" + who.user + "' has " + std::to_string(user_pending) +
-                                    " pending jobs; " + std::to_string(count) + " more would pass the limit " +
-                                    "(limits.max_pending_per_user: " + std::to_string(limits.max_pending_per_user) + ")");
-    }
-    int64_t queue_limit = limits.max_pending_per_queue;
-    std::string limit_name = "limits.max_pending_per_queue";
-    for (const QueueConfig* q : QueuesOnPath(options_.config, spec.queue)) {
-      if (q->max_pending > 0) {
-        queue_limit = q->max_pending;
-        limit_name = "queue " + q->name + " max_pending";
-      }
-    }
-    const int64_t queue_pending = snap.PendingInQueue(spec.queue) + array_reserved_queue_[spec.queue];
-    if (queue_pending + count > queue_limit) {
-      return ResourceExhaustedError("queue '" + spec.queue + "' has " + std::to_string(queue_pending) +
-                                    " pending jobs; " + std::to_string(count) + " more would pass the limit (" +
-                                    limit_name + ": " + std::to_string(queue_limit) + ")");
-    }
+    ROTA_RETURN_IF_ERROR(PendingLimits(who, spec, count, snap));
     // Copies of a spec that validated, under fresh ids: none can be refused.
     if (chunk == 1) {
       ROTA_RETURN_IF_ERROR(

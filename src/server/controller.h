@@ -157,6 +157,8 @@ class Controller {
   // class and queue, who may use them, its mounts); resolves `spec` as a
   // submission would. For a dry run; Submit runs them too.
   Status CheckSubmission(const Principal& who, JobSpec* spec) const;
+  // What the tenant limits would refuse a submission of `count` copies for, taking nothing (dry runs).
+  Status CheckTenantLimits(const Principal& who, const JobSpec& spec, int64_t count);
   Status Cancel(const Principal& who, JobId id);
   // Holds a pending job (it is not scheduled) or releases it, like Slurm's
   // scontrol hold/release (its owner or an admin; an admin's hold only an
@@ -279,7 +281,10 @@ class Controller {
   std::vector<TaskAssignment> TasksFor(Batch& batch, const std::string& node, uint64_t* revision);
   // ResourceExhausted unless `user` may submit `jobs` more now (limits.submit_rate);
   // a negative `jobs` gives back what a refused submission took.
-  Status TakeSubmitBudget(const std::string& user, int64_t jobs);
+  // Takes `jobs` from the user's submission budget (refunds if negative);
+  // with !take only checks that it could.
+  Status TakeSubmitBudget(const std::string& user, int64_t jobs, bool take = true);
+  Status PendingLimits(const Principal& who, const JobSpec& spec, int64_t count, const Snapshot& snap);
   void Publish();
   // After a batch is durable: publishes the new state, re-indexes the jobs
   // its events name, moves the versions of the nodes they touch and tells

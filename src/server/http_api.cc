@@ -1195,6 +1195,7 @@ class HttpServerImpl final : public HttpServer {
   void DryRun(const Principal& who, JobSpec spec, int64_t count, HttpResponse& res) {
     if (count < 1 || count > 10'000) return ReplyError(res, InvalidArgumentError("count: a dry run takes 1..10000 copies"));
     if (Status s = c_->CheckSubmission(who, &spec); !s.ok()) return ReplyError(res, s);
+    if (Status s = c_->CheckTenantLimits(who, spec, count); !s.ok()) return ReplyError(res, s);  // as a submission would
     const auto slot = TakeProjectionSlot(res);
     if (slot == nullptr) return;
     sim::ProjectOptions options = ProjectionOptions();

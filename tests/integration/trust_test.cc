@@ -413,6 +413,31 @@ TEST_F(Limits, PendingArrayAndRateLimitsAnswer429NamingTheLimit) {
   EXPECT_EQ(json::parse(server.Admin().Get("/v1/jobs?all=true")->body)["jobs"].size(), 8u);
 }
 
+// A dry run answers what the submission would, limits included (429
+// naming the limit), and takes nothing: not the rate budget, not a
+// pending slot.
+TEST_F(Limits, ADryRunIsRefusedByTheLimitsAsTheSubmissionWouldBe) {
+  RotaProcess server("server", tmp.path() + "/data",
+                     {"--config", Config("limits: {max_pending_per_user: 2, max_array: 3, submit_rate: 1}\n")});
+  auto alice = server.Http(UserToken(server, "alice"));
+  const std::string job = R"({"name": "j", "tasks": [{"gpus": 1, "command": ["true"]}]})";
+  auto r = alice.Post("/v1/jobs?dry_run=true&count=4", job, "application/json");
+  EXPECT_EQ(r->status, 429);
+  EXPECT_NE(r->body.find("limits.max_array: 3"), std::string::npos) << r->body;
+  r = alice.Post("/v1/jobs?dry_run=true&count=3", job, "application/json");
+  EXPECT_EQ(r->status, 429);  // 3 would pass max_pending_per_user
+  EXPECT_NE(r->body.find("limits.max_pending_per_user: 2"), std::string::npos) << r->body;
+  for (int i = 0; i < 3; ++i) {  // dry runs take no budget (the burst is 3)
+    r = alice.Post("/v1/jobs?dry_run=true&count=2", job, "application/json");
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_EQ(alice.Post("/v1/jobs?count=2", job, "application/json")->status, 201);
+  r = alice.Post("/v1/jobs?dry_run=true", job, "application/json");
+  EXPECT_EQ(r->status, 429);
+  EXPECT_NE(r->body.find("user 'alice' has 2 pending jobs"), std::string::npos) << r->body;
+  EXPECT_EQ(json::parse(server.Admin().Get("/v1/jobs?all=true")->body)["jobs"].size(), 2u);
+}
+
 TEST_F(Limits, ArrayElementsCountAgainstTheSubmissionRate) {
   RotaProcess server("server", tmp.path() + "/data", {"--config", Config("limits: {submit_rate: 1, max_array: 4}\n")});
   auto alice = server.Http(UserToken(server, "alice"));
