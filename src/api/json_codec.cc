@@ -443,6 +443,10 @@ std::string EncodeEvent(const Event& event) {
             }
             j["attempts"] = std::move(attempts);
           }
+        } else if constexpr (std::is_same_v<E, NodeLabelsChanged>) {
+          j["type"] = "NodeLabelsChanged";
+          j["node"] = e.node;
+          j["labels"] = e.labels;
         } else if constexpr (std::is_same_v<E, NodeMigChanged>) {
           j["type"] = "NodeMigChanged";
           j["node"] = e.node;
@@ -583,6 +587,9 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
         }
       }
       return Event(std::move(h));
+    }
+    if (type == "NodeLabelsChanged") {
+      return Event(NodeLabelsChanged{j.at("node"), j.at("labels").get<std::map<std::string, std::string>>()});
     }
     if (type == "NodeMigChanged") {
       NodeMigChanged e{j.at("node"), {}, j.at("mig_fixed")};

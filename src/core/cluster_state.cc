@@ -220,11 +220,9 @@ Status ClusterState::ApplyOne(const NodeAdded& e) {
   ROTA_RETURN_IF_ERROR(Topology::ValidateLevels(data_->levels));
   // Check the node's place in the tree before touching anything.
   auto node_it = std::find(data_->levels.begin(), data_->levels.end(), "node");
+  const std::vector<std::string> domain_levels(node_it + 1, data_->levels.end());
   std::vector<std::string> path;  // domain names, innermost level first
-  for (auto it = node_it + 1; it != data_->levels.end(); ++it) {
-    auto label = e.spec.labels.find(*it);
-    path.push_back(label != e.spec.labels.end() ? label->second : "~" + e.spec.name);
-  }
+  for (size_t l = 0; l < domain_levels.size(); ++l) path.push_back(Topology::DomainName(domain_levels, e.spec, l));
   for (size_t l = 0; l + 1 < path.size() && l < data_->domain_parent.size(); ++l) {
     auto known = data_->domain_parent[l].find(path[l]);
     if (known != data_->domain_parent[l].end() && known->second != path[l + 1]) {
@@ -734,6 +732,42 @@ Status ClusterState::ApplyOne(const JobHistory& e) {
   updated->resized_at = e.resized_at;
   updated->last_resize_reason = e.last_resize_reason;
   Put(Mutable(), std::move(updated));
+  return Status::Ok();
+}
+
+Status ClusterState::ApplyOne(const NodeLabelsChanged& e) {
+  ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
+  NodeSpec changed = data_->nodes[index].spec;
+  changed.labels = e.labels;
+  ROTA_RETURN_IF_ERROR(ValidateNodeSpec(changed));
+  // Every node's place in the tree again, this one's with its new labels.
+  auto node_it = std::find(data_->levels.begin(), data_->levels.end(), "node");
+  const std::vector<std::string> domain_levels(node_it + 1, data_->levels.end());
+  std::vector<std::unordered_map<std::string, std::string>> parents(domain_levels.size());
+  std::vector<std::unordered_map<std::string, uint32_t>> parent_from(domain_levels.size());  // the node that said so
+  for (uint32_t i = 0; i < data_->nodes.size(); ++i) {
+    const NodeSpec& n = i == index ? changed : data_->nodes[i].spec;
+    for (size_t l = 0; l + 1 < domain_levels.size(); ++l) {
+      const std::string inner = Topology::DomainName(domain_levels, n, l);
+      const std::string outer = Topology::DomainName(domain_levels, n, l + 1);
+      auto [it, added] = parents[l].emplace(inner, outer);
+      if (added) parent_from[l][inner] = i;
+      if (added || it->second == outer) continue;
+      // Name the other node: the one whose place this one's labels contradict.
+      const uint32_t other = i == index ? parent_from[l][inner] : i;
+      const std::string mine = i == index ? outer : it->second;
+      const std::string theirs = i == index ? it->second : outer;
+      std::string shown;
+      for (const auto& [k, v] : e.labels) shown += (shown.empty() ? "" : ", ") + k + "=" + v;
+      return InvalidArgumentError("node '" + e.node + "': labels {" + shown + "} put " + domain_levels[l] + " '" +
+                                  inner + "' in " + domain_levels[l + 1] + " '" + mine + "', but node '" +
+                                  data_->nodes[other].spec.name + "' has it in '" + theirs + "'");
+    }
+  }
+  Snapshot::Data& d = Mutable();
+  d.nodes.Mut(index).spec.labels = e.labels;
+  d.domain_parent = std::move(parents);
+  d.topology = std::make_shared<Snapshot::Data::LazyTopology>();
   return Status::Ok();
 }
 

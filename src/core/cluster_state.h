@@ -408,6 +408,7 @@ class ClusterState {
   Status ApplyOne(const JobCheckpointed& e);
   Status ApplyOne(const GpuReconfigured& e);
   Status ApplyOne(const NodeMigChanged& e);
+  Status ApplyOne(const NodeLabelsChanged& e);
   Status ApplyOne(const JobHistory& e);
   Status ApplyOne(const JobResized& e);
   Status ApplyOne(const RankRestarted& e);

@@ -194,6 +194,42 @@ TEST(ClusterState, RefusesDuplicateNodeAndRackInTwoSpines) {
   EXPECT_EQ(st.GetSnapshot().nodes().size(), 1u);
 }
 
+// Nodes in one rack with no spine label share a spine ('~r1'), rather than
+// each being refused after the first; and an agent's corrected labels
+// replace the old ones when it registers again (refused, changing nothing,
+// if they would put a rack in two spines), surviving a journal snapshot.
+TEST(ClusterState, ARackWithoutASpineIsItsOwnAndLabelsCanBeCorrected) {
+  ClusterState st;
+  for (const char* name : {"a", "b"}) {
+    NodeSpec n = Node(name, 8);
+    n.labels = {{"rack", "r1"}};
+    ASSERT_TRUE(st.Apply(NodeAdded{n}).ok()) << name;
+  }
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("c", 8)}).ok());  // rack r0, spine s0
+  const Snapshot before = st.GetSnapshot();
+  EXPECT_EQ(before.topology().domains_at(before.topology().DomainLevelIndex("spine")).size(), 2u);  // '~r1', s0
+  // c moves to rack r1: r1 is in spine '~r1' (a, b), c says s0.
+  const Status two = st.Apply(NodeLabelsChanged{"c", {{"rack", "r1"}, {"spine", "s0"}}});
+  EXPECT_EQ(two.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(two.message(), "node 'c': labels {rack=r1, spine=s0} put rack 'r1' in spine 's0', but node 'a' has it in '~r1'");
+  EXPECT_EQ(st.GetSnapshot().FindNode("c")->spec.labels.at("spine"), "s0");
+  // Without the spine it joins a and b; a node selector sees the new label.
+  ASSERT_TRUE(st.Apply(NodeLabelsChanged{"c", {{"rack", "r1"}, {"gpu-class", "big"}}}).ok());
+  const Snapshot snap = st.GetSnapshot();
+  EXPECT_EQ(snap.FindNode("c")->spec.labels.at("gpu-class"), "big");
+  EXPECT_EQ(snap.FindNode("c")->spec.labels.count("spine"), 0u);
+  const Topology& after = snap.topology();
+  const int32_t rack = after.DomainLevelIndex("rack");
+  for (const char* name : {"a", "b", "c"}) {
+    const NodeState* n = snap.FindNode(name);
+    EXPECT_EQ(after.domains()[after.DomainOf(after.position_of(n->id), rack)].name, "r1") << name;
+  }
+  ClusterState replay;
+  for (const Event& e : CompactState(snap)) ASSERT_TRUE(replay.Apply(e).ok());
+  EXPECT_EQ(replay.GetSnapshot().FindNode("c")->spec.labels, snap.FindNode("c")->spec.labels);
+  EXPECT_EQ(st.Apply(NodeLabelsChanged{"nope", {}}).code(), StatusCode::kNotFound);
+}
+
 TEST(ClusterState, UnhealthyGpuCannotBeBound) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());

@@ -160,6 +160,13 @@ struct NodeMigChanged {
   std::map<int32_t, std::string> mig;
   bool mig_fixed = false;
 };
+// A node's agent re-registered with other labels (a corrected rack, a new
+// label for node selectors): they replace the spec's, and the topology is
+// built again. Refused if they would put one domain in two parents.
+struct NodeLabelsChanged {
+  std::string node;
+  std::map<std::string, std::string> labels;
+};
 // One ended attempt of a job: when it was bound and ended, and how
 // ("requeued: node n-3 lost", "succeeded", "cancelled by bob").
 struct JobAttempt {
@@ -220,6 +227,6 @@ struct ServiceUpdated {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled, ServiceUpdated>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled, ServiceUpdated, NodeLabelsChanged>;
 
 }  // namespace rota

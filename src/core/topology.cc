@@ -24,6 +24,14 @@ Status Topology::ValidateLevels(const std::vector<std::string>& levels) {
   return Status::Ok();
 }
 
+std::string Topology::DomainName(const std::vector<std::string>& domain_levels, const NodeSpec& node, size_t l) {
+  auto it = node.labels.find(domain_levels[l]);
+  if (it != node.labels.end()) return it->second;
+  // Unlabelled: the domain of the level below alone (a rack without a
+  // spine is its own spine, '~r1'), or the node alone at the first level.
+  return "~" + (l == 0 ? node.name : DomainName(domain_levels, node, l - 1));
+}
+
 StatusOr<Topology> Topology::Build(const std::vector<std::string>& levels, const std::vector<NodeSpec>& nodes) {
   ROTA_RETURN_IF_ERROR(ValidateLevels(levels));
   Topology t;
@@ -34,12 +42,8 @@ StatusOr<Topology> Topology::Build(const std::vector<std::string>& levels, const
   const size_t L = t.domain_levels_.size();
   const size_t n = nodes.size();
 
-  // Domain name of node i at level l; a missing label makes a singleton.
-  auto name_of = [&](size_t i, size_t l) {
-    auto it = nodes[i].labels.find(t.domain_levels_[l]);
-    if (it != nodes[i].labels.end()) return it->second;
-    return "~" + nodes[i].name;
-  };
+  // Domain name of node i at level l.
+  auto name_of = [&](size_t i, size_t l) { return DomainName(t.domain_levels_, nodes[i], l); };
 
   // Rank each domain by first appearance, outermost level first, so that the
   // position order is the order in which the config declared things.

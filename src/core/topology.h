@@ -35,10 +35,14 @@ class Topology {
 
   // Checks the level names: unique, `node` present, only `nvlink` below it.
   static Status ValidateLevels(const std::vector<std::string>& levels);
+  // The domain `node` is in at domain level `l` (0: the first above the
+  // node): its label for the level, else '~' and the domain below's name (a
+  // rack without a spine is the spine '~r1'; no rack: the rack '~NODE').
+  static std::string DomainName(const std::vector<std::string>& domain_levels, const NodeSpec& node, size_t l);
 
   // Builds the tree over `nodes` (indexed by NodeId). A node without a label
-  // for a level forms a domain of its own at that level. Fails if one domain
-  // has two parents (a rack in two spines).
+  // for a level is, at that level, the domain below it alone (DomainName).
+  // Fails if one domain has two parents (a rack in two spines).
   static StatusOr<Topology> Build(const std::vector<std::string>& levels, const std::vector<NodeSpec>& nodes);
 
   const std::vector<std::string>& level_names() const { return level_names_; }

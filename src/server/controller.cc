@@ -912,8 +912,13 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
                            "node '" + spec.name + "' is registered with " + std::to_string(known->spec.gpus) + " x " +
                                known->spec.gpu_model + "; it now reports " + std::to_string(spec.gpus) + " x " +
                                spec.gpu_model + " (drain and re-add it)");
-           } else if (MigChanged(*known, spec)) {
-             ROTA_RETURN_IF_ERROR(batch.Apply(NodeMigChanged{spec.name, spec.mig, spec.mig_fixed}));
+           } else {
+             if (MigChanged(*known, spec)) {
+               ROTA_RETURN_IF_ERROR(batch.Apply(NodeMigChanged{spec.name, spec.mig, spec.mig_fixed}));
+             }
+             if (known->spec.labels != spec.labels) {  // corrected on the agent: they replace the old ones
+               ROTA_RETURN_IF_ERROR(batch.Apply(NodeLabelsChanged{spec.name, spec.labels}));
+             }
            }
            std::lock_guard<std::mutex> lock(mu_);
            NodeLive& live = live_[spec.name];

@@ -275,6 +275,25 @@ TEST_F(ControllerTest, ARequeueByHandDoesNotUseUpTheRestartPolicy) {
   EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kFailed);
 }
 
+// An agent that registers again with corrected labels gets them (they were
+// dropped before, so a mistake could not be fixed); labels that put a rack
+// in two spines are refused with the nodes named, and change nothing.
+TEST_F(ControllerTest, ReRegistrationReplacesANodesLabels) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
+  ASSERT_TRUE(c->RegisterNode(agent0, spec, true, "").ok());
+  spec.labels["gpu-class"] = "big";
+  ASSERT_TRUE(c->RegisterNode(agent0, spec, true, "").ok());
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->spec.labels.at("gpu-class"), "big");
+  NodeSpec bad = spec;
+  bad.labels["spine"] = "elsewhere";
+  const Status refused = c->RegisterNode(agent0, bad, true, "");
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("but node 'n-1' has it in"), std::string::npos) << refused.message();
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->spec.labels, spec.labels);
+}
+
 // One heartbeat reporting several exits (short jobs on a busy node): each
 // ends its job, and the answer lists the node's remaining tasks - the
 // node's record is re-read after every change (it once pointed into a
