@@ -340,7 +340,7 @@ std::string EncodeEvent(const Event& event) {
           j["user"] = e.user;
           j["priority_value"] = e.spec.priority;  // resolved from the class at submission
           if (e.restarts != 0) j["restarts"] = e.restarts;
-          if (e.failed_restarts != 0) j["failed_restarts"] = e.failed_restarts;
+          if (e.restarts != 0) j["failed_restarts"] = e.failed_restarts;
           if (e.attained != 0) j["attained"] = e.attained;
           if (e.resizes != 0) j["resizes"] = e.resizes;
           if (e.rank_restarts != 0) j["rank_restarts"] = e.rank_restarts;
@@ -504,7 +504,9 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
                      j.value("restarts", 0), j.value("resizes", 0), j.value("rank_restarts", 0), j.value("gang_attempt", 0)};
       e.request_id = j.value("request_id", std::string());
       e.attained = j.value("attained", Duration{0});
-      e.failed_restarts = j.value("failed_restarts", 0);
+      // A snapshot from before failed restarts were counted apart: all of
+      // its restarts counted then, so they still do.
+      e.failed_restarts = j.value("failed_restarts", e.restarts);
       e.array = JobId(j.value("array", uint64_t{0}));
       e.array_count = j.value("array_count", int64_t{0});
       if (j.contains("rank_attempt")) {

@@ -78,6 +78,22 @@ mounts: [{source: /d, target: /data, read_only: true}]
       EXPECT_EQ(std::get<JobResized>(*back).placement, resized->placement);
     }
   }
+  // Failed restarts come back, and a snapshot from before they were counted
+  // apart counts all of its restarts (as they were then).
+  auto counted = DecodeEvent(EncodeEvent(JobSubmitted{.id = JobId(30), .spec = *spec, .at = 1, .user = "a", .restarts = 3, .failed_restarts = 1}));
+  ASSERT_TRUE(counted.ok());
+  EXPECT_EQ(std::get<JobSubmitted>(*counted).failed_restarts, 1);
+  auto old_snapshot = nlohmann::json::parse(EncodeEvent(JobSubmitted{.id = JobId(31), .spec = *spec, .at = 1, .user = "a", .restarts = 3}));
+  old_snapshot.erase("failed_restarts");
+  auto before = DecodeEvent(old_snapshot.dump());
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ(std::get<JobSubmitted>(*before).failed_restarts, 3);
+  auto requeued = DecodeEvent(EncodeEvent(JobRequeued{JobId(30), 5, "exit 2", true}));
+  ASSERT_TRUE(requeued.ok());
+  EXPECT_TRUE(std::get<JobRequeued>(*requeued).failed);
+  auto relabelled = DecodeEvent(EncodeEvent(NodeLabelsChanged{"n-0", {{"rack", "r1"}, {"pool", "train"}}}));
+  ASSERT_TRUE(relabelled.ok());
+  EXPECT_EQ(std::get<NodeLabelsChanged>(*relabelled).labels.at("pool"), "train");
   // A service's spec (its block, min as the elastic floor) comes back whole.
   auto service = ParseJobSpec(R"(
 name: llm

@@ -113,8 +113,9 @@ struct JobRecord {
   std::string held_by;
   bool held_by_admin = false;
   int32_t restarts = 0;                     // times requeued after it started
-  // Of those, the restarts after a failed attempt: what restart.max_restarts
-  // counts (preemptions, lost nodes and requeues by hand do not).
+  // Of those, the restarts its restart policy made (after a failed attempt;
+  // with `always`, after any exit): what restart.max_restarts counts
+  // (preemptions, lost nodes and requeues by hand do not).
   int32_t failed_restarts = 0;
   // Run time of its ended attempts (a running attempt adds now - started_at):
   // the attained service that least-attained-service orders read.

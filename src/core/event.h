@@ -100,8 +100,9 @@ struct JobRequeued {
   JobId id;
   TimePoint at = 0;
   std::string reason;
-  // A failed attempt, restarted as its policy allows: counts against
-  // restart.max_restarts (a preemption, a lost node or `rota requeue` does not).
+  // An attempt its restart policy restarts (it failed, or any exit under
+  // `always`): counts against restart.max_restarts (a preemption, a lost
+  // node or `rota requeue` does not).
   bool failed = false;
 };
 // A running gang is being evicted for `preemptor`: its tasks get their

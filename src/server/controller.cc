@@ -916,9 +916,12 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
              if (MigChanged(*known, spec)) {
                ROTA_RETURN_IF_ERROR(batch.Apply(NodeMigChanged{spec.name, spec.mig, spec.mig_fixed}));
              }
-             if (known->spec.labels != spec.labels) {  // corrected on the agent: they replace the old ones
-               ROTA_RETURN_IF_ERROR(batch.Apply(NodeLabelsChanged{spec.name, spec.labels}));
-             }
+             // The labels the agent sends replace those keys (a corrected
+             // rack); the others stay (a declared node's rack, spine and
+             // group labels, which an agent does not send).
+             Labels labels = known->spec.labels;
+             for (const auto& [k, v] : spec.labels) labels[k] = v;
+             if (labels != known->spec.labels) ROTA_RETURN_IF_ERROR(batch.Apply(NodeLabelsChanged{spec.name, labels}));
            }
            std::lock_guard<std::mutex> lock(mu_);
            NodeLive& live = live_[spec.name];

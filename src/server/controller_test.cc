@@ -282,10 +282,17 @@ TEST_F(ControllerTest, ReRegistrationReplacesANodesLabels) {
   auto c = Make(std::make_unique<MemoryStore>());
   const Principal agent0{"n-0", Role::kAgent, "n-0"};
   NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
-  ASSERT_TRUE(c->RegisterNode(agent0, spec, true, "").ok());
+  const Labels declared = spec.labels;  // the config's: hostname, gpu_model, rack, spine
+  // An agent sends only its own labels: the declared ones stay.
+  NodeSpec from_agent = spec;
+  from_agent.labels = {{"hostname", "n-0"}, {"gpu_model", "H100"}};
+  ASSERT_TRUE(c->RegisterNode(agent0, from_agent, true, "").ok());
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->spec.labels, declared);
+  from_agent.labels["gpu-class"] = "big";
+  ASSERT_TRUE(c->RegisterNode(agent0, from_agent, true, "").ok());
   spec.labels["gpu-class"] = "big";
-  ASSERT_TRUE(c->RegisterNode(agent0, spec, true, "").ok());
-  EXPECT_EQ(c->snapshot().FindNode("n-0")->spec.labels.at("gpu-class"), "big");
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->spec.labels, spec.labels);
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->spec.labels.at("rack"), declared.at("rack"));
   NodeSpec bad = spec;
   bad.labels["spine"] = "elsewhere";
   const Status refused = c->RegisterNode(agent0, bad, true, "");
