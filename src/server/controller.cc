@@ -38,6 +38,7 @@ Status Controller::Start() {
 
   // Declared nodes from the config that the journal does not have yet.
   ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> declared, ExpandNodes(options_.config));
+  for (const NodeSpec& n : declared) declared_labels_[n.name] = n.labels;
   std::vector<Event> added;
   {
     Snapshot snap = state_.GetSnapshot();
@@ -566,15 +567,20 @@ Status Controller::PendingLimits(const Principal& who, const JobSpec& spec, int6
   return Status::Ok();
 }
 
-// What a submission of `count` copies would be refused for by the tenant
-// limits (array size, submission rate, pending jobs), taking nothing: a dry
-// run says what the real submission would.
-Status Controller::CheckTenantLimits(const Principal& who, const JobSpec& spec, int64_t count) {
+Status Controller::ArrayLimit(int64_t count) const {
   const TenantLimits& limits = options_.config.limits;
   if (count > limits.max_array) {
     return ResourceExhaustedError("count: " + std::to_string(count) + " is over the array limit (limits.max_array: " +
                                   std::to_string(limits.max_array) + ")");
   }
+  return Status::Ok();
+}
+
+// What a submission of `count` copies would be refused for by the tenant
+// limits (array size, submission rate, pending jobs), taking nothing: a dry
+// run says what the real submission would.
+Status Controller::CheckTenantLimits(const Principal& who, const JobSpec& spec, int64_t count) {
+  ROTA_RETURN_IF_ERROR(ArrayLimit(count));
   ROTA_RETURN_IF_ERROR(TakeSubmitBudget(who.user, count, /*take=*/false));
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
            ROTA_RETURN_IF_ERROR(PendingLimits(who, spec, count, batch.state->GetSnapshot()));
@@ -619,11 +625,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
   if (count < 1 || count > kMaxArray) {
     return InvalidArgumentError("count: must be 1.." + std::to_string(kMaxArray) + ", got " + std::to_string(count));
   }
-  const TenantLimits& limits = options_.config.limits;
-  if (count > limits.max_array) {
-    return ResourceExhaustedError("count: " + std::to_string(count) + " is over the array limit (limits.max_array: " +
-                                  std::to_string(limits.max_array) + ")");
-  }
+  ROTA_RETURN_IF_ERROR(ArrayLimit(count));
   ROTA_RETURN_IF_ERROR(CheckSubmission(who, &spec));
   ROTA_RETURN_IF_ERROR(TakeSubmitBudget(who.user, count));
   // A large array goes in chunks, each its own batch, so that other writers
@@ -903,10 +905,15 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
     return Status(StatusCode::kPermissionDenied, "an agent token may only register its own node ('" + who.node + "')");
   }
   ROTA_RETURN_IF_ERROR(ValidateNodeSpec(spec));
+  // The built-in labels are the server's: an agent cannot pass for another
+  // node (hostname) or another GPU model in a node selector.
+  NodeSpec sent = spec;
+  sent.labels["hostname"] = spec.name;
+  sent.labels["gpu_model"] = spec.gpu_model;
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
            const NodeState* known = batch.state->GetSnapshot().FindNode(spec.name);
            if (known == nullptr) {
-             ROTA_RETURN_IF_ERROR(batch.Apply(NodeAdded{spec}));
+             ROTA_RETURN_IF_ERROR(batch.Apply(NodeAdded{sent}));
            } else if (known->spec.gpus != spec.gpus || known->spec.gpu_model != spec.gpu_model) {
              return Status(StatusCode::kFailedPrecondition,
                            "node '" + spec.name + "' is registered with " + std::to_string(known->spec.gpus) + " x " +
@@ -917,10 +924,13 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
                ROTA_RETURN_IF_ERROR(batch.Apply(NodeMigChanged{spec.name, spec.mig, spec.mig_fixed}));
              }
              // The labels the agent sends replace those keys (a corrected
-             // rack); the others stay (a declared node's rack, spine and
-             // group labels, which an agent does not send).
+             // rack), except what the config declares for the node (the
+             // admin's rack, spine and group labels); others stay.
              Labels labels = known->spec.labels;
-             for (const auto& [k, v] : spec.labels) labels[k] = v;
+             const auto declared = declared_labels_.find(spec.name);
+             for (const auto& [k, v] : sent.labels) {
+               if (declared == declared_labels_.end() || declared->second.count(k) == 0) labels[k] = v;
+             }
              if (labels != known->spec.labels) ROTA_RETURN_IF_ERROR(batch.Apply(NodeLabelsChanged{spec.name, labels}));
            }
            std::lock_guard<std::mutex> lock(mu_);

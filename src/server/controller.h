@@ -285,6 +285,7 @@ class Controller {
   // with !take only checks that it could.
   Status TakeSubmitBudget(const std::string& user, int64_t jobs, bool take = true);
   Status PendingLimits(const Principal& who, const JobSpec& spec, int64_t count, const Snapshot& snap);
+  Status ArrayLimit(int64_t count) const;  // limits.max_array
   void Publish();
   // After a batch is durable: publishes the new state, re-indexes the jobs
   // its events name, moves the versions of the nodes they touch and tells
@@ -354,6 +355,9 @@ class Controller {
   // map of a million nodes each cycle).
   std::vector<sched::Waiting> reasons_;
   std::map<std::string, NodeLive> live_;
+  // The labels the config declares per node (set at start): an agent's do
+  // not replace them.
+  std::unordered_map<std::string, Labels> declared_labels_;
   ControllerMetrics metrics_;
   std::map<std::string, uint64_t> node_versions_;
   // Per node, the jobs (running or preempting) with a replica there, and

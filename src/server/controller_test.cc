@@ -293,12 +293,26 @@ TEST_F(ControllerTest, ReRegistrationReplacesANodesLabels) {
   spec.labels["gpu-class"] = "big";
   EXPECT_EQ(c->snapshot().FindNode("n-0")->spec.labels, spec.labels);
   EXPECT_EQ(c->snapshot().FindNode("n-0")->spec.labels.at("rack"), declared.at("rack"));
-  NodeSpec bad = spec;
-  bad.labels["spine"] = "elsewhere";
-  const Status refused = c->RegisterNode(agent0, bad, true, "");
-  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.message().find("but node 'n-1' has it in"), std::string::npos) << refused.message();
+  // Not the config's labels, nor the built-in ones: an agent cannot move a
+  // declared node to another rack, nor pass for another node.
+  NodeSpec hostile = from_agent;
+  hostile.labels["rack"] = "elsewhere";
+  hostile.labels["hostname"] = "n-1";
+  ASSERT_TRUE(c->RegisterNode(agent0, hostile, true, "").ok());
   EXPECT_EQ(c->snapshot().FindNode("n-0")->spec.labels, spec.labels);
+  // A node the config does not declare takes its agent's labels; labels that
+  // put a rack in two spines are refused with the other node named, and
+  // change nothing.
+  NodeSpec extra = spec;
+  extra.name = "x-0";
+  extra.labels = {{"rack", "solo"}};
+  ASSERT_TRUE(c->RegisterNode(kAdmin, extra, true, "").ok());
+  EXPECT_EQ(c->snapshot().FindNode("x-0")->spec.labels.at("hostname"), "x-0");
+  extra.labels = {{"rack", declared.at("rack")}, {"spine", "elsewhere"}};
+  const Status refused = c->RegisterNode(kAdmin, extra, true, "");
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("but node 'n-0' has it in"), std::string::npos) << refused.message();
+  EXPECT_EQ(c->snapshot().FindNode("x-0")->spec.labels.at("rack"), "solo");
 }
 
 // One heartbeat reporting several exits (short jobs on a busy node): each
