@@ -273,6 +273,11 @@ Snapshot Controller::snapshot() const {
 
 std::optional<sched::PendingReason> Controller::pending_reason(JobId id) const {
   std::lock_guard<std::mutex> lock(mu_);
+  auto by_id = [](const sched::Waiting& a, const sched::Waiting& b) { return a.job < b.job; };
+  if (!reasons_by_id_) {  // (in job order, often id order already: a check costs n comparisons)
+    if (!std::is_sorted(reasons_.begin(), reasons_.end(), by_id)) std::sort(reasons_.begin(), reasons_.end(), by_id);
+    reasons_by_id_ = true;
+  }
   auto it = std::lower_bound(reasons_.begin(), reasons_.end(), id,
                              [](const sched::Waiting& w, JobId job) { return w.job < job; });
   if (it == reasons_.end() || it->job != id) return std::nullopt;

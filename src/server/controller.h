@@ -350,10 +350,13 @@ class Controller {
   std::map<std::string, int64_t> array_reserved_user_;
   RequestIds request_ids_;  // actor only: the submissions' idempotency keys
   std::map<std::string, int64_t> array_reserved_queue_;
-  // The last cycle's pending jobs and why each waits, by job id (the
-  // cycle's own list, sorted and swapped in: a million waiting jobs cost no
-  // map of a million nodes each cycle).
-  std::vector<sched::Waiting> reasons_;
+  // The last cycle's pending jobs and why each waits (the cycle's own list,
+  // swapped in: a million waiting jobs cost no map of a million nodes each
+  // cycle). Sorted by id when first looked up after a cycle, not by it: with
+  // several priorities the cycle's order is not id order, and most cycles'
+  // reasons are never read.
+  mutable std::vector<sched::Waiting> reasons_;
+  mutable bool reasons_by_id_ = false;
   std::map<std::string, NodeLive> live_;
   // The labels the config declares per node (set at start): an agent's do
   // not replace them.

@@ -3,7 +3,6 @@
 // triggers coalesce into one pending cycle) and at least every
 // schedule_interval, quieter while nothing changes; its decisions go to the
 // actor as ToEvents' events, validated against the current state there.
-#include <algorithm>
 #include <chrono>
 
 #include "sched/to_events.h"
@@ -47,14 +46,10 @@ void Controller::RunOneCycle() {
   const auto t0 = std::chrono::steady_clock::now();
   scheduler_->RunCycle(snap, now, &result);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // By id for lookups; in job order already when that is submission order.
-  auto by_id = [](const sched::Waiting& a, const sched::Waiting& b) { return a.job < b.job; };
-  if (!std::is_sorted(result.pending.begin(), result.pending.end(), by_id)) {
-    std::sort(result.pending.begin(), result.pending.end(), by_id);
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     reasons_.swap(result.pending);  // the old list is the next cycle's buffer
+    reasons_by_id_ = false;
     metrics_.cycles++;
     metrics_.cycle_sum_seconds += seconds;
     metrics_.cycle_buckets.resize(std::size(kCycleBuckets) + 1);
