@@ -105,6 +105,8 @@ const NvmlApi& LoadNvml() {
     sym(nvml.max_mig_devices, "nvmlDeviceGetMaxMigDeviceCount");
     sym(nvml.mig_device, "nvmlDeviceGetMigDeviceHandleByIndex");
     sym(nvml.mig_device_gi, "nvmlDeviceGetGpuInstanceId");
+    sym(nvml.energy, "nvmlDeviceGetTotalEnergyConsumption");
+    sym(nvml.pcie_throughput, "nvmlDeviceGetPcieThroughput");
     nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.name && nvml.memory && nvml.init() == 0;
   });
   return nvml;

@@ -77,6 +77,10 @@ struct NvmlApi {
   int (*max_mig_devices)(Device, unsigned int*) = nullptr;
   int (*mig_device)(Device, unsigned int, Device*) = nullptr;
   int (*mig_device_gi)(Device, unsigned int*) = nullptr;
+  // Telemetry: the total-energy counter (mJ since the driver loaded; Volta
+  // and later) and PCIe throughput (counter 0 = TX, 1 = RX, KB/s).
+  int (*energy)(Device, unsigned long long*) = nullptr;
+  int (*pcie_throughput)(Device, int, unsigned int*) = nullptr;
   bool ok = false;  // loaded and initialised
 };
 

@@ -75,13 +75,19 @@ Status ReadStrings(const json& obj, const std::string& path, const char* key, st
 ordered_json HeartbeatToJson(const HeartbeatReport& report) {
   ordered_json gpus = ordered_json::array();
   for (const GpuTelemetry& g : report.gpus) {
-    gpus.push_back({{"index", g.index},
-                    {"utilization_pct", g.utilization_pct},
-                    {"memory_used_mib", g.memory_used},
-                    {"temperature_c", g.temperature_c},
-                    {"power_w", g.power_w},
-                    {"healthy", g.healthy},
-                    {"health_reason", g.health_reason}});
+    ordered_json j{{"index", g.index},
+                   {"utilization_pct", g.utilization_pct},
+                   {"memory_used_mib", g.memory_used},
+                   {"temperature_c", g.temperature_c},
+                   {"power_w", g.power_w},
+                   {"healthy", g.healthy},
+                   {"health_reason", g.health_reason}};
+    if (g.samples > 0) {
+      j["window"] = {{"samples", g.samples},           {"activity", g.activity},
+                     {"memory_peak_mib", g.memory_peak}, {"energy_mj", g.energy_mj},
+                     {"pcie_rx_kbps", g.pcie_rx_kbps},   {"pcie_tx_kbps", g.pcie_tx_kbps}};
+    }
+    gpus.push_back(std::move(j));
   }
   ordered_json tasks = ordered_json::array();
   for (const TaskReport& t : report.tasks) {
@@ -97,6 +103,9 @@ ordered_json HeartbeatToJson(const HeartbeatReport& report) {
       j["checkpoint_path"] = t.checkpoint_path;
       j["checkpoint_at"] = FormatTime(t.checkpoint_at);
     }
+    if (t.cpu_used_us >= 0) j["cpu_used_us"] = t.cpu_used_us;
+    if (t.cpu_throttled_us >= 0) j["cpu_throttled_us"] = t.cpu_throttled_us;
+    if (t.memory_peak >= 0) j["memory_peak_mib"] = t.memory_peak;
     tasks.push_back(std::move(j));
   }
   ordered_json out{{"node", report.node}, {"gpus", std::move(gpus)}, {"tasks", std::move(tasks)}};
@@ -125,6 +134,32 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
       ROTA_RETURN_IF_ERROR(Read(g, p, "memory_used_mib", &t.memory_used));
       ROTA_RETURN_IF_ERROR(Read(g, p, "healthy", &t.healthy));
       ROTA_RETURN_IF_ERROR(Read(g, p, "health_reason", &t.health_reason));
+      // A window that does not parse is dropped, not the report (health
+      // matters more than accounting).
+      if (auto w = g.find("window"); w != g.end() && w->is_object()) {
+        GpuTelemetry win;
+        const bool ok = Read(*w, p, "samples", &win.samples).ok() &&
+                        Read(*w, p, "memory_peak_mib", &win.memory_peak).ok() &&
+                        Read(*w, p, "energy_mj", &win.energy_mj).ok() &&
+                        Read(*w, p, "pcie_rx_kbps", &win.pcie_rx_kbps).ok() &&
+                        Read(*w, p, "pcie_tx_kbps", &win.pcie_tx_kbps).ok();
+        const auto a = w->find("activity");
+        bool buckets = a != w->end() && a->is_array() && a->size() <= 21;
+        int64_t in_buckets = 0;
+        for (size_t b = 0; buckets && b < a->size(); ++b) {
+          buckets = (*a)[b].is_number_integer() && (*a)[b].get<int64_t>() >= 0 && (*a)[b].get<int64_t>() <= 1'000'000;
+          if (buckets) win.activity.push_back((*a)[b].get<int64_t>()), in_buckets += win.activity.back();
+        }
+        if (!buckets) win.activity.clear();
+        if (ok && win.samples > 0 && win.samples <= 1'000'000 && win.energy_mj >= 0 && in_buckets <= win.samples) {
+          t.samples = win.samples;
+          t.activity = std::move(win.activity);
+          t.memory_peak = win.memory_peak;
+          t.energy_mj = win.energy_mj;
+          t.pcie_rx_kbps = win.pcie_rx_kbps;
+          t.pcie_tx_kbps = win.pcie_tx_kbps;
+        }
+      }
       r.gpus.push_back(std::move(t));
     }
   }
@@ -146,6 +181,11 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
       ROTA_RETURN_IF_ERROR(Read(t, p, "exit_reason", &tr.exit_reason));
       tr.job = JobId(job);
       tr.exited = state == "exited";
+      // Accounting figures that do not parse are dropped, not the report.
+      for (auto [key, out] : {std::pair{"cpu_used_us", &tr.cpu_used_us}, std::pair{"cpu_throttled_us", &tr.cpu_throttled_us},
+                              std::pair{"memory_peak_mib", &tr.memory_peak}}) {
+        if (auto v = t.find(key); v != t.end() && v->is_number_integer() && v->get<int64_t>() >= 0) *out = v->get<int64_t>();
+      }
       // A checkpoint report that does not parse is dropped, not the report
       // (its exits and health matter more).
       if (t.contains("checkpoint_path") && t.contains("checkpoint_at") && t["checkpoint_path"].is_string() &&

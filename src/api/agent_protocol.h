@@ -42,6 +42,17 @@ struct GpuTelemetry {
   int32_t power_w = 0;
   bool healthy = true;
   std::string health_reason;  // "xid 79", "ecc", "temperature 95C"
+  // Since the last report, from the agent's 1 Hz samples (GpuMeter): how many
+  // it took, their utilisation (ActivityHistogram buckets; none in MIG mode,
+  // where NVML knows no utilisation), the highest memory used, the energy
+  // used (from the GPU's total-energy counter, or power integrated where the
+  // driver has none) and the mean PCIe throughput (-1 = unknown).
+  int32_t samples = 0;
+  std::vector<int64_t> activity;
+  MemoryMiB memory_peak = 0;
+  int64_t energy_mj = 0;
+  int32_t pcie_rx_kbps = -1;
+  int32_t pcie_tx_kbps = -1;
 };
 
 // What a node's agent should be running: one replica of a job.
@@ -100,6 +111,12 @@ struct TaskReport {
   // ship logs); "" = none.
   std::string log;
   int64_t log_offset = 0;
+  // The task's CPU time and throttled time since it started (its cgroup's
+  // cpu.stat; its process's own where it has no cgroup), and its host memory
+  // peak; -1 = unknown.
+  int64_t cpu_used_us = -1;
+  int64_t cpu_throttled_us = -1;
+  MemoryMiB memory_peak = -1;
 };
 
 struct HeartbeatReport {

@@ -101,6 +101,44 @@ TEST(AgentProtocol, AHeartbeatRoundTripsWithItsLogAndCheckpoint) {
   EXPECT_EQ(back->tasks[0].checkpoint_at, t.checkpoint_at);
 }
 
+TEST(AgentProtocol, AReportCarriesItsWindowOfSamplesAndItsTasksCpu) {
+  HeartbeatReport r;
+  r.node = "n-1";
+  GpuTelemetry g{.index = 0, .utilization_pct = 40};
+  g.samples = 10;
+  g.activity = {2, 0, 0, 0, 0, 0, 0, 0, 8};
+  g.memory_peak = 9000;
+  g.energy_mj = 3'000'000;
+  g.pcie_rx_kbps = 1200;
+  r.gpus.push_back(g);
+  TaskReport t;
+  t.job = JobId(4);
+  t.cpu_used_us = 12'000'000;
+  t.cpu_throttled_us = 500;
+  t.memory_peak = 2048;
+  r.tasks.push_back(t);
+  auto back = HeartbeatFromJson(json::parse(HeartbeatToJson(r).dump()));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->gpus[0].samples, 10);
+  EXPECT_EQ(back->gpus[0].activity, g.activity);
+  EXPECT_EQ(back->gpus[0].memory_peak, 9000);
+  EXPECT_EQ(back->gpus[0].energy_mj, 3'000'000);
+  EXPECT_EQ(back->gpus[0].pcie_rx_kbps, 1200);
+  EXPECT_EQ(back->gpus[0].pcie_tx_kbps, -1);
+  EXPECT_EQ(back->tasks[0].cpu_used_us, 12'000'000);
+  EXPECT_EQ(back->tasks[0].cpu_throttled_us, 500);
+  EXPECT_EQ(back->tasks[0].memory_peak, 2048);
+  // An older agent sends none of it; a window that does not add up is
+  // dropped, and the rest of the report stands.
+  auto bad = HeartbeatFromJson(json::parse(R"({"node": "n", "gpus": [{"index": 0, "utilization_pct": 7,
+      "window": {"samples": 2, "activity": [5], "energy_mj": 1}}], "tasks": [{"job": 1, "task": 0, "replica": 0,
+      "cpu_used_us": "many"}]})"));
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  EXPECT_EQ(bad->gpus[0].utilization_pct, 7);
+  EXPECT_EQ(bad->gpus[0].samples, 0);
+  EXPECT_EQ(bad->tasks[0].cpu_used_us, -1);
+}
+
 TEST(AgentProtocol, BadInputNamesTheField) {
   auto missing = HeartbeatFromJson(json::parse(R"({"tasks": []})"));
   ASSERT_FALSE(missing.ok());

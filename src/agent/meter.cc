@@ -1,0 +1,113 @@
+#include "agent/meter.h"
+
+#include <algorithm>
+
+namespace rota::agent {
+
+std::vector<MeterReading> ReadMeters(const NvmlApi& nvml, const Inventory& inv, bool pcie) {
+  std::vector<MeterReading> out;
+  for (int32_t g = 0; g < inv.gpus; ++g) {
+    MeterReading r;
+    r.index = g;
+    NvmlApi::Device dev = nullptr;
+    if (nvml.handle(static_cast<unsigned int>(g), &dev) != 0) continue;
+    NvmlApi::Utilization u{};
+    if (nvml.utilization && nvml.utilization(dev, &u) == 0) r.utilization_pct = static_cast<int32_t>(u.gpu);
+    NvmlApi::Memory m{};
+    if (nvml.memory(dev, &m) == 0) r.memory_used = static_cast<MemoryMiB>(m.used >> 20);
+    unsigned int mw = 0;
+    if (nvml.power && nvml.power(dev, &mw) == 0) r.power_w = static_cast<int32_t>(mw / 1000);
+    unsigned long long mj = 0;
+    if (nvml.energy && nvml.energy(dev, &mj) == 0) r.energy_mj = static_cast<int64_t>(mj);
+    unsigned int kbps = 0;
+    // nvmlPcieUtilCounter_t: 0 = TX, 1 = RX (KB/s over 20 ms).
+    if (pcie && nvml.pcie_throughput && nvml.pcie_throughput(dev, 1, &kbps) == 0) r.pcie_rx_kbps = static_cast<int32_t>(kbps);
+    if (pcie && nvml.pcie_throughput && nvml.pcie_throughput(dev, 0, &kbps) == 0) r.pcie_tx_kbps = static_cast<int32_t>(kbps);
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<MeterReading> ReadMeters(const Inventory& inv, uint64_t busy_mask, bool pcie) {
+  if (!inv.simulated) {
+    const NvmlApi& nvml = SystemNvml();
+    if (nvml.ok) return ReadMeters(nvml, inv, pcie);
+  }
+  std::vector<MeterReading> out;
+  for (int32_t g = 0; g < inv.gpus; ++g) {
+    const bool busy = (busy_mask >> g) & 1;
+    out.push_back({.index = g, .utilization_pct = busy ? 100 : 0, .power_w = busy ? 300 : 60});
+  }
+  return out;
+}
+
+void GpuMeter::Window::Merge(const Window& w) {
+  samples += w.samples;
+  activity.Merge(w.activity);
+  any_activity = any_activity || w.any_activity;
+  memory_peak = std::max(memory_peak, w.memory_peak);
+  energy_mj += w.energy_mj;
+  rx_sum += w.rx_sum;
+  tx_sum += w.tx_sum;
+  pcie_reads += w.pcie_reads;
+}
+
+void GpuMeter::Add(const std::vector<MeterReading>& readings, int64_t at_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const MeterReading& r : readings) {
+    Gpu& g = gpus_[r.index];
+    Window& w = g.pending;
+    ++w.samples;
+    if (r.utilization_pct >= 0) {
+      w.activity.Add(r.utilization_pct);
+      w.any_activity = true;
+    }
+    w.memory_peak = std::max(w.memory_peak, r.memory_used);
+    if (r.energy_mj >= 0) {
+      // Lower than the last reading: the counter was reset, and counts from 0.
+      if (g.last_counter >= 0) w.energy_mj += r.energy_mj >= g.last_counter ? r.energy_mj - g.last_counter : r.energy_mj;
+      g.last_counter = r.energy_mj;
+    } else if (g.last_at_ms >= 0 && at_ms > g.last_at_ms) {
+      // No counter: the power integrated over the interval (W x ms = mJ),
+      // at most 10 s of it (a sampler that stalled says nothing of the gap).
+      w.energy_mj += int64_t{std::max(0, r.power_w)} * std::min<int64_t>(at_ms - g.last_at_ms, 10'000);
+    }
+    g.last_at_ms = at_ms;
+    if (r.pcie_rx_kbps >= 0 && r.pcie_tx_kbps >= 0) {
+      w.rx_sum += r.pcie_rx_kbps;
+      w.tx_sum += r.pcie_tx_kbps;
+      ++w.pcie_reads;
+    }
+  }
+}
+
+void GpuMeter::Take(std::vector<api::GpuTelemetry>* gpus) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [index, g] : gpus_) {
+    g.taken.Merge(g.pending);
+    g.pending = Window{};
+  }
+  for (api::GpuTelemetry& t : *gpus) {
+    auto it = gpus_.find(t.index);
+    if (it == gpus_.end() || it->second.taken.samples == 0) continue;
+    const Window& w = it->second.taken;
+    t.samples = w.samples;
+    t.activity.clear();
+    if (w.any_activity) {
+      int last = ActivityHistogram::kBuckets;
+      while (last > 0 && w.activity.counts[last - 1] == 0) --last;  // trailing empty buckets left out
+      t.activity.assign(w.activity.counts.begin(), w.activity.counts.begin() + last);
+    }
+    t.memory_peak = w.memory_peak;
+    t.energy_mj = w.energy_mj;
+    t.pcie_rx_kbps = w.pcie_reads > 0 ? static_cast<int32_t>(w.rx_sum / w.pcie_reads) : -1;
+    t.pcie_tx_kbps = w.pcie_reads > 0 ? static_cast<int32_t>(w.tx_sum / w.pcie_reads) : -1;
+  }
+}
+
+void GpuMeter::Ack() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [index, g] : gpus_) g.taken = Window{};
+}
+
+}  // namespace rota::agent

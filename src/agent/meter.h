@@ -1,0 +1,80 @@
+// GpuMeter: the agent's 1 Hz samples of each GPU between two reports, folded
+// into each report's window (api::GpuTelemetry's window fields): how many
+// samples, their utilisation in ActivityHistogram buckets, the highest memory
+// used, the energy used, and the mean PCIe throughput.
+//
+// Energy is read from the GPU's total-energy counter (millijoules since the
+// driver loaded): the sum of the deltas between samples, where a counter
+// lower than the last reading has been reset (a driver reload, a GPU reset)
+// and counts from zero. A GPU without the counter integrates its power.
+//
+// A window is taken for a report and given back if the report did not reach
+// the server (Take / Ack / the next Take merges it), so a failed heartbeat
+// loses no energy.
+//
+// Thread-safety: thread-safe (its own lock): the sampler thread adds, the
+// heartbeat takes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "agent/inventory.h"
+#include "agent/nvml.h"
+#include "core/usage_record.h"
+
+namespace rota::agent {
+
+// One reading of one GPU.
+struct MeterReading {
+  int32_t index = 0;
+  int32_t utilization_pct = -1;  // -1: NVML knows none (MIG mode)
+  MemoryMiB memory_used = 0;
+  int32_t power_w = 0;
+  int64_t energy_mj = -1;        // the total-energy counter; -1 = none
+  int32_t pcie_rx_kbps = -1;     // -1 = not read this time
+  int32_t pcie_tx_kbps = -1;
+};
+
+// Reads every GPU of `inv` through `nvml` (a real driver or a test's fake).
+// PCIe throughput (20 ms per read in NVML) only when `pcie` is set.
+std::vector<MeterReading> ReadMeters(const NvmlApi& nvml, const Inventory& inv, bool pcie);
+// The agent's readings: NVML for real GPUs; for a declared inventory,
+// utilisation and power follow whether a task holds the GPU (as SampleGpus).
+std::vector<MeterReading> ReadMeters(const Inventory& inv, uint64_t busy_mask, bool pcie);
+
+class GpuMeter {
+ public:
+  // Folds the readings taken at `at_ms` (a steady clock, milliseconds).
+  void Add(const std::vector<MeterReading>& readings, int64_t at_ms);
+  // Fills the window fields of `gpus` (matched by index) with everything
+  // added since the last acknowledged window; a GPU with no samples is left
+  // without one.
+  void Take(std::vector<api::GpuTelemetry>* gpus);
+  // The window last taken reached the server: drop it.
+  void Ack();
+
+ private:
+  struct Window {
+    int32_t samples = 0;
+    ActivityHistogram activity;
+    bool any_activity = false;
+    MemoryMiB memory_peak = 0;
+    int64_t energy_mj = 0;
+    int64_t rx_sum = 0, tx_sum = 0;
+    int32_t pcie_reads = 0;
+    void Merge(const Window& w);
+  };
+  struct Gpu {
+    int64_t last_counter = -1;
+    int64_t last_at_ms = -1;
+    Window pending;  // since the last Take
+    Window taken;    // taken and not yet acknowledged
+  };
+  std::mutex mu_;
+  std::map<int32_t, Gpu> gpus_;
+};
+
+}  // namespace rota::agent

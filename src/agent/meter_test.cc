@@ -1,0 +1,105 @@
+#include "agent/meter.h"
+
+#include <gtest/gtest.h>
+
+namespace rota::agent {
+namespace {
+
+// A scripted GPU: each second it draws `watts`; its total-energy counter
+// (mJ) is reset to zero once, at second 6, as a driver reload would.
+struct ScriptedGpu {
+  int64_t counter = 5'000'000'000;
+  int64_t true_mj = 0;
+  void Second(int s, int32_t watts) {
+    true_mj += int64_t{watts} * 1000;
+    counter = s == 6 ? int64_t{watts} * 1000 : counter + int64_t{watts} * 1000;
+  }
+};
+
+TEST(GpuMeter, EnergyFollowsTheCounterAcrossAReset) {
+  GpuMeter meter;
+  ScriptedGpu gpu;
+  meter.Add({{.index = 0, .utilization_pct = 90, .memory_used = 100, .energy_mj = gpu.counter}}, 0);
+  for (int s = 1; s <= 12; ++s) {
+    gpu.Second(s, 200 + 10 * s);
+    meter.Add({{.index = 0, .utilization_pct = s % 2 ? 90 : 10, .memory_used = 100 * s, .energy_mj = gpu.counter}},
+              s * 1000);
+  }
+  std::vector<api::GpuTelemetry> report(1);
+  meter.Take(&report);
+  EXPECT_EQ(report[0].samples, 13);
+  // Within 1 J of the script: exactly, as the reset fell on a sample.
+  EXPECT_NEAR(report[0].energy_mj, gpu.true_mj, 1000);
+  EXPECT_EQ(report[0].energy_mj, gpu.true_mj);
+  EXPECT_EQ(report[0].memory_peak, 1200);
+  ASSERT_EQ(report[0].activity.size(), 19u);  // up to the 90% bucket
+  EXPECT_EQ(report[0].activity[2], 6);         // 10%
+  EXPECT_EQ(report[0].activity[18], 7);        // 90% (the first sample too)
+  EXPECT_EQ(report[0].pcie_rx_kbps, -1);
+}
+
+TEST(GpuMeter, AReportThatFailedIsSentAgainWithTheNextSamples) {
+  GpuMeter meter;
+  meter.Add({{.index = 0, .utilization_pct = 50, .energy_mj = 1000}}, 0);
+  meter.Add({{.index = 0, .utilization_pct = 50, .energy_mj = 6000}}, 1000);
+  std::vector<api::GpuTelemetry> first(1);
+  meter.Take(&first);
+  EXPECT_EQ(first[0].energy_mj, 5000);
+  // Not acknowledged (the heartbeat failed): the next window holds both.
+  meter.Add({{.index = 0, .utilization_pct = 50, .energy_mj = 8000}}, 2000);
+  std::vector<api::GpuTelemetry> second(1);
+  meter.Take(&second);
+  EXPECT_EQ(second[0].samples, 3);
+  EXPECT_EQ(second[0].energy_mj, 7000);
+  meter.Ack();
+  std::vector<api::GpuTelemetry> third(1);
+  meter.Take(&third);
+  EXPECT_EQ(third[0].samples, 0);  // nothing new: no window
+}
+
+TEST(GpuMeter, WithoutACounterPowerIsIntegrated) {
+  GpuMeter meter;
+  meter.Add({{.index = 1, .utilization_pct = -1, .power_w = 300}}, 0);
+  meter.Add({{.index = 1, .utilization_pct = -1, .power_w = 300}}, 1000);
+  meter.Add({{.index = 1, .utilization_pct = -1, .power_w = 100, .pcie_rx_kbps = 10, .pcie_tx_kbps = 4}}, 1500);
+  std::vector<api::GpuTelemetry> report(2);
+  report[0].index = 0;
+  report[1].index = 1;
+  meter.Take(&report);
+  EXPECT_EQ(report[0].samples, 0);
+  EXPECT_EQ(report[1].samples, 3);
+  EXPECT_EQ(report[1].energy_mj, 300 * 1000 + 100 * 500);
+  EXPECT_TRUE(report[1].activity.empty());  // MIG mode: NVML knows no utilisation
+  EXPECT_EQ(report[1].pcie_rx_kbps, 10);
+  EXPECT_EQ(report[1].pcie_tx_kbps, 4);
+}
+
+int tag = 0;
+unsigned long long fake_energy = 0;
+
+TEST(GpuMeter, ReadsEnergyAndPcieThroughNvml) {
+  NvmlApi n;
+  n.ok = true;
+  n.handle = +[](unsigned int i, NvmlApi::Device* d) { *d = &tag; return i == 0 ? 0 : 2; };
+  n.memory = +[](NvmlApi::Device, NvmlApi::Memory* m) { *m = {80ULL << 30, 70ULL << 30, 10ULL << 30}; return 0; };
+  n.utilization = +[](NvmlApi::Device, NvmlApi::Utilization* u) { *u = {12, 3}; return 0; };
+  n.power = +[](NvmlApi::Device, unsigned int* mw) { *mw = 250'500; return 0; };
+  n.energy = +[](NvmlApi::Device, unsigned long long* mj) { *mj = fake_energy; return 0; };
+  n.pcie_throughput = +[](NvmlApi::Device, int counter, unsigned int* kbps) { *kbps = counter == 1 ? 900 : 100; return 0; };
+  Inventory inv;
+  inv.gpus = 1;
+  inv.simulated = false;
+  fake_energy = 77'000;
+  auto r = ReadMeters(n, inv, /*pcie=*/true);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].utilization_pct, 12);
+  EXPECT_EQ(r[0].memory_used, 10 * 1024);
+  EXPECT_EQ(r[0].power_w, 250);
+  EXPECT_EQ(r[0].energy_mj, 77'000);
+  EXPECT_EQ(r[0].pcie_rx_kbps, 900);
+  EXPECT_EQ(r[0].pcie_tx_kbps, 100);
+  EXPECT_EQ(ReadMeters(n, inv, /*pcie=*/false)[0].pcie_rx_kbps, -1);
+}
+
+}  // namespace
+}  // namespace rota::agent
