@@ -59,6 +59,10 @@ struct Agent::Task {
 
 namespace {
 
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 double WallSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -211,6 +215,7 @@ void Agent::Start() {
   poll_thread_ = std::thread([this] { PollLoop(); });
   if (options_.watch) watch_thread_ = std::thread([this] { WatchLoop(); });
   reap_thread_ = std::thread([this] { ReapLoop(); });
+  if (options_.meter_interval_ms > 0) meter_thread_ = std::thread([this] { MeterLoop(); });
 }
 
 void Agent::Stop() {
@@ -232,6 +237,7 @@ void Agent::Stop() {
   if (watch_thread_.joinable()) watch_thread_.join();
   if (poll_thread_.joinable()) poll_thread_.join();
   if (reap_thread_.joinable()) reap_thread_.join();
+  if (meter_thread_.joinable()) meter_thread_.join();
   // Tasks keep running under their supervisors: a restarted agent adopts
   // them, and if none comes back before the lease's deadline they fence
   // themselves. (Stopping them here would restart a gang for an agent
@@ -529,6 +535,20 @@ bool Agent::Heartbeat(int wait_ms) {
     r.exited = t->exited;
     r.exit_code = t->exit_code;
     r.exit_reason = t->exit_reason;
+    if (!t->exited) {
+      // Its CPU and memory so far: the cgroup's (all its processes), else
+      // its own process's.
+      if (cgroups_ && !t->cgroup.empty()) {
+        const Cgroups::Usage u = cgroups_->UsageOf(t->cgroup);
+        r.cpu_used_us = u.cpu_us;
+        r.cpu_throttled_us = u.throttled_us;
+        r.memory_peak = u.memory_peak;
+      } else if (t->pid > 0) {
+        const ProcessUsage u = ProcessUsageOf(t->pid);
+        r.cpu_used_us = u.cpu_us;
+        r.memory_peak = u.memory_peak;
+      }
+    }
     if (options_.ship_logs && !t->log_path.empty() && log_budget > 0 && shipping.insert(t->log_path).second) {
       // The next piece of its log (a replica's log spans its attempts: one
       // offset per file); a report stays well under the server's 1 MiB limit.
@@ -555,6 +575,8 @@ bool Agent::Heartbeat(int wait_ms) {
   }
   const auto sick = ReadHealthFile(options_.health_file);
   report.gpus = SampleGpus(options_.inventory, busy);
+  if (options_.meter_interval_ms <= 0) meter_.Add(ReadMeters(options_.inventory, busy, true), SteadyMs());
+  const uint64_t window = meter_.Take(&report.gpus);
   for (api::GpuTelemetry& g : report.gpus) {
     if (g.temperature_c > options_.max_temperature_c) {
       g.healthy = false;
@@ -578,6 +600,7 @@ bool Agent::Heartbeat(int wait_ms) {
                           api::HeartbeatToJson(report).dump(-1, ' ', false, json::error_handler_t::replace),
                           "application/json");
   Heard(servers_, server, res);
+  meter_.Done(window, res && res->status == 200);
   if (!res || res->status != 200) {
     // Said once when heartbeats start failing, and every tenth time after
     // (with how long the tasks' lease has been without an answer).
@@ -1060,6 +1083,22 @@ void Agent::WatchLoop() {
     if (!res && !stop_) HeartbeatSoon();    // the server may be gone: renew the tasks' lease with its successor
     if (got) failures = 0;
     if (!stop_) Sleep(Backoff(failures++));
+  }
+}
+
+void Agent::MeterLoop() {
+  // PCIe throughput every tenth sample: NVML spends 20 ms on each read.
+  for (int64_t n = 0; !stop_; ++n) {
+    uint64_t busy = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [key, t] : tasks_) {
+        if (!t->exited) busy |= t->gpu_mask;
+      }
+    }
+    meter_.Add(ReadMeters(options_.inventory, busy, n % 10 == 0), SteadyMs());
+    std::unique_lock<std::mutex> lock(wake_mu_);
+    wake_cv_.wait_for(lock, std::chrono::milliseconds(options_.meter_interval_ms), [this] { return stop_.load(); });
   }
 }
 

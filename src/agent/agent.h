@@ -41,6 +41,7 @@
 #include "agent/cgroups.h"
 #include "agent/inventory.h"
 #include "agent/launcher.h"
+#include "agent/meter.h"
 #include "api/agent_protocol.h"
 #include "api/server_list.h"
 
@@ -91,6 +92,9 @@ struct AgentOptions {
   // for this node); off for the agent inside `rota up`, which shares the
   // server's log directory.
   bool ship_logs = true;
+  // How often the GPUs are sampled for accounting (GpuMeter; each report
+  // carries the samples since the last): 0 = only at reports.
+  int meter_interval_ms = 1000;
 };
 
 class Agent {
@@ -106,6 +110,7 @@ class Agent {
   void PollLoop();
   void WatchLoop();
   void ReapLoop();
+  void MeterLoop();
   // REQUIRES: mu_ held. Applies the server's answer (a heartbeat's or a
   // watch event): starts wanted tasks that are missing, stops unwanted ones.
   void Reconcile(const api::AgentAnswer& answer);
@@ -189,6 +194,8 @@ class Agent {
   std::thread poll_thread_;
   std::thread watch_thread_;
   std::thread reap_thread_;
+  std::thread meter_thread_;
+  GpuMeter meter_;  // the GPUs' 1 Hz samples between reports (thread-safe)
 };
 
 }  // namespace rota::agent

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -61,6 +63,12 @@ StatusOr<std::unique_ptr<Cgroups>> Cgroups::Detect(const std::string& root, cons
   } else if (Writable(root + "/memory") && Writable(root + "/cpu")) {
     c->root_ = root;
     c->devices_ = Writable(root + "/devices");
+    // cpuacct counts CPU time: co-mounted with cpu on most hosts (cpu holds
+    // cpuacct.usage), a hierarchy of its own on some (a group there too).
+    std::error_code ec;
+    c->cpuacct_ = Writable(root + "/cpuacct") &&
+                  !std::filesystem::equivalent(root + "/cpuacct", root + "/cpu", ec) &&
+                  !std::filesystem::exists(root + "/cpu/cpuacct.usage", ec);
   } else {
     return NotFoundError("no writable cgroup hierarchy with cpu and memory under " + root);
   }
@@ -91,8 +99,10 @@ StatusOr<std::unique_ptr<Cgroups>> Cgroups::Detect(const std::string& root, cons
 std::vector<std::string> Cgroups::Dirs(const std::string& name) const {
   const std::string rel = name.empty() ? prefix_ : prefix_ + "/" + name;
   if (v2_) return {root_ + "/" + rel};
-  if (devices_) return {root_ + "/cpu/" + rel, root_ + "/memory/" + rel, root_ + "/devices/" + rel};
-  return {root_ + "/cpu/" + rel, root_ + "/memory/" + rel};
+  std::vector<std::string> dirs{root_ + "/cpu/" + rel, root_ + "/memory/" + rel};
+  if (devices_) dirs.push_back(root_ + "/devices/" + rel);
+  if (cpuacct_) dirs.push_back(root_ + "/cpuacct/" + rel);
+  return dirs;
 }
 
 std::vector<std::string> Cgroups::Groups() const {
@@ -250,6 +260,75 @@ void Cgroups::Remove(const std::string& name) {
       usleep(2000);
     }
   }
+}
+
+namespace {
+
+// The value after `key` in a "key value" file (cpu.stat), or -1.
+int64_t StatValue(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  std::string k;
+  int64_t v = 0;
+  while (in >> k >> v) {
+    if (k == key) return v;
+  }
+  return -1;
+}
+
+int64_t FileNumber(const std::string& path) {
+  const std::string text = ReadFile(path);
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return -1;
+  return std::strtoll(text.c_str(), nullptr, 10);
+}
+
+}  // namespace
+
+Cgroups::Usage Cgroups::UsageOf(const std::string& name) const {
+  Usage u;
+  const std::vector<std::string> dirs = Dirs(name);
+  if (v2_) {
+    const std::string stat = ReadFile(dirs[0] + "/cpu.stat");
+    u.cpu_us = StatValue(stat, "usage_usec");
+    u.throttled_us = StatValue(stat, "throttled_usec");
+    const int64_t peak = FileNumber(dirs[0] + "/memory.peak");
+    if (peak >= 0) u.memory_peak = peak >> 20;
+    return u;
+  }
+  // v1: cpuacct beside cpu (co-mounted as cpu,cpuacct on most hosts), in ns.
+  const int64_t ns = FileNumber((cpuacct_ ? dirs.back() : dirs[0]) + "/cpuacct.usage");
+  if (ns >= 0) u.cpu_us = ns / 1000;
+  const int64_t throttled = StatValue(ReadFile(dirs[0] + "/cpu.stat"), "throttled_time");
+  if (throttled >= 0) u.throttled_us = throttled / 1000;
+  const int64_t peak = FileNumber(dirs[1] + "/memory.max_usage_in_bytes");
+  if (peak >= 0) u.memory_peak = peak >> 20;
+  return u;
+}
+
+ProcessUsage ProcessUsageOf(pid_t pid) {
+  ProcessUsage u;
+  if (pid <= 0) return u;
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  // Fields after the command (which may hold spaces and parentheses): state
+  // is field 3, utime..cstime are 14..17, in clock ticks.
+  const size_t close = stat.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream in(stat.substr(close + 2));
+    std::string field;
+    int64_t ticks = 0;
+    bool ok = true;
+    for (int f = 3; f <= 17 && ok; ++f) {
+      ok = static_cast<bool>(in >> field);
+      if (ok && f >= 14) ticks += std::strtoll(field.c_str(), nullptr, 10);
+    }
+    const long hz = sysconf(_SC_CLK_TCK);
+    if (ok && hz > 0) u.cpu_us = ticks * 1'000'000 / hz;
+  }
+  std::istringstream status(ReadFile("/proc/" + std::to_string(pid) + "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) u.memory_peak = std::strtoll(line.c_str() + 6, nullptr, 10) / 1024;
+  }
+  return u;
 }
 
 }  // namespace rota::agent

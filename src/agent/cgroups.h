@@ -19,6 +19,14 @@
 
 namespace rota::agent {
 
+// A process's own CPU time (its reaped children included) and its memory
+// high-water mark, from /proc: for tasks without a cgroup.
+struct ProcessUsage {
+  int64_t cpu_us = -1;
+  MemoryMiB memory_peak = -1;
+};
+ProcessUsage ProcessUsageOf(pid_t pid);
+
 class Cgroups {
  public:
   // Finds a usable hierarchy under `root` ("/sys/fs/cgroup"); NotFound if
@@ -43,6 +51,14 @@ class Cgroups {
   std::vector<std::string> ProcsOf(const std::string& path) const;
   // The pids in the group (any of its hierarchies); empty if it is gone.
   std::vector<pid_t> Pids(const std::string& name) const;
+  // The group's CPU time, throttled time and memory peak so far (-1 where
+  // the hierarchy does not say: memory.peak needs Linux 5.19 on v2).
+  struct Usage {
+    int64_t cpu_us = -1;
+    int64_t throttled_us = -1;
+    MemoryMiB memory_peak = -1;
+  };
+  Usage UsageOf(const std::string& name) const;
   // True if the kernel OOM-killed a process of the group.
   bool OomKilled(const std::string& name) const;
   // Removes the group (after its processes have exited); "" removes the
@@ -54,6 +70,7 @@ class Cgroups {
 
   bool v2_ = false;
   bool devices_ = false;
+  bool cpuacct_ = false;  // v1: cpuacct is a hierarchy apart from cpu's
   std::string root_;    // v2: the cgroup2 root; v1: the directory holding cpu/ and memory/
   std::string prefix_;  // e.g. "rota/node-0"
 };

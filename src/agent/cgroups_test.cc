@@ -39,7 +39,7 @@ TEST(Cgroups, ATaskJoinsItsGroupsBeforeExec) {
   EXPECT_NE(out.find("rota-test/" + std::to_string(getpid()) + "/t0"), std::string::npos) << out;
   (*cg)->Remove("t0");
   (*cg)->Remove("");
-  for (const char* c : {"memory", "cpu", "devices"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  for (const char* c : {"memory", "cpu", "devices", "cpuacct"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
   std::filesystem::remove_all(dir);
 }
 
@@ -68,8 +68,45 @@ TEST(Cgroups, LimitsApplyAndOomKillsAreSeen) {
   EXPECT_TRUE((*cg)->OomKilled("t1")) << "exit " << code << ": " << out;
   (*cg)->Remove("t1");
   (*cg)->Remove("");
-  for (const char* c : {"memory", "cpu", "devices"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  for (const char* c : {"memory", "cpu", "devices", "cpuacct"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
   std::filesystem::remove_all(dir);
+}
+
+// A task that spins against a half-CPU limit: its group counts its CPU
+// time and the time the limit held it back (what starved-GPU detection and
+// the usage records read).
+TEST(Cgroups, AGroupCountsItsCpuTimeAndThrottling) {
+  auto cg = Cgroups::Detect("/sys/fs/cgroup", "rota-test/" + std::to_string(getpid()));
+  if (!cg.ok()) GTEST_SKIP() << cg.status().ToString();
+  auto procs = (*cg)->Create("t2", 500, 256);
+  ASSERT_TRUE(procs.ok()) << procs.status().ToString();
+  char tmpl[] = "/tmp/rota-cg-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ProcessLauncher l;
+  LaunchSpec spec{{"timeout", "1.5", "sh", "-c", "while :; do :; done"}, {{"PATH", "/usr/bin:/bin"}}, dir + "/out.log", ""};
+  spec.cgroup_procs = *procs;
+  auto pid = l.Start(spec);
+  ASSERT_TRUE(pid.ok());
+  Wait(l, *pid);
+  const Cgroups::Usage u = (*cg)->UsageOf("t2");
+  // 1.5 s at half a CPU: about 750 ms of CPU, and throttled most periods.
+  EXPECT_GT(u.cpu_us, 300'000);
+  EXPECT_LT(u.cpu_us, 1'200'000);
+  EXPECT_GT(u.throttled_us, 200'000);
+  EXPECT_GE(u.memory_peak, 0);
+  (*cg)->Remove("t2");
+  (*cg)->Remove("");
+  for (const char* c : {"memory", "cpu", "devices", "cpuacct"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ProcessUsage, ReadsAProcesssCpuTimeAndMemoryPeak) {
+  volatile uint64_t spin = 0;
+  for (int i = 0; i < 50'000'000; ++i) spin = spin + i;
+  const ProcessUsage u = ProcessUsageOf(getpid());
+  EXPECT_GT(u.cpu_us, 0);
+  EXPECT_GT(u.memory_peak, 0);
+  EXPECT_EQ(ProcessUsageOf(0).cpu_us, -1);
 }
 
 }  // namespace

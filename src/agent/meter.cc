@@ -1,6 +1,7 @@
 #include "agent/meter.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace rota::agent {
 
@@ -81,16 +82,14 @@ void GpuMeter::Add(const std::vector<MeterReading>& readings, int64_t at_ms) {
   }
 }
 
-void GpuMeter::Take(std::vector<api::GpuTelemetry>* gpus) {
+uint64_t GpuMeter::Take(std::vector<api::GpuTelemetry>* gpus) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [index, g] : gpus_) {
-    g.taken.Merge(g.pending);
-    g.pending = Window{};
-  }
+  const uint64_t id = next_id_++;
   for (api::GpuTelemetry& t : *gpus) {
     auto it = gpus_.find(t.index);
-    if (it == gpus_.end() || it->second.taken.samples == 0) continue;
-    const Window& w = it->second.taken;
+    if (it == gpus_.end() || it->second.pending.samples == 0) continue;
+    Window& w = it->second.in_flight[id];
+    w = std::exchange(it->second.pending, Window{});
     t.samples = w.samples;
     t.activity.clear();
     if (w.any_activity) {
@@ -103,11 +102,17 @@ void GpuMeter::Take(std::vector<api::GpuTelemetry>* gpus) {
     t.pcie_rx_kbps = w.pcie_reads > 0 ? static_cast<int32_t>(w.rx_sum / w.pcie_reads) : -1;
     t.pcie_tx_kbps = w.pcie_reads > 0 ? static_cast<int32_t>(w.tx_sum / w.pcie_reads) : -1;
   }
+  return id;
 }
 
-void GpuMeter::Ack() {
+void GpuMeter::Done(uint64_t id, bool delivered) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [index, g] : gpus_) g.taken = Window{};
+  for (auto& [index, g] : gpus_) {
+    auto it = g.in_flight.find(id);
+    if (it == g.in_flight.end()) continue;
+    if (!delivered) g.pending.Merge(it->second);
+    g.in_flight.erase(it);
+  }
 }
 
 }  // namespace rota::agent

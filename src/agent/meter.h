@@ -8,9 +8,10 @@
 // lower than the last reading has been reset (a driver reload, a GPU reset)
 // and counts from zero. A GPU without the counter integrates its power.
 //
-// A window is taken for a report and given back if the report did not reach
-// the server (Take / Ack / the next Take merges it), so a failed heartbeat
-// loses no energy.
+// A window is taken for one report and given back if the report did not
+// reach the server (Take, then Done), so a failed heartbeat loses no energy;
+// two reports in flight at once (the periodic one, and one for an exit)
+// carry disjoint windows.
 //
 // Thread-safety: thread-safe (its own lock): the sampler thread adds, the
 // heartbeat takes.
@@ -50,11 +51,13 @@ class GpuMeter {
   // Folds the readings taken at `at_ms` (a steady clock, milliseconds).
   void Add(const std::vector<MeterReading>& readings, int64_t at_ms);
   // Fills the window fields of `gpus` (matched by index) with everything
-  // added since the last acknowledged window; a GPU with no samples is left
-  // without one.
-  void Take(std::vector<api::GpuTelemetry>* gpus);
-  // The window last taken reached the server: drop it.
-  void Ack();
+  // added since the last window taken, and whatever windows came back
+  // undelivered; a GPU with no samples is left without one. Returns the
+  // window's id for Done.
+  uint64_t Take(std::vector<api::GpuTelemetry>* gpus);
+  // The report carrying window `id` reached the server (dropped), or did not
+  // (its samples go into the next window).
+  void Done(uint64_t id, bool delivered);
 
  private:
   struct Window {
@@ -70,10 +73,11 @@ class GpuMeter {
   struct Gpu {
     int64_t last_counter = -1;
     int64_t last_at_ms = -1;
-    Window pending;  // since the last Take
-    Window taken;    // taken and not yet acknowledged
+    Window pending;  // since the last Take, and windows that came back
+    std::map<uint64_t, Window> in_flight;
   };
   std::mutex mu_;
+  uint64_t next_id_ = 1;
   std::map<int32_t, Gpu> gpus_;
 };
 

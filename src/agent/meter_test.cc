@@ -43,15 +43,22 @@ TEST(GpuMeter, AReportThatFailedIsSentAgainWithTheNextSamples) {
   meter.Add({{.index = 0, .utilization_pct = 50, .energy_mj = 1000}}, 0);
   meter.Add({{.index = 0, .utilization_pct = 50, .energy_mj = 6000}}, 1000);
   std::vector<api::GpuTelemetry> first(1);
-  meter.Take(&first);
+  const uint64_t failed = meter.Take(&first);
   EXPECT_EQ(first[0].energy_mj, 5000);
-  // Not acknowledged (the heartbeat failed): the next window holds both.
+  // A second report while the first is in flight carries only what is new.
   meter.Add({{.index = 0, .utilization_pct = 50, .energy_mj = 8000}}, 2000);
+  std::vector<api::GpuTelemetry> beside(1);
+  const uint64_t delivered = meter.Take(&beside);
+  EXPECT_EQ(beside[0].samples, 1);
+  EXPECT_EQ(beside[0].energy_mj, 2000);
+  meter.Done(delivered, true);
+  // The first did not reach the server: the next window holds its samples.
+  meter.Done(failed, false);
+  meter.Add({{.index = 0, .utilization_pct = 50, .energy_mj = 9000}}, 3000);
   std::vector<api::GpuTelemetry> second(1);
-  meter.Take(&second);
+  meter.Done(meter.Take(&second), true);
   EXPECT_EQ(second[0].samples, 3);
-  EXPECT_EQ(second[0].energy_mj, 7000);
-  meter.Ack();
+  EXPECT_EQ(second[0].energy_mj, 6000);
   std::vector<api::GpuTelemetry> third(1);
   meter.Take(&third);
   EXPECT_EQ(third[0].samples, 0);  // nothing new: no window
