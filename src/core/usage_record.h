@@ -47,8 +47,8 @@ struct UsageRecord {
   int32_t attempt = 0;  // JobRecord::attempt() of the attempt that ended
   std::string name, user, queue;
   JobId array;                // the job's array (0 = none): its family
-  std::string end;            // "succeeded", "failed", "cancelled", "preempted", "requeued", "resized", "timeout"
-  int32_t exit_code = 0;
+  std::string end;            // "succeeded", "failed", "cancelled", "preempted", "requeued", "resized"
+  std::string reason;         // why it failed, was cancelled or requeued ("" = none)
   TimePoint started_at = 0, ended_at = 0;
   // Allocation: the GPUs it held (whole, or a share of one), by model.
   std::string gpu_model;

@@ -1119,7 +1119,7 @@ std::vector<TaskAssignment> Controller::TasksFor(Batch& batch, const std::string
 
 void Controller::FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report) {
   const std::set<JobId>* ids = JobsOn(node.spec.name);
-  if (ids != nullptr) usage_.Fold(snap, node, *ids, report.gpus, options_.clock->Now());
+  if (ids != nullptr) usage_.Fold(snap, node, *ids, report, options_.clock->Now());
 }
 
 bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskAssignment>* tasks, uint64_t* revision) {

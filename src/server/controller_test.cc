@@ -658,6 +658,9 @@ class FullDiskStore final : public Store {
   uint64_t last_seq() const override { return inner_.last_seq(); }
   Status PutToken(const TokenRecord& token) override { return inner_.PutToken(token); }
   StatusOr<std::vector<TokenRecord>> Tokens() override { return inner_.Tokens(); }
+  Status PutUsage(const std::vector<UsageRecord>& records) override { return inner_.PutUsage(records); }
+  StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override { return inner_.Usage(since, until); }
+  StatusOr<int64_t> DropUsage(TimePoint before) override { return inner_.DropUsage(before); }
   void Arm() {
     std::lock_guard<std::mutex> lock(mu_);
     armed_ = true;

@@ -1,26 +1,80 @@
 #include "server/usage.h"
 
 #include <algorithm>
+#include <bit>
+
+#include "core/mig.h"
 
 namespace rota::server {
 
+namespace {
+
+// The GPUs of `job` on `node` that it holds whole.
+uint64_t WholeGpusOn(const JobRecord& job, NodeId node) {
+  uint64_t mask = 0;
+  for (const ReplicaPlacement& r : job.placement) {
+    if (r.node == node && !r.shares_gpu()) mask |= r.gpu_mask;
+  }
+  return mask;
+}
+
+}  // namespace
+
 void UsageTracker::Fold(const Snapshot& snap, const NodeState& node, const std::set<JobId>& jobs,
-                        const std::vector<api::GpuTelemetry>& gpus, TimePoint now) {
-  if (gpus.empty()) return;
+                        const api::HeartbeatReport& report, TimePoint now) {
+  if (report.gpus.empty() && report.tasks.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (JobId id : jobs) {
     const JobRecord* job = snap.FindJob(id);
     if (job == nullptr || job->state != JobState::kRunning) continue;
-    for (const ReplicaPlacement& r : job->placement) {
-      // A shared GPU's telemetry is the whole GPU's (several jobs', or
-      // none at all in MIG mode): it says nothing of one job's use.
-      if (r.node != node.id || r.shares_gpu()) continue;
-      for (const api::GpuTelemetry& g : gpus) {
-        if (g.index < 0 || g.index >= 64 || !((r.gpu_mask >> g.index) & 1)) continue;
-        JobUsage& u = usage_[id];
-        u.seen = true;
-        u.peak_memory = std::max(u.peak_memory, g.memory_used);
-        if (g.utilization_pct >= settings_.idle_utilization_pct) u.last_busy = now;
+    const uint64_t mask = WholeGpusOn(*job, node.id);
+    JobUsage* u = nullptr;
+    // Its GPUs' window: activity, memory, energy.
+    ActivityHistogram window;
+    for (const api::GpuTelemetry& g : report.gpus) {
+      if (g.index < 0 || g.index >= 64 || !((mask >> g.index) & 1)) continue;
+      if (u == nullptr) u = &usage_[id];
+      u->seen = true;
+      u->peak_memory = std::max({u->peak_memory, g.memory_used, g.memory_peak});
+      if (g.utilization_pct >= settings_.idle_utilization_pct) u->last_busy = now;
+      u->energy_mj += g.energy_mj;
+      for (size_t b = 0; b < g.activity.size() && b < ActivityHistogram::kBuckets; ++b) window.counts[b] += g.activity[b];
+      // A busy second in the window counts as busy (the instant may not be).
+      if (window.total() > 0 && window.Percentile(100) > settings_.idle_utilization_pct) u->last_busy = now;
+    }
+    if (u != nullptr) u->activity.Merge(window);
+    // Its tasks' CPU: cumulative per replica attempt; the rate over the
+    // window is against the replicas' limits.
+    int64_t cpu_delta_us = 0;
+    int64_t limit_us = 0;  // CPU-microseconds the limits allowed over the window
+    TimePoint window_from = now;
+    for (const api::TaskReport& t : report.tasks) {
+      if (t.job != id || t.exited || t.cpu_used_us < 0) continue;
+      if (u == nullptr) u = &usage_[id];
+      ReplicaCpu& c = u->cpu[{t.task, t.replica, t.attempt}];
+      const TaskGroupSpec* group = t.task < job->spec().tasks.size() ? &job->spec().tasks[t.task] : nullptr;
+      if (c.at > 0 && now > c.at && t.cpu_used_us >= c.cpu_us && group != nullptr && group->cpu > 0) {
+        cpu_delta_us += t.cpu_used_us - c.cpu_us;
+        limit_us += (now - c.at) * group->cpu / 1000;
+        window_from = std::min(window_from, c.at);
+      }
+      c.cpu_us = std::max(c.cpu_us, t.cpu_used_us);
+      c.throttled_us = std::max(c.throttled_us, t.cpu_throttled_us);
+      c.at = now;
+      u->host_peak = std::max(u->host_peak, t.memory_peak);
+    }
+    if (u == nullptr) continue;
+    // Input-bound: this window's GPUs were mostly waiting while the CPU ran
+    // at its limit. A window without both measures says nothing.
+    if (window.total() > 0 && limit_us > 0) {
+      const int32_t gpu = window.Mean();
+      const int32_t cpu = static_cast<int32_t>(cpu_delta_us * 100 / limit_us);
+      if (gpu < settings_.starved_gpu_pct && cpu >= settings_.starved_cpu_pct) {
+        if (u->starved_since == 0) u->starved_since = window_from;
+        u->starved_gpu = gpu;
+        u->starved_cpu = cpu;
+      } else {
+        u->starved_since = 0;
       }
     }
   }
@@ -48,7 +102,77 @@ std::vector<std::string> UsageTracker::Flags(const Snapshot& snap, const JobReco
     flags.push_back("over-provisioned: peak GPU memory " + FormatMemoryMiB(u.peak_memory) + " of " +
                     FormatMemoryMiB(per_gpu) + " per GPU");
   }
+  if (u.starved_since > 0 && now - u.starved_since >= settings_.starved_after) {
+    flags.push_back("input-bound: GPU activity " + std::to_string(u.starved_gpu) + "% while its CPU runs at " +
+                    std::to_string(u.starved_cpu) + "% of its limit, for " + FormatSpan(now - u.starved_since));
+  }
   return flags;
+}
+
+UsageRecord UsageTracker::Record(const Snapshot& snap, const JobRecord& job, const JobUsage* u, TimePoint at) const {
+  UsageRecord r;
+  r.job = job.id;
+  r.attempt = job.attempt();
+  r.name = job.spec().name;
+  r.user = job.user;
+  r.queue = job.spec().queue;
+  r.array = job.array;
+  r.started_at = std::max(job.started_at, job.resized_at);
+  r.ended_at = std::max(at, r.started_at);
+  r.restarts = job.restarts;
+  r.replicas = static_cast<int32_t>(job.placement.size());
+  for (const ReplicaPlacement& p : job.placement) {
+    const NodeState& node = snap.node(p.node);
+    if (r.gpu_model.empty()) {
+      r.gpu_model = node.spec.gpu_model;
+      r.gpu_memory = node.spec.gpu_memory;
+    }
+    if (p.mig_start >= 0) {
+      r.gpu_milli += 1000 * MigProfileCompute(job.spec().tasks[p.task].gpu_share.mig_profile) / kMigComputeSlices;
+      r.mig_profile = job.spec().tasks[p.task].gpu_share.mig_profile;
+    } else if (p.gpu_milli > 0) {
+      r.gpu_milli += p.gpu_milli;
+    } else {
+      r.gpus += std::popcount(p.gpu_mask);
+    }
+    if (p.task < job.spec().tasks.size()) {
+      r.cpu += job.spec().tasks[p.task].cpu;
+      r.memory += job.spec().tasks[p.task].memory;
+    }
+  }
+  if (u != nullptr) {
+    r.activity = u->activity;
+    r.gpu_memory_peak = u->peak_memory;
+    r.energy_mj = u->energy_mj;
+    for (const auto& [key, c] : u->cpu) {
+      r.cpu_used_us += c.cpu_us;
+      r.cpu_throttled_us += std::max<int64_t>(0, c.throttled_us);
+    }
+    r.memory_peak = u->host_peak;
+  }
+  return r;
+}
+
+UsageRecord UsageTracker::Peek(const Snapshot& snap, const JobRecord& job, TimePoint now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = usage_.find(job.id);
+  return Record(snap, job, it == usage_.end() ? nullptr : &it->second, now);
+}
+
+UsageRecord UsageTracker::Close(const Snapshot& snap, const JobRecord& job, std::string end, std::string reason,
+                                TimePoint at) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = usage_.find(job.id);
+  UsageRecord r = Record(snap, job, it == usage_.end() ? nullptr : &it->second, at);
+  if (it != usage_.end()) usage_.erase(it);
+  r.end = std::move(end);
+  r.reason = std::move(reason);
+  if (r.end == "preempted") r.preemptions = 1;
+  // Work lost: what ran since its last checkpoint (or since it started).
+  if (r.end == "preempted" || r.end == "requeued") {
+    r.lost_work_s = (r.ended_at - std::max(r.started_at, std::min(job.last_checkpoint_at, r.ended_at))) / kMicrosPerSecond;
+  }
+  return r;
 }
 
 }  // namespace rota::server

@@ -1,20 +1,26 @@
-// UsageTracker: what the agents' GPU telemetry says of each running job's
-// use (the last time its GPUs were busy, its peak GPU memory), and the
-// right-sizing flags that follow from it ("idle: ...", "over-provisioned:
-// ..."). Only whole GPUs count: a shared GPU's telemetry is the whole GPU's.
+// UsageTracker: what the agents' reports say of each running job's use, per
+// attempt: its GPUs' 1 Hz activity (a histogram), memory peak and energy,
+// its tasks' CPU time and throttling, and the flags that follow from them:
+// "idle: ...", "over-provisioned: ...", and "input-bound: ..." (GPUs that
+// wait on a CPU saturated against its limit: a data pipeline that cannot
+// feed them). When an attempt ends, Close turns its measure and allocation
+// into a UsageRecord for the store. Only whole GPUs are measured: a shared
+// GPU's telemetry is the whole GPU's.
 //
 // Thread-safety: thread-safe (its own lock). Heartbeats fold into it from the
-// event loop and the actor; views read it.
+// event loop and the actor; views read it; the actor closes attempts.
 #pragma once
 
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "api/agent_protocol.h"
 #include "core/cluster_state.h"
+#include "core/usage_record.h"
 
 namespace rota::server {
 
@@ -25,25 +31,48 @@ struct RightSizing {
   int32_t idle_utilization_pct = 5;
   Duration idle_after = 30 * 60 * kMicrosPerSecond;
   int32_t overprovisioned_pct = 25;
+  // Input-bound: GPU activity under `starved_gpu_pct` while the tasks' CPU
+  // runs at `starved_cpu_pct` of their limit or more, for `starved_after`.
+  int32_t starved_gpu_pct = 30;
+  int32_t starved_cpu_pct = 90;
+  Duration starved_after = 60 * kMicrosPerSecond;
 };
 
 class UsageTracker {
  public:
   explicit UsageTracker(RightSizing settings) : settings_(settings) {}
 
-  // Folds `gpus` (a report from `node` at `now`) into the use of the running
-  // jobs among `jobs` (those indexed on the node).
-  void Fold(const Snapshot& snap, const NodeState& node, const std::set<JobId>& jobs,
-            const std::vector<api::GpuTelemetry>& gpus, TimePoint now);
+  // Folds `report` (from `node`, at `now`) into the use of the running jobs
+  // among `jobs` (those indexed on the node).
+  void Fold(const Snapshot& snap, const NodeState& node, const std::set<JobId>& jobs, const api::HeartbeatReport& report,
+            TimePoint now);
   // The job's flags at `now`; none until telemetry arrived for its GPUs.
   std::vector<std::string> Flags(const Snapshot& snap, const JobRecord& job, TimePoint now) const;
+  // The running attempt's measure so far, as a record ending at `now`
+  // (for describe and the report of jobs still running).
+  UsageRecord Peek(const Snapshot& snap, const JobRecord& job, TimePoint now) const;
+  // The attempt `job` (as it was, running, in `snap`) ended at `at` with
+  // `end`: its record; its measure is dropped.
+  UsageRecord Close(const Snapshot& snap, const JobRecord& job, std::string end, std::string reason, TimePoint at);
 
  private:
+  struct ReplicaCpu {
+    int64_t cpu_us = 0, throttled_us = 0;  // cumulative, as last reported
+    TimePoint at = 0;                      // when
+  };
   struct JobUsage {
     TimePoint last_busy = 0;
     MemoryMiB peak_memory = 0;
     bool seen = false;  // telemetry arrived for its GPUs
+    ActivityHistogram activity;
+    int64_t energy_mj = 0;
+    std::map<std::tuple<uint16_t, uint32_t, int32_t>, ReplicaCpu> cpu;  // by task, replica, attempt
+    MemoryMiB host_peak = 0;
+    // Input-bound: since when (0 = not now), and the last window's numbers.
+    TimePoint starved_since = 0;
+    int32_t starved_gpu = 0, starved_cpu = 0;
   };
+  UsageRecord Record(const Snapshot& snap, const JobRecord& job, const JobUsage* u, TimePoint at) const;
   const RightSizing settings_;
   mutable std::mutex mu_;
   std::map<JobId, JobUsage> usage_;

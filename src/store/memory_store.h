@@ -2,7 +2,9 @@
 // Not durable; never the shipped path.
 #pragma once
 
+#include <algorithm>
 #include <mutex>
+#include <set>
 
 #include "store/store.h"
 
@@ -34,6 +36,33 @@ class MemoryStore final : public Store {
     return Status::Ok();
   }
   StatusOr<std::vector<TokenRecord>> Tokens() override { return tokens_; }
+  Status PutUsage(const std::vector<UsageRecord>& records) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const UsageRecord& r : records) {
+      if (!usage_keys_.insert({r.job.value(), r.attempt}).second) continue;
+      usage_.push_back(r);
+    }
+    return Status::Ok();
+  }
+  StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<UsageRecord> out;
+    for (const UsageRecord& r : usage_) {
+      if (r.ended_at >= since && r.ended_at < until) out.push_back(r);
+    }
+    std::stable_sort(out.begin(), out.end(), [](const UsageRecord& a, const UsageRecord& b) { return a.ended_at < b.ended_at; });
+    return out;
+  }
+  StatusOr<int64_t> DropUsage(TimePoint before) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t n = 0;
+    std::erase_if(usage_, [&](const UsageRecord& r) {
+      if (r.ended_at >= before) return false;
+      usage_keys_.erase({r.job.value(), r.attempt});
+      return ++n, true;
+    });
+    return n;
+  }
 
  private:
   std::mutex mu_;  // WriteSnapshot may run beside the owner's calls
@@ -41,6 +70,8 @@ class MemoryStore final : public Store {
   std::vector<std::pair<uint64_t, Event>> journal_;
   std::vector<Event> snapshot_;
   std::vector<TokenRecord> tokens_;
+  std::vector<UsageRecord> usage_;
+  std::set<std::pair<uint64_t, int32_t>> usage_keys_;
 };
 
 }  // namespace rota

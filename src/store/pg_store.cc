@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "api/json_codec.h"
+#include "api/usage_codec.h"
 #include "store/records.h"
 
 namespace rota {
@@ -32,6 +33,8 @@ class Result {
     return {PQgetvalue(r_, row, col), static_cast<size_t>(PQgetlength(r_, row, col))};
   }
   int64_t int64(int row, int col) const { return std::strtoll(PQgetvalue(r_, row, col), nullptr, 10); }
+  // Rows an INSERT, UPDATE or DELETE changed.
+  int64_t affected() const { return std::strtoll(PQcmdTuples(r_), nullptr, 10); }
   PGresult* get() const { return r_; }
 
  private:
@@ -203,6 +206,9 @@ Status EnsureSchema(pg::Conn& c) {
                      // writers' FOR KEY SHARE; renewing the expiry does not.
                      "CREATE UNIQUE INDEX IF NOT EXISTS rota_leader_epoch ON rota_leader (epoch);"
                      "ALTER TABLE rota_leader ADD COLUMN IF NOT EXISTS instance text NOT NULL DEFAULT '';"
+                     "CREATE TABLE IF NOT EXISTS rota_usage (job bigint NOT NULL, attempt int NOT NULL,"
+                     " ended_at bigint NOT NULL, body text NOT NULL, PRIMARY KEY (job, attempt));"
+                     "CREATE INDEX IF NOT EXISTS rota_usage_ended ON rota_usage (ended_at);"
                      "COMMIT");
   if (!done.ok()) c.Rollback();
   return done;
@@ -252,6 +258,7 @@ PgStore::PgStore(std::string conninfo)
     : conninfo_(std::move(conninfo)),
       db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
       snap_db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
+      usage_db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
       listen_db_(std::make_unique<pg::Conn>(conninfo_, "LISTEN rota_journal")) {}
 
 PgStore::~PgStore() = default;
@@ -588,6 +595,54 @@ StatusOr<std::vector<TokenRecord>> PgStore::Tokens() {
                    std::string(r.text(i, 3)), r.int64(i, 4), r.int64(i, 5), r.text(i, 6) == "t"});
   }
   return out;
+}
+
+Status PgStore::PutUsage(const std::vector<UsageRecord>& records) {
+  if (records.empty()) return Status::Ok();
+  // One statement for the lot: arrays of the columns, unnested.
+  std::string jobs = "{", attempts = "{", ended = "{";
+  std::vector<std::string> bodies;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const UsageRecord& r = records[i];
+    const char* sep = i == 0 ? "" : ",";
+    jobs += sep + std::to_string(r.job.value());
+    attempts += sep + std::to_string(r.attempt);
+    ended += sep + std::to_string(r.ended_at);
+    bodies.push_back(api::EncodeUsage(r));
+    if (bodies.back().find('\0') != std::string::npos) return InvalidArgumentError("usage record: holds a NUL character");
+  }
+  jobs += "}";
+  attempts += "}";
+  ended += "}";
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  return usage_db_
+      ->Exec("put usage",
+             "INSERT INTO rota_usage (job, attempt, ended_at, body)"
+             " SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::text[]) ON CONFLICT (job, attempt) DO NOTHING",
+             {jobs, attempts, ended, ArrayLiteral(bodies)})
+      .status();
+}
+
+StatusOr<std::vector<UsageRecord>> PgStore::Usage(TimePoint since, TimePoint until) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_db_->Exec("read usage",
+                                                     "SELECT body FROM rota_usage WHERE ended_at >= $1::bigint AND"
+                                                     " ended_at < $2::bigint ORDER BY ended_at, job, attempt",
+                                                     {std::to_string(since), std::to_string(until)}));
+  std::vector<UsageRecord> out;
+  out.reserve(static_cast<size_t>(r.rows()));
+  for (int i = 0; i < r.rows(); ++i) {
+    ROTA_ASSIGN_OR_RETURN(UsageRecord u, api::DecodeUsage(r.text(i, 0)));
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+StatusOr<int64_t> PgStore::DropUsage(TimePoint before) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_db_->Exec("drop usage", "DELETE FROM rota_usage WHERE ended_at < $1::bigint",
+                                                     {std::to_string(before)}));
+  return r.affected();
 }
 
 // ---- the lease ----

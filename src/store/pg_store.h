@@ -58,6 +58,9 @@ class PgStore final : public Store {
   uint64_t last_seq() const override { return last_seq_; }
   Status PutToken(const TokenRecord& token) override;
   StatusOr<std::vector<TokenRecord>> Tokens() override;
+  Status PutUsage(const std::vector<UsageRecord>& records) override;
+  StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override;
+  StatusOr<int64_t> DropUsage(TimePoint before) override;
 
   // From now on every write requires the lease's epoch to be `epoch`.
   void SetFence(int64_t epoch) { fence_epoch_ = epoch; }
@@ -86,7 +89,8 @@ class PgStore final : public Store {
   std::unique_ptr<pg::Conn> db_;      // appends, replay, tokens (mu_)
   std::unique_ptr<pg::Conn> snap_db_;  // snapshots, off the appender's thread (snapshot_mu_)
   std::unique_ptr<pg::Conn> listen_db_;  // LISTEN rota_journal (listen_mu_)
-  std::mutex mu_, snapshot_mu_, listen_mu_;
+  std::unique_ptr<pg::Conn> usage_db_;   // accounting records (usage_mu_): reports never wait on appends
+  std::mutex mu_, snapshot_mu_, listen_mu_, usage_mu_;
   std::atomic<uint64_t> last_seq_ = 0;
   std::atomic<int64_t> fence_epoch_ = 0;  // 0 = no fencing (a single server, tests)
   std::atomic<bool> fenced_ = false;

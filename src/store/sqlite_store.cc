@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api/json_codec.h"
+#include "api/usage_codec.h"
 #include "store/records.h"
 
 namespace rota {
@@ -172,6 +173,22 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
       return UnavailableError(path + ".snap: " + msg);
     }
   }
+  // Accounting records in a database of their own (PATH.usage): a week's
+  // report reads there without holding up the journal's appends.
+  ROTA_RETURN_IF_ERROR(CheckWalFile(path + ".usage-wal"));
+  ROTA_RETURN_IF_ERROR(OpenSide(path + ".usage", &store->usage_db_));
+  {
+    char* err = nullptr;
+    if (sqlite3_exec(store->usage_db_,
+                     "CREATE TABLE IF NOT EXISTS usage (job INTEGER NOT NULL, attempt INTEGER NOT NULL,"
+                     " ended_at INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (job, attempt));"
+                     "CREATE INDEX IF NOT EXISTS usage_ended ON usage (ended_at);",
+                     nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err ? err : "unknown error";
+      sqlite3_free(err);
+      return UnavailableError(path + ".usage: " + msg);
+    }
+  }
   Stmt st;
   if (sqlite3_prepare_v2(db, "SELECT MAX(seq) FROM (SELECT seq FROM events UNION ALL SELECT seq FROM snapshots)", -1,
                          &st.s, nullptr) != SQLITE_OK) {
@@ -203,6 +220,7 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
 }
 
 SqliteStore::~SqliteStore() {
+  sqlite3_close(usage_db_);
   sqlite3_close(trim_db_);
   sqlite3_close(snap_db_);
   sqlite3_close(db_);
@@ -420,6 +438,66 @@ StatusOr<std::vector<TokenRecord>> SqliteStore::Tokens() {
                    sqlite3_column_int(st.s, 6) != 0});
   }
   return out;
+}
+
+Status SqliteStore::PutUsage(const std::vector<UsageRecord>& records) {
+  if (records.empty()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  auto fail = [&](const char* what) {
+    const int code = sqlite3_extended_errcode(usage_db_);
+    std::string msg = path_ + ".usage: " + what + ": " + sqlite3_errmsg(usage_db_);
+    sqlite3_exec(usage_db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    if ((code & 0xff) == SQLITE_FULL) return InsufficientStorageError(std::move(msg));
+    return UnavailableError(std::move(msg));
+  };
+  if (sqlite3_exec(usage_db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("begin");
+  Stmt st;
+  if (sqlite3_prepare_v2(usage_db_, "INSERT OR IGNORE INTO usage (job, attempt, ended_at, body) VALUES (?, ?, ?, ?)", -1,
+                         &st.s, nullptr) != SQLITE_OK) {
+    return fail("prepare");
+  }
+  for (const UsageRecord& r : records) {
+    const std::string body = api::EncodeUsage(r);
+    sqlite3_bind_int64(st.s, 1, static_cast<sqlite3_int64>(r.job.value()));
+    sqlite3_bind_int64(st.s, 2, r.attempt);
+    sqlite3_bind_int64(st.s, 3, r.ended_at);
+    sqlite3_bind_text(st.s, 4, body.data(), static_cast<int>(body.size()), SQLITE_TRANSIENT);
+    if (sqlite3_step(st.s) != SQLITE_DONE) return fail("insert");
+    sqlite3_reset(st.s);
+  }
+  if (sqlite3_exec(usage_db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("commit");
+  return Status::Ok();
+}
+
+StatusOr<std::vector<UsageRecord>> SqliteStore::Usage(TimePoint since, TimePoint until) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(usage_db_, "SELECT body FROM usage WHERE ended_at >= ? AND ended_at < ? ORDER BY ended_at", -1,
+                         &st.s, nullptr) != SQLITE_OK) {
+    return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
+  }
+  sqlite3_bind_int64(st.s, 1, since);
+  sqlite3_bind_int64(st.s, 2, until);
+  std::vector<UsageRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 0));
+    ROTA_ASSIGN_OR_RETURN(UsageRecord r, api::DecodeUsage(std::string_view(text, sqlite3_column_bytes(st.s, 0))));
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
+  return out;
+}
+
+StatusOr<int64_t> SqliteStore::DropUsage(TimePoint before) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(usage_db_, "DELETE FROM usage WHERE ended_at < ?", -1, &st.s, nullptr) != SQLITE_OK) {
+    return UnavailableError(path_ + ".usage: drop: " + sqlite3_errmsg(usage_db_));
+  }
+  sqlite3_bind_int64(st.s, 1, before);
+  if (sqlite3_step(st.s) != SQLITE_DONE) return UnavailableError(path_ + ".usage: drop: " + sqlite3_errmsg(usage_db_));
+  return static_cast<int64_t>(sqlite3_changes(usage_db_));
 }
 
 }  // namespace rota

@@ -41,6 +41,9 @@ class SqliteStore final : public Store {
   uint64_t last_seq() const override { return last_seq_; }
   Status PutToken(const TokenRecord& token) override;
   StatusOr<std::vector<TokenRecord>> Tokens() override;
+  Status PutUsage(const std::vector<UsageRecord>& records) override;
+  StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override;
+  StatusOr<int64_t> DropUsage(TimePoint before) override;
 
  private:
   SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
@@ -58,6 +61,8 @@ class SqliteStore final : public Store {
   sqlite3* db_;
   sqlite3* snap_db_ = nullptr;  // PATH.snap: snapshots, written off the appender's thread
   sqlite3* trim_db_ = nullptr;  // a second connection to the journal, for trimming it behind a snapshot
+  sqlite3* usage_db_ = nullptr;  // PATH.usage: accounting records (usage_mu_)
+  std::mutex usage_mu_;
   std::mutex snapshot_mu_;
   std::string path_;
   uint64_t last_seq_ = 0;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/event.h"
+#include "core/usage_record.h"
 
 namespace rota {
 
@@ -58,6 +59,17 @@ class Store {
 
   virtual Status PutToken(const TokenRecord& token) = 0;
   virtual StatusOr<std::vector<TokenRecord>> Tokens() = 0;
+
+  // Accounting (core/usage_record.h): one record per ended attempt, kept
+  // apart from the journal (never compacted into a snapshot), dropped only
+  // by DropUsage. A record already stored (the same job and attempt) is left
+  // as it is. Safe beside the owner's other calls (reports read from the
+  // API's threads).
+  virtual Status PutUsage(const std::vector<UsageRecord>& records) = 0;
+  // The records of attempts that ended in [since, until), by end time.
+  virtual StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) = 0;
+  // Drops the records of attempts that ended before `before`; how many.
+  virtual StatusOr<int64_t> DropUsage(TimePoint before) = 0;
 };
 
 }  // namespace rota

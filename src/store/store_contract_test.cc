@@ -116,6 +116,42 @@ TYPED_TEST(StoreContract, KeepsTokens) {
   EXPECT_EQ((*tokens)[1].node, "n-0");
 }
 
+TYPED_TEST(StoreContract, KeepsUsageRecordsApartFromTheJournal) {
+  auto s = this->factory.Make();
+  auto record = [](uint64_t job, int32_t attempt, TimePoint ended, std::string user) {
+    UsageRecord r;
+    r.job = JobId(job);
+    r.attempt = attempt;
+    r.user = std::move(user);
+    r.name = "quote \" and \\ and , {}";
+    r.ended_at = ended;
+    r.started_at = ended - 10;
+    r.gpus = 2;
+    r.activity.Add(30, 20);
+    r.energy_mj = 5'000'000'000'000;
+    return r;
+  };
+  ASSERT_TRUE(s->PutUsage({record(1, 0, 100, "alice"), record(2, 0, 300, "bob"), record(1, 1, 200, "alice")}).ok());
+  // The same attempt again (a standby that also wrote it) changes nothing.
+  ASSERT_TRUE(s->PutUsage({record(1, 0, 100, "mallory")}).ok());
+  ASSERT_TRUE(s->PutUsage({}).ok());
+  ASSERT_TRUE(s->WriteSnapshot(0, {}).ok());  // a snapshot does not touch them
+  s = this->factory.Reopen(std::move(s));
+  auto all = s->Usage(0, 1000);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0], record(1, 0, 100, "alice"));
+  EXPECT_EQ((*all)[1].attempt, 1);  // by end time
+  EXPECT_EQ((*all)[2].user, "bob");
+  auto window = s->Usage(100, 300);
+  ASSERT_TRUE(window.ok());
+  EXPECT_EQ(window->size(), 2u);  // [since, until)
+  auto dropped = s->DropUsage(250);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+  EXPECT_EQ(*dropped, 2);
+  EXPECT_EQ(s->Usage(0, 1000)->size(), 1u);
+}
+
 TYPED_TEST(StoreContract, KeepsAnyTextExactly) {
   // Quotes, backslashes, braces, commas, newlines, tabs and UTF-8: what a
   // label or a name may hold must come back byte for byte.

@@ -1,0 +1,46 @@
+#include "api/usage_codec.h"
+
+#include <gtest/gtest.h>
+
+namespace rota::api {
+namespace {
+
+TEST(UsageCodec, ARecordRoundTripsAndABrokenOneNamesItsField) {
+  UsageRecord r;
+  r.job = JobId(42);
+  r.attempt = 3;
+  r.name = "train";
+  r.user = "alice";
+  r.queue = "research";
+  r.array = JobId(40);
+  r.end = "preempted";
+  r.reason = "preempted for job 50";
+  r.started_at = 1'000'000;
+  r.ended_at = 7'000'000;
+  r.gpu_model = "H100";
+  r.gpu_memory = 81920;
+  r.gpus = 8;
+  r.cpu = 16000;
+  r.memory = 65536;
+  r.replicas = 1;
+  r.preemptions = 1;
+  r.lost_work_s = 5;
+  r.activity.Add(40, 100);
+  r.gpu_memory_peak = 10000;
+  r.energy_mj = 123'456'789'012;
+  r.cpu_used_us = 9'000'000;
+  r.cpu_throttled_us = 10;
+  r.memory_peak = 2048;
+  auto back = DecodeUsage(EncodeUsage(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, r);
+  std::string text = EncodeUsage(r);
+  text.replace(text.find("\"gpus\":8"), 8, "\"gpus\":\"x\"");
+  auto bad = DecodeUsage(text);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "usage record: gpus: wrong type");
+  EXPECT_FALSE(DecodeUsage("{").ok());
+}
+
+}  // namespace
+}  // namespace rota::api
