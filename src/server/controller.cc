@@ -218,6 +218,85 @@ void Controller::PublishBatch(const std::vector<Event>& events) {
   if (node_listener_) node_listener_(std::vector<std::string>(touched.begin(), touched.end()));
 }
 
+void Controller::RecordUsage(const std::vector<Event>& events) {
+  std::set<JobId> jobs;
+  for (const Event& e : events) {
+    std::visit([&](const auto& ev) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(ev)>, JobFinished> ||
+                    std::is_same_v<std::decay_t<decltype(ev)>, JobRequeued> ||
+                    std::is_same_v<std::decay_t<decltype(ev)>, JobCancelled> ||
+                    std::is_same_v<std::decay_t<decltype(ev)>, JobResized>) {
+        jobs.insert(ev.id);
+      }
+    }, e);
+  }
+  if (jobs.empty() && unwritten_usage_.empty()) return;
+  const Snapshot before = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return *published_;
+  }();
+  const Snapshot after = state_.GetSnapshot();
+  const TimePoint now = options_.clock->Now();
+  for (JobId id : jobs) {
+    const JobRecord* was = before.FindJob(id);
+    if (was == nullptr || (was->state != JobState::kRunning && was->state != JobState::kPreempting) ||
+        was->placement.empty()) {
+      continue;
+    }
+    const JobRecord* is = after.FindJob(id);
+    std::string end, reason;
+    if (is == nullptr) {
+      end = "cancelled";
+    } else if (is->state == JobState::kSucceeded) {
+      end = "succeeded";
+    } else if (is->state == JobState::kFailed || is->state == JobState::kCancelled) {
+      end = is->state == JobState::kFailed ? "failed" : "cancelled";
+      reason = is->end_reason;
+    } else if (is->state == JobState::kPending) {
+      end = is->preempted_at.size() > was->preempted_at.size() || was->state == JobState::kPreempting ? "preempted"
+                                                                                                      : "requeued";
+      reason = is->last_requeue_reason;
+    } else if (is->placement != was->placement) {
+      end = "resized";
+      reason = is->last_resize_reason;
+    } else {
+      continue;  // still running where it ran
+    }
+    unwritten_usage_.push_back(usage_.Close(before, *was, std::move(end), std::move(reason), now));
+  }
+  if (unwritten_usage_.empty()) return;
+  // The journal holds the job's history either way; a store that cannot
+  // write the records now gets them with a later batch (at most 100,000 wait).
+  if (store_->PutUsage(unwritten_usage_).ok()) {
+    unwritten_usage_.clear();
+  } else if (unwritten_usage_.size() > 100'000) {
+    unwritten_usage_.erase(unwritten_usage_.begin(), unwritten_usage_.end() - 100'000);
+  }
+}
+
+StatusOr<std::vector<UsageRecord>> Controller::Usage(const Principal& who, TimePoint since, TimePoint until) const {
+  ROTA_ASSIGN_OR_RETURN(std::vector<UsageRecord> records, store_->Usage(since, until));
+  const TimePoint now = options_.clock->Now();
+  if (until > now) {
+    // The attempts still running, measured so far.
+    const Snapshot snap = snapshot();
+    std::vector<JobId> running;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, nodes] : job_nodes_) running.push_back(id);
+    }
+    for (JobId id : running) {
+      const JobRecord* job = snap.FindJob(id);
+      if (job == nullptr || job->state != JobState::kRunning) continue;
+      UsageRecord r = usage_.Peek(snap, *job, now);
+      r.end = "running";
+      records.push_back(std::move(r));
+    }
+  }
+  if (!who.admin()) std::erase_if(records, [&](const UsageRecord& r) { return r.user != who.user; });
+  return records;
+}
+
 void Controller::SetNodeListener(std::function<void(const std::vector<std::string>&)> listener) {
   std::lock_guard<std::mutex> lock(listener_mu_);
   node_listener_ = std::move(listener);
@@ -400,6 +479,7 @@ void Controller::ActorLoop() {
         const size_t nl = key.find('\n');
         NoteRequestId(request_ids_, key.substr(0, nl), key.substr(nl + 1), jobs.first, jobs.second);
       }
+      RecordUsage(batch.events);
       PublishBatch(batch.events);
       Trigger();
       if (*seq - last_snapshot_seq_ >= options_.snapshot_every) {
@@ -447,6 +527,11 @@ void Controller::CheckTimes(TimePoint now) {
 void Controller::CheckNodes() {
   const TimePoint now = options_.clock->Now();
   CheckTimes(now);
+  // Accounting retention, once an hour.
+  if (options_.usage_retention > 0 && now - usage_trimmed_at_ >= 3600 * kMicrosPerSecond) {
+    usage_trimmed_at_ = now;
+    store_->DropUsage(now - options_.usage_retention).status().IgnoreError();
+  }
   // A node silent for node_timeout shows as lost; its gangs are requeued
   // only once its tasks have fenced themselves (fence_after, plus a margin
   // for the agent's clock and the supervisors' tick), so a partitioned or

@@ -72,6 +72,8 @@ struct ControllerOptions {
   int32_t idle_utilization_pct = 5;
   Duration idle_after = 30 * 60 * kMicrosPerSecond;
   int32_t overprovisioned_pct = 25;
+  // Accounting: usage records older than this are dropped (0 = kept forever).
+  Duration usage_retention = 400LL * 24 * 3600 * kMicrosPerSecond;
   // Preemption: a gang runs at least this long before it can be evicted; an
   // evicted gang that has not stopped this long after its grace period is
   // requeued anyway (its agent is gone or stuck).
@@ -132,6 +134,12 @@ class Controller {
   Status CatchUp();
   Status ReloadTokens();
   void Stop();
+
+  // Accounting: the usage records of attempts that ended in [since, until),
+  // with the running attempts' measure so far (end "running"); a user's own
+  // only unless `who` is an admin. A job's live right-sizing flags and its
+  // family's recommendation read them (views.cc).
+  StatusOr<std::vector<UsageRecord>> Usage(const Principal& who, TimePoint since, TimePoint until) const;
 
   // Mutations: each returns once its effect is durable, or with why not.
   // Submit: InvalidArgument (bad queue or priority class), PermissionDenied
@@ -291,6 +299,10 @@ class Controller {
   // its events name, moves the versions of the nodes they touch and tells
   // the node listener (watches).
   void PublishBatch(const std::vector<Event>& events);
+  // After a batch is durable, before it is published: the attempts it ended
+  // (a running job that stopped, was requeued or resized) become usage
+  // records in the store. Records the store refuses wait for the next batch.
+  void RecordUsage(const std::vector<Event>& events);
   // REQUIRES: mu_ held. Re-indexes job `id` under the nodes it holds in
   // `snap`; adds the nodes it left and joined to `touched`.
   void IndexJob(const Snapshot& snap, JobId id, std::set<std::string>* touched);
@@ -371,6 +383,8 @@ class Controller {
   std::mutex listener_mu_;  // guards node_listener_ (held while it runs)
   std::function<void(const std::vector<std::string>&)> node_listener_;
   UsageTracker usage_;  // right-sizing (thread-safe)
+  std::vector<UsageRecord> unwritten_usage_;  // actor only: records the store refused, retried
+  TimePoint usage_trimmed_at_ = 0;            // CheckNodes only: the last retention pass
   // Scheduler thread only: what the last cycle saw and did.
   uint64_t last_cycle_revision_ = 0;
   bool last_cycle_idle_ = false;  // it decided nothing

@@ -421,6 +421,97 @@ TEST_F(ControllerTest, FlagsIdleAndOverProvisionedJobs) {
   EXPECT_EQ(flags[1], "over-provisioned: peak GPU memory 2Gi of 80Gi per GPU");
 }
 
+// Three jobs on one node, reporting every 10 s: one whose GPU waits (5%)
+// on a CPU at its 2-CPU limit, one compute-bound (GPU 95%, CPU at its limit
+// too) and one idle (GPU 0%, CPU 1%). Only the first is input-bound, from
+// its first minute; its usage record, once it ends, holds what was reported.
+TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
+  ClusterConfig config = TwoNodes();
+  for (auto& g : config.node_groups) g.gpu_memory = 80 * 1024;
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock}, std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->Start().ok());
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  struct Case {
+    const char* name;
+    int32_t gpu_pct;
+    int64_t cpu_per_s_us;  // CPU time a second
+    JobId id;
+    int32_t gpu = 0;
+  } cases[] = {{"starved", 5, 2'000'000}, {"compute", 95, 2'000'000}, {"idle", 0, 20'000}};
+  for (Case& k : cases) {
+    JobSpec spec = Job(k.name, 1, 1);
+    spec.tasks[0].cpu = 2000;
+    spec.node_selector = {{"hostname", "n-0"}};
+    auto id = c->Submit(kAlice, spec);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    k.id = *id;
+  }
+  c->ScheduleNow();
+  for (Case& k : cases) k.gpu = std::countr_zero(c->snapshot().FindJob(k.id)->placement[0].gpu_mask);
+  auto flags = [&](const Case& k) { return c->job_flags(*c->snapshot().FindJob(k.id)); };
+  int64_t energy = 0;
+  for (int s = 10; s <= 60; s += 10) {
+    clock.Advance(10 * kMicrosPerSecond);
+    HeartbeatReport report{"n-0", {}, {}};
+    for (const Case& k : cases) {
+      GpuTelemetry g{.index = k.gpu, .utilization_pct = k.gpu_pct, .memory_used = 3000, .power_w = 100};
+      g.samples = 10;
+      g.activity.assign(ActivityHistogram::kBuckets, 0);
+      g.activity[ActivityHistogram::Bucket(k.gpu_pct)] = 10;
+      g.memory_peak = 4000 + s;
+      g.energy_mj = 1'000'000;
+      report.gpus.push_back(g);
+      TaskReport t{k.id, 0, 0, 0, false, 0};
+      t.cpu_used_us = k.cpu_per_s_us * s;
+      t.cpu_throttled_us = k.cpu_per_s_us > 1'000'000 ? 100'000 * s : 0;
+      t.memory_peak = 512;
+      report.tasks.push_back(t);
+    }
+    energy += 1'000'000;
+    ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+    if (s == 50) EXPECT_TRUE(flags(cases[0]).empty()) << flags(cases[0])[0];
+  }
+  ASSERT_EQ(flags(cases[0]).size(), 1u);
+  EXPECT_EQ(flags(cases[0])[0], "input-bound: GPU activity 8% while its CPU runs at 100% of its limit, for 1m");
+  EXPECT_TRUE(flags(cases[1]).empty()) << flags(cases[1])[0];
+  EXPECT_TRUE(flags(cases[2]).empty()) << flags(cases[2])[0];
+
+  // Running, each shows its measure so far; ended, the record is stored.
+  auto running = c->Usage(kAlice, 0, clock.Now() + 1);
+  ASSERT_TRUE(running.ok()) << running.status().ToString();
+  ASSERT_EQ(running->size(), 3u);
+  EXPECT_EQ((*running)[0].end, "running");
+  ASSERT_TRUE(c->Cancel(kAlice, cases[0].id).ok());
+  auto all = c->Usage(kAlice, 0, clock.Now() + 1);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 3u);
+  const UsageRecord& r = (*all)[0];  // stored records come first, then the running
+  EXPECT_EQ(r.job, cases[0].id);
+  EXPECT_EQ(r.end, "cancelled");
+  EXPECT_EQ(r.user, "alice");
+  EXPECT_EQ(r.queue, "team/a");
+  EXPECT_EQ(r.gpu_model, "H100");
+  EXPECT_EQ(r.gpus, 1);
+  EXPECT_EQ(r.cpu, 2000);
+  EXPECT_EQ(r.seconds(), 60);
+  EXPECT_EQ(r.activity.total(), 60);
+  EXPECT_EQ(r.activity.Percentile(90), 10);
+  EXPECT_EQ(r.energy_mj, energy);
+  EXPECT_EQ(r.gpu_memory_peak, 4060);
+  EXPECT_EQ(r.cpu_used_us, 120'000'000);
+  EXPECT_EQ(r.cpu_throttled_us, 6'000'000);
+  EXPECT_EQ(r.memory_peak, 512);
+  EXPECT_EQ((*all)[1].end, "running");
+  // Another user sees none of alice's; an admin sees them all.
+  EXPECT_TRUE(c->Usage(kBob, 0, clock.Now() + 1)->empty());
+  EXPECT_EQ(c->Usage(kAdmin, 0, clock.Now() + 1)->size(), 3u);
+  // [since, until): the record that ended at `until` is not in it, nor are
+  // the running attempts (they reach past it).
+  EXPECT_TRUE(c->Usage(kAdmin, 0, clock.Now())->empty());
+  EXPECT_EQ(c->Usage(kAdmin, 0, clock.Now() + 1)->front().end, "cancelled");
+}
+
 TEST_F(ControllerTest, JobsEndAtTheirTimeLimit) {
   auto c = Make(std::make_unique<MemoryStore>());
   JobSpec spec = Job("timed", 1, 1);

@@ -52,6 +52,9 @@ void UsageTracker::Fold(const Snapshot& snap, const NodeState& node, const std::
       if (t.job != id || t.exited || t.cpu_used_us < 0) continue;
       if (u == nullptr) u = &usage_[id];
       ReplicaCpu& c = u->cpu[{t.task, t.replica, t.attempt}];
+      // Its first report counts from the attempt's start (its CPU time is
+      // since then), so a starved job shows from its first minute.
+      if (c.at == 0 && job->started_at > 0 && job->started_at < now) c.at = job->started_at;
       const TaskGroupSpec* group = t.task < job->spec().tasks.size() ? &job->spec().tasks[t.task] : nullptr;
       if (c.at > 0 && now > c.at && t.cpu_used_us >= c.cpu_us && group != nullptr && group->cpu > 0) {
         cpu_delta_us += t.cpu_used_us - c.cpu_us;
