@@ -162,6 +162,14 @@ const std::vector<CommandHelp>& Commands() {
        "to their time limits, or for the median run of finished jobs: marked ~, an estimate). With\n"
        "--add-nodes (more nodes of a config node group) or --drain, the same beside it, from one snapshot.",
        {"--add-nodes", "--drain", "--horizon"}},
+      {"report", "rota report [--since 7d] [--by user|queue|model] [-o json|csv]\n       rota report job JOB_ID [-o json|csv]",
+       "Where the GPU-hours went (like sreport and sacct): per user, queue or GPU model over the period,\n"
+       "GPU-hours held, measured, used (by the GPUs' measured activity) and idle, those a smaller shape\n"
+       "would have freed, energy in kWh; then the job families (an array, or a user's jobs of one name)\n"
+       "that under-use most, each with the shape its use fits. `report job` (like seff, GPUs included):\n"
+       "each attempt's allocation and measured use, and its family's recommendation. Users see their own\n"
+       "jobs; admins everyone's.",
+       {"--since", "--by"}},
       {"top", "rota top [--watch] [-o json]",
        "GPU utilisation, memory and power per node and GPU; --watch shows it again every 2 s.", {"--watch", "-w"}},
       {"token",
@@ -276,8 +284,9 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     return kExitOk;
   }
   Client c = Client::FromArgs(&args);
-  if (!c.output_valid()) {
-    std::cerr << "rota " << cmd << ": -o: must be table, wide or json, got '" << c.output() << "'\n";
+  if (!c.output_valid() && !(cmd == "report" && c.output() == "csv")) {
+    std::cerr << "rota " << cmd << ": -o: must be table, wide or json" << (cmd == "report" ? " (or csv)" : "")
+              << ", got '" << c.output() << "'\n";
     return kExitBadInput;
   }
   if (int rc = CheckFlags(*help, args); rc != kExitOk) return rc;
@@ -548,6 +557,12 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
                                 " replicas (" + S(e, "resizes") + " resizes)"});
       }
       if (j.value("restarts", 0) > 0) kv.Add({"restarts:", S(j, "restarts") + " (last: " + S(j, "last_requeue_reason") + ")"});
+      if (j.contains("usage")) {
+        const json& u = j["usage"];
+        kv.Add({"usage:", S(u, "gpu_hours") + " GPU-hours, activity p50/p90 " + S(u, "activity_p50") + "%/" +
+                              S(u, "activity_p90") + "%, " + S(u, "energy_kwh") + " kWh"});
+        if (u.contains("recommendation")) kv.Add({"right size:", S(u["recommendation"], "summary")});
+      }
       if (j.contains("pending_reason")) {
         kv.Add({"pending:", S(j["pending_reason"], "code")});
         kv.Add({"reason:", S(j["pending_reason"], "message")});
@@ -933,6 +948,121 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         t.Add({S(q, "name"), S(q, "weight"), S(q, "pending"), S(q, "running"), S(q, "gpus_allocated"), S(q, "gpus_guaranteed")});
       }
       std::cout << t.Render();
+    });
+  }
+
+  if (cmd == "report") {
+    auto csv = [](const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+      auto field = [](const std::string& v) {
+        if (v.find_first_of(",\"\n") == std::string::npos) return v;
+        std::string q = "\"";
+        for (char ch : v) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+        return q + "\"";
+      };
+      for (size_t i = 0; i < header.size(); ++i) std::cout << (i ? "," : "") << field(header[i]);
+      std::cout << "\n";
+      for (const auto& row : rows) {
+        for (size_t i = 0; i < row.size(); ++i) std::cout << (i ? "," : "") << field(row[i]);
+        std::cout << "\n";
+      }
+    };
+    auto print = [&](const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+      if (c.output() == "csv") return csv(header, rows);
+      Table t(header);
+      for (const auto& row : rows) t.Add(row);
+      std::cout << t.Render();
+    };
+    auto num = [](const json& j, const char* key) { return j.contains(key) ? S(j, key) : "-"; };
+    if (!args.empty() && args[0] == "job") {
+      if (args.size() != 2) return Usage(help->usage);
+      Response r = c.Get("/v1/jobs/" + args[1] + "/usage");
+      if (c.output() == "csv" && r.status == 200) {
+        json j = json::parse(r.body, nullptr, false);
+        std::vector<std::string> header = {"job", "attempt", "end", "started_at", "ended_at", "seconds", "gpu_model", "gpus",
+                                           "gpu_milli", "gpu_hours", "activity_p50", "activity_p90", "activity_p95",
+                                           "gpu_memory_peak_mib", "energy_j", "cpu_used_s", "cpu_throttled_s",
+                                           "memory_peak_mib", "preemptions", "lost_work_s"};
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& a : j["attempts"]) {
+          std::vector<std::string> row;
+          for (const std::string& h : header) row.push_back(S(a, h.c_str()));
+          rows.push_back(std::move(row));
+        }
+        csv(header, rows);
+        return kExitOk;
+      }
+      return Run(c, r, "report", [&](const json& j) {
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& a : j["attempts"]) {
+          const std::string gpus = a.value("gpus", 0) > 0 ? S(a, "gpus") + "x" + S(a, "gpu_model")
+                                   : !S(a, "mig").empty() ? S(a, "mig") : a.value("gpu_milli", 0) > 0 ? S(a, "gpu_milli") + "m" : "-";
+          auto pct = [&](const char* k) { return a.value(k, -1) < 0 ? std::string("-") : S(a, k) + "%"; };
+          rows.push_back({S(a, "attempt"), S(a, "end"), FormatSpan(a.value("seconds", int64_t{0}) * kMicrosPerSecond), gpus,
+                          pct("activity_p50") + "/" + pct("activity_p90") + "/" + pct("activity_p95"),
+                          a.value("gpu_memory_peak_mib", 0) > 0 ? FormatMemoryMiB(a["gpu_memory_peak_mib"].get<int64_t>()) : "-",
+                          S(a, "energy_j") + " J", S(a, "cpu_used_s") + " s (" + S(a, "cpu_throttled_s") + " s throttled)",
+                          a.value("memory_peak_mib", 0) > 0 ? FormatMemoryMiB(a["memory_peak_mib"].get<int64_t>()) : "-"});
+        }
+        std::cout << "job " << S(j, "job") << (j.contains("family") ? " (family " + S(j, "family") + ")" : "") << "\n";
+        if (rows.empty()) {
+          std::cout << "no attempt has run yet\n";
+          return;
+        }
+        print({"ATTEMPT", "END", "RAN", "GPUS", "ACTIVITY p50/p90/p95", "GPU MEM PEAK", "ENERGY", "CPU", "MEM PEAK"}, rows);
+        std::cout << "GPU-hours: " << num(j, "gpu_hours") << ", energy: " << num(j, "energy_kwh") << " kWh\n";
+        if (j.contains("recommendation")) {
+          const json& rec = j["recommendation"];
+          std::cout << "right size: " << S(rec, "summary") << "\n";
+          if (rec.contains("cpu") || rec.contains("memory")) {
+            std::cout << "limits from use: " << (rec.contains("cpu") ? "cpu: " + S(rec, "cpu") : "")
+                      << (rec.contains("cpu") && rec.contains("memory") ? ", " : "")
+                      << (rec.contains("memory") ? "memory: " + S(rec, "memory") : "") << "\n";
+          }
+        }
+      });
+    }
+    std::string query;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if ((args[i] == "--since" || args[i] == "--by") && i + 1 < args.size()) {
+        query += (query.empty() ? "?" : "&") + args[i].substr(2) + "=" + UrlEncode(args[i + 1]);
+        ++i;
+      } else {
+        return Usage(help->usage);
+      }
+    }
+    Response r = c.Get("/v1/usage/report" + query);
+    auto row = [&](const json& x) {
+      return std::vector<std::string>{S(x, "key"), S(x, "jobs"), S(x, "gpu_hours"), S(x, "gpu_hours_measured"),
+                                      S(x, "gpu_hours_used"), S(x, "gpu_hours_idle"), S(x, "gpu_hours_oversized"),
+                                      x.value("efficiency_pct", -1.0) < 0 ? "-" : S(x, "efficiency_pct") + "%",
+                                      S(x, "energy_kwh")};
+    };
+    if (c.output() == "csv" && r.status == 200) {
+      json j = json::parse(r.body, nullptr, false);
+      std::vector<std::vector<std::string>> rows;
+      for (const auto& x : j["rows"]) rows.push_back(row(x));
+      rows.push_back(row(j["total"]));
+      csv({S(j, "by"), "jobs", "gpu_hours", "gpu_hours_measured", "gpu_hours_used", "gpu_hours_idle", "gpu_hours_oversized",
+           "efficiency", "energy_kwh"},
+          rows);
+      return kExitOk;
+    }
+    return Run(c, r, "report", [&](const json& j) {
+      std::vector<std::vector<std::string>> rows;
+      for (const auto& x : j["rows"]) rows.push_back(row(x));
+      rows.push_back(row(j["total"]));
+      std::string by = S(j, "by");
+      for (char& ch : by) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      std::cout << "from " << S(j, "since") << " to " << S(j, "until") << "\n";
+      print({by, "JOBS", "GPU-H", "MEASURED", "USED", "IDLE", "OVERSIZED", "EFFICIENCY", "KWH"}, rows);
+      if (!j["under_users"].empty()) {
+        std::cout << "\nunder-used (GPU-hours a smaller shape would have freed):\n";
+        std::vector<std::vector<std::string>> under;
+        for (const auto& u : j["under_users"]) {
+          under.push_back({S(u, "family"), S(u, "jobs"), S(u, "gpu_hours"), S(u, "gpu_hours_oversized"), S(u, "summary")});
+        }
+        print({"FAMILY", "JOBS", "GPU-H", "OVERSIZED", "RIGHT SIZE"}, under);
+      }
     });
   }
 

@@ -274,10 +274,11 @@ void Controller::RecordUsage(const std::vector<Event>& events) {
   }
 }
 
-StatusOr<std::vector<UsageRecord>> Controller::Usage(const Principal& who, TimePoint since, TimePoint until) const {
+StatusOr<std::vector<UsageRecord>> Controller::Usage(const Principal& who, TimePoint since, TimePoint until,
+                                                     bool with_running) const {
   ROTA_ASSIGN_OR_RETURN(std::vector<UsageRecord> records, store_->Usage(since, until));
   const TimePoint now = options_.clock->Now();
-  if (until > now) {
+  if (with_running) {
     // The attempts still running, measured so far.
     const Snapshot snap = snapshot();
     std::vector<JobId> running;

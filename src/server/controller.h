@@ -136,10 +136,9 @@ class Controller {
   void Stop();
 
   // Accounting: the usage records of attempts that ended in [since, until),
-  // with the running attempts' measure so far (end "running"); a user's own
-  // only unless `who` is an admin. A job's live right-sizing flags and its
-  // family's recommendation read them (views.cc).
-  StatusOr<std::vector<UsageRecord>> Usage(const Principal& who, TimePoint since, TimePoint until) const;
+  // and with `running` the running attempts' measure so far (end
+  // "running"); a user's own only unless `who` is an admin.
+  StatusOr<std::vector<UsageRecord>> Usage(const Principal& who, TimePoint since, TimePoint until, bool running) const;
 
   // Mutations: each returns once its effect is durable, or with why not.
   // Submit: InvalidArgument (bad queue or priority class), PermissionDenied

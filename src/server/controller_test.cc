@@ -478,12 +478,12 @@ TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
   EXPECT_TRUE(flags(cases[2]).empty()) << flags(cases[2])[0];
 
   // Running, each shows its measure so far; ended, the record is stored.
-  auto running = c->Usage(kAlice, 0, clock.Now() + 1);
+  auto running = c->Usage(kAlice, 0, clock.Now() + 1, true);
   ASSERT_TRUE(running.ok()) << running.status().ToString();
   ASSERT_EQ(running->size(), 3u);
   EXPECT_EQ((*running)[0].end, "running");
   ASSERT_TRUE(c->Cancel(kAlice, cases[0].id).ok());
-  auto all = c->Usage(kAlice, 0, clock.Now() + 1);
+  auto all = c->Usage(kAlice, 0, clock.Now() + 1, true);
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 3u);
   const UsageRecord& r = (*all)[0];  // stored records come first, then the running
@@ -504,12 +504,13 @@ TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
   EXPECT_EQ(r.memory_peak, 512);
   EXPECT_EQ((*all)[1].end, "running");
   // Another user sees none of alice's; an admin sees them all.
-  EXPECT_TRUE(c->Usage(kBob, 0, clock.Now() + 1)->empty());
-  EXPECT_EQ(c->Usage(kAdmin, 0, clock.Now() + 1)->size(), 3u);
-  // [since, until): the record that ended at `until` is not in it, nor are
-  // the running attempts (they reach past it).
-  EXPECT_TRUE(c->Usage(kAdmin, 0, clock.Now())->empty());
-  EXPECT_EQ(c->Usage(kAdmin, 0, clock.Now() + 1)->front().end, "cancelled");
+  EXPECT_TRUE(c->Usage(kBob, 0, clock.Now() + 1, true)->empty());
+  EXPECT_EQ(c->Usage(kAdmin, 0, clock.Now() + 1, true)->size(), 3u);
+  // [since, until): the record that ended at `until` is not in it; without
+  // the running attempts, none.
+  EXPECT_TRUE(c->Usage(kAdmin, 0, clock.Now(), false)->empty());
+  EXPECT_EQ(c->Usage(kAdmin, 0, clock.Now() + 1, false)->size(), 1u);
+  EXPECT_EQ(c->Usage(kAdmin, 0, clock.Now() + 1, true)->front().end, "cancelled");
 }
 
 TEST_F(ControllerTest, JobsEndAtTheirTimeLimit) {

@@ -8,6 +8,7 @@
 
 #include "server/http_transport.h"
 #include "server/replica.h"
+#include "server/report.h"
 #include "server/services.h"
 
 #include <atomic>
@@ -29,6 +30,11 @@
 #include "sim/profile_sim.h"
 
 namespace rota::server {
+
+namespace {
+// The records a job family's recommendation reads: a month's.
+constexpr Duration kFamilyWindow = 30LL * 24 * 3600 * kMicrosPerSecond;
+}  // namespace
 
 using nlohmann::json;
 using nlohmann::ordered_json;
@@ -527,7 +533,54 @@ class HttpServerImpl final : public HttpServer {
       if (Status s = FindVisible(who, snap, req.matches[1], &job, &owner); !s.ok()) return ReplyError(res, s);
       ordered_json j = JobView(*c_, snap, *job, /*with_spec=*/owner);
       j["events"] = Timeline(*job);
+      // What it used, and the shape its family's use fits (a month's records).
+      if (job->started_at > 0) {
+        const TimePoint now = c_->clock().Now();
+        auto records = c_->Usage(who, now - kFamilyWindow, now + 1, true);
+        if (records.ok()) {
+          ordered_json usage = BuildJobReport(*records, job->id, now, {});
+          usage.erase("attempts");
+          if (usage.contains("recommendation")) j["usage"] = std::move(usage);
+        }
+      }
       Reply(res, 200, j);
+    }));
+
+    // A job's accounting (seff-like, GPUs included): every attempt's
+    // allocation and measured use, and its family's right size.
+    srv.Get(R"(/v1/jobs/([^/]+)/usage)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
+      const JobRecord* job = nullptr;
+      Snapshot snap = c_->snapshot();
+      bool owner = false;
+      if (Status s = FindVisible(who, snap, req.matches[1], &job, &owner); !s.ok()) return ReplyError(res, s);
+      const TimePoint now = c_->clock().Now();
+      auto records = c_->Usage(who, std::min(job->submitted_at, now - kFamilyWindow), now + 1, true);
+      if (!records.ok()) return ReplyError(res, records.status());
+      Reply(res, 200, BuildJobReport(*records, job->id, now, {}));
+    }));
+
+    // Accounting over a period (sreport-like): ?since=7d (default; at most
+    // the retention), ?by=user|queue|model. A user's own jobs only, unless
+    // an admin asks.
+    srv.Get("/v1/usage/report", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
+      Duration since = 7 * 24 * 3600 * kMicrosPerSecond;
+      if (req.has_param("since")) {
+        auto d = ParseDuration(req.get_param_value("since"));
+        if (!d.ok() || *d <= 0) {
+          return ReplyError(res, InvalidArgumentError("since: '" + req.get_param_value("since") +
+                                                      "' is not a positive duration (7d, 24h, 30m)"));
+        }
+        since = *d;
+      }
+      ReportOptions options;
+      const std::string by = req.has_param("by") ? req.get_param_value("by") : "user";
+      if (by == "queue") options.by = ReportBy::kQueue;
+      else if (by == "model") options.by = ReportBy::kModel;
+      else if (by != "user") return ReplyError(res, InvalidArgumentError("by: '" + by + "' is not one of user, queue, model"));
+      const TimePoint now = c_->clock().Now();
+      auto records = c_->Usage(who, now - since, now + 1, true);
+      if (!records.ok()) return ReplyError(res, records.status());
+      Reply(res, 200, BuildReport(*records, now - since, now, now, options));
     }));
 
     srv.Get(R"(/v1/jobs/([^/]+)/events)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
