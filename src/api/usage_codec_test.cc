@@ -5,11 +5,11 @@
 namespace rota::api {
 namespace {
 
-TEST(UsageCodec, ARecordRoundTripsAndABrokenOneNamesItsField) {
+TEST(UsageCodec, ARecordRoundTripsAnyTextAndABrokenOneNamesItsField) {
   UsageRecord r;
   r.job = JobId(42);
   r.attempt = 3;
-  r.name = "train";
+  r.name = "train\twith a tab, a \\ and\na newline";
   r.user = "alice";
   r.queue = "research";
   r.array = JobId(40);
@@ -35,11 +35,14 @@ TEST(UsageCodec, ARecordRoundTripsAndABrokenOneNamesItsField) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, r);
   std::string text = EncodeUsage(r);
-  text.replace(text.find("\"gpus\":8"), 8, "\"gpus\":\"x\"");
+  EXPECT_EQ(text.find('\n'), std::string::npos);  // one line
+  text.replace(text.find("\tH100\t81920\t8\t"), 15, "\tH100\t81920\tx\t");
   auto bad = DecodeUsage(text);
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "usage record: gpus: wrong type");
+  EXPECT_EQ(bad.status().message(), "usage record: gpus: malformed");
+  EXPECT_EQ(DecodeUsage(EncodeUsage(r).substr(0, 40)).status().code(), StatusCode::kDataLoss);
   EXPECT_FALSE(DecodeUsage("{").ok());
+  EXPECT_FALSE(DecodeUsage(EncodeUsage(r) + "\t1").ok());
 }
 
 }  // namespace
