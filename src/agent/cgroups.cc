@@ -291,7 +291,7 @@ Cgroups::Usage Cgroups::UsageOf(const std::string& name) const {
     u.cpu_us = StatValue(stat, "usage_usec");
     u.throttled_us = StatValue(stat, "throttled_usec");
     const int64_t peak = FileNumber(dirs[0] + "/memory.peak");
-    if (peak >= 0) u.memory_peak = peak >> 20;
+    if (peak >= 0) u.memory_peak = (peak + (1 << 20) - 1) >> 20;  // a task that used any memory used 1 MiB
     return u;
   }
   // v1: cpuacct beside cpu (co-mounted as cpu,cpuacct on most hosts), in ns.
@@ -300,7 +300,7 @@ Cgroups::Usage Cgroups::UsageOf(const std::string& name) const {
   const int64_t throttled = StatValue(ReadFile(dirs[0] + "/cpu.stat"), "throttled_time");
   if (throttled >= 0) u.throttled_us = throttled / 1000;
   const int64_t peak = FileNumber(dirs[1] + "/memory.max_usage_in_bytes");
-  if (peak >= 0) u.memory_peak = peak >> 20;
+  if (peak >= 0) u.memory_peak = (peak + (1 << 20) - 1) >> 20;  // a task that used any memory used 1 MiB
   return u;
 }
 

@@ -30,6 +30,7 @@ constexpr const char* kUsage =
     "  nodes      nodes and their GPUs\n"
     "  queues     queues with pending and running jobs\n"
     "  top        GPU utilisation per node\n"
+    "  report     where the GPU-hours went: by user, queue or model; a job's use and right size\n"
     "  token      create, list and revoke API tokens (admin)\n"
     "  status     the control plane: the leader, its epoch, the standbys and their lag\n"
     "offline:\n"

@@ -36,7 +36,7 @@ constexpr const char* kServerUsage =
     "                   [--tls-cert FILE --tls-key FILE] [--rate-limit N] [--node-timeout 30s]\n"
     "                   [--fence-after DURATION (default: the node timeout)]\n"
     "                   [--min-runtime 10m] [--history-interval 10s]\n"
-    "                   [--idle-after 30m] [--idle-utilization 5]\n"
+    "                   [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
     "                   [--store sqlite | postgres://USER@HOST:PORT/DB] [--advertise URL] [--lease 3s]\n"
     "                   [--router HOST:PORT | off (default: off)]\n"
     "\n"
@@ -53,7 +53,7 @@ constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
     "               [--nvlink-islands N] [--oci-runtime auto|runc|crun] [--device-dir /dev]\n"
-    "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5]\n"
+    "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
     "               [--node-timeout 30s] [--fence-after DURATION]\n"
     "               [--router HOST:PORT | off (default: 127.0.0.1:7071; skipped if taken)]\n"
     "\n"
@@ -291,6 +291,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   Duration fence_after = 0;  // = node_timeout
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   Duration idle_after = 30 * 60 * kMicrosPerSecond;  // right-sizing window
+  Duration usage_retention = 400LL * 24 * 3600 * kMicrosPerSecond;  // accounting records kept
   int32_t idle_pct = 5;
   Duration history_interval = 10 * kMicrosPerSecond;  // queue usage samples for the dashboard
   std::string store_url = "sqlite", advertise;
@@ -308,6 +309,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--rate-limit") rate = std::atof(value().c_str());
     else if (a == "--min-runtime") min_runtime = DurationFlag(args, &i, "rota");
     else if (a == "--idle-after") idle_after = DurationFlag(args, &i, "rota");
+    else if (a == "--usage-retention") usage_retention = DurationFlag(args, &i, "rota");
     else if (a == "--idle-utilization") {
       const std::string v = value();
       auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), idle_pct);
@@ -341,6 +343,10 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
   if (idle_after <= 0) {
     std::cerr << "rota: --idle-after must be positive\n";
+    return kExitBadInput;
+  }
+  if (usage_retention < 0) {
+    std::cerr << "rota: --usage-retention must not be negative (0 keeps usage records forever)\n";
     return kExitBadInput;
   }
   if (node_timeout <= 0) {
@@ -458,6 +464,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
                                     .fence_after = fence_after,
                                     .idle_utilization_pct = idle_pct,
                                     .idle_after = idle_after,
+                                    .usage_retention = usage_retention,
                                     .min_runtime = min_runtime,
                                     .owner = UnixUserName()};
   if (postgres) return ReplicatedServer(store_url, advertise, lease, options, http, data_dir);

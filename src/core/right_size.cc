@@ -33,7 +33,11 @@ RightSize RecommendShape(const std::vector<const UsageRecord*>& family, TimePoin
     if (latest == nullptr || r->ended_at > latest->ended_at) latest = r;
   }
   // Only whole GPUs are measured (a share's telemetry is its whole GPU's).
-  if (latest == nullptr || latest->gpus <= 0 || latest->replicas <= 0 || latest->gpu_memory <= 0) return out;
+  if (latest == nullptr) return out;
+  if (latest->gpus <= 0 || latest->replicas <= 0 || latest->gpu_memory <= 0) {
+    out.summary = "holds no whole GPU: its GPUs are not measured apart from the others sharing them";
+    return out;
+  }
   const int32_t held = std::max(1, latest->gpus / latest->replicas);
   out.gpus_per_replica = held;
   out.gpu_memory = latest->gpu_memory;
@@ -59,7 +63,11 @@ RightSize RecommendShape(const std::vector<const UsageRecord*>& family, TimePoin
     throttled_us += r->cpu_throttled_us;
     cpu_asked = r->cpu / std::max(1, r->replicas);
   }
-  if (measured_s < options.min_measured_s) return out;
+  if (measured_s < options.min_measured_s) {
+    out.summary = "measured for " + FormatSpan(measured_s * kMicrosPerSecond) + " of the " +
+                  FormatSpan(options.min_measured_s * kMicrosPerSecond) + " a recommendation needs";
+    return out;
+  }
   out.activity_p90 = weighted.Percentile(90);
 
   // CPU and memory limits per replica, from what was used.

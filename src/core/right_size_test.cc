@@ -83,6 +83,7 @@ TEST(RightSize, ABusyOrBarelyMeasuredJobGetsNone) {
   brief.activity.Add(2, 60);  // a minute: too little to say anything
   EXPECT_FALSE(RecommendShape({&brief}, kNow, {}).recommended);
   EXPECT_EQ(RecommendShape({&brief}, kNow, {}).activity_p90, -1);
+  EXPECT_EQ(RecommendShape({&brief}, kNow, {}).summary, "measured for 1m of the 5m a recommendation needs");
   // Memory that needs the whole GPU keeps it, however idle.
   const UsageRecord full = Attempt("H100", 80 * 1024, 1, 2, 3, 75 * 1024);
   EXPECT_FALSE(RecommendShape({&full}, kNow, {}).recommended);
