@@ -313,23 +313,32 @@ std::string RenderMetrics(const Controller& c) {
 
   header("rota_job_idle", "gauge", "1 for a running job whose GPUs have stayed idle past the right-sizing window.");
   header("rota_job_overprovisioned", "gauge", "1 for a running job whose peak GPU memory stays far below its GPUs'.");
-  std::string idle, over;
+  header("rota_job_input_bound", "gauge",
+         "1 for a running job whose GPUs wait on a CPU saturated against its limit (a data pipeline that cannot feed them).");
+  std::string idle, over, starved;
+  std::map<std::pair<NodeId, int32_t>, uint64_t> holder;  // whole GPUs -> the running job on them
   for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state != JobState::kRunning) continue;
-    bool is_idle = false, is_over = false;
+    bool is_idle = false, is_over = false, is_starved = false;
     for (const std::string& f : c.job_flags(*job)) {
       is_idle = is_idle || f.rfind("idle", 0) == 0;
       is_over = is_over || f.rfind("over", 0) == 0;
+      is_starved = is_starved || f.rfind("input-bound", 0) == 0;
     }
     const std::string labels = "{job=\"" + std::to_string(id.value()) + "\",queue=\"" + Escape(job->spec().queue) + "\"} ";
     idle += "rota_job_idle" + labels + (is_idle ? "1" : "0") + "\n";
     over += "rota_job_overprovisioned" + labels + (is_over ? "1" : "0") + "\n";
+    starved += "rota_job_input_bound" + labels + (is_starved ? "1" : "0") + "\n";
+    for (const ReplicaPlacement& r : job->placement) {
+      if (r.shares_gpu()) continue;
+      for (uint64_t m = r.gpu_mask; m != 0; m &= m - 1) holder[{r.node, std::countr_zero(m)}] = id.value();
+    }
   }
   // Each family's samples follow its own HELP and TYPE lines.
   {
-    const size_t at = out.find("# HELP rota_job_overprovisioned");
-    out.insert(at, idle);
-    out += over;
+    out.insert(out.find("# HELP rota_job_overprovisioned"), idle);
+    out.insert(out.find("# HELP rota_job_input_bound"), over);
+    out += starved;
   }
 
   header("rota_jobs_submitted_total", "counter", "Jobs accepted since this server started.");
@@ -369,6 +378,38 @@ std::string RenderMetrics(const Controller& c) {
         std::snprintf(v, sizeof(v), "%g", s.get(t));
         out += std::string(s.name) + "{node=\"" + Escape(node) + "\",gpu=\"" + std::to_string(t.index) +
                "\",simulated=\"" + (l.simulated ? "true" : "false") + "\"} " + v + "\n";
+      }
+    }
+  }
+  // The same readings under dcgm-exporter's names, with its gpu and device
+  // labels (what its dashboards select by), the host and model in
+  // snake_case (dcgm-exporter's Hostname and modelName fail Prometheus'
+  // naming lint), and the job where one running job holds the GPU whole. No
+  // UUID: agents report GPUs by index.
+  struct Dcgm {
+    const char* name;
+    const char* help;
+    int64_t (*get)(const GpuTelemetry&);
+  };
+  const Dcgm dcgm[] = {
+      {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", [](const GpuTelemetry& t) { return int64_t{t.utilization_pct}; }},
+      {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", [](const GpuTelemetry& t) { return t.memory_used; }},
+      {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", [](const GpuTelemetry& t) { return int64_t{t.temperature_c}; }},
+      {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", [](const GpuTelemetry& t) { return int64_t{t.power_w}; }},
+  };
+  for (const Dcgm& d : dcgm) {
+    header(d.name, "gauge", d.help);
+    for (const auto& [node, l] : live) {
+      const NodeState* n = snap.FindNode(node);
+      for (const GpuTelemetry& t : l.gpus) {
+        if (d.get(t) < 0) continue;
+        std::string labels = "gpu=\"" + std::to_string(t.index) + "\",device=\"nvidia" + std::to_string(t.index) +
+                             "\",model_name=\"" + Escape(n != nullptr ? n->spec.gpu_model : "") + "\",hostname=\"" +
+                             Escape(node) + "\"";
+        if (n != nullptr) {
+          if (auto h = holder.find({n->id, t.index}); h != holder.end()) labels += ",job=\"" + std::to_string(h->second) + "\"";
+        }
+        out += std::string(d.name) + "{" + labels + "} " + std::to_string(d.get(t)) + "\n";
       }
     }
   }

@@ -855,6 +855,12 @@ TEST_F(Integration, MetricsPassPromtool) {
   EXPECT_NE(r->body.find("rota_queue_running_jobs{queue=\"default\"} 1"), std::string::npos) << r->body;
   EXPECT_NE(r->body.find("rota_gpu_utilization_ratio{node=\"m\",gpu=\"0\",simulated=\"true\"}"), std::string::npos);
   EXPECT_NE(r->body.find("rota_scheduling_cycle_seconds_count"), std::string::npos);
+  // dcgm-exporter's names, the job on the GPU labelled; the input-bound flag per job.
+  EXPECT_NE(r->body.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",device=\"nvidia0\",model_name=\"A100\",hostname=\"m\",job=\"1\"} 100"),
+            std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("DCGM_FI_DEV_POWER_USAGE{gpu=\"1\",device=\"nvidia1\",model_name=\"A100\",hostname=\"m\"} 60"),
+            std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("rota_job_input_bound{job=\"1\",queue=\"default\"} 0"), std::string::npos) << r->body;
   const std::string path = tmp.path() + "/metrics.txt";
   std::ofstream(path) << r->body;
   ASSERT_EQ(system("command -v promtool >/dev/null"), 0) << "promtool is missing (Debian package prometheus)";
