@@ -68,6 +68,7 @@ function currentPage() {
   if (parts[0] === 'jobs' && parts[1]) return { page: 'job', id: decodeURIComponent(parts[1]) };
   if (parts[0] === 'queues') return { page: 'queues' };
   if (parts[0] === 'services') return { page: 'services' };
+  if (parts[0] === 'reports') return { page: 'reports' };
   if (parts[0] === 'jobs') return { page: 'jobs' };
   return { page: 'cluster' };
 }
@@ -75,7 +76,7 @@ function currentPage() {
 function route() {
   if (!state.token) return;
   const p = currentPage();
-  for (const name of ['cluster', 'queues', 'jobs', 'services']) {
+  for (const name of ['cluster', 'queues', 'jobs', 'services', 'reports']) {
     $('#nav-' + name).classList.toggle('active', p.page === name || (name === 'jobs' && p.page === 'job'));
   }
   $('#app').innerHTML = '<p class="muted">Loading…</p>';
@@ -91,12 +92,75 @@ async function refresh() {
     else if (p.page === 'queues') await renderQueues();
     else if (p.page === 'jobs') await renderJobs();
     else if (p.page === 'services') await renderServices();
+    else if (p.page === 'reports') await renderReports();
     else await renderJob(p.id);
     $('#updated').textContent = 'updated ' + new Date().toLocaleTimeString();
     $('#app').dataset.ready = '1';
   } catch (e) {
     if (e instanceof AuthError) return showLogin('Your token is no longer accepted.');
     $('#updated').textContent = 'update failed: ' + e.message;
+  }
+}
+
+// ---- reports --------------------------------------------------------------
+
+// Where the GPU-hours went: GET /v1/usage/report, read again every 30 s (a
+// week's records are not re-read every refresh) or when the period or the
+// grouping changes.
+const REPORT_MS = 30000;
+
+function reportRow(r, max) {
+  const held = r.gpu_hours, used = r.gpu_hours_used, idle = r.gpu_hours_idle;
+  const bar = '<div class="bar" title="held ' + held + ' GPU-h; used ' + used + '; idle ' + idle + '">' +
+    '<div class="fill" style="width:' + (100 * held / max).toFixed(1) + '%"></div>' +
+    '<div class="used" style="width:' + (100 * used / max).toFixed(1) + '%"></div></div>';
+  return '<tr data-key="' + esc(r.key) + '"><td>' + esc(r.key) + '</td><td class="num" data-k="jobs">' + esc(r.jobs) +
+    '</td><td class="num" data-k="gpu_hours">' + esc(held) + '</td><td class="num" data-k="used">' + esc(used) +
+    '</td><td class="num" data-k="idle">' + esc(idle) + '</td><td class="num" data-k="oversized">' + esc(r.gpu_hours_oversized) +
+    '</td><td class="num" data-k="efficiency">' + (r.efficiency_pct < 0 ? '-' : esc(r.efficiency_pct) + '%') +
+    '</td><td class="num" data-k="energy">' + esc(r.energy_kwh) + '</td><td>' + bar + '</td></tr>';
+}
+
+async function renderReports() {
+  const by = state.filters['r-by'] || 'user', since = state.filters['r-since'] || '7d';
+  const key = by + '/' + since;
+  if (!state.report || state.reportKey !== key || Date.now() - state.reportAt > REPORT_MS) {
+    state.report = await api('/v1/usage/report?by=' + encodeURIComponent(by) + '&since=' + encodeURIComponent(since));
+    state.reportKey = key;
+    state.reportAt = Date.now();
+  }
+  const rep = state.report;
+  let max = 0.001;
+  for (const r of rep.rows) max = Math.max(max, r.gpu_hours);
+  let html = '<h1>Reports</h1><div class="filters"><select id="r-by"><option value="user">by user</option>' +
+    '<option value="queue">by queue</option><option value="model">by GPU model</option></select>' +
+    '<select id="r-since"><option value="1d">last day</option><option value="7d">last 7 days</option>' +
+    '<option value="30d">last 30 days</option></select> <span class="muted">' + esc(rep.since) + ' to ' + esc(rep.until) +
+    '</span></div><table id="report-table"><tr><th>' + esc(rep.by) + '</th><th class="num">jobs</th>' +
+    '<th class="num">GPU-hours</th><th class="num">used</th><th class="num">idle</th><th class="num">oversized</th>' +
+    '<th class="num">efficiency</th><th class="num">kWh</th><th>held vs used</th></tr>';
+  for (const r of rep.rows) html += reportRow(r, max);
+  html += reportRow(rep.total, Math.max(max, rep.total.gpu_hours)).replace('<tr ', '<tr class="total" ');
+  html += '</table><p class="muted">Used: GPU-hours held times the GPUs\u2019 measured activity. Idle: held with the GPU under ' +
+    'the idle threshold. Oversized: what the shape each job family fits would have freed.</p>';
+  html += '<h2>Right-sizing</h2>';
+  if (!rep.under_users.length) {
+    html += '<p class="muted" id="under-none">No job family under-uses its GPUs (or none has been measured long enough).</p>';
+  } else {
+    html += '<table id="under-table"><tr><th>family</th><th class="num">jobs</th><th class="num">GPU-hours</th>' +
+      '<th class="num">oversized</th><th>fits</th><th>why</th></tr>';
+    for (const u of rep.under_users) {
+      html += '<tr data-family="' + esc(u.family) + '"><td>' + esc(u.family) + '</td><td class="num">' + esc(u.jobs) +
+        '</td><td class="num">' + esc(u.gpu_hours) + '</td><td class="num">' + esc(u.gpu_hours_oversized) +
+        '</td><td data-k="shape"><code>' + esc(u.shape) + '</code></td><td>' + esc(u.summary) + '</td></tr>';
+    }
+    html += '</table>';
+  }
+  $('#app').innerHTML = html;
+  for (const id of ['r-by', 'r-since']) {
+    const el = $('#' + id);
+    el.value = id === 'r-by' ? by : since;
+    el.addEventListener('input', () => { state.filters[id] = el.value; refresh(); });
   }
 }
 

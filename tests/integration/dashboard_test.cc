@@ -268,6 +268,23 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
   EXPECT_EQ(b.Js("return document.querySelector('#services-table tr[data-service=\"web\"] td[data-k=desired]').textContent"), "1");
   b.Screenshot(out + "/services.png");
 
+  // Reports: where the GPU-hours went, as the report API says (the hello
+  // job ended, the trainer runs).
+  b.Js("location.hash = '#/reports'");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('#report-table') !== null"), true);
+  const json report = json::parse(admin.Get("/v1/usage/report?since=7d&by=user")->body);
+  ASSERT_FALSE(report["rows"].empty()) << report.dump();
+  for (const auto& r : report["rows"]) {
+    const std::string row = "#report-table tr[data-key=\"" + r["key"].get<std::string>() + "\"] ";
+    EXPECT_EQ(b.Js("return document.querySelector(arguments[0] + 'td[data-k=jobs]').textContent", {row}),
+              std::to_string(r["jobs"].get<int64_t>()));
+  }
+  EXPECT_EQ(b.Js("return document.querySelectorAll('#report-table tr.total').length"), 1);
+  // By queue: the page asks again.
+  b.Js("const s = document.querySelector('#r-by'); s.value = 'queue'; s.dispatchEvent(new Event('input'))");
+  EXPECT_EQ(b.WaitFor("return document.querySelector('#report-table tr[data-key=\"default\"]') !== null"), true);
+  b.Screenshot(out + "/reports.png");
+
   // Signing out leaves nothing on the page.
   b.Click("#logout");
   EXPECT_EQ(b.WaitFor("return !document.querySelector('#login-view').hidden"), true);
