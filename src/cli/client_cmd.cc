@@ -378,6 +378,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       NameTheFile(&r, source);
       return Run(c, r, "submit", [](const json& j) {
         std::cout << "submitted job " << j["id"] << " (" << S(j, "name") << ") to queue " << S(j, "queue") << "\n";
+        if (j.contains("note")) std::cout << "note: " << S(j, "note") << "\n";
       });
     }
     // A job array: one request, committed whole (all N or none).

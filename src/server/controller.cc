@@ -35,6 +35,14 @@ Status Controller::Start() {
   request_ids_ = std::move(recovered_->request_ids);
   last_snapshot_seq_ = store_->last_seq();
   ROTA_RETURN_IF_ERROR(ReloadTokens());
+  // The job families' last attempts, for submissions' right-size notes.
+  {
+    const TimePoint now = options_.clock->Now();
+    auto recent = store_->Usage(now - 30LL * 24 * 3600 * kMicrosPerSecond, now + 1);
+    if (recent.ok()) {
+      for (const UsageRecord& r : *recent) NoteFamilyUsage(r);
+    }
+  }
 
   // Declared nodes from the config that the journal does not have yet.
   ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> declared, ExpandNodes(options_.config));
@@ -263,6 +271,7 @@ void Controller::RecordUsage(const std::vector<Event>& events) {
       continue;  // still running where it ran
     }
     unwritten_usage_.push_back(usage_.Close(before, *was, std::move(end), std::move(reason), now));
+    NoteFamilyUsage(unwritten_usage_.back());
   }
   if (unwritten_usage_.empty()) return;
   // The journal holds the job's history either way; a store that cannot
@@ -272,6 +281,32 @@ void Controller::RecordUsage(const std::vector<Event>& events) {
   } else if (unwritten_usage_.size() > 100'000) {
     unwritten_usage_.erase(unwritten_usage_.begin(), unwritten_usage_.end() - 100'000);
   }
+}
+
+void Controller::NoteFamilyUsage(const UsageRecord& record) {
+  std::lock_guard<std::mutex> lock(family_mu_);
+  auto& family = family_usage_[record.user + '\n' + record.name];
+  family.push_back(record);
+  if (family.size() > 8) family.pop_front();
+  if (family_usage_.size() > 20'000) {
+    // Bounded: drop another family (the first by name; it comes back with its next attempt).
+    auto victim = family_usage_.begin();
+    if (&victim->second == &family) ++victim;
+    family_usage_.erase(victim);
+  }
+}
+
+RightSize Controller::FamilyShape(const std::string& user, const std::string& name) const {
+  std::deque<UsageRecord> family;
+  {
+    std::lock_guard<std::mutex> lock(family_mu_);
+    auto it = family_usage_.find(user + '\n' + name);
+    if (it == family_usage_.end()) return {};
+    family = it->second;
+  }
+  std::vector<const UsageRecord*> records;
+  for (const UsageRecord& r : family) records.push_back(&r);
+  return RecommendShape(records, options_.clock->Now(), {});
 }
 
 StatusOr<std::vector<UsageRecord>> Controller::Usage(const Principal& who, TimePoint since, TimePoint until,

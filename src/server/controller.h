@@ -39,6 +39,7 @@
 #include "server/job_lifecycle.h"
 #include "server/recovery.h"
 #include "server/usage.h"
+#include "core/right_size.h"
 #include "store/store.h"
 
 namespace rota::server {
@@ -139,6 +140,10 @@ class Controller {
   // and with `running` the running attempts' measure so far (end
   // "running"); a user's own only unless `who` is an admin.
   StatusOr<std::vector<UsageRecord>> Usage(const Principal& who, TimePoint since, TimePoint until, bool running) const;
+  // The right size of `user`'s jobs named `name`, from their last attempts
+  // (kept in memory: the last 8 of each of up to 20,000 such families, read
+  // from the store's last 30 days at start): a submission's note.
+  RightSize FamilyShape(const std::string& user, const std::string& name) const;
 
   // Mutations: each returns once its effect is durable, or with why not.
   // Submit: InvalidArgument (bad queue or priority class), PermissionDenied
@@ -383,6 +388,9 @@ class Controller {
   std::function<void(const std::vector<std::string>&)> node_listener_;
   UsageTracker usage_;  // right-sizing (thread-safe)
   std::vector<UsageRecord> unwritten_usage_;  // actor only: records the store refused, retried
+  void NoteFamilyUsage(const UsageRecord& record);
+  mutable std::mutex family_mu_;  // guards family_usage_
+  std::map<std::string, std::deque<UsageRecord>> family_usage_;  // by user + '\n' + name
   TimePoint usage_trimmed_at_ = 0;            // CheckNodes only: the last retention pass
   // Scheduler thread only: what the last cycle saw and did.
   uint64_t last_cycle_revision_ = 0;

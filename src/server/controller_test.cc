@@ -513,6 +513,49 @@ TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
   EXPECT_EQ(c->Usage(kAdmin, 0, clock.Now() + 1, true)->front().end, "cancelled");
 }
 
+// Six minutes of a job using 5% of its GPU and 2 GiB of its 80: the family
+// (alice's jobs of that name) fits a MIG instance, and says so after a
+// restart too (read back from the store's records).
+TEST_F(ControllerTest, AFamilysRightSizeSurvivesARestart) {
+  ClusterConfig config = TwoNodes();
+  for (auto& g : config.node_groups) g.gpu_memory = 80 * 1024;
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  {
+    auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock},
+                                          std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    ASSERT_TRUE(c->Start().ok());
+    ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+    JobSpec spec = Job("small", 1, 1);
+    spec.node_selector = {{"hostname", "n-0"}};
+    auto id = c->Submit(kAlice, spec);
+    ASSERT_TRUE(id.ok());
+    c->ScheduleNow();
+    const int32_t gpu = std::countr_zero(c->snapshot().FindJob(*id)->placement[0].gpu_mask);
+    EXPECT_FALSE(c->FamilyShape("alice", "small").recommended);  // nothing has ended yet
+    for (int s = 10; s <= 360; s += 10) {
+      clock.Advance(10 * kMicrosPerSecond);
+      GpuTelemetry g{.index = gpu, .utilization_pct = 5, .memory_used = 2048};
+      g.samples = 10;
+      g.activity = {0, 10};  // the [5, 10) bucket
+      g.memory_peak = 2048;
+      ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {g}, {}}).ok());
+    }
+    ASSERT_TRUE(c->Cancel(kAlice, *id).ok());
+    const RightSize shape = c->FamilyShape("alice", "small");
+    EXPECT_EQ(shape.shape, "gpu: {mig: 1g.10gb}") << shape.summary;
+    EXPECT_FALSE(c->FamilyShape("bob", "small").recommended);
+    c->Stop();
+  }
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock},
+                                        std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  ASSERT_TRUE(c->Start().ok());
+  EXPECT_EQ(c->FamilyShape("alice", "small").shape, "gpu: {mig: 1g.10gb}");
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(ControllerTest, JobsEndAtTheirTimeLimit) {
   auto c = Make(std::make_unique<MemoryStore>());
   JobSpec spec = Job("timed", 1, 1);

@@ -450,6 +450,15 @@ class HttpServerImpl final : public HttpServer {
       // the ids and count of all (an array's also under "array").
       view["ids"] = {{"first", id->value()}, {"last", id->value() + static_cast<uint64_t>(count) - 1}};
       view["count"] = count;
+      // A job like ones that under-used what they held: say what fits.
+      const JobRecord* made = snap.FindJob(*id);
+      if (const RightSize shape = c_->FamilyShape(made->user, made->spec().name); shape.recommended) {
+        const TaskGroupSpec& first = made->spec().tasks.front();
+        if (!first.gpu_share.shared() && first.gpus == shape.gpus_per_replica) {
+          view["note"] = "your jobs named '" + made->spec().name + "' used less than they held (" + shape.summary +
+                         "); see rota report job " + std::to_string(id->value());
+        }
+      }
       if (replayed) res.set_header("Idempotent-Replayed", "true");
       Reply(res, replayed ? 200 : 201, view);
     }));
