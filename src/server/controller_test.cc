@@ -42,6 +42,17 @@ class ControllerTest : public ::testing::Test {
     EXPECT_TRUE(c->Start().ok());
     return c;
   }
+  // Two nodes of 80 GiB GPUs (what right-sizing compares peaks with), n-0's
+  // agent registered.
+  const Principal agent0{"n-0", Role::kAgent, "n-0"};
+  std::unique_ptr<Controller> MakeMeasured(std::unique_ptr<Store> store) {
+    ClusterConfig config = TwoNodes();
+    for (auto& g : config.node_groups) g.gpu_memory = 80 * 1024;
+    auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock}, std::move(store));
+    EXPECT_TRUE(c->Start().ok());
+    EXPECT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+    return c;
+  }
 };
 
 TEST_F(ControllerTest, SubmitSchedulesAndBindsAGang) {
@@ -388,12 +399,7 @@ TEST_F(ControllerTest, ElasticRankRestartsAlone) {
 }
 
 TEST_F(ControllerTest, FlagsIdleAndOverProvisionedJobs) {
-  ClusterConfig config = TwoNodes();
-  for (auto& g : config.node_groups) g.gpu_memory = 80 * 1024;
-  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock}, std::make_unique<MemoryStore>());
-  ASSERT_TRUE(c->Start().ok());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
-  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  auto c = MakeMeasured(std::make_unique<MemoryStore>());
   JobSpec busy = Job("busy", 1, 1);
   busy.node_selector = {{"hostname", "n-0"}};
   JobSpec idle = busy;
@@ -426,12 +432,7 @@ TEST_F(ControllerTest, FlagsIdleAndOverProvisionedJobs) {
 // too) and one idle (GPU 0%, CPU 1%). Only the first is input-bound, from
 // its first minute; its usage record, once it ends, holds what was reported.
 TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
-  ClusterConfig config = TwoNodes();
-  for (auto& g : config.node_groups) g.gpu_memory = 80 * 1024;
-  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock}, std::make_unique<MemoryStore>());
-  ASSERT_TRUE(c->Start().ok());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
-  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  auto c = MakeMeasured(std::make_unique<MemoryStore>());
   struct Case {
     const char* name;
     int32_t gpu_pct;
@@ -517,16 +518,10 @@ TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
 // (alice's jobs of that name) fits a MIG instance, and says so after a
 // restart too (read back from the store's records).
 TEST_F(ControllerTest, AFamilysRightSizeSurvivesARestart) {
-  ClusterConfig config = TwoNodes();
-  for (auto& g : config.node_groups) g.gpu_memory = 80 * 1024;
   char tmpl[] = "/tmp/rota-ctl-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
   {
-    auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock},
-                                          std::move(SqliteStore::Open(dir + "/rota.db")).value());
-    ASSERT_TRUE(c->Start().ok());
-    ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+    auto c = MakeMeasured(std::move(SqliteStore::Open(dir + "/rota.db")).value());
     JobSpec spec = Job("small", 1, 1);
     spec.node_selector = {{"hostname", "n-0"}};
     auto id = c->Submit(kAlice, spec);
@@ -548,9 +543,7 @@ TEST_F(ControllerTest, AFamilysRightSizeSurvivesARestart) {
     EXPECT_FALSE(c->FamilyShape("bob", "small").recommended);
     c->Stop();
   }
-  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock},
-                                        std::move(SqliteStore::Open(dir + "/rota.db")).value());
-  ASSERT_TRUE(c->Start().ok());
+  auto c = MakeMeasured(std::move(SqliteStore::Open(dir + "/rota.db")).value());
   EXPECT_EQ(c->FamilyShape("alice", "small").shape, "gpu: {mig: 1g.10gb}");
   c->Stop();
   std::filesystem::remove_all(dir);
