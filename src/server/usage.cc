@@ -54,7 +54,8 @@ void UsageTracker::Fold(const Snapshot& snap, const NodeState& node, const std::
       ReplicaCpu& c = u->cpu[{t.task, t.replica, t.attempt}];
       // Its first report counts from the attempt's start (its CPU time is
       // since then), so a starved job shows from its first minute.
-      if (c.at == 0 && job->started_at > 0 && job->started_at < now) c.at = job->started_at;
+      const TimePoint began = std::max(job->started_at, job->resized_at);
+      if (c.at == 0 && began > 0 && began < now) c.at = began;
       const TaskGroupSpec* group = t.task < job->spec().tasks.size() ? &job->spec().tasks[t.task] : nullptr;
       if (c.at > 0 && now > c.at && t.cpu_used_us >= c.cpu_us && group != nullptr && group->cpu > 0) {
         cpu_delta_us += t.cpu_used_us - c.cpu_us;
@@ -130,6 +131,7 @@ UsageRecord UsageTracker::Record(const Snapshot& snap, const JobRecord& job, con
       r.gpu_model = node.spec.gpu_model;
       r.gpu_memory = node.spec.gpu_memory;
     }
+    const int64_t milli_before = int64_t{r.gpus} * 1000 + r.gpu_milli;
     if (p.mig_start >= 0) {
       r.gpu_milli += 1000 * MigProfileCompute(job.spec().tasks[p.task].gpu_share.mig_profile) / kMigComputeSlices;
       r.mig_profile = job.spec().tasks[p.task].gpu_share.mig_profile;
@@ -137,6 +139,12 @@ UsageRecord UsageTracker::Record(const Snapshot& snap, const JobRecord& job, con
       r.gpu_milli += p.gpu_milli;
     } else {
       r.gpus += std::popcount(p.gpu_mask);
+    }
+    if (const int64_t price = price_ ? price_(node.spec.name, node.spec.gpu_model) : -1; price >= 0) {
+      // This replica's thousandths of a GPU, for its seconds, at its node's price.
+      const __int128 milli = int64_t{r.gpus} * 1000 + r.gpu_milli - milli_before;
+      r.cost_micros = std::max<int64_t>(r.cost_micros, 0) +
+                      static_cast<int64_t>(milli * r.seconds() * price / (1000 * 3600));
     }
     if (p.task < job.spec().tasks.size()) {
       r.cpu += job.spec().tasks[p.task].cpu;
