@@ -789,6 +789,14 @@ class FullDiskStore final : public Store {
   Status PutUsage(const std::vector<UsageRecord>& records) override { return inner_.PutUsage(records); }
   StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override { return inner_.Usage(since, until); }
   StatusOr<int64_t> DropUsage(TimePoint before) override { return inner_.DropUsage(before); }
+  Status PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) override { return inner_.PutGpuHistory(blocks); }
+  StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
+                                                    TimePoint until) override {
+    return inner_.GpuHistory(node, step_s, since, until);
+  }
+  StatusOr<int64_t> DropGpuHistory(int32_t step_s, TimePoint before) override {
+    return inner_.DropGpuHistory(step_s, before);
+  }
   void Arm() {
     std::lock_guard<std::mutex> lock(mu_);
     armed_ = true;

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include "store/store.h"
 
@@ -63,6 +65,26 @@ class MemoryStore final : public Store {
     });
     return n;
   }
+  Status PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const GpuHistoryBlock& b : blocks) history_[{b.node, b.gpu, b.step_s, b.start}] = b;
+    return Status::Ok();
+  }
+  StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
+                                                    TimePoint until) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<GpuHistoryBlock> out;
+    for (const auto& [key, b] : history_) {
+      if ((node.empty() || b.node == node) && b.step_s == step_s && b.start >= since && b.start < until) out.push_back(b);
+    }
+    return out;
+  }
+  StatusOr<int64_t> DropGpuHistory(int32_t step_s, TimePoint before) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(std::erase_if(history_, [&](const auto& kv) {
+      return kv.second.step_s == step_s && kv.second.start < before;
+    }));
+  }
 
  private:
   std::mutex mu_;  // WriteSnapshot may run beside the owner's calls
@@ -72,6 +94,7 @@ class MemoryStore final : public Store {
   std::vector<TokenRecord> tokens_;
   std::vector<UsageRecord> usage_;
   std::set<std::pair<uint64_t, int32_t>> usage_keys_;
+  std::map<std::tuple<std::string, int32_t, int32_t, TimePoint>, GpuHistoryBlock> history_;
 };
 
 }  // namespace rota

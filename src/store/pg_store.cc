@@ -12,6 +12,7 @@
 
 #include "api/json_codec.h"
 #include "api/usage_codec.h"
+#include "base/base64.h"
 #include "store/records.h"
 
 namespace rota {
@@ -209,6 +210,10 @@ Status EnsureSchema(pg::Conn& c) {
                      "CREATE TABLE IF NOT EXISTS rota_usage (job bigint NOT NULL, attempt int NOT NULL,"
                      " ended_at bigint NOT NULL, body text NOT NULL, PRIMARY KEY (job, attempt));"
                      "CREATE INDEX IF NOT EXISTS rota_usage_ended ON rota_usage (ended_at);"
+                     "CREATE TABLE IF NOT EXISTS rota_gpu_history (node text NOT NULL, gpu int NOT NULL,"
+                     " step int NOT NULL, start bigint NOT NULL, points text NOT NULL,"
+                     " PRIMARY KEY (node, gpu, step, start));"
+                     "CREATE INDEX IF NOT EXISTS rota_gpu_history_start ON rota_gpu_history (step, start);"
                      "COMMIT");
   if (!done.ok()) c.Rollback();
   return done;
@@ -642,6 +647,69 @@ StatusOr<int64_t> PgStore::DropUsage(TimePoint before) {
   std::lock_guard<std::mutex> lock(usage_mu_);
   ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_db_->Exec("drop usage", "DELETE FROM rota_usage WHERE ended_at < $1::bigint",
                                                      {std::to_string(before)}));
+  return r.affected();
+}
+
+Status PgStore::PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) {
+  if (blocks.empty()) return Status::Ok();
+  // The points as base64 text (the codec's bytes are binary), in one
+  // statement for the lot; a later block replaces the stored one.
+  std::vector<std::string> nodes, points;
+  std::string gpus = "{", steps = "{", starts = "{";
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const GpuHistoryBlock& b = blocks[i];
+    const char* sep = i == 0 ? "" : ",";
+    nodes.push_back(b.node);
+    if (b.node.find('\0') != std::string::npos) return InvalidArgumentError("gpu history: node: holds a NUL character");
+    gpus += sep + std::to_string(b.gpu);
+    steps += sep + std::to_string(b.step_s);
+    starts += sep + std::to_string(b.start);
+    points.push_back(Base64Encode(EncodeGpuPoints(b.points)));
+  }
+  gpus += "}";
+  steps += "}";
+  starts += "}";
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  return usage_db_
+      ->Exec("put gpu history",
+             "INSERT INTO rota_gpu_history (node, gpu, step, start, points)"
+             " SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::bigint[], $5::text[])"
+             " ON CONFLICT (node, gpu, step, start) DO UPDATE SET points = EXCLUDED.points",
+             {ArrayLiteral(nodes), gpus, steps, starts, ArrayLiteral(points)})
+      .status();
+}
+
+StatusOr<std::vector<GpuHistoryBlock>> PgStore::GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
+                                                           TimePoint until) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  ROTA_ASSIGN_OR_RETURN(
+      pg::Result r,
+      usage_db_->Exec("read gpu history",
+                      "SELECT node, gpu, start, points FROM rota_gpu_history WHERE ($1 = '' OR node = $1) AND"
+                      " step = $2::int AND start >= $3::bigint AND start < $4::bigint ORDER BY node, gpu, start",
+                      {node, std::to_string(step_s), std::to_string(since), std::to_string(until)}));
+  std::vector<GpuHistoryBlock> out;
+  out.reserve(static_cast<size_t>(r.rows()));
+  for (int i = 0; i < r.rows(); ++i) {
+    GpuHistoryBlock b;
+    b.node = std::string(r.text(i, 0));
+    b.gpu = static_cast<int32_t>(r.int64(i, 1));
+    b.step_s = step_s;
+    b.start = r.int64(i, 2);
+    std::optional<std::string> bytes = Base64Decode(r.text(i, 3));
+    if (!bytes) return DataLossError("gpu history: points: not base64");
+    ROTA_ASSIGN_OR_RETURN(b.points, DecodeGpuPoints(*bytes, b.size()));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+StatusOr<int64_t> PgStore::DropGpuHistory(int32_t step_s, TimePoint before) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  ROTA_ASSIGN_OR_RETURN(pg::Result r,
+                        usage_db_->Exec("drop gpu history",
+                                        "DELETE FROM rota_gpu_history WHERE step = $1::int AND start < $2::bigint",
+                                        {std::to_string(step_s), std::to_string(before)}));
   return r.affected();
 }
 

@@ -61,6 +61,10 @@ class PgStore final : public Store {
   Status PutUsage(const std::vector<UsageRecord>& records) override;
   StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override;
   StatusOr<int64_t> DropUsage(TimePoint before) override;
+  Status PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) override;
+  StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
+                                                    TimePoint until) override;
+  StatusOr<int64_t> DropGpuHistory(int32_t step_s, TimePoint before) override;
 
   // From now on every write requires the lease's epoch to be `epoch`.
   void SetFence(int64_t epoch) { fence_epoch_ = epoch; }

@@ -182,7 +182,11 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
     if (sqlite3_exec(store->usage_db_,
                      "CREATE TABLE IF NOT EXISTS usage (job INTEGER NOT NULL, attempt INTEGER NOT NULL,"
                      " ended_at INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (job, attempt));"
-                     "CREATE INDEX IF NOT EXISTS usage_ended ON usage (ended_at);",
+                     "CREATE INDEX IF NOT EXISTS usage_ended ON usage (ended_at);"
+                     "CREATE TABLE IF NOT EXISTS gpu_history (node TEXT NOT NULL, gpu INTEGER NOT NULL,"
+                     " step INTEGER NOT NULL, start INTEGER NOT NULL, points BLOB NOT NULL,"
+                     " PRIMARY KEY (node, gpu, step, start));"
+                     "CREATE INDEX IF NOT EXISTS gpu_history_start ON gpu_history (step, start);",
                      nullptr, nullptr, &err) != SQLITE_OK) {
       std::string msg = err ? err : "unknown error";
       sqlite3_free(err);
@@ -497,6 +501,85 @@ StatusOr<int64_t> SqliteStore::DropUsage(TimePoint before) {
   }
   sqlite3_bind_int64(st.s, 1, before);
   if (sqlite3_step(st.s) != SQLITE_DONE) return UnavailableError(path_ + ".usage: drop: " + sqlite3_errmsg(usage_db_));
+  return static_cast<int64_t>(sqlite3_changes(usage_db_));
+}
+
+Status SqliteStore::PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) {
+  if (blocks.empty()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  auto fail = [&](const char* what) {
+    std::string msg = path_ + ".usage: " + what + ": " + sqlite3_errmsg(usage_db_);
+    sqlite3_exec(usage_db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return UnavailableError(std::move(msg));
+  };
+  if (sqlite3_exec(usage_db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("begin");
+  Stmt st;
+  if (sqlite3_prepare_v2(usage_db_,
+                         "INSERT OR REPLACE INTO gpu_history (node, gpu, step, start, points) VALUES (?, ?, ?, ?, ?)", -1,
+                         &st.s, nullptr) != SQLITE_OK) {
+    return fail("put gpu history");
+  }
+  for (const GpuHistoryBlock& b : blocks) {
+    const std::string points = EncodeGpuPoints(b.points);
+    sqlite3_reset(st.s);
+    sqlite3_bind_text(st.s, 1, b.node.data(), static_cast<int>(b.node.size()), SQLITE_STATIC);
+    sqlite3_bind_int(st.s, 2, b.gpu);
+    sqlite3_bind_int(st.s, 3, b.step_s);
+    sqlite3_bind_int64(st.s, 4, b.start);
+    sqlite3_bind_blob(st.s, 5, points.data(), static_cast<int>(points.size()), SQLITE_TRANSIENT);
+    if (sqlite3_step(st.s) != SQLITE_DONE) return fail("put gpu history");
+  }
+  if (sqlite3_exec(usage_db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("commit");
+  return Status::Ok();
+}
+
+StatusOr<std::vector<GpuHistoryBlock>> SqliteStore::GpuHistory(const std::string& node, int32_t step_s,
+                                                               TimePoint since, TimePoint until) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  Stmt st;
+  const char* sql = node.empty()
+                        ? "SELECT node, gpu, start, points FROM gpu_history WHERE step = ?2 AND start >= ?3 AND start < ?4"
+                          " ORDER BY node, gpu, start"
+                        : "SELECT node, gpu, start, points FROM gpu_history WHERE node = ?1 AND step = ?2 AND start >= ?3"
+                          " AND start < ?4 ORDER BY gpu, start";
+  if (sqlite3_prepare_v2(usage_db_, sql, -1, &st.s, nullptr) != SQLITE_OK) {
+    return UnavailableError(path_ + ".usage: read gpu history: " + sqlite3_errmsg(usage_db_));
+  }
+  if (!node.empty()) sqlite3_bind_text(st.s, 1, node.data(), static_cast<int>(node.size()), SQLITE_STATIC);
+  sqlite3_bind_int(st.s, 2, step_s);
+  sqlite3_bind_int64(st.s, 3, since);
+  sqlite3_bind_int64(st.s, 4, until);
+  std::vector<GpuHistoryBlock> out;
+  int rc;
+  while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {
+    GpuHistoryBlock b;
+    b.node = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 0));
+    b.gpu = sqlite3_column_int(st.s, 1);
+    b.step_s = step_s;
+    b.start = sqlite3_column_int64(st.s, 2);
+    const auto* data = static_cast<const char*>(sqlite3_column_blob(st.s, 3));
+    ROTA_ASSIGN_OR_RETURN(b.points,
+                          DecodeGpuPoints(std::string_view(data == nullptr ? "" : data,
+                                                           static_cast<size_t>(sqlite3_column_bytes(st.s, 3))),
+                                          b.size()));
+    out.push_back(std::move(b));
+  }
+  if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read gpu history: " + sqlite3_errmsg(usage_db_));
+  return out;
+}
+
+StatusOr<int64_t> SqliteStore::DropGpuHistory(int32_t step_s, TimePoint before) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(usage_db_, "DELETE FROM gpu_history WHERE step = ? AND start < ?", -1, &st.s, nullptr) !=
+      SQLITE_OK) {
+    return UnavailableError(path_ + ".usage: drop gpu history: " + sqlite3_errmsg(usage_db_));
+  }
+  sqlite3_bind_int(st.s, 1, step_s);
+  sqlite3_bind_int64(st.s, 2, before);
+  if (sqlite3_step(st.s) != SQLITE_DONE) {
+    return UnavailableError(path_ + ".usage: drop gpu history: " + sqlite3_errmsg(usage_db_));
+  }
   return static_cast<int64_t>(sqlite3_changes(usage_db_));
 }
 

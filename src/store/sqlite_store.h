@@ -44,6 +44,10 @@ class SqliteStore final : public Store {
   Status PutUsage(const std::vector<UsageRecord>& records) override;
   StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override;
   StatusOr<int64_t> DropUsage(TimePoint before) override;
+  Status PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) override;
+  StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
+                                                    TimePoint until) override;
+  StatusOr<int64_t> DropGpuHistory(int32_t step_s, TimePoint before) override;
 
  private:
   SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

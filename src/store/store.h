@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/event.h"
+#include "core/gpu_history.h"
 #include "core/usage_record.h"
 
 namespace rota {
@@ -70,6 +71,17 @@ class Store {
   virtual StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) = 0;
   // Drops the records of attempts that ended before `before`; how many.
   virtual StatusOr<int64_t> DropUsage(TimePoint before) = 0;
+
+  // Per-GPU history (core/gpu_history.h), beside the usage records: a block
+  // replaces the one stored for the same node, GPU, step and start (blocks
+  // are written again as they fill).
+  virtual Status PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) = 0;
+  // The blocks of `step_s` that start in [since, until), of `node` ("" =
+  // every node), by node, GPU and start.
+  virtual StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
+                                                            TimePoint until) = 0;
+  // Drops the blocks of `step_s` that start before `before`; how many.
+  virtual StatusOr<int64_t> DropGpuHistory(int32_t step_s, TimePoint before) = 0;
 };
 
 }  // namespace rota

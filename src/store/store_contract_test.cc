@@ -152,6 +152,50 @@ TYPED_TEST(StoreContract, KeepsUsageRecordsApartFromTheJournal) {
   EXPECT_EQ(s->Usage(0, 1000)->size(), 1u);
 }
 
+TYPED_TEST(StoreContract, KeepsGpuHistoryBlocksAndReplacesThemAsTheyFill) {
+  auto s = this->factory.Make();
+  constexpr TimePoint kHour = 3600 * kMicrosPerSecond;
+  auto block = [](std::string node, int32_t gpu, int32_t step, TimePoint start, int32_t filled) {
+    GpuHistoryBlock b;
+    b.node = std::move(node);
+    b.gpu = gpu;
+    b.step_s = step;
+    b.start = start;
+    b.points.resize(b.size());
+    for (int32_t i = 0; i < filled; ++i) {
+      b.points[i] = {.samples = 60, .activity = i % 101, .memory_peak = 1000 + i, .energy_j = 4000 - i};
+    }
+    return b;
+  };
+  ASSERT_TRUE(s->PutGpuHistory({block("n-0", 0, 60, 0, 10), block("n-0", 1, 60, 0, 60), block("n-1", 0, 60, kHour, 5),
+                                block("n-0", 0, 3600, 0, 3)})
+                  .ok());
+  // The same block again, fuller: it replaces the first.
+  ASSERT_TRUE(s->PutGpuHistory({block("n-0", 0, 60, 0, 30)}).ok());
+  ASSERT_TRUE(s->PutGpuHistory({}).ok());
+  ASSERT_TRUE(s->WriteSnapshot(0, {}).ok());  // a snapshot does not touch them
+  s = this->factory.Reopen(std::move(s));
+  auto all = s->GpuHistory("", 60, 0, 2 * kHour);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0], block("n-0", 0, 60, 0, 30));  // by node, GPU and start
+  EXPECT_EQ((*all)[1], block("n-0", 1, 60, 0, 60));
+  EXPECT_EQ((*all)[2], block("n-1", 0, 60, kHour, 5));
+  auto one = s->GpuHistory("n-1", 60, 0, 2 * kHour);
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ(s->GpuHistory("", 60, kHour, 2 * kHour)->size(), 1u);  // [since, until)
+  auto hours = s->GpuHistory("n-0", 3600, 0, 24 * kHour);
+  ASSERT_TRUE(hours.ok());
+  ASSERT_EQ(hours->size(), 1u);
+  EXPECT_EQ((*hours)[0], block("n-0", 0, 3600, 0, 3));
+  auto dropped = s->DropGpuHistory(60, kHour);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+  EXPECT_EQ(*dropped, 2);
+  EXPECT_EQ(s->GpuHistory("", 60, 0, 2 * kHour)->size(), 1u);
+  EXPECT_EQ(s->GpuHistory("", 3600, 0, 24 * kHour)->size(), 1u);  // the other step is kept
+}
+
 TYPED_TEST(StoreContract, KeepsAnyTextExactly) {
   // Quotes, backslashes, braces, commas, newlines, tabs and UTF-8: what a
   // label or a name may hold must come back byte for byte.
