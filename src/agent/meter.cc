@@ -45,6 +45,7 @@ std::vector<MeterReading> ReadMeters(const Inventory& inv, uint64_t busy_mask, b
 void GpuMeter::Window::Merge(const Window& w) {
   samples += w.samples;
   activity.Merge(w.activity);
+  activity_sum += w.activity_sum;
   any_activity = any_activity || w.any_activity;
   memory_peak = std::max(memory_peak, w.memory_peak);
   energy_mj += w.energy_mj;
@@ -61,6 +62,7 @@ void GpuMeter::Add(const std::vector<MeterReading>& readings, int64_t at_ms) {
     ++w.samples;
     if (r.utilization_pct >= 0) {
       w.activity.Add(r.utilization_pct);
+      w.activity_sum += std::min(r.utilization_pct, 100);
       w.any_activity = true;
     }
     w.memory_peak = std::max(w.memory_peak, r.memory_used);
@@ -96,6 +98,9 @@ uint64_t GpuMeter::Take(std::vector<api::GpuTelemetry>* gpus) {
       int last = ActivityHistogram::kBuckets;
       while (last > 0 && w.activity.counts[last - 1] == 0) --last;  // trailing empty buckets left out
       t.activity.assign(w.activity.counts.begin(), w.activity.counts.begin() + last);
+      t.activity_sum = w.activity_sum;
+    } else {
+      t.activity_sum = -1;
     }
     t.memory_peak = w.memory_peak;
     t.energy_mj = w.energy_mj;

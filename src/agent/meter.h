@@ -63,6 +63,7 @@ class GpuMeter {
   struct Window {
     int32_t samples = 0;
     ActivityHistogram activity;
+    int64_t activity_sum = 0;
     bool any_activity = false;
     MemoryMiB memory_peak = 0;
     int64_t energy_mj = 0;

@@ -35,6 +35,7 @@ TEST(GpuMeter, EnergyFollowsTheCounterAcrossAReset) {
   ASSERT_EQ(report[0].activity.size(), 19u);  // up to the 90% bucket
   EXPECT_EQ(report[0].activity[2], 6);         // 10%
   EXPECT_EQ(report[0].activity[18], 7);        // 90% (the first sample too)
+  EXPECT_EQ(report[0].activity_sum, 6 * 10 + 7 * 90);
   EXPECT_EQ(report[0].pcie_rx_kbps, -1);
 }
 

@@ -83,7 +83,7 @@ ordered_json HeartbeatToJson(const HeartbeatReport& report) {
                    {"healthy", g.healthy},
                    {"health_reason", g.health_reason}};
     if (g.samples > 0) {
-      j["window"] = {{"samples", g.samples},           {"activity", g.activity},
+      j["window"] = {{"samples", g.samples},           {"activity", g.activity},       {"activity_sum", g.activity_sum},
                      {"memory_peak_mib", g.memory_peak}, {"energy_mj", g.energy_mj},
                      {"pcie_rx_kbps", g.pcie_rx_kbps},   {"pcie_tx_kbps", g.pcie_tx_kbps}};
     }
@@ -158,6 +158,11 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
           t.energy_mj = win.energy_mj;
           t.pcie_rx_kbps = win.pcie_rx_kbps;
           t.pcie_tx_kbps = win.pcie_tx_kbps;
+          // At most 100% a sample of those in the buckets (older agents send none).
+          if (Read(*w, p, "activity_sum", &win.activity_sum).ok() && win.activity_sum >= 0 &&
+              win.activity_sum <= in_buckets * 100) {
+            t.activity_sum = win.activity_sum;
+          }
         }
       }
       r.gpus.push_back(std::move(t));

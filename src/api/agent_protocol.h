@@ -49,6 +49,7 @@ struct GpuTelemetry {
   // driver has none) and the mean PCIe throughput (-1 = unknown).
   int32_t samples = 0;
   std::vector<int64_t> activity;
+  int64_t activity_sum = -1;  // the utilisation samples' sum, % (their exact mean; -1 = not sent)
   MemoryMiB memory_peak = 0;
   int64_t energy_mj = 0;
   int32_t pcie_rx_kbps = -1;

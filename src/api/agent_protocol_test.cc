@@ -107,6 +107,7 @@ TEST(AgentProtocol, AReportCarriesItsWindowOfSamplesAndItsTasksCpu) {
   GpuTelemetry g{.index = 0, .utilization_pct = 40};
   g.samples = 10;
   g.activity = {2, 0, 0, 0, 0, 0, 0, 0, 8};
+  g.activity_sum = 2 * 3 + 8 * 42;
   g.memory_peak = 9000;
   g.energy_mj = 3'000'000;
   g.pcie_rx_kbps = 1200;
@@ -121,6 +122,7 @@ TEST(AgentProtocol, AReportCarriesItsWindowOfSamplesAndItsTasksCpu) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->gpus[0].samples, 10);
   EXPECT_EQ(back->gpus[0].activity, g.activity);
+  EXPECT_EQ(back->gpus[0].activity_sum, g.activity_sum);
   EXPECT_EQ(back->gpus[0].memory_peak, 9000);
   EXPECT_EQ(back->gpus[0].energy_mj, 3'000'000);
   EXPECT_EQ(back->gpus[0].pcie_rx_kbps, 1200);
@@ -136,6 +138,12 @@ TEST(AgentProtocol, AReportCarriesItsWindowOfSamplesAndItsTasksCpu) {
   ASSERT_TRUE(bad.ok()) << bad.status().ToString();
   EXPECT_EQ(bad->gpus[0].utilization_pct, 7);
   EXPECT_EQ(bad->gpus[0].samples, 0);
+  // A sum past 100% a sample is left out; the window stands.
+  auto over = HeartbeatFromJson(json::parse(R"({"node": "n", "gpus": [{"index": 0,
+      "window": {"samples": 2, "activity": [0, 2], "activity_sum": 201, "energy_mj": 1}}]})"));
+  ASSERT_TRUE(over.ok()) << over.status().ToString();
+  EXPECT_EQ(over->gpus[0].samples, 2);
+  EXPECT_EQ(over->gpus[0].activity_sum, -1);
   EXPECT_EQ(bad->tasks[0].cpu_used_us, -1);
 }
 
