@@ -33,6 +33,8 @@ constexpr const char* kFields[] = {"job", "attempt", "name", "user", "queue", "a
                                    "preemptions", "lost_s", "act", "gpu_peak", "energy_mj", "cpu_us", "throttled_us",
                                    "mem_peak"};
 constexpr size_t kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
+// Fields added since, absent from the records written before them (each
+// keeps its default there): the cost.
 
 class Reader {
  public:
@@ -127,6 +129,7 @@ std::string EncodeUsage(const UsageRecord& r) {
   Int(&out, r.cpu_used_us);
   Int(&out, r.cpu_throttled_us);
   Int(&out, r.memory_peak);
+  Int(&out, r.cost_micros);
   return out;
 }
 
@@ -170,6 +173,7 @@ StatusOr<UsageRecord> DecodeUsage(std::string_view text) {
     }
     if (!ok) return DataLossError(std::string("usage record: ") + kFields[i] + ": malformed");
   }
+  if (in.Next(&f) && !ParseInt(f, &r.cost_micros)) return DataLossError("usage record: cost: malformed");
   if (in.Next(&f)) return DataLossError("usage record: more fields than a u1 record has");
   r.job = JobId(job);
   r.array = JobId(array);

@@ -45,5 +45,23 @@ TEST(UsageCodec, ARecordRoundTripsAnyTextAndABrokenOneNamesItsField) {
   EXPECT_FALSE(DecodeUsage(EncodeUsage(r) + "\t1").ok());
 }
 
+TEST(UsageCodec, ACostTravelsAndARecordFromBeforeCostsHasNone) {
+  UsageRecord r;
+  r.job = JobId(7);
+  r.gpus = 1;
+  r.cost_micros = 2'490'000;
+  auto back = DecodeUsage(EncodeUsage(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->cost_micros, 2'490'000);
+  // A record written before costs ends at the memory peak.
+  std::string old = EncodeUsage(r);
+  old.erase(old.rfind('\t'));
+  auto before = DecodeUsage(old);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ(before->cost_micros, -1);
+  std::string bad = old + "\tlots";
+  EXPECT_EQ(DecodeUsage(bad).status().message(), "usage record: cost: malformed");
+}
+
 }  // namespace
 }  // namespace rota::api

@@ -102,6 +102,26 @@ class Field {
     for (const auto& kv : node_) out[kv.first.Scalar()] = (*this)[kv.first.Scalar()].Int(lo, hi);
     return out;
   }
+  // A price in millionths ("2.49" = 2,490,000): at most six decimals, 0 to 1,000,000.
+  int64_t Micros() const {
+    const std::string s = Scalar();
+    const size_t dot = s.find('.');
+    const std::string whole = s.substr(0, dot), frac = dot == std::string::npos ? "" : s.substr(dot + 1);
+    auto digits = [](const std::string& d) { return std::all_of(d.begin(), d.end(), [](char ch) { return ch >= '0' && ch <= '9'; }); };
+    if (whole.empty() || !digits(whole) || !digits(frac) || frac.size() > 6 || (dot != std::string::npos && frac.empty()) ||
+        whole.size() > 7) {
+      Fail("must be a price of at most 1000000 with at most six decimals (2.49), got '" + s + "'");
+    }
+    const int64_t v = std::stoll(whole) * 1'000'000 + (frac.empty() ? 0 : std::stoll(frac + std::string(6 - frac.size(), '0')));
+    if (v > 1'000'000LL * 1'000'000) Fail("must be at most 1000000, got " + s);
+    return v;
+  }
+  std::map<std::string, int64_t> MicrosMap() const {
+    if (!node_.IsMap()) Fail("must be a mapping (key: value)");
+    std::map<std::string, int64_t> out;
+    for (const auto& kv : node_) out[kv.first.Scalar()] = (*this)[kv.first.Scalar()].Micros();
+    return out;
+  }
   bool IsScalar() const { return node_.IsScalar(); }
   bool IsMap() const { return node_.IsMap(); }
 
@@ -351,7 +371,7 @@ void Validate(const JobSpec& spec, const std::string& prefix, const std::map<std
 
 NodeGroupConfig ParseNodeGroup(const Field& f) {
   f.ExpectMap({"name", "count", "gpus", "gpu_model", "gpu_memory", "nvlink_islands", "cpu", "memory", "nodes_per_rack",
-               "racks_per_spine", "labels", "mig", "mig_gpus", "spot"});
+               "racks_per_spine", "labels", "mig", "mig_gpus", "spot", "gpu_hour_price"});
   NodeGroupConfig g;
   g.name = f["name"].IsNull() ? "" : f["name"].Str();
   if (g.name.empty()) f.Fail("name: required");
@@ -367,6 +387,7 @@ NodeGroupConfig ParseNodeGroup(const Field& f) {
   }
   if (f.Has("cpu")) g.cpu = f["cpu"].Cpu();
   if (f.Has("memory")) g.memory = f["memory"].Memory();
+  if (f.Has("gpu_hour_price")) g.gpu_hour_price = f["gpu_hour_price"].Micros();
   if (f.Has("nodes_per_rack")) g.nodes_per_rack = static_cast<int32_t>(f["nodes_per_rack"].Int(1, 1'000'000));
   if (f.Has("racks_per_spine")) g.racks_per_spine = static_cast<int32_t>(f["racks_per_spine"].Int(1, 1'000'000));
   if (f.Has("labels")) {
@@ -438,7 +459,7 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
     Field root(Load(text, source), "", &source, nullptr);
     root.ExpectMap(
         {"topology", "node_groups", "drained", "queues", "priority_classes", "profile", "fair_share", "backfill",
-         "accounts", "allowed_mounts", "limits", "job_visibility"});
+         "accounts", "allowed_mounts", "limits", "job_visibility", "accounting"});
     ClusterConfig c;
     if (root.Has("topology")) {
       c.topology = root["topology"].StrList();
@@ -518,6 +539,12 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
       b.ExpectMap({"reservation_depth", "window"});
       if (b.Has("reservation_depth")) c.reservation_depth = static_cast<int32_t>(b["reservation_depth"].Int(0, 1000));
       if (b.Has("window")) c.reservation_window = b["window"].Time();
+    }
+    if (root.Has("accounting")) {
+      Field a = root["accounting"];
+      a.ExpectMap({"currency", "gpu_hour_price"});
+      if (a.Has("currency")) c.accounting.currency = a["currency"].Str();
+      if (a.Has("gpu_hour_price")) c.accounting.gpu_hour_price = a["gpu_hour_price"].MicrosMap();
     }
     if (root.Has("job_visibility")) {
       c.job_visibility = root["job_visibility"].Str();

@@ -142,6 +142,32 @@ TEST(ParseClusterConfig, ReadsJobVisibility) {
       << bad.status().message();
 }
 
+TEST(ParseClusterConfig, ReadsGpuHourPricesByNodeGroupAndByModel) {
+  auto c = ParseClusterConfig(R"(
+node_groups:
+  - {name: h100, count: 2, gpus: 8, gpu_model: H100, gpu_hour_price: 2.49}
+  - {name: old, count: 1, gpus: 8, gpu_model: A100}
+accounting: {currency: EUR, gpu_hour_price: {A100: 1.1, H100: 3}}
+)",
+                              "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->accounting.currency, "EUR");
+  EXPECT_EQ(c->GpuHourPrice("h100-1", "H100"), 2'490'000);  // its group's
+  EXPECT_EQ(c->GpuHourPrice("h100-2", "H100"), 3'000'000);  // not in the group (count 2): the model's
+  EXPECT_EQ(c->GpuHourPrice("h100-01", "H100"), 3'000'000);
+  EXPECT_EQ(c->GpuHourPrice("old-0", "A100"), 1'100'000);   // a group without a price: the model's
+  EXPECT_EQ(c->GpuHourPrice("agent-7", "L4"), -1);           // none
+  for (const char* bad : {"-1", "2.1234567", "abc", "1.", "99999999"}) {
+    auto r = ParseClusterConfig(std::string("accounting: {gpu_hour_price: {H100: '") + bad + "'}}\n", "c.yaml");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("accounting.gpu_hour_price.H100: must be a price"), std::string::npos)
+        << r.status().message();
+  }
+  auto r = ParseClusterConfig("accounting: {price: 1}\n", "c.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("price"), std::string::npos) << r.status().message();
+}
+
 TEST(ParseClusterConfig, NodeGroupsAreOptional) {
   // A queue-only config: the nodes are the agents that register.
   auto c = ParseClusterConfig("queues: [{name: a, quota: {H100: 8}}]\n", "c.yaml");

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -140,10 +141,14 @@ const std::vector<CommandHelp>& Commands() {
        "each; -f follows it, every second, until the job ends.",
        {"--task", "--tail", "-f", "--follow"}},
       {"nodes", "rota nodes [-o json]", "Nodes, their GPUs and state (ready, lost, drained, declared).", {}},
-      {"node", "rota node drain NAME [--reason TEXT] | undrain NAME | describe NAME [-o json]",
+      {"node",
+       "rota node drain NAME [--reason TEXT] | undrain NAME | describe NAME [-o json]\n"
+       "       rota node history NAME [--since 24h] [--step minute|hour] [-o json]",
        "Drains a node (it takes no new work; what runs there runs on) with the reason shown to everyone,\n"
-       "undrains it (admin), or describes it: state, reason, labels, every GPU.",
-       {"--reason"}},
+       "undrains it (admin), or describes it: state, reason, labels, every GPU. history: each GPU's\n"
+       "activity, memory peak, energy and power over the period, from the agents' 1 Hz samples kept a\n"
+       "minute apart for 8 days and an hour apart for 400 (--gpu-history-minutes, --gpu-history-hours).",
+       {"--reason", "--since", "--step"}},
       {"services", "rota services [-o json]",
        "Services (kind: service): replicas desired by the autoscaler, placed and ready, the router's\n"
        "signals (in flight, queued, latency) and the last scaling decision with its reason.",
@@ -273,6 +278,52 @@ bool PrintClientHelp(const std::string& cmd) {
   const CommandHelp* c = FindCommand(cmd);
   if (c != nullptr) PrintHelp(*c);
   return c != nullptr;
+}
+
+// `rota node history`: a line per GPU (mean activity, peak memory, energy,
+// mean power) with the activity drawn over the period.
+int NodeHistory(Client& c, const std::string& name, const std::string& since, const std::string& step) {
+  std::string query;
+  if (!since.empty()) query += "?since=" + UrlEncode(since);
+  if (!step.empty()) query += (query.empty() ? "?" : "&") + std::string("step=") + UrlEncode(step);
+  Response r = c.Get("/v1/nodes/" + UrlEncode(name) + "/history" + query);
+  return Run(c, r, "node history", [](const json& j) {
+    const int64_t from = j.value("since", int64_t{0}), until = j.value("until", int64_t{0});
+    const int64_t step_s = j.value("step_s", int64_t{60});
+    constexpr int kColumns = 48;
+    const char* kBars[] = {"\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
+    Table t({"GPU", "MEASURED", "ACTIVITY", "MEMORY PEAK", "ENERGY", "POWER", "ACTIVITY OVER TIME"});
+    for (const auto& g : j["gpus"]) {
+      int64_t samples = 0, weighted = 0, known = 0, energy = 0, peak = 0, steps = 0;
+      std::array<int64_t, kColumns> col_sum{}, col_n{};
+      for (const auto& p : g["points"]) {
+        const int64_t at = p[0], n = p[1], act = p[2], mem = p[3], joules = p[4];
+        samples += n;
+        ++steps;
+        energy += joules;
+        peak = std::max(peak, mem);
+        if (act >= 0) {
+          weighted += act * n;
+          known += n;
+          const int64_t span = std::max<int64_t>(until - from, 1);
+          const auto col = static_cast<size_t>(std::clamp<int64_t>((at - from) * kColumns / span, 0, kColumns - 1));
+          col_sum[col] += act * n;
+          col_n[col] += n;
+        }
+      }
+      std::string bars;
+      for (int k = 0; k < kColumns; ++k) {
+        bars += col_n[k] == 0 ? " " : kBars[std::clamp<int64_t>(col_sum[k] / col_n[k] * 8 / 101, 0, 7)];
+      }
+      char activity[16], energy_text[32], power[16];
+      std::snprintf(activity, sizeof activity, known > 0 ? "%lld%%" : "-", static_cast<long long>(weighted / std::max<int64_t>(known, 1)));
+      std::snprintf(energy_text, sizeof energy_text, "%.2f kWh", static_cast<double>(energy) / 3.6e6);
+      std::snprintf(power, sizeof power, "%lld W",
+                    static_cast<long long>(samples > 0 ? energy / std::max<int64_t>(samples, 1) : 0));
+      t.Add({S(g, "index"), FormatDuration(steps * step_s * kMicrosPerSecond), activity, FormatMemoryMiB(peak), energy_text, power, bars});
+    }
+    std::cout << t.Render();
+  });
 }
 
 int ClientMain(const std::string& cmd, std::vector<std::string> args) {
@@ -722,15 +773,19 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
 
   if (cmd == "node") {
     std::vector<std::string> words;
-    std::string reason;
+    std::string reason, since, step;
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i] == "--reason" && i + 1 < args.size()) reason = args[++i];
+      else if (args[i] == "--since" && i + 1 < args.size()) since = args[++i];
+      else if (args[i] == "--step" && i + 1 < args.size()) step = args[++i];
       else words.push_back(args[i]);
     }
-    if (words.size() != 2 || (words[0] != "drain" && words[0] != "undrain" && words[0] != "describe")) {
+    if (words.size() != 2 ||
+        (words[0] != "drain" && words[0] != "undrain" && words[0] != "describe" && words[0] != "history")) {
       return Usage(help->usage);
     }
     const std::string& name = words[1];
+    if (words[0] == "history") return NodeHistory(c, name, since, step);
     if (words[0] == "describe") {
       Response r = c.Get("/v1/nodes");
       if (r.status != 200) return Client::Fail(r, "node describe");
@@ -1010,7 +1065,9 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
           return;
         }
         print({"ATTEMPT", "END", "RAN", "GPUS", "ACTIVITY p50/p90/p95", "GPU MEM PEAK", "ENERGY", "CPU", "MEM PEAK"}, rows);
-        std::cout << "GPU-hours: " << num(j, "gpu_hours") << ", energy: " << num(j, "energy_kwh") << " kWh\n";
+        std::cout << "GPU-hours: " << num(j, "gpu_hours") << ", energy: " << num(j, "energy_kwh") << " kWh";
+        if (j.contains("cost")) std::cout << ", cost: " << num(j, "cost") << (S(j, "currency").empty() ? "" : " " + S(j, "currency"));
+        std::cout << "\n";
         if (j.contains("recommendation")) {
           const json& rec = j["recommendation"];
           std::cout << "right size: " << S(rec, "summary") << "\n";
@@ -1032,20 +1089,32 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       }
     }
     Response r = c.Get("/v1/usage/report" + query);
+    // Costs show where some node's GPU-hours have a price (accounting:).
+    const json parsed = r.status == 200 ? json::parse(r.body, nullptr, false) : json();
+    const bool priced = parsed.is_object() && parsed["total"].is_object() && parsed["total"]["cost"].is_number();
     auto row = [&](const json& x) {
-      return std::vector<std::string>{S(x, "key"), S(x, "jobs"), S(x, "gpu_hours"), S(x, "gpu_hours_measured"),
-                                      S(x, "gpu_hours_used"), S(x, "gpu_hours_idle"), S(x, "gpu_hours_oversized"),
-                                      x.value("efficiency_pct", -1.0) < 0 ? "-" : S(x, "efficiency_pct") + "%",
-                                      S(x, "energy_kwh")};
+      std::vector<std::string> out{S(x, "key"), S(x, "jobs"), S(x, "gpu_hours"), S(x, "gpu_hours_measured"),
+                                   S(x, "gpu_hours_used"), S(x, "gpu_hours_idle"), S(x, "gpu_hours_oversized"),
+                                   x.value("efficiency_pct", -1.0) < 0 ? "-" : S(x, "efficiency_pct") + "%",
+                                   S(x, "energy_kwh")};
+      if (priced) {
+        for (const char* k : {"cost", "cost_idle"}) {
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%.2f", x[k].is_number() ? x[k].get<double>() : 0.0);
+          out.push_back(x[k].is_number() ? buf : "-");
+        }
+      }
+      return out;
     };
     if (c.output() == "csv" && r.status == 200) {
-      json j = json::parse(r.body, nullptr, false);
+      const json& j = parsed;
       std::vector<std::vector<std::string>> rows;
       for (const auto& x : j["rows"]) rows.push_back(row(x));
       rows.push_back(row(j["total"]));
-      csv({S(j, "by"), "jobs", "gpu_hours", "gpu_hours_measured", "gpu_hours_used", "gpu_hours_idle", "gpu_hours_oversized",
-           "efficiency", "energy_kwh"},
-          rows);
+      std::vector<std::string> header{S(j, "by"), "jobs", "gpu_hours", "gpu_hours_measured", "gpu_hours_used",
+                                      "gpu_hours_idle", "gpu_hours_oversized", "efficiency", "energy_kwh"};
+      if (priced) header.insert(header.end(), {"cost", "cost_idle"});
+      csv(header, rows);
       return kExitOk;
     }
     return Run(c, r, "report", [&](const json& j) {
@@ -1055,7 +1124,13 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       std::string by = S(j, "by");
       for (char& ch : by) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
       std::cout << "from " << S(j, "since") << " to " << S(j, "until") << "\n";
-      print({by, "JOBS", "GPU-H", "MEASURED", "USED", "IDLE", "OVERSIZED", "EFFICIENCY", "KWH"}, rows);
+      std::vector<std::string> header{by, "JOBS", "GPU-H", "MEASURED", "USED", "IDLE", "OVERSIZED", "EFFICIENCY", "KWH"};
+      if (priced) {
+        const std::string currency = S(j, "currency");
+        header.push_back(currency.empty() ? "COST" : "COST " + currency);
+        header.push_back("IDLE COST");
+      }
+      print(header, rows);
       if (!j["under_users"].empty()) {
         std::cout << "\nunder-used (GPU-hours a smaller shape would have freed):\n";
         std::vector<std::vector<std::string>> under;

@@ -37,6 +37,7 @@ constexpr const char* kServerUsage =
     "                   [--fence-after DURATION (default: the node timeout)]\n"
     "                   [--min-runtime 10m] [--history-interval 10s]\n"
     "                   [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
+    "                   [--gpu-history-minutes 8d] [--gpu-history-hours 400d]\n"
     "                   [--store sqlite | postgres://USER@HOST:PORT/DB] [--advertise URL] [--lease 3s]\n"
     "                   [--router HOST:PORT | off (default: off)]\n"
     "\n"
@@ -54,6 +55,7 @@ constexpr const char* kUpUsage =
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
     "               [--nvlink-islands N] [--oci-runtime auto|runc|crun] [--device-dir /dev]\n"
     "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
+    "               [--gpu-history-minutes 8d] [--gpu-history-hours 400d]\n"
     "               [--node-timeout 30s] [--fence-after DURATION]\n"
     "               [--router HOST:PORT | off (default: 127.0.0.1:7071; skipped if taken)]\n"
     "\n"
@@ -292,6 +294,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   Duration idle_after = 30 * 60 * kMicrosPerSecond;  // right-sizing window
   Duration usage_retention = 400LL * 24 * 3600 * kMicrosPerSecond;  // accounting records kept
+  Duration gpu_minutes = 8LL * 24 * 3600 * kMicrosPerSecond;         // per-GPU minute points kept
+  Duration gpu_hours = 400LL * 24 * 3600 * kMicrosPerSecond;         // per-GPU hour points kept
   int32_t idle_pct = 5;
   Duration history_interval = 10 * kMicrosPerSecond;  // queue usage samples for the dashboard
   std::string store_url = "sqlite", advertise;
@@ -310,6 +314,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--min-runtime") min_runtime = DurationFlag(args, &i, "rota");
     else if (a == "--idle-after") idle_after = DurationFlag(args, &i, "rota");
     else if (a == "--usage-retention") usage_retention = DurationFlag(args, &i, "rota");
+    else if (a == "--gpu-history-minutes") gpu_minutes = DurationFlag(args, &i, "rota");
+    else if (a == "--gpu-history-hours") gpu_hours = DurationFlag(args, &i, "rota");
     else if (a == "--idle-utilization") {
       const std::string v = value();
       auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), idle_pct);
@@ -347,6 +353,10 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
   if (usage_retention < 0) {
     std::cerr << "rota: --usage-retention must not be negative (0 keeps usage records forever)\n";
+    return kExitBadInput;
+  }
+  if (gpu_minutes < 0 || gpu_hours < 0) {
+    std::cerr << "rota: --gpu-history-minutes and --gpu-history-hours must not be negative (0 keeps them forever)\n";
     return kExitBadInput;
   }
   if (node_timeout <= 0) {
@@ -465,6 +475,8 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
                                     .idle_utilization_pct = idle_pct,
                                     .idle_after = idle_after,
                                     .usage_retention = usage_retention,
+                                    .history_minutes = gpu_minutes,
+                                    .history_hours = gpu_hours,
                                     .min_runtime = min_runtime,
                                     .owner = UnixUserName()};
   if (postgres) return ReplicatedServer(store_url, advertise, lease, options, http, data_dir);

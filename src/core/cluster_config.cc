@@ -272,4 +272,22 @@ std::vector<std::string> LeafQueuePaths(const ClusterConfig& config) {
   return out;
 }
 
+int64_t ClusterConfig::GpuHourPrice(const std::string& node, const std::string& model) const {
+  for (const NodeGroupConfig& g : node_groups) {
+    // Group `g`'s nodes are g-0 ... g-(count - 1).
+    if (g.gpu_hour_price < 0 || node.size() <= g.name.size() + 1 || node.compare(0, g.name.size(), g.name) != 0 ||
+        node[g.name.size()] != '-') {
+      continue;
+    }
+    const std::string index = node.substr(g.name.size() + 1);
+    if (index.size() > 9 || !std::all_of(index.begin(), index.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) ||
+        (index.size() > 1 && index[0] == '0') || std::stoll(index) >= g.count) {
+      continue;
+    }
+    return g.gpu_hour_price;
+  }
+  auto it = accounting.gpu_hour_price.find(model);
+  return it == accounting.gpu_hour_price.end() ? -1 : it->second;
+}
+
 }  // namespace rota

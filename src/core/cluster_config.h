@@ -36,6 +36,16 @@ struct NodeGroupConfig {
   std::vector<std::string> mig;
   int32_t mig_gpus = -1;
   bool spot = false;
+  // What one of its GPUs costs an hour, in millionths of the accounting
+  // currency (-1 = accounting.gpu_hour_price of its model, if any).
+  int64_t gpu_hour_price = -1;
+};
+
+// `accounting:` prices for the usage report's cost: per GPU model, for the
+// nodes no node group prices (agents that register), in millionths.
+struct AccountingConfig {
+  std::string currency;  // shown beside costs ("USD"); "" = none
+  std::map<std::string, int64_t> gpu_hour_price;
 };
 
 struct QueueConfig {
@@ -130,6 +140,10 @@ struct ClusterConfig {
   // owner, queue, size, state and reason, to know whom they wait behind;
   // only its owner and admins see its spec and logs, or cancel it).
   std::string job_visibility = "own";
+  AccountingConfig accounting;
+  // One GPU-hour on node `node` (of `model`), in millionths: its node
+  // group's price, else its model's (-1 = none declared).
+  int64_t GpuHourPrice(const std::string& node, const std::string& model) const;
 };
 
 // low 100 (preemptible), normal 500, high 1000, critical 10000.

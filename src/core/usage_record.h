@@ -68,6 +68,9 @@ struct UsageRecord {
   int64_t cpu_used_us = 0;     // its tasks' CPU time
   int64_t cpu_throttled_us = 0;
   MemoryMiB memory_peak = 0;   // its tasks' host memory, the highest replica
+  // Its GPUs at their nodes' price per GPU-hour (ClusterConfig::GpuHourPrice),
+  // in millionths of the accounting currency; -1 = no node it ran on has a price.
+  int64_t cost_micros = -1;
   bool measured() const { return activity.total() > 0; }
 
   int64_t seconds() const { return ended_at > started_at ? (ended_at - started_at) / kMicrosPerSecond : 0; }

@@ -15,7 +15,10 @@ Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
       recovered_(std::make_unique<Recovered>(options_.config.topology)),
       state_(*recovered_->state),
       lifecycle_(options_.clock, options_.preempt_slack),
-      usage_(RightSizing{options_.idle_utilization_pct, options_.idle_after, options_.overprovisioned_pct}) {}
+      usage_(RightSizing{options_.idle_utilization_pct, options_.idle_after, options_.overprovisioned_pct},
+             [this](const std::string& node, const std::string& model) {
+               return options_.config.GpuHourPrice(node, model);
+             }) {}
 
 Controller::~Controller() { Stop(); }
 
@@ -41,6 +44,11 @@ Status Controller::Start() {
     auto recent = store_->Usage(now - 30LL * 24 * 3600 * kMicrosPerSecond, now + 1);
     if (recent.ok()) {
       for (const UsageRecord& r : *recent) NoteFamilyUsage(r);
+    }
+    // The GPUs' hour and day so far, to extend rather than overwrite.
+    for (const int32_t step : {GpuHistoryBlock::kMinute, GpuHistoryBlock::kHour}) {
+      auto current = store_->GpuHistory("", step, BlockStart(step, now), now + 1);
+      if (current.ok()) history_.Warm(*current, now);
     }
   }
 
@@ -84,6 +92,7 @@ Status Controller::Start() {
   actor_ = std::thread([this] { ActorLoop(); });
   scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
   snapshot_thread_ = std::thread([this] { SnapshotLoop(); });
+  history_thread_ = std::thread([this] { HistoryLoop(); });
   Trigger();
   return Status::Ok();
 }
@@ -136,6 +145,75 @@ void Controller::Stop() {
   }
   snapshot_cv_.notify_all();
   if (snapshot_thread_.joinable()) snapshot_thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(history_mu_);
+    history_stop_ = true;
+  }
+  history_cv_.notify_all();
+  if (history_thread_.joinable()) {
+    history_thread_.join();
+    FlushHistory();  // the hour so far, for the next start to extend
+  }
+}
+
+void Controller::HistoryLoop() {
+  std::unique_lock<std::mutex> lock(history_mu_);
+  while (!history_stop_) {
+    if (options_.history_flush <= 0) {
+      history_cv_.wait(lock, [this] { return history_stop_; });
+      return;
+    }
+    history_cv_.wait_for(lock, std::chrono::microseconds(options_.history_flush), [this] { return history_stop_; });
+    if (history_stop_) return;
+    lock.unlock();
+    FlushHistory();
+    lock.lock();
+  }
+}
+
+void Controller::FlushHistory() {
+  const TimePoint now = options_.clock->Now();
+  std::vector<GpuHistoryBlock> blocks = history_.Take(now);
+  std::lock_guard<std::mutex> lock(history_mu_);
+  if (!unwritten_history_.empty()) {
+    // Earlier blocks the store refused, less those written again since.
+    std::set<std::tuple<std::string, int32_t, int32_t, TimePoint>> fresh;
+    for (const GpuHistoryBlock& b : blocks) fresh.insert({b.node, b.gpu, b.step_s, b.start});
+    std::erase_if(unwritten_history_, [&](const GpuHistoryBlock& b) { return fresh.count({b.node, b.gpu, b.step_s, b.start}) > 0; });
+    blocks.insert(blocks.begin(), unwritten_history_.begin(), unwritten_history_.end());
+    unwritten_history_.clear();
+  }
+  if (!blocks.empty()) {
+    if (Status s = store_->PutGpuHistory(blocks); !s.ok()) {
+      std::fprintf(stderr, "rota: gpu history not written (will retry): %s\n", s.ToString().c_str());
+      if (blocks.size() > 100'000) blocks.erase(blocks.begin(), blocks.end() - 100'000);
+      unwritten_history_ = std::move(blocks);
+    }
+  }
+  if (now - history_trimmed_at_ >= 3600 * kMicrosPerSecond) {
+    history_trimmed_at_ = now;
+    if (options_.history_minutes > 0) {
+      store_->DropGpuHistory(GpuHistoryBlock::kMinute, now - options_.history_minutes).status().IgnoreError();
+    }
+    if (options_.history_hours > 0) {
+      store_->DropGpuHistory(GpuHistoryBlock::kHour, now - options_.history_hours).status().IgnoreError();
+    }
+  }
+}
+
+StatusOr<std::vector<GpuHistoryBlock>> Controller::GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
+                                                              TimePoint until) const {
+  ROTA_ASSIGN_OR_RETURN(std::vector<GpuHistoryBlock> stored, store_->GpuHistory(node, step_s, since, until));
+  // The blocks still filling replace what was written of them.
+  std::map<std::pair<int32_t, TimePoint>, GpuHistoryBlock> by_key;
+  for (GpuHistoryBlock& b : stored) by_key[{b.gpu, b.start}] = std::move(b);
+  for (GpuHistoryBlock& b : history_.Current(node, step_s, options_.clock->Now())) {
+    if (b.start >= since && b.start < until) by_key[{b.gpu, b.start}] = std::move(b);
+  }
+  std::vector<GpuHistoryBlock> out;
+  out.reserve(by_key.size());
+  for (auto& [key, b] : by_key) out.push_back(std::move(b));
+  return out;
 }
 
 void Controller::SnapshotLoop() {
@@ -1240,7 +1318,9 @@ std::vector<TaskAssignment> Controller::TasksFor(Batch& batch, const std::string
 
 void Controller::FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report) {
   const std::set<JobId>* ids = JobsOn(node.spec.name);
-  if (ids != nullptr) usage_.Fold(snap, node, *ids, report, options_.clock->Now());
+  const TimePoint now = options_.clock->Now();
+  if (ids != nullptr) usage_.Fold(snap, node, *ids, report, now);
+  history_.Fold(node.spec.name, report.gpus, now);
 }
 
 bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskAssignment>* tasks, uint64_t* revision) {

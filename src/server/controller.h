@@ -36,6 +36,7 @@
 #include "sched/engine.h"
 #include "server/auth.h"
 #include "server/batch.h"
+#include "server/gpu_history.h"
 #include "server/job_lifecycle.h"
 #include "server/recovery.h"
 #include "server/usage.h"
@@ -75,6 +76,12 @@ struct ControllerOptions {
   int32_t overprovisioned_pct = 25;
   // Accounting: usage records older than this are dropped (0 = kept forever).
   Duration usage_retention = 400LL * 24 * 3600 * kMicrosPerSecond;
+  // Per-GPU history (server/gpu_history.h): minute points kept this long,
+  // hour points this long (0 = forever), written every history_flush
+  // (0 = only by FlushHistory and at Stop: tests).
+  Duration history_minutes = 8LL * 24 * 3600 * kMicrosPerSecond;
+  Duration history_hours = 400LL * 24 * 3600 * kMicrosPerSecond;
+  Duration history_flush = 5 * 60 * kMicrosPerSecond;
   // Preemption: a gang runs at least this long before it can be evicted; an
   // evicted gang that has not stopped this long after its grace period is
   // requeued anyway (its agent is gone or stuck).
@@ -144,6 +151,14 @@ class Controller {
   // (kept in memory: the last 8 of each of up to 20,000 such families, read
   // from the store's last 30 days at start): a submission's note.
   RightSize FamilyShape(const std::string& user, const std::string& name) const;
+  // Node `node`'s GPUs' history of `step_s` (60 or 3600) in blocks starting
+  // in [since, until): what the store holds, with the blocks still filling
+  // as they are now.
+  StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
+                                                    TimePoint until) const;
+  // Writes the history's changed blocks and drops those past retention (the
+  // history thread does, every history_flush).
+  void FlushHistory();
 
   // Mutations: each returns once its effect is durable, or with why not.
   // Submit: InvalidArgument (bad queue or priority class), PermissionDenied
@@ -387,6 +402,14 @@ class Controller {
   std::mutex listener_mu_;  // guards node_listener_ (held while it runs)
   std::function<void(const std::vector<std::string>&)> node_listener_;
   UsageTracker usage_;  // right-sizing (thread-safe)
+  GpuHistoryRecorder history_;  // per-GPU history (thread-safe)
+  void HistoryLoop();
+  std::mutex history_mu_;  // guards the history thread's wake-up and its retries
+  std::condition_variable history_cv_;
+  bool history_stop_ = false;
+  std::vector<GpuHistoryBlock> unwritten_history_;  // blocks the store refused, retried
+  TimePoint history_trimmed_at_ = 0;
+  std::thread history_thread_;
   std::vector<UsageRecord> unwritten_usage_;  // actor only: records the store refused, retried
   void NoteFamilyUsage(const UsageRecord& record);
   mutable std::mutex family_mu_;  // guards family_usage_

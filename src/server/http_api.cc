@@ -547,7 +547,7 @@ class HttpServerImpl final : public HttpServer {
         const TimePoint now = c_->clock().Now();
         auto records = c_->Usage(who, now - kFamilyWindow, now + 1, true);
         if (records.ok()) {
-          ordered_json usage = BuildJobReport(*records, job->id, now, {});
+          ordered_json usage = BuildJobReport(*records, job->id, now, ReportOptions{.currency = c_->config().accounting.currency});
           usage.erase("attempts");
           if (usage.contains("recommendation")) j["usage"] = std::move(usage);
         }
@@ -565,7 +565,7 @@ class HttpServerImpl final : public HttpServer {
       const TimePoint now = c_->clock().Now();
       auto records = c_->Usage(who, std::min(job->submitted_at, now - kFamilyWindow), now + 1, true);
       if (!records.ok()) return ReplyError(res, records.status());
-      Reply(res, 200, BuildJobReport(*records, job->id, now, {}));
+      Reply(res, 200, BuildJobReport(*records, job->id, now, ReportOptions{.currency = c_->config().accounting.currency}));
     }));
 
     // Accounting over a period (sreport-like): ?since=7d (default; at most
@@ -582,6 +582,7 @@ class HttpServerImpl final : public HttpServer {
         since = *d;
       }
       ReportOptions options;
+      options.currency = c_->config().accounting.currency;
       const std::string by = req.has_param("by") ? req.get_param_value("by") : "user";
       if (by == "queue") options.by = ReportBy::kQueue;
       else if (by == "model") options.by = ReportBy::kModel;
@@ -843,6 +844,56 @@ class HttpServerImpl final : public HttpServer {
       ordered_json nodes = ordered_json::array();
       for (const NodeState& n : snap.nodes()) nodes.push_back(NodeView(*c_, snap, n, live));
       Reply(res, 200, {{"nodes", nodes}});
+    }));
+
+    // Each of a node's GPUs over time: ?since=24h (default), ?step=minute
+    // (the default up to 2 days back) or hour.
+    srv.Get(R"(/v1/nodes/([^/]+)/history)", Guard([this](const Principal&, const HttpRequest& req, HttpResponse& res) {
+      const std::string node = req.matches[1];
+      if (c_->snapshot().FindNode(node) == nullptr) return ReplyError(res, NotFoundError("no node named '" + node + "'"));
+      Duration since = 24 * 3600 * kMicrosPerSecond;
+      if (req.has_param("since")) {
+        auto d = ParseDuration(req.get_param_value("since"));
+        if (!d.ok() || *d <= 0) {
+          return ReplyError(res, InvalidArgumentError("since: '" + req.get_param_value("since") +
+                                                      "' is not a positive duration (7d, 24h, 30m)"));
+        }
+        since = *d;
+      }
+      int32_t step = since <= 48 * 3600 * kMicrosPerSecond ? GpuHistoryBlock::kMinute : GpuHistoryBlock::kHour;
+      if (req.has_param("step")) {
+        const std::string v = req.get_param_value("step");
+        if (v == "minute") step = GpuHistoryBlock::kMinute;
+        else if (v == "hour") step = GpuHistoryBlock::kHour;
+        else return ReplyError(res, InvalidArgumentError("step: '" + v + "' is not one of minute, hour"));
+      }
+      const TimePoint now = c_->clock().Now();
+      const TimePoint from = now - since;
+      // Blocks that start before `from` may hold points after it.
+      const TimePoint span = int64_t{step == GpuHistoryBlock::kMinute ? 3600 : 86400} * kMicrosPerSecond;
+      auto blocks = c_->GpuHistory(node, step, BlockStart(step, from), now + span);
+      if (!blocks.ok()) return ReplyError(res, blocks.status());
+      std::map<int32_t, ordered_json> gpus;
+      for (const GpuHistoryBlock& b : *blocks) {
+        ordered_json& points = gpus[b.gpu];
+        if (points.is_null()) points = ordered_json::array();
+        for (size_t i = 0; i < b.points.size(); ++i) {
+          const GpuPoint& p = b.points[i];
+          const TimePoint t = b.start + static_cast<TimePoint>(i) * b.step_s * kMicrosPerSecond;
+          if (p.samples <= 0 || t + int64_t{b.step_s} * kMicrosPerSecond <= from || t > now) continue;
+          points.push_back({t / kMicrosPerSecond, p.samples, p.activity, p.memory_peak, p.energy_j,
+                            p.energy_j / std::max(1, b.step_s)});
+        }
+      }
+      ordered_json list = ordered_json::array();
+      for (auto& [index, points] : gpus) list.push_back({{"index", index}, {"points", std::move(points)}});
+      Reply(res, 200,
+            {{"node", node},
+             {"step_s", step},
+             {"since", from / kMicrosPerSecond},
+             {"until", now / kMicrosPerSecond},
+             {"columns", {"t", "samples", "activity_pct", "memory_peak_mib", "energy_j", "power_w"}},
+             {"gpus", std::move(list)}});
     }));
 
     for (const bool drain : {true, false}) {

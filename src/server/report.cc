@@ -45,8 +45,15 @@ double Kept(const RightSize& s) {
 
 struct Row {
   int64_t attempts = 0, allocated = 0, measured = 0, used = 0, idle = 0, oversized = 0, energy_mj = 0;
+  // What the priced attempts cost, and the part of it their idle GPU-time was.
+  int64_t cost_micros = -1, idle_cost_micros = 0;
   std::set<uint64_t> jobs;
   void Add(const UsageRecord& r, const Split& s) {
+    if (r.cost_micros >= 0) {
+      cost_micros = std::max<int64_t>(cost_micros, 0) + r.cost_micros;
+      const int64_t held = r.gpu_milli_seconds();
+      if (held > 0) idle_cost_micros += static_cast<int64_t>(static_cast<__int128>(r.cost_micros) * s.idle / held);
+    }
     ++attempts;
     jobs.insert(r.job.value());
     allocated += r.gpu_milli_seconds();
@@ -67,7 +74,9 @@ struct Row {
             {"gpu_hours_oversized", Round(Hours(oversized))},
             {"efficiency_pct", measured > 0 ? Round(100.0 * used / measured, 0.1) : -1.0},
             {"energy_j", energy_mj / 1000},
-            {"energy_kwh", Round(static_cast<double>(energy_mj) / 3.6e9)}};
+            {"energy_kwh", Round(static_cast<double>(energy_mj) / 3.6e9)},
+            {"cost", cost_micros < 0 ? ordered_json() : ordered_json(Round(cost_micros / 1e6, 0.01))},
+            {"cost_idle", cost_micros < 0 ? ordered_json() : ordered_json(Round(idle_cost_micros / 1e6, 0.01))}};
   }
 };
 
@@ -102,6 +111,7 @@ ordered_json RecordJson(const UsageRecord& r) {
           {"gpu_memory_peak_mib", r.gpu_memory_peak},
           {"gpu_memory_mib", r.gpu_memory},
           {"energy_j", r.energy_mj / 1000},
+          {"cost", r.cost_micros < 0 ? ordered_json() : ordered_json(Round(r.cost_micros / 1e6, 0.01))},
           {"cpu_used_s", r.cpu_used_us / 1'000'000},
           {"cpu_throttled_s", r.cpu_throttled_us / 1'000'000},
           {"cpu_requested_milli", r.cpu},
@@ -150,6 +160,9 @@ ordered_json BuildReport(const std::vector<UsageRecord>& records, TimePoint sinc
     UsageRecord clipped = r;
     clipped.started_at = std::max(r.started_at, since);
     clipped.ended_at = std::min(r.ended_at, until);
+    if (r.cost_micros > 0 && r.seconds() > 0) {
+      clipped.cost_micros = static_cast<int64_t>(static_cast<__int128>(r.cost_micros) * clipped.seconds() / r.seconds());
+    }
     splits[i] = SplitOf(clipped, options.idle_pct);
     rows[KeyOf(r, options.by)].Add(clipped, splits[i]);
     total.Add(clipped, splits[i]);
@@ -185,6 +198,7 @@ ordered_json BuildReport(const std::vector<UsageRecord>& records, TimePoint sinc
   ordered_json out{{"since", FormatTime(since)},
                    {"until", FormatTime(until)},
                    {"by", options.by == ReportBy::kQueue ? "queue" : options.by == ReportBy::kModel ? "model" : "user"},
+                   {"currency", options.currency},
                    {"rows", ordered_json::array()},
                    {"total", total.Json("total")},
                    {"under_users", ordered_json::array()},
@@ -206,7 +220,7 @@ ordered_json BuildJobReport(const std::vector<UsageRecord>& records, JobId job, 
                             const ReportOptions& options) {
   ordered_json attempts = ordered_json::array();
   const UsageRecord* last = nullptr;
-  int64_t held = 0, energy = 0;
+  int64_t held = 0, energy = 0, cost = -1;
   ActivityHistogram activity;
   for (const UsageRecord& r : records) {
     if (r.job != job) continue;
@@ -214,6 +228,7 @@ ordered_json BuildJobReport(const std::vector<UsageRecord>& records, JobId job, 
     if (last == nullptr || r.ended_at >= last->ended_at) last = &r;
     held += r.gpu_milli_seconds();
     energy += r.energy_mj;
+    if (r.cost_micros >= 0) cost = std::max<int64_t>(cost, 0) + r.cost_micros;
     activity.Merge(r.activity);
   }
   ordered_json out{{"job", job.value()}, {"attempts", std::move(attempts)}};
@@ -223,6 +238,10 @@ ordered_json BuildJobReport(const std::vector<UsageRecord>& records, JobId job, 
   out["activity_p90"] = activity.Percentile(90);
   out["activity_p95"] = activity.Percentile(95);
   out["energy_kwh"] = Round(static_cast<double>(energy) / 3.6e9);
+  if (cost >= 0) {
+    out["cost"] = Round(cost / 1e6, 0.01);
+    out["currency"] = options.currency;
+  }
   out["family"] = FamilyKey(*last);
   out["recommendation"] = RecommendationJson(FamilyRecommendation(records, *last, now, options.right_size));
   return out;

@@ -25,6 +25,7 @@ struct ReportOptions {
   int32_t idle_pct = 5;           // a sample below this is an idle GPU-second
   size_t top = 10;                // families listed with a recommendation
   RightSizeOptions right_size;
+  std::string currency;           // accounting.currency, shown beside costs
 };
 
 // A job family: a job array, else the jobs of one user under one name.

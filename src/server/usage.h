@@ -11,6 +11,7 @@
 // event loop and the actor; views read it; the actor closes attempts.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -40,7 +41,10 @@ struct RightSizing {
 
 class UsageTracker {
  public:
-  explicit UsageTracker(RightSizing settings) : settings_(settings) {}
+  // `price` says what a GPU-hour on a node (by name and GPU model) costs, in
+  // millionths (-1 = none): records carry their cost.
+  using Price = std::function<int64_t(const std::string& node, const std::string& model)>;
+  explicit UsageTracker(RightSizing settings, Price price = nullptr) : settings_(settings), price_(std::move(price)) {}
 
   // Folds `report` (from `node`, at `now`) into the use of the running jobs
   // among `jobs` (those indexed on the node).
@@ -74,6 +78,7 @@ class UsageTracker {
   };
   UsageRecord Record(const Snapshot& snap, const JobRecord& job, const JobUsage* u, TimePoint at) const;
   const RightSizing settings_;
+  const Price price_;
   mutable std::mutex mu_;
   std::map<JobId, JobUsage> usage_;
 };

@@ -225,10 +225,12 @@ class AgentCluster : public ::testing::Test {
  protected:
   using json = nlohmann::json;
   TempDir tmp;
+  // More flags for the server (a fixture's --config).
+  virtual std::vector<std::string> ExtraServerArgs() { return {}; }
   void SetUp() override {
-    server_ = std::make_unique<RotaProcess>(
-        "server", tmp.path() + "/data",
-        std::vector<std::string>{"--rate-limit", "0", "--node-timeout", "2s", "--min-runtime", "0s"});
+    std::vector<std::string> args{"--rate-limit", "0", "--node-timeout", "2s", "--min-runtime", "0s"};
+    for (std::string& a : ExtraServerArgs()) args.push_back(std::move(a));
+    server_ = std::make_unique<RotaProcess>("server", tmp.path() + "/data", std::move(args));
     for (int i = 0; i < 3; ++i) StartAgent(i);
     // All three ready.
     for (int i = 0; i < 200; ++i) {

@@ -4,6 +4,7 @@
 // period report (table, JSON and CSV), and who may see what.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "harness.h"
@@ -11,7 +12,16 @@
 namespace rota::testing {
 namespace {
 
-class Accounting : public AgentCluster {};
+// Registered nodes' H100s cost 3600 an hour (a unit a second, so that a few
+// seconds' cost shows in cents).
+class Accounting : public AgentCluster {
+ protected:
+  std::vector<std::string> ExtraServerArgs() override {
+    const std::string path = tmp.path() + "/cluster.yaml";
+    std::ofstream(path) << "accounting: {currency: USD, gpu_hour_price: {H100: 3600}}\n";
+    return {"--config", path};
+  }
+};
 
 TEST_F(Accounting, AnEndedJobHasAUsageRecordAndAReport) {
   auto admin = server_->Admin();
@@ -23,6 +33,7 @@ TEST_F(Accounting, AnEndedJobHasAUsageRecordAndAReport) {
   const int id = json::parse(r->body)["id"];
   // Running: the report holds its measure so far.
   WaitJob(id, [](const json& j) { return j["state"] == "running"; });
+  const std::string node = Job(id)["placement"][0]["node"];
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   auto live = json::parse(admin.Get("/v1/usage/report?since=1h")->body);
   EXPECT_GT(live["total"]["gpu_seconds"].get<int64_t>(), 0) << live.dump() << Job(id).dump();
@@ -46,6 +57,26 @@ TEST_F(Accounting, AnEndedJobHasAUsageRecordAndAReport) {
   EXPECT_LT(a["energy_j"].get<int64_t>(), 300 * 6) << a.dump();
   EXPECT_GE(a["cpu_used_s"].get<int64_t>(), 1) << a.dump();
   EXPECT_EQ(usage["recommendation"]["recommended"], false) << usage.dump();
+  // Priced: one GPU for its seconds, a unit each.
+  EXPECT_GE(a["cost"].get<double>(), a["seconds"].get<double>() - 0.01) << a.dump();
+  EXPECT_LE(a["cost"].get<double>(), a["seconds"].get<double>() + 1.01) << a.dump();
+  EXPECT_EQ(usage["currency"], "USD");
+
+  // The node's GPU history holds the minute it ran in: its GPU busy for part
+  // of it, drawing power.
+  auto history = json::parse(admin.Get("/v1/nodes/" + node + "/history?since=1h")->body);
+  EXPECT_EQ(history["step_s"], 60) << history.dump();
+  int64_t busy = 0, joules = 0;
+  for (const auto& g : history["gpus"]) {
+    for (const auto& p : g["points"]) {
+      if (p[2].get<int>() > 0) ++busy;
+      joules += p[4].get<int64_t>();
+    }
+  }
+  EXPECT_GE(busy, 1) << history.dump();
+  EXPECT_GT(joules, 300) << history.dump();
+  EXPECT_EQ(admin.Get("/v1/nodes/" + node + "/history?step=week")->status, 400);
+  EXPECT_EQ(admin.Get("/v1/nodes/nowhere/history")->status, 404);
 
   // The period's report, by queue, in JSON and through the CLI as CSV.
   auto report = json::parse(admin.Get("/v1/usage/report?since=1h&by=queue")->body);
@@ -60,6 +91,13 @@ TEST_F(Accounting, AnEndedJobHasAUsageRecordAndAReport) {
   EXPECT_EQ(csv.exit_code, 0) << csv.err;
   EXPECT_EQ(csv.out.rfind("user,jobs,gpu_hours,", 0), 0u) << csv.out;
   EXPECT_NE(csv.out.find("\ntotal,1,"), std::string::npos) << csv.out;
+  EXPECT_NE(csv.out.find(",cost,cost_idle\n"), std::string::npos) << csv.out;
+  auto table = RunWithEnv({RotaBinary(), "report", "--since", "1h"}, server_->ClientEnv(), scratch);
+  EXPECT_NE(table.out.find("COST USD"), std::string::npos) << table.out;
+  auto gpus = RunWithEnv({RotaBinary(), "node", "history", node, "--since", "1h"}, server_->ClientEnv(), scratch);
+  EXPECT_EQ(gpus.exit_code, 0) << gpus.err;
+  EXPECT_NE(gpus.out.find("ACTIVITY OVER TIME"), std::string::npos) << gpus.out;
+  EXPECT_NE(gpus.out.find("\xe2\x96"), std::string::npos) << gpus.out;  // a bar (U+2581..U+2588)
   auto seff = RunWithEnv({RotaBinary(), "report", "job", std::to_string(id)}, server_->ClientEnv(), scratch);
   EXPECT_EQ(seff.exit_code, 0) << seff.err;
   EXPECT_NE(seff.out.find("1xH100"), std::string::npos) << seff.out;

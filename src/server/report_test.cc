@@ -1,0 +1,53 @@
+#include "server/report.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace rota::server {
+namespace {
+
+constexpr TimePoint kHour = 3600 * kMicrosPerSecond;
+constexpr TimePoint kNow = 1'800'000'000LL * kMicrosPerSecond;
+
+UsageRecord Priced(uint64_t job, std::string user, int64_t cost_micros, int32_t idle_share_pct) {
+  UsageRecord r;
+  r.job = JobId(job);
+  r.user = std::move(user);
+  r.queue = "q";
+  r.gpu_model = "H100";
+  r.gpus = 2;
+  r.replicas = 1;
+  r.started_at = kNow - 2 * kHour;
+  r.ended_at = kNow - kHour;
+  r.activity.Add(0, idle_share_pct);           // idle samples
+  r.activity.Add(90, 100 - idle_share_pct);    // busy ones
+  r.cost_micros = cost_micros;
+  return r;
+}
+
+TEST(Report, CostsAddUpWithTheirIdlePartAndUnpricedAttemptsCostNothing) {
+  // alice: two GPU-hours at 2.50, a quarter of them idle; bob ran where no
+  // price is declared.
+  const std::vector<UsageRecord> records = {Priced(1, "alice", 5'000'000, 25), Priced(2, "bob", -1, 0)};
+  ReportOptions options;
+  options.currency = "USD";
+  const auto report = BuildReport(records, kNow - 24 * kHour, kNow, kNow, options);
+  EXPECT_EQ(report["currency"], "USD");
+  ASSERT_EQ(report["rows"].size(), 2u);
+  EXPECT_EQ(report["rows"][0]["key"], "alice");
+  EXPECT_DOUBLE_EQ(report["rows"][0]["cost"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(report["rows"][0]["cost_idle"].get<double>(), 1.25);
+  EXPECT_TRUE(report["rows"][1]["cost"].is_null()) << report.dump();  // bob: no price
+  EXPECT_DOUBLE_EQ(report["total"]["cost"].get<double>(), 5.0);
+  // A period that holds half the attempt holds half its cost.
+  const auto half = BuildReport(records, kNow - 90 * 60 * kMicrosPerSecond, kNow, kNow, options);
+  EXPECT_DOUBLE_EQ(half["rows"][0]["cost"].get<double>(), 2.5);
+  const auto job = BuildJobReport(records, JobId(1), kNow, options);
+  EXPECT_DOUBLE_EQ(job["cost"].get<double>(), 5.0);
+  EXPECT_EQ(job["currency"], "USD");
+  EXPECT_FALSE(BuildJobReport(records, JobId(2), kNow, options).contains("cost"));
+}
+
+}  // namespace
+}  // namespace rota::server
