@@ -1277,7 +1277,7 @@ Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::v
     NodeLive& live = live_[report.node];
     if (!live.registered) return NotFoundError("node '" + report.node + "' must register again");
     live.last_heartbeat = options_.clock->Now();
-    if (!report.gpus.empty()) live.gpus = report.gpus;
+    live.Note(report.gpus);
     lost = node->lost;
     // Usage of each running job's GPUs, for right-sizing.
     FoldUsage(snap, *node, report);
@@ -1351,7 +1351,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
       }
     }
     live->second.last_heartbeat = options_.clock->Now();
-    if (!report.gpus.empty()) live->second.gpus = report.gpus;
+    live->second.Note(report.gpus);
     FoldUsage(snap, *node, report);
   }
   auto answer = NodeTasks(report.node, revision);

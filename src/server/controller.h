@@ -112,6 +112,16 @@ struct NodeLive {
   std::string address;
   TimePoint last_heartbeat = 0;
   std::vector<GpuTelemetry> gpus;
+  // Each GPU's energy in the reports since this server started (mJ, by
+  // index): a counter for /metrics.
+  std::map<int32_t, int64_t> energy_mj;
+  void Note(const std::vector<GpuTelemetry>& report) {
+    if (report.empty()) return;
+    gpus = report;
+    for (const GpuTelemetry& g : report) {
+      if (g.samples > 0 && g.energy_mj > 0) energy_mj[g.index] += g.energy_mj;
+    }
+  }
 };
 
 struct ControllerMetrics {
@@ -147,6 +157,10 @@ class Controller {
   // and with `running` the running attempts' measure so far (end
   // "running"); a user's own only unless `who` is an admin.
   StatusOr<std::vector<UsageRecord>> Usage(const Principal& who, TimePoint since, TimePoint until, bool running) const;
+  // A running job's attempt measured so far (UsageTracker::Peek).
+  UsageRecord PeekUsage(const Snapshot& snap, const JobRecord& job) const {
+    return usage_.Peek(snap, job, options_.clock->Now());
+  }
   // The right size of `user`'s jobs named `name`, from their last attempts
   // (kept in memory: the last 8 of each of up to 20,000 such families, read
   // from the store's last 30 days at start): a submission's note.

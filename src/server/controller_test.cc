@@ -431,6 +431,52 @@ TEST_F(ControllerTest, FlagsIdleAndOverProvisionedJobs) {
 // on a CPU at its 2-CPU limit, one compute-bound (GPU 95%, CPU at its limit
 // too) and one idle (GPU 0%, CPU 1%). Only the first is input-bound, from
 // its first minute; its usage record, once it ends, holds what was reported.
+TEST_F(ControllerTest, AJobWhoseGpusAreFedSlowlyOverPcieIsInputBoundToo) {
+  // GPUs at 5%, CPUs at 60% of their limit (busy, not saturated): input-bound
+  // only where PCIe says little reaches the GPUs; not where data streams in,
+  // nor where PCIe was not measured.
+  auto c = MakeMeasured(std::make_unique<MemoryStore>());
+  struct Case {
+    const char* name;
+    int32_t rx_kbps;
+    JobId id;
+    int32_t gpu = 0;
+  } cases[] = {{"trickle", 2'000}, {"streaming", 4'000'000}, {"unmeasured", -1}};
+  for (Case& k : cases) {
+    JobSpec spec = Job(k.name, 1, 1);
+    spec.tasks[0].cpu = 2000;
+    spec.node_selector = {{"hostname", "n-0"}};
+    auto id = c->Submit(kAlice, spec);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    k.id = *id;
+  }
+  c->ScheduleNow();
+  for (Case& k : cases) k.gpu = std::countr_zero(c->snapshot().FindJob(k.id)->placement[0].gpu_mask);
+  auto flags = [&](const Case& k) { return c->job_flags(*c->snapshot().FindJob(k.id)); };
+  for (int s = 10; s <= 60; s += 10) {
+    clock.Advance(10 * kMicrosPerSecond);
+    HeartbeatReport report{"n-0", {}, {}};
+    for (const Case& k : cases) {
+      GpuTelemetry g{.index = k.gpu, .utilization_pct = 5, .memory_used = 3000, .power_w = 100};
+      g.samples = 10;
+      g.activity.assign(ActivityHistogram::kBuckets, 0);
+      g.activity[ActivityHistogram::Bucket(5)] = 10;
+      g.pcie_rx_kbps = k.rx_kbps;
+      g.pcie_tx_kbps = k.rx_kbps < 0 ? -1 : 100;
+      report.gpus.push_back(g);
+      TaskReport t{k.id, 0, 0, 0, false, 0};
+      t.cpu_used_us = 1'200'000LL * s;  // 1.2 of its 2 CPUs
+      report.tasks.push_back(t);
+    }
+    ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  }
+  ASSERT_EQ(flags(cases[0]).size(), 1u);
+  EXPECT_EQ(flags(cases[0])[0],
+            "input-bound: GPU activity 8% with 2.0 MB/s PCIe input while its CPU runs at 60% of its limit, for 1m");
+  EXPECT_TRUE(flags(cases[1]).empty()) << flags(cases[1])[0];
+  EXPECT_TRUE(flags(cases[2]).empty()) << flags(cases[2])[0];
+}
+
 TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
   auto c = MakeMeasured(std::make_unique<MemoryStore>());
   struct Case {

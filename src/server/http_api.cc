@@ -1051,8 +1051,13 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, {{"id", std::string(req.matches[1])}, {"state", "revoked"}});
     }));
 
-    srv.Get("/metrics", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
-      res.set_content(RenderMetrics(*c_) + ReplicaMetrics() + ServiceMetrics(), "text/plain; version=0.0.4");
+    // ?labels=dcgm: dcgm-exporter's own label names (a scrape job's params).
+    srv.Get("/metrics", Guard([this](const Principal&, const HttpRequest& req, HttpResponse& res) {
+      const std::string labels = req.get_param_value("labels");
+      if (!labels.empty() && labels != "dcgm") {
+        return ReplyError(res, InvalidArgumentError("labels: '" + labels + "' is not dcgm"));
+      }
+      res.set_content(RenderMetrics(*c_, labels == "dcgm") + ReplicaMetrics() + ServiceMetrics(), "text/plain; version=0.0.4");
     }));
 
     // Services: desired, placed and ready replicas, the router's signals

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 
 #include "core/mig.h"
 
@@ -31,8 +32,13 @@ void UsageTracker::Fold(const Snapshot& snap, const NodeState& node, const std::
     JobUsage* u = nullptr;
     // Its GPUs' window: activity, memory, energy.
     ActivityHistogram window;
+    int64_t rx_sum = 0, rx_gpus = 0;  // its GPUs' PCIe input, where measured
     for (const api::GpuTelemetry& g : report.gpus) {
       if (g.index < 0 || g.index >= 64 || !((mask >> g.index) & 1)) continue;
+      if (g.samples > 0 && g.pcie_rx_kbps >= 0) {
+        rx_sum += g.pcie_rx_kbps;
+        ++rx_gpus;
+      }
       if (u == nullptr) u = &usage_[id];
       u->seen = true;
       u->peak_memory = std::max({u->peak_memory, g.memory_used, g.memory_peak});
@@ -73,10 +79,14 @@ void UsageTracker::Fold(const Snapshot& snap, const NodeState& node, const std::
     if (window.total() > 0 && limit_us > 0) {
       const int32_t gpu = window.Mean();
       const int32_t cpu = static_cast<int32_t>(cpu_delta_us * 100 / limit_us);
-      if (gpu < settings_.starved_gpu_pct && cpu >= settings_.starved_cpu_pct) {
+      const int32_t rx = rx_gpus > 0 ? static_cast<int32_t>(rx_sum / rx_gpus) : -1;
+      const bool saturated = cpu >= settings_.starved_cpu_pct;
+      const bool fed_slowly = rx >= 0 && rx < settings_.starved_pcie_kbps && cpu >= settings_.starved_busy_cpu_pct;
+      if (gpu < settings_.starved_gpu_pct && (saturated || fed_slowly)) {
         if (u->starved_since == 0) u->starved_since = window_from;
         u->starved_gpu = gpu;
         u->starved_cpu = cpu;
+        u->starved_rx_kbps = saturated ? -1 : rx;
       } else {
         u->starved_since = 0;
       }
@@ -107,7 +117,11 @@ std::vector<std::string> UsageTracker::Flags(const Snapshot& snap, const JobReco
                     FormatMemoryMiB(per_gpu) + " per GPU");
   }
   if (u.starved_since > 0 && now - u.starved_since >= settings_.starved_after) {
-    flags.push_back("input-bound: GPU activity " + std::to_string(u.starved_gpu) + "% while its CPU runs at " +
+    char input[64] = "";
+    if (u.starved_rx_kbps >= 0) {
+      std::snprintf(input, sizeof input, " with %.1f MB/s PCIe input", u.starved_rx_kbps / 1000.0);
+    }
+    flags.push_back("input-bound: GPU activity " + std::to_string(u.starved_gpu) + "%" + input + " while its CPU runs at " +
                     std::to_string(u.starved_cpu) + "% of its limit, for " + FormatSpan(now - u.starved_since));
   }
   return flags;

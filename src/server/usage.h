@@ -37,6 +37,11 @@ struct RightSizing {
   int32_t starved_gpu_pct = 30;
   int32_t starved_cpu_pct = 90;
   Duration starved_after = 60 * kMicrosPerSecond;
+  // Or: GPU activity that low while the CPU is busy (`starved_busy_cpu_pct`
+  // of its limit) and the GPUs receive under `starved_pcie_kbps` a GPU over
+  // PCIe: a pipeline that waits on its disk or network, not its CPU.
+  int32_t starved_busy_cpu_pct = 50;
+  int32_t starved_pcie_kbps = 50'000;
 };
 
 class UsageTracker {
@@ -75,6 +80,7 @@ class UsageTracker {
     // Input-bound: since when (0 = not now), and the last window's numbers.
     TimePoint starved_since = 0;
     int32_t starved_gpu = 0, starved_cpu = 0;
+    int32_t starved_rx_kbps = -1;  // the PCIe input it was flagged by (-1 = by its CPU)
   };
   UsageRecord Record(const Snapshot& snap, const JobRecord& job, const JobUsage* u, TimePoint at) const;
   const RightSizing settings_;

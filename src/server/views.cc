@@ -266,7 +266,7 @@ std::string Escape(const std::string& v) {
 
 }  // namespace
 
-std::string RenderMetrics(const Controller& c) {
+std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
   Snapshot snap = c.snapshot();
   const auto live = c.nodes_live();
   const ControllerMetrics m = c.metrics();
@@ -315,7 +315,7 @@ std::string RenderMetrics(const Controller& c) {
   header("rota_job_overprovisioned", "gauge", "1 for a running job whose peak GPU memory stays far below its GPUs'.");
   header("rota_job_input_bound", "gauge",
          "1 for a running job whose GPUs wait on a CPU saturated against its limit (a data pipeline that cannot feed them).");
-  std::string idle, over, starved;
+  std::string idle, over, starved, energy, memory, activity;
   std::map<std::pair<NodeId, int32_t>, uint64_t> holder;  // whole GPUs -> the running job on them
   for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state != JobState::kRunning) continue;
@@ -329,6 +329,15 @@ std::string RenderMetrics(const Controller& c) {
     idle += "rota_job_idle" + labels + (is_idle ? "1" : "0") + "\n";
     over += "rota_job_overprovisioned" + labels + (is_over ? "1" : "0") + "\n";
     starved += "rota_job_input_bound" + labels + (is_starved ? "1" : "0") + "\n";
+    // The attempt's measure so far (whole GPUs; none until telemetry came).
+    const UsageRecord u = c.PeekUsage(snap, *job);
+    if (u.measured()) {
+      char mean[32];
+      std::snprintf(mean, sizeof mean, "%g", u.activity.Mean() / 100.0);
+      energy += "rota_job_gpu_energy_joules_total" + labels + std::to_string(u.energy_mj / 1000) + "\n";
+      memory += "rota_job_gpu_memory_peak_bytes" + labels + std::to_string(u.gpu_memory_peak * 1024 * 1024) + "\n";
+      activity += "rota_job_gpu_activity_ratio" + labels + mean + "\n";
+    }
     for (const ReplicaPlacement& r : job->placement) {
       if (r.shares_gpu()) continue;
       for (uint64_t m = r.gpu_mask; m != 0; m &= m - 1) holder[{r.node, std::countr_zero(m)}] = id.value();
@@ -340,6 +349,12 @@ std::string RenderMetrics(const Controller& c) {
     out.insert(out.find("# HELP rota_job_input_bound"), over);
     out += starved;
   }
+  header("rota_job_gpu_energy_joules_total", "counter", "Energy of a running job's GPUs in its current attempt.");
+  out += energy;
+  header("rota_job_gpu_memory_peak_bytes", "gauge", "Highest GPU memory used by any of a running job's GPUs this attempt.");
+  out += memory;
+  header("rota_job_gpu_activity_ratio", "gauge", "Mean utilisation of a running job's GPUs this attempt (1 = 100%).");
+  out += activity;
 
   header("rota_jobs_submitted_total", "counter", "Jobs accepted since this server started.");
   out += "rota_jobs_submitted_total " + std::to_string(m.jobs_submitted) + "\n";
@@ -397,22 +412,42 @@ std::string RenderMetrics(const Controller& c) {
       {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", [](const GpuTelemetry& t) { return int64_t{t.temperature_c}; }},
       {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", [](const GpuTelemetry& t) { return int64_t{t.power_w}; }},
   };
+  auto gpu_labels = [&](const std::string& node, const NodeState* n, int32_t index) {
+    std::string labels = "gpu=\"" + std::to_string(index) + "\",device=\"nvidia" + std::to_string(index) + "\"," +
+                         (dcgm_labels ? "modelName" : "model_name") + "=\"" +
+                         Escape(n != nullptr ? n->spec.gpu_model : "") + "\"," + (dcgm_labels ? "Hostname" : "hostname") +
+                         "=\"" + Escape(node) + "\"";
+    if (n != nullptr) {
+      if (auto h = holder.find({n->id, index}); h != holder.end()) labels += ",job=\"" + std::to_string(h->second) + "\"";
+    }
+    return labels;
+  };
   for (const Dcgm& d : dcgm) {
     header(d.name, "gauge", d.help);
     for (const auto& [node, l] : live) {
       const NodeState* n = snap.FindNode(node);
       for (const GpuTelemetry& t : l.gpus) {
         if (d.get(t) < 0) continue;
-        std::string labels = "gpu=\"" + std::to_string(t.index) + "\",device=\"nvidia" + std::to_string(t.index) +
-                             "\",model_name=\"" + Escape(n != nullptr ? n->spec.gpu_model : "") + "\",hostname=\"" +
-                             Escape(node) + "\"";
-        if (n != nullptr) {
-          if (auto h = holder.find({n->id, t.index}); h != holder.end()) labels += ",job=\"" + std::to_string(h->second) + "\"";
-        }
-        out += std::string(d.name) + "{" + labels + "} " + std::to_string(d.get(t)) + "\n";
+        out += std::string(d.name) + "{" + gpu_labels(node, n, t.index) + "} " + std::to_string(d.get(t)) + "\n";
       }
     }
   }
+  // Energy: dcgm-exporter's counter (since boot there; since this server
+  // started here), typed untyped unless its labels are asked for (a counter
+  // without _total fails the lint), and the same under rota's name.
+  header("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", dcgm_labels ? "counter" : "untyped",
+         "Total energy consumption since this server started (in mJ).");
+  std::string joules;
+  for (const auto& [node, l] : live) {
+    const NodeState* n = snap.FindNode(node);
+    for (const auto& [index, mj] : l.energy_mj) {
+      out += "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" + gpu_labels(node, n, index) + "} " + std::to_string(mj) + "\n";
+      joules += "rota_gpu_energy_joules_total{node=\"" + Escape(node) + "\",gpu=\"" + std::to_string(index) + "\"} " +
+                std::to_string(mj / 1000) + "\n";
+    }
+  }
+  header("rota_gpu_energy_joules_total", "counter", "GPU energy in the agents' reports since this server started.");
+  out += joules;
   return out;
 }
 

@@ -17,6 +17,9 @@ nlohmann::ordered_json QueuesView(const Controller& c, const Snapshot& snap);
 std::string NodeStateName(const Controller& c, const NodeState& node, const std::map<std::string, NodeLive>& live);
 
 // Prometheus text exposition format 0.0.4.
-std::string RenderMetrics(const Controller& c);
+// `dcgm_labels`: dcgm-exporter's own label names on its series (Hostname,
+// modelName: what its Grafana dashboards select by; modelName fails
+// Prometheus' naming lint), else snake_case ones.
+std::string RenderMetrics(const Controller& c, bool dcgm_labels = false);
 
 }  // namespace rota::server
