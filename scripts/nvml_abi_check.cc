@@ -35,6 +35,16 @@ int main() {
   Check("sizeof nvmlGpuInstanceInfo_t", sizeof(A::GpuInstanceInfo), sizeof(nvmlGpuInstanceInfo_t));
   Check("offsetof nvmlGpuInstanceInfo_t.placement", offsetof(A::GpuInstanceInfo, start),
         offsetof(nvmlGpuInstanceInfo_t, placement));
+  Check("sizeof nvmlGpmSupport_t", sizeof(A::GpmSupport), sizeof(nvmlGpmSupport_t));
+  Check("NVML_GPM_SUPPORT_VERSION", A::kGpmVersion, NVML_GPM_SUPPORT_VERSION);
+  Check("sizeof nvmlGpmMetric_t", sizeof(A::GpmMetric), sizeof(nvmlGpmMetric_t));
+  Check("offsetof nvmlGpmMetric_t.value", offsetof(A::GpmMetric, value), offsetof(nvmlGpmMetric_t, value));
+  Check("offsetof nvmlGpmMetricsGet_t.metrics", offsetof(A::GpmMetricsGet, metrics), offsetof(nvmlGpmMetricsGet_t, metrics));
+  Check("NVML_GPM_METRICS_GET_VERSION", A::kGpmVersion, NVML_GPM_METRICS_GET_VERSION);
+  Check("NVML_GPM_METRIC_SM_UTIL", A::kGpmSmUtil, NVML_GPM_METRIC_SM_UTIL);
+  Check("NVML_GPM_METRIC_SM_OCCUPANCY", A::kGpmSmOccupancy, NVML_GPM_METRIC_SM_OCCUPANCY);
+  Check("NVML_GPM_METRIC_ANY_TENSOR_UTIL", A::kGpmAnyTensorUtil, NVML_GPM_METRIC_ANY_TENSOR_UTIL);
+  Check("NVML_GPM_METRIC_DRAM_BW_UTIL", A::kGpmDramBwUtil, NVML_GPM_METRIC_DRAM_BW_UTIL);
   Check("nvmlEventTypeXidCriticalError", 0x8, nvmlEventTypeXidCriticalError);
   Check("NVML_NVLINK_MAX_LINKS", 18, NVML_NVLINK_MAX_LINKS);
   Check("NVML_TEMPERATURE_GPU", 0, NVML_TEMPERATURE_GPU);

@@ -1096,7 +1096,7 @@ void Agent::MeterLoop() {
         if (!t->exited) busy |= t->gpu_mask;
       }
     }
-    meter_.Add(ReadMeters(options_.inventory, busy, n % 10 == 0), SteadyMs());
+    meter_.Add(ReadMeters(options_.inventory, busy, n % 10 == 0, &gpm_), SteadyMs());
     std::unique_lock<std::mutex> lock(wake_mu_);
     wake_cv_.wait_for(lock, std::chrono::milliseconds(options_.meter_interval_ms), [this] { return stop_.load(); });
   }

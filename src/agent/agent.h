@@ -196,6 +196,7 @@ class Agent {
   std::thread reap_thread_;
   std::thread meter_thread_;
   GpuMeter meter_;  // the GPUs' 1 Hz samples between reports (thread-safe)
+  GpmSampler gpm_;  // the meter thread's GPM samples (that thread only)
 };
 
 }  // namespace rota::agent

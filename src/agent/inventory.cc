@@ -107,6 +107,11 @@ const NvmlApi& LoadNvml() {
     sym(nvml.mig_device_gi, "nvmlDeviceGetGpuInstanceId");
     sym(nvml.energy, "nvmlDeviceGetTotalEnergyConsumption");
     sym(nvml.pcie_throughput, "nvmlDeviceGetPcieThroughput");
+    sym(nvml.gpm_query_support, "nvmlGpmQueryDeviceSupport");
+    sym(nvml.gpm_sample_alloc, "nvmlGpmSampleAlloc");
+    sym(nvml.gpm_sample_free, "nvmlGpmSampleFree");
+    sym(nvml.gpm_sample_get, "nvmlGpmSampleGet");
+    sym(nvml.gpm_metrics_get, "nvmlGpmMetricsGet");
     nvml.ok = nvml.init && nvml.count && nvml.handle && nvml.name && nvml.memory && nvml.init() == 0;
   });
   return nvml;

@@ -5,7 +5,71 @@
 
 namespace rota::agent {
 
-std::vector<MeterReading> ReadMeters(const NvmlApi& nvml, const Inventory& inv, bool pcie) {
+GpmSampler::~GpmSampler() {
+  if (nvml_ == nullptr || nvml_->gpm_sample_free == nullptr) return;
+  for (auto& [index, g] : gpus_) {
+    for (NvmlApi::GpmSample s : g.samples) {
+      if (s != nullptr) nvml_->gpm_sample_free(s);
+    }
+  }
+}
+
+void GpmSampler::Read(const NvmlApi& nvml, NvmlApi::Device dev, int32_t index, MeterReading* r) {
+  if (!nvml.gpm_query_support || !nvml.gpm_sample_alloc || !nvml.gpm_sample_get || !nvml.gpm_metrics_get) {
+    absent_ = "absent: the driver's NVML has no GPM (R520 or later has it)";
+    return;
+  }
+  auto [it, first] = gpus_.try_emplace(index);
+  Gpu& g = it->second;
+  if (first) {
+    nvml_ = &nvml;
+    NvmlApi::GpmSupport support{NvmlApi::kGpmVersion, 0};
+    const int rc = nvml.gpm_query_support(dev, &support);
+    g.supported = rc == 0 && support.is_supported_device != 0 && nvml.gpm_sample_alloc(&g.samples[0]) == 0 &&
+                  nvml.gpm_sample_alloc(&g.samples[1]) == 0;
+    if (!g.supported) {
+      absent_ = "absent: GPU " + std::to_string(index) + " has no GPM (" +
+                (rc == 0 ? std::string("before Hopper") : "nvmlGpmQueryDeviceSupport: error " + std::to_string(rc)) + ")";
+    }
+  }
+  if (!g.supported) return;
+  const int cur = g.last == 0 ? 1 : 0;
+  if (nvml.gpm_sample_get(dev, g.samples[cur]) != 0) {
+    absent_ = "absent: GPU " + std::to_string(index) + " refused a GPM sample (in MIG mode?)";
+    g.last = -1;
+    return;
+  }
+  if (g.last >= 0) {
+    NvmlApi::GpmMetricsGet get{};
+    get.version = NvmlApi::kGpmVersion;
+    get.sample1 = g.samples[g.last];
+    get.sample2 = g.samples[cur];
+    const unsigned int ids[] = {NvmlApi::kGpmSmUtil, NvmlApi::kGpmSmOccupancy, NvmlApi::kGpmAnyTensorUtil,
+                                NvmlApi::kGpmDramBwUtil};
+    get.num_metrics = 4;
+    for (unsigned int k = 0; k < get.num_metrics; ++k) get.metrics[k].metric_id = ids[k];
+    if (nvml.gpm_metrics_get(&get) == 0) {
+      int32_t* out[] = {&r->sm_active_pct, &r->sm_occupancy_pct, &r->tensor_active_pct, &r->dram_active_pct};
+      for (unsigned int k = 0; k < get.num_metrics; ++k) {
+        if (get.metrics[k].nvml_return == 0) {
+          *out[k] = static_cast<int32_t>(std::clamp(get.metrics[k].value, 0.0, 100.0) + 0.5);
+        }
+      }
+    }
+  }
+  g.last = cur;
+}
+
+std::string GpmSampler::Status() const {
+  if (gpus_.empty() && absent_.empty()) return "not read yet";
+  int on = 0;
+  for (const auto& [index, g] : gpus_) on += g.supported;
+  if (on == 0) return absent_;
+  return "on " + std::to_string(on) + " of " + std::to_string(gpus_.size()) + " GPUs" +
+         (absent_.empty() ? "" : " (" + absent_ + ")");
+}
+
+std::vector<MeterReading> ReadMeters(const NvmlApi& nvml, const Inventory& inv, bool pcie, GpmSampler* gpm) {
   std::vector<MeterReading> out;
   for (int32_t g = 0; g < inv.gpus; ++g) {
     MeterReading r;
@@ -24,15 +88,16 @@ std::vector<MeterReading> ReadMeters(const NvmlApi& nvml, const Inventory& inv, 
     // nvmlPcieUtilCounter_t: 0 = TX, 1 = RX (KB/s over 20 ms).
     if (pcie && nvml.pcie_throughput && nvml.pcie_throughput(dev, 1, &kbps) == 0) r.pcie_rx_kbps = static_cast<int32_t>(kbps);
     if (pcie && nvml.pcie_throughput && nvml.pcie_throughput(dev, 0, &kbps) == 0) r.pcie_tx_kbps = static_cast<int32_t>(kbps);
+    if (gpm != nullptr) gpm->Read(nvml, dev, g, &r);
     out.push_back(r);
   }
   return out;
 }
 
-std::vector<MeterReading> ReadMeters(const Inventory& inv, uint64_t busy_mask, bool pcie) {
+std::vector<MeterReading> ReadMeters(const Inventory& inv, uint64_t busy_mask, bool pcie, GpmSampler* gpm) {
   if (!inv.simulated) {
     const NvmlApi& nvml = SystemNvml();
-    if (nvml.ok) return ReadMeters(nvml, inv, pcie);
+    if (nvml.ok) return ReadMeters(nvml, inv, pcie, gpm);
   }
   std::vector<MeterReading> out;
   for (int32_t g = 0; g < inv.gpus; ++g) {
@@ -52,6 +117,11 @@ void GpuMeter::Window::Merge(const Window& w) {
   rx_sum += w.rx_sum;
   tx_sum += w.tx_sum;
   pcie_reads += w.pcie_reads;
+  sm_active += w.sm_active;
+  sm_occupancy += w.sm_occupancy;
+  tensor_active += w.tensor_active;
+  dram_active += w.dram_active;
+  gpm_reads += w.gpm_reads;
 }
 
 void GpuMeter::Add(const std::vector<MeterReading>& readings, int64_t at_ms) {
@@ -81,6 +151,13 @@ void GpuMeter::Add(const std::vector<MeterReading>& readings, int64_t at_ms) {
       w.tx_sum += r.pcie_tx_kbps;
       ++w.pcie_reads;
     }
+    if (r.sm_active_pct >= 0) {
+      w.sm_active += r.sm_active_pct;
+      w.sm_occupancy += std::max(r.sm_occupancy_pct, 0);
+      w.tensor_active += std::max(r.tensor_active_pct, 0);
+      w.dram_active += std::max(r.dram_active_pct, 0);
+      ++w.gpm_reads;
+    }
   }
 }
 
@@ -106,6 +183,11 @@ uint64_t GpuMeter::Take(std::vector<api::GpuTelemetry>* gpus) {
     t.energy_mj = w.energy_mj;
     t.pcie_rx_kbps = w.pcie_reads > 0 ? static_cast<int32_t>(w.rx_sum / w.pcie_reads) : -1;
     t.pcie_tx_kbps = w.pcie_reads > 0 ? static_cast<int32_t>(w.tx_sum / w.pcie_reads) : -1;
+    auto mean = [&](int64_t sum) { return w.gpm_reads > 0 ? static_cast<int32_t>(sum / w.gpm_reads) : -1; };
+    t.sm_active_pct = mean(w.sm_active);
+    t.sm_occupancy_pct = mean(w.sm_occupancy);
+    t.tensor_active_pct = mean(w.tensor_active);
+    t.dram_active_pct = mean(w.dram_active);
   }
   return id;
 }

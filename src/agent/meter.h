@@ -37,14 +37,40 @@ struct MeterReading {
   int64_t energy_mj = -1;        // the total-energy counter; -1 = none
   int32_t pcie_rx_kbps = -1;     // -1 = not read this time
   int32_t pcie_tx_kbps = -1;
+  // GPM (Hopper and later), percent since the last reading; -1 = none.
+  int32_t sm_active_pct = -1, sm_occupancy_pct = -1, tensor_active_pct = -1, dram_active_pct = -1;
+};
+
+// GPM metrics of each GPU from its consecutive samples (one a reading, so
+// a GPU's first reading only takes one). Where the driver or the GPU has
+// none (before R520, before Hopper, MIG mode), Status says why.
+class GpmSampler {
+ public:
+  GpmSampler() = default;
+  GpmSampler(const GpmSampler&) = delete;
+  GpmSampler& operator=(const GpmSampler&) = delete;
+  ~GpmSampler();
+  void Read(const NvmlApi& nvml, NvmlApi::Device dev, int32_t index, MeterReading* r);
+  // "on 8 of 8 GPUs", or "absent: why"; "not read yet" before any reading.
+  std::string Status() const;
+
+ private:
+  struct Gpu {
+    bool supported = false;
+    NvmlApi::GpmSample samples[2] = {nullptr, nullptr};
+    int last = -1;  // which sample holds the previous reading
+  };
+  const NvmlApi* nvml_ = nullptr;  // what allocated the samples
+  std::map<int32_t, Gpu> gpus_;
+  std::string absent_;
 };
 
 // Reads every GPU of `inv` through `nvml` (a real driver or a test's fake).
 // PCIe throughput (20 ms per read in NVML) only when `pcie` is set.
-std::vector<MeterReading> ReadMeters(const NvmlApi& nvml, const Inventory& inv, bool pcie);
+std::vector<MeterReading> ReadMeters(const NvmlApi& nvml, const Inventory& inv, bool pcie, GpmSampler* gpm = nullptr);
 // The agent's readings: NVML for real GPUs; for a declared inventory,
 // utilisation and power follow whether a task holds the GPU (as SampleGpus).
-std::vector<MeterReading> ReadMeters(const Inventory& inv, uint64_t busy_mask, bool pcie);
+std::vector<MeterReading> ReadMeters(const Inventory& inv, uint64_t busy_mask, bool pcie, GpmSampler* gpm = nullptr);
 
 class GpuMeter {
  public:
@@ -69,6 +95,9 @@ class GpuMeter {
     int64_t energy_mj = 0;
     int64_t rx_sum = 0, tx_sum = 0;
     int32_t pcie_reads = 0;
+    // GPM: sums of the readings that had them, and how many.
+    int64_t sm_active = 0, sm_occupancy = 0, tensor_active = 0, dram_active = 0;
+    int32_t gpm_reads = 0;
     void Merge(const Window& w);
   };
   struct Gpu {

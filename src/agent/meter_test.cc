@@ -109,5 +109,95 @@ TEST(GpuMeter, ReadsEnergyAndPcieThroughNvml) {
   EXPECT_EQ(ReadMeters(n, inv, /*pcie=*/false)[0].pcie_rx_kbps, -1);
 }
 
+// A fake GPM: a metric's value is the number of the sample it ends on, so
+// the test sees which pair of samples NVML was given.
+int gpm_samples_taken = 0, gpm_frees = 0;
+int sample_slots[2];
+bool gpm_supported = true;
+
+NvmlApi GpmNvml() {
+  NvmlApi n;
+  n.ok = true;
+  n.handle = +[](unsigned int i, NvmlApi::Device* d) { *d = &tag; return i == 0 ? 0 : 2; };
+  n.memory = +[](NvmlApi::Device, NvmlApi::Memory* m) { *m = {80ULL << 30, 70ULL << 30, 10ULL << 30}; return 0; };
+  n.gpm_query_support = +[](NvmlApi::Device, NvmlApi::GpmSupport* s) {
+    if (s->version != NvmlApi::kGpmVersion) return 2;  // NVML_ERROR_INVALID_ARGUMENT
+    s->is_supported_device = gpm_supported ? 1 : 0;
+    return 0;
+  };
+  n.gpm_sample_alloc = +[](NvmlApi::GpmSample* s) {
+    static int next = 0;
+    *s = &sample_slots[next++ % 2];
+    return 0;
+  };
+  n.gpm_sample_free = +[](NvmlApi::GpmSample) { return ++gpm_frees, 0; };
+  n.gpm_sample_get = +[](NvmlApi::Device, NvmlApi::GpmSample s) {
+    *static_cast<int*>(s) = ++gpm_samples_taken;
+    return 0;
+  };
+  n.gpm_metrics_get = +[](NvmlApi::GpmMetricsGet* g) {
+    if (g->version != NvmlApi::kGpmVersion || g->num_metrics > NvmlApi::kGpmMetrics) return 2;
+    const int a = *static_cast<int*>(g->sample1), b = *static_cast<int*>(g->sample2);
+    if (b != a + 1) return 2;  // not consecutive samples
+    for (unsigned int k = 0; k < g->num_metrics; ++k) {
+      NvmlApi::GpmMetric& m = g->metrics[k];
+      m.nvml_return = m.metric_id == NvmlApi::kGpmDramBwUtil ? 3 : 0;  // DRAM: not supported
+      m.value = m.metric_id == NvmlApi::kGpmSmUtil ? 10.0 * b : m.metric_id == NvmlApi::kGpmSmOccupancy ? 33.4 : 61.6;
+    }
+    return 0;
+  };
+  return n;
+}
+
+TEST(GpmSampler, MetricsComeFromConsecutiveSamplesAndReachTheWindow) {
+  gpm_supported = true;
+  gpm_samples_taken = 0;
+  gpm_frees = 0;
+  const NvmlApi n = GpmNvml();
+  Inventory inv;
+  inv.gpus = 1;
+  inv.simulated = false;
+  GpuMeter meter;
+  {
+    GpmSampler gpm;
+    EXPECT_EQ(gpm.Status(), "not read yet");
+    auto first = ReadMeters(n, inv, false, &gpm);
+    EXPECT_EQ(first[0].sm_active_pct, -1);  // one sample: no metric yet
+    meter.Add(first, 0);
+    for (int s = 1; s <= 3; ++s) {
+      auto r = ReadMeters(n, inv, false, &gpm);
+      EXPECT_EQ(r[0].sm_active_pct, 10 * (s + 1)) << s;  // samples s and s + 1
+      EXPECT_EQ(r[0].sm_occupancy_pct, 33);
+      EXPECT_EQ(r[0].tensor_active_pct, 62);
+      EXPECT_EQ(r[0].dram_active_pct, -1);  // NVML refused that one
+      meter.Add(r, s * 1000);
+    }
+    EXPECT_EQ(gpm.Status(), "on 1 of 1 GPUs");
+  }
+  EXPECT_EQ(gpm_frees, 2);  // both samples freed
+  std::vector<api::GpuTelemetry> report(1);
+  meter.Take(&report);
+  EXPECT_EQ(report[0].samples, 4);
+  EXPECT_EQ(report[0].sm_active_pct, 30);  // the mean of the readings that had it: 20, 30, 40
+  EXPECT_EQ(report[0].tensor_active_pct, 62);
+}
+
+TEST(GpmSampler, AGpuOrDriverWithoutGpmSaysSo) {
+  Inventory inv;
+  inv.gpus = 1;
+  inv.simulated = false;
+  gpm_supported = false;
+  NvmlApi n = GpmNvml();
+  GpmSampler before_hopper;
+  ReadMeters(n, inv, false, &before_hopper);
+  EXPECT_EQ(ReadMeters(n, inv, false, &before_hopper)[0].sm_active_pct, -1);
+  EXPECT_EQ(before_hopper.Status(), "absent: GPU 0 has no GPM (before Hopper)");
+  n.gpm_metrics_get = nullptr;
+  GpmSampler old_driver;
+  ReadMeters(n, inv, false, &old_driver);
+  EXPECT_EQ(old_driver.Status(), "absent: the driver's NVML has no GPM (R520 or later has it)");
+  gpm_supported = true;
+}
+
 }  // namespace
 }  // namespace rota::agent

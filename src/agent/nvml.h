@@ -81,6 +81,37 @@ struct NvmlApi {
   // and later) and PCIe throughput (counter 0 = TX, 1 = RX, KB/s).
   int (*energy)(Device, unsigned long long*) = nullptr;
   int (*pcie_throughput)(Device, int, unsigned int*) = nullptr;
+  // GPU Performance Monitoring (Hopper and later): a metric is computed
+  // from two samples of a device. nvmlGpmSupport_t, nvmlGpmMetric_t and
+  // nvmlGpmMetricsGet_t (version 1 each); NVML reads and writes the first
+  // numMetrics entries of metrics[], so the array here is shorter than
+  // nvml.h's NVML_GPM_METRIC_MAX.
+  using GpmSample = void*;
+  struct GpmSupport {
+    unsigned int version, is_supported_device;
+  };
+  struct GpmMetric {
+    unsigned int metric_id;
+    int nvml_return;
+    double value;
+    struct {
+      char *short_name, *long_name, *unit;
+    } info;
+  };
+  static constexpr unsigned int kGpmVersion = 1;
+  static constexpr int kGpmMetrics = 8;
+  struct GpmMetricsGet {
+    unsigned int version, num_metrics;
+    GpmSample sample1, sample2;
+    GpmMetric metrics[kGpmMetrics];
+  };
+  // NVML_GPM_METRIC_*: SM activity, SM occupancy, any tensor pipe, DRAM bandwidth (percent each).
+  static constexpr unsigned int kGpmSmUtil = 2, kGpmSmOccupancy = 3, kGpmAnyTensorUtil = 5, kGpmDramBwUtil = 10;
+  int (*gpm_query_support)(Device, GpmSupport*) = nullptr;
+  int (*gpm_sample_alloc)(GpmSample*) = nullptr;
+  int (*gpm_sample_free)(GpmSample) = nullptr;
+  int (*gpm_sample_get)(Device, GpmSample) = nullptr;
+  int (*gpm_metrics_get)(GpmMetricsGet*) = nullptr;
   bool ok = false;  // loaded and initialised
 };
 

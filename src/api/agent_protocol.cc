@@ -86,6 +86,12 @@ ordered_json HeartbeatToJson(const HeartbeatReport& report) {
       j["window"] = {{"samples", g.samples},           {"activity", g.activity},       {"activity_sum", g.activity_sum},
                      {"memory_peak_mib", g.memory_peak}, {"energy_mj", g.energy_mj},
                      {"pcie_rx_kbps", g.pcie_rx_kbps},   {"pcie_tx_kbps", g.pcie_tx_kbps}};
+      if (g.sm_active_pct >= 0) {
+        j["window"]["gpm"] = {{"sm_active", g.sm_active_pct},
+                              {"sm_occupancy", g.sm_occupancy_pct},
+                              {"tensor_active", g.tensor_active_pct},
+                              {"dram_active", g.dram_active_pct}};
+      }
     }
     gpus.push_back(std::move(j));
   }
@@ -162,6 +168,19 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
           if (Read(*w, p, "activity_sum", &win.activity_sum).ok() && win.activity_sum >= 0 &&
               win.activity_sum <= in_buckets * 100) {
             t.activity_sum = win.activity_sum;
+          }
+          // GPM percentages; one out of 0..100 drops them all.
+          if (auto gpm = w->find("gpm"); gpm != w->end() && gpm->is_object()) {
+            int32_t v[4] = {-1, -1, -1, -1};
+            const char* keys[] = {"sm_active", "sm_occupancy", "tensor_active", "dram_active"};
+            bool fine = true;
+            for (int k = 0; k < 4; ++k) fine = fine && Read(*gpm, p, keys[k], &v[k]).ok() && v[k] >= -1 && v[k] <= 100;
+            if (fine) {
+              t.sm_active_pct = v[0];
+              t.sm_occupancy_pct = v[1];
+              t.tensor_active_pct = v[2];
+              t.dram_active_pct = v[3];
+            }
           }
         }
       }

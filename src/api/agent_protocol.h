@@ -54,6 +54,9 @@ struct GpuTelemetry {
   int64_t energy_mj = 0;
   int32_t pcie_rx_kbps = -1;
   int32_t pcie_tx_kbps = -1;
+  // GPM (Hopper and later): the window's mean SM activity, SM occupancy,
+  // tensor-pipe activity and DRAM bandwidth use, percent (-1 = none).
+  int32_t sm_active_pct = -1, sm_occupancy_pct = -1, tensor_active_pct = -1, dram_active_pct = -1;
 };
 
 // What a node's agent should be running: one replica of a job.

@@ -111,6 +111,9 @@ TEST(AgentProtocol, AReportCarriesItsWindowOfSamplesAndItsTasksCpu) {
   g.memory_peak = 9000;
   g.energy_mj = 3'000'000;
   g.pcie_rx_kbps = 1200;
+  g.sm_active_pct = 41;
+  g.sm_occupancy_pct = 20;
+  g.tensor_active_pct = 35;
   r.gpus.push_back(g);
   TaskReport t;
   t.job = JobId(4);
@@ -127,6 +130,9 @@ TEST(AgentProtocol, AReportCarriesItsWindowOfSamplesAndItsTasksCpu) {
   EXPECT_EQ(back->gpus[0].energy_mj, 3'000'000);
   EXPECT_EQ(back->gpus[0].pcie_rx_kbps, 1200);
   EXPECT_EQ(back->gpus[0].pcie_tx_kbps, -1);
+  EXPECT_EQ(back->gpus[0].sm_active_pct, 41);
+  EXPECT_EQ(back->gpus[0].tensor_active_pct, 35);
+  EXPECT_EQ(back->gpus[0].dram_active_pct, -1);
   EXPECT_EQ(back->tasks[0].cpu_used_us, 12'000'000);
   EXPECT_EQ(back->tasks[0].cpu_throttled_us, 500);
   EXPECT_EQ(back->tasks[0].memory_peak, 2048);

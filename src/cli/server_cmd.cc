@@ -614,6 +614,20 @@ int Probe(const agent::Inventory& inv) {
   std::printf("mps          %s\n", inv.simulated ? "-" : agent::MpsRunning() ? "running" : "not running");
   const auto samples = agent::SampleGpus(inv, 0);
   std::printf("xid events   %s\n", inv.simulated ? "- (simulated)" : agent::XidEventStatus().c_str());
+  // GPM: two readings a second apart (a metric spans two samples).
+  agent::GpmSampler gpm;
+  std::vector<agent::MeterReading> gpm_readings;
+  if (!inv.simulated) {
+    agent::ReadMeters(inv, 0, false, &gpm);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    gpm_readings = agent::ReadMeters(inv, 0, false, &gpm);
+  }
+  std::printf("gpm          %s\n", inv.simulated ? "- (simulated)" : gpm.Status().c_str());
+  for (const agent::MeterReading& r : gpm_readings) {
+    if (r.sm_active_pct < 0) continue;
+    std::printf("     GPU %d: SM active %d%%, SM occupancy %d%%, tensor active %d%%, DRAM active %d%%\n", r.index,
+                r.sm_active_pct, r.sm_occupancy_pct, r.tensor_active_pct, r.dram_active_pct);
+  }
   std::printf("%-4s %-42s %5s %10s %5s %6s  %-8s %s\n", "GPU", "UUID", "UTIL", "MEMORY", "TEMP", "POWER", "MIG", "HEALTH");
   for (const agent::GpuSample& g : samples) {
     const std::string uuid = static_cast<size_t>(g.index) < inv.uuids.size() ? inv.uuids[g.index] : "-";

@@ -432,6 +432,33 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
       }
     }
   }
+  // GPM (Hopper and later), as ratios like dcgm-exporter's profiling fields;
+  // GPUs without GPM have none.
+  struct Prof {
+    const char* name;
+    const char* help;
+    int32_t GpuTelemetry::*field;
+  };
+  const Prof prof[] = {
+      {"DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", &GpuTelemetry::sm_active_pct},
+      {"DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of number of warps resident on an SM.", &GpuTelemetry::sm_occupancy_pct},
+      {"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.",
+       &GpuTelemetry::tensor_active_pct},
+      {"DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active sending or receiving data.",
+       &GpuTelemetry::dram_active_pct},
+  };
+  for (const Prof& p : prof) {
+    header(p.name, "gauge", p.help);
+    for (const auto& [node, l] : live) {
+      const NodeState* n = snap.FindNode(node);
+      for (const GpuTelemetry& t : l.gpus) {
+        if (t.*p.field < 0) continue;
+        char v[32];
+        std::snprintf(v, sizeof v, "%g", t.*p.field / 100.0);
+        out += std::string(p.name) + "{" + gpu_labels(node, n, t.index) + "} " + v + "\n";
+      }
+    }
+  }
   // Energy: dcgm-exporter's counter (since boot there; since this server
   // started here), typed untyped unless its labels are asked for (a counter
   // without _total fails the lint), and the same under rota's name.
