@@ -7,6 +7,11 @@
 #      its load and memory; a higher-priority job preempts it, its SIGTERM handler writes a
 #      checkpoint from the GPU process, and the restart resumes from it; an idle job holding the
 #      GPU is flagged idle and over-provisioned; an impossible request is refused.
+#   4. accounting: a 60 s matmul's energy (the GPU's counter, and rota's usage record) within 2%
+#      of its power sampled at 10 Hz and integrated; GPM metrics present (Hopper and later) or
+#      reported absent with the reason; a PyTorch loop whose data loader saturates its one CPU
+#      flagged input-bound, and the same loop with GPU-resident data not.
+#   Read-only: no power limits, clocks or MIG mode are changed.
 # Usage: scripts/gpu-check.sh [ROTA_BINARY]   (results also in $OUT or /tmp/gpu-check)
 set -u
 ROTA=$(realpath "${1:-build/src/cli/rota}")
@@ -183,6 +188,110 @@ for _ in $(seq 900); do "$ROTA" logs 1 2>/dev/null | grep -q '^done' && break; s
 "$ROTA" logs 1
 check "the restart resumed from the checkpoint" grep -q 'resume .*step-' <("$ROTA" logs 1)
 "$ROTA" jobs --all
+
+step "accounting: a 60 s matmul's energy against its power sampled at 10 Hz"
+# Once the GPU is free: power (10 Hz) and the energy counter through pynvml
+# for as long as the job runs, integrated over the job's own start and end.
+for _ in $(seq 600); do "$ROTA" jobs 2>/dev/null | grep -q running || break; sleep 0.5; done
+cat >"$D/matmul.py" <<'PY'
+import sys, time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    b = a @ a
+    torch.cuda.synchronize()
+print("done", flush=True)
+PY
+cat >"$D/power.py" <<'PY'
+import sys, time, pynvml as n
+n.nvmlInit()
+d = n.nvmlDeviceGetHandleByIndex(0)
+with open(sys.argv[1], "w") as out:
+    while True:
+        out.write("%.3f %d %d\n" % (time.time(), n.nvmlDeviceGetPowerUsage(d), n.nvmlDeviceGetTotalEnergyConsumption(d)))
+        out.flush()
+        time.sleep(0.1)
+PY
+python3 "$D/power.py" "$RESULTS/power.txt" &
+SAMPLER=$!
+cat >"$D/mm.yaml" <<YAML
+name: matmul
+tasks: [{name: w, gpus: 1, command: [python3, $D/matmul.py, "60"]}]
+YAML
+mm=$("$ROTA" submit "$D/mm.yaml" | grep -o 'job [0-9]*' | grep -o '[0-9]*')
+for _ in $(seq 1800); do "$ROTA" describe "$mm" 2>/dev/null | grep -qiE 'succeeded|failed' && break; sleep 0.1; done
+sleep 3
+kill $SAMPLER 2>/dev/null
+for _ in $(seq 100); do
+  "$ROTA" report job "$mm" -o json >"$RESULTS/matmul-usage.json" 2>/dev/null && grep -q energy_j "$RESULTS/matmul-usage.json" && break
+  sleep 0.2
+done
+"$ROTA" report job "$mm"
+python3 - "$RESULTS/power.txt" "$RESULTS/matmul-usage.json" <<'PY' | tee "$RESULTS/energy.txt"
+import json, sys, datetime
+rows = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 3]
+a = json.load(open(sys.argv[2]))["attempts"][0]
+def ts(s):
+    return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+start, end = ts(a["started_at"]), ts(a["ended_at"])
+w = [r for r in rows if start <= r[0] <= end]
+integrated = sum((w[i + 1][0] - w[i][0]) * (w[i][1] + w[i + 1][1]) / 2000.0 for i in range(len(w) - 1))  # mW x s -> J
+counter = (w[-1][2] - w[0][2]) / 1000.0
+print("samples %d over %.1f s; integrated power %.0f J; counter %.0f J (%.2f%%); record %d J (%.2f%%)" % (
+    len(w), w[-1][0] - w[0][0], integrated, counter, 100 * (counter / integrated - 1), a["energy_j"],
+    100 * (a["energy_j"] / integrated - 1)))
+PY
+within() {  # within LABEL: the percentage after LABEL in energy.txt is within 2
+  python3 -c "
+import re, sys; m = re.search(r'$1 [0-9]+ J \(([-0-9.]+)%\)', open('$RESULTS/energy.txt').read())
+sys.exit(not m or abs(float(m.group(1))) > 2)"
+}
+check "the GPU's energy counter within 2% of its integrated power" within counter
+check "rota's usage record within 2% of the integrated power" within record
+
+step "accounting: GPM metrics, present or reported absent"
+"$ROTA" agent --probe >"$RESULTS/probe-gpm.txt" 2>&1
+grep -A2 '^gpm' "$RESULTS/probe-gpm.txt"
+check "the probe says whether GPM is there, and why not" grep -qE '^gpm +(on [0-9]+ of|absent: )' "$RESULTS/probe-gpm.txt"
+if grep -qE '^gpm +on ' "$RESULTS/probe-gpm.txt"; then
+  check "GPM metrics on /metrics" grep -q '^DCGM_FI_PROF_SM_ACTIVE{' <(get $ROTA_SERVER/metrics "$(cat $D/data/admin.token)")
+fi
+
+step "accounting: a loop whose data loader saturates its one CPU, and the same loop fed on the GPU"
+cat >"$D/loader.py" <<'PY'
+import sys, time, torch
+torch.set_num_threads(1)
+gpu_data = sys.argv[1] == "gpu"
+w = torch.randn(4096, 4096, device="cuda")
+end = time.time() + 100
+while time.time() < end:
+    if gpu_data:  # GPU-resident data
+        x = torch.randn(4096, 4096, device="cuda")
+        for _ in range(20):
+            x = torch.tanh(x @ w)
+    else:  # a slow CPU data loader
+        x = torch.randn(256, 4096)
+        for _ in range(30):
+            x = torch.tanh(x * 1.0001 + 0.5)
+        x = x.cuda() @ w
+    torch.cuda.synchronize()
+PY
+for kind in cpu gpu; do
+  cat >"$D/loader-$kind.yaml" <<YAML
+name: loader-$kind
+tasks: [{name: w, gpus: 1, cpu: 1, command: [python3, $D/loader.py, $kind]}]
+YAML
+  id=$("$ROTA" submit "$D/loader-$kind.yaml" | grep -o 'job [0-9]*' | grep -o '[0-9]*')
+  for _ in $(seq 600); do "$ROTA" describe "$id" 2>/dev/null | grep -qi running && break; sleep 0.1; done
+  sleep 80
+  "$ROTA" describe "$id" >"$RESULTS/loader-$kind.txt"
+  grep -iE 'input-bound|activity' "$RESULTS/loader-$kind.txt" || true
+  get $ROTA_SERVER/metrics "$(cat $D/data/admin.token)" | grep "^rota_job_input_bound{job=\"$id\"" | tee -a "$RESULTS/loader-$kind.txt"
+  "$ROTA" cancel "$id" >/dev/null
+  for _ in $(seq 300); do "$ROTA" describe "$id" 2>/dev/null | grep -qi running || break; sleep 0.1; done
+done
+check "the CPU-starved loop is flagged input-bound" grep -q 'input-bound:' "$RESULTS/loader-cpu.txt"
+check "the GPU-fed loop is not" bash -c "! grep -q 'input-bound:' '$RESULTS/loader-gpu.txt'"
 cp "$D/up.log" "$RESULTS/up.log"
 echo
 echo "$fails checks failed"
