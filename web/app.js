@@ -109,7 +109,7 @@ async function refresh() {
 // grouping changes.
 const REPORT_MS = 30000;
 
-function reportRow(r, max) {
+function reportRow(r, max, priced) {
   const held = r.gpu_hours, used = r.gpu_hours_used, idle = r.gpu_hours_idle;
   const bar = '<div class="bar" title="held ' + held + ' GPU-h; used ' + used + '; idle ' + idle + '">' +
     '<div class="fill" style="width:' + (100 * held / max).toFixed(1) + '%"></div>' +
@@ -118,7 +118,10 @@ function reportRow(r, max) {
     '</td><td class="num" data-k="gpu_hours">' + esc(held) + '</td><td class="num" data-k="used">' + esc(used) +
     '</td><td class="num" data-k="idle">' + esc(idle) + '</td><td class="num" data-k="oversized">' + esc(r.gpu_hours_oversized) +
     '</td><td class="num" data-k="efficiency">' + (r.efficiency_pct < 0 ? '-' : esc(r.efficiency_pct) + '%') +
-    '</td><td class="num" data-k="energy">' + esc(r.energy_kwh) + '</td><td>' + bar + '</td></tr>';
+    '</td><td class="num" data-k="energy">' + esc(r.energy_kwh) + '</td>' +
+    (priced ? '<td class="num" data-k="cost">' + (r.cost === null ? '-' : esc(r.cost.toFixed(2))) +
+      '</td><td class="num" data-k="cost_idle">' + (r.cost_idle === null ? '-' : esc(r.cost_idle.toFixed(2))) + '</td>' : '') +
+    '<td>' + bar + '</td></tr>';
 }
 
 async function renderReports() {
@@ -130,6 +133,7 @@ async function renderReports() {
     state.reportAt = Date.now();
   }
   const rep = state.report;
+  const priced = rep.total.cost !== null && rep.total.cost !== undefined;  // some node's GPU-hours have a price
   let max = 0.001;
   for (const r of rep.rows) max = Math.max(max, r.gpu_hours);
   let html = '<h1>Reports</h1><div class="filters"><select id="r-by"><option value="user">by user</option>' +
@@ -138,9 +142,11 @@ async function renderReports() {
     '<option value="30d">last 30 days</option></select> <span class="muted">' + esc(rep.since) + ' to ' + esc(rep.until) +
     '</span></div><table id="report-table"><tr><th>' + esc(rep.by) + '</th><th class="num">jobs</th>' +
     '<th class="num">GPU-hours</th><th class="num">used</th><th class="num">idle</th><th class="num">oversized</th>' +
-    '<th class="num">efficiency</th><th class="num">kWh</th><th>held vs used</th></tr>';
-  for (const r of rep.rows) html += reportRow(r, max);
-  html += reportRow(rep.total, Math.max(max, rep.total.gpu_hours)).replace('<tr ', '<tr class="total" ');
+    '<th class="num">efficiency</th><th class="num">kWh</th>' +
+    (priced ? '<th class="num">cost' + (rep.currency ? ' (' + esc(rep.currency) + ')' : '') + '</th><th class="num">idle cost</th>' : '') +
+    '<th>held vs used</th></tr>';
+  for (const r of rep.rows) html += reportRow(r, max, priced);
+  html += reportRow(rep.total, Math.max(max, rep.total.gpu_hours), priced).replace('<tr ', '<tr class="total" ');
   html += '</table><p class="muted">Used: GPU-hours held times the GPUs\u2019 measured activity. Idle: held with the GPU under ' +
     'the idle threshold. Oversized: what the shape each job family fits would have freed.</p>';
   html += '<h2>Right-sizing</h2>';
@@ -287,7 +293,50 @@ function showGpu(key) {
     (g.utilization_pct !== undefined ? ' · utilisation ' + esc(g.utilization_pct) + '%' : '') +
     (g.memory_used !== undefined ? ' · memory used ' + esc(g.memory_used) : '') +
     (g.temperature_c !== undefined ? ' · ' + esc(g.temperature_c) + '°C' : '') +
-    (g.power_w !== undefined ? ' · ' + esc(g.power_w) + ' W' : '');
+    (g.power_w !== undefined ? ' · ' + esc(g.power_w) + ' W' : '') +
+    '<div id="gpu-history"></div>';
+  showGpuHistory(name, idx);
+}
+
+// The GPU's last 24 hours, a point a minute: GET /v1/nodes/NAME/history,
+// read again at most once a minute per node.
+const GPU_HISTORY_MS = 60000;
+
+async function showGpuHistory(name, idx) {
+  const cached = state.gpuHistory && state.gpuHistory.node === name && Date.now() - state.gpuHistory.at < GPU_HISTORY_MS;
+  if (!cached) {
+    const data = await api('/v1/nodes/' + encodeURIComponent(name) + '/history?since=24h');
+    state.gpuHistory = { node: name, at: Date.now(), data };
+  }
+  const box = $('#gpu-history');
+  if (!box || state.selectedGpu !== name + '/' + idx) return;
+  const gpu = (state.gpuHistory.data.gpus || []).find((g) => g.index === idx);
+  box.innerHTML = gpuHistoryChart(gpu ? gpu.points : [], state.gpuHistory.data);
+}
+
+// Activity (solid, 0-100%) and power (dashed, to its highest) over the period.
+function gpuHistoryChart(points, history) {
+  if (points.length < 2) {
+    return '<p class="muted" id="gpu-history-empty">Its use over time appears after a few minutes of reports.</p>';
+  }
+  const w = 640, h = 160, l = 44, r = 12, t = 14, b = 28;
+  const t0 = history.since, t1 = history.until;
+  const x = (v) => l + (v - t0) / Math.max(1, t1 - t0) * (w - l - r);
+  const maxPower = Math.max(1, ...points.map((p) => p[5]));
+  const y = (v, max) => h - b - v / max * (h - t - b);
+  const line = (pick, max, dash) => '<polyline fill="none" stroke="' + (dash ? '#d64533' : '#2f6fdf') + '" stroke-width="1.5"' +
+    (dash ? ' stroke-dasharray="4 3"' : '') + ' points="' +
+    points.filter((p) => pick(p) >= 0).map((p) => x(p[0]).toFixed(1) + ',' + y(pick(p), max).toFixed(1)).join(' ') + '"/>';
+  let svg = '<svg class="chart" id="gpu-history-chart" data-points="' + points.length + '" width="' + w + '" height="' + h + '">';
+  svg += '<text x="' + (l - 6) + '" y="' + (t + 4) + '" text-anchor="end" font-size="11">100%</text>';
+  svg += '<text x="' + (l - 6) + '" y="' + (h - b) + '" text-anchor="end" font-size="11">0</text>';
+  svg += '<line x1="' + l + '" y1="' + (h - b) + '" x2="' + (w - r) + '" y2="' + (h - b) + '" stroke="#999"/>';
+  svg += line((p) => p[2], 100, false) + line((p) => p[5], maxPower, true);
+  const mean = points.reduce((a, p) => a + Math.max(0, p[2]) * p[1], 0) / Math.max(1, points.reduce((a, p) => a + p[1], 0));
+  const kwh = points.reduce((a, p) => a + p[4], 0) / 3.6e6;
+  svg += '<text x="' + (w - r) + '" y="' + (h - 8) + '" text-anchor="end" font-size="11" fill="#777">solid: activity (mean ' +
+    Math.round(mean) + '%) · dashed: power (peak ' + maxPower + ' W) · ' + kwh.toFixed(2) + ' kWh · last 24 h</text></svg>';
+  return svg;
 }
 
 // ---- queues ---------------------------------------------------------------

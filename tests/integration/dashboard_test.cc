@@ -203,6 +203,14 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
   b.Js("document.querySelector('#heatmap .gpu.alloc').click()");
   const std::string detail = b.WaitFor("return document.querySelector('#gpu-detail').textContent");
   EXPECT_NE(detail.find("job " + std::to_string(trainer)), std::string::npos) << detail;
+  // Its use over the last day, from the GPU history: a chart once a few
+  // minutes were reported, and until then a line saying so.
+  EXPECT_EQ(b.WaitFor("return document.querySelector('#gpu-history-chart, #gpu-history-empty') !== null"), true);
+  const std::string chart = b.Js(
+      "return gpuHistoryChart([[0, 60, 50, 1, 3600, 60], [60, 60, 90, 1, 18000, 300]], {since: 0, until: 120})");
+  EXPECT_NE(chart.find("id=\"gpu-history-chart\" data-points=\"2\""), std::string::npos) << chart;
+  EXPECT_NE(chart.find("mean 70%"), std::string::npos) << chart;
+  EXPECT_NE(chart.find("peak 300 W"), std::string::npos) << chart;
   b.Screenshot(out + "/cluster.png");
 
   // Queues.
