@@ -66,10 +66,11 @@ constexpr const char* kAgentUsage =
     "usage: rota agent --server URL --token-file FILE [--name NODE] [--address ADDR]\n"
     "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--nvlink-islands N]\n"
     "                  [--logs-dir DIR] [--label k=v ...] [--oci-runtime auto|runc|crun]\n"
-    "                  [--heartbeat-ms N] [--transport watch|poll] [--health-file FILE]\n"
+    "                  [--heartbeat-ms N] [--meter-ms 1000] [--transport watch|poll] [--health-file FILE]\n"
     "                  [--device-dir /dev] [--state-dir DIR]\n"
     "       (--heartbeat-ms: default the server's interval, its node timeout / 3;\n"
-    "        --transport poll: long-poll the heartbeat for new work instead of watching)\n"
+    "        --transport poll: long-poll the heartbeat for new work instead of watching;\n"
+    "        --meter-ms: the GPU meter's sampling interval, 0 = off)\n"
     "       (the token comes from --token-file or $ROTA_TOKEN, never the command line,\n"
     "        where every user of the node could read it)\n"
     "       rota agent --probe [--gpus ...]   (print what this node would register, and one telemetry sample)\n";
@@ -680,6 +681,7 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--oci-runtime") ao.oci_runtime = value();
     else if (a == "--logs-dir") ao.logs_dir = value();
     else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::max(10, std::atoi(value().c_str()));
+    else if (a == "--meter-ms") ao.meter_interval_ms = std::max(0, std::atoi(value().c_str()));
     else if (a == "--transport") {
       const std::string t = value();
       if (t != "watch" && t != "poll") {
