@@ -124,6 +124,35 @@ function reportRow(r, max, priced) {
     '<td>' + bar + '</td></tr>';
 }
 
+// GPU-hours held (solid) and used (dashed) per row over the period, a step
+// an hour or more (the report's timeline).
+function reportChart(rep) {
+  const tl = rep.timeline;
+  if (!tl || tl.steps < 2 || !Object.keys(tl.series).length) return '';
+  const w = 640, h = 200, l = 44, r = 12, t = 14, b = 28;
+  let max = 0.001;
+  for (const s of Object.values(tl.series)) for (const v of s.held) max = Math.max(max, v);
+  const x = (k) => l + k / (tl.steps - 1) * (w - l - r);
+  const y = (v) => h - b - v / max * (h - t - b);
+  const colors = ['#2f6fdf', '#d64533', '#2ca05a', '#ff9f1a', '#8e44ad', '#16a2b8', '#7f8c8d'];
+  let svg = '<svg class="chart" id="report-chart" width="' + w + '" height="' + h + '">';
+  svg += '<text x="' + (l - 6) + '" y="' + (t + 4) + '" text-anchor="end" font-size="11">' + max.toFixed(1) + '</text>';
+  svg += '<text x="' + (l - 6) + '" y="' + (h - b) + '" text-anchor="end" font-size="11">0</text>';
+  svg += '<line x1="' + l + '" y1="' + (h - b) + '" x2="' + (w - r) + '" y2="' + (h - b) + '" stroke="#999"/>';
+  Object.entries(tl.series).slice(0, colors.length).forEach(([key, s], i) => {
+    const c = colors[i];
+    for (const [vals, dash] of [[s.held, ''], [s.used, ' stroke-dasharray="4 3"']]) {
+      svg += '<polyline class="series" data-key="' + esc(key) + '" fill="none" stroke="' + c + '" stroke-width="1.5"' + dash +
+        ' points="' + vals.map((v, k) => x(k).toFixed(1) + ',' + y(v).toFixed(1)).join(' ') + '"/>';
+    }
+    svg += '<text x="' + (l + 8) + '" y="' + (t + 12 + 13 * i) + '" fill="' + c + '" font-size="11">' + esc(key) + '</text>';
+  });
+  const step = tl.step_s >= 3600 ? (tl.step_s / 3600) + ' h' : tl.step_s + ' s';
+  svg += '<text x="' + (w - r) + '" y="' + (h - 8) + '" text-anchor="end" font-size="11" fill="#777">solid: GPU-hours held · ' +
+    'dashed: used · per ' + step + '</text></svg>';
+  return svg;
+}
+
 async function renderReports() {
   const by = state.filters['r-by'] || 'user', since = state.filters['r-since'] || '7d';
   const key = by + '/' + since;
@@ -140,7 +169,7 @@ async function renderReports() {
     '<option value="queue">by queue</option><option value="model">by GPU model</option></select>' +
     '<select id="r-since"><option value="1d">last day</option><option value="7d">last 7 days</option>' +
     '<option value="30d">last 30 days</option></select> <span class="muted">' + esc(rep.since) + ' to ' + esc(rep.until) +
-    '</span></div><table id="report-table"><tr><th>' + esc(rep.by) + '</th><th class="num">jobs</th>' +
+    '</span></div>' + reportChart(rep) + '<table id="report-table"><tr><th>' + esc(rep.by) + '</th><th class="num">jobs</th>' +
     '<th class="num">GPU-hours</th><th class="num">used</th><th class="num">idle</th><th class="num">oversized</th>' +
     '<th class="num">efficiency</th><th class="num">kWh</th>' +
     (priced ? '<th class="num">cost' + (rep.currency ? ' (' + esc(rep.currency) + ')' : '') + '</th><th class="num">idle cost</th>' : '') +

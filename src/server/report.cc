@@ -152,6 +152,13 @@ ordered_json BuildReport(const std::vector<UsageRecord>& records, TimePoint sinc
                          const ReportOptions& options) {
   std::map<std::string, Row> rows;
   Row total;
+  // The period in steps (an hour, or longer so that there are at most 200):
+  // each row's GPU-hours held and used in each, for charts.
+  const int64_t hour = 3600 * kMicrosPerSecond;
+  const int64_t span = std::max<int64_t>(until - since, 1);
+  const int64_t step = std::max<int64_t>(1, (span + 200 * hour - 1) / (200 * hour)) * hour;
+  const size_t steps = static_cast<size_t>((span + step - 1) / step);
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> timeline;  // key -> held, used
   std::map<std::string, std::vector<const UsageRecord*>> families;
   std::vector<Split> splits(records.size());
   for (size_t i = 0; i < records.size(); ++i) {
@@ -165,6 +172,22 @@ ordered_json BuildReport(const std::vector<UsageRecord>& records, TimePoint sinc
     }
     splits[i] = SplitOf(clipped, options.idle_pct);
     rows[KeyOf(r, options.by)].Add(clipped, splits[i]);
+    if (clipped.ended_at > clipped.started_at) {
+      auto& [held, used] = timeline[KeyOf(r, options.by)];
+      held.resize(steps);
+      used.resize(steps);
+      const double gpus = (int64_t{clipped.gpus} * 1000 + clipped.gpu_milli) / 1000.0;
+      const double busy = r.measured() ? std::max(0, r.activity.Mean()) / 100.0 : 0.0;
+      for (TimePoint t = clipped.started_at; t < clipped.ended_at;) {
+        const auto k = static_cast<size_t>((t - since) / step);
+        const TimePoint next = std::min<TimePoint>(clipped.ended_at, since + static_cast<int64_t>(k + 1) * step);
+        if (k >= steps) break;
+        const double h = gpus * static_cast<double>(next - t) / static_cast<double>(hour);
+        held[k] += h;
+        used[k] += h * busy;
+        t = next;
+      }
+    }
     total.Add(clipped, splits[i]);
     families[FamilyKey(r)].push_back(&r);
   }
@@ -204,6 +227,16 @@ ordered_json BuildReport(const std::vector<UsageRecord>& records, TimePoint sinc
                    {"under_users", ordered_json::array()},
                    {"families_with_recommendation", under.size()}};
   for (const auto& [key, row] : rows) out["rows"].push_back(row.Json(key));
+  ordered_json series = ordered_json::object();
+  for (auto& [key, hu] : timeline) {
+    ordered_json held = ordered_json::array(), used = ordered_json::array();
+    for (size_t k = 0; k < steps; ++k) {
+      held.push_back(Round(hu.first[k]));
+      used.push_back(Round(hu.second[k]));
+    }
+    series[key] = {{"held", std::move(held)}, {"used", std::move(used)}};
+  }
+  out["timeline"] = {{"step_s", step / kMicrosPerSecond}, {"steps", steps}, {"series", std::move(series)}};
   for (size_t i = 0; i < under.size() && i < options.top; ++i) {
     const Under& u = under[i];
     ordered_json j{{"family", u.family},

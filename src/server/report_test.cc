@@ -40,6 +40,16 @@ TEST(Report, CostsAddUpWithTheirIdlePartAndUnpricedAttemptsCostNothing) {
   EXPECT_DOUBLE_EQ(report["rows"][0]["cost_idle"].get<double>(), 1.25);
   EXPECT_TRUE(report["rows"][1]["cost"].is_null()) << report.dump();  // bob: no price
   EXPECT_DOUBLE_EQ(report["total"]["cost"].get<double>(), 5.0);
+  // Hour by hour: alice's two GPUs in the hour before the last, 70% busy.
+  EXPECT_EQ(report["timeline"]["step_s"], 3600);
+  ASSERT_EQ(report["timeline"]["steps"], 24);
+  const auto& alice = report["timeline"]["series"]["alice"];
+  EXPECT_DOUBLE_EQ(alice["held"][22].get<double>(), 2.0) << alice.dump();
+  EXPECT_DOUBLE_EQ(alice["used"][22].get<double>(), 1.4) << alice.dump();
+  EXPECT_DOUBLE_EQ(alice["held"][21].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(alice["held"][23].get<double>(), 0.0);
+  // A month is drawn in steps of 4 hours (at most 200 of them).
+  EXPECT_EQ(BuildReport(records, kNow - 30 * 24 * kHour, kNow, kNow, options)["timeline"]["step_s"], 4 * 3600);
   // A period that holds half the attempt holds half its cost.
   const auto half = BuildReport(records, kNow - 90 * 60 * kMicrosPerSecond, kNow, kNow, options);
   EXPECT_DOUBLE_EQ(half["rows"][0]["cost"].get<double>(), 2.5);

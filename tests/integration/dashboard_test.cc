@@ -288,6 +288,10 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
               std::to_string(r["jobs"].get<int64_t>()));
   }
   EXPECT_EQ(b.Js("return document.querySelectorAll('#report-table tr.total').length"), 1);
+  // The week hour by hour: a held and a used line per user.
+  EXPECT_EQ(b.Js("return document.querySelectorAll('#report-chart polyline.series').length"),
+            2 * static_cast<int64_t>(report["timeline"]["series"].size()));
+  EXPECT_EQ(report["timeline"]["steps"], 168);
   // By queue: the page asks again.
   b.Js("const s = document.querySelector('#r-by'); s.value = 'queue'; s.dispatchEvent(new Event('input'))");
   EXPECT_EQ(b.WaitFor("return document.querySelector('#report-table tr[data-key=\"default\"]') !== null"), true);
