@@ -132,7 +132,8 @@ TEST_F(Services, ScaleUpUnderLoadSurviveAKilledReplicaAndScaleDown) {
   EXPECT_EQ(again.exit_code, 5) << again.out << again.err;
   EXPECT_NE(again.err.find("name: service 'echo' exists already (job 1)"), std::string::npos) << again.err;
 
-  WaitService("echo", [](const json& s) { return s["replicas"]["ready"] == 1; }, 20);
+  // A replica at 100m of CPU takes seconds to start Python; more on a loaded machine.
+  WaitService("echo", [](const json& s) { return s["replicas"]["ready"] == 1; }, 40);
   httplib::Client direct("127.0.0.1", router_port);
   direct.set_read_timeout(10, 0);
   auto hello = direct.Get("/echo/hello?x=1");
