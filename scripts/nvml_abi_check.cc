@@ -41,6 +41,7 @@ int main() {
   Check("offsetof nvmlGpmMetric_t.value", offsetof(A::GpmMetric, value), offsetof(nvmlGpmMetric_t, value));
   Check("offsetof nvmlGpmMetricsGet_t.metrics", offsetof(A::GpmMetricsGet, metrics), offsetof(nvmlGpmMetricsGet_t, metrics));
   Check("NVML_GPM_METRICS_GET_VERSION", A::kGpmVersion, NVML_GPM_METRICS_GET_VERSION);
+  Check("NVML_GPM_METRIC_MAX", A::kGpmMetrics, NVML_GPM_METRIC_MAX);
   Check("NVML_GPM_METRIC_SM_UTIL", A::kGpmSmUtil, NVML_GPM_METRIC_SM_UTIL);
   Check("NVML_GPM_METRIC_SM_OCCUPANCY", A::kGpmSmOccupancy, NVML_GPM_METRIC_SM_OCCUPANCY);
   Check("NVML_GPM_METRIC_ANY_TENSOR_UTIL", A::kGpmAnyTensorUtil, NVML_GPM_METRIC_ANY_TENSOR_UTIL);

@@ -83,9 +83,8 @@ struct NvmlApi {
   int (*pcie_throughput)(Device, int, unsigned int*) = nullptr;
   // GPU Performance Monitoring (Hopper and later): a metric is computed
   // from two samples of a device. nvmlGpmSupport_t, nvmlGpmMetric_t and
-  // nvmlGpmMetricsGet_t (version 1 each); NVML reads and writes the first
-  // numMetrics entries of metrics[], so the array here is shorter than
-  // nvml.h's NVML_GPM_METRIC_MAX.
+  // nvmlGpmMetricsGet_t (version 1 each; metrics[] sized as nvml.h's
+  // NVML_GPM_METRIC_MAX, though NVML touches only the first numMetrics).
   using GpmSample = void*;
   struct GpmSupport {
     unsigned int version, is_supported_device;
@@ -99,7 +98,7 @@ struct NvmlApi {
     } info;
   };
   static constexpr unsigned int kGpmVersion = 1;
-  static constexpr int kGpmMetrics = 8;
+  static constexpr int kGpmMetrics = 98;
   struct GpmMetricsGet {
     unsigned int version, num_metrics;
     GpmSample sample1, sample2;

@@ -157,7 +157,9 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
           if (buckets) win.activity.push_back((*a)[b].get<int64_t>()), in_buckets += win.activity.back();
         }
         if (!buckets) win.activity.clear();
-        if (ok && win.samples > 0 && win.samples <= 1'000'000 && win.energy_mj >= 0 && in_buckets <= win.samples) {
+        // Bounds: a million samples, 1 PiB of GPU memory, 10 kW for 1e5 s.
+        if (ok && win.samples > 0 && win.samples <= 1'000'000 && win.energy_mj >= 0 && win.energy_mj <= 1'000'000'000'000 &&
+            win.memory_peak >= 0 && win.memory_peak <= (int64_t{1} << 30) && in_buckets <= win.samples) {
           t.samples = win.samples;
           t.activity = std::move(win.activity);
           t.memory_peak = win.memory_peak;

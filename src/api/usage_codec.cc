@@ -129,7 +129,7 @@ std::string EncodeUsage(const UsageRecord& r) {
   Int(&out, r.cpu_used_us);
   Int(&out, r.cpu_throttled_us);
   Int(&out, r.memory_peak);
-  Int(&out, r.cost_micros);
+  Int(&out, r.cost_micros);  // (a binary from before costs refuses records with it: no downgrade)
   return out;
 }
 

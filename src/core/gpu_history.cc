@@ -1,6 +1,7 @@
 #include "core/gpu_history.h"
 
 #include <algorithm>
+#include <climits>
 
 namespace rota {
 
@@ -15,7 +16,7 @@ GpuPoint Rollup(const std::vector<GpuPoint>& points) {
   int64_t weighted = 0, known = 0;
   for (const GpuPoint& p : points) {
     if (p.samples <= 0) continue;
-    out.samples += p.samples;
+    out.samples = static_cast<int32_t>(std::min<int64_t>(int64_t{out.samples} + p.samples, INT32_MAX));
     if (p.activity >= 0) {
       weighted += int64_t{p.activity} * p.samples;
       known += p.samples;
@@ -80,8 +81,10 @@ std::string EncodeGpuPoints(const std::vector<GpuPoint>& points) {
     PutVarint(&out, static_cast<uint64_t>(std::max(p.samples, 0)));
     if (p.samples > 0) {
       out.push_back(static_cast<char>(std::clamp(p.activity, -1, 100) + 1));
-      PutVarint(&out, ZigZag(p.memory_peak - memory));
-      PutVarint(&out, ZigZag(p.energy_j - energy));
+      // Wrapping differences: values come from agents, and the decoder refuses
+      // what does not add back within range.
+      PutVarint(&out, ZigZag(static_cast<int64_t>(static_cast<uint64_t>(p.memory_peak) - static_cast<uint64_t>(memory))));
+      PutVarint(&out, ZigZag(static_cast<int64_t>(static_cast<uint64_t>(p.energy_j) - static_cast<uint64_t>(energy))));
       memory = p.memory_peak;
       energy = p.energy_j;
     }
@@ -101,7 +104,9 @@ StatusOr<std::vector<GpuPoint>> DecodeGpuPoints(std::string_view bytes, size_t c
     if (!in.Varint(&run) || run == 0 || run > count - out.size()) {
       return DataLossError("gpu history: a run of points is malformed or past the block's " + std::to_string(count));
     }
-    if (!in.Varint(&samples) || samples > 1'000'000) return DataLossError("gpu history: samples: malformed");
+    if (!in.Varint(&samples) || samples > static_cast<uint64_t>(INT32_MAX)) {
+      return DataLossError("gpu history: samples: malformed");
+    }
     GpuPoint p;
     p.samples = static_cast<int32_t>(samples);
     if (p.samples > 0) {
@@ -110,8 +115,10 @@ StatusOr<std::vector<GpuPoint>> DecodeGpuPoints(std::string_view bytes, size_t c
       if (!in.Byte(&activity) || activity > 101) return DataLossError("gpu history: activity: malformed");
       if (!in.Varint(&dm) || !in.Varint(&de)) return DataLossError("gpu history: memory or energy: malformed");
       p.activity = static_cast<int32_t>(activity) - 1;
-      p.memory_peak = memory + UnZigZag(dm);
-      p.energy_j = energy + UnZigZag(de);
+      if (__builtin_add_overflow(memory, UnZigZag(dm), &p.memory_peak) ||
+          __builtin_add_overflow(energy, UnZigZag(de), &p.energy_j)) {
+        return DataLossError("gpu history: memory or energy: out of range");
+      }
       memory = p.memory_peak;
       energy = p.energy_j;
     }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+
 #include "base/rng.h"
 
 namespace rota {
@@ -59,6 +61,21 @@ TEST(GpuHistory, PointsSurviveTheirEncodingAndIdleRunsCostLittle) {
   EXPECT_LE(idle_bytes.size(), 8u);
   EXPECT_EQ(*DecodeGpuPoints(idle_bytes, 60), idle);
   EXPECT_EQ(*DecodeGpuPoints(EncodeGpuPoints(std::vector<GpuPoint>(24)), 24), std::vector<GpuPoint>(24));
+}
+
+TEST(GpuHistory, AnHourOfManySamplesSurvivesAndOverflowIsRefused) {
+  // A fast meter: 60 minutes of 1,000,000 samples each roll up past a million.
+  const GpuPoint hour = Rollup(std::vector<GpuPoint>(60, GpuPoint{.samples = 1'000'000, .activity = 50}));
+  EXPECT_EQ(hour.samples, 60'000'000);
+  std::vector<GpuPoint> day(24);
+  day[3] = hour;
+  EXPECT_EQ(*DecodeGpuPoints(EncodeGpuPoints(day), 24), day);
+  // Points that do not add back within range are refused, not wrapped.
+  std::string bytes = EncodeGpuPoints({GpuPoint{.samples = 1, .activity = 0, .memory_peak = INT64_MAX, .energy_j = 0}});
+  bytes += EncodeGpuPoints({GpuPoint{.samples = 1, .activity = 0, .memory_peak = 1, .energy_j = 0}});
+  auto bad = DecodeGpuPoints(bytes, 2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("out of range"), std::string::npos) << bad.status().message();
 }
 
 TEST(GpuHistory, MalformedBytesAreRefusedNamingWhatIsWrong) {

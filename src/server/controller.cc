@@ -48,7 +48,12 @@ Status Controller::Start() {
     // The GPUs' hour and day so far, to extend rather than overwrite.
     for (const int32_t step : {GpuHistoryBlock::kMinute, GpuHistoryBlock::kHour}) {
       auto current = store_->GpuHistory("", step, BlockStart(step, now), now + 1);
-      if (current.ok()) history_.Warm(*current, now);
+      if (current.ok()) {
+        history_.Warm(*current, now);
+      } else {
+        std::fprintf(stderr, "rota: gpu history of the current %s not read back (it starts again): %s\n",
+                     step == GpuHistoryBlock::kMinute ? "hour" : "day", current.status().ToString().c_str());
+      }
     }
   }
 
@@ -173,15 +178,20 @@ void Controller::HistoryLoop() {
 
 void Controller::FlushHistory() {
   const TimePoint now = options_.clock->Now();
-  std::vector<GpuHistoryBlock> blocks = history_.Take(now);
-  std::lock_guard<std::mutex> lock(history_mu_);
-  if (!unwritten_history_.empty()) {
-    // Earlier blocks the store refused, less those written again since.
-    std::set<std::tuple<std::string, int32_t, int32_t, TimePoint>> fresh;
-    for (const GpuHistoryBlock& b : blocks) fresh.insert({b.node, b.gpu, b.step_s, b.start});
-    std::erase_if(unwritten_history_, [&](const GpuHistoryBlock& b) { return fresh.count({b.node, b.gpu, b.step_s, b.start}) > 0; });
-    blocks.insert(blocks.begin(), unwritten_history_.begin(), unwritten_history_.end());
+  std::lock_guard<std::mutex> lock(history_mu_);  // one flush at a time: writes land in order
+  std::vector<GpuHistoryBlock> taken = history_.Take(now);
+  // Earlier blocks the store refused first, then what was taken now; a
+  // block once only, its latest (one statement may not write a row twice).
+  std::vector<GpuHistoryBlock> blocks;
+  {
+    std::set<std::tuple<std::string, int32_t, int32_t, TimePoint>> seen;
+    std::vector<GpuHistoryBlock> all = std::move(unwritten_history_);
     unwritten_history_.clear();
+    all.insert(all.end(), std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (seen.insert({it->node, it->gpu, it->step_s, it->start}).second) blocks.push_back(std::move(*it));
+    }
+    std::reverse(blocks.begin(), blocks.end());
   }
   if (!blocks.empty()) {
     if (Status s = store_->PutGpuHistory(blocks); !s.ok()) {

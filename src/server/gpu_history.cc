@@ -39,9 +39,13 @@ void GpuHistoryRecorder::Fold(const std::string& node, const std::vector<api::Gp
       g.minutes = Block(node, t.index, GpuHistoryBlock::kMinute, now);
       g.hours = Block(node, t.index, GpuHistoryBlock::kHour, now);
     }
-    if (g.open.start != minute) {
+    // A clock stepped back: the report joins the minute under way (a closed
+    // minute or block is never reopened).
+    if (g.open.start >= 0 && minute < g.open.start) {
+      // joins g.open below
+    } else if (g.open.start != minute) {
       if (g.open.start >= 0) CloseMinute(g);
-      g.open = Minute{.start = minute};
+      g.open = Minute{.start = std::max(minute, g.minutes.start)};
     }
     Minute& m = g.open;
     m.samples += t.samples;
@@ -64,6 +68,7 @@ void GpuHistoryRecorder::CloseMinute(Gpu& g) {
 }
 
 void GpuHistoryRecorder::Place(Gpu& g, const GpuPoint& point, TimePoint minute, std::vector<GpuHistoryBlock>* finished) {
+  if (minute < g.minutes.start) return;  // before the block under way: written already
   if (BlockStart(GpuHistoryBlock::kMinute, minute) != g.minutes.start) {
     finished->push_back(g.minutes);
     g.minutes = Block(g.minutes.node, g.minutes.gpu, GpuHistoryBlock::kMinute, minute);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "core/usage_record.h"
@@ -98,6 +99,33 @@ TEST(GpuHistoryRecorder, ARestartExtendsTheHourInsteadOfOverwritingIt) {
   EXPECT_EQ(hour.points[25].samples, 0);   // the server was down
   EXPECT_EQ(hour.points[30].samples, 60);  // after it
   EXPECT_EQ(stored.at({"n-0", 0, 3600, kDay0}).points[0], Rollup(hour.points));
+}
+
+TEST(GpuHistoryRecorder, AClockSteppedBackNeitherReopensNorDuplicatesABlock) {
+  GpuHistoryRecorder rec;
+  std::map<Key, GpuHistoryBlock> stored;
+  size_t taken = 0;
+  auto take = [&](TimePoint now) {
+    std::vector<GpuHistoryBlock> blocks = rec.Take(now);
+    std::set<Key> keys;
+    for (const GpuHistoryBlock& b : blocks) EXPECT_TRUE(keys.insert({b.node, b.gpu, b.step_s, b.start}).second) << b.start;
+    taken += blocks.size();
+    Write(&stored, blocks);
+  };
+  const TimePoint ten = kDay0 + 10 * 3600 * kSecond;
+  for (TimePoint t = ten - 600 * kSecond; t < ten; t += 10 * kSecond) rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, t);
+  rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, ten + 5 * kSecond);   // 10:00:05
+  rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, ten - 2 * kSecond);   // NTP steps back to 09:59:58
+  rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, ten + 30 * kSecond);  // and on
+  rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, ten + 70 * kSecond);
+  take(ten + 200 * kSecond);
+  const GpuHistoryBlock& nine = stored.at({"n-0", 0, 60, ten - 3600 * kSecond});
+  EXPECT_EQ(nine.points[59].samples, 60);  // 09:59 as it was
+  EXPECT_EQ(nine.points[50].samples, 60);
+  const GpuHistoryBlock& now = stored.at({"n-0", 0, 60, ten});
+  EXPECT_EQ(now.points[0].samples, 30);  // 10:00: its two windows and the stepped-back one
+  EXPECT_EQ(now.points[1].samples, 10);
+  EXPECT_GT(taken, 0u);
 }
 
 TEST(GpuHistoryRecorder, TheMinuteUnderWayShowsInReadsBeforeItIsWritten) {

@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <initializer_list>
@@ -263,8 +264,8 @@ PgStore::PgStore(std::string conninfo)
     : conninfo_(std::move(conninfo)),
       db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
       snap_db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
-      usage_db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
-      listen_db_(std::make_unique<pg::Conn>(conninfo_, "LISTEN rota_journal")) {}
+      listen_db_(std::make_unique<pg::Conn>(conninfo_, "LISTEN rota_journal")),
+      usage_db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)) {}
 
 PgStore::~PgStore() = default;
 
@@ -697,8 +698,13 @@ StatusOr<std::vector<GpuHistoryBlock>> PgStore::GpuHistory(const std::string& no
     b.step_s = step_s;
     b.start = r.int64(i, 2);
     std::optional<std::string> bytes = Base64Decode(r.text(i, 3));
-    if (!bytes) return DataLossError("gpu history: points: not base64");
-    ROTA_ASSIGN_OR_RETURN(b.points, DecodeGpuPoints(*bytes, b.size()));
+    auto points = bytes ? DecodeGpuPoints(*bytes, b.size()) : DataLossError("gpu history: points: not base64");
+    if (!points.ok()) {  // one damaged block is skipped, not every read refused
+      std::fprintf(stderr, "rota: rota_gpu_history: %s GPU %d at %lld skipped: %s\n", b.node.c_str(), b.gpu,
+                   static_cast<long long>(b.start), points.status().ToString().c_str());
+      continue;
+    }
+    b.points = std::move(*points);
     out.push_back(std::move(b));
   }
   return out;

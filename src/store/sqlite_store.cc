@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <vector>
@@ -558,10 +559,14 @@ StatusOr<std::vector<GpuHistoryBlock>> SqliteStore::GpuHistory(const std::string
     b.step_s = step_s;
     b.start = sqlite3_column_int64(st.s, 2);
     const auto* data = static_cast<const char*>(sqlite3_column_blob(st.s, 3));
-    ROTA_ASSIGN_OR_RETURN(b.points,
-                          DecodeGpuPoints(std::string_view(data == nullptr ? "" : data,
-                                                           static_cast<size_t>(sqlite3_column_bytes(st.s, 3))),
-                                          b.size()));
+    auto points = DecodeGpuPoints(
+        std::string_view(data == nullptr ? "" : data, static_cast<size_t>(sqlite3_column_bytes(st.s, 3))), b.size());
+    if (!points.ok()) {  // one damaged block is skipped, not every read refused
+      std::fprintf(stderr, "rota: %s.usage: gpu history of %s GPU %d at %lld skipped: %s\n", path_.c_str(), b.node.c_str(),
+                   b.gpu, static_cast<long long>(b.start), points.status().ToString().c_str());
+      continue;
+    }
+    b.points = std::move(*points);
     out.push_back(std::move(b));
   }
   if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read gpu history: " + sqlite3_errmsg(usage_db_));
