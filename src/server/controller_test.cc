@@ -89,7 +89,6 @@ TEST_F(ControllerTest, UsersCancelOnlyTheirOwnJobs) {
 
 TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
   auto c = Make(std::make_unique<MemoryStore>());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
   NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
   ASSERT_TRUE(c->RegisterNode(agent0, spec, true, "127.0.0.1").ok());
   EXPECT_EQ(c->RegisterNode(agent0, c->snapshot().FindNode("n-1")->spec, true, "").code(), StatusCode::kPermissionDenied);
@@ -119,7 +118,6 @@ TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
 
 TEST_F(ControllerTest, ALostNodesGangsAreRequeuedAndRunElsewhere) {
   auto c = Make(std::make_unique<MemoryStore>());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
   const Principal agent1{"n-1", Role::kAgent, "n-1"};
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
   ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
@@ -169,7 +167,6 @@ JobSpec Service(const std::string& name, int32_t min, int32_t max) {
 // the others run on (no restart of the service).
 TEST_F(ControllerTest, AServiceRestartsReplicasForeverAndSurvivesANodeLoss) {
   auto c = Make(std::make_unique<MemoryStore>());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
   const Principal agent1{"n-1", Role::kAgent, "n-1"};
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
   ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
@@ -228,7 +225,6 @@ TEST_F(ControllerTest, AServiceRestartsReplicasForeverAndSurvivesANodeLoss) {
 
 TEST_F(ControllerTest, CrashedReplicaRestartsPerPolicyThenFails) {
   auto c = Make(std::make_unique<MemoryStore>());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
   JobSpec spec = Job("crashy", 1, 1);
   spec.restart = {RestartPolicy::kOnFailure, 1};
@@ -256,7 +252,6 @@ TEST_F(ControllerTest, CrashedReplicaRestartsPerPolicyThenFails) {
 // survives a journal snapshot.
 TEST_F(ControllerTest, ARequeueByHandDoesNotUseUpTheRestartPolicy) {
   auto c = Make(std::make_unique<MemoryStore>());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
   JobSpec spec = Job("requeued", 1, 1);
   spec.restart = {RestartPolicy::kOnFailure, 1};
@@ -291,7 +286,6 @@ TEST_F(ControllerTest, ARequeueByHandDoesNotUseUpTheRestartPolicy) {
 // in two spines are refused with the nodes named, and change nothing.
 TEST_F(ControllerTest, ReRegistrationReplacesANodesLabels) {
   auto c = Make(std::make_unique<MemoryStore>());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
   NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
   const Labels declared = spec.labels;  // the config's: hostname, gpu_model, rack, spine
   // An agent sends only its own labels: the declared ones stay.
@@ -332,7 +326,6 @@ TEST_F(ControllerTest, ReRegistrationReplacesANodesLabels) {
 // released snapshot, and later exits in the same report were dropped).
 TEST_F(ControllerTest, OneHeartbeatEndsManyJobs) {
   auto c = Make(std::make_unique<MemoryStore>());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
   std::vector<JobId> ids;
   for (int i = 0; i < 5; ++i) {
@@ -363,7 +356,6 @@ TEST_F(ControllerTest, OneHeartbeatEndsManyJobs) {
 // only), counted against its restart policy with gang restarts.
 TEST_F(ControllerTest, ElasticRankRestartsAlone) {
   auto c = Make(std::make_unique<MemoryStore>());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
   JobSpec spec = Job("elastic", 2, 1);
   spec.elastic_min_replicas = 1;
@@ -517,7 +509,9 @@ TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
     }
     energy += 1'000'000;
     ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
-    if (s == 50) EXPECT_TRUE(flags(cases[0]).empty()) << flags(cases[0])[0];
+    if (s == 50) {
+      EXPECT_TRUE(flags(cases[0]).empty()) << flags(cases[0])[0];
+    }
   }
   ASSERT_EQ(flags(cases[0]).size(), 1u);
   EXPECT_EQ(flags(cases[0])[0], "input-bound: GPU activity 8% while its CPU runs at 100% of its limit, for 1m");
@@ -794,7 +788,6 @@ TEST(ControllerSubmit, BeforeAnyNodeRegistersAJobWaitsAndSaysWhy) {
 // A drained node whose agent goes silent shows as lost (the drain stays in its view).
 TEST_F(ControllerTest, ADrainedNodeThatGoesSilentShowsAsLost) {
   auto c = Make(std::make_unique<MemoryStore>());
-  const Principal agent0{"n-0", Role::kAgent, "n-0"};
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
   ASSERT_TRUE(c->SetDrain(kAdmin, "n-0", true, "PSU swap").ok());
   Snapshot snap = c->snapshot();

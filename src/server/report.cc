@@ -10,6 +10,9 @@
 
 namespace rota::server {
 
+// Products of prices, GPU-thousandths and seconds overflow 64 bits.
+__extension__ typedef __int128 Wide;
+
 using nlohmann::ordered_json;
 
 namespace {
@@ -52,7 +55,7 @@ struct Row {
     if (r.cost_micros >= 0) {
       cost_micros = std::max<int64_t>(cost_micros, 0) + r.cost_micros;
       const int64_t held = r.gpu_milli_seconds();
-      if (held > 0) idle_cost_micros += static_cast<int64_t>(static_cast<__int128>(r.cost_micros) * s.idle / held);
+      if (held > 0) idle_cost_micros += static_cast<int64_t>(static_cast<Wide>(r.cost_micros) * s.idle / held);
     }
     ++attempts;
     jobs.insert(r.job.value());
@@ -168,7 +171,7 @@ ordered_json BuildReport(const std::vector<UsageRecord>& records, TimePoint sinc
     clipped.started_at = std::max(r.started_at, since);
     clipped.ended_at = std::min(r.ended_at, until);
     if (r.cost_micros > 0 && r.seconds() > 0) {
-      clipped.cost_micros = static_cast<int64_t>(static_cast<__int128>(r.cost_micros) * clipped.seconds() / r.seconds());
+      clipped.cost_micros = static_cast<int64_t>(static_cast<Wide>(r.cost_micros) * clipped.seconds() / r.seconds());
     }
     splits[i] = SplitOf(clipped, options.idle_pct);
     rows[KeyOf(r, options.by)].Add(clipped, splits[i]);

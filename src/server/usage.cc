@@ -8,6 +8,9 @@
 
 namespace rota::server {
 
+// Products of prices, GPU-thousandths and seconds overflow 64 bits.
+__extension__ typedef __int128 Wide;
+
 namespace {
 
 // The GPUs of `job` on `node` that it holds whole.
@@ -156,7 +159,7 @@ UsageRecord UsageTracker::Record(const Snapshot& snap, const JobRecord& job, con
     }
     if (const int64_t price = price_ ? price_(node.spec.name, node.spec.gpu_model) : -1; price >= 0) {
       // This replica's thousandths of a GPU, for its seconds, at its node's price.
-      const __int128 milli = int64_t{r.gpus} * 1000 + r.gpu_milli - milli_before;
+      const Wide milli = int64_t{r.gpus} * 1000 + r.gpu_milli - milli_before;
       r.cost_micros = std::max<int64_t>(r.cost_micros, 0) +
                       static_cast<int64_t>(milli * r.seconds() * price / (1000 * 3600));
     }

@@ -340,7 +340,7 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
     }
     for (const ReplicaPlacement& r : job->placement) {
       if (r.shares_gpu()) continue;
-      for (uint64_t m = r.gpu_mask; m != 0; m &= m - 1) holder[{r.node, std::countr_zero(m)}] = id.value();
+      for (uint64_t bits = r.gpu_mask; bits != 0; bits &= bits - 1) holder[{r.node, std::countr_zero(bits)}] = id.value();
     }
   }
   // Each family's samples follow its own HELP and TYPE lines.
