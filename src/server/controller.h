@@ -310,7 +310,8 @@ class Controller {
   void ActorLoop();
   void SchedulerLoop();
   void SnapshotLoop();
-  void RunOneCycle();
+  // Runs a cycle that answers ScheduleNow's requests up to `requested`.
+  void RunOneCycle(uint64_t requested);
   sched::CycleResult cycle_;  // the scheduling loop's: its buffers kept between cycles
   // Declares nodes lost whose agents stopped heartbeating, and requeues their gangs.
   void CheckNodes();

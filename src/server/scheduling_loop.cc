@@ -15,12 +15,16 @@ void Controller::SchedulerLoop() {
   const auto interval = std::chrono::microseconds(options_.schedule_interval);
   while (true) {
     bool asked;
+    uint64_t requested;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, interval, [this] { return stopping_ || trigger_; });
       if (stopping_) return;
       asked = trigger_ || cycles_requested_ > cycles_done_;
       trigger_ = false;
+      // The requests this pass answers: those made before its time checks
+      // (a ScheduleNow after a clock change must see them run again).
+      requested = cycles_requested_;
     }
     CheckNodes();
     const auto quiet = std::min<std::chrono::steady_clock::duration>(
@@ -30,16 +34,11 @@ void Controller::SchedulerLoop() {
         std::chrono::steady_clock::now() - last_cycle_at_ < quiet) {
       continue;  // nothing changed and nothing was decided: not again so soon
     }
-    RunOneCycle();
+    RunOneCycle(requested);
   }
 }
 
-void Controller::RunOneCycle() {
-  uint64_t requested;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    requested = cycles_requested_;
-  }
+void Controller::RunOneCycle(uint64_t requested) {
   Snapshot snap = snapshot();
   const TimePoint now = options_.clock->Now();
   sched::CycleResult& result = cycle_;

@@ -517,8 +517,17 @@ TEST(StoreMigrate, MovesASqliteStoreIntoPostgres) {
   }
   ASSERT_FALSE(body.empty()) << ReadAll(tmp.path() + "/replica.log");
   EXPECT_EQ(json::parse(body)["jobs"].size(), 3u) << body;
-  auto next = c.Post("/v1/jobs", "name: after\ntasks: [{name: w, replicas: 1, gpus: 0, cpu: 10m, command: [true]}]\n",
-                     "application/yaml");
+  // Reads are served while the replica still follows; a write waits for it
+  // to lead (a standby's 503 changes nothing).
+  auto post = [&] {
+    return c.Post("/v1/jobs", "name: after\ntasks: [{name: w, replicas: 1, gpus: 0, cpu: 10m, command: [true]}]\n",
+                  "application/yaml");
+  };
+  auto next = post();
+  for (int i = 0; i < 200 && next && next->status == 503; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    next = post();
+  }
   ASSERT_TRUE(next);
   EXPECT_EQ(next->status, 201) << next->body;
   EXPECT_EQ(json::parse(next->body)["id"], 4) << next->body;
