@@ -1,11 +1,15 @@
 // rota: one binary, subcommands. This layer only parses arguments and prints;
 // the work happens in the libraries.
 #include <algorithm>
+#include <cctype>
 #include <iostream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "cli/client_cmd.h"
+#include "cli/explain.h"
 #include "cli/plan_cmd.h"
 #include "cli/server_cmd.h"
 #include "cli/sim_cmd.h"
@@ -37,6 +41,8 @@ constexpr const char* kUsage =
     "  plan       schedule a jobs file on a cluster config (what-if)\n"
     "  sim        replay a cluster trace through the scheduler in virtual time\n"
     "  version    print the version\n"
+    "  explain    what a job-spec or cluster-config field means (rota explain tasks.gpu)\n"
+    "  completion a bash or zsh completion script (source <(rota completion bash))\n"
     "\n"
     "Client commands take --server URL, --token T (or ROTA_SERVER, ROTA_TOKEN) and -o json;\n"
     "--server may list every replica (URL1,URL2,...): requests follow the leader.\n";
@@ -44,8 +50,51 @@ constexpr const char* kUsage =
 // Every command name, for did-you-mean.
 std::vector<std::string> Commands() {
   std::vector<std::string> names = rota::cli::ClientCommandNames();
-  names.insert(names.end(), {"up", "server", "agent", "store", "plan", "sim", "version", "help"});
+  names.insert(names.end(), {"up", "server", "agent", "store", "plan", "sim", "version", "help", "explain", "completion"});
   return names;
+}
+
+// `rota completion bash|zsh`: every command with the flags it parses (the
+// client's table; the usage texts of the others) and the words after it.
+int Completion(const std::vector<std::string>& args) {
+  if (args.size() != 1 || (args[0] != "bash" && args[0] != "zsh")) {
+    const bool help = args.size() == 1 && (args[0] == "--help" || args[0] == "-h");
+    (help ? std::cout : std::cerr)
+        << "usage: rota completion bash|zsh\n\nPrints a completion script for the shell: commands, their flags and\n"
+           "subcommands. Load it with `source <(rota completion bash)` (in ~/.bashrc), or for zsh\n"
+           "`source <(rota completion zsh)` (in ~/.zshrc).\n";
+    return help ? 0 : 2;
+  }
+  std::vector<rota::cli::CompletionCommand> commands;
+  const std::map<std::string, std::vector<std::string>> words = {
+      {"node", {"drain", "undrain", "describe", "history"}},
+      {"token", {"create", "list", "revoke"}},
+      {"report", {"job"}},
+      {"store", {"migrate"}},
+      {"completion", {"bash", "zsh"}},
+      {"help", Commands()}};
+  auto with_words = [&](rota::cli::CompletionCommand c) {
+    if (auto it = words.find(c.name); it != words.end()) c.words = it->second;
+    return c;
+  };
+  for (auto& [name, flags] : rota::cli::ClientCommandFlags()) commands.push_back(with_words({name, flags, {}}));
+  const std::pair<const char*, std::string> others[] = {
+      {"up", rota::cli::UsageText("up")},         {"server", rota::cli::UsageText("server")},
+      {"agent", rota::cli::UsageText("agent")},   {"store", rota::cli::UsageText("store")},
+      {"plan", rota::cli::PlanUsage()},           {"sim", rota::cli::SimUsage()},
+      {"explain", ""},                            {"completion", ""},
+      {"version", "--server"},                    {"help", ""}};
+  for (const auto& [name, usage] : others) {
+    std::set<std::string> flags;
+    for (size_t i = usage.find("--"); i != std::string::npos; i = usage.find("--", i + 2)) {
+      size_t end = i + 2;
+      while (end < usage.size() && (std::isalnum(static_cast<unsigned char>(usage[end])) || usage[end] == '-')) ++end;
+      if (end > i + 2) flags.insert(usage.substr(i, end - i));
+    }
+    commands.push_back(with_words({name, {flags.begin(), flags.end()}, {}}));
+  }
+  std::cout << rota::cli::CompletionScript(args[0], commands);
+  return 0;
 }
 
 }  // namespace
@@ -96,6 +145,8 @@ int main(int argc, char** argv) {
     return rota::cli::PlanMain(static_cast<int>(plan_argv.size()), plan_argv.data());
   }
   if (cmd == "sim") return rota::cli::SimMain(args);
+  if (cmd == "explain") return rota::cli::ExplainMain(args);
+  if (cmd == "completion") return Completion(args);
   if (cmd == "server") return rota::cli::ServerMain(args, /*with_local_agent=*/false);
   if (cmd == "up") return rota::cli::ServerMain(args, /*with_local_agent=*/true);
   if (cmd == "agent") return rota::cli::AgentMain(args);

@@ -170,4 +170,6 @@ int PlanMain(int argc, char** argv) {
   return 0;
 }
 
+const char* PlanUsage() { return kUsage; }
+
 }  // namespace rota::cli

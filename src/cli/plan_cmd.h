@@ -5,5 +5,6 @@ namespace rota::cli {
 
 // Exit codes: 0 ok, 2 bad usage or malformed input.
 int PlanMain(int argc, char** argv);
+const char* PlanUsage();
 
 }  // namespace rota::cli

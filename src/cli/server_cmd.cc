@@ -744,14 +744,16 @@ int AgentMain(std::vector<std::string> args) {
   return kExitOk;
 }
 
-int StoreMain(std::vector<std::string> args) {
-  constexpr const char* kUsage =
+constexpr const char* kStoreUsage =
       "usage: rota store migrate [--data-dir DIR] --to postgres://USER@HOST:PORT/DB [--config CLUSTER.yaml]\n"
       "\n"
       "Moves the store of a stopped `rota server` (DIR/rota.db) into an empty PostgreSQL\n"
       "database, as one snapshot of its state plus its tokens, and checks it by reading\n"
       "it back. Then start the servers with --store postgres://... (the SQLite file is\n"
       "left as it was).\n";
+
+int StoreMain(std::vector<std::string> args) {
+  constexpr const char* kUsage = kStoreUsage;
   if (args.empty() || args[0] != "migrate") {
     std::cerr << kUsage;
     return args.size() == 1 && (args[0] == "-h" || args[0] == "--help") ? kExitOk : kExitBadInput;
@@ -849,6 +851,14 @@ int StoreMain(std::vector<std::string> args) {
             << tokens->size() << " tokens (the state at journal event " << seq << ", as one snapshot) into PostgreSQL\n"
             << "rota store: start the servers with --store " << to << "\n";
   return kExitOk;
+}
+
+std::string UsageText(const std::string& cmd) {
+  if (cmd == "server") return kServerUsage;
+  if (cmd == "up") return kUpUsage;
+  if (cmd == "agent") return kAgentUsage;
+  if (cmd == "store") return kStoreUsage;
+  return "";
 }
 
 }  // namespace rota::cli

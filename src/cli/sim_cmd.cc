@@ -389,4 +389,6 @@ int SimMain(const std::vector<std::string>& args) {
   return RunTimeMode(flags, config, nodes, jobs, gittins, notes);
 }
 
+const char* SimUsage() { return kUsage; }
+
 }  // namespace rota::cli

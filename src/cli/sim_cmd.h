@@ -8,5 +8,6 @@ namespace rota::cli {
 
 // Exit codes: 0 ok, 2 bad usage or malformed input.
 int SimMain(const std::vector<std::string>& args);
+const char* SimUsage();
 
 }  // namespace rota::cli

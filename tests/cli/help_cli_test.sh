@@ -9,7 +9,8 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 export ROTA_SERVER=http://127.0.0.1:9  # nothing listens: a command that called it would fail
 
-for cmd in submit jobs describe cancel logs nodes node queues top token status up server agent store plan sim; do
+for cmd in submit jobs describe cancel logs nodes node queues top token status up server agent store plan sim explain \
+           completion; do
   "$rota" "$cmd" --help > "$tmp/help.txt" 2>&1 || fail "rota $cmd --help exited $?: $(cat "$tmp/help.txt")"
   grep -q "^usage: rota $cmd" "$tmp/help.txt" || fail "rota $cmd --help: $(head -2 "$tmp/help.txt")"
   "$rota" help "$cmd" > "$tmp/help2.txt" 2>&1 || fail "rota help $cmd exited $?"
@@ -35,4 +36,35 @@ expect_bad "rota help: unknown command 'nodez'; did you mean 'nodes'?" help node
 # A bad --gpus changes nothing: no data directory, no token, nothing served.
 expect_bad "--gpus: expected COUNTxMODEL" up --data-dir "$tmp/up" --listen 127.0.0.1:0 --gpus bogus
 [ ! -e "$tmp/up" ] || fail "rota up with a bad --gpus made $tmp/up: $(ls "$tmp/up")"
+# rota explain: a field from the reference docs built into the binary.
+"$rota" explain tasks.gpu.fraction > "$tmp/explain.txt" || fail "explain tasks.gpu.fraction exited $?"
+grep -q "^job.tasks.gpu.fraction  (docs/job-spec.md, Task group fields)" "$tmp/explain.txt" || fail "explain: $(cat "$tmp/explain.txt")"
+grep -q "^TYPE: " "$tmp/explain.txt" || fail "explain: no TYPE: $(cat "$tmp/explain.txt")"
+grep -q "share of one GPU" "$tmp/explain.txt" || fail "explain: no meaning: $(cat "$tmp/explain.txt")"
+"$rota" explain 'job.tasks[0]' | grep -q "^  gpus  *integer" || fail "explain job.tasks[0]: $("$rota" explain 'job.tasks[0]')"
+"$rota" explain checkpoint | grep -q "^  grace " || fail "explain checkpoint: $("$rota" explain checkpoint)"
+"$rota" explain service.readiness | grep -q "^  timeout " || fail "explain service.readiness: relative names"
+"$rota" explain config.node_groups | grep -q "gpu_hour_price" || fail "explain config.node_groups"
+"$rota" explain queues.quota | grep -q "^config.queues.quota" || fail "explain queues.quota: $("$rota" explain queues.quota)"
+expect_bad "rota explain: no field 'tasks.gpuz' in the job spec or the cluster config; did you mean 'tasks.gpus'?" \
+  explain tasks.gpuz
+expect_bad "usage: rota explain PATH" explain
+
+# rota completion: commands, their flags and subcommands, in a real bash.
+"$rota" completion bash > "$tmp/rota.bash"
+complete_words() {  # complete_words WORD...: what <TAB> after them offers
+  bash -c 'source "$1"; shift; COMP_WORDS=(rota "$@"); COMP_CWORD=$#; _rota; printf "%s\n" "${COMPREPLY[@]}"' _ \
+    "$tmp/rota.bash" "$@"
+}
+complete_words sub | grep -qx submit || fail "completion: rota sub -> $(complete_words sub)"
+complete_words submit --co | grep -qx -- --count || fail "completion: submit --co -> $(complete_words submit --co)"
+complete_words node "" | grep -qx history || fail "completion: node -> $(complete_words node "")"
+complete_words jobs -o "" | grep -qx wide || fail "completion: jobs -o -> $(complete_words jobs -o "")"
+complete_words up --gpu-history | grep -qx -- --gpu-history-hours || fail "completion: up --gpu-history"
+complete_words --server http://x job | grep -qx jobs || fail "completion: after --server"
+"$rota" completion zsh | grep -q "bashcompinit" || fail "completion zsh"
+if command -v zsh > /dev/null; then
+  zsh -c "source <('$rota' completion zsh)" || fail "completion zsh does not load"
+fi
+expect_bad "usage: rota completion bash|zsh" completion fish
 echo "help_cli_test: ok"
