@@ -53,6 +53,22 @@ class ControllerTest : public ::testing::Test {
     EXPECT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
     return c;
   }
+  // Submits one 1-GPU, 2-CPU job on n-0 per case (its `name`), schedules
+  // them, and notes each one's `id` and `gpu`.
+  template <typename Cases>
+  ::testing::AssertionResult RunOnN0(Controller& c, Cases& cases) {
+    for (auto& k : cases) {
+      JobSpec spec = Job(k.name, 1, 1);
+      spec.tasks[0].cpu = 2000;
+      spec.node_selector = {{"hostname", "n-0"}};
+      auto id = c.Submit(kAlice, spec);
+      if (!id.ok()) return ::testing::AssertionFailure() << k.name << ": " << id.status().ToString();
+      k.id = *id;
+    }
+    c.ScheduleNow();
+    for (auto& k : cases) k.gpu = std::countr_zero(c.snapshot().FindJob(k.id)->placement[0].gpu_mask);
+    return ::testing::AssertionSuccess();
+  }
 };
 
 TEST_F(ControllerTest, SubmitSchedulesAndBindsAGang) {
@@ -434,16 +450,7 @@ TEST_F(ControllerTest, AJobWhoseGpusAreFedSlowlyOverPcieIsInputBoundToo) {
     JobId id;
     int32_t gpu = 0;
   } cases[] = {{"trickle", 2'000}, {"streaming", 4'000'000}, {"unmeasured", -1}};
-  for (Case& k : cases) {
-    JobSpec spec = Job(k.name, 1, 1);
-    spec.tasks[0].cpu = 2000;
-    spec.node_selector = {{"hostname", "n-0"}};
-    auto id = c->Submit(kAlice, spec);
-    ASSERT_TRUE(id.ok()) << id.status().ToString();
-    k.id = *id;
-  }
-  c->ScheduleNow();
-  for (Case& k : cases) k.gpu = std::countr_zero(c->snapshot().FindJob(k.id)->placement[0].gpu_mask);
+  ASSERT_TRUE(RunOnN0(*c, cases));
   auto flags = [&](const Case& k) { return c->job_flags(*c->snapshot().FindJob(k.id)); };
   for (int s = 10; s <= 60; s += 10) {
     clock.Advance(10 * kMicrosPerSecond);
@@ -478,16 +485,7 @@ TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
     JobId id;
     int32_t gpu = 0;
   } cases[] = {{"starved", 5, 2'000'000}, {"compute", 95, 2'000'000}, {"idle", 0, 20'000}};
-  for (Case& k : cases) {
-    JobSpec spec = Job(k.name, 1, 1);
-    spec.tasks[0].cpu = 2000;
-    spec.node_selector = {{"hostname", "n-0"}};
-    auto id = c->Submit(kAlice, spec);
-    ASSERT_TRUE(id.ok()) << id.status().ToString();
-    k.id = *id;
-  }
-  c->ScheduleNow();
-  for (Case& k : cases) k.gpu = std::countr_zero(c->snapshot().FindJob(k.id)->placement[0].gpu_mask);
+  ASSERT_TRUE(RunOnN0(*c, cases));
   auto flags = [&](const Case& k) { return c->job_flags(*c->snapshot().FindJob(k.id)); };
   int64_t energy = 0;
   for (int s = 10; s <= 60; s += 10) {

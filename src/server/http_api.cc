@@ -161,6 +161,17 @@ Status ApplyOverrides(const HttpRequest& req, JobSpec* spec) {
   return Status::Ok();
 }
 
+// ?since=DURATION (7d, 24h, 30m) into *since, if given; refused unless positive.
+Status SinceParam(const HttpRequest& req, Duration* since) {
+  if (!req.has_param("since")) return Status::Ok();
+  auto d = ParseDuration(req.get_param_value("since"));
+  if (!d.ok() || *d <= 0) {
+    return InvalidArgumentError("since: '" + req.get_param_value("since") + "' is not a positive duration (7d, 24h, 30m)");
+  }
+  *since = *d;
+  return Status::Ok();
+}
+
 StatusOr<uint64_t> ParseId(const std::string& text) {
   uint64_t v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -573,14 +584,7 @@ class HttpServerImpl final : public HttpServer {
     // an admin asks.
     srv.Get("/v1/usage/report", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       Duration since = 7 * 24 * 3600 * kMicrosPerSecond;
-      if (req.has_param("since")) {
-        auto d = ParseDuration(req.get_param_value("since"));
-        if (!d.ok() || *d <= 0) {
-          return ReplyError(res, InvalidArgumentError("since: '" + req.get_param_value("since") +
-                                                      "' is not a positive duration (7d, 24h, 30m)"));
-        }
-        since = *d;
-      }
+      if (Status s = SinceParam(req, &since); !s.ok()) return ReplyError(res, s);
       ReportOptions options;
       options.currency = c_->config().accounting.currency;
       const std::string by = req.has_param("by") ? req.get_param_value("by") : "user";
@@ -852,14 +856,7 @@ class HttpServerImpl final : public HttpServer {
       const std::string node = req.matches[1];
       if (c_->snapshot().FindNode(node) == nullptr) return ReplyError(res, NotFoundError("no node named '" + node + "'"));
       Duration since = 24 * 3600 * kMicrosPerSecond;
-      if (req.has_param("since")) {
-        auto d = ParseDuration(req.get_param_value("since"));
-        if (!d.ok() || *d <= 0) {
-          return ReplyError(res, InvalidArgumentError("since: '" + req.get_param_value("since") +
-                                                      "' is not a positive duration (7d, 24h, 30m)"));
-        }
-        since = *d;
-      }
+      if (Status s = SinceParam(req, &since); !s.ok()) return ReplyError(res, s);
       int32_t step = since <= 48 * 3600 * kMicrosPerSecond ? GpuHistoryBlock::kMinute : GpuHistoryBlock::kHour;
       if (req.has_param("step")) {
         const std::string v = req.get_param_value("step");

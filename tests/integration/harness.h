@@ -244,7 +244,9 @@ class AgentCluster : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     std::string states;
-    const json doc = json::parse(server_->Admin().Get("/v1/nodes")->body);
+    auto last = server_->Admin().Get("/v1/nodes");
+    ASSERT_TRUE(last) << "the server stopped answering";
+    const json doc = json::parse(last->body);
     for (const auto& n : doc["nodes"]) states += n["name"].get<std::string>() + "=" + n["state"].get<std::string>() + " ";
     FAIL() << "agents did not become ready: " << states;
   }
@@ -260,6 +262,7 @@ class AgentCluster : public ::testing::Test {
     const std::string name = "a" + std::to_string(i);
     auto r = server_->Admin().Post("/v1/tokens", json{{"user", name}, {"role", "agent"}, {"node", name}}.dump(),
                                    "application/json");
+    ASSERT_TRUE(r) << "the server did not answer a token request";
     ASSERT_EQ(r->status, 201);
     const std::string token = json::parse(r->body)["token"];
     const std::string token_file = tmp.path() + "/" + name + ".token";
