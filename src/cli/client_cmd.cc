@@ -268,6 +268,12 @@ int VersionMain(std::vector<std::string> args) {
   return kExitOk;
 }
 
+std::vector<std::pair<std::string, std::string>> ClientCommandHelp() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const CommandHelp& c : Commands()) out.push_back({c.name, "usage: " + c.usage + "\n\n" + c.summary + "\n"});
+  return out;
+}
+
 std::vector<std::pair<std::string, std::vector<std::string>>> ClientCommandFlags() {
   std::vector<std::pair<std::string, std::vector<std::string>>> out;
   for (const CommandHelp& c : Commands()) out.push_back({c.name, c.flags});

@@ -19,6 +19,8 @@ int VersionMain(std::vector<std::string> args);
 
 // The client commands' names, and the help of one (false if not one).
 std::vector<std::string> ClientCommandNames();
+// Each client command with its help text (usage and summary: the man page).
+std::vector<std::pair<std::string, std::string>> ClientCommandHelp();
 // Each client command with the flags it parses (for shell completion).
 std::vector<std::pair<std::string, std::vector<std::string>>> ClientCommandFlags();
 bool PrintClientHelp(const std::string& cmd);

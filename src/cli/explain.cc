@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/version.h"
 #include "cli/suggest.h"
 
 namespace rota::cli {
@@ -254,6 +255,48 @@ std::string CompletionScript(const std::string& shell, const std::vector<Complet
       "}\n"
       "complete -o default -F _rota rota\n";
   return script;
+}
+
+namespace {
+
+// Text for roff: backslashes escaped, a line starting with . or ' kept as
+// text, a hyphen as a minus (flags copy and paste).
+std::string Roff(const std::string& text) {
+  std::string out;
+  bool line_start = true;
+  for (char ch : text) {
+    if (line_start && (ch == '.' || ch == '\'')) out += "\\&";
+    if (ch == '\\') out += "\\e";
+    else if (ch == '-') out += "\\-";
+    else out += ch;
+    line_start = ch == '\n';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ManPage(const std::string& overview, const std::vector<std::pair<std::string, std::string>>& commands) {
+  std::string out = ".TH ROTA 1 \"\" \"rota " + std::string(kVersion) +
+                    "\" \"rota manual\"\n"
+                    ".SH NAME\nrota \\- a GPU scheduler and cluster orchestrator\n"
+                    ".SH SYNOPSIS\n.B rota\n.I command\n[flags]\n"
+                    ".SH DESCRIPTION\nOne binary with subcommands: a server, node agents, and the client commands that "
+                    "submit and inspect work. Every command answers\n.B \\-\\-help\nwithout a server.\n"
+                    ".PP\n.nf\n" + Roff(overview) + ".fi\n.SH COMMANDS\n";
+  for (const auto& [name, help] : commands) {
+    out += ".SS " + Roff(name) + "\n.nf\n" + Roff(help) + (help.empty() || help.back() == '\n' ? "" : "\n") + ".fi\n";
+  }
+  out +=
+      ".SH ENVIRONMENT\n"
+      ".TP\n.B ROTA_SERVER\nThe server's URL, or several (URL1,URL2): requests follow the leader.\n"
+      ".TP\n.B ROTA_TOKEN\nThe API token.\n"
+      ".TP\n.B ROTA_DATA_DIR\nWhere a local rota up keeps its data; the CLI finds its address and token there.\n"
+      ".SH EXIT STATUS\n0 ok, 1 server unreachable or failing, 2 bad input, 3 not found, 4 not authenticated or not "
+      "allowed, 5 conflict.\n"
+      ".SH SEE ALSO\nrota explain PATH (the job spec and the cluster config, field by field); docs/cli.md, "
+      "docs/job-spec.md, docs/config.md in the source.\n";
+  return out;
 }
 
 }  // namespace rota::cli

@@ -46,4 +46,8 @@ struct CompletionCommand {
 };
 std::string CompletionScript(const std::string& shell, const std::vector<CompletionCommand>& commands);
 
+// `rota help --man`: a man page (roff) of `overview` (the global help) and
+// each command's help text, in order.
+std::string ManPage(const std::string& overview, const std::vector<std::pair<std::string, std::string>>& commands);
+
 }  // namespace rota::cli

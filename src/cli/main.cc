@@ -124,6 +124,18 @@ int main(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     }
+    // rota help --man: this help and every command's, as a man page
+    // (rota help --man > rota.1; man -l rota.1).
+    if (args[0] == "--man") {
+      std::vector<std::pair<std::string, std::string>> pages = rota::cli::ClientCommandHelp();
+      for (const char* name : {"up", "server", "agent", "store"}) pages.push_back({name, rota::cli::UsageText(name)});
+      pages.push_back({"plan", rota::cli::PlanUsage()});
+      pages.push_back({"sim", rota::cli::SimUsage()});
+      pages.push_back({"explain", "usage: rota explain PATH\n\nA job-spec or cluster-config field's type, default and meaning.\n"});
+      pages.push_back({"completion", "usage: rota completion bash|zsh\n\nA completion script for the shell.\n"});
+      std::cout << rota::cli::ManPage(kUsage, pages);
+      return 0;
+    }
     // rota help CMD: that command's own help, as `rota CMD --help` prints it.
     const std::vector<std::string> known = Commands();
     if (std::find(known.begin(), known.end(), args[0]) == known.end() || args[0] == "help") {

@@ -67,4 +67,16 @@ if command -v zsh > /dev/null; then
   zsh -c "source <('$rota' completion zsh)" || fail "completion zsh does not load"
 fi
 expect_bad "usage: rota completion bash|zsh" completion fish
+
+# rota help --man: a man page with every command's help.
+"$rota" help --man > "$tmp/rota.1"
+head -1 "$tmp/rota.1" | grep -q '^\.TH ROTA 1 ' || fail "man page: $(head -1 "$tmp/rota.1")"
+for cmd in submit jobs node report up agent plan sim explain; do
+  grep -qx "\.SS $cmd" "$tmp/rota.1" || fail "man page: no section for $cmd"
+done
+grep -qF 'rota submit JOB.yaml|\- [\-\-count N]' "$tmp/rota.1" || fail "man page: submit's usage: $(grep -m1 'rota submit' "$tmp/rota.1")"
+if command -v groff > /dev/null; then
+  groff -man -Tutf8 -ww -z "$tmp/rota.1" 2> "$tmp/groff.txt" || fail "groff: $(cat "$tmp/groff.txt")"
+  [ ! -s "$tmp/groff.txt" ] || fail "groff warns: $(head -5 "$tmp/groff.txt")"
+fi
 echo "help_cli_test: ok"
