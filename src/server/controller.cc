@@ -157,7 +157,7 @@ void Controller::Stop() {
   history_cv_.notify_all();
   if (history_thread_.joinable()) {
     history_thread_.join();
-    FlushHistory();  // the hour so far, for the next start to extend
+    FlushHistory(/*all=*/true);  // the hour so far, to the last minute, for the next start to extend
   }
 }
 
@@ -176,10 +176,10 @@ void Controller::HistoryLoop() {
   }
 }
 
-void Controller::FlushHistory() {
+void Controller::FlushHistory(bool all) {
   const TimePoint now = options_.clock->Now();
   std::lock_guard<std::mutex> lock(history_mu_);  // one flush at a time: writes land in order
-  std::vector<GpuHistoryBlock> taken = history_.Take(now);
+  std::vector<GpuHistoryBlock> taken = history_.Take(now, all);
   // Earlier blocks the store refused first, then what was taken now; a
   // block once only, its latest (one statement may not write a row twice).
   std::vector<GpuHistoryBlock> blocks;

@@ -172,7 +172,8 @@ class Controller {
                                                     TimePoint until) const;
   // Writes the history's changed blocks and drops those past retention (the
   // history thread does, every history_flush).
-  void FlushHistory();
+  // `all`: the minutes under way too (at a stop).
+  void FlushHistory(bool all = false);
 
   // Mutations: each returns once its effect is durable, or with why not.
   // Submit: InvalidArgument (bad queue or priority class), PermissionDenied

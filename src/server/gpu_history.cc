@@ -46,6 +46,19 @@ void GpuHistoryRecorder::Fold(const std::string& node, const std::vector<api::Gp
     } else if (g.open.start != minute) {
       if (g.open.start >= 0) CloseMinute(g);
       g.open = Minute{.start = std::max(minute, g.minutes.start)};
+      // A minute already written (before a stop) goes on from its point.
+      if (g.open.start < g.minutes.start + 60 * kMinuteUs) {
+        const GpuPoint& p = g.minutes.points[static_cast<size_t>((g.open.start - g.minutes.start) / kMinuteUs)];
+        if (p.samples > 0) {
+          g.open.samples = p.samples;
+          if (p.activity >= 0) {
+            g.open.activity_samples = p.samples;
+            g.open.activity_sum = int64_t{p.activity} * p.samples;
+          }
+          g.open.memory_peak = p.memory_peak;
+          g.open.energy_mj = p.energy_j * 1000;
+        }
+      }
     }
     Minute& m = g.open;
     m.samples += t.samples;
@@ -82,10 +95,10 @@ void GpuHistoryRecorder::Place(Gpu& g, const GpuPoint& point, TimePoint minute, 
   g.dirty = true;
 }
 
-std::vector<GpuHistoryBlock> GpuHistoryRecorder::Take(TimePoint now) {
+std::vector<GpuHistoryBlock> GpuHistoryRecorder::Take(TimePoint now, bool all) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, g] : gpus_) {
-    if (g.open.start >= 0 && g.open.start + kMinuteUs <= now) CloseMinute(g);
+    if (g.open.start >= 0 && (all || g.open.start + kMinuteUs <= now)) CloseMinute(g);
   }
   std::vector<GpuHistoryBlock> out = std::move(done_);
   done_.clear();

@@ -28,9 +28,11 @@ class GpuHistoryRecorder {
   // no samples are skipped.
   void Fold(const std::string& node, const std::vector<api::GpuTelemetry>& gpus, TimePoint now);
   // The blocks that changed since the last Take, with each GPU's minutes
-  // that ended by `now` in them; finished hours and days come once more.
-  std::vector<GpuHistoryBlock> Take(TimePoint now);
-  // The stored blocks of the hour and day holding `now`, to go on from.
+  // that ended by `now` in them (`all`: the minutes under way too, at a
+  // stop); finished hours and days come once more.
+  std::vector<GpuHistoryBlock> Take(TimePoint now, bool all = false);
+  // The stored blocks of the hour and day holding `now`, to go on from (a
+  // minute written before a restart goes on from its point).
   void Warm(const std::vector<GpuHistoryBlock>& blocks, TimePoint now);
   // `node`'s blocks of `step_s` held here (the current hour or day, with
   // the minute under way as a point), for reads that cannot wait for Take.

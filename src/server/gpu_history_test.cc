@@ -128,6 +128,28 @@ TEST(GpuHistoryRecorder, AClockSteppedBackNeitherReopensNorDuplicatesABlock) {
   EXPECT_GT(taken, 0u);
 }
 
+TEST(GpuHistoryRecorder, AStopMidMinuteWritesItAndTheNextStartAddsToIt) {
+  std::map<Key, GpuHistoryBlock> stored;
+  {
+    GpuHistoryRecorder rec;
+    rec.Fold("n-0", {Window(0, 90, 2000, 3000)}, kDay0 + 610 * kSecond);
+    rec.Fold("n-0", {Window(0, 90, 4000, 3000)}, kDay0 + 620 * kSecond);
+    Write(&stored, rec.Take(kDay0 + 625 * kSecond, /*all=*/true));  // the server stops
+  }
+  EXPECT_EQ(stored.at({"n-0", 0, 60, kDay0}).points[10].samples, 20);
+  GpuHistoryRecorder again;
+  std::vector<GpuHistoryBlock> current;
+  for (const auto& [key, b] : stored) current.push_back(b);
+  again.Warm(current, kDay0 + 630 * kSecond);
+  again.Fold("n-0", {Window(0, 10, 1000, 1000)}, kDay0 + 640 * kSecond);  // the same minute
+  Write(&stored, again.Take(kDay0 + 700 * kSecond));
+  const GpuPoint& p = stored.at({"n-0", 0, 60, kDay0}).points[10];
+  EXPECT_EQ(p.samples, 30);
+  EXPECT_EQ(p.activity, (93 * 20 + 13 * 10 + 15) / 30);  // both parts, weighted
+  EXPECT_EQ(p.memory_peak, 4000);
+  EXPECT_EQ(p.energy_j, 7);
+}
+
 TEST(GpuHistoryRecorder, TheMinuteUnderWayShowsInReadsBeforeItIsWritten) {
   GpuHistoryRecorder rec;
   rec.Fold("n-0", {Window(0, 70, 5000, 2000)}, kDay0 + 70 * kSecond);
