@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
       }
     }
     const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t n = 0; n < nodes; ++n) recorder.Fold("gpu-" + std::to_string(n), reports[static_cast<size_t>(n)], now);
+    for (int64_t n = 0; n < nodes; ++n) recorder.Fold("gpu-" + std::to_string(n), per_node, reports[static_cast<size_t>(n)], now);
     fold_s += Since(t0);
     if (s % 300 == 0) {
       const auto t1 = std::chrono::steady_clock::now();

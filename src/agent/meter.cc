@@ -16,7 +16,7 @@ GpmSampler::~GpmSampler() {
 
 void GpmSampler::Read(const NvmlApi& nvml, NvmlApi::Device dev, int32_t index, MeterReading* r) {
   if (!nvml.gpm_query_support || !nvml.gpm_sample_alloc || !nvml.gpm_sample_get || !nvml.gpm_metrics_get) {
-    absent_ = "absent: the driver's NVML has no GPM (R520 or later has it)";
+    if (absent_.empty()) absent_ = "absent: the driver's NVML has no GPM (R520 or later has it)";
     return;
   }
   auto [it, first] = gpus_.try_emplace(index);

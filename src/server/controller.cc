@@ -185,10 +185,10 @@ void Controller::FlushHistory(bool all) {
   std::vector<GpuHistoryBlock> blocks;
   {
     std::set<std::tuple<std::string, int32_t, int32_t, TimePoint>> seen;
-    std::vector<GpuHistoryBlock> all = std::move(unwritten_history_);
+    std::vector<GpuHistoryBlock> pending = std::move(unwritten_history_);
     unwritten_history_.clear();
-    all.insert(all.end(), std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
-    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    pending.insert(pending.end(), std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
+    for (auto it = pending.rbegin(); it != pending.rend(); ++it) {
       if (seen.insert({it->node, it->gpu, it->step_s, it->start}).second) blocks.push_back(std::move(*it));
     }
     std::reverse(blocks.begin(), blocks.end());
@@ -1287,7 +1287,7 @@ Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::v
     NodeLive& live = live_[report.node];
     if (!live.registered) return NotFoundError("node '" + report.node + "' must register again");
     live.last_heartbeat = options_.clock->Now();
-    live.Note(report.gpus);
+    live.Note(report.gpus, node->spec.gpus);
     lost = node->lost;
     // Usage of each running job's GPUs, for right-sizing.
     FoldUsage(snap, *node, report);
@@ -1330,7 +1330,7 @@ void Controller::FoldUsage(const Snapshot& snap, const NodeState& node, const He
   const std::set<JobId>* ids = JobsOn(node.spec.name);
   const TimePoint now = options_.clock->Now();
   if (ids != nullptr) usage_.Fold(snap, node, *ids, report, now);
-  history_.Fold(node.spec.name, report.gpus, now);
+  history_.Fold(node.spec.name, node.spec.gpus, report.gpus, now);
 }
 
 bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskAssignment>* tasks, uint64_t* revision) {
@@ -1361,7 +1361,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
       }
     }
     live->second.last_heartbeat = options_.clock->Now();
-    live->second.Note(report.gpus);
+    live->second.Note(report.gpus, node->spec.gpus);
     FoldUsage(snap, *node, report);
   }
   auto answer = NodeTasks(report.node, revision);

@@ -115,10 +115,14 @@ struct NodeLive {
   // Each GPU's energy in the reports since this server started (mJ, by
   // index): a counter for /metrics.
   std::map<int32_t, int64_t> energy_mj;
-  void Note(const std::vector<GpuTelemetry>& report) {
+  // A report's GPUs, those of the node's `count` only (an agent cannot grow
+  // the server's tables by naming GPUs its node does not have).
+  void Note(const std::vector<GpuTelemetry>& report, int32_t count) {
     if (report.empty()) return;
-    gpus = report;
+    gpus.clear();
     for (const GpuTelemetry& g : report) {
+      if (g.index < 0 || g.index >= count) continue;
+      gpus.push_back(g);
       if (g.samples > 0 && g.energy_mj > 0) energy_mj[g.index] += g.energy_mj;
     }
   }

@@ -1,5 +1,6 @@
 #include "server/controller.h"
 
+#include <atomic>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -826,7 +827,11 @@ class FullDiskStore final : public Store {
   Status PutUsage(const std::vector<UsageRecord>& records) override { return inner_.PutUsage(records); }
   StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override { return inner_.Usage(since, until); }
   StatusOr<int64_t> DropUsage(TimePoint before) override { return inner_.DropUsage(before); }
-  Status PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) override { return inner_.PutGpuHistory(blocks); }
+  Status PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) override {
+    if (history_full_) return Status(StatusCode::kInsufficientStorage, "disk full");
+    return inner_.PutGpuHistory(blocks);
+  }
+  void HistoryFull(bool full) { history_full_ = full; }
   StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
                                                     TimePoint until) override {
     return inner_.GpuHistory(node, step_s, since, until);
@@ -854,7 +859,45 @@ class FullDiskStore final : public Store {
   std::mutex mu_;
   std::condition_variable cv_;
   bool armed_ = false, held_once_ = false, waiting_ = false, go_ = false, full_ = false;
+  std::atomic<bool> history_full_ = false;
 };
+
+// GPU history on a full disk: the blocks the store refuses are kept and
+// written by a later flush; nothing is lost meanwhile, and the server runs on.
+TEST_F(ControllerTest, GpuHistoryRefusedByAFullDiskIsWrittenLater) {
+  auto owned = std::make_unique<FullDiskStore>();
+  FullDiskStore* store = owned.get();
+  ClusterConfig config = TwoNodes();
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock, .history_flush = 0},
+                                        std::move(owned));
+  ASSERT_TRUE(c->Start().ok());
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  auto report = [&](int32_t index) {
+    GpuTelemetry g{.index = index, .utilization_pct = 40};
+    g.samples = 10;
+    g.activity.assign(ActivityHistogram::kBuckets, 0);
+    g.activity[ActivityHistogram::Bucket(40)] = 10;
+    g.energy_mj = 2'000'000;
+    return HeartbeatReport{"n-0", {g}, {}};
+  };
+  ASSERT_TRUE(c->Heartbeat(agent0, report(0)).ok());
+  ASSERT_TRUE(c->Heartbeat(agent0, report(99)).ok());  // a GPU n-0 does not have
+  clock.Advance(120 * kMicrosPerSecond);
+  store->HistoryFull(true);
+  c->FlushHistory();
+  const TimePoint hour = BlockStart(GpuHistoryBlock::kMinute, clock.Now() - 120 * kMicrosPerSecond);
+  EXPECT_TRUE(store->GpuHistory("n-0", 60, hour, hour + 1)->empty());
+  store->HistoryFull(false);
+  c->FlushHistory();
+  auto written = store->GpuHistory("n-0", 60, hour, hour + 1);
+  ASSERT_TRUE(written.ok());
+  ASSERT_EQ(written->size(), 1u);  // GPU 0's hour; not GPU 99's
+  EXPECT_EQ((*written)[0].gpu, 0);
+  int64_t samples = 0;
+  for (const GpuPoint& p : (*written)[0].points) samples += p.samples;
+  EXPECT_EQ(samples, 10);
+  c->Stop();
+}
 
 // The first admin token is stored beside the journal, not in it: a batch
 // that a full disk refuses (a submission, a cycle's binds) must not refuse it

@@ -29,36 +29,22 @@ GpuHistoryBlock GpuHistoryRecorder::Block(const std::string& node, int32_t gpu, 
   return b;
 }
 
-void GpuHistoryRecorder::Fold(const std::string& node, const std::vector<api::GpuTelemetry>& gpus, TimePoint now) {
+void GpuHistoryRecorder::Fold(const std::string& node, int32_t count, const std::vector<api::GpuTelemetry>& gpus,
+                              TimePoint now) {
   const TimePoint minute = now - now % kMinuteUs;
   std::lock_guard<std::mutex> lock(mu_);
   for (const api::GpuTelemetry& t : gpus) {
-    if (t.samples <= 0 || t.index < 0) continue;
+    if (t.samples <= 0 || t.index < 0 || t.index >= count) continue;
     Gpu& g = gpus_[{node, t.index}];
     if (g.minutes.node.empty()) {
       g.minutes = Block(node, t.index, GpuHistoryBlock::kMinute, now);
       g.hours = Block(node, t.index, GpuHistoryBlock::kHour, now);
     }
-    // A clock stepped back: the report joins the minute under way (a closed
-    // minute or block is never reopened).
-    if (g.open.start >= 0 && minute < g.open.start) {
-      // joins g.open below
-    } else if (g.open.start != minute) {
+    // A later minute closes the one under way; an earlier one (a clock
+    // stepped back) joins it: a closed minute or block is never reopened.
+    if (g.open.start < 0 || minute > g.open.start) {
       if (g.open.start >= 0) CloseMinute(g);
-      g.open = Minute{.start = std::max(minute, g.minutes.start)};
-      // A minute already written (before a stop) goes on from its point.
-      if (g.open.start < g.minutes.start + 60 * kMinuteUs) {
-        const GpuPoint& p = g.minutes.points[static_cast<size_t>((g.open.start - g.minutes.start) / kMinuteUs)];
-        if (p.samples > 0) {
-          g.open.samples = p.samples;
-          if (p.activity >= 0) {
-            g.open.activity_samples = p.samples;
-            g.open.activity_sum = int64_t{p.activity} * p.samples;
-          }
-          g.open.memory_peak = p.memory_peak;
-          g.open.energy_mj = p.energy_j * 1000;
-        }
-      }
+      OpenMinute(g, minute);
     }
     Minute& m = g.open;
     m.samples += t.samples;
@@ -73,6 +59,20 @@ void GpuHistoryRecorder::Fold(const std::string& node, const std::vector<api::Gp
     m.memory_peak = std::max(m.memory_peak, t.memory_peak);
     m.energy_mj += std::max<int64_t>(t.energy_mj, 0);
   }
+}
+
+void GpuHistoryRecorder::OpenMinute(Gpu& g, TimePoint minute) {
+  g.open = Minute{.start = std::max(minute, g.minutes.start)};
+  if (g.open.start >= g.minutes.start + 60 * kMinuteUs) return;  // a later hour: nothing written there yet
+  const GpuPoint& p = g.minutes.points[static_cast<size_t>((g.open.start - g.minutes.start) / kMinuteUs)];
+  if (p.samples <= 0) return;
+  g.open.samples = p.samples;
+  if (p.activity >= 0) {
+    g.open.activity_samples = p.samples;
+    g.open.activity_sum = int64_t{p.activity} * p.samples;
+  }
+  g.open.memory_peak = p.memory_peak;
+  g.open.energy_mj = p.energy_j * 1000;
 }
 
 void GpuHistoryRecorder::CloseMinute(Gpu& g) {

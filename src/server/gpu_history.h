@@ -24,9 +24,10 @@ namespace rota::server {
 
 class GpuHistoryRecorder {
  public:
-  // Folds `gpus` (node `node`'s report at `now`): GPUs whose window holds
-  // no samples are skipped.
-  void Fold(const std::string& node, const std::vector<api::GpuTelemetry>& gpus, TimePoint now);
+  // Folds `gpus` (node `node`'s report at `now`; the node has `count`
+  // GPUs): GPUs whose window holds no samples, or that the node does not
+  // have, are skipped.
+  void Fold(const std::string& node, int32_t count, const std::vector<api::GpuTelemetry>& gpus, TimePoint now);
   // The blocks that changed since the last Take, with each GPU's minutes
   // that ended by `now` in them (`all`: the minutes under way too, at a
   // stop); finished hours and days come once more.
@@ -54,6 +55,9 @@ class GpuHistoryRecorder {
   };
   // Closes `g`'s open minute into its blocks (finished blocks go to done_).
   void CloseMinute(Gpu& g);
+  // Opens the minute at `minute` (not before `g`'s hour block), going on
+  // from its point if one was written before a restart.
+  static void OpenMinute(Gpu& g, TimePoint minute);
   // Puts `point` at `minute` in `g`'s blocks, moving to new blocks (the
   // finished ones to `finished`) when it lies past them.
   static void Place(Gpu& g, const GpuPoint& point, TimePoint minute, std::vector<GpuHistoryBlock>* finished);

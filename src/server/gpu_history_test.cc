@@ -41,7 +41,7 @@ TEST(GpuHistoryRecorder, MinutesFillHoursAndHoursFillTheDay) {
   const TimePoint end = kDay0 + 9000 * kSecond;
   for (TimePoint t = kDay0 + 10 * kSecond; t <= end; t += 10 * kSecond) {
     const bool first_hour = t <= kDay0 + 3600 * kSecond;
-    rec.Fold("n-0", {Window(0, first_hour ? 90 : 10, first_hour ? 60'000 : 20'000, 3'000'000), Window(1, 0, 0, 600'000)},
+    rec.Fold("n-0", 8, {Window(0, first_hour ? 90 : 10, first_hour ? 60'000 : 20'000, 3'000'000), Window(1, 0, 0, 600'000)},
              t);
     if ((t - kDay0) % (300 * kSecond) == 0) Write(&stored, rec.Take(t));
   }
@@ -82,7 +82,7 @@ TEST(GpuHistoryRecorder, ARestartExtendsTheHourInsteadOfOverwritingIt) {
   {
     GpuHistoryRecorder rec;
     for (TimePoint t = kDay0 + 10 * kSecond; t <= kDay0 + 1200 * kSecond; t += 10 * kSecond) {
-      rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, t);
+      rec.Fold("n-0", 8, {Window(0, 50, 1000, 1000)}, t);
     }
     Write(&stored, rec.Take(kDay0 + 1260 * kSecond));
   }
@@ -91,7 +91,7 @@ TEST(GpuHistoryRecorder, ARestartExtendsTheHourInsteadOfOverwritingIt) {
   for (const auto& [key, b] : stored) current.push_back(b);
   again.Warm(current, kDay0 + 1300 * kSecond);
   for (TimePoint t = kDay0 + 1800 * kSecond; t <= kDay0 + 1900 * kSecond; t += 10 * kSecond) {
-    again.Fold("n-0", {Window(0, 50, 1000, 1000)}, t);
+    again.Fold("n-0", 8, {Window(0, 50, 1000, 1000)}, t);
   }
   Write(&stored, again.Take(kDay0 + 2000 * kSecond));
   const GpuHistoryBlock& hour = stored.at({"n-0", 0, 60, kDay0});
@@ -113,11 +113,11 @@ TEST(GpuHistoryRecorder, AClockSteppedBackNeitherReopensNorDuplicatesABlock) {
     Write(&stored, blocks);
   };
   const TimePoint ten = kDay0 + 10 * 3600 * kSecond;
-  for (TimePoint t = ten - 600 * kSecond; t < ten; t += 10 * kSecond) rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, t);
-  rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, ten + 5 * kSecond);   // 10:00:05
-  rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, ten - 2 * kSecond);   // NTP steps back to 09:59:58
-  rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, ten + 30 * kSecond);  // and on
-  rec.Fold("n-0", {Window(0, 50, 1000, 1000)}, ten + 70 * kSecond);
+  for (TimePoint t = ten - 600 * kSecond; t < ten; t += 10 * kSecond) rec.Fold("n-0", 8, {Window(0, 50, 1000, 1000)}, t);
+  rec.Fold("n-0", 8, {Window(0, 50, 1000, 1000)}, ten + 5 * kSecond);   // 10:00:05
+  rec.Fold("n-0", 8, {Window(0, 50, 1000, 1000)}, ten - 2 * kSecond);   // NTP steps back to 09:59:58
+  rec.Fold("n-0", 8, {Window(0, 50, 1000, 1000)}, ten + 30 * kSecond);  // and on
+  rec.Fold("n-0", 8, {Window(0, 50, 1000, 1000)}, ten + 70 * kSecond);
   take(ten + 200 * kSecond);
   const GpuHistoryBlock& nine = stored.at({"n-0", 0, 60, ten - 3600 * kSecond});
   EXPECT_EQ(nine.points[59].samples, 60);  // 09:59 as it was
@@ -132,8 +132,8 @@ TEST(GpuHistoryRecorder, AStopMidMinuteWritesItAndTheNextStartAddsToIt) {
   std::map<Key, GpuHistoryBlock> stored;
   {
     GpuHistoryRecorder rec;
-    rec.Fold("n-0", {Window(0, 90, 2000, 3000)}, kDay0 + 610 * kSecond);
-    rec.Fold("n-0", {Window(0, 90, 4000, 3000)}, kDay0 + 620 * kSecond);
+    rec.Fold("n-0", 8, {Window(0, 90, 2000, 3000)}, kDay0 + 610 * kSecond);
+    rec.Fold("n-0", 8, {Window(0, 90, 4000, 3000)}, kDay0 + 620 * kSecond);
     Write(&stored, rec.Take(kDay0 + 625 * kSecond, /*all=*/true));  // the server stops
   }
   EXPECT_EQ(stored.at({"n-0", 0, 60, kDay0}).points[10].samples, 20);
@@ -141,7 +141,7 @@ TEST(GpuHistoryRecorder, AStopMidMinuteWritesItAndTheNextStartAddsToIt) {
   std::vector<GpuHistoryBlock> current;
   for (const auto& [key, b] : stored) current.push_back(b);
   again.Warm(current, kDay0 + 630 * kSecond);
-  again.Fold("n-0", {Window(0, 10, 1000, 1000)}, kDay0 + 640 * kSecond);  // the same minute
+  again.Fold("n-0", 8, {Window(0, 10, 1000, 1000)}, kDay0 + 640 * kSecond);  // the same minute
   Write(&stored, again.Take(kDay0 + 700 * kSecond));
   const GpuPoint& p = stored.at({"n-0", 0, 60, kDay0}).points[10];
   EXPECT_EQ(p.samples, 30);
@@ -152,10 +152,10 @@ TEST(GpuHistoryRecorder, AStopMidMinuteWritesItAndTheNextStartAddsToIt) {
 
 TEST(GpuHistoryRecorder, TheMinuteUnderWayShowsInReadsBeforeItIsWritten) {
   GpuHistoryRecorder rec;
-  rec.Fold("n-0", {Window(0, 70, 5000, 2000)}, kDay0 + 70 * kSecond);
+  rec.Fold("n-0", 8, {Window(0, 70, 5000, 2000)}, kDay0 + 70 * kSecond);
   api::GpuTelemetry exact = Window(0, 70, 5000, 2000);
   exact.activity_sum = 700;  // the agent's exact sum: no bucket middle
-  rec.Fold("n-1", {exact}, kDay0 + 70 * kSecond);
+  rec.Fold("n-1", 8, {exact}, kDay0 + 70 * kSecond);
   // MIG mode: samples without utilisation; a window without samples is skipped.
   api::GpuTelemetry mig;
   mig.index = 1;
@@ -163,7 +163,7 @@ TEST(GpuHistoryRecorder, TheMinuteUnderWayShowsInReadsBeforeItIsWritten) {
   mig.memory_peak = 300;
   api::GpuTelemetry none;
   none.index = 2;
-  rec.Fold("n-0", {mig, none}, kDay0 + 80 * kSecond);
+  rec.Fold("n-0", 8, {mig, none}, kDay0 + 80 * kSecond);
   auto minutes = rec.Current("n-0", GpuHistoryBlock::kMinute, kDay0 + 90 * kSecond);
   ASSERT_EQ(minutes.size(), 2u);
   EXPECT_EQ(minutes[0].gpu, 0);
@@ -176,6 +176,9 @@ TEST(GpuHistoryRecorder, TheMinuteUnderWayShowsInReadsBeforeItIsWritten) {
   EXPECT_EQ(hours[0].points[0].samples, 10);
   EXPECT_EQ(rec.Current("n-1", GpuHistoryBlock::kMinute, kDay0 + 90 * kSecond)[0].points[1].activity, 70);
   EXPECT_TRUE(rec.Current("n-2", GpuHistoryBlock::kMinute, kDay0).empty());
+  // A GPU the node does not have (an agent naming index 9 of 8) is not kept.
+  rec.Fold("n-3", 8, {Window(9, 50, 1, 1), Window(-1, 50, 1, 1)}, kDay0 + 70 * kSecond);
+  EXPECT_TRUE(rec.Current("n-3", GpuHistoryBlock::kMinute, kDay0 + 90 * kSecond).empty());
 }
 
 }  // namespace
