@@ -1011,9 +1011,12 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     if (!args.empty()) return Usage("rota queues [-o json]");
     Response r = c.Get("/v1/queues");
     return Run(c, r, "queues", [](const json& j) {
-      Table t({"QUEUE", "WEIGHT", "PENDING", "RUNNING", "GPUS", "GUARANTEED"});
+      Table t({"QUEUE", "WEIGHT", "PENDING", "RUNNING", "GPUS", "GUARANTEED", "STATUS"});
       for (const auto& q : j["queues"]) {
-        t.Add({S(q, "name"), S(q, "weight"), S(q, "pending"), S(q, "running"), S(q, "gpus_allocated"), S(q, "gpus_guaranteed")});
+        std::string status = S(q, "status");
+        std::replace(status.begin(), status.end(), '_', ' ');
+        t.Add({S(q, "name"), S(q, "weight"), S(q, "pending"), S(q, "running"), S(q, "gpus_allocated"), S(q, "gpus_guaranteed"),
+               status});
       }
       std::cout << t.Render();
     });

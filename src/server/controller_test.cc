@@ -784,6 +784,20 @@ TEST(ControllerSubmit, BeforeAnyNodeRegistersAJobWaitsAndSaysWhy) {
 }
 
 }  // namespace
+// A queue's status, as the dashboard colours it and `rota queues` prints it.
+TEST_F(ControllerTest, AQueuesStatusSaysStarvedBorrowingOrOverItsShare) {
+  EXPECT_EQ(QueueStatus(/*pending=*/2, /*held=*/1, /*guaranteed=*/4, /*borrowed=*/0, true, 8), "starved");
+  EXPECT_EQ(QueueStatus(0, 1, 4, 0, true, 8), "ok") << "below its guarantee with nothing waiting is not starved";
+  EXPECT_EQ(QueueStatus(0, 6, 4, 2, true, 8), "borrowing");
+  EXPECT_EQ(QueueStatus(0, 6, 0, 6, false, 8), "ok") << "without a quota, holding is not borrowing";
+  EXPECT_EQ(QueueStatus(1, 12, 0, 12, false, 8), "over_share");
+  EXPECT_EQ(QueueStatus(0, 8, 0, 8, false, 8), "ok") << "at its share exactly";
+  auto c = Make(std::make_unique<MemoryStore>());
+  const auto queues = QueuesView(*c, c->snapshot());
+  ASSERT_EQ(queues.size(), 2u);
+  for (const auto& q : queues) EXPECT_EQ(q["status"], "ok") << q.dump();
+}
+
 // A drained node whose agent goes silent shows as lost (the drain stays in its view).
 TEST_F(ControllerTest, ADrainedNodeThatGoesSilentShowsAsLost) {
   auto c = Make(std::make_unique<MemoryStore>());

@@ -1028,6 +1028,11 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 201, out);
     }));
 
+    // Who the token is (the dashboard shows the actions this caller may take).
+    srv.Get("/v1/whoami", Guard([this](const Principal& who, const HttpRequest&, HttpResponse& res) {
+      Reply(res, 200, {{"user", who.user}, {"role", std::string(RoleName(who.role))}, {"sees_all_jobs", who.admin() || AllSeeAll()}});
+    }));
+
     srv.Get("/v1/tokens", Guard([this](const Principal& who, const HttpRequest&, HttpResponse& res) {
       auto tokens = c_->ListTokens(who);
       if (!tokens.ok()) return ReplyError(res, tokens.status());

@@ -45,7 +45,10 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   if (started && job.state != JobState::kPending) {
     j["elapsed_s"] = std::max<Duration>(0, ended - job.started_at) / kMicrosPerSecond;
   }
-  if (job.spec().time_limit > 0) j["time_limit"] = FormatDuration(job.spec().time_limit);
+  if (job.spec().time_limit > 0) {
+    j["time_limit"] = FormatDuration(job.spec().time_limit);
+    j["time_limit_s"] = job.spec().time_limit / kMicrosPerSecond;
+  }
   j["placement"] = ordered_json::array();
   std::optional<std::map<std::string, NodeLive>> live;  // read only for GPU fractions (MPS)
   for (const ReplicaPlacement& r : job.placement) {
@@ -169,6 +172,8 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
         gj["memory_used"] = FormatMemoryMiB(t.memory_used);
         gj["temperature_c"] = t.temperature_c;
         gj["power_w"] = t.power_w;
+        // Why the agent calls it unhealthy ("xid 79", "temperature 95C").
+        if (!t.healthy && !t.health_reason.empty()) gj["health_reason"] = t.health_reason;
       }
     }
     // Which jobs hold it (several when fractions share it).
@@ -203,7 +208,19 @@ void AddQueues(const std::vector<QueueConfig>& qs, const std::string& prefix, st
     }
   }
 }
+
 }  // namespace
+
+// One word for a queue's standing, first that holds: "starved" (jobs wait
+// while it holds less than its guarantee), "borrowing" (it holds more than
+// its quota, where it has one), "over_share" (more than its fair share), else "ok".
+std::string QueueStatus(int64_t pending, int64_t held, int64_t guaranteed, int64_t borrowed, bool has_quota,
+                        double fair_share) {
+  if (pending > 0 && held < guaranteed) return "starved";
+  if (borrowed > 0 && has_quota) return "borrowing";
+  if (static_cast<double>(held) > fair_share + 1e-9) return "over_share";
+  return "ok";
+}
 
 ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
   std::vector<const QueueConfig*> leaves;
@@ -235,6 +252,9 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
       for (const auto& [model, n] : leaves[i]->quota) guaranteed += n;
     }
     const std::string accepts = AcceptsOnPath(c.config(), paths[i]);
+    const int64_t borrowed = leaves[i] != nullptr ? std::max<int64_t>(0, gpus - guaranteed) : 0;
+    const double fair = static_cast<double>(total_gpus) *
+                        (book.LeafIndex(paths[i]) >= 0 ? book.effective_weight(book.LeafIndex(paths[i])) : 1.0);
     out.push_back({{"name", paths[i]},
                    {"accepts", accepts},
                    {"weight", leaves[i] ? leaves[i]->weight : 1},
@@ -242,9 +262,10 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
                    {"running", running},
                    {"gpus_allocated", gpus},
                    {"gpus_guaranteed", guaranteed},
-                   {"gpus_borrowed", leaves[i] != nullptr ? std::max<int64_t>(0, gpus - guaranteed) : 0},
-                   {"fair_share_gpus", static_cast<double>(total_gpus) *
-                                           (book.LeafIndex(paths[i]) >= 0 ? book.effective_weight(book.LeafIndex(paths[i])) : 1.0)}});
+                   {"gpus_borrowed", borrowed},
+                   {"fair_share_gpus", fair},
+                   {"status", QueueStatus(pending, gpus, guaranteed, borrowed,
+                                               leaves[i] != nullptr && !leaves[i]->quota.empty(), fair)}});
   }
   return out;
 }

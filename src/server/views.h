@@ -14,6 +14,9 @@ nlohmann::ordered_json NodeView(const Controller& c, const Snapshot& snap, const
                                 const std::map<std::string, NodeLive>& live);
 // Per leaf queue: pending and running jobs, allocated and guaranteed GPUs.
 nlohmann::ordered_json QueuesView(const Controller& c, const Snapshot& snap);
+// A queue's standing, first that holds: "starved", "borrowing", "over_share", "ok".
+std::string QueueStatus(int64_t pending, int64_t held, int64_t guaranteed, int64_t borrowed, bool has_quota,
+                        double fair_share);
 std::string NodeStateName(const Controller& c, const NodeState& node, const std::map<std::string, NodeLive>& live);
 
 // Prometheus text exposition format 0.0.4.

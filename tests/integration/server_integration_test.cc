@@ -1074,6 +1074,8 @@ TEST_F(Cluster3, UnhealthyGpuMovesTheGang) {
   for (const auto& n : doc["nodes"]) {
     if (n["name"] == node) {
       EXPECT_EQ(n["gpus_unhealthy"], 1);
+      EXPECT_EQ(n["gpu_list"][1].value("health_reason", ""), "xid 79") << n.dump();  // why, as the agent said
+      EXPECT_FALSE(n["gpu_list"][0].contains("health_reason")) << n.dump();
     }
   }
 }
