@@ -4,7 +4,11 @@
 'use strict';
 
 const REFRESH_MS = 2000;
-const state = { token: sessionStorage.getItem('rota.token') || '', timer: null, selectedGpu: null, filters: {} };
+const PAGE_ROWS = 50;  // jobs per page of the jobs list
+const state = {
+  token: sessionStorage.getItem('rota.token') || '', timer: null, me: null, selectedGpu: null, selectedNode: null,
+  filters: {}, sort: { key: 'id', dir: -1 }, page: 0, armed: '', logs: null,
+};
 
 function esc(v) {
   return String(v === undefined || v === null ? '' : v)
@@ -14,22 +18,64 @@ const $ = (sel) => document.querySelector(sel);
 
 class AuthError extends Error {}
 
-async function api(path) {
-  const res = await fetch(path, { headers: { Authorization: 'Bearer ' + state.token } });
+// The response itself (headers and all); an error's message is the server's.
+async function apiRaw(path, init) {
+  const res = await fetch(path, Object.assign({}, init, { headers: { Authorization: 'Bearer ' + state.token,
+    'Content-Type': 'application/json' } }));
   if (res.status === 401) throw new AuthError('token not accepted');
   if (!res.ok) {
     let msg = res.status + ' ' + res.statusText;
     try { msg = (await res.json()).error.message || msg; } catch (e) { /* not JSON */ }
     throw new Error(msg);
   }
+  return res;
+}
+
+async function api(path) {
+  const res = await apiRaw(path);
   const type = res.headers.get('Content-Type') || '';
   return type.includes('json') ? res.json() : res.text();
 }
+
+// An action (cancel, hold, drain...): POST with a JSON body.
+async function apiPost(path, body) {
+  return (await apiRaw(path, { method: 'POST', body: JSON.stringify(body || {}) })).json();
+}
+
+// Spans as people read them: 45s, 12m, 3h12m, 2d4h.
+function dur(seconds) {
+  if (seconds === undefined || seconds === null || seconds < 0) return '';
+  const s = Math.floor(seconds);
+  if (s < 60) return s + 's';
+  if (s < 3600) return Math.floor(s / 60) + 'm' + (s % 60 && s < 600 ? (s % 60) + 's' : '');
+  if (s < 86400) return Math.floor(s / 3600) + 'h' + (Math.floor(s / 60) % 60 ? (Math.floor(s / 60) % 60) + 'm' : '');
+  return Math.floor(s / 86400) + 'd' + (Math.floor(s / 3600) % 24 ? (Math.floor(s / 3600) % 24) + 'h' : '');
+}
+
+// An RFC 3339 time from the API in the browser's local time (the API keeps UTC).
+function localTime(text) {
+  if (!text) return '';
+  const d = new Date(text);
+  return isNaN(d) ? text : d.toLocaleString();
+}
+
+// A time ahead as "in 20m", one behind as "5m ago".
+function fromNow(text) {
+  const d = Date.parse(text);
+  if (isNaN(d)) return '';
+  const s = (d - Date.now()) / 1000;
+  return s >= 0 ? 'in ' + dur(s) : dur(-s) + ' ago';
+}
+
+// Whether the signed-in caller may act on a job (its owner, or an admin).
+function mayAct(job) { return !!state.me && (state.me.role === 'admin' || state.me.user === job.user); }
+function isAdmin() { return !!state.me && state.me.role === 'admin'; }
 
 // ---- login ----------------------------------------------------------------
 
 function showLogin(message) {
   state.token = '';
+  state.me = null;
   sessionStorage.removeItem('rota.token');
   clearInterval(state.timer);
   $('#app').hidden = true;
@@ -37,6 +83,7 @@ function showLogin(message) {
   $('#nav').hidden = true;
   $('#logout').hidden = true;
   $('#updated').textContent = '';
+  $('#whoami').textContent = '';
   $('#login-view').hidden = false;
   $('#login-error').textContent = message || '';
 }
@@ -44,7 +91,7 @@ function showLogin(message) {
 async function login(token) {
   state.token = token.trim();
   try {
-    await api('/v1/queues');
+    state.me = await api('/v1/whoami');
   } catch (e) {
     showLogin(e instanceof AuthError ? 'That token was not accepted.' : 'Cannot reach the server: ' + e.message);
     return;
@@ -54,6 +101,7 @@ async function login(token) {
   $('#app').hidden = false;
   $('#nav').hidden = false;
   $('#logout').hidden = false;
+  $('#whoami').textContent = state.me.user + (state.me.role === 'admin' ? ' (admin)' : '');
   if (!location.hash || location.hash === '#' || location.hash === '#/') location.hash = '#/cluster';
   route();
   clearInterval(state.timer);
@@ -79,6 +127,7 @@ function route() {
   for (const name of ['cluster', 'queues', 'jobs', 'services', 'reports']) {
     $('#nav-' + name).classList.toggle('active', p.page === name || (name === 'jobs' && p.page === 'job'));
   }
+  state.armed = '';
   $('#app').innerHTML = '<p class="muted">Loading…</p>';
   $('#app').dataset.page = p.page;
   refresh();
@@ -87,6 +136,9 @@ function route() {
 async function refresh() {
   if (!state.token) return;
   const p = currentPage();
+  // What the user is typing (a drain reason) survives the page being drawn again.
+  const kept = [...document.querySelectorAll('#app input[data-keep]')].map((e) => [e.id, e.value]);
+  const focused = document.activeElement && document.activeElement.id;
   try {
     if (p.page === 'cluster') await renderCluster();
     else if (p.page === 'queues') await renderQueues();
@@ -94,6 +146,13 @@ async function refresh() {
     else if (p.page === 'services') await renderServices();
     else if (p.page === 'reports') await renderReports();
     else await renderJob(p.id);
+    for (const [id, value] of kept) {
+      const el = document.getElementById(id);
+      if (el) el.value = value;
+    }
+    if (focused && document.getElementById(focused) && document.activeElement !== document.getElementById(focused)) {
+      document.getElementById(focused).focus();
+    }
     $('#updated').textContent = 'updated ' + new Date().toLocaleTimeString();
     $('#app').dataset.ready = '1';
   } catch (e) {
@@ -135,7 +194,7 @@ function reportChart(rep) {
   const x = (k) => l + k / (tl.steps - 1) * (w - l - r);
   const y = (v) => h - b - v / max * (h - t - b);
   const colors = ['#2f6fdf', '#d64533', '#2ca05a', '#ff9f1a', '#8e44ad', '#16a2b8', '#7f8c8d'];
-  let svg = '<svg class="chart" id="report-chart" width="' + w + '" height="' + h + '">';
+  let svg = '<svg class="chart" id="report-chart" width="' + w + '" height="' + h + '" viewBox="0 0 ' + w + ' ' + h + '">';
   svg += '<text x="' + (l - 6) + '" y="' + (t + 4) + '" text-anchor="end" font-size="11">' + max.toFixed(1) + '</text>';
   svg += '<text x="' + (l - 6) + '" y="' + (h - b) + '" text-anchor="end" font-size="11">0</text>';
   svg += '<line x1="' + l + '" y1="' + (h - b) + '" x2="' + (w - r) + '" y2="' + (h - b) + '" stroke="#999"/>';
@@ -169,27 +228,27 @@ async function renderReports() {
     '<option value="queue">by queue</option><option value="model">by GPU model</option></select>' +
     '<select id="r-since"><option value="1d">last day</option><option value="7d">last 7 days</option>' +
     '<option value="30d">last 30 days</option></select> <span class="muted">' + esc(rep.since) + ' to ' + esc(rep.until) +
-    '</span></div>' + reportChart(rep) + '<table id="report-table"><tr><th>' + esc(rep.by) + '</th><th class="num">jobs</th>' +
+    '</span></div>' + reportChart(rep) + '<div class="scroll"><table id="report-table"><tr><th>' + esc(rep.by) + '</th><th class="num">jobs</th>' +
     '<th class="num">GPU-hours</th><th class="num">used</th><th class="num">idle</th><th class="num">oversized</th>' +
     '<th class="num">efficiency</th><th class="num">kWh</th>' +
     (priced ? '<th class="num">cost' + (rep.currency ? ' (' + esc(rep.currency) + ')' : '') + '</th><th class="num">idle cost</th>' : '') +
     '<th>held vs used</th></tr>';
   for (const r of rep.rows) html += reportRow(r, max, priced);
   html += reportRow(rep.total, Math.max(max, rep.total.gpu_hours), priced).replace('<tr ', '<tr class="total" ');
-  html += '</table><p class="muted">Used: GPU-hours held times the GPUs\u2019 measured activity. Idle: held with the GPU under ' +
+  html += '</table></div><p class="muted">Used: GPU-hours held times the GPUs\u2019 measured activity. Idle: held with the GPU under ' +
     'the idle threshold. Oversized: what the shape each job family fits would have freed.</p>';
   html += '<h2>Right-sizing</h2>';
   if (!rep.under_users.length) {
     html += '<p class="muted" id="under-none">No job family under-uses its GPUs (or none has been measured long enough).</p>';
   } else {
-    html += '<table id="under-table"><tr><th>family</th><th class="num">jobs</th><th class="num">GPU-hours</th>' +
+    html += '<div class="scroll"><table id="under-table"><tr><th>family</th><th class="num">jobs</th><th class="num">GPU-hours</th>' +
       '<th class="num">oversized</th><th>fits</th><th>why</th></tr>';
     for (const u of rep.under_users) {
       html += '<tr data-family="' + esc(u.family) + '"><td>' + esc(u.family) + '</td><td class="num">' + esc(u.jobs) +
         '</td><td class="num">' + esc(u.gpu_hours) + '</td><td class="num">' + esc(u.gpu_hours_oversized) +
         '</td><td data-k="shape"><code>' + esc(u.shape) + '</code></td><td>' + esc(u.summary) + '</td></tr>';
     }
-    html += '</table>';
+    html += '</table></div>';
   }
   $('#app').innerHTML = html;
   for (const id of ['r-by', 'r-since']) {
@@ -203,7 +262,7 @@ async function renderReports() {
 
 function gpuTitle(node, g) {
   const parts = [node.name + ' GPU ' + g.index];
-  if (!g.healthy) parts.push('unhealthy');
+  if (!g.healthy) parts.push('unhealthy' + (g.health_reason ? ': ' + g.health_reason : ''));
   parts.push(g.allocated ? (g.jobs ? 'jobs ' + g.jobs.join(', ') : 'job ' + g.job) : 'idle');
   if (g.shared_milli !== undefined) parts.push('shared: ' + (g.shared_milli / 1000).toFixed(2) + ' of the GPU');
   if (g.mig !== undefined) parts.push('MIG ' + (g.mig || '(no instances)') + (g.mig.includes('*') ? ' (* in use)' : ''));
@@ -239,7 +298,8 @@ function nodeHtml(node, highlight) {
   }
   const badges = (node.simulated ? ' <span class="badge sim">simulated</span>' : '') +
     (node.state !== 'ready' ? ' <span class="badge bad">' + esc(node.state) + '</span>' : '');
-  return '<div class="node ' + esc(node.state) + '" data-node="' + esc(node.name) + '"><div class="name">' +
+  return '<div class="node ' + esc(node.state) + (!highlight && state.selectedNode === node.name ? ' sel' : '') + '" data-node="' +
+    esc(node.name) + '"><div class="name" data-node-select="' + esc(node.name) + '" title="details and actions">' +
     esc(node.name) + ' <span class="muted">' + esc(node.gpu_model) + '</span>' + badges + '</div>' + cells + '</div>';
 }
 
@@ -279,6 +339,14 @@ function clusterTotals(nodes) {
   return t;
 }
 
+// The period the node and GPU charts cover (GET /v1/nodes/NAME/history?since=).
+const HISTORY_RANGES = [['1h', 'last hour'], ['6h', 'last 6 hours'], ['24h', 'last 24 hours'], ['7d', 'last 7 days']];
+function historyRange() { return state.filters['h-range'] || '24h'; }
+function rangeSelect(id, ranges, value) {
+  return '<select id="' + id + '">' + ranges.map(([v, label]) => '<option value="' + v + '"' + (v === value ? ' selected' : '') +
+    '>' + esc(label) + '</option>').join('') + '</select>';
+}
+
 async function renderCluster() {
   const { nodes } = await api('/v1/nodes');
   const t = clusterTotals(nodes);
@@ -295,11 +363,26 @@ async function renderCluster() {
   }
   html += '<div class="legend"><span><span class="gpu alloc"></span>allocated (darker = busier)</span>' +
     '<span><span class="gpu"></span>idle</span><span><span class="gpu unhealthy"></span>unhealthy</span>' +
-    '<span>hatched node: drained or lost</span><span>underlined groups: NVLink islands</span></div>';
-  html += '<div id="heatmap">' + topologyHtml(nodes) + '</div><div id="gpu-detail" class="muted">Click a GPU for details.</div>';
+    '<span>hatched node: drained or lost</span><span>underlined groups: NVLink islands</span>' +
+    '<span>click a node\u2019s name for its details</span></div>';
+  html += '<div id="heatmap" class="scroll">' + topologyHtml(nodes) + '</div>';
+  // Every unhealthy GPU with the agent's reason, and every node out of service with why.
+  const sick = [];
+  for (const n of nodes) {
+    if (n.state !== 'ready') sick.push('<li data-node="' + esc(n.name) + '">' + esc(n.name) + ': ' + esc(n.state) +
+      (n.drain_reason ? ' (' + esc(n.drain_reason) + ')' : '') + '</li>');
+    for (const g of n.gpu_list) {
+      if (!g.healthy) sick.push('<li data-gpu-reason="' + esc(n.name + '/' + g.index) + '">' + esc(n.name) + ' GPU ' + g.index +
+        ': ' + esc(g.health_reason || 'unhealthy (no reason reported)') + '</li>');
+    }
+  }
+  if (sick.length) html += '<h2>Needs attention</h2><ul id="attention">' + sick.join('') + '</ul>';
+  html += '<div class="filters">Use over time: ' + rangeSelect('h-range', HISTORY_RANGES, historyRange()) + '</div>' +
+    '<div id="gpu-detail" class="muted">Click a GPU for details.</div><div id="node-detail"></div>';
   $('#app').innerHTML = html;
   state.nodes = nodes;
   if (state.selectedGpu) showGpu(state.selectedGpu);
+  if (state.selectedNode) showNode(state.selectedNode);
 }
 
 function showGpu(key) {
@@ -318,7 +401,8 @@ function showGpu(key) {
     (g.allocated ? (g.jobs || [g.job]).map((id) => 'job <a href="#/jobs/' + esc(id) + '">' + esc(id) + '</a>').join(', ') : 'idle') +
     (g.shared_milli !== undefined ? ' · shared: ' + esc((g.shared_milli / 1000).toFixed(2)) + ' of the GPU in use' : '') +
     (g.mig !== undefined ? ' · MIG: ' + esc(g.mig || '(no instances)') + ' (* in use)' : '') +
-    (g.healthy ? '' : ' · <span class="error">unhealthy</span>') +
+    (g.healthy ? '' : ' · <span class="error" id="gpu-reason">unhealthy' + (g.health_reason ? ': ' + esc(g.health_reason) : '') +
+      '</span>') +
     (g.utilization_pct !== undefined ? ' · utilisation ' + esc(g.utilization_pct) + '%' : '') +
     (g.memory_used !== undefined ? ' · memory used ' + esc(g.memory_used) : '') +
     (g.temperature_c !== undefined ? ' · ' + esc(g.temperature_c) + '°C' : '') +
@@ -327,26 +411,57 @@ function showGpu(key) {
   showGpuHistory(name, idx);
 }
 
-// The GPU's last 24 hours, a point a minute: GET /v1/nodes/NAME/history,
-// read again at most once a minute per node.
+// A node's GPUs over the chosen period, a point a minute (an hour past two
+// days): GET /v1/nodes/NAME/history, read again at most once a minute per
+// node and period.
 const GPU_HISTORY_MS = 60000;
 
-async function showGpuHistory(name, idx) {
-  const cached = state.gpuHistory && state.gpuHistory.node === name && Date.now() - state.gpuHistory.at < GPU_HISTORY_MS;
-  if (!cached) {
-    const data = await api('/v1/nodes/' + encodeURIComponent(name) + '/history?since=24h');
-    state.gpuHistory = { node: name, at: Date.now(), data };
+async function nodeHistory(name) {
+  const range = historyRange();
+  const c = state.gpuHistory;
+  if (!c || c.node !== name || c.range !== range || Date.now() - c.at >= GPU_HISTORY_MS) {
+    const data = await api('/v1/nodes/' + encodeURIComponent(name) + '/history?since=' + encodeURIComponent(range));
+    state.gpuHistory = { node: name, range, at: Date.now(), data };
   }
+  return state.gpuHistory.data;
+}
+
+function rangeLabel(range) {
+  const r = HISTORY_RANGES.find(([v]) => v === range);
+  return r ? r[1] : 'last ' + range;
+}
+
+async function showGpuHistory(name, idx) {
+  const data = await nodeHistory(name);
   const box = $('#gpu-history');
   if (!box || state.selectedGpu !== name + '/' + idx) return;
-  const gpu = (state.gpuHistory.data.gpus || []).find((g) => g.index === idx);
-  box.innerHTML = gpuHistoryChart(gpu ? gpu.points : [], state.gpuHistory.data);
+  const gpu = (data.gpus || []).find((g) => g.index === idx);
+  box.innerHTML = gpuHistoryChart(gpu ? gpu.points : [], data);
+}
+
+// A node's GPUs as one: at each step, the mean activity over the samples of
+// all its GPUs, their highest memory, and their energy and power summed.
+function nodePoints(data) {
+  const byT = new Map();
+  for (const g of data.gpus || []) {
+    for (const p of g.points) {
+      const a = byT.get(p[0]) || [p[0], 0, 0, 0, 0, 0];
+      if (p[2] >= 0) a[2] += p[2] * p[1];
+      a[1] += p[1];
+      a[3] = Math.max(a[3], p[3]);
+      a[4] += p[4];
+      a[5] += p[5];
+      byT.set(p[0], a);
+    }
+  }
+  return [...byT.values()].sort((x, y) => x[0] - y[0]).map((a) => [a[0], a[1], a[1] ? a[2] / a[1] : -1, a[3], a[4], a[5]]);
 }
 
 // Activity (solid, 0-100%) and power (dashed, to its highest) over the period.
-function gpuHistoryChart(points, history) {
+function gpuHistoryChart(points, history, id, label) {
+  id = id || 'gpu-history-chart';
   if (points.length < 2) {
-    return '<p class="muted" id="gpu-history-empty">Its use over time appears after a few minutes of reports.</p>';
+    return '<p class="muted" id="' + esc(id.replace(/-chart$/, '')) + '-empty">Use over time appears after a few minutes of reports.</p>';
   }
   const w = 640, h = 160, l = 44, r = 12, t = 14, b = 28;
   const t0 = history.since, t1 = history.until;
@@ -356,7 +471,8 @@ function gpuHistoryChart(points, history) {
   const line = (pick, max, dash) => '<polyline fill="none" stroke="' + (dash ? '#d64533' : '#2f6fdf') + '" stroke-width="1.5"' +
     (dash ? ' stroke-dasharray="4 3"' : '') + ' points="' +
     points.filter((p) => pick(p) >= 0).map((p) => x(p[0]).toFixed(1) + ',' + y(pick(p), max).toFixed(1)).join(' ') + '"/>';
-  let svg = '<svg class="chart" id="gpu-history-chart" data-points="' + points.length + '" width="' + w + '" height="' + h + '">';
+  let svg = '<svg class="chart" id="' + esc(id) + '" data-points="' + points.length + '" width="' + w + '" height="' + h +
+    '" viewBox="0 0 ' + w + ' ' + h + '">';
   svg += '<text x="' + (l - 6) + '" y="' + (t + 4) + '" text-anchor="end" font-size="11">100%</text>';
   svg += '<text x="' + (l - 6) + '" y="' + (h - b) + '" text-anchor="end" font-size="11">0</text>';
   svg += '<line x1="' + l + '" y1="' + (h - b) + '" x2="' + (w - r) + '" y2="' + (h - b) + '" stroke="#999"/>';
@@ -364,14 +480,78 @@ function gpuHistoryChart(points, history) {
   const mean = points.reduce((a, p) => a + Math.max(0, p[2]) * p[1], 0) / Math.max(1, points.reduce((a, p) => a + p[1], 0));
   const kwh = points.reduce((a, p) => a + p[4], 0) / 3.6e6;
   svg += '<text x="' + (w - r) + '" y="' + (h - 8) + '" text-anchor="end" font-size="11" fill="#777">solid: activity (mean ' +
-    Math.round(mean) + '%) · dashed: power (peak ' + maxPower + ' W) · ' + kwh.toFixed(2) + ' kWh · last 24 h</text></svg>';
+    Math.round(mean) + '%) · dashed: power (peak ' + Math.round(maxPower) + ' W) · ' + kwh.toFixed(2) + ' kWh · ' +
+    esc(label || rangeLabel(historyRange())) + '</text></svg>';
   return svg;
+}
+
+// One node: its state and why, its unhealthy GPUs, its GPUs' use over the
+// period, and (for admins) drain with a reason or undrain.
+async function showNode(name) {
+  state.selectedNode = name;
+  const node = (state.nodes || []).find((n) => n.name === name);
+  const box = $('#node-detail');
+  if (!node || !box) return;
+  document.querySelectorAll('.node.sel').forEach((e) => e.classList.remove('sel'));
+  const el = document.querySelector('.node[data-node="' + CSS.escape(name) + '"]');
+  if (el) el.classList.add('sel');
+  const kv = (k, v) => (v === undefined || v === '' ? '' : '<dt>' + esc(k) + '</dt><dd data-k="' + esc(k) + '">' + esc(v) + '</dd>');
+  let html = '<h2>Node ' + esc(name) + '</h2><dl class="kv">' + kv('state', node.state) +
+    kv('drained because', node.drain_reason) + kv('GPUs', node.gpus + ' x ' + node.gpu_model + ' (' + node.gpus_allocated +
+    ' allocated, ' + node.gpus_unhealthy + ' unhealthy)') + kv('CPU', node.cpu_allocated + ' of ' + node.cpu) +
+    kv('memory', node.memory_allocated + ' of ' + node.memory) + kv('last heartbeat', localTime(node.last_heartbeat)) +
+    kv('labels', Object.entries(node.labels || {}).map(([k, v]) => k + '=' + v).join(', ')) + '</dl>';
+  const sick = node.gpu_list.filter((g) => !g.healthy);
+  if (sick.length) {
+    html += '<ul id="node-unhealthy">' + sick.map((g) => '<li>GPU ' + g.index + ': ' +
+      esc(g.health_reason || 'unhealthy (no reason reported)') + '</li>').join('') + '</ul>';
+  }
+  if (isAdmin()) {
+    html += '<div class="actions" id="node-actions">' + (node.drained
+      ? '<button id="node-undrain" data-action="undrain">Undrain</button>'
+      : '<input id="drain-reason" data-keep placeholder="reason (shown to users)" maxlength="512">' +
+        '<button id="node-drain" data-action="drain">Drain</button>') +
+      ' <span id="node-action-result" class="muted">' + esc(state.nodeResult || '') + '</span></div>';
+  }
+  html += '<p class="muted">All its GPUs together:</p><div id="node-history"></div>';
+  box.innerHTML = html;
+  const data = await nodeHistory(name);
+  const chart = $('#node-history');
+  if (chart && state.selectedNode === name) chart.innerHTML = gpuHistoryChart(nodePoints(data), data, 'node-history-chart');
+}
+
+async function nodeAction(action) {
+  const name = state.selectedNode;
+  const reason = action === 'drain' ? ($('#drain-reason') || {}).value || '' : '';
+  try {
+    await apiPost('/v1/nodes/' + encodeURIComponent(name) + '/' + action, { reason });
+    state.nodeResult = (action === 'drain' ? 'drained' : 'undrained') + ' ' + name;
+  } catch (e) {
+    if (e instanceof AuthError) throw e;
+    state.nodeResult = action + ' refused: ' + e.message;
+  }
+  await refresh();
 }
 
 // ---- queues ---------------------------------------------------------------
 
-function historyChart(history, queues) {
-  const samples = history.samples || [];
+// A queue's standing (GET /v1/queues "status"), as words and a colour.
+const QUEUE_STATUS = {
+  starved: 'starved: jobs wait below its guarantee',
+  borrowing: 'borrowing beyond its quota',
+  over_share: 'over its fair share',
+  ok: 'within its share',
+};
+
+const QUEUE_RANGES = [['all', 'all kept'], ['15m', 'last 15 min'], ['1h', 'last hour'], ['6h', 'last 6 hours']];
+function rangeSeconds(v) {
+  const m = /^(\d+)([smhd])$/.exec(v);
+  return m ? Number(m[1]) * { s: 1, m: 60, h: 3600, d: 86400 }[m[2]] : Infinity;
+}
+
+function historyChart(history, queues, range) {
+  const cut = Date.now() - rangeSeconds(range || 'all') * 1000;
+  const samples = (history.samples || []).filter((s) => Date.parse(s.t) >= cut);
   const w = 640, h = 220, l = 44, r = 12, t = 14, b = 28;
   if (samples.length < 2) return '<p class="muted">Usage over time appears after a few samples (one every ' +
     esc(history.interval_s) + ' s).</p>';
@@ -381,7 +561,8 @@ function historyChart(history, queues) {
   const x = (v) => l + (v - times[0]) / Math.max(1, times[times.length - 1] - times[0]) * (w - l - r);
   const y = (v) => h - b - v / max * (h - t - b);
   const colors = ['#2f6fdf', '#d64533', '#2ca05a', '#ff9f1a', '#8e44ad', '#16a2b8', '#7f8c8d'];
-  let svg = '<svg class="chart" id="queue-history" width="' + w + '" height="' + h + '">';
+  let svg = '<svg class="chart" id="queue-history" data-samples="' + samples.length + '" width="' + w + '" height="' + h +
+    '" viewBox="0 0 ' + w + ' ' + h + '">';
   svg += '<text x="' + (l - 6) + '" y="' + (t + 4) + '" text-anchor="end" font-size="11">' + max + '</text>';
   svg += '<text x="' + (l - 6) + '" y="' + (h - b) + '" text-anchor="end" font-size="11">0</text>';
   svg += '<line x1="' + l + '" y1="' + (h - b) + '" x2="' + (w - r) + '" y2="' + (h - b) + '" stroke="#999"/>';
@@ -404,22 +585,30 @@ async function renderQueues() {
   const [{ queues }, history] = await Promise.all([api('/v1/queues'), api('/v1/queues/history')]);
   let max = 1;
   for (const q of queues) max = Math.max(max, q.gpus_allocated, q.fair_share_gpus, q.gpus_guaranteed);
-  let html = '<h1>Queues</h1><table id="queues-table"><tr><th>queue</th><th class="num">weight</th>' +
+  let html = '<h1>Queues</h1><div class="scroll"><table id="queues-table"><tr><th>queue</th><th>status</th><th class="num">weight</th>' +
     '<th class="num">guaranteed</th><th class="num">fair share</th><th class="num">allocated</th>' +
     '<th class="num">borrowed</th><th class="num">pending</th><th class="num">running</th><th>usage vs fair share</th></tr>';
   for (const q of queues) {
-    const bar = '<div class="bar" title="allocated ' + q.gpus_allocated + ' GPUs; fair share ' + q.fair_share_gpus.toFixed(1) +
-      '; guaranteed ' + q.gpus_guaranteed + '"><div class="fill" style="width:' + (100 * q.gpus_allocated / max).toFixed(1) +
-      '%"></div><div class="mark" style="left:' + (100 * q.fair_share_gpus / max).toFixed(1) + '%"></div>' +
+    const status = q.status || 'ok';
+    const bar = '<div class="bar q-' + esc(status) + '" title="allocated ' + q.gpus_allocated + ' GPUs; fair share ' +
+      q.fair_share_gpus.toFixed(1) + '; guaranteed ' + q.gpus_guaranteed + '"><div class="fill" style="width:' +
+      (100 * q.gpus_allocated / max).toFixed(1) + '%"></div><div class="mark" style="left:' +
+      (100 * q.fair_share_gpus / max).toFixed(1) + '%"></div>' +
       '<div class="guar" style="left:' + (100 * q.gpus_guaranteed / max).toFixed(1) + '%"></div></div>';
-    html += '<tr data-queue="' + esc(q.name) + '"><td>' + esc(q.name) + '</td><td class="num">' + esc(q.weight) +
+    html += '<tr data-queue="' + esc(q.name) + '" class="q-' + esc(status) + '"><td>' + esc(q.name) + '</td><td data-k="status">' +
+      '<span class="badge q-' + esc(status) + '" title="' + esc(QUEUE_STATUS[status] || status) + '">' +
+      esc(status.replace('_', ' ')) + '</span></td><td class="num">' + esc(q.weight) +
       '</td><td class="num" data-k="guaranteed">' + esc(q.gpus_guaranteed) + '</td><td class="num" data-k="fair">' +
       esc(q.fair_share_gpus.toFixed(1)) + '</td><td class="num" data-k="allocated">' + esc(q.gpus_allocated) +
       '</td><td class="num" data-k="borrowed">' + esc(q.gpus_borrowed) + '</td><td class="num" data-k="pending">' +
       esc(q.pending) + '</td><td class="num" data-k="running">' + esc(q.running) + '</td><td>' + bar + '</td></tr>';
   }
-  html += '</table><p class="muted">Bar: GPUs held; black mark: fair share (weights down the queue tree); green: guarantee.</p>';
-  html += '<h2>Over time</h2>' + historyChart(history, queues);
+  html += '</table></div><p class="muted">Bar: GPUs held, coloured by status (red: starved below its guarantee; amber: ' +
+    'borrowing beyond its quota; purple: over its fair share); black mark: fair share (weights down the queue tree); ' +
+    'green: guarantee.</p>';
+  const range = state.filters['q-range'] || 'all';
+  html += '<h2>Over time</h2><div class="filters">' + rangeSelect('q-range', QUEUE_RANGES, range) + '</div>' +
+    historyChart(history, queues, range);
   $('#app').innerHTML = html;
 }
 
@@ -427,7 +616,7 @@ async function renderQueues() {
 
 async function renderServices() {
   const { router, services } = await api('/v1/services');
-  let html = '<h1>Services</h1><table id="services-table"><tr><th>service</th><th class="num">job</th><th>state</th>' +
+  let html = '<h1>Services</h1><div class="scroll"><table id="services-table"><tr><th>service</th><th class="num">job</th><th>state</th>' +
     '<th class="num">desired</th><th class="num">placed</th><th class="num">ready</th><th class="num">min-max</th>' +
     '<th class="num">in flight</th><th class="num">queued</th><th class="num">p99</th><th>last scaling</th><th>endpoint</th></tr>';
   for (const v of services) {
@@ -442,7 +631,7 @@ async function renderServices() {
       esc(sig.requests ? sig.p99_ms.toFixed(1) + ' ms' : '') + '</td><td data-k="last">' + esc(last) + '</td><td>' +
       esc(v.url) + '</td></tr>';
   }
-  html += '</table>';
+  html += '</table></div>';
   if (!services.length) html += '<p class="muted">No services (kind: service). See docs/services.md.</p>';
   if (!router) html += '<p class="muted">No router: start the server with --router HOST:PORT for endpoints.</p>';
   $('#app').innerHTML = html;
@@ -452,10 +641,30 @@ async function renderServices() {
 
 function reasonText(j) {
   if (j.state === 'pending' && j.pending_reason) {
-    return j.pending_reason.code + ': ' + j.pending_reason.message + (j.expected_start ? ' (expected start ' + j.expected_start + ')' : '');
+    return j.pending_reason.code + ': ' + j.pending_reason.message +
+      (j.expected_start ? ' (expected start ' + fromNow(j.expected_start) + ', ' + localTime(j.expected_start) + ')' : '');
   }
   return j.end_reason || j.last_requeue_reason || '';
 }
+
+// The jobs list's columns: header, sort key (a job's value to order by) and cell.
+const JOB_COLUMNS = [
+  ['id', (j) => j.id, (j) => '<td class="num">' + esc(j.id) + '</td>'],
+  ['name', (j) => j.name, (j) => '<td>' + esc(j.name) + (j.array ? ' <span class="muted">[' + esc(j.array.index) + ']</span>' : '') +
+    '</td>'],
+  ['user', (j) => j.user, (j) => '<td>' + esc(j.user) + '</td>'],
+  ['queue', (j) => j.queue, (j) => '<td>' + esc(j.queue) + '</td>'],
+  ['state', (j) => j.state, (j) => '<td data-k="state">' + esc(j.state) +
+    (j.flags ? ' <span class="flag" title="' + esc(j.flags.join('; ')) + '">⚑</span>' : '') + '</td>'],
+  ['GPUs', (j) => j.gpus, (j) => '<td class="num">' + esc(j.gpu_shares || j.gpus) + '</td>'],
+  ['submitted', (j) => j.submitted_at, (j) => '<td data-k="submitted" title="' + esc(fromNow(j.submitted_at)) + '">' +
+    esc(localTime(j.submitted_at)) + '</td>'],
+  ['waited', (j) => j.waited_s || 0, (j) => '<td class="num" data-k="waited">' + esc(dur(j.waited_s)) + '</td>'],
+  ['elapsed', (j) => j.elapsed_s || 0, (j) => '<td class="num" data-k="elapsed">' + esc(dur(j.elapsed_s)) + '</td>'],
+  ['limit', (j) => j.time_limit_s || 0, (j) => '<td class="num" data-k="limit">' + esc(j.time_limit || '') + '</td>'],
+  ['restarts', (j) => j.restarts, (j) => '<td class="num">' + esc(j.restarts) + '</td>'],
+  ['reason', (j) => reasonText(j), (j) => '<td class="reason">' + esc(reasonText(j)) + '</td>'],
+];
 
 async function renderJobs() {
   const { jobs } = await api('/v1/jobs?all=true&limit=5000');  // (the first 5000: a page, never a million)
@@ -466,12 +675,15 @@ async function renderJobs() {
       '<option>preempting</option><option>succeeded</option><option>failed</option><option>cancelled</option></select>' +
       '<select id="f-queue"><option value="">all queues</option></select>' +
       '<input id="f-text" placeholder="name or user"> <span id="jobs-count" class="muted"></span></div>' +
-      '<table id="jobs-table"><thead><tr><th class="num">id</th><th>name</th><th>user</th><th>queue</th><th>state</th>' +
-      '<th class="num">GPUs</th><th>submitted</th><th class="num">restarts</th><th>reason</th></tr></thead><tbody></tbody></table>';
+      '<div class="scroll"><table id="jobs-table"><thead><tr>' +
+      JOB_COLUMNS.map(([h], i) => '<th data-sort="' + i + '"' + (['id', 'GPUs', 'waited', 'elapsed', 'limit', 'restarts']
+        .includes(h) ? ' class="num"' : '') + ' title="sort">' + esc(h) + '</th>').join('') +
+      '</tr></thead><tbody></tbody></table></div><div class="pager" id="jobs-pager"><button id="page-prev">‹ newer</button> ' +
+      '<span id="page-text" class="muted"></span> <button id="page-next">older ›</button></div>';
     for (const id of ['f-state', 'f-queue', 'f-text']) {
       const el = $('#' + id);
       el.value = state.filters[id] || '';
-      el.addEventListener('input', () => { state.filters[id] = el.value; renderJobRows(state.jobs); });
+      el.addEventListener('input', () => { state.filters[id] = el.value; state.page = 0; renderJobRows(state.jobs); });
     }
     table = $('#jobs-table');
   }
@@ -489,72 +701,226 @@ function renderJobRows(jobs) {
   const text = (state.filters['f-text'] || '').toLowerCase();
   const shown = jobs.filter((j) => (!st || j.state === st) && (!q || j.queue === q) &&
     (!text || j.name.toLowerCase().includes(text) || j.user.toLowerCase().includes(text)));
+  const col = JOB_COLUMNS.find(([h]) => h === state.sort.key) || JOB_COLUMNS[0];
+  const dir = state.sort.dir;
+  shown.sort((a, b) => {
+    const x = col[1](a), y = col[1](b);
+    return (x < y ? -1 : x > y ? 1 : a.id - b.id) * dir;
+  });
+  const pages = Math.max(1, Math.ceil(shown.length / PAGE_ROWS));
+  state.page = Math.min(state.page, pages - 1);
+  const page = shown.slice(state.page * PAGE_ROWS, (state.page + 1) * PAGE_ROWS);
   let rows = '';
-  for (const j of shown) {
-    rows += '<tr class="click" data-job="' + esc(j.id) + '"><td class="num">' + esc(j.id) + '</td><td>' + esc(j.name) +
-      '</td><td>' + esc(j.user) + '</td><td>' + esc(j.queue) + '</td><td data-k="state">' + esc(j.state) +
-      (j.flags ? ' <span class="flag" title="' + esc(j.flags.join('; ')) + '">⚑</span>' : '') + '</td><td class="num">' +
-      esc(j.gpus) + '</td><td>' + esc(j.submitted_at) + '</td><td class="num">' + esc(j.restarts) + '</td><td>' +
-      esc(reasonText(j)) + '</td></tr>';
+  for (const j of page) {
+    rows += '<tr class="click" data-job="' + esc(j.id) + '">' + JOB_COLUMNS.map((c) => c[2](j)).join('') + '</tr>';
   }
   $('#jobs-table tbody').innerHTML = rows;
+  document.querySelectorAll('#jobs-table th[data-sort]').forEach((th) => {
+    const on = JOB_COLUMNS[Number(th.dataset.sort)][0] === col[0];
+    th.classList.toggle('sorted', on);
+    th.dataset.dir = on ? (dir > 0 ? 'asc' : 'desc') : '';
+  });
   $('#jobs-count').textContent = shown.length + ' of ' + jobs.length + ' jobs';
+  $('#page-text').textContent = shown.length ? (state.page * PAGE_ROWS + 1) + '–' + (state.page * PAGE_ROWS + page.length) +
+    ' of ' + shown.length : '';
+  $('#page-prev').disabled = state.page === 0;
+  $('#page-next').disabled = state.page >= pages - 1;
+  $('#jobs-pager').hidden = pages <= 1;
+}
+
+function sortJobs(index) {
+  const key = JOB_COLUMNS[index][0];
+  state.sort = state.sort.key === key ? { key, dir: -state.sort.dir } : { key, dir: key === 'id' ? -1 : 1 };
+  state.page = 0;
+  renderJobRows(state.jobs || []);
+}
+
+// ---- one job --------------------------------------------------------------
+
+// The actions a job's state allows: [verb, label, needs a second click].
+function jobActions(job) {
+  const out = [];
+  const live = ['pending', 'running', 'preempting'].includes(job.state);
+  if (job.state === 'pending' && !job.held) out.push(['hold', 'Hold', false]);
+  if (job.held) out.push(['release', 'Release', false]);
+  if (job.state === 'running') out.push(['requeue', 'Requeue', true]);
+  if (live) out.push(['cancel', 'Cancel', true]);
+  return out;
+}
+
+const ARMED_MS = 6000;  // a destructive action's second click must come within this
+
+async function jobAction(id, verb, confirm) {
+  if (confirm && !(state.armed === id + '/' + verb && Date.now() - state.armedAt < ARMED_MS)) {
+    state.armed = id + '/' + verb;
+    state.armedAt = Date.now();
+    return refresh();
+  }
+  state.armed = '';
+  try {
+    const j = await apiPost('/v1/jobs/' + encodeURIComponent(id) + '/' + verb);
+    state.jobResult = { id, text: verb + ': job ' + id + ' is now ' + j.state + (j.held ? ' (held)' : '') };
+  } catch (e) {
+    if (e instanceof AuthError) throw e;
+    state.jobResult = { id, text: verb + ' refused: ' + e.message, error: true };
+  }
+  await refresh();
+}
+
+// The log shown on a job's page: every replica's last lines, or one
+// replica's log followed from where the page last read it (?offset=).
+const LOG_TAIL = 1000, LOG_KEEP = 1 << 20;
+
+async function readLogs(job) {
+  let L = state.logs;
+  if (!L || L.job !== String(job.id)) {
+    L = state.logs = { job: String(job.id), tab: '', offset: 0, text: '', follow: true, read: false, error: '' };
+  }
+  if (L.read && !L.follow) return L;
+  const base = '/v1/jobs/' + encodeURIComponent(job.id) + '/logs';
+  try {
+    if (!L.tab) {
+      L.text = await api(base + '?tail=' + LOG_TAIL);
+    } else {
+      const res = await apiRaw(base + '?task=' + encodeURIComponent(L.tab) + '&offset=' + L.offset);
+      const size = Number(res.headers.get('Rota-Log-Size') || 0);
+      const body = await res.text();
+      L.text = size < L.offset ? body : L.text + body;  // shorter than we read: it started over
+      if (L.text.length > LOG_KEEP) L.text = L.text.slice(L.text.length - LOG_KEEP);
+      L.offset = size;
+    }
+    L.error = '';
+  } catch (e) {
+    if (e instanceof AuthError) throw e;
+    L.error = e.message;
+  }
+  L.read = true;
+  return L;
 }
 
 async function renderJob(id) {
   const [job, nodesReply, events] = await Promise.all([api('/v1/jobs/' + encodeURIComponent(id)), api('/v1/nodes'),
     api('/v1/jobs/' + encodeURIComponent(id) + '/events')]);
-  let logs = '';
-  try {
-    logs = await api('/v1/jobs/' + encodeURIComponent(id) + '/logs');
-  } catch (e) {
-    if (e instanceof AuthError) throw e;
-    logs = '(' + e.message + ')';
-  }
-  const kv = (k, v) => (v === undefined || v === '' ? '' : '<dt>' + esc(k) + '</dt><dd data-k="' + esc(k) + '">' + esc(v) + '</dd>');
+  const L = await readLogs(job);
+  const kv = (k, v, title) => (v === undefined || v === '' ? '' : '<dt>' + esc(k) + '</dt><dd data-k="' + esc(k) + '"' +
+    (title ? ' title="' + esc(title) + '"' : '') + '>' + esc(v) + '</dd>');
+  const when = (t) => (t ? localTime(t) + ' (' + fromNow(t) + ')' : '');
+  const live = job.state === 'running' || job.state === 'preempting';
+  const left = live && job.time_limit_s ? Math.max(0, job.time_limit_s - (job.elapsed_s || 0)) : undefined;
   let html = '<p><a href="#/jobs">← jobs</a></p><h1 id="job-title">' + esc(job.name) + ' <span class="muted">#' + esc(job.id) +
-    '</span></h1><dl class="kv">' + kv('state', job.state) + kv('user', job.user) + kv('queue', job.queue) +
-    kv('priority', job.priority) + kv('GPUs', job.gpus) + kv('replicas', job.replicas) + kv('submitted', job.submitted_at) +
-    kv('started', job.started_at) + kv('finished', job.finished_at) + kv('restarts', job.restarts) +
+    '</span></h1>';
+  if (mayAct(job)) {
+    const acts = jobActions(job);
+    const result = state.jobResult && state.jobResult.id === String(job.id) ? state.jobResult : null;
+    if (acts.length || result) {
+      html += '<div class="actions" id="job-actions">' + acts.map(([verb, label, confirm]) => {
+        const armed = state.armed === job.id + '/' + verb && Date.now() - state.armedAt < ARMED_MS;
+        return '<button data-job-action="' + verb + '" data-confirm="' + (confirm ? 1 : 0) + '"' +
+          (armed ? ' class="armed"' : '') + '>' + (armed ? 'Confirm: ' + label.toLowerCase() + ' job ' + esc(job.id) : label) +
+          '</button>';
+      }).join(' ') + (result ? ' <span id="job-action-result" class="' + (result.error ? 'error' : 'muted') + '">' +
+        esc(result.text) + '</span>' : '') + '</div>';
+    }
+  }
+  html += '<dl class="kv">' + kv('state', job.state + (job.held ? ' (held)' : '')) + kv('user', job.user) +
+    kv('queue', job.queue) + kv('priority', job.priority) + kv('GPUs', job.gpu_shares || job.gpus) + kv('replicas', job.replicas) +
+    (job.array ? kv('array', 'element ' + job.array.index + ' of ' + job.array.count + ' (array ' + job.array.id + ')') : '') +
+    kv('submitted', when(job.submitted_at), job.submitted_at) + kv('started', when(job.started_at), job.started_at) +
+    kv('finished', when(job.finished_at), job.finished_at) +
+    kv(job.state === 'pending' ? 'waiting for' : 'waited', dur(job.waited_s)) +
+    kv(live ? 'running for' : 'ran', dur(job.elapsed_s)) + kv('time limit', job.time_limit) +
+    kv('time left', left === undefined ? '' : dur(left)) + kv('restarts', job.restarts) +
     kv('last requeue', job.last_requeue_reason) + kv('ended because', job.end_reason) +
-    (job.last_checkpoint ? kv('last checkpoint', job.last_checkpoint.at + '  ' + job.last_checkpoint.path) : '') +
+    (job.last_checkpoint ? kv('last checkpoint', localTime(job.last_checkpoint.at) + '  ' + job.last_checkpoint.path) : '') +
     (job.elastic ? kv('elastic', job.elastic.running + ' running of ' + job.elastic.min_replicas + '..' +
                                  job.elastic.replicas + ' replicas (' + job.elastic.resizes + ' resizes)') : '');
   if (job.pending_reason) {
-    html += kv('pending', job.pending_reason.code + ': ' + job.pending_reason.message) + kv('expected start', job.expected_start);
+    html += kv('pending', job.pending_reason.code + ': ' + job.pending_reason.message) +
+      kv('expected start', job.expected_start ? fromNow(job.expected_start) + ' (' + localTime(job.expected_start) + ')' : '');
   }
   if (job.flags) html += kv('right-sizing', job.flags.join('; '));
   html += '</dl>';
+  if (job.spec) {
+    html += '<details id="job-spec"' + (state.specOpen ? ' open' : '') + '><summary>Spec (as submitted, with defaults)</summary>' +
+      '<pre>' + esc(JSON.stringify(job.spec, null, 2)) + '</pre></details>';
+  }
   const held = new Set((job.placement || []).flatMap((p) => p.gpus.map((g) => p.node + '/' + g)));
   if (held.size) {
     // Only the racks the gang touches, with its GPUs outlined.
     const nodes = nodesReply.nodes;
     const racks = new Set(nodes.filter((n) => job.placement.some((p) => p.node === n.name)).map((n) => n.labels.rack));
-    html += '<h2>Placement</h2><table id="job-placement"><tr><th>task</th><th class="num">replica</th><th>node</th><th>GPUs</th>' +
-      '<th>share</th><th>isolation</th></tr>';
+    html += '<h2>Placement</h2><div class="scroll"><table id="job-placement"><tr><th>task</th><th class="num">replica</th>' +
+      '<th>node</th><th>GPUs</th><th>share</th><th>isolation</th></tr>';
     for (const p of job.placement) {
       const share = p.mig ? 'MIG ' + p.mig : p.gpu_fraction ? p.gpu_fraction + ' of a GPU' : 'whole';
       html += '<tr><td>' + esc(p.task) + '</td><td class="num">' + esc(p.replica) + '</td><td>' + esc(p.node) + '</td><td>' +
         esc(p.gpus.join(', ')) + '</td><td>' + esc(share) + '</td><td>' + esc(p.isolation || 'exclusive') + '</td></tr>';
     }
-    html += '</table><div id="job-topology">' +
+    html += '</table></div><div id="job-topology" class="scroll">' +
       topologyHtml(nodes.filter((n) => racks.has(n.labels.rack)), (n, g) => held.has(n.name + '/' + g.index)) + '</div>' +
       '<p class="muted">Outlined: this job\'s GPUs.</p>';
   }
+  // Events, an attempt at a time: each start ("bound") opens one.
   html += '<h2>Events</h2><ul id="job-events">';
-  for (const e of events.events) html += '<li>' + esc(e.at) + ' <b>' + esc(e.event) + '</b> ' + esc(e.detail) + '</li>';
-  html += '</ul><h2>Logs</h2><pre id="job-logs">' + esc(logs || '(no output yet)') + '</pre>';
+  let attempt = 0;
+  for (const e of events.events) {
+    if (e.event === 'bound') attempt++;
+    html += '<li data-attempt="' + attempt + '"' + (e.event === 'bound' ? ' class="attempt"' : '') + '><span class="muted">' +
+      esc(e.at ? localTime(e.at) : '') + '</span> <b>' + esc(e.event) + '</b> ' + esc(e.detail) + '</li>';
+  }
+  // Logs: all replicas, or one replica's tab followed as it grows.
+  const tabs = [''].concat((job.placement || []).map((p) => p.task + '-' + p.replica));
+  if (L.tab && !tabs.includes(L.tab)) tabs.push(L.tab);
+  html += '</ul><h2>Logs</h2><div class="tabs" id="log-tabs">' + tabs.map((t) => '<button data-log-tab="' + esc(t) + '"' +
+    (t === L.tab ? ' class="on"' : '') + '>' + esc(t || 'all replicas') + '</button>').join('') +
+    ' <label><input type="checkbox" id="log-follow"' + (L.follow ? ' checked' : '') + '> follow</label></div>' +
+    '<pre id="job-logs">' + esc(L.error ? '(' + L.error + ')' : L.text || '(no output yet)') + '</pre>';
+  const before = $('#job-logs');
+  const scroll = before && $('#app').dataset.job === String(job.id) ? before.scrollTop : null;
   $('#app').innerHTML = html;
+  $('#app').dataset.job = String(job.id);
+  const pre = $('#job-logs');
+  if (L.follow) pre.scrollTop = pre.scrollHeight;
+  else if (scroll !== null) pre.scrollTop = scroll;
 }
 
 // ---- wiring ---------------------------------------------------------------
 
 document.addEventListener('click', (ev) => {
+  const act = ev.target.closest('button[data-job-action]');
+  if (act) return jobAction(currentPage().id, act.dataset.jobAction, act.dataset.confirm === '1');
+  const tab = ev.target.closest('button[data-log-tab]');
+  if (tab && state.logs) {
+    Object.assign(state.logs, { tab: tab.dataset.logTab, offset: 0, text: '', read: false });
+    return refresh();
+  }
+  const nodeAct = ev.target.closest('#node-actions button[data-action]');
+  if (nodeAct) return nodeAction(nodeAct.dataset.action);
+  const th = ev.target.closest('#jobs-table th[data-sort]');
+  if (th) return sortJobs(Number(th.dataset.sort));
+  if (ev.target.closest('#page-prev')) { state.page = Math.max(0, state.page - 1); return renderJobRows(state.jobs || []); }
+  if (ev.target.closest('#page-next')) { state.page++; return renderJobRows(state.jobs || []); }
+  const nodeName = ev.target.closest('[data-node-select]');
+  if (nodeName && $('#node-detail')) {
+    if (state.selectedNode !== nodeName.dataset.nodeSelect) state.nodeResult = '';
+    return showNode(nodeName.dataset.nodeSelect);
+  }
   const gpu = ev.target.closest('.gpu[data-gpu]');
   if (gpu && $('#gpu-detail')) return showGpu(gpu.dataset.gpu);
   const row = ev.target.closest('tr[data-job]');
   if (row) location.hash = '#/jobs/' + encodeURIComponent(row.dataset.job);
 });
+document.addEventListener('input', (ev) => {
+  const id = ev.target.id;
+  if (id === 'h-range' || id === 'q-range') {
+    state.filters[id] = ev.target.value;
+    refresh();
+  } else if (id === 'log-follow' && state.logs) {
+    state.logs.follow = ev.target.checked;
+  }
+});
+// <details> does not bubble its toggle: caught on the way down.
+document.addEventListener('toggle', (ev) => { if (ev.target.id === 'job-spec') state.specOpen = ev.target.open; }, true);
 $('#login-form').addEventListener('submit', (ev) => {
   ev.preventDefault();
   login($('#token').value);

@@ -10,6 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
+
 #include "harness.h"
 
 namespace rota::testing {
@@ -114,6 +117,9 @@ class Browser {
     Call("POST", "/element/" + Element(css) + "/value", {{"text", text}});
   }
   void Click(const std::string& css) { Call("POST", "/element/" + Element(css) + "/click"); }
+  void Resize(int width, int height) { Call("POST", "/window/rect", {{"width", width}, {"height", height}}); }
+  // A Chrome DevTools command (ChromeDriver's goog/cdp/execute), e.g. emulated media.
+  void Cdp(const std::string& cmd, const json& params) { Call("POST", "/goog/cdp/execute", {{"cmd", cmd}, {"params", params}}); }
   void Screenshot(const std::string& path) {
     json png = Call("GET", "/screenshot");
     std::ofstream(path, std::ios::binary) << Base64Decode(png.is_string() ? png.get<std::string>() : "");
@@ -211,7 +217,33 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
   EXPECT_NE(chart.find("id=\"gpu-history-chart\" data-points=\"2\""), std::string::npos) << chart;
   EXPECT_NE(chart.find("mean 70%"), std::string::npos) << chart;
   EXPECT_NE(chart.find("peak 300 W"), std::string::npos) << chart;
+  // An unhealthy GPU says why (the agent's reason: an XID, ECC, temperature).
+  const std::string title = b.Js("return gpuTitle({name: 'n', gpu_list: []}, {index: 3, healthy: false, health_reason: 'xid 79', "
+                                 "allocated: false})");
+  EXPECT_NE(title.find("unhealthy: xid 79"), std::string::npos) << title;
   b.Screenshot(out + "/cluster.png");
+
+  // Drain with a reason and undrain, from the node's details (an admin).
+  b.Js("document.querySelector('[data-node-select=\"local\"]').click()");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('#node-drain') !== null"), true);
+  EXPECT_EQ(b.Js("return document.querySelector('#node-detail dd[data-k=state]').textContent"), "ready");
+  b.Js("document.querySelector('#drain-reason').value = 'replacing a fan'; document.querySelector('#node-drain').click()");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('#node-undrain') !== null"), true);
+  json drained = json::parse(admin.Get("/v1/nodes")->body)["nodes"][0];
+  EXPECT_EQ(drained["drained"], true) << drained.dump();
+  EXPECT_EQ(drained["drain_reason"], "replacing a fan") << drained.dump();
+  EXPECT_EQ(b.WaitFor("const a = document.querySelector('#attention'); return a && a.textContent.includes('replacing a fan')"), true);
+  EXPECT_EQ(b.WaitFor("return document.querySelector('#node-detail dd[data-k=\"drained because\"]') !== null"), true);
+  b.Screenshot(out + "/cluster-drained.png");
+  b.Js("document.querySelector('#node-undrain').click()");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('#node-drain') !== null"), true);
+  EXPECT_FALSE(json::parse(admin.Get("/v1/nodes")->body)["nodes"][0].value("drained", false));
+  EXPECT_EQ(b.WaitFor("return document.querySelector('#attention') === null"), true);
+  // The range of the use-over-time charts can be chosen.
+  b.Js("const s = document.querySelector('#h-range'); s.value = '1h'; s.dispatchEvent(new Event('input', {bubbles: true}))");
+  EXPECT_EQ(b.WaitFor("return document.querySelector('#h-range').value === '1h' && "
+                      "document.querySelector('#node-history-chart, #node-history-empty') !== null"),
+            true);
 
   // Queues.
   b.Js("location.hash = '#/queues'");
@@ -225,6 +257,10 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
               std::to_string(q["pending"].get<int64_t>()));
     EXPECT_EQ(b.Js("return document.querySelector(arguments[0] + 'td[data-k=running]').textContent", {row}),
               std::to_string(q["running"].get<int64_t>()));
+    // Its standing, in words and colour (over share, borrowing, starved).
+    std::string status = q["status"];
+    std::replace(status.begin(), status.end(), '_', ' ');
+    EXPECT_EQ(b.Js("return document.querySelector(arguments[0] + 'td[data-k=status]').textContent", {row}), status);
   }
   // Usage over time, from the server's samples (one a second here).
   EXPECT_EQ(b.WaitFor("return document.querySelectorAll('#queue-history polyline').length >= 2"), true);
@@ -237,7 +273,28 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
   b.Js("const s = document.querySelector('#f-state'); s.value = 'pending'; s.dispatchEvent(new Event('input'))");
   EXPECT_EQ(b.Js("return document.querySelectorAll('#jobs-table tbody tr').length"), 1);
   EXPECT_EQ(b.Js("return document.querySelector('#jobs-table tbody tr').dataset.job"), std::to_string(waiting));
+  // Time columns: how long it has waited, in a span people read.
+  const std::string waited = b.Js("return document.querySelector('#jobs-table tbody tr td[data-k=waited]').textContent");
+  EXPECT_TRUE(!waited.empty() && std::isdigit(static_cast<unsigned char>(waited[0])) &&
+              std::string("smhd").find(waited.back()) != std::string::npos)
+      << waited;
   b.Js("const s = document.querySelector('#f-state'); s.value = ''; s.dispatchEvent(new Event('input'))");
+  // Sorting by a column, both ways.
+  b.Js("document.querySelector('#jobs-table th[data-sort=\"0\"]').click()");  // id, newest first by default: now oldest
+  EXPECT_EQ(b.Js("return document.querySelector('#jobs-table tbody tr').dataset.job"), std::to_string(trainer));
+  EXPECT_EQ(b.Js("return document.querySelector('#jobs-table th[data-sort=\"0\"]').dataset.dir"), "asc");
+  b.Js("document.querySelector('#jobs-table th[data-sort=\"0\"]').click()");
+  EXPECT_EQ(b.Js("return document.querySelector('#jobs-table th[data-sort=\"0\"]').dataset.dir"), "desc");
+  // Paging: 120 jobs are 50 to a page.
+  EXPECT_EQ(b.Js("const saved = state.jobs; const many = [];"
+                 "for (let i = 1; i <= 120; i++) many.push({id: i, name: 'j' + i, user: 'u', queue: 'default', state: 'pending',"
+                 " gpus: 1, submitted_at: '', restarts: 0});"
+                 "state.jobs = many; renderJobRows(many); const first = document.querySelectorAll('#jobs-table tbody tr').length + ' ' +"
+                 " document.querySelector('#page-text').textContent; document.querySelector('#page-next').click();"
+                 "document.querySelector('#page-next').click(); const last = document.querySelectorAll('#jobs-table tbody tr').length"
+                 " + ' ' + document.querySelector('#page-text').textContent + ' ' + document.querySelector('#page-next').disabled;"
+                 "state.page = 0; state.jobs = saved; renderJobRows(saved); return first + ' / ' + last"),
+            "50 1–50 of 120 / 20 101–120 of 120 true");
   b.Screenshot(out + "/jobs.png");
 
   // Live: a change shows up without reloading the page.
@@ -256,6 +313,14 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
   EXPECT_EQ(b.Js("return document.querySelectorAll('#job-topology .gpu.mine').length"), 2);
   EXPECT_GE(b.Js("return document.querySelectorAll('#job-events li').length").get<int>(), 2);
   EXPECT_EQ(b.WaitFor("return document.querySelector('#job-logs') !== null"), true);
+  EXPECT_EQ(b.Js("return document.querySelector('dd[data-k=\"running for\"]') !== null"), true);
+  EXPECT_EQ(b.Js("return document.querySelector('#job-spec pre').textContent.includes('\"sleep\"')"), true);
+  // One event per attempt, and a log tab per replica, followed as it grows.
+  EXPECT_EQ(b.Js("return document.querySelectorAll('#job-events li.attempt').length"), 1);
+  EXPECT_EQ(b.Js("return document.querySelectorAll('#log-tabs button[data-log-tab]').length"), 2);
+  b.Js("document.querySelector('#log-tabs button[data-log-tab=\"main-0\"]').click()");
+  EXPECT_EQ(b.WaitFor("const t = document.querySelector('#log-tabs button.on'); return t && t.dataset.logTab === 'main-0'"), true);
+  EXPECT_EQ(b.Js("return document.querySelector('#log-follow').checked"), true);
   b.Screenshot(out + "/job.png");
 
   // The finished job's output.
@@ -265,6 +330,32 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
     EXPECT_EQ(b.WaitFor("const l = document.querySelector('#job-logs'); return l && l.textContent.includes('hello-from-rota')"),
               true);
   }
+
+  // Actions, as their owner or an admin would click them: hold, release,
+  // then cancel (which asks for a second click).
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: act-on-me\ntasks: [{gpus: 8, command: ['true']}]\n", "application/yaml")->status, 201);
+  const int64_t acted = json::parse(admin.Get("/v1/jobs?state=pending")->body)["jobs"].back()["id"];
+  auto job_json = [&] { return json::parse(admin.Get("/v1/jobs/" + std::to_string(acted))->body); };
+  b.Js("location.hash = '#/jobs/" + std::to_string(acted) + "'");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('button[data-job-action=hold]') !== null"), true);
+  b.Js("document.querySelector('button[data-job-action=hold]').click()");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('button[data-job-action=release]') !== null"), true);
+  EXPECT_EQ(job_json().value("held", false), true);
+  EXPECT_NE(b.Js("return document.querySelector('#job-action-result').textContent").get<std::string>().find("held"),
+            std::string::npos);
+  b.Js("document.querySelector('button[data-job-action=release]').click()");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('button[data-job-action=hold]') !== null"), true);
+  EXPECT_EQ(job_json().value("held", false), false);
+  b.Js("document.querySelector('button[data-job-action=cancel]').click()");
+  EXPECT_EQ(b.WaitFor("const c = document.querySelector('button[data-job-action=cancel]'); "
+                      "return c && c.textContent.startsWith('Confirm')"),
+            true);
+  EXPECT_EQ(job_json()["state"], "pending") << "one click does not cancel";
+  b.Js("document.querySelector('button[data-job-action=cancel]').click()");
+  EXPECT_EQ(b.WaitFor("const d = document.querySelector('dd[data-k=state]'); return d && d.textContent === 'cancelled'"), true);
+  EXPECT_EQ(job_json()["state"], "cancelled");
+  EXPECT_EQ(b.Js("return document.querySelectorAll('button[data-job-action]').length"), 0);
+  b.Screenshot(out + "/job-actions.png");
 
   // Services: each with its replicas and the autoscaler's count.
   ASSERT_EQ(admin.Post("/v1/jobs", "name: web\nkind: service\nservice: {port: 28400}\ntasks: [{cpu: 100m, command: [sleep, '300']}]\n",
@@ -296,6 +387,59 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
   b.Js("const s = document.querySelector('#r-by'); s.value = 'queue'; s.dispatchEvent(new Event('input'))");
   EXPECT_EQ(b.WaitFor("return document.querySelector('#report-table tr[data-key=\"default\"]') !== null"), true);
   b.Screenshot(out + "/reports.png");
+
+  // At a phone's width (390 px) every page fits: nothing wider than the screen.
+  b.Resize(390, 844);
+  for (const char* page : {"cluster", "queues", "jobs", "reports", "services"}) {
+    b.Js(std::string("location.hash = '#/") + page + "'");
+    EXPECT_EQ(b.WaitFor(std::string("return document.querySelector('#app').dataset.page === '") + page +
+                        "' && document.querySelector('#app h1') !== null"),
+              true)
+        << page;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_LE(b.Js("return document.documentElement.scrollWidth - window.innerWidth").get<int64_t>(), 0) << page;
+    b.Screenshot(out + "/phone-" + page + ".png");
+  }
+  b.Js("location.hash = '#/jobs/" + std::to_string(trainer) + "'");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('#job-title') !== null"), true);
+  EXPECT_LE(b.Js("return document.documentElement.scrollWidth - window.innerWidth").get<int64_t>(), 0) << "job page";
+  b.Screenshot(out + "/phone-job.png");
+  // Dark mode follows the system's choice.
+  const std::string light = b.Js("return getComputedStyle(document.body).backgroundColor");
+  b.Cdp("Emulation.setEmulatedMedia", {{"features", {{{"name", "prefers-color-scheme"}, {"value", "dark"}}}}});
+  const std::string dark = b.Js("return getComputedStyle(document.body).backgroundColor");
+  EXPECT_EQ(light, "rgb(246, 247, 249)");
+  EXPECT_EQ(dark, "rgb(18, 21, 27)");
+  b.Screenshot(out + "/phone-job-dark.png");
+  b.Cdp("Emulation.setEmulatedMedia", {{"features", {{{"name", "prefers-color-scheme"}, {"value", "light"}}}}});
+  b.Resize(1400, 1000);
+
+  // A user who is not an admin: actions on their own jobs only, no drain.
+  auto minted = admin.Post("/v1/tokens", R"({"user": "alice"})", "application/json");
+  ASSERT_EQ(minted->status, 201) << minted->body;
+  const std::string alice = json::parse(minted->body)["token"];
+  auto as_alice = up.Http(alice);
+  ASSERT_EQ(as_alice.Post("/v1/jobs", "name: mine\ntasks: [{gpus: 8, command: ['true']}]\n", "application/yaml")->status, 201);
+  const int64_t mine = json::parse(as_alice.Get("/v1/jobs?user=alice")->body)["jobs"].back()["id"];
+  b.Click("#logout");
+  ASSERT_EQ(b.WaitFor("return !document.querySelector('#login-view').hidden"), true);
+  b.Js("document.querySelector('#token').value = ''");
+  b.Type("#token", alice);
+  b.Click("#login-btn");
+  b.Js("location.hash = '#/cluster'");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('#sum-gpus') !== null"), true);
+  EXPECT_EQ(b.Js("return document.querySelector('#whoami').textContent"), "alice");
+  b.Js("document.querySelector('[data-node-select=\"local\"]').click()");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('#node-detail dd[data-k=state]') !== null"), true);
+  EXPECT_EQ(b.Js("return document.querySelector('#node-actions')"), nullptr);
+  b.Js("location.hash = '#/jobs/" + std::to_string(mine) + "'");
+  ASSERT_EQ(b.WaitFor("return document.querySelector('button[data-job-action=hold]') !== null"), true);
+  b.Js("location.hash = '#/jobs/" + std::to_string(trainer) + "'");
+  // (job_visibility: own, the default: another's job is not there at all.)
+  EXPECT_EQ(b.WaitFor("return document.querySelector('#updated').textContent.includes('no job " + std::to_string(trainer) + "')"),
+            true);
+  EXPECT_EQ(b.Js("return document.querySelector('#job-actions')"), nullptr) << "another's job has no actions";
+  EXPECT_EQ(b.Js("return document.querySelector('#job-spec')"), nullptr) << "nor its spec";
 
   // Signing out leaves nothing on the page.
   b.Click("#logout");
