@@ -67,6 +67,12 @@ function fromNow(text) {
   return s >= 0 ? 'in ' + dur(s) : dur(-s) + ' ago';
 }
 
+// One row of a details list (<dl class="kv">); nothing for an empty value.
+function kv(k, v, title) {
+  if (v === undefined || v === '') return '';
+  return '<dt>' + esc(k) + '</dt><dd data-k="' + esc(k) + '"' + (title ? ' title="' + esc(title) + '"' : '') + '>' + esc(v) + '</dd>';
+}
+
 // Whether the signed-in caller may act on a job (its owner, or an admin).
 function mayAct(job) { return !!state.me && (state.me.role === 'admin' || state.me.user === job.user); }
 function isAdmin() { return !!state.me && state.me.role === 'admin'; }
@@ -495,7 +501,6 @@ async function showNode(name) {
   document.querySelectorAll('.node.sel').forEach((e) => e.classList.remove('sel'));
   const el = document.querySelector('.node[data-node="' + CSS.escape(name) + '"]');
   if (el) el.classList.add('sel');
-  const kv = (k, v) => (v === undefined || v === '' ? '' : '<dt>' + esc(k) + '</dt><dd data-k="' + esc(k) + '">' + esc(v) + '</dd>');
   let html = '<h2>Node ' + esc(name) + '</h2><dl class="kv">' + kv('state', node.state) +
     kv('drained because', node.drain_reason) + kv('GPUs', node.gpus + ' x ' + node.gpu_model + ' (' + node.gpus_allocated +
     ' allocated, ' + node.gpus_unhealthy + ' unhealthy)') + kv('CPU', node.cpu_allocated + ' of ' + node.cpu) +
@@ -802,8 +807,6 @@ async function renderJob(id) {
   const [job, nodesReply, events] = await Promise.all([api('/v1/jobs/' + encodeURIComponent(id)), api('/v1/nodes'),
     api('/v1/jobs/' + encodeURIComponent(id) + '/events')]);
   const L = await readLogs(job);
-  const kv = (k, v, title) => (v === undefined || v === '' ? '' : '<dt>' + esc(k) + '</dt><dd data-k="' + esc(k) + '"' +
-    (title ? ' title="' + esc(title) + '"' : '') + '>' + esc(v) + '</dd>');
   const when = (t) => (t ? localTime(t) + ' (' + fromNow(t) + ')' : '');
   const live = job.state === 'running' || job.state === 'preempting';
   const left = live && job.time_limit_s ? Math.max(0, job.time_limit_s - (job.elapsed_s || 0)) : undefined;
