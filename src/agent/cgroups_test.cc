@@ -1,6 +1,7 @@
 #include "agent/cgroups.h"
 
 #include <gtest/gtest.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -101,8 +102,14 @@ TEST(Cgroups, AGroupCountsItsCpuTimeAndThrottling) {
 }
 
 TEST(ProcessUsage, ReadsAProcesssCpuTimeAndMemoryPeak) {
+  // Spin until this process has used 50 ms of CPU by its own clock: /proc
+  // counts in 10 ms ticks, and a fixed loop can finish inside one.
   volatile uint64_t spin = 0;
-  for (int i = 0; i < 50'000'000; ++i) spin = spin + i;
+  timespec used{};
+  do {
+    for (int i = 0; i < 1'000'000; ++i) spin = spin + i;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &used);
+  } while (used.tv_sec == 0 && used.tv_nsec < 50'000'000);
   const ProcessUsage u = ProcessUsageOf(getpid());
   EXPECT_GT(u.cpu_us, 0);
   EXPECT_GT(u.memory_peak, 0);
