@@ -18,19 +18,68 @@ namespace {
 // Thrown inside this file only, turned into a Status at the entry points.
 struct ParseError {
   Status status;
+  int line = -1;  // where, for ordering several (0-based; -1: the whole text)
+  int column = -1;
+};
+
+// Every error found in one text, so that a user fixes a file once rather
+// than once an error (as kubectl's field.ErrorList): each field's error is
+// recorded and parsing goes on with the next field. Reported in the order of
+// their lines, the first as a lone error would read.
+class Errors {
+ public:
+  static constexpr size_t kMaxShown = 20;
+
+  void Add(const ParseError& e) { list_.push_back(e); }
+  bool empty() const { return list_.empty(); }
+  size_t size() const { return list_.size(); }
+  // REQUIRES: !empty().
+  ParseError Combined() const {
+    std::vector<ParseError> sorted = list_;
+    std::stable_sort(sorted.begin(), sorted.end(), [](const ParseError& a, const ParseError& b) {
+      return std::pair(a.line, a.column) < std::pair(b.line, b.column);
+    });
+    std::string message;
+    for (size_t i = 0; i < sorted.size() && i < kMaxShown; ++i) {
+      if (i > 0) message += "\n";
+      message += sorted[i].status.message();
+    }
+    if (sorted.size() > kMaxShown) message += "\n(and " + std::to_string(sorted.size() - kMaxShown) + " more errors)";
+    return {Status(sorted.front().status.code(), message), sorted.front().line, sorted.front().column};
+  }
+
+ private:
+  std::vector<ParseError> list_;
 };
 
 // A YAML node with the field path that reached it, for error messages.
 class Field {
  public:
-  Field(YAML::Node node, std::string path, const std::string* source, std::map<std::string, YAML::Mark>* marks)
-      : node_(std::move(node)), path_(std::move(path)), source_(source), marks_(marks) {
+  // With `errors`, Try records a field's error there and goes on, and
+  // unknown fields are each recorded; without, the first error is thrown.
+  Field(YAML::Node node, std::string path, const std::string* source, std::map<std::string, YAML::Mark>* marks,
+        Errors* errors = nullptr)
+      : node_(std::move(node)), path_(std::move(path)), source_(source), marks_(marks), errors_(errors) {
     if (marks_ != nullptr && node_.IsDefined()) marks_->emplace(path_, node_.Mark());
   }
 
-  [[noreturn]] void Fail(const std::string& reason) const {
-    throw ParseError{InvalidArgumentError(Where(node_.Mark()) + (path_.empty() ? "" : path_ + ": ") + reason)};
+  [[noreturn]] void Fail(const std::string& reason) const { FailAt(node_.Mark(), path_, reason); }
+  [[noreturn]] void FailAt(const YAML::Mark& m, const std::string& path, const std::string& reason) const {
+    throw ParseError{InvalidArgumentError(Where(m) + (path.empty() ? "" : path + ": ") + reason), m.line, m.column};
   }
+  // Runs `parse` (one field's); its error is recorded when errors are
+  // collected, else thrown.
+  template <typename F>
+  void Try(F&& parse) const {
+    if (errors_ == nullptr) return parse();
+    try {
+      parse();
+    } catch (const ParseError& e) {
+      errors_->Add(e);
+    }
+  }
+  // How many errors were recorded so far (0 when they are not collected).
+  size_t errors_seen() const { return errors_ == nullptr ? 0 : errors_->size(); }
   std::string Where(const YAML::Mark& m) const {
     if (m.line < 0) return *source_ + ": ";
     return *source_ + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": ";
@@ -49,19 +98,20 @@ class Field {
       if (!known) {
         std::string names;
         for (std::string_view a : allowed) names += (names.empty() ? "" : ", ") + std::string(a);
-        throw ParseError{InvalidArgumentError(Where(kv.first.Mark()) + Child(key) + ": unknown field (allowed: " +
-                                              names + ")")};
+        Try([&] { FailAt(kv.first.Mark(), Child(key), "unknown field (allowed: " + names + ")"); });
       }
     }
   }
   bool Has(const std::string& key) const { return node_.IsMap() && node_[key].IsDefined(); }
-  Field operator[](const std::string& key) const { return Field(node_[key], Child(key), source_, marks_); }
+  Field operator[](const std::string& key) const { return Field(node_[key], Child(key), source_, marks_, errors_); }
 
   size_t ExpectSeq() const {
     if (!node_.IsSequence()) Fail("must be a list");
     return node_.size();
   }
-  Field At(size_t i) const { return Field(node_[i], path_ + "[" + std::to_string(i) + "]", source_, marks_); }
+  Field At(size_t i) const {
+    return Field(node_[i], path_ + "[" + std::to_string(i) + "]", source_, marks_, errors_);
+  }
 
   std::string Str() const {
     if (!node_.IsScalar()) Fail("must be a string");
@@ -141,6 +191,7 @@ class Field {
   std::string path_;
   const std::string* source_;
   std::map<std::string, YAML::Mark>* marks_;
+  Errors* errors_;
 };
 
 YAML::Node Load(std::string_view text, const std::string& source) {
@@ -149,37 +200,43 @@ YAML::Node Load(std::string_view text, const std::string& source) {
   } catch (const YAML::Exception& e) {
     std::string where = source;
     if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
-    throw ParseError{InvalidArgumentError(where + ": not valid YAML: " + e.msg)};
+    throw ParseError{InvalidArgumentError(where + ": not valid YAML: " + e.msg), e.mark.line, e.mark.column};
   }
 }
 
+// Each field in its own Try: with errors collected, one field's error does
+// not hide the next's.
 TaskGroupSpec ParseTask(const Field& f) {
   f.ExpectMap({"name", "replicas", "gpus", "gpu", "gpu_model", "gpu_memory", "cpu", "memory", "command", "env", "rootfs"});
   TaskGroupSpec t;
-  t.name = f.Has("name") ? f["name"].Str() : "main";
-  if (f.Has("replicas")) t.replicas = static_cast<int32_t>(f["replicas"].Int(1, kMaxReplicas));
-  if (f.Has("gpus")) t.gpus = static_cast<int32_t>(f["gpus"].Int(0, kMaxGpusPerReplica));
+  f.Try([&] { t.name = f.Has("name") ? f["name"].Str() : "main"; });
+  f.Try([&] { if (f.Has("replicas")) t.replicas = static_cast<int32_t>(f["replicas"].Int(1, kMaxReplicas)); });
+  f.Try([&] { if (f.Has("gpus")) t.gpus = static_cast<int32_t>(f["gpus"].Int(0, kMaxGpusPerReplica)); });
   if (f.Has("gpu")) {
-    Field g = f["gpu"];
-    g.ExpectMap({"mig", "fraction", "memory"});
-    if (g.Has("mig")) t.gpu_share.mig_profile = g["mig"].Str();
-    if (g.Has("fraction")) {
-      // Exact milli-GPU: "0.25" -> 250.
-      Field fr = g["fraction"];
-      StatusOr<MilliCpu> milli = ParseMilliCpu(fr.Str());
-      if (!milli.ok() || *milli <= 0 || *milli >= 1000) fr.Fail("must be a number in (0, 1) with at most 3 decimals");
-      t.gpu_share.fraction_milli = static_cast<int32_t>(*milli);
-    }
-    if (g.Has("memory")) t.gpu_share.memory = g["memory"].Memory();
-    if (!t.gpu_share.shared()) g.Fail("needs mig or fraction");
+    f.Try([&] {
+      Field g = f["gpu"];
+      g.ExpectMap({"mig", "fraction", "memory"});
+      const size_t seen = g.errors_seen();
+      g.Try([&] { if (g.Has("mig")) t.gpu_share.mig_profile = g["mig"].Str(); });
+      g.Try([&] {
+        if (!g.Has("fraction")) return;
+        // Exact milli-GPU: "0.25" -> 250.
+        Field fr = g["fraction"];
+        StatusOr<MilliCpu> milli = ParseMilliCpu(fr.Str());
+        if (!milli.ok() || *milli <= 0 || *milli >= 1000) fr.Fail("must be a number in (0, 1) with at most 3 decimals");
+        t.gpu_share.fraction_milli = static_cast<int32_t>(*milli);
+      });
+      g.Try([&] { if (g.Has("memory")) t.gpu_share.memory = g["memory"].Memory(); });
+      if (!t.gpu_share.shared() && g.errors_seen() == seen) g.Fail("needs mig or fraction");
+    });
   }
-  if (f.Has("gpu_model")) t.gpu_model = f["gpu_model"].Str();
-  if (f.Has("gpu_memory")) t.gpu_memory = f["gpu_memory"].Memory();
-  if (f.Has("cpu")) t.cpu = f["cpu"].Cpu();
-  if (f.Has("memory")) t.memory = f["memory"].Memory();
-  if (f.Has("command")) t.command = f["command"].StrList();
-  if (f.Has("env")) t.env = f["env"].StrMap();
-  if (f.Has("rootfs")) t.rootfs = f["rootfs"].Str();
+  f.Try([&] { if (f.Has("gpu_model")) t.gpu_model = f["gpu_model"].Str(); });
+  f.Try([&] { if (f.Has("gpu_memory")) t.gpu_memory = f["gpu_memory"].Memory(); });
+  f.Try([&] { if (f.Has("cpu")) t.cpu = f["cpu"].Cpu(); });
+  f.Try([&] { if (f.Has("memory")) t.memory = f["memory"].Memory(); });
+  f.Try([&] { if (f.Has("command")) t.command = f["command"].StrList(); });
+  f.Try([&] { if (f.Has("env")) t.env = f["env"].StrMap(); });
+  f.Try([&] { if (f.Has("rootfs")) t.rootfs = f["rootfs"].Str(); });
   return t;
 }
 
@@ -257,8 +314,9 @@ void ParseService(const Field& f, JobSpec* spec) {
 }
 
 void ParseJobFields(const Field& f, JobSpec* spec) {
-  if (f.Has("name")) spec->name = f["name"].Str();
-  if (f.Has("kind")) {
+  f.Try([&] { if (f.Has("name")) spec->name = f["name"].Str(); });
+  f.Try([&] {
+    if (!f.Has("kind")) return;
     const std::string kind = f["kind"].Str();
     if (kind == "service") {
       spec->kind = JobKind::kService;
@@ -267,31 +325,41 @@ void ParseJobFields(const Field& f, JobSpec* spec) {
     } else if (kind != "batch") {
       f["kind"].Fail("must be batch or service, got '" + kind + "'");
     }
-  }
-  if (spec->is_service() && !f.Has("service")) f.Fail("service: required with kind: service (port, replicas)");
-  if (!spec->is_service() && f.Has("service")) f["service"].Fail("only with kind: service");
-  if (f.Has("queue")) spec->queue = f["queue"].Str();
-  if (f.Has("priority")) {
+  });
+  f.Try([&] {
+    if (spec->is_service() && !f.Has("service")) f.Fail("service: required with kind: service (port, replicas)");
+    if (!spec->is_service() && f.Has("service")) f["service"].Fail("only with kind: service");
+  });
+  f.Try([&] { if (f.Has("queue")) spec->queue = f["queue"].Str(); });
+  f.Try([&] {
+    if (!f.Has("priority")) return;
     Field p = f["priority"];
     const std::string s = p.Str();
     if (!s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-')) {
       p.Int(0, 1'000'000'000);  // a number: checked here, where the error can name its line
     }
     if (Status set = SetPriority(s, spec); !set.ok()) p.Fail(std::string(set.message()));
-  }
+  });
   Field tasks = f["tasks"];
-  if (tasks.IsNull()) f.Fail("tasks: required (a list of task groups)");
-  for (size_t i = 0, n = tasks.ExpectSeq(); i < n; ++i) spec->tasks.push_back(ParseTask(tasks.At(i)));
-  if (spec->is_service()) {
-    ParseService(f["service"], spec);
-    for (size_t i = 0; i < spec->tasks.size(); ++i) {
-      if (tasks.At(i).Has("replicas")) tasks.At(i)["replicas"].Fail("a service's replicas are service.replicas (min/max)");
+  f.Try([&] {
+    if (tasks.IsNull()) f.Fail("tasks: required (a list of task groups)");
+    for (size_t i = 0, n = tasks.ExpectSeq(); i < n; ++i) {
+      f.Try([&] { spec->tasks.push_back(ParseTask(tasks.At(i))); });
     }
-    if (spec->tasks.size() == 1) spec->tasks[0].replicas = spec->service.max_replicas;
-    spec->elastic_min_replicas = spec->service.min_replicas;
-    if (f.Has("elastic")) f["elastic"].Fail("a service scales by service.replicas, not elastic");
+  });
+  if (spec->is_service() && f.Has("service")) {
+    f.Try([&] {
+      ParseService(f["service"], spec);
+      for (size_t i = 0; i < spec->tasks.size(); ++i) {
+        if (tasks.At(i).Has("replicas")) tasks.At(i)["replicas"].Fail("a service's replicas are service.replicas (min/max)");
+      }
+      if (spec->tasks.size() == 1) spec->tasks[0].replicas = spec->service.max_replicas;
+      spec->elastic_min_replicas = spec->service.min_replicas;
+      if (f.Has("elastic")) f["elastic"].Fail("a service scales by service.replicas, not elastic");
+    });
   }
-  if (f.Has("topology")) {
+  f.Try([&] {
+    if (!f.Has("topology")) return;
     Field t = f["topology"];
     t.ExpectMap({"level", "mode"});
     spec->topology.level = t["level"].IsNull() ? "" : t["level"].Str();
@@ -302,71 +370,84 @@ void ParseJobFields(const Field& f, JobSpec* spec) {
       else if (mode == "preferred") spec->topology.mode = TopologyMode::kPreferred;
       else t["mode"].Fail("must be required or preferred, got '" + mode + "'");
     }
-  }
-  if (f.Has("node_selector")) spec->node_selector = f["node_selector"].StrMap();
-  if (f.Has("elastic")) {
+  });
+  f.Try([&] { if (f.Has("node_selector")) spec->node_selector = f["node_selector"].StrMap(); });
+  f.Try([&] {
+    if (!f.Has("elastic") || spec->is_service()) return;
     Field e = f["elastic"];
     e.ExpectMap({"min_replicas"});
     spec->elastic_min_replicas = static_cast<int32_t>(e["min_replicas"].Int(1, kMaxReplicas));
-  }
-  if (f.Has("preemptible")) spec->preemptible = f["preemptible"].Bool();
-  if (f.Has("checkpoint")) {
+  });
+  f.Try([&] { if (f.Has("preemptible")) spec->preemptible = f["preemptible"].Bool(); });
+  f.Try([&] {
+    if (!f.Has("checkpoint")) return;
     Field c = f["checkpoint"];
     c.ExpectMap({"signal", "grace"});
-    if (c.Has("signal")) {
+    c.Try([&] {
+      if (!c.Has("signal")) return;
       spec->checkpoint.signal = c["signal"].Str();
       static const char* kSignals[] = {"SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"};
       bool ok = false;
       for (const char* s : kSignals) ok = ok || spec->checkpoint.signal == s;
       if (!ok) c["signal"].Fail("must be one of SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT");
-    }
-    if (c.Has("grace")) spec->checkpoint.grace = c["grace"].Time();
-  }
-  if (f.Has("restart")) {
+    });
+    c.Try([&] { if (c.Has("grace")) spec->checkpoint.grace = c["grace"].Time(); });
+  });
+  f.Try([&] {
+    if (!f.Has("restart")) return;
     Field r = f["restart"];
     r.ExpectMap({"policy", "max_restarts"});
-    if (r.Has("policy")) {
+    r.Try([&] {
+      if (!r.Has("policy")) return;
       const std::string p = r["policy"].Str();
       if (p == "never") spec->restart.policy = RestartPolicy::kNever;
       else if (p == "on-failure") spec->restart.policy = RestartPolicy::kOnFailure;
       else if (p == "always") spec->restart.policy = RestartPolicy::kAlways;
       else r["policy"].Fail("must be never, on-failure or always, got '" + p + "'");
-    }
-    if (r.Has("max_restarts")) spec->restart.max_restarts = static_cast<int32_t>(r["max_restarts"].Int(0, 1000000));
-  }
-  if (f.Has("time_limit")) spec->time_limit = f["time_limit"].Time();
-  if (f.Has("mounts")) {
+    });
+    r.Try([&] {
+      if (r.Has("max_restarts")) spec->restart.max_restarts = static_cast<int32_t>(r["max_restarts"].Int(0, 1000000));
+    });
+  });
+  f.Try([&] { if (f.Has("time_limit")) spec->time_limit = f["time_limit"].Time(); });
+  f.Try([&] {
+    if (!f.Has("mounts")) return;
     Field m = f["mounts"];
     for (size_t i = 0, n = m.ExpectSeq(); i < n; ++i) {
-      Field e = m.At(i);
-      e.ExpectMap({"source", "target", "read_only"});
-      MountSpec mount;
-      mount.source = e["source"].Str();
-      mount.target = e["target"].Str();
-      if (e.Has("read_only")) mount.read_only = e["read_only"].Bool();
-      spec->mounts.push_back(mount);
+      m.Try([&] {
+        Field e = m.At(i);
+        e.ExpectMap({"source", "target", "read_only"});
+        MountSpec mount;
+        mount.source = e["source"].Str();
+        mount.target = e["target"].Str();
+        if (e.Has("read_only")) mount.read_only = e["read_only"].Bool();
+        spec->mounts.push_back(mount);
+      });
     }
-  }
+  });
 }
 
-// Runs ValidateJobSpec and points its error at the line of the field it names.
+// Runs ValidateNewJobSpec and points each of its errors at the line of the
+// field it names (all of them recorded in `errors`).
 void Validate(const JobSpec& spec, const std::string& prefix, const std::map<std::string, YAML::Mark>& marks,
-              const Field& root) {
-  Status s = ValidateNewJobSpec(spec);
-  if (s.ok()) return;
-  std::string msg(s.message());
-  std::string field = msg.substr(0, msg.find(':'));
-  std::string full = prefix.empty() ? field : prefix + "." + field;
-  // The deepest recorded path that prefixes the failing field.
-  std::string best;
-  for (const auto& [path, mark] : marks) {
-    if ((full == path || full.rfind(path + ".", 0) == 0 || full.rfind(path + "[", 0) == 0) && path.size() > best.size()) {
-      best = path;
+              const Field& root, Errors* errors) {
+  for (const Status& s : JobSpecErrors(spec, /*new_job=*/true)) {
+    std::string msg(s.message());
+    std::string field = msg.substr(0, msg.find(':'));
+    std::string full = prefix.empty() ? field : prefix + "." + field;
+    // The deepest recorded path that prefixes the failing field.
+    std::string best;
+    for (const auto& [path, mark] : marks) {
+      if ((full == path || full.rfind(path + ".", 0) == 0 || full.rfind(path + "[", 0) == 0) &&
+          path.size() > best.size()) {
+        best = path;
+      }
     }
+    auto it = marks.find(best);
+    const YAML::Mark mark = it != marks.end() ? it->second : YAML::Mark::null_mark();
+    errors->Add({InvalidArgumentError(root.Where(mark) + (prefix.empty() ? "" : prefix + ".") + msg), mark.line,
+                 mark.column});
   }
-  auto it = marks.find(best);
-  std::string loc = it != marks.end() ? root.Where(it->second) : root.Where(YAML::Mark::null_mark());
-  throw ParseError{InvalidArgumentError(loc + (prefix.empty() ? "" : prefix + ".") + msg)};
 }
 
 NodeGroupConfig ParseNodeGroup(const Field& f) {
@@ -596,11 +677,16 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view text, std::string_view source_vi
   const std::string source(source_view);
   return Guard([&]() -> StatusOr<JobSpec> {
     std::map<std::string, YAML::Mark> marks;
-    Field root(Load(text, source), "", &source, &marks);
-    root.ExpectMap(kJobFields);
+    Errors errors;
+    Field root(Load(text, source), "", &source, &marks, &errors);
+    if (!root.IsMap()) root.Fail("must be a mapping (key: value)");
+    root.Try([&] { root.ExpectMap(kJobFields); });
     JobSpec spec;
     ParseJobFields(root, &spec);
-    Validate(spec, "", marks, root);
+    // The rules between fields only once every field reads (a field that
+    // did not would break them for nothing).
+    if (errors.empty()) Validate(spec, "", marks, root, &errors);
+    if (!errors.empty()) throw errors.Combined();
     return spec;
   });
 }
@@ -609,13 +695,15 @@ StatusOr<JobList> ParseJobList(std::string_view text, std::string_view source_vi
   const std::string source(source_view);
   return Guard([&]() -> StatusOr<JobList> {
     std::map<std::string, YAML::Mark> marks;
-    Field root(Load(text, source), "", &source, &marks);
-    root.ExpectMap({"now", "jobs"});
+    Errors errors;
+    Field root(Load(text, source), "", &source, &marks, &errors);
+    root.Try([&] { root.ExpectMap({"now", "jobs"}); });
     JobList list;
-    if (root.Has("now")) {
+    root.Try([&] {
+      if (!root.Has("now")) return;
       list.has_now = true;
       list.now = root["now"].Instant();
-    }
+    });
     Field jobs = root["jobs"];
     std::vector<JobListEntry>& out = list.jobs;
     for (size_t i = 0, n = jobs.ExpectSeq(); i < n; ++i) {
@@ -624,45 +712,53 @@ StatusOr<JobList> ParseJobList(std::string_view text, std::string_view source_vi
           "name",        "queue",      "priority", "tasks",      "topology", "node_selector", "elastic",
           "preemptible", "checkpoint", "restart",  "time_limit", "mounts",   "state",         "placement",
           "started_at", "last_checkpoint"};
-      f.ExpectMap(fields);
+      const size_t seen = errors.size();
+      if (!f.IsMap()) {
+        root.Try([&] { f.Fail("must be a mapping (key: value)"); });
+        continue;
+      }
+      root.Try([&] { f.ExpectMap(fields); });
       JobListEntry e;
       ParseJobFields(f, &e.spec);
-      Validate(e.spec, f.path(), marks, root);
-      if (f.Has("state")) {
-        const std::string state = f["state"].Str();
-        if (state == "running") e.running = true;
-        else if (state != "pending") f["state"].Fail("must be pending or running, got '" + state + "'");
-      }
-      if (f.Has("placement")) {
-        if (!e.running) f["placement"].Fail("only a job with state: running has a placement");
-        Field p = f["placement"];
-        for (size_t k = 0, m = p.ExpectSeq(); k < m; ++k) {
-          Field r = p.At(k);
-          r.ExpectMap({"node", "gpus", "mig_start"});
-          ReplicaLocation loc;
-          loc.node = r["node"].Str();
-          if (r.Has("gpus")) {
-            Field g = r["gpus"];
-            for (size_t j = 0, q = g.ExpectSeq(); j < q; ++j) {
-              loc.gpus.push_back(static_cast<int32_t>(g.At(j).Int(0, kMaxGpusPerNode - 1)));
-            }
-          }
-          if (r.Has("mig_start")) loc.mig_start = static_cast<int32_t>(r["mig_start"].Int(0, kMigSlots - 1));
-          e.placement.push_back(std::move(loc));
+      if (errors.size() == seen) Validate(e.spec, f.path(), marks, root, &errors);
+      root.Try([&] {
+        if (f.Has("state")) {
+          const std::string state = f["state"].Str();
+          if (state == "running") e.running = true;
+          else if (state != "pending") f["state"].Fail("must be pending or running, got '" + state + "'");
         }
-      } else if (e.running) {
-        f.Fail("placement: required for a running job (one entry per replica)");
-      }
-      if (f.Has("last_checkpoint")) {
-        if (!e.running) f["last_checkpoint"].Fail("only a job with state: running has a checkpoint here");
-        e.last_checkpoint = f["last_checkpoint"].Instant();
-      }
-      if (f.Has("started_at")) {
-        if (!e.running) f["started_at"].Fail("only a job with state: running has started");
-        e.started_at = f["started_at"].Instant();
-      }
+        if (f.Has("placement")) {
+          if (!e.running) f["placement"].Fail("only a job with state: running has a placement");
+          Field p = f["placement"];
+          for (size_t k = 0, m = p.ExpectSeq(); k < m; ++k) {
+            Field r = p.At(k);
+            r.ExpectMap({"node", "gpus", "mig_start"});
+            ReplicaLocation loc;
+            loc.node = r["node"].Str();
+            if (r.Has("gpus")) {
+              Field g = r["gpus"];
+              for (size_t j = 0, q = g.ExpectSeq(); j < q; ++j) {
+                loc.gpus.push_back(static_cast<int32_t>(g.At(j).Int(0, kMaxGpusPerNode - 1)));
+              }
+            }
+            if (r.Has("mig_start")) loc.mig_start = static_cast<int32_t>(r["mig_start"].Int(0, kMigSlots - 1));
+            e.placement.push_back(std::move(loc));
+          }
+        } else if (e.running) {
+          f.Fail("placement: required for a running job (one entry per replica)");
+        }
+        if (f.Has("last_checkpoint")) {
+          if (!e.running) f["last_checkpoint"].Fail("only a job with state: running has a checkpoint here");
+          e.last_checkpoint = f["last_checkpoint"].Instant();
+        }
+        if (f.Has("started_at")) {
+          if (!e.running) f["started_at"].Fail("only a job with state: running has started");
+          e.started_at = f["started_at"].Instant();
+        }
+      });
       out.push_back(std::move(e));
     }
+    if (!errors.empty()) throw errors.Combined();
     return list;
   });
 }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace rota::api {
 namespace {
 
@@ -87,6 +89,56 @@ TEST(ParseJobSpec, ErrorsNameFileLineAndField) {
               "job.yaml:5:11: tasks[1].name: duplicate task name 'w'");
   ExpectError("name: bad name\ntasks: [{gpus: 1}]\n",
               "job.yaml:1:7: name: must be 1-253 characters of letters, digits, '-', '_' or '.'");
+}
+
+TEST(ParseJobSpec, ReportsEveryErrorInTheFileAtOnceInLineOrder) {
+  // Two fields of one task, an unknown field and a bad value further down:
+  // all four, a line each, in the order of their lines.
+  ExpectError("name: j\ntasks:\n  - gpus: 2.5\n    comand: [x]\n    memory: lots\nrestart: {policy: sometimes}\n",
+              "job.yaml:3:11: tasks[0].gpus: must be a whole number, got '2.5'\n"
+              "job.yaml:4:5: tasks[0].comand: unknown field (allowed: name, replicas, gpus, gpu, gpu_model, gpu_memory, cpu, "
+              "memory, command, env, rootfs)\n"
+              "job.yaml:5:13: tasks[0].memory: 'lots' is not a valid memory quantity\n"
+              "job.yaml:6:19: restart.policy: must be never, on-failure or always, got 'sometimes'");
+  // Errors in two task groups, and a field that comes before them in the
+  // file but is checked after them.
+  ExpectError("name: j\ntime_limit: soon\ntasks:\n  - gpus: x\n  - cpu: y\n",
+              "job.yaml:2:13: time_limit: 'soon' is not a valid duration (e.g. 90s, 15m, 48h)\n"
+              "job.yaml:4:11: tasks[0].gpus: must be a whole number, got 'x'\n"
+              "job.yaml:5:10: tasks[1].cpu: 'y' is not a valid CPU quantity");
+  // Once every field reads, every rule between fields that fails is named.
+  ExpectError("name: j\ntasks:\n  - name: w\n    gpus: 1\n  - name: w\n  - name: v\n    gpus: 1\n    cpu: 0\n",
+              "job.yaml:5:5: tasks[1]: asks for nothing: set gpus, gpu, cpu or memory\n"
+              "job.yaml:5:11: tasks[1].name: duplicate task name 'w'");
+  // A wrong field does not hide the rule checks' errors from a later try
+  // only: the rules wait until the fields read (no "asks for nothing" for a
+  // task whose gpus did not parse).
+  auto spec = ParseJobSpec("name: j\ntasks:\n  - gpus: many\n", "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(), "job.yaml:3:11: tasks[0].gpus: must be a whole number, got 'many'");
+}
+
+TEST(ParseJobSpec, ManyErrorsAreCutAtTwenty) {
+  std::string yaml = "name: j\ntasks:\n";
+  for (int i = 0; i < 25; ++i) yaml += "  - gpus: x\n";
+  auto spec = ParseJobSpec(yaml, "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  const std::string m(spec.status().message());
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 20) << m;
+  EXPECT_NE(m.find("tasks[19].gpus"), std::string::npos);
+  EXPECT_EQ(m.find("tasks[20].gpus"), std::string::npos);
+  EXPECT_NE(m.find("(and 5 more errors)"), std::string::npos);
+}
+
+TEST(ParseJobList, ReportsEveryJobsErrors) {
+  auto list = ParseJobList("jobs:\n  - {name: a, tasks: [{gpus: x}]}\n  - {name: b, tasks: [{gpus: 1}], state: done}\n"
+                           "  - 7\n",
+                           "jobs.yaml");
+  ASSERT_FALSE(list.ok());
+  const std::string m(list.status().message());
+  EXPECT_NE(m.find("jobs.yaml:2:30: jobs[0].tasks[0].gpus: must be a whole number, got 'x'\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("jobs[1].state: must be pending or running, got 'done'\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("jobs.yaml:4:5: jobs[2]: must be a mapping (key: value)"), std::string::npos) << m;
 }
 
 constexpr const char* kCluster = R"(

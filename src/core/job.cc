@@ -82,91 +82,94 @@ Status CheckUtf8(const JobSpec& spec) {
 }
 }  // namespace
 
-Status ValidateJobSpec(const JobSpec& spec) {
-  ROTA_RETURN_IF_ERROR(CheckUtf8(spec));
+namespace {
+// Appends every rule of ValidateJobSpec that `spec` breaks to *out, in the
+// order of the checks (the first is the one ValidateJobSpec returns).
+void CheckSpec(const JobSpec& spec, std::vector<Status>* out) {
+  if (Status utf8 = CheckUtf8(spec); !utf8.ok()) return out->push_back(utf8);  // the rest would read garbage
   if (!ValidName(spec.name)) {
-    return FieldError("name", "must be 1-253 characters of letters, digits, '-', '_' or '.'");
+    out->push_back(FieldError("name", "must be 1-253 characters of letters, digits, '-', '_' or '.'"));
   }
-  if (spec.queue.empty()) return FieldError("queue", "must not be empty");
+  if (spec.queue.empty()) out->push_back(FieldError("queue", "must not be empty"));
   if (spec.priority < 0 || spec.priority > 1'000'000'000) {
-    return FieldError("priority", "must be between 0 and 1000000000");
+    out->push_back(FieldError("priority", "must be between 0 and 1000000000"));
   }
-  if (spec.tasks.empty()) return FieldError("tasks", "a job needs at least one task group");
+  if (spec.tasks.empty()) out->push_back(FieldError("tasks", "a job needs at least one task group"));
   if (spec.tasks.size() > static_cast<size_t>(kMaxTaskGroups)) {
-    return FieldError("tasks", "at most " + std::to_string(kMaxTaskGroups) + " task groups");
+    out->push_back(FieldError("tasks", "at most " + std::to_string(kMaxTaskGroups) + " task groups"));
   }
   for (size_t i = 0; i < spec.tasks.size(); ++i) {
     const TaskGroupSpec& t = spec.tasks[i];
     const std::string p = "tasks[" + std::to_string(i) + "]";
-    if (!ValidName(t.name)) return FieldError(p + ".name", "must be 1-253 characters of letters, digits, '-', '_' or '.'");
+    if (!ValidName(t.name)) out->push_back(FieldError(p + ".name", "must be 1-253 characters of letters, digits, '-', '_' or '.'"));
     for (size_t j = 0; j < i; ++j) {
-      if (spec.tasks[j].name == t.name) return FieldError(p + ".name", "duplicate task name '" + t.name + "'");
+      if (spec.tasks[j].name == t.name) out->push_back(FieldError(p + ".name", "duplicate task name '" + t.name + "'"));
     }
-    if (t.replicas < 1) return FieldError(p + ".replicas", "must be at least 1");
-    if (t.replicas > kMaxReplicas) return FieldError(p + ".replicas", "must be at most " + std::to_string(kMaxReplicas));
-    if (t.gpus < 0) return FieldError(p + ".gpus", "must not be negative");
+    if (t.replicas < 1) out->push_back(FieldError(p + ".replicas", "must be at least 1"));
+    if (t.replicas > kMaxReplicas) out->push_back(FieldError(p + ".replicas", "must be at most " + std::to_string(kMaxReplicas)));
+    if (t.gpus < 0) out->push_back(FieldError(p + ".gpus", "must not be negative"));
     if (t.gpus > kMaxGpusPerReplica) {
-      return FieldError(p + ".gpus", "must be at most " + std::to_string(kMaxGpusPerReplica) + " per replica");
+      out->push_back(FieldError(p + ".gpus", "must be at most " + std::to_string(kMaxGpusPerReplica) + " per replica"));
     }
     if (t.gpu_share.shared() && t.gpus > 0) {
-      return FieldError(p + ".gpu", "ask for whole GPUs (gpus) or a share (gpu: {mig|fraction}), not both");
+      out->push_back(FieldError(p + ".gpu", "ask for whole GPUs (gpus) or a share (gpu: {mig|fraction}), not both"));
     }
     if (!t.gpu_share.mig_profile.empty() && t.gpu_share.fraction_milli > 0) {
-      return FieldError(p + ".gpu", "mig and fraction are exclusive");
+      out->push_back(FieldError(p + ".gpu", "mig and fraction are exclusive"));
     }
     if (t.gpu_share.fraction_milli < 0 || t.gpu_share.fraction_milli >= 1000) {
-      if (t.gpu_share.fraction_milli != 0) return FieldError(p + ".gpu.fraction", "must be in (0, 1)");
+      if (t.gpu_share.fraction_milli != 0) out->push_back(FieldError(p + ".gpu.fraction", "must be in (0, 1)"));
     }
-    if (t.gpu_share.memory < 0) return FieldError(p + ".gpu.memory", "must not be negative");
+    if (t.gpu_share.memory < 0) out->push_back(FieldError(p + ".gpu.memory", "must not be negative"));
     if (t.gpu_share.memory > 0 && t.gpu_share.fraction_milli == 0) {
-      return FieldError(p + ".gpu.memory", "bounds a fraction's GPU memory; set gpu.fraction too");
+      out->push_back(FieldError(p + ".gpu.memory", "bounds a fraction's GPU memory; set gpu.fraction too"));
     }
-    if (t.gpu_memory < 0) return FieldError(p + ".gpu_memory", "must not be negative");
-    if (t.cpu < 0) return FieldError(p + ".cpu", "must not be negative");
-    if (t.memory < 0) return FieldError(p + ".memory", "must not be negative");
+    if (t.gpu_memory < 0) out->push_back(FieldError(p + ".gpu_memory", "must not be negative"));
+    if (t.cpu < 0) out->push_back(FieldError(p + ".cpu", "must not be negative"));
+    if (t.memory < 0) out->push_back(FieldError(p + ".memory", "must not be negative"));
     if (t.gpus == 0 && !t.gpu_share.shared() && t.cpu == 0 && t.memory == 0) {
-      return FieldError(p, "asks for nothing: set gpus, gpu, cpu or memory");
+      out->push_back(FieldError(p, "asks for nothing: set gpus, gpu, cpu or memory"));
     }
   }
-  if (spec.elastic_min_replicas < 0) return FieldError("elastic.min_replicas", "must not be negative");
+  if (spec.elastic_min_replicas < 0) out->push_back(FieldError("elastic.min_replicas", "must not be negative"));
   if (spec.elastic_min_replicas > spec.TotalReplicas()) {
-    return FieldError("elastic.min_replicas", "must not exceed the job's replicas (" +
-                                                  std::to_string(spec.TotalReplicas()) + ")");
+    out->push_back(FieldError("elastic.min_replicas", "must not exceed the job's replicas (" +
+                                                  std::to_string(spec.TotalReplicas()) + ")"));
   }
   if (spec.is_service()) {
     const ServiceSpec& sv = spec.service;
     if (spec.tasks.size() != 1) {
-      return FieldError("tasks", "a service has one task group (its replicas); this one has " +
-                                     std::to_string(spec.tasks.size()));
+      out->push_back(FieldError("tasks", "a service has one task group (its replicas); this one has " +
+                                     std::to_string(spec.tasks.size())));
     }
-    if (sv.min_replicas < 0) return FieldError("service.replicas.min", "must not be negative");
-    if (sv.max_replicas < 1) return FieldError("service.replicas.max", "must be at least 1");
+    if (sv.min_replicas < 0) out->push_back(FieldError("service.replicas.min", "must not be negative"));
+    if (sv.max_replicas < 1) out->push_back(FieldError("service.replicas.max", "must be at least 1"));
     if (sv.min_replicas > sv.max_replicas) {
-      return FieldError("service.replicas.min", "must not exceed max (" + std::to_string(sv.max_replicas) + ")");
+      out->push_back(FieldError("service.replicas.min", "must not exceed max (" + std::to_string(sv.max_replicas) + ")"));
     }
-    if (spec.tasks[0].replicas != sv.max_replicas) {
-      return FieldError("tasks[0].replicas", "a service's replicas are service.replicas (min/max), not the task's");
+    if (!spec.tasks.empty() && spec.tasks[0].replicas != sv.max_replicas) {
+      out->push_back(FieldError("tasks[0].replicas", "a service's replicas are service.replicas (min/max), not the task's"));
     }
     if (sv.port < 1 || static_cast<int64_t>(sv.port) + sv.max_replicas - 1 > 65535) {
-      return FieldError("service.port", "must be 1..65535, with port + max - 1 at most 65535 (replica r listens on port + r)");
+      out->push_back(FieldError("service.port", "must be 1..65535, with port + max - 1 at most 65535 (replica r listens on port + r)"));
     }
-    if (sv.port < 1024) return FieldError("service.port", "must be 1024 or above (ports below are the node's own)");
+    if (sv.port < 1024) out->push_back(FieldError("service.port", "must be 1024 or above (ports below are the node's own)"));
     if (sv.readiness.path.empty() || sv.readiness.path[0] != '/') {
-      return FieldError("service.readiness.path", "must start with '/'");
+      out->push_back(FieldError("service.readiness.path", "must start with '/'"));
     }
-    if (sv.readiness.period < 100'000) return FieldError("service.readiness.period", "must be at least 100ms");
-    if (sv.readiness.timeout < 10'000) return FieldError("service.readiness.timeout", "must be at least 10ms");
-    if (sv.readiness.startup < 0) return FieldError("service.readiness.startup", "must not be negative");
-    if (sv.readiness.failure_threshold < 1) return FieldError("service.readiness.failure_threshold", "must be at least 1");
+    if (sv.readiness.period < 100'000) out->push_back(FieldError("service.readiness.period", "must be at least 100ms"));
+    if (sv.readiness.timeout < 10'000) out->push_back(FieldError("service.readiness.timeout", "must be at least 10ms"));
+    if (sv.readiness.startup < 0) out->push_back(FieldError("service.readiness.startup", "must not be negative"));
+    if (sv.readiness.failure_threshold < 1) out->push_back(FieldError("service.readiness.failure_threshold", "must be at least 1"));
     const AutoscaleSpec& a = sv.autoscale;
-    if (a.target_inflight < 0) return FieldError("service.autoscale.target_inflight", "must not be negative");
+    if (a.target_inflight < 0) out->push_back(FieldError("service.autoscale.target_inflight", "must not be negative"));
     if (a.target_gpu_memory < 0 || a.target_gpu_memory > 1) {
-      return FieldError("service.autoscale.target_gpu_memory", "must be a fraction in (0, 1]");
+      out->push_back(FieldError("service.autoscale.target_gpu_memory", "must be a fraction in (0, 1]"));
     }
     if (sv.metrics_path.empty() || sv.metrics_path[0] != '/') {
-      return FieldError("service.metrics_path", "must start with '/'");
+      out->push_back(FieldError("service.metrics_path", "must start with '/'"));
     }
-    if (a.metrics.size() > 8) return FieldError("service.autoscale.metrics", "at most 8");
+    if (a.metrics.size() > 8) out->push_back(FieldError("service.autoscale.metrics", "at most 8"));
     for (size_t i = 0; i < a.metrics.size(); ++i) {
       const std::string p = "service.autoscale.metrics[" + std::to_string(i) + "]";
       const std::string& n = a.metrics[i].name;
@@ -174,74 +177,125 @@ Status ValidateJobSpec(const JobSpec& spec) {
                          std::all_of(n.begin(), n.end(), [](char c) {
                            return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':';
                          });
-      if (!valid) return FieldError(p + ".name", "must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
-      if (!(a.metrics[i].target > 0)) return FieldError(p + ".target", "must be above 0");
+      if (!valid) out->push_back(FieldError(p + ".name", "must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)"));
+      if (!(a.metrics[i].target > 0)) out->push_back(FieldError(p + ".target", "must be above 0"));
     }
-    if (a.stable_window < 1'000'000) return FieldError("service.autoscale.stable_window", "must be at least 1s");
+    if (a.stable_window < 1'000'000) out->push_back(FieldError("service.autoscale.stable_window", "must be at least 1s"));
     if (a.panic_window < 1'000'000 || a.panic_window > a.stable_window) {
-      return FieldError("service.autoscale.panic_window", "must be 1s..stable_window");
+      out->push_back(FieldError("service.autoscale.panic_window", "must be 1s..stable_window"));
     }
-    if (a.tolerance < 0 || a.tolerance >= 1) return FieldError("service.autoscale.tolerance", "must be in [0, 1)");
-    if (a.panic_threshold < 1) return FieldError("service.autoscale.panic_threshold", "must be at least 1");
-    if (a.scale_down_delay < 0) return FieldError("service.autoscale.scale_down_delay", "must not be negative");
-    if (spec.time_limit > 0) return FieldError("time_limit", "a service is never ended by a time limit");
+    if (a.tolerance < 0 || a.tolerance >= 1) out->push_back(FieldError("service.autoscale.tolerance", "must be in [0, 1)"));
+    if (a.panic_threshold < 1) out->push_back(FieldError("service.autoscale.panic_threshold", "must be at least 1"));
+    if (a.scale_down_delay < 0) out->push_back(FieldError("service.autoscale.scale_down_delay", "must not be negative"));
+    if (spec.time_limit > 0) out->push_back(FieldError("time_limit", "a service is never ended by a time limit"));
     if (spec.elastic_min_replicas != sv.min_replicas) {
-      return FieldError("elastic", "a service scales by service.replicas, not elastic");
+      out->push_back(FieldError("elastic", "a service scales by service.replicas, not elastic"));
     }
   }
-  if (spec.restart.max_restarts < 0) return FieldError("restart.max_restarts", "must not be negative");
-  if (spec.time_limit < 0) return FieldError("time_limit", "must not be negative");
-  if (spec.checkpoint.grace < 0) return FieldError("checkpoint.grace", "must not be negative");
+  if (spec.restart.max_restarts < 0) out->push_back(FieldError("restart.max_restarts", "must not be negative"));
+  if (spec.time_limit < 0) out->push_back(FieldError("time_limit", "must not be negative"));
+  if (spec.checkpoint.grace < 0) out->push_back(FieldError("checkpoint.grace", "must not be negative"));
   for (size_t i = 0; i < spec.mounts.size(); ++i) {
     const std::string p = "mounts[" + std::to_string(i) + "]";
     if (spec.mounts[i].source.empty() || spec.mounts[i].source[0] != '/') {
-      return FieldError(p + ".source", "must be an absolute path");
+      out->push_back(FieldError(p + ".source", "must be an absolute path"));
     }
     if (spec.mounts[i].target.empty() || spec.mounts[i].target[0] != '/') {
-      return FieldError(p + ".target", "must be an absolute path");
+      out->push_back(FieldError(p + ".target", "must be an absolute path"));
     }
   }
-  return Status::Ok();
 }
 
-Status ValidateNewJobSpec(const JobSpec& spec) {
-  ROTA_RETURN_IF_ERROR(ValidateJobSpec(spec));
+// Likewise for the rules only a new job must satisfy.
+void CheckNewSpec(const JobSpec& spec, std::vector<Status>* out) {
   for (size_t i = 0; i < spec.tasks.size(); ++i) {
     const TaskGroupSpec& t = spec.tasks[i];
     const std::string p = "tasks[" + std::to_string(i) + "]";
     if (!t.gpu_share.mig_profile.empty() && MigProfileCompute(t.gpu_share.mig_profile) == 0) {
-      return FieldError(p + ".gpu.mig", "'" + t.gpu_share.mig_profile +
-                                            "' is not a MIG profile name (<compute>g.<memory>gb, e.g. 1g.10gb)");
+      out->push_back(FieldError(p + ".gpu.mig", "'" + t.gpu_share.mig_profile +
+                                            "' is not a MIG profile name (<compute>g.<memory>gb, e.g. 1g.10gb)"));
     }
-    if (!t.rootfs.empty() && t.rootfs[0] != '/') return FieldError(p + ".rootfs", "must be an absolute path on the node");
+    if (!t.rootfs.empty() && t.rootfs[0] != '/') out->push_back(FieldError(p + ".rootfs", "must be an absolute path on the node"));
     if (!t.rootfs.empty() && t.command.empty()) {
-      return FieldError(p + ".command", "required with rootfs (what to run in the container)");
+      out->push_back(FieldError(p + ".command", "required with rootfs (what to run in the container)"));
     }
     if (!t.rootfs.empty() && !t.gpu_share.mig_profile.empty()) {
-      return FieldError(p + ".rootfs", "a MIG instance runs as a process: containers do not get its "
-                                       "/dev/nvidia-caps device nodes yet");
+      out->push_back(FieldError(p + ".rootfs", "a MIG instance runs as a process: containers do not get its "
+                                       "/dev/nvidia-caps device nodes yet"));
     }
   }
-  if (spec.is_service() && spec.tasks[0].gpu_share.shared() &&
+  if (spec.is_service() && !spec.tasks.empty() && spec.tasks[0].gpu_share.shared() &&
       spec.service.min_replicas != spec.service.max_replicas) {
-    return FieldError("service.replicas", "a service on GPU fractions or MIG slices runs a fixed count (min = max): "
-                                          "only whole-GPU (or CPU-only) replicas are scaled yet");
+    out->push_back(FieldError("service.replicas", "a service on GPU fractions or MIG slices runs a fixed count (min = max): "
+                                          "only whole-GPU (or CPU-only) replicas are scaled yet"));
   }
   if (spec.is_service() && spec.service.min_replicas == 0) {
-    return FieldError("service.replicas.min", "must be at least 1: scale to zero needs the router to hold requests "
-                                              "until a replica is ready, which it does not yet");
+    out->push_back(FieldError("service.replicas.min", "must be at least 1: scale to zero needs the router to hold requests "
+                                              "until a replica is ready, which it does not yet"));
   }
   if (spec.elastic_min_replicas > 0 && !spec.is_service()) {
     if (spec.tasks.size() != 1) {
-      return FieldError("elastic", "an elastic job has one task group (its replicas grow and shrink); this one has " +
-                                       std::to_string(spec.tasks.size()));
+      out->push_back(FieldError("elastic", "an elastic job has one task group (its replicas grow and shrink); this one has " +
+                                       std::to_string(spec.tasks.size())));
     }
-    if (spec.tasks[0].gpu_share.shared()) {
-      return FieldError("elastic", "elastic replicas take whole GPUs (or none); GPU fractions and MIG slices are not "
-                                   "resized");
+    if (spec.tasks.size() == 1 && spec.tasks[0].gpu_share.shared()) {
+      out->push_back(FieldError("elastic", "elastic replicas take whole GPUs (or none); GPU fractions and MIG slices are not "
+                                   "resized"));
     }
   }
-  return Status::Ok();
+}
+}  // namespace
+
+std::vector<Status> JobSpecErrors(const JobSpec& spec, bool new_job) {
+  std::vector<Status> out;
+  CheckSpec(spec, &out);
+  if (new_job) CheckNewSpec(spec, &out);
+  return out;
+}
+
+Status ValidateJobSpec(const JobSpec& spec) {
+  std::vector<Status> errors = JobSpecErrors(spec, false);
+  return errors.empty() ? Status::Ok() : errors.front();
+}
+
+Status ValidateNewJobSpec(const JobSpec& spec) {
+  std::vector<Status> errors = JobSpecErrors(spec, true);
+  return errors.empty() ? Status::Ok() : errors.front();
+}
+
+StatusOr<ArrayRange> ParseArrayRange(std::string_view text) {
+  const std::string shown(text);
+  auto refuse = [&](const std::string& why) -> Status {
+    return InvalidArgumentError("count: '" + shown + "' " + why +
+                                " (N, A-B, N%K or A-B%K, like sbatch --array=0-99%8: indices 0 to 99, 8 at a time)");
+  };
+  auto number = [](std::string_view s, int64_t* out) {
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+    return !s.empty() && ec == std::errc() && end == s.data() + s.size();
+  };
+  ArrayRange r;
+  std::string_view span = text;
+  if (const size_t pct = text.find('%'); pct != std::string_view::npos) {
+    int64_t k = 0;
+    if (!number(text.substr(pct + 1), &k) || k < 1 || k > kMaxArrayIndex) {
+      return refuse("has no limit of 1 or more after '%'");
+    }
+    r.max_running = static_cast<int32_t>(k);
+    span = text.substr(0, pct);
+  }
+  if (const size_t dash = span.find('-'); dash != std::string_view::npos && dash > 0) {
+    int64_t a = 0, b = 0;
+    if (!number(span.substr(0, dash), &a) || !number(span.substr(dash + 1), &b)) return refuse("is not a range");
+    if (a > b) return refuse("runs backwards");
+    if (b > kMaxArrayIndex) return refuse("goes past index " + std::to_string(kMaxArrayIndex));
+    r.first_index = a;
+    r.count = b - a + 1;
+    r.range = true;
+  } else {
+    // A count: its bounds are the caller's (kMaxArray, the config's max_array).
+    if (!number(span, &r.count)) return refuse("is not a whole number or a range");
+  }
+  return r;
 }
 
 std::string_view TopologyModeName(TopologyMode mode) {

@@ -187,6 +187,26 @@ Status SetPriority(std::string_view text, JobSpec* spec);
 // What a job submitted now must also satisfy (rules newer than some
 // journals: elastic shape, MIG profile names, rootfs): submission and job files.
 Status ValidateNewJobSpec(const JobSpec& spec);
+// Every rule the spec breaks, not only the first (empty when it is valid):
+// ValidateJobSpec's, and with `new_job` ValidateNewJobSpec's too, in the
+// order those check them. A user fixes a file once, not once an error.
+std::vector<Status> JobSpecErrors(const JobSpec& spec, bool new_job);
+
+// A job array as `rota submit --count` and POST /v1/jobs?count= give it, in
+// sbatch --array's terms: "N" (indices 0..N-1), "A-B" (A..B), and either
+// with "%K" (at most K elements run at once: "0-99%8"). A count is not
+// bounded here: the caller checks it against its limits (1..kMaxArray, the
+// config's max_array).
+inline constexpr int64_t kMaxArrayIndex = 10'000'000;
+struct ArrayRange {
+  int64_t count = 1;
+  int64_t first_index = 0;
+  int32_t max_running = 0;  // 0 = no limit
+  bool range = false;       // written A-B: an array even of one element
+  // Submitted as an array (ROTA_ARRAY_* in its tasks), not as one job.
+  bool is_array() const { return count > 1 || range || max_running > 0; }
+};
+StatusOr<ArrayRange> ParseArrayRange(std::string_view text);
 
 std::string_view TopologyModeName(TopologyMode mode);
 std::string_view RestartPolicyName(RestartPolicy policy);

@@ -70,5 +70,55 @@ TEST(ResolveJobPolicy, AJobThatNamesNoQueueIsToldToNameOne) {
   EXPECT_TRUE(ResolveJobPolicy(c, &s).ok());
 }
 
+TEST(ParseArrayRange, ReadsSbatchArraySyntax) {
+  struct Case {
+    const char* text;
+    int64_t count, first;
+    int32_t max_running;
+    bool array;
+  } cases[] = {
+      {"1", 1, 0, 0, false},  {"5", 5, 0, 0, true},     {"0-99%8", 100, 0, 8, true},
+      {"5-9", 5, 5, 0, true}, {"3-3", 1, 3, 0, true},   {"20%4", 20, 0, 4, true},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseArrayRange(c.text);
+    ASSERT_TRUE(r.ok()) << c.text << ": " << r.status().ToString();
+    EXPECT_EQ(r->count, c.count) << c.text;
+    EXPECT_EQ(r->first_index, c.first) << c.text;
+    EXPECT_EQ(r->max_running, c.max_running) << c.text;
+    EXPECT_EQ(r->is_array(), c.array) << c.text;
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {"9-5", "runs backwards"},
+      {"1-x", "is not a range"},   {"5%0", "no limit of 1 or more"}, {"1,3,5", "is not a whole number or a range"},
+      {"0-20000000", "goes past index 10000000"}, {"", "is not a whole number"},
+  };
+  for (const auto& [text, why] : bad) {
+    auto r = ParseArrayRange(text);
+    ASSERT_FALSE(r.ok()) << text;
+    const std::string m(r.status().message());
+    EXPECT_EQ(m.rfind(std::string("count: '") + text + "' ", 0), 0u) << m;
+    EXPECT_NE(m.find(why), std::string::npos) << m;
+    EXPECT_NE(m.find("like sbatch --array=0-99%8"), std::string::npos) << m;
+  }
+}
+
+// Every rule a spec breaks is listed, the first as ValidateJobSpec returns it.
+TEST(JobSpecErrors, ListsEveryBrokenRuleFirstAsValidateDoes) {
+  JobSpec s;
+  s.name = "j";
+  s.queue = "default";
+  s.tasks.push_back({.name = "w", .gpus = 1});
+  s.tasks.push_back({.name = "w", .gpus = -1});
+  s.time_limit = -5;
+  const std::vector<Status> all = JobSpecErrors(s, true);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].message(), "tasks[1].name: duplicate task name 'w'");
+  EXPECT_EQ(all[1].message(), "tasks[1].gpus: must not be negative");
+  EXPECT_EQ(all[2].message(), "time_limit: must not be negative");
+  EXPECT_EQ(ValidateJobSpec(s).message(), all[0].message());
+  EXPECT_TRUE(JobSpecErrors(JobSpec{.name = "ok", .queue = "q", .tasks = {{.name = "t", .gpus = 1}}}, true).empty());
+}
+
 }  // namespace
 }  // namespace rota
