@@ -354,6 +354,8 @@ std::string EncodeEvent(const Event& event) {
           if (e.array_count > 0) {
             j["array"] = e.array.value();
             j["array_count"] = e.array_count;
+            if (e.array_first_index != 0) j["array_first_index"] = e.array_first_index;
+            if (e.array_max_running != 0) j["array_max_running"] = e.array_max_running;
           }
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobsSubmitted>) {
@@ -367,6 +369,8 @@ std::string EncodeEvent(const Event& event) {
           if (e.array_count > 0) {
             j["array"] = e.array.value();
             j["array_count"] = e.array_count;
+            if (e.array_first_index != 0) j["array_first_index"] = e.array_first_index;
+            if (e.array_max_running != 0) j["array_max_running"] = e.array_max_running;
           }
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobBound>) {
@@ -509,6 +513,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       e.failed_restarts = j.value("failed_restarts", e.restarts);
       e.array = JobId(j.value("array", uint64_t{0}));
       e.array_count = j.value("array_count", int64_t{0});
+      e.array_first_index = j.value("array_first_index", int64_t{0});
+      e.array_max_running = j.value("array_max_running", int32_t{0});
       if (j.contains("rank_attempt")) {
         for (const auto& [replica, attempt] : j["rank_attempt"].items()) {
           uint32_t r = 0;
@@ -526,7 +532,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       spec.priority = j.at("priority_value").get<int32_t>();
       return Event(JobsSubmitted{JobId(j.at("first").get<uint64_t>()), j.at("count").get<int64_t>(), std::move(spec),
                                  j.at("at"), j.at("user"), j.value("request_id", std::string()),
-                                 JobId(j.value("array", uint64_t{0})), j.value("array_count", int64_t{0})});
+                                 JobId(j.value("array", uint64_t{0})), j.value("array_count", int64_t{0}),
+                                 j.value("array_first_index", int64_t{0}), j.value("array_max_running", int32_t{0})});
     }
     if (type == "ServiceUpdated") {
       ROTA_ASSIGN_OR_RETURN(JobSpec spec, JobSpecFromJson(j.at("spec")));

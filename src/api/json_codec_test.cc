@@ -57,6 +57,10 @@ mounts: [{source: /d, target: /data, read_only: true}]
       NodeDrainChanged{"n-1", true, "PSU swap"},
       JobsSubmitted{JobId(2100), 2000, *spec, 7, "erin", "k", JobId(100), 5000},  // an array's second part
       JobSubmitted{.id = JobId(7100), .spec = *spec, .at = 8, .user = "erin", .array = JobId(100), .array_count = 7001},
+      // `--count 5-9%2`: indices from 5, two at a time.
+      JobSubmitted{.id = JobId(7150), .spec = *spec, .at = 8, .user = "erin", .array = JobId(7150), .array_count = 5,
+                   .array_first_index = 5, .array_max_running = 2},
+      JobsSubmitted{JobId(7160), 4, *spec, 7, "erin", "k", JobId(7160), 4, 5, 2},
       JobSubmitted{.id = JobId(7200), .spec = *spec, .at = 9, .user = "erin", .restarts = 2, .attained = 5'000'000},
       JobSubmitted{.id = JobId(7300), .spec = *spec, .at = 9, .user = "erin", .restarts = 3, .failed_restarts = 1},
       JobHoldChanged{JobId(7), true, 1100, "alice"},

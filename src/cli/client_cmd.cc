@@ -105,10 +105,13 @@ const std::vector<CommandHelp>& Commands() {
   static const std::vector<CommandHelp> kCommands = {
       {"submit",
        "rota submit JOB.yaml|- [--count N] [--name N] [--queue Q] [--priority P] [--gpus G] [--dry-run] [-o json]\n"
+       "       rota submit JOB.yaml|- --count A-B[%K] [...]\n"
        "       rota submit --wrap 'CMD' [--gpus G] [...]",
        "Submits a job file (YAML or JSON). --count N submits a job array: N copies (1..100000), all\n"
        "accepted or none, one array id (its first job's); each task sees ROTA_ARRAY_ID, ROTA_ARRAY_INDEX\n"
-       "(0..N-1) and ROTA_ARRAY_COUNT. A retry after a lost answer returns the job it made. `-` reads the\n"
+       "(0..N-1) and ROTA_ARRAY_COUNT. Like sbatch --array, --count A-B gives indices A..B, and %K after\n"
+       "either runs at most K elements at once (--count 0-99%8). A retry after a lost answer returns the\n"
+       "job it made. Every error in the file is reported at once, a line each. `-` reads the\n"
        "job from stdin; --wrap CMD submits `sh -c CMD` (one replica: --gpus G, or one CPU), like sbatch\n"
        "--wrap; --name, --queue, --priority (a class or a number) and --gpus (a job of one task group)\n"
        "replace what the file says. --dry-run (like sbatch --test-only) says whether it would be accepted,\n"
@@ -360,6 +363,8 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     // CMD makes one (like sbatch --wrap); --name, --queue, --priority and
     // --gpus replace what the file says.
     int64_t count = 1;
+    ArrayRange array;
+    std::string count_text = "1";
     std::vector<std::string> files;
     std::string overrides, wrap;
     bool wrapped = false, dry_run = false;
@@ -367,8 +372,18 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
       if (a == "--count" && i + 1 < args.size()) {
-        count = std::atoll(args[++i].c_str());
-        if (count < 1 || count > 100'000) return Usage("rota submit JOB.yaml [--count N (1..100000)] [-o json]");
+        StatusOr<ArrayRange> parsed = ParseArrayRange(args[++i]);
+        if (!parsed.ok()) {
+          std::cerr << "rota submit: --" << parsed.status().message() << "\n";
+          return kExitBadInput;
+        }
+        if (parsed->count < 1 || parsed->count > 100'000) {
+          std::cerr << "rota submit: --count: " << parsed->count << " elements; an array has 1 to 100000\n";
+          return kExitBadInput;
+        }
+        array = *parsed;
+        count = array.count;
+        count_text = args[i];
       } else if ((a == "--name" || a == "--queue" || a == "--priority" || a == "--gpus") && i + 1 < args.size()) {
         overrides += "&" + a.substr(2) + "=" + UrlEncode(args[i + 1]);
         if (a == "--gpus") wrap_gpus = std::atoi(args[i + 1].c_str());
@@ -411,7 +426,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     if (dry_run) {
       // Like sbatch --test-only: whether it would be accepted, and where and
       // when it would start; nothing is submitted.
-      Response r = c.Post("/v1/jobs?dry_run=true&count=" + std::to_string(count) + overrides, body, "application/yaml");
+      Response r = c.Post("/v1/jobs?dry_run=true&count=" + UrlEncode(count_text) + overrides, body, "application/yaml");
       NameTheFile(&r, source);
       return Run(c, r, "submit", [](const json& j) {
         std::string where;
@@ -433,7 +448,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         }
       });
     }
-    if (count == 1) {
+    if (!array.is_array()) {
       // One key per submission: a retry after a lost answer or a failover
       // returns the job it made instead of a second one.
       Response r = c.Post("/v1/jobs" + (overrides.empty() ? "" : "?" + overrides.substr(1)), body, "application/yaml",
@@ -445,7 +460,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       });
     }
     // A job array: one request, committed whole (all N or none).
-    Response r = c.Post("/v1/jobs?count=" + std::to_string(count) + overrides, body, "application/yaml", NewIdempotencyKey());
+    Response r = c.Post("/v1/jobs?count=" + UrlEncode(count_text) + overrides, body, "application/yaml", NewIdempotencyKey());
     NameTheFile(&r, source);
     if (r.status != 201 && r.status != 200) return Client::Fail(r, "submit");
     const json j = json::parse(r.body, nullptr, false);
@@ -454,7 +469,11 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     if (c.json_output()) {
       std::cout << json{{"ids", {{"first", first}, {"last", last}}}, {"count", count}}.dump(2) << "\n";
     } else {
-      std::cout << "submitted " << count << " jobs (array " << first << ": ids " << first << ".." << last << ")\n";
+      std::cout << "submitted " << count << (count == 1 ? " job" : " jobs") << " (array " << first << ": ids " << first
+                << ".." << last;
+      if (array.range) std::cout << ", indices " << array.first_index << ".." << array.first_index + count - 1;
+      if (array.max_running > 0) std::cout << ", at most " << array.max_running << " at once";
+      std::cout << ")\n";
     }
     return kExitOk;
   }
@@ -602,7 +621,10 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       }
       if (j.contains("array")) {
         const json& a = j["array"];
-        kv.Add({"array:", S(a, "id") + " (element " + S(a, "index") + " of 0.." + std::to_string(a.value("count", 1) - 1) + ")"});
+        const int64_t from = a.value("first_index", int64_t{0});
+        kv.Add({"array:", S(a, "id") + " (element " + S(a, "index") + " of " + std::to_string(from) + ".." +
+                              std::to_string(from + a.value("count", int64_t{1}) - 1) +
+                              (a.contains("max_running") ? ", at most " + S(a, "max_running") + " at once" : "") + ")"});
       }
       if (j.contains("flags")) {
         for (const auto& f : j["flags"]) kv.Add({"flag:", f.get<std::string>()});

@@ -302,8 +302,18 @@ Status ClusterState::ApplyOne(const GpuHealthChanged& e) {
 namespace {
 
 // A job array's element `id`: within the array it names.
-Status CheckArray(JobId id, JobId array, int64_t array_count, int64_t count = 1) {
-  if (array_count == 0 && array.value() == 0) return Status::Ok();
+Status CheckArray(JobId id, JobId array, int64_t array_count, int64_t first_index, int32_t max_running,
+                  int64_t count = 1) {
+  if (first_index < 0 || first_index > kMaxArrayIndex || max_running < 0) {
+    return InvalidArgumentError("job " + std::to_string(id.value()) + ": array index from " + std::to_string(first_index) +
+                                ", at most " + std::to_string(max_running) + " running: out of range");
+  }
+  if (array_count == 0 && array.value() == 0) {
+    if (first_index != 0 || max_running != 0) {
+      return InvalidArgumentError("job " + std::to_string(id.value()) + " has array indices but no array");
+    }
+    return Status::Ok();
+  }
   if (array_count < 1 || array.value() == 0 || id.value() < array.value() ||
       id.value() + static_cast<uint64_t>(count) > array.value() + static_cast<uint64_t>(array_count)) {
     return InvalidArgumentError("job " + std::to_string(id.value()) + " is not within array " +
@@ -328,7 +338,7 @@ std::shared_ptr<const JobSpec> ClusterState::ArraySpec(JobId id, JobId array, co
 
 Status ClusterState::ApplyOne(const JobSubmitted& e) {
   ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
-  ROTA_RETURN_IF_ERROR(CheckArray(e.id, e.array, e.array_count));
+  ROTA_RETURN_IF_ERROR(CheckArray(e.id, e.array, e.array_count, e.array_first_index, e.array_max_running));
   // Ids are issued densely from 1 (the job table is indexed by them).
   if (e.id.value() == 0 || e.id.value() >= (uint64_t{1} << 40)) {
     return InvalidArgumentError("job id " + std::to_string(e.id.value()) + " is out of range");
@@ -349,6 +359,8 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->request_id = e.request_id;
   job->array = e.array;
   job->array_count = e.array_count;
+  job->array_first_index = e.array_first_index;
+  job->array_max_running = e.array_max_running;
   Put(Mutable(), std::move(job));
   return Status::Ok();
 }
@@ -359,7 +371,8 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
                                 std::to_string(kMaxJobsPerRun));
   }
   ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
-  ROTA_RETURN_IF_ERROR(CheckArray(e.first, e.array, e.array_count, e.count));
+  ROTA_RETURN_IF_ERROR(
+      CheckArray(e.first, e.array, e.array_count, e.array_first_index, e.array_max_running, e.count));
   const uint64_t first = e.first.value();
   if (first == 0 || first + static_cast<uint64_t>(e.count) > (uint64_t{1} << 40)) {
     return InvalidArgumentError("job ids " + std::to_string(first) + ".." + std::to_string(first + e.count - 1) +
@@ -382,6 +395,8 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
     job->request_id = e.request_id;
     job->array = e.array;
     job->array_count = e.array_count;
+    job->array_first_index = e.array_first_index;
+    job->array_max_running = e.array_max_running;
     Put(d, std::move(job));
   }
   return Status::Ok();
@@ -961,7 +976,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
   auto emit_job = [&](const JobRecord& j) {
     out.push_back(JobSubmitted{j.id, j.spec(), j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
                                j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count, j.attained,
-                               j.failed_restarts});
+                               j.failed_restarts, j.array_first_index, j.array_max_running});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {
@@ -1032,7 +1047,9 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     if (!run) return;
     if (run->count == 1) {
       out.push_back(JobSubmitted{.id = run->first, .spec = std::move(run->spec), .at = run->at, .user = run->user,
-                                 .request_id = run->request_id, .array = run->array, .array_count = run->array_count});
+                                 .request_id = run->request_id, .array = run->array, .array_count = run->array_count,
+                                 .array_first_index = run->array_first_index,
+                                 .array_max_running = run->array_max_running});
     }
     else out.push_back(std::move(*run));
     run.reset();
@@ -1049,12 +1066,14 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
       if (run && run->count < kMaxJobsPerRun && run->first.value() + static_cast<uint64_t>(run->count) == id.value() &&
           run->at == job->submitted_at && run->user == job->user && run->request_id == job->request_id &&
           run->array == job->array && run->array_count == job->array_count &&
+          run->array_first_index == job->array_first_index && run->array_max_running == job->array_max_running &&
           (job->shared_spec == run_spec || run->spec == job->spec())) {  // an array's elements share theirs
         ++run->count;
         continue;
       }
       flush();
-      run = JobsSubmitted{id, 1, job->spec(), job->submitted_at, job->user, job->request_id, job->array, job->array_count};
+      run = JobsSubmitted{id,           1,           job->spec(),      job->submitted_at,        job->user,
+                          job->request_id, job->array, job->array_count, job->array_first_index, job->array_max_running};
       run_spec = job->shared_spec;
       continue;
     }

@@ -95,10 +95,14 @@ struct JobRecord {
   std::string user;
   std::string request_id;  // the submission's Idempotency-Key ("" = none)
   // A job array's element: the array's id (its first job's), its index in it
-  // (id - array) and the array's size; array 0 for a job submitted alone.
+  // (array_first_index + id - array) and the array's size; array 0 for a job
+  // submitted alone. At most array_max_running of an array's elements run
+  // (or stop) at once; 0 = no limit.
   JobId array;
   int64_t array_count = 0;
-  int64_t array_index() const { return static_cast<int64_t>(id.value() - array.value()); }
+  int64_t array_first_index = 0;
+  int32_t array_max_running = 0;
+  int64_t array_index() const { return array_first_index + static_cast<int64_t>(id.value() - array.value()); }
   JobState state = JobState::kPending;
   TimePoint submitted_at = 0;
   TimePoint started_at = 0;

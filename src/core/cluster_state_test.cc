@@ -111,6 +111,26 @@ TEST(CompactState, KeepsJobArrays) {
   EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(6))->array_count, 0);
 }
 
+// `--count 10-14%2`: indices from 10 and the limit on running elements
+// survive a journal snapshot; nonsense is refused.
+TEST(CompactState, KeepsAnArraysIndicesAndLimit) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(1), 5, Job(1, 1), 1, "u", "", JobId(1), 5, 10, 2}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(3), {{0, 0, NodeId(0), 0x01}}, 2}).ok());
+  EXPECT_FALSE(st.Apply(JobsSubmitted{JobId(6), 1, Job(1, 1), 1, "u", "", JobId(6), 1, -1, 0}).ok());
+  EXPECT_FALSE(st.Apply(JobSubmitted{.id = JobId(6), .spec = Job(1, 1), .at = 1, .user = "u",
+                                     .array_max_running = 2}).ok());  // a limit with no array
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  for (uint64_t id = 1; id <= 5; ++id) {
+    const JobRecord* j = replay.GetSnapshot().FindJob(JobId(id));
+    ASSERT_NE(j, nullptr);
+    EXPECT_EQ(j->array_index(), static_cast<int64_t>(id + 9)) << id;
+    EXPECT_EQ(j->array_max_running, 2) << id;
+  }
+}
+
 TEST(CompactState, ReplaysAPreemptingJobOnce) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());

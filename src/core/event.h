@@ -56,11 +56,15 @@ struct JobSubmitted {
   // same key from the same user returns this job instead of a second one.
   std::string request_id;
   // A job array's element: the array's id (its first job's) and size; none
-  // (id 0) for a job submitted alone.
+  // (id 0) for a job submitted alone. Its indices start at
+  // array_first_index (`--count 5-9`: 5..9); at most array_max_running of
+  // its elements run at once (`--count 0-99%8`: 8; 0 = no limit).
   JobId array;
   int64_t array_count = 0;
   Duration attained = 0;  // journal snapshots only: JobRecord::attained
   int32_t failed_restarts = 0;  // likewise: JobRecord::failed_restarts
+  int64_t array_first_index = 0;  // with array, as above
+  int32_t array_max_running = 0;
 };
 // `count` jobs with ids first..first+count-1, each exactly as a
 // JobSubmitted with that id and these fields: a job array's part (or a
@@ -78,6 +82,8 @@ struct JobsSubmitted {
   // jobs submitted alone.
   JobId array;
   int64_t array_count = 0;
+  int64_t array_first_index = 0;
+  int32_t array_max_running = 0;
 };
 // The whole gang is bound at once: one replica placement per replica (an
 // elastic job: at least min_replicas of them).

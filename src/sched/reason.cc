@@ -80,6 +80,7 @@ std::string_view ReasonCodeName(ReasonCode code) {
     case ReasonCode::kReserved: return "HeldForReservation";
     case ReasonCode::kQuota: return "QuotaExceeded";
     case ReasonCode::kPreempting: return "Preempting";
+    case ReasonCode::kArrayLimit: return "ArrayLimit";
     case ReasonCode::kExceedsQuota: return "ExceedsQueueLimit";
     case ReasonCode::kNoMatchingNodes: return "NoMatchingNodes";
     case ReasonCode::kExceedsNodeCapacity: return "ExceedsNodeCapacity";

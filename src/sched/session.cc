@@ -42,10 +42,12 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   ReadLiveJobs(snap);
   running_.clear();
   elastic_running_.clear();
+  array_running_.clear();
   for (const ChunkJobs& c : chunks_) {
     running_.insert(running_.end(), c.running.begin(), c.running.end());
     elastic_running_.insert(elastic_running_.end(), c.elastic_running.begin(), c.elastic_running.end());
     for (const auto& [preemptor, victim] : c.making_room) making_room_for_.emplace(preemptor, victim);
+    for (JobId array : c.limited_arrays) ++array_running_[array];
   }
   OrderPending();
   if (fair()) book_->Reset(snap);
@@ -95,6 +97,7 @@ void Session::ReadLiveJobs(const Snapshot& snap) {
     cj.elastic_running.clear();
     cj.nominated.clear();
     cj.making_room.clear();
+    cj.limited_arrays.clear();
     live.ForEachInChunk(c, [&cj](JobId id, const std::shared_ptr<const JobRecord>& job) {
       if (job->state == JobState::kPending && !job->held) {  // held: not scheduled
         cj.pending.push_back(job.get());
@@ -103,6 +106,9 @@ void Session::ReadLiveJobs(const Snapshot& snap) {
       if (job->state == JobState::kRunning) cj.running.push_back(job.get());
       if (job->state == JobState::kRunning && job->spec().elastic()) cj.elastic_running.push_back(job.get());
       if (job->state == JobState::kPreempting) cj.making_room.emplace_back(job->preempted_for, id);
+      if (job->array_max_running > 0 && (job->state == JobState::kRunning || job->state == JobState::kPreempting)) {
+        cj.limited_arrays.push_back(job->array);
+      }
     });
   }
   read_ = snap;
@@ -160,6 +166,21 @@ void Session::OrderPending() {
   order_.clear();
   order_.reserve(sorted_.size());
   for (const Ordered& o : sorted_) order_.push_back(o.job);
+}
+
+bool Session::ArrayFull(const JobRecord& job, PendingReason* why) const {
+  if (job.array_max_running <= 0) return false;
+  auto it = array_running_.find(job.array);
+  const int32_t running = it == array_running_.end() ? 0 : it->second;
+  if (running < job.array_max_running) return false;
+  *why = {ReasonCode::kArrayLimit, "its array " + std::to_string(job.array.value()) + " runs " + std::to_string(running) +
+                                       " of its elements, as many as it may at once (%" +
+                                       std::to_string(job.array_max_running) + "); it starts when one ends"};
+  return true;
+}
+
+void Session::CountArrayStart(const JobRecord& job, int32_t n) {
+  if (job.array_max_running > 0) array_running_[job.array] += n;
 }
 
 bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {

@@ -78,6 +78,12 @@ class Session {
   // Running gangs being preempted to make room for `job`, as JobName lists them.
   std::string MakingRoomFor(JobId job) const;
   bool room_being_made(JobId job) const { return making_room_for_.count(job) > 0; }
+  // A job array with a limit on its running elements (`--count 0-99%8`):
+  // how many of them run or stop now, counting those placed this cycle.
+  // ArrayFull says why `job` waits when its array is at its limit (false
+  // for a job of no limited array); CountArrayStart counts a placement.
+  bool ArrayFull(const JobRecord& job, PendingReason* why) const;
+  void CountArrayStart(const JobRecord& job, int32_t n = 1);
 
   // --- The workspace and the request being placed.
   Workspace& ws() { return ws_; }
@@ -229,6 +235,7 @@ class Session {
     std::vector<const JobRecord*> pending, running, elastic_running;
     std::vector<const JobRecord*> nominated;  // pending (not held) with GPUs nominated for it
     std::vector<std::pair<JobId, JobId>> making_room;  // preemptor, victim
+    std::vector<JobId> limited_arrays;  // per running or stopping element of an array with a limit, its array
   };
   struct Ordered {
     JobId id;
@@ -245,6 +252,7 @@ class Session {
   std::vector<Ordered> sorted_, kept_, fresh_, nominated_;
   bool sorted_kept_ = false;  // sorted_ is the last cycle's order, by stable job orders
 
+  std::unordered_map<JobId, int32_t> array_running_;  // arrays with a limit: elements running or stopping
   std::vector<std::pair<uint32_t, uint64_t>> held_;  // taken out of the pool for reservations (free when taken)
   TimePoint first_reservation_ = 0;
   std::unordered_map<uint32_t, uint64_t> promised_;

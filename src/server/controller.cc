@@ -834,7 +834,13 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
 
 StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int64_t count, const std::string& request_id,
                                         bool* replayed) {
+  return SubmitArray(who, std::move(spec), ArrayRange{.count = count}, request_id, replayed);
+}
+
+StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, const ArrayRange& array,
+                                        const std::string& request_id, bool* replayed) {
   *replayed = false;
+  const int64_t count = array.count;
   if (who.role == Role::kAgent) return Status(StatusCode::kPermissionDenied, "agents cannot submit jobs");
   if (count < 1 || count > kMaxArray) {
     return InvalidArgumentError("count: must be 1.." + std::to_string(kMaxArray) + ", got " + std::to_string(count));
@@ -863,11 +869,14 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
         const std::string made = prior->second == 1 ? "job " + std::to_string(prior->first.value())
                                                     : "jobs " + std::to_string(prior->first.value()) + ".." +
                                                           std::to_string(prior->first.value() + prior->second - 1);
-        if (prior->second != count || job == nullptr || !(job->spec() == spec)) {
-          return FailedPreconditionError("Idempotency-Key '" + request_id + "' was used before for " + made +
-                                         (prior->second != count ? ", with count " + std::to_string(prior->second)
-                                                                 : ", with a different job spec") +
-                                         "; use a new key for a new submission");
+        if (prior->second != count || job == nullptr || !(job->spec() == spec) ||
+            job->array_first_index != array.first_index || job->array_max_running != array.max_running) {
+          return FailedPreconditionError(
+              "Idempotency-Key '" + request_id + "' was used before for " + made +
+              (prior->second != count                  ? ", with count " + std::to_string(prior->second)
+               : job != nullptr && !(job->spec() == spec) ? ", with a different job spec"
+                                                          : ", with other array indices or limit") +
+              "; use a new key for a new submission");
         }
         *replayed = true;
         return prior->first;
@@ -898,12 +907,13 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     // concurrent submissions cannot both slip under a limit).
     ROTA_RETURN_IF_ERROR(PendingLimits(who, spec, count, snap));
     // Copies of a spec that validated, under fresh ids: none can be refused.
-    if (chunk == 1) {
+    if (!array.is_array()) {
       ROTA_RETURN_IF_ERROR(
           batch.Apply(JobSubmitted{.id = first, .spec = spec, .at = now, .user = who.user, .request_id = request_id}));
     } else {
       // One event for the part.
-      ROTA_RETURN_IF_ERROR(batch.Apply(JobsSubmitted{first, chunk, spec, now, who.user, request_id, first, count}));
+      ROTA_RETURN_IF_ERROR(batch.Apply(JobsSubmitted{first, chunk, spec, now, who.user, request_id, first, count,
+                                                     array.first_index, array.max_running}));
     }
     next_job_id_ = first.value() + static_cast<uint64_t>(count);
     array_reserved_user_[who.user] += count - chunk;
@@ -921,7 +931,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, int6
     auto more = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
       ROTA_RETURN_IF_ERROR(
           batch.Apply(JobsSubmitted{JobId(first + static_cast<uint64_t>(done)), n, spec, now, who.user, request_id,
-                                    JobId(first), count}));
+                                    JobId(first), count, array.first_index, array.max_running}));
       array_reserved_user_[who.user] -= n;  // pending now, no longer reserved
       array_reserved_queue_[spec.queue] -= n;
       moved = true;

@@ -199,6 +199,10 @@ class Controller {
   // is a Conflict (FailedPrecondition), naming the jobs it made.
   StatusOr<JobId> SubmitArray(const Principal& who, JobSpec spec, int64_t count, const std::string& request_id,
                               bool* replayed);
+  // The same for an array given as a range (`0-99%8`: its indices, and how
+  // many of its elements may run at once).
+  StatusOr<JobId> SubmitArray(const Principal& who, JobSpec spec, const ArrayRange& array,
+                              const std::string& request_id, bool* replayed);
   // The checks of a submission that need no state (the spec, its priority
   // class and queue, who may use them, its mounts); resolves `spec` as a
   // submission would. For a dry run; Submit runs them too.

@@ -431,15 +431,15 @@ class HttpServerImpl final : public HttpServer {
     });
 
     srv.Post("/v1/jobs", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
-      // ?count=N: a job array, N copies committed together.
-      int64_t count = 1;
+      // ?count=N (or A-B, with %K for at most K running): a job array,
+      // committed together.
+      ArrayRange array;
       if (req.has_param("count")) {
-        const std::string text = req.get_param_value("count");
-        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), count);
-        if (ec != std::errc() || end != text.data() + text.size()) {
-          return ReplyError(res, InvalidArgumentError("count: '" + text + "' is not a whole number"));
-        }
+        StatusOr<ArrayRange> parsed = ParseArrayRange(req.get_param_value("count"));
+        if (!parsed.ok()) return ReplyError(res, parsed.status());
+        array = *parsed;
       }
+      const int64_t count = array.count;
       // Idempotency-Key: a retry of a submission whose answer was lost (or
       // whose server failed over) returns the jobs it made, with 200.
       const std::string request_id = req.get_header_value("Idempotency-Key");
@@ -451,9 +451,9 @@ class HttpServerImpl final : public HttpServer {
       auto spec = api::ParseJobSpec(req.body, "request body");
       if (!spec.ok()) return ReplyError(res, spec.status());
       if (Status s = ApplyOverrides(req, &*spec); !s.ok()) return ReplyError(res, s);
-      if (req.get_param_value("dry_run") == "true") return DryRun(who, std::move(*spec), count, res);
+      if (req.get_param_value("dry_run") == "true") return DryRun(who, std::move(*spec), array, res);
       bool replayed = false;
-      auto id = c_->SubmitArray(who, std::move(*spec), count, request_id, &replayed);
+      auto id = c_->SubmitArray(who, std::move(*spec), array, request_id, &replayed);
       if (!id.ok()) return ReplyError(res, id.status());
       Snapshot snap = c_->snapshot();
       ordered_json view = JobView(*c_, snap, *snap.FindJob(*id), false);
@@ -1312,7 +1312,8 @@ class HttpServerImpl final : public HttpServer {
   // would be accepted, and where and when it would start, from the live
   // state projected forward with it added (as GET /v1/whatif projects);
   // nothing is journaled. An array's `count` copies are projected together.
-  void DryRun(const Principal& who, JobSpec spec, int64_t count, HttpResponse& res) {
+  void DryRun(const Principal& who, JobSpec spec, const ArrayRange& array, HttpResponse& res) {
+    const int64_t count = array.count;
     if (count < 1 || count > 10'000) return ReplyError(res, InvalidArgumentError("count: a dry run takes 1..10000 copies"));
     if (Status s = c_->CheckSubmission(who, &spec); !s.ok()) return ReplyError(res, s);
     if (Status s = c_->CheckTenantLimits(who, spec, count); !s.ok()) return ReplyError(res, s);  // as a submission would
@@ -1321,6 +1322,7 @@ class HttpServerImpl final : public HttpServer {
     sim::ProjectOptions options = ProjectionOptions();
     options.user = who.user;
     options.submit.assign(static_cast<size_t>(count), spec);
+    options.submit_array = array;
     const Snapshot snap = c_->snapshot();
     const TimePoint now = c_->clock().Now();
     StatusOr<sim::Projection> p = sim::Project(c_->config(), snap, now, options);

@@ -88,6 +88,8 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
   if (job.array_count > 0) {
     j["array"] = {{"id", job.array.value()}, {"index", job.array_index()}, {"count", job.array_count}};
+    if (job.array_first_index > 0) j["array"]["first_index"] = job.array_first_index;
+    if (job.array_max_running > 0) j["array"]["max_running"] = job.array_max_running;
   }
   j["restarts"] = job.restarts;
   if (job.rank_restarts > 0) j["rank_restarts"] = job.rank_restarts;

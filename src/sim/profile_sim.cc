@@ -65,8 +65,10 @@ class ProfileDriver {
   }
 
   // Admits a job as the server does (ValidateNewJobSpec, ResolveJobPolicy,
-  // CheckResolvable): journals it, or says why it is refused.
-  Status Submit(server::Batch& batch, JobId id, JobSpec spec, TimePoint t, const std::string& user) {
+  // CheckResolvable): journals it, or says why it is refused. An array's
+  // element carries its array (`array` as JobSubmitted's, else none).
+  Status Submit(server::Batch& batch, JobId id, JobSpec spec, TimePoint t, const std::string& user,
+                const ArrayRange* array = nullptr, JobId array_id = JobId()) {
     ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(spec));
     ROTA_RETURN_IF_ERROR(ResolveJobPolicy(config_, &spec));
     JobRecord probe;
@@ -77,7 +79,14 @@ class ProfileDriver {
       const sched::PendingReason why = probe_->CheckResolvable(snap, probe);
       if (!why.ok()) return Status(StatusCode::kOutOfRange, std::string(sched::ReasonCodeName(why.code)) + ": " + why.message);
     }
-    Check(batch.Apply(JobSubmitted{.id = id, .spec = std::move(probe.spec()), .at = t, .user = user}));
+    JobSubmitted e{.id = id, .spec = std::move(probe.spec()), .at = t, .user = user};
+    if (array != nullptr && array->is_array()) {
+      e.array = array_id;
+      e.array_count = array->count;
+      e.array_first_index = array->first_index;
+      e.array_max_running = array->max_running;
+    }
+    Check(batch.Apply(std::move(e)));
     return Status::Ok();
   }
 
@@ -442,7 +451,8 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
   Status refused = Status::Ok();
   auto submit = [&](server::Batch& batch) {
     for (size_t k = 0; k < options.submit.size() && refused.ok(); ++k) {
-      refused = driver.Submit(batch, JobId(first_new + k), options.submit[k], now, options.user);
+      refused = driver.Submit(batch, JobId(first_new + k), options.submit[k], now, options.user, &options.submit_array,
+                              JobId(first_new));
     }
   };
 

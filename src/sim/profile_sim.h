@@ -78,6 +78,9 @@ struct ProjectOptions {
   // start), admitted as the server admits them; after the state's pending
   // jobs in Projection::jobs, with ids after the state's.
   std::vector<JobSpec> submit;
+  // With is_array(), `submit` is one job array of this shape (its limit on
+  // running elements holds in the projection too).
+  ArrayRange submit_array;
   std::string user;
 };
 struct ProjectedStart {

@@ -1184,6 +1184,53 @@ tasks:
   EXPECT_NE(two.out.find("cancelled job 6 (hold)"), std::string::npos) << two.out;
 }
 
+// `--count 5-9%2` (sbatch --array=5-9%2): indices 5..9 in ROTA_ARRAY_INDEX,
+// and never more than two elements running at once; the others wait with
+// the reason ArrayLimit.
+TEST_F(Integration, AnArrayRangeRunsAtMostItsLimitAtOnce) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  const std::string job = Write("range.yaml", R"(
+name: range
+tasks:
+  - {name: w, gpus: 1, command: [sh, -c, 'echo "index=$ROTA_ARRAY_INDEX of $ROTA_ARRAY_COUNT"; sleep 1']}
+)");
+  CommandResult submit = RunRota({"submit", job, "--count", "5-9%2"}, env, tmp.path());
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  EXPECT_EQ(submit.out, "submitted 5 jobs (array 1: ids 1..5, indices 5..9, at most 2 at once)\n");
+  int most_running = 0, succeeded = 0;
+  bool saw_limit = false;
+  for (int i = 0; i < 600 && succeeded < 5; ++i) {
+    CommandResult listed = RunRota({"jobs", "--all", "--array", "1", "-o", "json"}, env, tmp.path());
+    ASSERT_EQ(listed.exit_code, 0) << listed.err;
+    const json page = json::parse(listed.out);
+    int running = 0;
+    succeeded = 0;
+    for (const json& j : page["jobs"]) {
+      running += j["state"] == "running";
+      succeeded += j["state"] == "succeeded";
+      if (j["state"] == "pending" && j.contains("pending_reason")) {
+        saw_limit = saw_limit || j["pending_reason"]["code"] == "ArrayLimit";
+      }
+    }
+    most_running = std::max(most_running, running);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(succeeded, 5);
+  EXPECT_EQ(most_running, 2);  // 4 GPUs free, but two at a time
+  EXPECT_TRUE(saw_limit);
+  for (int id = 1; id <= 5; ++id) {
+    const std::string out = RunRota({"logs", std::to_string(id)}, env, tmp.path()).out;
+    EXPECT_NE(out.find("index=" + std::to_string(id + 4) + " of 5"), std::string::npos) << id << ": " << out;
+  }
+  const std::string element = RunRota({"describe", "2"}, env, tmp.path()).out;
+  EXPECT_NE(element.find(" 1 (element 6 of 5..9, at most 2 at once)"), std::string::npos) << element;
+  // Nonsense is refused before anything is sent, naming the flag.
+  CommandResult bad = RunRota({"submit", job, "--count", "9-5%2"}, env, tmp.path());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("rota submit: --count: '9-5%2' runs backwards"), std::string::npos) << bad.err;
+}
+
 // rota logs: one replica's, the last lines, and following to the end.
 TEST_F(Integration, LogsByTaskTailAndFollow) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});

@@ -12,6 +12,9 @@
 //   4. a job that still waits is explained (reserved or nominated GPUs
 //      named), and the profile's blocked actions act for it (preempt,
 //      reserve) in order.
+// An element of a job array already running as many elements as it may
+// (`--count 0-99%8`) waits before any of that: it neither places, preempts
+// nor reserves.
 // A job that ends before the first reservation starts may backfill onto the
 // reserved GPUs; any other job goes around them.
 #include "sched/actions/action.h"
@@ -149,6 +152,10 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
     out.pending.push_back({job.id, {ReasonCode::kNodesUnavailable, "the cluster has no nodes yet: it waits for one to register"}});
     return;
   }
+  if (s.ArrayFull(job, &why)) {
+    out.pending.push_back({job.id, std::move(why)});
+    return;
+  }
   if (s.request().fractional) return AllocateShares(s, job);
   // Quota first when the GPU model is known without placing (the job names
   // it, or the cluster has one): a job over its queue's limit waits for
@@ -173,6 +180,7 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
   bool refused = false;
   if (PlaceWhole(s, job, ends_first, &refused)) {
     s.CommitPlacement();
+    s.CountArrayStart(job);
     return;
   }
   if (refused) return;
@@ -203,6 +211,7 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
     (never ? out.unresolvable : out.pending).push_back({job.id, why});
     return;
   }
+  s.CountArrayStart(job);  // (taken back below if a quota refuses it)
   if (!s.fair()) return s.txn().Commit();
   // Admission: its shares count as whole GPUs (rounded up) of the model they landed on.
   const int32_t leaf = s.Leaf(job);
@@ -214,6 +223,7 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
     out.replicas.resize(first);
     out.reconfigurations.resize(first_reconf);
     out.placed.pop_back();
+    s.CountArrayStart(job, -1);
     return;
   }
   if (leaf >= 0 && model >= 0) s.book().Charge(leaf, add);

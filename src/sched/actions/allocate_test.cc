@@ -201,5 +201,52 @@ TEST(Allocate, ACycleWithNoNodesRejectsNothing) {
   EXPECT_TRUE(s->CheckResolvable(st.GetSnapshot(), probe).ok());
 }
 
+// `--count 0-5%2`: at most two of the array's elements run at once; the
+// others wait with their reason and neither place, preempt nor reserve. A
+// job of no array, and an array without a limit, are not held back.
+TEST(Allocate, AJobArrayRunsAtMostItsLimitAtOnce) {
+  ClusterConfig c = Nodes(1);
+  ClusterState st = MakeCluster(c);
+  JobsSubmitted array{JobId(1), 6, GpuJob("sweep", 1, 1), 0, "alice", "", JobId(1), 6, 0, 2};
+  ASSERT_TRUE(st.Apply(array).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(7), GpuJob("alone", 1, 1), 1}).ok());
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(8), 3, GpuJob("free", 1, 1), 1, "bob", "", JobId(8), 3}).ok());
+  auto s = MakeScheduler(c);
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), kMinute, &r);
+  std::vector<uint64_t> placed;
+  for (const auto& p : r.placed) placed.push_back(p.job.value());
+  EXPECT_EQ(placed, (std::vector<uint64_t>{1, 2, 7, 8, 9, 10}));
+  ASSERT_EQ(r.pending.size(), 4u);
+  for (const auto& p : r.pending) {
+    EXPECT_EQ(p.reason.code, ReasonCode::kArrayLimit);
+    EXPECT_EQ(p.reason.message.str(),
+              "its array 1 runs 2 of its elements, as many as it may at once (%2); it starts when one ends");
+  }
+  EXPECT_TRUE(r.reservations.empty());
+  EXPECT_TRUE(r.preemptions.empty());
+
+  // Bound: the next cycle starts none of them; one stopping for a
+  // preemption still counts; one ends, and one more starts.
+  for (uint64_t id : {1, 2}) {
+    ASSERT_TRUE(st.Apply(JobBound{JobId(id), {{0, 0, NodeId(0), uint64_t{1} << id}}, kMinute}).ok());
+  }
+  auto array_placed = [&] {
+    std::vector<uint64_t> ids;
+    for (const auto& p : r.placed) {
+      if (p.job.value() <= 6) ids.push_back(p.job.value());
+    }
+    return ids;
+  };
+  s->RunCycle(st.GetSnapshot(), 2 * kMinute, &r);
+  EXPECT_TRUE(array_placed().empty());
+  ASSERT_TRUE(st.Apply(JobPreempting{JobId(2), 2 * kMinute, JobId(7), "test"}).ok());
+  s->RunCycle(st.GetSnapshot(), 3 * kMinute, &r);
+  EXPECT_TRUE(array_placed().empty());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 4 * kMinute}).ok());
+  s->RunCycle(st.GetSnapshot(), 5 * kMinute, &r);
+  EXPECT_EQ(array_placed(), (std::vector<uint64_t>{3}));
+}
+
 }  // namespace
 }  // namespace rota::sched
