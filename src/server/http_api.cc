@@ -161,6 +161,21 @@ Status ApplyOverrides(const HttpRequest& req, JobSpec* spec) {
   return Status::Ok();
 }
 
+// A job submitted (or a service applied) through the API runs something in
+// every task group: one without a command would hold its GPUs doing nothing
+// until cancelled. (Job files for `rota plan` and traces for `rota sim` need
+// none: nothing runs there.)
+Status RequireCommands(const JobSpec& spec) {
+  for (size_t i = 0; i < spec.tasks.size(); ++i) {
+    if (spec.tasks[i].command.empty()) {
+      return InvalidArgumentError("request body: tasks[" + std::to_string(i) +
+                                  "].command: required: what each replica runs (a list, e.g. [python, train.py]; "
+                                  "to hold GPUs on purpose, [sleep, infinity])");
+    }
+  }
+  return Status::Ok();
+}
+
 // ?since=DURATION (7d, 24h, 30m) into *since, if given; refused unless positive.
 Status SinceParam(const HttpRequest& req, Duration* since) {
   if (!req.has_param("since")) return Status::Ok();
@@ -451,6 +466,7 @@ class HttpServerImpl final : public HttpServer {
       auto spec = api::ParseJobSpec(req.body, "request body");
       if (!spec.ok()) return ReplyError(res, spec.status());
       if (Status s = ApplyOverrides(req, &*spec); !s.ok()) return ReplyError(res, s);
+      if (Status s = RequireCommands(*spec); !s.ok()) return ReplyError(res, s);
       if (req.get_param_value("dry_run") == "true") return DryRun(who, std::move(*spec), array, res);
       bool replayed = false;
       auto id = c_->SubmitArray(who, std::move(*spec), array, request_id, &replayed);
@@ -1081,6 +1097,7 @@ class HttpServerImpl final : public HttpServer {
                                                            HttpResponse& res) {
       auto spec = api::ParseJobSpec(req.body, "request body");
       if (!spec.ok()) return ReplyError(res, spec.status());
+      if (Status s = RequireCommands(*spec); !s.ok()) return ReplyError(res, s);
       if (spec->name != req.matches[1]) {
         return ReplyError(res, InvalidArgumentError("name: the spec names '" + spec->name + "', the path '" +
                                                     req.matches[1] + "'"));

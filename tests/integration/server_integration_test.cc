@@ -79,7 +79,7 @@ tasks:
   EXPECT_NE(nodes.out.find("local"), std::string::npos);
   EXPECT_NE(nodes.out.find("yes"), std::string::npos) << "simulated GPUs must say so:\n" << nodes.out;
   // Cancel a job that holds GPUs; exit codes for the error cases.
-  const std::string hold = Write("hold.yaml", "name: hold\ntasks: [{gpus: 4}]\n");
+  const std::string hold = Write("hold.yaml", "name: hold\ntasks: [{gpus: 4, command: [sleep, '600']}]\n");
   ASSERT_EQ(RunRota({"submit", hold}, env, tmp.path()).exit_code, 0);
   CommandResult cancel = RunRota({"cancel", "2"}, env, tmp.path());
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
@@ -242,7 +242,7 @@ TEST_F(Integration, WhatIfGivesEveryPendingJobAnExpectedStart) {
   const int64_t dry_in = json::parse(dj.out)["starts_in_s"].get<int64_t>();
   EXPECT_GE(dry_in, jobs[2]["starts_in_s"].get<int64_t>() + 600) << dj.out;
   EXPECT_LE(dry_in, jobs[2]["starts_in_s"].get<int64_t>() + 900) << dj.out;
-  EXPECT_EQ(RunRota({"submit", Write("big.yaml", "name: big\ntasks: [{gpus: 8}]\n"), "--dry-run"}, env, tmp.path()).exit_code, 2);
+  EXPECT_EQ(RunRota({"submit", Write("big.yaml", "name: big\ntasks: [{gpus: 8, command: [sleep, '600']}]\n"), "--dry-run"}, env, tmp.path()).exit_code, 2);
   CommandResult noq = RunRota({"submit", dry, "--dry-run", "--queue", "nope"}, env, tmp.path());
   EXPECT_EQ(noq.exit_code, 2);
   EXPECT_NE(noq.err.find("queue"), std::string::npos) << noq.err;
@@ -310,9 +310,9 @@ TEST_F(Integration, GpuFractionsShareOneGpu) {
   }
   EXPECT_EQ(c["state"], "running");
   // A whole-GPU job cannot take a shared GPU; a share beyond its memory is rejected.
-  auto whole = admin.Post("/v1/jobs", "name: whole\ntasks: [{gpus: 1}]\n", "application/yaml");
+  auto whole = admin.Post("/v1/jobs", "name: whole\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml");
   ASSERT_EQ(whole->status, 201);
-  auto hog = admin.Post("/v1/jobs", "name: hog\ntasks: [{gpu: {fraction: 0.2, memory: 32Gi}}]\n", "application/yaml");
+  auto hog = admin.Post("/v1/jobs", "name: hog\ntasks: [{gpu: {fraction: 0.2, memory: 32Gi}, command: [sleep, '600']}]\n", "application/yaml");
   EXPECT_EQ(hog->status, 422) << hog->body;
   json w;
   for (int i = 0; i < 400; ++i) {
@@ -369,7 +369,7 @@ tasks: [{gpu: {mig: 3g.40gb}, command: [sh, -c, 'echo "mig=$ROTA_MIG_INSTANCE cu
   const std::string top = RunRota({"top"}, env, tmp.path()).out;
   EXPECT_NE(top.find("3g.40gb@0*,3g.40gb@4"), std::string::npos) << top;
   // A profile no GPU offers is refused at submission.
-  auto a40 = admin.Post("/v1/jobs", "name: a40\ntasks: [{gpu: {mig: 1g.5gb}}]\n", "application/yaml");
+  auto a40 = admin.Post("/v1/jobs", "name: a40\ntasks: [{gpu: {mig: 1g.5gb}, command: [sleep, '600']}]\n", "application/yaml");
   EXPECT_EQ(a40->status, 422) << a40->body;
   EXPECT_NE(a40->body.find("MIG-mode GPU offering that profile"), std::string::npos) << a40->body;
   // GPU 0 idle again: re-partitioned for the 1g job (the rest filled with the largest that fit).
@@ -603,21 +603,21 @@ queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
   };
   const std::string big(2 << 20, 'x');
   std::vector<Case> cases = {
-      {&anon, "/v1/jobs", "name: j\ntasks: [{gpus: 1}]\n", 401, "missing Authorization"},
-      {&wrong, "/v1/jobs", "name: j\ntasks: [{gpus: 1}]\n", 401, "unknown token"},
+      {&anon, "/v1/jobs", "name: j\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", 401, "missing Authorization"},
+      {&wrong, "/v1/jobs", "name: j\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", 401, "unknown token"},
       {&bob, "/v1/jobs", "{{{ not yaml", 400, "not valid YAML"},
-      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1, colour: red}]\n", 400, "tasks[0].colour: unknown field"},
-      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: -3}]\n", 400, "tasks[0].gpus: must be between 0 and 64"},
-      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{replicas: 99999999, gpus: 1}]\n", 400, "tasks[0].replicas"},
-      {&bob, "/v1/jobs", "name: j\nqueue: nope\ntasks: [{gpus: 1}]\n", 400, "queue: unknown leaf queue 'nope'"},
-      {&bob, "/v1/jobs", "name: j\nqueue: team/secret\ntasks: [{gpus: 1}]\n", 403, "may not submit"},
-      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 16}]\n", 422, "largest matching node has 8"},
-      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{replicas: 3, gpus: 8}]\n", 422, "the cluster holds 2"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1, colour: red, command: [sleep, '600']}]\n", 400, "tasks[0].colour: unknown field"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: -3, command: [sleep, '600']}]\n", 400, "tasks[0].gpus: must be between 0 and 64"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{replicas: 99999999, gpus: 1, command: [sleep, '600']}]\n", 400, "tasks[0].replicas"},
+      {&bob, "/v1/jobs", "name: j\nqueue: nope\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", 400, "queue: unknown leaf queue 'nope'"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/secret\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", 403, "may not submit"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 16, command: [sleep, '600']}]\n", 422, "largest matching node has 8"},
+      {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{replicas: 3, gpus: 8, command: [sleep, '600']}]\n", 422, "the cluster holds 2"},
       {&bob, "/v1/jobs", big, 413, "size limit"},
-      {&bob, "/v1/jobs?count=lots", "name: j\nqueue: team/a\ntasks: [{gpus: 1}]\n", 400, "count: 'lots' is not a whole number"},
-      {&bob, "/v1/jobs?count=0", "name: j\nqueue: team/a\ntasks: [{gpus: 1}]\n", 400, "count: must be 1..100000"},
-      {&bob, "/v1/jobs?count=5", "name: j\nqueue: team/a\ntasks: [{gpus: 16}]\n", 422, "largest matching node has 8"},
-      {&agent, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1}]\n", 403, "agent tokens may only register"},
+      {&bob, "/v1/jobs?count=lots", "name: j\nqueue: team/a\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", 400, "count: 'lots' is not a whole number"},
+      {&bob, "/v1/jobs?count=0", "name: j\nqueue: team/a\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", 400, "count: must be 1..100000"},
+      {&bob, "/v1/jobs?count=5", "name: j\nqueue: team/a\ntasks: [{gpus: 16, command: [sleep, '600']}]\n", 422, "largest matching node has 8"},
+      {&agent, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", 403, "agent tokens may only register"},
       {&bob, "/v1/nodes/n-0/drain", "{}", 403, "admin role"},
       {&bob, "/v1/tokens", R"({"user": "eve", "role": "admin"})", 403, "admin role"},
       {&agent, "/v1/agents/heartbeat", R"({"node": "n-1"})", 403, "its own node"},
@@ -644,12 +644,12 @@ queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
   auto nodes = json::parse(admin.Get("/v1/nodes")->body)["nodes"];
   for (const auto& n : nodes) EXPECT_EQ(n["state"], "declared");
   // Users see only their own jobs.
-  ASSERT_EQ(admin.Post("/v1/jobs", "name: mine\nqueue: team/a\ntasks: [{gpus: 1}]\n", "application/yaml")->status, 201);
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: mine\nqueue: team/a\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml")->status, 201);
   EXPECT_EQ(json::parse(bob.Get("/v1/jobs?all=true")->body)["jobs"].size(), 0u);
   EXPECT_EQ(bob.Get("/v1/jobs/1")->status, 404);
   EXPECT_EQ(bob.Post("/v1/jobs/1/cancel", "{}", "application/json")->status, 404);
   // A job array: all its copies, consecutive ids.
-  auto array = bob.Post("/v1/jobs?count=3", "name: sweep\nqueue: team/a\ntasks: [{gpus: 1}]\n", "application/yaml");
+  auto array = bob.Post("/v1/jobs?count=3", "name: sweep\nqueue: team/a\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml");
   ASSERT_EQ(array->status, 201) << array->body;
   EXPECT_EQ(json::parse(array->body)["ids"], json::parse(R"({"first": 2, "last": 4})"));
   EXPECT_EQ(json::parse(bob.Get("/v1/jobs?all=true")->body)["jobs"].size(), 3u);
@@ -686,7 +686,7 @@ node_groups: [{name: n, count: 1, gpus: 8, gpu_model: H100, cpu: 64, memory: 512
 limits: {submit_rate: 1000000}
 )")});
   auto admin = server.Admin();
-  auto r = admin.Post("/v1/jobs?count=10005", "name: many\ntasks: [{gpus: 1}]\n", "application/yaml");
+  auto r = admin.Post("/v1/jobs?count=10005", "name: many\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml");
   ASSERT_EQ(r->status, 201) << r->body;
   const json page = json::parse(admin.Get("/v1/jobs")->body);
   EXPECT_EQ(page["jobs"].size(), 10000u);
@@ -705,14 +705,14 @@ TEST_F(Integration, AuthMatrixOfRolesAndEndpoints) {
   };
   const std::string user = token(R"({"user": "bob", "role": "user"})");
   const std::string agent = token(R"({"user": "n-0", "role": "agent", "node": "n-0"})");
-  ASSERT_EQ(admin.Post("/v1/jobs", "name: admins\ntasks: [{gpus: 1}]\n", "application/yaml")->status, 201);
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: admins\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml")->status, 201);
   const std::string node = R"({"node": {"name": "n-0", "gpu_model": "H100", "gpus": 8, "cpu": "64", "memory": "512Gi"}})";
   struct Row {
     std::string method, path, body;
     int none, user, agent, admin;
   };
   const std::vector<Row> rows = {
-      {"POST", "/v1/jobs", "name: j\ntasks: [{gpus: 1}]\n", 401, 201, 403, 201},
+      {"POST", "/v1/jobs", "name: j\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", 401, 201, 403, 201},
       {"GET", "/v1/jobs", "", 401, 200, 403, 200},
       {"GET", "/v1/jobs/1", "", 401, 404, 403, 200},
       {"GET", "/v1/jobs/1/events", "", 401, 404, 403, 200},
@@ -794,7 +794,7 @@ TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
     clients.emplace_back([&, t] {
       auto c = server.Admin();
       for (int i = 0; !stop; ++i) {
-        const std::string body = "name: c" + std::to_string(t) + "-" + std::to_string(i) + "\ntasks: [{gpus: 1}]\n";
+        const std::string body = "name: c" + std::to_string(t) + "-" + std::to_string(i) + "\ntasks: [{gpus: 1, command: [sleep, '600']}]\n";
         auto r = c.Post("/v1/jobs", body, "application/yaml");
         if (!r) break;  // the server is gone
         if (r->status == 201) {
@@ -829,7 +829,7 @@ TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
   for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << name << " appears " << n << " times";
   for (const auto& name : acked_names) EXPECT_EQ(seen[name], 1) << name;
   // No GPU is held by two running jobs, and at most the 32 GPUs are held.
-  admin.Post("/v1/jobs", "name: poke\ntasks: [{gpus: 1}]\n", "application/yaml");
+  admin.Post("/v1/jobs", "name: poke\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto jobs = json::parse(admin.Get("/v1/jobs?state=running")->body)["jobs"];
   std::set<std::string> held;
@@ -847,7 +847,7 @@ TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
 TEST_F(Integration, MetricsPassPromtool) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xA100:40Gi", "--name", "m"});
   auto admin = up.Admin();
-  ASSERT_EQ(admin.Post("/v1/jobs", "name: j\ntasks: [{gpus: 1}]\n", "application/yaml")->status, 201);
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: j\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml")->status, 201);
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // a heartbeat with telemetry
   auto r = admin.Get("/metrics");
   // Energy needs two of the meter's samples: a report or two more.
@@ -1231,6 +1231,26 @@ tasks:
   EXPECT_NE(bad.err.find("rota submit: --count: '9-5%2' runs backwards"), std::string::npos) << bad.err;
 }
 
+// Every error of a job file at once, each with its line; a job that would
+// run nothing is refused, naming the task group.
+TEST_F(Integration, SubmitReportsEveryErrorOfTheFileAndWantsACommand) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "1xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  const std::string bad = Write("bad.yaml", "name: j\ntasks:\n  - gpus: two\n    comand: [x]\ntime_limit: soon\n");
+  CommandResult r = RunRota({"submit", bad}, env, tmp.path());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(bad + ":3:11: tasks[0].gpus: must be a whole number, got 'two'\n" + bad +
+                       ":4:5: tasks[0].comand: unknown field"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(bad + ":5:13: time_limit:"), std::string::npos) << r.err;
+  const std::string idle = Write("idle.yaml", "name: idle\ntasks: [{gpus: 1}]\n");
+  CommandResult none = RunRota({"submit", idle}, env, tmp.path());
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find(idle + ": tasks[0].command: required"), std::string::npos) << none.err;
+  EXPECT_EQ(RunRota({"jobs", "--all", "-o", "json"}, env, tmp.path()).out.find("\"id\""), std::string::npos);
+}
+
 // rota logs: one replica's, the last lines, and following to the end.
 TEST_F(Integration, LogsByTaskTailAndFollow) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
@@ -1345,7 +1365,7 @@ job_visibility: all
   };
   auto alice = server.Http(token("alice"));
   auto bob = server.Http(token("bob"));
-  ASSERT_EQ(alice.Post("/v1/jobs", "name: hers\ntasks: [{gpus: 8, env: {SECRET: s3}}]\n", "application/yaml")->status, 201);
+  ASSERT_EQ(alice.Post("/v1/jobs", "name: hers\ntasks: [{gpus: 8, env: {SECRET: s3}, command: [sleep, '600']}]\n", "application/yaml")->status, 201);
   const json listed = json::parse(bob.Get("/v1/jobs")->body)["jobs"];
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_EQ(listed[0]["user"], "alice");
