@@ -187,7 +187,8 @@ TEST(ParseClusterConfig, ReadsJobVisibility) {
   auto c = ParseClusterConfig("job_visibility: all\n", "c.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->job_visibility, "all");
-  EXPECT_EQ(ParseClusterConfig("{}\n", "c.yaml")->job_visibility, "own");
+  EXPECT_EQ(ParseClusterConfig("{}\n", "c.yaml")->job_visibility, "all");  // the default, as issue 20 asks
+  EXPECT_EQ(ParseClusterConfig("job_visibility: own\n", "c.yaml")->job_visibility, "own");
   auto bad = ParseClusterConfig("job_visibility: everyone\n", "c.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("job_visibility: must be own or all, got 'everyone'"), std::string::npos)

@@ -135,11 +135,12 @@ struct ClusterConfig {
   // Mounts and rootfs of non-admin users must lie under one of these (none
   // configured: users may name neither).
   std::vector<MountRule> allowed_mounts;
-  // Who sees which jobs (Slurm's PrivateData, inverted): "own" (users see
-  // their own jobs; admins every one) or "all" (every user sees every job's
-  // owner, queue, size, state and reason, to know whom they wait behind;
-  // only its owner and admins see its spec and logs, or cancel it).
-  std::string job_visibility = "own";
+  // Who sees which jobs (Slurm's PrivateData, inverted): "all", the
+  // default as in Slurm (every user sees every job's owner, queue, size,
+  // state and reason, to know whom they wait behind; only its owner and
+  // admins see its spec, logs and environment, or act on it) or "own"
+  // (users see their own jobs; admins every one).
+  std::string job_visibility = "all";
   AccountingConfig accounting;
   // One GPU-hour on node `node` (of `model`), in millionths: its node
   // group's price, else its model's (-1 = none declared).

@@ -16,8 +16,8 @@ for cmd in submit jobs describe cancel logs nodes node queues top token status u
   "$rota" help "$cmd" > "$tmp/help2.txt" 2>&1 || fail "rota help $cmd exited $?"
   cmp -s "$tmp/help.txt" "$tmp/help2.txt" || fail "rota help $cmd differs from rota $cmd --help"
 done
-"$rota" describe -h | grep -q "^usage: rota describe JOB_ID" || fail "describe -h"
-"$rota" version | grep -q "^server: none answers at http://127.0.0.1:9" || fail "version without a server: $("$rota" version)"
+"$rota" describe -h | grep "^usage: rota describe JOB_ID" > /dev/null || fail "describe -h"
+"$rota" version | grep "^server: none answers at http://127.0.0.1:9" > /dev/null || fail "version without a server: $("$rota" version)"
 
 expect_bad() {  # expect_bad "message" args...
   local want="$1"; shift
@@ -41,11 +41,11 @@ expect_bad "--gpus: expected COUNTxMODEL" up --data-dir "$tmp/up" --listen 127.0
 grep -q "^job.tasks.gpu.fraction  (docs/job-spec.md, Task group fields)" "$tmp/explain.txt" || fail "explain: $(cat "$tmp/explain.txt")"
 grep -q "^TYPE: " "$tmp/explain.txt" || fail "explain: no TYPE: $(cat "$tmp/explain.txt")"
 grep -q "share of one GPU" "$tmp/explain.txt" || fail "explain: no meaning: $(cat "$tmp/explain.txt")"
-"$rota" explain 'job.tasks[0]' | grep -q "^  gpus  *integer" || fail "explain job.tasks[0]: $("$rota" explain 'job.tasks[0]')"
-"$rota" explain checkpoint | grep -q "^  grace " || fail "explain checkpoint: $("$rota" explain checkpoint)"
-"$rota" explain service.readiness | grep -q "^  timeout " || fail "explain service.readiness: relative names"
-"$rota" explain config.node_groups | grep -q "gpu_hour_price" || fail "explain config.node_groups"
-"$rota" explain queues.quota | grep -q "^config.queues.quota" || fail "explain queues.quota: $("$rota" explain queues.quota)"
+"$rota" explain 'job.tasks[0]' | grep "^  gpus  *integer" > /dev/null || fail "explain job.tasks[0]: $("$rota" explain 'job.tasks[0]')"
+"$rota" explain checkpoint | grep "^  grace " > /dev/null || fail "explain checkpoint: $("$rota" explain checkpoint)"
+"$rota" explain service.readiness | grep "^  timeout " > /dev/null || fail "explain service.readiness: relative names"
+"$rota" explain config.node_groups | grep "gpu_hour_price" > /dev/null || fail "explain config.node_groups"
+"$rota" explain queues.quota | grep "^config.queues.quota" > /dev/null || fail "explain queues.quota: $("$rota" explain queues.quota)"
 expect_bad "rota explain: no field 'tasks.gpuz' in the job spec or the cluster config; did you mean 'tasks.gpus'?" \
   explain tasks.gpuz
 expect_bad "usage: rota explain PATH" explain
@@ -56,13 +56,13 @@ complete_words() {  # complete_words WORD...: what <TAB> after them offers
   bash -c 'source "$1"; shift; COMP_WORDS=(rota "$@"); COMP_CWORD=$#; _rota; printf "%s\n" "${COMPREPLY[@]}"' _ \
     "$tmp/rota.bash" "$@"
 }
-complete_words sub | grep -qx submit || fail "completion: rota sub -> $(complete_words sub)"
-complete_words submit --co | grep -qx -- --count || fail "completion: submit --co -> $(complete_words submit --co)"
-complete_words node "" | grep -qx history || fail "completion: node -> $(complete_words node "")"
-complete_words jobs -o "" | grep -qx wide || fail "completion: jobs -o -> $(complete_words jobs -o "")"
-complete_words up --gpu-history | grep -qx -- --gpu-history-hours || fail "completion: up --gpu-history"
-complete_words --server http://x job | grep -qx jobs || fail "completion: after --server"
-"$rota" completion zsh | grep -q "bashcompinit" || fail "completion zsh"
+complete_words sub | grep -x submit > /dev/null || fail "completion: rota sub -> $(complete_words sub)"
+complete_words submit --co | grep -x -- --count > /dev/null || fail "completion: submit --co -> $(complete_words submit --co)"
+complete_words node "" | grep -x history > /dev/null || fail "completion: node -> $(complete_words node "")"
+complete_words jobs -o "" | grep -x wide > /dev/null || fail "completion: jobs -o -> $(complete_words jobs -o "")"
+complete_words up --gpu-history | grep -x -- --gpu-history-hours > /dev/null || fail "completion: up --gpu-history"
+complete_words --server http://x job | grep -x jobs > /dev/null || fail "completion: after --server"
+"$rota" completion zsh | grep "bashcompinit" > /dev/null || fail "completion zsh"
 if command -v zsh > /dev/null; then
   zsh -c "source <('$rota' completion zsh)" || fail "completion zsh does not load"
 fi
@@ -70,7 +70,7 @@ expect_bad "usage: rota completion bash|zsh" completion fish
 
 # rota help --man: a man page with every command's help.
 "$rota" help --man > "$tmp/rota.1"
-head -1 "$tmp/rota.1" | grep -q '^\.TH ROTA 1 ' || fail "man page: $(head -1 "$tmp/rota.1")"
+head -1 "$tmp/rota.1" | grep '^\.TH ROTA 1 ' > /dev/null || fail "man page: $(head -1 "$tmp/rota.1")"
 for cmd in submit jobs node report up agent plan sim explain; do
   grep -qx "\.SS $cmd" "$tmp/rota.1" || fail "man page: no section for $cmd"
 done

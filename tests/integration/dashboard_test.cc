@@ -148,7 +148,12 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
     GTEST_SKIP() << "needs " << kChromium << " and " << kChromeDriver << " (apt-get install chromium chromium-driver)";
   }
   TempDir tmp;
-  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "8xH100:80Gi", "--name", "local", "--history-interval", "1s"});
+  // (job_visibility: own, so that another user's job is not there at all
+  // for alice below; the default, all, shows it without spec or actions.)
+  const std::string config = tmp.path() + "/own.yaml";
+  std::ofstream(config) << "job_visibility: own\n";
+  RotaProcess up("up", tmp.path() + "/data",
+                 {"--gpus", "8xH100:80Gi", "--name", "local", "--history-interval", "1s", "--config", config});
   auto admin = up.Admin();
   // A running job on 2 GPUs, one that waits for all 8, one that finished.
   ASSERT_EQ(admin.Post("/v1/jobs", "name: trainer\ntasks: [{gpus: 2, command: [sleep, '300']}]\n", "application/yaml")->status, 201);
@@ -435,7 +440,7 @@ TEST(DashboardTest, PagesShowWhatTheApiSaysAndNothingWithoutAToken) {
   b.Js("location.hash = '#/jobs/" + std::to_string(mine) + "'");
   ASSERT_EQ(b.WaitFor("return document.querySelector('button[data-job-action=hold]') !== null"), true);
   b.Js("location.hash = '#/jobs/" + std::to_string(trainer) + "'");
-  // (job_visibility: own, the default: another's job is not there at all.)
+  // (job_visibility: own: another's job is not there at all.)
   EXPECT_EQ(b.WaitFor("return document.querySelector('#updated').textContent.includes('no job " + std::to_string(trainer) + "')"),
             true);
   EXPECT_EQ(b.Js("return document.querySelector('#job-actions')"), nullptr) << "another's job has no actions";

@@ -584,6 +584,7 @@ TEST_F(Integration, BadInputGetsAPrecise4xxAndChangesNothing) {
   RotaProcess server("server", tmp.path() + "/data", {"--config", Write("c.yaml", R"(
 node_groups: [{name: n, count: 2, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]
 queues: [{name: team, children: [{name: a}, {name: secret, users: [carol]}]}]
+job_visibility: own
 )")});
   auto admin = server.Admin();
   auto user_token = json::parse(admin.Post("/v1/tokens", R"({"user": "bob", "role": "user"})", "application/json")->body)["token"];
@@ -698,7 +699,7 @@ limits: {submit_rate: 1000000}
 
 TEST_F(Integration, AuthMatrixOfRolesAndEndpoints) {
   RotaProcess server("server", tmp.path() + "/data", {"--rate-limit", "0", "--config", Write("c.yaml",
-      "node_groups: [{name: n, count: 1, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]\n")});
+      "node_groups: [{name: n, count: 1, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]\njob_visibility: own\n")});
   auto admin = server.Admin();
   auto token = [&](const std::string& body) {
     return json::parse(admin.Post("/v1/tokens", body, "application/json")->body)["token"].get<std::string>();
