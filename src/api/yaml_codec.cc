@@ -30,9 +30,15 @@ class Errors {
  public:
   static constexpr size_t kMaxShown = 20;
 
-  void Add(const ParseError& e) { list_.push_back(e); }
-  bool empty() const { return list_.empty(); }
-  size_t size() const { return list_.size(); }
+  // Past kMaxKept (a hostile body of 100,000 bad fields) errors are only
+  // counted.
+  static constexpr size_t kMaxKept = 1000;
+  void Add(const ParseError& e) {
+    if (list_.size() < kMaxKept) list_.push_back(e);
+    ++count_;
+  }
+  bool empty() const { return count_ == 0; }
+  size_t size() const { return count_; }
   // REQUIRES: !empty().
   ParseError Combined() const {
     std::vector<ParseError> sorted = list_;
@@ -44,12 +50,14 @@ class Errors {
       if (i > 0) message += "\n";
       message += sorted[i].status.message();
     }
-    if (sorted.size() > kMaxShown) message += "\n(and " + std::to_string(sorted.size() - kMaxShown) + " more errors)";
+    const size_t shown = std::min(sorted.size(), kMaxShown);
+    if (count_ > shown) message += "\n(and " + std::to_string(count_ - shown) + " more errors)";
     return {Status(sorted.front().status.code(), message), sorted.front().line, sorted.front().column};
   }
 
  private:
   std::vector<ParseError> list_;
+  size_t count_ = 0;
 };
 
 // A YAML node with the field path that reached it, for error messages.
@@ -59,8 +67,16 @@ class Field {
   // unknown fields are each recorded; without, the first error is thrown.
   Field(YAML::Node node, std::string path, const std::string* source, std::map<std::string, YAML::Mark>* marks,
         Errors* errors = nullptr)
-      : node_(std::move(node)), path_(std::move(path)), source_(source), marks_(marks), errors_(errors) {
-    if (marks_ != nullptr && node_.IsDefined()) marks_->emplace(path_, node_.Mark());
+      // A field that is not there (yaml-cpp's "zombie" node, whose every
+      // question throws) reads as a null one, and its errors say "required".
+      // (Not assigned: a YAML::Node's = writes through to the document.)
+      : node_(node.IsDefined() ? node : YAML::Node()),
+        path_(std::move(path)),
+        source_(source),
+        marks_(marks),
+        errors_(errors),
+        missing_(!node.IsDefined()) {
+    if (marks_ != nullptr && !missing_) marks_->emplace(path_, node_.Mark());
   }
 
   [[noreturn]] void Fail(const std::string& reason) const { FailAt(node_.Mark(), path_, reason); }
@@ -76,6 +92,9 @@ class Field {
       parse();
     } catch (const ParseError& e) {
       errors_->Add(e);
+    } catch (const YAML::Exception& e) {  // (a question yaml-cpp refuses: this field's error, not the text's)
+      errors_->Add({InvalidArgumentError(Where(e.mark) + (path_.empty() ? "" : path_ + ": ") + "malformed YAML: " + e.msg),
+                    e.mark.line, e.mark.column});
     }
   }
   // How many errors were recorded so far (0 when they are not collected).
@@ -86,7 +105,7 @@ class Field {
   }
 
   const std::string& path() const { return path_; }
-  bool IsNull() const { return !node_.IsDefined() || node_.IsNull(); }
+  bool IsNull() const { return missing_ || node_.IsNull(); }
 
   // A map whose keys must all be in `allowed`.
   void ExpectMap(std::initializer_list<std::string_view> allowed) const {
@@ -106,7 +125,7 @@ class Field {
   Field operator[](const std::string& key) const { return Field(node_[key], Child(key), source_, marks_, errors_); }
 
   size_t ExpectSeq() const {
-    if (!node_.IsSequence()) Fail("must be a list");
+    if (!node_.IsSequence()) Fail(missing_ ? "required (a list)" : "must be a list");
     return node_.size();
   }
   Field At(size_t i) const {
@@ -114,7 +133,7 @@ class Field {
   }
 
   std::string Str() const {
-    if (!node_.IsScalar()) Fail("must be a string");
+    if (!node_.IsScalar()) Fail(missing_ ? "required (a string)" : "must be a string");
     return node_.Scalar();
   }
   int64_t Int(int64_t lo, int64_t hi) const {
@@ -178,7 +197,7 @@ class Field {
  private:
   std::string Child(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
   std::string Scalar() const {
-    if (!node_.IsScalar()) Fail("must be a single value");
+    if (!node_.IsScalar()) Fail(missing_ ? "required" : "must be a single value");
     return node_.Scalar();
   }
   template <typename T>
@@ -192,6 +211,7 @@ class Field {
   const std::string* source_;
   std::map<std::string, YAML::Mark>* marks_;
   Errors* errors_;
+  bool missing_ = false;
 };
 
 YAML::Node Load(std::string_view text, const std::string& source) {
@@ -315,6 +335,7 @@ void ParseService(const Field& f, JobSpec* spec) {
 
 void ParseJobFields(const Field& f, JobSpec* spec) {
   f.Try([&] { if (f.Has("name")) spec->name = f["name"].Str(); });
+  const size_t before_kind = f.errors_seen();
   f.Try([&] {
     if (!f.Has("kind")) return;
     const std::string kind = f["kind"].Str();
@@ -327,6 +348,7 @@ void ParseJobFields(const Field& f, JobSpec* spec) {
     }
   });
   f.Try([&] {
+    if (f.errors_seen() != before_kind) return;  // what kind it is is not known
     if (spec->is_service() && !f.Has("service")) f.Fail("service: required with kind: service (port, replicas)");
     if (!spec->is_service() && f.Has("service")) f["service"].Fail("only with kind: service");
   });
@@ -344,7 +366,9 @@ void ParseJobFields(const Field& f, JobSpec* spec) {
   f.Try([&] {
     if (tasks.IsNull()) f.Fail("tasks: required (a list of task groups)");
     for (size_t i = 0, n = tasks.ExpectSeq(); i < n; ++i) {
-      f.Try([&] { spec->tasks.push_back(ParseTask(tasks.At(i))); });
+      TaskGroupSpec t;  // (a default where it did not parse: spec->tasks[i] stays tasks[i])
+      f.Try([&] { t = ParseTask(tasks.At(i)); });
+      spec->tasks.push_back(std::move(t));
     }
   });
   if (spec->is_service() && f.Has("service")) {
@@ -697,6 +721,7 @@ StatusOr<JobList> ParseJobList(std::string_view text, std::string_view source_vi
     std::map<std::string, YAML::Mark> marks;
     Errors errors;
     Field root(Load(text, source), "", &source, &marks, &errors);
+    if (!root.IsMap()) root.Fail("must be a mapping (key: value)");
     root.Try([&] { root.ExpectMap({"now", "jobs"}); });
     JobList list;
     root.Try([&] {
@@ -706,7 +731,9 @@ StatusOr<JobList> ParseJobList(std::string_view text, std::string_view source_vi
     });
     Field jobs = root["jobs"];
     std::vector<JobListEntry>& out = list.jobs;
-    for (size_t i = 0, n = jobs.ExpectSeq(); i < n; ++i) {
+    size_t count = 0;
+    root.Try([&] { count = jobs.ExpectSeq(); });
+    for (size_t i = 0; i < count; ++i) {
       Field f = jobs.At(i);
       std::initializer_list<std::string_view> fields = {
           "name",        "queue",      "priority", "tasks",      "topology", "node_selector", "elastic",

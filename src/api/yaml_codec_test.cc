@@ -130,6 +130,31 @@ TEST(ParseJobSpec, ManyErrorsAreCutAtTwenty) {
   EXPECT_NE(m.find("(and 5 more errors)"), std::string::npos);
 }
 
+// What a broken field leaves unknown is not judged: a bad kind says nothing
+// of the service block; a list that is not a mapping is one error.
+TEST(ParseJobSpec, ABrokenFieldDoesNotCauseFollowOnErrors) {
+  ExpectError("name: j\nkind: cron\nservice: {port: 8080}\ntasks: [{cpu: 1, command: [x]}]\n",
+              "job.yaml:2:7: kind: must be batch or service, got 'cron'");
+  auto list = ParseJobList("7\n", "jobs.yaml");
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.status().message(), "jobs.yaml:1:1: must be a mapping (key: value)");
+  auto empty = ParseJobList("now: yesterday\n", "jobs.yaml");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("now:"), std::string::npos) << empty.status().message();
+  EXPECT_NE(empty.status().message().find("jobs: required (a list)"), std::string::npos) << empty.status().message();
+}
+
+// A hostile body of many bad task groups costs one error per group at most,
+// and too many groups one error.
+TEST(ParseJobSpec, ManyTaskGroupsCostOneError) {
+  std::string yaml = "name: j\ntasks: [";
+  for (int i = 0; i < 5000; ++i) yaml += std::string(i ? ", " : "") + "{cpu: 1}";
+  yaml += "]\n";
+  auto spec = ParseJobSpec(yaml, "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(), "job.yaml:2:8: tasks: at most 64 task groups");
+}
+
 TEST(ParseJobList, ReportsEveryJobsErrors) {
   auto list = ParseJobList("jobs:\n  - {name: a, tasks: [{gpus: x}]}\n  - {name: b, tasks: [{gpus: 1}], state: done}\n"
                            "  - 7\n",

@@ -96,7 +96,9 @@ void CheckSpec(const JobSpec& spec, std::vector<Status>* out) {
   }
   if (spec.tasks.empty()) out->push_back(FieldError("tasks", "a job needs at least one task group"));
   if (spec.tasks.size() > static_cast<size_t>(kMaxTaskGroups)) {
-    out->push_back(FieldError("tasks", "at most " + std::to_string(kMaxTaskGroups) + " task groups"));
+    // Nothing more: the checks below are per task group, and between them
+    // (a hostile body of 100,000 groups must cost no more than one error).
+    return out->push_back(FieldError("tasks", "at most " + std::to_string(kMaxTaskGroups) + " task groups"));
   }
   for (size_t i = 0; i < spec.tasks.size(); ++i) {
     const TaskGroupSpec& t = spec.tasks[i];

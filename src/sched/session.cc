@@ -49,6 +49,18 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
     for (const auto& [preemptor, victim] : c.making_room) making_room_for_.emplace(preemptor, victim);
     for (JobId array : c.limited_arrays) ++array_running_[array];
   }
+  // Pending elements of limited arrays that are about to start count toward
+  // their array's limit: room is being made for them, or GPUs nominated.
+  array_starting_.clear();
+  auto starting = [&](const JobRecord* j) {
+    if (j != nullptr && j->state == JobState::kPending && j->array_max_running > 0 && array_starting_.insert(j->id).second) {
+      ++array_running_[j->array];
+    }
+  };
+  for (const auto& [preemptor, victim] : making_room_for_) starting(snap.FindJob(preemptor));
+  for (const ChunkJobs& c : chunks_) {
+    for (const JobRecord* j : c.nominated) starting(j);
+  }
   OrderPending();
   if (fair()) book_->Reset(snap);
 
@@ -171,7 +183,8 @@ void Session::OrderPending() {
 bool Session::ArrayFull(const JobRecord& job, PendingReason* why) const {
   if (job.array_max_running <= 0) return false;
   auto it = array_running_.find(job.array);
-  const int32_t running = it == array_running_.end() ? 0 : it->second;
+  // (Itself not counted: an element about to start is not in its own way.)
+  const int32_t running = (it == array_running_.end() ? 0 : it->second) - (array_starting_.count(job.id) ? 1 : 0);
   if (running < job.array_max_running) return false;
   *why = {ReasonCode::kArrayLimit, "its array " + std::to_string(job.array.value()) + " runs " + std::to_string(running) +
                                        " of its elements, as many as it may at once (%" +
@@ -179,8 +192,8 @@ bool Session::ArrayFull(const JobRecord& job, PendingReason* why) const {
   return true;
 }
 
-void Session::CountArrayStart(const JobRecord& job, int32_t n) {
-  if (job.array_max_running > 0) array_running_[job.array] += n;
+void Session::CountArrayStart(const JobRecord& job) {
+  if (job.array_max_running > 0 && array_starting_.insert(job.id).second) ++array_running_[job.array];  // once
 }
 
 bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {

@@ -79,11 +79,13 @@ class Session {
   std::string MakingRoomFor(JobId job) const;
   bool room_being_made(JobId job) const { return making_room_for_.count(job) > 0; }
   // A job array with a limit on its running elements (`--count 0-99%8`):
-  // how many of them run or stop now, counting those placed this cycle.
-  // ArrayFull says why `job` waits when its array is at its limit (false
-  // for a job of no limited array); CountArrayStart counts a placement.
+  // how many of them run or stop now, or are about to start (room is being
+  // made for them, GPUs are nominated for them, or this cycle placed them,
+  // preempted or reserved for them). ArrayFull says why `job` waits when
+  // its array is at its limit without it (false for a job of no limited
+  // array); CountArrayStart counts `job` in (once).
   bool ArrayFull(const JobRecord& job, PendingReason* why) const;
-  void CountArrayStart(const JobRecord& job, int32_t n = 1);
+  void CountArrayStart(const JobRecord& job);
 
   // --- The workspace and the request being placed.
   Workspace& ws() { return ws_; }
@@ -252,7 +254,8 @@ class Session {
   std::vector<Ordered> sorted_, kept_, fresh_, nominated_;
   bool sorted_kept_ = false;  // sorted_ is the last cycle's order, by stable job orders
 
-  std::unordered_map<JobId, int32_t> array_running_;  // arrays with a limit: elements running or stopping
+  std::unordered_map<JobId, int32_t> array_running_;  // arrays with a limit: elements running, stopping or starting
+  std::unordered_set<JobId> array_starting_;          // pending elements counted in array_running_
   std::vector<std::pair<uint32_t, uint64_t>> held_;  // taken out of the pool for reservations (free when taken)
   TimePoint first_reservation_ = 0;
   std::unordered_map<uint32_t, uint64_t> promised_;

@@ -869,12 +869,14 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
         const std::string made = prior->second == 1 ? "job " + std::to_string(prior->first.value())
                                                     : "jobs " + std::to_string(prior->first.value()) + ".." +
                                                           std::to_string(prior->first.value() + prior->second - 1);
-        if (prior->second != count || job == nullptr || !(job->spec() == spec) ||
-            job->array_first_index != array.first_index || job->array_max_running != array.max_running) {
+        const bool same_array = job != nullptr && (job->array_count > 0) == array.is_array() &&
+                                job->array_first_index == array.first_index &&
+                                job->array_max_running == array.max_running;
+        if (prior->second != count || job == nullptr || !(job->spec() == spec) || !same_array) {
           return FailedPreconditionError(
               "Idempotency-Key '" + request_id + "' was used before for " + made +
-              (prior->second != count                  ? ", with count " + std::to_string(prior->second)
-               : job != nullptr && !(job->spec() == spec) ? ", with a different job spec"
+              (prior->second != count                   ? ", with count " + std::to_string(prior->second)
+               : job == nullptr || !(job->spec() == spec) ? ", with a different job spec"
                                                           : ", with other array indices or limit") +
               "; use a new key for a new submission");
         }

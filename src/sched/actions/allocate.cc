@@ -194,7 +194,10 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
       return;
     }
     for (const BlockedAction* a : s.profile().when_blocked()) {
-      if (a->Blocked(s, job, &reason)) return;
+      if (a->Blocked(s, job, &reason)) {
+        s.CountArrayStart(job);  // it will start: its array's other elements wait behind it
+        return;
+      }
     }
   }
   s.RecordFailure(&job, reason, unresolvable, ends_first);
@@ -211,8 +214,10 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
     (never ? out.unresolvable : out.pending).push_back({job.id, why});
     return;
   }
-  s.CountArrayStart(job);  // (taken back below if a quota refuses it)
-  if (!s.fair()) return s.txn().Commit();
+  if (!s.fair()) {
+    s.CountArrayStart(job);
+    return s.txn().Commit();
+  }
   // Admission: its shares count as whole GPUs (rounded up) of the model they landed on.
   const int32_t leaf = s.Leaf(job);
   const int16_t model = s.ws().node(s.topology().position_of(out.replicas[first].node)).model;
@@ -223,11 +228,11 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
     out.replicas.resize(first);
     out.reconfigurations.resize(first_reconf);
     out.placed.pop_back();
-    s.CountArrayStart(job, -1);
     return;
   }
   if (leaf >= 0 && model >= 0) s.book().Charge(leaf, add);
   if (leaf >= 0) s.ChargeResources(leaf);
+  s.CountArrayStart(job);
   s.txn().Commit();
 }
 

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "sched/plugins/builtin.h"
 #include "sched/test_util.h"
 
@@ -246,6 +248,40 @@ TEST(Allocate, AJobArrayRunsAtMostItsLimitAtOnce) {
   ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 4 * kMinute}).ok());
   s->RunCycle(st.GetSnapshot(), 5 * kMinute, &r);
   EXPECT_EQ(array_placed(), (std::vector<uint64_t>{3}));
+}
+
+// An element that preempts (or reserves) is about to start: with %1 the
+// array's next element neither preempts nor reserves beside it, in that
+// cycle or the next, while the first is not held back by its own count.
+TEST(Allocate, AJobArraysLimitCountsAnElementThatPreemptsForRoom) {
+  ClusterConfig c = Nodes(2);
+  ClusterState st = MakeCluster(c);
+  JobSpec low = GpuJob("low", 1, 8);
+  low.priority = 100;
+  low.preemptible = true;
+  StartJob(st, 1, low, {0}, 0xff, 0);
+  StartJob(st, 2, low, {1}, 0xff, 0);
+  JobSpec high = GpuJob("sweep", 1, 8);
+  high.priority = 1000;
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(3), 2, high, 1, "alice", "", JobId(3), 2, 0, 1}).ok());
+  auto s = MakeScheduler(c);
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), 60 * kMinute, &r);
+  ASSERT_EQ(r.preemptions.size(), 1u);  // not one per element
+  EXPECT_EQ(r.preemptions[0].preemptor, JobId(3));
+  EXPECT_TRUE(r.reservations.empty());
+  ASSERT_EQ(r.pending.size(), 2u);
+  EXPECT_EQ(r.pending[1].job, JobId(4));
+  EXPECT_EQ(r.pending[1].reason.code, ReasonCode::kArrayLimit);
+  // The victim stops for element 3: 3 waits for it, 4 still for the limit.
+  const Preemption p = r.preemptions[0];
+  ASSERT_TRUE(st.Apply(JobPreempting{p.victim, 60 * kMinute, p.preemptor, p.reason}).ok());
+  s->RunCycle(st.GetSnapshot(), 61 * kMinute, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+  std::map<uint64_t, ReasonCode> why;
+  for (const auto& w : r.pending) why[w.job.value()] = w.reason.code;
+  EXPECT_EQ(why[3], ReasonCode::kPreempting);
+  EXPECT_EQ(why[4], ReasonCode::kArrayLimit);
 }
 
 }  // namespace
