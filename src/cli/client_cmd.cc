@@ -164,12 +164,17 @@ const std::vector<CommandHelp>& Commands() {
       {"endpoints", "rota endpoints NAME [-o json]",
        "A service's stable URL (the router's) and its replicas behind it: address, ready, outstanding.", {}},
       {"queues", "rota queues [-o json]", "Queues with their guarantees, holdings, pending and running jobs.", {}},
-      {"whatif", "rota whatif [--add-nodes GROUP=N]... [--drain NODE]... [--horizon 30d] [-o json]",
+      {"whatif",
+       "rota whatif [--add-nodes GROUP=N]... [--drain NODE]... [--config FILE | --profile FILE] [--horizon 30d] "
+       "[-o json]",
        "When every pending job you can see is expected to start: the server projects its live state\n"
        "forward with its own profile (the engine it runs, in virtual time; running and pending jobs run\n"
        "to their time limits, or for the median run of finished jobs: marked ~, an estimate). With\n"
-       "--add-nodes (more nodes of a config node group) or --drain, the same beside it, from one snapshot.",
-       {"--add-nodes", "--drain", "--horizon"}},
+       "--add-nodes (more nodes of a config node group) or --drain, the same beside it, from one snapshot.\n"
+       "--config FILE puts that cluster config's policy (queues, quotas, classes, profile, fair share,\n"
+       "backfill; its node groups for --add-nodes) in place of the server's beside it; --profile FILE\n"
+       "only the profile of the config in FILE: a policy change tried on today's queue before it is made.",
+       {"--add-nodes", "--drain", "--horizon", "--config", "--profile"}},
       {"report", "rota report [--since 7d] [--by user|queue|model] [-o json|csv]\n       rota report job JOB_ID [-o json|csv]",
        "Where the GPU-hours went (like sreport and sacct): per user, queue or GPU model over the period,\n"
        "GPU-hours held, measured, used (by the GPUs' measured activity) and idle, those a smaller shape\n"
@@ -972,7 +977,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
 
   if (cmd == "whatif") {
     std::vector<std::string> adds, drains;
-    std::string horizon;
+    std::string horizon, policy_file, policy_flag;
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& a = args[i];
       if ((a == "--add-nodes" || a == "--drain" || a == "--horizon") && i + 1 < args.size()) {
@@ -982,7 +987,23 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         else horizon = v;
         continue;
       }
+      if ((a == "--config" || a == "--profile") && i + 1 < args.size() && policy_file.empty()) {
+        policy_flag = a;
+        policy_file = args[++i];
+        continue;
+      }
       return Usage(help->usage);
+    }
+    std::string policy;
+    if (!policy_file.empty()) {
+      std::ifstream in(policy_file);
+      if (!in) {
+        std::cerr << "rota whatif: " << policy_flag << ": " << policy_file << ": cannot open file\n";
+        return kExitBadInput;
+      }
+      std::stringstream ss;
+      ss << in.rdbuf();
+      policy = ss.str();
     }
     auto join = [](const std::vector<std::string>& v) {
       std::string out;
@@ -993,8 +1014,11 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     if (!adds.empty()) query += "&add_nodes=" + UrlEncode(join(adds));
     if (!drains.empty()) query += "&drain=" + UrlEncode(join(drains));
     if (!horizon.empty()) query += "&horizon=" + UrlEncode(horizon);
+    if (policy_flag == "--profile") query += "&only=profile";
     if (!query.empty()) query[0] = '?';
-    Response r = c.Get("/v1/whatif" + query);
+    Response r = policy_file.empty() ? c.Get("/v1/whatif" + query)
+                                     : c.Post("/v1/whatif" + query, policy, "application/yaml");
+    NameTheFile(&r, policy_file);
     return Run(c, r, "whatif", [&](const json& j) {
       const bool changes = j.contains("with_changes");
       auto start = [](const json& job) -> std::string {

@@ -799,63 +799,28 @@ class HttpServerImpl final : public HttpServer {
     // bounds it (default 30d, at most 90d). The jobs are those the caller
     // may see; the projection runs all of them. One projection at a time.
     srv.Get("/v1/whatif", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
-      sim::ProjectOptions options = ProjectionOptions();
-      if (req.has_param("horizon")) {
-        auto h = ParseDuration(req.get_param_value("horizon"));
-        if (!h.ok() || *h <= 0 || *h > 90LL * 24 * 3600 * kMicrosPerSecond) {
-          return ReplyError(res, InvalidArgumentError("horizon: must be a duration from 1s to 90d, got '" +
-                                                      req.get_param_value("horizon") + "'"));
-        }
-        options.horizon = *h;
+      WhatIf(who, req, nullptr, "", res);
+    }));
+    // The same with a variant policy: the body is a cluster config whose
+    // queues, quotas, priority classes, profile, fair share and backfill
+    // replace the server's in the variant (its node groups serve
+    // ?add_nodes); with ?only=profile, its profile alone replaces the
+    // server's. The running and queued jobs are the live ones, as they were
+    // admitted (their priorities already resolved).
+    srv.Post("/v1/whatif", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
+      const std::string only = req.get_param_value("only");
+      if (!only.empty() && only != "profile") {
+        return ReplyError(res, InvalidArgumentError("only: must be profile (or absent: the whole config), got '" + only + "'"));
       }
-      sim::WhatIfChange change;
-      for (const std::string& item : SplitList(req.get_param_value("add_nodes"))) {
-        const size_t eq = item.find('=');
-        int32_t n = 0;
-        const char* begin = item.data() + (eq == std::string::npos ? 0 : eq + 1);
-        auto [end, ec] = std::from_chars(begin, item.data() + item.size(), n);
-        if (eq == std::string::npos || eq == 0 || ec != std::errc() || end != item.data() + item.size() || n < 1) {
-          return ReplyError(res, InvalidArgumentError("add_nodes: '" + item + "' is not GROUP=N (N >= 1)"));
-        }
-        change.add_nodes.emplace_back(item.substr(0, eq), n);
+      StatusOr<ClusterConfig> body = api::ParseClusterConfig(req.body, "request body");
+      if (!body.ok()) return ReplyError(res, body.status());
+      ClusterConfig variant = *body;
+      if (only == "profile") {
+        variant = c_->config();
+        variant.profile = body->profile;
       }
-      change.drain = SplitList(req.get_param_value("drain"));
-      const auto slot = TakeProjectionSlot(res);
-      if (slot == nullptr) return;
-      const Snapshot snap = c_->snapshot();
-      const TimePoint now = c_->clock().Now();
-      auto view = [&](const sim::Projection& p) {
-        ordered_json jobs = ordered_json::array();
-        for (const sim::ProjectedStart& s : p.jobs) {
-          const JobRecord* job = snap.FindJob(s.job);
-          if (job == nullptr || (!who.admin() && job->user != who.user && !AllSeeAll())) continue;
-          ordered_json j = {{"id", s.job.value()}, {"name", job->spec().name}, {"user", job->user}, {"queue", job->spec().queue}};
-          j["expected_start"] = s.start >= 0 ? ordered_json(FormatTime(s.start)) : ordered_json(nullptr);
-          j["starts_in_s"] = s.start >= 0 ? ordered_json((s.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
-          j["estimate"] = s.estimate;
-          if (job->held) j["held"] = true;  // not scheduled until released
-          if (!s.why.empty()) j["why"] = s.why;
-          jobs.push_back(std::move(j));
-        }
-        return ordered_json{{"jobs", jobs},       {"default_run_s", p.default_run / kMicrosPerSecond},
-                            {"steps", p.steps}, {"wall_ms", p.wall_s * 1000},
-                            {"complete", !p.cut_short}};
-      };
-      StatusOr<sim::Projection> base = sim::Project(c_->config(), snap, now, options);
-      if (!base.ok()) return ReplyError(res, base.status());
-      ordered_json out = {{"now", FormatTime(now)}, {"horizon_s", options.horizon / kMicrosPerSecond}, {"baseline", view(*base)}};
-      if (!change.empty()) {
-        options.change = change;
-        StatusOr<sim::Projection> variant = sim::Project(c_->config(), snap, now, options);
-        if (!variant.ok()) return ReplyError(res, variant.status());
-        ordered_json v = view(*variant);
-        ordered_json adds = ordered_json::object();
-        for (const auto& [group, n] : change.add_nodes) adds[group] = n;
-        v["add_nodes"] = adds;
-        v["drain"] = change.drain;
-        out["with_changes"] = std::move(v);
-      }
-      Reply(res, 200, out);
+      variant.topology = c_->config().topology;  // the cluster's, as its nodes are labelled
+      WhatIf(who, req, &variant, only == "profile" ? "the body's profile" : "the body's config", res);
     }));
 
     srv.Get("/v1/nodes", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
@@ -1097,11 +1062,11 @@ class HttpServerImpl final : public HttpServer {
                                                            HttpResponse& res) {
       auto spec = api::ParseJobSpec(req.body, "request body");
       if (!spec.ok()) return ReplyError(res, spec.status());
-      if (Status s = RequireCommands(*spec); !s.ok()) return ReplyError(res, s);
       if (spec->name != req.matches[1]) {
         return ReplyError(res, InvalidArgumentError("name: the spec names '" + spec->name + "', the path '" +
                                                     req.matches[1] + "'"));
       }
+      if (Status s = RequireCommands(*spec); !s.ok()) return ReplyError(res, s);
       auto id = c_->UpdateService(who, std::move(*spec));
       if (!id.ok()) return ReplyError(res, id.status());
       Snapshot snap = c_->snapshot();
@@ -1299,6 +1264,71 @@ class HttpServerImpl final : public HttpServer {
   // A request costs at most kProjectionBudget of one core: a bigger queue is
   // projected as far as that reaches ("complete": false).
   static constexpr Duration kProjectionBudget = 10 * kMicrosPerSecond;
+  // GET (and POST) /v1/whatif: the baseline under this server's config and,
+  // with changes (?add_nodes, ?drain, and given `variant`, that config's
+  // policy in place of the server's, named `variant_name`), the same beside it.
+  void WhatIf(const Principal& who, const HttpRequest& req, const ClusterConfig* variant, const std::string& variant_name,
+              HttpResponse& res) {
+    sim::ProjectOptions options = ProjectionOptions();
+    if (req.has_param("horizon")) {
+      auto h = ParseDuration(req.get_param_value("horizon"));
+      if (!h.ok() || *h <= 0 || *h > 90LL * 24 * 3600 * kMicrosPerSecond) {
+        return ReplyError(res, InvalidArgumentError("horizon: must be a duration from 1s to 90d, got '" +
+                                                    req.get_param_value("horizon") + "'"));
+      }
+      options.horizon = *h;
+    }
+    sim::WhatIfChange change;
+    for (const std::string& item : SplitList(req.get_param_value("add_nodes"))) {
+      const size_t eq = item.find('=');
+      int32_t n = 0;
+      const char* begin = item.data() + (eq == std::string::npos ? 0 : eq + 1);
+      auto [end, ec] = std::from_chars(begin, item.data() + item.size(), n);
+      if (eq == std::string::npos || eq == 0 || ec != std::errc() || end != item.data() + item.size() || n < 1) {
+        return ReplyError(res, InvalidArgumentError("add_nodes: '" + item + "' is not GROUP=N (N >= 1)"));
+      }
+      change.add_nodes.emplace_back(item.substr(0, eq), n);
+    }
+    change.drain = SplitList(req.get_param_value("drain"));
+    const auto slot = TakeProjectionSlot(res);
+    if (slot == nullptr) return;
+    const Snapshot snap = c_->snapshot();
+    const TimePoint now = c_->clock().Now();
+    auto view = [&](const sim::Projection& p) {
+      ordered_json jobs = ordered_json::array();
+      for (const sim::ProjectedStart& s : p.jobs) {
+        const JobRecord* job = snap.FindJob(s.job);
+        if (job == nullptr || (!who.admin() && job->user != who.user && !AllSeeAll())) continue;
+        ordered_json j = {{"id", s.job.value()}, {"name", job->spec().name}, {"user", job->user}, {"queue", job->spec().queue}};
+        j["expected_start"] = s.start >= 0 ? ordered_json(FormatTime(s.start)) : ordered_json(nullptr);
+        j["starts_in_s"] = s.start >= 0 ? ordered_json((s.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
+        j["estimate"] = s.estimate;
+        if (job->held) j["held"] = true;  // not scheduled until released
+        if (!s.why.empty()) j["why"] = s.why;
+        jobs.push_back(std::move(j));
+      }
+      return ordered_json{{"jobs", jobs},       {"default_run_s", p.default_run / kMicrosPerSecond},
+                          {"steps", p.steps}, {"wall_ms", p.wall_s * 1000},
+                          {"complete", !p.cut_short}};
+    };
+    StatusOr<sim::Projection> base = sim::Project(c_->config(), snap, now, options);
+    if (!base.ok()) return ReplyError(res, base.status());
+    ordered_json out = {{"now", FormatTime(now)}, {"horizon_s", options.horizon / kMicrosPerSecond}, {"baseline", view(*base)}};
+    if (!change.empty() || variant != nullptr) {
+      options.change = change;
+      StatusOr<sim::Projection> changed = sim::Project(variant != nullptr ? *variant : c_->config(), snap, now, options);
+      if (!changed.ok()) return ReplyError(res, changed.status().WithPrefix("with changes"));
+      ordered_json v = view(*changed);
+      ordered_json adds = ordered_json::object();
+      for (const auto& [group, n] : change.add_nodes) adds[group] = n;
+      v["add_nodes"] = adds;
+      v["drain"] = change.drain;
+      if (variant != nullptr) v["policy"] = variant_name;
+      out["with_changes"] = std::move(v);
+    }
+    Reply(res, 200, out);
+  }
+
   sim::ProjectOptions ProjectionOptions() const {
     sim::ProjectOptions options;
     options.sim.min_runtime = c_->min_runtime();

@@ -176,6 +176,58 @@ TEST_F(Integration, HoldReleaseAndRequeue) {
 }
 
 // rota whatif: the live queue projected forward by the server's own profile.
+// rota whatif --profile FILE / --config FILE: today's queue under another
+// policy, beside today's. A 4-GPU job holds the node for an hour; "big"
+// (4 GPUs, 30m) was queued before "small" (1 GPU, 10m). First come first
+// served: big at 1h, small when it ends (1h30m). Smallest first: small at
+// 1h, big when it ends (1h10m).
+TEST_F(Integration, WhatIfTriesAnotherProfileOrConfigOnTodaysQueue) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  auto submit = [&](const std::string& name, int gpus, const std::string& limit) {
+    const std::string file = Write(name + ".yaml", "name: " + name + "\ntime_limit: " + limit + "\ntasks: [{gpus: " +
+                                                       std::to_string(gpus) + ", command: [sleep, '600']}]\n");
+    CommandResult r = RunRota({"submit", file}, env, tmp.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  };
+  submit("holds", 4, "1h");
+  auto admin = up.Admin();
+  ASSERT_EQ(WaitJob(admin, 1, [](const json& j) { return j.value("state", "") == "running"; })["state"], "running");
+  submit("big", 4, "30m");
+  submit("small", 1, "10m");
+  const std::string profile = Write("smallest.yaml",
+      "profile: {plugins: [priority, smallest-first, fifo, resource-fit, gang, topology, binpack]}\n");
+  auto starts = [](const json& side) {
+    std::map<std::string, int64_t> at;
+    for (const json& j : side["jobs"]) at[j["name"]] = j["starts_in_s"].get<int64_t>();
+    return at;
+  };
+  for (const char* flag : {"--profile", "--config"}) {
+    CommandResult w = RunRota({"whatif", flag, profile, "-o", "json"}, env, tmp.path());
+    ASSERT_EQ(w.exit_code, 0) << w.err;
+    const json j = json::parse(w.out);
+    auto base = starts(j["baseline"]), variant = starts(j["with_changes"]);
+    EXPECT_NEAR(base["big"], 3600, 120) << w.out;
+    EXPECT_NEAR(base["small"], 5400, 300) << w.out;
+    EXPECT_NEAR(variant["small"], 3600, 120) << w.out;
+    EXPECT_NEAR(variant["big"], 4200, 300) << w.out;
+    EXPECT_EQ(j["with_changes"]["policy"], std::string(flag) == "--profile" ? "the body's profile" : "the body's config");
+  }
+  // The table says which side is which; a profile that cannot be built is
+  // refused, naming the plugin and the file.
+  CommandResult t = RunRota({"whatif", "--profile", profile}, env, tmp.path());
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("EXPECTED START  WITH CHANGES"), std::string::npos) << t.out;
+  const std::string bad = Write("bad.yaml", "profile: {plugins: [priority, quickest-first]}\n");
+  CommandResult refused = RunRota({"whatif", "--profile", bad}, env, tmp.path());
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.err.find("quickest-first"), std::string::npos) << refused.err;
+  const std::string typo = Write("typo.yaml", "profil: {}\n");
+  CommandResult unknown = RunRota({"whatif", "--config", typo}, env, tmp.path());
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find(typo + ":1:1: profil: unknown field"), std::string::npos) << unknown.err;
+}
+
 TEST_F(Integration, WhatIfGivesEveryPendingJobAnExpectedStart) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "local"});
   const auto env = up.ClientEnv();
