@@ -39,10 +39,11 @@ constexpr const char* kServerUsage =
     "                   [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
     "                   [--gpu-history-minutes 8d] [--gpu-history-hours 400d]\n"
     "                   [--store sqlite | postgres://USER@HOST:PORT/DB] [--advertise URL] [--lease 3s]\n"
-    "                   [--router HOST:PORT | off (default: off)]\n"
+    "                   [--router HOST:PORT | off (default: off)] [--router-buffer 256Mi]\n"
     "\n"
     "--router: the services' stable endpoint, a reverse proxy: http://HOST:PORT/NAME/...\n"
-    "goes to a ready replica of service NAME (docs/services.md).\n"
+    "goes to a ready replica of service NAME (docs/services.md). --router-buffer: the\n"
+    "request and answer bodies it holds at once, in all; past it a request gets 503.\n"
     "\n"
     "--store postgres://...: the journal lives in PostgreSQL, and several servers\n"
     "may share it: one leads (a lease in the database, fenced by its epoch), the\n"
@@ -57,7 +58,7 @@ constexpr const char* kUpUsage =
     "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
     "               [--gpu-history-minutes 8d] [--gpu-history-hours 400d]\n"
     "               [--node-timeout 30s] [--fence-after DURATION]\n"
-    "               [--router HOST:PORT | off (default: 127.0.0.1:7071; skipped if taken)]\n"
+    "               [--router HOST:PORT | off (default: 127.0.0.1:7071; skipped if taken)] [--router-buffer 256Mi]\n"
     "\n"
     "Runs the server and a local agent in one process, with an embedded SQLite\n"
     "store in DIR (default $ROTA_DATA_DIR or ~/.local/share/rota). Without an\n"
@@ -303,6 +304,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   Duration lease = 3 * kMicrosPerSecond;
   std::string router_listen = with_local_agent ? "127.0.0.1:7071" : "off";
   bool router_given = false;
+  std::string router_buffer;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&] { return FlagValue(args, &i, "rota"); };
@@ -326,6 +328,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--fence-after") fence_after = DurationFlag(args, &i, "rota");
     else if (a == "--history-interval") history_interval = DurationFlag(args, &i, "rota");
     else if (a == "--router") router_listen = value(), router_given = true;
+    else if (a == "--router-buffer") router_buffer = value();
     else if (!with_local_agent && a == "--store") store_url = value();
     else if (!with_local_agent && a == "--advertise") advertise = value();
     else if (!with_local_agent && a == "--lease") lease = DurationFlag(args, &i, "rota");
@@ -397,6 +400,14 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   http.rate_per_second = rate;
   http.queue_sample_seconds = static_cast<double>(history_interval) / kMicrosPerSecond;
   server::RouterOptions router_options;
+  if (!router_buffer.empty()) {
+    StatusOr<MemoryMiB> mib = ParseMemoryMiB(router_buffer);
+    if (!mib.ok() || *mib < 16 || *mib > 1024 * 1024) {
+      std::cerr << "rota: --router-buffer must be a size from 16Mi to 1Ti (e.g. 256Mi), got '" << router_buffer << "'\n";
+      return kExitBadInput;
+    }
+    router_options.max_buffered_bytes = static_cast<size_t>(*mib) << 20;
+  }
   if (router_listen != "off" && !SplitListen(router_listen, &router_options.host, &router_options.port)) {
     std::cerr << "rota: --router must be HOST:PORT or off, got '" << router_listen << "'\n";
     return kExitBadInput;

@@ -1167,6 +1167,14 @@ class HttpServerImpl final : public HttpServer {
         "# TYPE rota_service_requests_total counter\n"
         "# HELP rota_service_latency_seconds The router's latency over the last 2048 requests.\n"
         "# TYPE rota_service_latency_seconds gauge\n";
+    if (const Router* router = options_.services->router(); router != nullptr) {
+      m += "# HELP rota_router_buffered_bytes Request and answer bodies the router holds now (--router-buffer bounds it).\n"
+           "# TYPE rota_router_buffered_bytes gauge\n"
+           "rota_router_buffered_bytes " + std::to_string(router->buffered_bytes()) + "\n"
+           "# HELP rota_router_buffer_refusals_total Requests refused with 503 because the router's buffers were full.\n"
+           "# TYPE rota_router_buffer_refusals_total counter\n"
+           "rota_router_buffer_refusals_total " + std::to_string(router->refused_for_buffers()) + "\n";
+    }
     for (const auto& [id, st] : options_.services->status()) {
       const JobRecord* job = snap.FindJob(id);
       if (job == nullptr) continue;

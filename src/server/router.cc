@@ -93,6 +93,31 @@ struct Router::Impl {
   bool stopping = false;  // (loop thread)
   size_t connections = 0;
   std::map<std::string, size_t> per_address;  // open connections by client address
+  size_t buffered = 0;          // (loop thread) body bytes held: options.max_buffered_bytes bounds it
+  uint64_t refused_full = 0;    // (loop thread) requests refused for it
+
+  // Body bytes counted in `buffered` while it lives.
+  struct Held {
+    size_t& total;
+    size_t bytes = 0;
+    explicit Held(size_t& t) : total(t) {}
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    ~Held() { total -= bytes; }
+    void Set(size_t n) {
+      total = total - bytes + n;
+      bytes = n;
+    }
+  };
+  http::response<http::string_body> BuffersFull(unsigned version) {
+    ++refused_full;
+    auto res = Error(503, "the router holds " + std::to_string(buffered >> 20) + " MiB of request and answer bodies, its limit (" +
+                              std::to_string(options.max_buffered_bytes >> 20) + " MiB): retry shortly",
+                     version);
+    res.set(http::field::retry_after, "1");
+    res.keep_alive(false);  // (its body, unread, is not waited for)
+    return res;
+  }
   std::map<std::string, std::shared_ptr<Service>> services;  // (loop thread) by name
   std::vector<RouterUnhealthy> unhealthy;                    // (loop thread)
 
@@ -380,11 +405,29 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
       http::request_parser<http::string_body> parser;
       parser.body_limit(options.max_body_bytes);
       parser.header_limit(64 << 10);
+      co_await http::async_read_header(client, buf, parser, use_awaitable);
+      // The body is taken from the buffer budget before it is read: past
+      // the budget, 503 and the connection closes (its body unread).
+      Held held(buffered);
+      const size_t declared = parser.content_length().value_or(0);
+      if (declared > 0 && buffered + declared > options.max_buffered_bytes) {
+        http::response<http::string_body> res = BuffersFull(parser.get().version());
+        co_await http::async_write(client, res, use_awaitable);
+        break;
+      }
+      held.Set(declared);
       co_await http::async_read(client, buf, parser, use_awaitable);
       http::request<http::string_body> req = parser.release();
+      held.Set(req.body().size());
+      if (declared == 0 && buffered > options.max_buffered_bytes) {  // (no declared length: known once read)
+        http::response<http::string_body> res = BuffersFull(req.version());
+        co_await http::async_write(client, res, use_awaitable);
+        break;
+      }
       const bool keep = req.keep_alive();
       client.expires_never();
       http::response<http::string_body> res = co_await Forward(std::move(req), remote);
+      held.Set(res.body().size());  // (the request's is gone; the answer's is held until written)
       res.keep_alive(keep);
       client.expires_after(std::chrono::seconds(30));
       co_await http::async_write(client, res, use_awaitable);
@@ -511,7 +554,7 @@ std::map<std::string, RouterStats> Router::TakeStats() {
         st.replicas++;
         if (!b->ready || b->draining) continue;
         st.ready++;
-        for (const auto& [name, v] : b->metrics) st.metrics[name] += v;
+        for (const auto& [metric, v] : b->metrics) st.metrics[metric] += v;
       }
       st.requests = svc->requests;
       st.failed = svc->failed;
@@ -557,6 +600,16 @@ void Router::Drain(JobId job, uint32_t replica, int32_t attempt) {
 std::vector<RouterUnhealthy> Router::TakeUnhealthy() {
   if (!impl_->loop.joinable()) return {};
   return impl_->OnLoop([this] { return std::exchange(impl_->unhealthy, {}); });
+}
+
+size_t Router::buffered_bytes() const {
+  if (!impl_->loop.joinable()) return 0;
+  return impl_->OnLoop([this] { return impl_->buffered; });
+}
+
+uint64_t Router::refused_for_buffers() const {
+  if (!impl_->loop.joinable()) return 0;
+  return impl_->OnLoop([this] { return impl_->refused_full; });
 }
 
 }  // namespace rota::server

@@ -21,7 +21,12 @@
 //     2,048 requests.
 //
 // Answers are buffered whole (no streaming of a replica's answer yet), up
-// to max_body_bytes either way.
+// to max_body_bytes either way. What the router holds in all is bounded
+// too: a request whose body would take the bodies buffered now (requests
+// queued or in flight, and answers not yet written back) past
+// max_buffered_bytes gets 503 with Retry-After before its body is read
+// (one with no declared length, once read), so a flood of large requests
+// to a cold service cannot take the server's memory.
 //
 // Beast and Asio stay in router.cc. Thread-safety: thread-safe; the proxy
 // runs on one event-loop thread of its own, and every call from another
@@ -102,6 +107,7 @@ struct RouterOptions {
   Duration queue_timeout = 30 * kMicrosPerSecond;
   Duration request_timeout = 300 * kMicrosPerSecond;  // a replica's answer
   size_t max_body_bytes = 16 << 20;  // a request's or an answer's
+  size_t max_buffered_bytes = 256 << 20;  // all bodies held at once (see above)
   size_t max_connections = 4'096;
   size_t max_connections_per_address = 512;  // one client cannot take them all
 };
@@ -127,6 +133,9 @@ class Router {
   void Drain(JobId job, uint32_t replica, int32_t attempt);
   // Replicas past their startup allowance without being ready (each once).
   std::vector<RouterUnhealthy> TakeUnhealthy();
+  // Body bytes held now, and requests refused for the buffer budget so far.
+  size_t buffered_bytes() const;
+  uint64_t refused_for_buffers() const;
 
   struct Impl;
 
