@@ -9,6 +9,19 @@
 namespace rota::server {
 namespace {
 
+// A TCP connection to 127.0.0.1:port whose reads give up after `timeout_s`.
+int OpenLoopback(int port, int timeout_s) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{timeout_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
 TEST(SumPrometheus, SumsANamesSeriesOverTheirLabels) {
   const std::string text = R"(# HELP vllm:num_requests_waiting Requests waiting.
 # TYPE vllm:num_requests_waiting gauge
@@ -35,17 +48,7 @@ TEST(Router, CapsConnectionsPerClientAddress) {
   Router router(o);
   auto port = router.Start();
   ASSERT_TRUE(port.ok()) << port.status().ToString();
-  auto open = [&] {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(*port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    timeval tv{2, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-  };
+  auto open = [&] { return OpenLoopback(*port, 2); };
   std::vector<int> held;
   for (int i = 0; i < 3; ++i) held.push_back(open());
   usleep(100 * 1000);  // (accepted in turn)
@@ -80,17 +83,7 @@ TEST(Router, RefusesABodyPastItsBufferBudget) {
   cold.readiness.path = "/ready";
   cold.backends.push_back({JobId(1), 0, 0, 0, "127.0.0.1", 9});
   router.Update({cold});
-  auto open = [&] {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(*port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    timeval tv{5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-  };
+  auto open = [&] { return OpenLoopback(*port, 5); };
   auto send_all = [](int fd, const std::string& data) {
     for (size_t at = 0; at < data.size();) {
       const ssize_t n = write(fd, data.data() + at, data.size() - at);
