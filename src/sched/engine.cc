@@ -36,6 +36,14 @@ void Scheduler::SetUsageHistory(const std::map<std::string, double>& average_gpu
   for (const auto& [queue, gpus] : average_gpus) decayed_usage_[queue] = gpus * window;
 }
 
+std::map<std::string, double> Scheduler::UsageHistory() const {
+  std::map<std::string, double> average;
+  const Duration half_life = options_.fair_share_half_life;
+  if (half_life <= 0) return average;
+  for (const auto& [queue, h] : decayed_usage_) average[queue] = h * std::log(2.0) / static_cast<double>(half_life);
+  return average;
+}
+
 void Scheduler::DecayUsage(const Snapshot& snap, TimePoint now) {
   // Decayed usage per queue for fair share: H <- H * 2^(-dt/half_life) + held * dt.
   const Duration half_life = options_.fair_share_half_life;
@@ -52,9 +60,7 @@ void Scheduler::DecayUsage(const Snapshot& snap, TimePoint now) {
   for (const auto& [queue, gpus] : held) decayed_usage_[queue] += gpus * dt;
   decayed_at_ = now;
   // As average GPUs over the window the decay integrates to: half_life / ln 2.
-  std::map<std::string, double> average;
-  for (const auto& [queue, h] : decayed_usage_) average[queue] = h * std::log(2.0) / static_cast<double>(half_life);
-  book_.SetHistory(average);
+  book_.SetHistory(UsageHistory());
 }
 
 PendingReason Scheduler::CheckResolvable(const Snapshot& snap, const JobRecord& job) {

@@ -63,6 +63,9 @@ class Scheduler {
   // cycle (H <- H * 2^(-dt / half_life) + held * dt); this replaces it (a
   // driver restoring it, tests).
   void SetUsageHistory(const std::map<std::string, double>& average_gpus);
+  // The same as it stands after the last cycle (empty without queues or a
+  // half-life): what a projection of the queue starts from.
+  std::map<std::string, double> UsageHistory() const;
 
   // Checks a job against the cluster as if it were empty: OK, or the reason
   // no node or domain could ever hold it, or its queue could never admit it

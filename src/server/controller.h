@@ -268,6 +268,12 @@ class Controller {
   // Why journal writes are being refused ("" while the store writes).
   std::string StoreError() const;
   std::optional<sched::PendingReason> pending_reason(JobId id) const;
+  // The queues' decayed past usage (average GPUs) as the scheduler had it
+  // after its last cycle: what a projection's fair share starts from.
+  std::map<std::string, double> usage_history() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return usage_history_;
+  }
   // Right-sizing flags of a running job ("idle: ...", "over-provisioned: ..."); empty if none.
   std::vector<std::string> job_flags(const JobRecord& job) const;
   std::map<std::string, NodeLive> nodes_live() const;
@@ -411,6 +417,7 @@ class Controller {
   // several priorities the cycle's order is not id order, and most cycles'
   // reasons are never read.
   mutable std::vector<sched::Waiting> reasons_;
+  std::map<std::string, double> usage_history_;  // the scheduler's, after its last cycle
   mutable bool reasons_by_id_ = false;
   std::map<std::string, NodeLive> live_;
   // The labels the config declares per node (set at start): an agent's do

@@ -1342,6 +1342,7 @@ class HttpServerImpl final : public HttpServer {
     options.sim.min_runtime = c_->min_runtime();
     options.sim.preempt_slack = c_->preempt_slack();
     options.wall_budget = kProjectionBudget;
+    options.usage_history = c_->usage_history();
     return options;
   }
   // One projection at a time (each may take a core for a second): the slot,

@@ -45,8 +45,10 @@ void Controller::RunOneCycle(uint64_t requested) {
   const auto t0 = std::chrono::steady_clock::now();
   scheduler_->RunCycle(snap, now, &result);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::map<std::string, double> usage = scheduler_->UsageHistory();  // (a few queues)
   {
     std::lock_guard<std::mutex> lock(mu_);
+    usage_history_.swap(usage);
     reasons_.swap(result.pending);  // the old list is the next cycle's buffer
     reasons_by_id_ = false;
     metrics_.cycles++;

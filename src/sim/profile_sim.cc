@@ -52,6 +52,7 @@ class ProfileDriver {
   }
   ClusterState& state() { return state_; }
   AgentModel& agents() { return agents_; }
+  void SetUsageHistory(const std::map<std::string, double>& average_gpus) { scheduler_->SetUsageHistory(average_gpus); }
   const std::vector<double>& cycle_ms() const { return cycle_ms_; }
   TimePoint last_cycle() const { return last_cycle_; }
   bool last_cycle_decided() const { return last_decided_; }
@@ -405,6 +406,7 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
   ProfileDriver driver(
       config, options.sim, [&](JobId id) { return work.at(id.value()); }, follow);
   ROTA_RETURN_IF_ERROR(driver.Create());
+  if (!options.usage_history.empty()) driver.SetUsageHistory(options.usage_history);
   for (const Event& e : CompactState(snap, /*live_only=*/true)) ROTA_RETURN_IF_ERROR(driver.Seed(e));
   // The changes.
   std::map<std::string, int64_t> more_of;  // a group named twice adds both counts

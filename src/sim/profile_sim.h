@@ -82,6 +82,10 @@ struct ProjectOptions {
   // running elements holds in the projection too).
   ArrayRange submit_array;
   std::string user;
+  // The queues' decayed past usage (average GPUs) the live scheduler has
+  // now (sched::Scheduler::UsageHistory): fair share in the projection
+  // starts from it, not from nothing.
+  std::map<std::string, double> usage_history;
 };
 struct ProjectedStart {
   JobId job;

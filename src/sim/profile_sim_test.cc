@@ -179,6 +179,44 @@ TEST(Project, AddedNodesAndDrainsChangeTheProjection) {
   EXPECT_EQ(Project(live.config, live.state.GetSnapshot(), live.now, bad).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Fair share in a projection starts from the live scheduler's decayed usage
+// (ProjectOptions::usage_history): a queue that used much lately waits
+// behind one that did not, as the server would order them. Queue c's job
+// holds the node until now + 900 s; a's job came before b's.
+TEST(Project, FairShareStartsFromTheSchedulersUsageHistory) {
+  LiveState live;
+  live.config.queues = {{.name = "a"}, {.name = "b"}, {.name = "c"}};
+  live.config.fair_share_half_life = 3600 * kS;
+  ClusterState& st = live.state;
+  auto spec = [](const std::string& queue) {
+    JobSpec s;
+    s.name = queue;
+    s.queue = queue;
+    s.time_limit = 500 * kS;
+    s.tasks.push_back({.name = "w", .replicas = 1, .gpus = 8, .command = {"x"}});
+    return s;
+  };
+  // (LiveState's jobs 3 and 4 go: the node's next jobs are a's and b's.)
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(3), 1, ""}).ok());
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(4), 1, ""}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{.id = JobId(5), .spec = spec("a"), .at = 3, .user = "u"}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{.id = JobId(6), .spec = spec("b"), .at = 4, .user = "u"}).ok());
+  std::map<uint64_t, TimePoint> start;
+  auto project = [&](const ProjectOptions& o) {
+    StatusOr<Projection> p = Project(live.config, st.GetSnapshot(), live.now, o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    for (const ProjectedStart& s : p->jobs) start[s.job.value()] = s.start;
+  };
+  project({});
+  EXPECT_EQ(start[5], live.now + 900 * kS);  // first come (no history: a tie)
+  EXPECT_GT(start[6], start[5]);
+  ProjectOptions with_history;
+  with_history.usage_history = {{"a", 40.0}};  // a held 40 GPUs on average lately
+  project(with_history);
+  EXPECT_EQ(start[6], live.now + 900 * kS);  // b goes first, as the server would send it
+  EXPECT_GT(start[5], start[6]);
+}
+
 TEST(Project, AWallBudgetStopsItAndSaysSo) {
   LiveState live;
   ProjectOptions tight;

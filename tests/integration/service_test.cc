@@ -281,9 +281,9 @@ TEST_F(Services, ScalesOnTheServicesOwnMetric) {
                       << queue << "}\n    command: [python3, " << script << "]\n";
   CommandResult submit = RunRota({"submit", spec}, server->ClientEnv(), tmp.path());
   ASSERT_EQ(submit.exit_code, 0) << submit.err;
-  WaitService("queued", [](const json& s) { return s["replicas"]["ready"] == 1; }, 20);
+  WaitService("queued", [](const json& s) { return s["replicas"]["ready"] == 1; }, 40);
   std::ofstream(queue, std::ios::trunc) << "3\n";
-  const json up = WaitService("queued", [](const json& s) { return s["replicas"]["ready"] == 3; }, 20);
+  const json up = WaitService("queued", [](const json& s) { return s["replicas"]["ready"] == 3; }, 40);
   EXPECT_EQ(up["replicas"]["desired"], 3);
   EXPECT_NE(up["last_scale"]["reason"].get<std::string>().find("fake:queue_waiting 3.0 (target 1.0/replica)"),
             std::string::npos)
