@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "agent/agent.h"
@@ -42,7 +43,8 @@ constexpr const char* kServerUsage =
     "                   [--router HOST:PORT | off (default: off)] [--router-buffer 256Mi]\n"
     "\n"
     "--router: the services' stable endpoint, a reverse proxy: http://HOST:PORT/NAME/...\n"
-    "goes to a ready replica of service NAME (docs/services.md). --router-buffer: the\n"
+    "goes to a ready replica of service NAME (docs/services.md); with --store postgres the\n"
+    "leader runs it (a fixed port: each replica's own address). --router-buffer: the\n"
     "request and answer bodies it holds at once, in all; past it a request gets 503.\n"
     "\n"
     "--store postgres://...: the journal lives in PostgreSQL, and several servers\n"
@@ -208,29 +210,51 @@ Status WriteAdminToken(server::Controller& controller, const std::string& data_d
 
 // A replica's term: the controller following the store, the API in standby
 // mode on it, then (once) the same controller leading.
+// One term of a replica: its controller and API, and, while it leads, the
+// services' router and autoscalers (a standby neither listens as the router
+// nor scales: the leader's router is the services' endpoint, as its API is
+// the clients').
 class ReplicaTerm final : public server::Term {
  public:
-  ReplicaTerm(std::unique_ptr<server::Controller> controller, std::unique_ptr<server::HttpServer> http,
-              std::string data_dir, std::string advertise)
+  ReplicaTerm(std::unique_ptr<server::Controller> controller, std::unique_ptr<server::Router> router,
+              std::unique_ptr<server::ServiceManager> services, std::string data_dir, std::string advertise)
       : controller_(std::move(controller)),
-        http_(std::move(http)),
+        router_(std::move(router)),
+        services_(std::move(services)),
         data_dir_(std::move(data_dir)),
         advertise_(std::move(advertise)) {}
+  // The API serves from the standby's first moment (it answers reads and
+  // names the leader): started after the term is made, with its services.
+  void Serve(std::unique_ptr<server::HttpServer> http) { http_ = std::move(http); }
+  server::ServiceManager* services() { return services_.get(); }
+
   Status CatchUp() override { return controller_->CatchUp(); }
   Status ReloadTokens() override { return controller_->ReloadTokens(); }
   Status Lead(int64_t) override {
     ROTA_RETURN_IF_ERROR(controller_->Start());
     ROTA_RETURN_IF_ERROR(WriteAdminToken(*controller_, data_dir_));
+    if (router_ != nullptr) {
+      if (auto port = router_->Start(); port.ok()) {
+        std::cout << "rota: services' router listening on port " << *port << std::endl;
+      } else {
+        std::cerr << "rota: warning: " << port.status().message() << "; services get no endpoint on this leader\n";
+      }
+    }
+    services_->Start();
     std::cout << "rota: serving " << advertise_ << " as the leader" << std::endl;
     return Status::Ok();
   }
   void Stop() override {
-    http_->Stop();
+    services_->Stop();
+    if (router_ != nullptr) router_->Stop();
+    if (http_ != nullptr) http_->Stop();
     controller_->Stop();
   }
 
  private:
   std::unique_ptr<server::Controller> controller_;
+  std::unique_ptr<server::Router> router_;
+  std::unique_ptr<server::ServiceManager> services_;
   std::unique_ptr<server::HttpServer> http_;
   std::string data_dir_, advertise_;
 };
@@ -239,7 +263,7 @@ class ReplicaTerm final : public server::Term {
 // database (server/replica.h), until SIGINT or SIGTERM.
 int ReplicatedServer(const std::string& conninfo, std::string advertise, Duration lease,
                      const server::ControllerOptions& options, const server::HttpOptions& http,
-                     const std::string& data_dir) {
+                     const std::optional<server::RouterOptions>& router, const std::string& data_dir) {
   const std::string scheme = http.tls_cert.empty() ? "http" : "https";
   if (advertise.empty()) {
     const std::string host = http.host == "0.0.0.0" || http.host == "::" ? HostName() : http.host;
@@ -269,12 +293,19 @@ int ReplicatedServer(const std::string& conninfo, std::string advertise, Duratio
   Status run = replica.Run([&](std::unique_ptr<PgStore> store) -> StatusOr<std::unique_ptr<server::Term>> {
     auto controller = std::make_unique<server::Controller>(options, std::move(store));
     ROTA_RETURN_IF_ERROR(controller->StartFollowing());
+    std::unique_ptr<server::Router> proxy = router ? std::make_unique<server::Router>(*router) : nullptr;
+    auto services = std::make_unique<server::ServiceManager>(controller.get(), proxy.get());
+    server::Controller* c = controller.get();
+    auto term = std::make_unique<ReplicaTerm>(std::move(controller), std::move(proxy), std::move(services), data_dir,
+                                              advertise);
     server::HttpOptions api = http;
     api.logs_dir = data_dir + "/logs";
     api.replica = &replica;
-    ROTA_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> server, server::StartHttpServer(controller.get(), api));
-    return std::unique_ptr<server::Term>(
-        new ReplicaTerm(std::move(controller), std::move(server), data_dir, advertise));
+    api.services = term->services();
+    if (router) api.router_url = "http://" + router->host + ":" + std::to_string(router->port);
+    ROTA_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> server, server::StartHttpServer(c, api));
+    term->Serve(std::move(server));
+    return std::unique_ptr<server::Term>(std::move(term));
   });
   if (!run.ok()) {
     std::cerr << "rota: " << run.message() << "\n";
@@ -491,7 +522,19 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
                                     .history_hours = gpu_hours,
                                     .min_runtime = min_runtime,
                                     .owner = UnixUserName()};
-  if (postgres) return ReplicatedServer(store_url, advertise, lease, options, http, data_dir);
+  if (postgres) {
+    // The leader runs the services' router: at a fixed address, as its API.
+    std::optional<server::RouterOptions> router;
+    if (router_listen != "off") {
+      if (router_options.port == 0) {
+        std::cerr << "rota: --store postgres: --router needs a fixed port (the services' endpoint on whichever replica "
+                     "leads)\n";
+        return kExitBadInput;
+      }
+      router = router_options;
+    }
+    return ReplicatedServer(store_url, advertise, lease, options, http, router, data_dir);
+  }
   auto store = SqliteStore::Open(data_dir + "/rota.db");
   if (!store.ok()) {
     std::cerr << "rota: " << store.status().message() << "\n";

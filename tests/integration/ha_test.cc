@@ -59,6 +59,7 @@ class Replicated : public ::testing::Test {
     store_ = "postgresql://rota@127.0.0.1:" + std::to_string(pg_->port()) + "/rota";
     for (int i = 0; i < kReplicas; ++i) {
       ports_.push_back(FreePort());
+      router_ports_.push_back(FreePort());
       pids_.push_back(0);
       if (!list_.empty()) list_ += ",";
       list_ += Url(i);
@@ -95,7 +96,8 @@ class Replicated : public ::testing::Test {
 
   void StartReplica(int i) {
     pids_[i] = SpawnLogged({RotaBinary(), "server", "--data-dir", Dir(i), "--listen", "127.0.0.1:" + std::to_string(ports_[i]),
-                            "--store", store_, "--rate-limit", "0", "--min-runtime", "0s", "--lease", "3s"},
+                            "--store", store_, "--rate-limit", "0", "--min-runtime", "0s", "--lease", "3s",
+                            "--router", "127.0.0.1:" + std::to_string(router_ports_[i])},
                            Log(i));
     ASSERT_GT(pids_[i], 0);
   }
@@ -290,7 +292,7 @@ class Replicated : public ::testing::Test {
   TempDir tmp_;
   std::unique_ptr<TestPostgres> pg_;
   std::string store_, list_, token_;
-  std::vector<int> ports_;
+  std::vector<int> ports_, router_ports_;  // each replica's API and services' router
   std::vector<pid_t> pids_, agents_;
   std::vector<std::string> sleep_args_;
   std::mutex route_mu_;
@@ -335,6 +337,56 @@ TEST_F(Replicated, KillingTheLeaderMidBurstLosesNothingAndRestartsNothing) {
   EXPECT_EQ(job.value("restarts", 0), 0) << job.dump();
   // The nodes are all there, none declared lost.
   EXPECT_TRUE(Eventually([&] { return ReadyNodes() == 2; }, 10)) << Get("/v1/nodes").dump();
+}
+
+// Services on a replicated control plane: the leader runs the router and
+// the autoscalers. After the leader is killed, the new leader's router
+// serves the same replica (its process untouched), and a standby's router
+// port takes nothing.
+TEST_F(Replicated, TheLeadersRouterServesServicesThroughAFailover) {
+  const int leader = WaitForLeader(-1, 5);
+  ASSERT_GE(leader, 0);
+  const int port = FreePort();
+  const std::vector<std::string> server = {"python3", "-m", "http.server", "--bind", "127.0.0.1", std::to_string(port)};
+  auto r = Post("/v1/jobs",
+                "name: web\nkind: service\nservice: {port: " + std::to_string(port) +
+                    ", readiness: {path: /, period: 200ms}}\n"
+                    "tasks: [{name: s, cpu: 1, command: [sh, -c, 'exec python3 -m http.server --bind 127.0.0.1 $PORT']}]\n",
+                "web");
+  ASSERT_EQ(r.first, 201) << r.second;
+  auto through = [&](int replica) {
+    httplib::Client c("127.0.0.1", router_ports_[replica]);
+    c.set_connection_timeout(1, 0);
+    c.set_read_timeout(5, 0);
+    auto got = c.Get("/web/");
+    return got ? got->status : 0;
+  };
+  ASSERT_TRUE(Eventually([&] { return through(leader) == 200; }, 40)) << "the leader's router never served web";
+  std::set<pid_t> serving;
+  ForEachLiveProcess(server, [&](pid_t pid, const std::string&) { serving.insert(pid); });
+  ASSERT_EQ(serving.size(), 1u);
+  for (int i = 0; i < kReplicas; ++i) {
+    if (i != leader) EXPECT_EQ(through(i), 0) << "standby " << i << "'s router port answered";
+  }
+  const json services = Get("/v1/services");
+  EXPECT_EQ(services["router"], "http://127.0.0.1:" + std::to_string(router_ports_[leader])) << services.dump();
+  Kill(leader, SIGKILL);
+  const int successor = WaitForLeader(leader, 20);
+  ASSERT_GE(successor, 0);
+  const auto failed_over = Clock::now();
+  ASSERT_TRUE(Eventually([&] { return through(successor) == 200; }, 30)) << ReadAll(Log(successor));
+  std::printf("services: the new leader's router served web %.2f s after it led\n", Seconds(Clock::now() - failed_over));
+  std::set<pid_t> after;
+  ForEachLiveProcess(server, [&](pid_t pid, const std::string&) { after.insert(pid); });
+  EXPECT_EQ(after, serving) << "the replica's process was restarted";
+  // (A service runs until cancelled: this one ends with the test.)
+  const std::string id = std::to_string(json::parse(r.second)["id"].get<uint64_t>());
+  EXPECT_EQ(Post("/v1/jobs/" + id + "/cancel", "{}", "").first, 200);
+  EXPECT_TRUE(Eventually([&] {
+    std::set<pid_t> left;
+    ForEachLiveProcess(server, [&](pid_t pid, const std::string&) { left.insert(pid); });
+    return left.empty();
+  }, 20));
 }
 
 // A standby answers reads from the state it follows (a job submitted on the
