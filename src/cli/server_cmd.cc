@@ -244,10 +244,12 @@ class ReplicaTerm final : public server::Term {
     std::cout << "rota: serving " << advertise_ << " as the leader" << std::endl;
     return Status::Ok();
   }
+  // The API first (its handlers call the services and the router), then
+  // what it called.
   void Stop() override {
+    if (http_ != nullptr) http_->Stop();
     services_->Stop();
     if (router_ != nullptr) router_->Stop();
-    if (http_ != nullptr) http_->Stop();
     controller_->Stop();
   }
 

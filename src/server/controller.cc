@@ -875,9 +875,10 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
         if (prior->second != count || job == nullptr || !(job->spec() == spec) || !same_array) {
           return FailedPreconditionError(
               "Idempotency-Key '" + request_id + "' was used before for " + made +
-              (prior->second != count                   ? ", with count " + std::to_string(prior->second)
-               : job == nullptr || !(job->spec() == spec) ? ", with a different job spec"
-                                                          : ", with other array indices or limit") +
+              (prior->second != count     ? ", with count " + std::to_string(prior->second)
+               : job == nullptr            ? ", and they are gone"
+               : !(job->spec() == spec)    ? ", with a different job spec"
+                                           : ", with other array indices or limit") +
               "; use a new key for a new submission");
         }
         *replayed = true;

@@ -806,8 +806,13 @@ class HttpServerImpl final : public HttpServer {
     // replace the server's in the variant (its node groups serve
     // ?add_nodes); with ?only=profile, its profile alone replaces the
     // server's. The running and queued jobs are the live ones, as they were
-    // admitted (their priorities already resolved).
+    // admitted (their priorities already resolved). Admins only: a config
+    // is an operator's to try, and costs what it describes.
     srv.Post("/v1/whatif", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
+      if (!who.admin()) {
+        return ReplyError(res, Status(StatusCode::kPermissionDenied,
+                                      "a what-if under another config is for admins (GET /v1/whatif is for everyone)"));
+      }
       const std::string only = req.get_param_value("only");
       if (!only.empty() && only != "profile") {
         return ReplyError(res, InvalidArgumentError("only: must be profile (or absent: the whole config), got '" + only + "'"));
@@ -820,6 +825,14 @@ class HttpServerImpl final : public HttpServer {
         variant.profile = body->profile;
       }
       variant.topology = c_->config().topology;  // the cluster's, as its nodes are labelled
+      int64_t nodes = 0;
+      for (const NodeGroupConfig& g : variant.node_groups) nodes += g.count;
+      if (nodes > kMaxWhatIfNodes) {
+        return ReplyError(res, InvalidArgumentError("node_groups: " + std::to_string(nodes) + " nodes; a what-if config " +
+                                                    "declares at most " + std::to_string(kMaxWhatIfNodes)));
+      }
+      // Refused before any projection runs (and takes the one slot).
+      if (Status s = sched::Scheduler::Create(variant).status(); !s.ok()) return ReplyError(res, s);
       WhatIf(who, req, &variant, only == "profile" ? "the body's profile" : "the body's config", res);
     }));
 
@@ -1337,6 +1350,7 @@ class HttpServerImpl final : public HttpServer {
     Reply(res, 200, out);
   }
 
+  static constexpr int64_t kMaxWhatIfNodes = 100'000;
   sim::ProjectOptions ProjectionOptions() const {
     sim::ProjectOptions options;
     options.sim.min_runtime = c_->min_runtime();

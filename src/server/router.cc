@@ -2,6 +2,8 @@
 
 #include "server/router.h"
 
+#include <atomic>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -87,26 +89,40 @@ struct Router::Impl {
   explicit Impl(RouterOptions o) : options(std::move(o)) {}
 
   RouterOptions options;
+  // (Declared before the loop: a coroutine frame the io_context destroys
+  // at the end gives its bytes back here, which must still be alive.)
+  size_t buffered = 0;        // (loop thread) body bytes held: options.max_buffered_bytes bounds it
+  std::map<std::string, size_t> buffered_by_address;  // (loop thread) of those, per client address
+  uint64_t refused_full = 0;  // (loop thread) requests refused for it
   asio::io_context ioc{1};
+  // Between Start and Stop: other threads (the API's) read it to know
+  // whether the loop takes their calls (the thread object is not theirs).
+  std::atomic<bool> running{false};
   std::optional<tcp::acceptor> acceptor;
   std::thread loop;
   bool stopping = false;  // (loop thread)
   size_t connections = 0;
   std::map<std::string, size_t> per_address;  // open connections by client address
-  size_t buffered = 0;          // (loop thread) body bytes held: options.max_buffered_bytes bounds it
-  uint64_t refused_full = 0;    // (loop thread) requests refused for it
 
-  // Body bytes counted in `buffered` while it lives.
+  // Body bytes counted in `buffered`, and in its client address's share,
+  // while it lives.
   struct Held {
     size_t& total;
+    size_t& address;
     size_t bytes = 0;
-    explicit Held(size_t& t) : total(t) {}
+    Held(size_t& t, size_t& a) : total(t), address(a) {}
     Held(const Held&) = delete;
     Held& operator=(const Held&) = delete;
-    ~Held() { total -= bytes; }
+    ~Held() { Set(0); }
     void Set(size_t n) {
       total = total - bytes + n;
+      address = address - bytes + n;
       bytes = n;
+    }
+    // Whether holding `n` instead keeps within `budget` in all, and within a
+    // quarter of it from one client address (so one client cannot take it all).
+    bool Fits(size_t n, size_t budget) const {
+      return total - bytes + n <= budget && address - bytes + n <= budget / 4;
     }
   };
   http::response<http::string_body> BuffersFull(unsigned version) {
@@ -115,8 +131,22 @@ struct Router::Impl {
                               std::to_string(options.max_buffered_bytes >> 20) + " MiB): retry shortly",
                      version);
     res.set(http::field::retry_after, "1");
-    res.keep_alive(false);  // (its body, unread, is not waited for)
+    res.keep_alive(false);
     return res;
+  }
+  // Reads and drops what a refused request still sends (up to `left`
+  // bytes, for 2 s at most), so that the client reads the refusal rather
+  // than a reset; memory stays constant.
+  static awaitable<void> Drain(beast::tcp_stream& client, size_t left) {
+    client.expires_after(std::chrono::seconds(2));
+    char sink[16384];
+    try {
+      while (left > 0) {
+        left -= std::min(left, co_await client.async_read_some(asio::buffer(sink, std::min(left, sizeof sink)),
+                                                               use_awaitable));
+      }
+    } catch (const std::exception&) {
+    }
   }
   std::map<std::string, std::shared_ptr<Service>> services;  // (loop thread) by name
   std::vector<RouterUnhealthy> unhealthy;                    // (loop thread)
@@ -406,24 +436,22 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
       parser.body_limit(options.max_body_bytes);
       parser.header_limit(64 << 10);
       co_await http::async_read_header(client, buf, parser, use_awaitable);
-      // The body is taken from the buffer budget before it is read: past
-      // the budget, 503 and the connection closes (its body unread).
-      Held held(buffered);
-      const size_t declared = parser.content_length().value_or(0);
-      if (declared > 0 && buffered + declared > options.max_buffered_bytes) {
+      // The body is taken from the buffer budget before it is read (a
+      // chunked one as the most it may be), in all and from this client
+      // address: past either, 503, and the connection closes once what the
+      // client still sends is drained.
+      Held held(buffered, buffered_by_address[remote]);
+      const size_t declared = parser.chunked() ? options.max_body_bytes : parser.content_length().value_or(0);
+      if (declared > 0 && !held.Fits(declared, options.max_buffered_bytes)) {
         http::response<http::string_body> res = BuffersFull(parser.get().version());
         co_await http::async_write(client, res, use_awaitable);
+        co_await Drain(client, declared > buf.size() ? declared - buf.size() : 0);
         break;
       }
       held.Set(declared);
       co_await http::async_read(client, buf, parser, use_awaitable);
       http::request<http::string_body> req = parser.release();
       held.Set(req.body().size());
-      if (declared == 0 && buffered > options.max_buffered_bytes) {  // (no declared length: known once read)
-        http::response<http::string_body> res = BuffersFull(req.version());
-        co_await http::async_write(client, res, use_awaitable);
-        break;
-      }
       const bool keep = req.keep_alive();
       client.expires_never();
       http::response<http::string_body> res = co_await Forward(std::move(req), remote);
@@ -437,7 +465,10 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
   }
   client.socket().shutdown(tcp::socket::shutdown_both, ec);
   --connections;
-  if (--per_address[remote] == 0) per_address.erase(remote);
+  if (--per_address[remote] == 0) {
+    per_address.erase(remote);
+    buffered_by_address.erase(remote);  // (its last connection's Held is gone)
+  }
 }
 
 awaitable<void> Router::Impl::Accept() {
@@ -514,12 +545,14 @@ StatusOr<int> Router::Start() {
   const int port = d.acceptor->local_endpoint().port();
   asio::co_spawn(d.ioc, d.Accept(), asio::detached);
   d.loop = std::thread([&d] { d.ioc.run(); });
+  d.running = true;
   return port;
 }
 
 void Router::Stop() {
   Impl& d = *impl_;
   if (!d.loop.joinable()) return;
+  d.running = false;
   asio::post(d.ioc, [&d] {
     d.stopping = true;
     beast::error_code ec;
@@ -532,12 +565,12 @@ void Router::Stop() {
 }
 
 void Router::Update(std::vector<RouterService> services) {
-  if (!impl_->loop.joinable()) return;
+  if (!impl_->running) return;
   impl_->OnLoop([this, &services] { impl_->Apply(std::move(services)); });
 }
 
 std::map<std::string, RouterStats> Router::TakeStats() {
-  if (!impl_->loop.joinable()) return {};
+  if (!impl_->running) return {};
   return impl_->OnLoop([this] {
     std::map<std::string, RouterStats> out;
     const auto now = Steady::now();
@@ -571,7 +604,7 @@ std::map<std::string, RouterStats> Router::TakeStats() {
 }
 
 std::vector<RouterEndpoint> Router::Endpoints(const std::string& service) const {
-  if (!impl_->loop.joinable()) return {};
+  if (!impl_->running) return {};
   return impl_->OnLoop([this, &service] {
     std::vector<RouterEndpoint> out;
     auto it = impl_->services.find(service);
@@ -586,7 +619,7 @@ std::vector<RouterEndpoint> Router::Endpoints(const std::string& service) const 
 }
 
 void Router::Drain(JobId job, uint32_t replica, int32_t attempt) {
-  if (!impl_->loop.joinable()) return;
+  if (!impl_->running) return;
   impl_->OnLoop([&] {
     for (auto& [name, svc] : impl_->services) {
       for (auto& [key, b] : svc->backends) {
@@ -598,17 +631,17 @@ void Router::Drain(JobId job, uint32_t replica, int32_t attempt) {
 }
 
 std::vector<RouterUnhealthy> Router::TakeUnhealthy() {
-  if (!impl_->loop.joinable()) return {};
+  if (!impl_->running) return {};
   return impl_->OnLoop([this] { return std::exchange(impl_->unhealthy, {}); });
 }
 
 size_t Router::buffered_bytes() const {
-  if (!impl_->loop.joinable()) return 0;
+  if (!impl_->running) return 0;
   return impl_->OnLoop([this] { return impl_->buffered; });
 }
 
 uint64_t Router::refused_for_buffers() const {
-  if (!impl_->loop.joinable()) return 0;
+  if (!impl_->running) return 0;
   return impl_->OnLoop([this] { return impl_->refused_full; });
 }
 

@@ -175,7 +175,6 @@ TEST_F(Integration, HoldReleaseAndRequeue) {
   EXPECT_EQ(RunRota({"hold", "99"}, env, tmp.path()).exit_code, 3);
 }
 
-// rota whatif: the live queue projected forward by the server's own profile.
 // rota whatif --profile FILE / --config FILE: today's queue under another
 // policy, beside today's. A 4-GPU job holds the node for an hour; "big"
 // (4 GPUs, 30m) was queued before "small" (1 GPU, 10m). First come first
@@ -226,8 +225,22 @@ TEST_F(Integration, WhatIfTriesAnotherProfileOrConfigOnTodaysQueue) {
   CommandResult unknown = RunRota({"whatif", "--config", typo}, env, tmp.path());
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.err.find(typo + ":1:1: profil: unknown field"), std::string::npos) << unknown.err;
+  // Another policy is an admin's to try (a config costs what it describes); a
+  // user has today's projection.
+  auto minted = admin.Post("/v1/tokens", R"({"user": "bob"})", "application/json");
+  ASSERT_EQ(minted->status, 201) << minted->body;
+  const std::vector<std::string> bob = {"ROTA_SERVER=" + up.url(), "ROTA_TOKEN=" + json::parse(minted->body)["token"].get<std::string>()};
+  CommandResult denied = RunRota({"whatif", "--profile", profile}, bob, tmp.path());
+  EXPECT_EQ(denied.exit_code, 4) << denied.err;
+  EXPECT_NE(denied.err.find("for admins"), std::string::npos) << denied.err;
+  EXPECT_EQ(RunRota({"whatif"}, bob, tmp.path()).exit_code, 0);
+  const std::string huge = Write("huge.yaml", "node_groups: [{name: g, count: 1000000, gpus: 8, gpu_model: H100}]\n");
+  CommandResult big = RunRota({"whatif", "--config", huge}, env, tmp.path());
+  EXPECT_EQ(big.exit_code, 2);
+  EXPECT_NE(big.err.find("a what-if config declares at most 100000"), std::string::npos) << big.err;
 }
 
+// rota whatif: the live queue projected forward by the server's own profile.
 TEST_F(Integration, WhatIfGivesEveryPendingJobAnExpectedStart) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "4xH100:80Gi", "--name", "local"});
   const auto env = up.ClientEnv();
