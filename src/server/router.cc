@@ -372,6 +372,9 @@ awaitable<http::response<http::string_body>> Router::Impl::Forward(http::request
   req.keep_alive(true);
   req.set("X-Forwarded-For", remote);
   req.set("X-Forwarded-Prefix", "/" + name);
+  // The body is here already: a replica's interim "100 Continue" would be
+  // read as its answer (and the real one as the next request's).
+  req.erase(http::field::expect);
   auto ex = co_await asio::this_coro::executor;
   asio::steady_timer wait(ex);
   std::optional<http::response<http::string_body>> res;
@@ -449,6 +452,11 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
         break;
       }
       held.Set(declared);
+      if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+        // The client waits for this before it sends the body it declared.
+        http::response<http::empty_body> go{http::status::continue_, parser.get().version()};
+        co_await http::async_write(client, go, use_awaitable);
+      }
       co_await http::async_read(client, buf, parser, use_awaitable);
       http::request<http::string_body> req = parser.release();
       held.Set(req.body().size());

@@ -6,6 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cctype>
+#include <thread>
+
 namespace rota::server {
 namespace {
 
@@ -157,6 +161,82 @@ TEST(Router, RefusesABodyPastItsBufferBudget) {
   for (int i = 0; i < 200 && router.buffered_bytes() != 0; ++i) usleep(10 * 1000);
   EXPECT_EQ(router.buffered_bytes(), 0u);
   router.Stop();
+}
+
+// Expect: 100-continue. The router tells the client to go on once it
+// takes the body, and does not pass the header on: a replica that answered
+// "100 Continue" to it would have its interim answer taken for the real one.
+TEST(Router, AnswersExpectContinueItselfAndDoesNotForwardIt) {
+  // A replica that sends "100 Continue" first whenever a request asks for it.
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(listener, 16), 0);
+  socklen_t len = sizeof a;
+  getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  const int backend_port = ntohs(a.sin_port);
+  std::atomic<int> saw_expect{0};
+  std::thread replica([&] {
+    for (int fd; (fd = accept(listener, nullptr, nullptr)) >= 0;) {
+      std::thread([fd, &saw_expect] {
+        std::string in;
+        char buf[4096];
+        for (;;) {
+          size_t end;
+          while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+            const ssize_t n = read(fd, buf, sizeof buf);
+            if (n <= 0) return (void)close(fd);
+            in.append(buf, n);
+          }
+          std::string head = in.substr(0, end);
+          for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+          size_t body = 0;
+          if (auto at = head.find("content-length: "); at != std::string::npos) body = std::stoul(head.substr(at + 16));
+          std::string out;
+          if (head.find("expect:") != std::string::npos) {
+            ++saw_expect;
+            out += "HTTP/1.1 100 Continue\r\n\r\n";
+          }
+          while (in.size() < end + 4 + body) {
+            const ssize_t n = read(fd, buf, sizeof buf);
+            if (n <= 0) return (void)close(fd);
+            in.append(buf, n);
+          }
+          in.erase(0, end + 4 + body);
+          out += "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+          if (write(fd, out.data(), out.size()) < 0) return (void)close(fd);
+        }
+      }).detach();
+    }
+  });
+  RouterOptions o;
+  Router router(o);
+  auto port = router.Start();
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  RouterService svc{.name = "svc", .job = JobId(1)};
+  svc.readiness.path = "/ready";
+  svc.readiness.period = 100'000;
+  svc.backends.push_back({JobId(1), 0, 0, 0, "127.0.0.1", backend_port});
+  router.Update({svc});
+  for (int i = 0; i < 100 && (router.Endpoints("svc").empty() || !router.Endpoints("svc")[0].ready); ++i) usleep(20 * 1000);
+  const int fd = OpenLoopback(*port, 5);
+  const std::string head = "POST /svc/x HTTP/1.1\r\nHost: r\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n";
+  ASSERT_EQ(write(fd, head.data(), head.size()), static_cast<ssize_t>(head.size()));
+  char buf[1024] = {};
+  ASSERT_GT(read(fd, buf, sizeof buf - 1), 0);
+  EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 100 Continue", 0), 0u) << buf;
+  ASSERT_EQ(write(fd, "hello", 5), 5);
+  std::string got;
+  for (ssize_t n; got.find("ok") == std::string::npos && (n = read(fd, buf, sizeof buf)) > 0;) got.append(buf, n);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u) << got;
+  EXPECT_EQ(saw_expect.load(), 0) << "the router passed Expect on";
+  close(fd);
+  router.Stop();
+  shutdown(listener, SHUT_RDWR);
+  close(listener);
+  replica.join();
 }
 
 }  // namespace
