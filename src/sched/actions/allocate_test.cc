@@ -284,5 +284,26 @@ TEST(Allocate, AJobArraysLimitCountsAnElementThatPreemptsForRoom) {
   EXPECT_EQ(why[4], ReasonCode::kArrayLimit);
 }
 
+// An element given a reservation is about to start too: with %1 and two
+// reservations allowed, the array's next element waits for the limit, not
+// for a second reservation.
+TEST(Allocate, AJobArraysLimitCountsAnElementThatReserves) {
+  ClusterConfig c = Nodes(1);
+  ClusterState st = MakeCluster(c);
+  JobSpec running = GpuJob("running", 1, 8);
+  running.time_limit = 60 * kMinute;  // not preemptible: the array waits for its end
+  StartJob(st, 1, running, {0}, 0xff, 0);
+  JobSpec element = GpuJob("sweep", 1, 8);
+  element.time_limit = 30 * kMinute;
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(2), 2, element, 1, "alice", "", JobId(2), 2, 0, 1}).ok());
+  CycleResult r;
+  MakeScheduler(c, {.reservation_depth = 2})->RunCycle(st.GetSnapshot(), kMinute, &r);
+  ASSERT_EQ(r.reservations.size(), 1u);
+  EXPECT_EQ(r.reservations[0].job, JobId(2));
+  std::map<uint64_t, ReasonCode> why;
+  for (const auto& w : r.pending) why[w.job.value()] = w.reason.code;
+  EXPECT_EQ(why[3], ReasonCode::kArrayLimit);
+}
+
 }  // namespace
 }  // namespace rota::sched
