@@ -52,6 +52,7 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   // Pending elements of limited arrays that are about to start count toward
   // their array's limit: room is being made for them, or GPUs nominated.
   array_starting_.clear();
+  array_reason_.clear();
   auto starting = [&](const JobRecord* j) {
     if (j != nullptr && j->state == JobState::kPending && j->array_max_running > 0 && array_starting_.insert(j->id).second) {
       ++array_running_[j->array];
@@ -186,9 +187,14 @@ bool Session::ArrayFull(const JobRecord& job, PendingReason* why) const {
   // (Itself not counted: an element about to start is not in its own way.)
   const int32_t running = (it == array_running_.end() ? 0 : it->second) - (array_starting_.count(job.id) ? 1 : 0);
   if (running < job.array_max_running) return false;
-  *why = {ReasonCode::kArrayLimit, "its array " + std::to_string(job.array.value()) + " runs " + std::to_string(running) +
-                                       " of its elements, as many as it may at once (%" +
-                                       std::to_string(job.array_max_running) + "); it starts when one ends"};
+  auto& [named, reason] = array_reason_[job.array];
+  if (reason.message.empty() || named != running) {
+    named = running;
+    reason = {ReasonCode::kArrayLimit, "its array " + std::to_string(job.array.value()) + " runs " +
+                                           std::to_string(running) + " of its elements, as many as it may at once (%" +
+                                           std::to_string(job.array_max_running) + "); it starts when one ends"};
+  }
+  *why = reason;  // (a shared text: no allocation per waiting element)
   return true;
 }
 

@@ -256,6 +256,9 @@ class Session {
 
   std::unordered_map<JobId, int32_t> array_running_;  // arrays with a limit: elements running, stopping or starting
   std::unordered_set<JobId> array_starting_;          // pending elements counted in array_running_
+  // Per limited array, the last ArrayLimit reason and the count it names: a
+  // 100,000-element array's waiting elements share one text (ReasonText).
+  mutable std::unordered_map<JobId, std::pair<int32_t, PendingReason>> array_reason_;
   std::vector<std::pair<uint32_t, uint64_t>> held_;  // taken out of the pool for reservations (free when taken)
   TimePoint first_reservation_ = 0;
   std::unordered_map<uint32_t, uint64_t> promised_;
