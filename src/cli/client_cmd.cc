@@ -996,14 +996,12 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     }
     std::string policy;
     if (!policy_file.empty()) {
-      std::ifstream in(policy_file);
-      if (!in) {
-        std::cerr << "rota whatif: " << policy_flag << ": " << policy_file << ": cannot open file\n";
+      StatusOr<std::string> text = api::ReadFile(policy_file);
+      if (!text.ok()) {
+        std::cerr << "rota whatif: " << policy_flag << ": " << text.status().message() << "\n";
         return kExitBadInput;
       }
-      std::stringstream ss;
-      ss << in.rdbuf();
-      policy = ss.str();
+      policy = std::move(*text);
     }
     auto join = [](const std::vector<std::string>& v) {
       std::string out;
