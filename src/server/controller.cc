@@ -1,5 +1,7 @@
 #include "server/controller.h"
 
+#include "base/thread_name.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -94,10 +96,22 @@ Status Controller::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, job] : snap.live_jobs()) IndexJob(snap, id, &touched);
   }
-  actor_ = std::thread([this] { ActorLoop(); });
-  scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
-  snapshot_thread_ = std::thread([this] { SnapshotLoop(); });
-  history_thread_ = std::thread([this] { HistoryLoop(); });
+  actor_ = std::thread([this] {
+    NameThisThread("rota-actor");
+    ActorLoop();
+  });
+  scheduler_thread_ = std::thread([this] {
+    NameThisThread("rota-schedule");
+    SchedulerLoop();
+  });
+  snapshot_thread_ = std::thread([this] {
+    NameThisThread("rota-snapshot");
+    SnapshotLoop();
+  });
+  history_thread_ = std::thread([this] {
+    NameThisThread("rota-history");
+    HistoryLoop();
+  });
   Trigger();
   return Status::Ok();
 }
@@ -495,6 +509,15 @@ std::vector<std::string> Controller::job_flags(const JobRecord& job) const {
 std::map<std::string, NodeLive> Controller::nodes_live() const {
   std::lock_guard<std::mutex> lock(mu_);
   return live_;
+}
+
+std::map<std::string, NodeLive> Controller::nodes_live(const std::vector<std::string>& names) const {
+  std::map<std::string, NodeLive> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& name : names) {
+    if (auto it = live_.find(name); it != live_.end()) out.emplace(name, it->second);
+  }
+  return out;
 }
 
 bool Controller::NodeRegistered(const std::string& node) const {

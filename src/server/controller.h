@@ -277,6 +277,8 @@ class Controller {
   // Right-sizing flags of a running job ("idle: ...", "over-provisioned: ..."); empty if none.
   std::vector<std::string> job_flags(const JobRecord& job) const;
   std::map<std::string, NodeLive> nodes_live() const;
+  // Those of `names` only: a reader of a few nodes copies no other node's.
+  std::map<std::string, NodeLive> nodes_live(const std::vector<std::string>& names) const;
   // An agent has registered `node` since this server started.
   bool NodeRegistered(const std::string& node) const;
   ControllerMetrics metrics() const;

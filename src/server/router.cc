@@ -2,6 +2,8 @@
 
 #include "server/router.h"
 
+#include "base/thread_name.h"
+
 #include <atomic>
 
 #include <boost/asio.hpp>
@@ -552,7 +554,10 @@ StatusOr<int> Router::Start() {
   }
   const int port = d.acceptor->local_endpoint().port();
   asio::co_spawn(d.ioc, d.Accept(), asio::detached);
-  d.loop = std::thread([&d] { d.ioc.run(); });
+  d.loop = std::thread([&d] {
+    NameThisThread("rota-router");
+    d.ioc.run();
+  });
   d.running = true;
   return port;
 }

@@ -50,7 +50,6 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
     j["time_limit_s"] = job.spec().time_limit / kMicrosPerSecond;
   }
   j["placement"] = ordered_json::array();
-  std::optional<std::map<std::string, NodeLive>> live;  // read only for GPU fractions (MPS)
   for (const ReplicaPlacement& r : job.placement) {
     j["placement"].push_back({{"task", job.spec().tasks[r.task].name},
                               {"replica", r.replica},
@@ -62,8 +61,8 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
       // CUDA_MPS_* variables); otherwise nothing does.
       j["placement"].back()["gpu_fraction"] = FormatMilliCpu(r.gpu_milli);
       const std::string& name = snap.node(r.node).spec.name;
-      if (!live) live = c.nodes_live();
-      const bool mps = live->count(name) && live->at(name).mps;
+      const auto live = c.nodes_live({name});  // read only for GPU fractions (MPS)
+      const bool mps = live.count(name) && live.at(name).mps;
       j["placement"].back()["isolation"] = mps ? "MPS (compute share and memory limit enforced by the MPS server)"
                                                : "none (shared GPU; limits advisory: no MPS daemon on the node)";
     }
