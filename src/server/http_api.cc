@@ -1,5 +1,7 @@
 #include "server/http_api.h"
 
+#include "base/thread_name.h"
+
 #include "base/version.h"
 
 #include "base/base64.h"
@@ -17,6 +19,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -217,16 +220,28 @@ ordered_json AgentAnswer(const Controller& c, std::vector<TaskAssignment> tasks,
 // node's current tasks at once when it opens, so a reconnecting agent
 // resumes from whatever it missed; every kKeepalive an empty line keeps
 // idle streams (and the proxies between) alive and finds dead ones.
+//
+// The writes are paced to the transport's loop: after every kBatch
+// streams the hub waits until the loop has taken them, and keepalives go
+// to a twentieth of the nodes each second. So an event for every node
+// (a 20,000-job array bound across 12,500 nodes) or a keepalive round
+// never queues thousands of writes ahead of a health check or a
+// heartbeat's answer.
 class WatchHub {
  public:
   static constexpr auto kKeepalive = std::chrono::seconds(20);
+  static constexpr int kKeepaliveSlices = 20;  // one slice of the nodes each kKeepalive / kKeepaliveSlices
+  static constexpr size_t kBatch = 128;
 
   explicit WatchHub(Controller* c) : c_(c) {}
   ~WatchHub() { Stop(); }
 
   void Start() {
     c_->SetNodeListener([this](const std::vector<std::string>& nodes) { Changed(nodes); });
-    thread_ = std::thread([this] { Loop(); });
+    thread_ = std::thread([this] {
+      NameThisThread("rota-watches");
+      Loop();
+    });
   }
   // Before the transport stops: no stream is written to after this.
   void Stop() {
@@ -283,35 +298,64 @@ class WatchHub {
   }
 
   void Loop() {
-    auto next_keepalive = std::chrono::steady_clock::now() + kKeepalive;
+    constexpr auto kTick = kKeepalive / kKeepaliveSlices;
+    auto next_tick = std::chrono::steady_clock::now() + kTick;
+    int slice = 0;
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
-      cv_.wait_until(lock, next_keepalive, [this] { return stopping_ || !dirty_.empty(); });
+      cv_.wait_until(lock, next_tick, [this] { return stopping_ || !dirty_.empty(); });
       if (stopping_) break;
       std::set<std::string> dirty;
       dirty.swap(dirty_);
       lock.unlock();
+      size_t sent = 0;
       for (const std::string& node : dirty) {
         uint64_t revision = 0;
         auto tasks = c_->NodeTasks(node, &revision);
         std::string line = tasks.ok() ? AgentAnswer(*c_, std::move(*tasks), revision).dump(-1, ' ', false, json::error_handler_t::replace)
                                       : ordered_json{{"error", std::string(tasks.status().message())}}.dump();
         line += '\n';
-        std::lock_guard<std::mutex> relock(mu_);
-        auto it = watchers_.find(node);
-        if (it == watchers_.end()) continue;
-        Send(it, line);
+        std::shared_ptr<HttpStream> last;
+        {
+          std::lock_guard<std::mutex> relock(mu_);
+          auto it = watchers_.find(node);
+          if (it == watchers_.end() || it->second.empty()) continue;
+          last = it->second.back();
+          Send(it, line);
+        }
+        if (++sent % kBatch == 0) Pace(*last);
       }
-      lock.lock();
-      if (std::chrono::steady_clock::now() >= next_keepalive) {
+      if (std::chrono::steady_clock::now() >= next_tick) {
+        std::vector<std::shared_ptr<HttpStream>> due;
+        lock.lock();
         for (auto it = watchers_.begin(); it != watchers_.end();) {
           auto next = std::next(it);
-          Send(it, "\n");
+          if (static_cast<int>(std::hash<std::string>{}(it->first) % kKeepaliveSlices) == slice) {
+            std::erase_if(it->second, [](const std::shared_ptr<HttpStream>& s) { return !s->open(); });
+            due.insert(due.end(), it->second.begin(), it->second.end());
+            if (it->second.empty()) watchers_.erase(it);
+          }
           it = next;
         }
-        next_keepalive = std::chrono::steady_clock::now() + kKeepalive;
+        lock.unlock();
+        for (size_t i = 0; i < due.size(); ++i) {
+          due[i]->Send("\n");
+          if ((i + 1) % kBatch == 0) Pace(*due[i]);
+        }
+        slice = (slice + 1) % kKeepaliveSlices;
+        next_tick = std::chrono::steady_clock::now() + kTick;
       }
+      lock.lock();
     }
+  }
+
+  // Waits (at most a second, without mu_) until the loop has taken what
+  // was sent to `stream` so far.
+  static void Pace(HttpStream& stream) {
+    auto taken = std::make_shared<std::promise<void>>();
+    std::future<void> done = taken->get_future();
+    stream.Then([taken] { taken->set_value(); });
+    done.wait_for(std::chrono::seconds(1));
   }
 
   // REQUIRES: mu_ held. Sends `line` to a node's streams, dropping closed ones.
@@ -354,7 +398,10 @@ class HttpServerImpl final : public HttpServer {
                                    .workers = kThreads};
     watches_.Start();
     ROTA_ASSIGN_OR_RETURN(port_, server_->Start(transport));
-    sampler_ = std::thread([this] { SampleQueues(); });
+    sampler_ = std::thread([this] {
+      NameThisThread("rota-sampler");
+      SampleQueues();
+    });
     return Status::Ok();
   }
 
@@ -898,7 +945,7 @@ class HttpServerImpl final : public HttpServer {
                }
                if (Status s = c_->SetDrain(who, req.matches[1], drain, reason); !s.ok()) return ReplyError(res, s);
                Snapshot snap = c_->snapshot();
-               Reply(res, 200, NodeView(*c_, snap, *snap.FindNode(req.matches[1]), c_->nodes_live()));
+               Reply(res, 200, NodeView(*c_, snap, *snap.FindNode(req.matches[1]), c_->nodes_live({req.matches[1]})));
              }));
     }
 
@@ -1053,7 +1100,8 @@ class HttpServerImpl final : public HttpServer {
       if (!labels.empty() && labels != "dcgm") {
         return ReplyError(res, InvalidArgumentError("labels: '" + labels + "' is not dcgm"));
       }
-      res.set_content(RenderMetrics(*c_, labels == "dcgm") + ReplicaMetrics() + ServiceMetrics(), "text/plain; version=0.0.4");
+      res.set_content(RenderMetrics(*c_, labels == "dcgm") + ReplicaMetrics() + ServiceMetrics() + TransportMetrics(),
+                      "text/plain; version=0.0.4");
     }));
 
     // Services: desired, placed and ready replicas, the router's signals
@@ -1236,6 +1284,19 @@ class HttpServerImpl final : public HttpServer {
     }
     out["journal_seq"] = head;
     return out;
+  }
+
+  // The HTTP front end: connections and how far its loop fell behind.
+  std::string TransportMetrics() {
+    char lag[64];
+    std::snprintf(lag, sizeof lag, "%.6f", static_cast<double>(server_->TakeLoopLagMax()) / 1e6);
+    return "# HELP rota_http_connections Connections open to the API (agents' watches included).\n"
+           "# TYPE rota_http_connections gauge\n"
+           "rota_http_connections " + std::to_string(server_->connections()) + "\n"
+           "# HELP rota_http_loop_lag_max_seconds The most the HTTP event loop ran behind since the last scrape "
+           "(a timer due every 20 ms): how long a request waited for the loop at worst.\n"
+           "# TYPE rota_http_loop_lag_max_seconds gauge\n"
+           "rota_http_loop_lag_max_seconds " + std::string(lag) + "\n";
   }
 
   std::string ReplicaMetrics() const {

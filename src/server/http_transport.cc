@@ -1,5 +1,7 @@
 #include "server/http_transport.h"
 
+#include "base/thread_name.h"
+
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
@@ -59,8 +61,29 @@ std::string Decode(std::string_view s, bool query) {
 }
 
 struct Route {
+  Route(std::string m, const std::string& p, HttpHandler h, bool in = false)
+      : method(std::move(m)), pattern(p), handler(std::move(h)), inline_(in) {
+    if (p.find_first_of(".[]{}()\\*+?^$|") == std::string::npos) literal = p;
+  }
+  // Whether `path` is this route's; if so, `captures` (when given) gets the
+  // whole path and then each group.
+  bool Match(const std::string& path, std::vector<std::string>* captures) const {
+    if (!literal.empty()) {
+      if (path != literal) return false;
+      if (captures != nullptr) *captures = {path};
+      return true;
+    }
+    if (captures == nullptr) return std::regex_match(path, pattern);
+    std::smatch m;
+    if (!std::regex_match(path, m, pattern)) return false;
+    captures->clear();
+    for (const auto& sub : m) captures->push_back(sub.str());
+    return true;
+  }
+
   std::string method;
   std::regex pattern;
+  std::string literal;  // the pattern when it has no metacharacters: matched by comparison
   HttpHandler handler;
   bool inline_ = false;  // runs on the loop (GetInline)
 };
@@ -98,7 +121,7 @@ struct HttpTransport::Impl {
   // Declared before the io_context, so destroyed after it: sessions still
   // queued in it release their counts (and use the TLS context) as it goes.
   std::vector<Route> routes;
-  bool has_inline = false;
+  size_t inline_end = 0;  // routes past the last inline one cannot make a request inline
   HttpHandler error_handler;
   HttpTransportOptions options;
   mutable std::mutex mu;  // guards the connection counts
@@ -117,9 +140,12 @@ struct HttpTransport::Impl {
   std::optional<asio::strand<asio::io_context::executor_type>> accept_strand;
 
   // Whether `req`'s route runs on the loop.
+  // Run on the loop for every request, so only the routes up to the last
+  // inline one are tried, literal ones by comparison.
   bool Inline(const HttpRequest& req) const {
-    for (const Route& r : routes) {
-      if (r.method == req.method && std::regex_match(req.path, r.pattern)) return r.inline_;
+    for (size_t i = 0; i < inline_end; ++i) {
+      const Route& r = routes[i];
+      if (r.method == req.method && r.Match(req.path, nullptr)) return r.inline_;
     }
     return false;
   }
@@ -129,10 +155,7 @@ struct HttpTransport::Impl {
     bool found = false;
     for (const Route& r : routes) {
       if (r.method != req.method) continue;
-      std::smatch m;
-      if (!std::regex_match(req.path, m, r.pattern)) continue;
-      req.matches.clear();
-      for (const auto& sub : m) req.matches.push_back(sub.str());
+      if (!r.Match(req.path, &req.matches)) continue;
       found = true;
       try {
         r.handler(req, res);
@@ -175,7 +198,29 @@ struct HttpTransport::Impl {
     if (--per_address[address] == 0) per_address.erase(address);
   }
 
+  // The loop's lag: a timer every kLagTick, and the most it ran late
+  // (TakeLoopLagMax).
+  static constexpr auto kLagTick = std::chrono::milliseconds(20);
+  std::optional<asio::steady_timer> lag_timer;
+  std::atomic<int64_t> lag_max_us{0};
+  void LagTick() {
+    lag_timer->expires_after(kLagTick);
+    lag_timer->async_wait([this](beast::error_code ec) {
+      if (ec || stopping) return;
+      const auto late = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                              lag_timer->expiry()).count();
+      int64_t seen = lag_max_us.load();
+      while (late > seen && !lag_max_us.compare_exchange_weak(seen, late)) {
+      }
+      LagTick();
+    });
+  }
+
   void Accept();
+  // Starts a session on an accepted connection, or closes it past a cap.
+  void Serve(tcp::socket socket);
+  // Connections an accept takes from the backlog after its own.
+  static constexpr int kDrainPerAccept = 64;
 };
 
 namespace {
@@ -272,12 +317,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     req->remote_addr = address_;
     // Handlers may block (long polls, group commits): on a worker, never here.
     Lowest().expires_never();
-    if (impl_.has_inline && impl_.Inline(*req)) {
+    if (impl_.Inline(*req)) {
       HttpResponse res;
       impl_.Dispatch(*req, res);
       return Write(std::move(res));
     }
     asio::post(*impl_.workers, [self = this->shared_from_this(), req] {
+      static thread_local const bool kNamed = (NameThisThread("rota-worker"), true);  // on its first request
+      (void)kNamed;
       auto res = std::make_shared<HttpResponse>();
       self->impl_.Dispatch(*req, *res);
       if (res->deferred) {
@@ -308,6 +355,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       });
       return true;
     }
+    void Then(std::function<void()> fn) override { asio::post(executor_, std::move(fn)); }
     void Close() override {
       if (!open_.exchange(false)) return;
       asio::post(executor_, [s = session_] {
@@ -495,38 +543,56 @@ void HttpTransport::Impl::Accept() {
       });
       return;
     }
-    beast::error_code addr_ec;
-    const auto endpoint = socket.remote_endpoint(addr_ec);
-    const std::string address = addr_ec ? "?" : endpoint.address().to_string();
-    socket.set_option(tcp::no_delay(true), addr_ec);  // small JSON replies: no Nagle + delayed-ACK stalls
-    if (!Admit(address)) {
-      socket.close(addr_ec);  // over a connection cap: refused at once
-    } else if (ssl) {
-      std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, address, std::move(socket), *ssl)->Run();
-    } else {
-      std::make_shared<Session<beast::tcp_stream>>(*this, address, std::move(socket))->Run();
+    Serve(std::move(socket));
+    // Then whatever else waits in the backlog, without a trip through the
+    // loop's queue each: the listener only comes round once per pass of
+    // that queue, and at 16 connections a pass a storm of reports (12,500
+    // nodes each sending an exit) overflowed the kernel's backlog, whose
+    // dropped connections their clients retry only a second later.
+    for (int i = 0; i < kDrainPerAccept; ++i) {
+      tcp::socket next(asio::make_strand(ioc));
+      beast::error_code drain_ec;
+      acceptor->accept(next, drain_ec);  // the acceptor is non-blocking: would_block when the backlog is empty
+      if (drain_ec) break;
+      Serve(std::move(next));
     }
     Accept();
   }));
+}
+
+void HttpTransport::Impl::Serve(tcp::socket socket) {
+  beast::error_code addr_ec;
+  const auto endpoint = socket.remote_endpoint(addr_ec);
+  const std::string address = addr_ec ? "?" : endpoint.address().to_string();
+  socket.set_option(tcp::no_delay(true), addr_ec);  // small JSON replies: no Nagle + delayed-ACK stalls
+  if (!Admit(address)) {
+    socket.close(addr_ec);  // over a connection cap: refused at once
+  } else if (ssl) {
+    std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, address, std::move(socket), *ssl)->Run();
+  } else {
+    std::make_shared<Session<beast::tcp_stream>>(*this, address, std::move(socket))->Run();
+  }
 }
 
 HttpTransport::HttpTransport() : impl_(std::make_unique<Impl>()) {}
 HttpTransport::~HttpTransport() { Stop(); }
 
 void HttpTransport::Get(const std::string& pattern, HttpHandler handler) {
-  impl_->routes.push_back({"GET", std::regex(pattern), std::move(handler)});
+  impl_->routes.emplace_back("GET", pattern, std::move(handler));
 }
 void HttpTransport::GetInline(const std::string& pattern, HttpHandler handler) {
-  impl_->routes.push_back({"GET", std::regex(pattern), std::move(handler), true});
-  impl_->has_inline = true;
+  impl_->routes.emplace_back("GET", pattern, std::move(handler), true);
+  impl_->inline_end = impl_->routes.size();
 }
 void HttpTransport::Post(const std::string& pattern, HttpHandler handler) {
-  impl_->routes.push_back({"POST", std::regex(pattern), std::move(handler)});
+  impl_->routes.emplace_back("POST", pattern, std::move(handler));
 }
 void HttpTransport::Delete(const std::string& pattern, HttpHandler handler) {
-  impl_->routes.push_back({"DELETE", std::regex(pattern), std::move(handler)});
+  impl_->routes.emplace_back("DELETE", pattern, std::move(handler));
 }
 void HttpTransport::set_error_handler(HttpHandler handler) { impl_->error_handler = std::move(handler); }
+
+int64_t HttpTransport::TakeLoopLagMax() { return impl_->lag_max_us.exchange(0); }
 
 size_t HttpTransport::connections() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -559,6 +625,7 @@ StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
   if (!ec) d.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) d.acceptor->bind(endpoint, ec);
   if (!ec) d.acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) d.acceptor->non_blocking(true, ec);  // its synchronous accepts drain the backlog (Accept)
   if (ec) {
     d.acceptor.reset();
     return UnavailableError("cannot listen on " + where + " (in use?): " + ec.message());
@@ -571,9 +638,14 @@ StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
   asio::post(*d.accept_strand, [&d] {
     for (int i = 0; i < 16; ++i) d.Accept();
   });
+  d.lag_timer.emplace(d.ioc);
+  d.LagTick();
   const int loops = options.io_threads > 0 ? options.io_threads
                                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 4));
-  for (int i = 0; i < loops; ++i) d.io_threads.emplace_back([&d] { d.ioc.run(); });
+  for (int i = 0; i < loops; ++i) d.io_threads.emplace_back([&d] {
+      NameThisThread("rota-http");
+      d.ioc.run();
+    });
   return port;
 }
 

@@ -66,6 +66,10 @@ class HttpStream {
   virtual bool Send(std::string chunk) = 0;
   // Ends the stream after what is queued.
   virtual void Close() = 0;
+  // Runs `fn` on the loop once the chunks sent before it have been queued
+  // there (never, if the transport stops first: `fn` is then destroyed).
+  // A writer of many streams uses it to pace itself to the loop.
+  virtual void Then(std::function<void()> fn) = 0;
   virtual bool open() const = 0;
 };
 
@@ -132,6 +136,10 @@ class HttpTransport {
 
   // Connections open now (for tests and metrics).
   size_t connections() const;
+  // The most the loop ran late (a timer due every 20 ms, in microseconds)
+  // since the last call, which starts the next window: how long a request
+  // or a health check waited for the loop at worst.
+  int64_t TakeLoopLagMax();
 
   struct Impl;  // opaque: Beast stays in the .cc
 

@@ -926,6 +926,12 @@ TEST_F(Integration, MetricsPassPromtool) {
   EXPECT_NE(r->body.find("rota_queue_running_jobs{queue=\"default\"} 1"), std::string::npos) << r->body;
   EXPECT_NE(r->body.find("rota_gpu_utilization_ratio{node=\"m\",gpu=\"0\",simulated=\"true\"}"), std::string::npos);
   EXPECT_NE(r->body.find("rota_scheduling_cycle_seconds_count"), std::string::npos);
+  // The front end's own: at least this connection, and the loop's lag (a number of seconds).
+  EXPECT_NE(r->body.find("\nrota_http_connections "), std::string::npos) << r->body;
+  EXPECT_EQ(r->body.find("\nrota_http_connections 0\n"), std::string::npos) << r->body;
+  const size_t lag = r->body.find("\nrota_http_loop_lag_max_seconds ");
+  ASSERT_NE(lag, std::string::npos) << r->body;
+  EXPECT_GE(std::stod(r->body.substr(lag + 32)), 0.0);
   // dcgm-exporter's names, the job on the GPU labelled; the input-bound flag per job.
   EXPECT_NE(r->body.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",device=\"nvidia0\",model_name=\"A100\",hostname=\"m\",job=\"1\"} 100"),
             std::string::npos) << r->body;
