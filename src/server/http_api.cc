@@ -318,6 +318,7 @@ class WatchHub {
         std::shared_ptr<HttpStream> last;
         {
           std::lock_guard<std::mutex> relock(mu_);
+          if (stopping_) break;
           auto it = watchers_.find(node);
           if (it == watchers_.end() || it->second.empty()) continue;
           last = it->second.back();
@@ -325,12 +326,23 @@ class WatchHub {
         }
         if (++sent % kBatch == 0) Pace(*last);
       }
-      if (std::chrono::steady_clock::now() >= next_tick) {
+      // Every slice whose second has come (a pass slowed by a burst of
+      // events must not stretch each node's keepalive beyond kKeepalive
+      // much: agents give up on a silent watch after 75 s).
+      int slices = 0;
+      const auto now = std::chrono::steady_clock::now();
+      while (now >= next_tick && slices < kKeepaliveSlices) {
+        ++slices;
+        next_tick += kTick;
+      }
+      if (next_tick <= now) next_tick = now + kTick;  // a whole round was due: in step again from here
+      if (slices > 0) {
         std::vector<std::shared_ptr<HttpStream>> due;
         lock.lock();
         for (auto it = watchers_.begin(); it != watchers_.end();) {
           auto next = std::next(it);
-          if (static_cast<int>(std::hash<std::string>{}(it->first) % kKeepaliveSlices) == slice) {
+          if ((static_cast<int>(std::hash<std::string>{}(it->first) % kKeepaliveSlices) - slice + kKeepaliveSlices) %
+                  kKeepaliveSlices < slices) {
             std::erase_if(it->second, [](const std::shared_ptr<HttpStream>& s) { return !s->open(); });
             due.insert(due.end(), it->second.begin(), it->second.end());
             if (it->second.empty()) watchers_.erase(it);
@@ -338,12 +350,11 @@ class WatchHub {
           it = next;
         }
         lock.unlock();
-        for (size_t i = 0; i < due.size(); ++i) {
+        for (size_t i = 0; i < due.size() && !stopping_; ++i) {
           due[i]->Send("\n");
           if ((i + 1) % kBatch == 0) Pace(*due[i]);
         }
-        slice = (slice + 1) % kKeepaliveSlices;
-        next_tick = std::chrono::steady_clock::now() + kTick;
+        slice = (slice + slices) % kKeepaliveSlices;
       }
       lock.lock();
     }
@@ -369,7 +380,7 @@ class WatchHub {
   Controller* c_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};  // set under mu_; read without it between paced writes
   std::unordered_map<std::string, std::vector<std::shared_ptr<HttpStream>>> watchers_;
   std::set<std::string> dirty_;
   std::thread thread_;

@@ -8,8 +8,12 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -217,6 +221,9 @@ struct HttpTransport::Impl {
   }
 
   void Accept();
+  // Takes an accept that failed out of turn; the retry timer re-arms it (on
+  // the accept strand).
+  void RetrySoon();
   // Starts a session on an accepted connection, or closes it past a cap.
   void Serve(tcp::socket socket);
   // Connections an accept takes from the backlog after its own.
@@ -529,35 +536,51 @@ void HttpTransport::Impl::Accept() {
   acceptor->async_accept(asio::make_strand(ioc), asio::bind_executor(*accept_strand, [this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || stopping) return;
-      // Out of descriptors (or memory): the pending connection stays in the
-      // backlog, so retrying at once would spin. Serve the open ones and
-      // try again shortly.
-      // (One timer for all the accepts that failed: it re-arms each.)
-      if (accepts_waiting++ > 0) return;
-      accept_retry->expires_after(std::chrono::milliseconds(50));
-      accept_retry->async_wait([this](beast::error_code e) {
-        const int n = accepts_waiting;
-        accepts_waiting = 0;
-        if (e || stopping) return;
-        for (int i = 0; i < n; ++i) Accept();
-      });
-      return;
+      return RetrySoon();
     }
     Serve(std::move(socket));
     // Then whatever else waits in the backlog, without a trip through the
     // loop's queue each: the listener only comes round once per pass of
-    // that queue, and at 16 connections a pass a storm of reports (12,500
-    // nodes each sending an exit) overflowed the kernel's backlog, whose
-    // dropped connections their clients retry only a second later.
+    // that queue, and at 16 connections a pass a storm of connections
+    // (12,500 nodes registering at once) overflowed the kernel's backlog,
+    // whose dropped connections their clients retry only a second later.
+    // accept4 itself, not Asio's synchronous accept: that one waits in
+    // poll() without a timeout after ECONNABORTED or EPROTO.
+    const int listener = acceptor->native_handle();
+    const tcp protocol = acceptor->local_endpoint().protocol();
     for (int i = 0; i < kDrainPerAccept; ++i) {
+      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == ECONNABORTED || errno == EPROTO || errno == EINTR) continue;  // that one is gone; the next
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;                      // the backlog is empty
+        return RetrySoon();  // out of descriptors or memory: this accept waits with the others
+      }
       tcp::socket next(asio::make_strand(ioc));
-      beast::error_code drain_ec;
-      acceptor->accept(next, drain_ec);  // the acceptor is non-blocking: would_block when the backlog is empty
-      if (drain_ec) break;
+      beast::error_code assign_ec;
+      next.assign(protocol, fd, assign_ec);
+      if (assign_ec) {
+        ::close(fd);
+        continue;
+      }
       Serve(std::move(next));
     }
     Accept();
   }));
+}
+
+void HttpTransport::Impl::RetrySoon() {
+  // Out of descriptors (or memory): the pending connection stays in the
+  // backlog, so retrying at once would spin. Serve the open ones and try
+  // again shortly. (One timer for all the accepts that failed: it re-arms
+  // each.)
+  if (accepts_waiting++ > 0) return;
+  accept_retry->expires_after(std::chrono::milliseconds(50));
+  accept_retry->async_wait([this](beast::error_code e) {
+    const int n = accepts_waiting;
+    accepts_waiting = 0;
+    if (e || stopping) return;
+    for (int i = 0; i < n; ++i) Accept();
+  });
 }
 
 void HttpTransport::Impl::Serve(tcp::socket socket) {
@@ -625,7 +648,7 @@ StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
   if (!ec) d.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) d.acceptor->bind(endpoint, ec);
   if (!ec) d.acceptor->listen(asio::socket_base::max_listen_connections, ec);
-  if (!ec) d.acceptor->non_blocking(true, ec);  // its synchronous accepts drain the backlog (Accept)
+  if (!ec) d.acceptor->non_blocking(true, ec);  // Accept's accept4 drain must never block
   if (ec) {
     d.acceptor.reset();
     return UnavailableError("cannot listen on " + where + " (in use?): " + ec.message());
