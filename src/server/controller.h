@@ -96,6 +96,9 @@ struct ControllerOptions {
 // gangs: the agent's lease starts when it reads the answer (after the server
 // sent it), and supervisors check it every 100 ms.
 inline constexpr Duration kFenceMargin = 2 * kMicrosPerSecond;
+// How often, at most, the scheduling loop looks for silent nodes and
+// overdue jobs when no cycle is asked for (scheduling_loop.cc).
+inline constexpr Duration kCheckEvery = 100 * 1000;
 
 // The agent protocol's types (api/agent_protocol.h).
 using api::GpuTelemetry;
@@ -453,6 +456,7 @@ class Controller {
   bool last_cycle_idle_ = false;  // it decided nothing
   double last_cycle_seconds_ = 0;  // what it cost
   std::chrono::steady_clock::time_point last_cycle_at_{};
+  std::optional<TimePoint> last_checked_at_;  // the last CheckNodes, on the controller's clock
   mutable std::condition_variable node_cv_;
 
   std::thread actor_;
