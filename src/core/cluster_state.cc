@@ -223,9 +223,10 @@ Status ClusterState::ApplyOne(const NodeAdded& e) {
   const std::vector<std::string> domain_levels(node_it + 1, data_->levels.end());
   std::vector<std::string> path;  // domain names, innermost level first
   for (size_t l = 0; l < domain_levels.size(); ++l) path.push_back(Topology::DomainName(domain_levels, e.spec, l));
-  for (size_t l = 0; l + 1 < path.size() && l < data_->domain_parent.size(); ++l) {
-    auto known = data_->domain_parent[l].find(path[l]);
-    if (known != data_->domain_parent[l].end() && known->second != path[l + 1]) {
+  const Snapshot::Data::DomainParents& known_parents = *data_->domain_parent;
+  for (size_t l = 0; l + 1 < path.size() && l < known_parents.size(); ++l) {
+    auto known = known_parents[l].find(path[l]);
+    if (known != known_parents[l].end() && known->second != path[l + 1]) {
       return InvalidArgumentError("node '" + e.spec.name + "': " + *(node_it + 1 + l) + " '" + path[l] +
                                   "' is already in " + *(node_it + 2 + l) + " '" + known->second + "', not '" +
                                   path[l + 1] + "'");
@@ -233,8 +234,14 @@ Status ClusterState::ApplyOne(const NodeAdded& e) {
   }
 
   Snapshot::Data& d = Mutable();
-  d.domain_parent.resize(path.size());
-  for (size_t l = 0; l + 1 < path.size(); ++l) d.domain_parent[l].emplace(path[l], path[l + 1]);
+  // Copied if another state shares it (once per batch of joins: after that
+  // this state holds the only copy).
+  std::shared_ptr<Snapshot::Data::DomainParents> parents =
+      d.domain_parent.use_count() == 1 ? std::const_pointer_cast<Snapshot::Data::DomainParents>(d.domain_parent)
+                                       : std::make_shared<Snapshot::Data::DomainParents>(*d.domain_parent);
+  parents->resize(std::max(parents->size(), path.size()));
+  for (size_t l = 0; l + 1 < path.size(); ++l) (*parents)[l].emplace(path[l], path[l + 1]);
+  d.domain_parent = std::move(parents);
   NodeState n;
   n.id = NodeId(static_cast<uint32_t>(d.nodes.size()));
   n.spec = e.spec;
@@ -781,7 +788,7 @@ Status ClusterState::ApplyOne(const NodeLabelsChanged& e) {
   }
   Snapshot::Data& d = Mutable();
   d.nodes.Mut(index).spec.labels = e.labels;
-  d.domain_parent = std::move(parents);
+  d.domain_parent = std::make_shared<Snapshot::Data::DomainParents>(std::move(parents));
   d.topology = std::make_shared<Snapshot::Data::LazyTopology>();
   return Status::Ok();
 }
