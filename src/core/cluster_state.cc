@@ -236,9 +236,13 @@ Status ClusterState::ApplyOne(const NodeAdded& e) {
   Snapshot::Data& d = Mutable();
   // Copied if another state shares it (once per batch of joins: after that
   // this state holds the only copy).
-  std::shared_ptr<Snapshot::Data::DomainParents> parents =
-      d.domain_parent.use_count() == 1 ? std::const_pointer_cast<Snapshot::Data::DomainParents>(d.domain_parent)
-                                       : std::make_shared<Snapshot::Data::DomainParents>(*d.domain_parent);
+  std::shared_ptr<Snapshot::Data::DomainParents> parents;
+  if (d.domain_parent.use_count() == 1) {
+    std::atomic_thread_fence(std::memory_order_acquire);  // (as in NodeTable::Mut)
+    parents = std::const_pointer_cast<Snapshot::Data::DomainParents>(d.domain_parent);
+  } else {
+    parents = std::make_shared<Snapshot::Data::DomainParents>(*d.domain_parent);
+  }
   parents->resize(std::max(parents->size(), path.size()));
   for (size_t l = 0; l + 1 < path.size(); ++l) (*parents)[l].emplace(path[l], path[l + 1]);
   d.domain_parent = std::move(parents);

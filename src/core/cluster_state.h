@@ -19,6 +19,7 @@
 #include <bit>
 #include <iterator>
 #include <map>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -224,13 +225,23 @@ class NodeTable {
   // thread).
   NodeState& Mut(size_t i) {
     std::shared_ptr<NodeState>& node = MutChunk(i / kChunk)[i % kChunk];
-    if (node.use_count() > 1) node = std::make_shared<NodeState>(*node);
+    if (node.use_count() > 1) {
+      node = std::make_shared<NodeState>(*node);
+    } else {
+      // (use_count is a relaxed load: order the last reader's reads, on the
+      // thread that dropped its snapshot, before this write.)
+      std::atomic_thread_fence(std::memory_order_acquire);
+    }
     return *node;
   }
 
  private:
   Chunk& MutChunk(size_t c) {
-    if (chunks_[c].use_count() > 1) chunks_[c] = std::make_shared<Chunk>(*chunks_[c]);
+    if (chunks_[c].use_count() > 1) {
+      chunks_[c] = std::make_shared<Chunk>(*chunks_[c]);
+    } else {
+      std::atomic_thread_fence(std::memory_order_acquire);  // (as in Mut)
+    }
     return *chunks_[c];
   }
 

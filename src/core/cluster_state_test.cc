@@ -214,6 +214,51 @@ TEST(ClusterState, RefusesDuplicateNodeAndRackInTwoSpines) {
   EXPECT_EQ(st.GetSnapshot().nodes().size(), 1u);
 }
 
+// Nodes are shared between states in chunks of 256 (copy-on-write): a state
+// taken before a change keeps what it saw across the chunk boundary, when a
+// node is added to a shared chunk, when a node of a shared chunk changes, and
+// the rack-to-spine index is its own after a copy.
+TEST(ClusterState, ASnapshotKeepsItsNodesAcrossSharedChunks) {
+  ClusterState st;
+  auto unlabelled = [](int i) {
+    NodeSpec n = Node("n" + std::to_string(i), 8);
+    n.labels = {{"rack", "r" + std::to_string(i)}};  // each rack its own spine
+    return n;
+  };
+  for (int i = 0; i < 256; ++i) ASSERT_TRUE(st.Apply(NodeAdded{unlabelled(i)}).ok());
+  const Snapshot full_chunk = st.GetSnapshot();
+  for (int i = 256; i < 300; ++i) ASSERT_TRUE(st.Apply(NodeAdded{unlabelled(i)}).ok());
+  const Snapshot part_chunk = st.GetSnapshot();
+  ASSERT_TRUE(st.Apply(NodeAdded{unlabelled(300)}).ok());  // into the chunk part_chunk shares
+  ASSERT_TRUE(st.Apply(NodeDrainChanged{"n260", true, "fan"}).ok());
+  ASSERT_TRUE(st.Apply(NodeDrainChanged{"n3", true, "psu"}).ok());
+
+  EXPECT_EQ(full_chunk.nodes().size(), 256u);
+  EXPECT_EQ(part_chunk.nodes().size(), 300u);
+  EXPECT_EQ(st.GetSnapshot().nodes().size(), 301u);
+  EXPECT_EQ(part_chunk.nodes()[299].spec.name, "n299");
+  EXPECT_FALSE(part_chunk.FindNode("n260")->drained);
+  EXPECT_FALSE(full_chunk.FindNode("n3")->drained);
+  EXPECT_FALSE(part_chunk.FindNode("n3")->drained);
+  EXPECT_TRUE(st.GetSnapshot().FindNode("n260")->drained);
+  EXPECT_TRUE(st.GetSnapshot().FindNode("n3")->drained);
+  int seen = 0;
+  for (const NodeState& n : part_chunk.nodes()) seen += n.spec.name == "n" + std::to_string(seen) ? 1 : 0;
+  EXPECT_EQ(seen, 300);
+
+  // A copy's joins and the original's are checked against their own racks.
+  ClusterState copy = st;
+  NodeSpec a = Node("a", 8);
+  a.labels = {{"rack", "shared"}, {"spine", "s-copy"}};
+  ASSERT_TRUE(copy.Apply(NodeAdded{a}).ok());
+  NodeSpec b = Node("b", 8);
+  b.labels = {{"rack", "shared"}, {"spine", "s-original"}};
+  EXPECT_TRUE(st.Apply(NodeAdded{b}).ok()) << "the copy's rack leaked into the original";
+  NodeSpec c = Node("c", 8);
+  c.labels = {{"rack", "shared"}, {"spine", "s-original"}};
+  EXPECT_EQ(copy.Apply(NodeAdded{c}).code(), StatusCode::kInvalidArgument) << "the copy forgot its own rack";
+}
+
 // Nodes in one rack with no spine label share a spine ('~r1'), rather than
 // each being refused after the first; and an agent's corrected labels
 // replace the old ones when it registers again (refused, changing nothing,
