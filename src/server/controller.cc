@@ -96,22 +96,10 @@ Status Controller::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, job] : snap.live_jobs()) IndexJob(snap, id, &touched);
   }
-  actor_ = std::thread([this] {
-    NameThisThread("rota-actor");
-    ActorLoop();
-  });
-  scheduler_thread_ = std::thread([this] {
-    NameThisThread("rota-schedule");
-    SchedulerLoop();
-  });
-  snapshot_thread_ = std::thread([this] {
-    NameThisThread("rota-snapshot");
-    SnapshotLoop();
-  });
-  history_thread_ = std::thread([this] {
-    NameThisThread("rota-history");
-    HistoryLoop();
-  });
+  actor_ = NamedThread("rota-actor", [this] { ActorLoop(); });
+  scheduler_thread_ = NamedThread("rota-schedule", [this] { SchedulerLoop(); });
+  snapshot_thread_ = NamedThread("rota-snapshot", [this] { SnapshotLoop(); });
+  history_thread_ = NamedThread("rota-history", [this] { HistoryLoop(); });
   Trigger();
   return Status::Ok();
 }

@@ -1,11 +1,9 @@
 #include "server/http_api.h"
 
-#include "base/thread_name.h"
-
-#include "base/version.h"
-
 #include "base/base64.h"
 #include "base/strings.h"
+#include "base/thread_name.h"
+#include "base/version.h"
 #include "server/web_assets.h"
 
 #include "server/http_transport.h"
@@ -238,10 +236,7 @@ class WatchHub {
 
   void Start() {
     c_->SetNodeListener([this](const std::vector<std::string>& nodes) { Changed(nodes); });
-    thread_ = std::thread([this] {
-      NameThisThread("rota-watches");
-      Loop();
-    });
+    thread_ = NamedThread("rota-watches", [this] { Loop(); });
   }
   // Before the transport stops: no stream is written to after this.
   void Stop() {
@@ -409,10 +404,7 @@ class HttpServerImpl final : public HttpServer {
                                    .workers = kThreads};
     watches_.Start();
     ROTA_ASSIGN_OR_RETURN(port_, server_->Start(transport));
-    sampler_ = std::thread([this] {
-      NameThisThread("rota-sampler");
-      SampleQueues();
-    });
+    sampler_ = NamedThread("rota-sampler", [this] { SampleQueues(); });
     return Status::Ok();
   }
 

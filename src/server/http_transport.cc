@@ -665,10 +665,7 @@ StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
   d.LagTick();
   const int loops = options.io_threads > 0 ? options.io_threads
                                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 4));
-  for (int i = 0; i < loops; ++i) d.io_threads.emplace_back([&d] {
-      NameThisThread("rota-http");
-      d.ioc.run();
-    });
+  for (int i = 0; i < loops; ++i) d.io_threads.push_back(NamedThread("rota-http", [&d] { d.ioc.run(); }));
   return port;
 }
 

@@ -554,10 +554,7 @@ StatusOr<int> Router::Start() {
   }
   const int port = d.acceptor->local_endpoint().port();
   asio::co_spawn(d.ioc, d.Accept(), asio::detached);
-  d.loop = std::thread([&d] {
-    NameThisThread("rota-router");
-    d.ioc.run();
-  });
+  d.loop = NamedThread("rota-router", [&d] { d.ioc.run(); });
   d.running = true;
   return port;
 }

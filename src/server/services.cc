@@ -7,8 +7,7 @@
 namespace rota::server {
 
 void ServiceManager::Start() {
-  thread_ = std::thread([this] {
-    NameThisThread("rota-services");
+  thread_ = NamedThread("rota-services", [this] {
     std::unique_lock<std::mutex> lock(stop_mu_);
     while (!stop_) {
       lock.unlock();
