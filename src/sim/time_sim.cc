@@ -15,11 +15,14 @@
 #include "base/rng.h"
 #include "core/cluster_state.h"
 #include "sched/engine.h"
+#include "sched/learned.h"
 #include "sched/to_events.h"
 #include "sim/profile_sim.h"
 
 namespace rota::sim {
 namespace {
+
+using sched::LearnedGittins;
 
 constexpr TimePoint kNever = std::numeric_limits<TimePoint>::max();
 constexpr int kQueues = 3;
@@ -393,120 +396,6 @@ double Round(double v, int digits) {
   return std::nearbyint(v * f) / f;
 }
 
-// rota's ordering: the Gittins index of a job's attained GPU-time, from the
-// distribution of GPU-time of the jobs that have finished so far (nothing a
-// real scheduler would not know). On log-spaced bins of attained service
-// (factor sqrt 2): the index of bin i is the best, over later bin edges e_j,
-// of P(done by e_j | ran e_i) / E[service until min(done, e_j) | ran e_i].
-class LearnedGittins {
- public:
-  static constexpr int kBins = 64;
-  static double Edge(int i) { return Edges()[i]; }
-  static int Bin(double a) {
-    const auto& e = Edges();
-    // The last edge not above a (bin 0 below 1).
-    const int i = static_cast<int>(std::upper_bound(e.begin(), e.begin() + kBins, a) - e.begin()) - 1;
-    return std::clamp(i, 0, kBins - 1);
-  }
-  static const std::array<double, kBins + 1>& Edges() {
-    static const std::array<double, kBins + 1> edges = [] {
-      std::array<double, kBins + 1> e{};
-      for (int i = 0; i <= kBins; ++i) e[i] = std::pow(2.0, i / 2.0);
-      return e;
-    }();
-    return edges;
-  }
-  // Next edge above `a` (GPU-seconds), for wake-ups.
-  static double NextEdge(double a) { return Edge(Bin(a) + 1); }
-
-  void Add(double gpu_seconds, double weight = 1) {
-    const int b = Bin(gpu_seconds);
-    count_[b] += weight;
-    sum_[b] += gpu_seconds * weight;
-    ++samples_;
-  }
-  // Adds `other`'s finished jobs scaled to `weight` in all (a prior).
-  void AddScaled(const LearnedGittins& other, double weight) {
-    double total = 0;
-    for (int i = 0; i < kBins; ++i) total += other.count_[i];
-    if (total <= 0) return;
-    for (int i = 0; i < kBins; ++i) {
-      count_[i] += other.count_[i] * weight / total;
-      sum_[i] += other.sum_[i] * weight / total;
-    }
-  }
-  // Adds a log-normal distribution of GPU-seconds (`mu` and `sigma`: mean and
-  // deviation of the log), `weight` jobs in all.
-  void AddLogNormal(double mu, double sigma, double weight) {
-    const double sq = sigma * sigma;
-    const double mean = std::exp(mu + sq / 2);
-    for (int i = 0; i < kBins; ++i) {
-      const double lo = i == 0 ? -HUGE_VAL : std::log(Edge(i));
-      const double hi = i == kBins - 1 ? HUGE_VAL : std::log(Edge(i + 1));
-      const double p = NormalMass((lo - mu) / sigma, (hi - mu) / sigma);
-      if (p <= 0) continue;
-      // E[X; lo < log X < hi] of a log-normal, over p: the bin's mean, kept
-      // inside the bin where the tail's rounding would throw it out.
-      const double in_bin = mean * NormalMass((lo - mu - sq) / sigma, (hi - mu - sq) / sigma) / p;
-      count_[i] += weight * p;
-      sum_[i] += weight * p * std::clamp(in_bin, i == 0 ? 0.0 : Edge(i), i == kBins - 1 ? HUGE_VAL : Edge(i + 1));
-    }
-  }
-  // `censored`: attained GPU-seconds of jobs not finished yet (they will run
-  // at least that long): a Kaplan-Meier estimate, so that the long jobs still
-  // running are not missing from the distribution. A job censored inside a bin
-  // is at risk there for the share of the bin it had run when this was built
-  // (actuarial; a sweep's estimate is rebuilt as its jobs cross into a bin, so
-  // for those the share is near nothing): counted whole, it would claim to
-  // have outlived the bin, and a job's own attained service would keep telling
-  // it that it will not finish soon.
-  void Rebuild(const std::vector<double>& censored) {
-    double at_risk[kBins + 1] = {};
-    double cens[kBins] = {};
-    double part[kBins] = {};
-    for (double a : censored) {
-      const int b = Bin(a);
-      ++cens[b];
-      part[b] += std::clamp((a - Edge(b)) / (Edge(b + 1) - Edge(b)), 0.0, 1.0);
-    }
-    for (int i = kBins - 1; i >= 0; --i) at_risk[i] = at_risk[i + 1] + count_[i] + cens[i];
-    for (int i = 0; i < kBins; ++i) at_risk[i] -= cens[i] - part[i];
-    double hazard[kBins], mean[kBins];
-    for (int i = 0; i < kBins; ++i) {
-      hazard[i] = at_risk[i] > 0 ? count_[i] / at_risk[i] : 0;
-      mean[i] = count_[i] > 0 ? sum_[i] / count_[i] : (Edge(i) + Edge(i + 1)) / 2;
-    }
-    for (int i = 0; i < kBins; ++i) {
-      const double start = Edge(i);
-      double surv = 1, spent = 0, best = 0;
-      for (int j = i; j < kBins; ++j) {
-        spent += surv * hazard[j] * (mean[j] - start);
-        surv *= 1 - hazard[j];
-        const double e = spent + surv * (Edge(j + 1) - start);
-        if (e > 0) best = std::max(best, (1 - surv) / e);
-      }
-      index_[i] = best;
-    }
-    built_ = samples_;
-  }
-  bool stale() const { return samples_ >= 16 && samples_ >= built_ + built_ / 10 + 1; }
-  bool ready() const { return built_ >= 16; }
-  int64_t built() const { return built_; }
-  double Index(double a) const { return index_[Bin(a)]; }
-  // P(a < Z < b) for a standard normal Z, from the nearer tail (no cancellation).
-  static double NormalMass(double a, double b) {
-    if (a >= 0) return 0.5 * (std::erfc(a / std::sqrt(2.0)) - std::erfc(b / std::sqrt(2.0)));
-    return 0.5 * (std::erfc(-b / std::sqrt(2.0)) - std::erfc(-a / std::sqrt(2.0)));
-  }
-
- private:
-  double count_[kBins] = {};
-  double sum_[kBins] = {};
-  double index_[kBins] = {};
-  int64_t samples_ = 0;
-  int64_t built_ = 0;
-};
-
 // rota's job order, non-clairvoyant: it knows what a scheduler knows (a job's
 // attained service, its GPUs, its queue, when it was submitted, and the run
 // times of jobs that finished), never a job's duration.
@@ -542,11 +431,7 @@ class LearnedGittins {
 class RotaOrder {
  public:
   static constexpr double kBatchWindowSeconds = 60;
-  static constexpr double kPriorWeight = 2;
-  // Within a sweep, the prior of the variance of log GPU-time (Philly
-  // 0e4a51's, above) and its weight in jobs.
-  static constexpr double kLogVariance = 0.34;
-  static constexpr double kLogVarianceWeight = 0.5;
+  static constexpr double kPriorWeight = sched::kSweepPriorWeight;
   static constexpr Duration kStarved = 3 * 24 * 3600 * kMicrosPerSecond;
   static constexpr int kMaxPerHour = 3;
 
@@ -646,7 +531,7 @@ class RotaOrder {
     uint64_t stamp = 0;  // the Rank pass that last looked at it
     bool informed = false;
     double log_sum = 0, log_sq = 0;  // of its finished jobs' GPU-seconds
-    double mu = 0, var = 0;          // its last log-normal fit (var 0: none yet)
+    sched::NormalFit fit{0, 0, 0};   // its last log-normal fit (var 0: none yet)
   };
   // Starved jobs' ranks: this plus their submission time in seconds.
   static constexpr double kStarvedRank = -1e12;
@@ -656,7 +541,7 @@ class RotaOrder {
   static constexpr double kInformedAt = 600;
   const Duration min_runtime_;
   std::vector<double> last_running_;  // per batch: the worst rank of its running jobs
-  CensoredNormal fit_;                // Fit's scratch
+  sched::CensoredNormal fit_;         // BuildSweepIndex's scratch
   double log_n_ = 0, log_sum_ = 0, log_sq_ = 0;  // log GPU-seconds of finished jobs
   uint64_t stamp_ = 0;
   std::vector<std::vector<uint32_t>> by_batch_;  // this pass's runnable jobs by batch
@@ -682,50 +567,14 @@ class RotaOrder {
         b.index.AddScaled(global_, kPriorWeight);
         b.index.Rebuild(censored_);
       } else {
-        Fit(b);
-        b.index.AddLogNormal(b.mu, std::sqrt(b.var), static_cast<double>(b.finished + censored_.size()));
-        b.index.AddScaled(global_, kPriorWeight);
-        b.index.Rebuild({});
+        sched::BuildSweepIndex(static_cast<double>(b.finished), b.log_sum, b.log_sq, censored_,
+                               {log_n_, log_sum_, log_sq_}, global_, &b.fit, &fit_, &b.index);
       }
       b.built = b.finished;
       b.prior_built = global_.built();
       b.bins = bins;
     }
   }
-  // Fits a log-normal to the batch's GPU-times: finished jobs exactly, the
-  // unfinished ones (censored_) as at least their attained service, the
-  // posterior mode (FitCensoredNormal on the logs), from the batch's last fit.
-  // Priors: the mean is normal around the mean log of all finished jobs, with
-  // their variance; the variance is kLogVariance, kLogVarianceWeight jobs' worth.
-  void Fit(Batch& b) {
-    const double mu0 = log_sum_ / log_n_;  // the batch has a finished job: log_n_ > 0
-    const double tau2 = std::max(0.1, log_sq_ / log_n_ - mu0 * mu0);
-    const double fin = static_cast<double>(b.finished);
-    // The censored logs, each distinct value once with its count (waiting
-    // jobs often share one).
-    std::sort(censored_.begin(), censored_.end());
-    fit_.censored.clear();
-    for (double v : censored_) {
-      const double c = std::log(std::max(1.0, v));
-      if (fit_.censored.empty() || fit_.censored.back().first != c) fit_.censored.emplace_back(c, 0);
-      ++fit_.censored.back().second;
-    }
-    if (b.var == 0) {  // never fitted: from the finished jobs' (fin > 0)
-      b.mu = b.log_sum / fin;
-      b.var = kLogVariance;
-    }
-    fit_.n = fin;
-    fit_.sum = b.log_sum;
-    fit_.sq = b.log_sq;
-    fit_.mu0 = mu0;
-    fit_.tau2 = tau2;
-    fit_.var0 = kLogVariance;
-    fit_.var_weight = kLogVarianceWeight;
-    const NormalFit f = FitCensoredNormal(fit_, {b.mu, b.var, 0});
-    b.mu = f.mu;
-    b.var = f.var;
-  }
-
   LearnedGittins global_;
   std::vector<Batch> batches_;
   std::map<std::pair<std::string, int64_t>, int32_t> open_;  // (queue, GPUs) -> latest batch
@@ -775,91 +624,6 @@ double GittinsTable::Index(double attained) const {
                               [](double a, int64_t d) { return a < static_cast<double>(d); }) -
              data_.begin();
   return index_[k];
-}
-
-NormalFit FitCensoredNormal(const CensoredNormal& data, NormalFit start) {
-  const double n = data.n + std::accumulate(data.censored.begin(), data.censored.end(), 0.0,
-                                            [](double a, const auto& c) { return a + c.second; });
-  NormalFit out = start;
-  if (n <= 0) return out;
-  const double nu = data.var_weight, s0 = data.var0, mu0 = data.mu0, tau2 = data.tau2;
-  constexpr double kMinSd = 0.1;
-  struct Eval {
-    double f = 0, gm = 0, gs = 0, hmm = 0, hms = 0, hss = 0;  // value, gradient, Hessian in (mu, sd)
-  };
-  auto eval = [&](double mu, double sd) {
-    Eval e;
-    const double var = sd * sd;
-    // Exact values: their log density, from their sums.
-    const double dev = data.sq - 2 * mu * data.sum + data.n * mu * mu;  // sum of (x - mu)^2
-    const double dsum = data.sum - data.n * mu;                         // sum of (x - mu)
-    e.f = -data.n * std::log(sd) - dev / (2 * var);
-    e.gm = dsum / var;
-    e.gs = -data.n / sd + dev / (var * sd);
-    e.hmm = -data.n / var;
-    e.hms = -2 * dsum / (var * sd);
-    e.hss = data.n / var - 3 * dev / (var * var);
-    for (const auto& [c, count] : data.censored) {
-      // log P(x > c) = log S(z), z = (c - mu) / sd; lambda = phi(z) / S(z),
-      // with its asymptotic series where S underflows.
-      const double z = (c - mu) / sd;
-      const double tail = 0.5 * std::erfc(z / std::sqrt(2.0));
-      double log_tail, lambda;
-      if (tail > 1e-300) {
-        log_tail = std::log(tail);
-        lambda = std::exp(-z * z / 2) / std::sqrt(2 * M_PI) / tail;
-      } else {
-        log_tail = -z * z / 2 - std::log(z * std::sqrt(2 * M_PI));
-        lambda = z + 1 / z - 2 / (z * z * z);
-      }
-      e.f += count * log_tail;
-      e.gm += count * lambda / sd;
-      e.gs += count * lambda * z / sd;
-      e.hmm -= count * lambda * (lambda - z) / var;
-      e.hms -= count * lambda * (1 + z * (lambda - z)) / var;
-      e.hss -= count * lambda * z * (2 + z * (lambda - z)) / var;
-    }
-    e.f += -(mu - mu0) * (mu - mu0) / (2 * tau2) - nu * std::log(sd) - nu * s0 / (2 * var);
-    e.gm += -(mu - mu0) / tau2;
-    e.gs += -nu / sd + nu * s0 / (var * sd);
-    e.hmm += -1 / tau2;
-    e.hss += nu / var - 3 * nu * s0 / (var * var);
-    return e;
-  };
-  // Newton's method; where the Hessian is not negative definite, shifted
-  // until it is (Levenberg-Marquardt). Each step halved until the posterior
-  // rises; done when a step moves less than 1e-7 or none rises.
-  double mu = start.mu, sd = std::max(std::sqrt(std::max(start.var, 0.0)), kMinSd);
-  Eval e = eval(mu, sd);
-  for (out.iterations = 1; out.iterations <= 200; ++out.iterations) {
-    double hmm = e.hmm, hss = e.hss;
-    const double half_trace = (hmm + hss) / 2;
-    const double top = half_trace + std::sqrt(half_trace * half_trace - (hmm * hss - e.hms * e.hms));  // largest eigenvalue
-    if (!(top < 0)) {
-      const double shift = top + std::max(1e-6, 0.01 * std::abs(half_trace));
-      hmm -= shift;
-      hss -= shift;
-    }
-    const double det = hmm * hss - e.hms * e.hms;
-    double dm = -(hss * e.gm - e.hms * e.gs) / det;
-    double ds = -(hmm * e.gs - e.hms * e.gm) / det;
-    bool moved = false;
-    for (int half = 0; half < 40; ++half, dm /= 2, ds /= 2) {
-      if (sd + ds < kMinSd) continue;
-      const Eval t = eval(mu + dm, sd + ds);
-      if (t.f > e.f) {
-        mu += dm;
-        sd += ds;
-        e = t;
-        moved = true;
-        break;
-      }
-    }
-    if (!moved || (std::abs(dm) < 1e-7 && std::abs(ds) < 1e-7)) break;
-  }
-  out.mu = mu;
-  out.var = sd * sd;
-  return out;
 }
 
 void FinishSummary(TimeSimResult* result, int64_t total_gpus, std::chrono::steady_clock::time_point start) {

@@ -115,22 +115,5 @@ class GittinsTable {
   std::vector<double> index_;
 };
 
-// The posterior mode of a normal's mean and variance, from exact values
-// (given by their count, sum and sum of squares) and right-censored ones
-// (each value, with how many there are, known only to be exceeded). Priors:
-// the mean is normal around `mu0` with variance `tau2`; the variance is worth
-// `var_weight` values at `var0`. Newton's method from `start`, with an EM
-// step wherever Newton's would not climb. rota's order fits the log GPU-time
-// of a sweep's jobs with it.
-struct CensoredNormal {
-  double n = 0, sum = 0, sq = 0;                  // the exact values
-  std::vector<std::pair<double, int>> censored;   // (value, count)
-  double mu0 = 0, tau2 = 1, var0 = 1, var_weight = 0;
-};
-struct NormalFit {
-  double mu = 0, var = 1;
-  int iterations = 0;
-};
-NormalFit FitCensoredNormal(const CensoredNormal& data, NormalFit start);
 
 }  // namespace rota::sim

@@ -1,0 +1,176 @@
+// The learned job order's estimates, shared by the engine's `learned`
+// JobOrder plugin (plugins/learned) and the simulator's research backend
+// (sim/time_sim.cc's RotaOrder): one copy of the statistics.
+//   LearnedGittins   the Gittins index of attained GPU-time, from a binned
+//                    distribution of finished jobs' GPU-time (Kaplan-Meier
+//                    over the jobs still running)
+//   FitCensoredNormal the posterior mode of a normal from exact and
+//                    right-censored values (a sweep's log GPU-time)
+//   BuildSweepIndex  a sweep's index: a log-normal fitted to its finished and
+//                    unfinished jobs, with the workload's distribution as a
+//                    prior
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace rota::sched {
+
+// rota's ordering: the Gittins index of a job's attained GPU-time, from the
+// distribution of GPU-time of the jobs that have finished so far (nothing a
+// real scheduler would not know). On log-spaced bins of attained service
+// (factor sqrt 2): the index of bin i is the best, over later bin edges e_j,
+// of P(done by e_j | ran e_i) / E[service until min(done, e_j) | ran e_i].
+class LearnedGittins {
+ public:
+  static constexpr int kBins = 64;
+  static double Edge(int i) { return Edges()[i]; }
+  static int Bin(double a) {
+    const auto& e = Edges();
+    // The last edge not above a (bin 0 below 1).
+    const int i = static_cast<int>(std::upper_bound(e.begin(), e.begin() + kBins, a) - e.begin()) - 1;
+    return std::clamp(i, 0, kBins - 1);
+  }
+  static const std::array<double, kBins + 1>& Edges() {
+    static const std::array<double, kBins + 1> edges = [] {
+      std::array<double, kBins + 1> e{};
+      for (int i = 0; i <= kBins; ++i) e[i] = std::pow(2.0, i / 2.0);
+      return e;
+    }();
+    return edges;
+  }
+  // Next edge above `a` (GPU-seconds), for wake-ups.
+  static double NextEdge(double a) { return Edge(Bin(a) + 1); }
+
+  void Add(double gpu_seconds, double weight = 1) {
+    const int b = Bin(gpu_seconds);
+    count_[b] += weight;
+    sum_[b] += gpu_seconds * weight;
+    ++samples_;
+  }
+  // Adds `other`'s finished jobs scaled to `weight` in all (a prior).
+  void AddScaled(const LearnedGittins& other, double weight) {
+    double total = 0;
+    for (int i = 0; i < kBins; ++i) total += other.count_[i];
+    if (total <= 0) return;
+    for (int i = 0; i < kBins; ++i) {
+      count_[i] += other.count_[i] * weight / total;
+      sum_[i] += other.sum_[i] * weight / total;
+    }
+  }
+  // Adds a log-normal distribution of GPU-seconds (`mu` and `sigma`: mean and
+  // deviation of the log), `weight` jobs in all.
+  void AddLogNormal(double mu, double sigma, double weight) {
+    const double sq = sigma * sigma;
+    const double mean = std::exp(mu + sq / 2);
+    for (int i = 0; i < kBins; ++i) {
+      const double lo = i == 0 ? -HUGE_VAL : std::log(Edge(i));
+      const double hi = i == kBins - 1 ? HUGE_VAL : std::log(Edge(i + 1));
+      const double p = NormalMass((lo - mu) / sigma, (hi - mu) / sigma);
+      if (p <= 0) continue;
+      // E[X; lo < log X < hi] of a log-normal, over p: the bin's mean, kept
+      // inside the bin where the tail's rounding would throw it out.
+      const double in_bin = mean * NormalMass((lo - mu - sq) / sigma, (hi - mu - sq) / sigma) / p;
+      count_[i] += weight * p;
+      sum_[i] += weight * p * std::clamp(in_bin, i == 0 ? 0.0 : Edge(i), i == kBins - 1 ? HUGE_VAL : Edge(i + 1));
+    }
+  }
+  // `censored`: attained GPU-seconds of jobs not finished yet (they will run
+  // at least that long): a Kaplan-Meier estimate, so that the long jobs still
+  // running are not missing from the distribution. A job censored inside a bin
+  // is at risk there for the share of the bin it had run when this was built
+  // (actuarial; a sweep's estimate is rebuilt as its jobs cross into a bin, so
+  // for those the share is near nothing): counted whole, it would claim to
+  // have outlived the bin, and a job's own attained service would keep telling
+  // it that it will not finish soon.
+  void Rebuild(const std::vector<double>& censored) {
+    double at_risk[kBins + 1] = {};
+    double cens[kBins] = {};
+    double part[kBins] = {};
+    for (double a : censored) {
+      const int b = Bin(a);
+      ++cens[b];
+      part[b] += std::clamp((a - Edge(b)) / (Edge(b + 1) - Edge(b)), 0.0, 1.0);
+    }
+    for (int i = kBins - 1; i >= 0; --i) at_risk[i] = at_risk[i + 1] + count_[i] + cens[i];
+    for (int i = 0; i < kBins; ++i) at_risk[i] -= cens[i] - part[i];
+    double hazard[kBins], mean[kBins];
+    for (int i = 0; i < kBins; ++i) {
+      hazard[i] = at_risk[i] > 0 ? count_[i] / at_risk[i] : 0;
+      mean[i] = count_[i] > 0 ? sum_[i] / count_[i] : (Edge(i) + Edge(i + 1)) / 2;
+    }
+    for (int i = 0; i < kBins; ++i) {
+      const double start = Edge(i);
+      double surv = 1, spent = 0, best = 0;
+      for (int j = i; j < kBins; ++j) {
+        spent += surv * hazard[j] * (mean[j] - start);
+        surv *= 1 - hazard[j];
+        const double e = spent + surv * (Edge(j + 1) - start);
+        if (e > 0) best = std::max(best, (1 - surv) / e);
+      }
+      index_[i] = best;
+    }
+    built_ = samples_;
+  }
+  bool stale() const { return samples_ >= 16 && samples_ >= built_ + built_ / 10 + 1; }
+  bool ready() const { return built_ >= 16; }
+  int64_t built() const { return built_; }
+  double Index(double a) const { return index_[Bin(a)]; }
+  // P(a < Z < b) for a standard normal Z, from the nearer tail (no cancellation).
+  static double NormalMass(double a, double b) {
+    if (a >= 0) return 0.5 * (std::erfc(a / std::sqrt(2.0)) - std::erfc(b / std::sqrt(2.0)));
+    return 0.5 * (std::erfc(-b / std::sqrt(2.0)) - std::erfc(-a / std::sqrt(2.0)));
+  }
+
+ private:
+  double count_[kBins] = {};
+  double sum_[kBins] = {};
+  double index_[kBins] = {};
+  int64_t samples_ = 0;
+  int64_t built_ = 0;
+};
+
+// The posterior mode of a normal's mean and variance, from exact values
+// (given by their count, sum and sum of squares) and right-censored ones
+// (each value, with how many there are, known only to be exceeded). Priors:
+// the mean is normal around `mu0` with variance `tau2`; the variance is worth
+// `var_weight` values at `var0`. Newton's method from `start`, with an EM
+// step wherever Newton's would not climb. rota's order fits the log GPU-time
+// of a sweep's jobs with it.
+struct CensoredNormal {
+  double n = 0, sum = 0, sq = 0;                  // the exact values
+  std::vector<std::pair<double, int>> censored;   // (value, count)
+  double mu0 = 0, tau2 = 1, var0 = 1, var_weight = 0;
+};
+struct NormalFit {
+  double mu = 0, var = 1;
+  int iterations = 0;
+};
+NormalFit FitCensoredNormal(const CensoredNormal& data, NormalFit start);
+
+// The workload's log GPU-seconds of finished jobs (count, sum, sum of
+// squares): the prior of a sweep's mean.
+struct WorkloadLogs {
+  double n = 0, sum = 0, sq = 0;
+};
+
+// A sweep's index once one of its jobs has finished: a log-normal fitted to
+// its `finished` jobs' log GPU-seconds (sum and sum of squares) and, as at
+// least their attained GPU-seconds, its unfinished ones (`censored`, sorted
+// in place), worth finished + unfinished jobs, plus `global` as a prior of
+// kSweepPriorWeight jobs. `fit`: the sweep's last fit (var 0: none yet),
+// updated; `scratch` is reused. REQUIRES: finished > 0 and workload.n > 0.
+inline constexpr double kSweepPriorWeight = 2;
+// Within a sweep, the prior of the variance of log GPU-time (Philly
+// 0e4a51's: 0.34 within sweeps, 10.8 overall) and its weight in jobs.
+inline constexpr double kSweepLogVariance = 0.34;
+inline constexpr double kSweepLogVarianceWeight = 0.5;
+void BuildSweepIndex(double finished, double log_sum, double log_sq, std::vector<double>& censored,
+                     const WorkloadLogs& workload, const LearnedGittins& global, NormalFit* fit,
+                     CensoredNormal* scratch, LearnedGittins* index);
+
+}  // namespace rota::sched
