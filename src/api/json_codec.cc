@@ -313,6 +313,55 @@ std::vector<ReplicaPlacement> PlacementFromJson(const json& j) {
   return out;
 }
 
+// The learned order's history: its bins as arrays, each sweep as [id, live,
+// finished, log_sum, log_sq], each open sweep as [queue, gpus, sweep, last
+// job, last submit].
+ordered_json RunHistoryToJson(const RunHistory& h) {
+  ordered_json out = ordered_json::object();
+  out["count"] = std::vector<int64_t>(std::begin(h.count), std::end(h.count));
+  out["gpu_seconds"] = std::vector<int64_t>(std::begin(h.gpu_seconds), std::end(h.gpu_seconds));
+  out["finished"] = h.finished;
+  out["log_sum"] = h.log_sum;
+  out["log_sq"] = h.log_sq;
+  ordered_json sweeps = ordered_json::array();
+  for (const auto& [id, sw] : h.sweeps) sweeps.push_back({id, sw.live, sw.finished, sw.log_sum, sw.log_sq});
+  out["sweeps"] = std::move(sweeps);
+  ordered_json open = ordered_json::array();
+  for (const auto& [key, o] : h.open) {
+    open.push_back({key.first, key.second, o.sweep.value(), o.last.value(), o.last_submit});
+  }
+  out["open"] = std::move(open);
+  return out;
+}
+
+StatusOr<RunHistory> RunHistoryFromJson(const json& j) {
+  RunHistory h;
+  const json& count = j.at("count");
+  const json& gpu_seconds = j.at("gpu_seconds");
+  if (!count.is_array() || count.size() != RunHistory::kBins || !gpu_seconds.is_array() ||
+      gpu_seconds.size() != RunHistory::kBins) {
+    return InvalidArgumentError("event RunHistoryState: count and gpu_seconds must hold " +
+                                std::to_string(RunHistory::kBins) + " bins each");
+  }
+  for (int i = 0; i < RunHistory::kBins; ++i) {
+    h.count[i] = count[i].get<int64_t>();
+    h.gpu_seconds[i] = gpu_seconds[i].get<int64_t>();
+  }
+  h.finished = j.at("finished").get<int64_t>();
+  h.log_sum = j.at("log_sum").get<int64_t>();
+  h.log_sq = j.at("log_sq").get<int64_t>();
+  for (const auto& sw : j.at("sweeps")) {
+    h.sweeps[sw.at(0).get<uint64_t>()] = {sw.at(1).get<int64_t>(), sw.at(2).get<int64_t>(), sw.at(3).get<int64_t>(),
+                                          sw.at(4).get<int64_t>()};
+  }
+  for (const auto& o : j.at("open")) {
+    h.open[{o.at(0).get<std::string>(), o.at(1).get<int64_t>()}] = {JobId(o.at(2).get<uint64_t>()),
+                                                                    JobId(o.at(3).get<uint64_t>()),
+                                                                    o.at(4).get<TimePoint>()};
+  }
+  return h;
+}
+
 }  // namespace
 
 std::string EncodeEvent(const Event& event) {
@@ -357,6 +406,7 @@ std::string EncodeEvent(const Event& event) {
             if (e.array_first_index != 0) j["array_first_index"] = e.array_first_index;
             if (e.array_max_running != 0) j["array_max_running"] = e.array_max_running;
           }
+          if (e.sweep.value() != 0) j["sweep"] = e.sweep.value();
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobsSubmitted>) {
           j["type"] = "JobsSubmitted";
@@ -372,6 +422,7 @@ std::string EncodeEvent(const Event& event) {
             if (e.array_first_index != 0) j["array_first_index"] = e.array_first_index;
             if (e.array_max_running != 0) j["array_max_running"] = e.array_max_running;
           }
+          if (e.sweep.value() != 0) j["sweep"] = e.sweep.value();
           j["spec"] = JobSpecToJson(e.spec);
         } else if constexpr (std::is_same_v<E, JobBound>) {
           j["type"] = "JobBound";
@@ -447,6 +498,9 @@ std::string EncodeEvent(const Event& event) {
             }
             j["attempts"] = std::move(attempts);
           }
+        } else if constexpr (std::is_same_v<E, RunHistoryState>) {
+          j["type"] = "RunHistoryState";
+          j["history"] = RunHistoryToJson(e.history);
         } else if constexpr (std::is_same_v<E, NodeLabelsChanged>) {
           j["type"] = "NodeLabelsChanged";
           j["node"] = e.node;
@@ -515,6 +569,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       e.array_count = j.value("array_count", int64_t{0});
       e.array_first_index = j.value("array_first_index", int64_t{0});
       e.array_max_running = j.value("array_max_running", int32_t{0});
+      e.sweep = JobId(j.value("sweep", uint64_t{0}));
       if (j.contains("rank_attempt")) {
         for (const auto& [replica, attempt] : j["rank_attempt"].items()) {
           uint32_t r = 0;
@@ -533,7 +588,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       return Event(JobsSubmitted{JobId(j.at("first").get<uint64_t>()), j.at("count").get<int64_t>(), std::move(spec),
                                  j.at("at"), j.at("user"), j.value("request_id", std::string()),
                                  JobId(j.value("array", uint64_t{0})), j.value("array_count", int64_t{0}),
-                                 j.value("array_first_index", int64_t{0}), j.value("array_max_running", int32_t{0})});
+                                 j.value("array_first_index", int64_t{0}), j.value("array_max_running", int32_t{0}),
+                                 JobId(j.value("sweep", uint64_t{0}))});
     }
     if (type == "ServiceUpdated") {
       ROTA_ASSIGN_OR_RETURN(JobSpec spec, JobSpecFromJson(j.at("spec")));
@@ -596,6 +652,10 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
         }
       }
       return Event(std::move(h));
+    }
+    if (type == "RunHistoryState") {
+      ROTA_ASSIGN_OR_RETURN(RunHistory h, RunHistoryFromJson(j.at("history")));
+      return Event(RunHistoryState{std::move(h)});
     }
     if (type == "NodeLabelsChanged") {
       return Event(NodeLabelsChanged{j.at("node"), j.at("labels").get<std::map<std::string, std::string>>()});

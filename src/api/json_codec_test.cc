@@ -98,6 +98,22 @@ mounts: [{source: /d, target: /data, read_only: true}]
   auto relabelled = DecodeEvent(EncodeEvent(NodeLabelsChanged{"n-0", {{"rack", "r1"}, {"pool", "train"}}}));
   ASSERT_TRUE(relabelled.ok());
   EXPECT_EQ(std::get<NodeLabelsChanged>(*relabelled).labels.at("pool"), "train");
+  // The learned order's history (a journal snapshot's) and a job's sweep.
+  RunHistory history;
+  ASSERT_EQ(history.Join({"research", 2}, JobId(40), 7, JobId()), JobId(40));
+  history.Join({"research", 2}, JobId(41), 9, JobId(), 3);
+  history.End(JobId(40), true, 1234.5);
+  auto history_back = DecodeEvent(EncodeEvent(RunHistoryState{history}));
+  ASSERT_TRUE(history_back.ok()) << history_back.status().ToString();
+  EXPECT_TRUE(std::get<RunHistoryState>(*history_back).history == history);
+  EXPECT_EQ(std::get<RunHistoryState>(*history_back).history.sweeps.at(40).live, 3);
+  auto swept = DecodeEvent(EncodeEvent(JobSubmitted{.id = JobId(41), .spec = *spec, .at = 9, .user = "a", .sweep = JobId(40)}));
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(std::get<JobSubmitted>(*swept).sweep, JobId(40));
+  auto bad_history = nlohmann::json::parse(EncodeEvent(RunHistoryState{history}));
+  bad_history["history"]["count"].erase(0);
+  EXPECT_EQ(DecodeEvent(bad_history.dump()).status().message(),
+            "event RunHistoryState: count and gpu_seconds must hold 64 bins each");
   // A service's spec (its block, min as the elastic floor) comes back whole.
   auto service = ParseJobSpec(R"(
 name: llm

@@ -171,10 +171,20 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
     if ((d.pending_by_user[j.user] += delta) == 0) d.pending_by_user.erase(j.user);
     if ((d.pending_by_queue[j.spec().queue] += delta) == 0) d.pending_by_queue.erase(j.spec().queue);
   };
-  if (auto old = d.jobs.find(id); old != d.jobs.end()) count(*old->second, -1);
-  count(*job, +1);
   const bool live = job->state == JobState::kPending || job->state == JobState::kRunning ||
                     job->state == JobState::kPreempting;
+  if (auto old = d.jobs.find(id); old != d.jobs.end()) {
+    count(*old->second, -1);
+    const JobState was = old->second->state;
+    if (!live && (was == JobState::kPending || was == JobState::kRunning || was == JobState::kPreempting)) {
+      // It ended: the learned order learns its GPU-time if it ended on its own.
+      const bool own = job->state == JobState::kSucceeded || job->state == JobState::kFailed;
+      const double gpu_seconds =
+          static_cast<double>(job->attained) * static_cast<double>(job->spec().TotalGpus()) / kMicrosPerSecond;
+      MutHistory(d).End(job->sweep, own, gpu_seconds);
+    }
+  }
+  count(*job, +1);
   if (live) {
     d.live.Put(id, job);
   } else {
@@ -201,6 +211,20 @@ std::vector<const JobRecord*> Snapshot::LiveServices() const {
 void ClusterState::Restore(const Snapshot& snap) {
   // Shared with `snap` (and whoever else holds it): Mutable() copies first.
   data_ = std::const_pointer_cast<Snapshot::Data>(snap.data_);
+}
+
+RunHistory& ClusterState::MutHistory(Snapshot::Data& d) {
+  if (d.history.use_count() == 1) {
+    std::atomic_thread_fence(std::memory_order_acquire);  // (as in NodeTable::Mut)
+  } else {
+    d.history = std::make_shared<RunHistory>(*d.history);
+  }
+  return const_cast<RunHistory&>(*d.history);
+}
+
+Status ClusterState::ApplyOne(const RunHistoryState& e) {
+  Mutable().history = std::make_shared<RunHistory>(e.history);
+  return Status::Ok();
 }
 
 Snapshot::Data& ClusterState::Mutable() {
@@ -372,7 +396,9 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->array_count = e.array_count;
   job->array_first_index = e.array_first_index;
   job->array_max_running = e.array_max_running;
-  Put(Mutable(), std::move(job));
+  Snapshot::Data& d = Mutable();
+  job->sweep = MutHistory(d).Join({job->spec().queue, job->spec().TotalGpus()}, e.id, e.at, e.sweep);
+  Put(d, std::move(job));
   return Status::Ok();
 }
 
@@ -397,6 +423,7 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
   }
   Snapshot::Data& d = Mutable();
   const auto spec = ArraySpec(JobId(first), e.array, e.spec);  // one for the run
+  const JobId sweep = MutHistory(d).Join({spec->queue, spec->TotalGpus()}, e.first, e.at, e.sweep, e.count);
   for (int64_t i = 0; i < e.count; ++i) {
     auto job = std::make_shared<JobRecord>();
     job->id = JobId(first + static_cast<uint64_t>(i));
@@ -408,6 +435,7 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
     job->array_count = e.array_count;
     job->array_first_index = e.array_first_index;
     job->array_max_running = e.array_max_running;
+    job->sweep = sweep;
     Put(d, std::move(job));
   }
   return Status::Ok();
@@ -985,9 +1013,17 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
   std::vector<Event> out;
   for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
+    // An ended job's last attempt is added again as it replays (JobBound,
+    // then JobFinished or JobCancelled): it starts without it, so that it
+    // ends with the GPU-time it had (the history learns from that).
+    Duration attained = j.attained;
+    if (!j.placement.empty() && j.state != JobState::kPending && j.state != JobState::kRunning &&
+        j.state != JobState::kPreempting) {
+      attained -= std::max<Duration>(0, j.finished_at - j.started_at);
+    }
     out.push_back(JobSubmitted{j.id, j.spec(), j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
-                               j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count, j.attained,
-                               j.failed_restarts, j.array_first_index, j.array_max_running});
+                               j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count, attained,
+                               j.failed_restarts, j.array_first_index, j.array_max_running, j.sweep});
     if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
     if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {
@@ -1060,7 +1096,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
       out.push_back(JobSubmitted{.id = run->first, .spec = std::move(run->spec), .at = run->at, .user = run->user,
                                  .request_id = run->request_id, .array = run->array, .array_count = run->array_count,
                                  .array_first_index = run->array_first_index,
-                                 .array_max_running = run->array_max_running});
+                                 .array_max_running = run->array_max_running, .sweep = run->sweep});
     }
     else out.push_back(std::move(*run));
     run.reset();
@@ -1078,13 +1114,15 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
           run->at == job->submitted_at && run->user == job->user && run->request_id == job->request_id &&
           run->array == job->array && run->array_count == job->array_count &&
           run->array_first_index == job->array_first_index && run->array_max_running == job->array_max_running &&
+          run->sweep == job->sweep &&
           (job->shared_spec == run_spec || run->spec == job->spec())) {  // an array's elements share theirs
         ++run->count;
         continue;
       }
       flush();
       run = JobsSubmitted{id,           1,           job->spec(),      job->submitted_at,        job->user,
-                          job->request_id, job->array, job->array_count, job->array_first_index, job->array_max_running};
+                          job->request_id, job->array, job->array_count, job->array_first_index, job->array_max_running,
+                          job->sweep};
       run_spec = job->shared_spec;
       continue;
     }
@@ -1099,6 +1137,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
       if (!((n.healthy_mask >> g) & 1)) out.push_back(GpuHealthChanged{n.spec.name, g, false});
     }
   }
+  out.push_back(RunHistoryState{snap.history()});
   return out;
 }
 

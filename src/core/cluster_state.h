@@ -103,6 +103,9 @@ struct JobRecord {
   int64_t array_count = 0;
   int64_t array_first_index = 0;
   int32_t array_max_running = 0;
+  // The jobs submitted with it (RunHistory: same queue and GPU count, a
+  // minute apart), by its first job's id: the learned order's sweep.
+  JobId sweep;
   int64_t array_index() const { return array_first_index + static_cast<int64_t>(id.value() - array.value()); }
   JobState state = JobState::kPending;
   TimePoint submitted_at = 0;
@@ -366,6 +369,8 @@ class Snapshot {
   // The live services (kind: service), in id order: a few among a million
   // jobs, so what looks after services does not walk every job.
   std::vector<const JobRecord*> LiveServices() const;
+  // What the learned job order learns from (finished jobs' GPU-time, sweeps).
+  const RunHistory& history() const { return *data_->history; }
 
  private:
   friend class ClusterState;
@@ -406,6 +411,9 @@ class Snapshot {
     // the tenant limits.
     std::unordered_map<std::string, int64_t> pending_by_user;
     std::unordered_map<std::string, int64_t> pending_by_queue;
+    // Shared between states; copied by the first change after a copy
+    // (always made non-const, as domain_parent).
+    std::shared_ptr<const RunHistory> history = std::make_shared<RunHistory>();
   };
   explicit Snapshot(std::shared_ptr<const Data> data) : data_(std::move(data)) {}
   std::shared_ptr<const Data> data_;
@@ -455,6 +463,9 @@ class ClusterState {
   Status ApplyOne(const RankRestarted& e);
   Status ApplyOne(const ServiceScaled& e);
   Status ApplyOne(const ServiceUpdated& e);
+  Status ApplyOne(const RunHistoryState& e);
+  // The state's history, copied first if another state shares it.
+  static RunHistory& MutHistory(Snapshot::Data& d);
   // Checks `placement` for `job` against the current state, as if the GPUs,
   // CPU and memory of `replacing` (the job's own placement, on a resize) were
   // free. Error names what does not fit.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace rota {
 namespace {
 
@@ -441,6 +443,83 @@ TEST(ClusterState, AJobsAttainedServiceAddsUpItsAttempts) {
   for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(again.Apply(e).ok());
   EXPECT_EQ(again.GetSnapshot().FindJob(JobId(1))->attempts, want);
   EXPECT_EQ(again.GetSnapshot().FindJob(JobId(1))->attained, 150);  // not its last attempt twice
+}
+
+// The learned order's history: jobs a minute apart with the same queue and
+// GPU count are one sweep; a job that ends on its own is learned (its
+// GPU-time binned, its sweep's count), a cancelled one only leaves; a sweep
+// with no live job that can take no more is dropped.
+TEST(ClusterState, RunHistoryLearnsFinishedJobsAndTheirSweeps) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n", 8)}).ok());
+  const TimePoint s = kMicrosPerSecond;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 2), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Job(1, 2), 50 * s}).ok());   // within a minute of 1
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), Job(1, 4), 60 * s}).ok());   // other GPUs: its own
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(4), Job(1, 2), 105 * s}).ok());  // within a minute of 2
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(5), Job(1, 2), 400 * s}).ok());  // a new sweep
+  Snapshot snap = st.GetSnapshot();
+  EXPECT_EQ(snap.FindJob(JobId(2))->sweep, JobId(1));
+  EXPECT_EQ(snap.FindJob(JobId(3))->sweep, JobId(3));
+  EXPECT_EQ(snap.FindJob(JobId(4))->sweep, JobId(1));
+  EXPECT_EQ(snap.FindJob(JobId(5))->sweep, JobId(5));
+  // Job 1 runs 100 s on 2 GPUs and succeeds: 200 GPU-seconds.
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x3}}, 500 * s}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 600 * s}).ok());
+  const RunHistory& h = st.GetSnapshot().history();
+  EXPECT_EQ(h.finished, 1);
+  EXPECT_EQ(h.count[RunHistory::Bin(200)], 1);
+  EXPECT_EQ(h.gpu_seconds[RunHistory::Bin(200)], 200);
+  EXPECT_EQ(h.log_sum, std::llround(std::log(200.0) * RunHistory::kLogScale));
+  ASSERT_EQ(h.sweeps.count(1), 1u);
+  EXPECT_EQ(h.sweeps.at(1).finished, 1);
+  EXPECT_EQ(h.sweeps.at(1).live, 2);  // 2 and 4
+  EXPECT_EQ(snap.history().finished, 0);  // an older snapshot keeps its own
+  // Cancelled jobs are not learned; sweep 1, no longer open, goes with its last.
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(2), 700 * s, "cancelled by alice"}).ok());
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(4), 700 * s, "cancelled by alice"}).ok());
+  EXPECT_EQ(st.GetSnapshot().history().finished, 1);
+  EXPECT_EQ(st.GetSnapshot().history().sweeps.count(1), 0u);
+  // Sweep 5 is open: it stays with no live job, and a job within its minute joins it.
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(5), 420 * s, "cancelled by alice"}).ok());
+  EXPECT_EQ(st.GetSnapshot().history().sweeps.count(5), 1u);
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(6), Job(1, 2), 450 * s}).ok());
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(6))->sweep, JobId(5));
+}
+
+// A journal snapshot replays ended jobs before live ones, so the history is
+// carried whole: a restart resumes it bit for bit, with every job's sweep
+// and the GPU-time of every ended job's last attempt counted once.
+TEST(CompactState, KeepsTheRunHistoryAndSweeps) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n", 8)}).ok());
+  const TimePoint s = kMicrosPerSecond;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 1), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Job(1, 1), 50 * s}).ok());
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(3), 3, Job(1, 1), 100 * s, "", "", JobId(3), 3}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(6), Job(1, 1), 130 * s}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x1}}, 200 * s}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(6), {{0, 0, NodeId(0), 0x2}}, 200 * s}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 300 * s}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(6), JobOutcome::kFailed, 1000 * s, "exit 1"}).ok());
+  const Snapshot before = st.GetSnapshot();
+  ASSERT_EQ(before.history().finished, 2);
+  ClusterState replay;
+  for (const Event& e : CompactState(before)) ASSERT_TRUE(replay.Apply(e).ok());
+  const Snapshot after = replay.GetSnapshot();
+  EXPECT_TRUE(after.history() == before.history());
+  for (uint64_t id = 1; id <= 6; ++id) {
+    EXPECT_EQ(after.FindJob(JobId(id))->sweep, before.FindJob(JobId(id))->sweep) << id;
+    EXPECT_EQ(after.FindJob(JobId(id))->sweep, JobId(1)) << id;  // each within a minute of the last
+    EXPECT_EQ(after.FindJob(JobId(id))->attained, before.FindJob(JobId(id))->attained) << id;
+  }
+  // Replayed, the history goes on as the original's does.
+  for (ClusterState* c : {&st, &replay}) {
+    ASSERT_TRUE(c->Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0x1}}, 2000 * s}).ok());
+    ASSERT_TRUE(c->Apply(JobFinished{JobId(2), JobOutcome::kSucceeded, 2500 * s}).ok());
+  }
+  EXPECT_TRUE(replay.GetSnapshot().history() == st.GetSnapshot().history());
+  EXPECT_EQ(st.GetSnapshot().history().sweeps.at(1).finished, 3);
 }
 
 // A hold: only a pending job, once; it survives a journal snapshot.

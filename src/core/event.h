@@ -10,6 +10,7 @@
 
 #include "core/job.h"
 #include "core/node.h"
+#include "core/run_history.h"
 
 namespace rota {
 
@@ -65,6 +66,9 @@ struct JobSubmitted {
   int32_t failed_restarts = 0;  // likewise: JobRecord::failed_restarts
   int64_t array_first_index = 0;  // with array, as above
   int32_t array_max_running = 0;
+  // Journal snapshots only: its sweep (JobRecord::sweep); none: found as
+  // the job joins (RunHistory::Join).
+  JobId sweep;
 };
 // `count` jobs with ids first..first+count-1, each exactly as a
 // JobSubmitted with that id and these fields: a job array's part (or a
@@ -84,6 +88,7 @@ struct JobsSubmitted {
   int64_t array_count = 0;
   int64_t array_first_index = 0;
   int32_t array_max_running = 0;
+  JobId sweep;  // as JobSubmitted's
 };
 // The whole gang is bound at once: one replica placement per replica (an
 // elastic job: at least min_replicas of them).
@@ -233,7 +238,14 @@ struct ServiceUpdated {
   int32_t spec_attempt = -1;
 };
 
+// Journal snapshots only (CompactState), last: the learned order's history
+// as it was (replaying the jobs before it cannot rebuild it exactly: ended
+// jobs replay before live ones). Replaces the state's.
+struct RunHistoryState {
+  RunHistory history;
+};
+
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled, ServiceUpdated, NodeLabelsChanged>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled, ServiceUpdated, NodeLabelsChanged, RunHistoryState>;
 
 }  // namespace rota

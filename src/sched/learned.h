@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/run_history.h"
+
 namespace rota::sched {
 
 // rota's ordering: the Gittins index of a job's attained GPU-time, from the
@@ -27,22 +29,10 @@ namespace rota::sched {
 // of P(done by e_j | ran e_i) / E[service until min(done, e_j) | ran e_i].
 class LearnedGittins {
  public:
-  static constexpr int kBins = 64;
+  static constexpr int kBins = RunHistory::kBins;  // the history's bins
   static double Edge(int i) { return Edges()[i]; }
-  static int Bin(double a) {
-    const auto& e = Edges();
-    // The last edge not above a (bin 0 below 1).
-    const int i = static_cast<int>(std::upper_bound(e.begin(), e.begin() + kBins, a) - e.begin()) - 1;
-    return std::clamp(i, 0, kBins - 1);
-  }
-  static const std::array<double, kBins + 1>& Edges() {
-    static const std::array<double, kBins + 1> edges = [] {
-      std::array<double, kBins + 1> e{};
-      for (int i = 0; i <= kBins; ++i) e[i] = std::pow(2.0, i / 2.0);
-      return e;
-    }();
-    return edges;
-  }
+  static int Bin(double a) { return RunHistory::Bin(a); }
+  static const std::array<double, kBins + 1>& Edges() { return RunHistory::Edges(); }
   // Next edge above `a` (GPU-seconds), for wake-ups.
   static double NextEdge(double a) { return Edge(Bin(a) + 1); }
 
@@ -51,6 +41,14 @@ class LearnedGittins {
     count_[b] += weight;
     sum_[b] += gpu_seconds * weight;
     ++samples_;
+  }
+  // Adds a history's finished jobs (bins and GPU-seconds), as Add would.
+  void AddHistory(const RunHistory& h) {
+    for (int i = 0; i < kBins; ++i) {
+      count_[i] += static_cast<double>(h.count[i]);
+      sum_[i] += static_cast<double>(h.gpu_seconds[i]);
+    }
+    samples_ += h.finished;
   }
   // Adds `other`'s finished jobs scaled to `weight` in all (a prior).
   void AddScaled(const LearnedGittins& other, double weight) {
