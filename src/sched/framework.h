@@ -4,8 +4,9 @@
 // needs and is registered by name (registry.h). A profile enables plugins and
 // weights scorers. The framework owns the combination rules, written once:
 //   JobOrder  - the first plugin that does not tie decides; then JobId. A
-//               preemptive one (las, tiresias, smallest-first) also lets a
-//               job it puts first evict running gangs of equal priority.
+//               preemptive one (las, tiresias, smallest-first, learned) also
+//               lets a job it puts first evict running gangs of equal
+//               priority. One (learned) may rank all jobs at once.
 //   Filter    - AND: a node fits if every filter says so.
 //   Score     - weighted sum of 0..100 scores; higher is better.
 //   Placer    - exactly one; places a whole gang inside a Txn.
@@ -26,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -117,6 +119,22 @@ class JobOrderPlugin : public virtual Plugin {
   // in the order until it or a job it is compared with changes, and the
   // session keeps the order between cycles, re-sorting only what changed.
   virtual bool stable() const { return false; }
+
+  // A JobOrder that ranks the cycle's jobs together rather than two at a
+  // time (the learned order reads the history and every job of a sweep).
+  // Once a cycle, Rank gives each of `jobs` (the pending and the running)
+  // a number, lower first; the session compares those and never calls
+  // Compare. `state` is this plugin's, made by NewRankState and kept by the
+  // session between cycles (caches). A profile has at most one.
+  struct RankState {
+    virtual ~RankState() = default;
+  };
+  virtual bool ranks() const { return false; }
+  virtual std::unique_ptr<RankState> NewRankState() const { return nullptr; }
+  virtual void Rank(const Snapshot& /*snap*/, TimePoint /*now*/, const std::vector<const JobRecord*>& jobs,
+                    RankState* /*state*/, std::vector<double>* ranks) const {
+    ranks->assign(jobs.size(), 0);
+  }
 };
 
 class FilterPlugin : public virtual Plugin {

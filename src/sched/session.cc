@@ -9,7 +9,30 @@
 namespace rota::sched {
 
 Session::Session(const Profile* profile, const EngineOptions* options, QueueBook* book)
-    : profile_(profile), options_(options), book_(book), txn_(&ws_), ctx_(profile, &ws_, &txn_) {}
+    : profile_(profile), options_(options), book_(book), txn_(&ws_), ctx_(profile, &ws_, &txn_) {
+  for (const JobOrderPlugin* o : profile_->job_orders()) {
+    if (o->ranks()) {
+      ranker_ = o;
+      rank_state_ = o->NewRankState();
+    }
+  }
+}
+
+void Session::RankJobs(const Snapshot& snap) {
+  ranks_.clear();
+  if (ranker_ == nullptr) return;
+  rank_jobs_.clear();
+  for (const ChunkJobs& c : chunks_) rank_jobs_.insert(rank_jobs_.end(), c.pending.begin(), c.pending.end());
+  rank_jobs_.insert(rank_jobs_.end(), running_.begin(), running_.end());
+  ranker_->Rank(snap, now_, rank_jobs_, rank_state_.get(), &rank_values_);
+  ranks_.reserve(rank_jobs_.size());
+  for (size_t i = 0; i < rank_jobs_.size(); ++i) ranks_[rank_jobs_[i]->id] = rank_values_[i];
+}
+
+double Session::RankOf(const JobRecord& job) const {
+  auto it = ranks_.find(job.id);
+  return it != ranks_.end() ? it->second : 0;
+}
 
 void Session::BeginProbe(const Snapshot& snap) {
   snap_ = &snap;
@@ -62,6 +85,7 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   for (const ChunkJobs& c : chunks_) {
     for (const JobRecord* j : c.nominated) starting(j);
   }
+  RankJobs(snap);
   OrderPending();
   if (fair()) book_->Reset(snap);
 
@@ -73,7 +97,7 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
     // The pending jobs with a nomination, in job order (a few of order_).
     nominated_.clear();
     for (const ChunkJobs& c : chunks_) {
-      for (const JobRecord* j : c.nominated) nominated_.push_back({j->id, j});
+      for (const JobRecord* j : c.nominated) nominated_.push_back({j->id, j, RankOf(*j)});
     }
     std::sort(nominated_.begin(), nominated_.end(), [this](const Ordered& a, const Ordered& b) { return Before(a, b); });
     for (const Ordered& o : nominated_) {
@@ -129,6 +153,10 @@ void Session::ReadLiveJobs(const Snapshot& snap) {
 
 bool Session::Before(const Ordered& a, const Ordered& b) const {
   for (const JobOrderPlugin* o : profile_->job_orders()) {
+    if (o == ranker_) {
+      if (a.rank != b.rank) return a.rank < b.rank;
+      continue;
+    }
     if (int c = o->Compare(*a.job, *b.job, now_); c != 0) return c < 0;
   }
   return a.id < b.id;
@@ -148,7 +176,7 @@ void Session::OrderPending() {
     }
     for (size_t c = 0; c < chunks_.size(); ++c) {
       if (!changed_[c]) continue;
-      for (const JobRecord* j : chunks_[c].pending) fresh_.push_back({j->id, j});
+      for (const JobRecord* j : chunks_[c].pending) fresh_.push_back({j->id, j, RankOf(*j)});
     }
     if (!std::is_sorted(fresh_.begin(), fresh_.end(), before)) std::sort(fresh_.begin(), fresh_.end(), before);
     sorted_.clear();
@@ -167,7 +195,7 @@ void Session::OrderPending() {
   } else {
     sorted_.clear();
     for (const ChunkJobs& c : chunks_) {
-      for (const JobRecord* j : c.pending) sorted_.push_back({j->id, j});
+      for (const JobRecord* j : c.pending) sorted_.push_back({j->id, j, RankOf(*j)});
     }
     // Collected in id order, which is often the order already (one
     // priority, first come first served): a check costs n comparisons, a
@@ -204,6 +232,11 @@ void Session::CountArrayStart(const JobRecord& job) {
 
 bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {
   for (const JobOrderPlugin* o : profile_->job_orders()) {
+    if (o == ranker_) {
+      const double a = RankOf(job), b = RankOf(r);
+      if (a != b) return a < b && o->preemptive();
+      continue;
+    }
     if (int c = o->Compare(job, r, now_); c != 0) return c < 0 && o->preemptive();
   }
   return false;

@@ -22,6 +22,7 @@
 //       if (s.TryPlace(/*keep=*/true)) ...
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -242,7 +243,17 @@ class Session {
   struct Ordered {
     JobId id;
     const JobRecord* job;
+    double rank = 0;  // the ranking job order's (ranker_), if any
   };
+  // The profile's ranking job order (framework.h), its state, and this
+  // cycle's ranks of the pending and running jobs.
+  void RankJobs(const Snapshot& snap);
+  double RankOf(const JobRecord& job) const;
+  const JobOrderPlugin* ranker_ = nullptr;
+  std::unique_ptr<JobOrderPlugin::RankState> rank_state_;
+  std::unordered_map<JobId, double> ranks_;
+  std::vector<const JobRecord*> rank_jobs_;
+  std::vector<double> rank_values_;
   // Reads the live jobs' changed chunks; marks them in changed_.
   void ReadLiveJobs(const Snapshot& snap);
   // order_: the pending jobs (not held) in job order.

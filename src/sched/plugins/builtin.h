@@ -8,6 +8,7 @@ namespace rota::sched {
 void RegisterPriority(Registry& r);     // JobOrder: higher priority first
 void RegisterFifo(Registry& r);         // JobOrder: earlier submission first
 void RegisterAttainedOrders(Registry& r);  // JobOrder (preemptive): las, tiresias, smallest-first
+void RegisterLearned(Registry& r);      // JobOrder (preemptive, ranks): the Gittins index learned from the history
 void RegisterResourceFit(Registry& r);  // Filter: GPUs, model, GPU memory, CPU, memory, selector, drain
 void RegisterGang(Registry& r);         // JobReady: all replicas or nothing
 void RegisterTopology(Registry& r);     // Placer: smallest topology domain that fits
@@ -28,6 +29,7 @@ inline void RegisterBuiltinPlugins(Registry& r) {
   RegisterPriority(r);
   RegisterFifo(r);
   RegisterAttainedOrders(r);
+  RegisterLearned(r);
   RegisterResourceFit(r);
   RegisterGang(r);
   RegisterTopology(r);

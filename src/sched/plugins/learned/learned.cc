@@ -1,0 +1,181 @@
+// learned: rota's learned job order, non-clairvoyant (it reads what a
+// scheduler knows: a job's attained GPU-time, its sweep, when it was
+// submitted, and the GPU-time of the jobs that finished; never a duration).
+// Enable it after priority, so that priorities (and queues' fair share)
+// still come first: plugins: [priority, learned, fifo, ...].
+//  - Jobs go by their Gittins index (sched/learned.h): the chance of
+//    finishing within the next bin of attained GPU-time over the GPU-time
+//    spent until then, from the finished jobs' GPU-time (the snapshot's
+//    RunHistory, derived from the journal) and, censored, the attained
+//    GPU-time of the jobs still pending or running (Kaplan-Meier).
+//  - A sweep (RunHistory: same queue and GPU count, a minute apart) speaks
+//    for itself once one of its jobs finished (a log-normal fitted to its
+//    jobs, the workload as a prior) or ran 600 GPU-seconds.
+//  - A waiting job never goes ahead of a running job of its own sweep.
+//  - No starvation: a job waiting 3 days since its submission or the end of
+//    its last attempt goes first, oldest first.
+//  - Until 16 jobs have finished: least attained GPU-time first.
+// It is preemptive: a job it puts first may evict a running gang of its
+// queue and priority, within the preempt action's limits (minimum run time,
+// evictions per hour, no eviction cycles); there is no second copy of those.
+//
+// The simulator's research backend (sim/time_sim.cc's RotaOrder, on GPU
+// counts) runs the same statistics; this plugin is what the server and the
+// production-profile simulation run.
+#include <cmath>
+#include <unordered_map>
+
+#include "sched/learned.h"
+#include "sched/plugins/builtin.h"
+
+namespace rota::sched {
+namespace {
+
+constexpr double kInformedAt = 600;  // GPU-seconds: a sweep's job that ran this long informs it
+constexpr Duration kStarved = 3 * 24 * 3600 * kMicrosPerSecond;
+constexpr double kStarvedRank = -1e12;  // plus the submission time in seconds: before every index
+constexpr int64_t kReadyAt = 16;        // finished jobs before the index is used
+
+// What the plugin keeps between cycles (the session holds it): the
+// workload's index, and each live sweep's, rebuilt as the simulator's are:
+// the workload's when 10% more jobs have finished, a sweep's when its
+// finished jobs, the workload's index or its jobs' bins change.
+struct LearnedState : JobOrderPlugin::RankState {
+  LearnedGittins global;
+  int64_t built_at = -1;  // history.finished when `global` was built
+  uint64_t built = 0;     // how many times it was (a sweep's prior changed)
+  struct Sweep {
+    LearnedGittins index;
+    NormalFit fit{0, 0, 0};
+    int64_t finished = -1;
+    uint64_t prior = 0;
+    uint64_t bins = 0;
+    bool informed = false;
+    uint64_t stamp = 0;
+  };
+  std::unordered_map<uint64_t, Sweep> sweeps;
+  uint64_t stamp = 0;
+  // Scratch.
+  std::unordered_map<uint64_t, std::vector<uint32_t>> members;
+  std::vector<double> censored;
+  CensoredNormal scratch;
+  std::unordered_map<uint64_t, double> last_running;
+};
+
+double GpuSeconds(const JobRecord& j, TimePoint now) {
+  return static_cast<double>(j.AttainedAt(now)) * static_cast<double>(j.spec().TotalGpus()) / kMicrosPerSecond;
+}
+
+TimePoint WaitingSince(const JobRecord& j) { return j.attempts.empty() ? j.submitted_at : j.attempts.back().ended_at; }
+
+class Learned final : public JobOrderPlugin {
+ public:
+  std::string_view name() const override { return "learned"; }
+  bool preemptive() const override { return true; }
+  bool ranks() const override { return true; }
+  int Compare(const JobRecord&, const JobRecord&, TimePoint) const override { return 0; }  // (ranks instead)
+  std::unique_ptr<RankState> NewRankState() const override { return std::make_unique<LearnedState>(); }
+
+  void Rank(const Snapshot& snap, TimePoint now, const std::vector<const JobRecord*>& jobs, RankState* state,
+            std::vector<double>* ranks) const override {
+    LearnedState& st = static_cast<LearnedState&>(*state);
+    const RunHistory& h = snap.history();
+    ranks->assign(jobs.size(), 0);
+    ++st.stamp;
+    std::vector<double>& gs = st.censored;  // (first: every job's GPU-seconds)
+    gs.resize(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) gs[i] = GpuSeconds(*jobs[i], now);
+    if (h.finished >= kReadyAt && (st.built_at < 0 || h.finished >= st.built_at + st.built_at / 10 + 1 ||
+                                   h.finished < st.built_at)) {
+      st.global = LearnedGittins();
+      st.global.AddHistory(h);
+      st.global.Rebuild(gs);
+      st.built_at = h.finished;
+      ++st.built;
+    }
+    const bool ready = st.built_at >= kReadyAt;
+    for (auto& [sweep, m] : st.members) m.clear();
+    for (size_t i = 0; i < jobs.size(); ++i) st.members[jobs[i]->sweep.value()].push_back(static_cast<uint32_t>(i));
+    std::vector<double> mine;  // a sweep's members' GPU-seconds
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const JobRecord& j = *jobs[i];
+      double& rank = (*ranks)[i];
+      if (j.state == JobState::kPending && now - WaitingSince(j) >= kStarved) {
+        rank = kStarvedRank + static_cast<double>(j.submitted_at) / kMicrosPerSecond;
+        continue;
+      }
+      const double a = GpuSeconds(j, now);
+      if (!ready) {
+        rank = a;
+        continue;
+      }
+      LearnedState::Sweep& sw = st.sweeps[j.sweep.value()];
+      if (sw.stamp != st.stamp) Refresh(h, j.sweep, st.members[j.sweep.value()], jobs, now, st, sw, mine);
+      rank = -(sw.informed ? sw.index : st.global).Index(a);
+    }
+    // No waiting job ahead of a running sibling: just behind the last one.
+    st.last_running.clear();
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const double rank = (*ranks)[i];
+      if (jobs[i]->state == JobState::kPending || rank < kStarvedRank / 2) continue;
+      auto [it, fresh] = st.last_running.emplace(jobs[i]->sweep.value(), rank);
+      if (!fresh) it->second = std::max(it->second, rank);
+    }
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      double& rank = (*ranks)[i];
+      if (jobs[i]->state != JobState::kPending || rank < kStarvedRank / 2) continue;
+      auto it = st.last_running.find(jobs[i]->sweep.value());
+      if (it != st.last_running.end() && rank <= it->second) rank = std::nextafter(it->second, HUGE_VAL);
+    }
+    // Forget the sweeps no job of this cycle is in.
+    for (auto it = st.sweeps.begin(); it != st.sweeps.end();) {
+      it = it->second.stamp == st.stamp ? std::next(it) : st.sweeps.erase(it);
+    }
+    for (auto it = st.members.begin(); it != st.members.end();) {
+      it = it->second.empty() ? st.members.erase(it) : std::next(it);
+    }
+  }
+
+ private:
+  // The sweep's evidence this cycle: its finished jobs (the history's) and
+  // the attained GPU-time of its unfinished ones (censored).
+  static void Refresh(const RunHistory& h, JobId sweep, const std::vector<uint32_t>& members,
+                      const std::vector<const JobRecord*>& jobs, TimePoint now, LearnedState& st,
+                      LearnedState::Sweep& sw, std::vector<double>& mine) {
+    sw.stamp = st.stamp;
+    mine.clear();
+    uint64_t bins = 0;  // which bins they are in, to rebuild only on a change
+    for (uint32_t k : members) {
+      const double a = GpuSeconds(*jobs[k], now);
+      mine.push_back(a);
+      bins = bins * 31 + static_cast<uint64_t>(RunHistory::Bin(a));
+    }
+    auto found = h.sweeps.find(sweep.value());
+    const RunHistory::Sweep none;
+    const RunHistory::Sweep& facts = found != h.sweeps.end() ? found->second : none;
+    sw.informed = facts.finished > 0 || std::any_of(mine.begin(), mine.end(), [](double a) { return a >= kInformedAt; });
+    if (!sw.informed || (sw.finished == facts.finished && sw.prior == st.built && sw.bins == bins)) return;
+    if (facts.finished == 0) {
+      sw.index = LearnedGittins();
+      sw.index.AddScaled(st.global, kSweepPriorWeight);
+      sw.index.Rebuild(mine);
+    } else {
+      const WorkloadLogs workload{static_cast<double>(h.finished), static_cast<double>(h.log_sum) / RunHistory::kLogScale,
+                                  static_cast<double>(h.log_sq) / RunHistory::kLogScale};
+      BuildSweepIndex(static_cast<double>(facts.finished), static_cast<double>(facts.log_sum) / RunHistory::kLogScale,
+                      static_cast<double>(facts.log_sq) / RunHistory::kLogScale, mine, workload, st.global, &sw.fit,
+                      &st.scratch, &sw.index);
+    }
+    sw.finished = facts.finished;
+    sw.prior = st.built;
+    sw.bins = bins;
+  }
+};
+
+}  // namespace
+
+void RegisterLearned(Registry& r) {
+  r.Register("learned", [] { return std::make_unique<Learned>(); });
+}
+
+}  // namespace rota::sched

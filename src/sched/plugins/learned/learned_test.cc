@@ -1,0 +1,140 @@
+#include <gtest/gtest.h>
+
+#include "sched/test_util.h"
+
+namespace rota::sched {
+namespace {
+
+using testing::GpuJob;
+using testing::kMinute;
+using testing::MakeCluster;
+using testing::MakeScheduler;
+using testing::StartJob;
+
+constexpr Duration kSecond = kMicrosPerSecond;
+
+JobSpec Low(std::string name, int32_t gpus) {
+  JobSpec s = GpuJob(std::move(name), 1, gpus);
+  s.priority = 100;
+  s.preemptible = true;
+  return s;
+}
+
+ClusterConfig LearnedConfig() {
+  ClusterConfig c = testing::Nodes(1);
+  c.profile.plugins = {{"priority", 1}, {"learned", 1}, {"fifo", 1}, {"resource-fit", 1},
+                       {"gang", 1},     {"topology", 1}, {"binpack", 1}};
+  return c;
+}
+
+// A history: `short_jobs` 1-GPU jobs that ran 100 s and `long_jobs` that ran
+// 100,000 s, one after another on GPU 0, each its own sweep (submitted more
+// than a minute apart). `*t` moves past them; `*next` is the next id.
+void Learn(ClusterState& st, TimePoint* t, uint64_t* next, int short_jobs, int long_jobs) {
+  for (int k = 0; k < short_jobs + long_jobs; ++k) {
+    const JobId id((*next)++);
+    const Duration run = k < short_jobs ? 100 * kSecond : 100'000 * kSecond;
+    ASSERT_TRUE(st.Apply(JobSubmitted{id, Low("past", 1), *t}).ok());
+    ASSERT_TRUE(st.Apply(JobBound{id, {{0, 0, NodeId(0), 0x1}}, *t + kSecond}).ok());
+    ASSERT_TRUE(st.Apply(JobFinished{id, JobOutcome::kSucceeded, *t + kSecond + run}).ok());
+    *t += run + 2 * kMinute;
+  }
+}
+
+// Most finished jobs ran 100 GPU-seconds, a quarter 100,000: a newcomer
+// (nothing attained) is likely short, a gang that has run 16 minutes on 8
+// GPUs is likely long. The learned order puts the newcomer first and evicts
+// the gang for it; priority and fifo alone do not.
+TEST(Learned, ANewcomerEvictsAGangTheHistorySaysIsLong) {
+  ClusterConfig config = LearnedConfig();
+  ClusterState st = MakeCluster(config);
+  TimePoint t = kMinute;
+  uint64_t next = 1;
+  Learn(st, &t, &next, 30, 10);
+  ASSERT_EQ(st.GetSnapshot().history().finished, 40);
+  const TimePoint now = t + 1000 * kSecond;
+  StartJob(st, next, Low("long", 8), {0}, 0xff, t);
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(next + 1), Low("new", 8), now - 1}).ok());
+  CycleResult r;
+  MakeScheduler(config)->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.preemptions.size(), 1u);
+  EXPECT_EQ(r.preemptions[0].victim, JobId(next));
+  EXPECT_EQ(r.preemptions[0].preemptor, JobId(next + 1));
+  ClusterConfig plain = testing::Nodes(1);
+  MakeScheduler(plain)->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+  // Within the minimum run time it may not.
+  MakeScheduler(config, {.min_runtime = 20 * kMinute})->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+  // A restart (the journal's snapshot replayed) decides the same.
+  ClusterState replay(config.topology);
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  MakeScheduler(config)->RunCycle(replay.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.preemptions.size(), 1u);
+  EXPECT_EQ(r.preemptions[0].victim, JobId(next));
+}
+
+// When every job that finished ran long, a gang that has run 16 minutes is
+// no more likely to run on than a newcomer: the newcomer waits.
+TEST(Learned, WhenEveryJobRanLongANewcomerDoesNotEvict) {
+  ClusterConfig config = LearnedConfig();
+  ClusterState st = MakeCluster(config);
+  TimePoint t = kMinute;
+  uint64_t next = 1;
+  Learn(st, &t, &next, 0, 20);
+  const TimePoint now = t + 1000 * kSecond;
+  StartJob(st, next, Low("long", 8), {0}, 0xff, t);
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(next + 1), Low("new", 8), now - 1}).ok());
+  CycleResult r;
+  MakeScheduler(config)->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+}
+
+// A sweep's waiting job never evicts its running sibling (nothing tells
+// them apart; taking turns only delays both), though another sweep's
+// newcomer does; before 16 jobs have finished the order is least attained
+// GPU-time first.
+TEST(Learned, ASweepsWaitingJobDoesNotEvictItsRunningSibling) {
+  ClusterConfig config = LearnedConfig();
+  ClusterState st = MakeCluster(config);
+  const TimePoint start = 10 * kMinute;
+  const TimePoint now = start + 1000 * kSecond;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Low("a1", 8), start - 30 * kSecond}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Low("a2", 8), start - 10 * kSecond}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0xff}}, start}).ok());
+  ASSERT_EQ(st.GetSnapshot().FindJob(JobId(2))->sweep, JobId(1));
+  CycleResult r;
+  auto s = MakeScheduler(config);
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), Low("b", 8), now - 1}).ok());
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.preemptions.size(), 1u);
+  EXPECT_EQ(r.preemptions[0].preemptor, JobId(3));
+}
+
+// A job that has waited three days since its last attempt ended goes first,
+// whatever it has attained.
+TEST(Learned, AJobWaitingThreeDaysGoesFirst) {
+  ClusterConfig config = LearnedConfig();
+  ClusterState st = MakeCluster(config);
+  TimePoint t = kMinute;
+  uint64_t next = 1;
+  Learn(st, &t, &next, 30, 10);
+  // Job `old` ran 16 minutes on 8 GPUs and was requeued at `t`; `fresh` came after.
+  const JobId old(next), fresh(next + 1);
+  ASSERT_TRUE(st.Apply(JobSubmitted{old, Low("old", 8), t - 1000 * kSecond}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{old, {{0, 0, NodeId(0), 0xff}}, t - 1000 * kSecond}).ok());
+  ASSERT_TRUE(st.Apply(JobRequeued{old, t, "node lost"}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{fresh, Low("fresh", 8), t + kMinute}).ok());
+  CycleResult r;
+  MakeScheduler(config)->RunCycle(st.GetSnapshot(), t + 24 * 60 * kMinute, &r);
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(r.placed[0].job, fresh);
+  MakeScheduler(config)->RunCycle(st.GetSnapshot(), t + 3 * 24 * 60 * kMinute, &r);
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(r.placed[0].job, old);
+}
+
+}  // namespace
+}  // namespace rota::sched
