@@ -163,14 +163,19 @@ void ExpectSame(const std::vector<std::string>& sim, const std::vector<std::stri
 }
 
 TEST(Differential, TheSimulatorAndTheControllerJournalTheSameJobEvents) {
-  // The default profile, and one ordering by attained service (tiresias:
-  // a preemptive order, read from JobRecord::attained in both drivers).
+  // The default profile, one ordering by attained service (tiresias: a
+  // preemptive order, read from JobRecord::attained in both drivers), and
+  // the learned order (it ranks from the history the journal's events
+  // build, with state kept between cycles).
   ClusterConfig tiresias = Config();
   tiresias.profile.plugins = {{"priority", 1}, {"tiresias", 1}, {"fifo", 1}, {"resource-fit", 1},
                               {"gang", 1},     {"topology", 1}, {"binpack", 1}};
+  ClusterConfig learned = tiresias;
+  learned.profile.plugins[1] = {"learned", 1};
   for (const auto& [config, seed] : std::vector<std::pair<ClusterConfig, uint64_t>>{
-           {Config(), 7}, {Config(), 8}, {Config(), 9}, {tiresias, 7}, {tiresias, 10}}) {
-    SCOPED_TRACE("seed " + std::to_string(seed) + ", profile " + (config.profile.plugins.empty() ? "default" : "tiresias"));
+           {Config(), 7}, {Config(), 8}, {Config(), 9}, {tiresias, 7}, {tiresias, 10}, {learned, 7}, {learned, 11}}) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", profile " +
+                 (config.profile.plugins.empty() ? "default" : config.profile.plugins[1].name));
     StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(config);
     ASSERT_TRUE(nodes.ok());
     const std::vector<TraceJob> trace = Trace(150, seed);
@@ -221,6 +226,18 @@ TEST(Differential, TheComparisonSeesADifferentPolicy) {
   options.min_runtime = 30 * 60 * kMicrosPerSecond;
   ASSERT_TRUE(RunProfileSim(config, *nodes, trace, options, &b).ok());
   EXPECT_NE(Lines(a.events), Lines(b.events));
+  // The learned order decides otherwise than tiresias on the scenario above.
+  ClusterConfig tiresias = config, learned = config;
+  tiresias.profile.plugins = {{"priority", 1}, {"tiresias", 1}, {"fifo", 1}, {"resource-fit", 1},
+                              {"gang", 1},     {"topology", 1}, {"binpack", 1}};
+  learned.profile.plugins = tiresias.profile.plugins;
+  learned.profile.plugins[1] = {"learned", 1};
+  const std::vector<TraceJob> longer = Trace(150, 7);
+  options.min_runtime = 5 * 60 * kMicrosPerSecond;
+  ProfileRecord t, l;
+  ASSERT_TRUE(RunProfileSim(tiresias, *nodes, longer, options, &t).ok());
+  ASSERT_TRUE(RunProfileSim(learned, *nodes, longer, options, &l).ok());
+  EXPECT_NE(Lines(t.events), Lines(l.events));
 }
 
 }  // namespace
