@@ -19,19 +19,24 @@ Session::Session(const Profile* profile, const EngineOptions* options, QueueBook
 }
 
 void Session::RankJobs(const Snapshot& snap) {
-  ranks_.clear();
   if (ranker_ == nullptr) return;
   rank_jobs_.clear();
   for (const ChunkJobs& c : chunks_) rank_jobs_.insert(rank_jobs_.end(), c.pending.begin(), c.pending.end());
   rank_jobs_.insert(rank_jobs_.end(), running_.begin(), running_.end());
   ranker_->Rank(snap, now_, rank_jobs_, rank_state_.get(), &rank_values_);
-  ranks_.reserve(rank_jobs_.size());
-  for (size_t i = 0; i < rank_jobs_.size(); ++i) ranks_[rank_jobs_[i]->id] = rank_values_[i];
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const JobRecord* j : rank_jobs_) {
+    lo = std::min(lo, j->id.value());
+    hi = std::max(hi, j->id.value());
+  }
+  rank_base_ = lo;
+  ranks_.assign(rank_jobs_.empty() ? 0 : hi - lo + 1, 0);
+  for (size_t i = 0; i < rank_jobs_.size(); ++i) ranks_[rank_jobs_[i]->id.value() - lo] = rank_values_[i];
 }
 
 double Session::RankOf(const JobRecord& job) const {
-  auto it = ranks_.find(job.id);
-  return it != ranks_.end() ? it->second : 0;
+  const uint64_t k = job.id.value() - rank_base_;  // (wraps below the base)
+  return k < ranks_.size() ? ranks_[k] : 0;
 }
 
 void Session::BeginProbe(const Snapshot& snap) {

@@ -251,7 +251,9 @@ class Session {
   double RankOf(const JobRecord& job) const;
   const JobOrderPlugin* ranker_ = nullptr;
   std::unique_ptr<JobOrderPlugin::RankState> rank_state_;
-  std::unordered_map<JobId, double> ranks_;
+  // Ranks by job id (from rank_base_): the live jobs' ids are dense.
+  std::vector<double> ranks_;
+  uint64_t rank_base_ = 0;
   std::vector<const JobRecord*> rank_jobs_;
   std::vector<double> rank_values_;
   // Reads the live jobs' changed chunks; marks them in changed_.

@@ -51,15 +51,18 @@ struct LearnedState : JobOrderPlugin::RankState {
     uint64_t prior = 0;
     uint64_t bins = 0;
     bool informed = false;
-    uint64_t stamp = 0;
+    // This cycle's: its jobs (positions in Rank's `jobs`), whether its
+    // index is up to date, the worst rank of its running jobs.
+    uint64_t seen = 0, refreshed = 0;  // the cycle (stamp) that last did so
+    std::vector<uint32_t> members;
+    double last_running = -HUGE_VAL;
   };
   std::unordered_map<uint64_t, Sweep> sweeps;
   uint64_t stamp = 0;
   // Scratch.
-  std::unordered_map<uint64_t, std::vector<uint32_t>> members;
-  std::vector<double> censored;
+  std::vector<Sweep*> of;  // per job, its sweep
+  std::vector<double> gpu_seconds, mine;
   CensoredNormal scratch;
-  std::unordered_map<uint64_t, double> last_running;
 };
 
 double GpuSeconds(const JobRecord& j, TimePoint now) {
@@ -82,7 +85,7 @@ class Learned final : public JobOrderPlugin {
     const RunHistory& h = snap.history();
     ranks->assign(jobs.size(), 0);
     ++st.stamp;
-    std::vector<double>& gs = st.censored;  // (first: every job's GPU-seconds)
+    std::vector<double>& gs = st.gpu_seconds;  // every job's attained GPU-seconds
     gs.resize(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) gs[i] = GpuSeconds(*jobs[i], now);
     if (h.finished >= kReadyAt && (st.built_at < 0 || h.finished >= st.built_at + st.built_at / 10 + 1 ||
@@ -94,9 +97,17 @@ class Learned final : public JobOrderPlugin {
       ++st.built;
     }
     const bool ready = st.built_at >= kReadyAt;
-    for (auto& [sweep, m] : st.members) m.clear();
-    for (size_t i = 0; i < jobs.size(); ++i) st.members[jobs[i]->sweep.value()].push_back(static_cast<uint32_t>(i));
-    std::vector<double> mine;  // a sweep's members' GPU-seconds
+    st.of.resize(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) {  // one lookup a job
+      LearnedState::Sweep* sw = &st.sweeps[jobs[i]->sweep.value()];
+      if (sw->seen != st.stamp) {
+        sw->seen = st.stamp;
+        sw->members.clear();
+        sw->last_running = -HUGE_VAL;
+      }
+      sw->members.push_back(static_cast<uint32_t>(i));
+      st.of[i] = sw;
+    }
     for (size_t i = 0; i < jobs.size(); ++i) {
       const JobRecord& j = *jobs[i];
       double& rank = (*ranks)[i];
@@ -104,49 +115,39 @@ class Learned final : public JobOrderPlugin {
         rank = kStarvedRank + static_cast<double>(j.submitted_at) / kMicrosPerSecond;
         continue;
       }
-      const double a = GpuSeconds(j, now);
+      LearnedState::Sweep& sw = *st.of[i];
       if (!ready) {
-        rank = a;
-        continue;
+        rank = gs[i];
+      } else {
+        if (sw.refreshed != st.stamp) Refresh(h, j.sweep, gs, st, sw);
+        rank = -(sw.informed ? sw.index : st.global).Index(gs[i]);
       }
-      LearnedState::Sweep& sw = st.sweeps[j.sweep.value()];
-      if (sw.stamp != st.stamp) Refresh(h, j.sweep, st.members[j.sweep.value()], jobs, now, st, sw, mine);
-      rank = -(sw.informed ? sw.index : st.global).Index(a);
+      if (j.state != JobState::kPending) sw.last_running = std::max(sw.last_running, rank);
     }
     // No waiting job ahead of a running sibling: just behind the last one.
-    st.last_running.clear();
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      const double rank = (*ranks)[i];
-      if (jobs[i]->state == JobState::kPending || rank < kStarvedRank / 2) continue;
-      auto [it, fresh] = st.last_running.emplace(jobs[i]->sweep.value(), rank);
-      if (!fresh) it->second = std::max(it->second, rank);
-    }
     for (size_t i = 0; i < jobs.size(); ++i) {
       double& rank = (*ranks)[i];
       if (jobs[i]->state != JobState::kPending || rank < kStarvedRank / 2) continue;
-      auto it = st.last_running.find(jobs[i]->sweep.value());
-      if (it != st.last_running.end() && rank <= it->second) rank = std::nextafter(it->second, HUGE_VAL);
+      const double last = st.of[i]->last_running;
+      if (rank <= last) rank = std::nextafter(last, HUGE_VAL);
     }
     // Forget the sweeps no job of this cycle is in.
     for (auto it = st.sweeps.begin(); it != st.sweeps.end();) {
-      it = it->second.stamp == st.stamp ? std::next(it) : st.sweeps.erase(it);
-    }
-    for (auto it = st.members.begin(); it != st.members.end();) {
-      it = it->second.empty() ? st.members.erase(it) : std::next(it);
+      it = it->second.seen == st.stamp ? std::next(it) : st.sweeps.erase(it);
     }
   }
 
  private:
   // The sweep's evidence this cycle: its finished jobs (the history's) and
   // the attained GPU-time of its unfinished ones (censored).
-  static void Refresh(const RunHistory& h, JobId sweep, const std::vector<uint32_t>& members,
-                      const std::vector<const JobRecord*>& jobs, TimePoint now, LearnedState& st,
-                      LearnedState::Sweep& sw, std::vector<double>& mine) {
-    sw.stamp = st.stamp;
+  static void Refresh(const RunHistory& h, JobId sweep, const std::vector<double>& gs, LearnedState& st,
+                      LearnedState::Sweep& sw) {
+    sw.refreshed = st.stamp;
+    std::vector<double>& mine = st.mine;  // its jobs' attained GPU-seconds
     mine.clear();
     uint64_t bins = 0;  // which bins they are in, to rebuild only on a change
-    for (uint32_t k : members) {
-      const double a = GpuSeconds(*jobs[k], now);
+    for (uint32_t k : sw.members) {
+      const double a = gs[k];
       mine.push_back(a);
       bins = bins * 31 + static_cast<uint64_t>(RunHistory::Bin(a));
     }
