@@ -30,11 +30,14 @@ void Session::RankJobs(const Snapshot& snap) {
     hi = std::max(hi, j->id.value());
   }
   rank_base_ = lo;
-  ranks_.assign(rank_jobs_.empty() ? 0 : hi - lo + 1, 0);
+  // Only the ranked jobs' entries are written (the range between may be
+  // wide: one old job still running); RankOf reads only ranked jobs.
+  if (!rank_jobs_.empty() && ranks_.size() < hi - lo + 1) ranks_.resize(hi - lo + 1);
   for (size_t i = 0; i < rank_jobs_.size(); ++i) ranks_[rank_jobs_[i]->id.value() - lo] = rank_values_[i];
 }
 
 double Session::RankOf(const JobRecord& job) const {
+  // REQUIRES: `job` was ranked this cycle (pending and not held, or running).
   const uint64_t k = job.id.value() - rank_base_;  // (wraps below the base)
   return k < ranks_.size() ? ranks_[k] : 0;
 }
