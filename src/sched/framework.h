@@ -135,6 +135,9 @@ class JobOrderPlugin : public virtual Plugin {
                     RankState* /*state*/, std::vector<double>* ranks) const {
     ranks->assign(jobs.size(), 0);
   }
+  // Whether a pending job ranked `job` goes far enough ahead of a running
+  // one ranked `running` (job < running) to evict it, if preemptive.
+  virtual bool RankEvicts(double job, double running) const { return job < running; }
 };
 
 class FilterPlugin : public virtual Plugin {

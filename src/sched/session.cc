@@ -242,7 +242,7 @@ bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {
   for (const JobOrderPlugin* o : profile_->job_orders()) {
     if (o == ranker_) {
       const double a = RankOf(job), b = RankOf(r);
-      if (a != b) return a < b && o->preemptive();
+      if (a != b) return a < b && o->preemptive() && o->RankEvicts(a, b);
       continue;
     }
     if (int c = o->Compare(job, r, now_); c != 0) return c < 0 && o->preemptive();

@@ -15,9 +15,10 @@
 //  - No starvation: a job waiting 3 days since its submission or the end of
 //    its last attempt goes first, oldest first.
 //  - Until 16 jobs have finished: least attained GPU-time first.
-// It is preemptive: a job it puts first may evict a running gang of its
-// queue and priority, within the preempt action's limits (minimum run time,
-// evictions per hour, no eviction cycles); there is no second copy of those.
+// It is preemptive: a job it puts first, with at least twice the index,
+// may evict a running gang of its queue and priority, within the preempt
+// action's limits (minimum run time, evictions per hour, no eviction
+// cycles); there is no second copy of those.
 //
 // The simulator's research backend (sim/time_sim.cc's RotaOrder, on GPU
 // counts) runs the same statistics; this plugin is what the server and the
@@ -35,6 +36,10 @@ constexpr double kInformedAt = 600;  // GPU-seconds: a sweep's job that ran this
 constexpr Duration kStarved = 3 * 24 * 3600 * kMicrosPerSecond;
 constexpr double kStarvedRank = -1e12;  // plus the submission time in seconds: before every index
 constexpr int64_t kReadyAt = 16;        // finished jobs before the index is used
+// On the whole Philly trace on 512 GPUs (production profile, grace 0):
+// margin 1 evicted 91,383 times and redid 62,425 GPU-hours for an average
+// JCT of 25,675 s; margin 2, 49,524 times, 20,757 GPU-hours, 23,900 s.
+constexpr double kEvictMargin = 2;
 
 // What the plugin keeps between cycles (the session holds it): the
 // workload's index, and each live sweep's, rebuilt as the simulator's are:
@@ -78,6 +83,14 @@ class Learned final : public JobOrderPlugin {
   bool ranks() const override { return true; }
   int Compare(const JobRecord&, const JobRecord&, TimePoint) const override { return 0; }  // (ranks instead)
   std::unique_ptr<RankState> NewRankState() const override { return std::make_unique<LearnedState>(); }
+  // An eviction costs the victim's work since its last checkpoint and a
+  // restart: a job evicts a running gang only if its index is at least
+  // kEvictMargin times the gang's (a starved job, or least attained first
+  // before the index is ready, at any margin).
+  bool RankEvicts(double job, double running) const override {
+    if (job < kStarvedRank / 2 || running >= 0) return job < running;
+    return -job >= kEvictMargin * -running;
+  }
 
   void Rank(const Snapshot& snap, TimePoint now, const std::vector<const JobRecord*>& jobs, RankState* state,
             std::vector<double>* ranks) const override {

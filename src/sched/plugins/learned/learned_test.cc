@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "sched/plugins/builtin.h"
 #include "sched/test_util.h"
 
 namespace rota::sched {
@@ -134,6 +135,22 @@ TEST(Learned, AJobWaitingThreeDaysGoesFirst) {
   MakeScheduler(config)->RunCycle(st.GetSnapshot(), t + 3 * 24 * 60 * kMinute, &r);
   ASSERT_EQ(r.placed.size(), 1u);
   EXPECT_EQ(r.placed[0].job, old);
+}
+
+// An eviction costs the victim's work since its checkpoint: the index must
+// be at least twice the running gang's. A starved job, and least attained
+// first before the index is ready, evict at any margin.
+TEST(Learned, EvictsOnlyForTwiceTheIndex) {
+  std::unique_ptr<Plugin> p = BuiltinRegistry().Create("learned");
+  const auto* order = dynamic_cast<const JobOrderPlugin*>(p.get());
+  ASSERT_NE(order, nullptr);
+  EXPECT_TRUE(order->ranks());
+  EXPECT_TRUE(order->preemptive());
+  EXPECT_FALSE(order->RankEvicts(-3e-4, -2e-4));  // ranks are minus the index
+  EXPECT_TRUE(order->RankEvicts(-4e-4, -2e-4));
+  EXPECT_TRUE(order->RankEvicts(-1e12 + 5, -2e-4));  // starved
+  EXPECT_TRUE(order->RankEvicts(10, 4000));           // least attained first
+  EXPECT_FALSE(order->RankEvicts(4000, 10));
 }
 
 }  // namespace
