@@ -672,10 +672,13 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   updated->rank_attempt.clear();
   updated->last_requeue_reason = e.reason;
   Snapshot::Data& d = Mutable();
-  // An evicted gang's whole GPUs are nominated for the job it made room for.
+  // An evicted gang's whole GPUs are nominated for the job it made room
+  // for: a pending job, or a running service scaling up.
   if (old->state == JobState::kPreempting) {
     auto nominee = d.jobs.find(old->preempted_for);
-    if (nominee != d.jobs.end() && nominee->second->state == JobState::kPending) {
+    if (nominee != d.jobs.end() &&
+        (nominee->second->state == JobState::kPending ||
+         (nominee->second->state == JobState::kRunning && nominee->second->spec().is_service()))) {
       auto n = std::make_shared<JobRecord>(*nominee->second);
       for (const ReplicaPlacement& r : updated->last_placement) {
         if (!r.shares_gpu() && r.gpu_mask != 0) n->nominated.push_back(r);
@@ -736,6 +739,8 @@ Status ClusterState::ApplyOne(const JobResized& e) {
     }
   }
   updated->resized_at = e.at;
+  updated->nominated.clear();  // (a service's, for its scale-up: now placed)
+  updated->nominated_at = 0;
   updated->last_resize_reason = e.reason;
   Put(d, std::move(updated));
   return Status::Ok();

@@ -148,6 +148,10 @@ void Session::ReadLiveJobs(const Snapshot& snap) {
         cj.pending.push_back(job.get());
         if (!job->nominated.empty()) cj.nominated.push_back(job.get());
       }
+      // A running service's scale-up preempted for GPUs (grow-elastic places it).
+      if (job->state == JobState::kRunning && job->spec().is_service() && !job->nominated.empty()) {
+        cj.nominated.push_back(job.get());
+      }
       if (job->state == JobState::kRunning) cj.running.push_back(job.get());
       if (job->state == JobState::kRunning && job->spec().elastic()) cj.elastic_running.push_back(job.get());
       if (job->state == JobState::kPreempting) cj.making_room.emplace_back(job->preempted_for, id);

@@ -236,7 +236,7 @@ class Session {
   struct ChunkJobs {
     const void* identity = nullptr;
     std::vector<const JobRecord*> pending, running, elastic_running;
-    std::vector<const JobRecord*> nominated;  // pending (not held) with GPUs nominated for it
+    std::vector<const JobRecord*> nominated;  // pending (not held), or a running service, with GPUs nominated for it
     std::vector<std::pair<JobId, JobId>> making_room;  // preemptor, victim
     std::vector<JobId> limited_arrays;  // per running or stopping element of an array with a limit, its array
   };

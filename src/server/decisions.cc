@@ -15,9 +15,14 @@ AppliedDecisions ApplyDecisions(Batch& batch, std::vector<Event>& events, JobLif
     const auto* resized = std::get_if<JobResized>(&e);
     const JobId resized_job = resized != nullptr ? resized->id : JobId();
     if (const auto* p = std::get_if<JobPreempting>(&e)) {
-      // Not for a preemptor held (or gone) since the snapshot.
+      // Not for a preemptor held (or gone) since the snapshot: a pending
+      // job, or a running service scaling up.
       const JobRecord* preemptor = batch.state->GetSnapshot().FindJob(p->preemptor);
-      if (preemptor == nullptr || preemptor->held || preemptor->state != JobState::kPending) continue;
+      const bool scaling_service = preemptor != nullptr && preemptor->state == JobState::kRunning &&
+                                   preemptor->spec().is_service();
+      if (preemptor == nullptr || preemptor->held || (preemptor->state != JobState::kPending && !scaling_service)) {
+        continue;
+      }
     }
     const bool preempting = std::holds_alternative<JobPreempting>(e);
     const bool cancel = std::holds_alternative<JobCancelled>(e);

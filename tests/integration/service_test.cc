@@ -47,10 +47,13 @@ class Services : public ::testing::Test {
   int router_port = 0;
   int base_port = 0;
 
+  // More server flags, for a fixture of its own.
+  virtual std::vector<std::string> MoreServerArgs() const { return {}; }
+
   void SetUp() override {
-    server = std::make_unique<RotaProcess>(
-        "server", tmp.path() + "/data",
-        std::vector<std::string>{"--rate-limit", "0", "--node-timeout", "5s", "--router", "127.0.0.1:0"});
+    std::vector<std::string> args = {"--rate-limit", "0", "--node-timeout", "5s", "--router", "127.0.0.1:0"};
+    for (const std::string& a : MoreServerArgs()) args.push_back(a);
+    server = std::make_unique<RotaProcess>("server", tmp.path() + "/data", args);
     for (int i = 0; i < 2; ++i) {
       const std::string name = "s" + std::to_string(i);
       auto r = server->Admin().Post("/v1/tokens", json{{"user", name}, {"role", "agent"}, {"node", name}}.dump(),
@@ -291,6 +294,53 @@ TEST_F(Services, ScalesOnTheServicesOwnMetric) {
   EXPECT_EQ(up["signals"]["metrics"]["fake:queue_waiting"], 3.0) << up.dump();
   std::ofstream(queue, std::ios::trunc) << "0\n";
   WaitService("queued", [](const json& s) { return s["replicas"]["desired"] == 1 && s["replicas"]["placed"] == 1; }, 30);
+}
+
+// A scale-up that the free GPUs cannot hold evicts lower-priority
+// preemptible training through the checkpoint protocol (the gang gets its
+// signal and grace, and is requeued), and the new replicas start on the
+// GPUs it freed; the training job waits. Services are of the `inference`
+// class (2000), above training's `low` (100). A 1 s minimum run time.
+class ServicesPreempting : public Services {
+ protected:
+  std::vector<std::string> MoreServerArgs() const override { return {"--min-runtime", "1s"}; }
+};
+
+TEST_F(ServicesPreempting, AScaleUpEvictsLowerTrainingForItsGpus) {
+  const std::string script = tmp.path() + "/serve.py";
+  std::ofstream(script) << kServer;
+  const std::string queue = tmp.path() + "/queue";
+  std::ofstream(queue) << "0\n";
+  const std::string spec = tmp.path() + "/svc.yaml";
+  std::ofstream(spec) << "name: gpusvc\nkind: service\nservice:\n  port: " << base_port
+                      << "\n  replicas: {min: 1, max: 3}\n  readiness: {path: /health, period: 200ms}\n"
+                         "  autoscale:\n    metrics: [{name: 'fake:queue_waiting', target: 1}]\n"
+                         "    stable_window: 4s\n    panic_window: 2s\n    scale_down_delay: 60s\n"
+                         "tasks:\n  - name: server\n    gpus: 1\n    cpu: 100m\n    env: {QUEUE_FILE: "
+                      << queue << "}\n    command: [python3, " << script << "]\n";
+  CommandResult submit = RunRota({"submit", spec}, server->ClientEnv(), tmp.path());
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  WaitService("gpusvc", [](const json& s) { return s["replicas"]["ready"] == 1; }, 40);
+  // Training takes the other 3 GPUs (of 2 nodes x 2).
+  const std::string train = tmp.path() + "/train.yaml";
+  std::ofstream(train) << "name: train\npriority: low\npreemptible: true\ncheckpoint: {signal: SIGTERM, grace: 5s}\n"
+                          "tasks:\n  - name: worker\n    replicas: 3\n    gpus: 1\n    cpu: 100m\n"
+                          "    command: [sleep, '600']\n";
+  CommandResult trained = RunRota({"submit", "-o", "json", train}, server->ClientEnv(), tmp.path());
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const int train_id = json::parse(trained.out)["id"];
+  auto state = [&] { return json::parse(server->Admin().Get("/v1/jobs/" + std::to_string(train_id))->body); };
+  for (int i = 0; i < 200 && state()["state"] != "running"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(state()["state"], "running") << state().dump();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // past its minimum run time
+  // Three waiting requests at a target of 1: three replicas, two on the gang's GPUs.
+  std::ofstream(queue, std::ios::trunc) << "3\n";
+  const json up = WaitService("gpusvc", [](const json& s) { return s["replicas"]["ready"] == 3; }, 60);
+  EXPECT_EQ(up["replicas"]["desired"], 3) << up.dump();
+  const json job = state();
+  EXPECT_EQ(job["state"], "pending") << job.dump();
+  EXPECT_NE(job.value("last_requeue_reason", std::string()).find("preempted to scale up service"), std::string::npos)
+      << job.dump();
 }
 
 }  // namespace

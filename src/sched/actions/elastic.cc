@@ -12,6 +12,7 @@
 // An elastic job that does not fit whole starts smaller: allocate's own
 // rule, not an action.
 #include "sched/actions/action.h"
+#include "sched/actions/preempt.h"
 #include "sched/plugins/builtin.h"
 #include "sched/session.h"
 
@@ -176,7 +177,25 @@ void GrowElastic::Execute(Session& s) const {
     if (!s.BuildRequest(*r, &why)) continue;
     const int32_t leaf = s.Leaf(*r);
     const int32_t missing = s.request().tasks[0].replicas - static_cast<int32_t>(r->placement.size());
+    // GPUs freed by gangs its scale-up evicted are held for it until now.
+    for (Session::Nomination& n : s.nominations()) {
+      if (n.job == r && !n.released) s.HoldNomination(n, false);
+    }
     const int32_t best = s.MostReplicasThatFit(*r, 1, missing);
+    if (best < missing && r->spec().is_service() && s.has_clock() && !s.room_being_made(r->id) &&
+        s.TakePreemptionSearch()) {
+      // A scale-up that free GPUs cannot hold evicts preemptible gangs of
+      // lower priority, as a pending job would (the preempt action's rules,
+      // the checkpoint protocol); the GPUs they free are nominated for it,
+      // and a later pass places the replicas there.
+      s.SetElasticReplicas(missing);
+      const std::vector<const JobRecord*> victims = ChooseVictims(s, *r);
+      if (!victims.empty()) {
+        Evict(s, *r, victims,
+              "preempted to scale up service " + s.JobName(*r) + " (priority " + std::to_string(r->spec().priority) +
+                  ") to " + std::to_string(r->DesiredReplicas()) + " replicas: " + r->last_scale_reason);
+      }  // (what fits now is placed now)
+    }
     if (best == 0) continue;
     s.SetElasticReplicas(best);
     if (!s.TryPlace(true)) continue;

@@ -158,5 +158,73 @@ TEST(ScaleService, ItGoesToItsDesiredCountAndKeepsRunningReplicas) {
   EXPECT_TRUE(r.resizes.empty());
 }
 
+
+// A scale-up that free GPUs cannot hold evicts lower-priority preemptible
+// training through the checkpoint protocol, as a pending job would; the
+// GPUs the gang frees are nominated for the service, so a waiting training
+// job does not take them, and the next pass places the new replicas there.
+TEST(ScaleService, AScaleUpEvictsLowerTrainingAndTakesItsGpus) {
+  ClusterConfig c = testing::Nodes(1);
+  ClusterState st = MakeCluster(c);
+  JobSpec svc = GpuJob("svc", 4, 1);
+  svc.kind = JobKind::kService;
+  svc.priority = 1000;
+  svc.service.min_replicas = 1;
+  svc.service.max_replicas = 4;
+  svc.service.port = 8000;
+  svc.elastic_min_replicas = 1;
+  ASSERT_TRUE(ValidateNewJobSpec(svc).ok()) << ValidateNewJobSpec(svc).message();
+  JobSpec train = GpuJob("train", 1, 7);
+  train.priority = 100;
+  train.preemptible = true;
+  train.checkpoint.grace = 60 * kMicrosPerSecond;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), train, 0}).ok());
+  auto s = MakeScheduler(c);
+  auto cycle = [&](TimePoint now) {
+    CycleResult r;
+    s->RunCycle(st.GetSnapshot(), now, &r);
+    for (Event& e : ToEvents(r, st.GetSnapshot(), now)) EXPECT_TRUE(st.Apply(std::move(e)).ok());
+    return r;
+  };
+  CycleResult r = cycle(kMinute);
+  ASSERT_EQ(r.placed.size(), 2u);  // the service's one replica and the 7-GPU gang: the node is full
+  JobSpec small = GpuJob("small", 1, 2);
+  small.priority = 100;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), small, kMinute + 1}).ok());
+
+  // Wanting 3 replicas, within the gang's minimum run time: nothing yet.
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 5 * kMinute, 3, "in flight 11.0 (target 4/replica): 3"}).ok());
+  r = cycle(5 * kMinute);
+  EXPECT_TRUE(r.preemptions.empty());
+  EXPECT_TRUE(r.resizes.empty());
+  // Past it: the gang is evicted for the service, with its grace.
+  r = cycle(20 * kMinute);
+  ASSERT_EQ(r.preemptions.size(), 1u);
+  EXPECT_EQ(r.preemptions[0].victim, JobId(2));
+  EXPECT_EQ(r.preemptions[0].preemptor, JobId(1));
+  EXPECT_EQ(r.preemptions[0].grace, 60 * kMicrosPerSecond);
+  EXPECT_NE(r.preemptions[0].reason.find("preempted to scale up service 1 (priority 1000) to 3 replicas"),
+            std::string::npos)
+      << r.preemptions[0].reason;
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(2))->state, JobState::kPreempting);
+  // While it checkpoints, no second search evicts anything else.
+  r = cycle(20 * kMinute + 10 * kMicrosPerSecond);
+  EXPECT_TRUE(r.preemptions.empty());
+  // It stopped: its GPUs are the service's, not the waiting 2-GPU job's.
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(2), 20 * kMinute + 30 * kMicrosPerSecond, "preempted"}).ok());
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->nominated.size(), 1u);
+  r = cycle(20 * kMinute + 31 * kMicrosPerSecond);
+  for (const Placed& p : r.placed) EXPECT_NE(p.job, JobId(3));
+  ASSERT_EQ(r.resizes.size(), 1u);
+  const JobRecord* job = st.GetSnapshot().FindJob(JobId(1));
+  EXPECT_EQ(job->placement.size(), 3u);
+  EXPECT_TRUE(job->nominated.empty());
+  // What is left goes to the waiting job next.
+  r = cycle(20 * kMinute + 32 * kMicrosPerSecond);
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(r.placed[0].job, JobId(3));
+}
+
 }  // namespace
 }  // namespace rota::sched

@@ -11,6 +11,8 @@
 // checkpoint signal and grace; the preemptor waits (its pending reason says
 // for whom), with the GPUs nominated for it. When a reclaim is blocked, the
 // reason names the queue, its guarantee, the borrower and what blocks it.
+#include "sched/actions/preempt.h"
+
 #include "sched/actions/action.h"
 #include "sched/plugins/builtin.h"
 #include "sched/session.h"
@@ -41,6 +43,7 @@ enum class Exclusion { kNone, kNotEligible, kNotPreemptible, kMinRuntime, kHourl
 // running gang of every search).
 Exclusion Excluded(Session& s, const JobRecord& job, const JobRecord& r, bool reclaim) {
   const EngineOptions& o = s.options();
+  if (r.id == job.id) return Exclusion::kNotEligible;  // (a service scaling up is running)
   const TimePoint now = s.now();
   // Its own queue's gangs of lower priority (or, under a preemptive job
   // order, of equal priority that the order puts after it); another queue's
@@ -297,6 +300,18 @@ class Preempt final : public BlockedAction {
 };
 
 }  // namespace
+
+std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job) {
+  Reclaim reclaim;
+  return ChooseVictims(s, job, &reclaim);
+}
+
+void Evict(Session& s, const JobRecord& job, const std::vector<const JobRecord*>& victims, const std::string& cause) {
+  for (const JobRecord* v : victims) {
+    s.out().preemptions.push_back({v->id, job.id, cause, v->spec().checkpoint.signal, v->spec().checkpoint.grace});
+    s.AddVictim(v->id);
+  }
+}
 
 void RegisterPreempt(Registry& r) {
   r.Register("preempt", [] { return std::make_unique<Preempt>(); });
