@@ -8,7 +8,12 @@ fifo,tiresias,rota --placement count` on a cluster sized for a load of about
 keeps the rule: average JCT no worse than the better of FIFO and Tiresias
 (within 1%, a tie), p99 at most 1.25x the better of theirs.
 
-  bench/robust_gains.py [--rota build/src/cli/rota] [--out /tmp/robust] [--jobs 4000]
+  bench/robust_gains.py [--rota build/src/cli/rota] [--out /tmp/robust] [--jobs 4000] [--profile]
+
+With --profile the three run as the server runs them (`rota sim --policy
+profile`, topology placement, the engine's preempt action and its limits):
+the config's profile with fifo (priority, fifo), the tiresias plugin, and
+the learned plugin (`profile.plugins: [priority, learned, fifo, ...]`).
 
 Seeded: the same traces and results each run. The shapes:
   one_gpu_heavy  only 1-GPU jobs, Pareto(1.1) durations (a heavy tail)
@@ -84,6 +89,7 @@ def main():
     ap.add_argument("--rota", default="build/src/cli/rota")
     ap.add_argument("--out", default="/tmp/robust")
     ap.add_argument("--jobs", type=int, default=4000)
+    ap.add_argument("--profile", action="store_true", help="through the production profile (plugins)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     shapes = {
@@ -102,10 +108,22 @@ def main():
         cluster = os.path.join(args.out, f"cluster-{nodes}.yaml")
         with open(cluster, "w") as f:
             f.write(CLUSTER.format(nodes=nodes))
-        out = subprocess.run([args.rota, "sim", "--cluster", cluster, "--trace", trace, "--format", "rota",
-                              "--compare", "fifo,tiresias,rota", "--placement", "count", "-o", "json"],
-                             capture_output=True, text=True, check=True).stdout
-        runs = json.loads(out)  # policy -> its summary
+        if args.profile:
+            runs = {}
+            for policy, order in (("fifo", ""), ("tiresias", "tiresias, "), ("rota", "learned, ")):
+                config = os.path.join(args.out, f"cluster-{nodes}-{policy}.yaml")
+                with open(config, "w") as f:
+                    f.write(CLUSTER.format(nodes=nodes))
+                    f.write(f"profile:\n  plugins: [priority, {order}fifo, resource-fit, gang, topology, binpack]\n")
+                out = subprocess.run([args.rota, "sim", "--cluster", config, "--trace", trace, "--format", "rota",
+                                      "--policy", "profile", "-o", "json"],
+                                     capture_output=True, text=True, check=True).stdout
+                runs[policy] = json.loads(out)  # one policy: its summary
+        else:
+            out = subprocess.run([args.rota, "sim", "--cluster", cluster, "--trace", trace, "--format", "rota",
+                                  "--compare", "fifo,tiresias,rota", "--placement", "count", "-o", "json"],
+                                 capture_output=True, text=True, check=True).stdout
+            runs = json.loads(out)  # policy -> its summary
         best_avg = min(runs["fifo"]["avg_jct_s"], runs["tiresias"]["avg_jct_s"])
         ref_p99 = min(runs["fifo"]["p99_jct_s"], runs["tiresias"]["p99_jct_s"])
         for p in ("fifo", "tiresias", "rota"):
