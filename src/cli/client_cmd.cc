@@ -448,7 +448,8 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         std::cout << "dry run: " << S(j, "name") << " would be accepted into queue " << S(j, "queue") << " and start " << when
                   << (where.empty() ? "" : " on " + where) << " (nothing was submitted)\n";
         if (j.value("estimate", false)) {
-          std::cout << "  (an estimate: a job ahead has no time limit; run times from the median of finished jobs, "
+          std::cout << "  (an estimate: a job ahead has no time limit; run times from the learned history of finished "
+                       "jobs, else their median, "
                     << FormatSpan(j["default_run_s"].get<int64_t>() * kMicrosPerSecond) << ")\n";
         }
       });
@@ -1042,7 +1043,8 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
         t.Add(row);
       }
       std::cout << t.Render();
-      std::cout << "\n~: after a job with no time limit ends (run for the median of finished jobs, "
+      std::cout << "\n~: after a job with no time limit ends (run for what the learned history of finished jobs "
+                   "expects, else their median, "
                 << FormatSpan(j["baseline"]["default_run_s"].get<int64_t>() * kMicrosPerSecond) << ")\n";
       if (!j["baseline"].value("complete", true) || (changes && !j["with_changes"].value("complete", true))) {
         std::cout << "(the queue is too long to project within the server's time budget: "

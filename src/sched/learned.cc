@@ -127,4 +127,33 @@ void BuildSweepIndex(double finished, double log_sum, double log_sq, std::vector
   index->Rebuild({});
 }
 
+double EstimateGpuSeconds(const RunHistory& h, JobId sweep, double attained) {
+  if (auto it = h.sweeps.find(sweep.value()); it != h.sweeps.end() && it->second.finished > 0) {
+    const double typical =
+        std::exp(static_cast<double>(it->second.log_sum) / RunHistory::kLogScale / static_cast<double>(it->second.finished));
+    if (typical > attained) return typical;
+  }
+  if (h.finished < kEstimateFrom) return 0;
+  // The finished jobs beyond `attained`: the bins above its own, and of its
+  // own bin the share above it (as if spread evenly over the bin).
+  const int first = RunHistory::Bin(attained);
+  auto mass = [&](int b) {
+    if (b != first) return static_cast<double>(h.count[b]);
+    const double lo = RunHistory::Edge(b), hi = RunHistory::Edge(b + 1);
+    return static_cast<double>(h.count[b]) * std::clamp((hi - attained) / (hi - lo), 0.0, 1.0);
+  };
+  double beyond = 0;
+  for (int b = first; b < RunHistory::kBins; ++b) beyond += mass(b);
+  if (beyond <= 0) return attained * 1.1;
+  double seen = 0;
+  for (int b = first; b < RunHistory::kBins; ++b) {
+    seen += mass(b);
+    if (seen * 2 >= beyond && h.count[b] > 0) {
+      const double mean = static_cast<double>(h.gpu_seconds[b]) / static_cast<double>(h.count[b]);
+      return std::max(mean, attained * 1.1);
+    }
+  }
+  return attained * 1.1;
+}
+
 }  // namespace rota::sched

@@ -171,4 +171,15 @@ void BuildSweepIndex(double finished, double log_sum, double log_sq, std::vector
                      const WorkloadLogs& workload, const LearnedGittins& global, NormalFit* fit,
                      CensoredNormal* scratch, LearnedGittins* index);
 
+// What the learned history expects a job's total GPU-time to be, given the
+// `attained` GPU-seconds it has run: its sweep's typical GPU-time (the
+// geometric mean of its finished jobs') if one of them finished and it is
+// beyond `attained`; else the median GPU-time of the finished jobs that ran
+// longer than `attained` (from the history's bins); past all of them, 10%
+// more than `attained`. 0 with fewer than kEstimateFrom finished jobs.
+// What-if (sim/profile_sim.h's Project) runs jobs without a time limit for
+// this long.
+inline constexpr int64_t kEstimateFrom = 16;
+double EstimateGpuSeconds(const RunHistory& history, JobId sweep, double attained);
+
 }  // namespace rota::sched

@@ -1393,7 +1393,7 @@ class HttpServerImpl final : public HttpServer {
         jobs.push_back(std::move(j));
       }
       return ordered_json{{"jobs", jobs},       {"default_run_s", p.default_run / kMicrosPerSecond},
-                          {"steps", p.steps}, {"wall_ms", p.wall_s * 1000},
+                          {"learned", p.learned}, {"steps", p.steps}, {"wall_ms", p.wall_s * 1000},
                           {"complete", !p.cut_short}};
     };
     StatusOr<sim::Projection> base = sim::Project(c_->config(), snap, now, options);
@@ -1483,6 +1483,7 @@ class HttpServerImpl final : public HttpServer {
     out["placement"] = placement;
     if (count > 1) out["last_starts_in_s"] = last.start >= 0 ? ordered_json((last.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
     out["default_run_s"] = p->default_run / kMicrosPerSecond;
+    out["learned"] = p->learned;
     out["complete"] = !p->cut_short;
     Reply(res, 200, out);
   }

@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "sched/engine.h"
+#include "sched/learned.h"
 #include "sched/to_events.h"
 #include "server/decisions.h"
 #include "server/job_lifecycle.h"
@@ -369,13 +370,25 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
     w.grace = job->spec().checkpoint.grace;
     for (const TaskGroupSpec& t : job->spec().tasks) w.gpus += static_cast<int64_t>(t.replicas) * t.gpus;
     const bool limited = job->spec().time_limit > 0;
+    // Without a limit: what the learned history expects of its GPU-time
+    // (its sweep's, the finished jobs'), less what it has run; else the
+    // median run.
+    Duration learned = 0;
+    if (!limited && w.gpus > 0) {
+      const double attained = static_cast<double>(job->AttainedAt(now)) * static_cast<double>(w.gpus) / kMicrosPerSecond;
+      const double total = sched::EstimateGpuSeconds(snap.history(), job->sweep, attained);
+      if (total > 0) learned = static_cast<Duration>(total / static_cast<double>(w.gpus) * kMicrosPerSecond) - job->attained;
+      if (learned > 0) ++out.learned;
+    }
     if (job->state == JobState::kPending) {
-      w.duration = limited ? job->spec().time_limit : out.default_run;
+      w.duration = limited ? job->spec().time_limit : learned > 0 ? learned : out.default_run;
       index[id] = out.jobs.size();
       out.jobs.push_back({id, -1, false, "", {}});
     } else {
       const Duration elapsed = std::max<Duration>(0, now - job->started_at);
-      w.duration = limited ? job->spec().time_limit : std::max(out.default_run, elapsed + out.default_run / 10);
+      w.duration = limited       ? job->spec().time_limit
+                   : learned > 0 ? std::max(learned, elapsed + kMicrosPerSecond)
+                                 : std::max(out.default_run, elapsed + out.default_run / 10);
     }
     work[id.value()] = w;
     estimated[id.value()] = !limited;

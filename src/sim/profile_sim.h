@@ -96,7 +96,10 @@ struct ProjectedStart {
 };
 struct Projection {
   std::vector<ProjectedStart> jobs;  // every pending job of the state, in id order
+  // Jobs without a time limit run what the learned history expects
+  // (sched::EstimateGpuSeconds; `learned` of them), else `default_run`.
   Duration default_run = 0;
+  int64_t learned = 0;
   int64_t steps = 0;
   double wall_s = 0;
   bool cut_short = false;  // stopped by the wall budget, not by the horizon

@@ -158,6 +158,55 @@ TEST(Project, EveryPendingJobGetsAnExpectedStartFromTimeLimitsOrTheMedianRun) {
   EXPECT_EQ(live.state.GetSnapshot().FindJob(JobId(3))->state, JobState::kPending);
 }
 
+// Without a time limit a job runs what the learned history expects: its
+// sweep's typical GPU-time once one of its jobs finished, else the median of
+// the finished jobs that ran longer than it has; both are estimates.
+TEST(Project, WithoutALimitAJobRunsWhatTheLearnedHistoryExpects) {
+  ClusterConfig config;
+  config.topology = {"nvlink", "node"};
+  config.node_groups.push_back({.name = "n", .count = 1, .gpus = 8, .gpu_model = "V100", .cpu = 64000, .memory = 262144});
+  ClusterState st(config.topology);
+  StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(config);
+  ASSERT_TRUE(nodes.ok());
+  for (const NodeSpec& n : *nodes) ASSERT_TRUE(st.Apply(NodeAdded{n}).ok());
+  JobSpec open;
+  open.name = "open";
+  open.tasks.push_back({.name = "w", .replicas = 1, .gpus = 8, .command = {"x"}});
+  const std::vector<ReplicaPlacement> all = {{0, 0, NodeId(0), 0xff}};
+  // 20 jobs alone (their own sweeps) ran 100 s on 8 GPUs; then job 21 ran
+  // 1,000 s, and job 22, of its sweep (10 s later), runs now since 100 s.
+  TimePoint t = 0;
+  uint64_t id = 1;
+  for (; id <= 20; ++id, t += 200 * kS) {
+    ASSERT_TRUE(st.Apply(JobSubmitted{.id = JobId(id), .spec = open, .at = t, .user = "u"}).ok());
+    ASSERT_TRUE(st.Apply(JobBound{JobId(id), all, t}).ok());
+    ASSERT_TRUE(st.Apply(JobFinished{JobId(id), JobOutcome::kSucceeded, t + 100 * kS, ""}).ok());
+  }
+  ASSERT_TRUE(st.Apply(JobSubmitted{.id = JobId(21), .spec = open, .at = t, .user = "u"}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{.id = JobId(22), .spec = open, .at = t + 10 * kS, .user = "u"}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(21), all, t + 10 * kS}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(21), JobOutcome::kSucceeded, t + 1010 * kS, ""}).ok());
+  const TimePoint now = t + 5000 * kS;
+  ASSERT_TRUE(st.Apply(JobBound{JobId(22), all, now - 100 * kS}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{.id = JobId(23), .spec = open, .at = now - 1, .user = "u"}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{.id = JobId(24), .spec = open, .at = now + 100 * kS, .user = "u"}).ok());
+  ASSERT_EQ(st.GetSnapshot().FindJob(JobId(22))->sweep, JobId(21));
+  StatusOr<Projection> p = Project(config, st.GetSnapshot(), now, {});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->default_run, 100 * kS);  // the median run, for the ones the history cannot speak for
+  EXPECT_EQ(p->learned, 3);
+  ASSERT_EQ(p->jobs.size(), 2u);
+  // Job 22 runs its sweep's 1,000 s (900 more), not the median's 100 s.
+  EXPECT_EQ(p->jobs[0].job, JobId(23));
+  EXPECT_GE(p->jobs[0].start, now + 900 * kS);
+  EXPECT_LE(p->jobs[0].start, now + 960 * kS);
+  EXPECT_TRUE(p->jobs[0].estimate);
+  // Job 23 (a sweep of its own, like most) runs the finished jobs' median, about 100 s.
+  EXPECT_GE(p->jobs[1].start, p->jobs[0].start + 60 * kS);
+  EXPECT_LE(p->jobs[1].start, p->jobs[0].start + 180 * kS);
+  EXPECT_TRUE(p->jobs[1].estimate);
+}
+
 TEST(Project, AddedNodesAndDrainsChangeTheProjection) {
   LiveState live;
   ProjectOptions more;
