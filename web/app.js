@@ -803,9 +803,27 @@ async function readLogs(job) {
   return L;
 }
 
+// A pending job's start in the what-if projection (GET /v1/whatif, as `rota
+// jobs --start`): the whole queue projected forward with the server's
+// profile. Read again at most every 30 s (a projection costs the server up
+// to seconds); null while none is known (busy: 429, or not within the horizon).
+async function projectedStart(id) {
+  const p = state.projection;
+  if (!p || Date.now() - p.at > 30000) {
+    try {
+      state.projection = { at: Date.now(), jobs: (await api('/v1/whatif')).baseline.jobs };
+    } catch (e) {
+      if (e instanceof AuthError) throw e;
+      state.projection = { at: Date.now(), jobs: [] };
+    }
+  }
+  return state.projection.jobs.find((j) => String(j.id) === String(id)) || null;
+}
+
 async function renderJob(id) {
   const [job, nodesReply, events] = await Promise.all([api('/v1/jobs/' + encodeURIComponent(id)), api('/v1/nodes'),
     api('/v1/jobs/' + encodeURIComponent(id) + '/events')]);
+  const projected = job.state === 'pending' && !job.held ? await projectedStart(job.id) : null;
   const L = await readLogs(job);
   const when = (t) => (t ? localTime(t) + ' (' + fromNow(t) + ')' : '');
   const live = job.state === 'running' || job.state === 'preempting';
@@ -839,7 +857,10 @@ async function renderJob(id) {
                                  job.elastic.replicas + ' replicas (' + job.elastic.resizes + ' resizes)') : '');
   if (job.pending_reason) {
     html += kv('pending', job.pending_reason.code + ': ' + job.pending_reason.message) +
-      kv('expected start', job.expected_start ? fromNow(job.expected_start) + ' (' + localTime(job.expected_start) + ')' : '');
+      kv('expected start', job.expected_start ? fromNow(job.expected_start) + ' (' + localTime(job.expected_start) + ')' : '') +
+      kv('projected start', projected && projected.expected_start
+        ? (projected.estimate ? '~ ' : '') + fromNow(projected.expected_start) + ' (' + localTime(projected.expected_start) + ')'
+        : '', projected && projected.estimate ? 'an estimate: a job ahead has no time limit (rota whatif)' : 'rota whatif');
   }
   if (job.flags) html += kv('right-sizing', job.flags.join('; '));
   html += '</dl>';
