@@ -82,6 +82,7 @@ function isAdmin() { return !!state.me && state.me.role === 'admin'; }
 function showLogin(message) {
   state.token = '';
   state.me = null;
+  state.projection = null;  // (another user may see other jobs)
   sessionStorage.removeItem('rota.token');
   clearInterval(state.timer);
   $('#app').hidden = true;
@@ -809,12 +810,12 @@ async function readLogs(job) {
 // to seconds); null while none is known (busy: 429, or not within the horizon).
 async function projectedStart(id) {
   const p = state.projection;
-  if (!p || Date.now() - p.at > 30000) {
+  if (!p || Date.now() - p.at > (p.failed ? 5000 : 30000)) {
     try {
       state.projection = { at: Date.now(), jobs: (await api('/v1/whatif')).baseline.jobs };
     } catch (e) {
       if (e instanceof AuthError) throw e;
-      state.projection = { at: Date.now(), jobs: [] };
+      state.projection = { at: Date.now(), jobs: [], failed: true };  // (busy: try again in 5 s)
     }
   }
   return state.projection.jobs.find((j) => String(j.id) === String(id)) || null;

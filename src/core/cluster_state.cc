@@ -177,10 +177,11 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
     count(*old->second, -1);
     const JobState was = old->second->state;
     if (!live && (was == JobState::kPending || was == JobState::kRunning || was == JobState::kPreempting)) {
-      // It ended: the learned order learns its GPU-time if it ended on its own.
-      const bool own = job->state == JobState::kSucceeded || job->state == JobState::kFailed;
-      const double gpu_seconds =
-          static_cast<double>(job->attained) * static_cast<double>(job->spec().TotalGpus()) / kMicrosPerSecond;
+      // It ended: the learned order learns its GPU-time if it ended on its
+      // own and held whole GPUs (a CPU-only or fractional job has none).
+      const int64_t gpus = job->spec().TotalGpus();
+      const bool own = (job->state == JobState::kSucceeded || job->state == JobState::kFailed) && gpus > 0;
+      const double gpu_seconds = static_cast<double>(job->attained) * static_cast<double>(gpus) / kMicrosPerSecond;
       MutHistory(d).End(job->sweep, own, gpu_seconds);
     }
   }

@@ -485,6 +485,15 @@ TEST(ClusterState, RunHistoryLearnsFinishedJobsAndTheirSweeps) {
   EXPECT_EQ(st.GetSnapshot().history().sweeps.count(5), 1u);
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(6), Job(1, 2), 450 * s}).ok());
   EXPECT_EQ(st.GetSnapshot().FindJob(JobId(6))->sweep, JobId(5));
+  // One submitted before the sweep's last (an old snapshot's live job
+  // replayed after newer ended ones) does not join it.
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(7), Job(1, 2), 440 * s}).ok());
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(7))->sweep, JobId(7));
+  // A job without whole GPUs (CPU only) teaches nothing of GPU-time.
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(8), Job(1, 0), 800 * s}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(8), {{0, 0, NodeId(0), 0}}, 800 * s}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(8), JobOutcome::kSucceeded, 900 * s}).ok());
+  EXPECT_EQ(st.GetSnapshot().history().finished, 1);
 }
 
 // A journal snapshot replays ended jobs before live ones, so the history is

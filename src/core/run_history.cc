@@ -15,7 +15,9 @@ JobId RunHistory::Join(const std::pair<std::string, int64_t>& key, JobId id, Tim
   auto it = open.find(key);
   JobId sweep = given;
   if (sweep.value() == 0) {
-    const bool joins = it != open.end() && at - it->second.last_submit <= kSweepWindow;
+    // (Not a job submitted before the sweep's last: a snapshot from before
+    // sweeps were kept replays live jobs after newer ended ones.)
+    const bool joins = it != open.end() && at >= it->second.last_submit && at - it->second.last_submit <= kSweepWindow;
     sweep = joins ? it->second.sweep : id;
   }
   sweeps[sweep.value()].live += jobs;

@@ -374,7 +374,7 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
     // (its sweep's, the finished jobs'), less what it has run; else the
     // median run.
     Duration learned = 0;
-    if (!limited && w.gpus > 0) {
+    if (!limited && w.gpus > 0 && !job->spec().is_service()) {  // (a service runs on)
       const double attained = static_cast<double>(job->AttainedAt(now)) * static_cast<double>(w.gpus) / kMicrosPerSecond;
       const double total = sched::EstimateGpuSeconds(snap.history(), job->sweep, attained);
       if (total > 0) learned = static_cast<Duration>(total / static_cast<double>(w.gpus) * kMicrosPerSecond) - job->attained;

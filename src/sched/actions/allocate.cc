@@ -133,10 +133,17 @@ void Allocate::Execute(Session& s) const {
     settle_nominee();
     if (max_jobs > 0 && examined++ >= max_jobs) break;
     for (Session::Nomination& n : s.nominations()) {
-      if (!n.released && n.job->spec().priority <= job->spec().priority) s.HoldNomination(n, false);
+      // A running service's (its scale-up's, which grow-elastic places) is
+      // let go only for a job of higher priority, and only for that job.
+      const bool service = n.job->state == JobState::kRunning;
+      const int32_t mine = n.job->spec().priority, theirs = job->spec().priority;
+      if (!n.released && (service ? mine < theirs : mine <= theirs)) s.HoldNomination(n, false);
       if (n.job == job) nominee = &n;
     }
     AllocateOne(s, *job, nominee != nullptr);
+    for (Session::Nomination& n : s.nominations()) {
+      if (n.released && n.job->state == JobState::kRunning) s.HoldNomination(n, true);
+    }
   }
   settle_nominee();
 }

@@ -156,6 +156,12 @@ void GrowElastic::Execute(Session& s) const {
       // A service goes to what its autoscaler wants, in this pass: a resize
       // keeps its running replicas, so no min_runtime wait.
       const size_t desired = static_cast<size_t>(r->DesiredReplicas());
+      if (r->placement.size() >= desired) {
+        // GPUs its scale-up evicted for, no longer wanted: free for anyone.
+        for (Session::Nomination& n : s.nominations()) {
+          if (n.job == r && !n.released) s.HoldNomination(n, false);
+        }
+      }
       if (r->placement.size() > desired) {
         ScaleDown(s, *r, desired);
         continue;
@@ -182,8 +188,10 @@ void GrowElastic::Execute(Session& s) const {
       if (n.job == r && !n.released) s.HoldNomination(n, false);
     }
     const int32_t best = s.MostReplicasThatFit(*r, 1, missing);
+    // (At most once per min_runtime after its last resize: an autoscaler
+    // that flaps does not evict training on every swing.)
     if (best < missing && r->spec().is_service() && s.has_clock() && !s.room_being_made(r->id) &&
-        s.TakePreemptionSearch()) {
+        s.now() - r->resized_at >= s.options().min_runtime && s.TakePreemptionSearch()) {
       // A scale-up that free GPUs cannot hold evicts preemptible gangs of
       // lower priority, as a pending job would (the preempt action's rules,
       // the checkpoint protocol); the GPUs they free are nominated for it,

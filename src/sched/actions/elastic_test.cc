@@ -166,11 +166,11 @@ TEST(ScaleService, ItGoesToItsDesiredCountAndKeepsRunningReplicas) {
 TEST(ScaleService, AScaleUpEvictsLowerTrainingAndTakesItsGpus) {
   ClusterConfig c = testing::Nodes(1);
   ClusterState st = MakeCluster(c);
-  JobSpec svc = GpuJob("svc", 4, 1);
+  JobSpec svc = GpuJob("svc", 8, 1);
   svc.kind = JobKind::kService;
   svc.priority = 1000;
   svc.service.min_replicas = 1;
-  svc.service.max_replicas = 4;
+  svc.service.max_replicas = 8;
   svc.service.port = 8000;
   svc.elastic_min_replicas = 1;
   ASSERT_TRUE(ValidateNewJobSpec(svc).ok()) << ValidateNewJobSpec(svc).message();
@@ -191,6 +191,7 @@ TEST(ScaleService, AScaleUpEvictsLowerTrainingAndTakesItsGpus) {
   ASSERT_EQ(r.placed.size(), 2u);  // the service's one replica and the 7-GPU gang: the node is full
   JobSpec small = GpuJob("small", 1, 2);
   small.priority = 100;
+  small.preemptible = true;
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), small, kMinute + 1}).ok());
 
   // Wanting 3 replicas, within the gang's minimum run time: nothing yet.
@@ -224,6 +225,21 @@ TEST(ScaleService, AScaleUpEvictsLowerTrainingAndTakesItsGpus) {
   r = cycle(20 * kMinute + 32 * kMicrosPerSecond);
   ASSERT_EQ(r.placed.size(), 1u);
   EXPECT_EQ(r.placed[0].job, JobId(3));
+  // Wanting 6 (the 3 free GPUs), then 7 a minute after that resize: the
+  // 2-GPU job has run its minimum, but no second eviction comes within
+  // min_runtime of the service's last resize (an autoscaler that swings
+  // does not evict on every swing); past it, the job goes.
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 31 * kMinute, 6, "in flight 23.0 (target 4/replica): 6"}).ok());
+  r = cycle(31 * kMinute);
+  EXPECT_TRUE(r.preemptions.empty());
+  ASSERT_EQ(r.resizes.size(), 1u);
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->placement.size(), 6u);
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 32 * kMinute, 7, "in flight 27.0 (target 4/replica): 7"}).ok());
+  r = cycle(32 * kMinute);
+  EXPECT_TRUE(r.preemptions.empty());
+  r = cycle(41 * kMinute);
+  ASSERT_EQ(r.preemptions.size(), 1u);
+  EXPECT_EQ(r.preemptions[0].victim, JobId(3));
 }
 
 }  // namespace

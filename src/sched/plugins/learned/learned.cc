@@ -70,8 +70,11 @@ struct LearnedState : JobOrderPlugin::RankState {
   CensoredNormal scratch;
 };
 
+// Attained GPU-seconds; a job without whole GPUs (CPU only, or a GPU
+// fraction) counts as one GPU, so that its attained service grows too.
 double GpuSeconds(const JobRecord& j, TimePoint now) {
-  return static_cast<double>(j.AttainedAt(now)) * static_cast<double>(j.spec().TotalGpus()) / kMicrosPerSecond;
+  const int64_t gpus = std::max<int64_t>(1, j.spec().TotalGpus());
+  return static_cast<double>(j.AttainedAt(now)) * static_cast<double>(gpus) / kMicrosPerSecond;
 }
 
 TimePoint WaitingSince(const JobRecord& j) { return j.attempts.empty() ? j.submitted_at : j.attempts.back().ended_at; }
