@@ -681,6 +681,9 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
         (nominee->second->state == JobState::kPending ||
          (nominee->second->state == JobState::kRunning && nominee->second->spec().is_service()))) {
       auto n = std::make_shared<JobRecord>(*nominee->second);
+      // A running service keeps a nomination until it resizes: one from
+      // before this gang's eviction began is an older scale-up's, gone stale.
+      if (n->state == JobState::kRunning && n->nominated_at < old->preempting_since) n->nominated.clear();
       for (const ReplicaPlacement& r : updated->last_placement) {
         if (!r.shares_gpu() && r.gpu_mask != 0) n->nominated.push_back(r);
       }

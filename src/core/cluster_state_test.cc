@@ -531,6 +531,38 @@ TEST(CompactState, KeepsTheRunHistoryAndSweeps) {
   EXPECT_EQ(st.GetSnapshot().history().sweeps.at(1).finished, 3);
 }
 
+// A gang evicted for a running service's scale-up nominates its GPUs for
+// the service; a later eviction's replace those of an older one (which the
+// service no longer waits for), while one eviction's victims add up.
+TEST(ClusterState, AScalingServiceIsNominatedTheGpusOfItsLatestVictims) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n", 8)}).ok());
+  JobSpec svc = Job(4, 1);
+  svc.kind = JobKind::kService;
+  svc.service.min_replicas = 1;
+  svc.service.max_replicas = 4;
+  svc.service.port = 8000;
+  svc.elastic_min_replicas = 1;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x01}}, 1}).ok());
+  for (uint64_t id = 2; id <= 4; ++id) {
+    ASSERT_TRUE(st.Apply(JobSubmitted{JobId(id), Job(1, 2), 0}).ok());
+    ASSERT_TRUE(st.Apply(JobBound{JobId(id), {{0, 0, NodeId(0), uint64_t{0x6} << (2 * (id - 2))}}, 1}).ok());
+  }
+  // One scale-up evicts jobs 2 and 3: both gangs' GPUs are nominated.
+  ASSERT_TRUE(st.Apply(JobPreempting{JobId(2), 100, JobId(1), "scale up"}).ok());
+  ASSERT_TRUE(st.Apply(JobPreempting{JobId(3), 100, JobId(1), "scale up"}).ok());
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(2), 110, "preempted"}).ok());
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(3), 120, "preempted"}).ok());
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->nominated.size(), 2u);
+  // A later one (job 4) replaces them.
+  ASSERT_TRUE(st.Apply(JobPreempting{JobId(4), 500, JobId(1), "scale up"}).ok());
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(4), 510, "preempted"}).ok());
+  const JobRecord* s1 = st.GetSnapshot().FindJob(JobId(1));
+  ASSERT_EQ(s1->nominated.size(), 1u);
+  EXPECT_EQ(s1->nominated[0].gpu_mask, uint64_t{0x6} << 4);
+}
+
 // A hold: only a pending job, once; it survives a journal snapshot.
 TEST(ClusterState, HoldsAPendingJobUntilReleased) {
   ClusterState st;

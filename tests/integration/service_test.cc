@@ -74,7 +74,9 @@ class Services : public ::testing::Test {
     ASSERT_EQ(url.rfind("http://127.0.0.1:", 0), 0u) << url;
     router_port = std::stoi(url.substr(17));
     // Replicas listen on base + r; a range no other test uses at once.
-    base_port = 30000 + static_cast<int>(getpid() % 5000) * 4;
+    // (Below the kernel's ephemeral ports, 32768 up: a client socket there
+    // could hold a replica's port; 20000..27996, not the dashboard test's 28400.)
+    base_port = 20000 + static_cast<int>(getpid() % 2000) * 4;
     for (int i = 0; i < 200 && Ready() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   void TearDown() override {
