@@ -89,13 +89,35 @@ NormalFit FitCensoredNormal(const CensoredNormal& data, NormalFit start) {
   return out;
 }
 
-void BuildSweepIndex(double finished, double log_sum, double log_sq, std::vector<double>& censored,
-                     const WorkloadLogs& workload, const LearnedGittins& global, NormalFit* fit,
-                     CensoredNormal* scratch, LearnedGittins* index) {
+void SweepIndex::Update(int64_t finished, double log_sum, double log_sq, std::vector<double>& censored,
+                        const WorkloadLogs& workload, const LearnedGittins& global, int64_t prior,
+                        CensoredNormal* scratch) {
+  uint64_t bins = 0;  // which bins they are in, to rebuild only on a change
+  for (double a : censored) bins = bins * 31 + static_cast<uint64_t>(RunHistory::Bin(a));
+  informed_ = finished > 0 || std::any_of(censored.begin(), censored.end(), [](double a) { return a >= kInformedAt; });
+  if (!informed_ || (built_ == finished && prior_ == prior && bins_ == bins)) return;
+  index_ = LearnedGittins();
+  if (finished == 0) {
+    index_.AddScaled(global, kSweepPriorWeight);
+    index_.Rebuild(censored);
+  } else {
+    Fit(finished, log_sum, log_sq, censored, workload, scratch);
+    index_.AddLogNormal(fit_.mu, std::sqrt(fit_.var), static_cast<double>(finished) + static_cast<double>(censored.size()));
+    index_.AddScaled(global, kSweepPriorWeight);
+    index_.Rebuild({});
+  }
+  built_ = finished;
+  prior_ = prior;
+  bins_ = bins;
+}
+
+void SweepIndex::Fit(int64_t finished, double log_sum, double log_sq, std::vector<double>& censored,
+                     const WorkloadLogs& workload, CensoredNormal* scratch) {
   // The posterior mode of the log-normal (FitCensoredNormal on the logs),
-  // from the sweep's last fit. Priors: the mean is normal around the mean
-  // log of all finished jobs, with their variance; the variance is
+  // from the last fit. Priors: the mean is normal around the mean log of
+  // all finished jobs, with their variance; the variance is
   // kSweepLogVariance, kSweepLogVarianceWeight jobs' worth.
+  const double n = static_cast<double>(finished);
   const double mu0 = workload.sum / workload.n;
   const double tau2 = std::max(0.1, workload.sq / workload.n - mu0 * mu0);
   // The censored logs, each distinct value once with its count (waiting
@@ -107,24 +129,20 @@ void BuildSweepIndex(double finished, double log_sum, double log_sq, std::vector
     if (scratch->censored.empty() || scratch->censored.back().first != c) scratch->censored.emplace_back(c, 0);
     ++scratch->censored.back().second;
   }
-  if (fit->var == 0) {  // never fitted: from the finished jobs'
-    fit->mu = log_sum / finished;
-    fit->var = kSweepLogVariance;
+  if (fit_.var == 0) {  // never fitted: from the finished jobs'
+    fit_.mu = log_sum / n;
+    fit_.var = kSweepLogVariance;
   }
-  scratch->n = finished;
+  scratch->n = n;
   scratch->sum = log_sum;
   scratch->sq = log_sq;
   scratch->mu0 = mu0;
   scratch->tau2 = tau2;
   scratch->var0 = kSweepLogVariance;
   scratch->var_weight = kSweepLogVarianceWeight;
-  const NormalFit f = FitCensoredNormal(*scratch, {fit->mu, fit->var, 0});
-  fit->mu = f.mu;
-  fit->var = f.var;
-  *index = LearnedGittins();
-  index->AddLogNormal(fit->mu, std::sqrt(fit->var), finished + static_cast<double>(censored.size()));
-  index->AddScaled(global, kSweepPriorWeight);
-  index->Rebuild({});
+  const NormalFit f = FitCensoredNormal(*scratch, {fit_.mu, fit_.var, 0});
+  fit_.mu = f.mu;
+  fit_.var = f.var;
 }
 
 double EstimateGpuSeconds(const RunHistory& h, JobId sweep, double attained) {

@@ -6,7 +6,7 @@
 //                    over the jobs still running)
 //   FitCensoredNormal the posterior mode of a normal from exact and
 //                    right-censored values (a sweep's log GPU-time)
-//   BuildSweepIndex  a sweep's index: a log-normal fitted to its finished and
+//   SweepIndex       a sweep's index: a log-normal fitted to its finished and
 //                    unfinished jobs, with the workload's distribution as a
 //                    prior
 #pragma once
@@ -156,20 +156,46 @@ struct WorkloadLogs {
   double n = 0, sum = 0, sq = 0;
 };
 
-// A sweep's index once one of its jobs has finished: a log-normal fitted to
-// its `finished` jobs' log GPU-seconds (sum and sum of squares) and, as at
-// least their attained GPU-seconds, its unfinished ones (`censored`, sorted
-// in place), worth finished + unfinished jobs, plus `global` as a prior of
-// kSweepPriorWeight jobs. `fit`: the sweep's last fit (var 0: none yet),
-// updated; `scratch` is reused. REQUIRES: finished > 0 and workload.n > 0.
+// A sweep's index, kept between passes and rebuilt only when its evidence
+// changes: its finished jobs, the workload's index (`prior`: which build of
+// it), or the bins its unfinished jobs are in. A sweep speaks for itself
+// (informed()) once one of its jobs has finished or has run kInformedAt
+// GPU-seconds; before, the workload's index stands for it.
+//  - Before any finish: the workload's distribution (kSweepPriorWeight
+//    jobs' worth) with its unfinished jobs censored at what they attained.
+//  - From its first finish: a log-normal fitted to its finished jobs' log
+//    GPU-seconds and, censored, its unfinished ones (the posterior mode,
+//    from its last fit; the workload's log GPU-time as the prior of its
+//    mean), worth all its jobs, plus the workload's as the same prior.
+// The simulator's research order and the `learned` plugin both keep one
+// per live sweep.
 inline constexpr double kSweepPriorWeight = 2;
 // Within a sweep, the prior of the variance of log GPU-time (Philly
 // 0e4a51's: 0.34 within sweeps, 10.8 overall) and its weight in jobs.
 inline constexpr double kSweepLogVariance = 0.34;
 inline constexpr double kSweepLogVarianceWeight = 0.5;
-void BuildSweepIndex(double finished, double log_sum, double log_sq, std::vector<double>& censored,
-                     const WorkloadLogs& workload, const LearnedGittins& global, NormalFit* fit,
-                     CensoredNormal* scratch, LearnedGittins* index);
+class SweepIndex {
+ public:
+  static constexpr double kInformedAt = 600;
+  // `finished` jobs whose log GPU-seconds sum to `log_sum` (squares:
+  // `log_sq`); `censored`: its unfinished jobs' attained GPU-seconds (they
+  // will run at least that long; reordered). `workload`: every finished
+  // job's logs (workload.n > 0 once finished > 0). `scratch` is reused.
+  void Update(int64_t finished, double log_sum, double log_sq, std::vector<double>& censored,
+              const WorkloadLogs& workload, const LearnedGittins& global, int64_t prior, CensoredNormal* scratch);
+  bool informed() const { return informed_; }
+  double Index(double attained) const { return index_.Index(attained); }
+
+ private:
+  void Fit(int64_t finished, double log_sum, double log_sq, std::vector<double>& censored, const WorkloadLogs& workload,
+           CensoredNormal* scratch);
+  LearnedGittins index_;
+  NormalFit fit_{0, 0, 0};  // the last log-normal fit (var 0: none yet)
+  bool informed_ = false;
+  int64_t built_ = -1;  // finished jobs when built
+  int64_t prior_ = -1;  // the workload's build it was built on
+  uint64_t bins_ = 0;   // its unfinished jobs' bins when built
+};
 
 // What the learned history expects a job's total GPU-time to be, given the
 // `attained` GPU-seconds it has run: its sweep's typical GPU-time (the

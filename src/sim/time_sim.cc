@@ -431,7 +431,6 @@ double Round(double v, int digits) {
 class RotaOrder {
  public:
   static constexpr double kBatchWindowSeconds = 60;
-  static constexpr double kPriorWeight = sched::kSweepPriorWeight;
   static constexpr Duration kStarved = 3 * 24 * 3600 * kMicrosPerSecond;
   static constexpr int kMaxPerHour = 3;
 
@@ -497,7 +496,7 @@ class RotaOrder {
       }
       Batch& b = batches_[j.batch];
       if (b.stamp != stamp_) Refresh(b, by_batch_[j.batch], jobs);
-      if (!b.informed) {
+      if (!b.index.informed()) {
         j.rank = -global_.Index(j.gpu_seconds());
         continue;
       }
@@ -524,24 +523,17 @@ class RotaOrder {
   struct Batch {
     TimePoint last_submit = 0;
     size_t finished = 0;  // its finished jobs
-    LearnedGittins index;
-    size_t built = 0;
-    int64_t prior_built = -1;
-    uint64_t bins = 0;   // attained-service bins of its unfinished jobs when built
+    sched::SweepIndex index;
     uint64_t stamp = 0;  // the Rank pass that last looked at it
-    bool informed = false;
     double log_sum = 0, log_sq = 0;  // of its finished jobs' GPU-seconds
-    sched::NormalFit fit{0, 0, 0};   // its last log-normal fit (var 0: none yet)
   };
+
   // Starved jobs' ranks: this plus their submission time in seconds.
   static constexpr double kStarvedRank = -1e12;
   static bool Starved(const SimJob& j) { return j.rank < kStarvedRank / 2; }
-  // A batch speaks for itself once a job of it has finished, or once one of
-  // its jobs has run this many GPU-seconds.
-  static constexpr double kInformedAt = 600;
   const Duration min_runtime_;
   std::vector<double> last_running_;  // per batch: the worst rank of its running jobs
-  sched::CensoredNormal fit_;         // BuildSweepIndex's scratch
+  sched::CensoredNormal fit_;         // SweepIndex::Update's scratch
   double log_n_ = 0, log_sum_ = 0, log_sq_ = 0;  // log GPU-seconds of finished jobs
   uint64_t stamp_ = 0;
   std::vector<std::vector<uint32_t>> by_batch_;  // this pass's runnable jobs by batch
@@ -553,27 +545,9 @@ class RotaOrder {
   void Refresh(Batch& b, const std::vector<uint32_t>& members, const std::vector<SimJob>& jobs) {
     b.stamp = stamp_;
     censored_.clear();
-    uint64_t bins = 0;  // which bins they are in, to rebuild only on a change
-    for (uint32_t k : members) {
-      const double a = jobs[k].gpu_seconds();
-      censored_.push_back(a);
-      bins = bins * 31 + static_cast<uint64_t>(LearnedGittins::Bin(a));
-    }
-    b.informed = b.finished > 0 ||
-                 std::any_of(censored_.begin(), censored_.end(), [](double a) { return a >= kInformedAt; });
-    if (b.informed && (b.built != b.finished || b.prior_built != global_.built() || b.bins != bins)) {
-      b.index = LearnedGittins();
-      if (b.finished == 0) {
-        b.index.AddScaled(global_, kPriorWeight);
-        b.index.Rebuild(censored_);
-      } else {
-        sched::BuildSweepIndex(static_cast<double>(b.finished), b.log_sum, b.log_sq, censored_,
-                               {log_n_, log_sum_, log_sq_}, global_, &b.fit, &fit_, &b.index);
-      }
-      b.built = b.finished;
-      b.prior_built = global_.built();
-      b.bins = bins;
-    }
+    for (uint32_t k : members) censored_.push_back(jobs[k].gpu_seconds());
+    b.index.Update(static_cast<int64_t>(b.finished), b.log_sum, b.log_sq, censored_, {log_n_, log_sum_, log_sq_},
+                   global_, global_.built(), &fit_);
   }
   LearnedGittins global_;
   std::vector<Batch> batches_;

@@ -32,7 +32,6 @@
 namespace rota::sched {
 namespace {
 
-constexpr double kInformedAt = 600;  // GPU-seconds: a sweep's job that ran this long informs it
 constexpr Duration kStarved = 3 * 24 * 3600 * kMicrosPerSecond;
 constexpr double kStarvedRank = -1e12;  // plus the submission time in seconds: before every index
 constexpr int64_t kReadyAt = 16;        // finished jobs before the index is used
@@ -50,12 +49,7 @@ struct LearnedState : JobOrderPlugin::RankState {
   int64_t built_at = -1;  // history.finished when `global` was built
   uint64_t built = 0;     // how many times it was (a sweep's prior changed)
   struct Sweep {
-    LearnedGittins index;
-    NormalFit fit{0, 0, 0};
-    int64_t finished = -1;
-    uint64_t prior = 0;
-    uint64_t bins = 0;
-    bool informed = false;
+    SweepIndex index;
     // This cycle's: its jobs (positions in Rank's `jobs`), whether its
     // index is up to date, the worst rank of its running jobs.
     uint64_t seen = 0, refreshed = 0;  // the cycle (stamp) that last did so
@@ -136,7 +130,7 @@ class Learned final : public JobOrderPlugin {
         rank = gs[i];
       } else {
         if (sw.refreshed != st.stamp) Refresh(h, j.sweep, gs, st, sw);
-        rank = -(sw.informed ? sw.index : st.global).Index(gs[i]);
+        rank = -(sw.index.informed() ? sw.index.Index(gs[i]) : st.global.Index(gs[i]));
       }
       if (j.state != JobState::kPending) sw.last_running = std::max(sw.last_running, rank);
     }
@@ -159,33 +153,16 @@ class Learned final : public JobOrderPlugin {
   static void Refresh(const RunHistory& h, JobId sweep, const std::vector<double>& gs, LearnedState& st,
                       LearnedState::Sweep& sw) {
     sw.refreshed = st.stamp;
-    std::vector<double>& mine = st.mine;  // its jobs' attained GPU-seconds
+    std::vector<double>& mine = st.mine;
     mine.clear();
-    uint64_t bins = 0;  // which bins they are in, to rebuild only on a change
-    for (uint32_t k : sw.members) {
-      const double a = gs[k];
-      mine.push_back(a);
-      bins = bins * 31 + static_cast<uint64_t>(RunHistory::Bin(a));
-    }
+    for (uint32_t k : sw.members) mine.push_back(gs[k]);
     auto found = h.sweeps.find(sweep.value());
-    const RunHistory::Sweep none;
-    const RunHistory::Sweep& facts = found != h.sweeps.end() ? found->second : none;
-    sw.informed = facts.finished > 0 || std::any_of(mine.begin(), mine.end(), [](double a) { return a >= kInformedAt; });
-    if (!sw.informed || (sw.finished == facts.finished && sw.prior == st.built && sw.bins == bins)) return;
-    if (facts.finished == 0) {
-      sw.index = LearnedGittins();
-      sw.index.AddScaled(st.global, kSweepPriorWeight);
-      sw.index.Rebuild(mine);
-    } else {
-      const WorkloadLogs workload{static_cast<double>(h.finished), static_cast<double>(h.log_sum) / RunHistory::kLogScale,
-                                  static_cast<double>(h.log_sq) / RunHistory::kLogScale};
-      BuildSweepIndex(static_cast<double>(facts.finished), static_cast<double>(facts.log_sum) / RunHistory::kLogScale,
-                      static_cast<double>(facts.log_sq) / RunHistory::kLogScale, mine, workload, st.global, &sw.fit,
-                      &st.scratch, &sw.index);
-    }
-    sw.finished = facts.finished;
-    sw.prior = st.built;
-    sw.bins = bins;
+    const RunHistory::Sweep facts = found != h.sweeps.end() ? found->second : RunHistory::Sweep{};
+    const WorkloadLogs workload{static_cast<double>(h.finished), static_cast<double>(h.log_sum) / RunHistory::kLogScale,
+                                static_cast<double>(h.log_sq) / RunHistory::kLogScale};
+    sw.index.Update(facts.finished, static_cast<double>(facts.log_sum) / RunHistory::kLogScale,
+                    static_cast<double>(facts.log_sq) / RunHistory::kLogScale, mine, workload, st.global,
+                    static_cast<int64_t>(st.built), &st.scratch);
   }
 };
 
