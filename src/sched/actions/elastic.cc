@@ -146,6 +146,14 @@ void ScaleDown(Session& s, const JobRecord& r, size_t desired) {
   s.SetResized(r.id, std::move(p));
 }
 
+// Gives a running service's nominated GPUs (freed by gangs its scale-up
+// evicted) back to the pool.
+void ReleaseNomination(Session& s, const JobRecord& service) {
+  for (Session::Nomination& n : s.nominations()) {
+    if (n.job == &service && !n.released) s.HoldNomination(n, false);
+  }
+}
+
 void GrowElastic::Execute(Session& s) const {
   const Topology& topo = s.topology();
   const TimePoint* now = s.now_or_null();
@@ -156,12 +164,7 @@ void GrowElastic::Execute(Session& s) const {
       // A service goes to what its autoscaler wants, in this pass: a resize
       // keeps its running replicas, so no min_runtime wait.
       const size_t desired = static_cast<size_t>(r->DesiredReplicas());
-      if (r->placement.size() >= desired) {
-        // GPUs its scale-up evicted for, no longer wanted: free for anyone.
-        for (Session::Nomination& n : s.nominations()) {
-          if (n.job == r && !n.released) s.HoldNomination(n, false);
-        }
-      }
+      if (r->placement.size() >= desired) ReleaseNomination(s, *r);  // no longer wanted: free for anyone
       if (r->placement.size() > desired) {
         ScaleDown(s, *r, desired);
         continue;
@@ -183,10 +186,7 @@ void GrowElastic::Execute(Session& s) const {
     if (!s.BuildRequest(*r, &why)) continue;
     const int32_t leaf = s.Leaf(*r);
     const int32_t missing = s.request().tasks[0].replicas - static_cast<int32_t>(r->placement.size());
-    // GPUs freed by gangs its scale-up evicted are held for it until now.
-    for (Session::Nomination& n : s.nominations()) {
-      if (n.job == r && !n.released) s.HoldNomination(n, false);
-    }
+    ReleaseNomination(s, *r);  // held for it until now
     const int32_t best = s.MostReplicasThatFit(*r, 1, missing);
     // (At most once per min_runtime after its last resize: an autoscaler
     // that flaps does not evict training on every swing.)

@@ -13,6 +13,26 @@ using testing::MakeCluster;
 using testing::MakeScheduler;
 using testing::StartJob;
 
+// A service of 1-GPU replicas, min 1 and max `max`, on port 8000.
+JobSpec Service(int32_t max, int32_t priority = 0) {
+  JobSpec s = GpuJob("svc", max, 1);
+  s.kind = JobKind::kService;
+  s.priority = priority;
+  s.service.min_replicas = 1;
+  s.service.max_replicas = max;
+  s.service.port = 8000;
+  s.elastic_min_replicas = 1;
+  return s;
+}
+
+// One cycle at `now`, its decisions applied to `st`.
+CycleResult Cycle(Scheduler& s, ClusterState& st, TimePoint now) {
+  CycleResult r;
+  s.RunCycle(st.GetSnapshot(), now, &r);
+  for (Event& e : ToEvents(r, st.GetSnapshot(), now)) EXPECT_TRUE(st.Apply(std::move(e)).ok());
+  return r;
+}
+
 JobSpec Elastic(std::string name, int32_t replicas, int32_t min, int32_t priority) {
   JobSpec s = GpuJob(std::move(name), replicas, 1);
   s.elastic_min_replicas = min;
@@ -95,21 +115,11 @@ TEST(GrowElastic, ARunningGangGrowsIntoWhatIsLeftFree) {
 TEST(ScaleService, ItGoesToItsDesiredCountAndKeepsRunningReplicas) {
   ClusterConfig c = testing::Nodes(1);
   ClusterState st = MakeCluster(c);
-  JobSpec svc = GpuJob("svc", 4, 1);
-  svc.kind = JobKind::kService;
-  svc.service.min_replicas = 1;
-  svc.service.max_replicas = 4;
-  svc.service.port = 8000;
-  svc.elastic_min_replicas = 1;
+  const JobSpec svc = Service(4);
   ASSERT_TRUE(ValidateNewJobSpec(svc).ok()) << ValidateNewJobSpec(svc).message();
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
   auto s = MakeScheduler(c);
-  auto cycle = [&](TimePoint now) {
-    CycleResult r;
-    s->RunCycle(st.GetSnapshot(), now, &r);
-    for (Event& e : ToEvents(r, st.GetSnapshot(), now)) EXPECT_TRUE(st.Apply(std::move(e)).ok());
-    return r;
-  };
+  auto cycle = [&](TimePoint now) { return Cycle(*s, st, now); };
   CycleResult r = cycle(kMinute);
   for (const auto& p : r.pending) ADD_FAILURE() << p.reason.message;
   for (const auto& p : r.unresolvable) ADD_FAILURE() << p.reason.message;
@@ -166,13 +176,7 @@ TEST(ScaleService, ItGoesToItsDesiredCountAndKeepsRunningReplicas) {
 TEST(ScaleService, AScaleUpEvictsLowerTrainingAndTakesItsGpus) {
   ClusterConfig c = testing::Nodes(1);
   ClusterState st = MakeCluster(c);
-  JobSpec svc = GpuJob("svc", 8, 1);
-  svc.kind = JobKind::kService;
-  svc.priority = 1000;
-  svc.service.min_replicas = 1;
-  svc.service.max_replicas = 8;
-  svc.service.port = 8000;
-  svc.elastic_min_replicas = 1;
+  const JobSpec svc = Service(8, 1000);
   ASSERT_TRUE(ValidateNewJobSpec(svc).ok()) << ValidateNewJobSpec(svc).message();
   JobSpec train = GpuJob("train", 1, 7);
   train.priority = 100;
@@ -181,12 +185,7 @@ TEST(ScaleService, AScaleUpEvictsLowerTrainingAndTakesItsGpus) {
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), train, 0}).ok());
   auto s = MakeScheduler(c);
-  auto cycle = [&](TimePoint now) {
-    CycleResult r;
-    s->RunCycle(st.GetSnapshot(), now, &r);
-    for (Event& e : ToEvents(r, st.GetSnapshot(), now)) EXPECT_TRUE(st.Apply(std::move(e)).ok());
-    return r;
-  };
+  auto cycle = [&](TimePoint now) { return Cycle(*s, st, now); };
   CycleResult r = cycle(kMinute);
   ASSERT_EQ(r.placed.size(), 2u);  // the service's one replica and the 7-GPU gang: the node is full
   JobSpec small = GpuJob("small", 1, 2);
