@@ -171,12 +171,11 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
     if ((d.pending_by_user[j.user] += delta) == 0) d.pending_by_user.erase(j.user);
     if ((d.pending_by_queue[j.spec().queue] += delta) == 0) d.pending_by_queue.erase(j.spec().queue);
   };
-  const bool live = job->state == JobState::kPending || job->state == JobState::kRunning ||
-                    job->state == JobState::kPreempting;
+  auto not_ended = [](JobState s) { return s == JobState::kPending || s == JobState::kRunning || s == JobState::kPreempting; };
+  const bool live = not_ended(job->state);
   if (auto old = d.jobs.find(id); old != d.jobs.end()) {
     count(*old->second, -1);
-    const JobState was = old->second->state;
-    if (!live && (was == JobState::kPending || was == JobState::kRunning || was == JobState::kPreempting)) {
+    if (!live && not_ended(old->second->state)) {
       // It ended: the learned order learns its GPU-time if it ended on its
       // own and held whole GPUs (a CPU-only or fractional job has none).
       const int64_t gpus = job->spec().TotalGpus();
@@ -214,14 +213,23 @@ void ClusterState::Restore(const Snapshot& snap) {
   data_ = std::const_pointer_cast<Snapshot::Data>(snap.data_);
 }
 
-RunHistory& ClusterState::MutHistory(Snapshot::Data& d) {
-  if (d.history.use_count() == 1) {
+namespace {
+
+// What `p` points to, for writing: copied first if another state shares it
+// (copy-on-write; `p` always points to a non-const object).
+template <typename T>
+T& Owned(std::shared_ptr<const T>& p) {
+  if (p.use_count() == 1) {
     std::atomic_thread_fence(std::memory_order_acquire);  // (as in NodeTable::Mut)
   } else {
-    d.history = std::make_shared<RunHistory>(*d.history);
+    p = std::make_shared<T>(*p);
   }
-  return const_cast<RunHistory&>(*d.history);
+  return const_cast<T&>(*p);
 }
+
+}  // namespace
+
+RunHistory& ClusterState::MutHistory(Snapshot::Data& d) { return Owned(d.history); }
 
 Status ClusterState::ApplyOne(const RunHistoryState& e) {
   Mutable().history = std::make_shared<RunHistory>(e.history);
@@ -261,16 +269,9 @@ Status ClusterState::ApplyOne(const NodeAdded& e) {
   Snapshot::Data& d = Mutable();
   // Copied if another state shares it (once per batch of joins: after that
   // this state holds the only copy).
-  std::shared_ptr<Snapshot::Data::DomainParents> parents;
-  if (d.domain_parent.use_count() == 1) {
-    std::atomic_thread_fence(std::memory_order_acquire);  // (as in NodeTable::Mut)
-    parents = std::const_pointer_cast<Snapshot::Data::DomainParents>(d.domain_parent);
-  } else {
-    parents = std::make_shared<Snapshot::Data::DomainParents>(*d.domain_parent);
-  }
-  parents->resize(std::max(parents->size(), path.size()));
-  for (size_t l = 0; l + 1 < path.size(); ++l) (*parents)[l].emplace(path[l], path[l + 1]);
-  d.domain_parent = std::move(parents);
+  Snapshot::Data::DomainParents& parents = Owned(d.domain_parent);
+  parents.resize(std::max(parents.size(), path.size()));
+  for (size_t l = 0; l + 1 < path.size(); ++l) parents[l].emplace(path[l], path[l + 1]);
   NodeState n;
   n.id = NodeId(static_cast<uint32_t>(d.nodes.size()));
   n.spec = e.spec;
