@@ -98,7 +98,7 @@ struct ControllerOptions {
 inline constexpr Duration kFenceMargin = 2 * kMicrosPerSecond;
 // How often, at most, the scheduling loop looks for silent nodes and
 // overdue jobs when no cycle is asked for (scheduling_loop.cc).
-inline constexpr Duration kCheckEvery = 100 * 1000;
+inline constexpr Duration kCheckEvery = kMicrosPerSecond / 10;  // 100 ms
 
 // The agent protocol's types (api/agent_protocol.h).
 using api::GpuTelemetry;

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/cluster_state.h"
+namespace rota {
+struct JobRecord;
+}  // namespace rota
 
 namespace rota::sched {
 
