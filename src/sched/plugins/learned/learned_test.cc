@@ -42,16 +42,23 @@ void Learn(ClusterState& st, TimePoint* t, uint64_t* next, int short_jobs, int l
   }
 }
 
+// A one-node cluster under the learned order, past Learn's history: `t`
+// is when it ends, `next` the next job id.
+struct Learnt {
+  ClusterConfig config = LearnedConfig();
+  ClusterState st = MakeCluster(config);
+  TimePoint t = kMinute;
+  uint64_t next = 1;
+  Learnt(int short_jobs, int long_jobs) { Learn(st, &t, &next, short_jobs, long_jobs); }
+};
+
 // Most finished jobs ran 100 GPU-seconds, a quarter 100,000: a newcomer
 // (nothing attained) is likely short, a gang that has run 16 minutes on 8
 // GPUs is likely long. The learned order puts the newcomer first and evicts
 // the gang for it; priority and fifo alone do not.
 TEST(Learned, ANewcomerEvictsAGangTheHistorySaysIsLong) {
-  ClusterConfig config = LearnedConfig();
-  ClusterState st = MakeCluster(config);
-  TimePoint t = kMinute;
-  uint64_t next = 1;
-  Learn(st, &t, &next, 30, 10);
+  Learnt l(30, 10);
+  auto& [config, st, t, next] = l;
   ASSERT_EQ(st.GetSnapshot().history().finished, 40);
   const TimePoint now = t + 1000 * kSecond;
   StartJob(st, next, Low("long", 8), {0}, 0xff, t);
@@ -78,11 +85,8 @@ TEST(Learned, ANewcomerEvictsAGangTheHistorySaysIsLong) {
 // When every job that finished ran long, a gang that has run 16 minutes is
 // no more likely to run on than a newcomer: the newcomer waits.
 TEST(Learned, WhenEveryJobRanLongANewcomerDoesNotEvict) {
-  ClusterConfig config = LearnedConfig();
-  ClusterState st = MakeCluster(config);
-  TimePoint t = kMinute;
-  uint64_t next = 1;
-  Learn(st, &t, &next, 0, 20);
+  Learnt l(0, 20);
+  auto& [config, st, t, next] = l;
   const TimePoint now = t + 1000 * kSecond;
   StartJob(st, next, Low("long", 8), {0}, 0xff, t);
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(next + 1), Low("new", 8), now - 1}).ok());
@@ -117,11 +121,8 @@ TEST(Learned, ASweepsWaitingJobDoesNotEvictItsRunningSibling) {
 // A job that has waited three days since its last attempt ended goes first,
 // whatever it has attained.
 TEST(Learned, AJobWaitingThreeDaysGoesFirst) {
-  ClusterConfig config = LearnedConfig();
-  ClusterState st = MakeCluster(config);
-  TimePoint t = kMinute;
-  uint64_t next = 1;
-  Learn(st, &t, &next, 30, 10);
+  Learnt l(30, 10);
+  auto& [config, st, t, next] = l;
   // Job `old` ran 16 minutes on 8 GPUs and was requeued at `t`; `fresh` came after.
   const JobId old(next), fresh(next + 1);
   ASSERT_TRUE(st.Apply(JobSubmitted{old, Low("old", 8), t - 1000 * kSecond}).ok());
