@@ -118,6 +118,26 @@ class Services : public ::testing::Test {
     ADD_FAILURE() << "service " << name << " never reached the expected state: " << s.dump();
     return s;
   }
+  // Submits service `name` of kServer replicas (1..max, `gpus` each),
+  // scaled on the fake:queue_waiting the test writes to queue_file()
+  // (target 1 a replica), and waits for its first replica to be ready.
+  void SubmitQueueScaled(const std::string& name, int max, int gpus, const std::string& scale_down_delay) {
+    const std::string script = tmp.path() + "/serve.py";
+    std::ofstream(script) << kServer;
+    std::ofstream(queue_file()) << "0\n";
+    const std::string spec = tmp.path() + "/" + name + ".yaml";
+    std::ofstream(spec) << "name: " << name << "\nkind: service\nservice:\n  port: " << base_port
+                        << "\n  replicas: {min: 1, max: " << max << "}\n  readiness: {path: /health, period: 200ms}\n"
+                        << "  autoscale:\n    metrics: [{name: 'fake:queue_waiting', target: 1}]\n"
+                        << "    stable_window: 4s\n    panic_window: 2s\n    scale_down_delay: " << scale_down_delay
+                        << "\ntasks:\n  - name: server\n" << (gpus > 0 ? "    gpus: " + std::to_string(gpus) + "\n" : "")
+                        << "    cpu: 100m\n    env: {QUEUE_FILE: " << queue_file() << "}\n    command: [python3, "
+                        << script << "]\n";
+    CommandResult submit = RunRota({"submit", spec}, server->ClientEnv(), tmp.path());
+    ASSERT_EQ(submit.exit_code, 0) << submit.err;
+    WaitService(name, [](const json& sv) { return sv["replicas"]["ready"] == 1; }, 40);
+  }
+  std::string queue_file() const { return tmp.path() + "/queue"; }
 };
 
 TEST_F(Services, ScaleUpUnderLoadSurviveAKilledReplicaAndScaleDown) {
@@ -273,20 +293,8 @@ TEST_F(Services, ScaleUpUnderLoadSurviveAKilledReplicaAndScaleDown) {
 // vllm:num_requests_waiting): 3 waiting at a target of 1 a replica gives 3
 // replicas; none waiting, back to 1 after the delay.
 TEST_F(Services, ScalesOnTheServicesOwnMetric) {
-  const std::string script = tmp.path() + "/serve.py";
-  std::ofstream(script) << kServer;
-  const std::string queue = tmp.path() + "/queue";
-  std::ofstream(queue) << "0\n";
-  const std::string spec = tmp.path() + "/svc.yaml";
-  std::ofstream(spec) << "name: queued\nkind: service\nservice:\n  port: " << base_port
-                      << "\n  replicas: {min: 1, max: 4}\n  readiness: {path: /health, period: 200ms}\n"
-                         "  autoscale:\n    metrics: [{name: 'fake:queue_waiting', target: 1}]\n"
-                         "    stable_window: 4s\n    panic_window: 2s\n    scale_down_delay: 3s\n"
-                         "tasks:\n  - name: server\n    cpu: 100m\n    env: {QUEUE_FILE: "
-                      << queue << "}\n    command: [python3, " << script << "]\n";
-  CommandResult submit = RunRota({"submit", spec}, server->ClientEnv(), tmp.path());
-  ASSERT_EQ(submit.exit_code, 0) << submit.err;
-  WaitService("queued", [](const json& s) { return s["replicas"]["ready"] == 1; }, 40);
+  SubmitQueueScaled("queued", 4, 0, "3s");
+  const std::string queue = queue_file();
   std::ofstream(queue, std::ios::trunc) << "3\n";
   const json up = WaitService("queued", [](const json& s) { return s["replicas"]["ready"] == 3; }, 40);
   EXPECT_EQ(up["replicas"]["desired"], 3);
@@ -309,20 +317,8 @@ class ServicesPreempting : public Services {
 };
 
 TEST_F(ServicesPreempting, AScaleUpEvictsLowerTrainingForItsGpus) {
-  const std::string script = tmp.path() + "/serve.py";
-  std::ofstream(script) << kServer;
-  const std::string queue = tmp.path() + "/queue";
-  std::ofstream(queue) << "0\n";
-  const std::string spec = tmp.path() + "/svc.yaml";
-  std::ofstream(spec) << "name: gpusvc\nkind: service\nservice:\n  port: " << base_port
-                      << "\n  replicas: {min: 1, max: 3}\n  readiness: {path: /health, period: 200ms}\n"
-                         "  autoscale:\n    metrics: [{name: 'fake:queue_waiting', target: 1}]\n"
-                         "    stable_window: 4s\n    panic_window: 2s\n    scale_down_delay: 60s\n"
-                         "tasks:\n  - name: server\n    gpus: 1\n    cpu: 100m\n    env: {QUEUE_FILE: "
-                      << queue << "}\n    command: [python3, " << script << "]\n";
-  CommandResult submit = RunRota({"submit", spec}, server->ClientEnv(), tmp.path());
-  ASSERT_EQ(submit.exit_code, 0) << submit.err;
-  WaitService("gpusvc", [](const json& s) { return s["replicas"]["ready"] == 1; }, 40);
+  SubmitQueueScaled("gpusvc", 3, 1, "60s");
+  const std::string queue = queue_file();
   // Training takes the other 3 GPUs (of 2 nodes x 2).
   const std::string train = tmp.path() + "/train.yaml";
   std::ofstream(train) << "name: train\npriority: low\npreemptible: true\ncheckpoint: {signal: SIGTERM, grace: 5s}\n"
