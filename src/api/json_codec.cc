@@ -68,6 +68,7 @@ ordered_json JobSpecToJson(const JobSpec& s) {
           {"panic_threshold", a.panic_threshold}, {"tolerance", a.tolerance},
           {"scale_down_delay", FormatDuration(a.scale_down_delay)}}}};
     if (sv.metrics_path != "/metrics") j["service"]["metrics_path"] = sv.metrics_path;
+    if (a.spare != 0) j["service"]["autoscale"]["spare"] = a.spare;  // (absent in journals from before it)
     if (!a.metrics.empty()) {
       ordered_json m = ordered_json::array();
       for (const MetricTarget& t : a.metrics) m.push_back({{"name", t.name}, {"target", t.target}});
@@ -256,6 +257,7 @@ StatusOr<JobSpec> JobSpecFromJson(const json& j) {
       sv.autoscale.tolerance = a.at("tolerance").get<double>();
       sv.autoscale.scale_down_delay = duration(a.at("scale_down_delay"));
       if (sj.contains("metrics_path")) sv.metrics_path = sj["metrics_path"].get<std::string>();
+      if (a.contains("spare")) sv.autoscale.spare = a["spare"].get<int32_t>();
       if (a.contains("metrics")) {
         for (const json& m : a["metrics"]) sv.autoscale.metrics.push_back({m.at("name"), m.at("target")});
       }
@@ -491,6 +493,7 @@ std::string EncodeEvent(const Event& event) {
           j["resized_at"] = e.resized_at;
           j["last_resize_reason"] = e.last_resize_reason;
           if (e.attained != 0) j["attained"] = e.attained;
+          if (e.scaled_down_at != 0) j["scaled_down_at"] = e.scaled_down_at;
           if (!e.attempts.empty()) {
             ordered_json attempts = ordered_json::array();
             for (const JobAttempt& a : e.attempts) {
@@ -646,6 +649,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       h.resized_at = j.at("resized_at");
       h.last_resize_reason = j.at("last_resize_reason");
       h.attained = j.value("attained", Duration{0});
+      h.scaled_down_at = j.value("scaled_down_at", TimePoint{0});
       if (j.contains("attempts")) {
         for (const auto& a : j.at("attempts")) {
           h.attempts.push_back({a.at("started_at").get<TimePoint>(), a.at("ended_at").get<TimePoint>(), a.at("end")});

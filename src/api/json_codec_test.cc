@@ -49,6 +49,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobHistory{JobId(16), {100, 200}, {JobId(3), JobId(4)}, "preempted for job 4", {{0, 0, NodeId(1), 0x0F}},
                  {{0, 1, NodeId(0), 0xF0}}, 210, 220, "shrank for job 5"},
       JobHistory{JobId(18), {}, {}, "", {}, {}, 0, 0, "", {{10, 20, "requeued: node lost"}, {30, 40, "succeeded"}}},
+      JobHistory{JobId(19), {}, {}, "", {}, {}, 0, 0, "", {}, 0, 4'000},  // a service that scaled down at 4,000
       JobResized{JobId(14), {{0, 0, NodeId(0), 0x03}, {0, 2, NodeId(1), 0x0C}}, 900, "grew into free GPUs"},
       JobResized{JobId(17), {{0, 0, NodeId(1), 0x04, 500}, {0, 1, NodeId(0), 0x02, 0, 4}}, 901, "shrank for job 5"},
       RankRestarted{JobId(14), 0, 2, 950, "worker-2 exited with code 3; restarted alone"},

@@ -312,7 +312,7 @@ void ParseService(const Field& f, JobSpec* spec) {
   if (f.Has("autoscale")) {
     Field a = f["autoscale"];
     a.ExpectMap({"target_inflight", "target_gpu_memory", "metrics", "stable_window", "panic_window",
-                 "panic_threshold", "tolerance", "scale_down_delay"});
+                 "panic_threshold", "tolerance", "scale_down_delay", "spare"});
     AutoscaleSpec& as = sv.autoscale;
     if (a.Has("target_inflight")) as.target_inflight = Fraction(a["target_inflight"], 0.01, 1e6);
     if (a.Has("target_gpu_memory")) as.target_gpu_memory = Fraction(a["target_gpu_memory"], 0.01, 1);
@@ -330,6 +330,7 @@ void ParseService(const Field& f, JobSpec* spec) {
     if (a.Has("panic_threshold")) as.panic_threshold = Fraction(a["panic_threshold"], 1, 100);
     if (a.Has("tolerance")) as.tolerance = Fraction(a["tolerance"], 0, 0.99);
     if (a.Has("scale_down_delay")) as.scale_down_delay = a["scale_down_delay"].Time();
+    if (a.Has("spare")) as.spare = static_cast<int32_t>(a["spare"].Int(0, 10'000));
   }
 }
 

@@ -795,6 +795,7 @@ Status ClusterState::ApplyOne(const JobHistory& e) {
   updated->nominated_at = e.nominated_at;
   updated->resized_at = e.resized_at;
   updated->last_resize_reason = e.last_resize_reason;
+  updated->scaled_down_at = e.scaled_down_at;
   Put(Mutable(), std::move(updated));
   return Status::Ok();
 }
@@ -944,6 +945,7 @@ Status ClusterState::ApplyOne(const ServiceScaled& e) {
   }
   if (e.reason.size() > 4096) return InvalidArgumentError(who + ": reason longer than 4096 bytes");
   auto updated = std::make_shared<JobRecord>(*found);
+  if (e.desired < found->DesiredReplicas()) updated->scaled_down_at = e.at;
   updated->desired_replicas = e.desired;
   updated->scaled_at = e.at;
   updated->last_scale_reason = e.reason;
@@ -1057,10 +1059,11 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     }
     // Last, so that nothing replayed above overwrites it.
     if (!j.preempted_at.empty() || !j.last_requeue_reason.empty() || !j.last_placement.empty() ||
-        !j.nominated.empty() || j.resized_at != 0 || !j.attempts.empty() || j.attained != 0) {
+        !j.nominated.empty() || j.resized_at != 0 || !j.attempts.empty() || j.attained != 0 || j.scaled_down_at != 0) {
       // (attained too: replaying an ended job's last attempt above added it again.)
       out.push_back(JobHistory{j.id, j.preempted_at, j.preempted_by, j.last_requeue_reason, j.last_placement,
-                               j.nominated, j.nominated_at, j.resized_at, j.last_resize_reason, j.attempts, j.attained});
+                               j.nominated, j.nominated_at, j.resized_at, j.last_resize_reason, j.attempts, j.attained,
+                               j.scaled_down_at});
     }
   };
   // MIG GPUs a replayed job's instances are on get a layout holding them

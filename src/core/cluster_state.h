@@ -157,6 +157,7 @@ struct JobRecord {
   int32_t desired_replicas = 0;
   TimePoint scaled_at = 0;
   std::string last_scale_reason;
+  TimePoint scaled_down_at = 0;  // its last decision to go down (0 = never)
   // A service: its spec was last replaced (rota apply) at this attempt();
   // a replica on an attempt up to it runs the spec from before (-1: never).
   int32_t spec_attempt = -1;

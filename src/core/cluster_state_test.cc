@@ -561,6 +561,17 @@ TEST(ClusterState, AScalingServiceIsNominatedTheGpusOfItsLatestVictims) {
   const JobRecord* s1 = st.GetSnapshot().FindJob(JobId(1));
   ASSERT_EQ(s1->nominated.size(), 1u);
   EXPECT_EQ(s1->nominated[0].gpu_mask, uint64_t{0x6} << 4);
+  // When its autoscaler last decided to go down (not up, not the same),
+  // kept by a journal snapshot.
+  EXPECT_EQ(s1->scaled_down_at, 0);
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 600, 3, "up"}).ok());
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 700, 2, "down"}).ok());
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 800, 4, "up"}).ok());
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->scaled_down_at, 700);
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(1))->scaled_down_at, 700);
+  EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(1))->DesiredReplicas(), 4);
 }
 
 // A hold: only a pending job, once; it survives a journal snapshot.

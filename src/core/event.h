@@ -203,6 +203,7 @@ struct JobHistory {
   std::string last_resize_reason;
   std::vector<JobAttempt> attempts;
   Duration attained = 0;
+  TimePoint scaled_down_at = 0;  // a service: its autoscaler's last decision to go down
 };
 struct JobCancelled {
   JobId id;

@@ -189,6 +189,9 @@ void CheckSpec(const JobSpec& spec, std::vector<Status>* out) {
     if (a.tolerance < 0 || a.tolerance >= 1) out->push_back(FieldError("service.autoscale.tolerance", "must be in [0, 1)"));
     if (a.panic_threshold < 1) out->push_back(FieldError("service.autoscale.panic_threshold", "must be at least 1"));
     if (a.scale_down_delay < 0) out->push_back(FieldError("service.autoscale.scale_down_delay", "must not be negative"));
+    if (a.spare < 0 || (a.spare > 0 && a.spare >= sv.max_replicas)) {
+      out->push_back(FieldError("service.autoscale.spare", "must be 0..max-1 (replicas beyond what the load asks, within max)"));
+    }
     if (spec.time_limit > 0) out->push_back(FieldError("time_limit", "a service is never ended by a time limit"));
     if (spec.elastic_min_replicas != sv.min_replicas) {
       out->push_back(FieldError("elastic", "a service scales by service.replicas, not elastic"));

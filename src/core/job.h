@@ -123,6 +123,11 @@ struct AutoscaleSpec {
   double panic_threshold = 2.0;  // panic when the panic window asks this many times the ready replicas
   double tolerance = 0.1;        // no change within +-10% of the target
   Duration scale_down_delay = 300'000'000;  // scale down only to the most asked over this long
+  // Replicas beyond what the load asks (within max): warm capacity that
+  // absorbs a rise while the scale-up's own replicas start, or while the
+  // training it evicts checkpoints (Knative's target-burst-capacity, in
+  // replicas). 0 = none.
+  int32_t spare = 0;
   bool enabled() const { return target_inflight > 0 || target_gpu_memory > 0 || !metrics.empty(); }
   bool operator==(const AutoscaleSpec&) const = default;
 };

@@ -84,9 +84,12 @@ AutoscaleDecision Autoscaler::Decide(TimePoint now, int32_t current, int32_t rea
     d.desired = std::clamp(current, sv.min_replicas, sv.max_replicas);
     return d;
   }
+  // The spare replicas are on top of what the load asks: the load's count
+  // is the rest.
+  const int32_t serving = std::max(current - a.spare, 1);
   std::string stable_why, panic_why;
-  const int32_t stable = Ask(Average(now, a.stable_window), current, &stable_why);
-  const int32_t panic = Ask(Average(now, a.panic_window), current, &panic_why);
+  const int32_t stable = Ask(Average(now, a.stable_window), serving, &stable_why);
+  const int32_t panic = Ask(Average(now, a.panic_window), serving, &panic_why);
   if (stable < 0) {
     // No signal for any target (metrics not exported yet, no ready replica
     // to read them from): no load is not zero load; keep the count.
@@ -95,7 +98,7 @@ AutoscaleDecision Autoscaler::Decide(TimePoint now, int32_t current, int32_t rea
     return d;
   }
   // Panic when the panic window asks panic_threshold x what can serve now.
-  if (panic >= a.panic_threshold * std::max(ready, 1) && panic > current) {
+  if (panic >= a.panic_threshold * std::max(ready - a.spare, 1) && panic > serving) {
     panic_since_ = now;
   } else if (panic_since_ != 0 && now - panic_since_ >= a.stable_window) {
     panic_since_ = 0;
@@ -104,8 +107,12 @@ AutoscaleDecision Autoscaler::Decide(TimePoint now, int32_t current, int32_t rea
   std::string why = stable_why + " over " + FormatSpan(a.stable_window);
   if (panic_since_ != 0) {
     d.panic = true;
-    want = std::max({panic, stable, current});  // never down in panic
+    want = std::max({panic, stable, serving});  // never down in panic
     why = "panic: " + panic_why + " over " + FormatSpan(a.panic_window);
+  }
+  if (a.spare > 0) {
+    want += a.spare;
+    why += " + " + std::to_string(a.spare) + " spare";
   }
   if (want > sv.max_replicas) why += " (max " + std::to_string(sv.max_replicas) + ")";
   if (want < sv.min_replicas) why += " (min " + std::to_string(sv.min_replicas) + ")";

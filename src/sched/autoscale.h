@@ -16,6 +16,7 @@
 //       ready replicas, its (higher) count is used and the service never
 //       scales down, until a stable window has passed without panic;
 //     - scale-down delay: never below the most asked within that long;
+//     - plus `spare` replicas on top (the load's count is current - spare);
 //     - clamped to the service's min and max.
 // Replicas that are starting (not ready) count toward current, never as
 // idle: the windows see only load, and the count the router could serve.

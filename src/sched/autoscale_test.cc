@@ -128,6 +128,33 @@ TEST(Autoscale, NoSignalIsNotZeroLoad) {
   EXPECT_NE(d.reason.find("no signal"), std::string::npos) << d.reason;
 }
 
+TEST(Autoscale, SpareReplicasRideOnTopOfWhatTheLoadAsks) {
+  ServiceSpec s = Service(1, 8, 4);
+  s.autoscale.spare = 1;
+  s.autoscale.scale_down_delay = 0;
+  // 16 in flight: the load asks 4, it runs 5.
+  Drive d(s, 2);
+  d.Run(0, 200 * kSecond, [](TimePoint) { return 16.0; });
+  EXPECT_EQ(d.current, 5);
+  ASSERT_FALSE(d.changes.empty());
+  // Steady at the target with its spare: 5 is kept (the load's count is
+  // 4, within the tolerance), for an hour of +-8% noise.
+  const size_t before = d.changes.size();
+  Rng rng(3);
+  d.Run(200 * kSecond, 3800 * kSecond, [&](TimePoint) { return 16.0 * (0.92 + 0.16 * rng.UniformDouble()); });
+  EXPECT_EQ(d.changes.size(), before);
+  EXPECT_EQ(d.current, 5);
+  // Idle: down to what the load asks (nothing) and the spare: 1, its min.
+  d.Run(3800 * kSecond, 4000 * kSecond, [](TimePoint) { return 0.0; });
+  EXPECT_EQ(d.current, 1);
+  // Never beyond max.
+  d.Run(4000 * kSecond, 4100 * kSecond, [](TimePoint) { return 100.0; });
+  EXPECT_EQ(d.current, 8);
+  Autoscaler a(s);
+  for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 16, -1});
+  EXPECT_NE(a.Decide(69 * kSecond, 2, 2).reason.find("+ 1 spare"), std::string::npos);
+}
+
 TEST(Autoscale, WithoutTargetsItKeepsItsCountWithinMinAndMax) {
   Autoscaler a(Service(2, 4, 0));
   a.Observe({0, 100, -1});

@@ -7,10 +7,12 @@
 #include <limits>
 #include <queue>
 #include <map>
+#include <memory>
 #include <set>
 #include <unordered_map>
 
 #include "base/clock.h"
+#include "sched/autoscale.h"
 #include "sched/engine.h"
 #include "sched/learned.h"
 #include "sched/to_events.h"
@@ -229,6 +231,28 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
     o.submit = trace[i].submit;
     o.duration = trace[i].duration;
   }
+  // The services (ServiceModel): their jobs, submitted at their time, and
+  // an autoscaler each, ticked every second as the server's ServiceManager
+  // ticks them.
+  constexpr size_t kService = std::numeric_limits<size_t>::max();  // (trace_of of a service's job)
+  const std::vector<ServiceLoad>& loads = options.services;
+  std::vector<ServiceModel> models;
+  std::vector<std::unique_ptr<sched::Autoscaler>> scalers;
+  std::vector<JobId> service_job(loads.size());
+  std::unordered_map<uint64_t, size_t> service_of;  // job id -> service
+  std::vector<size_t> service_order(loads.size());  // by submit time
+  TimePoint services_end = -1;
+  for (size_t k = 0; k < loads.size(); ++k) {
+    if (!loads[k].spec.is_service()) return InvalidArgumentError("--services: " + loads[k].spec.name + ": not a service");
+    models.emplace_back(loads[k], options.seed * 1'000'003 + k);
+    scalers.push_back(std::make_unique<sched::Autoscaler>(loads[k].spec.service));
+    service_order[k] = k;
+    services_end = std::max(services_end, loads[k].end());
+  }
+  std::stable_sort(service_order.begin(), service_order.end(),
+                   [&](size_t a, size_t b) { return loads[a].submit < loads[b].submit; });
+  size_t next_service = 0;
+  result.services.resize(loads.size());
   size_t done = 0;
   int64_t allocated = 0;
   int32_t pending = 0, running = 0;
@@ -236,6 +260,20 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
   // Follows one journaled event: the counts, the results.
   auto follow = [&](const Event& e) {
     if (record != nullptr) record->events.push_back(e);
+    if (!service_of.empty()) {
+      const JobId id = std::visit(
+          [](const auto& ev) -> JobId {
+            if constexpr (requires { ev.id; }) {
+              if constexpr (std::is_same_v<std::decay_t<decltype(ev.id)>, JobId>) return ev.id;
+            }
+            return JobId();
+          },
+          e);
+      if (auto it = service_of.find(id.value()); it != service_of.end()) {
+        models[it->second].Apply(e);
+        return;
+      }
+    }
     auto off = [&](size_t i) {
       if (on_gpus[i]) {
         on_gpus[i] = false;
@@ -269,8 +307,17 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
       ++done;
     }
   };
-  ProfileDriver driver(
-      config, options, [&](JobId id) { return ProfileWork(trace[trace_of[id.value() - 1]], options); }, follow);
+  auto work = [&](JobId id) {
+    if (auto it = service_of.find(id.value()); it != service_of.end()) {
+      ModelWork w;  // (runs until the load ends: the run ends first)
+      w.duration = std::numeric_limits<Duration>::max() / 4;
+      w.grace = loads[it->second].spec.checkpoint.grace;
+      for (const TaskGroupSpec& t : loads[it->second].spec.tasks) w.gpus += static_cast<int64_t>(t.replicas) * t.gpus;
+      return w;
+    }
+    return ProfileWork(trace[trace_of[id.value() - 1]], options);
+  };
+  ProfileDriver driver(config, options, work, follow);
   ROTA_RETURN_IF_ERROR(driver.Create());
   int64_t total_gpus = 0;
   for (const NodeSpec& node : nodes) {
@@ -282,44 +329,90 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
   result.total_gpus = total_gpus;
 
   size_t next_arrival = 0, last_progress = 0;
-  auto arrivals = [&](server::Batch& batch) {
-    const TimePoint t = trace[next_arrival].submit;
-    for (; next_arrival < n && trace[next_arrival].submit == t; ++next_arrival) {
-      const size_t i = next_arrival;
-      const Status admitted =
-          driver.Submit(batch, JobId(trace_of.size() + 1), ProfileJobSpec(config, trace[i], i, options), t, "sim");
-      if (!admitted.ok()) {
-        result.never.push_back(trace[i].name + ": " + std::string(admitted.message()));
-        ++done;
-        continue;
+  Status refused = Status::Ok();
+  TimePoint next_tick = kNever;  // the services' next autoscaler tick
+  auto service_arrival = [&] { return next_service < loads.size() ? loads[service_order[next_service]].submit : kNever; };
+  // What comes in at `t`: the trace's jobs, the services submitted then,
+  // and, at a tick, each live service's autoscaler decision (journaled as
+  // the server's ServiceManager journals it: placed in this step's cycle).
+  auto inputs = [&](TimePoint t, bool tick) {
+    return [&, t, tick](server::Batch& batch) {
+      for (; next_arrival < n && trace[next_arrival].submit == t; ++next_arrival) {
+        const size_t i = next_arrival;
+        const Status admitted =
+            driver.Submit(batch, JobId(trace_of.size() + 1), ProfileJobSpec(config, trace[i], i, options), t, "sim");
+        if (!admitted.ok()) {
+          result.never.push_back(trace[i].name + ": " + std::string(admitted.message()));
+          ++done;
+          continue;
+        }
+        trace_of.push_back(i);
+        ++pending;
       }
-      trace_of.push_back(i);
-      ++pending;
-    }
+      for (; next_service < loads.size() && loads[service_order[next_service]].submit == t; ++next_service) {
+        const size_t k = service_order[next_service];
+        const JobId id(trace_of.size() + 1);
+        const Status admitted = driver.Submit(batch, id, loads[k].spec, t, "sim");
+        if (!admitted.ok()) {
+          refused = InvalidArgumentError("--services: service '" + loads[k].spec.name + "' refused: " + std::string(admitted.message()));
+          return;
+        }
+        trace_of.push_back(kService);
+        service_job[k] = id;
+        service_of[id.value()] = k;
+        if (next_tick == kNever) next_tick = (t / kMicrosPerSecond + 1) * kMicrosPerSecond;
+      }
+      if (!tick) return;
+      const Snapshot snap = batch.state->GetSnapshot();
+      for (size_t k = 0; k < loads.size(); ++k) {
+        if (service_job[k].value() == 0 || t > loads[k].end()) continue;
+        const sched::AutoscaleSample sample = models[k].Advance(t);
+        const JobRecord* job = snap.FindJob(service_job[k]);
+        if (job == nullptr || job->state != JobState::kRunning || !loads[k].spec.service.autoscale.enabled()) continue;
+        scalers[k]->Observe(sample);
+        const int32_t current = job->DesiredReplicas();
+        const sched::AutoscaleDecision d = scalers[k]->Decide(t, current, models[k].ready());
+        if (d.desired == current) continue;
+        Check(batch.Apply(ServiceScaled{service_job[k], t, d.desired, d.reason}));
+        models[k].Decided(t, current, d.desired, d.panic, d.reason);
+      }
+    };
   };
-  while (done < n) {
-    const TimePoint arrival = next_arrival < n ? trace[next_arrival].submit : kNever;
-    TimePoint t = std::min(arrival, driver.NextDue());
+  auto services_live = [&](TimePoint t) { return next_service < loads.size() || t < services_end; };
+  TimePoint t = 0;
+  while (done < n || services_live(t)) {
+    const TimePoint arrival = std::min(next_arrival < n ? trace[next_arrival].submit : kNever, service_arrival());
+    t = std::min(arrival, driver.NextDue());
     if (pending > 0 && driver.last_cycle() >= 0) t = std::min(t, driver.last_cycle() + options.tick);
+    const bool ticking = next_tick != kNever && next_tick <= services_end;
+    if (ticking) t = std::min(t, next_tick);
     if (t == kNever) break;  // nothing runs or arrives: what waits can never run
     if (record != nullptr) record->steps.push_back(t);
-    driver.Step(t, t == arrival ? std::function<void(server::Batch&)>(arrivals) : nullptr);
+    const bool tick = ticking && t == next_tick;
+    if (tick) next_tick += kMicrosPerSecond;
+    driver.Step(t, t == arrival || tick ? std::function<void(server::Batch&)>(inputs(t, tick)) : nullptr);
+    if (!refused.ok()) return refused;
     if (result.samples.empty() || result.samples.back().allocated_gpus != allocated ||
         result.samples.back().pending != pending || result.samples.back().running != running) {
       result.samples.push_back({t, allocated, pending, running});
     }
     // Nothing runs or will arrive and the cycle decided nothing: what still
     // waits never runs here (its queue's ceiling, a drained node).
-    if (running == 0 && next_arrival == n && !driver.last_cycle_decided() && driver.NextDue() == kNever) break;
-    if (options.progress && done * 100 / n != last_progress) {
+    if (running == 0 && next_arrival == n && !services_live(t) && !driver.last_cycle_decided() &&
+        driver.NextDue() == kNever) {
+      break;
+    }
+    if (options.progress && n > 0 && done * 100 / n != last_progress) {
       last_progress = done * 100 / n;
       options.progress(static_cast<double>(done) / static_cast<double>(n));
     }
   }
+  for (size_t k = 0; k < loads.size(); ++k) result.services[k] = models[k].Finish(std::max(t, loads[k].end()));
 
   {
     Snapshot snap = driver.state().GetSnapshot();
     for (size_t id = 0; id < trace_of.size(); ++id) {
+      if (trace_of[id] == kService) continue;
       JobResult& o = result.jobs[trace_of[id]];
       o.lost_gpu_seconds = driver.agents().lost_gpu_seconds(JobId(id + 1));
       // Requeues other than after an eviction (the model's jobs never fail:

@@ -622,6 +622,7 @@ StatusOr<TimeSimResult> RunTimeSim(const ClusterConfig& config, const std::vecto
     }
     return RunProfileSim(config, nodes, trace, options);
   }
+  if (!options.services.empty()) return InvalidArgumentError("--services: simulated with --policy profile only");
   const auto wall_start = std::chrono::steady_clock::now();
   ROTA_ASSIGN_OR_RETURN(Policy policy, ParsePolicy(options.policy));
   ROTA_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(options.placement));

@@ -40,6 +40,7 @@
 #include "core/cluster_config.h"
 #include "core/node.h"
 #include "sim/metrics.h"
+#include "sim/service_model.h"
 #include "sim/trace.h"
 
 namespace rota::sim {
@@ -73,6 +74,9 @@ struct TimeSimOptions {
   Duration save_time = 30 * kMicrosPerSecond;
   // Trace jobs may be preempted (and so borrow beyond their queue's guarantee).
   bool preemptible = true;
+  // Services and their requests (ServiceModel), beside the trace; the run
+  // lasts until the trace is done and the last service's load has ended.
+  std::vector<ServiceLoad> services;
 };
 
 struct TimeSimResult {
@@ -82,6 +86,7 @@ struct TimeSimResult {
   int64_t total_gpus = 0;
   std::vector<double> cycle_ms;  // engine cycle wall times
   std::vector<std::string> never;  // jobs no node could ever hold: "name: why"
+  std::vector<ServiceResult> services;  // in options.services' order
 };
 
 // Fills `result->summary` from its jobs, samples and cycle times, with the

@@ -188,10 +188,12 @@ void GrowElastic::Execute(Session& s) const {
     const int32_t missing = s.request().tasks[0].replicas - static_cast<int32_t>(r->placement.size());
     ReleaseNomination(s, *r);  // held for it until now
     const int32_t best = s.MostReplicasThatFit(*r, 1, missing);
-    // (At most once per min_runtime after its last resize: an autoscaler
-    // that flaps does not evict training on every swing.)
-    if (best < missing && r->spec().is_service() && s.has_clock() && !s.room_being_made(r->id) &&
-        s.now() - r->resized_at >= s.options().min_runtime && s.TakePreemptionSearch()) {
+    // (Not within min_runtime of its autoscaler's last decision to go down:
+    // one that swings does not evict training on every swing. A rise in
+    // steps evicts at each step: what the load needs now.)
+    const bool swung = r->scaled_down_at > 0 && s.has_clock() && s.now() - r->scaled_down_at < s.options().min_runtime;
+    if (best < missing && r->spec().is_service() && s.has_clock() && !s.room_being_made(r->id) && !swung &&
+        s.TakePreemptionSearch()) {
       // A scale-up that free GPUs cannot hold evicts preemptible gangs of
       // lower priority, as a pending job would (the preempt action's rules,
       // the checkpoint protocol); the GPUs they free are nominated for it,

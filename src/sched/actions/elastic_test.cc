@@ -224,10 +224,8 @@ TEST(ScaleService, AScaleUpEvictsLowerTrainingAndTakesItsGpus) {
   r = cycle(20 * kMinute + 32 * kMicrosPerSecond);
   ASSERT_EQ(r.placed.size(), 1u);
   EXPECT_EQ(r.placed[0].job, JobId(3));
-  // Wanting 6 (the 3 free GPUs), then 7 a minute after that resize: the
-  // 2-GPU job has run its minimum, but no second eviction comes within
-  // min_runtime of the service's last resize (an autoscaler that swings
-  // does not evict on every swing); past it, the job goes.
+  // Wanting 6 (the 3 free GPUs), then 7 a minute after that resize: a rise
+  // in steps evicts at each step (the 2-GPU job has run its minimum).
   ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 31 * kMinute, 6, "in flight 23.0 (target 4/replica): 6"}).ok());
   r = cycle(31 * kMinute);
   EXPECT_TRUE(r.preemptions.empty());
@@ -235,10 +233,42 @@ TEST(ScaleService, AScaleUpEvictsLowerTrainingAndTakesItsGpus) {
   EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->placement.size(), 6u);
   ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 32 * kMinute, 7, "in flight 27.0 (target 4/replica): 7"}).ok());
   r = cycle(32 * kMinute);
-  EXPECT_TRUE(r.preemptions.empty());
-  r = cycle(41 * kMinute);
   ASSERT_EQ(r.preemptions.size(), 1u);
   EXPECT_EQ(r.preemptions[0].victim, JobId(3));
+}
+
+TEST(ScaleService, WithinMinRuntimeOfGoingDownItsScaleUpDoesNotEvict) {
+  // An autoscaler that swings (down, then up again) does not evict training
+  // on every swing: not within min_runtime (10 minutes) of its last
+  // decision to go down; past it, the scale-up evicts.
+  ClusterConfig c = testing::Nodes(1);
+  ClusterState st = MakeCluster(c);
+  JobSpec train = GpuJob("train", 1, 6);
+  train.priority = 100;
+  train.preemptible = true;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Service(8, 1000), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), train, 0}).ok());
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 0, 2, "in flight 7.0 (target 4/replica): 2"}).ok());
+  auto s = MakeScheduler(c);
+  auto cycle = [&](TimePoint now) { return Cycle(*s, st, now); };
+  CycleResult r = cycle(kMinute);
+  ASSERT_EQ(r.placed.size(), 2u);  // the service's 2 replicas and the 6-GPU gang: the node is full
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 15 * kMinute, 1, "in flight 2.0 (target 4/replica): 1"}).ok());
+  r = cycle(15 * kMinute);
+  ASSERT_EQ(r.resizes.size(), 1u);
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->placement.size(), 1u);
+  // Up to 3 a minute later: the free GPU now, no eviction (the gang has run
+  // 15 minutes, past its own minimum).
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 16 * kMinute, 3, "in flight 11.0 (target 4/replica): 3"}).ok());
+  r = cycle(16 * kMinute);
+  EXPECT_TRUE(r.preemptions.empty());
+  ASSERT_EQ(r.resizes.size(), 1u);
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->placement.size(), 2u);
+  r = cycle(24 * kMinute);
+  EXPECT_TRUE(r.preemptions.empty());
+  r = cycle(25 * kMinute + 1);
+  ASSERT_EQ(r.preemptions.size(), 1u);
+  EXPECT_EQ(r.preemptions[0].victim, JobId(2));
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+// ServiceModel: a simulated service's requests through rota's router, for
+// `rota sim --policy profile --services FILE` (profile_sim.h). The driver
+// places and removes its replicas with the production engine; this model
+// says what the router would measure, request by request, in virtual time:
+//   - requests arrive as a Poisson process at a piecewise-constant rate
+//     (requests/s from each point of `rate` on; the load ends at its last
+//     point), each with exponential work of mean `work`;
+//   - a replica is ready `startup` after it starts (JobBound or the
+//     JobResized that added it), as the router's readiness probe would find
+//     it; it works on up to `concurrency` requests at once, the rest wait
+//     at it in order;
+//   - the router sends each request to the ready replica with the fewest
+//     outstanding (ties in turn); with none ready it waits, up to the
+//     router's queue timeout (30 s), then fails (503); a request on a
+//     replica that goes away is retried once on another, from the start;
+//   - in flight, as the router counts it: from arrival to answer (waiting
+//     for a replica included), averaged over each tick for the autoscaler;
+//     GPU memory, when `memory_base`/`memory_per_request` are given: each
+//     ready replica's used fraction is min(1, base + per_request x its
+//     outstanding requests), averaged over them at the tick (telemetry is
+//     a reading, not an average).
+// Queueing is arrival to the start of work; latency, arrival to answer.
+//
+// Deterministic: one seed, no clock of its own. Thread-safety: one owner.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <queue>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/rng.h"
+#include "base/status.h"
+#include "core/event.h"
+#include "core/job.h"
+#include "sched/autoscale.h"
+
+namespace rota::sim {
+
+struct ServiceLoad {
+  JobSpec spec;  // kind: service
+  TimePoint submit = 0;
+  // (from, requests/s), from ascending, the first at 0 or later; the load
+  // ends at the last point (its rate is not used).
+  std::vector<std::pair<TimePoint, double>> rate;
+  Duration work = 100'000;  // mean work of one request
+  int32_t concurrency = 1;  // requests a replica works on at once
+  Duration startup = 30'000'000;  // a replica's start to its readiness
+  double memory_base = -1;  // GPU memory used by an idle replica (fraction; < 0: no telemetry)
+  double memory_per_request = 0;
+  TimePoint end() const { return rate.empty() ? submit : rate.back().first; }
+};
+
+// `rota sim --services FILE`: YAML
+//   services:
+//     - job: {...}          # a job spec of kind service, as rota submit takes
+//       submit: 0s          # when it is submitted (default 0)
+//       requests:
+//         rate: [[0s, 20], [1h, 80], [3h, 0]]
+//         work: 200ms
+//         concurrency: 4
+//         startup: 30s
+//         memory: {base: 0.3, per_request: 0.05}   # optional
+// Errors name the service's index and the field.
+StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std::string_view source);
+
+struct ServiceScaling {
+  TimePoint at = 0;
+  int32_t from = 0, to = 0;
+  bool panic = false;
+  std::string reason;
+};
+
+struct ServiceResult {
+  std::string name;
+  uint64_t requests = 0;  // answered
+  uint64_t failed = 0;    // no ready replica within the queue timeout
+  uint64_t retried = 0;   // on a replica that went away
+  double queue_p50_ms = 0, queue_p99_ms = 0;
+  double latency_p50_ms = 0, latency_p99_ms = 0;
+  std::vector<ServiceScaling> decisions;              // the autoscaler's, as journaled
+  std::vector<std::pair<TimePoint, int32_t>> placed;  // (when, replicas placed) at each change
+  int32_t direction_flips = 0;  // decisions that reverse the previous one's direction
+  double replica_seconds = 0;   // replicas placed x time (what it cost)
+};
+
+class ServiceModel {
+ public:
+  static constexpr Duration kQueueTimeout = 30'000'000;  // the router's default
+
+  ServiceModel(ServiceLoad load, uint64_t seed);
+
+  const ServiceLoad& load() const { return load_; }
+  // Follows one journaled event of its job: replicas placed, added, removed.
+  void Apply(const Event& e);
+  // The requests up to `now`, and what the router and the agents would
+  // report at that tick (the in-flight average since the last call).
+  sched::AutoscaleSample Advance(TimePoint now);
+  // Ready replicas at the last Advance.
+  int32_t ready() const { return ready_; }
+  // An autoscaler decision that was journaled at `at`.
+  void Decided(TimePoint at, int32_t from, int32_t to, bool panic, const std::string& reason);
+  ServiceResult Finish(TimePoint end);
+
+ private:
+  struct Request {
+    TimePoint arrival = 0;
+    Duration work = 0;
+    TimePoint started = 0;  // its work, on the replica that answers it
+    bool retried = false;
+  };
+  struct Replica {
+    TimePoint ready_at = 0;
+    bool ready = false;
+    std::deque<Request> waiting;
+    std::vector<std::pair<uint64_t, Request>> working;  // (completion id, request)
+    int64_t outstanding() const { return static_cast<int64_t>(waiting.size() + working.size()); }
+  };
+  struct Completion {
+    TimePoint at = 0;
+    uint64_t id = 0;
+    uint32_t replica = 0;
+    bool operator>(const Completion& o) const { return at != o.at ? at > o.at : id > o.id; }
+  };
+
+  // The requests up to `to`, event by event.
+  void Run(TimePoint to);
+  // Its replicas are now `placement`'s: the others go, new ones start.
+  void Place(TimePoint t, const std::vector<ReplicaPlacement>& placement);
+  void Placed(TimePoint t);  // (the placed count's record)
+  void Remove(TimePoint t, uint32_t replica);
+  void Count(TimePoint t, int64_t delta);
+  TimePoint NextArrival(TimePoint after);
+  void Dispatch(TimePoint t, Request r);
+  void StartWork(TimePoint t, uint32_t replica, Request r);
+
+  ServiceLoad load_;
+  Rng rng_;
+  std::map<uint32_t, Replica> replicas_;
+  std::priority_queue<Completion, std::vector<Completion>, std::greater<Completion>> completions_;
+  std::deque<Request> router_queue_;  // no ready replica yet
+  TimePoint cursor_ = 0;              // requests simulated up to here
+  TimePoint next_arrival_ = -1;
+  uint64_t next_id_ = 0;
+  size_t turn_ = 0;
+  int32_t ready_ = 0;
+  // In flight, integrated since the last Advance.
+  int64_t inflight_ = 0;
+  double integral_ = 0;
+  TimePoint last_change_ = 0, window_start_ = 0;
+  // Replicas placed over time.
+  TimePoint placed_since_ = 0;
+  int32_t placed_count_ = 0;
+  ServiceResult result_;
+  std::vector<double> queueing_ms_, latency_ms_;
+};
+
+}  // namespace rota::sim

@@ -1,0 +1,226 @@
+// Services in the simulator: the server's autoscaler and engine, driven by
+// request-rate traces through the router's model (service_model.h).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "api/yaml_codec.h"
+#include "base/rng.h"
+#include "sim/profile_sim.h"
+#include "sim/service_model.h"
+#include "sim/test_util.h"
+
+namespace rota::sim {
+namespace {
+
+constexpr Duration kS = kMicrosPerSecond;
+constexpr Duration kWarm = 20 * kS;
+
+// A service of 1-GPU replicas between `min` and `max`, 4 requests in
+// flight per replica as its target.
+JobSpec Service(int min, int max) {
+  const std::string yaml = "name: chat\nkind: service\nservice:\n  port: 8000\n  replicas: {min: " + std::to_string(min) +
+                           ", max: " + std::to_string(max) +
+                           "}\n  autoscale: {target_inflight: 4}\ntasks:\n  - name: server\n    gpus: 1\n    command: [serve]\n";
+  StatusOr<JobSpec> spec = api::ParseJobSpec(yaml, "chat.yaml");
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  return spec.ok() ? *spec : JobSpec();
+}
+
+// Requests of 100 ms, `concurrency` at once per replica, ready 10 s after
+// a start. Traffic comes from 20 s on, once the first replicas are ready (a
+// service loading its weights while requests pile up at the router panics:
+// that is the cold-start test's).
+ServiceLoad Load(JobSpec spec, std::vector<std::pair<TimePoint, double>> rate, int32_t concurrency = 8) {
+  ServiceLoad l;
+  l.spec = std::move(spec);
+  for (auto& [at, per_second] : rate) l.rate.push_back({at + kWarm, per_second});
+  l.rate.insert(l.rate.begin(), {0, 0.0});
+  l.work = 100'000;
+  l.concurrency = concurrency;
+  l.startup = 10 * kS;
+  return l;
+}
+
+ClusterConfig Config() {
+  ClusterConfig c;
+  c.topology = {"nvlink", "node"};
+  return c;
+}
+
+TimeSimOptions Profile(std::vector<ServiceLoad> services) {
+  TimeSimOptions o;
+  o.policy = "profile";
+  o.grace = 60 * kS;
+  o.save_time = 30 * kS;
+  o.services = std::move(services);
+  return o;
+}
+
+TEST(ServiceSim, AThresholdCrossingIsDecidedWithinTwoSecondsAndPlacedInTheSamePass) {
+  // 20 requests/s (2 in flight: one replica) steps to 200/s at 600 s.
+  const TimePoint step = 600 * kS;
+  StatusOr<TimeSimResult> r =
+      RunTimeSim(Config(), Nodes(1, 8), {}, Profile({Load(Service(1, 8), {{0, 20}, {step, 200}, {900 * kS, 0}})}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->services.size(), 1u);
+  const ServiceResult& s = r->services[0];
+  ASSERT_FALSE(s.decisions.empty());
+  const ServiceScaling& up = s.decisions.front();
+  EXPECT_GE(up.at, step + kWarm);
+  EXPECT_LE(up.at - (step + kWarm), 2 * kS) << up.reason;
+  EXPECT_GT(up.to, up.from);
+  // The replicas it asked for were placed at the same virtual time (the
+  // decision and the engine's pass are one step).
+  bool placed = false;
+  for (const auto& [at, count] : s.placed) placed |= at == up.at && count == up.to;
+  EXPECT_TRUE(placed) << "first decision at " << up.at << " to " << up.to;
+  EXPECT_EQ(s.placed.front(), (std::pair<TimePoint, int32_t>{0, 1}));
+  EXPECT_GT(s.requests, 60'000u);
+  EXPECT_EQ(s.failed, 0u);
+}
+
+TEST(ServiceSim, NoiseAroundTheTargetForTwoHoursNeverFlipsDirection) {
+  // 120 requests/s of 100 ms: 12 in flight, 3 replicas at the target of 4,
+  // +-10% every 10 s, for 2 hours.
+  Rng rng(11);
+  std::vector<std::pair<TimePoint, double>> rate;
+  for (TimePoint t = 0; t < 2 * 3600 * kS; t += 10 * kS) rate.push_back({t, 120 * (0.9 + 0.2 * rng.UniformDouble())});
+  rate.push_back({2 * 3600 * kS, 0});
+  StatusOr<TimeSimResult> r = RunTimeSim(Config(), Nodes(1, 8), {}, Profile({Load(Service(3, 8), rate)}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ServiceResult& s = r->services[0];
+  EXPECT_EQ(s.direction_flips, 0);
+  EXPECT_TRUE(s.decisions.empty()) << s.decisions.front().reason;
+  EXPECT_EQ(s.placed.back().second, 3);
+  EXPECT_GT(s.requests, 800'000u);
+}
+
+TEST(ServiceSim, ReplicasStartingAreNotReadyAndRequestsWaitForThem) {
+  // Without autoscaling: two replicas, ready 10 s after they start; the
+  // first requests wait for them (queueing >= 9 s for the first ones).
+  ServiceLoad l = Load(Service(2, 2), {});
+  l.rate = {{0, 10}, {60 * kS, 0}};  // (from the start, not after a warm-up)
+  l.spec.service.autoscale = {};
+  StatusOr<TimeSimResult> r = RunTimeSim(Config(), Nodes(1, 8), {}, Profile({l}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ServiceResult& s = r->services[0];
+  EXPECT_TRUE(s.decisions.empty());
+  EXPECT_EQ(s.placed.front(), (std::pair<TimePoint, int32_t>{0, 2}));
+  EXPECT_GT(s.queue_p99_ms, 5'000);  // the first 10 s of requests waited
+  EXPECT_LT(s.queue_p50_ms, 1);
+  EXPECT_NEAR(s.replica_seconds, 2 * 60, 1);
+}
+
+// With training saturating the other GPUs, a scale-up evicts training for
+// the GPUs it needs (through its checkpoint grace). Each new replica comes
+// the victim's save time later than it would on an idle cluster; one spare
+// replica (autoscale.spare) absorbs that, and the inference tier's p99
+// queueing and latency are then within 5% of the tier alone.
+TEST(ServiceSim, TrainingOnTheOtherGpusDoesNotSlowTheInferenceTier) {
+  // An hour of traffic that climbs from 2 to 6 replicas' worth (80 to 240
+  // requests/s of 100 ms, 4 in flight a replica as the target, 6 at once)
+  // and back.
+  std::vector<std::pair<TimePoint, double>> rate;
+  const double base = 80, peak = 240;  // requests/s
+  for (int m = 0; m < 60; ++m) {
+    const double x = m < 15 ? 0 : m < 30 ? (m - 15) / 15.0 : m < 45 ? 1 : (60 - m) / 15.0;
+    rate.push_back({m * 60 * kS, base + (peak - base) * x});
+  }
+  rate.push_back({3600 * kS, 0});
+  // 16 GPUs. Training: 1-GPU preemptible jobs, always more than fit.
+  std::vector<TraceJob> training;
+  for (int i = 0; i < 40; ++i) {
+    TraceJob j = Job("t" + std::to_string(i), i < 14 ? 0 : 60 * (i - 13), 3 * 3600, 1);
+    j.priority = 100;
+    j.checkpoint_interval = 600 * kS;
+    training.push_back(j);
+  }
+  struct Run {
+    ServiceResult alone, shared;
+    int64_t evictions = 0;
+  };
+  auto run = [&](int32_t spare) {
+    ServiceLoad load = Load(Service(3, 8), rate, 6);
+    load.spec.service.autoscale.spare = spare;
+    StatusOr<TimeSimResult> alone = RunTimeSim(Config(), Nodes(2, 8), {}, Profile({load}));
+    StatusOr<TimeSimResult> shared = RunTimeSim(Config(), Nodes(2, 8), training, Profile({load}));
+    EXPECT_TRUE(alone.ok()) << alone.status().ToString();
+    EXPECT_TRUE(shared.ok()) << shared.status().ToString();
+    if (!alone.ok() || !shared.ok()) return Run{};
+    const ServiceResult& a = alone->services[0];
+    const ServiceResult& b = shared->services[0];
+    std::printf("spare %d: p99 queueing %.1f ms alone, %.1f ms with training; p99 latency %.1f / %.1f ms; %lld evictions\n",
+                spare, a.queue_p99_ms, b.queue_p99_ms, a.latency_p99_ms, b.latency_p99_ms,
+                static_cast<long long>(shared->summary.preemptions));
+    return Run{a, b, shared->summary.preemptions};
+  };
+  // Without a spare: each scale-up's replica is placed the victim's save
+  // time (30 s) after it is decided; alone, at once. The same decisions.
+  const Run none = run(0);
+  ASSERT_EQ(none.alone.decisions.size(), none.shared.decisions.size());
+  ASSERT_EQ(none.alone.placed.size(), none.shared.placed.size());
+  EXPECT_GT(none.evictions, 0);
+  for (size_t i = 1; i < none.alone.placed.size(); ++i) {
+    const auto& [at, count] = none.alone.placed[i];
+    const bool up = count > none.alone.placed[i - 1].second;
+    EXPECT_EQ(none.shared.placed[i].first - at, up ? 30 * kS : 0) << i;
+    EXPECT_EQ(none.shared.placed[i].second, count);
+  }
+  EXPECT_GT(none.shared.queue_p99_ms, none.alone.queue_p99_ms);  // what those 30 s cost
+  // With one spare replica the tier does not see the training.
+  const Run spare = run(1);
+  EXPECT_GT(spare.evictions, 0);
+  EXPECT_LE(spare.shared.queue_p99_ms, spare.alone.queue_p99_ms * 1.05 + 0.5);
+  EXPECT_LE(spare.shared.latency_p99_ms, spare.alone.latency_p99_ms * 1.05);
+  EXPECT_EQ(spare.shared.failed, 0u);
+  EXPECT_EQ(spare.alone.failed, 0u);
+}
+
+TEST(ServiceSim, TheServicesFileNamesTheFieldThatIsWrong) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("rota-svc-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "chat.yaml") << "name: chat\nkind: service\nservice: {port: 8000, replicas: {min: 1, max: 4}}\n"
+                                      "tasks: [{name: s, gpus: 1, command: [serve]}]\n";
+  std::ofstream(dir / "train.yaml") << "name: train\ntasks: [{name: s, gpus: 1, command: [train]}]\n";
+  auto parse = [&](const std::string& text) { return ParseServiceLoads(text, (dir / "services.yaml").string()); };
+  StatusOr<std::vector<ServiceLoad>> ok =
+      parse("services:\n  - job: chat.yaml\n    submit: 1m\n    requests: {rate: [[0, 5], [1h, 0]], work: 200ms, "
+            "concurrency: 4, startup: 20s, memory: {base: 0.3, per_request: 0.05}}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->at(0).spec.name, "chat");
+  EXPECT_EQ(ok->at(0).submit, 60 * kS);
+  EXPECT_EQ(ok->at(0).end(), 3600 * kS);
+  EXPECT_EQ(ok->at(0).work, 200'000);
+  EXPECT_EQ(ok->at(0).concurrency, 4);
+  EXPECT_DOUBLE_EQ(ok->at(0).memory_per_request, 0.05);
+  const std::pair<std::string, std::string> bad[] = {
+      {"services: []\n", "services: must be a non-empty list"},
+      {"services:\n  - job: train.yaml\n    requests: {rate: [[0, 1], [1h, 0]]}\n", "is not a service"},
+      {"services:\n  - job: chat.yaml\n    requests: {rate: [[0, 1]]}\n", "services[0].requests.rate: must list at least two"},
+      {"services:\n  - job: chat.yaml\n    requests: {rate: [[1h, 1], [0, 0]]}\n", "services[0].requests.rate[1]: times must increase"},
+      {"services:\n  - job: chat.yaml\n    requests: {rate: [[0, -1], [1h, 0]]}\n", "services[0].requests.rate[0][1]: must be in"},
+      {"services:\n  - job: chat.yaml\n    requests: {rate: [[0, 1], [1h, 0]], work: soon}\n", "services[0].requests.work: not a duration"},
+      {"services:\n  - job: chat.yaml\n    requests: {rate: [[0, 1], [1h, 0]], burst: 3}\n", "services[0].requests.burst: unknown field"},
+      {"services:\n  - job: nothere.yaml\n    requests: {rate: [[0, 1], [1h, 0]]}\n", "services[0].job"},
+  };
+  for (const auto& [text, want] : bad) {
+    StatusOr<std::vector<ServiceLoad>> r = parse(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().ToString();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ServiceSim, ResearchPoliciesRefuseServices) {
+  TimeSimOptions o = Profile({Load(Service(1, 2), {{0, 1}, {60 * kS, 0}})});
+  o.policy = "fifo";
+  StatusOr<TimeSimResult> r = RunTimeSim(Config(), Nodes(1, 8), {Job("a", 0, 60, 1)}, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--services"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rota::sim
