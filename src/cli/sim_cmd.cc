@@ -27,6 +27,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: rota sim (--cluster CLUSTER.yaml|SPEC.csv | --nodes NODE_LIST.csv)\n"
     "                (--trace FILE --format openb|philly|tiresias|rota | --synthetic JOBS [--load 0.9])\n"
+    "                [--services FILE]\n"
     "                [--policy NAME] [--placement NAME] [--compare a,b,c] [--seed N]\n"
     "                [--inflate 1.3] [--failures RATE] [--repair-time 1h] [--checkpoint-interval 30m]\n"
     "                [--vc NAME] [--gittins-dist FILE] [--out DIR] [-o table|json] [--quiet]\n"
@@ -43,6 +44,9 @@ constexpr const char* kUsage =
     "  --grace      profile: the jobs' checkpoint grace; a job that checkpoints saves on the\n"
     "               preemption signal within it (default 0s: it keeps its last checkpoint)\n"
     "  --min-runtime profile: a gang runs this long before it may be evicted (default 10m)\n"
+    "  --services   profile: services and the requests they get (YAML; docs/services.md): the\n"
+    "               server's autoscaler every simulated second, the router's balancing, the\n"
+    "               engine's placement; with or without a trace\n"
     "  --placement  count (GPU counting only, as the Tiresias simulator), topology (default:\n"
     "               the engine through ClusterState), bestfit, spread\n"
     "  --compare    policies to run side by side on the same input\n"
@@ -58,7 +62,7 @@ constexpr const char* kUsage =
     "--out DIR writes summary.json, per-run CSVs and report.html (self-contained).\n";
 
 struct Flags {
-  std::string cluster, nodes, trace, format, policy, placement, out, vc, gittins, output = "table";
+  std::string cluster, nodes, trace, format, policy, placement, out, vc, gittins, services, output = "table";
   std::vector<std::string> compare;
   uint64_t seed = 42;
   double inflate = 1.3, failures = 0, load = 0.9;
@@ -168,7 +172,7 @@ int RunOpenbMode(const Flags& flags, const std::vector<sim::TraceNode>& nodes, c
 
 int RunTimeMode(const Flags& flags, const ClusterConfig& config, const std::vector<NodeSpec>& nodes,
                 const std::vector<sim::TraceJob>& jobs, const std::vector<int64_t>& gittins,
-                const std::vector<std::string>& notes) {
+                const std::vector<sim::ServiceLoad>& services, const std::vector<std::string>& notes) {
   std::vector<std::string> names = flags.compare;
   if (names.empty()) names.push_back(flags.policy.empty() ? "rota" : flags.policy);
   std::vector<sim::TimeSimResult> results;
@@ -184,6 +188,7 @@ int RunTimeMode(const Flags& flags, const ClusterConfig& config, const std::vect
     options.tick = flags.tick;
     options.grace = flags.grace;
     options.min_runtime = flags.min_runtime;
+    options.services = services;
     Progress progress(!flags.quiet && isatty(2), name);
     options.progress = [&progress](double f) { progress(f); };
     StatusOr<sim::TimeSimResult> r = sim::RunTimeSim(config, nodes, jobs, options);
@@ -196,6 +201,7 @@ int RunTimeMode(const Flags& flags, const ClusterConfig& config, const std::vect
   for (size_t i = 0; i < names.size(); ++i) {
     runs.push_back({names[i], results[i].summary, &results[i].jobs, &results[i].samples, results[i].total_gpus});
     summary[names[i]] = sim::SummaryJson(results[i].summary);
+    if (!results[i].services.empty()) summary[names[i]]["services"] = sim::ServicesJson(results[i].services);
   }
   nlohmann::ordered_json single = names.size() == 1 && flags.compare.empty() ? summary[names[0]] : summary;
   if (!flags.out.empty()) {
@@ -203,6 +209,9 @@ int RunTimeMode(const Flags& flags, const ClusterConfig& config, const std::vect
     for (size_t i = 0; i < names.size(); ++i) {
       files.push_back({"jobs-" + names[i] + ".csv", sim::JobsCsv(results[i].jobs)});
       files.push_back({"timeline-" + names[i] + ".csv", sim::SamplesCsv(results[i].samples)});
+      if (!results[i].services.empty()) {
+        files.push_back({"scaling-" + names[i] + ".csv", sim::ScalingCsv(results[i].services)});
+      }
     }
     files.push_back({"report.html", sim::TimeHtml("rota sim", notes, runs)});
     if (Status s = WriteOut(flags.out, files); !s.ok()) return Fail(std::string(s.message()));
@@ -222,6 +231,17 @@ int RunTimeMode(const Flags& flags, const ClusterConfig& config, const std::vect
            F(s.cycle_p99_ms, 2), F(s.wall_s, 3), F(s.sim_days_per_wall_s, 1)});
   }
   std::cout << t.Render();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (results[i].services.empty()) continue;
+    Table st({"POLICY", "SERVICE", "REQUESTS", "FAILED", "RETRIED", "QUEUE_P50_MS", "QUEUE_P99_MS", "LAT_P50_MS",
+              "LAT_P99_MS", "DECISIONS", "FLIPS", "REPLICA_H"});
+    for (const sim::ServiceResult& s : results[i].services) {
+      st.Add({names[i], s.name, std::to_string(s.requests), std::to_string(s.failed), std::to_string(s.retried),
+              F(s.queue_p50_ms, 1), F(s.queue_p99_ms, 1), F(s.latency_p50_ms, 1), F(s.latency_p99_ms, 1),
+              std::to_string(s.decisions.size()), std::to_string(s.direction_flips), F(s.replica_seconds / 3600, 2)});
+    }
+    std::cout << st.Render();
+  }
   return 0;
 }
 
@@ -252,7 +272,7 @@ int SimMain(const std::vector<std::string>& args) {
     static const char* kValued[] = {"--cluster", "--nodes", "--trace", "--format", "--policy", "--placement",
                                     "--compare", "--seed",  "--inflate", "--failures", "--repair-time",
                                     "--checkpoint-interval", "--out", "-o", "--output", "--vc", "--gittins-dist",
-                                    "--synthetic", "--load", "--tick", "--grace", "--min-runtime"};
+                                    "--synthetic", "--load", "--tick", "--grace", "--min-runtime", "--services"};
     if (std::find(std::begin(kValued), std::end(kValued), arg) == std::end(kValued)) {
       return Fail("unknown argument '" + arg + "'\n" + kUsage);
     }
@@ -262,6 +282,7 @@ int SimMain(const std::vector<std::string>& args) {
     if (arg == "--cluster") flags.cluster = *v;
     else if (arg == "--nodes") flags.nodes = *v;
     else if (arg == "--trace") flags.trace = *v;
+    else if (arg == "--services") flags.services = *v;
     else if (arg == "--format") flags.format = *v;
     else if (arg == "--policy") flags.policy = *v;
     else if (arg == "--placement") flags.placement = *v;
@@ -309,7 +330,10 @@ int SimMain(const std::vector<std::string>& args) {
   }
   if (flags.output != "table" && flags.output != "json") return Fail("-o must be table or json, got '" + flags.output + "'");
   if (flags.cluster.empty() == flags.nodes.empty()) return Fail("give one of --cluster or --nodes\n" + std::string(kUsage));
-  if (flags.trace.empty() == (flags.synthetic == 0)) return Fail("give one of --trace or --synthetic\n" + std::string(kUsage));
+  if (!flags.trace.empty() && flags.synthetic != 0) return Fail("give one of --trace or --synthetic\n" + std::string(kUsage));
+  if (flags.trace.empty() && flags.synthetic == 0 && flags.services.empty()) {
+    return Fail("give one of --trace or --synthetic (or --services alone)\n" + std::string(kUsage));
+  }
   if (!flags.trace.empty() && flags.format.empty()) return Fail("--format: required with --trace (openb, philly, tiresias, rota)");
 
   // The cluster.
@@ -350,7 +374,9 @@ int SimMain(const std::vector<std::string>& args) {
   std::vector<sim::TraceJob> jobs;
   sim::TraceFormat format = sim::TraceFormat::kRota;
   if (gpus == 0) return Fail((flags.nodes.empty() ? flags.cluster : flags.nodes) + ": the cluster has no GPUs");
-  if (flags.synthetic > 0) {
+  if (flags.trace.empty() && flags.synthetic == 0) {
+    notes.push_back("trace: none (services only)");
+  } else if (flags.synthetic > 0) {
     jobs = sim::SyntheticPhilly(flags.synthetic, gpus, flags.load, 64, flags.seed);
     notes.push_back("trace: synthetic, " + std::to_string(flags.synthetic) + " Philly-shaped jobs at load " + F(flags.load, 2) +
                     ", seed " + std::to_string(flags.seed));
@@ -372,6 +398,16 @@ int SimMain(const std::vector<std::string>& args) {
     notes.push_back("trace: " + flags.trace + " (" + flags.format + ", " + std::to_string(jobs.size()) + " jobs" +
                     (flags.vc.empty() ? "" : ", queue " + flags.vc) + ")");
   }
+  std::vector<sim::ServiceLoad> services;
+  if (!flags.services.empty()) {
+    if (format == sim::TraceFormat::kOpenb) return Fail("--services: not with openb pods (a time trace or none)");
+    StatusOr<std::string> text = api::ReadFile(flags.services);
+    if (!text.ok()) return Fail(std::string(text.status().message()));
+    StatusOr<std::vector<sim::ServiceLoad>> parsed = sim::ParseServiceLoads(*text, flags.services);
+    if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+    services = std::move(*parsed);
+    notes.push_back("services: " + flags.services + " (" + std::to_string(services.size()) + ")");
+  }
   if (format == sim::TraceFormat::kOpenb) {
     notes.push_back("seed " + std::to_string(flags.seed) + ", inflated to " + F(flags.inflate * 100, 0) + "% of GPU capacity");
     return RunOpenbMode(flags, node_list, jobs, notes);
@@ -386,7 +422,7 @@ int SimMain(const std::vector<std::string>& args) {
   }
   notes.push_back("placement: " + (flags.placement.empty() ? std::string("topology") : flags.placement) + ", seed " +
                   std::to_string(flags.seed) + (flags.failures > 0 ? ", failures " + F(flags.failures * 1e6, 1) + "e-6/GPU-h" : ""));
-  return RunTimeMode(flags, config, nodes, jobs, gittins, notes);
+  return RunTimeMode(flags, config, nodes, jobs, gittins, services, notes);
 }
 
 const char* SimUsage() { return kUsage; }

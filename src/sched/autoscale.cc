@@ -48,11 +48,13 @@ Autoscaler::Window Autoscaler::Average(TimePoint now, Duration span) const {
   return w;
 }
 
-int32_t Autoscaler::Ask(const Window& w, int32_t current, std::string* why) const {
+int32_t Autoscaler::Ask(const Window& w, int32_t current, std::string* why, double* demand) const {
   const AutoscaleSpec& a = spec_.autoscale;
   const int32_t base = std::max(current, 1);
   int32_t best = -1;  // -1: no target had a signal
+  if (demand != nullptr) *demand = 0;
   auto consider = [&](double ratio, const std::string& what) {
+    if (demand != nullptr) *demand = std::max(*demand, ratio * base);
     // Within the tolerance band of the target at the current count: stay.
     const int32_t asked = std::abs(ratio - 1) <= a.tolerance ? base : static_cast<int32_t>(std::ceil(ratio * base - 1e-9));
     if (asked > best) {
@@ -88,8 +90,9 @@ AutoscaleDecision Autoscaler::Decide(TimePoint now, int32_t current, int32_t rea
   // is the rest.
   const int32_t serving = std::max(current - a.spare, 1);
   std::string stable_why, panic_why;
-  const int32_t stable = Ask(Average(now, a.stable_window), serving, &stable_why);
-  const int32_t panic = Ask(Average(now, a.panic_window), serving, &panic_why);
+  double panic_demand = 0;
+  const int32_t stable = Ask(Average(now, a.stable_window), serving, &stable_why, nullptr);
+  const int32_t panic = Ask(Average(now, a.panic_window), serving, &panic_why, &panic_demand);
   if (stable < 0) {
     // No signal for any target (metrics not exported yet, no ready replica
     // to read them from): no load is not zero load; keep the count.
@@ -97,8 +100,10 @@ AutoscaleDecision Autoscaler::Decide(TimePoint now, int32_t current, int32_t rea
     d.reason = "no signal for its targets; kept at " + std::to_string(d.desired);
     return d;
   }
-  // Panic when the panic window asks panic_threshold x what can serve now.
-  if (panic >= a.panic_threshold * std::max(ready - a.spare, 1) && panic > serving) {
+  // Panic when the panic window's load is panic_threshold x what can serve
+  // now (as Knative compares it: the load, not the rounded-up count, so 1.2
+  // replicas' worth on one is not a panic).
+  if (panic_demand >= a.panic_threshold * std::max(ready - a.spare, 1) && panic > serving) {
     panic_since_ = now;
   } else if (panic_since_ != 0 && now - panic_since_ >= a.stable_window) {
     panic_since_ = 0;

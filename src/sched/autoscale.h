@@ -12,8 +12,8 @@
 //       ceil(metric sum / target));
 //       the largest any target asks wins;
 //     - within +-tolerance of the target at the current count: no change;
-//     - panic: when the panic window asks at least panic_threshold x the
-//       ready replicas, its (higher) count is used and the service never
+//     - panic: when the panic window's load is at least panic_threshold x
+//       the ready replicas' worth (its replicas' worth before rounding up), its (higher) count is used and the service never
 //       scales down, until a stable window has passed without panic;
 //     - scale-down delay: never below the most asked within that long;
 //     - plus `spare` replicas on top (the load's count is current - spare);
@@ -68,8 +68,10 @@ class Autoscaler {
     int64_t samples = 0;
   };
   Window Average(TimePoint now, Duration span) const;
-  // What one window's averages ask for; `why` gets the signal that set it.
-  int32_t Ask(const Window& w, int32_t current, std::string* why) const;
+  // What one window's averages ask for; `why` gets the signal that set it,
+  // `demand` (if not null) the most replicas' worth of load any target saw
+  // (not rounded up).
+  int32_t Ask(const Window& w, int32_t current, std::string* why, double* demand) const;
 
   ServiceSpec spec_;
   std::deque<AutoscaleSample> samples_;  // the stable window's, oldest first

@@ -128,6 +128,24 @@ TEST(Autoscale, NoSignalIsNotZeroLoad) {
   EXPECT_NE(d.reason.find("no signal"), std::string::npos) << d.reason;
 }
 
+TEST(Autoscale, PanicComparesTheLoadNotTheRoundedUpCount) {
+  // One replica, target 4: 4.6 in flight asks 2 replicas (rounded up) but
+  // is 1.15 replicas' worth: no panic (2x). 8.4 is 2.1 replicas' worth: panic.
+  Autoscaler a(Service(1, 8, 4));
+  for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 4.6, -1});
+  AutoscaleDecision d = a.Decide(69 * kSecond, 1, 1);
+  EXPECT_FALSE(d.panic) << d.reason;
+  EXPECT_EQ(d.desired, 2);
+  Autoscaler b(Service(1, 8, 4));
+  for (int i = 0; i < 70; ++i) b.Observe({i * kSecond, i < 66 ? 0.0 : 8.4, -1});
+  d = b.Decide(69 * kSecond, 1, 1);
+  EXPECT_FALSE(d.panic) << d.reason;  // 4 of the 6 s: 5.6 in flight, 1.4 replicas' worth
+  for (int i = 70; i < 76; ++i) b.Observe({i * kSecond, 8.4, -1});
+  d = b.Decide(75 * kSecond, 1, 1);
+  EXPECT_TRUE(d.panic) << d.reason;
+  EXPECT_EQ(d.desired, 3);
+}
+
 TEST(Autoscale, SpareReplicasRideOnTopOfWhatTheLoadAsks) {
   ServiceSpec s = Service(1, 8, 4);
   s.autoscale.spare = 1;

@@ -121,6 +121,43 @@ std::string SamplesCsv(const std::vector<Sample>& samples) {
   return out;
 }
 
+nlohmann::json ServicesJson(const std::vector<ServiceResult>& services) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ServiceResult& s : services) {
+    out.push_back({{"name", s.name},
+                   {"requests", s.requests},
+                   {"failed", s.failed},
+                   {"retried", s.retried},
+                   {"queue_p50_ms", s.queue_p50_ms},
+                   {"queue_p99_ms", s.queue_p99_ms},
+                   {"latency_p50_ms", s.latency_p50_ms},
+                   {"latency_p99_ms", s.latency_p99_ms},
+                   {"decisions", s.decisions.size()},
+                   {"direction_flips", s.direction_flips},
+                   {"replica_hours", s.replica_seconds / 3600}});
+  }
+  return out;
+}
+
+std::string ScalingCsv(const std::vector<ServiceResult>& services) {
+  auto quoted = [](const std::string& v) {
+    std::string q = "\"";
+    for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  std::string out = "service,t_s,event,replicas,from,panic,reason\n";
+  for (const ServiceResult& s : services) {
+    for (const ServiceScaling& d : s.decisions) {
+      out += quoted(s.name) + "," + Fmt(static_cast<double>(d.at) / kMicrosPerSecond, 3) + ",decided," +
+             std::to_string(d.to) + "," + std::to_string(d.from) + "," + (d.panic ? "1" : "0") + "," + quoted(d.reason) + "\n";
+    }
+    for (const auto& [at, count] : s.placed) {
+      out += quoted(s.name) + "," + Fmt(static_cast<double>(at) / kMicrosPerSecond, 3) + ",placed," + std::to_string(count) + ",,,\n";
+    }
+  }
+  return out;
+}
+
 std::string OpenbStepsCsv(const OpenbResult& r) {
   std::string out = "seq,pod,node,used_gpu_milli,arrived_gpu_milli,frag_milli\n";
   for (size_t i = 0; i < r.steps.size(); ++i) {

@@ -11,6 +11,7 @@
 
 #include "sim/metrics.h"
 #include "sim/openb.h"
+#include "sim/service_model.h"
 
 namespace rota::sim {
 
@@ -29,9 +30,14 @@ struct OpenbRun {
 
 nlohmann::json SummaryJson(const Summary& s);
 nlohmann::json OpenbJson(const OpenbResult& r);
+// Per service: requests, queueing and latency percentiles, decisions.
+nlohmann::json ServicesJson(const std::vector<ServiceResult>& services);
 
 std::string JobsCsv(const std::vector<JobResult>& jobs);
 std::string SamplesCsv(const std::vector<Sample>& samples);
+// Each service's scaling decisions and placed counts over time:
+// service,t_s,event (decided|placed),replicas,from,panic,reason.
+std::string ScalingCsv(const std::vector<ServiceResult>& services);
 std::string OpenbStepsCsv(const OpenbResult& r);
 
 // `title` heads the page; `notes` are lines of context (trace, cluster, seed).

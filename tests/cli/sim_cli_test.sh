@@ -76,6 +76,24 @@ if [ -d "$traces/alibaba-v2023" ]; then
   [ -s "$tmp/openb/steps-fgd.csv" ] || fail "openb --out lacks steps-fgd.csv"
 fi
 
+# Services: the example service under two hours of rising traffic, alone (no trace) and beside
+# the example trace; deterministic for a seed. (`job:` is relative to the file, or absolute.)
+cat > "$tmp/svc.yaml" <<EOF
+services:
+  - job: $src/examples/services/chat.yaml
+    requests: {rate: [[0s, 0], [1m, 20], [30m, 120], [1h, 240], [2h, 0]], work: 150ms, concurrency: 6, startup: 45s}
+EOF
+"$rota" sim --cluster "$src/examples/cluster.yaml" --policy profile --services "$tmp/svc.yaml" --out "$tmp/svc1" > "$tmp/svc.txt"
+grep -q '^profile  *chat ' "$tmp/svc.txt" || fail "no service row: $(cat "$tmp/svc.txt")"
+grep -q 'trace: none (services only)' "$tmp/svc.txt" || fail "services alone: $(cat "$tmp/svc.txt")"
+grep -q ',decided,' "$tmp/svc1/scaling-profile.csv" || fail "no scaling decision: $(cat "$tmp/svc1/scaling-profile.csv")"
+grep -q '"services"' "$tmp/svc1/summary.json" || fail "summary.json lacks services"
+"$rota" sim --cluster "$src/examples/cluster.yaml" --policy profile --services "$tmp/svc.yaml" --out "$tmp/svc2" > /dev/null
+cmp -s "$tmp/svc1/scaling-profile.csv" "$tmp/svc2/scaling-profile.csv" || fail "two runs scaled differently"
+"$rota" sim --cluster "$src/examples/cluster.yaml" --policy profile --services "$tmp/svc.yaml" \
+  --trace "$src/examples/trace.csv" --format rota > "$tmp/svc3.txt"
+grep -q '^profile  *chat ' "$tmp/svc3.txt" || fail "no service row beside a trace: $(cat "$tmp/svc3.txt")"
+
 # Bad input: a precise error, exit 2.
 expect_error() {
   local want="$1"; shift
@@ -97,4 +115,9 @@ expect_error "--failures: must be a rate per GPU-hour in [0, 1], got 'often'" --
   --trace "$src/examples/trace.csv" --format rota --failures often
 expect_error "give one of --cluster or --nodes" --trace "$src/examples/trace.csv" --format rota
 expect_error "unknown argument '--bogus'" --bogus
+expect_error "--services: simulated with --policy profile only" --cluster "$src/examples/cluster.yaml" \
+  --services "$tmp/svc.yaml" --policy fifo
+printf 'services:\n  - job: %s/examples/services/chat.yaml\n    requests: {rate: [[0, 5]]}\n' "$src" > "$tmp/svcbad.yaml"
+expect_error "services[0].requests.rate: must list at least two" --cluster "$src/examples/cluster.yaml" \
+  --services "$tmp/svcbad.yaml" --policy profile
 echo "sim_cli_test: ok"
