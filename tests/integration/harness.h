@@ -37,6 +37,9 @@ inline std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
+// The last `n` bytes of `s` (a log's end, for a failure's message).
+inline std::string Tail(const std::string& s, size_t n) { return s.size() > n ? s.substr(s.size() - n) : s; }
+
 // Calls `fn(pid, "/proc/PID")` for each live (not zombie) process whose
 // command line is `argv` (its arguments joined by NULs), e.g. {"sleep", "77"}.
 inline void ForEachLiveProcess(const std::vector<std::string>& argv,
@@ -231,7 +234,11 @@ class AgentCluster : public ::testing::Test {
     std::vector<std::string> args{"--rate-limit", "0", "--node-timeout", "2s", "--min-runtime", "0s"};
     for (std::string& a : ExtraServerArgs()) args.push_back(std::move(a));
     server_ = std::make_unique<RotaProcess>("server", tmp.path() + "/data", std::move(args));
-    for (int i = 0; i < 3; ++i) StartAgent(i);
+    if (HasFatalFailure()) return;
+    for (int i = 0; i < 3; ++i) {
+      StartAgent(i);
+      if (HasFatalFailure()) return;  // (a helper's ASSERT returns from the helper only)
+    }
     // All three ready.
     for (int i = 0; i < 200; ++i) {
       auto r = server_->Admin().Get("/v1/nodes");
@@ -260,9 +267,19 @@ class AgentCluster : public ::testing::Test {
   }
   void StartAgent(int i, std::vector<std::string> extra = {}) {
     const std::string name = "a" + std::to_string(i);
-    auto r = server_->Admin().Post("/v1/tokens", json{{"user", name}, {"role", "agent"}, {"node", name}}.dump(),
+    // (A loaded machine may refuse or drop a connection to a server that
+    // has just started: a few tries, then what its log says.)
+    auto ask = [&] {
+      return server_->Admin().Post("/v1/tokens", json{{"user", name}, {"role", "agent"}, {"node", name}}.dump(),
                                    "application/json");
-    ASSERT_TRUE(r) << "the server did not answer a token request";
+    };
+    httplib::Result r = ask();
+    for (int attempt = 1; attempt < 5 && !r; ++attempt) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      r = ask();
+    }
+    ASSERT_TRUE(r) << "the server did not answer a token request (" << httplib::to_string(r.error())
+                   << "); its log ends:\n" << Tail(ReadAll(server_->log()), 3000);
     ASSERT_EQ(r->status, 201);
     const std::string token = json::parse(r->body)["token"];
     const std::string token_file = tmp.path() + "/" + name + ".token";
@@ -276,7 +293,14 @@ class AgentCluster : public ::testing::Test {
     agents_.push_back(pid);
   }
   std::string LogsDir(int i) { return tmp.path() + "/logs-a" + std::to_string(i); }
-  json Job(int id) { return json::parse(server_->Admin().Get("/v1/jobs/" + std::to_string(id))->body); }
+  json Job(int id) {
+    auto r = server_->Admin().Get("/v1/jobs/" + std::to_string(id));
+    if (!r) {
+      ADD_FAILURE() << "the server did not answer GET /v1/jobs/" << id << " (" << httplib::to_string(r.error()) << ")";
+      return json::object();
+    }
+    return json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  }
   // Waits until `pred(job)` holds.
   json WaitJob(int id, const std::function<bool(const json&)>& pred, int seconds = 20) {
     json j;
