@@ -1119,7 +1119,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     return j.state == JobState::kPending && !j.held && j.restarts == 0 && j.attained == 0 && j.attempts.empty() && j.resizes == 0 && j.rank_restarts == 0 &&
            j.gang_attempt == 0 && j.rank_attempt.empty() && j.placement.empty() && j.last_checkpoint_at == 0 &&
            j.preempted_at.empty() && j.last_requeue_reason.empty() && j.last_placement.empty() && j.nominated.empty() &&
-           j.resized_at == 0 && j.spec_attempt < 0 && j.desired_replicas == 0;
+           j.resized_at == 0 && j.spec_attempt < 0 && j.desired_replicas == 0 && j.scaled_down_at == 0;
   };
   for (const auto& [id, job] : snap.live_jobs()) {
     if (plain(*job)) {

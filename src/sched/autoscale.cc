@@ -48,7 +48,7 @@ Autoscaler::Window Autoscaler::Average(TimePoint now, Duration span) const {
   return w;
 }
 
-int32_t Autoscaler::Ask(const Window& w, int32_t current, std::string* why, double* demand) const {
+int32_t Autoscaler::Ask(const Window& w, int32_t current, int32_t placed, std::string* why, double* demand) const {
   const AutoscaleSpec& a = spec_.autoscale;
   const int32_t base = std::max(current, 1);
   int32_t best = -1;  // -1: no target had a signal
@@ -67,7 +67,9 @@ int32_t Autoscaler::Ask(const Window& w, int32_t current, std::string* why, doub
              "in flight " + Num(w.inflight) + " (target " + Num(a.target_inflight) + "/replica)");
   }
   if (a.target_gpu_memory > 0 && w.gpu_memory >= 0) {
-    consider(w.gpu_memory / a.target_gpu_memory,
+    // (An average over every replica, spares too: the load is that many
+    // replicas' worth.)
+    consider(w.gpu_memory / a.target_gpu_memory * std::max(placed, 1) / base,
              "GPU memory " + Num(100 * w.gpu_memory) + "% (target " + Num(100 * a.target_gpu_memory) + "%)");
   }
   for (const MetricTarget& m : a.metrics) {
@@ -91,8 +93,8 @@ AutoscaleDecision Autoscaler::Decide(TimePoint now, int32_t current, int32_t rea
   const int32_t serving = std::max(current - a.spare, 1);
   std::string stable_why, panic_why;
   double panic_demand = 0;
-  const int32_t stable = Ask(Average(now, a.stable_window), serving, &stable_why, nullptr);
-  const int32_t panic = Ask(Average(now, a.panic_window), serving, &panic_why, &panic_demand);
+  const int32_t stable = Ask(Average(now, a.stable_window), serving, current, &stable_why, nullptr);
+  const int32_t panic = Ask(Average(now, a.panic_window), serving, current, &panic_why, &panic_demand);
   if (stable < 0) {
     // No signal for any target (metrics not exported yet, no ready replica
     // to read them from): no load is not zero load; keep the count.

@@ -68,10 +68,11 @@ class Autoscaler {
     int64_t samples = 0;
   };
   Window Average(TimePoint now, Duration span) const;
-  // What one window's averages ask for; `why` gets the signal that set it,
+  // What one window's averages ask for, the load's count being `current`
+  // of the `placed` (spares included); `why` gets the signal that set it,
   // `demand` (if not null) the most replicas' worth of load any target saw
   // (not rounded up).
-  int32_t Ask(const Window& w, int32_t current, std::string* why, double* demand) const;
+  int32_t Ask(const Window& w, int32_t current, int32_t placed, std::string* why, double* demand) const;
 
   ServiceSpec spec_;
   std::deque<AutoscaleSample> samples_;  // the stable window's, oldest first

@@ -171,6 +171,14 @@ TEST(Autoscale, SpareReplicasRideOnTopOfWhatTheLoadAsks) {
   Autoscaler a(s);
   for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 16, -1});
   EXPECT_NE(a.Decide(69 * kSecond, 2, 2).reason.find("+ 1 spare"), std::string::npos);
+  // GPU memory is an average over every replica, the spare too: 3 placed
+  // at 80% (the target) are 3 replicas' worth of load, and the spare is on top.
+  ServiceSpec m = Service(1, 8, 0);
+  m.autoscale.target_gpu_memory = 0.8;
+  m.autoscale.spare = 1;
+  Autoscaler b(m);
+  for (int i = 0; i < 70; ++i) b.Observe({i * kSecond, 0, 0.8});
+  EXPECT_EQ(b.Decide(69 * kSecond, 3, 3).desired, 4);
 }
 
 TEST(Autoscale, WithoutTargetsItKeepsItsCountWithinMinAndMax) {

@@ -1,6 +1,7 @@
 #include "sim/profile_sim.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -239,15 +240,15 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
   std::vector<ServiceModel> models;
   std::vector<std::unique_ptr<sched::Autoscaler>> scalers;
   std::vector<JobId> service_job(loads.size());
+  std::vector<bool> ended(loads.size(), false);  // its load ended: its job is cancelled
+  std::vector<int64_t> service_gpus(loads.size(), 0);
   std::unordered_map<uint64_t, size_t> service_of;  // job id -> service
   std::vector<size_t> service_order(loads.size());  // by submit time
-  TimePoint services_end = -1;
   for (size_t k = 0; k < loads.size(); ++k) {
     if (!loads[k].spec.is_service()) return InvalidArgumentError("--services: " + loads[k].spec.name + ": not a service");
     models.emplace_back(loads[k], options.seed * 1'000'003 + k);
     scalers.push_back(std::make_unique<sched::Autoscaler>(loads[k].spec.service));
     service_order[k] = k;
-    services_end = std::max(services_end, loads[k].end());
   }
   std::stable_sort(service_order.begin(), service_order.end(),
                    [&](size_t a, size_t b) { return loads[a].submit < loads[b].submit; });
@@ -270,6 +271,20 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
           },
           e);
       if (auto it = service_of.find(id.value()); it != service_of.end()) {
+        // Its GPUs count as allocated; its replicas go to the model.
+        int64_t& held = service_gpus[it->second];
+        const std::vector<ReplicaPlacement>* placement = nullptr;
+        if (const auto* b = std::get_if<JobBound>(&e)) placement = &b->placement;
+        if (const auto* r = std::get_if<JobResized>(&e)) placement = &r->placement;
+        if (placement != nullptr || std::holds_alternative<JobRequeued>(e) || std::holds_alternative<JobFinished>(e) ||
+            std::holds_alternative<JobCancelled>(e)) {
+          int64_t now_held = 0;
+          if (placement != nullptr) {
+            for (const ReplicaPlacement& p : *placement) now_held += std::popcount(p.gpu_mask);
+          }
+          allocated += now_held - held;
+          held = now_held;
+        }
         models[it->second].Apply(e);
         return;
       }
@@ -335,6 +350,14 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
   // What comes in at `t`: the trace's jobs, the services submitted then,
   // and, at a tick, each live service's autoscaler decision (journaled as
   // the server's ServiceManager journals it: placed in this step's cycle).
+  // The first end of a live service's load (kNever: none live).
+  auto next_end = [&] {
+    TimePoint end = kNever;
+    for (size_t k = 0; k < loads.size(); ++k) {
+      if (service_job[k].value() != 0 && !ended[k]) end = std::min(end, loads[k].end());
+    }
+    return end;
+  };
   auto inputs = [&](TimePoint t, bool tick) {
     return [&, t, tick](server::Batch& batch) {
       for (; next_arrival < n && trace[next_arrival].submit == t; ++next_arrival) {
@@ -360,14 +383,25 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
         trace_of.push_back(kService);
         service_job[k] = id;
         service_of[id.value()] = k;
-        if (next_tick == kNever) next_tick = (t / kMicrosPerSecond + 1) * kMicrosPerSecond;
+        if (next_tick == kNever || next_tick <= t) next_tick = (t / kMicrosPerSecond + 1) * kMicrosPerSecond;
       }
-      if (!tick) return;
       const Snapshot snap = batch.state->GetSnapshot();
       for (size_t k = 0; k < loads.size(); ++k) {
-        if (service_job[k].value() == 0 || t > loads[k].end()) continue;
-        const sched::AutoscaleSample sample = models[k].Advance(t);
+        if (service_job[k].value() == 0 || ended[k]) continue;
         const JobRecord* job = snap.FindJob(service_job[k]);
+        if (t >= loads[k].end()) {
+          // Its load ended: what it measured, then its job goes (its GPUs
+          // go back to the trace's jobs).
+          result.services[k] = models[k].Finish(t);
+          ended[k] = true;
+          if (job != nullptr && (job->state == JobState::kPending || job->state == JobState::kRunning ||
+                                 job->state == JobState::kPreempting)) {
+            Check(batch.Apply(JobCancelled{service_job[k], t, "its simulated load ended"}));
+          }
+          continue;
+        }
+        if (!tick) continue;
+        const sched::AutoscaleSample sample = models[k].Advance(t);
         if (job == nullptr || job->state != JobState::kRunning || !loads[k].spec.service.autoscale.enabled()) continue;
         scalers[k]->Observe(sample);
         const int32_t current = job->DesiredReplicas();
@@ -378,19 +412,20 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
       }
     };
   };
-  auto services_live = [&](TimePoint t) { return next_service < loads.size() || t < services_end; };
+  auto services_live = [&] { return next_service < loads.size() || next_end() != kNever; };
   TimePoint t = 0;
-  while (done < n || services_live(t)) {
+  while (done < n || services_live()) {
     const TimePoint arrival = std::min(next_arrival < n ? trace[next_arrival].submit : kNever, service_arrival());
     t = std::min(arrival, driver.NextDue());
     if (pending > 0 && driver.last_cycle() >= 0) t = std::min(t, driver.last_cycle() + options.tick);
-    const bool ticking = next_tick != kNever && next_tick <= services_end;
-    if (ticking) t = std::min(t, next_tick);
+    const TimePoint end = next_end();
+    const bool ticking = end != kNever;  // (a tick a second while a service's load runs)
+    if (ticking) t = std::min({t, next_tick, end});
     if (t == kNever) break;  // nothing runs or arrives: what waits can never run
     if (record != nullptr) record->steps.push_back(t);
     const bool tick = ticking && t == next_tick;
     if (tick) next_tick += kMicrosPerSecond;
-    driver.Step(t, t == arrival || tick ? std::function<void(server::Batch&)>(inputs(t, tick)) : nullptr);
+    driver.Step(t, t == arrival || tick || t == end ? std::function<void(server::Batch&)>(inputs(t, tick)) : nullptr);
     if (!refused.ok()) return refused;
     if (result.samples.empty() || result.samples.back().allocated_gpus != allocated ||
         result.samples.back().pending != pending || result.samples.back().running != running) {
@@ -398,7 +433,7 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
     }
     // Nothing runs or will arrive and the cycle decided nothing: what still
     // waits never runs here (its queue's ceiling, a drained node).
-    if (running == 0 && next_arrival == n && !services_live(t) && !driver.last_cycle_decided() &&
+    if (running == 0 && next_arrival == n && !services_live() && !driver.last_cycle_decided() &&
         driver.NextDue() == kNever) {
       break;
     }
@@ -407,7 +442,9 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
       options.progress(static_cast<double>(done) / static_cast<double>(n));
     }
   }
-  for (size_t k = 0; k < loads.size(); ++k) result.services[k] = models[k].Finish(std::max(t, loads[k].end()));
+  for (size_t k = 0; k < loads.size(); ++k) {
+    if (!ended[k]) result.services[k] = models[k].Finish(t);  // (never submitted: the run ended first)
+  }
 
   {
     Snapshot snap = driver.state().GetSnapshot();

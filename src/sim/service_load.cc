@@ -1,6 +1,7 @@
 // ParseServiceLoads (service_model.h): yaml-cpp stays in this file.
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -19,10 +20,13 @@ struct Failure {
   throw Failure{InvalidArgumentError(where + ": " + reason)};
 }
 
-Duration DurationAt(const YAML::Node& n, const std::string& where) {
+constexpr Duration kDay = 86'400'000'000;
+
+Duration DurationAt(const YAML::Node& n, const std::string& where, Duration most = 3650 * kDay) {
   if (!n.IsScalar()) Fail(where, "must be a duration (\"30s\", \"500ms\", \"1h\")");
   StatusOr<Duration> d = ParseDuration(n.Scalar());
   if (!d.ok() || *d < 0) Fail(where, "not a duration: '" + n.Scalar() + "'");
+  if (*d > most) Fail(where, "at most " + FormatDuration(most));
   return *d;
 }
 
@@ -64,6 +68,7 @@ StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std:
     }
     OnlyKeys(root, source, {"services"});
     const YAML::Node list = root["services"];
+    if (!list) Fail(source + ": services", "required");
     if (!list.IsSequence() || list.size() == 0) Fail(source + ": services", "must be a non-empty list");
     std::vector<ServiceLoad> out;
     std::set<std::string> names;
@@ -72,7 +77,9 @@ StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std:
       const YAML::Node s = list[i];
       OnlyKeys(s, at, {"job", "submit", "requests"});
       ServiceLoad load;
-      if (!s["job"].IsScalar()) Fail(at + ".job", "must be the path of a job spec (kind: service)");
+      // (A missing key is checked first: yaml-cpp throws on asking an
+      // absent node of a const map what it is.)
+      if (!s["job"] || !s["job"].IsScalar()) Fail(at + ".job", "required: the path of a job spec (kind: service)");
       const std::filesystem::path path = dir / s["job"].Scalar();
       StatusOr<std::string> spec_text = api::ReadFile(path.string());
       if (!spec_text.ok()) Fail(at + ".job", std::string(spec_text.status().message()));
@@ -83,33 +90,62 @@ StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std:
       load.spec = std::move(*spec);
       if (s["submit"]) load.submit = DurationAt(s["submit"], at + ".submit");
       const YAML::Node r = s["requests"];
-      OnlyKeys(r, at + ".requests", {"rate", "work", "concurrency", "startup", "memory"});
+      if (!r) Fail(at + ".requests", "required (rate, work, concurrency, startup)");
+      OnlyKeys(r, at + ".requests", {"rate", "work", "concurrency", "startup", "memory", "metrics"});
       const YAML::Node rate = r["rate"];
-      if (!rate.IsSequence() || rate.size() < 2) {
+      if (!rate || !rate.IsSequence() || rate.size() < 2) {
         Fail(at + ".requests.rate", "must list at least two [time, requests/s] points (the last ends the load)");
       }
       for (size_t k = 0; k < rate.size(); ++k) {
         const std::string where = at + ".requests.rate[" + std::to_string(k) + "]";
         if (!rate[k].IsSequence() || rate[k].size() != 2) Fail(where, "must be [time, requests/s]");
         const TimePoint from = DurationAt(rate[k][0], where + "[0]");
-        const double per_second = NumberAt(rate[k][1], where + "[1]", 0, 1e6);
+        const double per_second = NumberAt(rate[k][1], where + "[1]", 0, 1e5);
+        if (per_second > 0 && per_second < 1e-6) Fail(where + "[1]", "must be 0 or at least 1e-6 requests/s");
         if (!load.rate.empty() && from <= load.rate.back().first) Fail(where, "times must increase");
         load.rate.push_back({from, per_second});
       }
-      if (r["work"]) load.work = DurationAt(r["work"], at + ".requests.work");
+      if (load.submit >= load.end()) Fail(at + ".submit", "must come before the load's last point (times are from the start)");
+      if (r["work"]) load.work = DurationAt(r["work"], at + ".requests.work", kDay);
       if (load.work <= 0) Fail(at + ".requests.work", "must be positive");
-      if (r["concurrency"]) load.concurrency = static_cast<int32_t>(NumberAt(r["concurrency"], at + ".requests.concurrency", 1, 10'000));
-      if (r["startup"]) load.startup = DurationAt(r["startup"], at + ".requests.startup");
+      if (r["concurrency"]) {
+        const double c = NumberAt(r["concurrency"], at + ".requests.concurrency", 1, 10'000);
+        if (c != std::floor(c)) Fail(at + ".requests.concurrency", "must be a whole number");
+        load.concurrency = static_cast<int32_t>(c);
+      }
+      if (r["startup"]) load.startup = DurationAt(r["startup"], at + ".requests.startup", kDay);
       if (const YAML::Node m = r["memory"]) {
         OnlyKeys(m, at + ".requests.memory", {"base", "per_request"});
         load.memory_base = m["base"] ? NumberAt(m["base"], at + ".requests.memory.base", 0, 1) : 0;
         if (m["per_request"]) load.memory_per_request = NumberAt(m["per_request"], at + ".requests.memory.per_request", 0, 1);
+      }
+      if (const YAML::Node m = r["metrics"]) {
+        if (!m.IsMap()) Fail(at + ".requests.metrics", "must map a metric name to waiting, running or memory");
+        for (const auto& kv : m) {
+          const std::string name = kv.first.Scalar();
+          const std::string what = kv.second.IsScalar() ? kv.second.Scalar() : "";
+          const std::string where = at + ".requests.metrics." + name;
+          if (what == "waiting") load.metrics[name] = ServiceLoad::Quantity::kWaiting;
+          else if (what == "running") load.metrics[name] = ServiceLoad::Quantity::kRunning;
+          else if (what == "memory") load.metrics[name] = ServiceLoad::Quantity::kMemory;
+          else Fail(where, "must be waiting, running or memory, not '" + what + "'");
+        }
+        for (const MetricTarget& t : load.spec.service.autoscale.metrics) {
+          if (!load.metrics.count(t.name)) {
+            Fail(at + ".requests.metrics", "the job scales on '" + t.name + "': say what it is (waiting, running or memory)");
+          }
+        }
+      } else if (!load.spec.service.autoscale.metrics.empty()) {
+        Fail(at + ".requests.metrics", "the job scales on '" + load.spec.service.autoscale.metrics[0].name +
+                                           "': say what it is (waiting, running or memory)");
       }
       out.push_back(std::move(load));
     }
     return out;
   } catch (const Failure& f) {
     return f.status;
+  } catch (const YAML::Exception& e) {  // (anything the checks above missed: an error, not a crash)
+    return InvalidArgumentError(source + ": " + e.msg + " (line " + std::to_string(e.mark.line + 1) + ")");
   }
 }
 

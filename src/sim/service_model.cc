@@ -4,17 +4,18 @@
 #include <cmath>
 #include <limits>
 
-#include "sim/metrics.h"
 
 namespace rota::sim {
 namespace {
 
 constexpr TimePoint kNever = std::numeric_limits<TimePoint>::max();
 
-// An exponential draw of mean `mean` (at least 1 µs).
-Duration Exponential(Rng& rng, double mean) {
-  return std::max<Duration>(1, static_cast<Duration>(-std::log1p(-rng.UniformDouble()) * mean));
-}
+// An exponential draw of mean `mean` µs, at least 1 µs (a double: a tiny
+// rate's gap may not fit a Duration).
+double Exponential(Rng& rng, double mean) { return std::max(1.0, -std::log1p(-rng.UniformDouble()) * mean); }
+
+constexpr double kBucket = 1.01;       // 1% buckets
+constexpr double kSmallestMs = 0.001;  // 1 µs: below it, bucket 0
 
 }  // namespace
 
@@ -34,8 +35,8 @@ TimePoint ServiceModel::NextArrival(TimePoint after) {
     const double per_second = rate[i].second;
     if (per_second > 0) {
       // (Memoryless: a draw past this segment restarts at the next one.)
-      const TimePoint at = t + Exponential(rng_, kMicrosPerSecond / per_second);
-      if (at < rate[i + 1].first) return at;
+      const double gap = Exponential(rng_, kMicrosPerSecond / per_second);
+      if (gap < static_cast<double>(rate[i + 1].first - t)) return t + static_cast<Duration>(gap);
     }
   }
   return kNever;
@@ -108,8 +109,8 @@ void ServiceModel::Run(TimePoint to) {
       working.erase(w);
       Count(t, -1);
       ++result_.requests;
-      queueing_ms_.push_back(static_cast<double>(r.started - r.arrival) / 1000.0);
-      latency_ms_.push_back(static_cast<double>(t - r.arrival) / 1000.0);
+      queueing_ms_.Add(static_cast<double>(r.started - r.arrival) / 1000.0);
+      latency_ms_.Add(static_cast<double>(t - r.arrival) / 1000.0);
       if (!rep->second.waiting.empty()) {
         const Request next = rep->second.waiting.front();
         rep->second.waiting.pop_front();
@@ -124,7 +125,7 @@ void ServiceModel::Run(TimePoint to) {
       for (const Request& r : waiting) Dispatch(t, r);
     } else if (next_arrival_ == t) {
       Count(t, +1);
-      Dispatch(t, Request{t, Exponential(rng_, static_cast<double>(load_.work)), 0, false});
+      Dispatch(t, Request{t, static_cast<Duration>(Exponential(rng_, static_cast<double>(load_.work))), 0, false});
       next_arrival_ = NextArrival(t);
     } else {
       router_queue_.pop_front();
@@ -144,13 +145,15 @@ void ServiceModel::Placed(TimePoint t) {
   }
 }
 
-void ServiceModel::Remove(TimePoint t, uint32_t replica) {
+void ServiceModel::Take(uint32_t replica, std::vector<Request>* broken) {
   auto it = replicas_.find(replica);
   if (it == replicas_.end()) return;
-  std::vector<Request> broken;
-  for (const auto& [id, r] : it->second.working) broken.push_back(r);
-  broken.insert(broken.end(), it->second.waiting.begin(), it->second.waiting.end());
+  for (const auto& [id, r] : it->second.working) broken->push_back(r);
+  broken->insert(broken->end(), it->second.waiting.begin(), it->second.waiting.end());
   replicas_.erase(it);
+}
+
+void ServiceModel::Retry(TimePoint t, std::vector<Request> broken) {
   for (Request r : broken) {
     if (r.retried) {
       Count(t, -1);
@@ -164,16 +167,23 @@ void ServiceModel::Remove(TimePoint t, uint32_t replica) {
 }
 
 void ServiceModel::Place(TimePoint t, const std::vector<ReplicaPlacement>& placement) {
-  std::vector<uint32_t> keep;
-  for (const ReplicaPlacement& p : placement) keep.push_back(p.replica);
+  // Every replica going away (or moved: a new process) goes before their
+  // requests are retried on the others.
+  std::vector<Request> broken;
   std::vector<uint32_t> gone;
   for (const auto& [index, rep] : replicas_) {
-    if (std::find(keep.begin(), keep.end(), index) == keep.end()) gone.push_back(index);
+    auto p = std::find_if(placement.begin(), placement.end(), [&](const ReplicaPlacement& x) { return x.replica == index; });
+    if (p == placement.end() || p->node != rep.node || p->gpu_mask != rep.gpu_mask) gone.push_back(index);
   }
-  for (uint32_t r : gone) Remove(t, r);
-  for (uint32_t r : keep) {
-    if (!replicas_.count(r)) replicas_[r].ready_at = t + load_.startup;
+  for (uint32_t r : gone) Take(r, &broken);
+  for (const ReplicaPlacement& p : placement) {
+    if (replicas_.count(p.replica)) continue;
+    Replica& rep = replicas_[p.replica];
+    rep.node = p.node;
+    rep.gpu_mask = p.gpu_mask;
+    rep.ready_at = t + load_.startup;
   }
+  Retry(t, std::move(broken));
 }
 
 void ServiceModel::Apply(const Event& e) {
@@ -189,8 +199,16 @@ void ServiceModel::Apply(const Event& e) {
   } else if (const auto* r = std::get_if<JobResized>(&e)) {
     Place(t, r->placement);
   } else if (const auto* k = std::get_if<RankRestarted>(&e)) {
-    Remove(t, k->replica);
-    replicas_[k->replica].ready_at = t + load_.startup;
+    auto it = replicas_.find(k->replica);
+    if (it == replicas_.end()) return;
+    Replica fresh;
+    fresh.node = it->second.node;
+    fresh.gpu_mask = it->second.gpu_mask;
+    fresh.ready_at = t + load_.startup;
+    std::vector<Request> broken;
+    Take(k->replica, &broken);
+    replicas_[k->replica] = fresh;
+    Retry(t, std::move(broken));
   } else if (std::holds_alternative<JobRequeued>(e) || std::holds_alternative<JobFinished>(e) ||
              std::holds_alternative<JobCancelled>(e)) {
     Place(t, {});
@@ -210,13 +228,20 @@ sched::AutoscaleSample ServiceModel::Advance(TimePoint now) {
   integral_ = 0;
   window_start_ = now;
   ready_ = 0;
-  double memory = 0;
+  double memory = 0, waiting = 0, running = 0;
   for (const auto& [index, rep] : replicas_) {
     if (!rep.ready) continue;
     ++ready_;
-    memory += std::min(1.0, load_.memory_base + load_.memory_per_request * static_cast<double>(rep.outstanding()));
+    memory += std::min(1.0, std::max(0.0, load_.memory_base) + load_.memory_per_request * static_cast<double>(rep.outstanding()));
+    waiting += static_cast<double>(rep.waiting.size());
+    running += static_cast<double>(rep.working.size());
   }
   s.gpu_memory = load_.memory_base >= 0 && ready_ > 0 ? memory / ready_ : -1;
+  if (ready_ > 0) {  // (no ready replica: nothing to read them from)
+    for (const auto& [name, q] : load_.metrics) {
+      s.metrics[name] = q == ServiceLoad::Quantity::kWaiting ? waiting : q == ServiceLoad::Quantity::kRunning ? running : memory;
+    }
+  }
   return s;
 }
 
@@ -232,11 +257,29 @@ ServiceResult ServiceModel::Finish(TimePoint end) {
   Run(end);
   Placed(end);
   ServiceResult out = result_;
-  out.queue_p50_ms = Percentile(queueing_ms_, 50);
-  out.queue_p99_ms = Percentile(queueing_ms_, 99);
-  out.latency_p50_ms = Percentile(latency_ms_, 50);
-  out.latency_p99_ms = Percentile(latency_ms_, 99);
+  out.queue_p50_ms = queueing_ms_.Percentile(50);
+  out.queue_p99_ms = queueing_ms_.Percentile(99);
+  out.latency_p50_ms = latency_ms_.Percentile(50);
+  out.latency_p99_ms = latency_ms_.Percentile(99);
   return out;
+}
+
+void ServiceModel::Histogram::Add(double ms) {
+  const size_t i = ms < kSmallestMs ? 0 : 1 + static_cast<size_t>(std::log(ms / kSmallestMs) / std::log(kBucket));
+  if (i >= counts.size()) counts.resize(i + 1, 0);
+  ++counts[i];
+  ++total;
+}
+
+double ServiceModel::Histogram::Percentile(double p) const {
+  if (total == 0) return 0;
+  const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(p / 100.0 * static_cast<double>(total))));
+  uint64_t seen = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    seen += counts[i];
+    if (seen >= rank) return i == 0 ? 0.0 : kSmallestMs * std::pow(kBucket, static_cast<double>(i));  // (its upper end)
+  }
+  return 0;
 }
 
 }  // namespace rota::sim

@@ -18,8 +18,17 @@
 //     GPU memory, when `memory_base`/`memory_per_request` are given: each
 //     ready replica's used fraction is min(1, base + per_request x its
 //     outstanding requests), averaged over them at the tick (telemetry is
-//     a reading, not an average).
-// Queueing is arrival to the start of work; latency, arrival to answer.
+//     a reading, not an average);
+//   - the service's own metrics (autoscale.metrics), each a quantity of the
+//     model the replicas would export, read at the tick and summed over the
+//     ready replicas as the router sums them: `waiting` (requests waiting
+//     at a replica for a free slot: vLLM's num_requests_waiting), `running`
+//     (requests it works on) or `memory` (its used fraction, as above:
+//     vLLM's gpu_cache_usage_perc).
+// Queueing is arrival to the start of work; latency, arrival to answer;
+// their percentiles come from histograms of 1% buckets (memory does not
+// grow with the requests). Times in `rate` and `submit` are from the
+// simulation's start; the job ends (JobCancelled) when its load does.
 //
 // Deterministic: one seed, no clock of its own. Thread-safety: one owner.
 #pragma once
@@ -52,6 +61,8 @@ struct ServiceLoad {
   Duration startup = 30'000'000;  // a replica's start to its readiness
   double memory_base = -1;  // GPU memory used by an idle replica (fraction; < 0: no telemetry)
   double memory_per_request = 0;
+  enum class Quantity { kWaiting, kRunning, kMemory };
+  std::map<std::string, Quantity> metrics;  // what each exported metric is
   TimePoint end() const { return rate.empty() ? submit : rate.back().first; }
 };
 
@@ -65,6 +76,7 @@ struct ServiceLoad {
 //         concurrency: 4
 //         startup: 30s
 //         memory: {base: 0.3, per_request: 0.05}   # optional
+//         metrics: {"vllm:num_requests_waiting": waiting}  # optional: waiting, running, memory
 // Errors name the service's index and the field.
 StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std::string_view source);
 
@@ -78,7 +90,9 @@ struct ServiceScaling {
 struct ServiceResult {
   std::string name;
   uint64_t requests = 0;  // answered
-  uint64_t failed = 0;    // no ready replica within the queue timeout
+  // No ready replica within the queue timeout, or none to retry on when
+  // the replica a request was on went away (the router retries once).
+  uint64_t failed = 0;
   uint64_t retried = 0;   // on a replica that went away
   double queue_p50_ms = 0, queue_p99_ms = 0;
   double latency_p50_ms = 0, latency_p99_ms = 0;
@@ -114,6 +128,8 @@ class ServiceModel {
     bool retried = false;
   };
   struct Replica {
+    NodeId node;
+    uint64_t gpu_mask = 0;  // (moved elsewhere: a new process)
     TimePoint ready_at = 0;
     bool ready = false;
     std::deque<Request> waiting;
@@ -132,7 +148,10 @@ class ServiceModel {
   // Its replicas are now `placement`'s: the others go, new ones start.
   void Place(TimePoint t, const std::vector<ReplicaPlacement>& placement);
   void Placed(TimePoint t);  // (the placed count's record)
-  void Remove(TimePoint t, uint32_t replica);
+  // Takes replica `replica` out; its requests are returned (to dispatch
+  // once every replica going away is gone).
+  void Take(uint32_t replica, std::vector<Request>* broken);
+  void Retry(TimePoint t, std::vector<Request> broken);
   void Count(TimePoint t, int64_t delta);
   TimePoint NextArrival(TimePoint after);
   void Dispatch(TimePoint t, Request r);
@@ -156,7 +175,14 @@ class ServiceModel {
   TimePoint placed_since_ = 0;
   int32_t placed_count_ = 0;
   ServiceResult result_;
-  std::vector<double> queueing_ms_, latency_ms_;
+  // Milliseconds in 1% buckets (index 0: under 1 µs).
+  struct Histogram {
+    std::vector<uint64_t> counts;
+    uint64_t total = 0;
+    void Add(double ms);
+    double Percentile(double p) const;
+  };
+  Histogram queueing_ms_, latency_ms_;
 };
 
 }  // namespace rota::sim

@@ -19,11 +19,11 @@ constexpr Duration kS = kMicrosPerSecond;
 constexpr Duration kWarm = 20 * kS;
 
 // A service of 1-GPU replicas between `min` and `max`, 4 requests in
-// flight per replica as its target.
-JobSpec Service(int min, int max) {
+// flight per replica as its target (or `autoscale`).
+JobSpec Service(int min, int max, const std::string& autoscale = "{target_inflight: 4}") {
   const std::string yaml = "name: chat\nkind: service\nservice:\n  port: 8000\n  replicas: {min: " + std::to_string(min) +
-                           ", max: " + std::to_string(max) +
-                           "}\n  autoscale: {target_inflight: 4}\ntasks:\n  - name: server\n    gpus: 1\n    command: [serve]\n";
+                           ", max: " + std::to_string(max) + "}\n  autoscale: " + autoscale +
+                           "\ntasks:\n  - name: server\n    gpus: 1\n    command: [serve]\n";
   StatusOr<JobSpec> spec = api::ParseJobSpec(yaml, "chat.yaml");
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
   return spec.ok() ? *spec : JobSpec();
@@ -96,6 +96,46 @@ TEST(ServiceSim, NoiseAroundTheTargetForTwoHoursNeverFlipsDirection) {
   EXPECT_TRUE(s.decisions.empty()) << s.decisions.front().reason;
   EXPECT_EQ(s.placed.back().second, 3);
   EXPECT_GT(s.requests, 800'000u);
+}
+
+TEST(ServiceSim, AServiceScalesOnItsOwnMetric) {
+  // vLLM's queue as the target: 2 requests waiting per replica. 20 requests/s
+  // of 100 ms (4 at once a replica: 40/s each) rise to 120/s at 10 minutes.
+  ServiceLoad l = Load(Service(1, 8, "{metrics: [{name: 'vllm:num_requests_waiting', target: 2}]}"),
+                       {{0, 20}, {600 * kS, 120}, {1800 * kS, 0}}, 4);
+  l.metrics["vllm:num_requests_waiting"] = ServiceLoad::Quantity::kWaiting;
+  StatusOr<TimeSimResult> r = RunTimeSim(Config(), Nodes(1, 8), {}, Profile({l}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ServiceResult& s = r->services[0];
+  ASSERT_FALSE(s.decisions.empty());
+  EXPECT_GE(s.decisions.front().at, 600 * kS + kWarm);  // nothing waits at 20/s
+  EXPECT_NE(s.decisions.front().reason.find("vllm:num_requests_waiting"), std::string::npos) << s.decisions.front().reason;
+  EXPECT_GE(s.placed.back().second, 4);  // 120/s needs 3 replicas' slots, and some room
+  EXPECT_EQ(s.failed, 0u);
+}
+
+TEST(ServiceSim, AServiceEndsWithItsLoadAndTheTraceGetsItsGpus) {
+  // 8 fixed replicas fill the node until the load ends at 90.5 s; a job
+  // that needs the whole node waits until then.
+  ServiceLoad l = Load(Service(8, 8), {});
+  l.rate = {{0, 1}, {90'500'000, 0}};
+  l.spec.service.autoscale = {};
+  StatusOr<TimeSimResult> r = RunTimeSim(Config(), Nodes(1, 8), {Job("train", 10, 100, 8)}, Profile({l}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->jobs[0].first_start, 90'500'000);
+  EXPECT_EQ(r->jobs[0].end, 190'500'000);
+  EXPECT_NEAR(r->services[0].replica_seconds, 8 * 90.5, 1e-6);
+  // A second service submitted after the first ended still ticks.
+  ServiceLoad later = Load(Service(1, 4), {});
+  later.spec.name = "later";
+  later.spec.service.port = 9000;
+  later.submit = 200 * kS;
+  later.rate = {{200 * kS, 0}, {260 * kS, 150}, {900 * kS, 0}};
+  r = RunTimeSim(Config(), Nodes(1, 8), {Job("train", 10, 100, 8)}, Profile({l, later}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_FALSE(r->services[1].decisions.empty());
+  EXPECT_GT(r->services[1].decisions.front().at, 260 * kS);
+  EXPECT_GT(r->services[1].requests, 80'000u);
 }
 
 TEST(ServiceSim, ReplicasStartingAreNotReadyAndRequestsWaitForThem) {
@@ -184,11 +224,14 @@ TEST(ServiceSim, TheServicesFileNamesTheFieldThatIsWrong) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "chat.yaml") << "name: chat\nkind: service\nservice: {port: 8000, replicas: {min: 1, max: 4}}\n"
                                       "tasks: [{name: s, gpus: 1, command: [serve]}]\n";
+  std::ofstream(dir / "vllm.yaml") << "name: vllm\nkind: service\nservice: {port: 8000, replicas: {min: 1, max: 4}, "
+                                      "autoscale: {metrics: [{name: 'vllm:num_requests_waiting', target: 2}]}}\n"
+                                      "tasks: [{name: s, gpus: 1, command: [serve]}]\n";
   std::ofstream(dir / "train.yaml") << "name: train\ntasks: [{name: s, gpus: 1, command: [train]}]\n";
   auto parse = [&](const std::string& text) { return ParseServiceLoads(text, (dir / "services.yaml").string()); };
   StatusOr<std::vector<ServiceLoad>> ok =
       parse("services:\n  - job: chat.yaml\n    submit: 1m\n    requests: {rate: [[0, 5], [1h, 0]], work: 200ms, "
-            "concurrency: 4, startup: 20s, memory: {base: 0.3, per_request: 0.05}}\n");
+            "concurrency: 4, startup: 20s, memory: {base: 0.3, per_request: 0.05}, metrics: {'vllm:num_requests_waiting': waiting}}\n");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->at(0).spec.name, "chat");
   EXPECT_EQ(ok->at(0).submit, 60 * kS);
@@ -196,6 +239,7 @@ TEST(ServiceSim, TheServicesFileNamesTheFieldThatIsWrong) {
   EXPECT_EQ(ok->at(0).work, 200'000);
   EXPECT_EQ(ok->at(0).concurrency, 4);
   EXPECT_DOUBLE_EQ(ok->at(0).memory_per_request, 0.05);
+  EXPECT_EQ(ok->at(0).metrics.at("vllm:num_requests_waiting"), ServiceLoad::Quantity::kWaiting);
   const std::pair<std::string, std::string> bad[] = {
       {"services: []\n", "services: must be a non-empty list"},
       {"services:\n  - job: train.yaml\n    requests: {rate: [[0, 1], [1h, 0]]}\n", "is not a service"},
@@ -205,6 +249,10 @@ TEST(ServiceSim, TheServicesFileNamesTheFieldThatIsWrong) {
       {"services:\n  - job: chat.yaml\n    requests: {rate: [[0, 1], [1h, 0]], work: soon}\n", "services[0].requests.work: not a duration"},
       {"services:\n  - job: chat.yaml\n    requests: {rate: [[0, 1], [1h, 0]], burst: 3}\n", "services[0].requests.burst: unknown field"},
       {"services:\n  - job: nothere.yaml\n    requests: {rate: [[0, 1], [1h, 0]]}\n", "services[0].job"},
+      {"services:\n  - job: chat.yaml\n    requests: {rate: [[0, 1], [1h, 0]], metrics: {q: soon}}\n",
+       "services[0].requests.metrics.q: must be waiting, running or memory, not 'soon'"},
+      {"services:\n  - job: vllm.yaml\n    requests: {rate: [[0, 1], [1h, 0]]}\n",
+       "services[0].requests.metrics: the job scales on 'vllm:num_requests_waiting': say what it is"},
   };
   for (const auto& [text, want] : bad) {
     StatusOr<std::vector<ServiceLoad>> r = parse(text);
