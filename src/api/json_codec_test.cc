@@ -123,11 +123,12 @@ service:
   port: 8000
   replicas: {min: 1, max: 4}
   readiness: {path: /health, period: 500ms, startup: 5m}
-  autoscale: {target_inflight: 4, target_gpu_memory: 0.8, panic_window: 10s, scale_down_delay: 2m}
+  autoscale: {target_inflight: 4, target_gpu_memory: 0.8, panic_window: 10s, scale_down_delay: 2m, spare: 1}
 tasks: [{name: server, gpus: 1, command: [python3, serve.py]}]
 )",
                               "svc.yaml");
   ASSERT_TRUE(service.ok()) << service.status().ToString();
+  EXPECT_EQ(service->service.autoscale.spare, 1);
   auto svc_back = DecodeEvent(EncodeEvent(JobSubmitted{JobId(21), *service, 1, "alice"}));
   ASSERT_TRUE(svc_back.ok()) << svc_back.status().ToString();
   EXPECT_EQ(std::get<JobSubmitted>(*svc_back).spec, *service);

@@ -363,6 +363,8 @@ TEST(ParseJobSpec, AServiceIsCheckedFieldByField) {
       {head + "service: {port: 8080, autoscale: {target_inflight: -1}}\n" + task,
        "service.autoscale.target_inflight: must be between 0.01"},
       {head + "service: {port: 8080, bogus: 1}\n" + task, "service.bogus: unknown field"},
+      {head + "service: {port: 8080, replicas: {min: 1, max: 2}, autoscale: {target_inflight: 4, spare: 2}}\n" + task,
+       "service.autoscale.spare: must be 0..max-1"},
       {head + "service: {port: 8080}\ntime_limit: 1h\n" + task, "time_limit: a service is never ended by a time limit"},
       {head + "service: {port: 8080}\ntasks: [{name: s, replicas: 2, gpus: 1}]\n", "tasks[0].replicas: a service's replicas"},
       {head + "service: {port: 80}\n" + task, "service.port: must be 1024 or above"},
