@@ -120,8 +120,9 @@ class Services : public ::testing::Test {
   }
   // Submits service `name` of kServer replicas (1..max, `gpus` each),
   // scaled on the fake:queue_waiting the test writes to queue_file()
-  // (target 1 a replica), and waits for its first replica to be ready.
-  void SubmitQueueScaled(const std::string& name, int max, int gpus, const std::string& scale_down_delay) {
+  // (target 1 a replica; `spare` more), and waits for its first replica to
+  // be ready.
+  void SubmitQueueScaled(const std::string& name, int max, int gpus, const std::string& scale_down_delay, int spare = 0) {
     const std::string script = tmp.path() + "/serve.py";
     std::ofstream(script) << kServer;
     std::ofstream(queue_file()) << "0\n";
@@ -129,7 +130,8 @@ class Services : public ::testing::Test {
     std::ofstream(spec) << "name: " << name << "\nkind: service\nservice:\n  port: " << base_port
                         << "\n  replicas: {min: 1, max: " << max << "}\n  readiness: {path: /health, period: 200ms}\n"
                         << "  autoscale:\n    metrics: [{name: 'fake:queue_waiting', target: 1}]\n"
-                        << "    stable_window: 4s\n    panic_window: 2s\n    scale_down_delay: " << scale_down_delay
+                        << "    stable_window: 4s\n    panic_window: 2s\n    spare: " << spare
+                        << "\n    scale_down_delay: " << scale_down_delay
                         << "\ntasks:\n  - name: server\n" << (gpus > 0 ? "    gpus: " + std::to_string(gpus) + "\n" : "")
                         << "    cpu: 100m\n    env: {QUEUE_FILE: " << queue_file() << "}\n    command: [python3, "
                         << script << "]\n";
@@ -304,6 +306,20 @@ TEST_F(Services, ScalesOnTheServicesOwnMetric) {
   EXPECT_EQ(up["signals"]["metrics"]["fake:queue_waiting"], 3.0) << up.dump();
   std::ofstream(queue, std::ios::trunc) << "0\n";
   WaitService("queued", [](const json& s) { return s["replicas"]["desired"] == 1 && s["replicas"]["placed"] == 1; }, 30);
+}
+
+// autoscale.spare: one replica beyond what the load asks, through the real
+// server (the spec's field, the journal, the autoscaler, the engine).
+TEST_F(Services, ASpareReplicaRidesOnTopOfTheLoad) {
+  SubmitQueueScaled("spared", 4, 0, "3s", 1);
+  const std::string queue = queue_file();
+  std::ofstream(queue, std::ios::trunc) << "2\n";  // the load asks 2: it runs 3
+  const json up = WaitService("spared", [](const json& s) { return s["replicas"]["ready"] == 3; }, 40);
+  EXPECT_EQ(up["replicas"]["desired"], 3);
+  EXPECT_NE(up["last_scale"]["reason"].get<std::string>().find("fake:queue_waiting"), std::string::npos) << up.dump();
+  EXPECT_NE(up["last_scale"]["reason"].get<std::string>().find("+ 1 spare"), std::string::npos) << up.dump();
+  std::ofstream(queue, std::ios::trunc) << "0\n";  // nothing asked: the spare alone (its min, 1)
+  WaitService("spared", [](const json& s) { return s["replicas"]["desired"] == 1 && s["replicas"]["placed"] == 1; }, 30);
 }
 
 // A scale-up that the free GPUs cannot hold evicts lower-priority
