@@ -22,18 +22,22 @@ void Autoscaler::Observe(const AutoscaleSample& s) {
 
 Autoscaler::Window Autoscaler::Average(TimePoint now, Duration span) const {
   Window w;
-  double memory = 0;
+  double memory = 0, worth = 0;
   int64_t memory_samples = 0;
+  bool counted = true;  // every memory sample said how many replicas it is over
   for (auto it = samples_.rbegin(); it != samples_.rend() && it->at > now - span; ++it) {
     w.inflight += it->inflight;
     ++w.samples;
     if (it->gpu_memory >= 0) {
       memory += it->gpu_memory;
+      worth += it->gpu_memory * it->memory_replicas;  // (each sample at its own count)
+      counted = counted && it->memory_replicas > 0;
       ++memory_samples;
     }
   }
   if (w.samples > 0) w.inflight /= static_cast<double>(w.samples);
   if (memory_samples > 0) w.gpu_memory = memory / static_cast<double>(memory_samples);
+  if (memory_samples > 0 && counted) w.memory_worth = worth / static_cast<double>(memory_samples);
   for (const MetricTarget& m : spec_.autoscale.metrics) {
     double sum = 0;
     int64_t n = 0;
@@ -48,7 +52,7 @@ Autoscaler::Window Autoscaler::Average(TimePoint now, Duration span) const {
   return w;
 }
 
-int32_t Autoscaler::Ask(const Window& w, int32_t current, int32_t placed, std::string* why, double* demand) const {
+int32_t Autoscaler::Ask(const Window& w, int32_t current, std::string* why, double* demand) const {
   const AutoscaleSpec& a = spec_.autoscale;
   const int32_t base = std::max(current, 1);
   int32_t best = -1;  // -1: no target had a signal
@@ -67,9 +71,11 @@ int32_t Autoscaler::Ask(const Window& w, int32_t current, int32_t placed, std::s
              "in flight " + Num(w.inflight) + " (target " + Num(a.target_inflight) + "/replica)");
   }
   if (a.target_gpu_memory > 0 && w.gpu_memory >= 0) {
-    // (An average over every replica, spares too: the load is that many
-    // replicas' worth.)
-    consider(w.gpu_memory / a.target_gpu_memory * std::max(placed, 1) / base,
+    // The fraction is over the replicas it was read from (spares, and
+    // replicas still loading, too): the load is that many replicas' worth,
+    // not the count it should be (one not placed yet has no memory).
+    const double ratio = w.memory_worth > 0 ? w.memory_worth / base / a.target_gpu_memory : w.gpu_memory / a.target_gpu_memory;
+    consider(ratio,
              "GPU memory " + Num(100 * w.gpu_memory) + "% (target " + Num(100 * a.target_gpu_memory) + "%)");
   }
   for (const MetricTarget& m : a.metrics) {
@@ -93,8 +99,8 @@ AutoscaleDecision Autoscaler::Decide(TimePoint now, int32_t current, int32_t rea
   const int32_t serving = std::max(current - a.spare, 1);
   std::string stable_why, panic_why;
   double panic_demand = 0;
-  const int32_t stable = Ask(Average(now, a.stable_window), serving, current, &stable_why, nullptr);
-  const int32_t panic = Ask(Average(now, a.panic_window), serving, current, &panic_why, &panic_demand);
+  const int32_t stable = Ask(Average(now, a.stable_window), serving, &stable_why, nullptr);
+  const int32_t panic = Ask(Average(now, a.panic_window), serving, &panic_why, &panic_demand);
   if (stable < 0) {
     // No signal for any target (metrics not exported yet, no ready replica
     // to read them from): no load is not zero load; keep the count.

@@ -38,9 +38,10 @@ namespace rota::sched {
 struct AutoscaleSample {
   TimePoint at = 0;
   double inflight = 0;     // requests in flight, all replicas, averaged over the tick
-  double gpu_memory = -1;  // used fraction of the ready replicas' GPU memory (-1 = unknown)
+  double gpu_memory = -1;  // used fraction of the replicas' GPU memory (-1 = unknown)
   // autoscale.metrics: each summed over the ready replicas (absent = unknown).
   std::map<std::string, double> metrics;
+  int32_t memory_replicas = 0;  // how many replicas gpu_memory is over (0: the load's count)
 };
 
 struct AutoscaleDecision {
@@ -64,15 +65,15 @@ class Autoscaler {
   struct Window {
     double inflight = 0;
     double gpu_memory = -1;
+    double memory_worth = 0;  // used fraction x the replicas read, averaged (0: not said)
     std::map<std::string, double> metrics;  // averages of the samples that had them
     int64_t samples = 0;
   };
   Window Average(TimePoint now, Duration span) const;
-  // What one window's averages ask for, the load's count being `current`
-  // of the `placed` (spares included); `why` gets the signal that set it,
-  // `demand` (if not null) the most replicas' worth of load any target saw
-  // (not rounded up).
-  int32_t Ask(const Window& w, int32_t current, int32_t placed, std::string* why, double* demand) const;
+  // What one window's averages ask for, the load's count being `current`;
+  // `why` gets the signal that set it, `demand` (if not null) the most
+  // replicas' worth of load any target saw (not rounded up).
+  int32_t Ask(const Window& w, int32_t current, std::string* why, double* demand) const;
 
   ServiceSpec spec_;
   std::deque<AutoscaleSample> samples_;  // the stable window's, oldest first

@@ -171,14 +171,29 @@ TEST(Autoscale, SpareReplicasRideOnTopOfWhatTheLoadAsks) {
   Autoscaler a(s);
   for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 16, -1});
   EXPECT_NE(a.Decide(69 * kSecond, 2, 2).reason.find("+ 1 spare"), std::string::npos);
-  // GPU memory is an average over every replica, the spare too: 3 placed
-  // at 80% (the target) are 3 replicas' worth of load, and the spare is on top.
+  // GPU memory is an average over the replicas it was read from, the
+  // spare too: 3 read at 80% (the target) are 3 replicas' worth of load,
+  // and the spare is on top.
   ServiceSpec m = Service(1, 8, 0);
   m.autoscale.target_gpu_memory = 0.8;
   m.autoscale.spare = 1;
   Autoscaler b(m);
-  for (int i = 0; i < 70; ++i) b.Observe({i * kSecond, 0, 0.8});
+  for (int i = 0; i < 70; ++i) b.Observe({i * kSecond, 0, 0.8, {}, 3});
   EXPECT_EQ(b.Decide(69 * kSecond, 3, 3).desired, 4);
+}
+
+TEST(Autoscale, GpuMemoryIsTheLoadOfTheReplicasItWasReadFrom) {
+  // 2 replicas read at 80% against 50%: 3.2 replicas' worth, 4. Asked for
+  // and not placed yet, the same reading on the same 2 still asks 4 (not
+  // 80% of the 4 it wants, which would climb to max).
+  ServiceSpec s = Service(1, 16, 0);
+  s.autoscale.target_gpu_memory = 0.5;
+  s.autoscale.scale_down_delay = 0;
+  Autoscaler a(s);
+  for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 0, 0.8, {}, 2});
+  EXPECT_EQ(a.Decide(69 * kSecond, 2, 2).desired, 4);
+  for (int i = 70; i < 80; ++i) a.Observe({i * kSecond, 0, 0.8, {}, 2});
+  EXPECT_EQ(a.Decide(79 * kSecond, 4, 2).desired, 4);
 }
 
 TEST(Autoscale, WithoutTargetsItKeepsItsCountWithinMinAndMax) {

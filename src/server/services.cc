@@ -42,12 +42,13 @@ void ServiceManager::Tick() {
       service_nodes.empty() ? std::map<std::string, NodeLive>{} : controller_->nodes_live(service_nodes);
   const TimePoint now = controller_->clock().Now();
   std::vector<RouterService> services;
-  std::map<JobId, double> gpu_memory;
+  std::map<JobId, std::pair<double, int32_t>> gpu_memory;  // (used fraction, replicas read)
   for (const JobRecord* job : snap.LiveServices()) {
     const JobId id = job->id;
     RouterService rs{job->spec().name, id, job->spec().service.readiness, {}, job->spec().service.metrics_path, {}};
     for (const MetricTarget& m : job->spec().service.autoscale.metrics) rs.metrics.push_back(m.name);
     double used = 0, total = 0;
+    int32_t read = 0;  // replicas with a reading
     if (job->state == JobState::kRunning) {
       for (const ReplicaPlacement& r : job->placement) {
         const NodeState& node = snap.node(r.node);
@@ -56,15 +57,18 @@ void ServiceManager::Tick() {
         rs.backends.push_back({id, r.task, r.replica, job->ReplicaAttempt(r.replica), host,
                                job->spec().service.port + static_cast<int32_t>(r.replica)});
         if (l == live.end()) continue;
+        bool any = false;
         for (const GpuTelemetry& g : l->second.gpus) {
           if (g.index >= 0 && g.index < 64 && ((r.gpu_mask >> g.index) & 1) && node.spec.gpu_memory > 0) {
             used += static_cast<double>(g.memory_used);
             total += static_cast<double>(node.spec.gpu_memory);
+            any = true;
           }
         }
+        read += any;
       }
     }
-    if (total > 0) gpu_memory[id] = used / total;
+    if (total > 0) gpu_memory[id] = {used / total, read};
     services.push_back(std::move(rs));
   }
   std::map<std::string, RouterStats> stats;
@@ -80,7 +84,7 @@ void ServiceManager::Tick() {
     const JobRecord* job = snap.FindJob(rs.job);
     ServiceStatus& st = next[rs.job];
     if (auto it = stats.find(rs.name); it != stats.end()) st.signals = it->second;
-    if (auto it = gpu_memory.find(rs.job); it != gpu_memory.end()) st.gpu_memory = it->second;
+    if (auto it = gpu_memory.find(rs.job); it != gpu_memory.end()) std::tie(st.gpu_memory, st.memory_replicas) = it->second;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto it = status_.find(rs.job); it != status_.end()) st.last = it->second.last;
@@ -94,7 +98,7 @@ void ServiceManager::Tick() {
       entry.autoscaler = std::make_unique<sched::Autoscaler>(job->spec().service);
     }
     sched::Autoscaler* scaler = entry.autoscaler.get();
-    scaler->Observe({now, st.signals.inflight_avg, st.gpu_memory, st.signals.metrics});
+    scaler->Observe({now, st.signals.inflight_avg, st.gpu_memory, st.signals.metrics, st.memory_replicas});
     const int32_t current = job->DesiredReplicas();
     sched::AutoscaleDecision d = scaler->Decide(now, current, router_ != nullptr ? st.signals.ready : current);
     if (d.desired != current) {

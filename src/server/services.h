@@ -38,6 +38,7 @@ namespace rota::server {
 struct ServiceStatus {
   RouterStats signals;
   double gpu_memory = -1;  // used fraction of its GPUs' memory (-1 = no telemetry)
+  int32_t memory_replicas = 0;  // the replicas that fraction is read from
   sched::AutoscaleDecision last;  // the last decision (desired 0: none yet)
   std::string rollout;            // a rolling update in progress: where it is ("" = none)
 };

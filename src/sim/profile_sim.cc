@@ -385,26 +385,36 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
         service_of[id.value()] = k;
         if (next_tick == kNever || next_tick <= t) next_tick = (t / kMicrosPerSecond + 1) * kMicrosPerSecond;
       }
-      const Snapshot snap = batch.state->GetSnapshot();
       for (size_t k = 0; k < loads.size(); ++k) {
         if (service_job[k].value() == 0 || ended[k]) continue;
-        const JobRecord* job = snap.FindJob(service_job[k]);
+        // (Read, then let go of the snapshot before applying: one held
+        // across an Apply copies the state.)
+        JobState state = JobState::kCancelled;
+        int32_t current = 0;
+        {
+          const Snapshot snap = batch.state->GetSnapshot();
+          if (const JobRecord* job = snap.FindJob(service_job[k])) {
+            state = job->state;
+            current = job->DesiredReplicas();
+          }
+        }
         if (t >= loads[k].end()) {
           // Its load ended: what it measured, then its job goes (its GPUs
           // go back to the trace's jobs).
           result.services[k] = models[k].Finish(t);
+          if (!result.services[k].placed.empty() && result.services[k].placed.back().second != 0) {
+            result.services[k].placed.push_back({t, 0});
+          }
           ended[k] = true;
-          if (job != nullptr && (job->state == JobState::kPending || job->state == JobState::kRunning ||
-                                 job->state == JobState::kPreempting)) {
+          if (state == JobState::kPending || state == JobState::kRunning || state == JobState::kPreempting) {
             Check(batch.Apply(JobCancelled{service_job[k], t, "its simulated load ended"}));
           }
           continue;
         }
         if (!tick) continue;
         const sched::AutoscaleSample sample = models[k].Advance(t);
-        if (job == nullptr || job->state != JobState::kRunning || !loads[k].spec.service.autoscale.enabled()) continue;
+        if (state != JobState::kRunning || !loads[k].spec.service.autoscale.enabled()) continue;
         scalers[k]->Observe(sample);
-        const int32_t current = job->DesiredReplicas();
         const sched::AutoscaleDecision d = scalers[k]->Decide(t, current, models[k].ready());
         if (d.desired == current) continue;
         Check(batch.Apply(ServiceScaled{service_job[k], t, d.desired, d.reason}));

@@ -119,6 +119,9 @@ StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std:
         load.memory_base = m["base"] ? NumberAt(m["base"], at + ".requests.memory.base", 0, 1) : 0;
         if (m["per_request"]) load.memory_per_request = NumberAt(m["per_request"], at + ".requests.memory.per_request", 0, 1);
       }
+      if (load.spec.service.autoscale.target_gpu_memory > 0 && load.memory_base < 0) {
+        Fail(at + ".requests.memory", "the job scales on GPU memory: say how much a replica uses (base, per_request)");
+      }
       if (const YAML::Node m = r["metrics"]) {
         if (!m.IsMap()) Fail(at + ".requests.metrics", "must map a metric name to waiting, running or memory");
         for (const auto& kv : m) {
@@ -127,7 +130,8 @@ StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std:
           const std::string where = at + ".requests.metrics." + name;
           if (what == "waiting") load.metrics[name] = ServiceLoad::Quantity::kWaiting;
           else if (what == "running") load.metrics[name] = ServiceLoad::Quantity::kRunning;
-          else if (what == "memory") load.metrics[name] = ServiceLoad::Quantity::kMemory;
+          else if (what == "memory" && load.memory_base >= 0) load.metrics[name] = ServiceLoad::Quantity::kMemory;
+          else if (what == "memory") Fail(where, "memory: say how much a replica uses (requests.memory)");
           else Fail(where, "must be waiting, running or memory, not '" + what + "'");
         }
         for (const MetricTarget& t : load.spec.service.autoscale.metrics) {

@@ -228,18 +228,28 @@ sched::AutoscaleSample ServiceModel::Advance(TimePoint now) {
   integral_ = 0;
   window_start_ = now;
   ready_ = 0;
-  double memory = 0, waiting = 0, running = 0;
+  double memory = 0, ready_memory = 0, waiting = 0, running = 0;
   for (const auto& [index, rep] : replicas_) {
+    // (A replica loading its weights holds its base: the agents' telemetry
+    // reads every placed replica's GPUs, ready or not.)
+    const double used =
+        std::min(1.0, std::max(0.0, load_.memory_base) + load_.memory_per_request * static_cast<double>(rep.outstanding()));
+    memory += used;
     if (!rep.ready) continue;
     ++ready_;
-    memory += std::min(1.0, std::max(0.0, load_.memory_base) + load_.memory_per_request * static_cast<double>(rep.outstanding()));
+    ready_memory += used;
     waiting += static_cast<double>(rep.waiting.size());
     running += static_cast<double>(rep.working.size());
   }
-  s.gpu_memory = load_.memory_base >= 0 && ready_ > 0 ? memory / ready_ : -1;
+  if (load_.memory_base >= 0 && !replicas_.empty()) {
+    s.gpu_memory = memory / static_cast<double>(replicas_.size());
+    s.memory_replicas = static_cast<int32_t>(replicas_.size());
+  }
   if (ready_ > 0) {  // (no ready replica: nothing to read them from)
     for (const auto& [name, q] : load_.metrics) {
-      s.metrics[name] = q == ServiceLoad::Quantity::kWaiting ? waiting : q == ServiceLoad::Quantity::kRunning ? running : memory;
+      s.metrics[name] = q == ServiceLoad::Quantity::kWaiting   ? waiting
+                        : q == ServiceLoad::Quantity::kRunning ? running
+                                                               : ready_memory;
     }
   }
   return s;

@@ -16,9 +16,10 @@
 //   - in flight, as the router counts it: from arrival to answer (waiting
 //     for a replica included), averaged over each tick for the autoscaler;
 //     GPU memory, when `memory_base`/`memory_per_request` are given: each
-//     ready replica's used fraction is min(1, base + per_request x its
-//     outstanding requests), averaged over them at the tick (telemetry is
-//     a reading, not an average);
+//     placed replica's used fraction is min(1, base + per_request x its
+//     outstanding requests), averaged over them at the tick, loading ones
+//     included, as the agents' telemetry reads every placed replica
+//     (telemetry is a reading, not an average);
 //   - the service's own metrics (autoscale.metrics), each a quantity of the
 //     model the replicas would export, read at the tick and summed over the
 //     ready replicas as the router sums them: `waiting` (requests waiting

@@ -44,6 +44,12 @@ ServiceLoad Load(JobSpec spec, std::vector<std::pair<TimePoint, double>> rate, i
   return l;
 }
 
+// The replicas placed when its load ended (before its job was cancelled).
+int32_t PlacedAtTheEnd(const ServiceResult& s) {
+  if (s.placed.size() < 2 || s.placed.back().second != 0) return -1;
+  return s.placed[s.placed.size() - 2].second;
+}
+
 ClusterConfig Config() {
   ClusterConfig c;
   c.topology = {"nvlink", "node"};
@@ -94,7 +100,7 @@ TEST(ServiceSim, NoiseAroundTheTargetForTwoHoursNeverFlipsDirection) {
   const ServiceResult& s = r->services[0];
   EXPECT_EQ(s.direction_flips, 0);
   EXPECT_TRUE(s.decisions.empty()) << s.decisions.front().reason;
-  EXPECT_EQ(s.placed.back().second, 3);
+  EXPECT_EQ(PlacedAtTheEnd(s), 3);
   EXPECT_GT(s.requests, 800'000u);
 }
 
@@ -110,7 +116,36 @@ TEST(ServiceSim, AServiceScalesOnItsOwnMetric) {
   ASSERT_FALSE(s.decisions.empty());
   EXPECT_GE(s.decisions.front().at, 600 * kS + kWarm);  // nothing waits at 20/s
   EXPECT_NE(s.decisions.front().reason.find("vllm:num_requests_waiting"), std::string::npos) << s.decisions.front().reason;
-  EXPECT_GE(s.placed.back().second, 4);  // 120/s needs 3 replicas' slots, and some room
+  EXPECT_GE(PlacedAtTheEnd(s), 4);  // 120/s needs 3 replicas' slots, and some room
+  EXPECT_EQ(s.failed, 0u);
+}
+
+TEST(ServiceSim, AServiceScalesOnGpuMemory) {
+  // A replica holds 30% of its GPU's memory and 5% more per request it
+  // has; target 60%, max 16 on 16 GPUs. At 400 requests/s of 100 ms (40 in
+  // flight) it needs (0.3 k + 40 x 0.05) / 0.6 <= k: k >= 7. It goes up
+  // there from what 100/s needed, overshoots while its stable window
+  // still remembers the overload, and comes back down; never to its max
+  // (the fraction is of the replicas it was read from, loading ones too,
+  // not of the count it wants).
+  ServiceLoad l = Load(Service(1, 16, "{target_gpu_memory: 0.6}"), {{0, 100}, {1200 * kS, 400}, {2400 * kS, 0}});
+  l.memory_base = 0.3;
+  l.memory_per_request = 0.05;
+  StatusOr<TimeSimResult> r = RunTimeSim(Config(), Nodes(2, 8), {}, Profile({l}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ServiceResult& s = r->services[0];
+  ASSERT_FALSE(s.decisions.empty());
+  int32_t before = -1, most = 0;
+  for (const auto& [at, count] : s.placed) {
+    if (at < 1200 * kS + kWarm) before = count;
+    most = std::max(most, count);
+  }
+  for (const ServiceScaling& d : s.decisions) EXPECT_NE(d.reason.find("GPU memory"), std::string::npos) << d.reason;
+  EXPECT_GE(before, 2);
+  EXPECT_LE(before, 3);
+  EXPECT_GE(PlacedAtTheEnd(s), 7);
+  EXPECT_LE(most, 10);
+  EXPECT_EQ(s.direction_flips, 1);  // up with the load, then down from the overshoot
   EXPECT_EQ(s.failed, 0u);
 }
 
@@ -227,6 +262,8 @@ TEST(ServiceSim, TheServicesFileNamesTheFieldThatIsWrong) {
   std::ofstream(dir / "vllm.yaml") << "name: vllm\nkind: service\nservice: {port: 8000, replicas: {min: 1, max: 4}, "
                                       "autoscale: {metrics: [{name: 'vllm:num_requests_waiting', target: 2}]}}\n"
                                       "tasks: [{name: s, gpus: 1, command: [serve]}]\n";
+  std::ofstream(dir / "mem.yaml") << "name: mem\nkind: service\nservice: {port: 8000, replicas: {min: 1, max: 4}, "
+                                     "autoscale: {target_gpu_memory: 0.8}}\ntasks: [{name: s, gpus: 1, command: [serve]}]\n";
   std::ofstream(dir / "train.yaml") << "name: train\ntasks: [{name: s, gpus: 1, command: [train]}]\n";
   auto parse = [&](const std::string& text) { return ParseServiceLoads(text, (dir / "services.yaml").string()); };
   StatusOr<std::vector<ServiceLoad>> ok =
@@ -253,6 +290,10 @@ TEST(ServiceSim, TheServicesFileNamesTheFieldThatIsWrong) {
        "services[0].requests.metrics.q: must be waiting, running or memory, not 'soon'"},
       {"services:\n  - job: vllm.yaml\n    requests: {rate: [[0, 1], [1h, 0]]}\n",
        "services[0].requests.metrics: the job scales on 'vllm:num_requests_waiting': say what it is"},
+      {"services:\n  - job: chat.yaml\n    requests: {rate: [[0, 1], [1h, 0]], metrics: {kv: memory}}\n",
+       "services[0].requests.metrics.kv: memory: say how much a replica uses"},
+      {"services:\n  - job: mem.yaml\n    requests: {rate: [[0, 1], [1h, 0]]}\n",
+       "services[0].requests.memory: the job scales on GPU memory"},
   };
   for (const auto& [text, want] : bad) {
     StatusOr<std::vector<ServiceLoad>> r = parse(text);
