@@ -1,8 +1,10 @@
 // ParseServiceLoads (service_model.h): yaml-cpp stays in this file.
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <stdexcept>
 #include <set>
 
 #include "api/yaml_codec.h"
@@ -91,19 +93,60 @@ StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std:
       if (s["submit"]) load.submit = DurationAt(s["submit"], at + ".submit");
       const YAML::Node r = s["requests"];
       if (!r) Fail(at + ".requests", "required (rate, work, concurrency, startup)");
-      OnlyKeys(r, at + ".requests", {"rate", "work", "concurrency", "startup", "memory", "metrics"});
-      const YAML::Node rate = r["rate"];
-      if (!rate || !rate.IsSequence() || rate.size() < 2) {
-        Fail(at + ".requests.rate", "must list at least two [time, requests/s] points (the last ends the load)");
-      }
-      for (size_t k = 0; k < rate.size(); ++k) {
-        const std::string where = at + ".requests.rate[" + std::to_string(k) + "]";
-        if (!rate[k].IsSequence() || rate[k].size() != 2) Fail(where, "must be [time, requests/s]");
-        const TimePoint from = DurationAt(rate[k][0], where + "[0]");
-        const double per_second = NumberAt(rate[k][1], where + "[1]", 0, 1e5);
-        if (per_second > 0 && per_second < 1e-6) Fail(where + "[1]", "must be 0 or at least 1e-6 requests/s");
+      OnlyKeys(r, at + ".requests", {"rate", "rate_file", "work", "concurrency", "startup", "memory", "metrics"});
+      auto point = [&](const std::string& where, TimePoint from, double per_second) {
+        if (!(per_second >= 0 && per_second <= 1e5)) Fail(where, "requests/s must be in [0, 100000]");
+        if (per_second > 0 && per_second < 1e-6) Fail(where, "must be 0 or at least 1e-6 requests/s");
         if (!load.rate.empty() && from <= load.rate.back().first) Fail(where, "times must increase");
         load.rate.push_back({from, per_second});
+      };
+      const YAML::Node rate = r["rate"];
+      if (rate && r["rate_file"]) Fail(at + ".requests", "give rate or rate_file, not both");
+      if (const YAML::Node file = r["rate_file"]) {
+        // A CSV of t_s,requests_per_s (a header line, then one row a point;
+        // e.g. a metrics system's export of a request rate).
+        if (!file.IsScalar()) Fail(at + ".requests.rate_file", "must be a path");
+        const std::filesystem::path path = dir / file.Scalar();
+        StatusOr<std::string> csv = api::ReadFile(path.string());
+        if (!csv.ok()) Fail(at + ".requests.rate_file", std::string(csv.status().message()));
+        size_t line = 0, begin = 0;
+        while (begin < csv->size()) {
+          size_t end = csv->find('\n', begin);
+          if (end == std::string::npos) end = csv->size();
+          std::string row = csv->substr(begin, end - begin);
+          begin = end + 1;
+          ++line;
+          if (!row.empty() && row.back() == '\r') row.pop_back();
+          if (row.empty() || (line == 1 && !std::isdigit(static_cast<unsigned char>(row[0])))) continue;  // (the header)
+          const std::string where = path.string() + ":" + std::to_string(line);
+          const size_t comma = row.find(',');
+          if (comma == std::string::npos) Fail(where, "must be t_s,requests_per_s");
+          double t = 0, per_second = 0;
+          try {
+            size_t used = 0;
+            t = std::stod(row.substr(0, comma), &used);
+            if (used != comma) throw std::invalid_argument("t");
+            const std::string v = row.substr(comma + 1, row.find(',', comma + 1) - comma - 1);
+            per_second = std::stod(v, &used);
+            if (used != v.size()) throw std::invalid_argument("rate");
+          } catch (const std::exception&) {
+            Fail(where, "must be t_s,requests_per_s (numbers)");
+          }
+          if (!(t >= 0 && t <= 3650.0 * 86400)) Fail(where, "t_s must be 0..10 years of seconds");
+          point(where, static_cast<TimePoint>(std::llround(t * kMicrosPerSecond)), per_second);
+        }
+        if (load.rate.size() < 2) Fail(path.string(), "must have at least two rows (the last ends the load)");
+      } else {
+        if (!rate || !rate.IsSequence() || rate.size() < 2) {
+          Fail(at + ".requests.rate", "must list at least two [time, requests/s] points (the last ends the load)");
+        }
+        for (size_t k = 0; k < rate.size(); ++k) {
+          const std::string where = at + ".requests.rate[" + std::to_string(k) + "]";
+          if (!rate[k].IsSequence() || rate[k].size() != 2) Fail(where, "must be [time, requests/s]");
+          const TimePoint from = DurationAt(rate[k][0], where + "[0]");
+          const double per_second = NumberAt(rate[k][1], where + "[1]", 0, 1e5);
+          point(where, from, per_second);
+        }
       }
       if (load.submit >= load.end()) Fail(at + ".submit", "must come before the load's last point (times are from the start)");
       if (r["work"]) load.work = DurationAt(r["work"], at + ".requests.work", kDay);

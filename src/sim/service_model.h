@@ -72,7 +72,8 @@ struct ServiceLoad {
 //     - job: {...}          # a job spec of kind service, as rota submit takes
 //       submit: 0s          # when it is submitted (default 0)
 //       requests:
-//         rate: [[0s, 20], [1h, 80], [3h, 0]]
+//         rate: [[0s, 20], [1h, 80], [3h, 0]]   # or rate_file: rates.csv
+//                                               # (t_s,requests_per_s rows)
 //         work: 200ms
 //         concurrency: 4
 //         startup: 30s

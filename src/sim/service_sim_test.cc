@@ -294,7 +294,19 @@ TEST(ServiceSim, TheServicesFileNamesTheFieldThatIsWrong) {
        "services[0].requests.metrics.kv: memory: say how much a replica uses"},
       {"services:\n  - job: mem.yaml\n    requests: {rate: [[0, 1], [1h, 0]]}\n",
        "services[0].requests.memory: the job scales on GPU memory"},
+      {"services:\n  - job: chat.yaml\n    requests: {rate: [[0, 1], [1h, 0]], rate_file: r.csv}\n",
+       "services[0].requests: give rate or rate_file, not both"},
   };
+  // A rate from a CSV (a metrics system's export), beside the file.
+  std::ofstream(dir / "rates.csv") << "t_s,requests_per_s\n0,5\n600,50.5\r\n3600,0\n";
+  StatusOr<std::vector<ServiceLoad>> csv = parse("services:\n  - job: chat.yaml\n    requests: {rate_file: rates.csv}\n");
+  ASSERT_TRUE(csv.ok()) << csv.status().ToString();
+  EXPECT_EQ(csv->at(0).rate, (std::vector<std::pair<TimePoint, double>>{{0, 5}, {600 * kS, 50.5}, {3600 * kS, 0}}));
+  std::ofstream(dir / "bad.csv") << "t_s,requests_per_s\n0,5\n60,x\n";
+  StatusOr<std::vector<ServiceLoad>> bad_csv = parse("services:\n  - job: chat.yaml\n    requests: {rate_file: bad.csv}\n");
+  ASSERT_FALSE(bad_csv.ok());
+  EXPECT_NE(bad_csv.status().message().find("bad.csv:3: must be t_s,requests_per_s"), std::string::npos)
+      << bad_csv.status().ToString();
   for (const auto& [text, want] : bad) {
     StatusOr<std::vector<ServiceLoad>> r = parse(text);
     ASSERT_FALSE(r.ok()) << text;
