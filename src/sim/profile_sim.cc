@@ -347,9 +347,6 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
   Status refused = Status::Ok();
   TimePoint next_tick = kNever;  // the services' next autoscaler tick
   auto service_arrival = [&] { return next_service < loads.size() ? loads[service_order[next_service]].submit : kNever; };
-  // What comes in at `t`: the trace's jobs, the services submitted then,
-  // and, at a tick, each live service's autoscaler decision (journaled as
-  // the server's ServiceManager journals it: placed in this step's cycle).
   // The first end of a live service's load (kNever: none live).
   auto next_end = [&] {
     TimePoint end = kNever;
@@ -358,6 +355,10 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
     }
     return end;
   };
+  // What comes in at `t`: the trace's jobs, the services submitted then,
+  // each service whose load ended (its job cancelled), and, at a tick, each
+  // live service's autoscaler decision (journaled as the server's
+  // ServiceManager journals it: placed in this step's cycle).
   auto inputs = [&](TimePoint t, bool tick) {
     return [&, t, tick](server::Batch& batch) {
       for (; next_arrival < n && trace[next_arrival].submit == t; ++next_arrival) {

@@ -11,7 +11,10 @@
 //      server::ApplyDecisions.
 // Steps come at every arrival, report, time limit and grace expiry, and at
 // least every `tick` while a job waits (the server cycles every second and
-// on every change). Tenant limits (submit rate, pending limits) are not
+// on every change). With services (TimeSimOptions::services), a step comes
+// every second while any service's load runs: step 2 then also takes each
+// service's autoscaler decision on what its ServiceModel measured (as the
+// server's ServiceManager), and a service whose load ended is cancelled. Tenant limits (submit rate, pending limits) are not
 // simulated.
 //
 // The same trace through the real controller, with emulated agents from the
