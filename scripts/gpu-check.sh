@@ -11,6 +11,8 @@
 #      of its power sampled at 10 Hz and integrated; GPM metrics present (Hopper and later) or
 #      reported absent with the reason; a PyTorch loop whose data loader saturates its one CPU
 #      flagged input-bound, and the same loop with GPU-resident data not.
+#   5. services: a replica growing its GPU memory by 10 GiB every 2 s is seen by the server
+#      within 1.5 s of each step, and a GPU-memory autoscale target fires.
 #   Read-only: no power limits, clocks or MIG mode are changed.
 # Usage: scripts/gpu-check.sh [ROTA_BINARY]   (results also in $OUT or /tmp/gpu-check)
 set -u
@@ -292,6 +294,90 @@ YAML
 done
 check "the CPU-starved loop is flagged input-bound" grep -q 'input-bound:' "$RESULTS/loader-cpu.txt"
 check "the GPU-fed loop is not" bash -c "! grep -q 'input-bound:' '$RESULTS/loader-gpu.txt'"
+step "services: GPU memory seen within 1.5 s of each step, and a memory target fires"
+# A service replica that answers HTTP and grows its GPU memory by 10 GiB every
+# 2 s (to 60 GiB), logging when each step is allocated; the server's view of
+# the GPU's memory is sampled every 100 ms meanwhile. Target: 25% of the GPU's
+# memory per replica, so the autoscaler asks for a second replica once the
+# steps pass it (it cannot be placed on a one-GPU machine: the decision is
+# what is checked).
+cat >"$D/grow.py" <<'PY'
+import http.server, os, sys, threading, time, torch
+log = open(sys.argv[1], "a")
+def grow():
+    torch.zeros(1, device="cuda")  # the CUDA context first
+    time.sleep(4)
+    held = []
+    for step in range(1, 7):
+        held.append(torch.empty(10 << 30, dtype=torch.uint8, device="cuda"))
+        torch.cuda.synchronize()
+        log.write("%d %.3f\n" % (step, time.time()))
+        log.flush()
+        time.sleep(2)
+    time.sleep(600)
+threading.Thread(target=grow, daemon=True).start()
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Ok).serve_forever()
+PY
+cat >"$D/grow.yaml" <<YAML
+name: grow
+kind: service
+service:
+  port: 18000
+  replicas: {min: 1, max: 2}
+  readiness: {path: /, period: 500ms}
+  autoscale: {target_gpu_memory: 0.25, stable_window: 4s, panic_window: 2s}
+tasks: [{name: server, gpus: 1, command: [python3, $D/grow.py, $RESULTS/grow-steps.txt]}]
+YAML
+: >"$RESULTS/grow-steps.txt"
+grow=$("$ROTA" submit "$D/grow.yaml" | grep -o 'job [0-9]*' | grep -o '[0-9]*')
+python3 - "$ROTA_SERVER" "$(cat $D/data/admin.token)" "$RESULTS/grow-seen.txt" <<'PY'
+import json, sys, time, urllib.request
+url, token, out = sys.argv[1], sys.argv[2], sys.argv[3]
+def get(path):
+    r = urllib.request.Request(url + path, headers={"Authorization": "Bearer " + token})
+    return json.loads(urllib.request.urlopen(r, timeout=5).read())
+def mib(v):
+    return float(v[:-2]) * {"Mi": 1, "Gi": 1024, "Ti": 1 << 20}[v[-2:]] if isinstance(v, str) else float(v)
+with open(out, "w") as f:
+    end = time.time() + 40
+    while time.time() < end:
+        try:
+            g = get("/v1/nodes")["nodes"][0]["gpu_list"][0]
+            f.write("%.3f %d\n" % (time.time(), mib(g["memory_used"])))
+            f.flush()
+        except Exception as e:
+            f.write("# %s\n" % e)
+        time.sleep(0.1)
+PY
+get $ROTA_SERVER/v1/services "$(cat $D/data/admin.token)" >"$RESULTS/grow-service.json"
+python3 - "$RESULTS/grow-steps.txt" "$RESULTS/grow-seen.txt" <<'PY' | tee "$RESULTS/grow-lag.txt"
+import sys
+steps = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
+seen = [tuple(map(float, l.split())) for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")]
+lags = []
+for k, at in steps:
+    # The first sample at or after the step showing its k x 10 GiB.
+    hit = next((t for t, used in seen if t >= at - 0.05 and used >= k * 10240), None)
+    lags.append(None if hit is None else hit - at)
+    print("step %d (%d GiB) at %.3f: seen %s" % (k, 10 * k, at, "never" if hit is None else "after %.2f s" % (hit - at)))
+ok = len(lags) == 6 and all(l is not None and l <= 1.5 for l in lags)
+worst = max((l for l in lags if l is not None), default=-1)
+print("max lag %.2f s over %d steps: %s" % (worst, len(lags), "ok" if ok else "FAIL"))
+PY
+check "the server saw each 10 GiB step within 1.5 s" grep -q ': ok$' "$RESULTS/grow-lag.txt"
+check "the GPU-memory target fired (desired 2, on GPU memory)" python3 -c "
+import json, sys
+s = [x for x in json.load(open('$RESULTS/grow-service.json'))['services'] if x['name'] == 'grow'][0]
+sys.exit(not (s['replicas']['desired'] == 2 and 'GPU memory' in s['last_scale']['reason']))"
+[ -n "$grow" ] && "$ROTA" cancel "$grow" >/dev/null 2>&1
+
 cp "$D/up.log" "$RESULTS/up.log"
 echo
 echo "$fails checks failed"
