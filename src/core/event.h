@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -248,5 +249,18 @@ struct RunHistoryState {
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
                            JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled, ServiceUpdated, NodeLabelsChanged, RunHistoryState>;
+
+// The job an event is about: its `id` (JobId() for node events, and for
+// JobsSubmitted, which names a range).
+inline JobId EventJob(const Event& e) {
+  return std::visit(
+      [](const auto& ev) -> JobId {
+        if constexpr (requires { ev.id; }) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(ev.id)>, JobId>) return ev.id;
+        }
+        return JobId();
+      },
+      e);
+}
 
 }  // namespace rota

@@ -297,11 +297,7 @@ void Controller::PublishBatch(const std::vector<Event>& events) {
   Snapshot snap = state_.GetSnapshot();
   std::set<JobId> jobs;
   for (const Event& e : events) {
-    std::visit([&](const auto& ev) {
-      if constexpr (requires { ev.id; }) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(ev.id)>, JobId>) jobs.insert(ev.id);
-      }
-    }, e);
+    if (const JobId id = EventJob(e); id.value() != 0) jobs.insert(id);
   }
   std::set<std::string> touched;
   {

@@ -262,15 +262,7 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
   auto follow = [&](const Event& e) {
     if (record != nullptr) record->events.push_back(e);
     if (!service_of.empty()) {
-      const JobId id = std::visit(
-          [](const auto& ev) -> JobId {
-            if constexpr (requires { ev.id; }) {
-              if constexpr (std::is_same_v<std::decay_t<decltype(ev.id)>, JobId>) return ev.id;
-            }
-            return JobId();
-          },
-          e);
-      if (auto it = service_of.find(id.value()); it != service_of.end()) {
+      if (auto it = service_of.find(EventJob(e).value()); it != service_of.end()) {
         // Its GPUs count as allocated; its replicas go to the model.
         int64_t& held = service_gpus[it->second];
         const std::vector<ReplicaPlacement>* placement = nullptr;
@@ -327,7 +319,7 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
       ModelWork w;  // (runs until the load ends: the run ends first)
       w.duration = std::numeric_limits<Duration>::max() / 4;
       w.grace = loads[it->second].spec.checkpoint.grace;
-      for (const TaskGroupSpec& t : loads[it->second].spec.tasks) w.gpus += static_cast<int64_t>(t.replicas) * t.gpus;
+      w.gpus = loads[it->second].spec.TotalGpus();
       return w;
     }
     return ProfileWork(trace[trace_of[id.value() - 1]], options);
@@ -359,72 +351,72 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
   // each service whose load ended (its job cancelled), and, at a tick, each
   // live service's autoscaler decision (journaled as the server's
   // ServiceManager journals it: placed in this step's cycle).
-  auto inputs = [&](TimePoint t, bool tick) {
-    return [&, t, tick](server::Batch& batch) {
-      for (; next_arrival < n && trace[next_arrival].submit == t; ++next_arrival) {
-        const size_t i = next_arrival;
-        const Status admitted =
-            driver.Submit(batch, JobId(trace_of.size() + 1), ProfileJobSpec(config, trace[i], i, options), t, "sim");
-        if (!admitted.ok()) {
-          result.never.push_back(trace[i].name + ": " + std::string(admitted.message()));
-          ++done;
-          continue;
-        }
-        trace_of.push_back(i);
-        ++pending;
-      }
-      for (; next_service < loads.size() && loads[service_order[next_service]].submit == t; ++next_service) {
-        const size_t k = service_order[next_service];
-        const JobId id(trace_of.size() + 1);
-        const Status admitted = driver.Submit(batch, id, loads[k].spec, t, "sim");
-        if (!admitted.ok()) {
-          refused = InvalidArgumentError("--services: service '" + loads[k].spec.name + "' refused: " + std::string(admitted.message()));
-          return;
-        }
-        trace_of.push_back(kService);
-        service_job[k] = id;
-        service_of[id.value()] = k;
-        if (next_tick == kNever || next_tick <= t) next_tick = (t / kMicrosPerSecond + 1) * kMicrosPerSecond;
-      }
-      for (size_t k = 0; k < loads.size(); ++k) {
-        if (service_job[k].value() == 0 || ended[k]) continue;
-        // (Read, then let go of the snapshot before applying: one held
-        // across an Apply copies the state.)
-        JobState state = JobState::kCancelled;
-        int32_t current = 0;
-        {
-          const Snapshot snap = batch.state->GetSnapshot();
-          if (const JobRecord* job = snap.FindJob(service_job[k])) {
-            state = job->state;
-            current = job->DesiredReplicas();
-          }
-        }
-        if (t >= loads[k].end()) {
-          // Its load ended: what it measured, then its job goes (its GPUs
-          // go back to the trace's jobs).
-          result.services[k] = models[k].Finish(t);
-          if (!result.services[k].placed.empty() && result.services[k].placed.back().second != 0) {
-            result.services[k].placed.push_back({t, 0});
-          }
-          ended[k] = true;
-          if (state == JobState::kPending || state == JobState::kRunning || state == JobState::kPreempting) {
-            Check(batch.Apply(JobCancelled{service_job[k], t, "its simulated load ended"}));
-          }
-          continue;
-        }
-        if (!tick) continue;
-        const sched::AutoscaleSample sample = models[k].Advance(t);
-        if (state != JobState::kRunning || !loads[k].spec.service.autoscale.enabled()) continue;
-        scalers[k]->Observe(sample);
-        const sched::AutoscaleDecision d = scalers[k]->Decide(t, current, models[k].ready());
-        if (d.desired == current) continue;
-        Check(batch.Apply(ServiceScaled{service_job[k], t, d.desired, d.reason}));
-        models[k].Decided(t, current, d.desired, d.panic, d.reason);
-      }
-    };
-  };
-  auto services_live = [&] { return next_service < loads.size() || next_end() != kNever; };
   TimePoint t = 0;
+  bool tick = false;  // this step is a services' tick
+  const std::function<void(server::Batch&)> inputs = [&](server::Batch& batch) {
+    for (; next_arrival < n && trace[next_arrival].submit == t; ++next_arrival) {
+      const size_t i = next_arrival;
+      const Status admitted =
+          driver.Submit(batch, JobId(trace_of.size() + 1), ProfileJobSpec(config, trace[i], i, options), t, "sim");
+      if (!admitted.ok()) {
+        result.never.push_back(trace[i].name + ": " + std::string(admitted.message()));
+        ++done;
+        continue;
+      }
+      trace_of.push_back(i);
+      ++pending;
+    }
+    for (; next_service < loads.size() && loads[service_order[next_service]].submit == t; ++next_service) {
+      const size_t k = service_order[next_service];
+      const JobId id(trace_of.size() + 1);
+      const Status admitted = driver.Submit(batch, id, loads[k].spec, t, "sim");
+      if (!admitted.ok()) {
+        refused = InvalidArgumentError("--services: service '" + loads[k].spec.name + "' refused: " + std::string(admitted.message()));
+        return;
+      }
+      trace_of.push_back(kService);
+      service_job[k] = id;
+      service_of[id.value()] = k;
+      if (next_tick == kNever || next_tick <= t) next_tick = (t / kMicrosPerSecond + 1) * kMicrosPerSecond;
+    }
+    for (size_t k = 0; k < loads.size(); ++k) {
+      if (service_job[k].value() == 0 || ended[k]) continue;
+      // (Read, then let go of the snapshot before applying: one held
+      // across an Apply copies the state.)
+      JobState state = JobState::kCancelled;
+      int32_t current = 0;
+      {
+        const Snapshot snap = batch.state->GetSnapshot();
+        if (const JobRecord* job = snap.FindJob(service_job[k])) {
+          state = job->state;
+          current = job->DesiredReplicas();
+        }
+      }
+      if (t >= loads[k].end()) {
+        // Its load ended: what it measured, then its job goes (its GPUs
+        // go back to the trace's jobs).
+        result.services[k] = models[k].Finish(t);
+        if (!result.services[k].placed.empty() && result.services[k].placed.back().second != 0) {
+          result.services[k].placed.push_back({t, 0});
+        }
+        ended[k] = true;
+        if (state == JobState::kPending || state == JobState::kRunning || state == JobState::kPreempting) {
+          Check(batch.Apply(JobCancelled{service_job[k], t, "its simulated load ended"}));
+        }
+        continue;
+      }
+      if (!tick) continue;
+      const sched::AutoscaleSample sample = models[k].Advance(t);
+      if (state != JobState::kRunning || !loads[k].spec.service.autoscale.enabled()) continue;
+      scalers[k]->Observe(sample);
+      const sched::AutoscaleDecision d = scalers[k]->Decide(t, current, models[k].ready());
+      if (d.desired == current) continue;
+      Check(batch.Apply(ServiceScaled{service_job[k], t, d.desired, d.reason}));
+      models[k].Decided(t, current, d.desired, d.panic, d.reason);
+    }
+  };  // (made once: a step allocates nothing for it)
+  const std::function<void(server::Batch&)> no_inputs;
+  auto services_live = [&] { return next_service < loads.size() || next_end() != kNever; };
   while (done < n || services_live()) {
     const TimePoint arrival = std::min(next_arrival < n ? trace[next_arrival].submit : kNever, service_arrival());
     t = std::min(arrival, driver.NextDue());
@@ -434,9 +426,9 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
     if (ticking) t = std::min({t, next_tick, end});
     if (t == kNever) break;  // nothing runs or arrives: what waits can never run
     if (record != nullptr) record->steps.push_back(t);
-    const bool tick = ticking && t == next_tick;
+    tick = ticking && t == next_tick;
     if (tick) next_tick += kMicrosPerSecond;
-    driver.Step(t, t == arrival || tick || t == end ? std::function<void(server::Batch&)>(inputs(t, tick)) : nullptr);
+    driver.Step(t, t == arrival || tick || t == end ? inputs : no_inputs);
     if (!refused.ok()) return refused;
     if (result.samples.empty() || result.samples.back().allocated_gpus != allocated ||
         result.samples.back().pending != pending || result.samples.back().running != running) {
@@ -509,7 +501,7 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
     ModelWork w;
     w.checkpoint_interval = options.sim.checkpoint_interval;
     w.grace = job->spec().checkpoint.grace;
-    for (const TaskGroupSpec& t : job->spec().tasks) w.gpus += static_cast<int64_t>(t.replicas) * t.gpus;
+    w.gpus = job->spec().TotalGpus();
     const bool limited = job->spec().time_limit > 0;
     // Without a limit: what the learned history expects of its GPU-time
     // (its sweep's, the finished jobs'), less what it has run; else the
@@ -597,7 +589,7 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
     ModelWork w;
     w.checkpoint_interval = options.sim.checkpoint_interval;
     w.grace = options.submit[k].checkpoint.grace;
-    for (const TaskGroupSpec& t : options.submit[k].tasks) w.gpus += static_cast<int64_t>(t.replicas) * t.gpus;
+    w.gpus = options.submit[k].TotalGpus();
     w.duration = options.submit[k].time_limit > 0 ? options.submit[k].time_limit : out.default_run;
     work[id.value()] = w;
     estimated[id.value()] = options.submit[k].time_limit <= 0;
