@@ -1,15 +1,14 @@
 // ParseServiceLoads (service_model.h): yaml-cpp stays in this file.
 #include <yaml-cpp/yaml.h>
 
-#include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <stdexcept>
 #include <set>
 
 #include "api/yaml_codec.h"
 #include "base/quantity.h"
 #include "sim/service_model.h"
+#include "sim/trace.h"
 
 namespace rota::sim {
 namespace {
@@ -103,37 +102,16 @@ StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std:
       const YAML::Node rate = r["rate"];
       if (rate && r["rate_file"]) Fail(at + ".requests", "give rate or rate_file, not both");
       if (const YAML::Node file = r["rate_file"]) {
-        // A CSV of t_s,requests_per_s (a header line, then one row a point;
-        // e.g. a metrics system's export of a request rate).
+        // (t_s,requests_per_s rows after a header: e.g. a metrics system's
+        // export of a request rate; sim/trace.h.)
         if (!file.IsScalar()) Fail(at + ".requests.rate_file", "must be a path");
         const std::filesystem::path path = dir / file.Scalar();
         StatusOr<std::string> csv = api::ReadFile(path.string());
         if (!csv.ok()) Fail(at + ".requests.rate_file", std::string(csv.status().message()));
-        size_t line = 0, begin = 0;
-        while (begin < csv->size()) {
-          size_t end = csv->find('\n', begin);
-          if (end == std::string::npos) end = csv->size();
-          std::string row = csv->substr(begin, end - begin);
-          begin = end + 1;
-          ++line;
-          if (!row.empty() && row.back() == '\r') row.pop_back();
-          if (row.empty() || (line == 1 && !std::isdigit(static_cast<unsigned char>(row[0])))) continue;  // (the header)
-          const std::string where = path.string() + ":" + std::to_string(line);
-          const size_t comma = row.find(',');
-          if (comma == std::string::npos) Fail(where, "must be t_s,requests_per_s");
-          double t = 0, per_second = 0;
-          try {
-            size_t used = 0;
-            t = std::stod(row.substr(0, comma), &used);
-            if (used != comma) throw std::invalid_argument("t");
-            const std::string v = row.substr(comma + 1, row.find(',', comma + 1) - comma - 1);
-            per_second = std::stod(v, &used);
-            if (used != v.size()) throw std::invalid_argument("rate");
-          } catch (const std::exception&) {
-            Fail(where, "must be t_s,requests_per_s (numbers)");
-          }
-          if (!(t >= 0 && t <= 3650.0 * 86400)) Fail(where, "t_s must be 0..10 years of seconds");
-          point(where, static_cast<TimePoint>(std::llround(t * kMicrosPerSecond)), per_second);
+        StatusOr<std::vector<std::pair<TimePoint, double>>> rows = ParseRequestRate(*csv, path.string());
+        if (!rows.ok()) throw Failure{rows.status()};
+        for (size_t k = 0; k < rows->size(); ++k) {
+          point(path.string() + ": row " + std::to_string(k + 1), (*rows)[k].first, (*rows)[k].second);
         }
         if (load.rate.size() < 2) Fail(path.string(), "must have at least two rows (the last ends the load)");
       } else {

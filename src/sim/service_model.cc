@@ -124,8 +124,13 @@ void ServiceModel::Run(TimePoint to) {
       waiting.swap(router_queue_);
       for (const Request& r : waiting) Dispatch(t, r);
     } else if (next_arrival_ == t) {
-      Count(t, +1);
-      Dispatch(t, Request{t, static_cast<Duration>(Exponential(rng_, static_cast<double>(load_.work))), 0, false});
+      const Duration work = static_cast<Duration>(Exponential(rng_, static_cast<double>(load_.work)));
+      if (inflight_ >= kMaxInFlight) {
+        ++result_.failed;  // (refused: the router holds no more connections)
+      } else {
+        Count(t, +1);
+        Dispatch(t, Request{t, work, 0, false});
+      }
       next_arrival_ = NextArrival(t);
     } else {
       router_queue_.pop_front();

@@ -11,7 +11,8 @@
 //     at it in order;
 //   - the router sends each request to the ready replica with the fewest
 //     outstanding (ties in turn); with none ready it waits, up to the
-//     router's queue timeout (30 s), then fails (503); a request on a
+//     router's queue timeout (30 s), then fails (503); one beyond the
+//     router's 4,096 connections is refused (failed); a request on a
 //     replica that goes away is retried once on another, from the start;
 //   - in flight, as the router counts it: from arrival to answer (waiting
 //     for a replica included), averaged over each tick for the autoscaler;
@@ -107,6 +108,10 @@ struct ServiceResult {
 class ServiceModel {
  public:
   static constexpr Duration kQueueTimeout = 30'000'000;  // the router's default
+  // Requests in flight at most: the router's connection limit
+  // (RouterOptions::max_connections); one more is refused (failed). It
+  // bounds what a load far beyond the replicas' capacity holds in memory.
+  static constexpr int64_t kMaxInFlight = 4'096;
 
   ServiceModel(ServiceLoad load, uint64_t seed);
 

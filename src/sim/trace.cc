@@ -398,6 +398,23 @@ StatusOr<std::vector<int64_t>> ParseGpuSeconds(std::string_view text, std::strin
   return out;
 }
 
+StatusOr<std::vector<std::pair<TimePoint, double>>> ParseRequestRate(std::string_view text, std::string_view file) {
+  std::vector<std::pair<TimePoint, double>> out;
+  ROTA_RETURN_IF_ERROR(ForEachRow(text, file, {"t_s", "requests_per_s"},
+                                  [&](const Where& w, const auto& get, const auto&) -> Status {
+                                    ROTA_ASSIGN_OR_RETURN(const Duration t, Seconds(w, "t_s", get("t_s")));
+                                    const std::string_view v = Trim(get("requests_per_s"));
+                                    double rate = 0;
+                                    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), rate);
+                                    if (ec != std::errc() || end != v.data() + v.size() || v.empty() || !std::isfinite(rate)) {
+                                      return w.Error("requests_per_s", "not a number: '" + std::string(v) + "'");
+                                    }
+                                    out.push_back({t, rate});
+                                    return Status::Ok();
+                                  }));
+  return out;
+}
+
 std::vector<TraceJob> SyntheticPhilly(int32_t count, int64_t cluster_gpus, double load, int32_t max_gpus, uint64_t seed) {
   // Philly's GPU-count distribution (philly_jobs_pollux.csv, 82,247 jobs).
   static constexpr std::pair<int32_t, int32_t> kSizes[] = {{1, 76627}, {2, 1818}, {4, 1870}, {8, 1643}, {16, 199},

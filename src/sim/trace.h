@@ -80,6 +80,12 @@ StatusOr<std::vector<int64_t>> ParseGpuSeconds(std::string_view text, std::strin
 // (13,136 s). Deterministic for a seed.
 std::vector<TraceJob> SyntheticPhilly(int32_t jobs, int64_t cluster_gpus, double load, int32_t max_gpus, uint64_t seed);
 
+// A request rate over time (`rota sim --services`' rate_file): a CSV with
+// columns t_s (seconds from the simulation's start) and requests_per_s, as a
+// metrics system exports a rate; each row's rate holds until the next. Errors
+// name the file, line and column. (The caller checks the order and range.)
+StatusOr<std::vector<std::pair<TimePoint, double>>> ParseRequestRate(std::string_view text, std::string_view file);
+
 // One CSV line split on commas (double quotes group; "" is a quote).
 std::vector<std::string> SplitCsv(std::string_view line);
 
