@@ -25,6 +25,17 @@ JobSpec Job(int replicas, int gpus) {
   return s;
 }
 
+// A service of 1-GPU replicas, 1..`max`, on port 8000.
+JobSpec Service(int max) {
+  JobSpec s = Job(max, 1);
+  s.kind = JobKind::kService;
+  s.service.min_replicas = 1;
+  s.service.max_replicas = max;
+  s.service.port = 8000;
+  s.elastic_min_replicas = 1;
+  return s;
+}
+
 TEST(ClusterState, BindsAndReleasesAWholeGang) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
@@ -537,13 +548,7 @@ TEST(CompactState, KeepsTheRunHistoryAndSweeps) {
 TEST(ClusterState, AScalingServiceIsNominatedTheGpusOfItsLatestVictims) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n", 8)}).ok());
-  JobSpec svc = Job(4, 1);
-  svc.kind = JobKind::kService;
-  svc.service.min_replicas = 1;
-  svc.service.max_replicas = 4;
-  svc.service.port = 8000;
-  svc.elastic_min_replicas = 1;
-  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Service(4), 0}).ok());
   ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x01}}, 1}).ok());
   for (uint64_t id = 2; id <= 4; ++id) {
     ASSERT_TRUE(st.Apply(JobSubmitted{JobId(id), Job(1, 2), 0}).ok());
@@ -644,10 +649,7 @@ TEST(ClusterState, AnArraysElementsShareOneSpec) {
 TEST(ClusterState, ListsItsLiveServices) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
-  JobSpec svc = Job(1, 1);
-  svc.kind = JobKind::kService;
-  svc.service.port = 8000;
-  svc.elastic_min_replicas = 1;
+  const JobSpec svc = Service(1);
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), Job(1, 1), 0}).ok());
   const Status submitted = st.Apply(JobSubmitted{JobId(2), svc, 0});
   ASSERT_TRUE(submitted.ok()) << submitted.message();

@@ -18,6 +18,13 @@ ServiceSpec Service(int32_t min, int32_t max, double target_inflight) {
   return s;
 }
 
+// One scaled on GPU memory alone: `target` of a replica's.
+ServiceSpec MemoryService(int32_t min, int32_t max, double target) {
+  ServiceSpec s = Service(min, max, 0);
+  s.autoscale.target_gpu_memory = target;
+  return s;
+}
+
 // Drives one autoscaler at 1 Hz as the server does: `load(t)` in flight,
 // the service running what it last decided, all of it ready.
 struct Drive {
@@ -82,9 +89,7 @@ TEST(Autoscale, ScalesDownOnlyAfterTheDelayAndToItsMin) {
 }
 
 TEST(Autoscale, GpuMemoryTargetAsksForMoreReplicas) {
-  ServiceSpec s = Service(1, 8, 0);
-  s.autoscale.target_gpu_memory = 0.8;
-  Autoscaler a(s);
+  Autoscaler a(MemoryService(1, 8, 0.8));
   for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 0, 0.95});
   const AutoscaleDecision d = a.Decide(69 * kSecond, 2, 2);
   EXPECT_EQ(d.desired, 3);  // ceil(2 x 0.95 / 0.8)
@@ -174,8 +179,7 @@ TEST(Autoscale, SpareReplicasRideOnTopOfWhatTheLoadAsks) {
   // GPU memory is an average over the replicas it was read from, the
   // spare too: 3 read at 80% (the target) are 3 replicas' worth of load,
   // and the spare is on top.
-  ServiceSpec m = Service(1, 8, 0);
-  m.autoscale.target_gpu_memory = 0.8;
+  ServiceSpec m = MemoryService(1, 8, 0.8);
   m.autoscale.spare = 1;
   Autoscaler b(m);
   for (int i = 0; i < 70; ++i) b.Observe({i * kSecond, 0, 0.8, {}, 3});
@@ -186,8 +190,7 @@ TEST(Autoscale, GpuMemoryIsTheLoadOfTheReplicasItWasReadFrom) {
   // 2 replicas read at 80% against 50%: 3.2 replicas' worth, 4. Asked for
   // and not placed yet, the same reading on the same 2 still asks 4 (not
   // 80% of the 4 it wants, which would climb to max).
-  ServiceSpec s = Service(1, 16, 0);
-  s.autoscale.target_gpu_memory = 0.5;
+  ServiceSpec s = MemoryService(1, 16, 0.5);
   s.autoscale.scale_down_delay = 0;
   Autoscaler a(s);
   for (int i = 0; i < 70; ++i) a.Observe({i * kSecond, 0, 0.8, {}, 2});
