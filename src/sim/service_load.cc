@@ -105,15 +105,15 @@ StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std:
         // (t_s,requests_per_s rows after a header: e.g. a metrics system's
         // export of a request rate; sim/trace.h.)
         if (!file.IsScalar()) Fail(at + ".requests.rate_file", "must be a path");
-        const std::filesystem::path path = dir / file.Scalar();
-        StatusOr<std::string> csv = api::ReadFile(path.string());
+        const std::filesystem::path csv_path = dir / file.Scalar();
+        StatusOr<std::string> csv = api::ReadFile(csv_path.string());
         if (!csv.ok()) Fail(at + ".requests.rate_file", std::string(csv.status().message()));
-        StatusOr<std::vector<std::pair<TimePoint, double>>> rows = ParseRequestRate(*csv, path.string());
+        StatusOr<std::vector<std::pair<TimePoint, double>>> rows = ParseRequestRate(*csv, csv_path.string());
         if (!rows.ok()) throw Failure{rows.status()};
         for (size_t k = 0; k < rows->size(); ++k) {
-          point(path.string() + ": row " + std::to_string(k + 1), (*rows)[k].first, (*rows)[k].second);
+          point(csv_path.string() + ": row " + std::to_string(k + 1), (*rows)[k].first, (*rows)[k].second);
         }
-        if (load.rate.size() < 2) Fail(path.string(), "must have at least two rows (the last ends the load)");
+        if (load.rate.size() < 2) Fail(csv_path.string(), "must have at least two rows (the last ends the load)");
       } else {
         if (!rate || !rate.IsSequence() || rate.size() < 2) {
           Fail(at + ".requests.rate", "must list at least two [time, requests/s] points (the last ends the load)");
