@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <map>
 #include <optional>
 
 namespace rota {
@@ -443,6 +444,31 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
   return Status::Ok();
 }
 
+namespace {
+
+// What a replica holds on its node: whole GPUs, a share of one GPU (milli-GPU
+// and memory) or a MIG instance, and its CPU and memory. (Release undoes it.)
+void Occupy(NodeState& n, const ReplicaPlacement& r, const TaskGroupSpec& task) {
+  if (r.mig_start >= 0) {
+    n.mig_used[std::countr_zero(r.gpu_mask)] |= static_cast<uint8_t>(1u << r.mig_start);
+  } else if (r.gpu_milli > 0) {
+    const int32_t g = std::countr_zero(r.gpu_mask);
+    if (n.shared_milli.empty()) {
+      n.shared_milli.assign(n.spec.gpus, 0);
+      n.shared_memory.assign(n.spec.gpus, 0);
+    }
+    n.shared_milli[g] += r.gpu_milli;
+    n.shared_memory[g] += task.gpu_share.memory;
+    n.shared_mask |= r.gpu_mask;
+  } else {
+    n.allocated_mask |= r.gpu_mask;
+  }
+  n.cpu_allocated += task.cpu;
+  n.memory_allocated += task.memory;
+}
+
+}  // namespace
+
 Status ClusterState::CheckPlacement(const JobRecord& job, const std::vector<ReplicaPlacement>& placement,
                                     const std::vector<ReplicaPlacement>& replacing, const std::string& who) const {
   const int64_t n_placed = static_cast<int64_t>(placement.size());
@@ -456,13 +482,25 @@ Status ClusterState::CheckPlacement(const JobRecord& job, const std::vector<Repl
     return FailedPreconditionError(who + ": " + std::to_string(n_placed) + " placements for " +
                                    std::to_string(job.spec().TotalReplicas()) + " replicas (a gang binds whole)");
   }
-  // What `replacing` holds per node counts as free.
+  // What `replacing` holds per node counts as free: whole GPUs, shares of
+  // a GPU (milli-GPU and memory, by node and GPU), MIG instances.
   std::unordered_map<uint32_t, uint64_t> own_gpus;
   std::unordered_map<uint32_t, std::pair<MilliCpu, MemoryMiB>> own;
+  std::map<std::pair<uint32_t, int32_t>, std::pair<int32_t, MemoryMiB>> own_shares;
+  std::map<std::pair<uint32_t, int32_t>, uint8_t> own_mig;
   for (const ReplicaPlacement& r : replacing) {
-    own_gpus[r.node.value()] |= r.gpu_mask;
-    own[r.node.value()].first += job.spec().tasks[r.task].cpu;
-    own[r.node.value()].second += job.spec().tasks[r.task].memory;
+    const TaskGroupSpec& task = job.spec().tasks[r.task];
+    const std::pair<uint32_t, int32_t> gpu{r.node.value(), std::countr_zero(r.gpu_mask)};
+    if (r.mig_start >= 0) {
+      own_mig[gpu] |= static_cast<uint8_t>(1u << r.mig_start);
+    } else if (r.gpu_milli > 0) {
+      own_shares[gpu].first += r.gpu_milli;
+      own_shares[gpu].second += task.gpu_share.memory;
+    } else {
+      own_gpus[r.node.value()] |= r.gpu_mask;
+    }
+    own[r.node.value()].first += task.cpu;
+    own[r.node.value()].second += task.memory;
   }
   // Validate every replica against the current state plus the earlier replicas of this gang.
   std::unordered_map<uint32_t, uint64_t> gpus_taken;
@@ -498,7 +536,9 @@ Status ClusterState::CheckPlacement(const JobRecord& job, const std::vector<Repl
                                        task.gpu_share.mig_profile + " instance at slot " + std::to_string(r.mig_start) +
                                        " (layout: " + FormatMigLayout(*n.mig_geometry, layout) + ")");
       }
-      bool twice = ((n.mig_used[g] >> r.mig_start) & 1) != 0;
+      const auto mine_before = own_mig.find({r.node.value(), g});
+      const uint8_t in_use = n.mig_used[g] & ~(mine_before == own_mig.end() ? 0 : mine_before->second);
+      bool twice = ((in_use >> r.mig_start) & 1) != 0;
       for (const ReplicaPlacement& o : placement) {
         if (&o == &r) break;
         twice = twice || (o.node == r.node && o.gpu_mask == r.gpu_mask && o.mig_start == r.mig_start);
@@ -529,6 +569,10 @@ Status ClusterState::CheckPlacement(const JobRecord& job, const std::vector<Repl
       const int32_t g = std::countr_zero(r.gpu_mask);
       int32_t milli = n.milli_used(g) + fraction;
       MemoryMiB mem = n.memory_shared(g) + task.gpu_share.memory;
+      if (auto it = own_shares.find({r.node.value(), g}); it != own_shares.end()) {
+        milli -= it->second.first;
+        mem -= it->second.second;
+      }
       for (const ReplicaPlacement& o : placement) {
         if (&o == &r) break;
         if (o.node == r.node && o.gpu_mask == r.gpu_mask && o.gpu_milli > 0) {
@@ -571,26 +615,7 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   if (job.held) return FailedPreconditionError(who + ": job is held by " + job.held_by);
   ROTA_RETURN_IF_ERROR(CheckPlacement(job, e.placement, {}, who));
   Snapshot::Data& d = Mutable();
-  for (const ReplicaPlacement& r : e.placement) {
-    NodeState& n = d.nodes.Mut(r.node.value());
-    const TaskGroupSpec& task = job.spec().tasks[r.task];
-    if (r.mig_start >= 0) {
-      n.mig_used[std::countr_zero(r.gpu_mask)] |= static_cast<uint8_t>(1u << r.mig_start);
-    } else if (r.gpu_milli > 0) {
-      const int32_t g = std::countr_zero(r.gpu_mask);
-      if (n.shared_milli.empty()) {
-        n.shared_milli.assign(n.spec.gpus, 0);
-        n.shared_memory.assign(n.spec.gpus, 0);
-      }
-      n.shared_milli[g] += r.gpu_milli;
-      n.shared_memory[g] += task.gpu_share.memory;
-      n.shared_mask |= r.gpu_mask;
-    } else {
-      n.allocated_mask |= r.gpu_mask;
-    }
-    n.cpu_allocated += task.cpu;
-    n.memory_allocated += task.memory;
-  }
+  for (const ReplicaPlacement& r : e.placement) Occupy(d.nodes.Mut(r.node.value()), r, job.spec().tasks[r.task]);
   auto updated = std::make_shared<JobRecord>(job);
   updated->state = JobState::kRunning;
   updated->started_at = e.at;
@@ -599,6 +624,15 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   updated->nominated_at = 0;
   Put(d, std::move(updated));
   return Status::Ok();
+}
+
+int64_t JobRecord::HeldGpus() const {
+  int64_t whole = 0, milli = 0;
+  for (const ReplicaPlacement& r : placement) {
+    if (r.shares_gpu()) milli += spec().tasks[r.task].gpu_share.milli();
+    else whole += std::popcount(r.gpu_mask);
+  }
+  return whole + (milli + 999) / 1000;
 }
 
 void ClusterState::Release(const JobRecord& job) {
@@ -721,13 +755,7 @@ Status ClusterState::ApplyOne(const JobResized& e) {
   ROTA_RETURN_IF_ERROR(CheckPlacement(*old, e.placement, old->placement, who));
   Release(*old);
   Snapshot::Data& d = Mutable();
-  for (const ReplicaPlacement& r : e.placement) {  // elastic replicas hold whole GPUs (or none)
-    NodeState& n = d.nodes.Mut(r.node.value());
-    const TaskGroupSpec& task = old->spec().tasks[r.task];
-    n.allocated_mask |= r.gpu_mask;
-    n.cpu_allocated += task.cpu;
-    n.memory_allocated += task.memory;
-  }
+  for (const ReplicaPlacement& r : e.placement) Occupy(d.nodes.Mut(r.node.value()), r, old->spec().tasks[r.task]);
   auto updated = std::make_shared<JobRecord>(*old);
   updated->placement = e.placement;
   updated->resizes++;
@@ -738,7 +766,8 @@ Status ClusterState::ApplyOne(const JobResized& e) {
     // their attempt (their processes), new ones start as the new attempt.
     for (const ReplicaPlacement& r : e.placement) {
       const bool kept = std::any_of(old->placement.begin(), old->placement.end(), [&](const ReplicaPlacement& o) {
-        return o.replica == r.replica && o.node == r.node && o.gpu_mask == r.gpu_mask;
+        return o.replica == r.replica && o.node == r.node && o.gpu_mask == r.gpu_mask && o.gpu_milli == r.gpu_milli &&
+               o.mig_start == r.mig_start;
       });
       if (kept) updated->rank_attempt[r.replica] = old->ReplicaAttempt(r.replica);
     }
@@ -964,10 +993,6 @@ Status ClusterState::ApplyOne(const ServiceUpdated& e) {
   ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec(), e.spec));
   // The replicas it runs must fit the new range (indices below max, at least min).
   const ServiceSpec& next = e.spec.service;
-  const ServiceSpec& now = found->spec().service;
-  if ((next.min_replicas != now.min_replicas || next.max_replicas != now.max_replicas) && !e.spec.elastic()) {
-    return InvalidArgumentError("service.replicas: a service on GPU fractions or MIG slices keeps its count");
-  }
   if (found->state == JobState::kRunning || found->state == JobState::kPreempting) {
     for (const ReplicaPlacement& r : found->placement) {
       if (static_cast<int32_t>(r.replica) >= next.max_replicas) {

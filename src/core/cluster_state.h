@@ -169,6 +169,9 @@ struct JobRecord {
   // A generation that grows with every restart, resize and rank restart.
   int32_t attempt() const { return restarts + resizes + rank_restarts; }
   // The attempt replica `replica` runs as: a new one is a new process.
+  // The GPUs its placement holds, its shares of GPUs (fractions, MIG
+  // slices) summed and rounded up: what fair share counts it holding.
+  int64_t HeldGpus() const;
   int32_t ReplicaAttempt(uint32_t replica) const {
     auto it = rank_attempt.find(replica);
     return it != rank_attempt.end() ? it->second : gang_attempt;

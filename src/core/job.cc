@@ -37,14 +37,14 @@ int64_t JobSpec::TotalGpus() const {
   return n;
 }
 
+int32_t GpuShare::milli() const {
+  if (fraction_milli > 0) return fraction_milli;
+  return mig_profile.empty() ? 0 : (MigProfileCompute(mig_profile) * 1000 + 6) / 7;
+}
+
 int64_t JobSpec::GpuEquivalent() const {
   int64_t milli = 0;
-  for (const auto& t : tasks) {
-    // A MIG slice counts as its share of the GPU's compute (2g = 2/7).
-    const int64_t share = t.gpu_share.fraction_milli > 0 ? t.gpu_share.fraction_milli
-                                                         : (MigProfileCompute(t.gpu_share.mig_profile) * 1000 + 6) / 7;
-    milli += static_cast<int64_t>(t.replicas) * share;
-  }
+  for (const auto& t : tasks) milli += static_cast<int64_t>(t.replicas) * t.gpu_share.milli();
   return TotalGpus() + (milli + 999) / 1000;
 }
 
@@ -228,11 +228,6 @@ void CheckNewSpec(const JobSpec& spec, std::vector<Status>* out) {
       out->push_back(FieldError(p + ".rootfs", "a MIG instance runs as a process: containers do not get its "
                                        "/dev/nvidia-caps device nodes yet"));
     }
-  }
-  if (spec.is_service() && !spec.tasks.empty() && spec.tasks[0].gpu_share.shared() &&
-      spec.service.min_replicas != spec.service.max_replicas) {
-    out->push_back(FieldError("service.replicas", "a service on GPU fractions or MIG slices runs a fixed count (min = max): "
-                                          "only whole-GPU (or CPU-only) replicas are scaled yet"));
   }
   if (spec.is_service() && spec.service.min_replicas == 0) {
     out->push_back(FieldError("service.replicas.min", "must be at least 1: scale to zero needs the router to hold requests "

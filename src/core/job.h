@@ -33,6 +33,9 @@ struct GpuShare {
   int32_t fraction_milli = 0;  // 250 = a quarter of a GPU; 0 = not fractional
   MemoryMiB memory = 0;      // memory bound for a fraction
   bool shared() const { return !mig_profile.empty() || fraction_milli > 0; }
+  // Its share of a GPU's compute, in milli-GPU: the fraction, or a MIG
+  // slice's compute slices of 7 (2g = 286); 0 for whole GPUs.
+  int32_t milli() const;
   bool operator==(const GpuShare&) const = default;
 };
 
@@ -161,11 +164,12 @@ struct JobSpec {
   int32_t elastic_min_replicas = 0;
   // Elastic as scheduled: one task group of whole GPUs (or none). A journal
   // from before elastic scheduling may hold other shapes; they run as gangs.
-  // A service of whole GPUs (or none) is elastic too, between its min and
-  // max (elastic_min_replicas = its min), but a resize keeps its running
-  // replicas (ClusterState's JobResized).
+  // A service of one task group is elastic too, between its min and max
+  // (elastic_min_replicas = its min), on whole GPUs, fractions or MIG
+  // slices, and a resize keeps its running replicas (ClusterState's
+  // JobResized).
   bool elastic() const {
-    return elastic_min_replicas > 0 && tasks.size() == 1 && !tasks[0].gpu_share.shared();
+    return elastic_min_replicas > 0 && tasks.size() == 1 && (is_service() || !tasks[0].gpu_share.shared());
   }
   bool preemptible = false;
   CheckpointSpec checkpoint;

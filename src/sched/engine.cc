@@ -53,7 +53,7 @@ void Scheduler::DecayUsage(const Snapshot& snap, TimePoint now) {
   std::map<std::string, double> held;
   for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state == JobState::kRunning || job->state == JobState::kPreempting) {
-      held[job->spec().queue] += static_cast<double>(job->spec().GpuEquivalent());
+      held[job->spec().queue] += static_cast<double>(job->HeldGpus());
     }
   }
   for (auto& [queue, h] : decayed_usage_) h *= keep;

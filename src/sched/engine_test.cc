@@ -555,7 +555,10 @@ TEST(SchedulerMig, DriversLayoutsAreNotRepartitioned) {
 // (reconfigurations, resizes, placements: nothing given twice, no instance
 // missing, no re-partitioned GPU with an instance in use); every running
 // elastic job holds between its minimum and its replicas; a gang grows at
-// most once per min runtime; and the run exercises all of it.
+// most once per min runtime (a service: whenever its autoscaler wants);
+// and the run exercises all of it. Services on fractions and MIG slices
+// (their own random stream: the batch jobs' is as before) scale up and
+// down at random.
 TEST(PolicyProperties, RandomizedSharingAndElastic) {
   ClusterConfig c;
   c.node_groups.push_back(Group("h", 4, 8));
@@ -573,9 +576,46 @@ TEST(PolicyProperties, RandomizedSharingAndElastic) {
   std::map<JobId, TimePoint> ends;
   std::map<JobId, TimePoint> last_grow;
   int64_t placed = 0, grows = 0, shrinks = 0, reconfigured = 0, mig_placed = 0, started_small = 0;
+  int64_t service_grows = 0, service_shrinks = 0;
+  Rng services(11);
+  std::map<JobId, TimePoint> service_ends;
   CycleResult r;
   static const char* kProfiles[] = {"1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"};
   for (int cycle = 0; cycle < 600; ++cycle, now += minute) {
+    for (auto it = service_ends.begin(); it != service_ends.end();) {
+      if (it->second <= now) {
+        ASSERT_TRUE(st.Apply(JobCancelled{it->first, now, "done"}).ok());
+        it = service_ends.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (services.Uniform(16) == 0) {
+      JobSpec v;
+      v.name = "svc";
+      v.kind = JobKind::kService;
+      v.priority = 1000;
+      v.service.min_replicas = v.elastic_min_replicas = static_cast<int32_t>(1 + services.Uniform(2));
+      v.service.max_replicas = v.service.min_replicas + static_cast<int32_t>(1 + services.Uniform(5));
+      v.service.port = 9000;
+      v.tasks.push_back({.name = "r", .replicas = v.service.max_replicas, .cpu = 1000});
+      if (services.Uniform(2) == 0) {
+        v.tasks[0].gpu_share.fraction_milli = static_cast<int32_t>(100 * (1 + services.Uniform(9)));
+        v.tasks[0].gpu_model = "H100";
+      } else {
+        v.tasks[0].gpu_share.mig_profile = kProfiles[services.Uniform(3)];
+      }
+      ASSERT_TRUE(ValidateNewJobSpec(v).ok()) << ValidateNewJobSpec(v).ToString();
+      ASSERT_TRUE(st.Apply(JobSubmitted{JobId(next), v, now}).ok());
+      service_ends[JobId(next++)] = now + static_cast<Duration>(20 + services.Uniform(120)) * minute;
+    }
+    for (const auto& [id, end] : service_ends) {
+      if (services.Uniform(3) != 0) continue;
+      const ServiceSpec sv = st.GetSnapshot().FindJob(id)->spec().service;
+      const int32_t want = sv.min_replicas + static_cast<int32_t>(services.Uniform(sv.max_replicas - sv.min_replicas + 1));
+      const Status scaled = st.Apply(ServiceScaled{id, now, want, "random"});
+      ASSERT_TRUE(scaled.ok()) << scaled.message();
+    }
     for (auto it = ends.begin(); it != ends.end();) {
       if (it->second <= now) {
         ASSERT_TRUE(st.Apply(JobFinished{it->first, JobOutcome::kSucceeded, now}).ok());
@@ -616,7 +656,12 @@ TEST(PolicyProperties, RandomizedSharingAndElastic) {
     for (const Resize& rs : r.resizes) {
       const JobRecord* j = snap.FindJob(rs.job);
       const bool grow = rs.replicas.size() > j->placement.size();
-      if (grow) {
+      if (j->spec().is_service()) {
+        EXPECT_TRUE(grow ? rs.replicas.size() <= static_cast<size_t>(j->DesiredReplicas())
+                         : rs.replicas.size() == static_cast<size_t>(j->DesiredReplicas()))
+            << "a service resized past what its autoscaler wants";
+        (grow ? service_grows : service_shrinks)++;
+      } else if (grow) {
         EXPECT_TRUE(last_grow.count(rs.job) == 0 || now - last_grow[rs.job] >= 5 * minute) << "grew too soon";
         last_grow[rs.job] = now;
         ++grows;
@@ -629,7 +674,7 @@ TEST(PolicyProperties, RandomizedSharingAndElastic) {
       std::vector<ReplicaPlacement> reps(r.replicas.begin() + p.first, r.replicas.begin() + p.first + p.count);
       ASSERT_TRUE(st.Apply(JobBound{p.job, reps, now}).ok()) << "cycle " << cycle;
       const JobRecord* j = snap.FindJob(p.job);
-      ends[p.job] = now + static_cast<Duration>(5 + rng.Uniform(60)) * minute;
+      if (!j->spec().is_service()) ends[p.job] = now + static_cast<Duration>(5 + rng.Uniform(60)) * minute;
       mig_placed += reps[0].mig_start >= 0;
       started_small += j->spec().elastic() && static_cast<int64_t>(reps.size()) < j->spec().TotalReplicas();
       if (j->spec().elastic()) last_grow[p.job] = now;
@@ -647,10 +692,14 @@ TEST(PolicyProperties, RandomizedSharingAndElastic) {
   EXPECT_GT(started_small, 0);
   EXPECT_GT(reconfigured, 0);
   EXPECT_GT(mig_placed, 0);
+  EXPECT_GT(service_grows, 0);
+  EXPECT_GT(service_shrinks, 0);
   std::printf("randomized sharing/elastic run: %lld placed (%lld MIG, %lld elastic started small), %lld grows, "
-              "%lld shrinks, %lld MIG re-partitions over 600 cycles\n",
+              "%lld shrinks, %lld MIG re-partitions, sharing services %lld scale-ups and %lld scale-downs over 600 "
+              "cycles\n",
               static_cast<long long>(placed), static_cast<long long>(mig_placed), static_cast<long long>(started_small),
-              static_cast<long long>(grows), static_cast<long long>(shrinks), static_cast<long long>(reconfigured));
+              static_cast<long long>(grows), static_cast<long long>(shrinks), static_cast<long long>(reconfigured),
+              static_cast<long long>(service_grows), static_cast<long long>(service_shrinks));
 }
 
 }  // namespace

@@ -85,8 +85,8 @@ void QueueBook::Reset(const Snapshot& snap) {
     for (const ReplicaPlacement& r : job->placement) {
       const int16_t model = snap.node(r.node).model;
       if (model < 0) continue;
-      if (r.gpu_milli > 0) {  // fractions count as their whole GPUs, rounded up per job
-        milli += r.gpu_milli;
+      if (r.shares_gpu()) {  // fractions and MIG slices count as their whole GPUs, rounded up per job
+        milli += job->spec().tasks[r.task].gpu_share.milli();
         shared_model = model;
       } else {
         add.push_back({model, std::popcount(r.gpu_mask)});

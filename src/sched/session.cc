@@ -597,10 +597,11 @@ QueueBook::ModelGpus Session::TxnGpusByModel() const {
   return add;
 }
 
-bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf) const {
+bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf) const { return QuotaAdmits(job, leaf, TxnGpusByModel()); }
+
+bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) const {
   if (!book_->configured() || leaf < 0) return true;
   std::string why;
-  const QueueBook::ModelGpus add = TxnGpusByModel();
   const bool may_borrow = book_->MayBorrow(job.spec());
   for (const AdmitPlugin* a : profile_->admit()) {
     if (!a->Admits(*book_, leaf, add, may_borrow, /*empty=*/false, &why)) return false;

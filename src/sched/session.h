@@ -123,6 +123,7 @@ class Session {
   // names one, or the cluster has one); -1 otherwise.
   int16_t RequestModel() const;
   bool QuotaAdmits(const JobRecord& job, int32_t leaf) const;
+  bool QuotaAdmits(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) const;
   // Records why `job` waits (or is rejected) if adding `add` to its queue
   // would break a quota; true if so.
   bool RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add);

@@ -205,8 +205,8 @@ PendingReason WhyNot(const TaskRequest& task, int32_t placed, bool any_node, boo
                                    : " fit now on shared or free GPUs")};
 }
 
-// Takes the chosen place for replica `rep` in the Txn and the output.
-void Bind(Session& s, const TaskRequest& task, int32_t rep, const Choice& c) {
+// Takes the chosen place for replica `rep` in the Txn; returns its binding.
+ReplicaPlacement Bind(Session& s, const TaskRequest& task, uint32_t rep, const Choice& c) {
   Workspace& ws = s.ws();
   Txn& txn = s.txn();
   const NodeState& n = ws.node(c.pos);
@@ -215,7 +215,7 @@ void Bind(Session& s, const TaskRequest& task, int32_t rep, const Choice& c) {
     const Workspace::MigView now = ws.mig(c.pos, c.gpu);
     txn.SetMig(c.pos, c.gpu, {*now.layout, static_cast<uint8_t>(now.used | (1u << c.mig_start))});
     mask = uint64_t{1} << c.gpu;
-    txn.Place({task.task, static_cast<uint32_t>(rep), c.pos, 0, task.cpu, task.memory});
+    txn.Place({task.task, rep, c.pos, 0, task.cpu, task.memory});
   } else if (task.milli > 0) {
     const uint64_t bit = uint64_t{1} << c.gpu;
     const Workspace::GpuShare* cur = ws.share(c.pos, c.gpu);
@@ -225,12 +225,24 @@ void Bind(Session& s, const TaskRequest& task, int32_t rep, const Choice& c) {
     txn.SetShare(c.pos, c.gpu, use);
     mask = bit;
     // A free GPU that takes its first share leaves the whole-GPU pool.
-    txn.Place({task.task, static_cast<uint32_t>(rep), c.pos, (ws.free_mask(c.pos) & bit), task.cpu, task.memory});
+    txn.Place({task.task, rep, c.pos, (ws.free_mask(c.pos) & bit), task.cpu, task.memory});
   } else {
-    txn.Place({task.task, static_cast<uint32_t>(rep), c.pos, 0, task.cpu, task.memory});
+    txn.Place({task.task, rep, c.pos, 0, task.cpu, task.memory});
   }
-  s.out().replicas.push_back({task.task, static_cast<uint32_t>(rep), s.topology().node_at(c.pos), mask, task.milli,
-                              task.mig ? c.mig_start : -1});
+  return {task.task, rep, s.topology().node_at(c.pos), mask, task.milli, task.mig ? c.mig_start : -1};
+}
+
+// One more replica of `task` where it fits best (re-partitioning an idle
+// MIG GPU if no instance of its profile is free); false if none does.
+bool PlaceOne(Session& s, const TaskRequest& task, uint32_t rep, bool* any_node, ReplicaPlacement* placed) {
+  TaskRequest cpu_part = task;  // the filters see the replica's CPU and memory, no whole GPUs
+  cpu_part.gpus = 0;
+  cpu_part.model = -1;
+  Choice c = ChooseReplica(s, task, cpu_part, any_node);
+  if (task.mig != nullptr && !c.found()) c = Repartition(s, task, cpu_part);
+  if (!c.found()) return false;
+  *placed = Bind(s, task, rep, c);
+  return true;
 }
 
 }  // namespace
@@ -241,25 +253,66 @@ bool PlaceShares(Session& s, PendingReason* why, bool* never) {
   const size_t first = out.replicas.size();
   const size_t first_reconf = out.reconfigurations.size();
   bool any_node = false;  // some node could hold a replica if the cluster were empty
+  // A service starts with what fits, down to its min, rather than not at all.
+  const JobSpec& spec = s.request().job->spec();
+  const int32_t at_least = spec.is_service() && spec.elastic() ? std::max(1, spec.elastic_min_replicas) : -1;
   for (const TaskRequest& task : s.request().tasks) {
-    TaskRequest cpu_part = task;  // the filters see the replica's CPU and memory, no whole GPUs
-    cpu_part.gpus = 0;
-    cpu_part.model = -1;
     for (int32_t rep = 0; rep < task.replicas; ++rep) {
-      Choice c = ChooseReplica(s, task, cpu_part, &any_node);
-      if (task.mig != nullptr && !c.found()) c = Repartition(s, task, cpu_part);
-      if (!c.found()) {
+      ReplicaPlacement placed;
+      if (!PlaceOne(s, task, static_cast<uint32_t>(rep), &any_node, &placed)) {
+        if (at_least >= 0 && rep >= at_least) break;
         s.txn().Rollback();
         out.replicas.resize(first);
         out.reconfigurations.resize(first_reconf);
         *why = WhyNot(task, rep, any_node, never);
         return false;
       }
-      Bind(s, task, rep, c);
+      out.replicas.push_back(placed);
     }
   }
   out.placed.push_back({s.request().job->id, static_cast<uint32_t>(first), static_cast<uint32_t>(out.replicas.size() - first)});
   return true;
+}
+
+std::vector<ReplicaPlacement> GrowShares(Session& s, const JobRecord& job, int32_t count) {
+  const TaskRequest& task = s.request().tasks[0];
+  const int64_t share = job.spec().tasks[0].gpu_share.milli();
+  std::vector<bool> used(static_cast<size_t>(job.spec().tasks[0].replicas), false);
+  int64_t milli = 0;  // what it holds, in milli-GPU
+  for (const ReplicaPlacement& p : job.placement) {
+    if (p.replica < used.size()) used[p.replica] = true;
+    milli += share;
+  }
+  const int32_t leaf = s.fair() ? s.Leaf(job) : -1;
+  std::vector<ReplicaPlacement> grown;
+  uint32_t next = 0;
+  bool any_node = false;
+  while (static_cast<int32_t>(grown.size()) < count) {
+    while (next < used.size() && used[next]) ++next;
+    if (next >= used.size()) break;
+    const size_t reconf = s.out().reconfigurations.size();
+    s.txn().Begin();
+    ReplicaPlacement placed;
+    if (!PlaceOne(s, task, next, &any_node, &placed)) break;
+    if (leaf >= 0) {
+      // Admission, as for its start: its shares count as whole GPUs, rounded up.
+      const int16_t model = s.ws().node(s.topology().position_of(placed.node)).model;
+      const int32_t more = static_cast<int32_t>((milli + share + 999) / 1000 - (milli + 999) / 1000);
+      const QueueBook::ModelGpus add = model >= 0 && more > 0 ? QueueBook::ModelGpus{{model, more}} : QueueBook::ModelGpus{};
+      if (!add.empty() && !s.QuotaAdmits(job, leaf, add)) {
+        s.txn().Rollback();
+        s.out().reconfigurations.resize(reconf);
+        break;
+      }
+      if (!add.empty()) s.book().Charge(leaf, add);
+      s.book().ChargeResources(leaf, task.cpu, task.memory);
+    }
+    s.txn().Commit();
+    milli += share;
+    used[next] = true;
+    grown.push_back(placed);
+  }
+  return grown;
 }
 
 }  // namespace rota::sched

@@ -18,6 +18,13 @@ namespace rota::sched {
 // Places every replica of the session's current (sharing) request: commits
 // into out() (placed, replicas, reconfigurations), or changes nothing and
 // explains why (*never: no node could ever hold it).
+// A service starts with as many as fit, down to its min.
 bool PlaceShares(Session& s, PendingReason* why, bool* never);
+
+// Places up to `count` more replicas of the running sharing service `job`
+// (the session's request built for it), one by one, on the lowest replica
+// indices it lacks, each admitted by its queue's quota; committed (MIG
+// re-partitions in out().reconfigurations). Returns the new replicas.
+std::vector<ReplicaPlacement> GrowShares(Session& s, const JobRecord& job, int32_t count);
 
 }  // namespace rota::sched

@@ -245,7 +245,7 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
       if (job->state == JobState::kPending) ++pending;
       if (job->state == JobState::kRunning || job->state == JobState::kPreempting) {
         ++running;
-        gpus += job->spec().GpuEquivalent();
+        gpus += job->HeldGpus();
       }
     }
     int64_t guaranteed = 0;

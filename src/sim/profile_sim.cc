@@ -270,10 +270,14 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
         if (const auto* r = std::get_if<JobResized>(&e)) placement = &r->placement;
         if (placement != nullptr || std::holds_alternative<JobRequeued>(e) || std::holds_alternative<JobFinished>(e) ||
             std::holds_alternative<JobCancelled>(e)) {
-          int64_t now_held = 0;
+          int64_t now_held = 0, milli = 0;  // (shares of GPUs summed, rounded up: as quotas count them)
           if (placement != nullptr) {
-            for (const ReplicaPlacement& p : *placement) now_held += std::popcount(p.gpu_mask);
+            for (const ReplicaPlacement& p : *placement) {
+              if (p.shares_gpu()) milli += loads[it->second].spec.tasks[p.task].gpu_share.milli();
+              else now_held += std::popcount(p.gpu_mask);
+            }
           }
+          now_held += (milli + 999) / 1000;
           allocated += now_held - held;
           held = now_held;
         }

@@ -153,6 +153,29 @@ TEST(ServiceSim, AServiceScalesOnGpuMemory) {
   EXPECT_LT(s.failed, s.requests / 100);
 }
 
+TEST(ServiceSim, AServiceOnQuarterGpusScalesOntoSharedGpus) {
+  // Replicas of a quarter GPU each on a node of 2 GPUs: 20 requests/s
+  // (2 in flight: one replica) step to 200/s (20 in flight: 5 replicas) at
+  // 10 minutes; the scale-up lands on the GPUs its replicas share (4 on the
+  // first, the fifth on the second), in the pass that decided it.
+  JobSpec svc = Service(1, 8);
+  svc.tasks[0].gpus = 0;
+  svc.tasks[0].gpu_share.fraction_milli = 250;
+  ASSERT_TRUE(ValidateNewJobSpec(svc).ok()) << ValidateNewJobSpec(svc).message();
+  StatusOr<TimeSimResult> r =
+      RunTimeSim(Config(), Nodes(1, 2), {}, Profile({Load(svc, {{0, 20}, {600 * kS, 200}, {1200 * kS, 0}})}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ServiceResult& s = r->services[0];
+  ASSERT_FALSE(s.decisions.empty());
+  const ServiceScaling& up = s.decisions.front();
+  EXPECT_GT(up.to, up.from) << up.reason;
+  bool placed = false;
+  for (const auto& [at, count] : s.placed) placed |= at == up.at && count == up.to;
+  EXPECT_TRUE(placed) << "first decision at " << up.at << " to " << up.to;
+  EXPECT_GE(PlacedAtTheEnd(s), 5);
+  EXPECT_EQ(s.failed, 0u);
+}
+
 TEST(ServiceSim, AServiceEndsWithItsLoadAndTheTraceGetsItsGpus) {
   // 8 fixed replicas fill the node until the load ends at 90.5 s; a job
   // that needs the whole node waits until then.

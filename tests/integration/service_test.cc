@@ -118,11 +118,12 @@ class Services : public ::testing::Test {
     ADD_FAILURE() << "service " << name << " never reached the expected state: " << s.dump();
     return s;
   }
-  // Submits service `name` of kServer replicas (1..max, `gpus` each),
-  // scaled on the fake:queue_waiting the test writes to queue_file()
-  // (target 1 a replica; `spare` more), and waits for its first replica to
-  // be ready.
-  void SubmitQueueScaled(const std::string& name, int max, int gpus, const std::string& scale_down_delay, int spare = 0) {
+  // Submits service `name` of kServer replicas (1..max, `gpus` each, or
+  // `fraction` of a GPU), scaled on the fake:queue_waiting the test writes
+  // to queue_file() (target 1 a replica; `spare` more), and waits for its
+  // first replica to be ready.
+  void SubmitQueueScaled(const std::string& name, int max, int gpus, const std::string& scale_down_delay, int spare = 0,
+                         const std::string& fraction = "") {
     const std::string script = tmp.path() + "/serve.py";
     std::ofstream(script) << kServer;
     std::ofstream(queue_file()) << "0\n";
@@ -133,6 +134,7 @@ class Services : public ::testing::Test {
                         << "    stable_window: 4s\n    panic_window: 2s\n    spare: " << spare
                         << "\n    scale_down_delay: " << scale_down_delay
                         << "\ntasks:\n  - name: server\n" << (gpus > 0 ? "    gpus: " + std::to_string(gpus) + "\n" : "")
+                        << (fraction.empty() ? "" : "    gpu: {fraction: " + fraction + "}\n")
                         << "    cpu: 100m\n    env: {QUEUE_FILE: " << queue_file() << "}\n    command: [python3, "
                         << script << "]\n";
     CommandResult submit = RunRota({"submit", spec}, server->ClientEnv(), tmp.path());
@@ -320,6 +322,36 @@ TEST_F(Services, ASpareReplicaRidesOnTopOfTheLoad) {
   EXPECT_NE(up["last_scale"]["reason"].get<std::string>().find("+ 1 spare"), std::string::npos) << up.dump();
   std::ofstream(queue, std::ios::trunc) << "0\n";  // nothing asked: the spare alone (its min, 1)
   WaitService("spared", [](const json& s) { return s["replicas"]["desired"] == 1 && s["replicas"]["placed"] == 1; }, 30);
+}
+
+// Replicas on a quarter of a GPU scale like whole-GPU ones: 3 waiting at a
+// target of 1 gives 3 replicas, packed onto the GPU the first one shares
+// (each told its share); none waiting, back to 1, its shares given back.
+TEST_F(Services, OnQuarterGpusItScalesOntoTheSharedGpu) {
+  SubmitQueueScaled("quarters", 4, 0, "3s", 0, "0.25");
+  const std::string queue = queue_file();
+  std::ofstream(queue, std::ios::trunc) << "3\n";
+  const json up = WaitService("quarters", [](const json& s) { return s["replicas"]["ready"] == 3; }, 40);
+  EXPECT_EQ(up["replicas"]["desired"], 3) << up.dump();
+  const json job = json::parse(server->Admin().Get("/v1/jobs/" + std::to_string(up["job"].get<int>()))->body);
+  ASSERT_EQ(job["placement"].size(), 3u) << job.dump();
+  for (const json& p : job["placement"]) {
+    EXPECT_EQ(p["node"], job["placement"][0]["node"]) << job.dump();
+    EXPECT_EQ(p["gpus"], job["placement"][0]["gpus"]) << job.dump();
+    EXPECT_EQ(p["gpu_fraction"], "0.25") << job.dump();
+  }
+  std::ofstream(queue, std::ios::trunc) << "0\n";
+  WaitService("quarters", [](const json& s) { return s["replicas"]["desired"] == 1 && s["replicas"]["placed"] == 1; }, 30);
+  // The GPU holds one quarter again.
+  const json nodes = json::parse(server->Admin().Get("/v1/nodes")->body);
+  int32_t shared = -1;
+  for (const json& n : nodes["nodes"]) {
+    if (n["name"] != job["placement"][0]["node"]) continue;
+    for (const json& g : n["gpu_list"]) {
+      if (g["index"] == job["placement"][0]["gpus"][0]) shared = g.value("shared_milli", 0);
+    }
+  }
+  EXPECT_EQ(shared, 250) << nodes.dump();
 }
 
 // A scale-up that the free GPUs cannot hold evicts lower-priority

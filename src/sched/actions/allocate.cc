@@ -221,6 +221,8 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
     (never ? out.unresolvable : out.pending).push_back({job.id, why});
     return;
   }
+  const int32_t placed = static_cast<int32_t>(out.replicas.size() - first);
+  if (placed < s.request().total_replicas) s.SetElasticReplicas(placed);  // a service started smaller
   if (!s.fair()) {
     s.CountArrayStart(job);
     return s.txn().Commit();
@@ -228,7 +230,9 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
   // Admission: its shares count as whole GPUs (rounded up) of the model they landed on.
   const int32_t leaf = s.Leaf(job);
   const int16_t model = s.ws().node(s.topology().position_of(out.replicas[first].node)).model;
-  const QueueBook::ModelGpus add = {{model, static_cast<int32_t>(job.spec().GpuEquivalent())}};
+  int64_t milli = 0;
+  for (size_t i = first; i < out.replicas.size(); ++i) milli += job.spec().tasks[out.replicas[i].task].gpu_share.milli();
+  const QueueBook::ModelGpus add = {{model, static_cast<int32_t>((milli + 999) / 1000)}};
   if (leaf >= 0 && model >= 0 && s.RefuseOverQuota(job, leaf, add)) {
     // Undo the placement: the Txn (shares and MIG instances too) and the output.
     s.txn().Rollback();

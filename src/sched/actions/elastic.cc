@@ -15,6 +15,7 @@
 #include "sched/actions/preempt.h"
 #include "sched/plugins/builtin.h"
 #include "sched/session.h"
+#include "sched/share_place.h"
 
 #include <algorithm>
 #include <tuple>
@@ -35,7 +36,9 @@ std::vector<Surplus> ShrinkCandidates(Session& s, const JobRecord& job) {
   const QueueBook& book = s.book();
   std::vector<Surplus> candidates;
   for (const JobRecord* r : s.elastic_running()) {
-    if (r->id == job.id || s.is_victim(r->id) || r->spec().priority > job.spec().priority) {
+    // (A service on fractions or MIG slices frees no whole GPU by shrinking.)
+    if (r->id == job.id || s.is_victim(r->id) || r->spec().priority > job.spec().priority ||
+        r->spec().tasks[0].gpu_share.shared()) {
       continue;
     }
     if (r->spec().priority == job.spec().priority &&
@@ -154,6 +157,19 @@ void ReleaseNomination(Session& s, const JobRecord& service) {
   }
 }
 
+// Records that `r` grew by `more` replicas to `grown`.
+void Resized(Session& s, const JobRecord& r, std::vector<ReplicaPlacement> grown, size_t more) {
+  std::sort(grown.begin(), grown.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
+  s.out().resizes.push_back({r.id, grown,
+                             r.spec().is_service()
+                                 ? "scaled up by " + std::to_string(more) + " replica(s) to " + std::to_string(grown.size()) +
+                                       ": " + r.last_scale_reason
+                                 : "grew by " + std::to_string(more) + " replica(s) to " + std::to_string(grown.size()) +
+                                       " into free GPUs",
+                             JobId()});
+  s.SetResized(r.id, std::move(grown));
+}
+
 void GrowElastic::Execute(Session& s) const {
   const Topology& topo = s.topology();
   const TimePoint* now = s.now_or_null();
@@ -187,6 +203,17 @@ void GrowElastic::Execute(Session& s) const {
     const int32_t leaf = s.Leaf(*r);
     const int32_t missing = s.request().tasks[0].replicas - static_cast<int32_t>(r->placement.size());
     ReleaseNomination(s, *r);  // held for it until now
+    if (s.request().fractional) {
+      // Fractions and MIG slices: replica by replica where they fit now (an
+      // idle MIG GPU re-partitioned if that is what fits); like a sharing
+      // job's start, not by evicting.
+      std::vector<ReplicaPlacement> grown = GrowShares(s, *r, missing);
+      if (grown.empty()) continue;
+      const size_t more = grown.size();
+      grown.insert(grown.end(), r->placement.begin(), r->placement.end());
+      Resized(s, *r, std::move(grown), more);
+      continue;
+    }
     const int32_t best = s.MostReplicasThatFit(*r, 1, missing);
     // (Not within min_runtime of its autoscaler's last decision to go down:
     // one that swings does not evict training on every swing. A rise in
@@ -225,15 +252,7 @@ void GrowElastic::Execute(Session& s) const {
       used[next] = true;
       grown.push_back({0, next, topo.node_at(st.pos), st.mask});
     }
-    std::sort(grown.begin(), grown.end(), [](const ReplicaPlacement& a, const ReplicaPlacement& b) { return a.replica < b.replica; });
-    s.out().resizes.push_back({r->id, grown,
-                            r->spec().is_service()
-                                ? "scaled up by " + std::to_string(best) + " replica(s) to " +
-                                      std::to_string(grown.size()) + ": " + r->last_scale_reason
-                                : "grew by " + std::to_string(best) + " replica(s) to " + std::to_string(grown.size()) +
-                                      " into free GPUs",
-                            JobId()});
-    s.SetResized(r->id, std::move(grown));
+    Resized(s, *r, std::move(grown), static_cast<size_t>(best));
   }
 }
 

@@ -271,5 +271,133 @@ TEST(ScaleService, WithinMinRuntimeOfGoingDownItsScaleUpDoesNotEvict) {
   EXPECT_EQ(r.preemptions[0].victim, JobId(2));
 }
 
+// A service of `share` replicas (a fraction, or a MIG profile), min 1, max `max`.
+JobSpec SharingService(int32_t max, GpuShare share) {
+  JobSpec s = Service(max);
+  s.tasks[0].gpus = 0;
+  s.tasks[0].gpu_share = std::move(share);
+  return s;
+}
+
+// Milli-GPU in use on each GPU of node 0.
+std::vector<int32_t> SharedMilli(ClusterState& st) {
+  const NodeState& n = st.GetSnapshot().node(NodeId(0));
+  std::vector<int32_t> out;
+  for (int32_t g = 0; g < n.spec.gpus; ++g) out.push_back(n.milli_used(g));
+  return out;
+}
+
+// A service on quarters of a GPU scales like one on whole GPUs: up onto the
+// GPU its replicas already share (then the next), in the cycle after its
+// autoscaler decided, keeping its running replicas; down, giving the shares
+// back. A resize that would put a fifth quarter on a GPU is refused.
+TEST(ScaleService, OnGpuFractionsItScalesOntoSharedGpusAndGivesTheSharesBack) {
+  ClusterConfig c = testing::Nodes(1);
+  ClusterState st = MakeCluster(c);
+  const JobSpec svc = SharingService(6, {.fraction_milli = 250});
+  ASSERT_TRUE(ValidateNewJobSpec(svc).ok()) << ValidateNewJobSpec(svc).message();
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
+  auto s = MakeScheduler(c);
+  auto cycle = [&](TimePoint now) { return Cycle(*s, st, now); };
+  CycleResult r = cycle(kMinute);
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(SharedMilli(st), (std::vector<int32_t>{250, 0, 0, 0, 0, 0, 0, 0}));
+  const int32_t first = st.GetSnapshot().FindJob(JobId(1))->ReplicaAttempt(0);
+
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), kMinute + 1, 5, "in flight 19.0 (target 4/replica): 5"}).ok());
+  r = cycle(kMinute + 2);
+  ASSERT_EQ(r.resizes.size(), 1u);
+  EXPECT_NE(r.resizes[0].reason.find("scaled up by 4 replica(s) to 5: in flight 19.0"), std::string::npos)
+      << r.resizes[0].reason;
+  const JobRecord* job = st.GetSnapshot().FindJob(JobId(1));
+  ASSERT_EQ(job->placement.size(), 5u);
+  for (const ReplicaPlacement& p : job->placement) EXPECT_EQ(p.gpu_milli, 250);
+  EXPECT_EQ(SharedMilli(st), (std::vector<int32_t>{1000, 250, 0, 0, 0, 0, 0, 0}));  // GPU 0 filled first
+  EXPECT_EQ(job->ReplicaAttempt(0), first);                                         // replica 0 kept running
+  EXPECT_NE(job->ReplicaAttempt(4), first);
+  EXPECT_EQ(job->HeldGpus(), 2);  // 1.25 GPUs, rounded up
+
+  // A fifth quarter on GPU 0 (a hand-made resize) is refused and changes nothing.
+  std::vector<ReplicaPlacement> over = job->placement;
+  over.push_back({0, 5, NodeId(0), 1, 250});
+  EXPECT_FALSE(st.Apply(JobResized{JobId(1), over, kMinute + 3, "too many"}).ok());
+  EXPECT_EQ(SharedMilli(st), (std::vector<int32_t>{1000, 250, 0, 0, 0, 0, 0, 0}));
+
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), kMinute + 4, 2, "in flight 5.0 (target 4/replica): 2"}).ok());
+  r = cycle(kMinute + 5);
+  ASSERT_EQ(r.resizes.size(), 1u);
+  job = st.GetSnapshot().FindJob(JobId(1));
+  ASSERT_EQ(job->placement.size(), 2u);
+  EXPECT_EQ(job->ReplicaAttempt(0), first);
+  EXPECT_EQ(SharedMilli(st), (std::vector<int32_t>{500, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).shared_mask, 1u);  // GPU 1 whole again
+  EXPECT_EQ(st.GetSnapshot().node(NodeId(0)).cpu_allocated, 2 * svc.tasks[0].cpu);
+}
+
+// A service that cannot have all it wants starts with what fits, down to its
+// min; its queue's quota admits its growth in whole GPUs, shares rounded up.
+TEST(ScaleService, OnGpuFractionsItStartsWithWhatFitsAndGrowsWithinItsQuota) {
+  ClusterConfig c = testing::Nodes(1);
+  c.queues = {{.name = "inference", .quota = {{"H100", 2}}, .borrowing_limit = {{"H100", 0}}}, {.name = "default"}};
+  ClusterState st = MakeCluster(c);
+  JobSpec svc = SharingService(8, {.fraction_milli = 500});
+  svc.queue = "inference";
+  ASSERT_TRUE(ValidateNewJobSpec(svc).ok()) << ValidateNewJobSpec(svc).message();
+  testing::StartJob(st, 2, GpuJob("big", 1, 7), {0}, 0x7f, 1);  // GPU 7 left free
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 1, 4, "in flight 15.0 (target 4/replica): 4"}).ok());
+  auto s = MakeScheduler(c);
+  CycleResult r = Cycle(*s, st, kMinute);
+  for (const auto& p : r.pending) ADD_FAILURE() << p.reason.message;
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->placement.size(), 2u);  // two halves of the free GPU
+  // The big job ends: it grows to 4 (2 GPUs, its quota), not to 6.
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(2), JobOutcome::kSucceeded, 2 * kMinute}).ok());
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 2 * kMinute, 6, "in flight 23.0 (target 4/replica): 6"}).ok());
+  r = Cycle(*s, st, 2 * kMinute + 1);
+  ASSERT_EQ(r.resizes.size(), 1u);
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->placement.size(), 4u);
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->HeldGpus(), 2);
+}
+
+// A service on MIG slices scales up onto free instances of its profile, then
+// re-partitions an idle MIG GPU in the same pass (the reconfiguration is
+// journaled before the resize that uses it); down, its instances are free.
+// (Two MIG GPUs, partitioned on demand: the first start makes GPU 0 two
+// 3g.40gb instances.)
+TEST(ScaleService, OnMigSlicesItScalesUpRePartitioningAnIdleGpu) {
+  ClusterConfig c;
+  NodeGroupConfig mig = Group("a", 1, 2, "A100");
+  mig.gpu_memory = 80 * 1024;
+  mig.has_mig = true;
+  mig.mig = {};
+  c.node_groups.push_back(mig);
+  ClusterState st = MakeCluster(c);
+  const JobSpec svc = SharingService(4, {.mig_profile = "3g.40gb"});
+  ASSERT_TRUE(ValidateNewJobSpec(svc).ok()) << ValidateNewJobSpec(svc).message();
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
+  auto s = MakeScheduler(c);
+  CycleResult r = Cycle(*s, st, kMinute);
+  for (const auto& p : r.pending) ADD_FAILURE() << p.reason.message;
+  ASSERT_EQ(r.placed.size(), 1u);
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), kMinute + 1, 4, "vllm:num_requests_waiting 30 (target 8/replica): 4"}).ok());
+  r = Cycle(*s, st, kMinute + 2);
+  ASSERT_EQ(r.reconfigurations.size(), 1u);  // GPU 1, idle, made two 3g.40gb instances
+  EXPECT_EQ(r.reconfigurations[0].gpu, 1);
+  EXPECT_EQ(r.reconfigurations[0].layout, "3g.40gb@0,3g.40gb@4");
+  ASSERT_EQ(r.resizes.size(), 1u);
+  const JobRecord* job = st.GetSnapshot().FindJob(JobId(1));
+  ASSERT_EQ(job->placement.size(), 4u);
+  const NodeState& n = st.GetSnapshot().node(NodeId(0));
+  EXPECT_EQ(n.mig_used[0], 0b10001);
+  EXPECT_EQ(n.mig_used[1], 0b10001);
+  EXPECT_EQ(job->HeldGpus(), 2);  // 4 x 3/7 of a GPU, rounded up
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), kMinute + 3, 1, "vllm:num_requests_waiting 0 (target 8/replica): 1"}).ok());
+  r = Cycle(*s, st, kMinute + 4);
+  ASSERT_EQ(r.resizes.size(), 1u);
+  const NodeState& after = st.GetSnapshot().node(NodeId(0));
+  EXPECT_EQ(std::popcount(after.mig_used[0]) + std::popcount(after.mig_used[1]), 1);
+}
+
 }  // namespace
 }  // namespace rota::sched
