@@ -102,7 +102,11 @@ PendingReason Scheduler::NeverAdmitted(const Snapshot& snap, const JobRecord& jo
   for (const TaskRequest& t : request.tasks) {
     if ((t.gpus > 0 || t.milli > 0 || t.mig != nullptr) && t.model >= 0) model = t.model;
   }
-  const int64_t gpus = request.fractional ? job.spec().GpuEquivalent() : request.total_gpus;
+  // Shares summed over what it asks now (a service: its desired count, not
+  // its max; it grows replica by replica, each admitted), rounded up.
+  int64_t milli = 0;
+  for (const TaskRequest& t : request.tasks) milli += int64_t{t.replicas} * job.spec().tasks[t.task].gpu_share.milli();
+  const int64_t gpus = request.fractional ? (milli + 999) / 1000 : request.total_gpus;
   if (model < 0 || gpus <= 0) return {};
   book_.SetModels(snap);
   const QueueBook::ModelGpus add = {{model, gpus}};

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <cmath>
 #include <cstdlib>
 #include <chrono>
@@ -162,12 +163,42 @@ struct Router::Impl {
     return result.get();
   }
 
+  // A replica's answer, its header read and its body still to come on
+  // `stream` (relayed to the client as it arrives), or the router's own
+  // (`error`). Until Finish, it counts in its service's in-flight and its
+  // replica's outstanding requests.
+  struct Answer {
+    std::optional<http::response<http::string_body>> error;
+    std::unique_ptr<http::response_parser<http::buffer_body>> parser;
+    std::unique_ptr<beast::tcp_stream> stream;
+    beast::flat_buffer buf;
+    std::shared_ptr<Service> svc;
+    std::shared_ptr<Backend> backend;
+    Steady::time_point started;
+    bool router_error = false;
+    bool replica_keep_alive = false;  // what the replica's header said
+    // The body's first bytes, read with the header: a replica that fails
+    // before them has sent the client nothing (so a retry is still safe).
+    std::unique_ptr<char[]> chunk;
+    size_t first = 0;
+  };
+  static constexpr size_t kChunk = 16384;
+  enum class Relayed { kWhole, kReplicaFailed, kClientFailed };
+
   void Apply(std::vector<RouterService> list);
   awaitable<void> Accept();
   awaitable<void> Serve(tcp::socket socket, std::string remote);
-  awaitable<http::response<http::string_body>> Forward(http::request<http::string_body> req, std::string remote);
-  // One exchange with a backend; nullopt if it failed before an answer.
-  awaitable<std::optional<http::response<http::string_body>>> Exchange(Backend& b, const http::request<http::string_body>& req);
+  awaitable<Answer> Forward(http::request<http::string_body> req, std::string remote);
+  // One exchange with a backend up to its answer's header and the first
+  // bytes of its body; false if it failed before those (*a then unchanged).
+  awaitable<bool> Exchange(Backend& b, const http::request<http::string_body>& req, Answer* a);
+  // Writes the answer's header and relays its body as the replica sends it.
+  // Cut short on either side, the client's connection is then closed: an
+  // answer cut short is not passed off as whole.
+  awaitable<Relayed> Relay(beast::tcp_stream& client, Answer& a, unsigned version, bool keep);
+  // Ends a request: the counts, the latency, the replica's connection kept
+  // for the next request if it is clean.
+  void Finish(Answer& a, bool replica_failed);
   awaitable<void> Probe(std::shared_ptr<Service> svc, std::shared_ptr<Backend> b);
   // GET `path` with `timeout`: its status (0 = no answer), *body its body.
   awaitable<unsigned> Fetch(const RouterBackend& b, const std::string& path, Duration timeout, std::string* body);
@@ -302,8 +333,7 @@ awaitable<void> Router::Impl::Probe(std::shared_ptr<Service> svc, std::shared_pt
   }
 }
 
-awaitable<std::optional<http::response<http::string_body>>> Router::Impl::Exchange(
-    Backend& b, const http::request<http::string_body>& req) {
+awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::string_body>& req, Answer* a) {
   auto ex = co_await asio::this_coro::executor;
   // A kept-alive connection first; one the replica closed meanwhile fails
   // before any answer, and then a fresh one is tried.
@@ -327,47 +357,67 @@ awaitable<std::optional<http::response<http::string_body>>> Router::Impl::Exchan
       }
       s->expires_after(Micros(options.request_timeout));
       co_await http::async_write(*s, req, use_awaitable);
+      auto parser = std::make_unique<http::response_parser<http::buffer_body>>();
+      // Relayed as it comes: nothing is held, so no limit. (Not boost::none:
+      // Debian 12's Beast compares a Content-Length against it as "more".)
+      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+      if (req.method() == http::verb::head) parser->skip(true);  // (no body follows its Content-Length)
       beast::flat_buffer buf;
-      http::response_parser<http::string_body> parser;
-      parser.body_limit(options.max_body_bytes);
-      if (req.method() == http::verb::head) parser.skip(true);  // (no body follows its Content-Length)
-      co_await http::async_read(*s, buf, parser, use_awaitable);
-      http::response<http::string_body> res = parser.release();
-      if (res.keep_alive() && b.idle.size() < kIdlePerBackend && !b.gone) {
-        s->expires_never();
-        b.idle.push_back(std::move(s));
+      co_await http::async_read_header(*s, buf, *parser, use_awaitable);
+      auto chunk = std::make_unique<char[]>(kChunk);
+      size_t first = 0;
+      while (!parser->is_done() && first == 0) {  // (a chunk's size line alone is no byte of the body)
+        parser->get().body().data = chunk.get();
+        parser->get().body().size = kChunk;
+        beast::error_code ec;
+        co_await http::async_read_some(*s, buf, *parser, asio::redirect_error(use_awaitable, ec));
+        if (ec && ec != http::error::need_buffer) throw boost::system::system_error(ec);
+        first = kChunk - parser->get().body().size;
       }
-      co_return res;
+      a->replica_keep_alive = parser->get().keep_alive();
+      a->chunk = std::move(chunk);
+      a->first = first;
+      a->parser = std::move(parser);
+      a->stream = std::move(s);
+      a->buf = std::move(buf);
+      co_return true;
     } catch (const boost::system::system_error& e) {
       // A kept-alive connection the replica had closed fails at once with
       // EOF or a reset, before the request reached it: then a fresh one.
-      // Anything else (a timeout, a replica that failed mid-answer) is the
-      // replica's failure: not sent again here.
+      // Anything else (a timeout, a replica that failed before its header)
+      // is the replica's failure: not sent again here.
       const auto code = e.code();
       const bool stale = code == http::error::end_of_stream || code == asio::error::eof ||
                          code == asio::error::connection_reset || code == asio::error::broken_pipe;
-      if (!reused || !stale) co_return std::nullopt;
+      if (!reused || !stale) co_return false;
     } catch (const std::exception&) {
-      co_return std::nullopt;
+      co_return false;
     }
   }
-  co_return std::nullopt;
+  co_return false;
 }
 
-awaitable<http::response<http::string_body>> Router::Impl::Forward(http::request<http::string_body> req,
-                                                                   std::string remote) {
+awaitable<Router::Impl::Answer> Router::Impl::Forward(http::request<http::string_body> req, std::string remote) {
   const unsigned version = req.version();
+  Answer a;
   const std::string target(req.target());
   // /NAME/rest?query -> service NAME, /rest?query
-  if (target.size() < 2 || target[0] != '/') co_return Error(400, "the path must start with /SERVICE/", version);
+  if (target.size() < 2 || target[0] != '/') {
+    a.error = Error(400, "the path must start with /SERVICE/", version);
+    co_return a;
+  }
   const size_t end = target.find_first_of("/?", 1);
   const std::string name = target.substr(1, end == std::string::npos ? std::string::npos : end - 1);
   std::string rest = end == std::string::npos ? "/" : target.substr(end);
   if (rest[0] == '?') rest = "/" + rest;
   auto it = services.find(name);
-  if (it == services.end()) co_return Error(404, "no service '" + name + "'", version);
+  if (it == services.end()) {
+    a.error = Error(404, "no service '" + name + "'", version);
+    co_return a;
+  }
   std::shared_ptr<Service> svc = it->second;
-  const auto started = Steady::now();
+  a.svc = svc;
+  a.started = Steady::now();
   svc->Count(+1);
   req.target(rest);
   req.version(11);
@@ -379,15 +429,13 @@ awaitable<http::response<http::string_body>> Router::Impl::Forward(http::request
   req.erase(http::field::expect);
   auto ex = co_await asio::this_coro::executor;
   asio::steady_timer wait(ex);
-  std::optional<http::response<http::string_body>> res;
-  bool router_error = false;
   const Backend* failed = nullptr;
-  for (int attempt = 0; attempt < 2 && !res; ++attempt) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
     std::shared_ptr<Backend> b = Pick(*svc, failed);
     if (b == nullptr && attempt == 0) {
       // Wait (queued) for a replica to become ready.
       svc->queued++;
-      while (b == nullptr && !stopping && Steady::now() - started < Micros(options.queue_timeout)) {
+      while (b == nullptr && !stopping && Steady::now() - a.started < Micros(options.queue_timeout)) {
         wait.expires_after(std::chrono::milliseconds(10));
         beast::error_code ec;
         co_await wait.async_wait(asio::redirect_error(use_awaitable, ec));
@@ -398,35 +446,107 @@ awaitable<http::response<http::string_body>> Router::Impl::Forward(http::request
     if (b == nullptr) {
       if (attempt == 0) {
         const size_t starting = svc->backends.size();
-        res = Error(503, "no ready replica of service '" + name + "' within " + FormatSpan(options.queue_timeout) +
-                             " (" + std::to_string(starting) + " starting or failing)",
-                    version);
-        router_error = true;
+        a.error = Error(503, "no ready replica of service '" + name + "' within " + FormatSpan(options.queue_timeout) +
+                                 " (" + std::to_string(starting) + " starting or failing)",
+                        version);
+        a.router_error = true;
+        co_return a;
       }
       break;
     }
     b->outstanding++;
-    res = co_await Exchange(*b, req);
+    if (co_await Exchange(*b, req, &a)) {
+      a.backend = std::move(b);  // (outstanding until Finish)
+      co_return a;
+    }
     b->outstanding--;
-    if (!res) {
-      MarkDown(*b);  // out of the router until a probe succeeds again
-      failed = b.get();
-      if (!Idempotent(req.method())) break;
-      if (attempt == 0) svc->retried++;
+    MarkDown(*b);  // out of the router until a probe succeeds again
+    failed = b.get();
+    if (!Idempotent(req.method())) break;
+    if (attempt == 0) svc->retried++;
+  }
+  a.error = Error(502, "service '" + name + "': the replica failed before answering", version);
+  a.router_error = true;
+  co_return a;
+}
+
+awaitable<Router::Impl::Relayed> Router::Impl::Relay(beast::tcp_stream& client, Answer& a, unsigned version,
+                                                      bool keep) {
+  http::response_parser<http::buffer_body>& p = *a.parser;
+  http::response<http::buffer_body>& res = p.get();
+  // A body the replica ends by closing its connection (no length, not
+  // chunked) goes to an HTTP/1.1 client chunked, so its connection stays
+  // open; an HTTP/1.0 client reads no chunks: it gets the body as it
+  // comes, to the close.
+  const bool delimited = p.is_done() || res.chunked() || p.content_length().has_value();
+  res.version(version);
+  if (version >= 11 && !delimited) res.chunked(true);
+  if (version < 11 && (res.chunked() || !delimited)) {
+    res.chunked(false);
+    keep = false;
+  }
+  res.keep_alive(keep);
+  http::response_serializer<http::buffer_body> sr{res};
+  char* chunk = a.chunk.get();
+  bool primed = true;  // the header and the body's first bytes (Exchange read them)
+  try {
+    do {
+      if (primed) {
+        primed = false;
+        res.body().data = a.first > 0 ? chunk : nullptr;
+        res.body().size = a.first;
+        res.body().more = !p.is_done();
+      } else if (!p.is_done()) {
+        res.body().data = chunk;
+        res.body().size = kChunk;
+        a.stream->expires_after(Micros(options.request_timeout));  // (between a replica's writes)
+        beast::error_code ec;
+        co_await http::async_read_some(*a.stream, a.buf, p, asio::redirect_error(use_awaitable, ec));
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) co_return Relayed::kReplicaFailed;
+        res.body().size = kChunk - res.body().size;
+        res.body().data = chunk;
+        res.body().more = !p.is_done();
+        // (Nothing of the body yet, e.g. only a chunk's size line: an empty
+        // chunk written now would end the answer.)
+        if (res.body().size == 0 && !p.is_done()) continue;
+      } else {
+        res.body().data = nullptr;
+        res.body().size = 0;
+        res.body().more = false;
+      }
+      client.expires_after(std::chrono::seconds(30));
+      beast::error_code ec;
+      co_await http::async_write(client, sr, asio::redirect_error(use_awaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return Relayed::kClientFailed;
+    } while (!p.is_done() || !sr.is_done());
+  } catch (const std::exception&) {
+    co_return p.is_done() ? Relayed::kClientFailed : Relayed::kReplicaFailed;
+  }
+  co_return Relayed::kWhole;
+}
+
+void Router::Impl::Finish(Answer& a, bool replica_failed) {
+  if (a.svc == nullptr) return;  // (not for a service: nothing counted)
+  Service& svc = *a.svc;
+  if (a.backend != nullptr) {
+    a.backend->outstanding--;
+    if (replica_failed) {
+      MarkDown(*a.backend);
+    } else if (a.parser->is_done() && a.replica_keep_alive && a.backend->idle.size() < kIdlePerBackend &&
+               !a.backend->gone && a.buf.size() == 0) {
+      a.stream->expires_never();
+      a.backend->idle.push_back(std::move(a.stream));
     }
   }
-  if (!res) {
-    res = Error(502, "service '" + name + "': the replica failed before answering", version);
-    router_error = true;
-  }
-  svc->Count(-1);
-  svc->requests++;
-  if (router_error) svc->failed++;
-  const double ms = std::chrono::duration<double, std::milli>(Steady::now() - started).count();
-  if (svc->latencies.size() < kLatencies) svc->latencies.push_back(ms);
-  else svc->latencies[svc->next_latency++ % kLatencies] = ms;
-  res->version(version);
-  co_return std::move(*res);
+  svc.Count(-1);
+  svc.requests++;
+  if (a.router_error || replica_failed) svc.failed++;
+  const double ms = std::chrono::duration<double, std::milli>(Steady::now() - a.started).count();
+  if (svc.latencies.size() < kLatencies) svc.latencies.push_back(ms);
+  else svc.latencies[svc.next_latency++ % kLatencies] = ms;
+  a.svc = nullptr;
 }
 
 awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
@@ -463,13 +583,23 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
       http::request<http::string_body> req = parser.release();
       held.Set(req.body().size());
       const bool keep = req.keep_alive();
+      const unsigned version = req.version();
       client.expires_never();
-      http::response<http::string_body> res = co_await Forward(std::move(req), remote);
-      held.Set(res.body().size());  // (the request's is gone; the answer's is held until written)
-      res.keep_alive(keep);
-      client.expires_after(std::chrono::seconds(30));
-      co_await http::async_write(client, res, use_awaitable);
-      if (!keep) break;
+      Answer a = co_await Forward(std::move(req), remote);
+      held.Set(0);  // (the request's body is gone; an answer's is relayed, not held)
+      if (a.error) {
+        a.error->keep_alive(keep);
+        Finish(a, false);
+        client.expires_after(std::chrono::seconds(30));
+        co_await http::async_write(client, *a.error, use_awaitable);
+        if (!keep) break;
+        continue;
+      }
+      // The replica's answer as it comes (a token stream is passed on token
+      // by token). Cut short on either side: the client's connection closes.
+      const Relayed relayed = co_await Relay(client, a, version, keep);
+      Finish(a, relayed == Relayed::kReplicaFailed);
+      if (relayed != Relayed::kWhole || !a.parser->get().keep_alive()) break;
     }
   } catch (const std::exception&) {
   }

@@ -13,17 +13,23 @@
 //     metrics (RouterService::metrics) are read at each probe too.
 //   - Balancing: the ready replica with the fewest requests outstanding
 //     (ties in turn). An idempotent request (GET, HEAD, PUT, DELETE, OPTIONS)
-//     that fails on a replica before any answer is retried once on another.
+//     that fails on a replica before any answer (its header and the first
+//     bytes of its body) is retried once on another.
 //     With no ready replica a request waits (queued) up to queue_timeout,
 //     then gets 503.
 //   - Signals, per service: requests in flight (and their average over time,
 //     for the autoscaler), queued, totals, latency p50/p99 over the last
 //     2,048 requests.
 //
-// Answers are buffered whole (no streaming of a replica's answer yet), up
-// to max_body_bytes either way. What the router holds in all is bounded
-// too: a request whose body would take the bodies buffered now (requests
-// queued or in flight, and answers not yet written back) past
+// Answers are streamed: the header and each piece of the body go to the
+// client as the replica writes them (a token stream's events one by one),
+// through a 16 KiB buffer per request, with no limit on their length. A
+// body the replica ends by closing goes to an HTTP/1.1 client chunked. An
+// answer cut short by the replica (after its first bytes were passed on)
+// closes the client's connection, counts as failed, and takes the replica
+// out until a probe succeeds. Request bodies are buffered whole, up to
+// max_body_bytes, and bounded in all: a request whose body would take the
+// request bodies buffered now (queued or in flight) past
 // max_buffered_bytes gets 503 with Retry-After before its body is read
 // (one with no declared length, once read), so a flood of large requests
 // to a cold service cannot take the server's memory.
@@ -76,7 +82,7 @@ struct RouterStats {
   int32_t ready = 0;
   int32_t replicas = 0;
   uint64_t requests = 0;  // answered, in all (replicas' answers of any status)
-  uint64_t failed = 0;    // answered by the router itself with 502/503/504
+  uint64_t failed = 0;    // answered by the router itself with 502/503/504, or cut short by the replica
   uint64_t retried = 0;
   double p50_ms = 0, p99_ms = 0;
   // RouterService::metrics summed over the ready replicas that reported
@@ -106,7 +112,7 @@ struct RouterOptions {
   int port = 0;  // 0 = any free port
   Duration queue_timeout = 30 * kMicrosPerSecond;
   Duration request_timeout = 300 * kMicrosPerSecond;  // a replica's answer
-  size_t max_body_bytes = 16 << 20;  // a request's or an answer's
+  size_t max_body_bytes = 16 << 20;  // a request's (answers are streamed)
   size_t max_buffered_bytes = 256 << 20;  // all bodies held at once (see above)
   size_t max_connections = 4'096;
   size_t max_connections_per_address = 512;  // one client cannot take them all

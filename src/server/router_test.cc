@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cctype>
+#include <cstdio>
+#include <functional>
 #include <thread>
 
 namespace rota::server {
@@ -237,6 +239,189 @@ TEST(Router, AnswersExpectContinueItselfAndDoesNotForwardIt) {
   shutdown(listener, SHUT_RDWR);
   close(listener);
   replica.join();
+}
+
+// A replica on a loopback port of its own: each connection's requests (a
+// head, no body) go to `answer(fd, head)`, which writes what it likes and
+// returns false to close the connection.
+class FakeReplica {
+ public:
+  explicit FakeReplica(std::function<bool(int, const std::string&)> answer) : answer_(std::move(answer)) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(listener_, 16), 0);
+    socklen_t len = sizeof a;
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (int fd; (fd = accept(listener_, nullptr, nullptr)) >= 0;) {
+        std::thread([this, fd] {
+          std::string in;
+          char buf[4096];
+          for (;;) {
+            size_t end;
+            while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+              const ssize_t n = read(fd, buf, sizeof buf);
+              if (n <= 0) return (void)close(fd);
+              in.append(buf, n);
+            }
+            const std::string head = in.substr(0, end);
+            in.erase(0, end + 4);
+            // (readiness probes: 200 and close)
+            if (head.rfind("GET /ready", 0) == 0) {
+              const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+              (void)!write(fd, ok.data(), ok.size());
+              return (void)close(fd);
+            }
+            if (!answer_(fd, head)) return (void)close(fd);
+          }
+        }).detach();
+      }
+    });
+  }
+  ~FakeReplica() {
+    shutdown(listener_, SHUT_RDWR);
+    close(listener_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  std::function<bool(int, const std::string&)> answer_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// A router with service "svc" on `replica` (probed every `period`), its replica ready.
+std::unique_ptr<Router> RouterFor(const FakeReplica& replica, int* port, Duration period = 100'000) {
+  auto router = std::make_unique<Router>(RouterOptions{});
+  auto started = router->Start();
+  EXPECT_TRUE(started.ok()) << started.status().ToString();
+  *port = started.ok() ? *started : 0;
+  RouterService svc{.name = "svc", .job = JobId(1)};
+  svc.readiness.path = "/ready";
+  svc.readiness.period = period;
+  svc.backends.push_back({JobId(1), 0, 0, 0, "127.0.0.1", replica.port()});
+  router->Update({svc});
+  for (int i = 0; i < 100 && (router->Endpoints("svc").empty() || !router->Endpoints("svc")[0].ready); ++i) {
+    usleep(20 * 1000);
+  }
+  return router;
+}
+
+// Reads from `fd` until `want` has come (or the read times out / the
+// connection closes); what came.
+std::string ReadUntil(int fd, const std::string& want) {
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; got.find(want) == std::string::npos && (n = read(fd, buf, sizeof buf)) > 0;) got.append(buf, n);
+  return got;
+}
+
+void Send(int fd, const std::string& data) {
+  ASSERT_EQ(write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+}
+
+// A token stream (server-sent events, chunked) is passed on as the replica
+// writes it: the client has the first event while the replica still holds
+// the second, which it sends only once the client saw the first. A
+// buffering router would hold the first until the answer ended: the read
+// would time out.
+TEST(Router, StreamsAnAnswerAsTheReplicaWritesIt) {
+  std::atomic<bool> client_saw_first{false};
+  FakeReplica replica([&](int fd, const std::string&) {
+    const std::string head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const std::string first = "data: one\n\n";
+    std::string out = head;
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx\r\n", first.size());
+    out += size + first + "\r\n";
+    if (write(fd, out.data(), out.size()) < 0) return false;
+    for (int i = 0; i < 500 && !client_saw_first; ++i) usleep(10 * 1000);
+    const std::string second = "data: two\n\n";
+    std::snprintf(size, sizeof size, "%zx\r\n", second.size());
+    out = size + second + "\r\n0\r\n\r\n";
+    return write(fd, out.data(), out.size()) >= 0;
+  });
+  int port = 0;
+  auto router = RouterFor(replica, &port);
+  const int fd = OpenLoopback(port, 3);
+  Send(fd, "GET /svc/v1/completions HTTP/1.1\r\nHost: r\r\n\r\n");
+  const std::string first = ReadUntil(fd, "data: one");
+  ASSERT_NE(first.find("data: one"), std::string::npos) << "the first event did not come before the answer ended: "
+                                                         << first;
+  EXPECT_EQ(first.rfind("HTTP/1.1 200 OK", 0), 0u) << first;
+  EXPECT_EQ(first.find("data: two"), std::string::npos);
+  client_saw_first = true;
+  const std::string rest = ReadUntil(fd, "0\r\n\r\n");
+  EXPECT_NE(rest.find("data: two"), std::string::npos) << rest;
+  // The connection stays open for the next request, on the same replica
+  // connection (the stream ended cleanly).
+  client_saw_first = true;
+  Send(fd, "GET /svc/v1/completions HTTP/1.1\r\nHost: r\r\n\r\n");
+  EXPECT_NE(ReadUntil(fd, "0\r\n\r\n").find("data: two"), std::string::npos);
+  close(fd);
+  RouterStats st = router->TakeStats().at("svc");
+  for (int i = 0; i < 100 && st.inflight != 0; ++i) {  // (the client may read the end before the router counts it)
+    usleep(10 * 1000);
+    st = router->TakeStats().at("svc");
+  }
+  EXPECT_EQ(st.requests, 2u);
+  EXPECT_EQ(st.failed, 0u);
+  EXPECT_EQ(st.inflight, 0);
+  router->Stop();
+}
+
+// A replica that dies in the middle of its answer: the client's connection
+// is closed (an answer cut short is not passed off as whole), the request
+// counts as failed, and the replica is out of the router until a probe
+// succeeds again. An answer that ends with the replica's connection (no
+// length, not chunked) goes to an HTTP/1.1 client chunked, and its
+// connection stays open; an HTTP/1.0 client reads it to the close.
+TEST(Router, AnAnswerCutShortClosesTheClientAndOneEndedByCloseIsChunked) {
+  FakeReplica replica([&](int fd, const std::string& head) {
+    if (head.find("/cut") != std::string::npos) {
+      const std::string part = "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this much";
+      (void)!write(fd, part.data(), part.size());
+      return false;  // (closed 86 bytes short)
+    }
+    const std::string all = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end";
+    (void)!write(fd, all.data(), all.size());
+    return false;
+  });
+  int port = 0;
+  auto router = RouterFor(replica, &port, kMicrosPerSecond);  // (no probe puts it back before it is looked at)
+  int fd = OpenLoopback(port, 3);
+  Send(fd, "GET /svc/cut HTTP/1.1\r\nHost: r\r\n\r\n");
+  std::string got = ReadUntil(fd, "never");
+  EXPECT_NE(got.find("only this much"), std::string::npos) << got;
+  EXPECT_NE(got.find("Content-Length: 100"), std::string::npos) << got;  // (the client sees it is short)
+  close(fd);
+  RouterStats st = router->TakeStats().at("svc");
+  EXPECT_EQ(st.failed, 1u);
+  EXPECT_EQ(st.ready, 0);  // out until a probe succeeds
+  for (int i = 0; i < 200 && !router->Endpoints("svc")[0].ready; ++i) usleep(20 * 1000);
+  fd = OpenLoopback(port, 3);
+  Send(fd, "GET /svc/closed HTTP/1.1\r\nHost: r\r\n\r\n");
+  got = ReadUntil(fd, "0\r\n\r\n");
+  EXPECT_NE(got.find("Transfer-Encoding: chunked"), std::string::npos) << got;
+  EXPECT_NE(got.find("until the end"), std::string::npos) << got;
+  Send(fd, "GET /svc/closed HTTP/1.1\r\nHost: r\r\n\r\n");  // the same connection
+  EXPECT_NE(ReadUntil(fd, "0\r\n\r\n").find("until the end"), std::string::npos);
+  close(fd);
+  fd = OpenLoopback(port, 3);
+  Send(fd, "GET /svc/closed HTTP/1.0\r\nHost: r\r\n\r\n");
+  got = ReadUntil(fd, "never");  // (to the close)
+  EXPECT_EQ(got.rfind("HTTP/1.0 200 OK", 0), 0u) << got;
+  EXPECT_EQ(got.find("chunked"), std::string::npos) << got;
+  EXPECT_NE(got.find("\r\n\r\nuntil the end"), std::string::npos) << got;
+  close(fd);
+  router->Stop();
 }
 
 }  // namespace

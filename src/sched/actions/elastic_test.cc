@@ -344,9 +344,15 @@ TEST(ScaleService, OnGpuFractionsItStartsWithWhatFitsAndGrowsWithinItsQuota) {
   svc.queue = "inference";
   ASSERT_TRUE(ValidateNewJobSpec(svc).ok()) << ValidateNewJobSpec(svc).message();
   testing::StartJob(st, 2, GpuJob("big", 1, 7), {0}, 0x7f, 1);  // GPU 7 left free
+  auto s = MakeScheduler(c);
+  // Its max (4 GPUs) is past the quota (2): it is admitted at its min all the same.
+  JobRecord probe;
+  probe.id = JobId(1);
+  probe.SetSpec(svc);
+  const PendingReason why = s->CheckResolvable(st.GetSnapshot(), probe);
+  EXPECT_NE(why.code, ReasonCode::kExceedsQuota) << why.message;
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
   ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 1, 4, "in flight 15.0 (target 4/replica): 4"}).ok());
-  auto s = MakeScheduler(c);
   CycleResult r = Cycle(*s, st, kMinute);
   for (const auto& p : r.pending) ADD_FAILURE() << p.reason.message;
   ASSERT_EQ(r.placed.size(), 1u);
