@@ -79,20 +79,17 @@ void QueueBook::Reset(const Snapshot& snap) {
     if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
     const int32_t leaf = LeafIndex(job->spec().queue);
     if (leaf < 0) continue;
-    ModelGpus add;
-    int64_t milli = 0;
-    int16_t shared_model = -1;
+    ModelGpus add, shares;
     for (const ReplicaPlacement& r : job->placement) {
       const int16_t model = snap.node(r.node).model;
       if (model < 0) continue;
-      if (r.shares_gpu()) {  // fractions and MIG slices count as their whole GPUs, rounded up per job
-        milli += job->spec().tasks[r.task].gpu_share.milli();
-        shared_model = model;
+      if (r.shares_gpu()) {  // fractions and MIG slices: their whole GPUs, rounded up per job and model
+        AddShare(&shares, model, job->spec().tasks[r.task].gpu_share.milli());
       } else {
         add.push_back({model, std::popcount(r.gpu_mask)});
       }
     }
-    if (milli > 0) add.push_back({shared_model, static_cast<int32_t>((milli + 999) / 1000)});
+    for (const auto& g : SharesAsGpus(shares)) add.push_back(g);
     Charge(leaf, add);
     MilliCpu cpu = 0;
     MemoryMiB memory = 0;
@@ -257,6 +254,24 @@ void QueueBook::SetHistory(const std::map<std::string, double>& average_gpus) {
     auto it = average_gpus.find(q.path);
     q.history = it == average_gpus.end() ? 0 : it->second;
   }
+}
+
+void AddShare(QueueBook::ModelGpus* milli_by_model, int16_t model, int64_t milli) {
+  for (auto& [m, n] : *milli_by_model) {
+    if (m == model) {
+      n += milli;
+      return;
+    }
+  }
+  milli_by_model->push_back({model, milli});
+}
+
+QueueBook::ModelGpus SharesAsGpus(const QueueBook::ModelGpus& milli_by_model) {
+  QueueBook::ModelGpus out;
+  for (const auto& [model, milli] : milli_by_model) {
+    if (model >= 0 && milli > 0) out.push_back({model, (milli + 999) / 1000});
+  }
+  return out;
 }
 
 }  // namespace rota::sched

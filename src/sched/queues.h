@@ -105,4 +105,11 @@ class QueueBook {
   MemoryMiB total_memory_ = 0;
 };
 
+// Shares of GPUs (fractions, MIG slices) count against quotas as whole GPUs,
+// summed per model and each model's rounded up. AddShare adds `milli`
+// milli-GPU of `model` to a tally; SharesAsGpus turns a tally into GPUs
+// (models < 0, unknown, left out).
+void AddShare(QueueBook::ModelGpus* milli_by_model, int16_t model, int64_t milli);
+QueueBook::ModelGpus SharesAsGpus(const QueueBook::ModelGpus& milli_by_model);
+
 }  // namespace rota::sched

@@ -40,6 +40,43 @@ struct Tree {
   int32_t Leaf(const std::string& path) const { return book.LeafIndex(path); }
 };
 
+// A job's shares of GPUs count as whole GPUs per model, each model's rounded
+// up (two quarters on two models: one GPU of each), and a MIG slice as its
+// compute share (three 1g slices: 3/7 of a GPU, one GPU), not a GPU each.
+TEST(QueueBook, SharesCountAsWholeGpusPerModelAndMigSlicesAsTheirComputeShare) {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("h", 1, 2, "H100"));
+  NodeGroupConfig a = Group("a", 1, 2, "A100");
+  a.gpu_memory = 80 * 1024;
+  a.has_mig = true;
+  a.mig_gpus = 1;  // GPU 0 in MIG mode, GPU 1 whole
+  a.mig = {"1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"};
+  c.node_groups.push_back(a);
+  c.queues = {{.name = "q", .quota = {{"H100", 10}, {"A100", 10}}}};
+  ClusterState st = MakeCluster(c);
+  JobSpec quarters;
+  quarters.name = "quarters";
+  quarters.queue = "q";
+  quarters.tasks.push_back({.name = "w", .replicas = 2, .gpu_share = {.fraction_milli = 250}});
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), quarters, 0}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 1, 250}, {0, 1, NodeId(1), 2, 250}}, 1}).ok());
+  JobSpec slices;
+  slices.name = "slices";
+  slices.queue = "q";
+  slices.tasks.push_back({.name = "w", .replicas = 3, .gpu_share = {.mig_profile = "1g.10gb"}});
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), slices, 0}).ok());
+  const Status bound =
+      st.Apply(JobBound{JobId(2), {{0, 0, NodeId(1), 1, 0, 0}, {0, 1, NodeId(1), 1, 0, 1}, {0, 2, NodeId(1), 1, 0, 2}}, 1});
+  ASSERT_TRUE(bound.ok()) << bound.message();
+  QueueBook book;
+  book.Configure(c);
+  book.Reset(st.GetSnapshot());
+  const Snapshot snap = st.GetSnapshot();
+  const int32_t q = book.LeafIndex("q");
+  EXPECT_EQ(book.HeldWithinGuarantees(q, snap.ModelIndex("H100")), 1);
+  EXPECT_EQ(book.HeldWithinGuarantees(q, snap.ModelIndex("A100")), 2);  // a quarter, and 3/7 of a GPU
+}
+
 TEST(QueueBook, AParentHoldsItsChildrensGpusUpToEachGuarantee) {
   Tree t;
   t.Run(1, "research/vision", 0);

@@ -278,10 +278,11 @@ std::vector<ReplicaPlacement> GrowShares(Session& s, const JobRecord& job, int32
   const TaskRequest& task = s.request().tasks[0];
   const int64_t share = job.spec().tasks[0].gpu_share.milli();
   std::vector<bool> used(static_cast<size_t>(job.spec().tasks[0].replicas), false);
-  int64_t milli = 0;  // what it holds, in milli-GPU
+  QueueBook::ModelGpus milli;  // what it holds, in milli-GPU per model
+  auto model_of = [&](NodeId node) { return s.ws().node(s.topology().position_of(node)).model; };
   for (const ReplicaPlacement& p : job.placement) {
     if (p.replica < used.size()) used[p.replica] = true;
-    milli += share;
+    AddShare(&milli, model_of(p.node), share);
   }
   const int32_t leaf = s.fair() ? s.Leaf(job) : -1;
   std::vector<ReplicaPlacement> grown;
@@ -294,10 +295,13 @@ std::vector<ReplicaPlacement> GrowShares(Session& s, const JobRecord& job, int32
     s.txn().Begin();
     ReplicaPlacement placed;
     if (!PlaceOne(s, task, next, &any_node, &placed)) break;
+    const int16_t model = model_of(placed.node);
     if (leaf >= 0) {
-      // Admission, as for its start: its shares count as whole GPUs, rounded up.
-      const int16_t model = s.ws().node(s.topology().position_of(placed.node)).model;
-      const int32_t more = static_cast<int32_t>((milli + share + 999) / 1000 - (milli + 999) / 1000);
+      // Admission, as for its start: its shares count as whole GPUs of
+      // their model, rounded up (what this one adds to that).
+      int64_t held = 0;
+      for (const auto& [m, n] : milli) held += m == model ? n : 0;
+      const int64_t more = (held + share + 999) / 1000 - (held + 999) / 1000;
       const QueueBook::ModelGpus add = model >= 0 && more > 0 ? QueueBook::ModelGpus{{model, more}} : QueueBook::ModelGpus{};
       if (!add.empty() && !s.QuotaAdmits(job, leaf, add)) {
         s.txn().Rollback();
@@ -308,7 +312,7 @@ std::vector<ReplicaPlacement> GrowShares(Session& s, const JobRecord& job, int32
       s.book().ChargeResources(leaf, task.cpu, task.memory);
     }
     s.txn().Commit();
-    milli += share;
+    AddShare(&milli, model, share);
     used[next] = true;
     grown.push_back(placed);
   }

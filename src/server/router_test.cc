@@ -165,85 +165,10 @@ TEST(Router, RefusesABodyPastItsBufferBudget) {
   router.Stop();
 }
 
-// Expect: 100-continue. The router tells the client to go on once it
-// takes the body, and does not pass the header on: a replica that answered
-// "100 Continue" to it would have its interim answer taken for the real one.
-TEST(Router, AnswersExpectContinueItselfAndDoesNotForwardIt) {
-  // A replica that sends "100 Continue" first whenever a request asks for it.
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(listener, 16), 0);
-  socklen_t len = sizeof a;
-  getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
-  const int backend_port = ntohs(a.sin_port);
-  std::atomic<int> saw_expect{0};
-  std::thread replica([&] {
-    for (int fd; (fd = accept(listener, nullptr, nullptr)) >= 0;) {
-      std::thread([fd, &saw_expect] {
-        std::string in;
-        char buf[4096];
-        for (;;) {
-          size_t end;
-          while ((end = in.find("\r\n\r\n")) == std::string::npos) {
-            const ssize_t n = read(fd, buf, sizeof buf);
-            if (n <= 0) return (void)close(fd);
-            in.append(buf, n);
-          }
-          std::string head = in.substr(0, end);
-          for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-          size_t body = 0;
-          if (auto at = head.find("content-length: "); at != std::string::npos) body = std::stoul(head.substr(at + 16));
-          std::string out;
-          if (head.find("expect:") != std::string::npos) {
-            ++saw_expect;
-            out += "HTTP/1.1 100 Continue\r\n\r\n";
-          }
-          while (in.size() < end + 4 + body) {
-            const ssize_t n = read(fd, buf, sizeof buf);
-            if (n <= 0) return (void)close(fd);
-            in.append(buf, n);
-          }
-          in.erase(0, end + 4 + body);
-          out += "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-          if (write(fd, out.data(), out.size()) < 0) return (void)close(fd);
-        }
-      }).detach();
-    }
-  });
-  RouterOptions o;
-  Router router(o);
-  auto port = router.Start();
-  ASSERT_TRUE(port.ok()) << port.status().ToString();
-  RouterService svc{.name = "svc", .job = JobId(1)};
-  svc.readiness.path = "/ready";
-  svc.readiness.period = 100'000;
-  svc.backends.push_back({JobId(1), 0, 0, 0, "127.0.0.1", backend_port});
-  router.Update({svc});
-  for (int i = 0; i < 100 && (router.Endpoints("svc").empty() || !router.Endpoints("svc")[0].ready); ++i) usleep(20 * 1000);
-  const int fd = OpenLoopback(*port, 5);
-  const std::string head = "POST /svc/x HTTP/1.1\r\nHost: r\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n";
-  ASSERT_EQ(write(fd, head.data(), head.size()), static_cast<ssize_t>(head.size()));
-  char buf[1024] = {};
-  ASSERT_GT(read(fd, buf, sizeof buf - 1), 0);
-  EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 100 Continue", 0), 0u) << buf;
-  ASSERT_EQ(write(fd, "hello", 5), 5);
-  std::string got;
-  for (ssize_t n; got.find("ok") == std::string::npos && (n = read(fd, buf, sizeof buf)) > 0;) got.append(buf, n);
-  EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u) << got;
-  EXPECT_EQ(saw_expect.load(), 0) << "the router passed Expect on";
-  close(fd);
-  router.Stop();
-  shutdown(listener, SHUT_RDWR);
-  close(listener);
-  replica.join();
-}
-
-// A replica on a loopback port of its own: each connection's requests (a
-// head, no body) go to `answer(fd, head)`, which writes what it likes and
-// returns false to close the connection.
+// A replica on a loopback port of its own: each connection's requests go
+// to `answer(fd, head)` (its body, by Content-Length, read and dropped),
+// which writes what it likes and returns false to close the connection.
+// GET /ready is answered 200 (the router's probe).
 class FakeReplica {
  public:
   explicit FakeReplica(std::function<bool(int, const std::string&)> answer) : answer_(std::move(answer)) {
@@ -269,7 +194,16 @@ class FakeReplica {
               in.append(buf, n);
             }
             const std::string head = in.substr(0, end);
-            in.erase(0, end + 4);
+            std::string lower = head;
+            for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            size_t body = 0;
+            if (auto at = lower.find("content-length: "); at != std::string::npos) body = std::stoul(lower.substr(at + 16));
+            while (in.size() < end + 4 + body) {
+              const ssize_t n = read(fd, buf, sizeof buf);
+              if (n <= 0) return (void)close(fd);
+              in.append(buf, n);
+            }
+            in.erase(0, end + 4 + body);  // (its body read and dropped)
             // (readiness probes: 200 and close)
             if (head.rfind("GET /ready", 0) == 0) {
               const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
@@ -324,6 +258,49 @@ std::string ReadUntil(int fd, const std::string& want) {
 
 void Send(int fd, const std::string& data) {
   ASSERT_EQ(write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+}
+
+// Expect: 100-continue. The router tells the client to go on once it
+// takes the body, and does not pass the header on: a replica that answered
+// "100 Continue" to it would have its interim answer taken for the real one.
+TEST(Router, AnswersExpectContinueItselfAndDoesNotForwardIt) {
+  // A replica that sends "100 Continue" first whenever a request asks for it.
+  std::atomic<int> saw_expect{0};
+  FakeReplica replica([&](int fd, const std::string& head) {
+    std::string lower = head;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string out;
+    if (lower.find("expect:") != std::string::npos) {
+      ++saw_expect;
+      out += "HTTP/1.1 100 Continue\r\n\r\n";
+    }
+    out += "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    return write(fd, out.data(), out.size()) >= 0;
+  });
+  const int backend_port = replica.port();
+  RouterOptions o;
+  Router router(o);
+  auto port = router.Start();
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  RouterService svc{.name = "svc", .job = JobId(1)};
+  svc.readiness.path = "/ready";
+  svc.readiness.period = 100'000;
+  svc.backends.push_back({JobId(1), 0, 0, 0, "127.0.0.1", backend_port});
+  router.Update({svc});
+  for (int i = 0; i < 100 && (router.Endpoints("svc").empty() || !router.Endpoints("svc")[0].ready); ++i) usleep(20 * 1000);
+  const int fd = OpenLoopback(*port, 5);
+  const std::string head = "POST /svc/x HTTP/1.1\r\nHost: r\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n";
+  ASSERT_EQ(write(fd, head.data(), head.size()), static_cast<ssize_t>(head.size()));
+  char buf[1024] = {};
+  ASSERT_GT(read(fd, buf, sizeof buf - 1), 0);
+  EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 100 Continue", 0), 0u) << buf;
+  ASSERT_EQ(write(fd, "hello", 5), 5);
+  std::string got;
+  for (ssize_t n; got.find("ok") == std::string::npos && (n = read(fd, buf, sizeof buf)) > 0;) got.append(buf, n);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u) << got;
+  EXPECT_EQ(saw_expect.load(), 0) << "the router passed Expect on";
+  close(fd);
+  router.Stop();
 }
 
 // A token stream (server-sent events, chunked) is passed on as the replica

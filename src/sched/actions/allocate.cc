@@ -227,13 +227,15 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
     s.CountArrayStart(job);
     return s.txn().Commit();
   }
-  // Admission: its shares count as whole GPUs (rounded up) of the model they landed on.
+  // Admission: its shares count as whole GPUs of the models they landed on (rounded up per model).
   const int32_t leaf = s.Leaf(job);
-  const int16_t model = s.ws().node(s.topology().position_of(out.replicas[first].node)).model;
-  int64_t milli = 0;
-  for (size_t i = first; i < out.replicas.size(); ++i) milli += job.spec().tasks[out.replicas[i].task].gpu_share.milli();
-  const QueueBook::ModelGpus add = {{model, static_cast<int32_t>((milli + 999) / 1000)}};
-  if (leaf >= 0 && model >= 0 && s.RefuseOverQuota(job, leaf, add)) {
+  QueueBook::ModelGpus shares;
+  for (size_t i = first; i < out.replicas.size(); ++i) {
+    AddShare(&shares, s.ws().node(s.topology().position_of(out.replicas[i].node)).model,
+             job.spec().tasks[out.replicas[i].task].gpu_share.milli());
+  }
+  const QueueBook::ModelGpus add = SharesAsGpus(shares);
+  if (leaf >= 0 && !add.empty() && s.RefuseOverQuota(job, leaf, add)) {
     // Undo the placement: the Txn (shares and MIG instances too) and the output.
     s.txn().Rollback();
     out.replicas.resize(first);
@@ -241,7 +243,7 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
     out.placed.pop_back();
     return;
   }
-  if (leaf >= 0 && model >= 0) s.book().Charge(leaf, add);
+  if (leaf >= 0 && !add.empty()) s.book().Charge(leaf, add);
   if (leaf >= 0) s.ChargeResources(leaf);
   s.CountArrayStart(job);
   s.txn().Commit();
