@@ -234,11 +234,12 @@ int RunTimeMode(const Flags& flags, const ClusterConfig& config, const std::vect
   for (size_t i = 0; i < names.size(); ++i) {
     if (results[i].services.empty()) continue;
     Table st({"POLICY", "SERVICE", "REQUESTS", "FAILED", "RETRIED", "QUEUE_P50_MS", "QUEUE_P99_MS", "LAT_P50_MS",
-              "LAT_P99_MS", "DECISIONS", "FLIPS", "REPLICA_H"});
+              "LAT_P99_MS", "DECISIONS", "FLIPS", "REPLICA_H", "EXITS"});
     for (const sim::ServiceResult& s : results[i].services) {
       st.Add({names[i], s.name, std::to_string(s.requests), std::to_string(s.failed), std::to_string(s.retried),
               F(s.queue_p50_ms, 1), F(s.queue_p99_ms, 1), F(s.latency_p50_ms, 1), F(s.latency_p99_ms, 1),
-              std::to_string(s.decisions.size()), std::to_string(s.direction_flips), F(s.replica_seconds / 3600, 2)});
+              std::to_string(s.decisions.size()), std::to_string(s.direction_flips), F(s.replica_seconds / 3600, 2),
+              std::to_string(s.replica_failures)});
     }
     std::cout << st.Render();
   }

@@ -411,6 +411,13 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
       }
       if (!tick) continue;
       const sched::AutoscaleSample sample = models[k].Advance(t);
+      if (state == JobState::kRunning) {
+        // Replicas that exit now are restarted alone, in place, as the
+        // server's lifecycle restarts a service's replica.
+        for (uint32_t replica : models[k].Failures(kMicrosPerSecond)) {
+          Check(batch.Apply(RankRestarted{service_job[k], 0, replica, t, "exited (simulated failure)"}));
+        }
+      }
       if (state != JobState::kRunning || !loads[k].spec.service.autoscale.enabled()) continue;
       scalers[k]->Observe(sample);
       const sched::AutoscaleDecision d = scalers[k]->Decide(t, current, models[k].ready());

@@ -134,7 +134,8 @@ nlohmann::json ServicesJson(const std::vector<ServiceResult>& services) {
                    {"latency_p99_ms", s.latency_p99_ms},
                    {"decisions", s.decisions.size()},
                    {"direction_flips", s.direction_flips},
-                   {"replica_hours", s.replica_seconds / 3600}});
+                   {"replica_hours", s.replica_seconds / 3600},
+                   {"replica_failures", s.replica_failures}});
   }
   return out;
 }

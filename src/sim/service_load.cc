@@ -76,7 +76,7 @@ StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std:
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string at = source + ": services[" + std::to_string(i) + "]";
       const YAML::Node s = list[i];
-      OnlyKeys(s, at, {"job", "submit", "requests"});
+      OnlyKeys(s, at, {"job", "submit", "requests", "failures"});
       ServiceLoad load;
       // (A missing key is checked first: yaml-cpp throws on asking an
       // absent node of a const map what it is.)
@@ -90,6 +90,12 @@ StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std:
       if (!names.insert(spec->name).second) Fail(at + ".job", "a second service named '" + spec->name + "'");
       load.spec = std::move(*spec);
       if (s["submit"]) load.submit = DurationAt(s["submit"], at + ".submit");
+      if (const YAML::Node f = s["failures"]) {
+        OnlyKeys(f, at + ".failures", {"every"});
+        if (!f["every"]) Fail(at + ".failures.every", "required: a replica's mean time between exits");
+        load.failure_every = DurationAt(f["every"], at + ".failures.every");
+        if (load.failure_every < kMicrosPerSecond) Fail(at + ".failures.every", "must be at least 1s");
+      }
       const YAML::Node r = s["requests"];
       if (!r) Fail(at + ".requests", "required (rate, work, concurrency, startup)");
       OnlyKeys(r, at + ".requests", {"rate", "rate_file", "work", "concurrency", "startup", "memory", "metrics"});

@@ -141,6 +141,17 @@ void ServiceModel::Run(TimePoint to) {
   cursor_ = std::max(cursor_, to);
 }
 
+std::vector<uint32_t> ServiceModel::Failures(Duration dt) {
+  std::vector<uint32_t> failed;
+  if (load_.failure_every <= 0) return failed;
+  const double p = -std::expm1(-static_cast<double>(dt) / static_cast<double>(load_.failure_every));
+  for (const auto& [index, rep] : replicas_) {
+    if (rng_.UniformDouble() < p) failed.push_back(index);
+  }
+  result_.replica_failures += static_cast<int32_t>(failed.size());
+  return failed;
+}
+
 void ServiceModel::Placed(TimePoint t) {
   result_.replica_seconds += static_cast<double>(placed_count_) * static_cast<double>(t - placed_since_) / kMicrosPerSecond;
   placed_since_ = t;

@@ -21,6 +21,12 @@
 //     outstanding requests), averaged over them at the tick, loading ones
 //     included, as the agents' telemetry reads every placed replica
 //     (telemetry is a reading, not an average);
+//   - replica failures, when `failure_every` is given: at each tick each
+//     placed replica exits with probability 1 - exp(-tick/failure_every)
+//     (a Poisson process of that mean per replica); the driver journals it
+//     as the server's lifecycle does (RankRestarted: restarted alone, in
+//     place), its requests are retried once on another ready replica, and
+//     it is ready again `startup` later;
 //   - the service's own metrics (autoscale.metrics), each a quantity of the
 //     model the replicas would export, read at the tick and summed over the
 //     ready replicas as the router sums them: `waiting` (requests waiting
@@ -65,6 +71,7 @@ struct ServiceLoad {
   double memory_per_request = 0;
   enum class Quantity { kWaiting, kRunning, kMemory };
   std::map<std::string, Quantity> metrics;  // what each exported metric is
+  Duration failure_every = 0;  // a replica's mean time between exits; 0 = none
   TimePoint end() const { return rate.empty() ? submit : rate.back().first; }
 };
 
@@ -80,6 +87,7 @@ struct ServiceLoad {
 //         startup: 30s
 //         memory: {base: 0.3, per_request: 0.05}   # optional
 //         metrics: {"vllm:num_requests_waiting": waiting}  # optional: waiting, running, memory
+//       failures: {every: 6h}  # optional: a replica's mean time between exits
 // Errors name the service's index and the field.
 StatusOr<std::vector<ServiceLoad>> ParseServiceLoads(std::string_view text, std::string_view source);
 
@@ -103,6 +111,7 @@ struct ServiceResult {
   std::vector<std::pair<TimePoint, int32_t>> placed;  // (when, replicas placed) at each change
   int32_t direction_flips = 0;  // decisions that reverse the previous one's direction
   double replica_seconds = 0;   // replicas placed x time (what it cost)
+  int32_t replica_failures = 0;  // simulated exits (failure_every)
 };
 
 class ServiceModel {
@@ -123,6 +132,9 @@ class ServiceModel {
   sched::AutoscaleSample Advance(TimePoint now);
   // Ready replicas at the last Advance.
   int32_t ready() const { return ready_; }
+  // The placed replicas that fail at this tick, `dt` after the last one
+  // (none without failure_every; the model's own draws otherwise).
+  std::vector<uint32_t> Failures(Duration dt);
   // An autoscaler decision that was journaled at `at`.
   void Decided(TimePoint at, int32_t from, int32_t to, bool panic, const std::string& reason);
   ServiceResult Finish(TimePoint end);

@@ -176,6 +176,49 @@ TEST(ServiceSim, AServiceOnQuarterGpusScalesOntoSharedGpus) {
   EXPECT_EQ(s.failed, 0u);
 }
 
+TEST(ServiceSim, AReplicaThatFailsIsRestartedAndItsRequestsAreRetriedOnAnother) {
+  // 3 fixed replicas, each failing every 10 minutes on average, for 2 hours
+  // at 40 requests/s: about 36 exits. Each is restarted in place (journaled
+  // as the server's lifecycle does) and its requests go once to another
+  // ready replica: none fails. With one replica there is no other: its
+  // requests fail at each exit, and new ones wait for it to load again.
+  ServiceLoad three = Load(Service(3, 3), {{0, 40}, {2 * 3600 * kS, 0}});
+  three.spec.service.autoscale = {};
+  three.failure_every = 600 * kS;
+  ProfileRecord record;
+  StatusOr<TimeSimResult> r = RunProfileSim(Config(), Nodes(1, 8), {}, Profile({three}), &record);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ServiceResult& s = r->services[0];
+  EXPECT_GT(s.replica_failures, 20);
+  EXPECT_LT(s.replica_failures, 60);
+  int32_t restarts = 0;
+  for (const Event& e : record.events) restarts += std::holds_alternative<RankRestarted>(e);
+  EXPECT_EQ(restarts, s.replica_failures);
+  EXPECT_GT(s.retried, 0u);
+  EXPECT_EQ(s.failed, 0u);
+  EXPECT_EQ(PlacedAtTheEnd(s), 3);
+  std::printf("3 replicas, an exit every 10 min each: %d exits, %llu requests, %llu retried, %llu failed\n",
+              s.replica_failures, static_cast<unsigned long long>(s.requests), static_cast<unsigned long long>(s.retried),
+              static_cast<unsigned long long>(s.failed));
+
+  ServiceLoad one = Load(Service(1, 1), {{0, 10}, {2 * 3600 * kS, 0}});
+  one.spec.service.autoscale = {};
+  one.failure_every = 600 * kS;
+  r = RunTimeSim(Config(), Nodes(1, 8), {}, Profile({one}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->services[0].replica_failures, 0);
+  EXPECT_GT(r->services[0].failed, 0u);
+  std::printf("1 replica, the same: %d exits, %llu requests, %llu failed\n", r->services[0].replica_failures,
+              static_cast<unsigned long long>(r->services[0].requests),
+              static_cast<unsigned long long>(r->services[0].failed));
+  // Without failures the same run has none (and takes the draws it took before).
+  one.failure_every = 0;
+  r = RunTimeSim(Config(), Nodes(1, 8), {}, Profile({one}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->services[0].replica_failures, 0);
+  EXPECT_EQ(r->services[0].failed, 0u);
+}
+
 TEST(ServiceSim, AServiceEndsWithItsLoadAndTheTraceGetsItsGpus) {
   // 8 fixed replicas fill the node until the load ends at 90.5 s; a job
   // that needs the whole node waits until then.
@@ -338,6 +381,10 @@ TEST(ServiceSim, TheServicesFileNamesTheFieldThatIsWrong) {
        "services[0].requests.metrics.kv: memory: say how much a replica uses"},
       {"services:\n  - job: mem.yaml\n    requests: {rate: [[0, 1], [1h, 0]]}\n",
        "services[0].requests.memory: the job scales on GPU memory"},
+      {"services:\n  - job: chat.yaml\n    failures: {every: 0s}\n    requests: {rate: [[0, 1], [1h, 0]]}\n",
+       "services[0].failures.every: must be at least 1s"},
+      {"services:\n  - job: chat.yaml\n    failures: {}\n    requests: {rate: [[0, 1], [1h, 0]]}\n",
+       "services[0].failures.every: required"},
       {"services:\n  - job: chat.yaml\n    requests: {rate: [[0, 1], [1h, 0]], rate_file: r.csv}\n",
        "services[0].requests: give rate or rate_file, not both"},
   };
