@@ -177,6 +177,7 @@ struct Router::Impl {
     Steady::time_point started;
     bool router_error = false;
     bool replica_keep_alive = false;  // what the replica's header said
+    bool no_body = false;  // an answer to HEAD, or a 204 or 304: its header alone
     // The body's first bytes, read with the header: a replica that fails
     // before them has sent the client nothing (so a retry is still safe).
     std::unique_ptr<char[]> chunk;
@@ -340,6 +341,7 @@ awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::str
   for (int fresh = 0; fresh < 2; ++fresh) {
     std::unique_ptr<beast::tcp_stream> s;
     const bool reused = !b.idle.empty() && fresh == 0;
+    bool answered = false;  // a header came back: the request reached the replica
     if (reused) {
       s = std::move(b.idle.back());
       b.idle.pop_back();
@@ -357,13 +359,22 @@ awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::str
       }
       s->expires_after(Micros(options.request_timeout));
       co_await http::async_write(*s, req, use_awaitable);
-      auto parser = std::make_unique<http::response_parser<http::buffer_body>>();
-      // Relayed as it comes: nothing is held, so no limit. (Not boost::none:
-      // Debian 12's Beast compares a Content-Length against it as "more".)
-      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
-      if (req.method() == http::verb::head) parser->skip(true);  // (no body follows its Content-Length)
       beast::flat_buffer buf;
-      co_await http::async_read_header(*s, buf, *parser, use_awaitable);
+      std::unique_ptr<http::response_parser<http::buffer_body>> parser;
+      for (;;) {
+        parser = std::make_unique<http::response_parser<http::buffer_body>>();
+        // Relayed as it comes: nothing is held, so no limit. (Not boost::none:
+        // Debian 12's Beast compares a Content-Length against it as "more".)
+        parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+        if (req.method() == http::verb::head) parser->skip(true);  // (no body follows its Content-Length)
+        co_await http::async_read_header(*s, buf, *parser, use_awaitable);
+        answered = true;
+        // An interim answer (103 Early Hints, ...) is not the answer: dropped.
+        const unsigned status = parser->get().result_int();
+        if (status < 100 || status >= 200 || status == 101) break;
+      }
+      const unsigned status = parser->get().result_int();
+      a->no_body = req.method() == http::verb::head || status == 204 || status == 304;
       auto chunk = std::make_unique<char[]>(kChunk);
       size_t first = 0;
       while (!parser->is_done() && first == 0) {  // (a chunk's size line alone is no byte of the body)
@@ -384,12 +395,13 @@ awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::str
     } catch (const boost::system::system_error& e) {
       // A kept-alive connection the replica had closed fails at once with
       // EOF or a reset, before the request reached it: then a fresh one.
-      // Anything else (a timeout, a replica that failed before its header)
-      // is the replica's failure: not sent again here.
+      // Anything else (a timeout, a replica that failed before its header,
+      // or one that answered and then broke) is the replica's failure: not
+      // sent again here.
       const auto code = e.code();
       const bool stale = code == http::error::end_of_stream || code == asio::error::eof ||
                          code == asio::error::connection_reset || code == asio::error::broken_pipe;
-      if (!reused || !stale) co_return false;
+      if (!reused || !stale || answered) co_return false;
     } catch (const std::exception&) {
       co_return false;
     }
@@ -487,6 +499,13 @@ awaitable<Router::Impl::Relayed> Router::Impl::Relay(beast::tcp_stream& client, 
   }
   res.keep_alive(keep);
   http::response_serializer<http::buffer_body> sr{res};
+  if (a.no_body) {
+    // Its header alone, whatever it says of a body (chunked, a length).
+    beast::error_code ec;
+    client.expires_after(std::chrono::seconds(30));
+    co_await http::async_write_header(client, sr, asio::redirect_error(use_awaitable, ec));
+    co_return ec ? Relayed::kClientFailed : Relayed::kWhole;
+  }
   char* chunk = a.chunk.get();
   bool primed = true;  // the header and the body's first bytes (Exchange read them)
   try {
@@ -505,7 +524,9 @@ awaitable<Router::Impl::Relayed> Router::Impl::Relay(beast::tcp_stream& client, 
         if (ec == http::error::need_buffer) ec = {};
         if (ec) co_return Relayed::kReplicaFailed;
         res.body().size = kChunk - res.body().size;
-        res.body().data = chunk;
+        // (No bytes: no buffer. An empty one is written as an empty chunk,
+        // which ends a chunked answer - a second end, when this read ended it.)
+        res.body().data = res.body().size > 0 ? chunk : nullptr;
         res.body().more = !p.is_done();
         // (Nothing of the body yet, e.g. only a chunk's size line: an empty
         // chunk written now would end the answer.)

@@ -337,11 +337,15 @@ TEST(Router, StreamsAnAnswerAsTheReplicaWritesIt) {
   client_saw_first = true;
   const std::string rest = ReadUntil(fd, "0\r\n\r\n");
   EXPECT_NE(rest.find("data: two"), std::string::npos) << rest;
+  // Ended once: the last chunk, and nothing after it.
+  EXPECT_EQ(rest.size(), rest.find("\r\n0\r\n\r\n") + 7) << rest;
   // The connection stays open for the next request, on the same replica
-  // connection (the stream ended cleanly).
+  // connection (the stream ended cleanly), and its answer starts clean.
   client_saw_first = true;
   Send(fd, "GET /svc/v1/completions HTTP/1.1\r\nHost: r\r\n\r\n");
-  EXPECT_NE(ReadUntil(fd, "0\r\n\r\n").find("data: two"), std::string::npos);
+  const std::string again = ReadUntil(fd, "0\r\n\r\n");
+  EXPECT_EQ(again.rfind("HTTP/1.1 200 OK", 0), 0u) << again;
+  EXPECT_NE(again.find("data: two"), std::string::npos);
   close(fd);
   RouterStats st = router->TakeStats().at("svc");
   for (int i = 0; i < 100 && st.inflight != 0; ++i) {  // (the client may read the end before the router counts it)
@@ -397,6 +401,37 @@ TEST(Router, AnAnswerCutShortClosesTheClientAndOneEndedByCloseIsChunked) {
   EXPECT_EQ(got.rfind("HTTP/1.0 200 OK", 0), 0u) << got;
   EXPECT_EQ(got.find("chunked"), std::string::npos) << got;
   EXPECT_NE(got.find("\r\n\r\nuntil the end"), std::string::npos) << got;
+  close(fd);
+  router->Stop();
+}
+
+// An answer to HEAD that says it is chunked is its header alone (no end
+// chunk follows it to the client), and an interim answer (103 Early Hints)
+// is not taken for the answer: the client's next request on the connection
+// reads its own answer, from its first byte.
+TEST(Router, HeaderOnlyAndInterimAnswersLeaveTheConnectionClean) {
+  FakeReplica replica([&](int fd, const std::string& head) {
+    std::string out;
+    if (head.rfind("HEAD", 0) == 0) {
+      out = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    } else {
+      out = "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    }
+    return write(fd, out.data(), out.size()) >= 0;
+  });
+  int port = 0;
+  auto router = RouterFor(replica, &port);
+  const int fd = OpenLoopback(port, 3);
+  Send(fd, "HEAD /svc/x HTTP/1.1\r\nHost: r\r\n\r\n");
+  const std::string headed = ReadUntil(fd, "\r\n\r\n");
+  EXPECT_EQ(headed.rfind("HTTP/1.1 200 OK", 0), 0u) << headed;
+  EXPECT_EQ(headed.size(), headed.find("\r\n\r\n") + 4) << headed;  // nothing after the header
+  Send(fd, "GET /svc/x HTTP/1.1\r\nHost: r\r\n\r\n");
+  const std::string got = ReadUntil(fd, "ok");
+  EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u) << got;
+  EXPECT_EQ(got.find("103"), std::string::npos) << got;
+  EXPECT_NE(got.find("ok"), std::string::npos) << got;
   close(fd);
   router->Stop();
 }
