@@ -260,10 +260,12 @@ class NodeTable {
 // consecutive ids (ids are issued densely): copying a state copies one
 // pointer per chunk, and a write copies only the chunk it changes. With a
 // million jobs a batch that changes a few thousand costs a few chunks, not
-// a million map nodes. Reads look like a std::map<JobId, ...>.
+// a million map nodes. Reads look like a std::map<JobId, ...>. (128: a
+// write copies 4 KiB, and the engine re-reads one chunk's live jobs; 1,024
+// made the whole Philly replay 10% slower, and 64 was no faster than 128.)
 class JobTable {
  public:
-  static constexpr uint64_t kChunk = 1024;
+  static constexpr uint64_t kChunk = 128;
   using value_type = std::pair<const JobId, std::shared_ptr<const JobRecord>>;
 
   class const_iterator {
