@@ -119,6 +119,12 @@ class JobOrderPlugin : public virtual Plugin {
   // in the order until it or a job it is compared with changes, and the
   // session keeps the order between cycles, re-sorting only what changed.
   virtual bool stable() const { return false; }
+  // Whether the order is by one number a job has: Key(a, now) < Key(b, now)
+  // exactly when Compare(a, b, now) < 0 (equal keys: a tie). The session then
+  // reads each job's key once a cycle and sorts on the keys, instead of a
+  // virtual Compare per comparison (a deep queue's sort is most of a cycle).
+  virtual bool keyed() const { return false; }
+  virtual int64_t Key(const JobRecord& /*job*/, TimePoint /*now*/) const { return 0; }
 
   // A JobOrder that ranks the cycle's jobs together rather than two at a
   // time (the learned order reads the history and every job of a sweep).

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/rng.h"
+
 namespace rota::sched {
 namespace {
 
@@ -13,6 +15,48 @@ TEST(Profile, DefaultProfileHasOnePlacerAndOrderedPlugins) {
   EXPECT_EQ(p->job_orders()[0]->name(), "priority");
   EXPECT_EQ(p->filters().size(), 1u);
   EXPECT_EQ(p->scores().size(), 1u);
+}
+
+// A keyed job order's keys order jobs exactly as its Compare does (the
+// session sorts on the keys): every built-in one, on random jobs, some
+// running (their attained service grows with the time), at random times.
+TEST(JobOrders, KeysOrderJobsAsCompareDoes) {
+  Rng rng(7);
+  std::vector<JobRecord> jobs(200);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    JobRecord& j = jobs[i];
+    j.id = JobId(i + 1);
+    JobSpec spec;
+    spec.priority = static_cast<int32_t>(rng.Uniform(5)) - 2;
+    spec.tasks.push_back({.name = "w", .replicas = static_cast<int32_t>(1 + rng.Uniform(3)),
+                          .gpus = static_cast<int32_t>(rng.Uniform(3)), .command = {"x"}});
+    j.SetSpec(std::move(spec));
+    j.submitted_at = static_cast<TimePoint>(rng.Uniform(4)) * kMicrosPerSecond;  // (ties too)
+    j.attained = static_cast<Duration>(rng.Uniform(3)) * 3000 * kMicrosPerSecond;
+    if (rng.Uniform(2) == 0) {
+      j.state = JobState::kRunning;
+      j.started_at = static_cast<TimePoint>(rng.Uniform(10'000)) * kMicrosPerSecond;
+    }
+  }
+  int keyed = 0;
+  for (const std::string& name : BuiltinRegistry().Names()) {
+    std::unique_ptr<Plugin> plugin = BuiltinRegistry().Create(name);
+    const auto* order = dynamic_cast<const JobOrderPlugin*>(plugin.get());
+    if (order == nullptr || !order->keyed()) continue;
+    ++keyed;
+    for (int t = 0; t < 5; ++t) {
+      const TimePoint now = static_cast<TimePoint>(rng.Uniform(20'000)) * kMicrosPerSecond;
+      for (const JobRecord& a : jobs) {
+        for (const JobRecord& b : jobs) {
+          const int c = order->Compare(a, b, now);
+          const int64_t ka = order->Key(a, now), kb = order->Key(b, now);
+          ASSERT_EQ(c < 0, ka < kb) << name << " jobs " << a.id.value() << ", " << b.id.value();
+          ASSERT_EQ(c > 0, ka > kb) << name << " jobs " << a.id.value() << ", " << b.id.value();
+        }
+      }
+    }
+  }
+  EXPECT_EQ(keyed, 5);  // priority, fifo, las, tiresias, smallest-first
 }
 
 TEST(Profile, RejectsUnknownDuplicateAndTwoPlacers) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -16,6 +17,34 @@ Session::Session(const Profile* profile, const EngineOptions* options, QueueBook
       rank_state_ = o->NewRankState();
     }
   }
+  size_t keys = 0;
+  keyed_ = true;
+  for (const JobOrderPlugin* o : profile_->job_orders()) {
+    keyed_ = keyed_ && (o == ranker_ || o->keyed());
+    ++keys;
+  }
+  keyed_ = keyed_ && keys <= kOrderKeys;
+}
+
+namespace {
+
+// A rank as an integer in the same order (-0 and +0 alike): a double's bits
+// are sign and magnitude, an integer's two's complement.
+int64_t OrderedBits(double d) {
+  if (d == 0) d = 0;
+  const int64_t b = std::bit_cast<int64_t>(d);
+  return b < 0 ? b ^ std::numeric_limits<int64_t>::max() : b;
+}
+
+}  // namespace
+
+Session::Ordered Session::MakeOrdered(const JobRecord& job) const {
+  Ordered o{job.id, &job, RankOf(job)};
+  if (keyed_) {
+    size_t k = 0;
+    for (const JobOrderPlugin* p : profile_->job_orders()) o.keys[k++] = p == ranker_ ? OrderedBits(o.rank) : p->Key(job, now_);
+  }
+  return o;
 }
 
 void Session::RankJobs(const Snapshot& snap) {
@@ -105,7 +134,7 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
     // The pending jobs with a nomination, in job order (a few of order_).
     nominated_.clear();
     for (const ChunkJobs& c : chunks_) {
-      for (const JobRecord* j : c.nominated) nominated_.push_back({j->id, j, RankOf(*j)});
+      for (const JobRecord* j : c.nominated) nominated_.push_back(MakeOrdered(*j));
     }
     std::sort(nominated_.begin(), nominated_.end(), [this](const Ordered& a, const Ordered& b) { return Before(a, b); });
     for (const Ordered& o : nominated_) {
@@ -164,6 +193,7 @@ void Session::ReadLiveJobs(const Snapshot& snap) {
 }
 
 bool Session::Before(const Ordered& a, const Ordered& b) const {
+  if (keyed_) return KeysBefore(a, b);
   for (const JobOrderPlugin* o : profile_->job_orders()) {
     if (o == ranker_) {
       if (a.rank != b.rank) return a.rank < b.rank;
@@ -175,7 +205,15 @@ bool Session::Before(const Ordered& a, const Ordered& b) const {
 }
 
 void Session::OrderPending() {
-  auto before = [this](const Ordered& a, const Ordered& b) { return Before(a, b); };
+  if (keyed_) {
+    OrderPendingBy([](const Ordered& a, const Ordered& b) { return KeysBefore(a, b); });
+  } else {
+    OrderPendingBy([this](const Ordered& a, const Ordered& b) { return Before(a, b); });
+  }
+}
+
+template <typename Less>
+void Session::OrderPendingBy(Less before) {
   bool stable = true;
   for (const JobOrderPlugin* o : profile_->job_orders()) stable = stable && o->stable();
   if (stable && sorted_kept_) {
@@ -188,7 +226,7 @@ void Session::OrderPending() {
     }
     for (size_t c = 0; c < chunks_.size(); ++c) {
       if (!changed_[c]) continue;
-      for (const JobRecord* j : chunks_[c].pending) fresh_.push_back({j->id, j, RankOf(*j)});
+      for (const JobRecord* j : chunks_[c].pending) fresh_.push_back(MakeOrdered(*j));
     }
     if (!std::is_sorted(fresh_.begin(), fresh_.end(), before)) std::sort(fresh_.begin(), fresh_.end(), before);
     sorted_.clear();
@@ -207,7 +245,7 @@ void Session::OrderPending() {
   } else {
     sorted_.clear();
     for (const ChunkJobs& c : chunks_) {
-      for (const JobRecord* j : c.pending) sorted_.push_back({j->id, j, RankOf(*j)});
+      for (const JobRecord* j : c.pending) sorted_.push_back(MakeOrdered(*j));
     }
     // Collected in id order, which is often the order already (one
     // priority, first come first served): a check costs n comparisons, a

@@ -22,6 +22,7 @@
 //       if (s.TryPlace(/*keep=*/true)) ...
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -241,11 +242,17 @@ class Session {
     std::vector<std::pair<JobId, JobId>> making_room;  // preemptor, victim
     std::vector<JobId> limited_arrays;  // per running or stopping element of an array with a limit, its array
   };
+  // Up to kOrderKeys job orders, each keyed or the ranker, are compared by
+  // the keys an Ordered holds (keyed_); otherwise by calling them.
+  static constexpr size_t kOrderKeys = 4;
   struct Ordered {
     JobId id;
     const JobRecord* job;
     double rank = 0;  // the ranking job order's (ranker_), if any
+    std::array<int64_t, kOrderKeys> keys{};  // keyed_: each job order's key, in the profile's order
   };
+  Ordered MakeOrdered(const JobRecord& job) const;
+  bool keyed_ = false;
   // The profile's ranking job order (framework.h), its state, and this
   // cycle's ranks of the pending and running jobs.
   void RankJobs(const Snapshot& snap);
@@ -261,7 +268,15 @@ class Session {
   void ReadLiveJobs(const Snapshot& snap);
   // order_: the pending jobs (not held) in job order.
   void OrderPending();
+  template <typename Less>
+  void OrderPendingBy(Less before);
   bool Before(const Ordered& a, const Ordered& b) const;  // in job order, ties by id
+  static bool KeysBefore(const Ordered& a, const Ordered& b) {  // keyed_: Before, inline
+    for (size_t k = 0; k < kOrderKeys; ++k) {
+      if (a.keys[k] != b.keys[k]) return a.keys[k] < b.keys[k];
+    }
+    return a.id < b.id;
+  }
   std::vector<ChunkJobs> chunks_;
   std::vector<uint8_t> changed_;  // per chunk: read again this cycle
   std::optional<Snapshot> read_;  // the snapshot chunks_ was read from

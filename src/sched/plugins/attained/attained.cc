@@ -32,6 +32,8 @@ class Las final : public JobOrderPlugin {
   int Compare(const JobRecord& a, const JobRecord& b, TimePoint now) const override {
     return Less(a.AttainedAt(now), b.AttainedAt(now));
   }
+  bool keyed() const override { return true; }
+  int64_t Key(const JobRecord& j, TimePoint now) const override { return j.AttainedAt(now); }
 };
 
 class Tiresias final : public JobOrderPlugin {
@@ -44,6 +46,8 @@ class Tiresias final : public JobOrderPlugin {
   int Compare(const JobRecord& a, const JobRecord& b, TimePoint now) const override {
     return Less(Queue(a, now), Queue(b, now));
   }
+  bool keyed() const override { return true; }
+  int64_t Key(const JobRecord& j, TimePoint now) const override { return Queue(j, now); }
 
  private:
   static int Queue(const JobRecord& j, TimePoint now) {
@@ -60,6 +64,8 @@ class SmallestFirst final : public JobOrderPlugin {
   bool preemptive() const override { return true; }
   bool stable() const override { return true; }
   int Compare(const JobRecord& a, const JobRecord& b, TimePoint) const override { return Less(TotalGpus(a), TotalGpus(b)); }
+  bool keyed() const override { return true; }
+  int64_t Key(const JobRecord& j, TimePoint) const override { return TotalGpus(j); }
 };
 
 }  // namespace

@@ -12,6 +12,8 @@ class Fifo final : public JobOrderPlugin {
     if (a.submitted_at != b.submitted_at) return a.submitted_at < b.submitted_at ? -1 : 1;
     return 0;
   }
+  bool keyed() const override { return true; }
+  int64_t Key(const JobRecord& j, TimePoint) const override { return j.submitted_at; }
 };
 
 }  // namespace

@@ -12,6 +12,8 @@ class Priority final : public JobOrderPlugin {
     if (a.spec().priority != b.spec().priority) return a.spec().priority > b.spec().priority ? -1 : 1;
     return 0;
   }
+  bool keyed() const override { return true; }
+  int64_t Key(const JobRecord& j, TimePoint) const override { return -static_cast<int64_t>(j.spec().priority); }
 };
 
 }  // namespace
