@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -10,6 +12,8 @@
 
 #include "base/rng.h"
 #include "core/test_util.h"
+#include "sched/registry.h"
+#include "sched/session.h"
 #include "sched/test_util.h"
 #include "sched/to_events.h"
 
@@ -89,13 +93,59 @@ std::string Describe(const CycleResult& r) {
   return out;
 }
 
+// A keyed job order seen only through Compare, as a job order that gives no
+// keys is: the session's other way of ordering.
+class ComparedOnly final : public JobOrderPlugin {
+ public:
+  explicit ComparedOnly(std::unique_ptr<Plugin> inner)
+      : inner_(std::move(inner)), order_(dynamic_cast<const JobOrderPlugin*>(inner_.get())) {}
+  std::string_view name() const override { return order_->name(); }
+  int Compare(const JobRecord& a, const JobRecord& b, TimePoint now) const override { return order_->Compare(a, b, now); }
+  bool preemptive() const override { return order_->preemptive(); }
+  bool stable() const override { return order_->stable(); }
+
+ private:
+  std::unique_ptr<Plugin> inner_;
+  const JobOrderPlugin* order_;
+};
+
+// The built-in plugins, with every keyed job order ComparedOnly.
+const Registry& ComparedRegistry() {
+  static const Registry* r = [] {
+    auto* out = new Registry;
+    for (const std::string& name : BuiltinRegistry().Names()) {
+      std::unique_ptr<Plugin> p = BuiltinRegistry().Create(name);
+      const auto* order = dynamic_cast<const JobOrderPlugin*>(p.get());
+      if (order != nullptr && order->keyed()) {
+        out->Register(name, [name] { return std::make_unique<ComparedOnly>(BuiltinRegistry().Create(name)); });
+      } else {
+        out->Register(name, [name] { return BuiltinRegistry().Create(name); });
+      }
+    }
+    return out;
+  }();
+  return *r;
+}
+
+TEST(Scheduler, RankKeysOrderAsTheRanksDo) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double tiny = std::numeric_limits<double>::denorm_min();
+  const std::vector<double> ranks = {-inf, -1e12, -2, -1, -tiny, 0, tiny, 1e-300, 1, 2, 1e12, inf};
+  for (size_t i = 0; i + 1 < ranks.size(); ++i) {
+    EXPECT_LT(Session::RankKey(ranks[i]), Session::RankKey(ranks[i + 1])) << ranks[i] << " < " << ranks[i + 1];
+  }
+  EXPECT_EQ(Session::RankKey(-0.0), Session::RankKey(0.0));
+  EXPECT_GT(Session::RankKey(std::nan("")), Session::RankKey(inf));  // NaN last
+}
+
 // A scheduler keeps what it read and the order it sorted from one cycle to
 // the next, and reads again only what changed: over random changes (arrays
 // submitted in parts across chunks, jobs placed, finished, requeued,
 // cancelled, held and released, preempted), each cycle of a scheduler that
 // has run every cycle decides exactly what a new scheduler decides on the
 // same snapshot. With one queue, with weighted queues (fair share), and
-// with the attained-service order.
+// with the attained-service order. A scheduler whose job orders are only
+// compared, two jobs at a time (not keyed), decides the same too.
 TEST(Scheduler, AKeptOrderDecidesAsAFreshSortOverRandomChanges) {
   ClusterConfig one = testing::Nodes(12);
   ClusterConfig fair = one;
@@ -138,6 +188,11 @@ TEST(Scheduler, AKeptOrderDecidesAsAFreshSortOverRandomChanges) {
       kept->RunCycle(snap, now, &a);
       testing::MakeScheduler(*config)->RunCycle(snap, now, &b);
       ASSERT_EQ(Describe(a), Describe(b)) << "step " << step;
+      auto compared = Scheduler::Create(*config, EngineOptions{}, ComparedRegistry());
+      ASSERT_TRUE(compared.ok()) << compared.status().ToString();
+      CycleResult c;
+      (*compared)->RunCycle(snap, now, &c);
+      ASSERT_EQ(Describe(c), Describe(b)) << "step " << step << ", job orders compared";
       ++checked;
       for (const Event& e : ToEvents(a, snap, now)) (void)st.Apply(e);
     }

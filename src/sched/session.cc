@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -26,23 +27,19 @@ Session::Session(const Profile* profile, const EngineOptions* options, QueueBook
   keyed_ = keyed_ && keys <= kOrderKeys;
 }
 
-namespace {
-
-// A rank as an integer in the same order (-0 and +0 alike): a double's bits
-// are sign and magnitude, an integer's two's complement.
-int64_t OrderedBits(double d) {
+int64_t Session::RankKey(double d) {
+  if (std::isnan(d)) return std::numeric_limits<int64_t>::max();
   if (d == 0) d = 0;
+  // A double's bits are sign and magnitude: a negative one's are flipped.
   const int64_t b = std::bit_cast<int64_t>(d);
   return b < 0 ? b ^ std::numeric_limits<int64_t>::max() : b;
 }
 
-}  // namespace
-
 Session::Ordered Session::MakeOrdered(const JobRecord& job) const {
-  Ordered o{job.id, &job, RankOf(job)};
+  Ordered o{job.id, &job};
   if (keyed_) {
     size_t k = 0;
-    for (const JobOrderPlugin* p : profile_->job_orders()) o.keys[k++] = p == ranker_ ? OrderedBits(o.rank) : p->Key(job, now_);
+    for (const JobOrderPlugin* p : profile_->job_orders()) o.keys[k++] = p == ranker_ ? RankKey(RankOf(job)) : p->Key(job, now_);
   }
   return o;
 }
@@ -196,7 +193,8 @@ bool Session::Before(const Ordered& a, const Ordered& b) const {
   if (keyed_) return KeysBefore(a, b);
   for (const JobOrderPlugin* o : profile_->job_orders()) {
     if (o == ranker_) {
-      if (a.rank != b.rank) return a.rank < b.rank;
+      const double ra = RankOf(*a.job), rb = RankOf(*b.job);
+      if (ra != rb) return ra < rb;
       continue;
     }
     if (int c = o->Compare(*a.job, *b.job, now_); c != 0) return c < 0;

@@ -244,15 +244,21 @@ class Session {
   };
   // Up to kOrderKeys job orders, each keyed or the ranker, are compared by
   // the keys an Ordered holds (keyed_); otherwise by calling them.
-  static constexpr size_t kOrderKeys = 4;
+  static constexpr size_t kOrderKeys = 3;
   struct Ordered {
     JobId id;
     const JobRecord* job;
-    double rank = 0;  // the ranking job order's (ranker_), if any
     std::array<int64_t, kOrderKeys> keys{};  // keyed_: each job order's key, in the profile's order
   };
   Ordered MakeOrdered(const JobRecord& job) const;
   bool keyed_ = false;
+
+ public:
+  // A rank (JobOrderPlugin::Rank's double) as an integer in the same order:
+  // -0 and +0 alike, NaN last.
+  static int64_t RankKey(double rank);
+
+ private:
   // The profile's ranking job order (framework.h), its state, and this
   // cycle's ranks of the pending and running jobs.
   void RankJobs(const Snapshot& snap);

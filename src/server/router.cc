@@ -385,7 +385,8 @@ awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::str
         if (ec && ec != http::error::need_buffer) throw boost::system::system_error(ec);
         first = kChunk - parser->get().body().size;
       }
-      a->replica_keep_alive = parser->get().keep_alive();
+      // (After 101 Switching Protocols the connection is no longer HTTP: not kept.)
+      a->replica_keep_alive = parser->get().keep_alive() && status != 101;
       a->chunk = std::move(chunk);
       a->first = first;
       a->parser = std::move(parser);
