@@ -93,9 +93,9 @@ void SweepIndex::Update(int64_t finished, double log_sum, double log_sq, std::ve
                         const WorkloadLogs& workload, const LearnedGittins& global, int64_t prior,
                         CensoredNormal* scratch) {
   uint64_t bins = 0;  // which bins they are in, to rebuild only on a change
-  for (double a : censored) bins = bins * 31 + static_cast<uint64_t>(RunHistory::Bin(a));
-  informed_ = finished > 0 || std::any_of(censored.begin(), censored.end(), [](double a) { return a >= kInformedAt; });
-  if (!informed_ || (built_ == finished && prior_ == prior && bins_ == bins)) return;
+  for (double a : censored) bins = AddBin(bins, a);
+  const bool ran_long = std::any_of(censored.begin(), censored.end(), [](double a) { return a >= kInformedAt; });
+  if (Current(finished, prior, bins, ran_long)) return;
   index_ = LearnedGittins();
   if (finished == 0) {
     index_.AddScaled(global, kSweepPriorWeight);
@@ -109,6 +109,11 @@ void SweepIndex::Update(int64_t finished, double log_sum, double log_sq, std::ve
   built_ = finished;
   prior_ = prior;
   bins_ = bins;
+}
+
+bool SweepIndex::Current(int64_t finished, int64_t prior, uint64_t bins, bool ran_long) {
+  informed_ = finished > 0 || ran_long;
+  return !informed_ || (built_ == finished && prior_ == prior && bins_ == bins);
 }
 
 void SweepIndex::Fit(int64_t finished, double log_sum, double log_sq, std::vector<double>& censored,

@@ -183,6 +183,12 @@ class SweepIndex {
   // job's logs (workload.n > 0 once finished > 0). `scratch` is reused.
   void Update(int64_t finished, double log_sum, double log_sq, std::vector<double>& censored,
               const WorkloadLogs& workload, const LearnedGittins& global, int64_t prior, CensoredNormal* scratch);
+  // Whether Update would keep the index as it is, given what it reads of
+  // the unfinished jobs: `bins` (BinsOf their attained GPU-seconds, in the
+  // order Update gets them) and whether one has run kInformedAt. Sets
+  // informed(), so that a caller that gets true need not call Update.
+  bool Current(int64_t finished, int64_t prior, uint64_t bins, bool ran_long);
+  static uint64_t AddBin(uint64_t bins, double attained) { return bins * 31 + static_cast<uint64_t>(RunHistory::Bin(attained)); }
   bool informed() const { return informed_; }
   double Index(double attained) const { return index_.Index(attained); }
 

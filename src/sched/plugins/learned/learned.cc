@@ -54,6 +54,8 @@ struct LearnedState : JobOrderPlugin::RankState {
     // index is up to date, the worst rank of its running jobs.
     uint64_t seen = 0, refreshed = 0;  // the cycle (stamp) that last did so
     std::vector<uint32_t> members;
+    uint64_t bins = 0;      // SweepIndex::AddBin over its members' attained GPU-seconds
+    bool ran_long = false;  // one of them has run SweepIndex::kInformedAt
     double last_running = -HUGE_VAL;
   };
   std::unordered_map<uint64_t, Sweep> sweeps;
@@ -113,9 +115,13 @@ class Learned final : public JobOrderPlugin {
       if (sw->seen != st.stamp) {
         sw->seen = st.stamp;
         sw->members.clear();
+        sw->bins = 0;
+        sw->ran_long = false;
         sw->last_running = -HUGE_VAL;
       }
       sw->members.push_back(static_cast<uint32_t>(i));
+      sw->bins = SweepIndex::AddBin(sw->bins, gs[i]);
+      sw->ran_long = sw->ran_long || gs[i] >= SweepIndex::kInformedAt;
       st.of[i] = sw;
     }
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -153,11 +159,13 @@ class Learned final : public JobOrderPlugin {
   static void Refresh(const RunHistory& h, JobId sweep, const std::vector<double>& gs, LearnedState& st,
                       LearnedState::Sweep& sw) {
     sw.refreshed = st.stamp;
+    auto found = h.sweeps.find(sweep.value());
+    const RunHistory::Sweep facts = found != h.sweeps.end() ? found->second : RunHistory::Sweep{};
+    // (Most sweeps, most cycles: nothing of theirs changed.)
+    if (sw.index.Current(facts.finished, static_cast<int64_t>(st.built), sw.bins, sw.ran_long)) return;
     std::vector<double>& mine = st.mine;
     mine.clear();
     for (uint32_t k : sw.members) mine.push_back(gs[k]);
-    auto found = h.sweeps.find(sweep.value());
-    const RunHistory::Sweep facts = found != h.sweeps.end() ? found->second : RunHistory::Sweep{};
     const WorkloadLogs workload{static_cast<double>(h.finished), static_cast<double>(h.log_sum) / RunHistory::kLogScale,
                                 static_cast<double>(h.log_sq) / RunHistory::kLogScale};
     sw.index.Update(facts.finished, static_cast<double>(facts.log_sum) / RunHistory::kLogScale,
