@@ -184,7 +184,7 @@ class SweepIndex {
   void Update(int64_t finished, double log_sum, double log_sq, std::vector<double>& censored,
               const WorkloadLogs& workload, const LearnedGittins& global, int64_t prior, CensoredNormal* scratch);
   // Whether Update would keep the index as it is, given what it reads of
-  // the unfinished jobs: `bins` (BinsOf their attained GPU-seconds, in the
+  // the unfinished jobs: `bins` (AddBin over their attained GPU-seconds, in the
   // order Update gets them) and whether one has run kInformedAt. Sets
   // informed(), so that a caller that gets true need not call Update.
   bool Current(int64_t finished, int64_t prior, uint64_t bins, bool ran_long);

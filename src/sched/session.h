@@ -202,6 +202,10 @@ class Session {
   // Whether a replica of `task` (a share or CPU only) could ever run on `pos`.
   bool ShareCouldFit(const TaskRequest& task, uint32_t pos) const;
 
+  // A rank (JobOrderPlugin::Rank's double) as an integer in the same order:
+  // -0 and +0 alike, NaN last. (The session sorts on it with the keyed orders' keys.)
+  static int64_t RankKey(double rank);
+
  private:
   uint64_t ShapeHash(const JobSpec& spec) const;
   static bool SameShape(const JobRecord& a, const JobRecord& b);
@@ -253,12 +257,6 @@ class Session {
   Ordered MakeOrdered(const JobRecord& job) const;
   bool keyed_ = false;
 
- public:
-  // A rank (JobOrderPlugin::Rank's double) as an integer in the same order:
-  // -0 and +0 alike, NaN last.
-  static int64_t RankKey(double rank);
-
- private:
   // The profile's ranking job order (framework.h), its state, and this
   // cycle's ranks of the pending and running jobs.
   void RankJobs(const Snapshot& snap);
