@@ -1,5 +1,7 @@
 #include "core/cluster_state.h"
 
+#include "base/slab.h"
+
 #include <algorithm>
 #include <bit>
 #include <map>
@@ -382,7 +384,7 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
     return InvalidArgumentError("job id " + std::to_string(e.id.value()) + " is out of range");
   }
   if (data_->jobs.count(e.id)) return AlreadyExistsError("job " + std::to_string(e.id.value()) + " already exists");
-  auto job = std::make_shared<JobRecord>();
+  auto job = MakeSlabShared<JobRecord>();
   job->id = e.id;
   job->SetSpec(ArraySpec(e.id, e.array, e.spec));
   job->submitted_at = e.at;
@@ -428,7 +430,7 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
   const auto spec = ArraySpec(JobId(first), e.array, e.spec);  // one for the run
   const JobId sweep = MutHistory(d).Join({spec->queue, spec->TotalGpus()}, e.first, e.at, e.sweep, e.count);
   for (int64_t i = 0; i < e.count; ++i) {
-    auto job = std::make_shared<JobRecord>();
+    auto job = MakeSlabShared<JobRecord>();
     job->id = JobId(first + static_cast<uint64_t>(i));
     job->SetSpec(spec);
     job->submitted_at = e.at;
@@ -616,7 +618,7 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   ROTA_RETURN_IF_ERROR(CheckPlacement(job, e.placement, {}, who));
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : e.placement) Occupy(d.nodes.Mut(r.node.value()), r, job.spec().tasks[r.task]);
-  auto updated = std::make_shared<JobRecord>(job);
+  auto updated = MakeSlabShared<JobRecord>(job);
   updated->state = JobState::kRunning;
   updated->started_at = e.at;
   updated->placement = e.placement;
@@ -676,7 +678,7 @@ Status ClusterState::ApplyOne(const JobFinished& e) {
   }
   std::shared_ptr<const JobRecord> old = found;
   Release(*old);
-  auto updated = std::make_shared<JobRecord>(*old);
+  auto updated = MakeSlabShared<JobRecord>(*old);
   updated->state = e.outcome == JobOutcome::kSucceeded ? JobState::kSucceeded : JobState::kFailed;
   updated->attained += std::max<Duration>(0, e.at - old->started_at);
   EndAttempt(*updated, e.at, e.outcome == JobOutcome::kSucceeded ? "succeeded" : "failed: " + e.reason);
@@ -693,7 +695,7 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is not running");
   }
   Release(*old);
-  auto updated = std::make_shared<JobRecord>(*old);
+  auto updated = MakeSlabShared<JobRecord>(*old);
   updated->state = JobState::kPending;
   updated->attained += std::max<Duration>(0, e.at - old->started_at);
   EndAttempt(*updated, e.at, "requeued: " + e.reason);
@@ -715,7 +717,7 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
     if (nominee != d.jobs.end() &&
         (nominee->second->state == JobState::kPending ||
          (nominee->second->state == JobState::kRunning && nominee->second->spec().is_service()))) {
-      auto n = std::make_shared<JobRecord>(*nominee->second);
+      auto n = MakeSlabShared<JobRecord>(*nominee->second);
       // A running service keeps a nomination until it resizes: one from
       // before this gang's eviction began is an older scale-up's, gone stale.
       if (n->state == JobState::kRunning && n->nominated_at < old->preempting_since) n->nominated.clear();
@@ -737,7 +739,7 @@ Status ClusterState::ApplyOne(const JobCheckpointed& e) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " has ended");
   }
   if (e.path.size() > 4096) return InvalidArgumentError("checkpoint path: longer than 4096 bytes");
-  auto updated = std::make_shared<JobRecord>(*found);
+  auto updated = MakeSlabShared<JobRecord>(*found);
   updated->last_checkpoint_at = e.at;
   updated->last_checkpoint_path = e.path;
   Put(Mutable(), std::move(updated));
@@ -756,7 +758,7 @@ Status ClusterState::ApplyOne(const JobResized& e) {
   Release(*old);
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : e.placement) Occupy(d.nodes.Mut(r.node.value()), r, old->spec().tasks[r.task]);
-  auto updated = std::make_shared<JobRecord>(*old);
+  auto updated = MakeSlabShared<JobRecord>(*old);
   updated->placement = e.placement;
   updated->resizes++;
   updated->gang_attempt = updated->attempt();
@@ -792,7 +794,7 @@ Status ClusterState::ApplyOne(const RankRestarted& e) {
     return r.task == e.task && r.replica == e.replica;
   });
   if (!placed) return FailedPreconditionError(who + ": replica " + std::to_string(e.replica) + " is not running");
-  auto updated = std::make_shared<JobRecord>(job);
+  auto updated = MakeSlabShared<JobRecord>(job);
   updated->rank_restarts++;
   updated->rank_attempt[e.replica] = updated->attempt();
   updated->last_requeue_reason = e.reason;
@@ -813,7 +815,7 @@ Status ClusterState::ApplyOne(const JobHistory& e) {
       }
     }
   }
-  auto updated = std::make_shared<JobRecord>(*job);
+  auto updated = MakeSlabShared<JobRecord>(*job);
   updated->preempted_at = e.preempted_at;
   updated->preempted_by = e.preempted_by;
   updated->attempts = e.attempts;
@@ -922,7 +924,7 @@ Status ClusterState::ApplyOne(const JobPreempting& e) {
   if (found->state != JobState::kRunning) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is not running");
   }
-  auto updated = std::make_shared<JobRecord>(*found);
+  auto updated = MakeSlabShared<JobRecord>(*found);
   updated->state = JobState::kPreempting;
   updated->preempted_for = e.preemptor;
   updated->preempting_since = e.at;
@@ -952,7 +954,7 @@ Status ClusterState::ApplyOne(const JobHoldChanged& e) {
   if (e.held == found->held) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + (e.held ? " is held already" : " is not held"));
   }
-  auto updated = std::make_shared<JobRecord>(*found);
+  auto updated = MakeSlabShared<JobRecord>(*found);
   updated->held = e.held;
   updated->held_by = e.held ? e.by : "";
   updated->held_by_admin = e.held && e.admin;
@@ -973,7 +975,7 @@ Status ClusterState::ApplyOne(const ServiceScaled& e) {
                                 std::to_string(sv.min_replicas) + ".." + std::to_string(sv.max_replicas));
   }
   if (e.reason.size() > 4096) return InvalidArgumentError(who + ": reason longer than 4096 bytes");
-  auto updated = std::make_shared<JobRecord>(*found);
+  auto updated = MakeSlabShared<JobRecord>(*found);
   if (e.desired < found->DesiredReplicas()) updated->scaled_down_at = e.at;
   updated->desired_replicas = e.desired;
   updated->scaled_at = e.at;
@@ -1005,7 +1007,7 @@ Status ClusterState::ApplyOne(const ServiceUpdated& e) {
                                   " replicas; raise min only up to what runs, then let it scale");
     }
   }
-  auto updated = std::make_shared<JobRecord>(*found);
+  auto updated = MakeSlabShared<JobRecord>(*found);
   updated->SetSpec(e.spec);
   // A pending service's next start is on the new spec already: nothing to roll.
   updated->spec_attempt = e.spec_attempt >= 0                 ? e.spec_attempt
@@ -1027,7 +1029,7 @@ Status ClusterState::ApplyOne(const JobCancelled& e) {
                                    std::string(JobStateName(old->state)));
   }
   if (old->state == JobState::kRunning || old->state == JobState::kPreempting) Release(*old);
-  auto updated = std::make_shared<JobRecord>(*old);
+  auto updated = MakeSlabShared<JobRecord>(*old);
   if (old->state == JobState::kRunning || old->state == JobState::kPreempting) {
     updated->attained += std::max<Duration>(0, e.at - old->started_at);
     EndAttempt(*updated, e.at, e.reason);
