@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -19,6 +20,8 @@ class SlabPool {
  public:
   static constexpr size_t kSlabBytes = size_t{32} << 20;
 
+  // REQUIRES: slot_bytes <= kSlabBytes; the pool outlives its slots (its
+  // slabs are never unmapped).
   explicit SlabPool(size_t slot_bytes);
   SlabPool(const SlabPool&) = delete;
   SlabPool& operator=(const SlabPool&) = delete;
@@ -30,7 +33,7 @@ class SlabPool {
   // Slabs mapped so far (for tests).
   size_t slabs() const;
 
-  // The process's pool for slots of `bytes` (aligned for max_align_t); one
+  // The process's pool for slots of `kBytes` (aligned for max_align_t); one
   // per size, made on first use and never destroyed (objects may be freed
   // from static destructors).
   template <size_t kBytes>
@@ -51,10 +54,29 @@ class SlabPool {
   size_t slabs_ = 0;
 };
 
-// An allocator for std::allocate_shared that takes single objects from the
-// SlabPool of their size (the control block and the object together), and
-// anything else from operator new. Under AddressSanitizer it is operator new
-// throughout, so that leaks and overruns are still seen.
+// Whether this build checks memory (AddressSanitizer, LeakSanitizer,
+// MemorySanitizer, HWASan): then records come from operator new, so that
+// overruns, uses after free and leaks are still seen. GCC defines
+// __SANITIZE_ADDRESS__; Clang answers __has_feature (nested: GCC before 14
+// has no __has_feature).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_HWADDRESS__)
+#define ROTA_SLABS_OFF 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(hwaddress_sanitizer) || __has_feature(leak_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define ROTA_SLABS_OFF 1
+#endif
+#endif
+
+// Whether objects go in slabs: not in a build that checks memory, nor where
+// the environment says ROTA_SLABS=off (for valgrind's memcheck, which sees a
+// slab as one block). Read once.
+bool SlabsOn();
+
+// An allocator for std::allocate_shared that takes single objects of up to
+// kMaxSlot bytes (with their count) from the SlabPool of their size, and
+// anything else from operator new.
+inline constexpr size_t kMaxSlot = size_t{64} << 10;
 template <class T>
 struct SlabAllocator {
   using value_type = T;
@@ -63,28 +85,35 @@ struct SlabAllocator {
   SlabAllocator(const SlabAllocator<U>&) noexcept {}  // NOLINT: allocators convert implicitly
 
   T* allocate(size_t n) {
-#if !defined(__SANITIZE_ADDRESS__)
-    if (n == 1 && alignof(T) <= alignof(std::max_align_t)) {
-      return static_cast<T*>(SlabPool::For<SlotBytes()>().Allocate());
-    }
-#endif
+    if (Pooled(n)) return static_cast<T*>(SlabPool::For<SlotBytes()>().Allocate());
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
     return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(alignof(T))));
   }
   void deallocate(T* p, size_t n) noexcept {
-#if !defined(__SANITIZE_ADDRESS__)
-    if (n == 1 && alignof(T) <= alignof(std::max_align_t)) {
+    if (Pooled(n)) {
       SlabPool::For<SlotBytes()>().Free(p);
       return;
     }
-#endif
     ::operator delete(p, n * sizeof(T), std::align_val_t(alignof(T)));
   }
-  friend bool operator==(const SlabAllocator&, const SlabAllocator&) { return true; }
+  template <class U>
+  friend bool operator==(const SlabAllocator&, const SlabAllocator<U>&) {
+    return true;
+  }
 
  private:
   static constexpr size_t SlotBytes() {
     constexpr size_t a = alignof(std::max_align_t);
     return (sizeof(T) + a - 1) / a * a;
+  }
+  static bool Pooled(size_t n) {
+#if defined(ROTA_SLABS_OFF)
+    (void)n;
+    return false;
+#else
+    static const bool on = SlabsOn();  // (per T: allocate and deallocate agree)
+    return n == 1 && SlotBytes() <= kMaxSlot && alignof(T) <= alignof(std::max_align_t) && on;
+#endif
   }
 };
 

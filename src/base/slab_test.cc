@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,16 +16,18 @@ namespace {
 
 TEST(SlabPool, SlotsAreDistinctAlignedAndAFreedOneIsReused) {
   SlabPool pool(40);
+  EXPECT_EQ(pool.slot_bytes(), 48u);  // a whole number of max_align_t
   std::set<uintptr_t> seen;
   std::vector<void*> slots;
   for (int i = 0; i < 10000; ++i) {
     void* p = pool.Allocate();
     ASSERT_EQ(reinterpret_cast<uintptr_t>(p) % alignof(std::max_align_t), 0u) << i;
     ASSERT_TRUE(seen.insert(reinterpret_cast<uintptr_t>(p)).second) << "slot " << i << " handed out twice";
-    std::memset(p, 0xab, 40);  // each slot is writable, and all of it
+    std::memset(p, 0xab, 48);  // each slot is writable, and all of it
     slots.push_back(p);
   }
-  // 40 bytes round to 48 (max_align_t): 10,000 slots in one 32 MiB slab.
+  // The slab starts on a huge-page boundary; 10,000 slots fit in one.
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(slots[0]) % (size_t{2} << 20), 0u);
   EXPECT_EQ(pool.slabs(), 1u);
   pool.Free(slots[17]);
   pool.Free(slots[4242]);
@@ -34,13 +37,41 @@ TEST(SlabPool, SlotsAreDistinctAlignedAndAFreedOneIsReused) {
 }
 
 TEST(SlabPool, ASlabThatFillsUpIsFollowedByAnother) {
-  SlabPool pool(size_t{1} << 20);  // 32 slots a slab
+  // 3 MiB + 16 does not divide 32 MiB: 10 slots a slab, 2 MiB - 160 left over.
+  const size_t slot = (size_t{3} << 20) + 16;
+  SlabPool pool(slot);
   std::vector<void*> slots;
-  for (int i = 0; i < 40; ++i) slots.push_back(pool.Allocate());
+  for (int i = 0; i < 10; ++i) slots.push_back(pool.Allocate());
+  EXPECT_EQ(pool.slabs(), 1u);
+  slots.push_back(pool.Allocate());
   EXPECT_EQ(pool.slabs(), 2u);
+  for (int i = 0; i < 9; ++i) slots.push_back(pool.Allocate());
+  EXPECT_EQ(pool.slabs(), 2u);
+  for (void* p : slots) std::memset(p, 0xcd, slot);  // every byte of every slot is mapped and its own
   std::set<void*> distinct(slots.begin(), slots.end());
   EXPECT_EQ(distinct.size(), slots.size());
   for (void* p : slots) pool.Free(p);
+  EXPECT_THROW(SlabPool(SlabPool::kSlabBytes + 1), std::invalid_argument);
+}
+
+struct Unusual {  // a size no other object in this test program has
+  char bytes[4000] = {};
+};
+
+TEST(SlabAllocator, SingleObjectsComeFromThePoolOfTheirSize) {
+  if (!SlabsOn()) GTEST_SKIP() << "ROTA_SLABS=off";
+#if defined(ROTA_SLABS_OFF)
+  GTEST_SKIP() << "a build that checks memory: operator new throughout";
+#endif
+  SlabPool& pool = SlabPool::For<4016>();  // the object and its count (16 bytes in libstdc++)
+  EXPECT_EQ(pool.slabs(), 0u);
+  auto a = MakeSlabShared<Unusual>();
+  EXPECT_EQ(pool.slabs(), 1u);  // the control block and the object: one 4,016-byte slot
+  SlabAllocator<Unusual> alloc;
+  Unusual* arr = alloc.allocate(3);  // more than one: operator new
+  alloc.deallocate(arr, 3);
+  a.reset();
+  EXPECT_EQ(pool.slabs(), 1u);
 }
 
 struct Counted {
