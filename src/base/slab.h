@@ -94,7 +94,8 @@ struct SlabAllocator {
       SlabPool::For<SlotBytes()>().Free(p);
       return;
     }
-    ::operator delete(p, n * sizeof(T), std::align_val_t(alignof(T)));
+    (void)n;
+    ::operator delete(p, std::align_val_t(alignof(T)));
   }
   template <class U>
   friend bool operator==(const SlabAllocator&, const SlabAllocator<U>&) {
