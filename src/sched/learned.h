@@ -65,14 +65,17 @@ class LearnedGittins {
   void AddLogNormal(double mu, double sigma, double weight) {
     const double sq = sigma * sigma;
     const double mean = std::exp(mu + sq / 2);
+    // Neighbouring bins share an edge: each erfc is computed once (the same
+    // argument gives the same value; the memo only saves the work).
+    Erfc mass, shifted;
     for (int i = 0; i < kBins; ++i) {
-      const double lo = i == 0 ? -HUGE_VAL : std::log(Edge(i));
-      const double hi = i == kBins - 1 ? HUGE_VAL : std::log(Edge(i + 1));
-      const double p = NormalMass((lo - mu) / sigma, (hi - mu) / sigma);
+      const double lo = i == 0 ? -HUGE_VAL : LogEdge(i);
+      const double hi = i == kBins - 1 ? HUGE_VAL : LogEdge(i + 1);
+      const double p = NormalMass((lo - mu) / sigma, (hi - mu) / sigma, mass);
       if (p <= 0) continue;
       // E[X; lo < log X < hi] of a log-normal, over p: the bin's mean, kept
       // inside the bin where the tail's rounding would throw it out.
-      const double in_bin = mean * NormalMass((lo - mu - sq) / sigma, (hi - mu - sq) / sigma) / p;
+      const double in_bin = mean * NormalMass((lo - mu - sq) / sigma, (hi - mu - sq) / sigma, shifted) / p;
       count_[i] += weight * p;
       sum_[i] += weight * p * std::clamp(in_bin, i == 0 ? 0.0 : Edge(i), i == kBins - 1 ? HUGE_VAL : Edge(i + 1));
     }
@@ -101,10 +104,16 @@ class LearnedGittins {
       hazard[i] = at_risk[i] > 0 ? count_[i] / at_risk[i] : 0;
       mean[i] = count_[i] > 0 ? sum_[i] / count_[i] : (Edge(i) + Edge(i + 1)) / 2;
     }
+    // Past the last bin where jobs end, an edge only adds service without
+    // adding a chance to end: no later edge can give a higher index.
+    int last = -1;
+    for (int i = 0; i < kBins; ++i) {
+      if (hazard[i] > 0) last = i;
+    }
     for (int i = 0; i < kBins; ++i) {
       const double start = Edge(i);
       double surv = 1, spent = 0, best = 0;
-      for (int j = i; j < kBins; ++j) {
+      for (int j = i; j <= std::max(i, last); ++j) {
         spent += surv * hazard[j] * (mean[j] - start);
         surv *= 1 - hazard[j];
         const double e = spent + surv * (Edge(j + 1) - start);
@@ -122,6 +131,36 @@ class LearnedGittins {
   static double NormalMass(double a, double b) {
     if (a >= 0) return 0.5 * (std::erfc(a / std::sqrt(2.0)) - std::erfc(b / std::sqrt(2.0)));
     return 0.5 * (std::erfc(-b / std::sqrt(2.0)) - std::erfc(-a / std::sqrt(2.0)));
+  }
+  // std::erfc with the last four arguments remembered (a bin's edge comes
+  // back in the next bin, two or three calls later).
+  struct Erfc {
+    double arg[4] = {NAN, NAN, NAN, NAN}, value[4] = {};
+    int next = 0;
+    double operator()(double x) {
+      for (int k = 0; k < 4; ++k) {
+        if (x == arg[k]) return value[k];
+      }
+      const double v = std::erfc(x);
+      arg[next] = x;
+      value[next] = v;
+      next = (next + 1) & 3;
+      return v;
+    }
+  };
+  // NormalMass, its erfc through `erfc` (the same value).
+  static double NormalMass(double a, double b, Erfc& erfc) {
+    if (a >= 0) return 0.5 * (erfc(a / std::sqrt(2.0)) - erfc(b / std::sqrt(2.0)));
+    return 0.5 * (erfc(-b / std::sqrt(2.0)) - erfc(-a / std::sqrt(2.0)));
+  }
+  // std::log(Edge(i)), computed once.
+  static double LogEdge(int i) {
+    static const std::array<double, kBins + 1> logs = [] {
+      std::array<double, kBins + 1> l{};
+      for (int k = 0; k <= kBins; ++k) l[k] = std::log(Edge(k));
+      return l;
+    }();
+    return logs[i];
   }
 
  private:
