@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace rota {
 namespace {
@@ -688,4 +690,32 @@ TEST(JobTable, MaxIdIsTheLargestHeld) {
   EXPECT_EQ(seen, 1u);
 }
 
+}  // namespace rota
+
+namespace rota {
+namespace {
+
+// Bin's shortcut from the exponent gives what its definition gives: the
+// last edge not above the value (bin 0 below 1, the last bin above it),
+// at every edge, a hair either side of it, and in between.
+TEST(RunHistory, BinIsTheLastEdgeNotAboveIt) {
+  auto by_definition = [](double x) {
+    const auto& e = RunHistory::Edges();
+    const int i = static_cast<int>(std::upper_bound(e.begin(), e.begin() + RunHistory::kBins, x) - e.begin()) - 1;
+    return std::clamp(i, 0, RunHistory::kBins - 1);
+  };
+  std::vector<double> xs = {0, -1, 0.5, 1, 1.5, 2, 1e12, HUGE_VAL, std::nan("")};
+  for (int i = 0; i <= RunHistory::kBins; ++i) {
+    const double e = RunHistory::Edge(i);
+    xs.insert(xs.end(), {e, std::nextafter(e, 0.0), std::nextafter(e, HUGE_VAL), e * 1.1, e * 1.3});
+  }
+  uint64_t seed = 42;
+  for (int k = 0; k < 100000; ++k) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    xs.push_back(std::ldexp(static_cast<double>(seed >> 11), -53) * std::pow(2.0, 34.0));  // 0 .. 2^34
+  }
+  for (double x : xs) EXPECT_EQ(RunHistory::Bin(x), by_definition(x)) << x;
+}
+
+}  // namespace
 }  // namespace rota

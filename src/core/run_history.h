@@ -37,6 +37,13 @@ struct RunHistory {
   static double Edge(int i) { return Edges()[i]; }
   static int Bin(double gpu_seconds) {
     const auto& e = Edges();
+    // Between 1 and the last bin, from the exponent: 2^k <= x < 2^(k+1) is
+    // Edge(2k) <= x < Edge(2k + 2) (powers of 2 are exact), so x is in bin
+    // 2k or 2k + 1 (a learned order asks for every job's bin every cycle).
+    if (gpu_seconds >= 1 && gpu_seconds < e[kBins - 1]) {
+      const int k = std::ilogb(gpu_seconds);
+      return gpu_seconds >= e[2 * k + 1] ? 2 * k + 1 : 2 * k;
+    }
     // The last edge not above it (bin 0 below 1).
     const int i = static_cast<int>(std::upper_bound(e.begin(), e.begin() + kBins, gpu_seconds) - e.begin()) - 1;
     return std::clamp(i, 0, kBins - 1);
