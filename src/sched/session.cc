@@ -157,11 +157,13 @@ void Session::ReadLiveJobs(const Snapshot& snap) {
   changed_.assign(std::max(n, chunks_.size()), 0);
   for (size_t c = n; c < chunks_.size(); ++c) changed_[c] = 1;  // (a smaller table: another state's)
   chunks_.resize(n);
+  shapes_.resize(n);
   for (size_t c = 0; c < n; ++c) {
     ChunkJobs& cj = chunks_[c];
     const void* identity = live.chunk_identity(c);
     if (read_ && identity == cj.identity) continue;
     changed_[c] = 1;
+    shapes_[c].clear();
     cj.identity = identity;
     cj.pending.clear();
     cj.running.clear();
@@ -214,42 +216,41 @@ template <typename Less>
 void Session::OrderPendingBy(Less before) {
   bool stable = true;
   for (const JobOrderPlugin* o : profile_->job_orders()) stable = stable && o->stable();
-  if (stable && sorted_kept_) {
-    // The last order without the changed chunks' jobs, and those chunks'
-    // pending jobs sorted and merged in: one insertion each when few.
-    kept_.clear();
-    fresh_.clear();
-    for (const Ordered& o : sorted_) {
-      if (!changed_[o.id.value() / JobTable::kChunk]) kept_.push_back(o);
+  // The last order without the changed chunks' jobs (kept_), and those
+  // chunks' pending jobs sorted and merged in: one insertion each when few.
+  // With stable job orders the kept jobs' keys are as they were; otherwise
+  // (a ranking order, keys that move with time) they are read again, and
+  // the kept jobs are sorted again only if they are no longer in order:
+  // between rebuilds of its estimates, a ranking order leaves most waiting
+  // jobs where they were, and a check costs n comparisons, a sort n log n.
+  // (Ids break ties, so the order is total: any of these gives the same.)
+  kept_.clear();
+  fresh_.clear();
+  const bool keys_kept = stable && sorted_kept_;
+  for (const Ordered& o : sorted_) {
+    if (changed_[o.id.value() / JobTable::kChunk]) continue;
+    kept_.push_back(keys_kept ? o : MakeOrdered(*o.job));
+  }
+  if (!keys_kept && !std::is_sorted(kept_.begin(), kept_.end(), before)) std::sort(kept_.begin(), kept_.end(), before);
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    if (!changed_[c]) continue;
+    for (const JobRecord* j : chunks_[c].pending) fresh_.push_back(MakeOrdered(*j));
+  }
+  // (Collected in id order, which is often the order already: one
+  // priority, first come first served.)
+  if (!std::is_sorted(fresh_.begin(), fresh_.end(), before)) std::sort(fresh_.begin(), fresh_.end(), before);
+  sorted_.clear();
+  if (fresh_.size() * 16 < kept_.size()) {
+    auto from = kept_.begin();
+    for (const Ordered& f : fresh_) {
+      auto at = std::upper_bound(from, kept_.end(), f, before);
+      sorted_.insert(sorted_.end(), from, at);
+      sorted_.push_back(f);
+      from = at;
     }
-    for (size_t c = 0; c < chunks_.size(); ++c) {
-      if (!changed_[c]) continue;
-      for (const JobRecord* j : chunks_[c].pending) fresh_.push_back(MakeOrdered(*j));
-    }
-    if (!std::is_sorted(fresh_.begin(), fresh_.end(), before)) std::sort(fresh_.begin(), fresh_.end(), before);
-    sorted_.clear();
-    if (fresh_.size() * 16 < kept_.size()) {
-      auto from = kept_.begin();
-      for (const Ordered& f : fresh_) {
-        auto at = std::upper_bound(from, kept_.end(), f, before);
-        sorted_.insert(sorted_.end(), from, at);
-        sorted_.push_back(f);
-        from = at;
-      }
-      sorted_.insert(sorted_.end(), from, kept_.end());
-    } else {
-      std::merge(kept_.begin(), kept_.end(), fresh_.begin(), fresh_.end(), std::back_inserter(sorted_), before);
-    }
+    sorted_.insert(sorted_.end(), from, kept_.end());
   } else {
-    sorted_.clear();
-    for (const ChunkJobs& c : chunks_) {
-      for (const JobRecord* j : c.pending) sorted_.push_back(MakeOrdered(*j));
-    }
-    // Collected in id order, which is often the order already (one
-    // priority, first come first served): a check costs n comparisons, a
-    // sort n log n. (Ids break ties, so the order is total: a sort and a
-    // merge give the same.)
-    if (!std::is_sorted(sorted_.begin(), sorted_.end(), before)) std::sort(sorted_.begin(), sorted_.end(), before);
+    std::merge(kept_.begin(), kept_.end(), fresh_.begin(), fresh_.end(), std::back_inserter(sorted_), before);
   }
   sorted_kept_ = stable;
   order_.clear();
@@ -382,7 +383,7 @@ const Session::Failure* Session::FindFailure(const JobRecord& job, bool ends_fir
     return m.found;
   }
   const Failure* found = nullptr;
-  for (auto [it, end] = failure_index_.equal_range(ShapeHash(job.spec())); it != end; ++it) {
+  for (auto [it, end] = failure_index_.equal_range(ShapeOf(job)); it != end; ++it) {
     const Failure& f = failures_[it->second];
     if (f.ends_first == ends_first && f.held == held_.size() && SameShape(*f.job, job)) {
       found = &f;
@@ -531,6 +532,16 @@ uint64_t Session::ShapeHash(const JobSpec& spec) const {
   return h;
 }
 
+uint64_t Session::ShapeOf(const JobRecord& job) const {
+  const uint64_t c = job.id.value() / JobTable::kChunk;
+  if (c >= shapes_.size()) return ShapeHash(job.spec()) | 1;
+  std::vector<uint64_t>& chunk = shapes_[c];
+  if (chunk.empty()) chunk.assign(JobTable::kChunk, 0);
+  uint64_t& h = chunk[job.id.value() % JobTable::kChunk];
+  if (h == 0) h = ShapeHash(job.spec()) | 1;
+  return h;
+}
+
 bool Session::SameShape(const JobRecord& a, const JobRecord& b) {
   const JobSpec& x = a.spec();
   const JobSpec& y = b.spec();
@@ -554,7 +565,7 @@ bool Session::SameShape(const JobRecord& a, const JobRecord& b) {
 }
 
 void Session::RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable, bool ends_first) {
-  failure_index_.emplace(ShapeHash(job->spec()), failures_.size());
+  failure_index_.emplace(ShapeOf(*job), failures_.size());
   failures_.push_back({job, reason, unresolvable, ends_first, held_.size()});
 }
 

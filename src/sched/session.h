@@ -208,6 +208,11 @@ class Session {
 
  private:
   uint64_t ShapeHash(const JobSpec& spec) const;
+  // A live job's ShapeHash (never 0), kept per chunk of the live jobs while
+  // the chunk is unchanged: a deep queue's waiting jobs are looked up in
+  // the failures every cycle.
+  uint64_t ShapeOf(const JobRecord& job) const;
+  mutable std::vector<std::vector<uint64_t>> shapes_;  // as chunks_: per id in the chunk, 0 = not yet
   static bool SameShape(const JobRecord& a, const JobRecord& b);
 
   const Profile* profile_;
