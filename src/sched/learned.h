@@ -104,20 +104,25 @@ class LearnedGittins {
       hazard[i] = at_risk[i] > 0 ? count_[i] / at_risk[i] : 0;
       mean[i] = count_[i] > 0 ? sum_[i] / count_[i] : (Edge(i) + Edge(i + 1)) / 2;
     }
-    // Past the last bin where jobs end, an edge only adds service without
-    // adding a chance to end: no later edge can give a higher index.
+    // Past the last bin where jobs end (hazard 0 from there: spent and
+    // surv stay as they are), a later edge only adds surv * its width to e.
+    // Once e > 0 with surv > 0, the ratio can only fall (or stay below 0);
+    // with surv == 0 it stays; a NaN stays NaN: no later edge changes best.
+    // (Before e > 0, e.g. spent < 0 where jobs ended below their bin's
+    // start, the loop goes on.)
     int last = -1;
     for (int i = 0; i < kBins; ++i) {
-      if (hazard[i] > 0) last = i;
+      if (hazard[i] != 0) last = i;
     }
     for (int i = 0; i < kBins; ++i) {
       const double start = Edge(i);
       double surv = 1, spent = 0, best = 0;
-      for (int j = i; j <= std::max(i, last); ++j) {
+      for (int j = i; j < kBins; ++j) {
         spent += surv * hazard[j] * (mean[j] - start);
         surv *= 1 - hazard[j];
         const double e = spent + surv * (Edge(j + 1) - start);
         if (e > 0) best = std::max(best, (1 - surv) / e);
+        if (j >= last && (surv == 0 || (surv > 0 && e > 0) || std::isnan(e))) break;
       }
       index_[i] = best;
     }
