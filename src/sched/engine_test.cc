@@ -109,6 +109,45 @@ class ComparedOnly final : public JobOrderPlugin {
   const JobOrderPlugin* order_;
 };
 
+// A job order that says it is not stable (as a ranking order, or one whose
+// keys move with time, is not): the session then reads every waiting job's
+// keys again each cycle, starting from its last order. With keys or seen
+// only through Compare.
+class Unstable final : public JobOrderPlugin {
+ public:
+  Unstable(std::unique_ptr<Plugin> inner, bool keyed)
+      : inner_(std::move(inner)), order_(dynamic_cast<const JobOrderPlugin*>(inner_.get())), keyed_(keyed) {}
+  std::string_view name() const override { return order_->name(); }
+  int Compare(const JobRecord& a, const JobRecord& b, TimePoint now) const override { return order_->Compare(a, b, now); }
+  bool preemptive() const override { return order_->preemptive(); }
+  bool stable() const override { return false; }
+  bool keyed() const override { return keyed_ && order_->keyed(); }
+  int64_t Key(const JobRecord& job, TimePoint now) const override { return order_->Key(job, now); }
+
+ private:
+  std::unique_ptr<Plugin> inner_;
+  const JobOrderPlugin* order_;
+  bool keyed_;
+};
+
+// The built-in plugins, with every job order Unstable.
+const Registry& UnstableRegistry(bool keyed) {
+  static const Registry* r[2] = {nullptr, nullptr};
+  if (r[keyed] == nullptr) {
+    auto* out = new Registry;
+    for (const std::string& name : BuiltinRegistry().Names()) {
+      std::unique_ptr<Plugin> p = BuiltinRegistry().Create(name);
+      if (dynamic_cast<const JobOrderPlugin*>(p.get()) != nullptr) {
+        out->Register(name, [name, keyed] { return std::make_unique<Unstable>(BuiltinRegistry().Create(name), keyed); });
+      } else {
+        out->Register(name, [name] { return BuiltinRegistry().Create(name); });
+      }
+    }
+    r[keyed] = out;
+  }
+  return *r[keyed];
+}
+
 // The built-in plugins, with every keyed job order ComparedOnly.
 const Registry& ComparedRegistry() {
   static const Registry* r = [] {
@@ -156,6 +195,10 @@ TEST(Scheduler, AKeptOrderDecidesAsAFreshSortOverRandomChanges) {
   for (const ClusterConfig* config : {&one, &fair, &las}) {
     ClusterState st = MakeCluster(*config);
     auto kept = testing::MakeScheduler(*config);
+    // Kept too, with job orders that are not stable: the last order re-keyed.
+    auto unstable_keyed = Scheduler::Create(*config, EngineOptions{}, UnstableRegistry(true));
+    auto unstable_compared = Scheduler::Create(*config, EngineOptions{}, UnstableRegistry(false));
+    ASSERT_TRUE(unstable_keyed.ok() && unstable_compared.ok());
     Rng rng(17 + checked);
     uint64_t next = 1;
     TimePoint now = 1000 * testing::kMinute;
@@ -193,6 +236,11 @@ TEST(Scheduler, AKeptOrderDecidesAsAFreshSortOverRandomChanges) {
       CycleResult c;
       (*compared)->RunCycle(snap, now, &c);
       ASSERT_EQ(Describe(c), Describe(b)) << "step " << step << ", job orders compared";
+      CycleResult u, v;
+      (*unstable_keyed)->RunCycle(snap, now, &u);
+      ASSERT_EQ(Describe(u), Describe(b)) << "step " << step << ", job orders not stable, keyed";
+      (*unstable_compared)->RunCycle(snap, now, &v);
+      ASSERT_EQ(Describe(v), Describe(b)) << "step " << step << ", job orders not stable, compared";
       ++checked;
       for (const Event& e : ToEvents(a, snap, now)) (void)st.Apply(e);
     }

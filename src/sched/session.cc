@@ -86,6 +86,10 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   failures_.clear();
   failure_index_.clear();
   find_memo_ = {};
+  if (shape_classes_.size() > kMaxShapeClasses) {  // (specs seen long ago: start again)
+    shape_classes_.clear();
+    shapes_.clear();
+  }
   endings_built_ = false;
   preemption_searches_ = 0;
   victim_set_.clear();
@@ -385,7 +389,7 @@ const Session::Failure* Session::FindFailure(const JobRecord& job, bool ends_fir
   const Failure* found = nullptr;
   for (auto [it, end] = failure_index_.equal_range(ShapeOf(job)); it != end; ++it) {
     const Failure& f = failures_[it->second];
-    if (f.ends_first == ends_first && f.held == held_.size() && SameShape(*f.job, job)) {
+    if (f.ends_first == ends_first && f.held == held_.size()) {  // (of its class: the same shape)
       found = &f;
       break;
     }
@@ -533,24 +537,41 @@ uint64_t Session::ShapeHash(const JobSpec& spec) const {
 }
 
 uint64_t Session::ShapeOf(const JobRecord& job) const {
+  const JobSpec& spec = job.spec();
+  for (const TaskGroupSpec& t : spec.tasks) {
+    if (t.gpu_share.shared()) return next_shape_++;  // like no other, itself included
+  }
   const uint64_t c = job.id.value() / JobTable::kChunk;
-  if (c >= shapes_.size()) return ShapeHash(job.spec()) | 1;
-  std::vector<uint64_t>& chunk = shapes_[c];
-  if (chunk.empty()) chunk.assign(JobTable::kChunk, 0);
-  uint64_t& h = chunk[job.id.value() % JobTable::kChunk];
-  if (h == 0) h = ShapeHash(job.spec()) | 1;
-  return h;
+  uint64_t* cached = nullptr;
+  if (c < shapes_.size()) {
+    std::vector<uint64_t>& chunk = shapes_[c];
+    if (chunk.empty()) chunk.assign(JobTable::kChunk, 0);
+    cached = &chunk[job.id.value() % JobTable::kChunk];
+    if (*cached != 0) return *cached;
+  }
+  const int32_t desired = spec.is_service() ? job.DesiredReplicas() : -1;
+  const uint64_t h = ShapeHash(spec);
+  uint64_t id = 0;
+  for (auto [it, end] = shape_classes_.equal_range(h); it != end; ++it) {
+    if (it->second.desired == desired && SameSpecShape(*it->second.spec, spec)) {
+      id = it->second.id;
+      break;
+    }
+  }
+  if (id == 0) {
+    id = next_shape_++;
+    shape_classes_.emplace(h, ShapeClass{job.shared_spec, desired, id});
+  }
+  if (cached != nullptr) *cached = id;
+  return id;
 }
 
-bool Session::SameShape(const JobRecord& a, const JobRecord& b) {
-  const JobSpec& x = a.spec();
-  const JobSpec& y = b.spec();
+bool Session::SameSpecShape(const JobSpec& x, const JobSpec& y) {
   if (x.tasks.size() != y.tasks.size() || x.node_selector != y.node_selector ||
       x.topology.level != y.topology.level || x.topology.mode != y.topology.mode ||
       // What decides whether it may preempt, and whom:
       x.queue != y.queue || x.priority != y.priority || x.preemptible != y.preemptible ||
-      x.elastic_min_replicas != y.elastic_min_replicas || x.is_service() != y.is_service() ||
-      (x.is_service() && a.DesiredReplicas() != b.DesiredReplicas())) {
+      x.elastic_min_replicas != y.elastic_min_replicas || x.is_service() != y.is_service()) {
     return false;
   }
   for (size_t i = 0; i < x.tasks.size(); ++i) {
@@ -562,6 +583,12 @@ bool Session::SameShape(const JobRecord& a, const JobRecord& b) {
     }
   }
   return true;
+}
+
+bool Session::SameShape(const JobRecord& a, const JobRecord& b) {
+  const JobSpec& x = a.spec();
+  const JobSpec& y = b.spec();
+  return SameSpecShape(x, y) && (!x.is_service() || a.DesiredReplicas() == b.DesiredReplicas());
 }
 
 void Session::RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable, bool ends_first) {

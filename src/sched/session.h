@@ -208,11 +208,24 @@ class Session {
 
  private:
   uint64_t ShapeHash(const JobSpec& spec) const;
-  // A live job's ShapeHash (never 0), kept per chunk of the live jobs while
-  // the chunk is unchanged: a deep queue's waiting jobs are looked up in
-  // the failures every cycle.
+  // A live job's shape class (never 0): two jobs are of one class exactly
+  // when SameShape holds for them, so the failures are indexed by class and
+  // a lookup compares no fields. Kept per chunk of the live jobs while the
+  // chunk is unchanged (a deep queue's waiting jobs are looked up every
+  // cycle). A job with a GPU share is of a class of its own at each call
+  // (SameShape never holds for it); a service's class includes its desired
+  // replicas.
   uint64_t ShapeOf(const JobRecord& job) const;
+  static bool SameSpecShape(const JobSpec& x, const JobSpec& y);  // SameShape's spec part
   mutable std::vector<std::vector<uint64_t>> shapes_;  // as chunks_: per id in the chunk, 0 = not yet
+  struct ShapeClass {
+    std::shared_ptr<const JobSpec> spec;  // one of its jobs' (kept alive: compared with later ones)
+    int32_t desired = -1;                 // a service's desired replicas (-1: not a service)
+    uint64_t id = 0;
+  };
+  mutable std::unordered_multimap<uint64_t, ShapeClass> shape_classes_;  // ShapeHash -> its classes
+  mutable uint64_t next_shape_ = 1;
+  static constexpr size_t kMaxShapeClasses = 1 << 16;  // then forgotten (and shapes_ with them) at a Begin
   static bool SameShape(const JobRecord& a, const JobRecord& b);
 
   const Profile* profile_;
@@ -242,8 +255,9 @@ class Session {
   // what Begin read from each chunk of the live jobs (JobTable), and the
   // pending jobs in job order. A chunk the new snapshot shares with the
   // last (read_ keeps it alive) is unchanged, so only changed chunks are
-  // read again, and with stable job orders (framework.h) only their pending
-  // jobs are sorted and merged into the kept order.
+  // read again, and only their pending jobs are sorted and merged into the
+  // kept order (with job orders that are not stable, framework.h, the kept
+  // jobs' keys are read again and they are sorted again if out of order).
   struct ChunkJobs {
     const void* identity = nullptr;
     std::vector<const JobRecord*> pending, running, elastic_running;
@@ -290,7 +304,7 @@ class Session {
   std::vector<uint8_t> changed_;  // per chunk: read again this cycle
   std::optional<Snapshot> read_;  // the snapshot chunks_ was read from
   std::vector<Ordered> sorted_, kept_, fresh_, nominated_;
-  bool sorted_kept_ = false;  // sorted_ is the last cycle's order, by stable job orders
+  bool sorted_kept_ = false;  // sorted_'s keys may be used again: stable job orders made it
 
   std::unordered_map<JobId, int32_t> array_running_;  // arrays with a limit: elements running, stopping or starting
   std::unordered_set<JobId> array_starting_;          // pending elements counted in array_running_
