@@ -322,7 +322,7 @@ class Session {
   bool endings_built_ = false;
   int32_t preemption_searches_ = 0;
   std::vector<Failure> failures_;
-  std::unordered_multimap<uint64_t, size_t> failure_index_;  // ShapeHash -> failures_ index
+  std::unordered_multimap<uint64_t, size_t> failure_index_;  // ShapeOf (the shape class) -> failures_ index
   // The last FindFailure: its answer holds for the next job of the same
   // spec while no failure was added and the held GPUs are the same.
   struct FindMemo {
