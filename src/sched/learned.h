@@ -134,8 +134,8 @@ class LearnedGittins {
   double Index(double a) const { return index_[Bin(a)]; }
   // P(a < Z < b) for a standard normal Z, from the nearer tail (no cancellation).
   static double NormalMass(double a, double b) {
-    if (a >= 0) return 0.5 * (std::erfc(a / std::sqrt(2.0)) - std::erfc(b / std::sqrt(2.0)));
-    return 0.5 * (std::erfc(-b / std::sqrt(2.0)) - std::erfc(-a / std::sqrt(2.0)));
+    Erfc erfc;
+    return NormalMass(a, b, erfc);
   }
   // std::erfc with the last four arguments remembered (a bin's edge comes
   // back in the next bin, two or three calls later).

@@ -501,7 +501,7 @@ bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
 }
 
 uint64_t Session::ShapeHash(const JobSpec& spec) const {
-  // FNV-1a over the fields SameShape compares.
+  // FNV-1a over the fields SameSpecShape compares.
   uint64_t h = 1469598103934665603ULL;
   auto mix = [&h](std::string_view bytes) {
     for (unsigned char c : bytes) {
@@ -583,12 +583,6 @@ bool Session::SameSpecShape(const JobSpec& x, const JobSpec& y) {
     }
   }
   return true;
-}
-
-bool Session::SameShape(const JobRecord& a, const JobRecord& b) {
-  const JobSpec& x = a.spec();
-  const JobSpec& y = b.spec();
-  return SameSpecShape(x, y) && (!x.is_service() || a.DesiredReplicas() == b.DesiredReplicas());
 }
 
 void Session::RecordFailure(const JobRecord* job, const PendingReason& reason, bool unresolvable, bool ends_first) {

@@ -209,14 +209,14 @@ class Session {
  private:
   uint64_t ShapeHash(const JobSpec& spec) const;
   // A live job's shape class (never 0): two jobs are of one class exactly
-  // when SameShape holds for them, so the failures are indexed by class and
-  // a lookup compares no fields. Kept per chunk of the live jobs while the
+  // when they have the same shape (SameSpecShape, and for a service the
+  // same desired replicas), so the failures are indexed by class and a
+  // lookup compares no fields. Kept per chunk of the live jobs while the
   // chunk is unchanged (a deep queue's waiting jobs are looked up every
   // cycle). A job with a GPU share is of a class of its own at each call
-  // (SameShape never holds for it); a service's class includes its desired
-  // replicas.
+  // (SameSpecShape never holds for it).
   uint64_t ShapeOf(const JobRecord& job) const;
-  static bool SameSpecShape(const JobSpec& x, const JobSpec& y);  // SameShape's spec part
+  static bool SameSpecShape(const JobSpec& x, const JobSpec& y);
   mutable std::vector<std::vector<uint64_t>> shapes_;  // as chunks_: per id in the chunk, 0 = not yet
   struct ShapeClass {
     std::shared_ptr<const JobSpec> spec;  // one of its jobs' (kept alive: compared with later ones)
@@ -226,7 +226,6 @@ class Session {
   mutable std::unordered_multimap<uint64_t, ShapeClass> shape_classes_;  // ShapeHash -> its classes
   mutable uint64_t next_shape_ = 1;
   static constexpr size_t kMaxShapeClasses = 1 << 16;  // then forgotten (and shapes_ with them) at a Begin
-  static bool SameShape(const JobRecord& a, const JobRecord& b);
 
   const Profile* profile_;
   const EngineOptions* options_;
