@@ -443,7 +443,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     asio::async_write(stream_, http::make_chunk(asio::buffer(*data)),
                       [self = this->shared_from_this(), data](beast::error_code ec, std::size_t) {
                         self->writing_ = false;
-                        if (ec) return self->Abort();
+                        // Aborted while this write was in flight (the peer's
+                        // close can be handled before a write that had
+                        // already completed): the queue is gone, not popped.
+                        if (ec || self->aborted_) return self->Abort();
                         self->queued_bytes_ -= data->size();
                         self->queue_.pop_front();
                         self->Flush();
