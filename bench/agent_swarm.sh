@@ -55,6 +55,14 @@ EOS
     --timeout-s "$TIMEOUT_S" --idle-sockets "$IDLE_SOCKETS" --slow-sockets "$SLOW_SOCKETS" "${restart[@]}" || status=1
   kill -TERM "$(cat "$R/pid")" 2>/dev/null
   while kill -0 "$(cat "$R/pid")" 2>/dev/null; do sleep 0.1; done
+  # A server that died under the swarm (or on its way out) fails the run; 127:
+  # not this shell's child (restarted by restart.sh), its status unknown here.
+  wait "$(cat "$R/pid")" 2>/dev/null
+  rc=$?
+  if [ "$rc" != 0 ] && [ "$rc" != 127 ]; then
+    echo "RESULT server exited with status $rc"
+    status=1
+  fi
   [ "$status" = 0 ] || tail -20 "$R/server.log"
   rm -rf "$R"
 done
