@@ -125,6 +125,7 @@ struct Shared {
   std::atomic<int64_t> errors{0};
   std::atomic<int> registered{0};
   std::atomic<int> watching{0};       // nodes whose watch stream is open
+  std::atomic<int> synced{0};         // of those, nodes that have applied the stream's first event
   std::atomic<int> reregistered{0};   // registrations since the restart
   std::atomic<bool> restarted{false};
   std::atomic<bool> stop{false};
@@ -322,6 +323,8 @@ class Node : public std::enable_shared_from_this<Node> {
                               if (!line.empty()) {
                                 watch_failures_ = 0;
                                 Apply(line);
+                                if (counted_ && !synced_) ++s_.synced;
+                                synced_ = counted_;
                               }
                             }
                             if (ec || watch_parser_->is_done()) return WatchFailed();
@@ -334,7 +337,9 @@ class Node : public std::enable_shared_from_this<Node> {
     watch_.stream.socket().close(ignored);
     watch_open_ = false;
     if (counted_) --s_.watching;
+    if (synced_) --s_.synced;
     counted_ = false;
+    synced_ = false;
   }
 
   void WatchFailed() {
@@ -477,6 +482,7 @@ class Node : public std::enable_shared_from_this<Node> {
   bool counted_ = false;
   bool registering_ = false;
   bool ever_registered_ = false;
+  bool synced_ = false;  // counted in s_.synced
   bool beating_ = false;
   bool queued_ = false;  // a report waits for one of the swarm's report slots
   int failures_ = 0;
@@ -568,6 +574,17 @@ int LostNodes(httplib::Client& admin) {
   return lost;
 }
 
+// The most the server's HTTP loop ran late since the last call (its
+// /metrics gauge, which each scrape resets), in ms; -1 if unknown. Tells the
+// server's own delays from the client's in a health check's latency.
+double LoopLagMs(httplib::Client& admin) {
+  auto r = admin.Get("/metrics");
+  if (!r || r->status != 200) return -1;
+  const std::string key = "\nrota_http_loop_lag_max_seconds ";
+  const size_t at = r->body.find(key);
+  return at == std::string::npos ? -1 : 1000 * std::atof(r->body.c_str() + at + key.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -641,6 +658,14 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::printf("RESULT nodes=%d registered=%d in %.1fs\n", opt.nodes, s.registered.load(), Ms(Clock::now() - t0) / 1000);
+  // The idle figures are the steady state: every watch open and its first
+  // event (the node's tasks) applied, not the connection burst.
+  if (opt.watch) {
+    while (s.synced < opt.nodes && Clock::now() - t0 < std::chrono::seconds(opt.timeout_s)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::printf("RESULT watching=%d synced=%d in %.1fs\n", s.watching.load(), s.synced.load(), Ms(Clock::now() - t0) / 1000);
+  }
 
   // Hostile clients, held from here to the end.
   std::atomic<int> pests_held{0};
@@ -668,12 +693,13 @@ int main(int argc, char** argv) {
   });
 
   // Idle: connected, heartbeating, nothing to do.
+  LoopLagMs(admin);
   auto [cpu0, rss0] = CpuAndRss(opt.server_pid);
   std::this_thread::sleep_for(std::chrono::seconds(opt.idle_s));
   auto [cpu1, rss1] = CpuAndRss(opt.server_pid);
   const int lost_idle = LostNodes(admin);
-  std::printf("RESULT idle server_cpu=%.1f%% rss=%.0fMiB lost_nodes=%d healthz %s\n",
-              100.0 * (cpu1 - cpu0) / opt.idle_s, rss1, lost_idle, healthz.Summary().c_str());
+  std::printf("RESULT idle server_cpu=%.1f%% rss=%.0fMiB lost_nodes=%d healthz %s loop_lag_max=%.1fms\n",
+              100.0 * (cpu1 - cpu0) / opt.idle_s, rss1, lost_idle, healthz.Summary().c_str(), LoopLagMs(admin));
   healthz.Clear();
 
   // Load: an array of 1-GPU jobs that each "run" run_ms.
@@ -726,7 +752,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(s.errors.load()));
   std::printf("RESULT bind_to_agent %s\n", s.bind_to_agent.Summary().c_str());
   std::printf("RESULT exit_report_rtt %s\n", s.heartbeat_rtt.Summary().c_str());
-  std::printf("RESULT healthz_under_load %s\n", healthz.Summary().c_str());
+  std::printf("RESULT healthz_under_load %s loop_lag_max=%.1fms\n", healthz.Summary().c_str(), LoopLagMs(admin));
   if (!pests.empty()) std::printf("RESULT pests held=%d (of %zu)\n", pests_held.load(), pests.size());
   bool restart_ok = true;
   if (!opt.restart_cmd.empty()) {

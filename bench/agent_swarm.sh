@@ -6,7 +6,10 @@
 # env:   TRANSPORT (watch, or poll: the older long poll), JOBS (2000), RUN_MS (1000),
 #        HEARTBEAT_MS (the server's interval, NODE_TIMEOUT / 3), IDLE_S (10), NODE_TIMEOUT (30s),
 #        RESTART (1: kill -9 and restart the server under the swarm, then check nothing was lost),
-#        IDLE_SOCKETS, SLOW_SOCKETS (hostile clients held open throughout; default 0)
+#        IDLE_SOCKETS, SLOW_SOCKETS (hostile clients held open throughout; default 0),
+#        SWARM_NICE (0: the swarm's nice value; it stands for other machines, and at
+#        10 takes less of the cores the server is measured on), KEEP_LOG (a file to
+#        copy the server's log to)
 # Prints the swarm's RESULT lines per node count. Everything it starts it stops by PID.
 set -u
 BUILD=${BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
@@ -50,7 +53,7 @@ EOS
   restart=()
   [ "$RESTART" = 1 ] && restart=(--restart-cmd "$R/restart.sh" --grace-s $((NODE_TIMEOUT_S + 5)))
   echo "== $NODES nodes x 8 GPUs, transport $TRANSPORT, $JOBS jobs of ${RUN_MS} ms, heartbeat ${HEARTBEAT_MS} ms"
-  "$SWARM" --server "$URL" --token "$(cat "$R/data/admin.token")" --server-pid "$(cat "$R/pid")" --nodes "$NODES" \
+  nice -n "${SWARM_NICE:-0}" "$SWARM" --server "$URL" --token "$(cat "$R/data/admin.token")" --server-pid "$(cat "$R/pid")" --nodes "$NODES" \
     --transport "$TRANSPORT" --jobs "$JOBS" --run-ms "$RUN_MS" --heartbeat-ms "$HEARTBEAT_MS" --idle-s "$IDLE_S" \
     --timeout-s "$TIMEOUT_S" --idle-sockets "$IDLE_SOCKETS" --slow-sockets "$SLOW_SOCKETS" "${restart[@]}" || status=1
   kill -TERM "$(cat "$R/pid")" 2>/dev/null
@@ -64,6 +67,7 @@ EOS
     status=1
   fi
   [ "$status" = 0 ] || tail -20 "$R/server.log"
+  [ -n "${KEEP_LOG:-}" ] && cp "$R/server.log" "$KEEP_LOG"
   rm -rf "$R"
 done
 exit $status
