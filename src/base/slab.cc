@@ -10,12 +10,6 @@
 
 namespace rota {
 
-namespace {
-
-constexpr size_t kHugePage = size_t{2} << 20;
-
-}  // namespace
-
 // Slots are whole multiples of max_align_t, so each is aligned for anything.
 SlabPool::SlabPool(size_t slot_bytes)
     : slot_((std::max(slot_bytes, sizeof(FreeSlot)) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) *
@@ -28,46 +22,107 @@ bool SlabsOn() {
   return v == nullptr || std::string_view(v) != "off";
 }
 
+SlabPool::Slab* SlabPool::NewSlab() {
+  // On a boundary of its own size (so that a slot finds its slab, and all of
+  // it can be huge pages). Address space only: the kernel backs what is
+  // touched.
+  void* p = mmap(nullptr, 2 * kSlabBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(p) + kSlabBytes - 1) & ~(kSlabBytes - 1);
+  // With transparent huge pages `never` (or a kernel without them) the
+  // slab is ordinary pages. With the usual defrag setting (`madvise`), a
+  // fault here may compact memory first.
+  madvise(reinterpret_cast<void*>(start), kSlabBytes, MADV_HUGEPAGE);
+  // The unaligned head and tail of the mapping go back.
+  char* const base = static_cast<char*>(p);
+  char* const first = reinterpret_cast<char*>(start);
+  if (first > base) munmap(base, static_cast<size_t>(first - base));
+  munmap(first + kSlabBytes, static_cast<size_t>(base + kSlabBytes - first));
+  Slab& s = slabs_[start];
+  s.base = first;
+  s.seq = slabs_.size();
+  return &s;
+}
+
 void* SlabPool::Allocate() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (free_ != nullptr) {
-    FreeSlot* s = free_;
-    free_ = s->next;
-    return s;
+  if (current_ == nullptr || !HasRoom(*current_)) {
+    // A slab in use with room (the oldest), else the spare, else a slab
+    // given back (the oldest), else a new one.
+    if (!room_.empty()) {
+      current_ = &slabs_.find(room_.begin()->second)->second;
+    } else if (spare_ != nullptr) {
+      current_ = spare_;
+    } else if (!released_slabs_.empty()) {
+      current_ = &slabs_.find(released_slabs_.begin()->second)->second;
+    } else {
+      current_ = NewSlab();
+    }
   }
-  if (next_ == nullptr || static_cast<size_t>(end_ - next_) < slot_) {
-    // A new slab, on a huge-page boundary so that all of it can be huge
-    // pages. Address space only: the kernel backs what is touched.
-    void* p = mmap(nullptr, kSlabBytes + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    const uintptr_t start = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1);
-    // With transparent huge pages `never` (or a kernel without them) the
-    // slab is ordinary pages. With the usual defrag setting (`madvise`), a
-    // fault here may compact memory first.
-    madvise(reinterpret_cast<void*>(start), kSlabBytes, MADV_HUGEPAGE);
-    // The unaligned head and tail of the mapping go back.
-    char* const base = static_cast<char*>(p);
-    char* const first = reinterpret_cast<char*>(start);
-    if (first > base) munmap(base, static_cast<size_t>(first - base));
-    munmap(first + kSlabBytes, static_cast<size_t>(base + kHugePage - first));
-    next_ = reinterpret_cast<char*>(start);
-    end_ = next_ + kSlabBytes;
-    ++slabs_;
+  Slab& s = *current_;
+  const std::pair<size_t, uintptr_t> key{s.seq, reinterpret_cast<uintptr_t>(s.base)};
+  if (s.live == 0) {
+    if (spare_ == &s) spare_ = nullptr;
+    released_slabs_.erase(key);
   }
-  void* out = next_;
-  next_ += slot_;
+  void* out;
+  if (s.free != nullptr) {
+    out = s.free;
+    s.free = s.free->next;
+  } else {
+    out = s.base + s.used;
+    s.used += slot_;
+  }
+  ++s.live;
+  if (HasRoom(s) != s.in_room) {
+    s.in_room = !s.in_room;
+    if (s.in_room) {
+      room_.insert(key);
+    } else {
+      room_.erase(key);
+    }
+  }
   return out;
 }
 
 void SlabPool::Free(void* p) noexcept {
   if (p == nullptr) return;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(p) & ~(kSlabBytes - 1);
   std::lock_guard<std::mutex> lock(mu_);
-  free_ = new (p) FreeSlot{free_};
+  auto it = slabs_.find(base);
+  if (it == slabs_.end()) return;  // not one of this pool's slots: a caller's bug, left alone
+  Slab& s = it->second;
+  s.free = new (p) FreeSlot{s.free};
+  const std::pair<size_t, uintptr_t> key{s.seq, base};
+  if (--s.live > 0) {
+    if (!s.in_room) room_.insert(key);
+    s.in_room = true;
+    return;
+  }
+  if (s.in_room) room_.erase(key);
+  s.in_room = false;
+  if (current_ == &s) current_ = nullptr;  // slots come from a slab in use first
+  if (spare_ == nullptr) {
+    spare_ = &s;
+    return;
+  }
+  // Empty, and a spare is kept already: its memory goes back; its slots
+  // are handed out afresh (from the start) when it is used again.
+  madvise(s.base, kSlabBytes, MADV_DONTNEED);
+  s.free = nullptr;
+  s.used = 0;
+  released_slabs_.insert(key);
+  ++released_;
 }
 
 size_t SlabPool::slabs() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return slabs_;
+  return slabs_.size();
+}
+
+size_t SlabPool::released() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return released_;
 }
 
 }  // namespace rota

@@ -2,9 +2,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <set>
 #include <utility>
 
 namespace rota {
@@ -12,9 +14,14 @@ namespace rota {
 // Fixed-size slots cut from large slabs that the kernel may back with
 // transparent huge pages (madvise(MADV_HUGEPAGE)): a million objects made at
 // once (a restart replaying a million-job array) take a few hundred 2 MiB
-// page faults, not 200,000 4 KiB ones. A freed slot goes on a free list and
-// is the next one handed out; slabs are never given back (the objects come
-// and go in the millions over a server's life, so the memory is reused).
+// page faults, not 200,000 4 KiB ones. Each slab keeps its own free list and
+// count of live slots; a slot comes from the current slab while it has room,
+// then from the oldest slab in use with room, so that live objects gather in
+// the oldest slabs and the newer ones empty; an empty slab is used last. A slab whose last slot is freed gives
+// its memory back to the kernel (madvise(MADV_DONTNEED): RSS falls after a
+// million jobs are cancelled), except one empty slab kept ready, so that
+// one object made and freed over and over does not fault a slab in each
+// time. Slabs stay mapped (address space only) and are reused.
 // Thread-safe: objects are made on one thread and often freed on another.
 class SlabPool {
  public:
@@ -32,6 +39,8 @@ class SlabPool {
   size_t slot_bytes() const { return slot_; }
   // Slabs mapped so far (for tests).
   size_t slabs() const;
+  // Times a slab's memory went back to the kernel (for tests).
+  size_t released() const;
 
   // The process's pool for slots of `kBytes` (aligned for max_align_t); one
   // per size, made on first use and never destroyed (objects may be freed
@@ -46,12 +55,28 @@ class SlabPool {
   struct FreeSlot {
     FreeSlot* next;
   };
+  // A slab (aligned to kSlabBytes, so a slot's slab is its address rounded
+  // down): slots handed out from the bump offset `used`, freed ones on `free`.
+  struct Slab {
+    char* base = nullptr;
+    size_t seq = 0;  // the order it was mapped in
+    size_t used = 0;
+    size_t live = 0;
+    FreeSlot* free = nullptr;
+    bool in_room = false;  // listed in room_
+  };
+  bool HasRoom(const Slab& s) const { return s.free != nullptr || s.used + slot_ <= kSlabBytes; }
+  Slab* NewSlab();  // REQUIRES: mu_ held
+
   mutable std::mutex mu_;
   const size_t slot_;
-  char* next_ = nullptr;  // the current slab's first unused byte
-  char* end_ = nullptr;
-  FreeSlot* free_ = nullptr;
-  size_t slabs_ = 0;
+  std::map<uintptr_t, Slab> slabs_;  // by base address
+  // Slabs as (seq, base), oldest first: those in use with a free slot, and
+  // the empty ones whose memory went back.
+  std::set<std::pair<size_t, uintptr_t>> room_, released_slabs_;
+  Slab* current_ = nullptr;  // where slots come from while it has room
+  Slab* spare_ = nullptr;    // the one empty slab kept resident, if any
+  size_t released_ = 0;
 };
 
 // Whether this build checks memory (AddressSanitizer, LeakSanitizer,

@@ -1,5 +1,8 @@
 #include "base/slab.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -52,6 +55,71 @@ TEST(SlabPool, ASlabThatFillsUpIsFollowedByAnother) {
   EXPECT_EQ(distinct.size(), slots.size());
   for (void* p : slots) pool.Free(p);
   EXPECT_THROW(SlabPool(SlabPool::kSlabBytes + 1), std::invalid_argument);
+}
+
+// Pages of [p, p + bytes) the kernel holds in memory (mincore).
+size_t ResidentPages(void* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((bytes + page - 1) / page);
+  if (mincore(p, bytes, in.data()) != 0) return SIZE_MAX;
+  size_t n = 0;
+  for (unsigned char c : in) n += c & 1;
+  return n;
+}
+
+TEST(SlabPool, EmptySlabsGoBackToTheKernelButOneIsKeptAndAllAreReused) {
+  // 1 MiB slots: 32 a slab. Four slabs filled and written.
+  const size_t slot = size_t{1} << 20;
+  SlabPool pool(slot);
+  std::vector<char*> slots;
+  for (int i = 0; i < 4 * 32; ++i) {
+    slots.push_back(static_cast<char*>(pool.Allocate()));
+    std::memset(slots.back(), 0x5a, slot);
+  }
+  ASSERT_EQ(pool.slabs(), 4u);
+  char* slab[4];
+  for (int k = 0; k < 4; ++k) {
+    slab[k] = slots[static_cast<size_t>(32 * k)];
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(slab[k]) % SlabPool::kSlabBytes, 0u) << k;  // aligned to its size
+    ASSERT_EQ(ResidentPages(slab[k], SlabPool::kSlabBytes) * static_cast<size_t>(sysconf(_SC_PAGESIZE)),
+              SlabPool::kSlabBytes);
+  }
+  // Slabs 1, 2 and 3 emptied (one slot of slab 0 freed too): the first to
+  // empty is kept as the spare, the other two go back, whole.
+  pool.Free(slots[5]);
+  for (size_t i = 32; i < slots.size(); ++i) pool.Free(slots[i]);
+  EXPECT_EQ(pool.released(), 2u);
+  EXPECT_EQ(ResidentPages(slab[1], SlabPool::kSlabBytes) * static_cast<size_t>(sysconf(_SC_PAGESIZE)),
+            SlabPool::kSlabBytes);
+  EXPECT_EQ(ResidentPages(slab[2], SlabPool::kSlabBytes), 0u);
+  EXPECT_EQ(ResidentPages(slab[3], SlabPool::kSlabBytes), 0u);
+  EXPECT_EQ(slab[0][6 * slot], 0x5a);  // slab 0's live slots are untouched
+
+  // Reuse: slab 0's free slot first (the oldest slab with room), then the
+  // spare, then the released slabs from their start; no new mapping, every
+  // slot distinct and writable.
+  EXPECT_EQ(pool.Allocate(), slots[5]);
+  std::set<void*> again;
+  for (int i = 0; i < 3 * 32; ++i) {
+    char* p = static_cast<char*>(pool.Allocate());
+    ASSERT_TRUE(again.insert(p).second) << i;
+    std::memset(p, 0x3c, slot);
+  }
+  EXPECT_EQ(pool.slabs(), 4u);
+  EXPECT_EQ(again.count(slab[2]), 1u);
+  EXPECT_EQ(again.count(slab[3]), 1u);
+  EXPECT_EQ(pool.released(), 2u);
+
+  // One slot made and freed over and over in an otherwise empty pool: the
+  // spare stays, nothing is given back each time.
+  for (void* p : again) pool.Free(p);
+  for (size_t i = 0; i < 32; ++i) {
+    if (i != 5) pool.Free(slots[i]);
+  }
+  pool.Free(slots[5]);
+  const size_t before = pool.released();
+  for (int i = 0; i < 1000; ++i) pool.Free(pool.Allocate());
+  EXPECT_EQ(pool.released(), before);
 }
 
 struct Unusual {  // a size no other object in this test program has
