@@ -46,24 +46,16 @@ SlabPool::Slab* SlabPool::NewSlab() {
 
 void* SlabPool::Allocate() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (current_ == nullptr || !HasRoom(*current_)) {
-    // A slab in use with room (the oldest), else the spare, else a slab
-    // given back (the oldest), else a new one.
-    if (!room_.empty()) {
-      current_ = &slabs_.find(room_.begin()->second)->second;
-    } else if (spare_ != nullptr) {
-      current_ = spare_;
-    } else if (!released_slabs_.empty()) {
-      current_ = &slabs_.find(released_slabs_.begin()->second)->second;
-    } else {
-      current_ = NewSlab();
-    }
-  }
-  Slab& s = *current_;
-  const std::pair<size_t, uintptr_t> key{s.seq, reinterpret_cast<uintptr_t>(s.base)};
+  // The oldest slab in use with room, else the spare, else the oldest slab
+  // given back, else a new one.
+  Slab* pick = !room_.empty()            ? room_.begin()->second
+               : spare_ != nullptr        ? spare_
+               : !released_slabs_.empty() ? released_slabs_.begin()->second
+                                          : NewSlab();
+  Slab& s = *pick;
   if (s.live == 0) {
     if (spare_ == &s) spare_ = nullptr;
-    released_slabs_.erase(key);
+    released_slabs_.erase({s.seq, &s});
   }
   void* out;
   if (s.free != nullptr) {
@@ -77,9 +69,9 @@ void* SlabPool::Allocate() {
   if (HasRoom(s) != s.in_room) {
     s.in_room = !s.in_room;
     if (s.in_room) {
-      room_.insert(key);
+      room_.emplace(s.seq, &s);
     } else {
-      room_.erase(key);
+      room_.erase({s.seq, &s});
     }
   }
   return out;
@@ -93,15 +85,13 @@ void SlabPool::Free(void* p) noexcept {
   if (it == slabs_.end()) return;  // not one of this pool's slots: a caller's bug, left alone
   Slab& s = it->second;
   s.free = new (p) FreeSlot{s.free};
-  const std::pair<size_t, uintptr_t> key{s.seq, base};
   if (--s.live > 0) {
-    if (!s.in_room) room_.insert(key);
+    if (!s.in_room) room_.emplace(s.seq, &s);
     s.in_room = true;
     return;
   }
-  if (s.in_room) room_.erase(key);
+  if (s.in_room) room_.erase({s.seq, &s});
   s.in_room = false;
-  if (current_ == &s) current_ = nullptr;  // slots come from a slab in use first
   if (spare_ == nullptr) {
     spare_ = &s;
     return;
@@ -111,7 +101,7 @@ void SlabPool::Free(void* p) noexcept {
   madvise(s.base, kSlabBytes, MADV_DONTNEED);
   s.free = nullptr;
   s.used = 0;
-  released_slabs_.insert(key);
+  released_slabs_.emplace(s.seq, &s);
   ++released_;
 }
 

@@ -15,9 +15,10 @@ namespace rota {
 // transparent huge pages (madvise(MADV_HUGEPAGE)): a million objects made at
 // once (a restart replaying a million-job array) take a few hundred 2 MiB
 // page faults, not 200,000 4 KiB ones. Each slab keeps its own free list and
-// count of live slots; a slot comes from the current slab while it has room,
-// then from the oldest slab in use with room, so that live objects gather in
-// the oldest slabs and the newer ones empty; an empty slab is used last. A slab whose last slot is freed gives
+// count of live slots; a slot comes from the oldest slab in use with room (a
+// slot just freed there is reused before a newer slab grows), so that live
+// objects gather in the oldest slabs and the newer ones empty; an empty slab
+// is used last. A slab whose last slot is freed gives
 // its memory back to the kernel (madvise(MADV_DONTNEED): RSS falls after a
 // million jobs are cancelled), except one empty slab kept ready, so that
 // one object made and freed over and over does not fault a slab in each
@@ -71,11 +72,10 @@ class SlabPool {
   mutable std::mutex mu_;
   const size_t slot_;
   std::map<uintptr_t, Slab> slabs_;  // by base address
-  // Slabs as (seq, base), oldest first: those in use with a free slot, and
+  // Slabs by age (seq), oldest first: those in use with a free slot, and
   // the empty ones whose memory went back.
-  std::set<std::pair<size_t, uintptr_t>> room_, released_slabs_;
-  Slab* current_ = nullptr;  // where slots come from while it has room
-  Slab* spare_ = nullptr;    // the one empty slab kept resident, if any
+  std::set<std::pair<size_t, Slab*>> room_, released_slabs_;
+  Slab* spare_ = nullptr;  // the one empty slab kept resident, if any
   size_t released_ = 0;
 };
 
