@@ -295,6 +295,13 @@ bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {
   return false;
 }
 
+std::string_view Session::DecidingOrder(const JobRecord& job, const JobRecord& r) const {
+  for (const JobOrderPlugin* o : profile_->job_orders()) {
+    if (o == ranker_ ? RankOf(job) != RankOf(r) : o->Compare(job, r, now_) != 0) return o->name();
+  }
+  return {};
+}
+
 std::string Session::JobName(const JobRecord& job) const {
   return options_->name_jobs ? job.spec().name : std::to_string(job.id.value());
 }

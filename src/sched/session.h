@@ -60,6 +60,9 @@ class Session {
   // by a preemptive JobOrder (the first plugin that does not tie decides;
   // framework.h): then `job` may evict `r` though their priorities are equal.
   bool OrderEvicts(const JobRecord& job, const JobRecord& r) const;
+  // The job order that decides between `job` and `r` (the first that does
+  // not tie), for an eviction's reason; "" if they all tie.
+  std::string_view DecidingOrder(const JobRecord& job, const JobRecord& r) const;
   TimePoint now() const { return now_; }  // REQUIRES: has_clock()
   const TimePoint* now_or_null() const { return has_now_ ? &now_ : nullptr; }
   const EngineOptions& options() const { return *options_; }

@@ -281,12 +281,18 @@ class Preempt final : public BlockedAction {
     }
     std::string names;
     for (const JobRecord* v : victims) {
-      const std::string cause = job.spec().queue == v->spec().queue
-                                    ? "preempted for job " + s.JobName(job) + " (priority " +
-                                          std::to_string(job.spec().priority) + " > " + std::to_string(v->spec().priority) +
-                                          ")"
-                                    : "preempted to return borrowed capacity to queue " + job.spec().queue + " (job " +
-                                          s.JobName(job) + ")";
+      // Why, as the candidate search decided it: a higher priority, the
+      // job order (equal priorities), or a reclaim.
+      std::string cause;
+      if (job.spec().queue != v->spec().queue) {
+        cause = "preempted to return borrowed capacity to queue " + job.spec().queue + " (job " + s.JobName(job) + ")";
+      } else if (job.spec().priority > v->spec().priority) {
+        cause = "preempted for job " + s.JobName(job) + " (priority " + std::to_string(job.spec().priority) + " > " +
+                std::to_string(v->spec().priority) + ")";
+      } else {
+        cause = "preempted for job " + s.JobName(job) + " (priority " + std::to_string(job.spec().priority) +
+                " for both; the " + std::string(s.DecidingOrder(job, *v)) + " job order puts it first)";
+      }
       s.out().preemptions.push_back({v->id, job.id, cause, v->spec().checkpoint.signal, v->spec().checkpoint.grace});
       s.AddVictim(v->id);
       names += (names.empty() ? "" : ", ") + s.JobName(*v);

@@ -105,6 +105,11 @@ TEST(Preempt, APreemptiveOrderEvictsEqualPriorityGangsItPutsLater) {
     ASSERT_EQ(r.preemptions.size(), 1u);
     EXPECT_EQ(r.preemptions[0].victim, JobId(1));
     EXPECT_EQ(r.preemptions[0].preemptor, JobId(2));
+    // The reason says what decided: the order, not a priority (it said
+    // "priority 100 > 100").
+    const std::string& why = r.preemptions[0].reason;
+    EXPECT_NE(why.find(std::string("for both; the ") + order + " job order puts it first"), std::string::npos) << why;
+    EXPECT_EQ(why.find(" > "), std::string::npos) << why;
   }
   // Not a job that has run less than the newcomer has attained (las), nor
   // one in the same tiresias queue (below 3,250 GPU-seconds: 8 GPUs x 6 min).
