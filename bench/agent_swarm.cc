@@ -119,13 +119,18 @@ struct Shared {
   asio::io_context& ioc;
   tcp::endpoint server;
   Samples heartbeat_rtt;    // answers to heartbeats that did not wait (exit reports)
-  Samples bind_to_agent;    // array submitted -> assignment seen by its node
+  Samples bind_to_agent;    // bound on the server (bound_at_us) -> assignment seen by its node
+  Samples submit_to_agent;  // array submitted -> assignment seen by its node
   std::atomic<int64_t> exits{0};
   std::atomic<int64_t> started{0};
   std::atomic<int64_t> errors{0};
   std::atomic<int> registered{0};
   std::atomic<int> watching{0};       // nodes whose watch stream is open
   std::atomic<int> synced{0};         // of those, nodes that have applied the stream's first event
+  // The most this process's own loop ran late (a timer every 20 ms; ms):
+  // its share of every latency it measures (TakeLag starts a new window).
+  std::atomic<double> lag_max{0};
+  double TakeLag() { return lag_max.exchange(0); }
   std::atomic<int> reregistered{0};   // registrations since the restart
   std::atomic<bool> restarted{false};
   std::atomic<bool> stop{false};
@@ -440,7 +445,14 @@ class Node : public std::enable_shared_from_this<Node> {
       }
       tasks_[key] = t;
       ++s_.started;
-      if (s_.array_submitted) s_.bind_to_agent.Add(Ms(Clock::now() - s_.array_at));
+      if (s_.array_submitted) {
+        s_.submit_to_agent.Add(Ms(Clock::now() - s_.array_at));
+        // The server's clock and this one are the same machine's.
+        const int64_t bound = a.value("bound_at_us", int64_t{0});
+        const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch()).count();
+        if (bound > 0) s_.bind_to_agent.Add(static_cast<double>(now_us - bound) / 1000);
+      }
       if (a.value("job_name", std::string()) == "hold") continue;  // runs until the end (the restart's gang)
       After(s_.opt.run_ms, [this, self = shared_from_this(), key] {
         auto it = tasks_.find(key);
@@ -648,6 +660,17 @@ int main(int argc, char** argv) {
     nodes.push_back(std::make_shared<Node>(s, i, tokens[static_cast<size_t>(i)]));
     nodes.back()->Start();
   }
+  asio::steady_timer lag_timer(ioc);
+  std::function<void()> lag_tick = [&] {
+    lag_timer.expires_after(std::chrono::milliseconds(20));
+    lag_timer.async_wait([&](beast::error_code ec) {
+      if (ec || s.stop) return;
+      const double late = Ms(Clock::now() - lag_timer.expiry());
+      if (late > s.lag_max) s.lag_max = late;
+      lag_tick();
+    });
+  };
+  asio::post(ioc, lag_tick);
   std::thread io([&] {
     auto guard = asio::make_work_guard(ioc);
     ioc.run();
@@ -694,12 +717,13 @@ int main(int argc, char** argv) {
 
   // Idle: connected, heartbeating, nothing to do.
   LoopLagMs(admin);
+  s.TakeLag();
   auto [cpu0, rss0] = CpuAndRss(opt.server_pid);
   std::this_thread::sleep_for(std::chrono::seconds(opt.idle_s));
   auto [cpu1, rss1] = CpuAndRss(opt.server_pid);
   const int lost_idle = LostNodes(admin);
-  std::printf("RESULT idle server_cpu=%.1f%% rss=%.0fMiB lost_nodes=%d healthz %s loop_lag_max=%.1fms\n",
-              100.0 * (cpu1 - cpu0) / opt.idle_s, rss1, lost_idle, healthz.Summary().c_str(), LoopLagMs(admin));
+  std::printf("RESULT idle server_cpu=%.1f%% rss=%.0fMiB lost_nodes=%d healthz %s loop_lag_max=%.1fms swarm_lag_max=%.1fms\n",
+              100.0 * (cpu1 - cpu0) / opt.idle_s, rss1, lost_idle, healthz.Summary().c_str(), LoopLagMs(admin), s.TakeLag());
   healthz.Clear();
 
   // Load: an array of 1-GPU jobs that each "run" run_ms.
@@ -751,8 +775,10 @@ int main(int argc, char** argv) {
               static_cast<long long>(finished), 100.0 * (cpu2 - cpu1) / std::max(0.001, seconds), rss2, lost_load,
               static_cast<long long>(s.errors.load()));
   std::printf("RESULT bind_to_agent %s\n", s.bind_to_agent.Summary().c_str());
+  std::printf("RESULT submit_to_agent %s\n", s.submit_to_agent.Summary().c_str());
   std::printf("RESULT exit_report_rtt %s\n", s.heartbeat_rtt.Summary().c_str());
-  std::printf("RESULT healthz_under_load %s loop_lag_max=%.1fms\n", healthz.Summary().c_str(), LoopLagMs(admin));
+  std::printf("RESULT healthz_under_load %s loop_lag_max=%.1fms swarm_lag_max=%.1fms\n", healthz.Summary().c_str(),
+              LoopLagMs(admin), s.TakeLag());
   if (!pests.empty()) std::printf("RESULT pests held=%d (of %zu)\n", pests_held.load(), pests.size());
   bool restart_ok = true;
   if (!opt.restart_cmd.empty()) {

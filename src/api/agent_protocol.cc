@@ -254,6 +254,7 @@ ordered_json AssignmentToJson(const TaskAssignment& a) {
   if (a.gid >= 0) out["gid"] = a.gid;
   if (a.allow_root) out["allow_root"] = true;
   if (a.service) out["service"] = true;
+  if (a.bound_at > 0) out["bound_at_us"] = a.bound_at;
   if (!a.last_checkpoint.empty()) out["last_checkpoint"] = a.last_checkpoint;
   if (a.gpu_milli > 0) {
     out["gpu_milli"] = a.gpu_milli;
@@ -338,6 +339,7 @@ StatusOr<TaskAssignment> AssignmentFromJson(const json& j, const std::string& p)
   ROTA_RETURN_IF_ERROR(Read(j, p, "gid", &a.gid));
   ROTA_RETURN_IF_ERROR(Read(j, p, "allow_root", &a.allow_root));
   ROTA_RETURN_IF_ERROR(Read(j, p, "service", &a.service));
+  ROTA_RETURN_IF_ERROR(Read(j, p, "bound_at_us", &a.bound_at));
   return a;
 }
 

@@ -42,6 +42,7 @@ TaskAssignment FullAssignment() {
   a.uid = 1000;
   a.gid = 1000;
   a.allow_root = true;
+  a.bound_at = 1'700'000'000'123'456;
   return a;
 }
 
@@ -63,6 +64,7 @@ TEST(AgentProtocol, AnAnswerRoundTripsThroughItsJson) {
   EXPECT_TRUE(a.mounts[0].read_only);
   EXPECT_EQ(a.user, "alice");
   EXPECT_TRUE(a.allow_root);
+  EXPECT_EQ(a.bound_at, 1'700'000'000'123'456);
   EXPECT_FALSE(a.whole_gpus());
 }
 
