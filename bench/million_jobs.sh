@@ -46,6 +46,7 @@ submit() {
   echo "$code $(echo "$t1 - $t0" | bc)"
 }
 rss() { awk '/VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$SERVER/status"; }
+hwm() { awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$SERVER/status"; }  # the peak RSS, as the kernel saw it
 cpu() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
 peak=0
 for i in $(seq "$ARRAYS"); do
@@ -84,6 +85,7 @@ t0=$(now)
 curl -s -o /dev/null -H "Authorization: Bearer $ROTA_TOKEN" "$URL/v1/jobs?limit=500&after=500000"
 t1=$(now)
 echo "RESULT GET /v1/jobs?limit=500&after=500000: $(echo "$t1 - $t0" | bc)s"
+echo "RESULT peak rss of the server so far (VmHWM: the arrays, their snapshots, the cycles): $(hwm) MiB"
 kill -9 "$SERVER"
 wait "$SERVER" 2>/dev/null
 t0=$(now)
@@ -92,4 +94,4 @@ until curl -s -o /dev/null -m 1 -H "Authorization: Bearer $ROTA_TOKEN" "$URL/v1/
 t1=$(now)
 echo "RESULT restart after kill -9 with $((ARRAYS * 100000)) jobs: serving jobs again in $(echo "$t1 - $t0" | bc)s; rss $(rss) MiB"
 read -r code secs < <(submit)
-echo "RESULT one more array after the restart: http $code accepted in ${secs}s; rss $(rss) MiB"
+echo "RESULT one more array after the restart: http $code accepted in ${secs}s; rss $(rss) MiB; peak since the restart $(hwm) MiB"
