@@ -8,8 +8,8 @@
 #        RESTART (1: kill -9 and restart the server under the swarm, then check nothing was lost),
 #        IDLE_SOCKETS, SLOW_SOCKETS (hostile clients held open throughout; default 0),
 #        SWARM_NICE (0: the swarm's nice value; it stands for other machines, and at
-#        10 takes less of the cores the server is measured on), KEEP_LOG (a file to
-#        copy the server's log to)
+#        10 takes less of the cores the server is measured on), KEEP_LOG (the server's
+#        log is copied to KEEP_LOG.NODES)
 # Prints the swarm's RESULT lines per node count. Everything it starts it stops by PID.
 set -u
 BUILD=${BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}
@@ -67,7 +67,7 @@ EOS
     status=1
   fi
   [ "$status" = 0 ] || tail -20 "$R/server.log"
-  [ -n "${KEEP_LOG:-}" ] && cp "$R/server.log" "$KEEP_LOG"
+  [ -n "${KEEP_LOG:-}" ] && cp "$R/server.log" "$KEEP_LOG.$NODES"
   rm -rf "$R"
 done
 exit $status

@@ -92,8 +92,9 @@ struct TaskAssignment {
   int64_t uid = -1;  // an explicit mapping from the config's accounts (-1 = by name)
   int64_t gid = -1;
   bool allow_root = false;
-  // When the server bound this attempt (its clock: microseconds since the
-  // epoch; 0 = not said): latency figures, bind to agent.
+  // When the server bound this attempt of the gang (its clock, microseconds
+  // since the epoch: the deciding cycle's time; a rank restarted alone
+  // carries the gang's; 0 = not said): latency figures, bind to agent.
   TimePoint bound_at = 0;
   // A service's replica: restarted forever, so the agent backs off one that
   // keeps exiting (1 s doubling to 60 s, like the kubelet's CrashLoopBackOff).

@@ -38,10 +38,21 @@ SlabPool::Slab* SlabPool::NewSlab() {
   char* const first = reinterpret_cast<char*>(start);
   if (first > base) munmap(base, static_cast<size_t>(first - base));
   munmap(first + kSlabBytes, static_cast<size_t>(base + kSlabBytes - first));
-  Slab& s = slabs_[start];
-  s.base = first;
-  s.seq = slabs_.size();
-  return &s;
+  try {
+    Slab& s = slabs_[start];
+    s.base = first;
+    s.seq = slabs_.size();
+    Order nodes;
+    nodes.emplace(s.seq, &s);
+    s.room_node = nodes.extract(nodes.begin());
+    nodes.emplace(s.seq, &s);
+    s.released_node = nodes.extract(nodes.begin());
+    return &s;
+  } catch (...) {
+    slabs_.erase(start);
+    munmap(first, kSlabBytes);
+    throw;
+  }
 }
 
 void* SlabPool::Allocate() {
@@ -55,7 +66,7 @@ void* SlabPool::Allocate() {
   Slab& s = *pick;
   if (s.live == 0) {
     if (spare_ == &s) spare_ = nullptr;
-    released_slabs_.erase({s.seq, &s});
+    if (s.released_node.empty()) s.released_node = released_slabs_.extract({s.seq, &s});
   }
   void* out;
   if (s.free != nullptr) {
@@ -66,13 +77,11 @@ void* SlabPool::Allocate() {
     s.used += slot_;
   }
   ++s.live;
-  if (HasRoom(s) != s.in_room) {
-    s.in_room = !s.in_room;
-    if (s.in_room) {
-      room_.emplace(s.seq, &s);
-    } else {
-      room_.erase({s.seq, &s});
-    }
+  const bool listed = s.room_node.empty();
+  if (HasRoom(s) && !listed) {
+    room_.insert(std::move(s.room_node));
+  } else if (!HasRoom(s) && listed) {
+    s.room_node = room_.extract({s.seq, &s});
   }
   return out;
 }
@@ -86,22 +95,21 @@ void SlabPool::Free(void* p) noexcept {
   Slab& s = it->second;
   s.free = new (p) FreeSlot{s.free};
   if (--s.live > 0) {
-    if (!s.in_room) room_.emplace(s.seq, &s);
-    s.in_room = true;
+    if (!s.room_node.empty()) room_.insert(std::move(s.room_node));
     return;
   }
-  if (s.in_room) room_.erase({s.seq, &s});
-  s.in_room = false;
+  if (s.room_node.empty()) s.room_node = room_.extract({s.seq, &s});
   if (spare_ == nullptr) {
     spare_ = &s;
     return;
   }
   // Empty, and a spare is kept already: its memory goes back; its slots
-  // are handed out afresh (from the start) when it is used again.
+  // are handed out afresh (from the start) when it is used again. (Under
+  // the lock: a few hundred microseconds, a rare event.)
   madvise(s.base, kSlabBytes, MADV_DONTNEED);
   s.free = nullptr;
   s.used = 0;
-  released_slabs_.emplace(s.seq, &s);
+  released_slabs_.insert(std::move(s.released_node));
   ++released_;
 }
 

@@ -58,13 +58,19 @@ class SlabPool {
   };
   // A slab (aligned to kSlabBytes, so a slot's slab is its address rounded
   // down): slots handed out from the bump offset `used`, freed ones on `free`.
+  struct Slab;
+  // Slabs by age (seq), oldest first.
+  using Order = std::set<std::pair<size_t, Slab*>>;
   struct Slab {
     char* base = nullptr;
     size_t seq = 0;  // the order it was mapped in
     size_t used = 0;
     size_t live = 0;
     FreeSlot* free = nullptr;
-    bool in_room = false;  // listed in room_
+    // Its entries in room_ and released_slabs_, made with the slab: held
+    // here while it is not listed (empty while it is), so that listing and
+    // unlisting never allocate (Free is noexcept).
+    Order::node_type room_node, released_node;
   };
   bool HasRoom(const Slab& s) const { return s.free != nullptr || s.used + slot_ <= kSlabBytes; }
   Slab* NewSlab();  // REQUIRES: mu_ held
@@ -72,9 +78,8 @@ class SlabPool {
   mutable std::mutex mu_;
   const size_t slot_;
   std::map<uintptr_t, Slab> slabs_;  // by base address
-  // Slabs by age (seq), oldest first: those in use with a free slot, and
-  // the empty ones whose memory went back.
-  std::set<std::pair<size_t, Slab*>> room_, released_slabs_;
+  // Those in use with a free slot, and the empty ones whose memory went back.
+  Order room_, released_slabs_;
   Slab* spare_ = nullptr;  // the one empty slab kept resident, if any
   size_t released_ = 0;
 };

@@ -78,19 +78,23 @@ TEST(SlabPool, EmptySlabsGoBackToTheKernelButOneIsKeptAndAllAreReused) {
   }
   ASSERT_EQ(pool.slabs(), 4u);
   char* slab[4];
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   for (int k = 0; k < 4; ++k) {
     slab[k] = slots[static_cast<size_t>(32 * k)];
     ASSERT_EQ(reinterpret_cast<uintptr_t>(slab[k]) % SlabPool::kSlabBytes, 0u) << k;  // aligned to its size
-    ASSERT_EQ(ResidentPages(slab[k], SlabPool::kSlabBytes) * static_cast<size_t>(sysconf(_SC_PAGESIZE)),
-              SlabPool::kSlabBytes);
+    // (Written a moment ago; a machine short of memory may have swapped
+    // some out already, and then residency says nothing here.)
+    if (ResidentPages(slab[k], SlabPool::kSlabBytes) * page != SlabPool::kSlabBytes) {
+      for (char* p : slots) pool.Free(p);
+      GTEST_SKIP() << "slab " << k << " not wholly resident after being written (memory pressure)";
+    }
   }
   // Slabs 1, 2 and 3 emptied (one slot of slab 0 freed too): the first to
   // empty is kept as the spare, the other two go back, whole.
   pool.Free(slots[5]);
   for (size_t i = 32; i < slots.size(); ++i) pool.Free(slots[i]);
   EXPECT_EQ(pool.released(), 2u);
-  EXPECT_EQ(ResidentPages(slab[1], SlabPool::kSlabBytes) * static_cast<size_t>(sysconf(_SC_PAGESIZE)),
-            SlabPool::kSlabBytes);
+  EXPECT_GT(ResidentPages(slab[1], SlabPool::kSlabBytes), 0u);  // the spare
   EXPECT_EQ(ResidentPages(slab[2], SlabPool::kSlabBytes), 0u);
   EXPECT_EQ(ResidentPages(slab[3], SlabPool::kSlabBytes), 0u);
   EXPECT_EQ(slab[0][6 * slot], 0x5a);  // slab 0's live slots are untouched
@@ -99,15 +103,18 @@ TEST(SlabPool, EmptySlabsGoBackToTheKernelButOneIsKeptAndAllAreReused) {
   // spare, then the released slabs from their start; no new mapping, every
   // slot distinct and writable.
   EXPECT_EQ(pool.Allocate(), slots[5]);
+  auto in = [&](const char* p, int k) { return p >= slab[k] && p < slab[k] + SlabPool::kSlabBytes; };
   std::set<void*> again;
   for (int i = 0; i < 3 * 32; ++i) {
     char* p = static_cast<char*>(pool.Allocate());
     ASSERT_TRUE(again.insert(p).second) << i;
+    // The spare's 32 slots, then slab 2's from its start, then slab 3's.
+    if (i < 32) EXPECT_TRUE(in(p, 1)) << i;
+    if (i == 32) EXPECT_EQ(p, slab[2]);
+    if (i == 64) EXPECT_EQ(p, slab[3]);
     std::memset(p, 0x3c, slot);
   }
   EXPECT_EQ(pool.slabs(), 4u);
-  EXPECT_EQ(again.count(slab[2]), 1u);
-  EXPECT_EQ(again.count(slab[3]), 1u);
   EXPECT_EQ(pool.released(), 2u);
 
   // One slot made and freed over and over in an otherwise empty pool: the

@@ -1232,7 +1232,7 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   // A rank restarted alone rejoins the gang's master: the port follows the gang's attempt.
   a.master_port = 20000 + static_cast<int32_t>((job.id.value() * 7 + static_cast<uint64_t>(job.gang_attempt)) % 20000);
   a.attempt = job.ReplicaAttempt(r.replica);
-  a.bound_at = job.started_at;
+  a.bound_at = std::max(job.started_at, job.resized_at);  // a resize starts a new attempt
   a.checkpoint_signal = job.spec().checkpoint.signal;
   a.checkpoint_grace = job.spec().checkpoint.grace;
   // Who it runs as: the job's user, by name on the node unless the config
