@@ -30,12 +30,22 @@ ulimit -n 262144 2>/dev/null || ulimit -n "$(ulimit -Hn)"  # the swarm holds a w
 status=0
 for NODES in "${@:-1250}"; do
   R=$(mktemp -d /tmp/rota-swarm-XXXXXX)
-  start_server() {  # $1: listen address; writes the PID to $R/pid
-    "$ROTA" server --data-dir "$R/data" --listen "$1" --rate-limit 0 --node-timeout "$NODE_TIMEOUT" \
-      >> "$R/server.log" 2>&1 &
-    echo $! > "$R/pid"
-  }
-  start_server 127.0.0.1:0
+  # Starts a server on address $1 in the background, writes its PID to
+  # $R/pid and, once it exits, its exit status to $R/rc.PID (a server
+  # restarted by restart.sh is not this shell's child: its status comes back
+  # the same way).
+  cat > "$R/launch.sh" <<EOS
+#!/usr/bin/env bash
+"$ROTA" server --data-dir "$R/data" --listen "\$1" --rate-limit 0 --node-timeout "$NODE_TIMEOUT" \
+  >> "$R/server.log" 2>&1 < /dev/null &
+pid=\$!
+echo \$pid > "$R/pid.new" && mv "$R/pid.new" "$R/pid"
+wait \$pid 2> /dev/null
+echo \$? > "$R/rc.\$pid"
+EOS
+  chmod +x "$R/launch.sh"
+  "$R/launch.sh" 127.0.0.1:0 &
+  for _ in $(seq 100); do [ -s "$R/pid" ] && break; sleep 0.05; done
   for _ in $(seq 100); do grep -q "serving http" "$R/server.log" && break; sleep 0.1; done
   URL=$(grep -o "http://127.0.0.1:[0-9]*" "$R/server.log" | head -1)
   # The restart: kill -9, start again on the same port and data, print the new PID.
@@ -43,9 +53,9 @@ for NODES in "${@:-1250}"; do
 #!/usr/bin/env bash
 kill -9 \$(cat "$R/pid"); while kill -0 \$(cat "$R/pid") 2>/dev/null; do sleep 0.01; done
 n=\$(grep -c "serving http" "$R/server.log")
-"$ROTA" server --data-dir "$R/data" --listen "${URL#http://}" --rate-limit 0 --node-timeout "$NODE_TIMEOUT" \
-  >> "$R/server.log" 2>&1 < /dev/null &
-echo \$! > "$R/pid"
+old=\$(cat "$R/pid")
+"$R/launch.sh" "${URL#http://}" > /dev/null 2>&1 &
+for _ in \$(seq 500); do [ "\$(cat "$R/pid")" != "\$old" ] && break; sleep 0.01; done
 for _ in \$(seq 500); do [ "\$(grep -c "serving http" "$R/server.log")" -gt "\$n" ] && break; sleep 0.02; done
 cat "$R/pid"
 EOS
@@ -56,13 +66,12 @@ EOS
   nice -n "${SWARM_NICE:-0}" "$SWARM" --server "$URL" --token "$(cat "$R/data/admin.token")" --server-pid "$(cat "$R/pid")" --nodes "$NODES" \
     --transport "$TRANSPORT" --jobs "$JOBS" --run-ms "$RUN_MS" --heartbeat-ms "$HEARTBEAT_MS" --idle-s "$IDLE_S" \
     --timeout-s "$TIMEOUT_S" --idle-sockets "$IDLE_SOCKETS" --slow-sockets "$SLOW_SOCKETS" "${restart[@]}" || status=1
-  kill -TERM "$(cat "$R/pid")" 2>/dev/null
-  while kill -0 "$(cat "$R/pid")" 2>/dev/null; do sleep 0.1; done
-  # A server that died under the swarm (or on its way out) fails the run; 127:
-  # not this shell's child (restarted by restart.sh), its status unknown here.
-  wait "$(cat "$R/pid")" 2>/dev/null
-  rc=$?
-  if [ "$rc" != 0 ] && [ "$rc" != 127 ]; then
+  pid=$(cat "$R/pid")
+  kill -TERM "$pid" 2>/dev/null
+  # A server that died under the swarm (or on its way out) fails the run.
+  for _ in $(seq 600); do [ -s "$R/rc.$pid" ] && break; sleep 0.1; done
+  rc=$(cat "$R/rc.$pid" 2>/dev/null || echo "unknown (still running after 60 s)")
+  if [ "$rc" != 0 ]; then
     echo "RESULT server exited with status $rc"
     status=1
   fi
