@@ -283,23 +283,26 @@ void Session::CountArrayStart(const JobRecord& job) {
   if (job.array_max_running > 0 && array_starting_.insert(job.id).second) ++array_running_[job.array];  // once
 }
 
-bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {
+const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first) const {
   for (const JobOrderPlugin* o : profile_->job_orders()) {
     if (o == ranker_) {
       const double a = RankOf(job), b = RankOf(r);
-      if (a != b) return a < b && o->preemptive() && o->RankEvicts(a, b);
-      continue;
+      if (a == b) continue;
+      *first = a < b && o->RankEvicts(a, b);
+      return o;
     }
-    if (int c = o->Compare(job, r, now_); c != 0) return c < 0 && o->preemptive();
+    if (int c = o->Compare(job, r, now_); c != 0) {
+      *first = c < 0;
+      return o;
+    }
   }
-  return false;
+  return nullptr;
 }
 
-std::string_view Session::DecidingOrder(const JobRecord& job, const JobRecord& r) const {
-  for (const JobOrderPlugin* o : profile_->job_orders()) {
-    if (o == ranker_ ? RankOf(job) != RankOf(r) : o->Compare(job, r, now_) != 0) return o->name();
-  }
-  return {};
+bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {
+  bool first = false;
+  const JobOrderPlugin* o = DecidingOrder(job, r, &first);
+  return o != nullptr && o->preemptive() && first;
 }
 
 std::string Session::JobName(const JobRecord& job) const {
@@ -544,17 +547,23 @@ uint64_t Session::ShapeHash(const JobSpec& spec) const {
 }
 
 uint64_t Session::ShapeOf(const JobRecord& job) const {
-  const JobSpec& spec = job.spec();
-  for (const TaskGroupSpec& t : spec.tasks) {
-    if (t.gpu_share.shared()) return next_shape_++;  // like no other, itself included
-  }
+  // (kOwnClass in the cache: a job with a GPU share, like no other, itself
+  // included: a new class at each call.)
+  constexpr uint64_t kOwnClass = ~uint64_t{0};
   const uint64_t c = job.id.value() / JobTable::kChunk;
   uint64_t* cached = nullptr;
   if (c < shapes_.size()) {
     std::vector<uint64_t>& chunk = shapes_[c];
     if (chunk.empty()) chunk.assign(JobTable::kChunk, 0);
     cached = &chunk[job.id.value() % JobTable::kChunk];
+    if (*cached == kOwnClass) return next_shape_++;
     if (*cached != 0) return *cached;
+  }
+  const JobSpec& spec = job.spec();
+  for (const TaskGroupSpec& t : spec.tasks) {
+    if (!t.gpu_share.shared()) continue;
+    if (cached != nullptr) *cached = kOwnClass;
+    return next_shape_++;
   }
   const int32_t desired = spec.is_service() ? job.DesiredReplicas() : -1;
   const uint64_t h = ShapeHash(spec);

@@ -60,9 +60,11 @@ class Session {
   // by a preemptive JobOrder (the first plugin that does not tie decides;
   // framework.h): then `job` may evict `r` though their priorities are equal.
   bool OrderEvicts(const JobRecord& job, const JobRecord& r) const;
-  // The job order that decides between `job` and `r` (the first that does
-  // not tie), for an eviction's reason; "" if they all tie.
-  std::string_view DecidingOrder(const JobRecord& job, const JobRecord& r) const;
+  // The job order that decides between pending `job` and running `r` (the
+  // first that does not tie; nullptr if all do), and in `first` whether it
+  // puts `job` first (a ranking order: far enough ahead to evict, its
+  // RankEvicts). OrderEvicts and an eviction's reason read it.
+  const JobOrderPlugin* DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first) const;
   TimePoint now() const { return now_; }  // REQUIRES: has_clock()
   const TimePoint* now_or_null() const { return has_now_ ? &now_ : nullptr; }
   const EngineOptions& options() const { return *options_; }

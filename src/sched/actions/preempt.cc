@@ -290,8 +290,11 @@ class Preempt final : public BlockedAction {
         cause = "preempted for job " + s.JobName(job) + " (priority " + std::to_string(job.spec().priority) + " > " +
                 std::to_string(v->spec().priority) + ")";
       } else {
+        bool first = false;
+        const JobOrderPlugin* order = s.DecidingOrder(job, *v, &first);
         cause = "preempted for job " + s.JobName(job) + " (priority " + std::to_string(job.spec().priority) +
-                " for both; the " + std::string(s.DecidingOrder(job, *v)) + " job order puts it first)";
+                " for both; the " + (order != nullptr ? std::string(order->name()) + " " : std::string()) +
+                "job order puts it first)";
       }
       s.out().preemptions.push_back({v->id, job.id, cause, v->spec().checkpoint.signal, v->spec().checkpoint.grace});
       s.AddVictim(v->id);
