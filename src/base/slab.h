@@ -18,11 +18,13 @@ namespace rota {
 // count of live slots; a slot comes from the oldest slab in use with room (a
 // slot just freed there is reused before a newer slab grows), so that live
 // objects gather in the oldest slabs and the newer ones empty; an empty slab
-// is used last. A slab whose last slot is freed gives
-// its memory back to the kernel (madvise(MADV_DONTNEED): RSS falls after a
-// million jobs are cancelled), except one empty slab kept ready, so that
-// one object made and freed over and over does not fault a slab in each
-// time. Slabs stay mapped (address space only) and are reused.
+// is used last. A slab whose last slot is freed gives its memory back to the
+// kernel (madvise(MADV_DONTNEED): RSS falls when a slab's objects are all
+// dropped, e.g. the old versions of records that changed together), except
+// one empty slab kept ready, so that one object made and freed over and over
+// does not fault a slab in each time. Objects are never moved, so one that
+// outlives its neighbours keeps its slab resident. Slabs stay mapped
+// (address space only) and are reused.
 // Thread-safe: objects are made on one thread and often freed on another.
 class SlabPool {
  public:

@@ -109,9 +109,13 @@ TEST(SlabPool, EmptySlabsGoBackToTheKernelButOneIsKeptAndAllAreReused) {
     char* p = static_cast<char*>(pool.Allocate());
     ASSERT_TRUE(again.insert(p).second) << i;
     // The spare's 32 slots, then slab 2's from its start, then slab 3's.
-    if (i < 32) EXPECT_TRUE(in(p, 1)) << i;
-    if (i == 32) EXPECT_EQ(p, slab[2]);
-    if (i == 64) EXPECT_EQ(p, slab[3]);
+    if (i < 32) {
+      EXPECT_TRUE(in(p, 1)) << i;
+    } else if (i == 32) {
+      EXPECT_EQ(p, slab[2]);
+    } else if (i == 64) {
+      EXPECT_EQ(p, slab[3]);
+    }
     std::memset(p, 0x3c, slot);
   }
   EXPECT_EQ(pool.slabs(), 4u);
