@@ -70,7 +70,12 @@ EOS
   kill -TERM "$pid" 2>/dev/null
   # A server that died under the swarm (or on its way out) fails the run.
   for _ in $(seq 600); do [ -s "$R/rc.$pid" ] && break; sleep 0.1; done
-  rc=$(cat "$R/rc.$pid" 2>/dev/null || echo "unknown (still running after 60 s)")
+  if [ ! -s "$R/rc.$pid" ]; then  # hung on its way out: nothing is left running
+    kill -9 "$pid" 2>/dev/null
+    for _ in $(seq 50); do [ -s "$R/rc.$pid" ] && break; sleep 0.1; done
+    echo "RESULT server still running 60 s after SIGTERM: killed"
+  fi
+  rc=$(cat "$R/rc.$pid" 2>/dev/null || echo unknown)
   if [ "$rc" != 0 ]; then
     echo "RESULT server exited with status $rc"
     status=1
