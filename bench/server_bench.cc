@@ -122,7 +122,7 @@ void WriteHistory(std::unique_ptr<Store> store, int jobs, bool snapshots) {
     const uint64_t seq = *store->Append(batch);
     batch.clear();
     if (snapshots && seq - last_snapshot >= 10'000) {
-      (void)store->WriteSnapshot(seq, CompactState(state.GetSnapshot())).ok();
+      (void)store->WriteSnapshot(seq, [&](const EventSink& sink) { return CompactState(state.GetSnapshot(), sink); }).ok();
       last_snapshot = seq;
     }
   };

@@ -882,8 +882,7 @@ int StoreMain(std::vector<std::string> args) {
   }
   const uint64_t seq = std::max<uint64_t>((*from)->last_seq(), 1);
   const Snapshot snap = state.state->GetSnapshot();
-  const std::vector<Event> compacted = CompactState(snap);
-  if (Status s = (*dest)->WriteSnapshot(seq, compacted); !s.ok()) {
+  if (Status s = (*dest)->WriteSnapshot(seq, [&](const EventSink& sink) { return CompactState(snap, sink); }); !s.ok()) {
     std::cerr << "rota store: " << s.message() << "\n";
     return kExitError;
   }

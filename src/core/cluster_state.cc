@@ -1048,9 +1048,14 @@ Status ClusterState::ApplyOne(const JobCancelled& e) {
 
 namespace rota {
 
-std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
-  std::vector<Event> out;
-  for (const NodeState& n : snap.nodes()) out.push_back(NodeAdded{n.spec});
+Status CompactState(const Snapshot& snap, const std::function<Status(const Event&)>& sink, bool live_only) {
+  // Each event goes to the sink as it is made: a large state is never
+  // materialized as events (a million ended jobs' specs, copied).
+  Status status;
+  auto emit = [&](Event e) {
+    if (status.ok()) status = sink(e);
+  };
+  for (const NodeState& n : snap.nodes()) emit(NodeAdded{n.spec});
   auto emit_job = [&](const JobRecord& j) {
     // An ended job's last attempt is added again as it replays (JobBound,
     // then JobFinished or JobCancelled): it starts without it, so that it
@@ -1060,35 +1065,35 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
         j.state != JobState::kPreempting) {
       attained -= std::max<Duration>(0, j.finished_at - j.started_at);
     }
-    out.push_back(JobSubmitted{j.id, j.spec(), j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
+    emit(JobSubmitted{j.id, j.spec(), j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
                                j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count, attained,
                                j.failed_restarts, j.array_first_index, j.array_max_running, j.sweep});
-    if (!j.placement.empty()) out.push_back(JobBound{j.id, j.placement, j.started_at});
-    if (j.last_checkpoint_at != 0) out.push_back(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
+    if (!j.placement.empty()) emit(JobBound{j.id, j.placement, j.started_at});
+    if (j.last_checkpoint_at != 0) emit(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {
-      out.push_back(JobPreempting{j.id, j.preempting_since, j.preempted_for, j.last_requeue_reason});
+      emit(JobPreempting{j.id, j.preempting_since, j.preempted_for, j.last_requeue_reason});
     }
     if (j.state == JobState::kSucceeded || j.state == JobState::kFailed) {
-      out.push_back(JobFinished{j.id, j.state == JobState::kSucceeded ? JobOutcome::kSucceeded : JobOutcome::kFailed,
+      emit(JobFinished{j.id, j.state == JobState::kSucceeded ? JobOutcome::kSucceeded : JobOutcome::kFailed,
                                 j.finished_at, j.end_reason});
     } else if (j.state == JobState::kCancelled) {
-      out.push_back(JobCancelled{j.id, j.finished_at, j.end_reason});
+      emit(JobCancelled{j.id, j.finished_at, j.end_reason});
     }
-    if (j.held && j.state == JobState::kPending) out.push_back(JobHoldChanged{j.id, true, j.submitted_at, j.held_by, j.held_by_admin});
+    if (j.held && j.state == JobState::kPending) emit(JobHoldChanged{j.id, true, j.submitted_at, j.held_by, j.held_by_admin});
     if (j.spec_attempt >= 0 && (j.state == JobState::kPending || j.state == JobState::kRunning ||
                                 j.state == JobState::kPreempting)) {
       // (Its spec is the new one already; this keeps which replicas run the old.)
-      out.push_back(ServiceUpdated{j.id, j.submitted_at, j.spec(), "", j.spec_attempt});
+      emit(ServiceUpdated{j.id, j.submitted_at, j.spec(), "", j.spec_attempt});
     }
     if (j.desired_replicas > 0 && (j.state == JobState::kPending || j.state == JobState::kRunning ||
                                    j.state == JobState::kPreempting)) {
-      out.push_back(ServiceScaled{j.id, j.scaled_at, j.desired_replicas, j.last_scale_reason});
+      emit(ServiceScaled{j.id, j.scaled_at, j.desired_replicas, j.last_scale_reason});
     }
     // Last, so that nothing replayed above overwrites it.
     if (!j.preempted_at.empty() || !j.last_requeue_reason.empty() || !j.last_placement.empty() ||
         !j.nominated.empty() || j.resized_at != 0 || !j.attempts.empty() || j.attained != 0 || j.scaled_down_at != 0) {
       // (attained too: replaying an ended job's last attempt above added it again.)
-      out.push_back(JobHistory{j.id, j.preempted_at, j.preempted_by, j.last_requeue_reason, j.last_placement,
+      emit(JobHistory{j.id, j.preempted_at, j.preempted_by, j.last_requeue_reason, j.last_placement,
                                j.nominated, j.nominated_at, j.resized_at, j.last_resize_reason, j.attempts, j.attained,
                                j.scaled_down_at});
     }
@@ -1108,7 +1113,7 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     }
     for (const auto& [where, layout] : layouts) {
       const NodeState& n = snap.node(NodeId(where.first));
-      out.push_back(GpuReconfigured{n.spec.name, where.second, FormatMigLayout(*n.mig_geometry, layout)});
+      emit(GpuReconfigured{n.spec.name, where.second, FormatMigLayout(*n.mig_geometry, layout)});
     }
   };
   // Ended jobs first: each binds and releases at once, so their old GPUs
@@ -1118,12 +1123,13 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     if (job->state != JobState::kPending && job->state != JobState::kRunning && job->state != JobState::kPreempting) {
       emit_mig_layouts(*job);
       emit_job(*job);
+      if (!status.ok()) return status;
     }
   }
   for (const NodeState& n : snap.nodes()) {
     for (int32_t g = 0; g < static_cast<int32_t>(n.mig_layout.size()); ++g) {
       if (((n.mig_mask >> g) & 1) == 0) continue;
-      out.push_back(GpuReconfigured{n.spec.name, g, FormatMigLayout(*n.mig_geometry, n.mig_layout[g])});
+      emit(GpuReconfigured{n.spec.name, g, FormatMigLayout(*n.mig_geometry, n.mig_layout[g])});
     }
   }
   // Live jobs. A run of pending jobs that have never run, with consecutive
@@ -1133,12 +1139,12 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
   auto flush = [&] {
     if (!run) return;
     if (run->count == 1) {
-      out.push_back(JobSubmitted{.id = run->first, .spec = std::move(run->spec), .at = run->at, .user = run->user,
+      emit(JobSubmitted{.id = run->first, .spec = std::move(run->spec), .at = run->at, .user = run->user,
                                  .request_id = run->request_id, .array = run->array, .array_count = run->array_count,
                                  .array_first_index = run->array_first_index,
                                  .array_max_running = run->array_max_running, .sweep = run->sweep});
     }
-    else out.push_back(std::move(*run));
+    else emit(std::move(*run));
     run.reset();
   };
   std::shared_ptr<const JobSpec> run_spec;  // the spec the run's first job holds
@@ -1168,16 +1174,30 @@ std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
     }
     flush();
     emit_job(*job);
+    if (!status.ok()) return status;
   }
   flush();
   for (const NodeState& n : snap.nodes()) {
-    if (n.drained) out.push_back(NodeDrainChanged{n.spec.name, true, n.drain_reason});
-    if (n.lost) out.push_back(NodeLostChanged{n.spec.name, true});
+    if (n.drained) emit(NodeDrainChanged{n.spec.name, true, n.drain_reason});
+    if (n.lost) emit(NodeLostChanged{n.spec.name, true});
     for (int32_t g = 0; g < n.spec.gpus; ++g) {
-      if (!((n.healthy_mask >> g) & 1)) out.push_back(GpuHealthChanged{n.spec.name, g, false});
+      if (!((n.healthy_mask >> g) & 1)) emit(GpuHealthChanged{n.spec.name, g, false});
     }
   }
-  out.push_back(RunHistoryState{snap.history()});
+  emit(RunHistoryState{snap.history()});
+  return status;
+}
+
+std::vector<Event> CompactState(const Snapshot& snap, bool live_only) {
+  std::vector<Event> out;
+  CompactState(
+      snap,
+      [&](const Event& e) {
+        out.push_back(e);
+        return Status::Ok();
+      },
+      live_only)
+      .IgnoreError();  // (the sink never fails)
   return out;
 }
 

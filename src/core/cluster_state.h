@@ -17,6 +17,7 @@
 
 #include <array>
 #include <bit>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <atomic>
@@ -489,6 +490,9 @@ class ClusterState {
 // Events that rebuild the snapshot's state from empty (a journal snapshot):
 // replaying them gives the same nodes, jobs, allocations and history. With
 // `live_only`, jobs that ended are left out (a projection of what is live).
+// Each event goes to `sink` as it is made; stops at the sink's first error.
+Status CompactState(const Snapshot& snap, const std::function<Status(const Event&)>& sink, bool live_only = false);
+// The same, collected.
 std::vector<Event> CompactState(const Snapshot& snap, bool live_only = false);
 
 }  // namespace rota

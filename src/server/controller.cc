@@ -239,7 +239,7 @@ void Controller::SnapshotLoop() {
       seq = snapshot_pending_->first;
       snap = snapshot_pending_->second;
     }
-    if (Status s = store_->WriteSnapshot(seq, CompactState(*snap)); s.ok()) {
+    if (Status s = store_->WriteSnapshot(seq, [&](const EventSink& sink) { return CompactState(*snap, sink); }); s.ok()) {
       last_snapshot_seq_ = seq;
     } else {
       std::fprintf(stderr, "rota: journal snapshot failed (will retry): %s\n", s.ToString().c_str());

@@ -832,7 +832,7 @@ class FullDiskStore final : public Store {
     return inner_.Append(events);
   }
   Status Replay(const std::function<Status(const Event&)>& fn) override { return inner_.Replay(fn); }
-  Status WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) override {
+  Status WriteSnapshot(uint64_t seq, const EventSource& compacted) override {
     return inner_.WriteSnapshot(seq, compacted);
   }
   uint64_t last_seq() const override { return inner_.last_seq(); }

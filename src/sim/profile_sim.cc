@@ -564,7 +564,7 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
       config, options.sim, [&](JobId id) { return work.at(id.value()); }, follow);
   ROTA_RETURN_IF_ERROR(driver.Create());
   if (!options.usage_history.empty()) driver.SetUsageHistory(options.usage_history);
-  for (const Event& e : CompactState(snap, /*live_only=*/true)) ROTA_RETURN_IF_ERROR(driver.Seed(e));
+  ROTA_RETURN_IF_ERROR(CompactState(snap, [&](const Event& e) { return driver.Seed(e); }, /*live_only=*/true));
   // The changes.
   std::map<std::string, int64_t> more_of;  // a group named twice adds both counts
   for (const auto& [group, count] : options.change.add_nodes) more_of[group] += count;

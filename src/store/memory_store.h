@@ -25,9 +25,14 @@ class MemoryStore final : public Store {
     for (const auto& [seq, e] : journal_) ROTA_RETURN_IF_ERROR(fn(e));
     return Status::Ok();
   }
-  Status WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) override {
+  Status WriteSnapshot(uint64_t seq, const EventSource& compacted) override {
+    std::vector<Event> events;
+    ROTA_RETURN_IF_ERROR(compacted([&](const Event& e) {
+      events.push_back(e);
+      return Status::Ok();
+    }));
     std::lock_guard<std::mutex> lock(mu_);
-    snapshot_ = compacted;
+    snapshot_ = std::move(events);
     std::erase_if(journal_, [seq](const auto& p) { return p.first <= seq; });
     return Status::Ok();
   }

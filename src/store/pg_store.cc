@@ -196,6 +196,8 @@ Status EnsureSchema(pg::Conn& c) {
                      "SELECT pg_advisory_xact_lock(7070700);"
                      "CREATE TABLE IF NOT EXISTS rota_events (seq bigint PRIMARY KEY, body text NOT NULL, crc bigint NOT NULL);"
                      "CREATE TABLE IF NOT EXISTS rota_snapshots (seq bigint PRIMARY KEY, body text NOT NULL, crc bigint NOT NULL);"
+                     "CREATE TABLE IF NOT EXISTS rota_snapshot_parts (seq bigint NOT NULL, part bigint NOT NULL,"
+                     " body text NOT NULL, crc bigint NOT NULL, PRIMARY KEY (seq, part));"
                      "CREATE TABLE IF NOT EXISTS rota_tokens (hash text PRIMARY KEY, username text NOT NULL,"
                      " role text NOT NULL, node text NOT NULL, created_at bigint NOT NULL,"
                      " expires_at bigint NOT NULL DEFAULT 0, revoked boolean NOT NULL DEFAULT false);"
@@ -419,6 +421,43 @@ StatusOr<uint64_t> PgStore::Append(const std::vector<Event>& events) {
   return seq;
 }
 
+namespace {
+
+// Calls `fn` with the events of the `parts` parts of the snapshot at `seq`,
+// read a few at a time through a cursor of the caller's transaction.
+Status ReplayParts(pg::Conn& c, uint64_t seq, int64_t parts, const std::function<Status(const Event&)>& fn) {
+  const std::string where = c.Where() + ": snapshot at event " + std::to_string(seq);
+  ROTA_RETURN_IF_ERROR(c.Exec("read snapshot",
+                              "DECLARE snapshot_parts NO SCROLL CURSOR FOR SELECT part, body, crc FROM rota_snapshot_parts"
+                              " WHERE seq = $1::bigint ORDER BY part",
+                              {std::to_string(seq)})
+                           .status());
+  int64_t expected = 0;
+  while (expected < parts) {
+    ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("read snapshot", "FETCH 8 FROM snapshot_parts"));
+    if (r.rows() == 0) break;
+    for (int i = 0; i < r.rows() && expected < parts; ++i) {
+      const int64_t part = r.int64(i, 0);
+      if (part != expected) {
+        return DataLossError(where + ": part " + std::to_string(expected) + " of " + std::to_string(parts) +
+                             " is missing");
+      }
+      std::string_view body = r.text(i, 1);
+      if (r.int64(i, 2) != SnapshotPartCrc(seq, part, body)) {
+        return DataLossError(where + ": part " + std::to_string(part) + " fails its checksum (the record was changed)");
+      }
+      if (Status s = DecodeSnapshotBody(body, fn); !s.ok()) return s.WithPrefix(where + ": part " + std::to_string(part));
+      ++expected;
+    }
+  }
+  if (expected < parts) {
+    return DataLossError(where + ": part " + std::to_string(expected) + " of " + std::to_string(parts) + " is missing");
+  }
+  return c.Exec("read snapshot", "CLOSE snapshot_parts").status();
+}
+
+}  // namespace
+
 Status PgStore::Replay(const std::function<Status(const Event&)>& fn) {
   std::lock_guard<std::mutex> lock(mu_);
   pg::Conn& c = *db_;
@@ -440,7 +479,11 @@ Status PgStore::Replay(const std::function<Status(const Event&)>& fn) {
           return DataLossError(c.Where() + ": snapshot at event " + std::to_string(snap_seq) +
                                " fails its checksum (the record was changed)");
         }
-        ROTA_RETURN_IF_ERROR(DecodeSnapshotBody(body, fn));
+        if (std::optional<int64_t> parts = SnapshotParts(body)) {
+          ROTA_RETURN_IF_ERROR(ReplayParts(c, snap_seq, *parts, fn));
+        } else {
+          ROTA_RETURN_IF_ERROR(DecodeSnapshotBody(body, fn));
+        }
       }
     }
     ROTA_RETURN_IF_ERROR(c.Exec("read journal",
@@ -539,13 +582,25 @@ bool PgStore::WaitForAppend(Duration timeout) {
   return drain();
 }
 
-Status PgStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) {
+Status PgStore::WriteSnapshot(uint64_t seq, const EventSource& compacted) {
   std::lock_guard<std::mutex> lock(snapshot_mu_);  // its own connection: the appender goes on
   pg::Conn& c = *snap_db_;
-  const std::string body = EncodeSnapshotBody(compacted);
   const std::string at = std::to_string(seq);
   ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "BEGIN").status());
   auto run = [&]() -> Status {
+    // The parts as they are encoded (each its own short statement), then
+    // the record that names them.
+    ROTA_ASSIGN_OR_RETURN(
+        int64_t parts, EncodeSnapshotParts(compacted, kSnapshotPartBytes, [&](int64_t part, std::string_view body) {
+          const std::string text(body);
+          return c.Exec("write snapshot",
+                        "INSERT INTO rota_snapshot_parts (seq, part, body, crc)"
+                        " VALUES ($1::bigint, $2::bigint, $3, $4::bigint)"
+                        " ON CONFLICT (seq, part) DO UPDATE SET body = EXCLUDED.body, crc = EXCLUDED.crc",
+                        {at, std::to_string(part), text, std::to_string(SnapshotPartCrc(seq, part, body))})
+              .status();
+        }));
+    const std::string body = SnapshotHeader(parts);
     ROTA_RETURN_IF_ERROR(c.Exec("write snapshot",
                                 "INSERT INTO rota_snapshots (seq, body, crc) VALUES ($1::bigint, $2, $3::bigint)"
                                 " ON CONFLICT (seq) DO UPDATE SET body = EXCLUDED.body, crc = EXCLUDED.crc",
@@ -553,6 +608,11 @@ Status PgStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted)
                              .status());
     // The snapshot and the trim of the journal behind it commit together.
     ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "DELETE FROM rota_snapshots WHERE seq < $1::bigint", {at}).status());
+    ROTA_RETURN_IF_ERROR(c.Exec("write snapshot",
+                                "DELETE FROM rota_snapshot_parts WHERE seq < $1::bigint OR"
+                                " (seq = $1::bigint AND part >= $2::bigint)",
+                                {at, std::to_string(parts)})
+                             .status());
     ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "DELETE FROM rota_events WHERE seq <= $1::bigint", {at}).status());
     // The fence last, so that an election waits on this transaction only
     // for its commit, not for the whole snapshot's writing.

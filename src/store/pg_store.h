@@ -54,7 +54,7 @@ class PgStore final : public Store {
 
   StatusOr<uint64_t> Append(const std::vector<Event>& events) override;
   Status Replay(const std::function<Status(const Event&)>& fn) override;
-  Status WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) override;
+  Status WriteSnapshot(uint64_t seq, const EventSource& compacted) override;
   uint64_t last_seq() const override { return last_seq_; }
   Status PutToken(const TokenRecord& token) override;
   StatusOr<std::vector<TokenRecord>> Tokens() override;

@@ -135,7 +135,7 @@ TEST_F(PgStoreTest, AFencedLeaderCanNeverWriteAgain) {
   EXPECT_NE(appended.status().message().find("another rota server leads now"), std::string::npos);
   EXPECT_TRUE(old_store->fenced());
   EXPECT_EQ(old_store->PutToken({"h2", "mallory", "admin", "", 2}).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(old_store->WriteSnapshot(1, {NodeAdded{Node("stale-snapshot")}}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(old_store->WriteSnapshot(1, EventsOf({NodeAdded{Node("stale-snapshot")}})).code(), StatusCode::kFailedPrecondition);
   EXPECT_FALSE(new_store->fenced());
 
   auto check = Open();
@@ -185,7 +185,7 @@ TEST_F(PgStoreTest, AStandbyFollowsTheJournalAsItGrows) {
 
   // Compacted behind the standby's position: it must replay the snapshot.
   ASSERT_TRUE(leader->Append({NodeAdded{Node("d")}}).ok());
-  ASSERT_TRUE(leader->WriteSnapshot(4, {NodeAdded{Node("all")}}).ok());
+  ASSERT_TRUE(leader->WriteSnapshot(4, EventsOf({NodeAdded{Node("all")}})).ok());
   EXPECT_EQ(follow(3).status().code(), StatusCode::kDataLoss);
   ASSERT_TRUE(leader->Append({NodeAdded{Node("e")}}).ok());
   EXPECT_EQ(follow(3).status().code(), StatusCode::kDataLoss);

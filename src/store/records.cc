@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <charconv>
+
 #include "api/json_codec.h"
 
 namespace rota {
@@ -13,6 +15,55 @@ int64_t RecordCrc(uint64_t seq, std::string_view body) {
   crc = crc32(crc, le, 8);
   crc = crc32(crc, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()));
   return static_cast<int64_t>(crc);
+}
+
+int64_t SnapshotPartCrc(uint64_t seq, int64_t part, std::string_view body) {
+  unsigned char le[16];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(seq >> (8 * i));
+  for (int i = 0; i < 8; ++i) le[8 + i] = static_cast<unsigned char>(static_cast<uint64_t>(part) >> (8 * i));
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc32(crc, le, 16);
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()));
+  return static_cast<int64_t>(crc);
+}
+
+EventSource EventsOf(const std::vector<Event>& events) {
+  return [&events](const EventSink& sink) {
+    for (const Event& e : events) ROTA_RETURN_IF_ERROR(sink(e));
+    return Status::Ok();
+  };
+}
+
+StatusOr<int64_t> EncodeSnapshotParts(const EventSource& events, size_t part_bytes,
+                                      const std::function<Status(int64_t part, std::string_view body)>& put) {
+  std::string body;
+  body.reserve(part_bytes + part_bytes / 4);
+  int64_t parts = 0;
+  ROTA_RETURN_IF_ERROR(events([&](const Event& e) -> Status {
+    if (!body.empty()) body += '\n';
+    body += api::EncodeEvent(e);
+    if (body.size() < part_bytes) return Status::Ok();
+    ROTA_RETURN_IF_ERROR(put(parts++, body));
+    body.clear();
+    return Status::Ok();
+  }));
+  if (!body.empty()) ROTA_RETURN_IF_ERROR(put(parts++, body));
+  return parts;
+}
+
+namespace {
+constexpr std::string_view kHeaderPrefix = R"({"type":"SnapshotInParts","parts":)";
+}  // namespace
+
+std::string SnapshotHeader(int64_t parts) { return std::string(kHeaderPrefix) + std::to_string(parts) + "}"; }
+
+std::optional<int64_t> SnapshotParts(std::string_view body) {
+  if (!body.starts_with(kHeaderPrefix) || !body.ends_with('}')) return std::nullopt;
+  const std::string_view digits = body.substr(kHeaderPrefix.size(), body.size() - kHeaderPrefix.size() - 1);
+  int64_t parts = -1;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), parts);
+  if (ec != std::errc() || end != digits.data() + digits.size() || parts < 0) return std::nullopt;
+  return parts;
 }
 
 std::string EncodeSnapshotBody(const std::vector<Event>& events) {

@@ -167,7 +167,10 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
   ROTA_RETURN_IF_ERROR(OpenSide(path, &store->trim_db_));
   {
     char* err = nullptr;
-    if (sqlite3_exec(store->snap_db_, "CREATE TABLE IF NOT EXISTS snapshots (seq INTEGER PRIMARY KEY, body TEXT NOT NULL, crc INTEGER);",
+    if (sqlite3_exec(store->snap_db_,
+                     "CREATE TABLE IF NOT EXISTS snapshots (seq INTEGER PRIMARY KEY, body TEXT NOT NULL, crc INTEGER);"
+                     "CREATE TABLE IF NOT EXISTS snapshot_parts (seq INTEGER NOT NULL, part INTEGER NOT NULL,"
+                     " body TEXT NOT NULL, crc INTEGER NOT NULL, PRIMARY KEY (seq, part));",
                      nullptr, nullptr, &err) != SQLITE_OK) {
       std::string msg = err ? err : "unknown error";
       sqlite3_free(err);
@@ -307,6 +310,37 @@ Status SqliteStore::CheckRecord(const char* what, uint64_t seq, std::string_view
   return Status::Ok();
 }
 
+Status SqliteStore::ReplayParts(sqlite3* source, uint64_t seq, int64_t parts,
+                                const std::function<Status(const Event&)>& fn) {
+  const std::string where = path_ + ": snapshot at event " + std::to_string(seq);
+  Stmt st;
+  if (sqlite3_prepare_v2(source, "SELECT part, body, crc FROM snapshot_parts WHERE seq = ? ORDER BY part", -1, &st.s,
+                         nullptr) != SQLITE_OK) {
+    return Error("read snapshot");
+  }
+  sqlite3_bind_int64(st.s, 1, static_cast<sqlite3_int64>(seq));
+  int64_t expected = 0;
+  int rc;
+  while (expected < parts && (rc = sqlite3_step(st.s)) == SQLITE_ROW) {
+    const int64_t part = sqlite3_column_int64(st.s, 0);
+    if (part != expected) {
+      return DataLossError(where + ": part " + std::to_string(expected) + " of " + std::to_string(parts) +
+                           " is missing");
+    }
+    std::string_view body(reinterpret_cast<const char*>(sqlite3_column_text(st.s, 1)),
+                          static_cast<size_t>(sqlite3_column_bytes(st.s, 1)));
+    if (sqlite3_column_int64(st.s, 2) != SnapshotPartCrc(seq, part, body)) {
+      return DataLossError(where + ": part " + std::to_string(part) + " fails its checksum (the record was changed)");
+    }
+    if (Status s = DecodeSnapshotBody(body, fn); !s.ok()) return s.WithPrefix(where + ": part " + std::to_string(part));
+    ++expected;
+  }
+  if (expected < parts) {
+    return DataLossError(where + ": part " + std::to_string(expected) + " of " + std::to_string(parts) + " is missing");
+  }
+  return Status::Ok();
+}
+
 Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
   uint64_t snap_seq = 0;
   // The newest snapshot: in the snapshot database, or (stores from before
@@ -333,7 +367,11 @@ Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
       std::string_view body(reinterpret_cast<const char*>(sqlite3_column_text(st.s, 1)),
                             static_cast<size_t>(sqlite3_column_bytes(st.s, 1)));
       ROTA_RETURN_IF_ERROR(CheckRecord("snapshot at event", snap_seq, body, st.s, 2));
-      ROTA_RETURN_IF_ERROR(DecodeSnapshotBody(body, fn));
+      if (std::optional<int64_t> parts = SnapshotParts(body)) {
+        ROTA_RETURN_IF_ERROR(ReplayParts(source, snap_seq, *parts, fn));
+      } else {
+        ROTA_RETURN_IF_ERROR(DecodeSnapshotBody(body, fn));
+      }
     }
   }
   Stmt st;
@@ -365,9 +403,8 @@ Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
   return rc == SQLITE_DONE ? Status::Ok() : Error("read journal");
 }
 
-Status SqliteStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) {
+Status SqliteStore::WriteSnapshot(uint64_t seq, const EventSource& compacted) {
   std::lock_guard<std::mutex> lock(snapshot_mu_);  // one snapshot at a time; its own connections
-  const std::string body = EncodeSnapshotBody(compacted);
   auto fail = [&](sqlite3* db, const std::string& what) {
     const int code = sqlite3_errcode(db) & 0xff;
     std::string message = path_ + ": " + what + ": " + sqlite3_errmsg(db);
@@ -377,19 +414,49 @@ Status SqliteStore::WriteSnapshot(uint64_t seq, const std::vector<Event>& compac
     }
     return UnavailableError(std::move(message));
   };
+  // Only this connection writes the snapshot database: its parts are written
+  // inside the transaction as they are encoded, and the journal's appender
+  // never waits on it.
   if (sqlite3_exec(snap_db_, "BEGIN IMMEDIATE;", nullptr, nullptr, nullptr) != SQLITE_OK) {
     return fail(snap_db_, "write snapshot");
   }
-  Stmt ins, old;
+  Stmt part, ins, old, old_parts;
+  if (sqlite3_prepare_v2(snap_db_, "INSERT OR REPLACE INTO snapshot_parts (seq, part, body, crc) VALUES (?, ?, ?, ?)",
+                         -1, &part.s, nullptr) != SQLITE_OK) {
+    return fail(snap_db_, "write snapshot");
+  }
+  bool step_failed = false;
+  StatusOr<int64_t> parts = EncodeSnapshotParts(compacted, kSnapshotPartBytes, [&](int64_t i, std::string_view body) {
+    sqlite3_reset(part.s);
+    sqlite3_bind_int64(part.s, 1, static_cast<sqlite3_int64>(seq));
+    sqlite3_bind_int64(part.s, 2, i);
+    sqlite3_bind_text(part.s, 3, body.data(), static_cast<int>(body.size()), SQLITE_STATIC);
+    sqlite3_bind_int64(part.s, 4, SnapshotPartCrc(seq, i, body));
+    if (sqlite3_step(part.s) == SQLITE_DONE) return Status::Ok();
+    step_failed = true;
+    return UnavailableError("write snapshot part");
+  });
+  if (!parts.ok()) {
+    if (step_failed) return fail(snap_db_, "write snapshot");
+    sqlite3_exec(snap_db_, "ROLLBACK;", nullptr, nullptr, nullptr);
+    return parts.status();
+  }
+  const std::string body = SnapshotHeader(*parts);
   bool ok = sqlite3_prepare_v2(snap_db_, "INSERT OR REPLACE INTO snapshots (seq, body, crc) VALUES (?, ?, ?)", -1,
                                &ins.s, nullptr) == SQLITE_OK &&
-            sqlite3_prepare_v2(snap_db_, "DELETE FROM snapshots WHERE seq < ?", -1, &old.s, nullptr) == SQLITE_OK;
+            sqlite3_prepare_v2(snap_db_, "DELETE FROM snapshots WHERE seq < ?", -1, &old.s, nullptr) == SQLITE_OK &&
+            sqlite3_prepare_v2(snap_db_, "DELETE FROM snapshot_parts WHERE seq < ? OR (seq = ? AND part >= ?)", -1,
+                               &old_parts.s, nullptr) == SQLITE_OK;
   if (ok) {
     sqlite3_bind_int64(ins.s, 1, static_cast<sqlite3_int64>(seq));
     sqlite3_bind_text(ins.s, 2, body.data(), static_cast<int>(body.size()), SQLITE_STATIC);
     sqlite3_bind_int64(ins.s, 3, RecordCrc(seq, body));
     sqlite3_bind_int64(old.s, 1, static_cast<sqlite3_int64>(seq));
-    ok = sqlite3_step(ins.s) == SQLITE_DONE && sqlite3_step(old.s) == SQLITE_DONE;
+    sqlite3_bind_int64(old_parts.s, 1, static_cast<sqlite3_int64>(seq));
+    sqlite3_bind_int64(old_parts.s, 2, static_cast<sqlite3_int64>(seq));
+    sqlite3_bind_int64(old_parts.s, 3, *parts);
+    ok = sqlite3_step(ins.s) == SQLITE_DONE && sqlite3_step(old.s) == SQLITE_DONE &&
+         sqlite3_step(old_parts.s) == SQLITE_DONE;
   }
   if (!ok || sqlite3_exec(snap_db_, "COMMIT;", nullptr, nullptr, nullptr) != SQLITE_OK) {
     return fail(snap_db_, "write snapshot");

@@ -37,7 +37,7 @@ class SqliteStore final : public Store {
 
   StatusOr<uint64_t> Append(const std::vector<Event>& events) override;
   Status Replay(const std::function<Status(const Event&)>& fn) override;
-  Status WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) override;
+  Status WriteSnapshot(uint64_t seq, const EventSource& compacted) override;
   uint64_t last_seq() const override { return last_seq_; }
   Status PutToken(const TokenRecord& token) override;
   StatusOr<std::vector<TokenRecord>> Tokens() override;
@@ -58,6 +58,10 @@ class SqliteStore final : public Store {
   // DataLoss unless column `crc_col` of `row` is the record's checksum
   // (records from before checksums, below checked_from_, pass).
   Status CheckRecord(const char* what, uint64_t seq, std::string_view body, sqlite3_stmt* row, int crc_col);
+
+  // Calls `fn` with the events of the `parts` parts of the snapshot at `seq`
+  // in `source`, checking each part's checksum and that none is missing.
+  Status ReplayParts(sqlite3* source, uint64_t seq, int64_t parts, const std::function<Status(const Event&)>& fn);
 
   // Opens a WAL connection to `path` (quick-checked) for snapshots or trims.
   static Status OpenSide(const std::string& path, sqlite3** out);

@@ -34,9 +34,9 @@ class SqliteStoreTest : public ::testing::Test {
     for (int i = 0; i < 5; ++i) ASSERT_TRUE((*s)->Append({NodeAdded{Node("n" + std::to_string(i))}}).ok());
   }
   // Runs SQL on the file behind the store's back (what an operator's slip or a bad disk does).
-  void Sql(const std::string& sql) {
+  void Sql(const std::string& sql, const std::string& file = "") {
     sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_open((file.empty() ? path : file).c_str(), &db), SQLITE_OK);
     ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
     sqlite3_close(db);
   }
@@ -44,6 +44,19 @@ class SqliteStoreTest : public ::testing::Test {
     auto s = SqliteStore::Open(path);
     if (!s.ok()) return s.status();
     return (*s)->Replay([](const Event&) { return Status::Ok(); });
+  }
+  // Five events, then a snapshot at event 5 of `parts` parts (each over
+  // kSnapshotPartBytes of node names), then event 6.
+  void FillWithSnapshot(int parts) {
+    Fill();
+    auto s = SqliteStore::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    const std::string pad(kSnapshotPartBytes / 2, 'p');
+    ASSERT_TRUE((*s)->WriteSnapshot(5, [&](const EventSink& sink) {
+                   for (int i = 0; i < 2 * parts; ++i) ROTA_RETURN_IF_ERROR(sink(NodeAdded{Node(std::to_string(i) + pad)}));
+                   return Status::Ok();
+                 }).ok());
+    ASSERT_TRUE((*s)->Append({NodeAdded{Node("n5")}}).ok());
   }
   std::string dir, path;
 };
@@ -79,6 +92,67 @@ TEST_F(SqliteStoreTest, AnIntactStoreReplaysEverything) {
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*s)->Replay([&](const Event&) { ++n; return Status::Ok(); }).ok());
   EXPECT_EQ(n, 5);
+}
+
+TEST_F(SqliteStoreTest, AChangedMissingOrMovedSnapshotPartStopsTheReplayNamingThePart) {
+  FillWithSnapshot(3);
+  {
+    std::vector<std::string> names;
+    auto s = SqliteStore::Open(path);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Replay([&](const Event& e) {
+                   names.push_back(std::get<NodeAdded>(e).spec.name.substr(0, 2));
+                   return Status::Ok();
+                 }).ok());
+    EXPECT_EQ(names, (std::vector<std::string>{"0p", "1p", "2p", "3p", "4p", "5p", "n5"}));
+  }
+  const std::string snap = path + ".snap";
+  EXPECT_EQ(ReplayAll().code(), StatusCode::kOk);
+  // Moved: part 2's body where part 1's was.
+  Sql("UPDATE snapshot_parts SET part = part + 10 WHERE seq = 5 AND part = 1;"
+      "UPDATE snapshot_parts SET part = 1 WHERE seq = 5 AND part = 2;", snap);
+  Status s = ReplayAll();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("snapshot at event 5: part 1 fails its checksum"), std::string::npos) << s.ToString();
+  // Put back, then missing: the last part gone.
+  Sql("UPDATE snapshot_parts SET part = 2 WHERE seq = 5 AND part = 1;"
+      "UPDATE snapshot_parts SET part = 1 WHERE seq = 5 AND part = 11;", snap);
+  EXPECT_EQ(ReplayAll().code(), StatusCode::kOk);
+  Sql("DELETE FROM snapshot_parts WHERE seq = 5 AND part = 2", snap);
+  s = ReplayAll();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("snapshot at event 5: part 2 of 3 is missing"), std::string::npos) << s.ToString();
+  // Changed.
+  Sql("UPDATE snapshot_parts SET body = replace(body, '0ppp', '9ppp') WHERE seq = 5 AND part = 0", snap);
+  s = ReplayAll();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("snapshot at event 5: part 0 fails its checksum"), std::string::npos) << s.ToString();
+}
+
+// A store written before snapshots had parts (the events in the snapshot's
+// own record) still replays; and a server from before parts, which decodes
+// the record's body as events, refuses a header instead of reading it as an
+// empty state.
+TEST_F(SqliteStoreTest, SnapshotsFromBeforePartsStillReadAndOldReadersRefuseTheNewOnes) {
+  Fill();
+  const std::string legacy = EncodeSnapshotBody({NodeAdded{Node("old-a")}, NodeAdded{Node("old-b")}});
+  Sql("INSERT INTO snapshots (seq, body, crc) VALUES (4, '" + legacy + "', " + std::to_string(RecordCrc(4, legacy)) +
+          ")",
+      path + ".snap");
+  Sql("DELETE FROM events WHERE seq <= 4");
+  std::vector<std::string> names;
+  auto s = SqliteStore::Open(path);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Replay([&](const Event& e) {
+                 names.push_back(std::get<NodeAdded>(e).spec.name);
+                 return Status::Ok();
+               }).ok());
+  EXPECT_EQ(names, (std::vector<std::string>{"old-a", "old-b", "n4"}));
+
+  EXPECT_EQ(SnapshotParts(SnapshotHeader(3)), std::optional<int64_t>(3));
+  EXPECT_EQ(SnapshotParts(legacy), std::nullopt);
+  Status old_reader = DecodeSnapshotBody(SnapshotHeader(3), [](const Event&) { return Status::Ok(); });
+  EXPECT_FALSE(old_reader.ok());
 }
 
 TEST_F(SqliteStoreTest, ACorruptWalFrameFollowedByCommitsStopsTheOpen) {

@@ -18,6 +18,7 @@
 #include "core/event.h"
 #include "core/gpu_history.h"
 #include "core/usage_record.h"
+#include "store/records.h"
 
 namespace rota {
 
@@ -43,9 +44,11 @@ class Store {
   // after it, in order. Stops at the first error and returns it.
   virtual Status Replay(const std::function<Status(const Event&)>& fn) = 0;
 
-  // Records `compacted` as the state after journal event `seq` and drops the
-  // journal up to it, atomically.
-  virtual Status WriteSnapshot(uint64_t seq, const std::vector<Event>& compacted) = 0;
+  // Records the events `compacted` produces as the state after journal event
+  // `seq` and drops the journal up to it, atomically. The events are written
+  // as they are produced (a large state is never in memory twice); an error
+  // from the source writes nothing and is returned.
+  virtual Status WriteSnapshot(uint64_t seq, const EventSource& compacted) = 0;
 
   // Sequence number of the last appended event (0 if none).
   virtual uint64_t last_seq() const = 0;

@@ -98,11 +98,60 @@ TYPED_TEST(StoreContract, AppendsInOrderAndSurvivesReopen) {
 TYPED_TEST(StoreContract, SnapshotReplacesThePrefix) {
   auto s = this->factory.Make();
   ASSERT_TRUE(s->Append({NodeAdded{Node("a")}, NodeAdded{Node("b")}}).ok());
-  ASSERT_TRUE(s->WriteSnapshot(2, {NodeAdded{Node("compacted")}}).ok());
+  ASSERT_TRUE(s->WriteSnapshot(2, EventsOf({NodeAdded{Node("compacted")}})).ok());
   ASSERT_TRUE(s->Append({NodeAdded{Node("c")}}).ok());
   s = this->factory.Reopen(std::move(s));
   EXPECT_EQ(Names(*s), (std::vector<std::string>{"compacted", "c"}));
   EXPECT_EQ(s->last_seq(), 3u);
+}
+
+// A snapshot of several parts (each about kSnapshotPartBytes of events)
+// reads back whole and in order; a later, smaller snapshot at a new event
+// replaces it with nothing of the old left over.
+TYPED_TEST(StoreContract, SnapshotsLargerThanOnePartReadBackWholeAndInOrder) {
+  auto s = this->factory.Make();
+  ASSERT_TRUE(s->Append({NodeAdded{Node("a")}}).ok());
+  const std::string pad(200, 'x');
+  int produced = 0;
+  ASSERT_TRUE(s->WriteSnapshot(1, [&](const EventSink& sink) {
+                 // Made one at a time as they are written: about 3 parts.
+                 for (; produced < 3 * static_cast<int>(kSnapshotPartBytes / 300); ++produced) {
+                   ROTA_RETURN_IF_ERROR(sink(NodeAdded{Node("n" + std::to_string(produced) + pad)}));
+                 }
+                 return Status::Ok();
+               }).ok());
+  ASSERT_TRUE(s->Append({NodeAdded{Node("tail")}}).ok());
+  s = this->factory.Reopen(std::move(s));
+  std::vector<std::string> names = Names(*s);
+  ASSERT_EQ(names.size(), static_cast<size_t>(produced) + 1);
+  for (int i = 0; i < produced; ++i) ASSERT_EQ(names[i], "n" + std::to_string(i) + pad) << i;
+  EXPECT_EQ(names.back(), "tail");
+
+  ASSERT_TRUE(s->WriteSnapshot(2, EventsOf({NodeAdded{Node("small")}})).ok());
+  s = this->factory.Reopen(std::move(s));
+  EXPECT_EQ(Names(*s), (std::vector<std::string>{"small"}));
+}
+
+// A source that fails part-way writes nothing: the previous snapshot and the
+// journal after it are still what replays, and the error is returned.
+TYPED_TEST(StoreContract, ASnapshotWhoseSourceFailsWritesNothing) {
+  auto s = this->factory.Make();
+  ASSERT_TRUE(s->Append({NodeAdded{Node("a")}}).ok());
+  ASSERT_TRUE(s->WriteSnapshot(1, EventsOf({NodeAdded{Node("first")}})).ok());
+  ASSERT_TRUE(s->Append({NodeAdded{Node("b")}}).ok());
+  const std::string pad(500, 'y');
+  Status failed = s->WriteSnapshot(2, [&](const EventSink& sink) -> Status {
+    // Past the first part, so that some of it reached the store.
+    for (int i = 0; i < static_cast<int>(2 * kSnapshotPartBytes / 500); ++i) {
+      ROTA_RETURN_IF_ERROR(sink(NodeAdded{Node("lost" + pad)}));
+    }
+    return InternalError("the state could not be read");
+  });
+  EXPECT_EQ(failed.code(), StatusCode::kInternal);
+  EXPECT_EQ(failed.message(), "the state could not be read");
+  s = this->factory.Reopen(std::move(s));
+  EXPECT_EQ(Names(*s), (std::vector<std::string>{"first", "b"}));
+  EXPECT_EQ(s->last_seq(), 2u);
 }
 
 TYPED_TEST(StoreContract, KeepsTokens) {
@@ -135,7 +184,7 @@ TYPED_TEST(StoreContract, KeepsUsageRecordsApartFromTheJournal) {
   // The same attempt again (a standby that also wrote it) changes nothing.
   ASSERT_TRUE(s->PutUsage({record(1, 0, 100, "mallory")}).ok());
   ASSERT_TRUE(s->PutUsage({}).ok());
-  ASSERT_TRUE(s->WriteSnapshot(0, {}).ok());  // a snapshot does not touch them
+  ASSERT_TRUE(s->WriteSnapshot(0, EventsOf({})).ok());  // a snapshot does not touch them
   s = this->factory.Reopen(std::move(s));
   auto all = s->Usage(0, 1000);
   ASSERT_TRUE(all.ok()) << all.status().ToString();
@@ -173,7 +222,7 @@ TYPED_TEST(StoreContract, KeepsGpuHistoryBlocksAndReplacesThemAsTheyFill) {
   // The same block again, fuller: it replaces the first.
   ASSERT_TRUE(s->PutGpuHistory({block("n-0", 0, 60, 0, 30)}).ok());
   ASSERT_TRUE(s->PutGpuHistory({}).ok());
-  ASSERT_TRUE(s->WriteSnapshot(0, {}).ok());  // a snapshot does not touch them
+  ASSERT_TRUE(s->WriteSnapshot(0, EventsOf({})).ok());  // a snapshot does not touch them
   s = this->factory.Reopen(std::move(s));
   auto all = s->GpuHistory("", 60, 0, 2 * kHour);
   ASSERT_TRUE(all.ok()) << all.status().ToString();
