@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -129,8 +130,8 @@ const std::vector<CommandHelp>& Commands() {
        "A job's state, placement, pending reason with the numbers behind it, and its events.", {}},
       {"cancel", "rota cancel JOB_ID [JOB_ID...] | --array ID | [--name NAME] [--user USER] [--state pending|running]",
        "Cancels jobs, or every live element of a job array, or (like scancel) every live job you may see\n"
-       "that matches --name, --user and --state together (their tasks get SIGTERM, then SIGKILL). Each in\n"
-       "turn; the exit code is the first failure's.",
+       "that matches --name, --user and --state together (their tasks get SIGTERM, then SIGKILL). Many\n"
+       "jobs go 10,000 to a request, each answered alone; the exit code is the first failure's.",
        {"--array", "--name", "--user", "--state"}},
       {"hold", "rota hold JOB_ID [JOB_ID...]",
        "Holds pending jobs: they are not scheduled until released (like scontrol hold).", {}},
@@ -739,24 +740,70 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     }
     if (ids.empty()) return Usage(help->usage);
     int rc = kExitOk;
-    json results = json::array();
     size_t not_ours = 0;
-    for (const std::string& id : ids) {
-      Response r = c.Post("/v1/jobs/" + id + "/cancel", "", "application/json");
-      if (selected && r.status == 403) {
+    auto failed = [&](int status, const std::string& id, const std::string& error) {
+      if (selected && status == 403) {
         ++not_ours;  // a selection (job_visibility: all lists others' jobs) cancels only what we may
-        continue;
+        return;
       }
-      if (r.status < 200 || r.status >= 300) {
-        const int failed = Client::Fail(r, "cancel " + id);
-        if (rc == kExitOk) rc = failed;
-        continue;
-      }
+      const int code = Client::Fail(Response{.status = status, .body = json{{"error", {{"message", error}}}}.dump()},
+                                    "cancel " + id);
+      if (rc == kExitOk) rc = code;
+    };
+    if (ids.size() == 1 && !selected) {
+      // One job: answered with its view.
+      Response r = c.Post("/v1/jobs/" + ids[0] + "/cancel", "", "application/json");
+      if (r.status < 200 || r.status >= 300) return Client::Fail(r, "cancel " + ids[0]);
       const json j = json::parse(r.body, nullptr, false);
-      if (c.json_output()) results.push_back(j);
+      if (c.json_output()) std::cout << j.dump(2) << "\n";
       else if (!j.is_discarded()) std::cout << "cancelled job " << j["id"] << " (" << S(j, "name") << ")\n";
+      return kExitOk;
     }
-    if (c.json_output()) std::cout << (ids.size() == 1 && results.size() == 1 ? results[0] : results).dump(2) << "\n";
+    // Many: 10,000 to a request, each request one journal write; an id that
+    // is not a number goes alone, so that the server names what is wrong.
+    json cancelled = json::array(), refused = json::array();
+    std::vector<uint64_t> chunk;
+    auto send = [&]() -> bool {
+      if (chunk.empty()) return true;
+      Response r = c.Post("/v1/jobs/cancel", json{{"ids", chunk}}.dump(), "application/json");
+      const json j = json::parse(r.body, nullptr, false);
+      if (r.status != 200 || j.is_discarded()) {
+        const int code = Client::Fail(r, "cancel");
+        if (rc == kExitOk) rc = code;
+        return false;  // the server refused the request whole: stop
+      }
+      chunk.clear();
+      for (const auto& job : j["cancelled"]) {
+        if (c.json_output()) cancelled.push_back(job);
+        else std::cout << "cancelled job " << job["id"] << " (" << S(job, "name") << ")\n";
+      }
+      for (const auto& job : j["failed"]) {
+        if (c.json_output()) refused.push_back(job);
+        failed(job.value("status", 500), job["id"].dump(), S(job, "error"));
+      }
+      return true;
+    };
+    bool going = true;
+    for (const std::string& id : ids) {
+      uint64_t value = 0;
+      auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), value);
+      if (ec != std::errc() || end != id.data() + id.size() || value == 0) {
+        Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel", "", "application/json");
+        const json j = json::parse(r.body, nullptr, false);
+        if (r.status >= 200 && r.status < 300 && !j.is_discarded()) {
+          if (c.json_output()) cancelled.push_back({{"id", j["id"]}, {"name", S(j, "name")}});
+          else std::cout << "cancelled job " << j["id"] << " (" << S(j, "name") << ")\n";
+        } else {
+          const int code = Client::Fail(r, "cancel " + id);
+          if (rc == kExitOk) rc = code;
+        }
+        continue;
+      }
+      chunk.push_back(value);
+      if (chunk.size() == 10'000 && !(going = send())) break;
+    }
+    if (going) send();
+    if (c.json_output()) std::cout << json{{"cancelled", cancelled}, {"failed", refused}}.dump(2) << "\n";
     if (not_ours > 0) std::cerr << "rota cancel: skipped " << not_ours << " matching job(s) of other users\n";
     return rc;
   }

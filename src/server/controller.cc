@@ -993,6 +993,37 @@ Status Controller::Cancel(const Principal& who, JobId id) {
       .status();
 }
 
+StatusOr<std::vector<Status>> Controller::CancelMany(const Principal& who, const std::vector<JobId>& ids) {
+  if (ids.size() > kMaxCancelMany) {
+    return InvalidArgumentError("ids: at most " + std::to_string(kMaxCancelMany) + " jobs a request, got " +
+                                std::to_string(ids.size()));
+  }
+  const bool all_see_all = options_.config.job_visibility == "all";
+  return Call<std::vector<Status>>([&](Batch& batch) -> StatusOr<std::vector<Status>> {
+    // Owners do not change in a batch: one view for the lookups, so that
+    // each cancel does not copy the state's top for a fresh snapshot.
+    const Snapshot before = batch.state->GetSnapshot();
+    const TimePoint now = options_.clock->Now();
+    std::vector<Status> out;
+    out.reserve(ids.size());
+    for (const JobId id : ids) {
+      const JobRecord* job = before.FindJob(id);
+      if (job == nullptr || (!who.admin() && job->user != who.user && !all_see_all)) {
+        out.push_back(NotFoundError("no job " + std::to_string(id.value())));
+      } else if (!who.admin() && job->user != who.user) {
+        out.push_back(Status(StatusCode::kPermissionDenied, "job " + std::to_string(id.value()) + " is " + job->user +
+                                                                "'s: only its owner or an admin may do that"));
+      } else if (Status s = batch.Apply(JobCancelled{id, now, "cancelled by " + who.user}); !s.ok()) {
+        out.push_back(std::move(s));
+      } else {
+        lifecycle_.Forget(id);
+        out.push_back(Status::Ok());
+      }
+    }
+    return out;
+  });
+}
+
 Status Controller::SetHold(const Principal& who, JobId id, bool held) {
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
            const JobRecord* job = batch.state->GetSnapshot().FindJob(id);

@@ -213,6 +213,13 @@ class Controller {
   // What the tenant limits would refuse a submission of `count` copies for, taking nothing (dry runs).
   Status CheckTenantLimits(const Principal& who, const JobSpec& spec, int64_t count);
   Status Cancel(const Principal& who, JobId id);
+  // Cancels `ids` (at most kMaxCancelMany) in one journaled batch: one
+  // status per id, in order, OK where it was cancelled, else why not, as
+  // Cancel answers (NotFound for a job `who` may not see; PermissionDenied
+  // for another's where every job is visible; FailedPrecondition for one
+  // that ended). An error for the whole: none was cancelled.
+  static constexpr size_t kMaxCancelMany = 10'000;
+  StatusOr<std::vector<Status>> CancelMany(const Principal& who, const std::vector<JobId>& ids);
   // Holds a pending job (it is not scheduled) or releases it, like Slurm's
   // scontrol hold/release (its owner or an admin; an admin's hold only an
   // admin releases: PermissionDenied). FailedPrecondition: not pending, or

@@ -671,6 +671,51 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, {{"events", Timeline(*job)}});
     }));
 
+    // Many cancels in one request, journaled together: {"ids": [1, 2, ...]}
+    // (at most 10,000). Each id is answered as POST /v1/jobs/ID/cancel would
+    // be: "cancelled" lists those it cancelled ({id, name}), "failed" the
+    // others ({id, status, error}: the HTTP status and message that request
+    // would have had).
+    srv.Post("/v1/jobs/cancel", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
+      const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+      if (body.is_discarded() || !body.is_object()) {
+        return ReplyError(res, InvalidArgumentError("request body: must be a JSON object {\"ids\": [job ids]}"));
+      }
+      for (const auto& [key, value] : body.items()) {
+        if (key != "ids") return ReplyError(res, InvalidArgumentError("request body: unknown field '" + key + "'"));
+      }
+      if (!body.contains("ids") || !body["ids"].is_array() || body["ids"].empty()) {
+        return ReplyError(res, InvalidArgumentError("ids: must be a non-empty list of job ids"));
+      }
+      if (body["ids"].size() > Controller::kMaxCancelMany) {
+        return ReplyError(res, InvalidArgumentError("ids: at most " + std::to_string(Controller::kMaxCancelMany) +
+                                                    " jobs a request, got " + std::to_string(body["ids"].size())));
+      }
+      std::vector<JobId> ids;
+      ids.reserve(body["ids"].size());
+      for (size_t i = 0; i < body["ids"].size(); ++i) {
+        const json& id = body["ids"][i];
+        if (!id.is_number_unsigned() || id.get<uint64_t>() == 0) {
+          return ReplyError(res, InvalidArgumentError("ids[" + std::to_string(i) + "]: not a job id: " + id.dump()));
+        }
+        ids.push_back(JobId(id.get<uint64_t>()));
+      }
+      auto results = c_->CancelMany(who, ids);
+      if (!results.ok()) return ReplyError(res, results.status());
+      const Snapshot snap = c_->snapshot();
+      ordered_json cancelled = ordered_json::array(), failed = ordered_json::array();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const Status& s = (*results)[i];
+        if (s.ok()) {
+          const JobRecord* job = snap.FindJob(ids[i]);
+          cancelled.push_back({{"id", ids[i].value()}, {"name", job != nullptr ? job->spec().name : std::string()}});
+        } else {
+          failed.push_back({{"id", ids[i].value()}, {"status", HttpStatusFor(s.code())}, {"error", std::string(s.message())}});
+        }
+      }
+      Reply(res, 200, ordered_json{{"cancelled", std::move(cancelled)}, {"failed", std::move(failed)}});
+    }));
+
     srv.Post(R"(/v1/jobs/([^/]+)/cancel)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       auto id = ParseId(req.matches[1]);
       if (!id.ok()) return ReplyError(res, id.status());

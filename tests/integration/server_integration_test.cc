@@ -1452,7 +1452,73 @@ job_visibility: all
   EXPECT_NE(cancel->body.find("job 1 is alice's: only its owner or an admin may do that"), std::string::npos);
   EXPECT_EQ(bob.Get("/v1/jobs/1/logs")->status, 403);
   EXPECT_EQ(bob.Get("/v1/jobs/99")->status, 404);
+  auto many = bob.Post("/v1/jobs/cancel", R"({"ids": [1]})", "application/json");
+  ASSERT_EQ(many->status, 200) << many->body;
+  EXPECT_EQ(json::parse(many->body)["failed"],
+            json::parse(R"([{"id": 1, "status": 403, "error": "job 1 is alice's: only its owner or an admin may do that"}])"));
   EXPECT_EQ(alice.Post("/v1/jobs/1/cancel", "{}", "application/json")->status, 200);
+}
+
+// POST /v1/jobs/cancel: many cancels in one request and one journal write,
+// each id answered as its own cancel would be; a malformed request is
+// refused whole, naming the field, and cancels nothing.
+TEST_F(Integration, ManyCancelsInOneRequestAnswerEachIdAndSurviveARestart) {
+  auto server = std::make_unique<RotaProcess>("server", tmp.path() + "/data", std::vector<std::string>{"--rate-limit", "0"});
+  auto admin = server->Admin();
+  const std::string bob_token =
+      json::parse(admin.Post("/v1/tokens", R"({"user": "bob", "role": "user"})", "application/json")->body)["token"];
+  auto bob = server->Http(bob_token);
+  const std::string spec = "name: sweep\ntasks: [{gpus: 1, command: [sleep, '600']}]\n";
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: admins\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml")->status, 201);
+  ASSERT_EQ(bob.Post("/v1/jobs?count=4", spec, "application/yaml")->status, 201);  // jobs 2..5
+  std::string too_many = R"({"ids": [)";
+  for (int i = 1; i <= 10'001; ++i) too_many += (i > 1 ? "," : "") + std::to_string(i);
+  too_many += "]}";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"not json", "request body: must be a JSON object"},
+      {"[2, 3]", "request body: must be a JSON object"},
+      {R"({"ids": [2], "force": true})", "request body: unknown field 'force'"},
+      {R"({"ids": []})", "ids: must be a non-empty list of job ids"},
+      {R"({"ids": "2,3"})", "ids: must be a non-empty list of job ids"},
+      {R"({"ids": [2, "3"]})", R"(ids[1]: not a job id: \"3\")"},
+      {R"({"ids": [2, -3]})", "ids[1]: not a job id: -3"},
+      {R"({"ids": [2, 0]})", "ids[1]: not a job id: 0"},
+      {too_many, "ids: at most 10000 jobs a request, got 10001"},
+  };
+  for (const auto& [body, message] : refused) {
+    auto r = bob.Post("/v1/jobs/cancel", body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body.substr(0, 40) << ": " << r->body;
+    EXPECT_NE(r->body.find(message), std::string::npos) << body.substr(0, 40) << ": " << r->body;
+  }
+  EXPECT_EQ(json::parse(bob.Get("/v1/jobs?state=pending&user=bob")->body)["jobs"].size(), 4u);  // nothing cancelled
+
+  // Job 1 is the admin's (bob sees it: job_visibility is `all` by default,
+  // but may not cancel it), 99 does not exist, 3 is named twice.
+  auto r = bob.Post("/v1/jobs/cancel", R"({"ids": [2, 3, 1, 99, 3]})", "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json answer = json::parse(r->body);
+  EXPECT_EQ(answer["cancelled"], json::parse(R"([{"id": 2, "name": "sweep"}, {"id": 3, "name": "sweep"}])"));
+  const std::string admin_user = json::parse(admin.Get("/v1/whoami")->body)["user"];
+  EXPECT_EQ(answer["failed"],
+            (json{{{"id", 1}, {"status", 403}, {"error", "job 1 is " + admin_user + "'s: only its owner or an admin may do that"}},
+                  {{"id", 99}, {"status", 404}, {"error", "no job 99"}},
+                  {{"id", 3}, {"status", 409}, {"error", "job 3 is already cancelled"}}}));
+  // The CLI: many ids go in one request; the exit code is the first failure's.
+  const std::vector<std::string> env = {"ROTA_SERVER=" + server->url(), "ROTA_TOKEN=" + bob_token};
+  CommandResult cli = RunRota({"cancel", "4", "99", "1", "5"}, env, tmp.path());
+  EXPECT_EQ(cli.exit_code, 3) << cli.err;  // 99's 404 before 1's 403
+  EXPECT_EQ(cli.out, "cancelled job 4 (sweep)\ncancelled job 5 (sweep)\n");
+  EXPECT_NE(cli.err.find("rota cancel 99: no job 99 (HTTP 404)"), std::string::npos) << cli.err;
+  EXPECT_NE(cli.err.find("rota cancel 1: job 1 is " + admin_user + "'s"), std::string::npos) << cli.err;
+
+  // Acknowledged means journaled: after kill -9, bob's four are cancelled and the admin's is not.
+  server->Kill(SIGKILL);
+  server = std::make_unique<RotaProcess>("server", tmp.path() + "/data", std::vector<std::string>{"--rate-limit", "0"});
+  auto again = server->Admin();
+  const json jobs = json::parse(again.Get("/v1/jobs?all=true")->body)["jobs"];
+  ASSERT_EQ(jobs.size(), 5u);
+  for (const json& j : jobs) EXPECT_EQ(j["state"], j["id"] == 1 ? "pending" : "cancelled") << j.dump();
 }
 
 }  // namespace
