@@ -741,68 +741,91 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     if (ids.empty()) return Usage(help->usage);
     int rc = kExitOk;
     size_t not_ours = 0;
-    auto failed = [&](int status, const std::string& id, const std::string& error) {
-      if (selected && status == 403) {
+    json cancelled = json::array(), refused = json::array();  // (-o json, for many)
+    auto done = [&](const json& id, const std::string& job_name) {
+      if (c.json_output()) cancelled.push_back({{"id", id}, {"name", job_name}});
+      else std::cout << "cancelled job " << id << " (" << job_name << ")\n";
+    };
+    // A job not cancelled: its own line, and the exit code if it is the first.
+    auto failed = [&](const Response& r, const json& id) {
+      if (selected && r.status == 403) {
         ++not_ours;  // a selection (job_visibility: all lists others' jobs) cancels only what we may
         return;
       }
-      const int code = Client::Fail(Response{.status = status, .body = json{{"error", {{"message", error}}}}.dump()},
-                                    "cancel " + id);
+      const int code = Client::Fail(r, "cancel " + (id.is_string() ? id.get<std::string>() : id.dump()));
       if (rc == kExitOk) rc = code;
+      if (c.json_output()) {
+        const json body = json::parse(r.body, nullptr, false);
+        std::string error = r.status == 0 ? r.error : r.body;
+        if (!body.is_discarded() && body.contains("error")) error = body["error"].value("message", error);
+        refused.push_back({{"id", id}, {"status", r.status}, {"error", error}});
+      }
     };
-    if (ids.size() == 1 && !selected) {
-      // One job: answered with its view.
-      Response r = c.Post("/v1/jobs/" + ids[0] + "/cancel", "", "application/json");
-      if (r.status < 200 || r.status >= 300) return Client::Fail(r, "cancel " + ids[0]);
+    // One job, through its own route (`POST /v1/jobs/ID/cancel`).
+    auto cancel_one = [&](const std::string& id) {
+      Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel", "", "application/json");
+      const json j = json::parse(r.body, nullptr, false);
+      if (r.status < 200 || r.status >= 300 || j.is_discarded()) return failed(r, json(id));
+      done(j["id"], S(j, "name"));
+    };
+    if (ids.size() == 1) {
+      // One job: answered with its view (-o json: the job).
+      Response r = c.Post("/v1/jobs/" + UrlEncode(ids[0]) + "/cancel", "", "application/json");
+      if (r.status < 200 || r.status >= 300) {
+        if (selected && r.status == 403) {
+          std::cerr << "rota cancel: skipped 1 matching job(s) of other users\n";
+          return kExitOk;
+        }
+        return Client::Fail(r, "cancel " + ids[0]);
+      }
       const json j = json::parse(r.body, nullptr, false);
       if (c.json_output()) std::cout << j.dump(2) << "\n";
       else if (!j.is_discarded()) std::cout << "cancelled job " << j["id"] << " (" << S(j, "name") << ")\n";
       return kExitOk;
     }
-    // Many: 10,000 to a request, each request one journal write; an id that
-    // is not a number goes alone, so that the server names what is wrong.
-    json cancelled = json::array(), refused = json::array();
+    // Many: 10,000 to a request (`POST /v1/jobs/cancel`), each request one
+    // journal write and each id answered alone. A request refused whole (a
+    // full disk, the rate limit) refuses its ids, and the next goes on; a
+    // server without the route (older than this client) gets them one by
+    // one. An id that is not a number goes alone, so that the server names
+    // what is wrong with it.
     std::vector<uint64_t> chunk;
-    auto send = [&]() -> bool {
-      if (chunk.empty()) return true;
-      Response r = c.Post("/v1/jobs/cancel", json{{"ids", chunk}}.dump(), "application/json");
+    bool one_by_one = false;
+    auto send = [&] {
+      if (chunk.empty()) return;
+      Response r = one_by_one ? Response{} : c.Post("/v1/jobs/cancel", json{{"ids", chunk}}.dump(), "application/json");
+      if (!one_by_one && (r.status == 404 || r.status == 405)) one_by_one = true;
+      if (one_by_one) {
+        for (uint64_t id : chunk) cancel_one(std::to_string(id));
+        chunk.clear();
+        return;
+      }
       const json j = json::parse(r.body, nullptr, false);
-      if (r.status != 200 || j.is_discarded()) {
-        const int code = Client::Fail(r, "cancel");
-        if (rc == kExitOk) rc = code;
-        return false;  // the server refused the request whole: stop
+      if (r.status != 200 || j.is_discarded() || !j.contains("cancelled")) {
+        for (uint64_t id : chunk) failed(r, json(id));
+        chunk.clear();
+        return;
       }
       chunk.clear();
-      for (const auto& job : j["cancelled"]) {
-        if (c.json_output()) cancelled.push_back(job);
-        else std::cout << "cancelled job " << job["id"] << " (" << S(job, "name") << ")\n";
+      for (const auto& job : j["cancelled"]) done(job["id"], S(job, "name"));
+      for (const auto& job : j.value("failed", json::array())) {
+        failed(Response{.status = job.value("status", 500),
+                        .body = json{{"error", {{"message", S(job, "error")}}}}.dump()},
+               job["id"]);
       }
-      for (const auto& job : j["failed"]) {
-        if (c.json_output()) refused.push_back(job);
-        failed(job.value("status", 500), job["id"].dump(), S(job, "error"));
-      }
-      return true;
     };
-    bool going = true;
     for (const std::string& id : ids) {
       uint64_t value = 0;
       auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), value);
       if (ec != std::errc() || end != id.data() + id.size() || value == 0) {
-        Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel", "", "application/json");
-        const json j = json::parse(r.body, nullptr, false);
-        if (r.status >= 200 && r.status < 300 && !j.is_discarded()) {
-          if (c.json_output()) cancelled.push_back({{"id", j["id"]}, {"name", S(j, "name")}});
-          else std::cout << "cancelled job " << j["id"] << " (" << S(j, "name") << ")\n";
-        } else {
-          const int code = Client::Fail(r, "cancel " + id);
-          if (rc == kExitOk) rc = code;
-        }
+        send();  // (in the order given)
+        cancel_one(id);
         continue;
       }
       chunk.push_back(value);
-      if (chunk.size() == 10'000 && !(going = send())) break;
+      if (chunk.size() == 10'000) send();
     }
-    if (going) send();
+    send();
     if (c.json_output()) std::cout << json{{"cancelled", cancelled}, {"failed", refused}}.dump(2) << "\n";
     if (not_ours > 0) std::cerr << "rota cancel: skipped " << not_ours << " matching job(s) of other users\n";
     return rc;

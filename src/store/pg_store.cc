@@ -588,6 +588,11 @@ Status PgStore::WriteSnapshot(uint64_t seq, const EventSource& compacted) {
   const std::string at = std::to_string(seq);
   ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "BEGIN").status());
   auto run = [&]() -> Status {
+    // The state is encoded between the parts' inserts, inside the
+    // transaction: a pause of a few seconds there (a starved machine) is not
+    // a vanished server. Not unbounded: a paused old leader's snapshot must
+    // not hold its rows from the next one's for ever.
+    ROTA_RETURN_IF_ERROR(c.Exec("write snapshot", "SET LOCAL idle_in_transaction_session_timeout = '30s'").status());
     // The parts as they are encoded (each its own short statement), then
     // the record that names them.
     ROTA_ASSIGN_OR_RETURN(

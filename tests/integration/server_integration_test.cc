@@ -1459,6 +1459,38 @@ job_visibility: all
   EXPECT_EQ(alice.Post("/v1/jobs/1/cancel", "{}", "application/json")->status, 200);
 }
 
+// A server older than the client has no POST /v1/jobs/cancel (404): the
+// CLI cancels the jobs one by one instead, as it did before.
+TEST_F(Integration, ManyCancelsFallBackToOneByOneOnAServerWithoutTheRoute) {
+  httplib::Server old;
+  std::atomic<int> bulk = 0, single = 0;
+  old.Post("/v1/jobs/cancel", [&](const httplib::Request&, httplib::Response& res) {
+    ++bulk;
+    res.status = 404;
+  });
+  old.Post(R"(/v1/jobs/(\d+)/cancel)", [&](const httplib::Request& req, httplib::Response& res) {
+    ++single;
+    if (req.matches[1] == "8") {
+      res.status = 409;
+      res.set_content(R"({"error": {"code": "FAILED_PRECONDITION", "message": "job 8 is already cancelled"}})", "application/json");
+      return;
+    }
+    res.set_content(R"({"id": )" + std::string(req.matches[1]) + R"(, "name": "old"})", "application/json");
+  });
+  const int port = old.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { old.listen_after_bind(); });
+  CommandResult r = RunRota({"cancel", "7", "8", "9"}, {"ROTA_SERVER=http://127.0.0.1:" + std::to_string(port), "ROTA_TOKEN=t"},
+                            tmp.path());
+  old.stop();
+  serving.join();
+  EXPECT_EQ(bulk, 1);
+  EXPECT_EQ(single, 3);
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_EQ(r.out, "cancelled job 7 (old)\ncancelled job 9 (old)\n");
+  EXPECT_NE(r.err.find("rota cancel 8: job 8 is already cancelled (HTTP 409)"), std::string::npos) << r.err;
+}
+
 // POST /v1/jobs/cancel: many cancels in one request and one journal write,
 // each id answered as its own cancel would be; a malformed request is
 // refused whole, naming the field, and cancels nothing.
