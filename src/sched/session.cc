@@ -220,22 +220,15 @@ template <typename Less>
 void Session::OrderPendingBy(Less before) {
   bool stable = true;
   for (const JobOrderPlugin* o : profile_->job_orders()) stable = stable && o->stable();
-  // The last order without the changed chunks' jobs (kept_), and those
-  // chunks' pending jobs sorted and merged in: one insertion each when few.
-  // With stable job orders the kept jobs' keys are as they were; otherwise
-  // (a ranking order, keys that move with time) they are read again, and
+  // The last order without the changed chunks' jobs, and those chunks'
+  // pending jobs sorted and merged in. With stable job orders the kept jobs'
+  // keys are as they were (done in place, below); otherwise (a ranking
+  // order, keys that move with time) they are read again (kept_), and
   // the kept jobs are sorted again only if they are no longer in order:
   // between rebuilds of its estimates, a ranking order leaves most waiting
   // jobs where they were, and a check costs n comparisons, a sort n log n.
   // (Ids break ties, so the order is total: any of these gives the same.)
-  kept_.clear();
   fresh_.clear();
-  const bool keys_kept = stable && sorted_kept_;
-  for (const Ordered& o : sorted_) {
-    if (changed_[o.id.value() / JobTable::kChunk]) continue;
-    kept_.push_back(keys_kept ? o : MakeOrdered(*o.job));
-  }
-  if (!keys_kept && !std::is_sorted(kept_.begin(), kept_.end(), before)) std::sort(kept_.begin(), kept_.end(), before);
   for (size_t c = 0; c < chunks_.size(); ++c) {
     if (!changed_[c]) continue;
     for (const JobRecord* j : chunks_[c].pending) fresh_.push_back(MakeOrdered(*j));
@@ -243,6 +236,40 @@ void Session::OrderPendingBy(Less before) {
   // (Collected in id order, which is often the order already: one
   // priority, first come first served.)
   if (!std::is_sorted(fresh_.begin(), fresh_.end(), before)) std::sort(fresh_.begin(), fresh_.end(), before);
+  const bool keys_kept = stable && sorted_kept_;
+  if (keys_kept) {
+    // In place: the changed chunks' jobs leave (a pass that moves only what
+    // follows the first of them), theirs merge in from the back (moving only
+    // what follows the first insertion), and order_ is rewritten from the
+    // first position that changed. A new job in a long first-come queue
+    // lands at its end: a cycle then copies almost nothing.
+    const size_t n = sorted_.size();
+    size_t first = n, w = 0;
+    for (size_t r = 0; r < n; ++r) {
+      if (changed_[sorted_[r].id.value() / JobTable::kChunk]) {
+        if (first == n) first = r;
+        continue;
+      }
+      if (w != r) sorted_[w] = sorted_[r];
+      ++w;
+    }
+    sorted_.resize(w + fresh_.size());
+    size_t i = w, j = fresh_.size(), out = sorted_.size();
+    while (j > 0) {
+      if (i > 0 && before(fresh_[j - 1], sorted_[i - 1])) sorted_[--out] = sorted_[--i];
+      else sorted_[--out] = fresh_[--j];
+    }
+    first = std::min(first, i);  // below it, nothing moved
+    order_.resize(sorted_.size());
+    for (size_t p = first; p < sorted_.size(); ++p) order_[p] = sorted_[p].job;
+    return;
+  }
+  kept_.clear();
+  for (const Ordered& o : sorted_) {
+    if (changed_[o.id.value() / JobTable::kChunk]) continue;
+    kept_.push_back(MakeOrdered(*o.job));
+  }
+  if (!std::is_sorted(kept_.begin(), kept_.end(), before)) std::sort(kept_.begin(), kept_.end(), before);
   sorted_.clear();
   if (fresh_.size() * 16 < kept_.size()) {
     auto from = kept_.begin();
