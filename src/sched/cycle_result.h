@@ -2,6 +2,7 @@
 // decided it. Drivers turn it into events with ToEvents (to_events.h).
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -71,16 +72,56 @@ struct CycleResult {
   std::vector<Preemption> preemptions;
   std::vector<Reconfiguration> reconfigurations;
   std::vector<Resize> resizes;  // applied before placements
+  // A waiting job and why, in `pending` (or `unresolvable`). The cycle
+  // writes `pending` over the entries it held before (Clear keeps them;
+  // Seal drops what is left over), and a reason an entry holds already is
+  // not copied again: a long queue that waits as it did costs no reference
+  // counting (with a million pending jobs, two atomic operations each).
+  void Wait(JobId job, const PendingReason& why) {
+    if (written_ < pending.size()) {
+      Waiting& w = pending[written_];
+      w.job = job;
+      w.reason.code = why.code;
+      w.reason.expected_start = why.expected_start;
+      ReasonText& text = w.reason.message;
+      if (!text.SameText(why.message)) {
+        // A reason made again each cycle (a shape's failure) is a new text
+        // with the old words: keep the old text. The last pair found equal
+        // is remembered (held, so that neither address is reused meanwhile).
+        if (!(text.SameText(equal_old_) && why.message.SameText(equal_new_))) {
+          if (text.str() == why.message.str()) {
+            equal_old_ = text;
+            equal_new_ = why.message;
+          } else {
+            text = why.message;
+          }
+        }
+      }
+    } else {
+      pending.push_back({job, why});
+    }
+    ++written_;
+  }
+  void Wait(JobId job, const PendingReason& why, bool never) {
+    if (never) unresolvable.push_back({job, why});
+    else Wait(job, why);
+  }
   void Clear() {
     placed.clear();
     replicas.clear();
-    pending.clear();
+    written_ = 0;  // (the entries are written over, then sealed)
     unresolvable.clear();
     reservations.clear();
     preemptions.clear();
     reconfigurations.clear();
     resizes.clear();
   }
+  // The end of a cycle: `pending` holds this cycle's waiting jobs only.
+  void Seal() { pending.resize(std::min(written_, pending.size())); }
+
+ private:
+  size_t written_ = 0;  // entries of `pending` this cycle wrote
+  ReasonText equal_old_, equal_new_;
 };
 
 }  // namespace rota::sched

@@ -27,6 +27,7 @@ void Scheduler::RunCycle(const Snapshot& snap, TimePoint now, CycleResult* out) 
 void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out) {
   session_.Begin(snap, now, out);
   for (const CycleAction* action : profile_.actions()) action->Execute(session_);
+  out->Seal();
 }
 
 void Scheduler::SetUsageHistory(const std::map<std::string, double>& average_gpus) {

@@ -52,6 +52,8 @@ class ReasonText {
   ReasonText(const char* text) : ReasonText(std::string(text)) {}  // NOLINT
   operator const std::string&() const { return str(); }  // NOLINT
   const std::string& str() const { return text_ ? *text_ : Empty(); }
+  // The same shared text (not merely equal): copying it would change nothing.
+  bool SameText(const ReasonText& other) const { return text_ == other.text_; }
   bool empty() const { return str().empty(); }
   size_t size() const { return str().size(); }
   const char* c_str() const { return str().c_str(); }
@@ -77,7 +79,7 @@ class ReasonText {
   std::shared_ptr<const std::string> text_;
 };
 
-struct PendingReason {
+struct PendingReason {  // (CycleResult::Wait writes each field: add a field there too)
   ReasonCode code = ReasonCode::kNone;
   ReasonText message;
   TimePoint expected_start = 0;  // when a reservation gives one

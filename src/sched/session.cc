@@ -773,7 +773,7 @@ bool Session::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBoo
   PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
                       "needs " + std::to_string(gpus) + (request_.fractional ? " GPU(s), its shares rounded up; " : " GPUs; ") +
                           (impossible ? never : why_not) + hint};
-  (impossible ? out_->unresolvable : out_->pending).push_back({job.id, std::move(quota)});
+  out_->Wait(job.id, quota, impossible);
   return true;
 }
 

@@ -156,11 +156,11 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
     return;
   }
   if (s.ws().size() == 0) {  // a fresh cluster: nothing could be judged, nothing is rejected
-    out.pending.push_back({job.id, {ReasonCode::kNodesUnavailable, "the cluster has no nodes yet: it waits for one to register"}});
+    out.Wait(job.id, {ReasonCode::kNodesUnavailable, "the cluster has no nodes yet: it waits for one to register"});
     return;
   }
   if (s.ArrayFull(job, &why)) {
-    out.pending.push_back({job.id, std::move(why)});
+    out.Wait(job.id, why);
     return;
   }
   if (s.request().fractional) return AllocateShares(s, job);
@@ -181,7 +181,7 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
   // is freed within a cycle) - after its quota check, which is its own.
   if (const Session::Failure* seen = s.FindFailure(job, ends_first);
       seen != nullptr && !s.room_being_made(job.id) && !nominee) {
-    (seen->unresolvable ? out.unresolvable : out.pending).push_back({job.id, seen->reason});
+    out.Wait(job.id, seen->reason, seen->unresolvable);
     return;
   }
   bool refused = false;
@@ -196,8 +196,7 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
   if (!unresolvable) {
     // Room already being made for it: wait for those gangs to stop.
     if (const std::string making_room = s.MakingRoomFor(job.id); !making_room.empty()) {
-      out.pending.push_back(
-          {job.id, {ReasonCode::kPreempting, "waiting for preempted job(s) " + making_room + " to checkpoint and stop"}});
+      out.Wait(job.id, {ReasonCode::kPreempting, "waiting for preempted job(s) " + making_room + " to checkpoint and stop"});
       return;
     }
     for (const BlockedAction* a : s.profile().when_blocked()) {
@@ -208,7 +207,7 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
     }
   }
   s.RecordFailure(&job, reason, unresolvable, ends_first);
-  (unresolvable ? out.unresolvable : out.pending).push_back({job.id, std::move(reason)});
+  out.Wait(job.id, reason, unresolvable);
 }
 
 void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
@@ -218,7 +217,7 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
   const size_t first = out.replicas.size();
   const size_t first_reconf = out.reconfigurations.size();
   if (!PlaceShares(s, &why, &never)) {
-    (never ? out.unresolvable : out.pending).push_back({job.id, why});
+    out.Wait(job.id, why, never);
     return;
   }
   const int32_t placed = static_cast<int32_t>(out.replicas.size() - first);

@@ -300,10 +300,8 @@ class Preempt final : public BlockedAction {
       s.AddVictim(v->id);
       names += (names.empty() ? "" : ", ") + s.JobName(*v);
     }
-    s.out().pending.push_back({job.id, {ReasonCode::kPreempting, "preempting job" +
-                                                                     std::string(victims.size() > 1 ? "s " : " ") + names +
-                                                                     " to make room; it starts when they have "
-                                                                     "checkpointed and stopped"}});
+    s.out().Wait(job.id, {ReasonCode::kPreempting, "preempting job" + std::string(victims.size() > 1 ? "s " : " ") + names +
+                                                       " to make room; it starts when they have checkpointed and stopped"});
     return true;
   }
 };

@@ -88,7 +88,7 @@ class Reserve final : public BlockedAction {
     reason->message += "; reserved: expected to start in " + FormatSpan(in) +
                        ", when running jobs reach their time limits";
     // Its reason is its own: later jobs of the same shape get their own search.
-    s.out().pending.push_back({job.id, *reason});
+    s.out().Wait(job.id, *reason);
     return true;
   }
 };
