@@ -1,5 +1,6 @@
 #include "sched/engine.h"
 
+#include <bit>
 #include <cmath>
 
 #include "sched/actions/action.h"
@@ -61,6 +62,51 @@ void Scheduler::DecayUsage(const Snapshot& snap, TimePoint now) {
   for (const auto& [queue, gpus] : held) decayed_usage_[queue] += gpus * dt;
   decayed_at_ = now;
   // As average GPUs over the window the decay integrates to: half_life / ln 2.
+  book_.SetHistory(UsageHistory());
+}
+
+namespace {
+
+// GPUs held by `placement` as the queues' usage counts them (a share of a
+// GPU rounds up, per job, as JobRecord::HeldGpus).
+int64_t GpusOf(const JobRecord& job, const std::vector<ReplicaPlacement>& placement) {
+  int64_t whole = 0, milli = 0;
+  for (const ReplicaPlacement& r : placement) {
+    if (r.shares_gpu()) milli += job.spec().tasks[r.task].gpu_share.milli();
+    else whole += std::popcount(r.gpu_mask);
+  }
+  return whole + (milli + 999) / 1000;
+}
+
+}  // namespace
+
+void Scheduler::RestoreUsage(const Snapshot& snap, TimePoint now) {
+  decayed_usage_.clear();
+  decayed_at_ = now;
+  const Duration half_life = options_.fair_share_half_life;
+  if (half_life <= 0 || !book_.configured()) return;
+  const double hl = static_cast<double>(half_life);
+  // GPU-microseconds held over [from, to], each instant weighed by
+  // 2^(-(now - t) / half_life): the integral the cycles sum in steps.
+  auto decayed = [&](TimePoint from, TimePoint to) {
+    from = std::min(from, now);
+    to = std::min(to, now);
+    if (to <= from) return 0.0;
+    return hl / std::log(2.0) *
+           (std::exp2(-static_cast<double>(now - to) / hl) - std::exp2(-static_cast<double>(now - from) / hl));
+  };
+  for (const auto& [id, job] : snap.jobs()) {
+    // An attempt's GPUs: those it holds (running, or the last attempt of an
+    // ended job), else where it ran before its requeue; earlier attempts are
+    // counted at the same size (an elastic job's resizes are not recorded).
+    int64_t gpus = GpusOf(*job, job->placement);
+    if (gpus == 0) gpus = GpusOf(*job, job->last_placement);
+    if (gpus == 0) continue;
+    double held = 0;
+    for (const JobAttempt& a : job->attempts) held += decayed(a.started_at, a.ended_at);
+    if (job->state == JobState::kRunning || job->state == JobState::kPreempting) held += decayed(job->started_at, now);
+    if (held > 0) decayed_usage_[job->spec().queue] += static_cast<double>(gpus) * held;
+  }
   book_.SetHistory(UsageHistory());
 }
 

@@ -66,6 +66,13 @@ class Scheduler {
   // The same as it stands after the last cycle (empty without queues or a
   // half-life): what a projection of the queue starts from.
   std::map<std::string, double> UsageHistory() const;
+  // Rebuilds the decayed usage at `now` from the jobs' own records: each
+  // attempt a job remembers (JobRecord::attempts, the last kMaxAttempts)
+  // and the one running now, on as many GPUs as its placement holds,
+  // decayed continuously (the cycles' sum, without its steps). What a
+  // restarted server, or a standby taking over, starts from: the fair share
+  // the queues had earned goes on rather than starting from zero.
+  void RestoreUsage(const Snapshot& snap, TimePoint now);
 
   // Checks a job against the cluster as if it were empty: OK, or the reason
   // no node or domain could ever hold it, or its queue could never admit it

@@ -92,8 +92,12 @@ Status Controller::Start() {
   Publish();
   {
     Snapshot snap = state_.GetSnapshot();
+    // Fair share goes on from what the queues' jobs held (their recorded
+    // attempts), not from zero (before the scheduling thread starts).
+    scheduler_->RestoreUsage(snap, options_.clock->Now());
     std::set<std::string> touched;
     std::lock_guard<std::mutex> lock(mu_);
+    usage_history_ = scheduler_->UsageHistory();
     for (const auto& [id, job] : snap.live_jobs()) IndexJob(snap, id, &touched);
   }
   actor_ = NamedThread("rota-actor", [this] { ActorLoop(); });

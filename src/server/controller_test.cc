@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <unistd.h>
 
 #include <bit>
@@ -628,6 +630,30 @@ TEST_F(ControllerTest, JobArraysCommitWholeAndDurably) {
   auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
   EXPECT_EQ(c->snapshot().jobs().size(), 501u);  // acknowledged means journaled
   EXPECT_EQ(c->Submit(kAlice, Job("next", 1, 1))->value(), 502u);
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+// Fair share survives a restart: a server started on a journal whose job
+// has held 8 GPUs of queue team/a for a day starts from that usage (decayed
+// by the 7-day half-life: 8 * (1 - 2^(-1/7)) average GPUs), not from zero.
+TEST_F(ControllerTest, FairShareUsageGoesOnAfterARestart) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  {
+    auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    auto id = c->Submit(kAlice, Job("day", 1, 8));
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    c->ScheduleNow();
+    ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
+    c->Stop();
+  }
+  clock.Advance(24 * 3600 * kMicrosPerSecond);
+  auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  const std::map<std::string, double> usage = c->usage_history();
+  ASSERT_TRUE(usage.count("team/a")) << "the restarted server's fair share started from zero";
+  EXPECT_NEAR(usage.at("team/a"), 8 * (1 - std::exp2(-1.0 / 7)), 0.001);
+  EXPECT_EQ(usage.count("team/b") ? usage.at("team/b") : 0.0, 0.0);
   c->Stop();
   std::filesystem::remove_all(dir);
 }
