@@ -426,33 +426,20 @@ namespace {
 // Calls `fn` with the events of the `parts` parts of the snapshot at `seq`,
 // read a few at a time through a cursor of the caller's transaction.
 Status ReplayParts(pg::Conn& c, uint64_t seq, int64_t parts, const std::function<Status(const Event&)>& fn) {
-  const std::string where = c.Where() + ": snapshot at event " + std::to_string(seq);
+  SnapshotPartReader reader(c.Where() + ": snapshot at event " + std::to_string(seq), seq, parts);
   ROTA_RETURN_IF_ERROR(c.Exec("read snapshot",
                               "DECLARE snapshot_parts NO SCROLL CURSOR FOR SELECT part, body, crc FROM rota_snapshot_parts"
                               " WHERE seq = $1::bigint ORDER BY part",
                               {std::to_string(seq)})
                            .status());
-  int64_t expected = 0;
-  while (expected < parts) {
+  while (!reader.done()) {
     ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("read snapshot", "FETCH 8 FROM snapshot_parts"));
     if (r.rows() == 0) break;
-    for (int i = 0; i < r.rows() && expected < parts; ++i) {
-      const int64_t part = r.int64(i, 0);
-      if (part != expected) {
-        return DataLossError(where + ": part " + std::to_string(expected) + " of " + std::to_string(parts) +
-                             " is missing");
-      }
-      std::string_view body = r.text(i, 1);
-      if (r.int64(i, 2) != SnapshotPartCrc(seq, part, body)) {
-        return DataLossError(where + ": part " + std::to_string(part) + " fails its checksum (the record was changed)");
-      }
-      if (Status s = DecodeSnapshotBody(body, fn); !s.ok()) return s.WithPrefix(where + ": part " + std::to_string(part));
-      ++expected;
+    for (int i = 0; i < r.rows() && !reader.done(); ++i) {
+      ROTA_RETURN_IF_ERROR(reader.Read(r.int64(i, 0), r.text(i, 1), r.int64(i, 2), fn));
     }
   }
-  if (expected < parts) {
-    return DataLossError(where + ": part " + std::to_string(expected) + " of " + std::to_string(parts) + " is missing");
-  }
+  ROTA_RETURN_IF_ERROR(reader.Finish());
   return c.Exec("read snapshot", "CLOSE snapshot_parts").status();
 }
 

@@ -66,6 +66,22 @@ std::optional<int64_t> SnapshotParts(std::string_view body) {
   return parts;
 }
 
+Status SnapshotPartReader::Read(int64_t part, std::string_view body, int64_t crc,
+                                const std::function<Status(const Event&)>& fn) {
+  if (part != next_) return Finish();  // (the one expected is missing)
+  if (crc != SnapshotPartCrc(seq_, part, body)) {
+    return DataLossError(where_ + ": part " + std::to_string(part) + " fails its checksum (the record was changed)");
+  }
+  if (Status s = DecodeSnapshotBody(body, fn); !s.ok()) return s.WithPrefix(where_ + ": part " + std::to_string(part));
+  ++next_;
+  return Status::Ok();
+}
+
+Status SnapshotPartReader::Finish() const {
+  if (done()) return Status::Ok();
+  return DataLossError(where_ + ": part " + std::to_string(next_) + " of " + std::to_string(parts_) + " is missing");
+}
+
 std::string EncodeSnapshotBody(const std::vector<Event>& events) {
   std::string body;
   for (const Event& e : events) {

@@ -49,6 +49,27 @@ std::string SnapshotHeader(int64_t parts);
 // body holds its events itself.
 std::optional<int64_t> SnapshotParts(std::string_view body);
 
+// Reads the parts of the snapshot at `seq` (`parts` of them) as a store
+// fetches them, in order: DataLoss (prefixed `where`) for a part missing,
+// moved or changed; calls `fn` with their events.
+class SnapshotPartReader {
+ public:
+  SnapshotPartReader(std::string where, uint64_t seq, int64_t parts)
+      : where_(std::move(where)), seq_(seq), parts_(parts) {}
+  bool done() const { return next_ >= parts_; }
+  // The next part fetched: its index, body and stored CRC.
+  Status Read(int64_t part, std::string_view body, int64_t crc, const std::function<Status(const Event&)>& fn);
+  // After the last fetched: DataLoss if parts are missing at the end.
+  Status Finish() const;
+
+ private:
+  std::string where_;
+  uint64_t seq_;
+  int64_t parts_, next_ = 0;
+};
+
+// A snapshot body's format, the events' JSON one per line (each part's
+// too); what stores from before parts kept in the snapshot's own record.
 std::string EncodeSnapshotBody(const std::vector<Event>& events);
 // Calls `fn` with each event of a snapshot body (or part), in order.
 Status DecodeSnapshotBody(std::string_view body, const std::function<Status(const Event&)>& fn);

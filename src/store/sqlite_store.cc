@@ -312,33 +312,19 @@ Status SqliteStore::CheckRecord(const char* what, uint64_t seq, std::string_view
 
 Status SqliteStore::ReplayParts(sqlite3* source, uint64_t seq, int64_t parts,
                                 const std::function<Status(const Event&)>& fn) {
-  const std::string where = path_ + ": snapshot at event " + std::to_string(seq);
+  SnapshotPartReader reader(path_ + ": snapshot at event " + std::to_string(seq), seq, parts);
   Stmt st;
   if (sqlite3_prepare_v2(source, "SELECT part, body, crc FROM snapshot_parts WHERE seq = ? ORDER BY part", -1, &st.s,
                          nullptr) != SQLITE_OK) {
     return Error("read snapshot");
   }
   sqlite3_bind_int64(st.s, 1, static_cast<sqlite3_int64>(seq));
-  int64_t expected = 0;
-  int rc;
-  while (expected < parts && (rc = sqlite3_step(st.s)) == SQLITE_ROW) {
-    const int64_t part = sqlite3_column_int64(st.s, 0);
-    if (part != expected) {
-      return DataLossError(where + ": part " + std::to_string(expected) + " of " + std::to_string(parts) +
-                           " is missing");
-    }
+  while (!reader.done() && sqlite3_step(st.s) == SQLITE_ROW) {
     std::string_view body(reinterpret_cast<const char*>(sqlite3_column_text(st.s, 1)),
                           static_cast<size_t>(sqlite3_column_bytes(st.s, 1)));
-    if (sqlite3_column_int64(st.s, 2) != SnapshotPartCrc(seq, part, body)) {
-      return DataLossError(where + ": part " + std::to_string(part) + " fails its checksum (the record was changed)");
-    }
-    if (Status s = DecodeSnapshotBody(body, fn); !s.ok()) return s.WithPrefix(where + ": part " + std::to_string(part));
-    ++expected;
+    ROTA_RETURN_IF_ERROR(reader.Read(sqlite3_column_int64(st.s, 0), body, sqlite3_column_int64(st.s, 2), fn));
   }
-  if (expected < parts) {
-    return DataLossError(where + ": part " + std::to_string(expected) + " of " + std::to_string(parts) + " is missing");
-  }
-  return Status::Ok();
+  return reader.Finish();
 }
 
 Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
