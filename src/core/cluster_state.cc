@@ -628,9 +628,11 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   return Status::Ok();
 }
 
-int64_t JobRecord::HeldGpus() const {
+int64_t JobRecord::HeldGpus() const { return GpusOf(placement); }
+
+int64_t JobRecord::GpusOf(const std::vector<ReplicaPlacement>& replicas) const {
   int64_t whole = 0, milli = 0;
-  for (const ReplicaPlacement& r : placement) {
+  for (const ReplicaPlacement& r : replicas) {
     if (r.shares_gpu()) milli += spec().tasks[r.task].gpu_share.milli();
     else whole += std::popcount(r.gpu_mask);
   }

@@ -173,6 +173,8 @@ struct JobRecord {
   // The GPUs its placement holds, its shares of GPUs (fractions, MIG
   // slices) summed and rounded up: what fair share counts it holding.
   int64_t HeldGpus() const;
+  // The same for `replicas` of this job (a past attempt's placement).
+  int64_t GpusOf(const std::vector<ReplicaPlacement>& replicas) const;
   int32_t ReplicaAttempt(uint32_t replica) const {
     auto it = rank_attempt.find(replica);
     return it != rank_attempt.end() ? it->second : gang_attempt;

@@ -1,6 +1,5 @@
 #include "sched/engine.h"
 
-#include <bit>
 #include <cmath>
 
 #include "sched/actions/action.h"
@@ -65,21 +64,6 @@ void Scheduler::DecayUsage(const Snapshot& snap, TimePoint now) {
   book_.SetHistory(UsageHistory());
 }
 
-namespace {
-
-// GPUs held by `placement` as the queues' usage counts them (a share of a
-// GPU rounds up, per job, as JobRecord::HeldGpus).
-int64_t GpusOf(const JobRecord& job, const std::vector<ReplicaPlacement>& placement) {
-  int64_t whole = 0, milli = 0;
-  for (const ReplicaPlacement& r : placement) {
-    if (r.shares_gpu()) milli += job.spec().tasks[r.task].gpu_share.milli();
-    else whole += std::popcount(r.gpu_mask);
-  }
-  return whole + (milli + 999) / 1000;
-}
-
-}  // namespace
-
 void Scheduler::RestoreUsage(const Snapshot& snap, TimePoint now) {
   decayed_usage_.clear();
   decayed_at_ = now;
@@ -99,8 +83,8 @@ void Scheduler::RestoreUsage(const Snapshot& snap, TimePoint now) {
     // An attempt's GPUs: those it holds (running, or the last attempt of an
     // ended job), else where it ran before its requeue; earlier attempts are
     // counted at the same size (an elastic job's resizes are not recorded).
-    int64_t gpus = GpusOf(*job, job->placement);
-    if (gpus == 0) gpus = GpusOf(*job, job->last_placement);
+    int64_t gpus = job->HeldGpus();
+    if (gpus == 0) gpus = job->GpusOf(job->last_placement);
     if (gpus == 0) continue;
     double held = 0;
     for (const JobAttempt& a : job->attempts) held += decayed(a.started_at, a.ended_at);
