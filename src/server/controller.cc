@@ -985,24 +985,16 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
 }
 
 Status Controller::Cancel(const Principal& who, JobId id) {
-  return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-           const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
-           if (job == nullptr || (!who.admin() && job->user != who.user)) {
-             return NotFoundError("no job " + std::to_string(id.value()));  // others' jobs are invisible
-           }
-           ROTA_RETURN_IF_ERROR(batch.Apply(JobCancelled{id, options_.clock->Now(), "cancelled by " + who.user}));
-           lifecycle_.Forget(id);
-           return true;
-         })
-      .status();
+  ROTA_ASSIGN_OR_RETURN(std::vector<Status> one, CancelMany(who, {id}));
+  return one.front();
 }
 
-StatusOr<std::vector<Status>> Controller::CancelMany(const Principal& who, const std::vector<JobId>& ids) {
+StatusOr<std::vector<Status>> Controller::CancelMany(const Principal& who, const std::vector<JobId>& ids,
+                                                     bool others_visible) {
   if (ids.size() > kMaxCancelMany) {
     return InvalidArgumentError("ids: at most " + std::to_string(kMaxCancelMany) + " jobs a request, got " +
                                 std::to_string(ids.size()));
   }
-  const bool all_see_all = options_.config.job_visibility == "all";
   return Call<std::vector<Status>>([&](Batch& batch) -> StatusOr<std::vector<Status>> {
     // Owners do not change in a batch: one view for the lookups, so that
     // each cancel does not copy the state's top for a fresh snapshot.
@@ -1012,7 +1004,7 @@ StatusOr<std::vector<Status>> Controller::CancelMany(const Principal& who, const
     out.reserve(ids.size());
     for (const JobId id : ids) {
       const JobRecord* job = before.FindJob(id);
-      if (job == nullptr || (!who.admin() && job->user != who.user && !all_see_all)) {
+      if (job == nullptr || (!who.admin() && job->user != who.user && !others_visible)) {
         out.push_back(NotFoundError("no job " + std::to_string(id.value())));
       } else if (!who.admin() && job->user != who.user) {
         out.push_back(Status(StatusCode::kPermissionDenied, "job " + std::to_string(id.value()) + " is " + job->user +

@@ -212,14 +212,16 @@ class Controller {
   Status CheckSubmission(const Principal& who, JobSpec* spec) const;
   // What the tenant limits would refuse a submission of `count` copies for, taking nothing (dry runs).
   Status CheckTenantLimits(const Principal& who, const JobSpec& spec, int64_t count);
-  Status Cancel(const Principal& who, JobId id);
   // Cancels `ids` (at most kMaxCancelMany) in one journaled batch: one
-  // status per id, in order, OK where it was cancelled, else why not, as
-  // Cancel answers (NotFound for a job `who` may not see; PermissionDenied
-  // for another's where every job is visible; FailedPrecondition for one
-  // that ended). An error for the whole: none was cancelled.
+  // status per id, in order, OK where it was cancelled, else why not
+  // (NotFound for another's job, or PermissionDenied with `others_visible`,
+  // as the API's job_visibility: all shows them; FailedPrecondition for one
+  // that ended). An error for the whole: none was cancelled. Cancel is the
+  // same for one job, others' invisible.
+  Status Cancel(const Principal& who, JobId id);
   static constexpr size_t kMaxCancelMany = 10'000;
-  StatusOr<std::vector<Status>> CancelMany(const Principal& who, const std::vector<JobId>& ids);
+  StatusOr<std::vector<Status>> CancelMany(const Principal& who, const std::vector<JobId>& ids,
+                                           bool others_visible = false);
   // Holds a pending job (it is not scheduled) or releases it, like Slurm's
   // scontrol hold/release (its owner or an admin; an admin's hold only an
   // admin releases: PermissionDenied). FailedPrecondition: not pending, or

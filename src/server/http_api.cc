@@ -700,7 +700,7 @@ class HttpServerImpl final : public HttpServer {
         }
         ids.push_back(JobId(id.get<uint64_t>()));
       }
-      auto results = c_->CancelMany(who, ids);
+      auto results = c_->CancelMany(who, ids, AllSeeAll());
       if (!results.ok()) return ReplyError(res, results.status());
       const Snapshot snap = c_->snapshot();
       ordered_json cancelled = ordered_json::array(), failed = ordered_json::array();
@@ -719,11 +719,10 @@ class HttpServerImpl final : public HttpServer {
     srv.Post(R"(/v1/jobs/([^/]+)/cancel)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       auto id = ParseId(req.matches[1]);
       if (!id.ok()) return ReplyError(res, id.status());
-      if (AllSeeAll()) {  // another's job, visible: refused as such, not "no job"
-        const JobRecord* job = nullptr;
-        if (Status s = Find(who, c_->snapshot(), req.matches[1], &job); !s.ok()) return ReplyError(res, s);
-      }
-      if (Status s = c_->Cancel(who, JobId(*id)); !s.ok()) return ReplyError(res, s);
+      // (Another's job where all are visible: refused as such, not "no job".)
+      auto one = c_->CancelMany(who, {JobId(*id)}, AllSeeAll());
+      if (!one.ok()) return ReplyError(res, one.status());
+      if (!one->front().ok()) return ReplyError(res, one->front());
       Snapshot snap = c_->snapshot();
       Reply(res, 200, JobView(*c_, snap, *snap.FindJob(JobId(*id)), false));
     }));
