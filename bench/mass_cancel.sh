@@ -16,23 +16,17 @@
 set -u
 ARRAYS=${1:-2}
 SETTLE_S=${SETTLE_S:-20}
-ROTA=${ROTA:-$(cd "$(dirname "$0")/.." && pwd)/build/src/cli/rota}
-R=$(mktemp -d /tmp/rota-cancel-XXXXXX)
-SERVER=""
-cleanup() {
-  [ -n "$SERVER" ] && kill -TERM "$SERVER" 2>/dev/null && wait "$SERVER" 2>/dev/null
-  rm -rf "$R"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh" cancel
 cat > "$R/cluster.yaml" <<'YAML'
 node_groups: [{name: n, count: 4, gpus: 8, gpu_model: H100, gpu_memory: 80Gi, cpu: 64, memory: 512Gi}]
 limits: {max_pending_per_user: 10000000, max_pending_per_queue: 10000000, submit_rate: 10000000}
 YAML
 "$ROTA" server --data-dir "$R/data" --listen 127.0.0.1:0 --config "$R/cluster.yaml" --rate-limit 0 >> "$R/server.log" 2>&1 &
 SERVER=$!
-for _ in $(seq 100); do grep -q "serving http" "$R/server.log" && break; sleep 0.1; done
-URL=$(grep -o "http://127.0.0.1:[0-9]*" "$R/server.log" | head -1)
-export ROTA_SERVER=$URL ROTA_TOKEN=$(cat "$R/data/admin.token")
+PIDS+=("$SERVER")
+wait_for_server "$R/server.log"
+URL=$ROTA_SERVER
+export ROTA_TOKEN=$(cat "$R/data/admin.token")
 JOB='{"name": "j", "tasks": [{"gpus": 1, "command": ["true"]}]}'
 for _ in $(seq "$ARRAYS"); do
   curl -s -o /dev/null -H "Authorization: Bearer $ROTA_TOKEN" -H 'Content-Type: application/json' -d "$JOB" \
