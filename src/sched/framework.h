@@ -142,8 +142,13 @@ class JobOrderPlugin : public virtual Plugin {
     ranks->assign(jobs.size(), 0);
   }
   // Whether a pending job ranked `job` goes far enough ahead of a running
-  // one ranked `running` (job < running) to evict it, if preemptive.
-  virtual bool RankEvicts(double job, double running) const { return job < running; }
+  // one ranked `running` (job < running) to evict it, if preemptive;
+  // `victim`: what evicting the running gang would cost.
+  struct VictimWork {
+    double unsaved = 0;  // GPU-seconds it would lose: its GPUs x the time since it last saved
+    double run = 0;      // GPU-seconds of its current attempt: its GPUs x the time since it started
+  };
+  virtual bool RankEvicts(double job, double running, const VictimWork& /*victim*/) const { return job < running; }
 };
 
 class FilterPlugin : public virtual Plugin {

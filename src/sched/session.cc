@@ -310,12 +310,21 @@ void Session::CountArrayStart(const JobRecord& job) {
   if (job.array_max_running > 0 && array_starting_.insert(job.id).second) ++array_running_[job.array];  // once
 }
 
+// What evicting running job `r` at `now` would cost: its GPUs x the time
+// since it last saved (its start, or its last checkpoint of this run), and
+// x the time since it started.
+static JobOrderPlugin::VictimWork WorkOf(const JobRecord& r, TimePoint now) {
+  const double gpus = static_cast<double>(r.spec().GpuEquivalent());
+  const auto since = [&](TimePoint t) { return gpus * static_cast<double>(std::max<Duration>(0, now - t)) / kMicrosPerSecond; };
+  return {since(std::max(r.started_at, r.last_checkpoint_at)), since(r.started_at)};
+}
+
 const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first) const {
   for (const JobOrderPlugin* o : profile_->job_orders()) {
     if (o == ranker_) {
       const double a = RankOf(job), b = RankOf(r);
       if (a == b) continue;
-      *first = a < b && o->RankEvicts(a, b);
+      *first = a < b && o->RankEvicts(a, b, WorkOf(r, now_));
       return o;
     }
     if (int c = o->Compare(job, r, now_); c != 0) {

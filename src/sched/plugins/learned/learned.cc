@@ -15,10 +15,12 @@
 //  - No starvation: a job waiting 3 days since its submission or the end of
 //    its last attempt goes first, oldest first.
 //  - Until 16 jobs have finished: least attained GPU-time first.
-// It is preemptive: a job it puts first, with at least twice the index,
-// may evict a running gang of its queue and priority, within the preempt
-// action's limits (minimum run time, evictions per hour, no eviction
-// cycles); there is no second copy of those.
+// It is preemptive: a job it puts first may evict a running gang of its
+// queue and priority if the gang has saved at least half of its current
+// attempt and the job expects to spend, until it ends, no more than half
+// the gang's expected GPU-time less the work it would lose (RankEvicts),
+// within the preempt action's limits (minimum run time, evictions per
+// hour, no eviction cycles); there is no second copy of those.
 //
 // The simulator's research backend (sim/time_sim.cc's RotaOrder, on GPU
 // counts) runs the same statistics; this plugin is what the server and the
@@ -82,13 +84,25 @@ class Learned final : public JobOrderPlugin {
   bool ranks() const override { return true; }
   int Compare(const JobRecord&, const JobRecord&, TimePoint) const override { return 0; }  // (ranks instead)
   std::unique_ptr<RankState> NewRankState() const override { return std::make_unique<LearnedState>(); }
-  // An eviction costs the victim's work since its last checkpoint and a
-  // restart: a job evicts a running gang only if its index is at least
-  // kEvictMargin times the gang's (a starved job, or least attained first
-  // before the index is ready, at any margin).
-  bool RankEvicts(double job, double running) const override {
+  // An eviction costs the victim's work since its last checkpoint, redone
+  // later. So:
+  //  - every attempt keeps at least half its work: a gang that has saved
+  //    less than half of what it ran since it started is not evicted (else
+  //    jobs evicted before their first checkpoint, again and again, would
+  //    make no progress at all);
+  //  - a starved job evicts any other;
+  //  - before the index is ready, least attained service first, at any
+  //    margin;
+  //  - else a job evicts a gang only if the GPU-time it expects to spend
+  //    until it ends (1 / its index) plus the work lost is at most
+  //    1 / (kEvictMargin x the gang's index).
+  bool RankEvicts(double job, double running, const VictimWork& victim) const override {
+    if (victim.unsaved > victim.run / 2) return false;
     if (job < kStarvedRank / 2 || running >= 0) return job < running;
-    return -job >= kEvictMargin * -running;
+    const double mine = -job, theirs = -running;  // the indices
+    if (mine <= 0) return false;
+    if (theirs <= 0) return true;
+    return 1 / mine + victim.unsaved <= 1 / (kEvictMargin * theirs);
   }
 
   void Rank(const Snapshot& snap, TimePoint now, const std::vector<const JobRecord*>& jobs, RankState* state,
