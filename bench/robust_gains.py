@@ -9,11 +9,18 @@ keeps the rule: average JCT no worse than the better of FIFO and Tiresias
 (within 1%, a tie), p99 at most 1.25x the better of theirs.
 
   bench/robust_gains.py [--rota build/src/cli/rota] [--out /tmp/robust] [--jobs 4000] [--profile]
+                        [--philly-vcs [--traces ../shared/traces]]
 
 With --profile the three run as the server runs them (`rota sim --policy
 profile`, topology placement, the engine's preempt action and its limits):
 the config's profile with fifo (priority, fifo), the tiresias plugin, and
 the learned plugin (`profile.plugins: [priority, learned, fifo, ...]`).
+
+With --philly-vcs it replays, through the production profile, the Philly
+virtual clusters of 300 to 2,000 jobs (philly_jobs_pollux.csv, `rota sim
+--vc`), each on the fewest 8-GPU nodes that hold its average GPU demand at a
+load of 0.9 (its GPU-time over its span; Philly's arrivals are bursty, so
+these are heavily loaded: queues of days).
 
 Seeded: the same traces and results each run. The shapes:
   one_gpu_heavy  only 1-GPU jobs, Pareto(1.1) durations (a heavy tail)
@@ -23,6 +30,8 @@ Seeded: the same traces and results each run. The shapes:
   no_sweeps      every job alone, log-normal durations with a wide spread
 """
 import argparse
+import csv
+import datetime
 import json
 import math
 import os
@@ -84,14 +93,65 @@ def write(path, jobs, times):
             f.write(f"j{i},{t:.1f},{d:.1f},{g}\n")
 
 
+def rule(runs):
+    """Whether rota keeps the rule against the better of FIFO and Tiresias, and the ratios."""
+    best_avg = min(runs["fifo"]["avg_jct_s"], runs["tiresias"]["avg_jct_s"])
+    ref_p99 = min(runs["fifo"]["p99_jct_s"], runs["tiresias"]["p99_jct_s"])
+    r = runs["rota"]
+    ok = r["avg_jct_s"] <= best_avg * 1.01 and r["p99_jct_s"] <= 1.25 * ref_p99  # (1%: a tie)
+    return ("holds" if ok else "BROKEN") + f" (avg {r['avg_jct_s'] / best_avg:.2f}x the better, " \
+        f"p99 {r['p99_jct_s'] / ref_p99:.2f}x)"
+
+
+def profile_runs(rota, out, nodes, trace, fmt, extra=()):
+    """FIFO, Tiresias and the learned order through the production profile: policy -> summary."""
+    runs = {}
+    for policy, order in (("fifo", ""), ("tiresias", "tiresias, "), ("rota", "learned, ")):
+        config = os.path.join(out, f"cluster-{nodes}-{policy}.yaml")
+        with open(config, "w") as f:
+            f.write(CLUSTER.format(nodes=nodes))
+            f.write(f"profile:\n  plugins: [priority, {order}fifo, resource-fit, gang, topology, binpack]\n")
+        stdout = subprocess.run([rota, "sim", "--cluster", config, "--trace", trace, "--format", fmt,
+                                 "--policy", "profile", "-o", "json", *extra],
+                                capture_output=True, text=True, check=True).stdout
+        runs[policy] = json.loads(stdout)  # one policy: its summary
+    return runs
+
+
+def philly_vcs(args):
+    trace = os.path.join(args.traces, "philly", "philly_jobs_pollux.csv")
+    jobs = {}
+    with open(trace) as f:
+        for row in csv.DictReader(f):
+            jobs.setdefault(row["cluster"], []).append(row)
+    print(f"{'VC':8} {'jobs':>5} {'GPUs':>5} {'policy':9} {'avg JCT s':>11} {'p99 JCT s':>11} {'evictions':>9}  rule")
+    for vc, rows in sorted(jobs.items(), key=lambda kv: -len(kv[1])):
+        if not 300 <= len(rows) <= 2000:
+            continue
+        times = [datetime.datetime.fromisoformat(r["timestamp"]).timestamp() for r in rows]
+        demand = sum(float(r["gpu_time"]) for r in rows) / (max(times) - min(times))
+        nodes = max(math.ceil(demand / 0.9 / 8), math.ceil(max(int(r["num_gpus"]) for r in rows) / 8))
+        runs = profile_runs(args.rota, args.out, nodes, trace, "philly", ("--vc", vc))
+        for p in ("fifo", "tiresias", "rota"):
+            r = runs[p]
+            print(f"{vc:8} {len(rows):5} {nodes * 8:5} {p:9} {r['avg_jct_s']:11.0f} {r['p99_jct_s']:11.0f} "
+                  f"{r['preemptions']:9}  {rule(runs) if p == 'rota' else ''}")
+        sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rota", default="build/src/cli/rota")
     ap.add_argument("--out", default="/tmp/robust")
     ap.add_argument("--jobs", type=int, default=4000)
     ap.add_argument("--profile", action="store_true", help="through the production profile (plugins)")
+    ap.add_argument("--philly-vcs", action="store_true", help="Philly's virtual clusters, production profile")
+    ap.add_argument("--traces", default="../shared/traces")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.philly_vcs:
+        philly_vcs(args)
+        return
     shapes = {
         "one_gpu_heavy": (lambda rng, n: one_gpu_heavy(rng, n), 8, 1),
         "bursty": (lambda rng, n: mixed(rng, n, 1800, 2.0), 8, 100),
@@ -109,31 +169,15 @@ def main():
         with open(cluster, "w") as f:
             f.write(CLUSTER.format(nodes=nodes))
         if args.profile:
-            runs = {}
-            for policy, order in (("fifo", ""), ("tiresias", "tiresias, "), ("rota", "learned, ")):
-                config = os.path.join(args.out, f"cluster-{nodes}-{policy}.yaml")
-                with open(config, "w") as f:
-                    f.write(CLUSTER.format(nodes=nodes))
-                    f.write(f"profile:\n  plugins: [priority, {order}fifo, resource-fit, gang, topology, binpack]\n")
-                out = subprocess.run([args.rota, "sim", "--cluster", config, "--trace", trace, "--format", "rota",
-                                      "--policy", "profile", "-o", "json"],
-                                     capture_output=True, text=True, check=True).stdout
-                runs[policy] = json.loads(out)  # one policy: its summary
+            runs = profile_runs(args.rota, args.out, nodes, trace, "rota")
         else:
             out = subprocess.run([args.rota, "sim", "--cluster", cluster, "--trace", trace, "--format", "rota",
                                   "--compare", "fifo,tiresias,rota", "--placement", "count", "-o", "json"],
                                  capture_output=True, text=True, check=True).stdout
             runs = json.loads(out)  # policy -> its summary
-        best_avg = min(runs["fifo"]["avg_jct_s"], runs["tiresias"]["avg_jct_s"])
-        ref_p99 = min(runs["fifo"]["p99_jct_s"], runs["tiresias"]["p99_jct_s"])
         for p in ("fifo", "tiresias", "rota"):
             r = runs[p]
-            rule = ""
-            if p == "rota":
-                ok = r["avg_jct_s"] <= best_avg * 1.01 and r["p99_jct_s"] <= 1.25 * ref_p99  # (1%: a tie)
-                rule = ("holds" if ok else "BROKEN") + f" (avg {r['avg_jct_s'] / best_avg:.2f}x the better, " \
-                       f"p99 {r['p99_jct_s'] / ref_p99:.2f}x)"
-            print(f"{name:15} {p:9} {r['avg_jct_s']:11.0f} {r['p99_jct_s']:11.0f}  {rule}")
+            print(f"{name:15} {p:9} {r['avg_jct_s']:11.0f} {r['p99_jct_s']:11.0f}  {rule(runs) if p == 'rota' else ''}")
         sys.stdout.flush()
 
 
