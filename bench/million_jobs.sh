@@ -15,14 +15,7 @@
 # Prints RESULT lines. Everything it starts it stops by PID.
 set -u
 ARRAYS=${1:-10}
-ROTA=${ROTA:-$(cd "$(dirname "$0")/.." && pwd)/build/src/cli/rota}
-R=$(mktemp -d /tmp/rota-million-XXXXXX)
-SERVER=""
-cleanup() {
-  [ -n "$SERVER" ] && kill -TERM "$SERVER" 2>/dev/null && wait "$SERVER" 2>/dev/null
-  rm -rf "$R"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh" million
 cat > "$R/cluster.yaml" <<'YAML'
 node_groups: [{name: n, count: 4, gpus: 8, gpu_model: H100, gpu_memory: 80Gi, cpu: 64, memory: 512Gi}]
 limits: {max_pending_per_user: 10000000, max_pending_per_queue: 10000000, submit_rate: 10000000}
@@ -30,12 +23,13 @@ YAML
 start() {
   "$ROTA" server --data-dir "$R/data" --listen "$1" --config "$R/cluster.yaml" --rate-limit 0 >> "$R/server.log" 2>&1 &
   SERVER=$!
+  PIDS+=("$SERVER")
 }
 now() { date +%s.%N; }
 start 127.0.0.1:0
-for _ in $(seq 100); do grep -q "serving http" "$R/server.log" && break; sleep 0.1; done
-URL=$(grep -o "http://127.0.0.1:[0-9]*" "$R/server.log" | head -1)
-export ROTA_SERVER=$URL ROTA_TOKEN=$(cat "$R/data/admin.token")
+wait_for_server "$R/server.log"
+URL=$ROTA_SERVER
+export ROTA_TOKEN=$(cat "$R/data/admin.token")
 JOB='{"name": "j", "tasks": [{"gpus": 1, "command": ["true"]}]}'
 submit() {
   local t0 t1 code
