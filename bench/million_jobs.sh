@@ -82,6 +82,7 @@ echo "RESULT GET /v1/jobs?limit=500&after=500000: $(echo "$t1 - $t0" | bc)s"
 echo "RESULT peak rss of the server so far (VmHWM: the arrays, their snapshots, the cycles): $(hwm) MiB"
 kill -9 "$SERVER"
 wait "$SERVER" 2>/dev/null
+PIDS=()  # (reaped: its PID may be reused)
 t0=$(now)
 start "${URL#http://}"
 until curl -s -o /dev/null -m 1 -H "Authorization: Bearer $ROTA_TOKEN" "$URL/v1/jobs?limit=1" 2>/dev/null; do sleep 0.05; done

@@ -128,7 +128,8 @@ def philly_vcs(args):
     for vc, rows in sorted(jobs.items(), key=lambda kv: -len(kv[1])):
         if not 300 <= len(rows) <= 2000:
             continue
-        times = [datetime.datetime.fromisoformat(r["timestamp"]).timestamp() for r in rows]
+        times = [datetime.datetime.fromisoformat(r["timestamp"]).replace(tzinfo=datetime.timezone.utc).timestamp()
+                 for r in rows]
         demand = sum(float(r["gpu_time"]) for r in rows) / (max(times) - min(times))
         nodes = max(math.ceil(demand / 0.9 / 8), math.ceil(max(int(r["num_gpus"]) for r in rows) / 8))
         runs = profile_runs(args.rota, args.out, nodes, trace, "philly", ("--vc", vc))

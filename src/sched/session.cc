@@ -310,13 +310,16 @@ void Session::CountArrayStart(const JobRecord& job) {
   if (job.array_max_running > 0 && array_starting_.insert(job.id).second) ++array_running_[job.array];  // once
 }
 
-// What evicting running job `r` at `now` would cost: its GPUs x the time
-// since it last saved (its start, or its last checkpoint of this run), and
-// x the time since it started.
+// What evicting running job `r` at `now` would cost: its GPUs (at least
+// one, as the job orders count a CPU-only job) x the time since it last
+// saved (its start, or its last checkpoint of this run; nothing if it saves
+// on the eviction signal, within its checkpoint grace), and x the time since
+// it started.
 static JobOrderPlugin::VictimWork WorkOf(const JobRecord& r, TimePoint now) {
-  const double gpus = static_cast<double>(r.spec().GpuEquivalent());
+  const double gpus = static_cast<double>(std::max<int64_t>(1, r.spec().GpuEquivalent()));
   const auto since = [&](TimePoint t) { return gpus * static_cast<double>(std::max<Duration>(0, now - t)) / kMicrosPerSecond; };
-  return {since(std::max(r.started_at, r.last_checkpoint_at)), since(r.started_at)};
+  const double run = since(r.started_at);
+  return {r.spec().checkpoint.grace > 0 ? 0.0 : since(std::max(r.started_at, r.last_checkpoint_at)), run};
 }
 
 const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first) const {

@@ -16,11 +16,12 @@
 //    its last attempt goes first, oldest first.
 //  - Until 16 jobs have finished: least attained GPU-time first.
 // It is preemptive: a job it puts first may evict a running gang of its
-// queue and priority if the gang has saved at least half of its current
-// attempt and the job expects to spend, until it ends, no more than half
-// the gang's expected GPU-time less the work it would lose (RankEvicts),
-// within the preempt action's limits (minimum run time, evictions per
-// hour, no eviction cycles); there is no second copy of those.
+// queue and priority if the gang has saved at least half of what it ran
+// since it started, and 1 / the job's index (the GPU-time it spends per
+// chance of ending) plus the work the gang would lose is at most half of
+// 1 / the gang's index (RankEvicts), within the preempt action's limits
+// (minimum run time, evictions per hour, no eviction cycles); there is no
+// second copy of those.
 //
 // The simulator's research backend (sim/time_sim.cc's RotaOrder, on GPU
 // counts) runs the same statistics; this plugin is what the server and the
@@ -86,15 +87,16 @@ class Learned final : public JobOrderPlugin {
   std::unique_ptr<RankState> NewRankState() const override { return std::make_unique<LearnedState>(); }
   // An eviction costs the victim's work since its last checkpoint, redone
   // later. So:
-  //  - every attempt keeps at least half its work: a gang that has saved
-  //    less than half of what it ran since it started is not evicted (else
-  //    jobs evicted before their first checkpoint, again and again, would
-  //    make no progress at all);
+  //  - every run keeps at least half its work: a gang that has saved less
+  //    than half of what it ran since it started is not evicted (else jobs
+  //    evicted before their first checkpoint, again and again, would make
+  //    no progress at all); one that saves on the eviction signal loses
+  //    nothing;
   //  - a starved job evicts any other;
   //  - before the index is ready, least attained service first, at any
   //    margin;
-  //  - else a job evicts a gang only if the GPU-time it expects to spend
-  //    until it ends (1 / its index) plus the work lost is at most
+  //  - else a job evicts a gang only if 1 / its index (the GPU-time it
+  //    spends per chance of ending) plus the work lost is at most
   //    1 / (kEvictMargin x the gang's index).
   bool RankEvicts(double job, double running, const VictimWork& victim) const override {
     if (victim.unsaved > victim.run / 2) return false;

@@ -144,9 +144,9 @@ TEST(Learned, AJobWaitingThreeDaysGoesFirst) {
   EXPECT_EQ(r.placed[0].job, old);
 }
 
-// An eviction costs the victim's work since its checkpoint: the index must
-// be at least twice the running gang's. A starved job, and least attained
-// first before the index is ready, evict at any margin.
+// With nothing to lose, the index must be at least twice the running
+// gang's. A starved job, and least attained first before the index is
+// ready, evict at any margin.
 TEST(Learned, EvictsOnlyForTwiceTheIndex) {
   std::unique_ptr<Plugin> p = BuiltinRegistry().Create("learned");
   const auto* order = dynamic_cast<const JobOrderPlugin*>(p.get());
@@ -209,6 +209,29 @@ TEST(Learned, AGangThatSavedLessThanHalfItsAttemptIsNotEvicted) {
   ASSERT_EQ(r.preemptions.size(), 1u);
   EXPECT_EQ(r.preemptions[0].victim, JobId(1));
   EXPECT_EQ(r.preemptions[0].preemptor, JobId(2));
+
+  // A checkpoint of an earlier run saved nothing of this one: a gang that
+  // checkpointed, was requeued and started again 20 minutes ago is not
+  // evicted.
+  ClusterState again = MakeCluster(config);
+  StartJob(again, 1, Low("running", 8), {0}, 0xff, start - 2 * kMinute);
+  ASSERT_TRUE(again.Apply(JobCheckpointed{JobId(1), start - kMinute, ""}).ok());
+  ASSERT_TRUE(again.Apply(JobRequeued{JobId(1), start - kMinute / 2, "node lost"}).ok());
+  ASSERT_TRUE(again.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0xff}}, start}).ok());
+  ASSERT_TRUE(again.Apply(JobSubmitted{JobId(2), Low("new", 8), now - 1}).ok());
+  MakeScheduler(config)->RunCycle(again.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+
+  // A gang with a checkpoint grace saves on the eviction signal: it loses
+  // nothing, so it may be evicted before any checkpoint.
+  ClusterState graced = MakeCluster(config);
+  JobSpec saves = Low("running", 8);
+  saves.checkpoint.grace = 5 * kMinute;
+  StartJob(graced, 1, saves, {0}, 0xff, start);
+  ASSERT_TRUE(graced.Apply(JobSubmitted{JobId(2), Low("new", 8), now - 1}).ok());
+  MakeScheduler(config)->RunCycle(graced.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.preemptions.size(), 1u);
+  EXPECT_EQ(r.preemptions[0].victim, JobId(1));
 }
 
 }  // namespace
