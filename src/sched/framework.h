@@ -143,11 +143,12 @@ class JobOrderPlugin : public virtual Plugin {
   }
   // Whether a pending job ranked `job` goes far enough ahead of a running
   // one ranked `running` (job < running) to evict it, if preemptive;
-  // `victim`: what evicting the running gang would cost.
-  // GPU-seconds, counting a CPU-only gang as one GPU.
+  // `victim`: what evicting the running gang would cost (GPU-seconds,
+  // counting a CPU-only gang as one GPU).
   struct VictimWork {
     double unsaved = 0;  // it would lose: its GPUs x the time since it last saved (0 if it saves on the signal)
     double run = 0;      // its GPUs x the time since it started
+    bool larger = false;  // it holds more GPUs than the job asks for
   };
   virtual bool RankEvicts(double job, double running, const VictimWork& /*victim*/) const { return job < running; }
 };

@@ -310,16 +310,17 @@ void Session::CountArrayStart(const JobRecord& job) {
   if (job.array_max_running > 0 && array_starting_.insert(job.id).second) ++array_running_[job.array];  // once
 }
 
-// What evicting running job `r` at `now` would cost: its GPUs (at least
-// one, as the job orders count a CPU-only job) x the time since it last
-// saved (its start, or its last checkpoint of this run; nothing if it saves
-// on the eviction signal, within its checkpoint grace), and x the time since
-// it started.
-static JobOrderPlugin::VictimWork WorkOf(const JobRecord& r, TimePoint now) {
+// What evicting running job `r` for `job` at `now` would cost: its GPUs
+// (at least one, as the job orders count a CPU-only job) x the time since
+// it last saved (its start, or its last checkpoint of this run; nothing if
+// it saves on the eviction signal, within its checkpoint grace), and x the
+// time since it started; whether it holds more GPUs than `job` asks for.
+static JobOrderPlugin::VictimWork WorkOf(const JobRecord& r, const JobRecord& job, TimePoint now) {
   const double gpus = static_cast<double>(std::max<int64_t>(1, r.spec().GpuEquivalent()));
   const auto since = [&](TimePoint t) { return gpus * static_cast<double>(std::max<Duration>(0, now - t)) / kMicrosPerSecond; };
   const double run = since(r.started_at);
-  return {r.spec().checkpoint.grace > 0 ? 0.0 : since(std::max(r.started_at, r.last_checkpoint_at)), run};
+  return {r.spec().checkpoint.grace > 0 ? 0.0 : since(std::max(r.started_at, r.last_checkpoint_at)), run,
+          r.spec().GpuEquivalent() > job.spec().GpuEquivalent()};
 }
 
 const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first) const {
@@ -327,7 +328,7 @@ const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobReco
     if (o == ranker_) {
       const double a = RankOf(job), b = RankOf(r);
       if (a == b) continue;
-      *first = a < b && o->RankEvicts(a, b, WorkOf(r, now_));
+      *first = a < b && o->RankEvicts(a, b, WorkOf(r, job, now_));
       return o;
     }
     if (int c = o->Compare(job, r, now_); c != 0) {

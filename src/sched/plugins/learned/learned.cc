@@ -16,12 +16,13 @@
 //    its last attempt goes first, oldest first.
 //  - Until 16 jobs have finished: least attained GPU-time first.
 // It is preemptive: a job it puts first may evict a running gang of its
-// queue and priority if the gang has saved at least half of what it ran
-// since it started, and 1 / the job's index (the GPU-time it spends per
-// chance of ending) plus the work the gang would lose is at most half of
-// 1 / the gang's index (RankEvicts), within the preempt action's limits
-// (minimum run time, evictions per hour, no eviction cycles); there is no
-// second copy of those.
+// queue and priority, no larger than itself, if the gang has saved at
+// least half of what it ran since it started, and 1 / the job's index (the
+// GPU-time it spends per chance of ending) plus the work the gang would
+// lose is at most half of 1 / the gang's index (RankEvicts); a starved job
+// may evict any gang that has saved half. All within the preempt action's
+// limits (minimum run time, evictions per hour, no eviction cycles); there
+// is no second copy of those.
 //
 // The simulator's research backend (sim/time_sim.cc's RotaOrder, on GPU
 // counts) runs the same statistics; this plugin is what the server and the
@@ -93,6 +94,11 @@ class Learned final : public JobOrderPlugin {
   //    no progress at all); one that saves on the eviction signal loses
   //    nothing;
   //  - a starved job evicts any other;
+  //  - else no gang larger than the job: evicting it would free GPUs the
+  //    job does not need and send the gang back to wait for a whole set of
+  //    GPUs again, which is the harder to find the more it needs (on
+  //    synthetic mostly-long work, 8-GPU jobs of days were evicted again
+  //    and again by 1-GPU newcomers);
   //  - before the index is ready, least attained service first, at any
   //    margin;
   //  - else a job evicts a gang only if 1 / its index (the GPU-time it
@@ -100,7 +106,9 @@ class Learned final : public JobOrderPlugin {
   //    1 / (kEvictMargin x the gang's index).
   bool RankEvicts(double job, double running, const VictimWork& victim) const override {
     if (victim.unsaved > victim.run / 2) return false;
-    if (job < kStarvedRank / 2 || running >= 0) return job < running;
+    if (job < kStarvedRank / 2) return true;
+    if (victim.larger) return false;
+    if (running >= 0) return job < running;
     const double mine = -job, theirs = -running;  // the indices
     if (mine <= 0) return false;
     if (theirs <= 0) return true;

@@ -144,6 +144,37 @@ TEST(Learned, AJobWaitingThreeDaysGoesFirst) {
   EXPECT_EQ(r.placed[0].job, old);
 }
 
+// A job evicts no gang larger than itself (that would free GPUs it does not
+// need and send the gang back to wait for a whole set again), unless it is
+// starved.
+TEST(Learned, AJobEvictsNoGangLargerThanItself) {
+  std::unique_ptr<Plugin> p = BuiltinRegistry().Create("learned");
+  const auto* order = dynamic_cast<const JobOrderPlugin*>(p.get());
+  ASSERT_NE(order, nullptr);
+  const JobOrderPlugin::VictimWork larger{0, 3600, true};
+  EXPECT_FALSE(order->RankEvicts(-1e-2, -1e-6, larger));
+  EXPECT_FALSE(order->RankEvicts(10, 4000, larger));          // least attained first
+  EXPECT_TRUE(order->RankEvicts(-1e12 + 5, -2e-4, larger));   // starved
+  EXPECT_FALSE(order->RankEvicts(-1e12 + 5, -2e-4, {2000, 3600, true}));  // starved, but it saved too little
+
+  // Through a cycle, past a history where most jobs were short: a 1-GPU
+  // newcomer does not evict the 8-GPU gang an 8-GPU newcomer evicts.
+  Learnt l(30, 10);
+  auto& [config, st, t, next] = l;
+  const TimePoint now = t + 1000 * kSecond;
+  StartJob(st, next, Low("long", 8), {0}, 0xff, t);
+  ASSERT_TRUE(st.Apply(JobCheckpointed{JobId(next), now - kMinute, ""}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(next + 1), Low("small", 1), now - 1}).ok());
+  CycleResult r;
+  MakeScheduler(config)->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(next + 2), Low("large", 8), now - 1}).ok());
+  MakeScheduler(config)->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.preemptions.size(), 1u);
+  EXPECT_EQ(r.preemptions[0].victim, JobId(next));
+  EXPECT_EQ(r.preemptions[0].preemptor, JobId(next + 2));
+}
+
 // With nothing to lose, the index must be at least twice the running
 // gang's. A starved job, and least attained first before the index is
 // ready, evict at any margin.
