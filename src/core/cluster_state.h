@@ -15,6 +15,7 @@
 //   Snapshot snap = state.GetSnapshot();
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <functional>
@@ -170,6 +171,9 @@ struct JobRecord {
   // A generation that grows with every restart, resize and rank restart.
   int32_t attempt() const { return restarts + resizes + rank_restarts; }
   // The attempt replica `replica` runs as: a new one is a new process.
+  // When its running gang last saved: its start, or its last checkpoint if
+  // that came later (one of an earlier attempt saved nothing of this one).
+  TimePoint SavedAt() const { return std::max(started_at, last_checkpoint_at); }
   // The GPUs its placement holds, its shares of GPUs (fractions, MIG
   // slices) summed and rounded up: what fair share counts it holding.
   int64_t HeldGpus() const;

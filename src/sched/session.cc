@@ -319,7 +319,7 @@ static JobOrderPlugin::VictimWork WorkOf(const JobRecord& r, const JobRecord& jo
   const double gpus = static_cast<double>(std::max<int64_t>(1, r.spec().GpuEquivalent()));
   const auto since = [&](TimePoint t) { return gpus * static_cast<double>(std::max<Duration>(0, now - t)) / kMicrosPerSecond; };
   const double run = since(r.started_at);
-  return {r.spec().checkpoint.grace > 0 ? 0.0 : since(std::max(r.started_at, r.last_checkpoint_at)), run,
+  return {r.spec().checkpoint.grace > 0 ? 0.0 : since(r.SavedAt()), run,
           r.spec().GpuEquivalent() > job.spec().GpuEquivalent()};
 }
 

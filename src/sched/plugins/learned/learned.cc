@@ -109,10 +109,8 @@ class Learned final : public JobOrderPlugin {
     if (job < kStarvedRank / 2) return true;
     if (victim.larger) return false;
     if (running >= 0) return job < running;
-    const double mine = -job, theirs = -running;  // the indices
-    if (mine <= 0) return false;
-    if (theirs <= 0) return true;
-    return 1 / mine + victim.unsaved <= 1 / (kEvictMargin * theirs);
+    const double mine = -job, theirs = -running;  // the indices (theirs > 0 here)
+    return mine > 0 && 1 / mine + victim.unsaved <= 1 / (kEvictMargin * theirs);
   }
 
   void Rank(const Snapshot& snap, TimePoint now, const std::vector<const JobRecord*>& jobs, RankState* state,

@@ -12,8 +12,7 @@ class LostWork final : public VictimOrderPlugin {
  public:
   std::string_view name() const override { return "lost-work"; }
   int64_t Cost(const JobRecord& victim, TimePoint now) const override {
-    const TimePoint saved = std::max(victim.started_at, victim.last_checkpoint_at);
-    return victim.spec().GpuEquivalent() * std::max<Duration>(0, now - saved);
+    return victim.spec().GpuEquivalent() * std::max<Duration>(0, now - victim.SavedAt());
   }
 };
 
