@@ -85,9 +85,9 @@ Status CheckWalFile(const std::string& wal_path) {
   return Status::Ok();
 }
 
-Status SqliteStore::Error(const std::string& what) const {
-  const int code = sqlite3_errcode(db_) & 0xff;
-  std::string message = path_ + ": " + what + ": " + sqlite3_errmsg(db_);
+Status SqliteStore::Error(const std::string& what, sqlite3* db) const {
+  const int code = sqlite3_errcode(db) & 0xff;
+  std::string message = path_ + ": " + what + ": " + sqlite3_errmsg(db);
   // The disk is full, read-only or failing: the write was refused, nothing changed.
   if (code == SQLITE_FULL || code == SQLITE_READONLY || code == SQLITE_IOERR || code == SQLITE_CANTOPEN) {
     return InsufficientStorageError(std::move(message));
@@ -316,14 +316,17 @@ Status SqliteStore::ReplayParts(sqlite3* source, uint64_t seq, int64_t parts,
   Stmt st;
   if (sqlite3_prepare_v2(source, "SELECT part, body, crc FROM snapshot_parts WHERE seq = ? ORDER BY part", -1, &st.s,
                          nullptr) != SQLITE_OK) {
-    return Error("read snapshot");
+    return Error("read snapshot", source);
   }
   sqlite3_bind_int64(st.s, 1, static_cast<sqlite3_int64>(seq));
-  while (!reader.done() && sqlite3_step(st.s) == SQLITE_ROW) {
+  int rc = SQLITE_ROW;
+  while (!reader.done() && (rc = sqlite3_step(st.s)) == SQLITE_ROW) {
     std::string_view body(reinterpret_cast<const char*>(sqlite3_column_text(st.s, 1)),
                           static_cast<size_t>(sqlite3_column_bytes(st.s, 1)));
     ROTA_RETURN_IF_ERROR(reader.Read(sqlite3_column_int64(st.s, 0), body, sqlite3_column_int64(st.s, 2), fn));
   }
+  // A read that failed (a damaged or unreadable file) is that, not a part missing.
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("read snapshot", source);
   return reader.Finish();
 }
 
@@ -346,9 +349,11 @@ Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
     Stmt st;
     if (sqlite3_prepare_v2(source, "SELECT seq, body, crc FROM snapshots ORDER BY seq DESC LIMIT 1", -1, &st.s, nullptr) !=
         SQLITE_OK) {
-      return Error("read snapshot");
+      return Error("read snapshot", source);
     }
-    if (sqlite3_step(st.s) == SQLITE_ROW) {
+    const int rc = sqlite3_step(st.s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("read snapshot", source);
+    if (rc == SQLITE_ROW) {
       snap_seq = static_cast<uint64_t>(sqlite3_column_int64(st.s, 0));
       std::string_view body(reinterpret_cast<const char*>(sqlite3_column_text(st.s, 1)),
                             static_cast<size_t>(sqlite3_column_bytes(st.s, 1)));
@@ -392,13 +397,9 @@ Status SqliteStore::Replay(const std::function<Status(const Event&)>& fn) {
 Status SqliteStore::WriteSnapshot(uint64_t seq, const EventSource& compacted) {
   std::lock_guard<std::mutex> lock(snapshot_mu_);  // one snapshot at a time; its own connections
   auto fail = [&](sqlite3* db, const std::string& what) {
-    const int code = sqlite3_errcode(db) & 0xff;
-    std::string message = path_ + ": " + what + ": " + sqlite3_errmsg(db);
+    Status error = Error(what, db);  // (before the rollback resets its error)
     sqlite3_exec(db, "ROLLBACK;", nullptr, nullptr, nullptr);
-    if (code == SQLITE_FULL || code == SQLITE_READONLY || code == SQLITE_IOERR) {
-      return InsufficientStorageError(std::move(message));
-    }
-    return UnavailableError(std::move(message));
+    return error;
   };
   // Only this connection writes the snapshot database: its parts are written
   // inside the transaction as they are encoded, and the journal's appender

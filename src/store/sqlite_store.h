@@ -52,7 +52,10 @@ class SqliteStore final : public Store {
  private:
   SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   Status Exec(const char* sql);
-  Status Error(const std::string& what) const;
+  Status Error(const std::string& what) const { return Error(what, db_); }
+  // `what` failed on connection `db`: InsufficientStorage where the disk is
+  // full, read-only, failing or cannot open a file, else Unavailable.
+  Status Error(const std::string& what, sqlite3* db) const;
   StatusOr<int64_t> Meta(const char* key);  // -1 if unset
   Status SetMeta(const char* key, int64_t value);
   // DataLoss unless column `crc_col` of `row` is the record's checksum

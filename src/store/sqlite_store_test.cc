@@ -129,6 +129,20 @@ TEST_F(SqliteStoreTest, AChangedMissingOrMovedSnapshotPartStopsTheReplayNamingTh
   EXPECT_NE(s.message().find("snapshot at event 5: part 0 fails its checksum"), std::string::npos) << s.ToString();
 }
 
+// A read of the parts that fails (a damaged or unreadable file) reports the
+// error, not a part missing: here a view in the table's place whose row
+// fails as it is read (an integer overflow).
+TEST_F(SqliteStoreTest, AFailedReadOfASnapshotPartIsReportedAsSuch) {
+  FillWithSnapshot(3);
+  Sql("DROP TABLE snapshot_parts;"
+      "CREATE VIEW snapshot_parts AS SELECT 5 AS seq, 0 AS part, 'x' AS body, abs(-9223372036854775807 - 1) AS crc;",
+      path + ".snap");
+  Status s = ReplayAll();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.message().find("is missing"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("read snapshot: integer overflow"), std::string::npos) << s.ToString();
+}
+
 // A store written before snapshots had parts (the events in the snapshot's
 // own record) still replays; and a server from before parts, which decodes
 // the record's body as events, refuses a header instead of reading it as an
