@@ -3,6 +3,7 @@
 #include "base/slab.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <map>
 #include <optional>
@@ -81,9 +82,12 @@ JobId JobTable::max_id() const {
 }
 
 JobTable::Chunk& JobTable::Mut(size_t c) {
+  // (Shared by every table of every state: a version is never issued twice.)
+  static std::atomic<uint64_t> versions{0};
   if (c >= chunks_.size()) chunks_.resize(c + 1);
   if (chunks_[c] == nullptr) chunks_[c] = std::make_shared<Chunk>();
   else if (chunks_[c].use_count() > 1) chunks_[c] = std::make_shared<Chunk>(*chunks_[c]);
+  chunks_[c]->version = versions.fetch_add(1, std::memory_order_relaxed) + 1;
   return *chunks_[c];
 }
 

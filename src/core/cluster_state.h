@@ -320,12 +320,15 @@ class JobTable {
   void Erase(JobId id);
 
   // Chunk by chunk (chunk c: ids c * kChunk up to (c + 1) * kChunk), for a
-  // reader that keeps what it derived from each: two tables hold a chunk of
-  // the same identity only if it is unchanged between them (records are
-  // immutable, and a write copies a chunk another table shares), as long
-  // as the reader keeps the older table alive.
+  // reader that keeps what it derived from each: every write gives the
+  // chunk it changes a version no chunk of any table had before (a chunk
+  // another table shares is copied first; one no other shares is changed
+  // in place), so two tables hold chunks of the same version only if they
+  // hold the same, unchanged chunk (records are immutable). The reader need
+  // not keep the older table alive: what it derived from a chunk whose
+  // version is unchanged points into the table it reads now.
   size_t chunk_count() const { return chunks_.size(); }
-  const void* chunk_identity(size_t c) const { return chunks_[c].get(); }  // null: none of its ids held
+  uint64_t chunk_version(size_t c) const { return chunks_[c] != nullptr ? chunks_[c]->version : 0; }  // 0: none of its ids held
   // f(id, record) for the jobs of chunk c, in id order.
   template <typename F>
   void ForEachInChunk(size_t c, F&& f) const;
@@ -337,8 +340,9 @@ class JobTable {
     // (old long jobs keep it alive) skips 64 empty slots a step.
     std::array<uint64_t, kChunk / 64> occupied{};
     size_t used = 0;
+    uint64_t version = 0;  // chunk_version
   };
-  // Chunk `c` to change (created or copied as needed).
+  // Chunk `c` to change (created or copied as needed), with a new version.
   Chunk& Mut(size_t c);
   std::vector<std::shared_ptr<Chunk>> chunks_;  // null: no job in that range
   size_t size_ = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <vector>
 
 namespace rota {
@@ -429,6 +430,41 @@ TEST(JobTable, IteratesInOrderAcrossChunksAndCopiesOnWrite) {
   EXPECT_EQ(t.find(JobId(1024)), t.end());
   t.Erase(JobId(5000));  // its chunk empties and goes
   EXPECT_EQ(t.upper_bound(JobId(1023)), t.end());
+}
+
+// A chunk's version changes with every write to it, shared or not, and
+// never comes back: a reader that kept what it derived from a version may
+// use it only while the version is the same (the engine keeps no old
+// snapshot alive for this, so the state writes its chunks in place).
+TEST(JobTable, AWriteGivesItsChunkAVersionNeverSeenBefore) {
+  JobTable t;
+  auto rec = [](uint64_t id) {
+    auto j = std::make_shared<JobRecord>();
+    j->id = JobId(id);
+    return std::shared_ptr<const JobRecord>(j);
+  };
+  EXPECT_EQ(t.chunk_count(), 0u);
+  t.Put(JobId(1), rec(1));
+  t.Put(JobId(200), rec(200));
+  ASSERT_EQ(t.chunk_count(), 2u);
+  const uint64_t first = t.chunk_version(0), second = t.chunk_version(1);
+  EXPECT_NE(first, 0u);
+  EXPECT_NE(first, second);
+  t.Put(JobId(2), rec(2));  // unshared: changed in place, a new version
+  EXPECT_NE(t.chunk_version(0), first);
+  EXPECT_EQ(t.chunk_version(1), second);  // the other chunk is as it was
+  const uint64_t in_place = t.chunk_version(0);
+  JobTable copy = t;
+  EXPECT_EQ(copy.chunk_version(0), in_place);  // shared: the same chunk
+  copy.Put(JobId(3), rec(3));
+  EXPECT_EQ(t.chunk_version(0), in_place);
+  EXPECT_NE(copy.chunk_version(0), in_place);
+  const std::set<uint64_t> seen = {first, second, in_place, copy.chunk_version(0)};
+  EXPECT_EQ(seen.size(), 4u);
+  t.Erase(JobId(200));  // its chunk empties and goes
+  EXPECT_EQ(t.chunk_version(1), 0u);
+  t.Put(JobId(200), rec(200));
+  EXPECT_EQ(seen.count(t.chunk_version(1)), 0u);
 }
 
 }  // namespace

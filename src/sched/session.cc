@@ -164,11 +164,11 @@ void Session::ReadLiveJobs(const Snapshot& snap) {
   shapes_.resize(n);
   for (size_t c = 0; c < n; ++c) {
     ChunkJobs& cj = chunks_[c];
-    const void* identity = live.chunk_identity(c);
-    if (read_ && identity == cj.identity) continue;
+    const uint64_t version = live.chunk_version(c);
+    if (read_ && version == cj.version) continue;
     changed_[c] = 1;
     shapes_[c].clear();
-    cj.identity = identity;
+    cj.version = version;
     cj.pending.clear();
     cj.running.clear();
     cj.elastic_running.clear();
@@ -192,7 +192,7 @@ void Session::ReadLiveJobs(const Snapshot& snap) {
       }
     });
   }
-  read_ = snap;
+  read_ = true;
 }
 
 bool Session::Before(const Ordered& a, const Ordered& b) const {

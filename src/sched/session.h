@@ -257,13 +257,13 @@ class Session {
 
   // --- Kept between cycles, so that a cycle's set-up costs what changed:
   // what Begin read from each chunk of the live jobs (JobTable), and the
-  // pending jobs in job order. A chunk the new snapshot shares with the
-  // last (read_ keeps it alive) is unchanged, so only changed chunks are
+  // pending jobs in job order. A chunk of the version read last is
+  // unchanged (JobTable::chunk_version), so only changed chunks are
   // read again, and only their pending jobs are sorted and merged into the
   // kept order (with job orders that are not stable, framework.h, the kept
   // jobs' keys are read again and they are sorted again if out of order).
   struct ChunkJobs {
-    const void* identity = nullptr;
+    uint64_t version = 0;
     std::vector<const JobRecord*> pending, running, elastic_running;
     std::vector<const JobRecord*> nominated;  // pending (not held), or a running service, with GPUs nominated for it
     std::vector<std::pair<JobId, JobId>> making_room;  // preemptor, victim
@@ -306,7 +306,7 @@ class Session {
   }
   std::vector<ChunkJobs> chunks_;
   std::vector<uint8_t> changed_;  // per chunk: read again this cycle
-  std::optional<Snapshot> read_;  // the snapshot chunks_ was read from
+  bool read_ = false;  // chunks_ holds what a snapshot's chunks held
   std::vector<Ordered> sorted_, kept_, fresh_, nominated_;
   bool sorted_kept_ = false;  // sorted_'s keys may be used again: stable job orders made it
 
