@@ -31,12 +31,6 @@ int64_t JobSpec::TotalReplicas() const {
   return n;
 }
 
-int64_t JobSpec::TotalGpus() const {
-  int64_t n = 0;
-  for (const auto& t : tasks) n += static_cast<int64_t>(t.replicas) * t.gpus;
-  return n;
-}
-
 int32_t GpuShare::milli() const {
   if (fraction_milli > 0) return fraction_milli;
   return mig_profile.empty() ? 0 : (MigProfileCompute(mig_profile) * 1000 + 6) / 7;

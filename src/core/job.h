@@ -178,7 +178,11 @@ struct JobSpec {
   std::vector<MountSpec> mounts;
 
   int64_t TotalReplicas() const;
-  int64_t TotalGpus() const;  // whole GPUs over all replicas
+  int64_t TotalGpus() const {  // whole GPUs over all replicas (inline: orders read it per job a cycle)
+    int64_t n = 0;
+    for (const auto& t : tasks) n += static_cast<int64_t>(t.replicas) * t.gpus;
+    return n;
+  }
   // Whole GPUs plus its GPU fractions rounded up to whole GPUs: what quotas,
   // fair share and preemption cost count.
   int64_t GpuEquivalent() const;

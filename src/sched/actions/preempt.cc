@@ -46,13 +46,11 @@ Exclusion Excluded(Session& s, const JobRecord& job, const JobRecord& r, bool re
   if (r.id == job.id) return Exclusion::kNotEligible;  // (a service scaling up is running)
   const TimePoint now = s.now();
   // Its own queue's gangs of lower priority (or, under a preemptive job
-  // order, of equal priority that the order puts after it); another queue's
-  // only to reclaim.
-  if (r.spec().queue == job.spec().queue
-          ? r.spec().priority > job.spec().priority || (r.spec().priority == job.spec().priority && !s.OrderEvicts(job, r))
-          : !reclaim) {
-    return Exclusion::kNotEligible;
-  }
+  // order, of equal priority that the order puts after it: asked last,
+  // below, as the dearest check; which exclusion a gang of the job's own
+  // queue meets is never reported); another queue's only to reclaim.
+  const bool own_queue = r.spec().queue == job.spec().queue;
+  if (own_queue ? r.spec().priority > job.spec().priority : !reclaim) return Exclusion::kNotEligible;
   if (!s.book().MayBorrow(r.spec())) return Exclusion::kNotPreemptible;
   if (now - r.started_at < o.min_runtime) return Exclusion::kMinRuntime;
   const auto recent = std::count_if(r.preempted_at.begin(), r.preempted_at.end(),
@@ -66,6 +64,7 @@ Exclusion Excluded(Session& s, const JobRecord& job, const JobRecord& r, bool re
   // Evicting a gang whose GPUs a reservation counts on would only hand
   // them to a job that the reservation's owner should go before.
   if (s.HoldsReservedGpus(r)) return Exclusion::kReserved;
+  if (own_queue && r.spec().priority == job.spec().priority && !s.OrderEvicts(job, r)) return Exclusion::kNotEligible;
   return Exclusion::kNone;
 }
 
