@@ -228,11 +228,21 @@ class SweepIndex {
   void Update(int64_t finished, double log_sum, double log_sq, std::vector<double>& censored,
               const WorkloadLogs& workload, const LearnedGittins& global, int64_t prior, CensoredNormal* scratch);
   // Whether Update would keep the index as it is, given what it reads of
-  // the unfinished jobs: `bins` (AddBin over their attained GPU-seconds, in the
-  // order Update gets them) and whether one has run kInformedAt. Sets
-  // informed(), so that a caller that gets true need not call Update.
+  // the unfinished jobs: `bins` (AddBin over their attained GPU-seconds, in
+  // any order: a job that starts, and so moves from the waiting jobs to the
+  // running ones, changes no sweep's estimate) and whether one has run
+  // kInformedAt. Sets informed(), so that a caller that gets true need not
+  // call Update.
   bool Current(int64_t finished, int64_t prior, uint64_t bins, bool ran_long);
-  static uint64_t AddBin(uint64_t bins, double attained) { return bins * 31 + static_cast<uint64_t>(RunHistory::Bin(attained)); }
+  static uint64_t AddBin(uint64_t bins, double attained) {
+    // A sum of the bins' mixed numbers (splitmix64's finalizer): the same
+    // for the same bins in any order, different for different bins but by a
+    // 64-bit accident.
+    uint64_t z = static_cast<uint64_t>(RunHistory::Bin(attained)) + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return bins + (z ^ (z >> 31));
+  }
   bool informed() const { return informed_; }
   double Index(double attained) const { return index_.Index(attained); }
 
