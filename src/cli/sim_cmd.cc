@@ -31,7 +31,7 @@ constexpr const char* kUsage =
     "                [--policy NAME] [--placement NAME] [--compare a,b,c] [--seed N]\n"
     "                [--inflate 1.3] [--failures RATE] [--repair-time 1h] [--checkpoint-interval 30m]\n"
     "                [--vc NAME] [--gittins-dist FILE] [--out DIR] [-o table|json] [--quiet]\n"
-    "                [--tick 60s] [--grace 0s] [--min-runtime 10m]\n"
+    "                [--tick 60s] [--every-tick] [--grace 0s] [--min-runtime 10m]\n"
     "\n"
     "Replays a trace through the scheduler in virtual time and prints summary metrics.\n"
     "\n"
@@ -40,7 +40,11 @@ constexpr const char* kUsage =
     "               research orders; profile: the cluster config's profile as the server runs\n"
     "               it (priorities, queues, quotas, fair share, backfill, preemption with\n"
     "               checkpoints), with the server's job lifecycle and modelled agents\n"
-    "  --tick       profile: a cycle at least this often while jobs wait (default 60s)\n"
+    "  --tick       profile: a cycle at least this often while jobs wait (default 60s), but\n"
+    "               not before the engine says its decisions may change (when every job order\n"
+    "               says when: priority, fifo, learned; no decayed fair share)\n"
+    "  --every-tick profile: a cycle at every tick while jobs wait all the same (slower; the\n"
+    "               same decisions)\n"
     "  --grace      profile: the jobs' checkpoint grace; a job that checkpoints saves on the\n"
     "               preemption signal within it (default 0s: it keeps its last checkpoint)\n"
     "  --min-runtime profile: a gang runs this long before it may be evicted (default 10m)\n"
@@ -70,6 +74,7 @@ struct Flags {
   Duration repair = 3600 * kMicrosPerSecond, checkpoint = 1800 * kMicrosPerSecond;
   Duration tick = 60 * kMicrosPerSecond, grace = 0, min_runtime = 10 * 60 * kMicrosPerSecond;
   bool quiet = false;
+  bool every_tick = false;
 };
 
 int Fail(const std::string& message) {
@@ -186,6 +191,7 @@ int RunTimeMode(const Flags& flags, const ClusterConfig& config, const std::vect
     options.checkpoint_interval = flags.checkpoint;
     options.gittins_samples = gittins;
     options.tick = flags.tick;
+    options.every_tick = flags.every_tick;
     options.grace = flags.grace;
     options.min_runtime = flags.min_runtime;
     options.services = services;
@@ -268,6 +274,10 @@ int SimMain(const std::vector<std::string>& args) {
     }
     if (arg == "--quiet") {
       flags.quiet = true;
+      continue;
+    }
+    if (arg == "--every-tick") {
+      flags.every_tick = true;
       continue;
     }
     static const char* kValued[] = {"--cluster", "--nodes", "--trace", "--format", "--policy", "--placement",

@@ -72,6 +72,17 @@ struct CycleResult {
   std::vector<Preemption> preemptions;
   std::vector<Reconfiguration> reconfigurations;
   std::vector<Resize> resizes;  // applied before placements
+  // When a cycle that decided nothing may next decide something while the
+  // state stays as it is (0: at any time; no promise): the earliest time a
+  // gang's minimum run time or hourly eviction cap runs out for a job it
+  // was weighed against, a nomination expires, an elastic gang may grow
+  // again, or the ranking order's ranks change. Not promised where time
+  // moves the order (an order that is not timeless) or fair share (decayed
+  // usage). A checkpoint of a gang in `waits_on_checkpoint` may change it
+  // sooner: the job order kept a job from evicting it only for the work
+  // it would lose.
+  TimePoint unchanged_until = 0;
+  std::vector<JobId> waits_on_checkpoint;
   // A waiting job and why, in `pending` (or `unresolvable`). The cycle
   // writes `pending` over the entries it held before (Clear keeps them;
   // Seal drops what is left over), and a reason an entry holds already is
@@ -115,6 +126,8 @@ struct CycleResult {
     preemptions.clear();
     reconfigurations.clear();
     resizes.clear();
+    unchanged_until = 0;
+    waits_on_checkpoint.clear();
   }
   // The end of a cycle: `pending` holds this cycle's waiting jobs only.
   void Seal() { pending.resize(std::min(written_, pending.size())); }

@@ -1,5 +1,6 @@
 #include "sched/engine.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "sched/actions/action.h"
@@ -28,6 +29,8 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   session_.Begin(snap, now, out);
   for (const CycleAction* action : profile_.actions()) action->Execute(session_);
   out->Seal();
+  out->unchanged_until = session_.UnchangedUntil();
+  std::sort(out->waits_on_checkpoint.begin(), out->waits_on_checkpoint.end());  // (each once: Session::OrderEvicts)
 }
 
 void Scheduler::SetUsageHistory(const std::map<std::string, double>& average_gpus) {

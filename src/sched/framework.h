@@ -119,6 +119,12 @@ class JobOrderPlugin : public virtual Plugin {
   // in the order until it or a job it is compared with changes, and the
   // session keeps the order between cycles, re-sorting only what changed.
   virtual bool stable() const { return false; }
+  // Whether Compare never reads the time (`now`): of any two jobs, pending
+  // or running, the order puts the same first until one of them changes.
+  // A cycle whose every order is timeless (or the ranker, which says when
+  // its ranks may change) can say when its decisions may next change
+  // (CycleResult::unchanged_until).
+  virtual bool timeless() const { return false; }
   // Whether the order is by one number a job has: Key(a, now) < Key(b, now)
   // exactly when Compare(a, b, now) < 0 (equal keys: a tie). The session then
   // reads each job's key once a cycle and sorts on the keys, instead of a
@@ -134,6 +140,9 @@ class JobOrderPlugin : public virtual Plugin {
   // session between cycles (caches). A profile has at most one.
   struct RankState {
     virtual ~RankState() = default;
+    // Rank's: no job's rank changes before this time while the state
+    // stays as it is (0: it may at any time). Rank sets it every cycle.
+    TimePoint changes_at = 0;
   };
   virtual bool ranks() const { return false; }
   virtual std::unique_ptr<RankState> NewRankState() const { return nullptr; }
@@ -144,7 +153,10 @@ class JobOrderPlugin : public virtual Plugin {
   // Whether a pending job ranked `job` goes far enough ahead of a running
   // one ranked `running` (job < running) to evict it, if preemptive;
   // `victim`: what evicting the running gang would cost (GPU-seconds,
-  // counting a CPU-only gang as one GPU).
+  // counting a CPU-only gang as one GPU). As a gang runs on without saving
+  // (its unsaved and run growing by the same amount) the answer may only
+  // turn from yes to no: the engine counts on that to say when its
+  // decisions may next change (CycleResult::unchanged_until).
   struct VictimWork {
     double unsaved = 0;  // it would lose: its GPUs x the time since it last saved (0 if it saves on the signal)
     double run = 0;      // its GPUs x the time since it started

@@ -59,6 +59,8 @@ void Session::RankJobs(const Snapshot& snap) {
   // Only the ranked jobs' entries are written (the range between may be
   // wide: one old job still running); RankOf reads only ranked jobs.
   if (!rank_jobs_.empty() && ranks_.size() < hi - lo + 1) ranks_.resize(hi - lo + 1);
+  if (checkpoint_marks_.size() < ranks_.size()) checkpoint_marks_.resize(ranks_.size(), 0);
+  ++cycle_stamp_;  // (a mark of an earlier cycle, whatever job its slot was then, is not this one)
   for (size_t i = 0; i < rank_jobs_.size(); ++i) ranks_[rank_jobs_[i]->id.value() - lo] = rank_values_[i];
 }
 
@@ -92,6 +94,7 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   }
   endings_built_ = false;
   preemption_searches_ = 0;
+  wake_ = std::numeric_limits<TimePoint>::max();
   victim_set_.clear();
   held_.clear();
   promised_.clear();
@@ -140,7 +143,10 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
     std::sort(nominated_.begin(), nominated_.end(), [this](const Ordered& a, const Ordered& b) { return Before(a, b); });
     for (const Ordered& o : nominated_) {
       const JobRecord* j = o.job;
-      if (making_room_for_.count(j->id) == 0 && now_ - j->nominated_at >= options_->nomination_ttl) continue;
+      if (making_room_for_.count(j->id) == 0) {
+        if (now_ - j->nominated_at >= options_->nomination_ttl) continue;
+        WakeAt(j->nominated_at + options_->nomination_ttl);  // then its GPUs go back to everyone
+      }
       Nomination n{j, {}, false};
       for (const ReplicaPlacement& p : j->nominated) {
         const uint32_t pos = t.position_of(p.node);
@@ -316,11 +322,11 @@ void Session::CountArrayStart(const JobRecord& job) {
 // it saves on the eviction signal, within its checkpoint grace), and x the
 // time since it started; whether it holds more GPUs than `job` asks for.
 static JobOrderPlugin::VictimWork WorkOf(const JobRecord& r, const JobRecord& job, TimePoint now) {
-  const double gpus = static_cast<double>(std::max<int64_t>(1, r.spec().GpuEquivalent()));
+  const int64_t held = r.spec().GpuEquivalent();
+  const double gpus = static_cast<double>(std::max<int64_t>(1, held));
   const auto since = [&](TimePoint t) { return gpus * static_cast<double>(std::max<Duration>(0, now - t)) / kMicrosPerSecond; };
   const double run = since(r.started_at);
-  return {r.spec().checkpoint.grace > 0 ? 0.0 : since(r.SavedAt()), run,
-          r.spec().GpuEquivalent() > job.spec().GpuEquivalent()};
+  return {r.spec().checkpoint.grace > 0 ? 0.0 : since(r.SavedAt()), run, held > job.spec().GpuEquivalent()};
 }
 
 const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first) const {
@@ -340,9 +346,41 @@ const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobReco
 }
 
 bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {
-  bool first = false;
-  const JobOrderPlugin* o = DecidingOrder(job, r, &first);
-  return o != nullptr && o->preemptive() && first;
+  for (const JobOrderPlugin* o : profile_->job_orders()) {
+    if (o == ranker_) {  // (DecidingOrder's, with the work read once)
+      const double a = RankOf(job), b = RankOf(r);
+      if (a == b) continue;
+      if (!o->preemptive() || a > b) return false;
+      JobOrderPlugin::VictimWork work = WorkOf(r, job, now_);
+      if (o->RankEvicts(a, b, work)) return true;
+      const uint64_t k = r.id.value() - rank_base_;  // (r is ranked: running)
+      if (work.unsaved > 0 && k < checkpoint_marks_.size() && checkpoint_marks_[k] != cycle_stamp_) {
+        work.unsaved = 0;
+        if (o->RankEvicts(a, b, work)) {
+          checkpoint_marks_[k] = cycle_stamp_;  // (once a cycle, not once a search)
+          out_->waits_on_checkpoint.push_back(r.id);
+        }
+      }
+      return false;
+    }
+    if (int c = o->Compare(job, r, now_); c != 0) return o->preemptive() && c < 0;
+  }
+  return false;
+}
+
+TimePoint Session::UnchangedUntil() const {
+  if (!has_now_ || (fair() && options_->fair_share_half_life > 0)) return 0;  // decayed usage moves with time
+  TimePoint until = wake_;
+  for (const JobOrderPlugin* o : profile_->job_orders()) {
+    if (o == ranker_) {
+      const TimePoint ranks = rank_state_->changes_at;
+      if (ranks <= now_) return 0;
+      until = std::min(until, ranks);
+    } else if (!o->timeless()) {
+      return 0;
+    }
+  }
+  return until > now_ ? until : 0;
 }
 
 std::string Session::JobName(const JobRecord& job) const {

@@ -22,7 +22,9 @@
 //       if (s.TryPlace(/*keep=*/true)) ...
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -59,7 +61,14 @@ class Session {
   // Whether the profile's job order puts pending `job` before running `r`
   // by a preemptive JobOrder (the first plugin that does not tie decides;
   // framework.h): then `job` may evict `r` though their priorities are equal.
+  // A ranking order that would let it if `r` had nothing unsaved puts `r` in
+  // the cycle's waits_on_checkpoint.
   bool OrderEvicts(const JobRecord& job, const JobRecord& r) const;
+  // A decision of this cycle turned on the time: at `t` it may go otherwise
+  // (CycleResult::unchanged_until).
+  void WakeAt(TimePoint t) { wake_ = std::min(wake_, t); }
+  // CycleResult::unchanged_until, at the end of a cycle.
+  TimePoint UnchangedUntil() const;
   // The job order that decides between pending `job` and running `r` (the
   // first that does not tie; nullptr if all do), and in `first` whether it
   // puts `job` first (a ranking order: far enough ahead to evict, its
@@ -290,6 +299,10 @@ class Session {
   std::vector<double> ranks_;
   uint64_t rank_base_ = 0;
   std::vector<const JobRecord*> rank_jobs_;
+  // Per ranked job (as ranks_), the cycle (cycle_stamp_) that put it in
+  // waits_on_checkpoint: once a cycle, not once a search.
+  mutable std::vector<uint32_t> checkpoint_marks_;
+  uint32_t cycle_stamp_ = 0;
   std::vector<double> rank_values_;
   // Reads the live jobs' changed chunks; marks them in changed_.
   void ReadLiveJobs(const Snapshot& snap);
@@ -325,6 +338,7 @@ class Session {
   std::vector<Ending> endings_;
   bool endings_built_ = false;
   int32_t preemption_searches_ = 0;
+  TimePoint wake_ = std::numeric_limits<TimePoint>::max();  // WakeAt's earliest
   std::vector<Failure> failures_;
   std::unordered_multimap<uint64_t, size_t> failure_index_;  // ShapeOf (the shape class) -> failures_ index
   // The last FindFailure: its answer holds for the next job of the same

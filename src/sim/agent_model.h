@@ -64,6 +64,11 @@ class AgentModel {
   // (agents report them in their next heartbeat), before any cycle that
   // could evict its job.
   TimePoint NextReport();
+  // When the job's run next saves a checkpoint (kNever: it does not).
+  TimePoint NextCheckpoint(JobId id) const {
+    auto it = runs_.find(id.value());
+    return it == runs_.end() ? kNever : it->second.next_checkpoint;
+  }
   // The reports due at or before `now`: the checkpoints saved by then and
   // the exits, grouped by node name (sorted), each node's checkpoints
   // first, then exits, by job, task and replica. Attempts are read from

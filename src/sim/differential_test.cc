@@ -6,6 +6,7 @@
 // own copy of a rule, a step in another order) fails here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -238,6 +239,47 @@ TEST(Differential, TheComparisonSeesADifferentPolicy) {
   ASSERT_TRUE(RunProfileSim(tiresias, *nodes, longer, options, &t).ok());
   ASSERT_TRUE(RunProfileSim(learned, *nodes, longer, options, &l).ok());
   EXPECT_NE(Lines(t.events), Lines(l.events));
+}
+
+// Ticks skipped because the engine says nothing can change before a later
+// one (CycleResult::unchanged_until: a gang's minimum run time, the learned
+// order's ranks, a gang that waits on a checkpoint) change no decision: the
+// same job events as with a cycle at every tick (checkpoints aside: the
+// agents report them at the next step, the latest of them), with fewer
+// cycles. Without decayed fair share, which moves with time.
+TEST(Differential, SkippedTicksChangeNoDecision) {
+  ClusterConfig config = Config();
+  config.queues.clear();
+  config.fair_share_half_life = 0;
+  config.profile.plugins = {{"priority", 1}, {"learned", 1}, {"fifo", 1},   {"resource-fit", 1},
+                            {"gang", 1},     {"topology", 1}, {"binpack", 1}};
+  StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(config);
+  ASSERT_TRUE(nodes.ok());
+  auto decisions = [](const std::vector<Event>& events) {
+    std::vector<std::string> out;
+    for (const std::string& l : Lines(events)) {
+      if (l.rfind("checkpointed ", 0) != 0) out.push_back(l);
+    }
+    return out;
+  };
+  for (uint64_t seed : {7, 11, 12}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const std::vector<TraceJob> trace = Trace(200, seed);
+    TimeSimOptions options;
+    options.policy = "profile";
+    options.grace = 0;  // an eviction loses what was not saved: the learned order weighs it
+    options.min_runtime = 5 * 60 * kMicrosPerSecond;
+    ProfileRecord skipping, every;
+    StatusOr<TimeSimResult> a = RunProfileSim(config, *nodes, trace, options, &skipping);
+    options.every_tick = true;
+    StatusOr<TimeSimResult> b = RunProfileSim(config, *nodes, trace, options, &every);
+    ASSERT_TRUE(a.ok() && b.ok());
+    const std::vector<std::string> lines = decisions(skipping.events);
+    ASSERT_EQ(lines, decisions(every.events));
+    EXPECT_GT(std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("preempting ", 0) == 0; }), 5);
+    EXPECT_LT(skipping.steps.size(), every.steps.size());
+    for (size_t i = 0; i < trace.size(); ++i) EXPECT_EQ(a->jobs[i].lost_gpu_seconds, b->jobs[i].lost_gpu_seconds) << i;
+  }
 }
 
 }  // namespace

@@ -60,6 +60,21 @@ class ProfileDriver {
   const std::vector<double>& cycle_ms() const { return cycle_ms_; }
   TimePoint last_cycle() const { return last_cycle_; }
   bool last_cycle_decided() const { return last_decided_; }
+  // The next tick a cycle is needed at, `tick` after the last step or a
+  // whole number of ticks later (kNever: none): a cycle that decided nothing
+  // decides nothing while the state stays as it is until the engine's
+  // unchanged_until, or a checkpoint of a gang that waits on one (the
+  // agents report checkpoints at the next step).
+  TimePoint NextTick(Duration tick) const {
+    TimePoint quiet = last_cycle_ + tick;
+    if (!options_.every_tick && !last_decided_ && cycle_.unchanged_until > 0) {
+      quiet = cycle_.unchanged_until;
+      for (JobId id : cycle_.waits_on_checkpoint) quiet = std::min(quiet, agents_.NextCheckpoint(id));
+    }
+    if (quiet <= last_cycle_ + tick) return last_cycle_ + tick;
+    if (quiet == kNever) return kNever;
+    return last_cycle_ + (quiet - last_cycle_ + tick - 1) / tick * tick;
+  }
 
   // Applies an event of the starting state (nodes, jobs already live): the
   // agents and the driver follow it, the caller's hook does not.
@@ -431,7 +446,7 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
   while (done < n || services_live()) {
     const TimePoint arrival = std::min(next_arrival < n ? trace[next_arrival].submit : kNever, service_arrival());
     t = std::min(arrival, driver.NextDue());
-    if (pending > 0 && driver.last_cycle() >= 0) t = std::min(t, driver.last_cycle() + options.tick);
+    if (pending > 0 && driver.last_cycle() >= 0) t = std::min(t, driver.NextTick(options.tick));
     const TimePoint end = next_end();
     const bool ticking = end != kNever;  // (a tick a second while a service's load runs)
     if (ticking) t = std::min({t, next_tick, end});

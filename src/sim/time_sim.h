@@ -62,8 +62,13 @@ struct TimeSimOptions {
   std::function<void(double)> progress;
 
   // The production profile (policy "profile"; profile_sim.h):
-  // A cycle runs at every event and at least this often while jobs wait.
+  // A cycle runs at every event and at least this often while jobs wait,
+  // except ticks before the engine's CycleResult::unchanged_until (and the
+  // next checkpoint of a gang in its waits_on_checkpoint) after a cycle
+  // that decided nothing: those would decide nothing either, so the run's
+  // decisions are the same without them. `every_tick` runs them anyway.
   Duration tick = 60 * kMicrosPerSecond;
+  bool every_tick = false;
   // As the server's (ControllerOptions): a gang runs this long before it
   // can be evicted; an evicted gang is requeued this long past its grace.
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;

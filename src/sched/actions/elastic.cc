@@ -219,6 +219,7 @@ void GrowElastic::Execute(Session& s) const {
     // one that swings does not evict training on every swing. A rise in
     // steps evicts at each step: what the load needs now.)
     const bool swung = r->scaled_down_at > 0 && s.has_clock() && s.now() - r->scaled_down_at < s.options().min_runtime;
+    if (swung) s.WakeAt(r->scaled_down_at + s.options().min_runtime);
     if (best < missing && r->spec().is_service() && s.has_clock() && !s.room_being_made(r->id) && !swung &&
         s.TakePreemptionSearch()) {
       // A scale-up that free GPUs cannot hold evicts preemptible gangs of

@@ -8,6 +8,7 @@ class Fifo final : public JobOrderPlugin {
  public:
   std::string_view name() const override { return "fifo"; }
   bool stable() const override { return true; }
+  bool timeless() const override { return true; }
   int Compare(const JobRecord& a, const JobRecord& b, TimePoint) const override {
     if (a.submitted_at != b.submitted_at) return a.submitted_at < b.submitted_at ? -1 : 1;
     return 0;

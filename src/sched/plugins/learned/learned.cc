@@ -27,7 +27,9 @@
 // The simulator's research backend (sim/time_sim.cc's RotaOrder, on GPU
 // counts) runs the same statistics; this plugin is what the server and the
 // production-profile simulation run.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 #include "sched/learned.h"
@@ -146,12 +148,29 @@ class Learned final : public JobOrderPlugin {
       sw->ran_long = sw->ran_long || gs[i] >= SweepIndex::kInformedAt;
       st.of[i] = sw;
     }
+    // When a rank may change while the state stays as it is: a waiting job
+    // starves, a running one's attained GPU-time enters its next bin (or
+    // reaches kInformedAt, when its sweep speaks for itself). Before the
+    // index is ready, least attained first moves with every running job.
+    TimePoint changes = std::numeric_limits<TimePoint>::max();
+    auto crosses = [&](const JobRecord& j, double attained) {
+      double next = LearnedGittins::NextEdge(attained);
+      if (attained < SweepIndex::kInformedAt) next = std::min(next, SweepIndex::kInformedAt);
+      const double gpus = static_cast<double>(std::max<int64_t>(1, j.spec().TotalGpus()));
+      const double in = std::floor((next - attained) / gpus * kMicrosPerSecond);  // (floor: not after)
+      if (in < static_cast<double>(changes - now)) changes = now + std::max<TimePoint>(0, static_cast<TimePoint>(in));
+    };
     for (size_t i = 0; i < jobs.size(); ++i) {
       const JobRecord& j = *jobs[i];
       double& rank = (*ranks)[i];
-      if (j.state == JobState::kPending && now - WaitingSince(j) >= kStarved) {
-        rank = kStarvedRank + static_cast<double>(j.submitted_at) / kMicrosPerSecond;
-        continue;
+      if (j.state == JobState::kPending) {
+        if (now - WaitingSince(j) >= kStarved) {
+          rank = kStarvedRank + static_cast<double>(j.submitted_at) / kMicrosPerSecond;
+          continue;
+        }
+        changes = std::min(changes, WaitingSince(j) + kStarved);
+      } else if (j.state == JobState::kRunning) {
+        crosses(j, gs[i]);
       }
       LearnedState::Sweep& sw = *st.of[i];
       if (!ready) {
@@ -169,6 +188,7 @@ class Learned final : public JobOrderPlugin {
       const double last = st.of[i]->last_running;
       if (rank <= last) rank = std::nextafter(last, HUGE_VAL);
     }
+    st.changes_at = ready ? changes : 0;
     // Forget the sweeps no job of this cycle is in.
     for (auto it = st.sweeps.begin(); it != st.sweeps.end();) {
       it = it->second.seen == st.stamp ? std::next(it) : st.sweeps.erase(it);

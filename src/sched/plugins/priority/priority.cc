@@ -8,6 +8,7 @@ class Priority final : public JobOrderPlugin {
  public:
   std::string_view name() const override { return "priority"; }
   bool stable() const override { return true; }
+  bool timeless() const override { return true; }
   int Compare(const JobRecord& a, const JobRecord& b, TimePoint) const override {
     if (a.spec().priority != b.spec().priority) return a.spec().priority > b.spec().priority ? -1 : 1;
     return 0;
