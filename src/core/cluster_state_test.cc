@@ -403,16 +403,18 @@ TEST(ClusterState, JobsSubmittedIsARunOfJobSubmitted) {
   EXPECT_EQ(copy.GetSnapshot().FindJob(JobId(5))->state, JobState::kPending);
 }
 
+// A record for the job table with just its id.
+std::shared_ptr<const JobRecord> Rec(uint64_t id) {
+  auto j = std::make_shared<JobRecord>();
+  j->id = JobId(id);
+  return j;
+}
+
 // The job table iterates in id order across its chunks, finds and skips
 // gaps, and a copy is not changed by writes to the original.
 TEST(JobTable, IteratesInOrderAcrossChunksAndCopiesOnWrite) {
   JobTable t;
-  auto rec = [](uint64_t id) {
-    auto j = std::make_shared<JobRecord>();
-    j->id = JobId(id);
-    return std::shared_ptr<const JobRecord>(j);
-  };
-  for (uint64_t id : {1u, 2u, 1023u, 1024u, 5000u}) t.Put(JobId(id), rec(id));
+  for (uint64_t id : {1u, 2u, 1023u, 1024u, 5000u}) t.Put(JobId(id), Rec(id));
   std::vector<uint64_t> seen;
   for (const auto& [id, job] : t) seen.push_back(id.value());
   EXPECT_EQ(seen, (std::vector<uint64_t>{1, 2, 1023, 1024, 5000}));
@@ -423,7 +425,7 @@ TEST(JobTable, IteratesInOrderAcrossChunksAndCopiesOnWrite) {
   EXPECT_EQ(t.upper_bound(JobId(5000)), t.end());
   JobTable copy = t;
   t.Erase(JobId(1024));
-  t.Put(JobId(2), rec(2));
+  t.Put(JobId(2), Rec(2));
   EXPECT_EQ(copy.size(), 5u);
   EXPECT_NE(copy.find(JobId(1024)), copy.end());
   EXPECT_EQ(t.size(), 4u);
@@ -438,32 +440,27 @@ TEST(JobTable, IteratesInOrderAcrossChunksAndCopiesOnWrite) {
 // snapshot alive for this, so the state writes its chunks in place).
 TEST(JobTable, AWriteGivesItsChunkAVersionNeverSeenBefore) {
   JobTable t;
-  auto rec = [](uint64_t id) {
-    auto j = std::make_shared<JobRecord>();
-    j->id = JobId(id);
-    return std::shared_ptr<const JobRecord>(j);
-  };
   EXPECT_EQ(t.chunk_count(), 0u);
-  t.Put(JobId(1), rec(1));
-  t.Put(JobId(200), rec(200));
+  t.Put(JobId(1), Rec(1));
+  t.Put(JobId(200), Rec(200));
   ASSERT_EQ(t.chunk_count(), 2u);
   const uint64_t first = t.chunk_version(0), second = t.chunk_version(1);
   EXPECT_NE(first, 0u);
   EXPECT_NE(first, second);
-  t.Put(JobId(2), rec(2));  // unshared: changed in place, a new version
+  t.Put(JobId(2), Rec(2));  // unshared: changed in place, a new version
   EXPECT_NE(t.chunk_version(0), first);
   EXPECT_EQ(t.chunk_version(1), second);  // the other chunk is as it was
   const uint64_t in_place = t.chunk_version(0);
   JobTable copy = t;
   EXPECT_EQ(copy.chunk_version(0), in_place);  // shared: the same chunk
-  copy.Put(JobId(3), rec(3));
+  copy.Put(JobId(3), Rec(3));
   EXPECT_EQ(t.chunk_version(0), in_place);
   EXPECT_NE(copy.chunk_version(0), in_place);
   const std::set<uint64_t> seen = {first, second, in_place, copy.chunk_version(0)};
   EXPECT_EQ(seen.size(), 4u);
   t.Erase(JobId(200));  // its chunk empties and goes
   EXPECT_EQ(t.chunk_version(1), 0u);
-  t.Put(JobId(200), rec(200));
+  t.Put(JobId(200), Rec(200));
   EXPECT_EQ(seen.count(t.chunk_version(1)), 0u);
 }
 

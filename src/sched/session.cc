@@ -345,12 +345,12 @@ const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobReco
   return nullptr;
 }
 
-bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) const {
+bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) {
   for (const JobOrderPlugin* o : profile_->job_orders()) {
     if (o == ranker_) {  // (DecidingOrder's, with the work read once)
       const double a = RankOf(job), b = RankOf(r);
       if (a == b) continue;
-      if (!o->preemptive() || a > b) return false;
+      if (!o->preemptive() || !(a < b)) return false;
       JobOrderPlugin::VictimWork work = WorkOf(r, job, now_);
       if (o->RankEvicts(a, b, work)) return true;
       const uint64_t k = r.id.value() - rank_base_;  // (r is ranked: running)
@@ -373,7 +373,7 @@ TimePoint Session::UnchangedUntil() const {
   TimePoint until = wake_;
   for (const JobOrderPlugin* o : profile_->job_orders()) {
     if (o == ranker_) {
-      const TimePoint ranks = rank_state_->changes_at;
+      const TimePoint ranks = rank_state_ != nullptr ? rank_state_->changes_at : 0;
       if (ranks <= now_) return 0;
       until = std::min(until, ranks);
     } else if (!o->timeless()) {

@@ -63,7 +63,7 @@ class Session {
   // framework.h): then `job` may evict `r` though their priorities are equal.
   // A ranking order that would let it if `r` had nothing unsaved puts `r` in
   // the cycle's waits_on_checkpoint.
-  bool OrderEvicts(const JobRecord& job, const JobRecord& r) const;
+  bool OrderEvicts(const JobRecord& job, const JobRecord& r);
   // A decision of this cycle turned on the time: at `t` it may go otherwise
   // (CycleResult::unchanged_until).
   void WakeAt(TimePoint t) { wake_ = std::min(wake_, t); }
@@ -301,7 +301,7 @@ class Session {
   std::vector<const JobRecord*> rank_jobs_;
   // Per ranked job (as ranks_), the cycle (cycle_stamp_) that put it in
   // waits_on_checkpoint: once a cycle, not once a search.
-  mutable std::vector<uint32_t> checkpoint_marks_;
+  std::vector<uint32_t> checkpoint_marks_;
   uint32_t cycle_stamp_ = 0;
   std::vector<double> rank_values_;
   // Reads the live jobs' changed chunks; marks them in changed_.

@@ -262,17 +262,23 @@ TEST(Differential, SkippedTicksChangeNoDecision) {
     }
     return out;
   };
-  for (uint64_t seed : {7, 11, 12}) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
+  // And the default profile (priority, fifo: timeless) with reservations
+  // held only within a window, and backfill (half the jobs have limits).
+  ClusterConfig windowed = config;
+  windowed.profile.plugins.clear();
+  windowed.reservation_window = 1800 * kMicrosPerSecond;
+  for (const auto& [cfg, seed] : std::vector<std::pair<ClusterConfig, uint64_t>>{
+           {config, 7}, {config, 11}, {config, 12}, {windowed, 7}, {windowed, 13}}) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + (cfg.profile.plugins.empty() ? ", default profile" : ", learned"));
     const std::vector<TraceJob> trace = Trace(200, seed);
     TimeSimOptions options;
     options.policy = "profile";
     options.grace = 0;  // an eviction loses what was not saved: the learned order weighs it
     options.min_runtime = 5 * 60 * kMicrosPerSecond;
     ProfileRecord skipping, every;
-    StatusOr<TimeSimResult> a = RunProfileSim(config, *nodes, trace, options, &skipping);
+    StatusOr<TimeSimResult> a = RunProfileSim(cfg, *nodes, trace, options, &skipping);
     options.every_tick = true;
-    StatusOr<TimeSimResult> b = RunProfileSim(config, *nodes, trace, options, &every);
+    StatusOr<TimeSimResult> b = RunProfileSim(cfg, *nodes, trace, options, &every);
     ASSERT_TRUE(a.ok() && b.ok());
     const std::vector<std::string> lines = decisions(skipping.events);
     ASSERT_EQ(lines, decisions(every.events));

@@ -177,6 +177,8 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
   // the reserved GPUs; any other job must go around them.
   const bool ends_first = s.holding() && s.has_clock() && job.spec().time_limit > 0 &&
                           s.now() + job.spec().time_limit <= s.first_reservation();
+  // (It may backfill until its limit would reach past the reservation.)
+  if (ends_first) s.WakeAt(s.first_reservation() - job.spec().time_limit + 1);
   // A placement shape that already failed this cycle fails again (nothing
   // is freed within a cycle) - after its quota check, which is its own.
   if (const Session::Failure* seen = s.FindFailure(job, ends_first);

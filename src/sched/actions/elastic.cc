@@ -41,10 +41,9 @@ std::vector<Surplus> ShrinkCandidates(Session& s, const JobRecord& job) {
         r->spec().tasks[0].gpu_share.shared()) {
       continue;
     }
-    if (r->spec().priority == job.spec().priority &&
-        (now == nullptr || *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime)) {
-      continue;
-    }
+    const bool young = r->spec().priority == job.spec().priority &&
+                       (now == nullptr || *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime);
+    if (young && now == nullptr) continue;
     // Across queues, only a queue borrowing beyond its guarantee gives up replicas.
     if (s.fair() && r->spec().queue != job.spec().queue) {
       const int32_t leaf = book.LeafIndex(r->spec().queue);
@@ -52,6 +51,10 @@ std::vector<Surplus> ShrinkCandidates(Session& s, const JobRecord& job) {
     }
     // GPUs a reservation counts on stay with their gang (as for preemption).
     if (s.HoldsReservedGpus(*r)) continue;
+    if (young) {  // held back by its minimum run time alone: when it ends, a cycle may decide otherwise
+      s.WakeAt(std::max(r->started_at, r->resized_at) + s.options().min_runtime);
+      continue;
+    }
     const std::vector<ReplicaPlacement>* resized = s.resized(r->id);
     std::vector<ReplicaPlacement> p = resized != nullptr ? *resized : r->placement;
     const size_t min = static_cast<size_t>(r->spec().elastic_min_replicas);
@@ -188,7 +191,10 @@ void GrowElastic::Execute(Session& s) const {
       if (r->placement.size() == desired) continue;
     } else {
       if (static_cast<int64_t>(r->placement.size()) >= r->spec().TotalReplicas()) continue;
-      if (now != nullptr && *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime) continue;
+      if (now != nullptr && *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime) {
+        s.WakeAt(std::max(r->started_at, r->resized_at) + s.options().min_runtime);  // then it may grow
+        continue;
+      }
     }
     // New replicas are placed on their own: they could not be kept in the running ones' domain.
     if (r->spec().topology.mode == TopologyMode::kRequired && !r->spec().topology.level.empty()) continue;

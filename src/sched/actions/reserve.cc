@@ -80,6 +80,7 @@ class Reserve final : public BlockedAction {
     const Duration in = start - s.now();
     reason->expected_start = start;
     if (o.reservation_window > 0 && in > o.reservation_window) {
+      s.WakeAt(start - o.reservation_window);  // then it is held for
       reason->message += "; earliest start in " + FormatSpan(in) + ", beyond the reservation window (" +
                          FormatDuration(o.reservation_window) + "): nothing is held for it";
       return false;

@@ -73,6 +73,22 @@ TEST(Reserve, BeyondTheWindowNothingIsHeld) {
   EXPECT_TRUE(explained);
 }
 
+// A cycle that holds nothing for a job beyond the window says when that may
+// change: when its earliest start comes within the window.
+TEST(Reserve, BeyondTheWindowTheCycleSaysWhenItWouldHold) {
+  Busy c(/*follower*/ 0);
+  ASSERT_TRUE(c.st.Apply(JobCancelled{JobId(4), 3, "test"}).ok());
+  CycleResult r;
+  MakeScheduler(c.config, {.reservation_window = 30 * kMinute})->RunCycle(c.st.GetSnapshot(), c.now + 5 * kMinute, &r);
+  EXPECT_TRUE(r.reservations.empty());
+  EXPECT_TRUE(r.placed.empty());
+  EXPECT_TRUE(r.preemptions.empty());
+  EXPECT_EQ(r.unchanged_until, 30 * kMinute);  // 60m - 30m
+  // Within the window it is held for (and a cycle that decides promises nothing).
+  MakeScheduler(c.config, {.reservation_window = 30 * kMinute})->RunCycle(c.st.GetSnapshot(), 30 * kMinute, &r);
+  EXPECT_EQ(r.reservations.size(), 1u);
+}
+
 TEST(Reserve, DepthZeroOrNoClockOrNoActionHoldNothing) {
   Busy c(/*follower*/ 0);
   CycleResult r;

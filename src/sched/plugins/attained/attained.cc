@@ -63,6 +63,7 @@ class SmallestFirst final : public JobOrderPlugin {
   std::string_view name() const override { return "smallest-first"; }
   bool preemptive() const override { return true; }
   bool stable() const override { return true; }
+  bool timeless() const override { return true; }
   int Compare(const JobRecord& a, const JobRecord& b, TimePoint) const override { return Less(TotalGpus(a), TotalGpus(b)); }
   bool keyed() const override { return true; }
   int64_t Key(const JobRecord& j, TimePoint) const override { return TotalGpus(j); }

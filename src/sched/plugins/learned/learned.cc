@@ -154,7 +154,8 @@ class Learned final : public JobOrderPlugin {
     // index is ready, least attained first moves with every running job.
     TimePoint changes = std::numeric_limits<TimePoint>::max();
     auto crosses = [&](const JobRecord& j, double attained) {
-      double next = LearnedGittins::NextEdge(attained);
+      // (The last bin has no end: no crossing.)
+      double next = LearnedGittins::Bin(attained) >= LearnedGittins::kBins - 1 ? HUGE_VAL : LearnedGittins::NextEdge(attained);
       if (attained < SweepIndex::kInformedAt) next = std::min(next, SweepIndex::kInformedAt);
       const double gpus = static_cast<double>(std::max<int64_t>(1, j.spec().TotalGpus()));
       const double in = std::floor((next - attained) / gpus * kMicrosPerSecond);  // (floor: not after)
