@@ -72,11 +72,18 @@ struct CycleResult {
   std::vector<Preemption> preemptions;
   std::vector<Reconfiguration> reconfigurations;
   std::vector<Resize> resizes;  // applied before placements
+  // Whether the cycle placed, evicted, resized, reconfigured or rejected anything.
+  bool decided() const {
+    return !placed.empty() || !preemptions.empty() || !resizes.empty() || !reconfigurations.empty() ||
+           !unresolvable.empty();
+  }
   // When a cycle that decided nothing may next decide something while the
   // state stays as it is (0: at any time; no promise): the earliest time a
   // gang's minimum run time or hourly eviction cap runs out for a job it
-  // was weighed against, a nomination expires, an elastic gang may grow
-  // again, or the ranking order's ranks change. Not promised where time
+  // was weighed against, a nomination expires, an elastic gang may shrink
+  // or grow again, a blocked job's earliest start comes within the
+  // reservation window, a job that may backfill no longer ends before the
+  // reservation, or the ranking order's ranks change. Not promised where time
   // moves the order (an order that is not timeless) or fair share (decayed
   // usage). A checkpoint of a gang in `waits_on_checkpoint` may change it
   // sooner: the job order kept a job from evicting it only for the work

@@ -31,9 +31,7 @@ void Scheduler::Run(const Snapshot& snap, const TimePoint* now, CycleResult* out
   out->Seal();
   // (Only a cycle that decided nothing promises: one that did saw gangs it
   // was changing, which register no wake.)
-  const bool decided = !out->placed.empty() || !out->preemptions.empty() || !out->resizes.empty() ||
-                       !out->reconfigurations.empty() || !out->unresolvable.empty();
-  out->unchanged_until = decided ? 0 : session_.UnchangedUntil();
+  out->unchanged_until = out->decided() ? 0 : session_.UnchangedUntil();
   std::sort(out->waits_on_checkpoint.begin(), out->waits_on_checkpoint.end());  // (each once: Session::OrderEvicts)
 }
 

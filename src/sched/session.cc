@@ -329,12 +329,18 @@ static JobOrderPlugin::VictimWork WorkOf(const JobRecord& r, const JobRecord& jo
   return {r.spec().checkpoint.grace > 0 ? 0.0 : since(r.SavedAt()), run, held > job.spec().GpuEquivalent()};
 }
 
-const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first) const {
+const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first,
+                                             JobOrderPlugin::VictimWork* weighed) const {
   for (const JobOrderPlugin* o : profile_->job_orders()) {
     if (o == ranker_) {
       const double a = RankOf(job), b = RankOf(r);
       if (a == b) continue;
-      *first = a < b && o->RankEvicts(a, b, WorkOf(r, job, now_));
+      *first = false;
+      if (a < b) {
+        const JobOrderPlugin::VictimWork work = WorkOf(r, job, now_);
+        *first = o->RankEvicts(a, b, work);
+        if (weighed != nullptr) *weighed = work;
+      }
       return o;
     }
     if (int c = o->Compare(job, r, now_); c != 0) {
@@ -346,24 +352,21 @@ const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobReco
 }
 
 bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) {
-  for (const JobOrderPlugin* o : profile_->job_orders()) {
-    if (o == ranker_) {  // (DecidingOrder's, with the work read once)
-      const double a = RankOf(job), b = RankOf(r);
-      if (a == b) continue;
-      if (!o->preemptive() || !(a < b)) return false;
-      JobOrderPlugin::VictimWork work = WorkOf(r, job, now_);
-      if (o->RankEvicts(a, b, work)) return true;
-      const uint64_t k = r.id.value() - rank_base_;  // (r is ranked: running)
-      if (work.unsaved > 0 && k < checkpoint_marks_.size() && checkpoint_marks_[k] != cycle_stamp_) {
-        work.unsaved = 0;
-        if (o->RankEvicts(a, b, work)) {
-          checkpoint_marks_[k] = cycle_stamp_;  // (once a cycle, not once a search)
-          out_->waits_on_checkpoint.push_back(r.id);
-        }
-      }
-      return false;
+  bool first = false;
+  JobOrderPlugin::VictimWork work;
+  work.unsaved = -1;  // (not weighed)
+  const JobOrderPlugin* o = DecidingOrder(job, r, &first, &work);
+  if (o == nullptr || !o->preemptive()) return false;
+  if (first) return true;
+  // Spared only for the work it would lose? Then its next checkpoint may
+  // change the answer (once a cycle, not once a search).
+  const uint64_t k = r.id.value() - rank_base_;  // (r is ranked: running)
+  if (work.unsaved > 0 && k < checkpoint_marks_.size() && checkpoint_marks_[k] != cycle_stamp_) {
+    work.unsaved = 0;
+    if (o->RankEvicts(RankOf(job), RankOf(r), work)) {
+      checkpoint_marks_[k] = cycle_stamp_;
+      out_->waits_on_checkpoint.push_back(r.id);
     }
-    if (int c = o->Compare(job, r, now_); c != 0) return o->preemptive() && c < 0;
   }
   return false;
 }

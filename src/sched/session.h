@@ -72,8 +72,10 @@ class Session {
   // The job order that decides between pending `job` and running `r` (the
   // first that does not tie; nullptr if all do), and in `first` whether it
   // puts `job` first (a ranking order: far enough ahead to evict, its
-  // RankEvicts). OrderEvicts and an eviction's reason read it.
-  const JobOrderPlugin* DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first) const;
+  // RankEvicts, given `weighed`: what evicting `r` would cost, where the
+  // ranking order weighed it). OrderEvicts and an eviction's reason read it.
+  const JobOrderPlugin* DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first,
+                                      JobOrderPlugin::VictimWork* weighed = nullptr) const;
   TimePoint now() const { return now_; }  // REQUIRES: has_clock()
   const TimePoint* now_or_null() const { return has_now_ ? &now_ : nullptr; }
   const EngineOptions& options() const { return *options_; }
@@ -301,8 +303,8 @@ class Session {
   std::vector<const JobRecord*> rank_jobs_;
   // Per ranked job (as ranks_), the cycle (cycle_stamp_) that put it in
   // waits_on_checkpoint: once a cycle, not once a search.
-  std::vector<uint32_t> checkpoint_marks_;
-  uint32_t cycle_stamp_ = 0;
+  std::vector<uint64_t> checkpoint_marks_;
+  uint64_t cycle_stamp_ = 0;
   std::vector<double> rank_values_;
   // Reads the live jobs' changed chunks; marks them in changed_.
   void ReadLiveJobs(const Snapshot& snap);

@@ -72,8 +72,7 @@ void Controller::RunOneCycle(uint64_t requested) {
   last_cycle_revision_ = snap.revision();
   last_cycle_seconds_ = seconds;
   last_cycle_at_ = std::chrono::steady_clock::now();
-  last_cycle_idle_ = result.placed.empty() && result.unresolvable.empty() && result.preemptions.empty() &&
-                     result.resizes.empty() && result.reconfigurations.empty();
+  last_cycle_idle_ = !result.decided();
   if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty() ||
       !result.resizes.empty()) {
     std::vector<Event> events = sched::ToEvents(result, snap, now);

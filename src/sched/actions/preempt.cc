@@ -52,33 +52,35 @@ Exclusion Excluded(Session& s, const JobRecord& job, const JobRecord& r, bool re
   const bool own_queue = r.spec().queue == job.spec().queue;
   if (own_queue ? r.spec().priority > job.spec().priority : !reclaim) return Exclusion::kNotEligible;
   if (!s.book().MayBorrow(r.spec())) return Exclusion::kNotPreemptible;
-  // Too young, or evicted too often in the last hour: held back by time.
+  // What holds it back whatever the time: being changed this cycle, an
+  // eviction cycle (never evict a job this one was recently evicted for),
+  // GPUs a reservation counts on (evicting it would only hand them to a job
+  // the reservation's owner should go before), or the job order.
+  auto held = [&] {
+    if (s.is_victim(r.id) || s.resized(r.id) != nullptr) return Exclusion::kChanged;
+    if (std::find(job.preempted_by.begin(), job.preempted_by.end(), r.id) != job.preempted_by.end()) {
+      return Exclusion::kCycle;
+    }
+    if (s.HoldsReservedGpus(r)) return Exclusion::kReserved;
+    if (own_queue && r.spec().priority == job.spec().priority && !s.OrderEvicts(job, r)) return Exclusion::kNotEligible;
+    return Exclusion::kNone;
+  };
+  // Too young, or evicted too often in the last hour: held back by time
+  // (reported first). If by time alone, a cycle may decide otherwise when
+  // it runs out (the job order's answer only turns against evicting a gang
+  // as its unsaved work grows: framework.h's RankEvicts).
   const bool young = now - r.started_at < o.min_runtime;
   constexpr Duration kHour = 3600 * kMicrosPerSecond;
   const auto recent = std::count_if(r.preempted_at.begin(), r.preempted_at.end(), [&](TimePoint t) { return now - t < kHour; });
   const bool capped = recent >= o.max_preemptions_per_hour;
-  Exclusion why = young ? Exclusion::kMinRuntime : capped ? Exclusion::kHourlyCap : Exclusion::kNone;
-  if (s.is_victim(r.id) || s.resized(r.id) != nullptr) return why != Exclusion::kNone ? why : Exclusion::kChanged;
-  // No eviction cycles: never evict a job this one was (recently) evicted for.
-  if (std::find(job.preempted_by.begin(), job.preempted_by.end(), r.id) != job.preempted_by.end()) {
-    return why != Exclusion::kNone ? why : Exclusion::kCycle;
-  }
-  // Evicting a gang whose GPUs a reservation counts on would only hand
-  // them to a job that the reservation's owner should go before.
-  if (s.HoldsReservedGpus(r)) return why != Exclusion::kNone ? why : Exclusion::kReserved;
-  if (own_queue && r.spec().priority == job.spec().priority && !s.OrderEvicts(job, r)) {
-    return why != Exclusion::kNone ? why : Exclusion::kNotEligible;
-  }
-  // Held back by time alone: when it runs out, a cycle may decide otherwise
-  // (the job order's answer for a gang only turns against evicting it as
-  // its unsaved work grows; framework.h's RankEvicts).
-  if (young) s.WakeAt(r.started_at + o.min_runtime);
-  if (capped) {
+  if (!young && !capped) return held();
+  if (held() == Exclusion::kNone) {
+    if (young) s.WakeAt(r.started_at + o.min_runtime);
     for (TimePoint t : r.preempted_at) {
-      if (now - t < kHour) s.WakeAt(t + kHour);  // (the first to age out: the earliest)
+      if (capped && now - t < kHour) s.WakeAt(t + kHour);  // (the first to age out: the earliest)
     }
   }
-  return why;
+  return young ? Exclusion::kMinRuntime : Exclusion::kHourlyCap;
 }
 
 std::string Describe(Session& s, const JobRecord& r, Exclusion why) {
