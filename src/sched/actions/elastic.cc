@@ -41,9 +41,11 @@ std::vector<Surplus> ShrinkCandidates(Session& s, const JobRecord& job) {
         r->spec().tasks[0].gpu_share.shared()) {
       continue;
     }
-    const bool young = r->spec().priority == job.spec().priority &&
-                       (now == nullptr || *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime);
-    if (young && now == nullptr) continue;
+    // One of its priority only past its minimum run time (from its last resize).
+    const bool same = r->spec().priority == job.spec().priority;
+    if (same && now == nullptr) continue;
+    const TimePoint settled = std::max(r->started_at, r->resized_at) + s.options().min_runtime;
+    const bool young = same && *now < settled;
     // Across queues, only a queue borrowing beyond its guarantee gives up replicas.
     if (s.fair() && r->spec().queue != job.spec().queue) {
       const int32_t leaf = book.LeafIndex(r->spec().queue);
@@ -52,7 +54,7 @@ std::vector<Surplus> ShrinkCandidates(Session& s, const JobRecord& job) {
     // GPUs a reservation counts on stay with their gang (as for preemption).
     if (s.HoldsReservedGpus(*r)) continue;
     if (young) {  // held back by its minimum run time alone: when it ends, a cycle may decide otherwise
-      s.WakeAt(std::max(r->started_at, r->resized_at) + s.options().min_runtime);
+      s.WakeAt(settled);
       continue;
     }
     const std::vector<ReplicaPlacement>* resized = s.resized(r->id);

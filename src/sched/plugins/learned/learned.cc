@@ -74,10 +74,8 @@ struct LearnedState : JobOrderPlugin::RankState {
 
 // Attained GPU-seconds; a job without whole GPUs (CPU only, or a GPU
 // fraction) counts as one GPU, so that its attained service grows too.
-double GpuSeconds(const JobRecord& j, TimePoint now) {
-  const int64_t gpus = std::max<int64_t>(1, j.spec().TotalGpus());
-  return static_cast<double>(j.AttainedAt(now)) * static_cast<double>(gpus) / kMicrosPerSecond;
-}
+double Gpus(const JobRecord& j) { return static_cast<double>(std::max<int64_t>(1, j.spec().TotalGpus())); }
+double GpuSeconds(const JobRecord& j, TimePoint now) { return static_cast<double>(j.AttainedAt(now)) * Gpus(j) / kMicrosPerSecond; }
 
 TimePoint WaitingSince(const JobRecord& j) { return j.attempts.empty() ? j.submitted_at : j.attempts.back().ended_at; }
 
@@ -157,8 +155,7 @@ class Learned final : public JobOrderPlugin {
       // (The last bin has no end: no crossing.)
       double next = LearnedGittins::Bin(attained) >= LearnedGittins::kBins - 1 ? HUGE_VAL : LearnedGittins::NextEdge(attained);
       if (attained < SweepIndex::kInformedAt) next = std::min(next, SweepIndex::kInformedAt);
-      const double gpus = static_cast<double>(std::max<int64_t>(1, j.spec().TotalGpus()));
-      const double in = std::floor((next - attained) / gpus * kMicrosPerSecond);  // (floor: not after)
+      const double in = std::floor((next - attained) / Gpus(j) * kMicrosPerSecond);  // (floor: not after)
       if (in < static_cast<double>(changes - now)) changes = now + std::max<TimePoint>(0, static_cast<TimePoint>(in));
     };
     for (size_t i = 0; i < jobs.size(); ++i) {
