@@ -122,7 +122,10 @@ StatusOr<Duration> ParseDuration(std::string_view text) {
     else if (unit == "d") micros = 86400 * kMicrosPerSecond;
     else return InvalidArgumentError("'" + std::string(text) + "' has unknown duration unit '" + std::string(unit) + "' (use ms, s, m, h, d)");
     ROTA_ASSIGN_OR_RETURN(int64_t milli, ParseScaledDecimal(number, 3, "duration"));
-    if (milli > kMax / micros) return OutOfRangeError("duration '" + std::string(text) + "' is too large");
+    // (Each part, and their sum: a long run of large parts must not wrap.)
+    if (milli > kMax / micros || total > kMax - milli * micros / 1000) {
+      return OutOfRangeError("duration '" + std::string(text) + "' is too large");
+    }
     total += milli * micros / 1000;
   }
   return total;

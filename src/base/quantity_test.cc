@@ -34,6 +34,13 @@ TEST(Quantity, ParsesDurations) {
   EXPECT_EQ(*ParseDuration("500ms"), 500000);
   EXPECT_FALSE(ParseDuration("5 minutes").ok());
   EXPECT_FALSE(ParseDuration("h").ok());
+  // Too large, alone or summed (a client's time_limit must not wrap around).
+  EXPECT_FALSE(ParseDuration("99999999999999999999").ok());
+  std::string many;
+  for (int i = 0; i < 5000; ++i) many += "26000d";  // each part allowed, the sum past 2^63
+  const StatusOr<Duration> summed = ParseDuration(many);
+  ASSERT_FALSE(summed.ok());
+  EXPECT_EQ(summed.status().code(), StatusCode::kOutOfRange);
 }
 
 TEST(Quantity, FormatsRoundTrip) {
