@@ -8,7 +8,7 @@ fifo,tiresias,rota --placement count` on a cluster sized for a load of about
 keeps the rule: average JCT no worse than the better of FIFO and Tiresias
 (within 1%, a tie), p99 at most 1.25x the better of theirs.
 
-  bench/robust_gains.py [--rota build/src/cli/rota] [--out /tmp/robust] [--jobs 4000] [--profile]
+  bench/robust_gains.py [--rota build/src/cli/rota] [--out DIR] [--jobs 4000] [--profile]
                         [--philly-vcs [--traces ../shared/traces]]
 
 With --profile the three run as the server runs them (`rota sim --policy
@@ -37,6 +37,7 @@ import math
 import os
 import random
 import subprocess
+import tempfile
 import sys
 
 CLUSTER = """topology: [nvlink, node, rack, spine]
@@ -143,12 +144,14 @@ def philly_vcs(args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rota", default="build/src/cli/rota")
-    ap.add_argument("--out", default="/tmp/robust")
+    ap.add_argument("--out", help="where the traces and configs go (default: a new temporary directory)")
     ap.add_argument("--jobs", type=int, default=4000)
     ap.add_argument("--profile", action="store_true", help="through the production profile (plugins)")
     ap.add_argument("--philly-vcs", action="store_true", help="Philly's virtual clusters, production profile")
     ap.add_argument("--traces", default="../shared/traces")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = tempfile.mkdtemp(prefix="rota-robust-")  # (not a fixed /tmp path another user could own)
     os.makedirs(args.out, exist_ok=True)
     if args.philly_vcs:
         philly_vcs(args)
