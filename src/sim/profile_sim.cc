@@ -111,9 +111,12 @@ class ProfileDriver {
   }
 
   // When a report, a time limit or a grace period is due next (kNever: none).
-  TimePoint NextDue() {
+  TimePoint NextDue() { return std::min(agents_.NextReport(), NextOverdue()); }
+  // When a time limit or a grace period may run out next (kNever: none):
+  // those that came due by the last cycle were ended by it.
+  TimePoint NextOverdue() {
     while (!overdue_at_.empty() && overdue_at_.top() <= last_cycle_) overdue_at_.pop();
-    return std::min(agents_.NextReport(), overdue_at_.empty() ? kNever : overdue_at_.top());
+    return overdue_at_.empty() ? kNever : overdue_at_.top();
   }
 
   // One step at `t`: reports, `arrivals` (submissions into the batch), time
@@ -127,13 +130,18 @@ class ProfileDriver {
     }
     for (const auto& [node, tasks] : reports_) lifecycle_.OnTaskReports(batch, node, tasks);
     if (arrivals) arrivals(batch);
-    placed_ids_.assign(placed_.begin(), placed_.end());  // (in id order: a set)
-    server::JobLifecycle::Overdue overdue;
-    {
-      Snapshot snap = state_.GetSnapshot();
-      overdue = lifecycle_.FindOverdue(snap, placed_ids_, t);
+    // Time limits and grace periods: only when one may run out by now (a
+    // job's comes due after the last cycle's time, which ended those due
+    // then); most steps have none, and the walk reads every placed job.
+    if (NextOverdue() <= t) {
+      placed_ids_.assign(placed_.begin(), placed_.end());  // (in id order: a set)
+      server::JobLifecycle::Overdue overdue;
+      {
+        Snapshot snap = state_.GetSnapshot();
+        overdue = lifecycle_.FindOverdue(snap, placed_ids_, t);
+      }
+      if (!overdue.empty()) lifecycle_.EndOverdue(batch, overdue, t);
     }
-    if (!overdue.empty()) lifecycle_.EndOverdue(batch, overdue, t);
     for (const Event& e : batch.events) Follow(e);
     {
       Snapshot snap = state_.GetSnapshot();
