@@ -99,39 +99,29 @@ class LearnedGittins {
     }
     for (int i = kBins - 1; i >= 0; --i) at_risk[i] = at_risk[i + 1] + count_[i] + cens[i];
     for (int i = 0; i < kBins; ++i) at_risk[i] -= cens[i] - part[i];
-    double hazard[kBins], mean[kBins];
     for (int i = 0; i < kBins; ++i) {
-      hazard[i] = at_risk[i] > 0 ? count_[i] / at_risk[i] : 0;
-      mean[i] = count_[i] > 0 ? sum_[i] / count_[i] : (Edge(i) + Edge(i + 1)) / 2;
+      hazard_[i] = at_risk[i] > 0 ? count_[i] / at_risk[i] : 0;
+      mean_[i] = count_[i] > 0 ? sum_[i] / count_[i] : (Edge(i) + Edge(i + 1)) / 2;
     }
-    // Past the last bin where jobs end (hazard 0 from there: spent and
-    // surv stay as they are), a later edge only adds surv * its width to e.
-    // Once e > 0 with surv > 0, the ratio can only fall (or stay below 0);
-    // with surv == 0 it stays; a NaN stays NaN: no later edge changes best.
-    // (Before e > 0, e.g. spent < 0 where jobs ended below their bin's
-    // start, the loop goes on.)
-    int last = -1;
+    last_ = -1;
     for (int i = 0; i < kBins; ++i) {
-      if (hazard[i] != 0) last = i;
+      if (hazard_[i] != 0) last_ = i;
     }
-    for (int i = 0; i < kBins; ++i) {
-      const double start = Edge(i);
-      double surv = 1, spent = 0, best = 0;
-      for (int j = i; j < kBins; ++j) {
-        spent += surv * hazard[j] * (mean[j] - start);
-        surv *= 1 - hazard[j];
-        const double e = spent + surv * (Edge(j + 1) - start);
-        if (e > 0) best = std::max(best, (1 - surv) / e);
-        if (j >= last && (surv == 0 || (surv > 0 && e > 0) || std::isnan(e))) break;
-      }
-      index_[i] = best;
-    }
+    computed_ = 0;  // (each bin's index when first asked for: most estimates are read at a few bins)
     built_ = samples_;
   }
   bool stale() const { return samples_ >= 16 && samples_ >= built_ + built_ / 10 + 1; }
   bool ready() const { return built_ >= 16; }
   int64_t built() const { return built_; }
-  double Index(double a) const { return index_[Bin(a)]; }
+  // The index of the bin `a` is in, from the last Rebuild.
+  double Index(double a) {
+    const int i = Bin(a);
+    if ((computed_ >> i & 1) == 0) {
+      index_[i] = IndexAt(i);
+      computed_ |= uint64_t{1} << i;
+    }
+    return index_[i];
+  }
   // P(a < Z < b) for a standard normal Z, from the nearer tail (no cancellation).
   static double NormalMass(double a, double b) {
     Erfc erfc;
@@ -169,8 +159,37 @@ class LearnedGittins {
   }
 
  private:
+  // Bin i's index: the best, over later bin edges, of the chance of
+  // finishing by the edge over the service spent until then.
+  double IndexAt(int i) const {
+    // Past the last bin where jobs end (hazard 0 from there: spent and
+    // surv stay as they are), a later edge only adds surv * its width to e.
+    // Once e > 0 with surv > 0, the ratio can only fall (or stay below 0);
+    // with surv == 0 it stays; a NaN stays NaN: no later edge changes best.
+    // (Before e > 0, e.g. spent < 0 where jobs ended below their bin's
+    // start, the loop goes on.)
+    const double start = Edge(i);
+    double surv = 1, spent = 0, best = 0;
+    for (int j = i; j < kBins; ++j) {
+      spent += surv * hazard_[j] * (mean_[j] - start);
+      surv *= 1 - hazard_[j];
+      const double e = spent + surv * (Edge(j + 1) - start);
+      if (e > 0) best = std::max(best, (1 - surv) / e);
+      if (j >= last_ && (surv == 0 || (surv > 0 && e > 0) || std::isnan(e))) break;
+    }
+    return best;
+  }
+
   double count_[kBins] = {};
   double sum_[kBins] = {};
+  // From the last Rebuild: each bin's hazard and mean GPU-time of the jobs
+  // that end in it, the last bin where jobs end, and the bins whose index
+  // (index_) has been computed since.
+  static_assert(kBins <= 64, "computed_ has a bit per bin");
+  double hazard_[kBins] = {};
+  double mean_[kBins] = {};
+  int last_ = -1;
+  uint64_t computed_ = ~uint64_t{0};  // (never built: every index 0)
   double index_[kBins] = {};
   int64_t samples_ = 0;
   int64_t built_ = 0;
@@ -244,7 +263,7 @@ class SweepIndex {
     return bins + (z ^ (z >> 31));
   }
   bool informed() const { return informed_; }
-  double Index(double attained) const { return index_.Index(attained); }
+  double Index(double attained) { return index_.Index(attained); }
 
  private:
   void Fit(int64_t finished, double log_sum, double log_sq, std::vector<double>& censored, const WorkloadLogs& workload,

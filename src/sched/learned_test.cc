@@ -89,6 +89,21 @@ TEST(Learned, RebuildGivesTheIndexOfEveryEdge) {
     }
     check(finished, censored);
   }
+  // Each bin's index is computed when it is first asked for after a
+  // Rebuild: read in any order, and anew after the next Rebuild.
+  LearnedGittins g;
+  std::vector<std::pair<double, double>> finished;
+  for (int round = 0; round < 20; ++round) {
+    for (int k = 0; k < 5; ++k) {
+      finished.push_back({std::exp(rng.Normal() * 3 + 4), 1.0});
+      g.Add(finished.back().first);
+    }
+    g.Rebuild({});
+    const std::vector<double> full = FullIndex(finished, {});
+    for (int i = LearnedGittins::kBins - 1; i >= 0; i -= 1 + round % 3) {
+      ASSERT_EQ(g.Index(LearnedGittins::Edge(i)), full[i]) << "round " << round << " bin " << i;
+    }
+  }
 }
 
 // The censored-normal fit: exact values alone give their mean and variance;
