@@ -351,6 +351,49 @@ const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobReco
   return nullptr;
 }
 
+Session::SpareKeys Session::SpareKeysOf(const JobRecord& job) {
+  SpareKeys k;
+  const std::string& queue = job.spec().queue;
+  for (size_t q = 0; q < spare_queues_.size() && k.queue < 0; ++q) {
+    if (*spare_queues_[q] == queue) k.queue = static_cast<int32_t>(q);
+  }
+  if (k.queue < 0) {
+    k.queue = static_cast<int32_t>(spare_queues_.size());
+    spare_queues_.push_back(&queue);
+  }
+  k.priority = job.spec().priority;
+  const auto& orders = profile_->job_orders();
+  for (size_t o = 0; o <= ranker_at_; ++o) k.keys[o] = orders[o] == ranker_ ? RankKey(RankOf(job)) : orders[o]->Key(job, now_);
+  return k;
+}
+
+const std::vector<uint8_t>& Session::OrderSpares(const JobRecord& job) {
+  spared_.assign(running_.size(), 0);
+  if (!keyed_ || ranker_ == nullptr) return spared_;
+  if (spare_stamp_ != cycle_stamp_) {  // (a cycle's running gangs and ranks stay as they are)
+    spare_stamp_ = cycle_stamp_;
+    spare_queues_.clear();
+    const auto& orders = profile_->job_orders();
+    ranker_at_ = static_cast<size_t>(std::find(orders.begin(), orders.end(), ranker_) - orders.begin());
+    spare_keys_.clear();
+    for (const JobRecord* r : running_) spare_keys_.push_back(SpareKeysOf(*r));
+  }
+  // (A job of a queue no gang runs in gets a new index: spares none.)
+  const SpareKeys me = SpareKeysOf(job);
+  for (size_t i = 0; i < spare_keys_.size(); ++i) {
+    const SpareKeys& r = spare_keys_[i];
+    if (r.queue != me.queue || r.priority != me.priority) continue;
+    // Tied up to the ranker, which puts the job after the gang: DecidingOrder
+    // returns the ranker with `first` false, unweighed. (Equal rank keys tie
+    // on to later orders; a NaN rank's key is the largest: the job's spares,
+    // as DecidingOrder's comparisons do; the gang's, none.)
+    bool tied = true;
+    for (size_t o = 0; o < ranker_at_ && tied; ++o) tied = r.keys[o] == me.keys[o];
+    spared_[i] = tied && me.keys[ranker_at_] > r.keys[ranker_at_];
+  }
+  return spared_;
+}
+
 bool Session::OrderEvicts(const JobRecord& job, const JobRecord& r) {
   bool first = false;
   JobOrderPlugin::VictimWork work;

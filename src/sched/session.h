@@ -76,6 +76,15 @@ class Session {
   // ranking order weighed it). OrderEvicts and an eviction's reason read it.
   const JobOrderPlugin* DecidingOrder(const JobRecord& job, const JobRecord& r, bool* first,
                                       JobOrderPlugin::VictimWork* weighed = nullptr) const;
+  // Per running gang (running(), by position): 1 where the job order spares
+  // it from `job` for certain, without weighing it: a gang of the job's
+  // queue and priority, the orders before the ranker keyed and tied (the
+  // same keys), and the ranker ranking the job after it. OrderEvicts(job,
+  // r) is then false and marks nothing, so a victim search may pass the
+  // gang by unread (a search reads every running gang; most are ranked
+  // ahead of the waiting job). All 0 without a ranker, or when an order
+  // before it is not keyed. Valid until the next call.
+  const std::vector<uint8_t>& OrderSpares(const JobRecord& job);
   TimePoint now() const { return now_; }  // REQUIRES: has_clock()
   const TimePoint* now_or_null() const { return has_now_ ? &now_ : nullptr; }
   const EngineOptions& options() const { return *options_; }
@@ -305,6 +314,19 @@ class Session {
   // waits_on_checkpoint: once a cycle, not once a search.
   std::vector<uint64_t> checkpoint_marks_;
   uint64_t cycle_stamp_ = 0;
+  // OrderSpares': per running gang, what it compares, read at the cycle's
+  // first search (cycle_stamp_); the queues by index into spare_queues_.
+  struct SpareKeys {
+    int32_t queue = -1;
+    int32_t priority = 0;
+    std::array<int64_t, kOrderKeys> keys{};  // the orders' up to the ranker's (MakeOrdered's)
+  };
+  SpareKeys SpareKeysOf(const JobRecord& job);
+  std::vector<SpareKeys> spare_keys_;
+  std::vector<const std::string*> spare_queues_;
+  uint64_t spare_stamp_ = 0;
+  size_t ranker_at_ = 0;  // the ranker's place among the job orders
+  std::vector<uint8_t> spared_;
   std::vector<double> rank_values_;
   // Reads the live jobs' changed chunks; marks them in changed_.
   void ReadLiveJobs(const Snapshot& snap);

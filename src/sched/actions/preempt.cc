@@ -119,7 +119,12 @@ std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* rec
     return may_reclaim.back().second;
   };
   std::vector<Candidate> candidates;
-  for (const JobRecord* r : s.running()) {
+  // (The gangs the job order spares for certain, Excluded would exclude with
+  // no wake and no mark: passed by unread.)
+  const std::vector<uint8_t>& spared = s.OrderSpares(job);
+  for (size_t k = 0; k < s.running().size(); ++k) {
+    if (spared[k] != 0) continue;
+    const JobRecord* r = s.running()[k];
     const bool borrower = reclaims_from(*r);
     const Exclusion why = Excluded(s, job, *r, borrower);
     if (borrower && reclaim->borrower.empty()) reclaim->borrower = r->spec().queue;

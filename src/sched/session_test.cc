@@ -1,0 +1,153 @@
+#include "sched/session.h"
+
+#include <gtest/gtest.h>
+
+#include "sched/plugins/builtin.h"
+#include "sched/test_util.h"
+
+namespace rota::sched {
+namespace {
+
+using testing::GpuJob;
+using testing::kMinute;
+using testing::MakeCluster;
+using testing::StartJob;
+
+constexpr Duration kSecond = kMicrosPerSecond;
+
+JobSpec Spec(std::string name, int32_t gpus, std::string queue = "default", int32_t priority = 100) {
+  JobSpec s = GpuJob(std::move(name), 1, gpus);
+  s.queue = std::move(queue);
+  s.priority = priority;
+  s.preemptible = true;
+  return s;
+}
+
+// A job order that ties every pair and has no keys: the session must call it.
+class Unkeyed final : public JobOrderPlugin {
+ public:
+  std::string_view name() const override { return "unkeyed"; }
+  int Compare(const JobRecord&, const JobRecord&, TimePoint) const override { return 0; }
+};
+
+// Four 8-GPU nodes under the learned order, after a history of 30 jobs
+// of 100 GPU-seconds and 10 of 100,000 (a newcomer is likely short, a gang
+// that has run long likely long), each its own sweep; then running gangs
+// that have run from 2 minutes to 3 hours (some saved a minute ago), of
+// two queues and two priorities, and waiting jobs: newcomers and one that
+// has run before.
+struct Scene {
+  ClusterConfig config = testing::Nodes(4);
+  ClusterState st = MakeCluster(config);
+  TimePoint now = 0;
+  explicit Scene(std::vector<std::string> orders) {
+    for (const std::string& o : orders) config.profile.plugins.push_back({o, 1});
+    for (const char* p : {"resource-fit", "gang", "topology", "binpack"}) config.profile.plugins.push_back({p, 1});
+    TimePoint t = kMinute;
+    uint64_t id = 1;
+    for (int k = 0; k < 40; ++k, ++id) {
+      const Duration run = k < 30 ? 100 * kSecond : 100'000 * kSecond;
+      EXPECT_TRUE(st.Apply(JobSubmitted{JobId(id), Spec("past", 1), t}).ok());
+      EXPECT_TRUE(st.Apply(JobBound{JobId(id), {{0, 0, NodeId(0), 0x1}}, t + kSecond}).ok());
+      EXPECT_TRUE(st.Apply(JobFinished{JobId(id), JobOutcome::kSucceeded, t + kSecond + run}).ok());
+      t += run + 2 * kMinute;
+    }
+    now = t + 6 * 3600 * kSecond;
+    // One that ran 10 minutes and was stopped.
+    StartJob(st, id, Spec("again", 1), {0}, 0x1, now - 5 * 3600 * kSecond);
+    EXPECT_TRUE(st.Apply(JobRequeued{JobId(id), now - 5 * 3600 * kSecond + 10 * kMinute, "preempted"}).ok());
+    ++id;
+    const Duration ran[] = {2 * kMinute, 20 * kMinute, 50 * kMinute, 3 * 3600 * kSecond};
+    // Per node: 4 one-GPU gangs (GPUs 0-3), one 4-GPU gang (GPUs 4-7).
+    for (uint32_t node = 0; node < 4; ++node) {
+      for (uint32_t g = 0; g < 4; ++g, ++id) {
+        const std::string queue = g == 3 ? "other" : "default";
+        const int32_t priority = node == 3 ? 50 : 100;
+        StartJob(st, id, Spec("r", 1, queue, priority), {node}, uint64_t{1} << g, now - ran[(node + g) % 4]);
+        if (g % 2 == 0) {
+          EXPECT_TRUE(st.Apply(JobCheckpointed{JobId(id), now - kMinute, ""}).ok());
+        }
+        t += 2 * kMinute;
+      }
+      StartJob(st, id, Spec("r4", 4), {node}, 0xf0, now - ran[node]);
+      EXPECT_TRUE(st.Apply(JobCheckpointed{JobId(id), now - kMinute, ""}).ok());
+      ++id;
+    }
+    for (int k = 0; k < 3; ++k, ++id) {
+      EXPECT_TRUE(st.Apply(JobSubmitted{JobId(id), Spec("new", k == 2 ? 4 : 1, k == 1 ? "other" : "default"),
+                                        now - (k + 1) * 3 * kMinute})
+                      .ok());
+    }
+  }
+};
+
+// OrderSpares is a shortcut for the victim searches: every gang it spares
+// is one OrderEvicts would not evict and would not weigh (no gang put in
+// waits_on_checkpoint). It must spare the gangs ranked ahead in the job's
+// own queue and priority, and no gang of another queue or priority.
+TEST(Session, OrderSparesOnlyGangsTheOrderNeitherEvictsNorWeighs) {
+  Scene scene({"priority", "learned", "fifo"});
+  auto profile = Profile::Create(scene.config.profile, BuiltinRegistry());
+  ASSERT_TRUE(profile.ok()) << profile.status().ToString();
+  const EngineOptions options;
+  QueueBook book;
+  book.Configure(scene.config);
+  Session s(&*profile, &options, &book);
+  const Snapshot snap = scene.st.GetSnapshot();
+  CycleResult out;
+  s.Begin(snap, &scene.now, &out);
+  ASSERT_EQ(s.running().size(), 20u);
+  ASSERT_EQ(s.order().size(), 4u);
+  int spared = 0, evicted = 0, kept = 0;
+  for (const JobRecord* job : s.order()) {
+    const std::vector<uint8_t> spares = s.OrderSpares(*job);
+    ASSERT_EQ(spares.size(), s.running().size());
+    for (size_t k = 0; k < spares.size(); ++k) {
+      const JobRecord& r = *s.running()[k];
+      const size_t marks = out.waits_on_checkpoint.size();
+      const bool evicts = s.OrderEvicts(*job, r);
+      if (spares[k] != 0) {
+        ++spared;
+        EXPECT_FALSE(evicts) << job->id.value() << " " << r.id.value();
+        EXPECT_EQ(out.waits_on_checkpoint.size(), marks) << "weighed " << r.id.value();
+        EXPECT_EQ(r.spec().queue, job->spec().queue);
+        EXPECT_EQ(r.spec().priority, job->spec().priority);
+      } else if (r.spec().queue == job->spec().queue && r.spec().priority == job->spec().priority) {
+        evicts ? ++evicted : ++kept;
+      }
+    }
+  }
+  // The scene has all three: gangs spared unread, gangs the order evicts
+  // for a newcomer, and gangs it had to weigh to keep.
+  EXPECT_GT(spared, 0);
+  EXPECT_GT(evicted, 0);
+  EXPECT_GT(kept, 0);
+}
+
+// An order before the ranker that has no keys (it must be asked) or no
+// ranker at all: nothing is spared unread.
+TEST(Session, OrderSparesNothingWithoutKeysUpToTheRanker) {
+  Registry registry = BuiltinRegistry();
+  registry.Register("unkeyed", [] { return std::make_unique<Unkeyed>(); });
+  for (const std::vector<std::string>& orders :
+       {std::vector<std::string>{"unkeyed", "learned", "fifo"}, std::vector<std::string>{"priority", "las", "fifo"}}) {
+    Scene scene(orders);
+    auto profile = Profile::Create(scene.config.profile, registry);
+    ASSERT_TRUE(profile.ok()) << profile.status().ToString();
+    const EngineOptions options;
+    QueueBook book;
+    book.Configure(scene.config);
+    Session s(&*profile, &options, &book);
+    const Snapshot snap = scene.st.GetSnapshot();
+    CycleResult out;
+    s.Begin(snap, &scene.now, &out);
+    ASSERT_FALSE(s.order().empty());
+    for (const JobRecord* job : s.order()) {
+      const std::vector<uint8_t>& spares = s.OrderSpares(*job);
+      EXPECT_EQ(std::count(spares.begin(), spares.end(), 1), 0) << orders[0] << ", " << orders[1];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rota::sched
