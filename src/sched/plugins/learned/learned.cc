@@ -68,14 +68,13 @@ struct LearnedState : JobOrderPlugin::RankState {
   uint64_t stamp = 0;
   // Scratch.
   std::vector<Sweep*> of;  // per job, its sweep
-  std::vector<double> gpu_seconds, mine;
+  std::vector<double> gpu_seconds, gpus, mine;
   CensoredNormal scratch;
 };
 
-// Attained GPU-seconds; a job without whole GPUs (CPU only, or a GPU
+// The GPUs a job's attained GPU-seconds count; a job without whole GPUs (CPU only, or a GPU
 // fraction) counts as one GPU, so that its attained service grows too.
 double Gpus(const JobRecord& j) { return static_cast<double>(std::max<int64_t>(1, j.spec().TotalGpus())); }
-double GpuSeconds(const JobRecord& j, TimePoint now) { return static_cast<double>(j.AttainedAt(now)) * Gpus(j) / kMicrosPerSecond; }
 
 TimePoint WaitingSince(const JobRecord& j) { return j.attempts.empty() ? j.submitted_at : j.attempts.back().ended_at; }
 
@@ -120,8 +119,13 @@ class Learned final : public JobOrderPlugin {
     ranks->assign(jobs.size(), 0);
     ++st.stamp;
     std::vector<double>& gs = st.gpu_seconds;  // every job's attained GPU-seconds
+    std::vector<double>& gpus = st.gpus;       // and GPUs (Gpus)
     gs.resize(jobs.size());
-    for (size_t i = 0; i < jobs.size(); ++i) gs[i] = GpuSeconds(*jobs[i], now);
+    gpus.resize(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      gpus[i] = Gpus(*jobs[i]);
+      gs[i] = static_cast<double>(jobs[i]->AttainedAt(now)) * gpus[i] / kMicrosPerSecond;
+    }
     if (h.finished >= kReadyAt && (st.built_at < 0 || h.finished >= st.built_at + st.built_at / 10 + 1 ||
                                    h.finished < st.built_at)) {
       st.global = LearnedGittins();
@@ -132,8 +136,10 @@ class Learned final : public JobOrderPlugin {
     }
     const bool ready = st.built_at >= kReadyAt;
     st.of.resize(jobs.size());
-    for (size_t i = 0; i < jobs.size(); ++i) {  // one lookup a job
-      LearnedState::Sweep* sw = &st.sweeps[jobs[i]->sweep.value()];
+    LearnedState::Sweep* sw_of = nullptr;
+    for (size_t i = 0; i < jobs.size(); ++i) {  // one lookup a sweep's run of jobs (in id order, a sweep's are together)
+      if (i == 0 || jobs[i]->sweep != jobs[i - 1]->sweep) sw_of = &st.sweeps[jobs[i]->sweep.value()];
+      LearnedState::Sweep* sw = sw_of;
       if (sw->seen != st.stamp) {
         sw->seen = st.stamp;
         sw->members.clear();
@@ -151,11 +157,11 @@ class Learned final : public JobOrderPlugin {
     // reaches kInformedAt, when its sweep speaks for itself). Before the
     // index is ready, least attained first moves with every running job.
     TimePoint changes = std::numeric_limits<TimePoint>::max();
-    auto crosses = [&](const JobRecord& j, double attained) {
+    auto crosses = [&](double gpus_of_job, double attained) {
       // (The last bin has no end: no crossing.)
       double next = LearnedGittins::Bin(attained) >= LearnedGittins::kBins - 1 ? HUGE_VAL : LearnedGittins::NextEdge(attained);
       if (attained < SweepIndex::kInformedAt) next = std::min(next, SweepIndex::kInformedAt);
-      const double in = std::floor((next - attained) / Gpus(j) * kMicrosPerSecond);  // (floor: not after)
+      const double in = std::floor((next - attained) / gpus_of_job * kMicrosPerSecond);  // (floor: not after)
       if (in < static_cast<double>(changes - now)) changes = now + std::max<TimePoint>(0, static_cast<TimePoint>(in));
     };
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -168,7 +174,7 @@ class Learned final : public JobOrderPlugin {
         }
         changes = std::min(changes, WaitingSince(j) + kStarved);
       } else if (j.state == JobState::kRunning) {
-        crosses(j, gs[i]);
+        crosses(gpus[i], gs[i]);
       }
       LearnedState::Sweep& sw = *st.of[i];
       if (!ready) {
