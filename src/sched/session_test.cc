@@ -67,7 +67,6 @@ struct Scene {
         if (g % 2 == 0) {
           EXPECT_TRUE(st.Apply(JobCheckpointed{JobId(id), now - kMinute, ""}).ok());
         }
-        t += 2 * kMinute;
       }
       StartJob(st, id, Spec("r4", 4), {node}, 0xf0, now - ran[node]);
       EXPECT_TRUE(st.Apply(JobCheckpointed{JobId(id), now - kMinute, ""}).ok());
@@ -79,6 +78,25 @@ struct Scene {
                       .ok());
     }
   }
+  // One cycle's session over the scene, begun: its profile from `registry`.
+  struct Cycle {
+    Profile profile;
+    EngineOptions options;
+    QueueBook book;
+    Snapshot snap;
+    CycleResult out;
+    std::unique_ptr<Session> s;
+  };
+  std::unique_ptr<Cycle> Begin(const Registry& registry = BuiltinRegistry()) {
+    auto profile = Profile::Create(config.profile, registry);
+    EXPECT_TRUE(profile.ok()) << profile.status().ToString();
+    if (!profile.ok()) return nullptr;
+    auto c = std::make_unique<Cycle>(Cycle{.profile = std::move(profile).value(), .snap = st.GetSnapshot()});
+    c->book.Configure(config);
+    c->s = std::make_unique<Session>(&c->profile, &c->options, &c->book);
+    c->s->Begin(c->snap, &now, &c->out);
+    return c;
+  }
 };
 
 // OrderSpares is a shortcut for the victim searches: every gang it spares
@@ -87,15 +105,10 @@ struct Scene {
 // own queue and priority, and no gang of another queue or priority.
 TEST(Session, OrderSparesOnlyGangsTheOrderNeitherEvictsNorWeighs) {
   Scene scene({"priority", "learned", "fifo"});
-  auto profile = Profile::Create(scene.config.profile, BuiltinRegistry());
-  ASSERT_TRUE(profile.ok()) << profile.status().ToString();
-  const EngineOptions options;
-  QueueBook book;
-  book.Configure(scene.config);
-  Session s(&*profile, &options, &book);
-  const Snapshot snap = scene.st.GetSnapshot();
-  CycleResult out;
-  s.Begin(snap, &scene.now, &out);
+  const auto cycle = scene.Begin();
+  ASSERT_NE(cycle, nullptr);
+  Session& s = *cycle->s;
+  const CycleResult& out = cycle->out;
   ASSERT_EQ(s.running().size(), 20u);
   ASSERT_EQ(s.order().size(), 4u);
   int spared = 0, evicted = 0, kept = 0;
@@ -132,15 +145,9 @@ TEST(Session, OrderSparesNothingWithoutKeysUpToTheRanker) {
   for (const std::vector<std::string>& orders :
        {std::vector<std::string>{"unkeyed", "learned", "fifo"}, std::vector<std::string>{"priority", "las", "fifo"}}) {
     Scene scene(orders);
-    auto profile = Profile::Create(scene.config.profile, registry);
-    ASSERT_TRUE(profile.ok()) << profile.status().ToString();
-    const EngineOptions options;
-    QueueBook book;
-    book.Configure(scene.config);
-    Session s(&*profile, &options, &book);
-    const Snapshot snap = scene.st.GetSnapshot();
-    CycleResult out;
-    s.Begin(snap, &scene.now, &out);
+    const auto cycle = scene.Begin(registry);
+    ASSERT_NE(cycle, nullptr);
+    Session& s = *cycle->s;
     ASSERT_FALSE(s.order().empty());
     for (const JobRecord* job : s.order()) {
       const std::vector<uint8_t>& spares = s.OrderSpares(*job);
