@@ -25,6 +25,17 @@ Session::Session(const Profile* profile, const EngineOptions* options, QueueBook
     ++keys;
   }
   keyed_ = keyed_ && keys <= kOrderKeys;
+  // OrderSpares compares the keys of the orders up to the ranker: it needs
+  // those before it keyed.
+  const auto& orders = profile_->job_orders();
+  for (size_t o = 0; o < orders.size() && ranker_ != nullptr; ++o) {
+    if (orders[o] == ranker_) {
+      ranker_at_ = o;
+      spares_ = o < kOrderKeys;
+      break;
+    }
+    if (!orders[o]->keyed()) break;
+  }
 }
 
 int64_t Session::RankKey(double d) {
@@ -351,13 +362,13 @@ const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobReco
   return nullptr;
 }
 
-Session::SpareKeys Session::SpareKeysOf(const JobRecord& job) {
+Session::SpareKeys Session::SpareKeysOf(const JobRecord& job, bool add_queue) {
   SpareKeys k;
   const std::string& queue = job.spec().queue;
   for (size_t q = 0; q < spare_queues_.size() && k.queue < 0; ++q) {
     if (*spare_queues_[q] == queue) k.queue = static_cast<int32_t>(q);
   }
-  if (k.queue < 0) {
+  if (k.queue < 0 && add_queue) {
     k.queue = static_cast<int32_t>(spare_queues_.size());
     spare_queues_.push_back(&queue);
   }
@@ -369,17 +380,15 @@ Session::SpareKeys Session::SpareKeysOf(const JobRecord& job) {
 
 const std::vector<uint8_t>& Session::OrderSpares(const JobRecord& job) {
   spared_.assign(running_.size(), 0);
-  if (!keyed_ || ranker_ == nullptr) return spared_;
+  if (!spares_) return spared_;
   if (spare_stamp_ != cycle_stamp_) {  // (a cycle's running gangs and ranks stay as they are)
     spare_stamp_ = cycle_stamp_;
     spare_queues_.clear();
-    const auto& orders = profile_->job_orders();
-    ranker_at_ = static_cast<size_t>(std::find(orders.begin(), orders.end(), ranker_) - orders.begin());
     spare_keys_.clear();
-    for (const JobRecord* r : running_) spare_keys_.push_back(SpareKeysOf(*r));
+    for (const JobRecord* r : running_) spare_keys_.push_back(SpareKeysOf(*r, true));
   }
-  // (A job of a queue no gang runs in gets a new index: spares none.)
-  const SpareKeys me = SpareKeysOf(job);
+  // (A job of a queue no gang runs in: -1, which spares none.)
+  const SpareKeys me = SpareKeysOf(job, false);
   for (size_t i = 0; i < spare_keys_.size(); ++i) {
     const SpareKeys& r = spare_keys_[i];
     if (r.queue != me.queue || r.priority != me.priority) continue;

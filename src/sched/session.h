@@ -83,7 +83,8 @@ class Session {
   // r) is then false and marks nothing, so a victim search may pass the
   // gang by unread (a search reads every running gang; most are ranked
   // ahead of the waiting job). All 0 without a ranker, or when an order
-  // before it is not keyed. Valid until the next call.
+  // before it is not keyed (or it comes after kOrderKeys orders). Valid
+  // until the next call.
   const std::vector<uint8_t>& OrderSpares(const JobRecord& job);
   TimePoint now() const { return now_; }  // REQUIRES: has_clock()
   const TimePoint* now_or_null() const { return has_now_ ? &now_ : nullptr; }
@@ -321,11 +322,13 @@ class Session {
     int32_t priority = 0;
     std::array<int64_t, kOrderKeys> keys{};  // the orders' up to the ranker's (MakeOrdered's)
   };
-  SpareKeys SpareKeysOf(const JobRecord& job);
-  std::vector<SpareKeys> spare_keys_;
-  std::vector<const std::string*> spare_queues_;
-  uint64_t spare_stamp_ = 0;
+  // `add_queue`: a queue not met yet gets the next index (else -1).
+  SpareKeys SpareKeysOf(const JobRecord& job, bool add_queue);
+  bool spares_ = false;   // a ranker, every order before it keyed
   size_t ranker_at_ = 0;  // the ranker's place among the job orders
+  std::vector<SpareKeys> spare_keys_;
+  std::vector<const std::string*> spare_queues_;  // (the running gangs' specs')
+  uint64_t spare_stamp_ = 0;
   std::vector<uint8_t> spared_;
   std::vector<double> rank_values_;
   // Reads the live jobs' changed chunks; marks them in changed_.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sched/plugins/builtin.h"
 #include "sched/test_util.h"
 
@@ -100,41 +102,51 @@ struct Scene {
 };
 
 // OrderSpares is a shortcut for the victim searches: every gang it spares
-// is one OrderEvicts would not evict and would not weigh (no gang put in
-// waits_on_checkpoint). It must spare the gangs ranked ahead in the job's
-// own queue and priority, and no gang of another queue or priority.
+// is one the job order decides against without weighing it (DecidingOrder:
+// not first, no VictimWork), so OrderEvicts neither evicts it nor puts it
+// in waits_on_checkpoint. It spares only gangs of the job's own queue and
+// priority. With priority before the ranker, the scene has all three kinds:
+// gangs spared, gangs the order evicts for a newcomer, gangs it weighs and
+// keeps; with las before it (keyed, preemptive: it puts newcomers first), a
+// spare must also be tied by las.
 TEST(Session, OrderSparesOnlyGangsTheOrderNeitherEvictsNorWeighs) {
-  Scene scene({"priority", "learned", "fifo"});
-  const auto cycle = scene.Begin();
-  ASSERT_NE(cycle, nullptr);
-  Session& s = *cycle->s;
-  const CycleResult& out = cycle->out;
-  ASSERT_EQ(s.running().size(), 20u);
-  ASSERT_EQ(s.order().size(), 4u);
-  int spared = 0, evicted = 0, kept = 0;
-  for (const JobRecord* job : s.order()) {
-    const std::vector<uint8_t> spares = s.OrderSpares(*job);
-    ASSERT_EQ(spares.size(), s.running().size());
-    for (size_t k = 0; k < spares.size(); ++k) {
-      const JobRecord& r = *s.running()[k];
-      const size_t marks = out.waits_on_checkpoint.size();
-      const bool evicts = s.OrderEvicts(*job, r);
-      if (spares[k] != 0) {
-        ++spared;
-        EXPECT_FALSE(evicts) << job->id.value() << " " << r.id.value();
-        EXPECT_EQ(out.waits_on_checkpoint.size(), marks) << "weighed " << r.id.value();
-        EXPECT_EQ(r.spec().queue, job->spec().queue);
-        EXPECT_EQ(r.spec().priority, job->spec().priority);
-      } else if (r.spec().queue == job->spec().queue && r.spec().priority == job->spec().priority) {
-        evicts ? ++evicted : ++kept;
+  for (const std::vector<std::string>& orders :
+       {std::vector<std::string>{"priority", "learned", "fifo"}, std::vector<std::string>{"las", "learned", "fifo"}}) {
+    Scene scene(orders);
+    const auto cycle = scene.Begin();
+    ASSERT_NE(cycle, nullptr);
+    Session& s = *cycle->s;
+    ASSERT_EQ(s.running().size(), 20u);
+    ASSERT_EQ(s.order().size(), 4u);
+    int spared = 0, evicted = 0, kept = 0;
+    for (const JobRecord* job : s.order()) {
+      const std::vector<uint8_t> spares = s.OrderSpares(*job);
+      ASSERT_EQ(spares.size(), s.running().size());
+      for (size_t k = 0; k < spares.size(); ++k) {
+        const JobRecord& r = *s.running()[k];
+        bool first = true;
+        JobOrderPlugin::VictimWork weighed;
+        weighed.unsaved = -1;
+        const JobOrderPlugin* by = s.DecidingOrder(*job, r, &first, &weighed);
+        if (spares[k] != 0) {
+          ++spared;
+          EXPECT_NE(by, nullptr) << orders[0] << ": " << job->id.value() << " " << r.id.value();
+          EXPECT_FALSE(first) << orders[0] << ": " << job->id.value() << " " << r.id.value();
+          EXPECT_EQ(weighed.unsaved, -1) << orders[0] << ": weighed " << r.id.value();
+          EXPECT_FALSE(s.OrderEvicts(*job, r));
+          EXPECT_EQ(r.spec().queue, job->spec().queue);
+          EXPECT_EQ(r.spec().priority, job->spec().priority);
+        } else if (r.spec().queue == job->spec().queue && r.spec().priority == job->spec().priority) {
+          s.OrderEvicts(*job, r) ? ++evicted : ++kept;
+        }
       }
     }
+    EXPECT_GT(evicted, 0) << orders[0];
+    if (orders[0] == "priority") {
+      EXPECT_GT(spared, 0);
+      EXPECT_GT(kept, 0);
+    }
   }
-  // The scene has all three: gangs spared unread, gangs the order evicts
-  // for a newcomer, and gangs it had to weigh to keep.
-  EXPECT_GT(spared, 0);
-  EXPECT_GT(evicted, 0);
-  EXPECT_GT(kept, 0);
 }
 
 // An order before the ranker that has no keys (it must be asked) or no

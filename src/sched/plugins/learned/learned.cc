@@ -137,7 +137,9 @@ class Learned final : public JobOrderPlugin {
     const bool ready = st.built_at >= kReadyAt;
     st.of.resize(jobs.size());
     LearnedState::Sweep* sw_of = nullptr;
-    for (size_t i = 0; i < jobs.size(); ++i) {  // one lookup a sweep's run of jobs (in id order, a sweep's are together)
+    // One lookup per run of a sweep's jobs (mostly together: the pending,
+    // then the running, each in id order).
+    for (size_t i = 0; i < jobs.size(); ++i) {
       if (i == 0 || jobs[i]->sweep != jobs[i - 1]->sweep) sw_of = &st.sweeps[jobs[i]->sweep.value()];
       LearnedState::Sweep* sw = sw_of;
       if (sw->seen != st.stamp) {
