@@ -73,8 +73,7 @@ void Controller::RunOneCycle(uint64_t requested) {
   last_cycle_seconds_ = seconds;
   last_cycle_at_ = std::chrono::steady_clock::now();
   last_cycle_idle_ = !result.decided();
-  if (!result.placed.empty() || !result.unresolvable.empty() || !result.preemptions.empty() ||
-      !result.resizes.empty()) {
+  if (result.decided()) {
     std::vector<Event> events = sched::ToEvents(result, snap, now);
     Call<bool>([&](Batch& batch) -> StatusOr<bool> {
       const AppliedDecisions applied = ApplyDecisions(batch, events, lifecycle_);
