@@ -50,9 +50,13 @@ Session::Ordered Session::MakeOrdered(const JobRecord& job) const {
   Ordered o{job.id, &job};
   if (keyed_) {
     size_t k = 0;
-    for (const JobOrderPlugin* p : profile_->job_orders()) o.keys[k++] = p == ranker_ ? RankKey(RankOf(job)) : p->Key(job, now_);
+    for (const JobOrderPlugin* p : profile_->job_orders()) o.keys[k++] = OrderKey(p, job);
   }
   return o;
+}
+
+int64_t Session::OrderKey(const JobOrderPlugin* order, const JobRecord& job) const {
+  return order == ranker_ ? RankKey(RankOf(job)) : order->Key(job, now_);
 }
 
 void Session::RankJobs(const Snapshot& snap) {
@@ -364,17 +368,15 @@ const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobReco
 
 Session::SpareKeys Session::SpareKeysOf(const JobRecord& job, bool add_queue) {
   SpareKeys k;
-  const std::string& queue = job.spec().queue;
-  for (size_t q = 0; q < spare_queues_.size() && k.queue < 0; ++q) {
-    if (*spare_queues_[q] == queue) k.queue = static_cast<int32_t>(q);
-  }
-  if (k.queue < 0 && add_queue) {
-    k.queue = static_cast<int32_t>(spare_queues_.size());
-    spare_queues_.push_back(&queue);
+  const std::string_view queue = job.spec().queue;
+  if (add_queue) {
+    k.queue = spare_queues_.try_emplace(queue, static_cast<int32_t>(spare_queues_.size())).first->second;
+  } else if (auto it = spare_queues_.find(queue); it != spare_queues_.end()) {
+    k.queue = it->second;
   }
   k.priority = job.spec().priority;
   const auto& orders = profile_->job_orders();
-  for (size_t o = 0; o <= ranker_at_; ++o) k.keys[o] = orders[o] == ranker_ ? RankKey(RankOf(job)) : orders[o]->Key(job, now_);
+  for (size_t o = 0; o <= ranker_at_; ++o) k.keys[o] = OrderKey(orders[o], job);
   return k;
 }
 

@@ -27,6 +27,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -299,6 +300,8 @@ class Session {
     std::array<int64_t, kOrderKeys> keys{};  // keyed_: each job order's key, in the profile's order
   };
   Ordered MakeOrdered(const JobRecord& job) const;
+  // `job`'s key under a keyed `order` (the ranker's: RankKey of its rank).
+  int64_t OrderKey(const JobOrderPlugin* order, const JobRecord& job) const;
   bool keyed_ = false;
 
   // The profile's ranking job order (framework.h), its state, and this
@@ -316,18 +319,18 @@ class Session {
   std::vector<uint64_t> checkpoint_marks_;
   uint64_t cycle_stamp_ = 0;
   // OrderSpares': per running gang, what it compares, read at the cycle's
-  // first search (cycle_stamp_); the queues by index into spare_queues_.
+  // first search (cycle_stamp_); each queue name as a number (spare_queues_).
   struct SpareKeys {
     int32_t queue = -1;
     int32_t priority = 0;
-    std::array<int64_t, kOrderKeys> keys{};  // the orders' up to the ranker's (MakeOrdered's)
+    std::array<int64_t, kOrderKeys> keys{};  // the orders' up to the ranker's (OrderKey)
   };
   // `add_queue`: a queue not met yet gets the next index (else -1).
   SpareKeys SpareKeysOf(const JobRecord& job, bool add_queue);
   bool spares_ = false;   // a ranker, every order before it keyed
   size_t ranker_at_ = 0;  // the ranker's place among the job orders
   std::vector<SpareKeys> spare_keys_;
-  std::vector<const std::string*> spare_queues_;  // (the running gangs' specs')
+  std::unordered_map<std::string_view, int32_t> spare_queues_;  // (views of the running gangs' specs)
   uint64_t spare_stamp_ = 0;
   std::vector<uint8_t> spared_;
   std::vector<double> rank_values_;
