@@ -29,6 +29,13 @@ struct Surplus {
   size_t surplus;                           // replicas above its minimum
 };
 
+// When an elastic gang has run its minimum run time since it started or
+// was last resized: before, it is neither shrunk for a job of its priority
+// nor grown.
+TimePoint Settled(const Session& s, const JobRecord& r) {
+  return std::max(r.started_at, r.resized_at) + s.options().min_runtime;
+}
+
 // The running elastic gangs that may give up replicas for `job`: lowest
 // priority first, then the most surplus.
 std::vector<Surplus> ShrinkCandidates(Session& s, const JobRecord& job) {
@@ -44,7 +51,7 @@ std::vector<Surplus> ShrinkCandidates(Session& s, const JobRecord& job) {
     // One of its priority only past its minimum run time (from its last resize).
     const bool same = r->spec().priority == job.spec().priority;
     if (same && now == nullptr) continue;
-    const TimePoint settled = std::max(r->started_at, r->resized_at) + s.options().min_runtime;
+    const TimePoint settled = Settled(s, *r);
     const bool young = same && *now < settled;
     // Across queues, only a queue borrowing beyond its guarantee gives up replicas.
     if (s.fair() && r->spec().queue != job.spec().queue) {
@@ -193,8 +200,8 @@ void GrowElastic::Execute(Session& s) const {
       if (r->placement.size() == desired) continue;
     } else {
       if (static_cast<int64_t>(r->placement.size()) >= r->spec().TotalReplicas()) continue;
-      if (now != nullptr && *now - std::max(r->started_at, r->resized_at) < s.options().min_runtime) {
-        s.WakeAt(std::max(r->started_at, r->resized_at) + s.options().min_runtime);  // then it may grow
+      if (now != nullptr && *now < Settled(s, *r)) {
+        s.WakeAt(Settled(s, *r));  // then it may grow
         continue;
       }
     }
