@@ -136,12 +136,11 @@ class Learned final : public JobOrderPlugin {
     }
     const bool ready = st.built_at >= kReadyAt;
     st.of.resize(jobs.size());
-    LearnedState::Sweep* sw_of = nullptr;
     // One lookup per run of a sweep's jobs (mostly together: the pending,
     // then the running, each in id order).
     for (size_t i = 0; i < jobs.size(); ++i) {
-      if (i == 0 || jobs[i]->sweep != jobs[i - 1]->sweep) sw_of = &st.sweeps[jobs[i]->sweep.value()];
-      LearnedState::Sweep* sw = sw_of;
+      LearnedState::Sweep* sw =
+          i > 0 && jobs[i]->sweep == jobs[i - 1]->sweep ? st.of[i - 1] : &st.sweeps[jobs[i]->sweep.value()];
       if (sw->seen != st.stamp) {
         sw->seen = st.stamp;
         sw->members.clear();
