@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
@@ -13,7 +14,10 @@ namespace rota {
 // Slots are whole multiples of max_align_t, so each is aligned for anything.
 SlabPool::SlabPool(size_t slot_bytes)
     : slot_((std::max(slot_bytes, sizeof(FreeSlot)) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) *
-            alignof(std::max_align_t)) {
+            alignof(std::max_align_t)),
+      group_(slot_ <= kGroupBytes ? kGroupBytes : kSlabBytes),
+      per_group_(group_ / slot_),
+      groups_(static_cast<int>(kSlabBytes / group_)) {
   if (slot_ > kSlabBytes) throw std::invalid_argument("slab slot larger than a slab");
 }
 
@@ -47,6 +51,9 @@ SlabPool::Slab* SlabPool::NewSlab() {
     s.room_node = nodes.extract(nodes.begin());
     nodes.emplace(s.seq, &s);
     s.released_node = nodes.extract(nodes.begin());
+    // All its groups as if given back: used after those in use and the spare.
+    s.released = (uint32_t{1} << groups_) - 1;
+    released_slabs_.insert(std::move(s.released_node));
     return &s;
   } catch (...) {
     slabs_.erase(start);
@@ -55,34 +62,48 @@ SlabPool::Slab* SlabPool::NewSlab() {
   }
 }
 
+void SlabPool::Mark(Slab& s, uint32_t Slab::*mask, Order::node_type Slab::*node, Order& order, int g, bool on) {
+  const uint32_t bit = uint32_t{1} << g;
+  const bool listed = (s.*mask) != 0;
+  s.*mask = on ? (s.*mask | bit) : (s.*mask & ~bit);
+  if ((s.*mask != 0) == listed) return;
+  if (listed) {
+    s.*node = order.extract({s.seq, &s});
+  } else {
+    order.insert(std::move(s.*node));
+  }
+}
+
 void* SlabPool::Allocate() {
   std::lock_guard<std::mutex> lock(mu_);
-  // The oldest slab in use with room, else the spare, else the oldest slab
-  // given back, else a new one.
-  Slab* pick = !room_.empty()            ? room_.begin()->second
-               : spare_ != nullptr        ? spare_
-               : !released_slabs_.empty() ? released_slabs_.begin()->second
-                                          : NewSlab();
-  Slab& s = *pick;
-  if (s.live == 0) {
-    if (spare_ == &s) spare_ = nullptr;
-    if (s.released_node.empty()) s.released_node = released_slabs_.extract({s.seq, &s});
-  }
-  void* out;
-  if (s.free != nullptr) {
-    out = s.free;
-    s.free = s.free->next;
+  // The lowest group in use with room, oldest slab first; else the spare;
+  // else the lowest group given back, oldest slab first; else a new slab's.
+  Slab* s;
+  int g;
+  if (!room_.empty()) {
+    s = room_.begin()->second;
+    g = std::countr_zero(s->room);
+  } else if (spare_ != nullptr) {
+    s = spare_;
+    g = spare_group_;
+    spare_ = nullptr;
   } else {
-    out = s.base + s.used;
-    s.used += slot_;
+    s = !released_slabs_.empty() ? released_slabs_.begin()->second : NewSlab();
+    g = std::countr_zero(s->released);
+    Mark(*s, &Slab::released, &Slab::released_node, released_slabs_, g, false);
   }
-  ++s.live;
-  const bool listed = s.room_node.empty();
-  if (HasRoom(s) && !listed) {
-    room_.insert(std::move(s.room_node));
-  } else if (!HasRoom(s) && listed) {
-    s.room_node = room_.extract({s.seq, &s});
+  Group& group = s->groups[g];
+  void* out;
+  if (group.free != nullptr) {
+    out = group.free;
+    group.free = group.free->next;
+  } else {
+    out = s->base + static_cast<size_t>(g) * group_ + group.bumped * slot_;
+    ++group.bumped;
   }
+  ++group.live;
+  ++s->live;
+  Mark(*s, &Slab::room, &Slab::room_node, room_, g, HasRoom(group));
   return out;
 }
 
@@ -93,24 +114,28 @@ void SlabPool::Free(void* p) noexcept {
   auto it = slabs_.find(base);
   if (it == slabs_.end()) return;  // not one of this pool's slots: a caller's bug, left alone
   Slab& s = it->second;
-  s.free = new (p) FreeSlot{s.free};
-  if (--s.live > 0) {
-    if (!s.room_node.empty()) room_.insert(std::move(s.room_node));
+  const int g = static_cast<int>((reinterpret_cast<uintptr_t>(p) - base) / group_);
+  Group& group = s.groups[g];
+  group.free = new (p) FreeSlot{group.free};
+  --s.live;
+  if (--group.live > 0) {
+    Mark(s, &Slab::room, &Slab::room_node, room_, g, true);
     return;
   }
-  if (s.room_node.empty()) s.room_node = room_.extract({s.seq, &s});
+  Mark(s, &Slab::room, &Slab::room_node, room_, g, false);
   if (spare_ == nullptr) {
     spare_ = &s;
+    spare_group_ = g;
     return;
   }
   // Empty, and a spare is kept already: its memory goes back; its slots
   // are handed out afresh (from the start) when it is used again. (Under
-  // the lock: a few hundred microseconds, a rare event.)
-  madvise(s.base, kSlabBytes, MADV_DONTNEED);
-  s.free = nullptr;
-  s.used = 0;
-  released_slabs_.insert(std::move(s.released_node));
-  ++released_;
+  // the lock: tens of microseconds, once per group's worth of frees.)
+  madvise(s.base + static_cast<size_t>(g) * group_, group_, MADV_DONTNEED);
+  group = Group{};
+  Mark(s, &Slab::released, &Slab::released_node, released_slabs_, g, true);
+  ++released_groups_;
+  if (std::popcount(s.released) == groups_) ++released_;
 }
 
 size_t SlabPool::slabs() const {
@@ -121,6 +146,11 @@ size_t SlabPool::slabs() const {
 size_t SlabPool::released() const {
   std::lock_guard<std::mutex> lock(mu_);
   return released_;
+}
+
+size_t SlabPool::released_groups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return released_groups_;
 }
 
 }  // namespace rota

@@ -14,17 +14,20 @@ namespace rota {
 // Fixed-size slots cut from large slabs that the kernel may back with
 // transparent huge pages (madvise(MADV_HUGEPAGE)): a million objects made at
 // once (a restart replaying a million-job array) take a few hundred 2 MiB
-// page faults, not 200,000 4 KiB ones. Each slab keeps its own free list and
-// count of live slots; a slot comes from the oldest slab in use with room (a
-// slot just freed there is reused before a newer slab grows), so that live
-// objects gather in the oldest slabs and the newer ones empty; an empty slab
-// is used last. A slab whose last slot is freed gives its memory back to the
-// kernel (madvise(MADV_DONTNEED): RSS falls when a slab's objects are all
-// dropped, e.g. the old versions of records that changed together), except
-// one empty slab kept ready, so that one object made and freed over and over
-// does not fault a slab in each time. Objects are never moved, so one that
-// outlives its neighbours keeps its slab resident. Slabs stay mapped
-// (address space only) and are reused.
+// page faults, not 200,000 4 KiB ones. A slab is cut into groups of one huge
+// page each (2 MiB; one group of the whole slab for slots larger than that),
+// and no slot crosses a group's end. Each group keeps its own free list and
+// count of live slots. A slot comes from the lowest group in use with room,
+// oldest slab first (a slot just freed there is reused before a newer group
+// grows), so that live objects gather low and the higher groups empty; an
+// empty group is used last. A group whose last slot is freed gives its
+// memory back to the kernel (madvise(MADV_DONTNEED), one whole huge page):
+// RSS falls when the objects in it are all dropped, e.g. the old versions of
+// a hundred thousand records that changed together, though others live in
+// the same slab. One empty group is kept ready instead, so that one object
+// made and freed over and over does not fault a group in each time. Objects
+// are never moved, so one that outlives its neighbours keeps its group
+// resident. Slabs stay mapped (address space only) and are reused.
 // Thread-safe: objects are made on one thread and often freed on another.
 class SlabPool {
  public:
@@ -42,8 +45,14 @@ class SlabPool {
   size_t slot_bytes() const { return slot_; }
   // Slabs mapped so far (for tests).
   size_t slabs() const;
-  // Times a slab's memory went back to the kernel (for tests).
+  // Times a slab's memory went back to the kernel, all of it (its last
+  // resident group released), and times a group's did (for tests).
   size_t released() const;
+  size_t released_groups() const;
+  // The bytes of a group (2 MiB, or the whole slab for slots larger than
+  // that), and the slots in one.
+  size_t group_bytes() const { return group_; }
+  size_t slots_per_group() const { return per_group_; }
 
   // The process's pool for slots of `kBytes` (aligned for max_align_t); one
   // per size, made on first use and never destroyed (objects may be freed
@@ -55,35 +64,54 @@ class SlabPool {
   }
 
  private:
+  static constexpr size_t kGroupBytes = size_t{2} << 20;
+  static constexpr int kMaxGroups = static_cast<int>(kSlabBytes / kGroupBytes);
   struct FreeSlot {
     FreeSlot* next;
   };
+  // A group: slots handed out from its start (the first `bumped`), freed
+  // ones on `free`.
+  struct Group {
+    FreeSlot* free = nullptr;
+    uint32_t bumped = 0;
+    uint32_t live = 0;
+  };
   // A slab (aligned to kSlabBytes, so a slot's slab is its address rounded
-  // down): slots handed out from the bump offset `used`, freed ones on `free`.
+  // down, and each group is a huge page).
   struct Slab;
   // Slabs by age (seq), oldest first.
   using Order = std::set<std::pair<size_t, Slab*>>;
   struct Slab {
     char* base = nullptr;
     size_t seq = 0;  // the order it was mapped in
-    size_t used = 0;
     size_t live = 0;
-    FreeSlot* free = nullptr;
-    // Its entries in room_ and released_slabs_, made with the slab: held
-    // here while it is not listed (empty while it is), so that listing and
-    // unlisting never allocate (Free is noexcept).
+    Group groups[kMaxGroups];
+    // Its groups in use with room, and its empty groups whose memory went
+    // back (or never came: a new slab's), a bit each.
+    uint32_t room = 0, released = 0;
+    // Its entries in room_ (while `room` has a bit) and released_slabs_
+    // (while `released` has), made with the slab: held here while it is not
+    // listed (empty while it is), so that listing and unlisting never
+    // allocate (Free is noexcept).
     Order::node_type room_node, released_node;
   };
-  bool HasRoom(const Slab& s) const { return s.free != nullptr || s.used + slot_ <= kSlabBytes; }
+  bool HasRoom(const Group& g) const { return g.free != nullptr || g.bumped < per_group_; }
   Slab* NewSlab();  // REQUIRES: mu_ held
+  // Sets or clears group `g`'s bit in `mask` (s.room or s.released), listing
+  // the slab in `order` while the mask is not 0.
+  static void Mark(Slab& s, uint32_t Slab::*mask, Order::node_type Slab::*node, Order& order, int g, bool on);
 
   mutable std::mutex mu_;
   const size_t slot_;
+  const size_t group_;      // bytes
+  const size_t per_group_;  // slots
+  const int groups_;        // a slab's
   std::map<uintptr_t, Slab> slabs_;  // by base address
-  // Those in use with a free slot, and the empty ones whose memory went back.
+  // Those with a group in use with room, and those with a group given back.
   Order room_, released_slabs_;
-  Slab* spare_ = nullptr;  // the one empty slab kept resident, if any
-  size_t released_ = 0;
+  Slab* spare_ = nullptr;  // the one empty group kept resident, if any: its slab
+  int spare_group_ = 0;    // and which
+  size_t released_ = 0, released_groups_ = 0;
 };
 
 // Whether this build checks memory (AddressSanitizer, LeakSanitizer,

@@ -133,6 +133,72 @@ TEST(SlabPool, EmptySlabsGoBackToTheKernelButOneIsKeptAndAllAreReused) {
   EXPECT_EQ(pool.released(), before);
 }
 
+TEST(SlabPool, AGroupWhoseObjectsAreAllDroppedGoesBackThoughItsSlabHoldsOthers) {
+  // 64 KiB slots: 32 a group, 16 groups a slab. Three groups filled and written.
+  const size_t slot = size_t{64} << 10;
+  SlabPool pool(slot);
+  ASSERT_EQ(pool.group_bytes(), size_t{2} << 20);
+  ASSERT_EQ(pool.slots_per_group(), 32u);
+  std::vector<char*> slots;
+  for (int i = 0; i < 3 * 32; ++i) {
+    slots.push_back(static_cast<char*>(pool.Allocate()));
+    std::memset(slots.back(), 0x5a, slot);
+  }
+  ASSERT_EQ(pool.slabs(), 1u);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t group = pool.group_bytes();
+  char* g[3] = {slots[0], slots[32], slots[64]};
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_EQ(g[k], slots[0] + k * group) << k;  // each group on its own huge page, in order
+    if (ResidentPages(g[k], group) * page != group) {
+      for (char* p : slots) pool.Free(p);
+      GTEST_SKIP() << "group " << k << " not wholly resident after being written (memory pressure)";
+    }
+  }
+  // Groups 1 and 2 emptied while group 0 lives on: the first to empty is
+  // kept as the spare, the other goes back; the slab does not.
+  for (size_t i = 32; i < slots.size(); ++i) pool.Free(slots[i]);
+  EXPECT_EQ(pool.released_groups(), 1u);
+  EXPECT_EQ(pool.released(), 0u);
+  EXPECT_EQ(ResidentPages(g[1], group) * page, group);  // the spare
+  EXPECT_EQ(ResidentPages(g[2], group), 0u);
+  EXPECT_EQ(ResidentPages(g[0], group) * page, group);
+  EXPECT_EQ(g[0][5 * slot + 7], 0x5a);  // group 0's live slots are untouched
+
+  // A slot freed in group 0 comes back first, then the spare's, then
+  // group 2's from its start (zeroed by the kernel).
+  pool.Free(slots[9]);
+  EXPECT_EQ(pool.Allocate(), slots[9]);
+  std::set<char*> spare;
+  for (int i = 0; i < 32; ++i) spare.insert(static_cast<char*>(pool.Allocate()));
+  EXPECT_EQ(spare, std::set<char*>(slots.begin() + 32, slots.begin() + 64));  // (its free list's order)
+  char* again = static_cast<char*>(pool.Allocate());
+  EXPECT_EQ(again, g[2]);
+  EXPECT_EQ(again[0], 0);
+  EXPECT_EQ(pool.released_groups(), 1u);
+
+  // One slot made and freed over and over beside a live group: the spare
+  // stays, nothing more is given back.
+  pool.Free(again);
+  for (int i = 0; i < 32; ++i) pool.Free(g[1] + i * slot);
+  const size_t before = pool.released_groups();
+  for (int i = 0; i < 1000; ++i) pool.Free(pool.Allocate());
+  EXPECT_EQ(pool.released_groups(), before);
+  for (int i = 0; i < 32; ++i) pool.Free(slots[i]);
+}
+
+TEST(SlabPool, SlotsLargerThanAGroupHaveTheWholeSlabAsTheirGroup) {
+  SlabPool pool((size_t{2} << 20) + 16);
+  EXPECT_EQ(pool.group_bytes(), SlabPool::kSlabBytes);
+  EXPECT_EQ(pool.slots_per_group(), 15u);
+  SlabPool small(48);
+  EXPECT_EQ(small.slots_per_group(), (size_t{2} << 20) / 48);  // none crosses a group's end
+  std::vector<void*> slots;
+  for (size_t i = 0; i <= small.slots_per_group(); ++i) slots.push_back(small.Allocate());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(slots.back()) % (size_t{2} << 20), 0u);  // the next group's first
+  for (void* p : slots) small.Free(p);
+}
+
 struct Unusual {  // a size no other object in this test program has
   char bytes[4000] = {};
 };
