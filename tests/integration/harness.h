@@ -209,6 +209,7 @@ class RotaProcess {
   httplib::Client Admin() const { return Http(token_); }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   const std::string& token() const { return token_; }
+  pid_t pid() const { return pid_; }
   const std::string& log() const { return log_; }
   std::vector<std::string> ClientEnv() const { return {"ROTA_SERVER=" + url(), "ROTA_TOKEN=" + token_}; }
 

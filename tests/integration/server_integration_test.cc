@@ -1553,6 +1553,48 @@ TEST_F(Integration, ManyCancelsInOneRequestAnswerEachIdAndSurviveARestart) {
   for (const json& j : jobs) EXPECT_EQ(j["state"], j["id"] == 1 ? "pending" : "cancelled") << j.dump();
 }
 
+// The server's resident memory (VmRSS), in MiB.
+double RssMiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+  }
+  return -1;
+}
+
+TEST_F(Integration, AnIdleServerGivesBackWhatABurstUsed) {
+  // 50,000 pending jobs cancelled by `rota cancel --state pending` (pages
+  // of the listing, then 10,000 a request): the burst's transient memory
+  // (requests, answers, the journal batches) and the records' old
+  // versions are freed. Once the server is idle, its RSS comes back to
+  // near what it was before the cancel: here 80 MiB before, 256 MiB right
+  // after, 122 MiB within 7 s. (Without jemalloc's background thread, it
+  // stayed 150 MiB above for good: the allocator purged only inside later
+  // allocations.)
+  const std::string config = Write("cluster.yaml",
+                                   "limits: {max_pending_per_user: 1000000, max_pending_per_queue: 1000000, "
+                                   "submit_rate: 1000000}\n");
+  RotaProcess server("server", tmp.path() + "/data", {"--rate-limit", "0", "--config", config});
+  auto admin = server.Admin();
+  auto r = admin.Post("/v1/jobs?count=50000", "name: j\ntasks: [{gpus: 1, command: ['true']}]\n", "application/yaml");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double before = RssMiB(server.pid());
+  ASSERT_GT(before, 0);
+  const CommandResult cancel = RunRota({"cancel", "--state", "pending"}, server.ClientEnv(), tmp.path());
+  ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
+  ASSERT_EQ(json::parse(admin.Get("/v1/jobs?state=pending&limit=1")->body)["jobs"].size(), 0u);
+  const double peak = RssMiB(server.pid());
+  double now = peak;
+  for (int i = 0; i < 60 && now > before + 80; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    now = RssMiB(server.pid());
+  }
+  EXPECT_LE(now, before + 80) << "RSS " << before << " MiB before the cancels, " << peak << " right after, " << now
+                              << " 30 s later";
+}
+
 }  // namespace
 }  // namespace rota::testing
 
