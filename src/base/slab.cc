@@ -12,10 +12,12 @@
 namespace rota {
 
 // Slots are whole multiples of max_align_t, so each is aligned for anything.
+// A slot larger than an eighth of a group has the whole slab as its group
+// (a group's end would waste up to half of one of 2 MiB).
 SlabPool::SlabPool(size_t slot_bytes)
     : slot_((std::max(slot_bytes, sizeof(FreeSlot)) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) *
             alignof(std::max_align_t)),
-      group_(slot_ <= kGroupBytes ? kGroupBytes : kSlabBytes),
+      group_(slot_ <= kGroupBytes / 8 ? kGroupBytes : kSlabBytes),
       per_group_(group_ / slot_),
       groups_(static_cast<int>(kSlabBytes / group_)) {
   if (slot_ > kSlabBytes) throw std::invalid_argument("slab slot larger than a slab");
@@ -102,7 +104,6 @@ void* SlabPool::Allocate() {
     ++group.bumped;
   }
   ++group.live;
-  ++s->live;
   Mark(*s, &Slab::room, &Slab::room_node, room_, g, HasRoom(group));
   return out;
 }
@@ -117,7 +118,6 @@ void SlabPool::Free(void* p) noexcept {
   const int g = static_cast<int>((reinterpret_cast<uintptr_t>(p) - base) / group_);
   Group& group = s.groups[g];
   group.free = new (p) FreeSlot{group.free};
-  --s.live;
   if (--group.live > 0) {
     Mark(s, &Slab::room, &Slab::room_node, room_, g, true);
     return;

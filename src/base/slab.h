@@ -15,19 +15,20 @@ namespace rota {
 // transparent huge pages (madvise(MADV_HUGEPAGE)): a million objects made at
 // once (a restart replaying a million-job array) take a few hundred 2 MiB
 // page faults, not 200,000 4 KiB ones. A slab is cut into groups of one huge
-// page each (2 MiB; one group of the whole slab for slots larger than that),
-// and no slot crosses a group's end. Each group keeps its own free list and
-// count of live slots. A slot comes from the lowest group in use with room,
-// oldest slab first (a slot just freed there is reused before a newer group
-// grows), so that live objects gather low and the higher groups empty; an
-// empty group is used last. A group whose last slot is freed gives its
-// memory back to the kernel (madvise(MADV_DONTNEED), one whole huge page):
-// RSS falls when the objects in it are all dropped, e.g. the old versions of
-// a hundred thousand records that changed together, though others live in
-// the same slab. One empty group is kept ready instead, so that one object
-// made and freed over and over does not fault a group in each time. Objects
-// are never moved, so one that outlives its neighbours keeps its group
-// resident. Slabs stay mapped (address space only) and are reused.
+// page each (2 MiB; one group of the whole slab for slots larger than 256
+// KiB), and no slot crosses a group's end. Each group keeps its own free
+// list and count of live slots. A slot comes from the lowest group in use
+// with room, oldest slab first (a slot just freed there is reused before a
+// newer group grows), so that live objects gather low and the higher groups
+// empty; else from the spare (below); else from the lowest empty group. A
+// group whose last slot is freed gives its memory back to the kernel
+// (madvise(MADV_DONTNEED), one whole huge page): RSS falls when the objects
+// in it are all dropped, e.g. the old versions of a hundred thousand records
+// that changed together, though others live in the same slab. One empty
+// group is kept ready instead (the spare), so that one object made and freed
+// over and over does not fault a group in each time. Objects are never
+// moved, so one that outlives its neighbours keeps its group resident. Slabs
+// stay mapped (address space only) and are reused.
 // Thread-safe: objects are made on one thread and often freed on another.
 class SlabPool {
  public:
@@ -50,7 +51,7 @@ class SlabPool {
   size_t released() const;
   size_t released_groups() const;
   // The bytes of a group (2 MiB, or the whole slab for slots larger than
-  // that), and the slots in one.
+  // 256 KiB), and the slots in one.
   size_t group_bytes() const { return group_; }
   size_t slots_per_group() const { return per_group_; }
 
@@ -84,7 +85,6 @@ class SlabPool {
   struct Slab {
     char* base = nullptr;
     size_t seq = 0;  // the order it was mapped in
-    size_t live = 0;
     Group groups[kMaxGroups];
     // Its groups in use with room, and its empty groups whose memory went
     // back (or never came: a new slab's), a bit each.

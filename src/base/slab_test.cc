@@ -89,11 +89,13 @@ TEST(SlabPool, EmptySlabsGoBackToTheKernelButOneIsKeptAndAllAreReused) {
       GTEST_SKIP() << "slab " << k << " not wholly resident after being written (memory pressure)";
     }
   }
-  // Slabs 1, 2 and 3 emptied (one slot of slab 0 freed too): the first to
-  // empty is kept as the spare, the other two go back, whole.
+  // Slabs 1, 2 and 3 emptied (one slot of slab 0 freed too). 1 MiB slots
+  // have the whole slab as their group: the first to empty is kept as the
+  // spare, the other two go back, whole.
   pool.Free(slots[5]);
   for (size_t i = 32; i < slots.size(); ++i) pool.Free(slots[i]);
   EXPECT_EQ(pool.released(), 2u);
+  EXPECT_EQ(pool.released_groups(), 2u);
   EXPECT_GT(ResidentPages(slab[1], SlabPool::kSlabBytes), 0u);  // the spare
   EXPECT_EQ(ResidentPages(slab[2], SlabPool::kSlabBytes), 0u);
   EXPECT_EQ(ResidentPages(slab[3], SlabPool::kSlabBytes), 0u);
@@ -174,7 +176,7 @@ TEST(SlabPool, AGroupWhoseObjectsAreAllDroppedGoesBackThoughItsSlabHoldsOthers) 
   EXPECT_EQ(spare, std::set<char*>(slots.begin() + 32, slots.begin() + 64));  // (its free list's order)
   char* again = static_cast<char*>(pool.Allocate());
   EXPECT_EQ(again, g[2]);
-  EXPECT_EQ(again[0], 0);
+  EXPECT_EQ(again[slot - 1], 0);  // (past where a free slot keeps its link)
   EXPECT_EQ(pool.released_groups(), 1u);
 
   // One slot made and freed over and over beside a live group: the spare
@@ -187,10 +189,19 @@ TEST(SlabPool, AGroupWhoseObjectsAreAllDroppedGoesBackThoughItsSlabHoldsOthers) 
   for (int i = 0; i < 32; ++i) pool.Free(slots[i]);
 }
 
-TEST(SlabPool, SlotsLargerThanAGroupHaveTheWholeSlabAsTheirGroup) {
+TEST(SlabPool, LargeSlotsHaveTheWholeSlabAsTheirGroup) {
   SlabPool pool((size_t{2} << 20) + 16);
   EXPECT_EQ(pool.group_bytes(), SlabPool::kSlabBytes);
   EXPECT_EQ(pool.slots_per_group(), 15u);
+  SlabPool mid((size_t{1} << 20) + 16);  // in 2 MiB groups: one a group, 16 a slab; whole: 31
+  EXPECT_EQ(mid.slots_per_group(), 31u);
+  EXPECT_EQ(SlabPool(size_t{256} << 10).group_bytes(), size_t{2} << 20);
+  // Two slabs filled and emptied: the first is the spare, the second goes back whole.
+  std::vector<void*> big;
+  for (int i = 0; i < 30; ++i) big.push_back(pool.Allocate());
+  for (void* p : big) pool.Free(p);
+  EXPECT_EQ(pool.released(), 1u);
+  EXPECT_EQ(pool.released_groups(), 1u);
   SlabPool small(48);
   EXPECT_EQ(small.slots_per_group(), (size_t{2} << 20) / 48);  // none crosses a group's end
   std::vector<void*> slots;
