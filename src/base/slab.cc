@@ -12,8 +12,9 @@
 namespace rota {
 
 // Slots are whole multiples of max_align_t, so each is aligned for anything.
-// A slot larger than an eighth of a group has the whole slab as its group
-// (a group's end would waste up to half of one of 2 MiB).
+// A slot larger than an eighth of a group (256 KiB) has the whole slab as
+// its group: in 2 MiB groups, the room left at each group's end, too small
+// for a slot, could be up to half the group.
 SlabPool::SlabPool(size_t slot_bytes)
     : slot_((std::max(slot_bytes, sizeof(FreeSlot)) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) *
             alignof(std::max_align_t)),

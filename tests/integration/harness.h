@@ -209,7 +209,14 @@ class RotaProcess {
   httplib::Client Admin() const { return Http(token_); }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   const std::string& token() const { return token_; }
-  pid_t pid() const { return pid_; }
+  // Its resident memory (VmRSS), in MiB; -1 once it is gone.
+  double RssMiB() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+    }
+    return -1;
+  }
   const std::string& log() const { return log_; }
   std::vector<std::string> ClientEnv() const { return {"ROTA_SERVER=" + url(), "ROTA_TOKEN=" + token_}; }
 

@@ -1555,15 +1555,6 @@ TEST_F(Integration, ManyCancelsInOneRequestAnswerEachIdAndSurviveARestart) {
   for (const json& j : jobs) EXPECT_EQ(j["state"], j["id"] == 1 ? "pending" : "cancelled") << j.dump();
 }
 
-// The server's resident memory (VmRSS), in MiB.
-double RssMiB(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
-  }
-  return -1;
-}
-
 TEST_F(Integration, AnIdleServerGivesBackWhatABurstUsed) {
   // 50,000 pending jobs cancelled by `rota cancel --state pending` (pages
   // of the listing, then 10,000 a request): the burst's transient memory
@@ -1583,10 +1574,10 @@ TEST_F(Integration, AnIdleServerGivesBackWhatABurstUsed) {
   ASSERT_EQ(r->status, 201) << r->body;
   // Settled first: two readings a second apart within 2 MiB (the array's own
   // burst given back, its snapshot written).
-  double before = RssMiB(server.pid());
+  double before = server.RssMiB();
   for (int i = 0; i < 20; ++i) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    const double next = RssMiB(server.pid());
+    const double next = server.RssMiB();
     const bool settled = std::abs(next - before) < 2;
     before = next;
     if (settled) break;
@@ -1597,7 +1588,7 @@ TEST_F(Integration, AnIdleServerGivesBackWhatABurstUsed) {
   auto left = admin.Get("/v1/jobs?state=pending&limit=1");
   ASSERT_TRUE(left);
   ASSERT_EQ(json::parse(left->body)["jobs"].size(), 0u);
-  const double peak = RssMiB(server.pid());
+  const double peak = server.RssMiB();
   ASSERT_GT(peak, 0) << "the server is gone";
   // Given back: within 80 MiB of before, or at least half of what the
   // cancels added.
@@ -1605,7 +1596,7 @@ TEST_F(Integration, AnIdleServerGivesBackWhatABurstUsed) {
   double now = peak;
   for (int i = 0; i < 60 && !back(now); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    now = RssMiB(server.pid());
+    now = server.RssMiB();
     ASSERT_GT(now, 0) << "the server is gone";
   }
   EXPECT_TRUE(back(now)) << "RSS " << before << " MiB before the cancels, " << peak << " right after, " << now
