@@ -501,6 +501,21 @@ std::string EncodeEvent(const Event& event) {
             }
             j["attempts"] = std::move(attempts);
           }
+        } else if constexpr (std::is_same_v<E, JobsForgotten>) {
+          j["type"] = "JobsForgotten";
+          j["ids"] = ordered_json::array();
+          for (JobId id : e.ids) j["ids"].push_back(id.value());
+          j["at"] = e.at;
+          j["next_id"] = e.next_id;
+          if (!e.usage.empty()) {
+            ordered_json usage = ordered_json::object();
+            for (const auto& [queue, days] : e.usage) {
+              ordered_json by_day = ordered_json::object();
+              for (const auto& [day, gpu_us] : days) by_day[std::to_string(day)] = gpu_us;
+              usage[queue] = std::move(by_day);
+            }
+            j["usage"] = std::move(usage);
+          }
         } else if constexpr (std::is_same_v<E, RunHistoryState>) {
           j["type"] = "RunHistoryState";
           j["history"] = RunHistoryToJson(e.history);
@@ -656,6 +671,25 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
         }
       }
       return Event(std::move(h));
+    }
+    if (type == "JobsForgotten") {
+      JobsForgotten e;
+      for (const auto& id : j.at("ids")) e.ids.push_back(JobId(id.get<uint64_t>()));
+      e.at = j.at("at");
+      e.next_id = j.at("next_id");
+      if (j.contains("usage")) {
+        for (const auto& [queue, days] : j.at("usage").items()) {
+          for (const auto& [key, gpu_us] : days.items()) {
+            int64_t day = 0;
+            auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), day);
+            if (ec != std::errc() || end != key.data() + key.size()) {
+              return InvalidArgumentError("event JobsForgotten: usage: '" + key + "' is not a day");
+            }
+            e.usage[queue][day] = gpu_us.get<int64_t>();
+          }
+        }
+      }
+      return Event(std::move(e));
     }
     if (type == "RunHistoryState") {
       ROTA_ASSIGN_OR_RETURN(RunHistory h, RunHistoryFromJson(j.at("history")));

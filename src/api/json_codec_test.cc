@@ -68,6 +68,8 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobHoldChanged{JobId(7), false, 1200, "admin"},
       JobHoldChanged{JobId(8), true, 1300, "root", true},
       ServiceScaled{JobId(20), 1400, 3, "in flight 11.0 (target 4/replica): 3 over 1m"},
+      JobsForgotten{{JobId(3), JobId(9), JobId(4000)}, 1500, 7301},
+      JobsForgotten{{}, 0, 7301, {{"prod", {{20000, 86'400'000'000}, {20001, 5}}}, {"research", {{19999, 1}}}}},  // a snapshot's
   };
   for (const Event& e : events) {
     const std::string text = EncodeEvent(e);
@@ -96,6 +98,13 @@ mounts: [{source: /d, target: /data, read_only: true}]
   auto requeued = DecodeEvent(EncodeEvent(JobRequeued{JobId(30), 5, "exit 2", true}));
   ASSERT_TRUE(requeued.ok());
   EXPECT_TRUE(std::get<JobRequeued>(*requeued).failed);
+  auto forgotten = DecodeEvent(EncodeEvent(JobsForgotten{{JobId(3), JobId(9)}, 1500, 7301}));
+  ASSERT_TRUE(forgotten.ok());
+  EXPECT_EQ(std::get<JobsForgotten>(*forgotten).ids, (std::vector<JobId>{JobId(3), JobId(9)}));
+  EXPECT_EQ(std::get<JobsForgotten>(*forgotten).next_id, 7301u);
+  auto bad_day = nlohmann::json::parse(EncodeEvent(JobsForgotten{{}, 0, 1, {{"prod", {{3, 4}}}}}));
+  bad_day["usage"]["prod"]["x3"] = 4;
+  EXPECT_EQ(DecodeEvent(bad_day.dump()).status().message(), "event JobsForgotten: usage: 'x3' is not a day");
   auto relabelled = DecodeEvent(EncodeEvent(NodeLabelsChanged{"n-0", {{"rack", "r1"}, {"pool", "train"}}}));
   ASSERT_TRUE(relabelled.ok());
   EXPECT_EQ(std::get<NodeLabelsChanged>(*relabelled).labels.at("pool"), "train");

@@ -243,6 +243,65 @@ Status ClusterState::ApplyOne(const RunHistoryState& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const JobsForgotten& e) {
+  // All or nothing: every id is checked before any goes.
+  for (size_t i = 0; i < e.ids.size(); ++i) {
+    const std::string name = "job " + std::to_string(e.ids[i].value());
+    if (i > 0 && e.ids[i] <= e.ids[i - 1]) return InvalidArgumentError("jobs forgotten: ids are not ascending at " + name);
+    ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> job, JobOf(e.ids[i]));
+    if (job->state == JobState::kPending || job->state == JobState::kRunning || job->state == JobState::kPreempting) {
+      return FailedPreconditionError(name + " is " + std::string(JobStateName(job->state)) +
+                                     ": only a job that ended is forgotten");
+    }
+  }
+  if (!e.ids.empty() && e.next_id <= e.ids.back().value()) {
+    return InvalidArgumentError("jobs forgotten: next_id " + std::to_string(e.next_id) + " is not above job " +
+                                std::to_string(e.ids.back().value()));
+  }
+  for (const auto& [queue, days] : e.usage) {
+    for (const auto& [day, gpu_us] : days) {
+      if (gpu_us < 0) {
+        return InvalidArgumentError("jobs forgotten: usage of queue '" + queue + "' on day " + std::to_string(day) +
+                                    " is negative");
+      }
+    }
+  }
+  Snapshot::Data& d = Mutable();
+  ForgottenUsage& usage = Owned(d.forgotten_usage);
+  for (const auto& [queue, days] : e.usage) {
+    for (const auto& [day, gpu_us] : days) usage[queue][day] += gpu_us;
+  }
+  for (JobId id : e.ids) {
+    const JobRecord& job = *d.jobs.find(id)->second;
+    // The attempts fair share's restore would read (Scheduler::RestoreUsage),
+    // on the GPUs it would count them at.
+    int64_t gpus = job.HeldGpus();
+    if (gpus == 0) gpus = job.GpusOf(job.last_placement);
+    if (gpus > 0) {
+      std::map<int64_t, int64_t>& days = usage[job.spec().queue];
+      for (const JobAttempt& a : job.attempts) {
+        for (TimePoint t = a.started_at; t < a.ended_at;) {
+          const int64_t day = t / kForgottenUsageDay - (t % kForgottenUsageDay < 0 ? 1 : 0);
+          const TimePoint end = std::min(a.ended_at, (day + 1) * kForgottenUsageDay);
+          days[day] += gpus * (end - t);
+          t = end;
+        }
+      }
+    }
+    d.jobs.Erase(id);
+  }
+  // Older days weigh nothing against any half-life fair share would use.
+  if (e.at > 0) {
+    const int64_t oldest = e.at / kForgottenUsageDay - kForgottenUsageDays;
+    for (auto it = usage.begin(); it != usage.end();) {
+      it->second.erase(it->second.begin(), it->second.lower_bound(oldest));
+      it = it->second.empty() ? usage.erase(it) : std::next(it);
+    }
+  }
+  d.issued_below = std::max(d.issued_below, e.next_id);
+  return Status::Ok();
+}
+
 Snapshot::Data& ClusterState::Mutable() {
   if (data_.use_count() > 1) data_ = std::make_shared<Snapshot::Data>(*data_);
   return *data_;
@@ -1191,6 +1250,9 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
     }
   }
   emit(RunHistoryState{snap.history()});
+  if (snap.issued_below() > 0 || !snap.forgotten_usage().empty()) {
+    emit(JobsForgotten{{}, 0, snap.issued_below(), snap.forgotten_usage()});  // (what they leave, not the jobs)
+  }
   return status;
 }
 

@@ -388,6 +388,13 @@ class Snapshot {
   std::vector<const JobRecord*> LiveServices() const;
   // What the learned job order learns from (finished jobs' GPU-time, sweeps).
   const RunHistory& history() const { return *data_->history; }
+  // Every job id below this was issued, as far as forgotten jobs tell (0:
+  // none forgotten); the jobs held tell the rest.
+  uint64_t issued_below() const { return data_->issued_below; }
+  // The GPU-time forgotten jobs' attempts held, by queue and day (the last
+  // kForgottenUsageDays before the latest forget): what fair share's
+  // decayed usage adds for them.
+  const ForgottenUsage& forgotten_usage() const { return *data_->forgotten_usage; }
 
  private:
   friend class ClusterState;
@@ -431,6 +438,9 @@ class Snapshot {
     // Shared between states; copied by the first change after a copy
     // (always made non-const, as domain_parent).
     std::shared_ptr<const RunHistory> history = std::make_shared<RunHistory>();
+    uint64_t issued_below = 0;  // JobsForgotten's next_id, the largest: ids below it were issued
+    // What forgotten jobs ran (JobsForgotten), shared as `history`.
+    std::shared_ptr<const ForgottenUsage> forgotten_usage = std::make_shared<ForgottenUsage>();
   };
   explicit Snapshot(std::shared_ptr<const Data> data) : data_(std::move(data)) {}
   std::shared_ptr<const Data> data_;
@@ -481,6 +491,7 @@ class ClusterState {
   Status ApplyOne(const ServiceScaled& e);
   Status ApplyOne(const ServiceUpdated& e);
   Status ApplyOne(const RunHistoryState& e);
+  Status ApplyOne(const JobsForgotten& e);
   // The state's history, copied first if another state shares it.
   static RunHistory& MutHistory(Snapshot::Data& d);
   // Checks `placement` for `job` against the current state, as if the GPUs,

@@ -495,6 +495,81 @@ TEST(ClusterState, AJobsAttainedServiceAddsUpItsAttempts) {
 // GPU count are one sweep; a job that ends on its own is learned (its
 // GPU-time binned, its sweep's count), a cancelled one only leaves; a sweep
 // with no live job that can take no more is dropped.
+// Jobs that ended are forgotten (the server's job retention): all the ids
+// named or none, only ended ones; what they ran stays, by queue and day, and
+// the ids issued outlive them through a journal snapshot.
+TEST(ClusterState, ForgetsEndedJobsAndKeepsWhatTheyRan) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  const Duration h = 3600 * kMicrosPerSecond;
+  const TimePoint day = kForgottenUsageDay;
+  JobSpec research = Job(1, 4);
+  research.queue = "research";
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), research, 10 * day}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Job(1, 2), 10 * day}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), Job(1, 2), 10 * day}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(4), Job(1, 2), 10 * day}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(5), Job(1, 1), 10 * day}).ok());
+  // 1: two attempts on 4 GPUs, the second across midnight; 2: cancelled
+  // waiting; 3 runs; 4 waits; 5 succeeds on 1 GPU.
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x0F}}, 10 * day + 1 * h}).ok());
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(1), 10 * day + 3 * h, "node lost"}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x0F}}, 10 * day + 22 * h}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kFailed, 11 * day + 1 * h}).ok());
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(2), 10 * day + 5 * h, "cancelled by alice"}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(3), {{0, 0, NodeId(0), 0x30}}, 10 * day}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(5), {{0, 0, NodeId(0), 0x40}}, 10 * day}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(5), JobOutcome::kSucceeded, 10 * day + 2 * h}).ok());
+  const RunHistory history = st.GetSnapshot().history();
+  const Snapshot before = st.GetSnapshot();
+
+  // Refused, changing nothing: a live job among them, an id out of order,
+  // one not held, a next id not above them, negative usage.
+  Status live = st.Apply(JobsForgotten{{JobId(1), JobId(3)}, 20 * day, 6});
+  EXPECT_EQ(live.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(live.message(), "job 3 is running: only a job that ended is forgotten");
+  EXPECT_EQ(st.Apply(JobsForgotten{{JobId(4)}, 20 * day, 6}).message(),
+            "job 4 is pending: only a job that ended is forgotten");
+  EXPECT_EQ(st.Apply(JobsForgotten{{JobId(2), JobId(1)}, 20 * day, 6}).message(),
+            "jobs forgotten: ids are not ascending at job 1");
+  EXPECT_EQ(st.Apply(JobsForgotten{{JobId(1), JobId(9)}, 20 * day, 10}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.Apply(JobsForgotten{{JobId(1), JobId(5)}, 20 * day, 5}).message(),
+            "jobs forgotten: next_id 5 is not above job 5");
+  EXPECT_EQ(st.Apply(JobsForgotten{{}, 20 * day, 6, {{"q", {{3, -1}}}}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.revision(), before.revision());
+  EXPECT_NE(st.GetSnapshot().FindJob(JobId(1)), nullptr);
+  EXPECT_TRUE(st.GetSnapshot().forgotten_usage().empty());
+
+  ASSERT_TRUE(st.Apply(JobsForgotten{{JobId(1), JobId(2), JobId(5)}, 20 * day, 6}).ok());
+  Snapshot after = st.GetSnapshot();
+  EXPECT_EQ(after.FindJob(JobId(1)), nullptr);
+  EXPECT_EQ(after.FindJob(JobId(2)), nullptr);
+  EXPECT_EQ(after.FindJob(JobId(5)), nullptr);
+  EXPECT_EQ(after.jobs().size(), 2u);  // 3 and 4, as they were
+  EXPECT_EQ(after.FindJob(JobId(3)), before.FindJob(JobId(3)));
+  EXPECT_EQ(after.live_jobs().size(), 2u);
+  EXPECT_EQ(after.issued_below(), 6u);
+  EXPECT_TRUE(after.history() == history);  // the learned order's history is its own
+  EXPECT_EQ(before.FindJob(JobId(1))->id, JobId(1));  // an older snapshot keeps its own
+  // Job 1: 2 h on day 10 and 2 h on day 10 again, 1 h on day 11, on 4
+  // GPUs; job 5: 2 h on 1 GPU; job 2 never ran.
+  const ForgottenUsage want = {{"research", {{10, 4 * 4 * h}, {11, 4 * 1 * h}}}, {"default", {{10, 2 * h}}}};
+  EXPECT_EQ(after.forgotten_usage(), want);
+
+  // A journal snapshot carries the ids issued and the usage, not the jobs.
+  ClusterState replay;
+  for (const Event& e : CompactState(after)) ASSERT_TRUE(replay.Apply(e).ok());
+  EXPECT_EQ(replay.GetSnapshot().jobs().size(), 2u);
+  EXPECT_EQ(replay.GetSnapshot().issued_below(), 6u);
+  EXPECT_EQ(replay.GetSnapshot().forgotten_usage(), want);
+  // A later forget adds to it, and days 400 before it go.
+  ASSERT_TRUE(replay.Apply(JobFinished{JobId(3), JobOutcome::kSucceeded, 12 * day}).ok());
+  ASSERT_TRUE(replay.Apply(JobsForgotten{{JobId(3)}, 411 * day, 7}).ok());
+  EXPECT_EQ(replay.GetSnapshot().forgotten_usage(),
+            (ForgottenUsage{{"research", {{11, 4 * 1 * h}}}, {"default", {{11, 2 * 24 * h}}}}));
+  EXPECT_EQ(replay.GetSnapshot().issued_below(), 7u);
+}
+
 TEST(ClusterState, RunHistoryLearnsFinishedJobsAndTheirSweeps) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n", 8)}).ok());

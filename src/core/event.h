@@ -247,8 +247,30 @@ struct RunHistoryState {
   RunHistory history;
 };
 
+// What forgotten jobs ran, for fair share's decayed usage (which a restart
+// rebuilds from the jobs' attempts): per queue, per day since the epoch
+// (UTC), the GPU-microseconds their attempts held in it.
+using ForgottenUsage = std::map<std::string, std::map<int64_t, int64_t>>;
+inline constexpr Duration kForgottenUsageDay = 24LL * 3600 * 1'000'000;
+inline constexpr int64_t kForgottenUsageDays = 400;  // kept after the latest forget
+
+// Jobs that ended long enough ago (the server's job retention) leave the
+// state, and the memory they held with them. What they ran stays in the
+// accounting records, in the learned order's history and, folded by day,
+// in the state's forgotten usage. Every id below `next_id` was issued: a
+// state rebuilt without these jobs never issues one of them again. A
+// journal snapshot carries one with no ids, for `next_id` and `usage`
+// alone (a journal event's usage is empty: replaying it folds the jobs'
+// attempts again).
+struct JobsForgotten {
+  std::vector<JobId> ids;  // ended jobs, ascending
+  TimePoint at = 0;
+  uint64_t next_id = 0;  // above every id in `ids`
+  ForgottenUsage usage;  // added to the state's
+};
+
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled, ServiceUpdated, NodeLabelsChanged, RunHistoryState>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled, ServiceUpdated, NodeLabelsChanged, RunHistoryState, JobsForgotten>;
 
 // The job an event is about: its `id` (JobId() for node events, and for
 // JobsSubmitted, which names a range).
