@@ -96,6 +96,16 @@ void Scheduler::RestoreUsage(const Snapshot& snap, TimePoint now) {
     if (job->state == JobState::kRunning || job->state == JobState::kPreempting) held += decayed(job->started_at, now);
     if (held > 0) decayed_usage_[job->spec().queue] += static_cast<double>(gpus) * held;
   }
+  // Jobs the state forgot (past the job retention): what they held, by day,
+  // each day's GPU-time weighed at its middle (at a half-life of days, a
+  // day's own decay is a few percent from end to end).
+  for (const auto& [queue, days] : snap.forgotten_usage()) {
+    for (const auto& [day, gpu_us] : days) {
+      const TimePoint middle = day * kForgottenUsageDay + kForgottenUsageDay / 2;
+      const double age = static_cast<double>(std::max<TimePoint>(0, now - middle));
+      decayed_usage_[queue] += static_cast<double>(gpu_us) * std::exp2(-age / hl);
+    }
+  }
   book_.SetHistory(UsageHistory());
 }
 

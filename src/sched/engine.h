@@ -69,7 +69,8 @@ class Scheduler {
   // Rebuilds the decayed usage at `now` from the jobs' own records: each
   // attempt a job remembers (JobRecord::attempts, the last kMaxAttempts)
   // and the one running now, on as many GPUs as its placement holds,
-  // decayed continuously (the cycles' sum, without its steps). What a
+  // decayed continuously (the cycles' sum, without its steps), and the
+  // GPU-time of the jobs it forgot, by day (Snapshot::forgotten_usage). What a
   // restarted server, or a standby taking over, starts from: the fair share
   // the queues had earned goes on rather than starting from zero.
   void RestoreUsage(const Snapshot& snap, TimePoint now);
