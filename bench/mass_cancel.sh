@@ -10,8 +10,13 @@
 # (BASELINE=1: each id through POST /v1/jobs/ID/cancel, as `rota cancel`
 # did before bulk cancels; slow: about 870 a second here).
 #
+# With RETENTION (a duration, e.g. 5s: the server's --job-retention), the
+# cancelled jobs are forgotten within SETTLE_S (make it longer than the
+# retention plus a minute's pass at most), and it prints how many jobs the
+# server still holds (rota_jobs_held) beside the RSS.
+#
 # usage: bench/mass_cancel.sh [ARRAYS]        (default 2: 200,000 jobs)
-# env:   SETTLE_S (default 20), BASELINE (default 0)
+# env:   SETTLE_S (default 20), BASELINE (default 0), RETENTION (default: the server's, 14d)
 # Prints RESULT lines. Everything it starts it stops by PID.
 set -u
 ARRAYS=${1:-2}
@@ -21,7 +26,9 @@ cat > "$R/cluster.yaml" <<'YAML'
 node_groups: [{name: n, count: 4, gpus: 8, gpu_model: H100, gpu_memory: 80Gi, cpu: 64, memory: 512Gi}]
 limits: {max_pending_per_user: 10000000, max_pending_per_queue: 10000000, submit_rate: 10000000}
 YAML
-"$ROTA" server --data-dir "$R/data" --listen 127.0.0.1:0 --config "$R/cluster.yaml" --rate-limit 0 >> "$R/server.log" 2>&1 &
+RETAIN=()
+[ -n "${RETENTION:-}" ] && RETAIN=(--job-retention "$RETENTION")
+"$ROTA" server --data-dir "$R/data" --listen 127.0.0.1:0 --config "$R/cluster.yaml" --rate-limit 0 "${RETAIN[@]}" >> "$R/server.log" 2>&1 &
 SERVER=$!
 PIDS+=("$SERVER")
 wait_for_server "$R/server.log"
@@ -71,3 +78,5 @@ left=$(curl -s -H "Authorization: Bearer $ROTA_TOKEN" "$URL/v1/jobs?state=pendin
   python3 -c 'import json, sys; print(len(json.load(sys.stdin)["jobs"]))')
 echo "RESULT $((ARRAYS * 100000)) pending jobs cancelled ($how) in $(echo "$t1 - $t0" | bc)s; pending left: $left"
 echo "RESULT server rss before ${before} MiB, right after ${after} MiB, peak from the cancel on $(hwm) MiB, ${SETTLE_S}s later $(rss) MiB"
+held=$(curl -s -H "Authorization: Bearer $ROTA_TOKEN" "$URL/metrics" | awk '$1 == "rota_jobs_held" {print $2}')
+echo "RESULT jobs the server holds ${SETTLE_S}s later: ${held} (job retention: ${RETENTION:-14d, the default})"

@@ -38,7 +38,7 @@ constexpr const char* kServerUsage =
     "                   [--fence-after DURATION (default: the node timeout)]\n"
     "                   [--min-runtime 10m] [--history-interval 10s]\n"
     "                   [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
-    "                   [--gpu-history-minutes 8d] [--gpu-history-hours 400d]\n"
+    "                   [--job-retention 14d] [--gpu-history-minutes 8d] [--gpu-history-hours 400d]\n"
     "                   [--store sqlite | postgres://USER@HOST:PORT/DB] [--advertise URL] [--lease 3s]\n"
     "                   [--router HOST:PORT | off (default: off)] [--router-buffer 256Mi]\n"
     "\n"
@@ -58,7 +58,7 @@ constexpr const char* kUpUsage =
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
     "               [--nvlink-islands N] [--oci-runtime auto|runc|crun] [--device-dir /dev]\n"
     "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
-    "               [--gpu-history-minutes 8d] [--gpu-history-hours 400d]\n"
+    "               [--job-retention 14d] [--gpu-history-minutes 8d] [--gpu-history-hours 400d]\n"
     "               [--node-timeout 30s] [--fence-after DURATION]\n"
     "               [--router HOST:PORT | off (default: 127.0.0.1:7071; skipped if taken)] [--router-buffer 256Mi]\n"
     "\n"
@@ -329,6 +329,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   Duration idle_after = 30 * 60 * kMicrosPerSecond;  // right-sizing window
   Duration usage_retention = 400LL * 24 * 3600 * kMicrosPerSecond;  // accounting records kept
+  Duration job_retention = 14LL * 24 * 3600 * kMicrosPerSecond;     // ended jobs kept in the state
   Duration gpu_minutes = 8LL * 24 * 3600 * kMicrosPerSecond;         // per-GPU minute points kept
   Duration gpu_hours = 400LL * 24 * 3600 * kMicrosPerSecond;         // per-GPU hour points kept
   int32_t idle_pct = 5;
@@ -350,6 +351,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (a == "--min-runtime") min_runtime = DurationFlag(args, &i, "rota");
     else if (a == "--idle-after") idle_after = DurationFlag(args, &i, "rota");
     else if (a == "--usage-retention") usage_retention = DurationFlag(args, &i, "rota");
+    else if (a == "--job-retention") job_retention = DurationFlag(args, &i, "rota");
     else if (a == "--gpu-history-minutes") gpu_minutes = DurationFlag(args, &i, "rota");
     else if (a == "--gpu-history-hours") gpu_hours = DurationFlag(args, &i, "rota");
     else if (a == "--idle-utilization") {
@@ -390,6 +392,10 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   }
   if (usage_retention < 0) {
     std::cerr << "rota: --usage-retention must not be negative (0 keeps usage records forever)\n";
+    return kExitBadInput;
+  }
+  if (job_retention < 0) {
+    std::cerr << "rota: --job-retention must not be negative (0 keeps every job)\n";
     return kExitBadInput;
   }
   if (gpu_minutes < 0 || gpu_hours < 0) {
@@ -520,6 +526,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
                                     .idle_utilization_pct = idle_pct,
                                     .idle_after = idle_after,
                                     .usage_retention = usage_retention,
+                                    .job_retention = job_retention,
                                     .history_minutes = gpu_minutes,
                                     .history_hours = gpu_hours,
                                     .min_runtime = min_runtime,

@@ -614,6 +614,10 @@ void Controller::ActorLoop() {
         const size_t nl = key.find('\n');
         NoteRequestId(request_ids_, key.substr(0, nl), key.substr(nl + 1), jobs.first, jobs.second);
       }
+      for (const Event& e : batch.events) {
+        // (The published state is still the one before the batch.)
+        if (const auto* f = std::get_if<JobsForgotten>(&e)) ForgetRequestIds(request_ids_, *f, *published_, state_.GetSnapshot());
+      }
       RecordUsage(batch.events);
       PublishBatch(batch.events);
       Trigger();
@@ -659,6 +663,33 @@ void Controller::CheckTimes(TimePoint now) {
   }).status().IgnoreError();
 }
 
+void Controller::ForgetEnded(TimePoint now) {
+  // Read on a snapshot, off the actor (a walk of every job: a few
+  // milliseconds a million, at most once a minute); forgotten on the actor
+  // in parts, so that no journal write and no other writer waits long.
+  constexpr size_t kPart = 10'000;
+  std::vector<JobId> ended;
+  {
+    const Snapshot snap = snapshot();
+    for (const auto& [id, job] : snap.jobs()) {
+      const bool live = job->state == JobState::kPending || job->state == JobState::kRunning ||
+                        job->state == JobState::kPreempting;
+      if (!live && now - job->finished_at >= options_.job_retention) ended.push_back(id);
+    }
+  }
+  for (size_t from = 0; from < ended.size(); from += kPart) {
+    std::vector<JobId> part(ended.begin() + static_cast<ptrdiff_t>(from),
+                            ended.begin() + static_cast<ptrdiff_t>(std::min(ended.size(), from + kPart)));
+    auto forgotten = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+      // (An ended job stays ended: nothing on the actor can have changed them.)
+      const uint64_t next_id = std::max(next_job_id_, part.back().value() + 1);
+      ROTA_RETURN_IF_ERROR(batch.Apply(JobsForgotten{std::move(part), now, next_id}));
+      return true;
+    });
+    if (!forgotten.ok()) return;  // (the store refuses: the next pass tries again)
+  }
+}
+
 void Controller::CheckNodes() {
   const TimePoint now = options_.clock->Now();
   CheckTimes(now);
@@ -666,6 +697,12 @@ void Controller::CheckNodes() {
   if (options_.usage_retention > 0 && now - usage_trimmed_at_ >= 3600 * kMicrosPerSecond) {
     usage_trimmed_at_ = now;
     store_->DropUsage(now - options_.usage_retention).status().IgnoreError();
+  }
+  // Job retention: once a minute, or four times a retention if that is shorter.
+  if (options_.job_retention > 0 &&
+      now - jobs_forgotten_at_ >= std::clamp<Duration>(options_.job_retention / 4, kCheckEvery, 60 * kMicrosPerSecond)) {
+    jobs_forgotten_at_ = now;
+    ForgetEnded(now);
   }
   // A node silent for node_timeout shows as lost; its gangs are requeued
   // only once its tasks have fenced themselves (fence_after, plus a margin

@@ -76,6 +76,10 @@ struct ControllerOptions {
   int32_t overprovisioned_pct = 25;
   // Accounting: usage records older than this are dropped (0 = kept forever).
   Duration usage_retention = 400LL * 24 * 3600 * kMicrosPerSecond;
+  // A job that ended this long ago leaves the state (JobsForgotten): it is
+  // no longer listed or shown, and its memory goes; its usage records stay
+  // (usage_retention). 0 = every job is kept.
+  Duration job_retention = 14LL * 24 * 3600 * kMicrosPerSecond;
   // Per-GPU history (server/gpu_history.h): minute points kept this long,
   // hour points this long (0 = forever), written every history_flush
   // (0 = only by FlushHistory and at Stop: tests).
@@ -294,6 +298,7 @@ class Controller {
   // An agent has registered `node` since this server started.
   bool NodeRegistered(const std::string& node) const;
   ControllerMetrics metrics() const;
+  Duration job_retention() const { return options_.job_retention; }
   const ClusterConfig& config() const { return options_.config; }
   const Auth& auth() const { return auth_; }
   const Clock& clock() const { return *options_.clock; }
@@ -379,6 +384,8 @@ class Controller {
   void FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report);
   // Expired time limits and evicted gangs past their grace, ended or requeued.
   void CheckTimes(TimePoint now);
+  // Forgets the jobs that ended job_retention before `now`.
+  void ForgetEnded(TimePoint now);
   void Trigger();
   TaskAssignment Assignment(const Snapshot& snap, const JobRecord& job, size_t index) const;
 
@@ -460,6 +467,7 @@ class Controller {
   mutable std::mutex family_mu_;  // guards family_usage_
   std::map<std::string, std::deque<UsageRecord>> family_usage_;  // by user + '\n' + name
   TimePoint usage_trimmed_at_ = 0;            // CheckNodes only: the last retention pass
+  TimePoint jobs_forgotten_at_ = 0;           // CheckNodes only: the last job retention pass
   // Scheduler thread only: what the last cycle saw and did.
   uint64_t last_cycle_revision_ = 0;
   bool last_cycle_idle_ = false;  // it decided nothing

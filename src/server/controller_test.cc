@@ -12,6 +12,7 @@
 #include "core/test_util.h"
 #include "store/memory_store.h"
 #include "store/sqlite_store.h"
+#include "server/recovery.h"
 #include "server/views.h"
 
 namespace rota::server {
@@ -759,6 +760,70 @@ TEST_F(ControllerTest, AnIdempotencyKeyMakesItsJobsOnce) {
   NoteRequestId(ids, "alice", "k", JobId(10), 1);
   NoteRequestId(ids, "alice", "k", JobId(12), 1);
   EXPECT_EQ(ids.at("alice\nk"), (std::pair<JobId, int64_t>{JobId(10), 3}));
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+// A job that ended job_retention ago leaves the state (and its key with
+// it), checked as time passes; a live job and one that ended since stay.
+// A restart, from the journal or from a snapshot, keeps them gone and
+// never issues a forgotten id again.
+TEST_F(ControllerTest, EndedJobsAreForgottenAfterTheRetention) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const Duration minute = 60 * kMicrosPerSecond;
+  ControllerOptions o{.config = TwoNodes(), .clock = &clock, .job_retention = 60 * minute};
+  JobId running, late, early;
+  {
+    auto c = std::make_unique<Controller>(o, std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    ASSERT_TRUE(c->Start().ok());
+    running = *c->Submit(kAlice, Job("runs", 1, 8));
+    late = *c->Submit(kAlice, Job("late", 1, 1));
+    bool replayed = true;
+    early = *c->SubmitArray(kAlice, Job("early", 1, 1), 1, "key-e", &replayed);
+    ASSERT_FALSE(replayed);
+    c->ScheduleNow();
+    ASSERT_EQ(c->snapshot().FindJob(running)->state, JobState::kRunning);
+    ASSERT_TRUE(c->Cancel(kAlice, early).ok());
+    clock.Advance(30 * minute);
+    ASSERT_TRUE(c->Cancel(kAlice, late).ok());
+    clock.Advance(29 * minute);
+    c->ScheduleNow();
+    EXPECT_NE(c->snapshot().FindJob(early), nullptr);  // 59 minutes: not yet
+    clock.Advance(2 * minute);
+    c->ScheduleNow();
+    Snapshot snap = c->snapshot();
+    EXPECT_EQ(snap.FindJob(early), nullptr);
+    EXPECT_NE(snap.FindJob(late), nullptr);
+    EXPECT_EQ(snap.FindJob(running)->state, JobState::kRunning);
+    EXPECT_EQ(snap.issued_below(), early.value() + 1);
+    // The key went with its job: a new submission under it makes a new job.
+    auto again = c->SubmitArray(kAlice, Job("early", 1, 1), 1, "key-e", &replayed);
+    ASSERT_TRUE(again.ok());
+    EXPECT_FALSE(replayed);
+    EXPECT_GT(again->value(), early.value());
+    ASSERT_TRUE(c->Cancel(kAlice, *again).ok());
+    clock.Advance(61 * minute);
+    c->ScheduleNow();
+    EXPECT_EQ(c->snapshot().FindJob(late), nullptr);
+    EXPECT_EQ(c->snapshot().FindJob(*again), nullptr);
+    EXPECT_EQ(c->snapshot().jobs().size(), 1u);
+    // A journal snapshot of this state: nothing of the forgotten jobs but
+    // the ids they took.
+    Recovered from_snapshot({"nvlink", "node", "rack", "spine"});
+    for (const Event& e : CompactState(c->snapshot())) ASSERT_TRUE(from_snapshot.Apply(e).ok());
+    EXPECT_EQ(from_snapshot.next_job_id, again->value() + 1);
+    EXPECT_EQ(from_snapshot.state->GetSnapshot().jobs().size(), 1u);
+    EXPECT_TRUE(from_snapshot.request_ids.empty());
+    c->Stop();
+  }
+  auto c = std::make_unique<Controller>(o, std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  ASSERT_TRUE(c->Start().ok());
+  EXPECT_EQ(c->snapshot().jobs().size(), 1u);
+  EXPECT_EQ(c->snapshot().FindJob(early), nullptr);
+  auto next = c->Submit(kAlice, Job("next", 1, 1));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->value(), early.value() + 2);
   c->Stop();
   std::filesystem::remove_all(dir);
 }

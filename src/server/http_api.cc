@@ -1,6 +1,7 @@
 #include "server/http_api.h"
 
 #include "base/base64.h"
+#include "base/quantity.h"
 #include "base/strings.h"
 #include "base/thread_name.h"
 #include "base/version.h"
@@ -1369,9 +1370,9 @@ class HttpServerImpl final : public HttpServer {
   Status Find(const Principal& who, const Snapshot& snap, const std::string& id_text, const JobRecord** job) {
     ROTA_ASSIGN_OR_RETURN(uint64_t id, ParseId(id_text));
     *job = snap.FindJob(JobId(id));
-    if (*job == nullptr) return NotFoundError("no job " + std::to_string(id));
+    if (*job == nullptr) return NoJob(snap, id);
     if (!who.admin() && (*job)->user != who.user) {
-      if (!AllSeeAll()) return NotFoundError("no job " + std::to_string(id));
+      if (!AllSeeAll()) return NoJob(snap, id);
       return Status(StatusCode::kPermissionDenied, "job " + std::to_string(id) + " is " + (*job)->user +
                                                        "'s: only its owner or an admin may do that");
     }
@@ -1384,8 +1385,19 @@ class HttpServerImpl final : public HttpServer {
     ROTA_ASSIGN_OR_RETURN(uint64_t id, ParseId(id_text));
     *job = snap.FindJob(JobId(id));
     *owner = *job != nullptr && (who.admin() || (*job)->user == who.user);
-    if (*job == nullptr || (!*owner && !AllSeeAll())) return NotFoundError("no job " + std::to_string(id));
+    if (*job == nullptr || (!*owner && !AllSeeAll())) return NoJob(snap, id);
     return Status::Ok();
+  }
+  // NotFound for job `id`. An id below those forgotten jobs had (it may be
+  // one) says that ended jobs are forgotten; another's job hidden there says
+  // the same, so the answer tells nothing of whose it is.
+  Status NoJob(const Snapshot& snap, uint64_t id) const {
+    std::string message = "no job " + std::to_string(id);
+    if (id < snap.issued_below()) {
+      message += " (a job is forgotten " + FormatDuration(c_->job_retention()) +
+                 " after it ends; rota report keeps what it used)";
+    }
+    return NotFoundError(message);
   }
   bool AllSeeAll() const { return c_->config().job_visibility == "all"; }
 

@@ -15,7 +15,26 @@ void NoteRequestId(RequestIds& ids, const std::string& user, const std::string& 
   it->second = {JobId(lo), static_cast<int64_t>(hi - lo)};
 }
 
+void ForgetRequestIds(RequestIds& ids, const JobsForgotten& forgotten, const Snapshot& before, const Snapshot& after) {
+  for (JobId id : forgotten.ids) {
+    const JobRecord* job = before.FindJob(id);
+    if (job == nullptr || job->request_id.empty()) continue;
+    auto it = ids.find(job->user + '\n' + job->request_id);
+    if (it == ids.end()) continue;
+    const auto& [first, count] = it->second;
+    auto next = after.jobs().upper_bound(JobId(first.value() - 1));
+    if (next == after.jobs().end() || next->first.value() >= first.value() + static_cast<uint64_t>(count)) ids.erase(it);
+  }
+}
+
 Status Recovered::Apply(const Event& e) {
+  if (auto* f = std::get_if<JobsForgotten>(&e)) {
+    next_job_id = std::max(next_job_id, f->next_id);
+    const Snapshot before = state->GetSnapshot();
+    ROTA_RETURN_IF_ERROR(state->Apply(e).WithPrefix("replaying the journal"));
+    ForgetRequestIds(request_ids, *f, before, state->GetSnapshot());
+    return Status::Ok();
+  }
   if (auto* s = std::get_if<JobSubmitted>(&e)) {
     next_job_id = std::max(next_job_id, s->id.value() + 1);
     if (!s->request_id.empty()) NoteRequestId(request_ids, s->user, s->request_id, s->id, 1);

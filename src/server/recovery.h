@@ -21,6 +21,12 @@ using RequestIds = std::unordered_map<std::string, std::pair<JobId, int64_t>>;
 // (another part of the same array, seen in any order, widens it).
 void NoteRequestId(RequestIds& ids, const std::string& user, const std::string& key, JobId first, int64_t count);
 
+// Drops the keys of the jobs `forgotten` names (read in `before`, the state
+// that held them) that made no job `after` still holds: a key is kept while
+// a job it made is, as a restart (which rebuilds the keys from the jobs)
+// would keep it.
+void ForgetRequestIds(RequestIds& ids, const JobsForgotten& forgotten, const Snapshot& before, const Snapshot& after);
+
 struct Recovered {
   explicit Recovered(std::vector<std::string> levels) : state(std::make_unique<ClusterState>(std::move(levels))) {}
 

@@ -380,6 +380,8 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
 
   header("rota_jobs_submitted_total", "counter", "Jobs accepted since this server started.");
   out += "rota_jobs_submitted_total " + std::to_string(m.jobs_submitted) + "\n";
+  header("rota_jobs_held", "gauge", "Jobs the server holds: the live ones, and those that ended until the job retention forgets them.");
+  out += "rota_jobs_held " + std::to_string(snap.jobs().size()) + "\n";
   header("rota_preemptions_total", "counter", "Jobs preempted since this server started.");
   out += "rota_preemptions_total " + std::to_string(m.preemptions) + "\n";
 

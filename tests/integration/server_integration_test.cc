@@ -912,6 +912,53 @@ TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
   std::printf("kill -9 test: %zu acknowledged submissions from 8 clients, all recovered\n", acked.size());
 }
 
+// --job-retention: a job that ended that long ago is forgotten (404, saying
+// so, through the API and `rota describe`); live jobs stay; a restart keeps
+// it gone and issues its id to no other job.
+TEST_F(Integration, EndedJobsAreForgottenAfterTheJobRetention) {
+  const std::string config = Write("c.yaml", "node_groups: [{name: n, count: 1, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]\n");
+  RotaProcess server("server", tmp.path() + "/data", {"--config", config, "--rate-limit", "0", "--job-retention", "2s"});
+  auto admin = server.Admin();
+  auto submit = [&](const std::string& name) -> uint64_t {
+    auto r = admin.Post("/v1/jobs", "name: " + name + "\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml");
+    EXPECT_TRUE(r && r->status == 201) << (r ? r->body : "no answer");
+    return r && r->status == 201 ? json::parse(r->body)["id"].get<uint64_t>() : 0;
+  };
+  const uint64_t live = submit("live");
+  const uint64_t ended = submit("ended");
+  ASSERT_GT(ended, live);
+  auto cancel = admin.Post("/v1/jobs/" + std::to_string(ended) + "/cancel", "{}", "application/json");
+  ASSERT_TRUE(cancel && cancel->status == 200) << (cancel ? cancel->body : "no answer");
+  ASSERT_EQ(admin.Get("/v1/jobs/" + std::to_string(ended))->status, 200);  // ended, not yet forgotten
+  int status = 200;
+  for (int i = 0; i < 100 && status == 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    status = admin.Get("/v1/jobs/" + std::to_string(ended))->status;
+  }
+  ASSERT_EQ(status, 404) << "job " << ended << " was not forgotten within 10 s of a 2 s retention";
+  const std::string error = json::parse(admin.Get("/v1/jobs/" + std::to_string(ended))->body)["error"]["message"];
+  EXPECT_EQ(error, "no job " + std::to_string(ended) +
+                       " (a job is forgotten 2s after it ends; rota report keeps what it used)");
+  EXPECT_EQ(admin.Get("/v1/jobs/" + std::to_string(live))->status, 200);
+  // An id never issued says nothing of retention.
+  EXPECT_EQ(json::parse(admin.Get("/v1/jobs/999")->body)["error"]["message"], "no job 999");
+  CommandResult described = RunRota({"describe", std::to_string(ended)}, server.ClientEnv(), tmp.path());
+  EXPECT_NE(described.exit_code, 0);
+  EXPECT_NE(described.err.find("is forgotten 2s after it ends"), std::string::npos) << described.err;
+  const json listed = json::parse(admin.Get("/v1/jobs?all=true")->body)["jobs"];
+  ASSERT_EQ(listed.size(), 1u) << listed.dump();
+  EXPECT_EQ(listed[0]["id"], live);
+
+  server.Kill(SIGKILL);
+  server.Restart();
+  auto restarted = server.Admin();
+  EXPECT_EQ(restarted.Get("/v1/jobs/" + std::to_string(ended))->status, 404);
+  EXPECT_EQ(restarted.Get("/v1/jobs/" + std::to_string(live))->status, 200);
+  auto next = restarted.Post("/v1/jobs", "name: next\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml");
+  ASSERT_TRUE(next && next->status == 201) << (next ? next->body : "no answer");
+  EXPECT_EQ(json::parse(next->body)["id"].get<uint64_t>(), ended + 1);
+}
+
 TEST_F(Integration, MetricsPassPromtool) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xA100:40Gi", "--name", "m"});
   auto admin = up.Admin();
