@@ -254,12 +254,20 @@ Status ClusterState::ApplyOne(const JobsForgotten& e) {
                                      ": only a job that ended is forgotten");
     }
   }
+  if (e.next_id >= (uint64_t{1} << 40)) {
+    return InvalidArgumentError("jobs forgotten: next_id " + std::to_string(e.next_id) + " is out of range");
+  }
   if (!e.ids.empty() && e.next_id <= e.ids.back().value()) {
     return InvalidArgumentError("jobs forgotten: next_id " + std::to_string(e.next_id) + " is not above job " +
                                 std::to_string(e.ids.back().value()));
   }
   for (const auto& [queue, days] : e.usage) {
     for (const auto& [day, gpu_us] : days) {
+      // (Days of the epoch up to the ids' and times' range: nothing to overflow.)
+      if (day < 0 || day > kMaxForgottenUsageDay) {
+        return InvalidArgumentError("jobs forgotten: usage of queue '" + queue + "': day " + std::to_string(day) +
+                                    " is out of range");
+      }
       if (gpu_us < 0) {
         return InvalidArgumentError("jobs forgotten: usage of queue '" + queue + "' on day " + std::to_string(day) +
                                     " is negative");
@@ -279,9 +287,13 @@ Status ClusterState::ApplyOne(const JobsForgotten& e) {
     if (gpus == 0) gpus = job.GpusOf(job.last_placement);
     if (gpus > 0) {
       std::map<int64_t, int64_t>& days = usage[job.spec().queue];
+      // (Days before those kept are dropped below: not walked. Days are
+      // those of 0..kMaxForgottenUsageDay, as an event's must be.)
+      const TimePoint kept_from = std::max<TimePoint>(0, (e.at / kForgottenUsageDay - kForgottenUsageDays) * kForgottenUsageDay);
+      const TimePoint kept_to = (kMaxForgottenUsageDay + 1) * kForgottenUsageDay;
       for (const JobAttempt& a : job.attempts) {
-        for (TimePoint t = a.started_at; t < a.ended_at;) {
-          const int64_t day = t / kForgottenUsageDay - (t % kForgottenUsageDay < 0 ? 1 : 0);
+        for (TimePoint t = std::max(a.started_at, kept_from); t < std::min(a.ended_at, kept_to);) {
+          const int64_t day = t / kForgottenUsageDay;
           const TimePoint end = std::min(a.ended_at, (day + 1) * kForgottenUsageDay);
           days[day] += gpus * (end - t);
           t = end;
@@ -290,13 +302,12 @@ Status ClusterState::ApplyOne(const JobsForgotten& e) {
     }
     d.jobs.Erase(id);
   }
-  // Older days weigh nothing against any half-life fair share would use.
-  if (e.at > 0) {
-    const int64_t oldest = e.at / kForgottenUsageDay - kForgottenUsageDays;
-    for (auto it = usage.begin(); it != usage.end();) {
-      it->second.erase(it->second.begin(), it->second.lower_bound(oldest));
-      it = it->second.empty() ? usage.erase(it) : std::next(it);
-    }
+  // Older days weigh nothing against any half-life fair share would use
+  // (and a queue with no day left goes).
+  const int64_t oldest = e.at > 0 ? e.at / kForgottenUsageDay - kForgottenUsageDays : 0;
+  for (auto it = usage.begin(); it != usage.end();) {
+    it->second.erase(it->second.begin(), it->second.lower_bound(oldest));
+    it = it->second.empty() ? usage.erase(it) : std::next(it);
   }
   d.issued_below = std::max(d.issued_below, e.next_id);
   return Status::Ok();

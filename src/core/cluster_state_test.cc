@@ -434,6 +434,28 @@ TEST(JobTable, IteratesInOrderAcrossChunksAndCopiesOnWrite) {
   EXPECT_EQ(t.upper_bound(JobId(1023)), t.end());
 }
 
+// ForEachNotIn gives the jobs one table holds and another does not (the
+// ended ones: all jobs against the live), in id order, across chunks the
+// other lacks, shorter or longer tables and words of 64 ids.
+TEST(JobTable, ForEachNotInGivesWhatOnlyThisTableHolds) {
+  JobTable all, live;
+  for (uint64_t id : {1u, 2u, 63u, 64u, 65u, 127u, 128u, 700u, 5000u, 9000u}) all.Put(JobId(id), Rec(id));
+  for (uint64_t id : {2u, 64u, 127u, 128u, 5000u}) live.Put(JobId(id), Rec(id));
+  live.Put(JobId(20000), Rec(20000));  // (beyond all's chunks)
+  std::vector<uint64_t> seen;
+  all.ForEachNotIn(live, [&](JobId id, const std::shared_ptr<const JobRecord>& job) {
+    EXPECT_EQ(job->id, id);
+    seen.push_back(id.value());
+  });
+  EXPECT_EQ(seen, (std::vector<uint64_t>{1, 63, 65, 700, 9000}));
+  seen.clear();
+  all.ForEachNotIn(JobTable(), [&](JobId id, const auto&) { seen.push_back(id.value()); });
+  EXPECT_EQ(seen.size(), all.size());
+  seen.clear();
+  all.ForEachNotIn(all, [&](JobId id, const auto&) { seen.push_back(id.value()); });
+  EXPECT_TRUE(seen.empty());
+}
+
 // A chunk's version changes with every write to it, shared or not, and
 // never comes back: a reader that kept what it derived from a version may
 // use it only while the version is the same (the engine keeps no old
@@ -491,10 +513,6 @@ TEST(ClusterState, AJobsAttainedServiceAddsUpItsAttempts) {
   EXPECT_EQ(again.GetSnapshot().FindJob(JobId(1))->attained, 150);  // not its last attempt twice
 }
 
-// The learned order's history: jobs a minute apart with the same queue and
-// GPU count are one sweep; a job that ends on its own is learned (its
-// GPU-time binned, its sweep's count), a cancelled one only leaves; a sweep
-// with no live job that can take no more is dropped.
 // Jobs that ended are forgotten (the server's job retention): all the ids
 // named or none, only ended ones; what they ran stays, by queue and day, and
 // the ids issued outlive them through a journal snapshot.
@@ -536,6 +554,10 @@ TEST(ClusterState, ForgetsEndedJobsAndKeepsWhatTheyRan) {
   EXPECT_EQ(st.Apply(JobsForgotten{{JobId(1), JobId(5)}, 20 * day, 5}).message(),
             "jobs forgotten: next_id 5 is not above job 5");
   EXPECT_EQ(st.Apply(JobsForgotten{{}, 20 * day, 6, {{"q", {{3, -1}}}}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.Apply(JobsForgotten{{}, 20 * day, 6, {{"q", {{-3, 1}}}}}).message(),
+            "jobs forgotten: usage of queue 'q': day -3 is out of range");
+  EXPECT_EQ(st.Apply(JobsForgotten{{JobId(1)}, 20 * day, uint64_t{1} << 40}).message(),
+            "jobs forgotten: next_id 1099511627776 is out of range");
   EXPECT_EQ(st.revision(), before.revision());
   EXPECT_NE(st.GetSnapshot().FindJob(JobId(1)), nullptr);
   EXPECT_TRUE(st.GetSnapshot().forgotten_usage().empty());
@@ -570,6 +592,10 @@ TEST(ClusterState, ForgetsEndedJobsAndKeepsWhatTheyRan) {
   EXPECT_EQ(replay.GetSnapshot().issued_below(), 7u);
 }
 
+// The learned order's history: jobs a minute apart with the same queue and
+// GPU count are one sweep; a job that ends on its own is learned (its
+// GPU-time binned, its sweep's count), a cancelled one only leaves; a sweep
+// with no live job that can take no more is dropped.
 TEST(ClusterState, RunHistoryLearnsFinishedJobsAndTheirSweeps) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n", 8)}).ok());

@@ -168,6 +168,9 @@ class Controller {
   // and with `running` the running attempts' measure so far (end
   // "running"); a user's own only unless `who` is an admin.
   StatusOr<std::vector<UsageRecord>> Usage(const Principal& who, TimePoint since, TimePoint until, bool running) const;
+  // One job's records, by attempt (a forgotten job's too); none unless it
+  // is `who`'s or `who` is an admin.
+  StatusOr<std::vector<UsageRecord>> UsageOfJob(const Principal& who, JobId job) const;
   // A running job's attempt measured so far (UsageTracker::Peek).
   UsageRecord PeekUsage(const Snapshot& snap, const JobRecord& job) const {
     return usage_.Peek(snap, job, options_.clock->Now());
@@ -384,7 +387,8 @@ class Controller {
   void FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report);
   // Expired time limits and evicted gangs past their grace, ended or requeued.
   void CheckTimes(TimePoint now);
-  // Forgets the jobs that ended job_retention before `now`.
+  // Forgets the jobs that ended job_retention before `now` (at most once a
+  // minute, at most 50,000 a pass).
   void ForgetEnded(TimePoint now);
   void Trigger();
   TaskAssignment Assignment(const Snapshot& snap, const JobRecord& job, size_t index) const;
@@ -467,7 +471,7 @@ class Controller {
   mutable std::mutex family_mu_;  // guards family_usage_
   std::map<std::string, std::deque<UsageRecord>> family_usage_;  // by user + '\n' + name
   TimePoint usage_trimmed_at_ = 0;            // CheckNodes only: the last retention pass
-  TimePoint jobs_forgotten_at_ = 0;           // CheckNodes only: the last job retention pass
+  TimePoint jobs_forgotten_at_ = 0;           // ForgetEnded only (the scheduling loop): its last pass
   // Scheduler thread only: what the last cycle saw and did.
   uint64_t last_cycle_revision_ = 0;
   bool last_cycle_idle_ = false;  // it decided nothing

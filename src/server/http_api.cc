@@ -523,13 +523,20 @@ class HttpServerImpl final : public HttpServer {
       auto id = c_->SubmitArray(who, std::move(*spec), array, request_id, &replayed);
       if (!id.ok()) return ReplyError(res, id.status());
       Snapshot snap = c_->snapshot();
-      ordered_json view = JobView(*c_, snap, *snap.FindJob(*id), false);
+      const JobRecord* made = snap.FindJob(*id);
+      if (made == nullptr) {
+        // A retried key whose job ended long ago, forgotten since the retry
+        // found it (the job retention).
+        return ReplyError(res, FailedPreconditionError("Idempotency-Key '" + request_id + "' was used before for job " +
+                                                       std::to_string(id->value()) +
+                                                       ", forgotten since; use a new key for a new submission"));
+      }
+      ordered_json view = JobView(*c_, snap, *made, false);
       // One shape for one job and for an array: the first job's view, and
       // the ids and count of all (an array's also under "array").
       view["ids"] = {{"first", id->value()}, {"last", id->value() + static_cast<uint64_t>(count) - 1}};
       view["count"] = count;
       // A job like ones that under-used what they held: say what fits.
-      const JobRecord* made = snap.FindJob(*id);
       if (const RightSize shape = c_->FamilyShape(made->user, made->spec().name); shape.recommended) {
         const TaskGroupSpec& first = made->spec().tasks.front();
         if (!first.gpu_share.shared() && first.gpus == shape.gpus_per_replica) {
@@ -639,8 +646,23 @@ class HttpServerImpl final : public HttpServer {
       const JobRecord* job = nullptr;
       Snapshot snap = c_->snapshot();
       bool owner = false;
-      if (Status s = FindVisible(who, snap, req.matches[1], &job, &owner); !s.ok()) return ReplyError(res, s);
       const TimePoint now = c_->clock().Now();
+      if (Status s = FindVisible(who, snap, req.matches[1], &job, &owner); !s.ok()) {
+        // A job the state forgot (the job retention): its records, which
+        // outlive it, if they are `who`'s to see (else the same 404).
+        const StatusOr<uint64_t> parsed = ParseId(req.matches[1]);
+        const uint64_t id = parsed.ok() ? *parsed : 0;
+        if (s.code() != StatusCode::kNotFound || id == 0 || id >= snap.issued_below()) return ReplyError(res, s);
+        auto own = c_->UsageOfJob(who, JobId(id));
+        if (!own.ok()) return ReplyError(res, own.status());
+        if (own->empty()) return ReplyError(res, s);
+        auto records = c_->Usage(who, now - kFamilyWindow, now + 1, true);  // (its family's right size)
+        if (!records.ok()) return ReplyError(res, records.status());
+        std::erase_if(*records, [&](const UsageRecord& r) { return r.job == JobId(id); });
+        records->insert(records->end(), own->begin(), own->end());
+        Reply(res, 200, BuildJobReport(*records, JobId(id), now, ReportOptions{.currency = c_->config().accounting.currency}));
+        return;
+      }
       auto records = c_->Usage(who, std::min(job->submitted_at, now - kFamilyWindow), now + 1, true);
       if (!records.ok()) return ReplyError(res, records.status());
       Reply(res, 200, BuildJobReport(*records, job->id, now, ReportOptions{.currency = c_->config().accounting.currency}));
@@ -724,8 +746,7 @@ class HttpServerImpl final : public HttpServer {
       auto one = c_->CancelMany(who, {JobId(*id)}, AllSeeAll());
       if (!one.ok()) return ReplyError(res, one.status());
       if (!one->front().ok()) return ReplyError(res, one->front());
-      Snapshot snap = c_->snapshot();
-      Reply(res, 200, JobView(*c_, snap, *snap.FindJob(JobId(*id)), false));
+      ReplyJob(res, JobId(*id));
     }));
 
     // hold, release (scontrol hold/release) and requeue (scontrol requeue).
@@ -733,12 +754,15 @@ class HttpServerImpl final : public HttpServer {
       const std::string v = verb;
       srv.Post(std::string(R"(/v1/jobs/([^/]+)/)") + verb, Guard([this, v](const Principal& who, const HttpRequest& req, HttpResponse& res) {
         const JobRecord* job = nullptr;
-        if (Status s = Find(who, c_->snapshot(), req.matches[1], &job); !s.ok()) return ReplyError(res, s);
-        const JobId id = job->id;
+        JobId id;
+        {
+          const Snapshot snap = c_->snapshot();
+          if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
+          id = job->id;
+        }
         const Status s = v == "requeue" ? c_->Requeue(who, id) : c_->SetHold(who, id, v == "hold");
         if (!s.ok()) return ReplyError(res, s);
-        Snapshot snap = c_->snapshot();
-        Reply(res, 200, JobView(*c_, snap, *snap.FindJob(id), false));
+        ReplyJob(res, id);
       }));
     }
 
@@ -752,8 +776,7 @@ class HttpServerImpl final : public HttpServer {
       Snapshot snap = c_->snapshot();
       if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
       if (Status s = c_->Checkpoint(who, job->id, body["path"].get<std::string>()); !s.ok()) return ReplyError(res, s);
-      Snapshot after = c_->snapshot();
-      Reply(res, 200, JobView(*c_, after, *after.FindJob(job->id), false));
+      ReplyJob(res, job->id);
     }));
 
     srv.Get(R"(/v1/jobs/([^/]+)/logs)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
@@ -1178,8 +1201,7 @@ class HttpServerImpl final : public HttpServer {
       if (Status s = RequireCommands(*spec); !s.ok()) return ReplyError(res, s);
       auto id = c_->UpdateService(who, std::move(*spec));
       if (!id.ok()) return ReplyError(res, id.status());
-      Snapshot snap = c_->snapshot();
-      Reply(res, 200, JobView(*c_, snap, *snap.FindJob(*id), false));
+      ReplyJob(res, *id);
     }));
     srv.Get(R"(/v1/services/([^/]+)/endpoints)", Guard([this](const Principal& who, const HttpRequest& req,
                                                               HttpResponse& res) {
@@ -1388,14 +1410,25 @@ class HttpServerImpl final : public HttpServer {
     if (*job == nullptr || (!*owner && !AllSeeAll())) return NoJob(snap, id);
     return Status::Ok();
   }
+  // 200 with job `id` as it is now, after a change to it; 404 if it is gone
+  // since (a job that ended can be forgotten at any time after the job
+  // retention, which may be short).
+  void ReplyJob(HttpResponse& res, JobId id) const {
+    const Snapshot snap = c_->snapshot();
+    const JobRecord* job = snap.FindJob(id);
+    if (job == nullptr) return ReplyError(res, NoJob(snap, id.value()));
+    Reply(res, 200, JobView(*c_, snap, *job, false));
+  }
   // NotFound for job `id`. An id below those forgotten jobs had (it may be
   // one) says that ended jobs are forgotten; another's job hidden there says
   // the same, so the answer tells nothing of whose it is.
   Status NoJob(const Snapshot& snap, uint64_t id) const {
     std::string message = "no job " + std::to_string(id);
     if (id < snap.issued_below()) {
-      message += " (a job is forgotten " + FormatDuration(c_->job_retention()) +
-                 " after it ends; rota report keeps what it used)";
+      const std::string report = "rota report job " + std::to_string(id) + " shows what it used";
+      message += c_->job_retention() > 0
+                     ? " (a job is forgotten " + FormatDuration(c_->job_retention()) + " after it ends; " + report + ")"
+                     : " (a job that ended may have been forgotten; " + report + ")";
     }
     return NotFoundError(message);
   }

@@ -15,15 +15,19 @@ void NoteRequestId(RequestIds& ids, const std::string& user, const std::string& 
   it->second = {JobId(lo), static_cast<int64_t>(hi - lo)};
 }
 
+const JobRecord* FirstHeld(const Snapshot& snap, JobId first, int64_t count) {
+  auto it = snap.jobs().upper_bound(JobId(first.value() - 1));
+  if (it == snap.jobs().end() || it->first.value() >= first.value() + static_cast<uint64_t>(count)) return nullptr;
+  return it->second.get();
+}
+
 void ForgetRequestIds(RequestIds& ids, const JobsForgotten& forgotten, const Snapshot& before, const Snapshot& after) {
   for (JobId id : forgotten.ids) {
     const JobRecord* job = before.FindJob(id);
     if (job == nullptr || job->request_id.empty()) continue;
     auto it = ids.find(job->user + '\n' + job->request_id);
     if (it == ids.end()) continue;
-    const auto& [first, count] = it->second;
-    auto next = after.jobs().upper_bound(JobId(first.value() - 1));
-    if (next == after.jobs().end() || next->first.value() >= first.value() + static_cast<uint64_t>(count)) ids.erase(it);
+    if (FirstHeld(after, it->second.first, it->second.second) == nullptr) ids.erase(it);
   }
 }
 
@@ -35,13 +39,22 @@ Status Recovered::Apply(const Event& e) {
     ForgetRequestIds(request_ids, *f, before, state->GetSnapshot());
     return Status::Ok();
   }
+  // An array element's key covers its whole array, as the submission's did
+  // (a journal snapshot may hold only some of its elements: the others
+  // forgotten).
   if (auto* s = std::get_if<JobSubmitted>(&e)) {
     next_job_id = std::max(next_job_id, s->id.value() + 1);
-    if (!s->request_id.empty()) NoteRequestId(request_ids, s->user, s->request_id, s->id, 1);
+    if (!s->request_id.empty()) {
+      const bool array = s->array.value() != 0 && s->array_count > 0;
+      NoteRequestId(request_ids, s->user, s->request_id, array ? s->array : s->id, array ? s->array_count : 1);
+    }
   }
   if (auto* s = std::get_if<JobsSubmitted>(&e)) {
     next_job_id = std::max(next_job_id, s->first.value() + static_cast<uint64_t>(s->count));
-    if (!s->request_id.empty()) NoteRequestId(request_ids, s->user, s->request_id, s->first, s->count);
+    if (!s->request_id.empty()) {
+      const bool array = s->array.value() != 0 && s->array_count > 0;
+      NoteRequestId(request_ids, s->user, s->request_id, array ? s->array : s->first, array ? s->array_count : s->count);
+    }
   }
   return state->Apply(e).WithPrefix("replaying the journal");
 }

@@ -21,6 +21,10 @@ using RequestIds = std::unordered_map<std::string, std::pair<JobId, int64_t>>;
 // (another part of the same array, seen in any order, widens it).
 void NoteRequestId(RequestIds& ids, const std::string& user, const std::string& key, JobId first, int64_t count);
 
+// The first job `snap` holds of ids first..first+count-1 (null: none; the
+// others may have been forgotten).
+const JobRecord* FirstHeld(const Snapshot& snap, JobId first, int64_t count);
+
 // Drops the keys of the jobs `forgotten` names (read in `before`, the state
 // that held them) that made no job `after` still holds: a key is kept while
 // a job it made is, as a restart (which rebuilds the keys from the jobs)

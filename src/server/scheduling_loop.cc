@@ -37,6 +37,7 @@ void Controller::SchedulerLoop() {
     if (scheduled_now || !last_checked_at_ || now - *last_checked_at_ >= kCheckEvery || now < *last_checked_at_) {
       last_checked_at_ = now;
       CheckNodes();
+      ForgetEnded(now);  // (after the nodes: a long pass never delays a node's loss)
     }
     const auto quiet = std::min<std::chrono::steady_clock::duration>(
         std::chrono::microseconds(options_.quiet_interval),

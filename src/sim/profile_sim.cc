@@ -617,7 +617,7 @@ StatusOr<Projection> Project(const ClusterConfig& config, const Snapshot& snap, 
   }
 
   // The dry run's jobs, submitted at the first step.
-  const uint64_t first_new = snap.jobs().max_id().value() + 1;
+  const uint64_t first_new = std::max(snap.jobs().max_id().value() + 1, snap.issued_below());  // (no forgotten job's)
   for (size_t k = 0; k < options.submit.size(); ++k) {
     const JobId id(first_new + k);
     ModelWork w;

@@ -60,6 +60,15 @@ class MemoryStore final : public Store {
     std::stable_sort(out.begin(), out.end(), [](const UsageRecord& a, const UsageRecord& b) { return a.ended_at < b.ended_at; });
     return out;
   }
+  StatusOr<std::vector<UsageRecord>> UsageOfJob(JobId job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<UsageRecord> out;
+    for (const UsageRecord& r : usage_) {
+      if (r.job == job) out.push_back(r);
+    }
+    std::sort(out.begin(), out.end(), [](const UsageRecord& a, const UsageRecord& b) { return a.attempt < b.attempt; });
+    return out;
+  }
   StatusOr<int64_t> DropUsage(TimePoint before) override {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t n = 0;

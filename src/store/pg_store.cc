@@ -696,6 +696,20 @@ StatusOr<std::vector<UsageRecord>> PgStore::Usage(TimePoint since, TimePoint unt
   return out;
 }
 
+StatusOr<std::vector<UsageRecord>> PgStore::UsageOfJob(JobId job) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_db_->Exec("read usage",
+                                                     "SELECT body FROM rota_usage WHERE job = $1::bigint ORDER BY attempt",
+                                                     {std::to_string(job.value())}));
+  std::vector<UsageRecord> out;
+  out.reserve(static_cast<size_t>(r.rows()));
+  for (int i = 0; i < r.rows(); ++i) {
+    ROTA_ASSIGN_OR_RETURN(UsageRecord u, api::DecodeUsage(r.text(i, 0)));
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
 StatusOr<int64_t> PgStore::DropUsage(TimePoint before) {
   std::lock_guard<std::mutex> lock(usage_mu_);
   ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_db_->Exec("drop usage", "DELETE FROM rota_usage WHERE ended_at < $1::bigint",

@@ -548,6 +548,25 @@ StatusOr<std::vector<UsageRecord>> SqliteStore::Usage(TimePoint since, TimePoint
   return out;
 }
 
+StatusOr<std::vector<UsageRecord>> SqliteStore::UsageOfJob(JobId job) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(usage_db_, "SELECT body FROM usage WHERE job = ? ORDER BY attempt", -1, &st.s, nullptr) !=
+      SQLITE_OK) {
+    return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
+  }
+  sqlite3_bind_int64(st.s, 1, static_cast<sqlite3_int64>(job.value()));
+  std::vector<UsageRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 0));
+    ROTA_ASSIGN_OR_RETURN(UsageRecord r, api::DecodeUsage(std::string_view(text, sqlite3_column_bytes(st.s, 0))));
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
+  return out;
+}
+
 StatusOr<int64_t> SqliteStore::DropUsage(TimePoint before) {
   std::lock_guard<std::mutex> lock(usage_mu_);
   Stmt st;

@@ -43,6 +43,7 @@ class SqliteStore final : public Store {
   StatusOr<std::vector<TokenRecord>> Tokens() override;
   Status PutUsage(const std::vector<UsageRecord>& records) override;
   StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override;
+  StatusOr<std::vector<UsageRecord>> UsageOfJob(JobId job) override;
   StatusOr<int64_t> DropUsage(TimePoint before) override;
   Status PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) override;
   StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,

@@ -72,6 +72,9 @@ class Store {
   virtual Status PutUsage(const std::vector<UsageRecord>& records) = 0;
   // The records of attempts that ended in [since, until), by end time.
   virtual StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) = 0;
+  // The records of one job's attempts, by attempt (a job the state forgot
+  // still has them).
+  virtual StatusOr<std::vector<UsageRecord>> UsageOfJob(JobId job) = 0;
   // Drops the records of attempts that ended before `before`; how many.
   virtual StatusOr<int64_t> DropUsage(TimePoint before) = 0;
 

@@ -195,6 +195,13 @@ TYPED_TEST(StoreContract, KeepsUsageRecordsApartFromTheJournal) {
   auto window = s->Usage(100, 300);
   ASSERT_TRUE(window.ok());
   EXPECT_EQ(window->size(), 2u);  // [since, until)
+  // One job's, by attempt, however they ended.
+  auto one = s->UsageOfJob(JobId(1));
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ASSERT_EQ(one->size(), 2u);
+  EXPECT_EQ((*one)[0], record(1, 0, 100, "alice"));
+  EXPECT_EQ((*one)[1].attempt, 1);
+  EXPECT_TRUE(s->UsageOfJob(JobId(3))->empty());
   auto dropped = s->DropUsage(250);
   ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
   EXPECT_EQ(*dropped, 2);

@@ -913,8 +913,9 @@ TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
 }
 
 // --job-retention: a job that ended that long ago is forgotten (404, saying
-// so, through the API and `rota describe`); live jobs stay; a restart keeps
-// it gone and issues its id to no other job.
+// so, through the API and `rota describe`); live jobs stay; a restart (from
+// the journal: a journal snapshot's part is ControllerTest's) keeps it gone
+// and issues its id to no other job.
 TEST_F(Integration, EndedJobsAreForgottenAfterTheJobRetention) {
   const std::string config = Write("c.yaml", "node_groups: [{name: n, count: 1, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]\n");
   RotaProcess server("server", tmp.path() + "/data", {"--config", config, "--rate-limit", "0", "--job-retention", "2s"});
@@ -938,7 +939,8 @@ TEST_F(Integration, EndedJobsAreForgottenAfterTheJobRetention) {
   ASSERT_EQ(status, 404) << "job " << ended << " was not forgotten within 10 s of a 2 s retention";
   const std::string error = json::parse(admin.Get("/v1/jobs/" + std::to_string(ended))->body)["error"]["message"];
   EXPECT_EQ(error, "no job " + std::to_string(ended) +
-                       " (a job is forgotten 2s after it ends; rota report keeps what it used)");
+                       " (a job is forgotten 2s after it ends; rota report job " + std::to_string(ended) +
+                       " shows what it used)");
   EXPECT_EQ(admin.Get("/v1/jobs/" + std::to_string(live))->status, 200);
   // An id never issued says nothing of retention.
   EXPECT_EQ(json::parse(admin.Get("/v1/jobs/999")->body)["error"]["message"], "no job 999");

@@ -112,5 +112,40 @@ TEST_F(Accounting, AnEndedJobHasAUsageRecordAndAReport) {
   EXPECT_EQ(as_bob["total"]["jobs"], 0);
 }
 
+// A job the job retention forgot keeps its usage: GET /v1/jobs/ID/usage
+// and `rota report job ID` answer from its records, for its owner and admins
+// only (another user gets the 404 a forgotten job gets).
+class ShortRetention : public AgentCluster {
+ protected:
+  std::vector<std::string> ExtraServerArgs() override { return {"--job-retention", "2s"}; }
+};
+
+TEST_F(ShortRetention, AForgottenJobsUsageStaysInItsReport) {
+  auto admin = server_->Admin();
+  auto r = admin.Post("/v1/jobs", "name: short\ntasks: [{gpus: 1, command: [sleep, '1']}]\n", "application/yaml");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const std::string id = std::to_string(json::parse(r->body)["id"].get<int>());
+  int status = 200;
+  for (int i = 0; i < 300 && status == 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    status = admin.Get("/v1/jobs/" + id)->status;
+  }
+  ASSERT_EQ(status, 404) << "job " << id << " was not forgotten within 15 s of a 2 s retention";
+  auto usage = admin.Get("/v1/jobs/" + id + "/usage");
+  ASSERT_EQ(usage->status, 200) << usage->body;
+  const json report = json::parse(usage->body);
+  ASSERT_EQ(report["attempts"].size(), 1u) << report.dump();
+  EXPECT_EQ(report["attempts"][0]["end"], "succeeded");
+  EXPECT_EQ(report["attempts"][0]["gpus"], 1);
+  auto seff = RunWithEnv({RotaBinary(), "report", "job", id}, server_->ClientEnv(), tmp.path());
+  EXPECT_EQ(seff.exit_code, 0) << seff.err;
+  EXPECT_NE(seff.out.find("1xH100"), std::string::npos) << seff.out;
+  const std::string bob =
+      json::parse(admin.Post("/v1/tokens", R"({"user": "bob", "role": "user"})", "application/json")->body)["token"];
+  auto as_bob = server_->Http(bob).Get("/v1/jobs/" + id + "/usage");
+  EXPECT_EQ(as_bob->status, 404) << as_bob->body;
+  EXPECT_EQ(admin.Get("/v1/jobs/999999/usage")->status, 404);  // never issued
+}
+
 }  // namespace
 }  // namespace rota::testing
