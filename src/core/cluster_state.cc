@@ -254,7 +254,7 @@ Status ClusterState::ApplyOne(const JobsForgotten& e) {
                                      ": only a job that ended is forgotten");
     }
   }
-  if (e.next_id >= (uint64_t{1} << 40)) {
+  if (e.next_id > (uint64_t{1} << 40)) {
     return InvalidArgumentError("jobs forgotten: next_id " + std::to_string(e.next_id) + " is out of range");
   }
   if (!e.ids.empty() && e.next_id <= e.ids.back().value()) {
@@ -268,16 +268,20 @@ Status ClusterState::ApplyOne(const JobsForgotten& e) {
         return InvalidArgumentError("jobs forgotten: usage of queue '" + queue + "': day " + std::to_string(day) +
                                     " is out of range");
       }
-      if (gpu_us < 0) {
+      // (A day's GPU-microseconds: under 2^53 for 100 million GPUs.)
+      if (gpu_us < 0 || gpu_us > kMaxDayGpuMicros) {
         return InvalidArgumentError("jobs forgotten: usage of queue '" + queue + "' on day " + std::to_string(day) +
-                                    " is negative");
+                                    " is out of range");
       }
     }
   }
   Snapshot::Data& d = Mutable();
   ForgottenUsage& usage = Owned(d.forgotten_usage);
   for (const auto& [queue, days] : e.usage) {
-    for (const auto& [day, gpu_us] : days) usage[queue][day] += gpu_us;
+    for (const auto& [day, gpu_us] : days) {
+      int64_t& sum = usage[queue][day];
+      sum = std::min(sum + gpu_us, kMaxDayGpuMicros);
+    }
   }
   for (JobId id : e.ids) {
     const JobRecord& job = *d.jobs.find(id)->second;
@@ -295,7 +299,8 @@ Status ClusterState::ApplyOne(const JobsForgotten& e) {
         for (TimePoint t = std::max(a.started_at, kept_from); t < std::min(a.ended_at, kept_to);) {
           const int64_t day = t / kForgottenUsageDay;
           const TimePoint end = std::min(a.ended_at, (day + 1) * kForgottenUsageDay);
-          days[day] += gpus * (end - t);
+          int64_t& sum = days[day];
+          sum = std::min(sum + gpus * (end - t), kMaxDayGpuMicros);
           t = end;
         }
       }

@@ -553,11 +553,12 @@ TEST(ClusterState, ForgetsEndedJobsAndKeepsWhatTheyRan) {
   EXPECT_EQ(st.Apply(JobsForgotten{{JobId(1), JobId(9)}, 20 * day, 10}).code(), StatusCode::kNotFound);
   EXPECT_EQ(st.Apply(JobsForgotten{{JobId(1), JobId(5)}, 20 * day, 5}).message(),
             "jobs forgotten: next_id 5 is not above job 5");
-  EXPECT_EQ(st.Apply(JobsForgotten{{}, 20 * day, 6, {{"q", {{3, -1}}}}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.Apply(JobsForgotten{{}, 20 * day, 6, {{"q", {{3, -1}}}}}).message(),
+            "jobs forgotten: usage of queue 'q' on day 3 is out of range");
   EXPECT_EQ(st.Apply(JobsForgotten{{}, 20 * day, 6, {{"q", {{-3, 1}}}}}).message(),
             "jobs forgotten: usage of queue 'q': day -3 is out of range");
-  EXPECT_EQ(st.Apply(JobsForgotten{{JobId(1)}, 20 * day, uint64_t{1} << 40}).message(),
-            "jobs forgotten: next_id 1099511627776 is out of range");
+  EXPECT_EQ(st.Apply(JobsForgotten{{JobId(1)}, 20 * day, (uint64_t{1} << 40) + 1}).message(),
+            "jobs forgotten: next_id 1099511627777 is out of range");
   EXPECT_EQ(st.revision(), before.revision());
   EXPECT_NE(st.GetSnapshot().FindJob(JobId(1)), nullptr);
   EXPECT_TRUE(st.GetSnapshot().forgotten_usage().empty());

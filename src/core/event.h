@@ -254,6 +254,7 @@ using ForgottenUsage = std::map<std::string, std::map<int64_t, int64_t>>;
 inline constexpr Duration kForgottenUsageDay = 24LL * 3600 * 1'000'000;
 inline constexpr int64_t kForgottenUsageDays = 400;  // kept after the latest forget
 inline constexpr int64_t kMaxForgottenUsageDay = 1'000'000;  // (the year 4707)
+inline constexpr int64_t kMaxDayGpuMicros = int64_t{1} << 53;  // a day's, in a queue
 
 // Jobs that ended long enough ago (the server's job retention) leave the
 // state, and the memory they held with them. What they ran stays in the

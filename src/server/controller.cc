@@ -11,6 +11,12 @@
 
 namespace rota::server {
 
+namespace {
+// The reason an array's committed chunks are cancelled with when a later
+// chunk is refused (the message follows).
+constexpr std::string_view kArrayFailed = "array submission failed: ";
+}  // namespace
+
 Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
     : options_(std::move(options)),
       store_(std::move(store)),
@@ -672,7 +678,8 @@ void Controller::CheckTimes(TimePoint now) {
 void Controller::ForgetEnded(TimePoint now) {
   // At most once a minute, or four times a retention if that is shorter.
   if (options_.job_retention <= 0 ||
-      now - jobs_forgotten_at_ < std::clamp<Duration>(options_.job_retention / 4, kCheckEvery, 60 * kMicrosPerSecond)) {
+      (now >= jobs_forgotten_at_ &&  // (a clock stepped back: at once)
+       now - jobs_forgotten_at_ < std::clamp<Duration>(options_.job_retention / 4, kCheckEvery, 60 * kMicrosPerSecond))) {
     return;
   }
   jobs_forgotten_at_ = now;
@@ -935,6 +942,12 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
         const bool same_array = job != nullptr && (job->array_count > 0) == array.is_array() &&
                                 job->array_first_index == array.first_index &&
                                 job->array_max_running == array.max_running;
+        if (job != nullptr && job->state == JobState::kCancelled && job->end_reason.rfind(kArrayFailed, 0) == 0) {
+          // (Erased when it failed; a restart notes it again from its jobs.)
+          return FailedPreconditionError("Idempotency-Key '" + request_id +
+                                         "' was used before for an array that was not accepted (" + job->end_reason +
+                                         "); use a new key");
+        }
         if (prior->second != count || job == nullptr || !(job->spec() == spec) || !same_array) {
           return FailedPreconditionError(
               "Idempotency-Key '" + request_id + "' was used before for " + made +
@@ -1016,8 +1029,15 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
       auto undone = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
         for (int64_t i = 0; i < done; ++i) {
           batch.Apply(JobCancelled{JobId(first + static_cast<uint64_t>(i)), options_.clock->Now(),
-                                   "array submission failed: " + std::string(more.status().message())})
+                                   std::string(kArrayFailed) + std::string(more.status().message())})
               .IgnoreError();
+        }
+        // Its key made nothing that stands: a retry makes the array anew.
+        if (!request_id.empty()) {
+          auto key = request_ids_.find(who.user + '\n' + request_id);
+          if (key != request_ids_.end() && key->second == std::pair<JobId, int64_t>{JobId(first), count}) {
+            request_ids_.erase(key);
+          }
         }
         return true;
       });

@@ -8,6 +8,7 @@
 #include "server/web_assets.h"
 
 #include "server/http_transport.h"
+#include "server/recovery.h"
 #include "server/replica.h"
 #include "server/report.h"
 #include "server/services.h"
@@ -523,10 +524,11 @@ class HttpServerImpl final : public HttpServer {
       auto id = c_->SubmitArray(who, std::move(*spec), array, request_id, &replayed);
       if (!id.ok()) return ReplyError(res, id.status());
       Snapshot snap = c_->snapshot();
-      const JobRecord* made = snap.FindJob(*id);
+      // (A retried array's first element may be forgotten, its others held.)
+      const JobRecord* made = FirstHeld(snap, *id, count);
       if (made == nullptr) {
-        // A retried key whose job ended long ago, forgotten since the retry
-        // found it (the job retention).
+        // A retried key whose jobs ended long ago, forgotten since the retry
+        // found them (the job retention).
         return ReplyError(res, FailedPreconditionError("Idempotency-Key '" + request_id + "' was used before for job " +
                                                        std::to_string(id->value()) +
                                                        ", forgotten since; use a new key for a new submission"));

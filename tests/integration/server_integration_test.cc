@@ -950,6 +950,23 @@ TEST_F(Integration, EndedJobsAreForgottenAfterTheJobRetention) {
   const json listed = json::parse(admin.Get("/v1/jobs?all=true")->body)["jobs"];
   ASSERT_EQ(listed.size(), 1u) << listed.dump();
   EXPECT_EQ(listed[0]["id"], live);
+  // An array whose first element is forgotten, the other held: a retry of
+  // its submission (same Idempotency-Key) gets the array back.
+  const std::string sweep = "name: sweep\ntasks: [{gpus: 1, command: [sleep, '600']}]\n";
+  auto array = admin.Post("/v1/jobs?count=2", {{"Idempotency-Key", "k-sweep"}}, sweep, "application/yaml");
+  ASSERT_TRUE(array && array->status == 201) << (array ? array->body : "no answer");
+  const uint64_t first = json::parse(array->body)["id"];
+  ASSERT_EQ(admin.Post("/v1/jobs/" + std::to_string(first) + "/cancel", "{}", "application/json")->status, 200);
+  for (int i = 0; i < 100 && admin.Get("/v1/jobs/" + std::to_string(first))->status == 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(admin.Get("/v1/jobs/" + std::to_string(first))->status, 404);
+  auto retried = admin.Post("/v1/jobs?count=2", {{"Idempotency-Key", "k-sweep"}}, sweep, "application/yaml");
+  ASSERT_TRUE(retried) << "no answer";
+  EXPECT_EQ(retried->status, 200) << retried->body;
+  EXPECT_EQ(retried->get_header_value("Idempotent-Replayed"), "true");
+  EXPECT_EQ(json::parse(retried->body)["ids"]["first"], first) << retried->body;
+  EXPECT_EQ(json::parse(retried->body)["id"], first + 1) << retried->body;  // (the view: the first held)
 
   server.Kill(SIGKILL);
   server.Restart();
@@ -958,7 +975,7 @@ TEST_F(Integration, EndedJobsAreForgottenAfterTheJobRetention) {
   EXPECT_EQ(restarted.Get("/v1/jobs/" + std::to_string(live))->status, 200);
   auto next = restarted.Post("/v1/jobs", "name: next\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", "application/yaml");
   ASSERT_TRUE(next && next->status == 201) << (next ? next->body : "no answer");
-  EXPECT_EQ(json::parse(next->body)["id"].get<uint64_t>(), ended + 1);
+  EXPECT_EQ(json::parse(next->body)["id"].get<uint64_t>(), first + 2);
 }
 
 TEST_F(Integration, MetricsPassPromtool) {
