@@ -681,12 +681,10 @@ Status PgStore::PutUsage(const std::vector<UsageRecord>& records) {
       .status();
 }
 
-StatusOr<std::vector<UsageRecord>> PgStore::Usage(TimePoint since, TimePoint until) {
-  std::lock_guard<std::mutex> lock(usage_mu_);
-  ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_db_->Exec("read usage",
-                                                     "SELECT body FROM rota_usage WHERE ended_at >= $1::bigint AND"
-                                                     " ended_at < $2::bigint ORDER BY ended_at, job, attempt",
-                                                     {std::to_string(since), std::to_string(until)}));
+namespace {
+
+// Usage records from a query's first column (one body a row).
+StatusOr<std::vector<UsageRecord>> DecodeUsageRows(const pg::Result& r) {
   std::vector<UsageRecord> out;
   out.reserve(static_cast<size_t>(r.rows()));
   for (int i = 0; i < r.rows(); ++i) {
@@ -696,18 +694,23 @@ StatusOr<std::vector<UsageRecord>> PgStore::Usage(TimePoint since, TimePoint unt
   return out;
 }
 
+}  // namespace
+
+StatusOr<std::vector<UsageRecord>> PgStore::Usage(TimePoint since, TimePoint until) {
+  std::lock_guard<std::mutex> lock(usage_mu_);
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_db_->Exec("read usage",
+                                                     "SELECT body FROM rota_usage WHERE ended_at >= $1::bigint AND"
+                                                     " ended_at < $2::bigint ORDER BY ended_at, job, attempt",
+                                                     {std::to_string(since), std::to_string(until)}));
+  return DecodeUsageRows(r);
+}
+
 StatusOr<std::vector<UsageRecord>> PgStore::UsageOfJob(JobId job) {
   std::lock_guard<std::mutex> lock(usage_mu_);
   ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_db_->Exec("read usage",
                                                      "SELECT body FROM rota_usage WHERE job = $1::bigint ORDER BY attempt",
                                                      {std::to_string(job.value())}));
-  std::vector<UsageRecord> out;
-  out.reserve(static_cast<size_t>(r.rows()));
-  for (int i = 0; i < r.rows(); ++i) {
-    ROTA_ASSIGN_OR_RETURN(UsageRecord u, api::DecodeUsage(r.text(i, 0)));
-    out.push_back(std::move(u));
-  }
-  return out;
+  return DecodeUsageRows(r);
 }
 
 StatusOr<int64_t> PgStore::DropUsage(TimePoint before) {

@@ -528,6 +528,18 @@ Status SqliteStore::PutUsage(const std::vector<UsageRecord>& records) {
   return Status::Ok();
 }
 
+StatusOr<std::vector<UsageRecord>> SqliteStore::ReadUsageRows(sqlite3_stmt* st) {
+  std::vector<UsageRecord> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    ROTA_ASSIGN_OR_RETURN(UsageRecord r, api::DecodeUsage(std::string_view(text, sqlite3_column_bytes(st, 0))));
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
+  return out;
+}
+
 StatusOr<std::vector<UsageRecord>> SqliteStore::Usage(TimePoint since, TimePoint until) {
   std::lock_guard<std::mutex> lock(usage_mu_);
   Stmt st;
@@ -537,15 +549,7 @@ StatusOr<std::vector<UsageRecord>> SqliteStore::Usage(TimePoint since, TimePoint
   }
   sqlite3_bind_int64(st.s, 1, since);
   sqlite3_bind_int64(st.s, 2, until);
-  std::vector<UsageRecord> out;
-  int rc;
-  while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {
-    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 0));
-    ROTA_ASSIGN_OR_RETURN(UsageRecord r, api::DecodeUsage(std::string_view(text, sqlite3_column_bytes(st.s, 0))));
-    out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
-  return out;
+  return ReadUsageRows(st.s);
 }
 
 StatusOr<std::vector<UsageRecord>> SqliteStore::UsageOfJob(JobId job) {
@@ -556,15 +560,7 @@ StatusOr<std::vector<UsageRecord>> SqliteStore::UsageOfJob(JobId job) {
     return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
   }
   sqlite3_bind_int64(st.s, 1, static_cast<sqlite3_int64>(job.value()));
-  std::vector<UsageRecord> out;
-  int rc;
-  while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {
-    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 0));
-    ROTA_ASSIGN_OR_RETURN(UsageRecord r, api::DecodeUsage(std::string_view(text, sqlite3_column_bytes(st.s, 0))));
-    out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
-  return out;
+  return ReadUsageRows(st.s);
 }
 
 StatusOr<int64_t> SqliteStore::DropUsage(TimePoint before) {

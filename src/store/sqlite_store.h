@@ -62,6 +62,8 @@ class SqliteStore final : public Store {
   // DataLoss unless column `crc_col` of `row` is the record's checksum
   // (records from before checksums, below checked_from_, pass).
   Status CheckRecord(const char* what, uint64_t seq, std::string_view body, sqlite3_stmt* row, int crc_col);
+  // Usage records from a prepared query's first column (usage_mu_ held).
+  StatusOr<std::vector<UsageRecord>> ReadUsageRows(sqlite3_stmt* st);
 
   // Calls `fn` with the events of the `parts` parts of the snapshot at `seq`
   // in `source`, checking each part's checksum and that none is missing.
