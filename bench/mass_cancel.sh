@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Cancelling a long queue at once, as an operator clearing it would: a
 # `rota server` (SQLite store in a temporary directory, 4 declared 8-GPU
-# nodes, no agents: everything stays pending) on a free loopback port takes
-# ARRAYS arrays of 100,000 1-GPU jobs, then `rota cancel --state pending`
-# cancels them all (10,000 to a request, one journal write each). Prints the
+# nodes and no agents: 32 jobs are bound to the declared GPUs, the rest stay
+# pending) on a free loopback port takes ARRAYS arrays of 100,000 1-GPU
+# jobs, then `rota cancel --state pending` cancels the pending ones (10,000
+# to a request, one journal write each). Prints the
 # time the cancel took and the server's RSS before it, at its peak from the
 # cancel on (VmHWM, reset just before), and SETTLE_S seconds after, with the
 # same figures for the same server cancelling one job a request
