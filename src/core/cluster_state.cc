@@ -283,18 +283,18 @@ Status ClusterState::ApplyOne(const JobsForgotten& e) {
       sum = std::min(sum + gpu_us, kMaxDayGpuMicros);
     }
   }
+  // Days before `oldest` weigh nothing against any half-life fair share
+  // would use: not walked, and dropped below. Days are those of
+  // 0..kMaxForgottenUsageDay, as an event's must be.
+  const int64_t oldest = e.at > 0 ? e.at / kForgottenUsageDay - kForgottenUsageDays : 0;
+  const TimePoint kept_from = std::max<TimePoint>(0, oldest * kForgottenUsageDay);
+  const TimePoint kept_to = (kMaxForgottenUsageDay + 1) * kForgottenUsageDay;
   for (JobId id : e.ids) {
     const JobRecord& job = *d.jobs.find(id)->second;
     // The attempts fair share's restore would read (Scheduler::RestoreUsage),
     // on the GPUs it would count them at.
-    int64_t gpus = job.HeldGpus();
-    if (gpus == 0) gpus = job.GpusOf(job.last_placement);
-    if (gpus > 0) {
+    if (const int64_t gpus = job.AttemptGpus(); gpus > 0) {
       std::map<int64_t, int64_t>& days = usage[job.spec().queue];
-      // (Days before those kept are dropped below: not walked. Days are
-      // those of 0..kMaxForgottenUsageDay, as an event's must be.)
-      const TimePoint kept_from = std::max<TimePoint>(0, (e.at / kForgottenUsageDay - kForgottenUsageDays) * kForgottenUsageDay);
-      const TimePoint kept_to = (kMaxForgottenUsageDay + 1) * kForgottenUsageDay;
       for (const JobAttempt& a : job.attempts) {
         for (TimePoint t = std::max(a.started_at, kept_from); t < std::min(a.ended_at, kept_to);) {
           const int64_t day = t / kForgottenUsageDay;
@@ -307,9 +307,7 @@ Status ClusterState::ApplyOne(const JobsForgotten& e) {
     }
     d.jobs.Erase(id);
   }
-  // Older days weigh nothing against any half-life fair share would use
-  // (and a queue with no day left goes).
-  const int64_t oldest = e.at > 0 ? e.at / kForgottenUsageDay - kForgottenUsageDays : 0;
+  // (A queue with no day left goes.)
   for (auto it = usage.begin(); it != usage.end();) {
     it->second.erase(it->second.begin(), it->second.lower_bound(oldest));
     it = it->second.empty() ? usage.erase(it) : std::next(it);

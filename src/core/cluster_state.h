@@ -179,6 +179,13 @@ struct JobRecord {
   int64_t HeldGpus() const;
   // The same for `replicas` of this job (a past attempt's placement).
   int64_t GpusOf(const std::vector<ReplicaPlacement>& replicas) const;
+  // The GPUs fair share counts each of its recorded attempts at: those it
+  // holds (running, or the last attempt of an ended job), else where it ran
+  // before its requeue (an elastic job's resizes are not recorded).
+  int64_t AttemptGpus() const {
+    const int64_t held = HeldGpus();
+    return held > 0 ? held : GpusOf(last_placement);
+  }
   int32_t ReplicaAttempt(uint32_t replica) const {
     auto it = rank_attempt.find(replica);
     return it != rank_attempt.end() ? it->second : gang_attempt;

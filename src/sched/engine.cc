@@ -85,11 +85,7 @@ void Scheduler::RestoreUsage(const Snapshot& snap, TimePoint now) {
            (std::exp2(-static_cast<double>(now - to) / hl) - std::exp2(-static_cast<double>(now - from) / hl));
   };
   for (const auto& [id, job] : snap.jobs()) {
-    // An attempt's GPUs: those it holds (running, or the last attempt of an
-    // ended job), else where it ran before its requeue; earlier attempts are
-    // counted at the same size (an elastic job's resizes are not recorded).
-    int64_t gpus = job->HeldGpus();
-    if (gpus == 0) gpus = job->GpusOf(job->last_placement);
+    const int64_t gpus = job->AttemptGpus();  // (every attempt at that size)
     if (gpus == 0) continue;
     double held = 0;
     for (const JobAttempt& a : job->attempts) held += decayed(a.started_at, a.ended_at);
