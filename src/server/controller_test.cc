@@ -1093,6 +1093,46 @@ TEST_F(ControllerTest, TheBootstrapTokenIsNotRefusedWithABatchAFullDiskRefused) 
   EXPECT_TRUE(c->Authenticate("Bearer " + *token).ok());
 }
 
+// A forget pass that a full disk refuses changes nothing: the job, its
+// Idempotency-Key and the ids issued stay as they were, and the server runs
+// on. Once the disk has room, the next pass (a minute on) forgets the job.
+TEST_F(ControllerTest, AForgetPassAFullDiskRefusesChangesNothing) {
+  auto owned = std::make_unique<FullDiskStore>();
+  FullDiskStore* store = owned.get();
+  const Duration minute = 60 * kMicrosPerSecond;
+  auto c = std::make_unique<Controller>(
+      ControllerOptions{.config = TwoNodes(), .clock = &clock, .job_retention = 60 * minute}, std::move(owned));
+  ASSERT_TRUE(c->Start().ok());
+  bool replayed = true;
+  const JobId ended = *c->SubmitArray(kAlice, Job("ended", 1, 1), 1, "key-f", &replayed);
+  ASSERT_FALSE(replayed);
+  ASSERT_TRUE(c->Cancel(kAlice, ended).ok());
+  const uint64_t issued = c->snapshot().issued_below();
+  clock.Advance(61 * minute);
+  store->Release(/*full=*/true);
+  c->ScheduleNow();  // the pass: refused
+  ASSERT_NE(c->snapshot().FindJob(ended), nullptr);
+  EXPECT_EQ(c->snapshot().FindJob(ended)->state, JobState::kCancelled);
+  EXPECT_EQ(c->snapshot().issued_below(), issued);
+  auto retried = c->SubmitArray(kAlice, Job("ended", 1, 1), 1, "key-f", &replayed);  // (journals nothing)
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_TRUE(replayed);
+  EXPECT_EQ(*retried, ended);
+  EXPECT_EQ(c->Submit(kAlice, Job("more", 1, 1)).status().code(), StatusCode::kInsufficientStorage);
+  store->Release(/*full=*/false);
+  c->ScheduleNow();  // within the minute: no pass
+  EXPECT_NE(c->snapshot().FindJob(ended), nullptr);
+  clock.Advance(minute);
+  c->ScheduleNow();
+  EXPECT_EQ(c->snapshot().FindJob(ended), nullptr);
+  EXPECT_EQ(c->snapshot().issued_below(), ended.value() + 1);  // (the refused submission took no id)
+  auto fresh = c->SubmitArray(kAlice, Job("ended", 1, 1), 1, "key-f", &replayed);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_FALSE(replayed);  // the key went with its job
+  EXPECT_EQ(fresh->value(), ended.value() + 1);
+  c->Stop();
+}
+
 // Like Slurm's: an admin's hold only an admin releases; the owner's own hold the owner may.
 TEST_F(ControllerTest, AnAdminsHoldOnlyAnAdminReleases) {
   auto c = Make(std::make_unique<MemoryStore>());
