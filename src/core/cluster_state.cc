@@ -442,15 +442,24 @@ Status CheckArray(JobId id, JobId array, int64_t array_count, int64_t first_inde
 }  // namespace
 
 std::shared_ptr<const JobSpec> ClusterState::ArraySpec(JobId id, JobId array, const JobSpec& spec) const {
-  // The element before, of the same array and spec (a journal snapshot
-  // replays an array's elements one by one once some have run): share its.
-  if (array.value() != 0 && id.value() > 1) {
+  if (array.value() == 0) return std::make_shared<const JobSpec>(spec);
+  // An element before, of the same array and spec: share its. A journal
+  // snapshot replays an array's elements one by one once some have run, in
+  // id order, with gaps where elements were forgotten (they end in any
+  // order): the last array spec made or shared covers those; the element
+  // just before covers an array submitted in parts.
+  auto& [last_array, last_spec] = last_array_spec_;
+  if (last_spec != nullptr && last_array == array && *last_spec == spec) return last_spec;
+  std::shared_ptr<const JobSpec> share;
+  if (id.value() > 1) {
     auto prev = data_->jobs.find(JobId(id.value() - 1));
     if (prev != data_->jobs.end() && prev->second->array == array && prev->second->spec() == spec) {
-      return prev->second->shared_spec;
+      share = prev->second->shared_spec;
     }
   }
-  return std::make_shared<const JobSpec>(spec);
+  if (share == nullptr) share = std::make_shared<const JobSpec>(spec);
+  last_array_spec_ = {array, share};
+  return share;
 }
 
 Status ClusterState::ApplyOne(const JobSubmitted& e) {

@@ -779,6 +779,18 @@ TEST(ClusterState, AnArraysElementsShareOneSpec) {
   EXPECT_EQ(copy.spec().priority, 7);
   EXPECT_EQ(again.FindJob(JobId(3))->spec().priority, Job(1, 1).priority);
   EXPECT_TRUE(shared(again, 1, 3));
+  // Elements forgotten between others (they end in any order): the ones
+  // left still share one spec after a journal snapshot.
+  ASSERT_TRUE(replay.Apply(JobCancelled{JobId(2), 3, "cancelled"}).ok());
+  ASSERT_TRUE(replay.Apply(JobCancelled{JobId(4), 3, "cancelled"}).ok());
+  ASSERT_TRUE(replay.Apply(JobsForgotten{{JobId(2), JobId(4)}, 4, 7}).ok());
+  ClusterState gaps;
+  for (const Event& e : CompactState(replay.GetSnapshot())) ASSERT_TRUE(gaps.Apply(e).ok());
+  const Snapshot left = gaps.GetSnapshot();
+  ASSERT_EQ(left.FindJob(JobId(2)), nullptr);
+  EXPECT_TRUE(shared(left, 1, 3));
+  EXPECT_TRUE(shared(left, 1, 5));
+  EXPECT_FALSE(shared(left, 5, 6));
 }
 
 // The live services are listed without a walk over every job: a service is
