@@ -22,9 +22,14 @@ const JobRecord* FirstHeld(const Snapshot& snap, JobId first, int64_t count) {
 }
 
 void ForgetRequestIds(RequestIds& ids, const JobsForgotten& forgotten, const Snapshot& before, const Snapshot& after) {
+  // Once a key (an array's elements are forgotten together, in id order):
+  // whether it goes depends on `after` alone.
+  const JobRecord* last = nullptr;
   for (JobId id : forgotten.ids) {
     const JobRecord* job = before.FindJob(id);
     if (job == nullptr || job->request_id.empty()) continue;
+    if (last != nullptr && job->request_id == last->request_id && job->user == last->user) continue;
+    last = job;
     auto it = ids.find(job->user + '\n' + job->request_id);
     if (it == ids.end()) continue;
     if (FirstHeld(after, it->second.first, it->second.second) == nullptr) ids.erase(it);
