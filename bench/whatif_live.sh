@@ -7,7 +7,7 @@
 # (1, 1, 2, 4 or 8 GPUs; 7 in 10 with a time limit). Times, RUNS times each:
 #   rota whatif                         the projection of every pending job
 #   rota whatif --add-nodes n=125       the same beside 125 more nodes
-#   rota jobs --start                   (the first page) with expected starts
+#   rota jobs --state pending --start   (the first page) with expected starts
 # end to end (the CLI's process, HTTP, the server's snapshot and projection),
 # and prints the server's own figures (steps, wall) from the JSON answer.
 #
@@ -38,7 +38,7 @@ post() {  # $1: job JSON, $2: count
 # The running: 2,500 4-GPU jobs with time limits of 1 to 24 hours.
 for i in $(seq 0 24); do
   code=$(post "{\"name\": \"run$i\", \"time_limit\": \"$((1 + i % 24))h\", \"tasks\": [{\"gpus\": 4, \"command\": [\"sleep\", \"1d\"]}]}" 100)
-  [ "$code" = 201 ] || { echo "RESULT submit failed: $code"; exit 1; }
+  [ "$code" = 201 ] || { echo "RESULT submit failed: $code"; tail -5 "$R/server.log"; exit 1; }
 done
 for _ in $(seq 300); do
   running=$("$ROTA" jobs --state running --limit 0 -o json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))' 2>/dev/null)
@@ -46,11 +46,13 @@ for _ in $(seq 300); do
   sleep 0.2
 done
 echo "RESULT bound=${running:-0} of 2500"
-# The waiting: 10,000 jobs, 400 arrays of 25 (GPUs 1, 1, 2, 4, 8 in turn; 7 in 10 with a limit).
+[ "${running:-0}" -ge 2500 ] || { tail -5 "$R/server.log"; exit 1; }
+# The waiting: 10,000 jobs, 400 arrays of 25 (GPUs 1, 1, 2, 4, 8 in turn; 7 in 10 arrays of
+# each size with a limit).
 for i in $(seq 0 399); do
   g=(1 1 2 4 8); gpus=${g[$((i % 5))]}
   limit=""
-  [ $((i % 10)) -lt 7 ] && limit="\"time_limit\": \"$((1 + i % 12))h\", "
+  [ $((i / 5 % 10)) -lt 7 ] && limit="\"time_limit\": \"$((1 + i % 12))h\", "
   code=$(post "{\"name\": \"w$i\", $limit\"tasks\": [{\"gpus\": $gpus, \"command\": [\"true\"]}]}" 25)
   [ "$code" = 201 ] || { echo "RESULT submit failed: $code"; exit 1; }
 done
@@ -85,4 +87,4 @@ PY
 }
 timed whatif "$ROTA" whatif -o json
 timed whatif_add_nodes "$ROTA" whatif --add-nodes n=125 -o json
-timed jobs_start "$ROTA" jobs --start
+timed jobs_start "$ROTA" jobs --state pending --start

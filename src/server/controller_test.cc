@@ -1108,8 +1108,8 @@ TEST_F(ControllerTest, AForgetPassAFullDiskRefusesChangesNothing) {
   ASSERT_FALSE(replayed);
   ASSERT_TRUE(c->Cancel(kAlice, ended).ok());
   const uint64_t issued = c->snapshot().issued_below();
+  store->Release(/*full=*/true);  // (before the clock moves: the loop may run a pass of its own at any time)
   clock.Advance(61 * minute);
-  store->Release(/*full=*/true);
   c->ScheduleNow();  // the pass: refused
   ASSERT_NE(c->snapshot().FindJob(ended), nullptr);
   EXPECT_EQ(c->snapshot().FindJob(ended)->state, JobState::kCancelled);

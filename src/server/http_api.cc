@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <charconv>
 #include <condition_variable>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -1438,9 +1439,9 @@ class HttpServerImpl final : public HttpServer {
   bool AllSeeAll() const { return c_->config().job_visibility == "all"; }
 
   // A projection with this server's engine settings.
-  // A projection runs at most kProjectionBudget (a core's worth): a bigger
-  // queue is projected as far as that reaches ("complete": false). A what-if
-  // with changes runs two, side by side.
+  // A projection runs at most kProjectionBudget of wall time: a bigger queue
+  // is projected as far as that reaches ("complete": false). A what-if with
+  // changes runs two side by side, on two cores where the host has them.
   static constexpr Duration kProjectionBudget = 10 * kMicrosPerSecond;
   // GET (and POST) /v1/whatif: the baseline under this server's config and,
   // with changes (?add_nodes, ?drain, and given `variant`, that config's
@@ -1499,18 +1500,26 @@ class HttpServerImpl final : public HttpServer {
     auto project_changed = [&] {
       changed.emplace(sim::Project(variant != nullptr ? *variant : c_->config(), snap, now, changed_options));
     };
-    std::thread side;
+    // What the changed projection threw (bad_alloc, say), thrown again here
+    // once it is joined: the request fails alone, as with one projection.
+    std::exception_ptr side_error;
+    std::jthread side;  // (declared after what it reads: joined first, also when the baseline throws)
     if (side_by_side) {
       try {
-        side = std::thread([&] {
+        side = std::jthread([&] {
           NameThisThread("rota-whatif");
-          project_changed();
+          try {
+            project_changed();
+          } catch (...) {
+            side_error = std::current_exception();
+          }
         });
       } catch (const std::system_error&) {  // (no thread to be had: one after the other)
       }
     }
     StatusOr<sim::Projection> base = sim::Project(c_->config(), snap, now, options);
     if (side.joinable()) side.join();
+    if (side_error) std::rethrow_exception(side_error);
     if (side_by_side && !changed.has_value()) project_changed();
     if (!base.ok()) return ReplyError(res, base.status());
     ordered_json out = {{"now", FormatTime(now)}, {"horizon_s", options.horizon / kMicrosPerSecond}, {"baseline", view(*base)}};
