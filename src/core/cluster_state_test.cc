@@ -791,6 +791,20 @@ TEST(ClusterState, AnArraysElementsShareOneSpec) {
   EXPECT_TRUE(shared(left, 1, 3));
   EXPECT_TRUE(shared(left, 1, 5));
   EXPECT_FALSE(shared(left, 5, 6));
+  // An element of the array whose spec differs (replaced while it ran) keeps its own.
+  ClusterState mixed;
+  JobSpec other = Job(1, 1);
+  other.priority = 9;
+  ASSERT_TRUE(mixed.Apply(JobSubmitted{.id = JobId(1), .spec = Job(1, 1), .at = 1, .user = "u", .array = JobId(1),
+                                       .array_count = 5}).ok());
+  ASSERT_TRUE(mixed.Apply(JobSubmitted{.id = JobId(3), .spec = other, .at = 1, .user = "u", .array = JobId(1),
+                                       .array_count = 5}).ok());
+  ASSERT_TRUE(mixed.Apply(JobSubmitted{.id = JobId(5), .spec = Job(1, 1), .at = 1, .user = "u", .array = JobId(1),
+                                       .array_count = 5}).ok());
+  const Snapshot m = mixed.GetSnapshot();
+  EXPECT_FALSE(shared(m, 1, 3));
+  EXPECT_EQ(m.FindJob(JobId(3))->spec().priority, 9);
+  EXPECT_EQ(m.FindJob(JobId(5))->spec(), Job(1, 1));
 }
 
 // The live services are listed without a walk over every job: a service is
