@@ -441,7 +441,7 @@ Status CheckArray(JobId id, JobId array, int64_t array_count, int64_t first_inde
 
 }  // namespace
 
-std::shared_ptr<const JobSpec> ClusterState::ArraySpec(JobId id, JobId array, const JobSpec& spec) const {
+std::shared_ptr<const JobSpec> ClusterState::ArraySpec(JobId id, JobId array, const JobSpec& spec) {
   if (array.value() == 0) return std::make_shared<const JobSpec>(spec);
   // An element before, of the same array and spec: share its. A journal
   // snapshot replays an array's elements one by one once some have run, in

@@ -528,10 +528,10 @@ class ClusterState {
                         const std::vector<ReplicaPlacement>& replacing, const std::string& who) const;
   void Release(const JobRecord& job);
   // `spec` for job `id` of `array`: an earlier element's if it holds the same.
-  std::shared_ptr<const JobSpec> ArraySpec(JobId id, JobId array, const JobSpec& spec) const;
+  std::shared_ptr<const JobSpec> ArraySpec(JobId id, JobId array, const JobSpec& spec);
   // The array and spec ArraySpec gave last (a cache: elements replayed with
   // gaps between them share it).
-  mutable std::pair<JobId, std::shared_ptr<const JobSpec>> last_array_spec_;
+  std::pair<JobId, std::shared_ptr<const JobSpec>> last_array_spec_;
   // Stores `job` (new or updated) in jobs and, while it has not ended, live.
   static void Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job);
 
