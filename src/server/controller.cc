@@ -11,12 +11,6 @@
 
 namespace rota::server {
 
-namespace {
-// The reason an array's committed chunks are cancelled with when a later
-// chunk is refused (the message follows).
-constexpr std::string_view kArrayFailed = "array submission failed: ";
-}  // namespace
-
 Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
     : options_(std::move(options)),
       store_(std::move(store)),
@@ -629,6 +623,7 @@ void Controller::ActorLoop() {
       for (const Event& e : batch.events) {
         // (The published state is still the one before the batch.)
         if (const auto* f = std::get_if<JobsForgotten>(&e)) ForgetRequestIds(request_ids_, *f, *published_, state_.GetSnapshot());
+        if (const auto* c = std::get_if<JobCancelled>(&e)) DropFailedArrayKey(request_ids_, *c, *published_);
       }
       RecordUsage(batch.events);
       PublishBatch(batch.events);
@@ -942,12 +937,6 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
         const bool same_array = job != nullptr && (job->array_count > 0) == array.is_array() &&
                                 job->array_first_index == array.first_index &&
                                 job->array_max_running == array.max_running;
-        if (job != nullptr && job->state == JobState::kCancelled && job->end_reason.rfind(kArrayFailed, 0) == 0) {
-          // (Erased when it failed; a restart notes it again from its jobs.)
-          return FailedPreconditionError("Idempotency-Key '" + request_id +
-                                         "' was used before for an array that was not accepted (" + job->end_reason +
-                                         "); use a new key");
-        }
         if (prior->second != count || job == nullptr || !(job->spec() == spec) || !same_array) {
           return FailedPreconditionError(
               "Idempotency-Key '" + request_id + "' was used before for " + made +
@@ -1032,14 +1021,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
                                    std::string(kArrayFailed) + std::string(more.status().message())})
               .IgnoreError();
         }
-        // Its key made nothing that stands: a retry makes the array anew.
-        if (!request_id.empty()) {
-          auto key = request_ids_.find(who.user + '\n' + request_id);
-          if (key != request_ids_.end() && key->second == std::pair<JobId, int64_t>{JobId(first), count}) {
-            request_ids_.erase(key);
-          }
-        }
-        return true;
+        return true;  // (once journaled, its key goes: DropFailedArrayKey)
       });
       if (!undone.ok()) {
         return Status(more.status().code(), "array partly committed: jobs " + std::to_string(first) + ".." +

@@ -963,9 +963,12 @@ TEST_F(ControllerTest, ADrainedNodeThatGoesSilentShowsAsLost) {
 
 // A store whose journal refuses every append (a full disk) once `full`, and
 // whose first append after Arm() waits for Release (so that later calls queue
-// into one batch).
+// into one batch); with RefuseLaterParts, it refuses a batch that holds an
+// array's later part (the disk fills in the middle of an array). In memory,
+// or over `inner`.
 class FullDiskStore final : public Store {
  public:
+  explicit FullDiskStore(std::unique_ptr<Store> inner = std::make_unique<MemoryStore>()) : inner_(std::move(inner)) {}
   StatusOr<uint64_t> Append(const std::vector<Event>& events) override {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -977,30 +980,37 @@ class FullDiskStore final : public Store {
       }
       if (full_) return Status(StatusCode::kInsufficientStorage, "disk full");
     }
-    return inner_.Append(events);
+    if (refuse_later_parts_) {
+      for (const Event& e : events) {
+        const auto* part = std::get_if<JobsSubmitted>(&e);
+        if (part != nullptr && part->first != part->array) return Status(StatusCode::kInsufficientStorage, "disk full");
+      }
+    }
+    return inner_->Append(events);
   }
-  Status Replay(const std::function<Status(const Event&)>& fn) override { return inner_.Replay(fn); }
+  Status Replay(const std::function<Status(const Event&)>& fn) override { return inner_->Replay(fn); }
   Status WriteSnapshot(uint64_t seq, const EventSource& compacted) override {
-    return inner_.WriteSnapshot(seq, compacted);
+    return inner_->WriteSnapshot(seq, compacted);
   }
-  uint64_t last_seq() const override { return inner_.last_seq(); }
-  Status PutToken(const TokenRecord& token) override { return inner_.PutToken(token); }
-  StatusOr<std::vector<TokenRecord>> Tokens() override { return inner_.Tokens(); }
-  Status PutUsage(const std::vector<UsageRecord>& records) override { return inner_.PutUsage(records); }
-  StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override { return inner_.Usage(since, until); }
-  StatusOr<std::vector<UsageRecord>> UsageOfJob(JobId job) override { return inner_.UsageOfJob(job); }
-  StatusOr<int64_t> DropUsage(TimePoint before) override { return inner_.DropUsage(before); }
+  uint64_t last_seq() const override { return inner_->last_seq(); }
+  Status PutToken(const TokenRecord& token) override { return inner_->PutToken(token); }
+  StatusOr<std::vector<TokenRecord>> Tokens() override { return inner_->Tokens(); }
+  Status PutUsage(const std::vector<UsageRecord>& records) override { return inner_->PutUsage(records); }
+  StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override { return inner_->Usage(since, until); }
+  StatusOr<std::vector<UsageRecord>> UsageOfJob(JobId job) override { return inner_->UsageOfJob(job); }
+  StatusOr<int64_t> DropUsage(TimePoint before) override { return inner_->DropUsage(before); }
   Status PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) override {
     if (history_full_) return Status(StatusCode::kInsufficientStorage, "disk full");
-    return inner_.PutGpuHistory(blocks);
+    return inner_->PutGpuHistory(blocks);
   }
   void HistoryFull(bool full) { history_full_ = full; }
+  void RefuseLaterParts(bool refuse) { refuse_later_parts_ = refuse; }
   StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
                                                     TimePoint until) override {
-    return inner_.GpuHistory(node, step_s, since, until);
+    return inner_->GpuHistory(node, step_s, since, until);
   }
   StatusOr<int64_t> DropGpuHistory(int32_t step_s, TimePoint before) override {
-    return inner_.DropGpuHistory(step_s, before);
+    return inner_->DropGpuHistory(step_s, before);
   }
   void Arm() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1018,11 +1028,11 @@ class FullDiskStore final : public Store {
   }
 
  private:
-  MemoryStore inner_;
+  std::unique_ptr<Store> inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool armed_ = false, held_once_ = false, waiting_ = false, go_ = false, full_ = false;
-  std::atomic<bool> history_full_ = false;
+  std::atomic<bool> history_full_ = false, refuse_later_parts_ = false;
 };
 
 // GPU history on a full disk: the blocks the store refuses are kept and
@@ -1131,6 +1141,53 @@ TEST_F(ControllerTest, AForgetPassAFullDiskRefusesChangesNothing) {
   EXPECT_FALSE(replayed);  // the key went with its job
   EXPECT_EQ(fresh->value(), ended.value() + 1);
   c->Stop();
+}
+
+// An array a later part of which the store refuses is not accepted: the
+// parts committed before it are cancelled, and its Idempotency-Key goes with
+// them, on the running server and after a restart from a journal snapshot
+// alike, so a retry makes the array anew (not the cancelled jobs back).
+TEST_F(ControllerTest, AnArrayNotAcceptedLeavesNoKeyBehind) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const ControllerOptions o{.config = TwoNodes(), .clock = &clock};
+  const int64_t count = Controller::kArrayChunk + 5;  // two parts
+  bool replayed = true;
+  JobId live_retry;
+  {
+    auto owned = std::make_unique<FullDiskStore>(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    FullDiskStore* store = owned.get();
+    auto c = std::make_unique<Controller>(o, std::move(owned));
+    ASSERT_TRUE(c->Start().ok());
+    store->RefuseLaterParts(true);
+    for (const char* key : {"k-live", "k-restart"}) {
+      auto refused = c->SubmitArray(kAlice, Job("sweep", 1, 1), count, key, &replayed);
+      ASSERT_EQ(refused.status().code(), StatusCode::kInsufficientStorage) << key;
+      EXPECT_NE(refused.status().message().find("array not accepted"), std::string::npos) << refused.status().ToString();
+    }
+    store->RefuseLaterParts(false);
+    auto retried = c->SubmitArray(kAlice, Job("sweep", 1, 1), count, "k-live", &replayed);
+    ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+    EXPECT_FALSE(replayed);
+    live_retry = *retried;
+    EXPECT_NE(c->snapshot().FindJob(live_retry)->state, JobState::kCancelled);  // (pending, or bound already)
+    c->Stop();
+  }
+  ASSERT_TRUE(CompactJournal(dir + "/rota.db"));
+  auto c = std::make_unique<Controller>(o, std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  ASSERT_TRUE(c->Start().ok());
+  auto again = c->SubmitArray(kAlice, Job("sweep", 1, 1), count, "k-restart", &replayed);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE(replayed);
+  EXPECT_GT(again->value(), live_retry.value());
+  EXPECT_NE(c->snapshot().FindJob(*again)->state, JobState::kCancelled);
+  // The retry made on the running server keeps its key.
+  auto kept = c->SubmitArray(kAlice, Job("sweep", 1, 1), count, "k-live", &replayed);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_TRUE(replayed);
+  EXPECT_EQ(*kept, live_retry);
+  c->Stop();
+  std::filesystem::remove_all(dir);
 }
 
 // Like Slurm's: an admin's hold only an admin releases; the owner's own hold the owner may.

@@ -36,6 +36,25 @@ void ForgetRequestIds(RequestIds& ids, const JobsForgotten& forgotten, const Sna
   }
 }
 
+void DropFailedArrayKey(RequestIds& ids, const JobCancelled& cancelled, const Snapshot& before) {
+  if (!cancelled.reason.starts_with(kArrayFailed)) return;
+  const JobRecord* job = before.FindJob(cancelled.id);
+  if (job == nullptr || job->request_id.empty()) return;
+  auto it = ids.find(job->user + '\n' + job->request_id);
+  // (Only the failed array's: a retry's array under the same key has other ids.)
+  if (it != ids.end() && it->second.first == (job->array_count > 0 ? job->array : job->id)) ids.erase(it);
+}
+
+// The range of ids a submission's key covers: an array element's, its whole
+// array (a journal snapshot may hold only some of its elements: the others
+// forgotten).
+static void NoteSubmitted(RequestIds& ids, const std::string& user, const std::string& key, JobId first, int64_t count,
+                          JobId array, int64_t array_count) {
+  if (key.empty()) return;
+  const bool whole = array.value() != 0 && array_count > 0;
+  NoteRequestId(ids, user, key, whole ? array : first, whole ? array_count : count);
+}
+
 Status Recovered::Apply(const Event& e) {
   if (auto* f = std::get_if<JobsForgotten>(&e)) {
     next_job_id = std::max(next_job_id, f->next_id);
@@ -44,23 +63,15 @@ Status Recovered::Apply(const Event& e) {
     ForgetRequestIds(request_ids, *f, before, state->GetSnapshot());
     return Status::Ok();
   }
-  // An array element's key covers its whole array, as the submission's did
-  // (a journal snapshot may hold only some of its elements: the others
-  // forgotten).
   if (auto* s = std::get_if<JobSubmitted>(&e)) {
     next_job_id = std::max(next_job_id, s->id.value() + 1);
-    if (!s->request_id.empty()) {
-      const bool array = s->array.value() != 0 && s->array_count > 0;
-      NoteRequestId(request_ids, s->user, s->request_id, array ? s->array : s->id, array ? s->array_count : 1);
-    }
+    NoteSubmitted(request_ids, s->user, s->request_id, s->id, 1, s->array, s->array_count);
   }
   if (auto* s = std::get_if<JobsSubmitted>(&e)) {
     next_job_id = std::max(next_job_id, s->first.value() + static_cast<uint64_t>(s->count));
-    if (!s->request_id.empty()) {
-      const bool array = s->array.value() != 0 && s->array_count > 0;
-      NoteRequestId(request_ids, s->user, s->request_id, array ? s->array : s->first, array ? s->array_count : s->count);
-    }
+    NoteSubmitted(request_ids, s->user, s->request_id, s->first, s->count, s->array, s->array_count);
   }
+  if (auto* c = std::get_if<JobCancelled>(&e)) DropFailedArrayKey(request_ids, *c, state->GetSnapshot());
   return state->Apply(e).WithPrefix("replaying the journal");
 }
 

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -30,6 +31,16 @@ const JobRecord* FirstHeld(const Snapshot& snap, JobId first, int64_t count);
 // a job it made is, as a restart (which rebuilds the keys from the jobs)
 // would keep it.
 void ForgetRequestIds(RequestIds& ids, const JobsForgotten& forgotten, const Snapshot& before, const Snapshot& after);
+
+// The reason an array's committed parts are cancelled with when a later
+// part is refused (the store's message follows): the array was not accepted.
+inline constexpr std::string_view kArrayFailed = "array submission failed: ";
+
+// Drops the key of an array that was not accepted, at the cancel of one of
+// its parts (`cancelled`, read in `before`): its key made nothing that
+// stands, so a retry makes the array anew, on the running server and after a
+// restart alike.
+void DropFailedArrayKey(RequestIds& ids, const JobCancelled& cancelled, const Snapshot& before);
 
 struct Recovered {
   explicit Recovered(std::vector<std::string> levels) : state(std::make_unique<ClusterState>(std::move(levels))) {}
