@@ -20,6 +20,7 @@
 //
 // usage: agent_swarm --server URL --token ADMIN_TOKEN --server-pid PID
 //                    [--nodes 1250] [--gpus 8] [--transport watch|poll] [--heartbeat-ms 10000]
+//                    [--reports keep|fresh]
 //                    [--jobs 2000] [--run-ms 1000] [--idle-s 10] [--timeout-s 300]
 //                    [--restart-cmd CMD] [--grace-s 35]
 // Prints RESULT lines; exits 1 if a node was declared lost, the array did
@@ -75,6 +76,7 @@ struct Options {
   int gpus = 8;
   int heartbeat_ms = 10000;
   bool watch = true;
+  bool keep_reports = true;  // --reports keep|fresh
   std::string restart_cmd;
   int grace_s = 35;
   int max_reports = 4000;
@@ -188,9 +190,11 @@ class Node : public std::enable_shared_from_this<Node> {
     c.req.set(http::field::host, s_.opt.host);
     c.req.set(http::field::authorization, "Bearer " + token_);
     c.req.set(http::field::content_type, "application/json");
-    // In watch mode requests go on a fresh connection each (as `rota agent`
-    // sends them): the watches alone hold one connection per node.
-    c.req.keep_alive(!s_.opt.watch);
+    // In watch mode reports go on a kept-alive connection, as `rota agent`
+    // sends them (--reports fresh: a new connection each, as it did before;
+    // a node then holds one socket, its watch, between reports), and the
+    // registration on a fresh one.
+    c.req.keep_alive(!s_.opt.watch || (&c == &report_ && s_.opt.keep_reports));
     c.req.body() = std::move(body);
     c.req.prepare_payload();
     auto self = shared_from_this();
@@ -614,6 +618,7 @@ int main(int argc, char** argv) {
     else if (a == "--gpus") opt.gpus = std::stoi(v);
     else if (a == "--heartbeat-ms") opt.heartbeat_ms = std::stoi(v);
     else if (a == "--transport") opt.watch = v == "watch";
+    else if (a == "--reports") opt.keep_reports = v == "keep";
     else if (a == "--restart-cmd") opt.restart_cmd = v;
     else if (a == "--grace-s") opt.grace_s = std::stoi(v);
     else if (a == "--idle-sockets") opt.idle_sockets = std::stoi(v);

@@ -7,6 +7,9 @@
 #        HEARTBEAT_MS (the server's interval, NODE_TIMEOUT / 3), IDLE_S (10), NODE_TIMEOUT (30s),
 #        RESTART (1: kill -9 and restart the server under the swarm, then check nothing was lost),
 #        IDLE_SOCKETS, SLOW_SOCKETS (hostile clients held open throughout; default 0),
+#        REPORTS (keep: reports on a kept-alive connection per node, as `rota agent` sends
+#        them; fresh: a new connection each. Default keep where the open-file limit holds
+#        two sockets a node in the swarm and in the server, else fresh, said in the header),
 #        SWARM_NICE (0: the swarm's nice value; it stands for other machines, and at
 #        10 takes less of the cores the server is measured on), KEEP_LOG (the server's
 #        log is copied to KEEP_LOG.NODES)
@@ -62,9 +65,14 @@ EOS
   chmod +x "$R/restart.sh"
   restart=()
   [ "$RESTART" = 1 ] && restart=(--restart-cmd "$R/restart.sh" --grace-s $((NODE_TIMEOUT_S + 5)))
-  echo "== $NODES nodes x 8 GPUs, transport $TRANSPORT, $JOBS jobs of ${RUN_MS} ms, heartbeat ${HEARTBEAT_MS} ms"
+  reports=${REPORTS:-}
+  if [ -z "$reports" ]; then
+    reports=keep
+    [ "$(ulimit -n)" -lt $((2 * NODES + IDLE_SOCKETS + SLOW_SOCKETS + 2000)) ] && reports=fresh
+  fi
+  echo "== $NODES nodes x 8 GPUs, transport $TRANSPORT, $JOBS jobs of ${RUN_MS} ms, heartbeat ${HEARTBEAT_MS} ms, reports $reports (open files $(ulimit -n))"
   nice -n "${SWARM_NICE:-0}" "$SWARM" --server "$URL" --token "$(cat "$R/data/admin.token")" --server-pid "$(cat "$R/pid")" --nodes "$NODES" \
-    --transport "$TRANSPORT" --jobs "$JOBS" --run-ms "$RUN_MS" --heartbeat-ms "$HEARTBEAT_MS" --idle-s "$IDLE_S" \
+    --transport "$TRANSPORT" --reports "$reports" --jobs "$JOBS" --run-ms "$RUN_MS" --heartbeat-ms "$HEARTBEAT_MS" --idle-s "$IDLE_S" \
     --timeout-s "$TIMEOUT_S" --idle-sockets "$IDLE_SOCKETS" --slow-sockets "$SLOW_SOCKETS" "${restart[@]}" || status=1
   pid=$(cat "$R/pid")
   kill -TERM "$pid" 2>/dev/null

@@ -589,16 +589,28 @@ bool Agent::Heartbeat(int wait_ms) {
   }
   lock.unlock();
   const std::string server = servers_.current();
-  auto client = MakeClient(server, options_.token);
+  const std::string body = api::HeartbeatToJson(report).dump(-1, ' ', false, json::error_handler_t::replace);
   // A server that accepts and never answers (a paused one) must not eat the
   // tasks' lease: a tenth of the fence interval (2..10 s) to answer, beyond
   // any long poll's wait.
   const int answer_s = std::clamp(fence_after_ms_.load() / 10'000, 2, 10);
-  client->set_read_timeout(answer_s + wait_ms / 1000, 0);
-  const int64_t sent_at = BootTimeNs();
-  auto res = client->Post("/v1/agents/heartbeat",
-                          api::HeartbeatToJson(report).dump(-1, ' ', false, json::error_handler_t::replace),
-                          "application/json");
+  int64_t sent_at = 0;
+  httplib::Result res(nullptr, httplib::Error::Unknown);
+  // On a kept-alive connection the server may have closed just as this was
+  // sent (its idle timeout, or shedding idle connections when out of
+  // descriptors): then once more on a new one. (The report says what the
+  // node has; the server takes it twice as it takes it once.)
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    bool reused = false;
+    auto client = TakeReporter(server, &reused);
+    client->set_read_timeout(answer_s + wait_ms / 1000, 0);
+    sent_at = BootTimeNs();
+    res = client->Post("/v1/agents/heartbeat", body, "application/json");
+    if (res) GiveBackReporter(server, std::move(client));
+    // (Not after a timeout: the lease's time is not spent twice. A closed
+    // connection fails at once.)
+    if (res || !reused || BootTimeNs() - sent_at > 1'000'000'000) break;
+  }
   Heard(servers_, server, res);
   meter_.Done(window, res && res->status == 200);
   if (!res || res->status != 200) {
@@ -981,6 +993,30 @@ void Agent::SleepUntilBeat(int ms) {
   wake_cv_.wait_for(lock, std::chrono::milliseconds(ms), [this] { return stop_.load() || wake_ || beat_now_; });
   wake_ = false;
   beat_now_ = false;
+}
+
+std::unique_ptr<httplib::Client> Agent::TakeReporter(const std::string& server, bool* reused) {
+  {
+    std::lock_guard<std::mutex> lock(reporters_mu_);
+    for (auto it = reporters_.begin(); it != reporters_.end(); ++it) {
+      if (it->first != server) continue;
+      std::unique_ptr<httplib::Client> c = std::move(it->second);
+      reporters_.erase(it);
+      *reused = true;
+      return c;
+    }
+  }
+  *reused = false;
+  auto c = MakeClient(server, options_.token);
+  c->set_keep_alive(true);
+  return c;
+}
+
+void Agent::GiveBackReporter(const std::string& server, std::unique_ptr<httplib::Client> client) {
+  std::lock_guard<std::mutex> lock(reporters_mu_);
+  // (Those to another server go: the agent follows the leader.)
+  std::erase_if(reporters_, [&](const auto& r) { return r.first != server; });
+  if (reporters_.size() < 2) reporters_.emplace_back(server, std::move(client));
 }
 
 void Agent::HeartbeatSoon() {

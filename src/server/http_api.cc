@@ -1370,7 +1370,14 @@ class HttpServerImpl final : public HttpServer {
            "# HELP rota_http_loop_lag_max_seconds The most the HTTP event loop ran behind since the last scrape "
            "(a timer due every 20 ms): how long a request waited for the loop at worst.\n"
            "# TYPE rota_http_loop_lag_max_seconds gauge\n"
-           "rota_http_loop_lag_max_seconds " + std::string(lag) + "\n";
+           "rota_http_loop_lag_max_seconds " + std::string(lag) + "\n"
+           "# HELP rota_http_idle_connections_closed_total Idle kept-alive connections closed to make room for new "
+           "ones (out of connections or descriptors).\n"
+           "# TYPE rota_http_idle_connections_closed_total counter\n"
+           "rota_http_idle_connections_closed_total " + std::to_string(server_->idle_closed()) + "\n"
+           "# HELP rota_http_connections_accepted_total Connections accepted (those then refused at a cap too).\n"
+           "# TYPE rota_http_connections_accepted_total counter\n"
+           "rota_http_connections_accepted_total " + std::to_string(server_->accepted()) + "\n";
   }
 
   std::string ReplicaMetrics() const {

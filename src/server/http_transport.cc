@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <deque>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <regex>
@@ -150,6 +153,12 @@ struct HttpTransport::Impl {
   mutable std::mutex mu;  // guards the connection counts
   std::unordered_map<std::string, size_t> per_address;
   size_t open = 0;
+  // Idle kept-alive connections (NoteIdle), and how many were closed (ShedIdle).
+  std::mutex idle_mu;
+  std::map<uint64_t, std::function<void(uint64_t)>> idle;  // by when it went idle
+  uint64_t idle_next = 1;
+  std::atomic<uint64_t> shed_total{0};
+  std::atomic<uint64_t> accepted_total{0};  // connections accepted (refused ones too)
   std::atomic<bool> stopping{false};
   std::optional<asio::ssl::context> ssl;
   asio::io_context ioc;
@@ -204,14 +213,30 @@ struct HttpTransport::Impl {
     return res;
   }
 
+  // Counts a new connection from `address` in, or says no: past the
+  // address's cap, or the server's where no kept-alive connection waits
+  // idle (one that does is closed for it: ShedIdle).
   bool Admit(const std::string& address) {
-    std::lock_guard<std::mutex> lock(mu);
-    size_t& mine = per_address[address];
-    if (open >= options.max_connections || mine >= options.max_connections_per_address) {
+    bool full = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      size_t& mine = per_address[address];
+      if (mine >= options.max_connections_per_address) {
+        if (mine == 0) per_address.erase(address);
+        return false;
+      }
+      full = open >= options.max_connections;
+      if (!full) {
+        ++mine;
+        ++open;
+        return true;
+      }
       if (mine == 0) per_address.erase(address);
-      return false;
     }
-    ++mine;
+    // (Over the cap by the connections being closed, until they are.)
+    if (ShedIdle(1) == 0) return false;
+    std::lock_guard<std::mutex> lock(mu);
+    ++per_address[address];
     ++open;
     return true;
   }
@@ -219,6 +244,39 @@ struct HttpTransport::Impl {
     std::lock_guard<std::mutex> lock(mu);
     --open;
     if (--per_address[address] == 0) per_address.erase(address);
+  }
+
+  // Kept-alive connections waiting for their next request, oldest first,
+  // each with what closes it: the first to go when the server is out of
+  // connections (max_connections) or descriptors, as nginx reuses its
+  // keep-alive connections, so that a new client (a health check, an
+  // agent's report) is served rather than refused or left in the backlog.
+  // A client whose idle connection closes sends again on a new one (HTTP
+  // lets a server close an idle connection at any time). Streams and
+  // requests in progress are never closed for this.
+  // Notes a connection idle; `close(id)` closes it (id: what this returns).
+  uint64_t NoteIdle(std::function<void(uint64_t)> close) {
+    std::lock_guard<std::mutex> lock(idle_mu);
+    idle.emplace(idle_next, std::move(close));
+    return idle_next++;
+  }
+  void NoteBusy(uint64_t id) {
+    std::lock_guard<std::mutex> lock(idle_mu);
+    idle.erase(id);
+  }
+  // Closes up to `n` of the longest idle; how many.
+  size_t ShedIdle(size_t n) {
+    std::vector<std::pair<uint64_t, std::function<void(uint64_t)>>> shed;
+    {
+      std::lock_guard<std::mutex> lock(idle_mu);
+      while (shed.size() < n && !idle.empty()) {
+        shed.emplace_back(idle.begin()->first, std::move(idle.begin()->second));
+        idle.erase(idle.begin());
+      }
+    }
+    for (auto& [id, close] : shed) close(id);
+    shed_total += shed.size();
+    return shed.size();
   }
 
   // The loop's lag: a timer every kLagTick, and the most it ran late
@@ -259,7 +317,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   template <class... Args>
   Session(HttpTransport::Impl& impl, std::string address, Args&&... args)
       : impl_(impl), address_(std::move(address)), stream_(std::forward<Args>(args)...) {}
-  ~Session() { impl_.Release(address_); }
+  ~Session() {
+    if (idle_id_ != 0) impl_.NoteBusy(idle_id_);
+    impl_.Release(address_);
+  }
 
   void Run() {
     if constexpr (kTls) {
@@ -285,10 +346,30 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     // its next request up to the idle timeout.
     Lowest().expires_after(std::chrono::milliseconds(first ? impl_.options.header_timeout_ms
                                                            : impl_.options.idle_timeout_ms));
+    // (A kept-alive connection with part of its next request already read
+    // is not idle.)
+    if (!first && buffer_.size() == 0) {
+      idle_id_ = impl_.NoteIdle([weak = this->weak_from_this(), executor = Lowest().get_executor()](uint64_t id) {
+        asio::post(executor, [weak, id] {
+          if (auto self = weak.lock()) self->CloseIdle(id);
+        });
+      });
+    }
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                              if (self->idle_id_ != 0) self->impl_.NoteBusy(std::exchange(self->idle_id_, 0));
                               self->OnHeader(ec);
                             });
+  }
+
+  // Shed (Impl::ShedIdle) while idle as `id`: closed unless its next
+  // request began meanwhile.
+  void CloseIdle(uint64_t id) {
+    if (idle_id_ != id || buffer_.size() != 0) return;
+    idle_id_ = 0;  // (its entry is gone)
+    beast::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Lowest().socket().close(ignored);
   }
 
   void OnHeader(beast::error_code ec) {
@@ -540,6 +621,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = false;
   bool refused_ = false;
+  uint64_t idle_id_ = 0;  // while kept alive and idle: its Impl::idle entry
   std::vector<char> drain_;
   size_t drained_ = 0;
   // Streaming (all on the connection's loop).
@@ -558,6 +640,7 @@ void HttpTransport::Impl::Accept() {
   acceptor->async_accept(asio::make_strand(ioc), asio::bind_executor(*accept_strand, [this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || stopping) return;
+      if (ec == asio::error::no_descriptors) ShedIdle(kDrainPerAccept);  // (closed by the retry)
       return RetrySoon();
     }
     Serve(std::move(socket));
@@ -575,7 +658,10 @@ void HttpTransport::Impl::Accept() {
       if (fd < 0) {
         if (errno == ECONNABORTED || errno == EPROTO || errno == EINTR) continue;  // that one is gone; the next
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;                      // the backlog is empty
-        return RetrySoon();  // out of descriptors or memory: this accept waits with the others
+        // Out of descriptors (or memory): this accept waits with the others,
+        // and idle kept-alive connections close to make room.
+        if (errno == EMFILE || errno == ENFILE) ShedIdle(kDrainPerAccept);
+        return RetrySoon();
       }
       tcp::socket next(asio::make_strand(ioc));
       beast::error_code assign_ec;
@@ -606,6 +692,7 @@ void HttpTransport::Impl::RetrySoon() {
 }
 
 void HttpTransport::Impl::Serve(tcp::socket socket) {
+  ++accepted_total;
   beast::error_code addr_ec;
   const auto endpoint = socket.remote_endpoint(addr_ec);
   const std::string address = addr_ec ? "?" : endpoint.address().to_string();
@@ -638,6 +725,8 @@ void HttpTransport::Delete(const std::string& pattern, HttpHandler handler) {
 void HttpTransport::set_error_handler(HttpHandler handler) { impl_->error_handler = std::move(handler); }
 
 int64_t HttpTransport::TakeLoopLagMax() { return impl_->lag_max_us.exchange(0); }
+uint64_t HttpTransport::idle_closed() const { return impl_->shed_total.load(); }
+uint64_t HttpTransport::accepted() const { return impl_->accepted_total.load(); }
 
 size_t HttpTransport::connections() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -647,6 +736,14 @@ size_t HttpTransport::connections() const {
 StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
   Impl& d = *impl_;
   d.options = options;
+  // Connections stop short of the descriptors the process may open (a fifth
+  // of them, at least 256, left for the store, logs and proxied requests),
+  // so that idle kept-alive connections close for new ones at the cap
+  // rather than accepts failing.
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    const size_t n = static_cast<size_t>(files.rlim_cur);
+    d.options.max_connections = std::min(d.options.max_connections, std::max<size_t>(1, std::min(n - n / 5, n > 256 ? n - 256 : 1)));
+  }
   if (!options.tls_cert.empty() || !options.tls_key.empty()) {
     if (options.tls_cert.empty() || options.tls_key.empty()) return InvalidArgumentError("--tls-cert and --tls-key go together");
     d.ssl.emplace(asio::ssl::context::tls_server);

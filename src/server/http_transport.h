@@ -103,6 +103,8 @@ struct HttpTransportOptions {
   int body_timeout_ms = 30'000;
   int idle_timeout_ms = 60'000;
   int write_timeout_ms = 30'000;
+  // Past it, an idle kept-alive connection closes for each new one (none:
+  // the new one is refused). Out of descriptors, idle ones close too.
   size_t max_connections = 50'000;
   size_t max_connections_per_address = 20'000;
   int workers = 96;
@@ -140,6 +142,11 @@ class HttpTransport {
   // since the last call, which starts the next window: how long a request
   // or a health check waited for the loop at worst.
   int64_t TakeLoopLagMax();
+  // Idle kept-alive connections closed to make room for new ones (out of
+  // connections or descriptors), since the start.
+  uint64_t idle_closed() const;
+  // Connections accepted since the start (those refused at a cap too).
+  uint64_t accepted() const;
 
   struct Impl;  // opaque: Beast stays in the .cc
 
