@@ -597,12 +597,14 @@ bool Agent::Heartbeat(int wait_ms) {
   int64_t sent_at = 0;
   httplib::Result res(nullptr, httplib::Error::Unknown);
   // On a kept-alive connection the server may have closed just as this was
-  // sent (its idle timeout, or shedding idle connections when out of
-  // descriptors): then once more on a new one. (The report says what the
-  // node has; the server takes it twice as it takes it once.)
+  // sent (its idle timeout, or closing idle connections to make room; over
+  // TLS httplib's liveness check takes the close_notify for data, so such a
+  // connection is found closed only on use): then once more on a new one.
+  // (The report says what the node has; the server takes it twice as it
+  // takes it once.)
   for (int attempt = 0; attempt < 2; ++attempt) {
     bool reused = false;
-    auto client = TakeReporter(server, &reused);
+    auto client = TakeReporter(server, /*fresh=*/attempt > 0, &reused);
     client->set_read_timeout(answer_s + wait_ms / 1000, 0);
     sent_at = BootTimeNs();
     res = client->Post("/v1/agents/heartbeat", body, "application/json");
@@ -995,15 +997,12 @@ void Agent::SleepUntilBeat(int ms) {
   beat_now_ = false;
 }
 
-std::unique_ptr<httplib::Client> Agent::TakeReporter(const std::string& server, bool* reused) {
-  {
+std::unique_ptr<httplib::Client> Agent::TakeReporter(const std::string& server, bool fresh, bool* reused) {
+  if (!fresh) {
     std::lock_guard<std::mutex> lock(reporters_mu_);
-    for (auto it = reporters_.begin(); it != reporters_.end(); ++it) {
-      if (it->first != server) continue;
-      std::unique_ptr<httplib::Client> c = std::move(it->second);
-      reporters_.erase(it);
+    if (reporter_ && reporter_server_ == server) {
       *reused = true;
-      return c;
+      return std::move(reporter_);
     }
   }
   *reused = false;
@@ -1013,10 +1012,18 @@ std::unique_ptr<httplib::Client> Agent::TakeReporter(const std::string& server, 
 }
 
 void Agent::GiveBackReporter(const std::string& server, std::unique_ptr<httplib::Client> client) {
+  std::unique_ptr<httplib::Client> closing;  // (closed outside the lock)
   std::lock_guard<std::mutex> lock(reporters_mu_);
-  // (Those to another server go: the agent follows the leader.)
-  std::erase_if(reporters_, [&](const auto& r) { return r.first != server; });
-  if (reporters_.size() < 2) reporters_.emplace_back(server, std::move(client));
+  // One kept: the other thread's, when both sent at once, closes (so a node
+  // holds one report connection between reports), as does one to a server
+  // the agent no longer follows.
+  if (reporter_ && reporter_server_ == servers_.current()) {
+    closing = std::move(client);
+    return;
+  }
+  closing = std::move(reporter_);
+  reporter_ = std::move(client);
+  reporter_server_ = server;
 }
 
 void Agent::HeartbeatSoon() {

@@ -185,16 +185,18 @@ class Agent {
   bool wake_ = false;
   bool beat_now_ = false;  // (wake_mu_) HeartbeatSoon
   std::minstd_rand rng_;
-  // Reports (heartbeats, exits, checkpoints) go on kept-alive connections:
+  // Reports (heartbeats, exits, checkpoints) go on a kept-alive connection:
   // a request on an open connection, not a TCP (and TLS) handshake each,
   // which at thousands of nodes is most of the server's work for a report.
-  // One client per sender at a time (the poll and the reap thread), each to
-  // the server it was opened to; one that failed is dropped, not reused.
+  // One client is kept between reports, to the server it was opened to; a
+  // sender takes it (the poll and the reap thread may send at once: the
+  // other opens one of its own), and gives it back unless it failed.
   std::mutex reporters_mu_;
-  std::vector<std::pair<std::string, std::unique_ptr<httplib::Client>>> reporters_;
-  // A kept-alive client to `server`, and whether it was used before (nullptr
-  // `reused` ignored).
-  std::unique_ptr<httplib::Client> TakeReporter(const std::string& server, bool* reused);
+  std::unique_ptr<httplib::Client> reporter_;
+  std::string reporter_server_;
+  // The kept client to `server` (unless `fresh`), else a new one; `*reused`
+  // says which.
+  std::unique_ptr<httplib::Client> TakeReporter(const std::string& server, bool fresh, bool* reused);
   void GiveBackReporter(const std::string& server, std::unique_ptr<httplib::Client> client);
   std::mutex watch_mu_;  // guards watch_client_
   httplib::Client* watch_client_ = nullptr;  // the open watch, for Stop to interrupt

@@ -233,7 +233,8 @@ struct HttpTransport::Impl {
       }
       if (mine == 0) per_address.erase(address);
     }
-    // (Over the cap by the connections being closed, until they are.)
+    // (Over the cap by the connections being closed until they are, and by
+    // one whose next request began before its close came: it stays.)
     if (ShedIdle(1) == 0) return false;
     std::lock_guard<std::mutex> lock(mu);
     ++per_address[address];
@@ -264,7 +265,8 @@ struct HttpTransport::Impl {
     std::lock_guard<std::mutex> lock(idle_mu);
     idle.erase(id);
   }
-  // Closes up to `n` of the longest idle; how many.
+  // Asks up to `n` of the longest idle to close; how many it asked (one
+  // whose next request has begun by then stays open: Session::CloseIdle).
   size_t ShedIdle(size_t n) {
     std::vector<std::pair<uint64_t, std::function<void(uint64_t)>>> shed;
     {
@@ -275,7 +277,6 @@ struct HttpTransport::Impl {
       }
     }
     for (auto& [id, close] : shed) close(id);
-    shed_total += shed.size();
     return shed.size();
   }
 
@@ -300,7 +301,7 @@ struct HttpTransport::Impl {
   void Accept();
   // Takes an accept that failed out of turn; the retry timer re-arms it (on
   // the accept strand).
-  void RetrySoon();
+  void RetrySoon(bool out_of_descriptors);
   // Starts a session on an accepted connection, or closes it past a cap.
   void Serve(tcp::socket socket);
   // Connections an accept takes from the backlog after its own.
@@ -358,6 +359,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
                               if (self->idle_id_ != 0) self->impl_.NoteBusy(std::exchange(self->idle_id_, 0));
+                              // (Closed as idle after the loop had read a request: not run; the
+                              // client sees the connection closed before any answer.)
+                              if (self->shed_) return self->Close();
                               self->OnHeader(ec);
                             });
   }
@@ -365,11 +369,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // Shed (Impl::ShedIdle) while idle as `id`: closed unless its next
   // request began meanwhile.
   void CloseIdle(uint64_t id) {
-    if (idle_id_ != id || buffer_.size() != 0) return;
+    beast::error_code ec;
+    if (idle_id_ != id || buffer_.size() != 0 || Lowest().socket().available(ec) > 0 || ec) return;
     idle_id_ = 0;  // (its entry is gone)
-    beast::error_code ignored;
-    Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
-    Lowest().socket().close(ignored);
+    shed_ = true;
+    ++impl_.shed_total;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    Lowest().socket().close(ec);
   }
 
   void OnHeader(beast::error_code ec) {
@@ -622,6 +628,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   bool keep_alive_ = false;
   bool refused_ = false;
   uint64_t idle_id_ = 0;  // while kept alive and idle: its Impl::idle entry
+  bool shed_ = false;     // closed as idle (CloseIdle)
   std::vector<char> drain_;
   size_t drained_ = 0;
   // Streaming (all on the connection's loop).
@@ -640,8 +647,7 @@ void HttpTransport::Impl::Accept() {
   acceptor->async_accept(asio::make_strand(ioc), asio::bind_executor(*accept_strand, [this](beast::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == asio::error::operation_aborted || stopping) return;
-      if (ec == asio::error::no_descriptors) ShedIdle(kDrainPerAccept);  // (closed by the retry)
-      return RetrySoon();
+      return RetrySoon(ec == asio::error::no_descriptors || ec.value() == ENFILE);
     }
     Serve(std::move(socket));
     // Then whatever else waits in the backlog, without a trip through the
@@ -658,10 +664,8 @@ void HttpTransport::Impl::Accept() {
       if (fd < 0) {
         if (errno == ECONNABORTED || errno == EPROTO || errno == EINTR) continue;  // that one is gone; the next
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;                      // the backlog is empty
-        // Out of descriptors (or memory): this accept waits with the others,
-        // and idle kept-alive connections close to make room.
-        if (errno == EMFILE || errno == ENFILE) ShedIdle(kDrainPerAccept);
-        return RetrySoon();
+        // Out of descriptors (or memory): this accept waits with the others.
+        return RetrySoon(errno == EMFILE || errno == ENFILE);
       }
       tcp::socket next(asio::make_strand(ioc));
       beast::error_code assign_ec;
@@ -676,12 +680,14 @@ void HttpTransport::Impl::Accept() {
   }));
 }
 
-void HttpTransport::Impl::RetrySoon() {
+void HttpTransport::Impl::RetrySoon(bool out_of_descriptors) {
   // Out of descriptors (or memory): the pending connection stays in the
   // backlog, so retrying at once would spin. Serve the open ones and try
   // again shortly. (One timer for all the accepts that failed: it re-arms
-  // each.)
+  // each.) Out of descriptors, up to kDrainPerAccept idle kept-alive
+  // connections close first, once a round.
   if (accepts_waiting++ > 0) return;
+  if (out_of_descriptors) ShedIdle(kDrainPerAccept);
   accept_retry->expires_after(std::chrono::milliseconds(50));
   accept_retry->async_wait([this](beast::error_code e) {
     const int n = accepts_waiting;
@@ -736,13 +742,15 @@ size_t HttpTransport::connections() const {
 StatusOr<int> HttpTransport::Start(const HttpTransportOptions& options) {
   Impl& d = *impl_;
   d.options = options;
-  // Connections stop short of the descriptors the process may open (a fifth
-  // of them, at least 256, left for the store, logs and proxied requests),
-  // so that idle kept-alive connections close for new ones at the cap
-  // rather than accepts failing.
+  // Connections stop short of the descriptors the process may open (a
+  // tenth of them, at least 64 and at most 1,024, left for the store, logs
+  // and proxied requests; half of a limit of 512 or less), so that idle
+  // kept-alive connections close for new ones at the cap rather than
+  // accepts failing.
   if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
     const size_t n = static_cast<size_t>(files.rlim_cur);
-    d.options.max_connections = std::min(d.options.max_connections, std::max<size_t>(1, std::min(n - n / 5, n > 256 ? n - 256 : 1)));
+    const size_t usable = n <= 512 ? n / 2 : n - std::clamp<size_t>(n / 10, 64, 1024);
+    d.options.max_connections = std::min(d.options.max_connections, std::max<size_t>(1, usable));
   }
   if (!options.tls_cert.empty() || !options.tls_key.empty()) {
     if (options.tls_cert.empty() || options.tls_key.empty()) return InvalidArgumentError("--tls-cert and --tls-key go together");

@@ -217,9 +217,10 @@ TEST(HttpTransport, AKeptAliveConnectionMidRequestIsNotClosedForANewOne) {
     const std::string part = "GET /healthz HTT";  // the next request, begun
     ASSERT_EQ(write(fds.back(), part.data(), part.size()), static_cast<ssize_t>(part.size()));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // (the server has read the parts)
-  // Neither is closed for a third (which the cap then refuses, or lets in
-  // over it by one while the close it asked for is not made).
+  // Neither is closed for a third (which the cap then lets in over it by one:
+  // the close it asked for is not made), whether the server has read the
+  // part yet or it waits in the socket.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   Status(*port, "/healthz");
   for (int i = 0; i < 2; ++i) EXPECT_EQ(Ask(fds[i], "P/1.1\r\nHost: x\r\n\r\n"), 200) << i;
   for (int fd : fds) close(fd);

@@ -594,7 +594,9 @@ TEST_F(Sockets, AgentsReportOnKeptAliveConnections) {
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const double after = accepted();
   std::printf("connections accepted in 2 s of reports from 3 agents: %.0f\n", after - before - 1);
-  EXPECT_LE(after - before, 1 + 6);  // (the second scrape's own, and a reconnect or two)
+  // (The second scrape's own, and a few for reports that timed out on a
+  // loaded machine: a new connection each way would be 30.)
+  EXPECT_LE(after - before, 1 + 12);
 }
 
 // One node's token opening watch after watch holds at most four: each
