@@ -150,14 +150,16 @@ std::map<int, std::string> ReadHealthFile(const std::string& path) {
   return out;
 }
 
-// Splits "http://host:port" for httplib.
-std::unique_ptr<httplib::Client> MakeClient(const std::string& server, const std::string& token) {
+// A client for "http(s)://host:port" (AgentOptions: the token, and how an
+// https server's certificate is verified).
+std::unique_ptr<httplib::Client> MakeClient(const std::string& server, const AgentOptions& options) {
   auto c = std::make_unique<httplib::Client>(server);
-  c->set_bearer_token_auth(token);
+  c->set_bearer_token_auth(options.token);
   c->set_connection_timeout(2, 0);
   c->set_tcp_nodelay(true);
   c->set_read_timeout(10, 0);
-  c->enable_server_certificate_verification(false);
+  if (!options.ca_cert.empty()) c->set_ca_cert_path(options.ca_cert);
+  c->enable_server_certificate_verification(!options.insecure_skip_tls_verify);
   return c;
 }
 
@@ -486,7 +488,7 @@ bool Agent::Register() {
     if (inv.mig_fixed) node["mig_fixed"] = true;  // the driver's layouts: not re-partitioned by rota
   }
   const std::string server = servers_.current();
-  auto client = MakeClient(server, options_.token);
+  auto client = MakeClient(server, options_);
   auto res = client->Post("/v1/agents/register",
                           json{{"node", node},
                                {"simulated", inv.simulated},
@@ -495,6 +497,12 @@ bool Agent::Register() {
                               .dump(),
                           "application/json");
   Heard(servers_, server, res);
+  if (!res && res.error() == httplib::Error::SSLServerVerification && !said_tls_.exchange(true)) {
+    std::fprintf(stderr,
+                 "rota agent: %s: its certificate is not trusted or does not name this host; pass --ca-cert FILE "
+                 "(the CA that signed it, or the server's own certificate)\n",
+                 server.c_str());
+  }
   if (!res) return false;
   if (res->status != 200) {
     if (res->status != 503) std::fprintf(stderr, "rota agent: register refused (%d): %s", res->status, res->body.c_str());
@@ -1006,7 +1014,7 @@ std::unique_ptr<httplib::Client> Agent::TakeReporter(const std::string& server, 
     }
   }
   *reused = false;
-  auto c = MakeClient(server, options_.token);
+  auto c = MakeClient(server, options_);
   c->set_keep_alive(true);
   return c;
 }
@@ -1090,7 +1098,7 @@ void Agent::WatchLoop() {
       continue;
     }
     const std::string server = servers_.current();
-    auto client = MakeClient(server, options_.token);
+    auto client = MakeClient(server, options_);
     // The server writes at least every 20 s; silence past this is a dead link.
     client->set_read_timeout(75, 0);
     {

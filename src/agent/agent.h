@@ -56,6 +56,14 @@ struct AgentOptions {
   // agent follows the leader across them (api/server_list.h).
   std::string server = "http://127.0.0.1:7070";
   std::string token;
+  // Over https the server's certificate is verified, and its name against
+  // the URL's host: against `ca_cert` (a PEM file of the certificates to
+  // trust: the CA that signed the server's, or the server's own), else the
+  // system's CAs. An agent that trusted any certificate would hand its token
+  // to, and run the tasks of, whoever answers. `insecure_skip_tls_verify`
+  // turns that off (`rota up`'s own agent, on loopback to its own process).
+  std::string ca_cert;
+  bool insecure_skip_tls_verify = false;
   std::string node_name;  // default: the host name
   std::string address;    // how other nodes reach this one (MASTER_ADDR); default: the node name
   Inventory inventory;
@@ -202,6 +210,7 @@ class Agent {
   httplib::Client* watch_client_ = nullptr;  // the open watch, for Stop to interrupt
   std::string watch_server_;                 // where it is open
   std::atomic<int> heartbeat_failures_{0};   // in a row (logged)
+  std::atomic<bool> said_tls_{false};         // a certificate refusal was logged
   std::atomic<int64_t> last_answered_ns_{0};  // boot-time clock of the last answered heartbeat
   std::atomic<bool> watch_done_{false};  // the watch thread has returned
   std::thread poll_thread_;

@@ -70,7 +70,9 @@ constexpr const char* kAgentUsage =
     "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--nvlink-islands N]\n"
     "                  [--logs-dir DIR] [--label k=v ...] [--oci-runtime auto|runc|crun]\n"
     "                  [--heartbeat-ms N] [--meter-ms 1000] [--transport watch|poll] [--health-file FILE]\n"
-    "                  [--device-dir /dev] [--state-dir DIR]\n"
+    "                  [--device-dir /dev] [--state-dir DIR] [--ca-cert FILE | --insecure-skip-tls-verify]\n"
+    "       (an https server's certificate is verified against --ca-cert, a PEM file of the CA\n"
+    "        that signed it or of the server's own certificate, else the system's CAs)\n"
     "       (--heartbeat-ms: default the server's interval, its node timeout / 3;\n"
     "        --transport poll: long-poll the heartbeat for new work instead of watching;\n"
     "        --meter-ms: the GPU meter's sampling interval, 0 = off)\n"
@@ -620,6 +622,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     }
     agent::AgentOptions ao;
     ao.server = url;
+    ao.insecure_skip_tls_verify = true;  // (loopback, to this process's own listener)
     ao.node_name = name.empty() ? HostName() : name;
     ao.address = "127.0.0.1";
     ao.inventory = *inv;
@@ -733,7 +736,14 @@ int AgentMain(std::vector<std::string> args) {
         std::cerr << "rota agent: --token-file " << path << ": no token in it (or it cannot be read)\n";
         return kExitBadInput;
       }
-    } else if (a == "--device-dir") ao.device_dir = value();
+    } else if (a == "--ca-cert") {
+      ao.ca_cert = value();
+      if (access(ao.ca_cert.c_str(), R_OK) != 0) {
+        std::cerr << "rota agent: --ca-cert " << ao.ca_cert << ": cannot be read\n";
+        return kExitBadInput;
+      }
+    } else if (a == "--insecure-skip-tls-verify") ao.insecure_skip_tls_verify = true;
+    else if (a == "--device-dir") ao.device_dir = value();
     else if (a == "--state-dir") ao.state_dir = value();
     else if (a == "--name") ao.node_name = value();
     else if (a == "--address") ao.address = value();
@@ -783,6 +793,10 @@ int AgentMain(std::vector<std::string> args) {
   }
   if (ao.token.empty()) {
     std::cerr << "rota agent: a token is required (--token-file FILE or $ROTA_TOKEN)\n" << kAgentUsage;
+    return kExitBadInput;
+  }
+  if (!ao.ca_cert.empty() && ao.insecure_skip_tls_verify) {
+    std::cerr << "rota agent: --ca-cert and --insecure-skip-tls-verify contradict each other: give one\n";
     return kExitBadInput;
   }
   if (ao.oci_runtime != "auto" && ao.oci_runtime != "runc" && ao.oci_runtime != "crun") {

@@ -1073,6 +1073,88 @@ TEST_F(Integration, ServesHttpsWithACertificate) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "graceful shutdown on SIGTERM";
 }
 
+// An agent verifies an https server's certificate: with --ca-cert it
+// registers and reports (on one kept-alive TLS connection); without it a
+// self-signed server is not trusted, the agent says why, and no node of its
+// name appears (its token would have gone to whoever answered).
+TEST_F(Integration, AgentsVerifyTheServersCertificate) {
+  const std::string cert = tmp.path() + "/cert.pem", key = tmp.path() + "/key.pem";
+  ASSERT_EQ(system(("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout " + key + " -out " +
+                    cert + " > /dev/null 2>&1")
+                       .c_str()),
+            0)
+      << "openssl could not make a test certificate";
+  const std::string data = tmp.path() + "/data";
+  const std::string log = data + ".log";
+  const pid_t pid = SpawnLogged({RotaBinary(), "server", "--data-dir", data, "--listen", "127.0.0.1:0", "--tls-cert",
+                                 cert, "--tls-key", key, "--rate-limit", "0"},
+                                log);
+  ASSERT_GT(pid, 0);
+  int port = 0;
+  for (int i = 0; i < 250 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::string text = ReadAll(log);
+    const size_t at = text.find("serving https://127.0.0.1:");
+    if (at != std::string::npos) port = std::stoi(text.substr(at + 26));
+  }
+  ASSERT_GT(port, 0) << ReadAll(log);
+  std::string admin = ReadAll(data + "/admin.token");
+  admin.pop_back();
+  httplib::SSLClient c("127.0.0.1", port);
+  c.enable_server_certificate_verification(false);
+  c.set_bearer_token_auth(admin);
+  std::vector<pid_t> agents;
+  auto start_agent = [&](const std::string& name, std::vector<std::string> extra) {
+    auto r = c.Post("/v1/tokens", nlohmann::json{{"user", name}, {"role", "agent"}, {"node", name}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r && r->status == 201);
+    const std::string token_file = tmp.path() + "/" + name + ".token";
+    std::ofstream(token_file) << nlohmann::json::parse(r->body)["token"].get<std::string>() << "\n";
+    std::vector<std::string> args{RotaBinary(), "agent", "--server", "https://127.0.0.1:" + std::to_string(port),
+                                  "--token-file", token_file, "--name", name, "--address", "127.0.0.1",
+                                  "--gpus", "2xH100:80Gi", "--logs-dir", tmp.path() + "/logs-" + name,
+                                  "--heartbeat-ms", "200"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    agents.push_back(SpawnLogged(args, tmp.path() + "/" + name + ".log"));
+  };
+  start_agent("trusting", {"--ca-cert", cert});
+  start_agent("untrusting", {});
+  auto nodes = [&] {
+    std::set<std::string> names;
+    auto r = c.Get("/v1/nodes");
+    if (r && r->status == 200) {
+      const auto doc = nlohmann::json::parse(r->body);
+      for (const auto& n : doc["nodes"]) names.insert(n["name"].get<std::string>());
+    }
+    return names;
+  };
+  bool seen = false;
+  for (int i = 0; i < 200 && !seen; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    seen = nodes().count("trusting") > 0;
+  }
+  EXPECT_TRUE(seen) << ReadAll(tmp.path() + "/trusting.log");
+  // A job runs on it, over TLS.
+  auto job = c.Post("/v1/jobs", "name: t\ntasks: [{name: w, gpus: 1, command: [\"true\"]}]\n", "application/yaml");
+  ASSERT_TRUE(job && job->status == 201);
+  std::string state;
+  for (int i = 0; i < 300 && state != "succeeded"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto r = c.Get("/v1/jobs/1");
+    if (r && r->status == 200) state = nlohmann::json::parse(r->body)["state"];
+  }
+  EXPECT_EQ(state, "succeeded");
+  EXPECT_EQ(nodes().count("untrusting"), 0u);
+  EXPECT_NE(ReadAll(tmp.path() + "/untrusting.log").find("--ca-cert"), std::string::npos)
+      << ReadAll(tmp.path() + "/untrusting.log");
+  for (pid_t a : agents) {
+    kill(a, SIGTERM);
+    waitpid(a, nullptr, 0);
+  }
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
+}
+
 }  // namespace
 }  // namespace rota::testing
 
