@@ -502,6 +502,8 @@ bool Agent::Register() {
                  "rota agent: %s: its certificate is not trusted or does not name this host; pass --ca-cert FILE "
                  "(the CA that signed it, or the server's own certificate)\n",
                  server.c_str());
+  } else if (!res && res.error() == httplib::Error::SSLLoadingCerts && !said_tls_.exchange(true)) {
+    std::fprintf(stderr, "rota agent: --ca-cert %s: its certificates could not be loaded\n", options_.ca_cert.c_str());
   }
   if (!res) return false;
   if (res->status != 200) {
@@ -1025,7 +1027,7 @@ void Agent::GiveBackReporter(const std::string& server, std::unique_ptr<httplib:
   // One kept: the other thread's, when both sent at once, closes (so a node
   // holds one report connection between reports), as does one to a server
   // the agent no longer follows.
-  if (reporter_ && reporter_server_ == servers_.current()) {
+  if ((reporter_ && reporter_server_ == servers_.current()) || server != servers_.current()) {
     closing = std::move(client);
     return;
   }

@@ -622,7 +622,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     }
     agent::AgentOptions ao;
     ao.server = url;
-    ao.insecure_skip_tls_verify = true;  // (loopback, to this process's own listener)
+    ao.insecure_skip_tls_verify = true;  // (to this process's own listener, on this machine)
     ao.node_name = name.empty() ? HostName() : name;
     ao.address = "127.0.0.1";
     ao.inventory = *inv;
@@ -738,8 +738,14 @@ int AgentMain(std::vector<std::string> args) {
       }
     } else if (a == "--ca-cert") {
       ao.ca_cert = value();
-      if (access(ao.ca_cert.c_str(), R_OK) != 0) {
+      std::ifstream in(ao.ca_cert);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (!in.good() && !in.eof()) {
         std::cerr << "rota agent: --ca-cert " << ao.ca_cert << ": cannot be read\n";
+        return kExitBadInput;
+      }
+      if (text.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+        std::cerr << "rota agent: --ca-cert " << ao.ca_cert << ": no PEM certificate in it\n";
         return kExitBadInput;
       }
     } else if (a == "--insecure-skip-tls-verify") ao.insecure_skip_tls_verify = true;
