@@ -1034,30 +1034,55 @@ TEST_F(Integration, MetricsPassPromtool) {
 namespace rota::testing {
 namespace {
 
-TEST_F(Integration, ServesHttpsWithACertificate) {
-  const std::string cert = tmp.path() + "/cert.pem", key = tmp.path() + "/key.pem";
-  ASSERT_EQ(system(("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout " + key + " -out " +
-                    cert + " > /dev/null 2>&1")
-                       .c_str()),
-            0)
-      << "openssl could not make a test certificate";
-  // The harness looks for "serving http://"; an HTTPS server says "serving https://".
-  const std::string data = tmp.path() + "/data";
-  std::vector<std::string> args{RotaBinary(), "server", "--data-dir", data, "--listen", "127.0.0.1:0",
-                                "--tls-cert", cert, "--tls-key", key};
-  const std::string log = data + ".log";
-  const pid_t pid = SpawnLogged(args, log);
-  ASSERT_GT(pid, 0);
+// An HTTPS `rota server` (data and a throwaway self-signed certificate for
+// 127.0.0.1 in `dir`) on a free loopback port: its pid, port, admin token
+// and certificate file; port 0, with a failure added, if it did not start.
+struct TlsServer {
+  pid_t pid = 0;
   int port = 0;
-  for (int i = 0; i < 250 && port == 0; ++i) {
+  std::string token, cert;
+};
+TlsServer StartTlsServer(const std::string& dir, const std::vector<std::string>& extra = {}) {
+  TlsServer s;
+  s.cert = dir + "/cert.pem";
+  const std::string key = dir + "/key.pem";
+  if (system(("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout " + key + " -out " +
+              s.cert + " > /dev/null 2>&1")
+                 .c_str()) != 0) {
+    ADD_FAILURE() << "openssl could not make a test certificate";
+    return s;
+  }
+  // The harness looks for "serving http://"; an HTTPS server says "serving https://".
+  const std::string data = dir + "/data", log = data + ".log";
+  std::vector<std::string> args{RotaBinary(), "server", "--data-dir", data, "--listen", "127.0.0.1:0",
+                                "--tls-cert", s.cert, "--tls-key", key};
+  args.insert(args.end(), extra.begin(), extra.end());
+  s.pid = SpawnLogged(args, log);
+  if (s.pid <= 0) {
+    ADD_FAILURE() << "could not start the server";
+    return s;
+  }
+  for (int i = 0; i < 250 && s.port == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const std::string text = ReadAll(log);
     const size_t at = text.find("serving https://127.0.0.1:");
-    if (at != std::string::npos) port = std::stoi(text.substr(at + 26));
+    if (at != std::string::npos) s.port = std::stoi(text.substr(at + 26));
   }
-  ASSERT_GT(port, 0) << ReadAll(log);
-  std::string token = ReadAll(data + "/admin.token");
-  token.pop_back();
+  if (s.port == 0) {
+    ADD_FAILURE() << ReadAll(log);
+    return s;
+  }
+  s.token = ReadAll(data + "/admin.token");
+  if (!s.token.empty()) s.token.pop_back();
+  return s;
+}
+
+TEST_F(Integration, ServesHttpsWithACertificate) {
+  const TlsServer srv = StartTlsServer(tmp.path());
+  ASSERT_GT(srv.port, 0);
+  const pid_t pid = srv.pid;
+  const int port = srv.port;
+  const std::string& token = srv.token;
   httplib::SSLClient c("127.0.0.1", port);
   c.enable_server_certificate_verification(false);
   c.set_bearer_token_auth(token);
@@ -1078,28 +1103,12 @@ TEST_F(Integration, ServesHttpsWithACertificate) {
 // self-signed server is not trusted, the agent says why, and no node of its
 // name appears (its token would have gone to whoever answered).
 TEST_F(Integration, AgentsVerifyTheServersCertificate) {
-  const std::string cert = tmp.path() + "/cert.pem", key = tmp.path() + "/key.pem";
-  ASSERT_EQ(system(("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout " + key + " -out " +
-                    cert + " > /dev/null 2>&1")
-                       .c_str()),
-            0)
-      << "openssl could not make a test certificate";
-  const std::string data = tmp.path() + "/data";
-  const std::string log = data + ".log";
-  const pid_t pid = SpawnLogged({RotaBinary(), "server", "--data-dir", data, "--listen", "127.0.0.1:0", "--tls-cert",
-                                 cert, "--tls-key", key, "--rate-limit", "0"},
-                                log);
-  ASSERT_GT(pid, 0);
-  int port = 0;
-  for (int i = 0; i < 250 && port == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const std::string text = ReadAll(log);
-    const size_t at = text.find("serving https://127.0.0.1:");
-    if (at != std::string::npos) port = std::stoi(text.substr(at + 26));
-  }
-  ASSERT_GT(port, 0) << ReadAll(log);
-  std::string admin = ReadAll(data + "/admin.token");
-  admin.pop_back();
+  const TlsServer srv = StartTlsServer(tmp.path(), {"--rate-limit", "0"});
+  ASSERT_GT(srv.port, 0);
+  const pid_t pid = srv.pid;
+  const int port = srv.port;
+  const std::string& admin = srv.token;
+  const std::string& cert = srv.cert;
   httplib::SSLClient c("127.0.0.1", port);
   c.enable_server_certificate_verification(false);
   c.set_bearer_token_auth(admin);
