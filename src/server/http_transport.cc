@@ -217,26 +217,20 @@ struct HttpTransport::Impl {
   // address's cap, or the server's where no kept-alive connection waits
   // idle (one that does is closed for it: ShedIdle).
   bool Admit(const std::string& address) {
-    bool full = false;
     {
       std::lock_guard<std::mutex> lock(mu);
-      size_t& mine = per_address[address];
-      if (mine >= options.max_connections_per_address) {
-        if (mine == 0) per_address.erase(address);
-        return false;
-      }
-      full = open >= options.max_connections;
-      if (!full) {
-        ++mine;
-        ++open;
-        return true;
-      }
-      if (mine == 0) per_address.erase(address);
+      const auto mine = per_address.find(address);
+      if ((mine == per_address.end() ? 0 : mine->second) >= options.max_connections_per_address) return false;
+      if (open < options.max_connections) return Count(address);
     }
     // (Over the cap by the connections being closed until they are, and by
     // one whose next request began before its close came: it stays.)
     if (ShedIdle(1) == 0) return false;
     std::lock_guard<std::mutex> lock(mu);
+    return Count(address);
+  }
+  // REQUIRES: mu held.
+  bool Count(const std::string& address) {
     ++per_address[address];
     ++open;
     return true;

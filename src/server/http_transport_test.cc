@@ -163,18 +163,24 @@ bool ClosedByServer(int fd) {
   return read(fd, &c, 1) == 0;
 }
 
+// A server that answers /healthz only, with at most `max_connections`.
+StatusOr<int> StartHealthOnly(HttpTransport& srv, size_t max_connections) {
+  srv.GetInline("/healthz", [](const HttpRequest&, HttpResponse& res) { res.set_content("ok\n", "text/plain"); });
+  HttpTransportOptions options;
+  options.max_connections = max_connections;
+  return srv.Start(options);
+}
+// A kept-alive GET /healthz.
+constexpr char keep[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+
 // Agents report on kept-alive connections. At max_connections (or out of
 // descriptors) the longest idle of those closes for a new client, which is
 // served, not refused: a health check gets through a server full of idle
 // agents. The client whose connection closed sends again on a new one.
 TEST(HttpTransport, AtTheCapTheLongestIdleKeptAliveConnectionClosesForANewOne) {
   HttpTransport srv;
-  srv.GetInline("/healthz", [](const HttpRequest&, HttpResponse& res) { res.set_content("ok\n", "text/plain"); });
-  HttpTransportOptions options;
-  options.max_connections = 4;
-  auto port = srv.Start(options);
+  auto port = StartHealthOnly(srv, 4);
   ASSERT_TRUE(port.ok()) << port.status().ToString();
-  const std::string keep = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
   std::vector<int> fds;
   for (int i = 0; i < 4; ++i) {
     fds.push_back(Connect(*port));
@@ -203,12 +209,8 @@ TEST(HttpTransport, AtTheCapTheLongestIdleKeptAliveConnectionClosesForANewOne) {
 // for a new one, and its request is answered.
 TEST(HttpTransport, AKeptAliveConnectionMidRequestIsNotClosedForANewOne) {
   HttpTransport srv;
-  srv.GetInline("/healthz", [](const HttpRequest&, HttpResponse& res) { res.set_content("ok\n", "text/plain"); });
-  HttpTransportOptions options;
-  options.max_connections = 2;
-  auto port = srv.Start(options);
+  auto port = StartHealthOnly(srv, 2);
   ASSERT_TRUE(port.ok()) << port.status().ToString();
-  const std::string keep = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
   std::vector<int> fds;
   for (int i = 0; i < 2; ++i) {
     fds.push_back(Connect(*port));
