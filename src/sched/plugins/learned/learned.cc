@@ -63,9 +63,14 @@ struct LearnedState : JobOrderPlugin::RankState {
     uint64_t bins = 0;      // SweepIndex::AddBin over its members' attained GPU-seconds
     bool ran_long = false;  // one of them has run SweepIndex::kInformedAt
     double last_running = -HUGE_VAL;
+    // Its facts in the history (RunHistory::sweeps), as read when the
+    // history's finished jobs and their log sum were `facts_at`.
+    RunHistory::Sweep facts;
+    std::pair<int64_t, int64_t> facts_at{-1, 0};
   };
   std::unordered_map<uint64_t, Sweep> sweeps;
   uint64_t stamp = 0;
+  size_t live_sweeps = 0;  // this cycle's
   // Scratch.
   std::vector<Sweep*> of;  // per job, its sweep
   std::vector<double> gpu_seconds, gpus, mine;
@@ -136,12 +141,16 @@ class Learned final : public JobOrderPlugin {
     }
     const bool ready = st.built_at >= kReadyAt;
     st.of.resize(jobs.size());
+    st.live_sweeps = 0;
     // One lookup per run of a sweep's jobs (mostly together: the pending,
     // then the running, each in id order).
     for (size_t i = 0; i < jobs.size(); ++i) {
       LearnedState::Sweep* sw =
           i > 0 && jobs[i]->sweep == jobs[i - 1]->sweep ? st.of[i - 1] : &st.sweeps[jobs[i]->sweep.value()];
       if (sw->seen != st.stamp) {
+        // One no job of the last cycle was in is forgotten (as if erased
+        // then: the map is only compacted now and then, below).
+        if (sw->seen + 1 != st.stamp) *sw = LearnedState::Sweep();
         sw->seen = st.stamp;
         sw->members.clear();
         sw->bins = 0;
@@ -149,6 +158,7 @@ class Learned final : public JobOrderPlugin {
         sw->last_running = -HUGE_VAL;
       }
       sw->members.push_back(static_cast<uint32_t>(i));
+      st.live_sweeps += sw->members.size() == 1;
       sw->bins = SweepIndex::AddBin(sw->bins, gs[i]);
       sw->ran_long = sw->ran_long || gs[i] >= SweepIndex::kInformedAt;
       st.of[i] = sw;
@@ -194,9 +204,13 @@ class Learned final : public JobOrderPlugin {
       if (rank <= last) rank = std::nextafter(last, HUGE_VAL);
     }
     st.changes_at = ready ? changes : 0;
-    // Forget the sweeps no job of this cycle is in.
-    for (auto it = st.sweeps.begin(); it != st.sweeps.end();) {
-      it = it->second.seen == st.stamp ? std::next(it) : st.sweeps.erase(it);
+    // Forget the sweeps no job of this cycle is in: a walk of the whole map
+    // only once it has grown well past this cycle's (those not seen are
+    // reset when met again, above).
+    if (st.sweeps.size() > 2 * st.live_sweeps + 64) {
+      for (auto it = st.sweeps.begin(); it != st.sweeps.end();) {
+        it = it->second.seen == st.stamp ? std::next(it) : st.sweeps.erase(it);
+      }
     }
   }
 
@@ -206,8 +220,14 @@ class Learned final : public JobOrderPlugin {
   static void Refresh(const RunHistory& h, JobId sweep, const std::vector<double>& gs, LearnedState& st,
                       LearnedState::Sweep& sw) {
     sw.refreshed = st.stamp;
-    auto found = h.sweeps.find(sweep.value());
-    const RunHistory::Sweep facts = found != h.sweeps.end() ? found->second : RunHistory::Sweep{};
+    // A sweep's finished jobs change only with the history's (a job that
+    // ends on its own adds to both): read again only then.
+    if (sw.facts_at != std::pair{h.finished, h.log_sum}) {
+      auto found = h.sweeps.find(sweep.value());
+      sw.facts = found != h.sweeps.end() ? found->second : RunHistory::Sweep{};
+      sw.facts_at = {h.finished, h.log_sum};
+    }
+    const RunHistory::Sweep& facts = sw.facts;
     // (Most sweeps, most cycles: nothing of theirs changed.)
     if (sw.index.Current(facts.finished, static_cast<int64_t>(st.built), sw.bins, sw.ran_long)) return;
     std::vector<double>& mine = st.mine;
