@@ -1,5 +1,6 @@
 #include "server/views.h"
 
+#include <charconv>
 #include <ctime>
 #include <optional>
 
@@ -273,8 +274,20 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
 
 namespace {
 
-std::string Escape(const std::string& v) {
-  std::string out;
+// /metrics is written piece by piece into one string: at 12,500 nodes it is
+// 800,000 samples, and a temporary string per piece cost most of a scrape.
+void Put(std::string& out, std::string_view s) { out.append(s); }
+void PutInt(std::string& out, int64_t v) {
+  char b[24];
+  out.append(b, std::to_chars(b, b + sizeof b, v).ptr);
+}
+// As printf's %g (to_chars with a precision formats as printf does).
+void PutG(std::string& out, double v) {
+  char b[64];
+  out.append(b, std::to_chars(b, b + sizeof b, v, std::chars_format::general, 6).ptr);
+}
+// A label value: backslash, quote and newline escaped.
+void PutEscaped(std::string& out, std::string_view v) {
   for (char ch : v) {
     if (ch == '\\' || ch == '"') out += '\\';
     if (ch == '\n') {
@@ -283,6 +296,10 @@ std::string Escape(const std::string& v) {
     }
     out += ch;
   }
+}
+std::string Escape(std::string_view v) {
+  std::string out;
+  PutEscaped(out, v);
   return out;
 }
 
@@ -293,30 +310,46 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
   const auto live = c.nodes_live();
   const ControllerMetrics m = c.metrics();
   std::string out;
-  auto header = [&](const char* name, const char* type, const char* help) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  size_t gpus = 0;
+  for (const auto& [node, l] : live) gpus += l.gpus.size();
+  out.reserve(4096 + 200 * snap.nodes().size() + 900 * gpus + 300 * snap.live_jobs().size());
+  auto header = [&](std::string_view name, std::string_view type, std::string_view help) {
+    Put(out, "# HELP ");
+    Put(out, name);
+    Put(out, " ");
+    Put(out, help);
+    Put(out, "\n# TYPE ");
+    Put(out, name);
+    Put(out, " ");
+    Put(out, type);
+    Put(out, "\n");
+  };
+  // name{label="value"} n
+  auto sample = [&](std::string_view name, std::string_view label, std::string_view value, int64_t n) {
+    Put(out, name);
+    Put(out, "{");
+    Put(out, label);
+    Put(out, "=\"");
+    PutEscaped(out, value);
+    Put(out, "\"} ");
+    PutInt(out, n);
+    Put(out, "\n");
   };
 
   header("rota_store_writable", "gauge", "1 while the journal accepts writes, 0 while the store refuses them.");
-  out += std::string("rota_store_writable ") + (c.StoreError().empty() ? "1" : "0") + "\n";
+  Put(out, c.StoreError().empty() ? "rota_store_writable 1\n" : "rota_store_writable 0\n");
   ordered_json queues = QueuesView(c, snap);
   header("rota_queue_pending_jobs", "gauge", "Pending jobs per leaf queue.");
-  for (const auto& q : queues) {
-    out += "rota_queue_pending_jobs{queue=\"" + Escape(q["name"]) + "\"} " + std::to_string(q["pending"].get<int64_t>()) + "\n";
-  }
+  for (const auto& q : queues) sample("rota_queue_pending_jobs", "queue", q["name"].get<std::string>(), q["pending"].get<int64_t>());
   header("rota_queue_running_jobs", "gauge", "Running jobs per leaf queue.");
-  for (const auto& q : queues) {
-    out += "rota_queue_running_jobs{queue=\"" + Escape(q["name"]) + "\"} " + std::to_string(q["running"].get<int64_t>()) + "\n";
-  }
+  for (const auto& q : queues) sample("rota_queue_running_jobs", "queue", q["name"].get<std::string>(), q["running"].get<int64_t>());
   header("rota_queue_allocated_gpus", "gauge", "GPUs held by running jobs per leaf queue.");
   for (const auto& q : queues) {
-    out += "rota_queue_allocated_gpus{queue=\"" + Escape(q["name"]) + "\"} " +
-           std::to_string(q["gpus_allocated"].get<int64_t>()) + "\n";
+    sample("rota_queue_allocated_gpus", "queue", q["name"].get<std::string>(), q["gpus_allocated"].get<int64_t>());
   }
   header("rota_queue_deserved_gpus", "gauge", "GPUs guaranteed to each leaf queue by its quota.");
   for (const auto& q : queues) {
-    out += "rota_queue_deserved_gpus{queue=\"" + Escape(q["name"]) + "\"} " +
-           std::to_string(q["gpus_guaranteed"].get<int64_t>()) + "\n";
+    sample("rota_queue_deserved_gpus", "queue", q["name"].get<std::string>(), q["gpus_guaranteed"].get<int64_t>());
   }
 
   header("rota_scheduling_cycle_seconds", "histogram", "Latency of one scheduling cycle.");
@@ -339,6 +372,7 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
          "1 for a running job whose GPUs wait on a CPU saturated against its limit (a data pipeline that cannot feed them).");
   std::string idle, over, starved, energy, memory, activity;
   std::map<std::pair<NodeId, int32_t>, uint64_t> holder;  // whole GPUs -> the running job on them
+  std::string labels;
   for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state != JobState::kRunning) continue;
     bool is_idle = false, is_over = false, is_starved = false;
@@ -347,18 +381,34 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
       is_over = is_over || f.rfind("over", 0) == 0;
       is_starved = is_starved || f.rfind("input-bound", 0) == 0;
     }
-    const std::string labels = "{job=\"" + std::to_string(id.value()) + "\",queue=\"" + Escape(job->spec().queue) + "\"} ";
-    idle += "rota_job_idle" + labels + (is_idle ? "1" : "0") + "\n";
-    over += "rota_job_overprovisioned" + labels + (is_over ? "1" : "0") + "\n";
-    starved += "rota_job_input_bound" + labels + (is_starved ? "1" : "0") + "\n";
+    labels.assign("{job=\"");
+    PutInt(labels, static_cast<int64_t>(id.value()));
+    Put(labels, "\",queue=\"");
+    PutEscaped(labels, job->spec().queue);
+    Put(labels, "\"} ");
+    auto flag = [&](std::string& to, std::string_view name, bool on) {
+      Put(to, name);
+      Put(to, labels);
+      Put(to, on ? "1\n" : "0\n");
+    };
+    flag(idle, "rota_job_idle", is_idle);
+    flag(over, "rota_job_overprovisioned", is_over);
+    flag(starved, "rota_job_input_bound", is_starved);
     // The attempt's measure so far (whole GPUs; none until telemetry came).
     const UsageRecord u = c.PeekUsage(snap, *job);
     if (u.measured()) {
-      char mean[32];
-      std::snprintf(mean, sizeof mean, "%g", u.activity.Mean() / 100.0);
-      energy += "rota_job_gpu_energy_joules_total" + labels + std::to_string(u.energy_mj / 1000) + "\n";
-      memory += "rota_job_gpu_memory_peak_bytes" + labels + std::to_string(u.gpu_memory_peak * 1024 * 1024) + "\n";
-      activity += "rota_job_gpu_activity_ratio" + labels + mean + "\n";
+      Put(energy, "rota_job_gpu_energy_joules_total");
+      Put(energy, labels);
+      PutInt(energy, u.energy_mj / 1000);
+      Put(energy, "\n");
+      Put(memory, "rota_job_gpu_memory_peak_bytes");
+      Put(memory, labels);
+      PutInt(memory, u.gpu_memory_peak * 1024 * 1024);
+      Put(memory, "\n");
+      Put(activity, "rota_job_gpu_activity_ratio");
+      Put(activity, labels);
+      PutG(activity, u.activity.Mean() / 100.0);
+      Put(activity, "\n");
     }
     for (const ReplicaPlacement& r : job->placement) {
       if (r.shares_gpu()) continue;
@@ -388,13 +438,32 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
   std::map<std::string, int64_t> states{{"ready", 0}, {"declared", 0}, {"drained", 0}, {"lost", 0}};
   for (const NodeState& n : snap.nodes()) states[NodeStateName(c, n, live)]++;
   header("rota_nodes", "gauge", "Nodes by state.");
-  for (const auto& [state, n] : states) out += "rota_nodes{state=\"" + state + "\"} " + std::to_string(n) + "\n";
+  for (const auto& [state, n] : states) sample("rota_nodes", "state", state, n);
 
   header("rota_node_gpus_allocated", "gauge", "GPUs in use per node (whole, shared by fractions, or with a MIG instance in use).");
-  for (const NodeState& n : snap.nodes()) {
-    out += "rota_node_gpus_allocated{node=\"" + Escape(n.spec.name) + "\"} " +
-           std::to_string(std::popcount(n.busy_mask())) + "\n";
+  for (const NodeState& n : snap.nodes()) sample("rota_node_gpus_allocated", "node", n.spec.name, std::popcount(n.busy_mask()));
+
+  // What every GPU's labels need, worked out once a node: its name, its
+  // state's, and the job holding each of its reported GPUs whole.
+  struct NodeGpus {
+    std::string name;          // escaped
+    std::string model;         // escaped ("" without a node in the state)
+    const NodeState* state;    // (none: a node no longer in the state)
+    std::vector<uint64_t> job;  // per reported GPU: its job (0: none)
+  };
+  std::vector<NodeGpus> per_node;
+  per_node.reserve(live.size());
+  for (const auto& [node, l] : live) {
+    NodeGpus g{Escape(node), "", snap.FindNode(node), {}};
+    if (g.state != nullptr) g.model = Escape(g.state->spec.gpu_model);
+    g.job.reserve(l.gpus.size());
+    for (const GpuTelemetry& t : l.gpus) {
+      auto h = g.state != nullptr ? holder.find({g.state->id, t.index}) : holder.end();
+      g.job.push_back(h != holder.end() ? h->second : 0);
+    }
+    per_node.push_back(std::move(g));
   }
+
   struct Series {
     const char* name;
     const char* help;
@@ -410,13 +479,19 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
   };
   for (const Series& s : series) {
     header(s.name, "gauge", s.help);
+    size_t k = 0;
     for (const auto& [node, l] : live) {
+      const NodeGpus& g = per_node[k++];
       for (const GpuTelemetry& t : l.gpus) {
         if (s.get(t) < 0) continue;  // not known (utilisation of a GPU in MIG mode)
-        char v[64];
-        std::snprintf(v, sizeof(v), "%g", s.get(t));
-        out += std::string(s.name) + "{node=\"" + Escape(node) + "\",gpu=\"" + std::to_string(t.index) +
-               "\",simulated=\"" + (l.simulated ? "true" : "false") + "\"} " + v + "\n";
+        Put(out, s.name);
+        Put(out, "{node=\"");
+        Put(out, g.name);
+        Put(out, "\",gpu=\"");
+        PutInt(out, t.index);
+        Put(out, l.simulated ? "\",simulated=\"true\"} " : "\",simulated=\"false\"} ");
+        PutG(out, s.get(t));
+        Put(out, "\n");
       }
     }
   }
@@ -436,23 +511,36 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
       {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", [](const GpuTelemetry& t) { return int64_t{t.temperature_c}; }},
       {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", [](const GpuTelemetry& t) { return int64_t{t.power_w}; }},
   };
-  auto gpu_labels = [&](const std::string& node, const NodeState* n, int32_t index) {
-    std::string labels = "gpu=\"" + std::to_string(index) + "\",device=\"nvidia" + std::to_string(index) + "\"," +
-                         (dcgm_labels ? "modelName" : "model_name") + "=\"" +
-                         Escape(n != nullptr ? n->spec.gpu_model : "") + "\"," + (dcgm_labels ? "Hostname" : "hostname") +
-                         "=\"" + Escape(node) + "\"";
-    if (n != nullptr) {
-      if (auto h = holder.find({n->id, index}); h != holder.end()) labels += ",job=\"" + std::to_string(h->second) + "\"";
+  // name{gpu=..,device=..,model_name=..,hostname=..[,job=..]} (the value follows).
+  auto gpu_labels = [&](std::string_view name, const NodeGpus& g, int32_t index, uint64_t job) {
+    Put(out, name);
+    Put(out, "{gpu=\"");
+    PutInt(out, index);
+    Put(out, "\",device=\"nvidia");
+    PutInt(out, index);
+    Put(out, dcgm_labels ? "\",modelName=\"" : "\",model_name=\"");
+    Put(out, g.model);
+    Put(out, dcgm_labels ? "\",Hostname=\"" : "\",hostname=\"");
+    Put(out, g.name);
+    Put(out, "\"");
+    if (job != 0) {
+      Put(out, ",job=\"");
+      PutInt(out, static_cast<int64_t>(job));
+      Put(out, "\"");
     }
-    return labels;
+    Put(out, "} ");
   };
   for (const Dcgm& d : dcgm) {
     header(d.name, "gauge", d.help);
+    size_t k = 0;
     for (const auto& [node, l] : live) {
-      const NodeState* n = snap.FindNode(node);
-      for (const GpuTelemetry& t : l.gpus) {
+      const NodeGpus& g = per_node[k++];
+      for (size_t i = 0; i < l.gpus.size(); ++i) {
+        const GpuTelemetry& t = l.gpus[i];
         if (d.get(t) < 0) continue;
-        out += std::string(d.name) + "{" + gpu_labels(node, n, t.index) + "} " + std::to_string(d.get(t)) + "\n";
+        gpu_labels(d.name, g, t.index, g.job[i]);
+        PutInt(out, d.get(t));
+        Put(out, "\n");
       }
     }
   }
@@ -473,13 +561,15 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
   };
   for (const Prof& p : prof) {
     header(p.name, "gauge", p.help);
+    size_t k = 0;
     for (const auto& [node, l] : live) {
-      const NodeState* n = snap.FindNode(node);
-      for (const GpuTelemetry& t : l.gpus) {
+      const NodeGpus& g = per_node[k++];
+      for (size_t i = 0; i < l.gpus.size(); ++i) {
+        const GpuTelemetry& t = l.gpus[i];
         if (t.*p.field < 0) continue;
-        char v[32];
-        std::snprintf(v, sizeof v, "%g", t.*p.field / 100.0);
-        out += std::string(p.name) + "{" + gpu_labels(node, n, t.index) + "} " + v + "\n";
+        gpu_labels(p.name, g, t.index, g.job[i]);
+        PutG(out, t.*p.field / 100.0);
+        Put(out, "\n");
       }
     }
   }
@@ -489,12 +579,23 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
   header("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", dcgm_labels ? "counter" : "untyped",
          "Total energy consumption since this server started (in mJ).");
   std::string joules;
-  for (const auto& [node, l] : live) {
-    const NodeState* n = snap.FindNode(node);
-    for (const auto& [index, mj] : l.energy_mj) {
-      out += "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" + gpu_labels(node, n, index) + "} " + std::to_string(mj) + "\n";
-      joules += "rota_gpu_energy_joules_total{node=\"" + Escape(node) + "\",gpu=\"" + std::to_string(index) + "\"} " +
-                std::to_string(mj / 1000) + "\n";
+  {
+    size_t k = 0;
+    for (const auto& [node, l] : live) {
+      const NodeGpus& g = per_node[k++];
+      for (const auto& [index, mj] : l.energy_mj) {
+        auto h = g.state != nullptr ? holder.find({g.state->id, index}) : holder.end();
+        gpu_labels("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", g, index, h != holder.end() ? h->second : 0);
+        PutInt(out, mj);
+        Put(out, "\n");
+        Put(joules, "rota_gpu_energy_joules_total{node=\"");
+        Put(joules, g.name);
+        Put(joules, "\",gpu=\"");
+        PutInt(joules, index);
+        Put(joules, "\"} ");
+        PutInt(joules, mj / 1000);
+        Put(joules, "\n");
+      }
     }
   }
   header("rota_gpu_energy_joules_total", "counter", "GPU energy in the agents' reports since this server started.");
