@@ -1037,6 +1037,43 @@ class FullDiskStore final : public Store {
 
 // GPU history on a full disk: the blocks the store refuses are kept and
 // written by a later flush; nothing is lost meanwhile, and the server runs on.
+// /metrics, sample by sample, as printf's %g and %d write the numbers:
+// the per-GPU families, the job holding a GPU whole in dcgm-exporter's
+// labels (none on a free GPU), and GPM as a ratio.
+TEST_F(ControllerTest, MetricsWriteEachGpusSamplesExactly) {
+  auto c = MakeMeasured(std::make_unique<MemoryStore>());
+  struct Case {
+    std::string name;
+    JobId id;
+    int32_t gpu = 0;
+  } cases[] = {{"held", {}, 0}};
+  ASSERT_TRUE(RunOnN0(*c, cases));
+  const int32_t held = cases[0].gpu, free = held == 0 ? 1 : 0;
+  GpuTelemetry a{.index = held, .utilization_pct = 47, .memory_used = 3000, .temperature_c = 61, .power_w = 250};
+  a.sm_active_pct = 33;
+  GpuTelemetry b{.index = free, .utilization_pct = 100, .memory_used = 0, .temperature_c = 30, .power_w = 1000};
+  ASSERT_TRUE(c->Heartbeat(agent0, HeartbeatReport{"n-0", {a, b}, {}}).ok());
+  const std::string out = RenderMetrics(*c);
+  const std::string h = std::to_string(held), f = std::to_string(free), job = std::to_string(cases[0].id.value());
+  for (const std::string& line : std::vector<std::string>{
+           "rota_gpu_utilization_ratio{node=\"n-0\",gpu=\"" + h + "\",simulated=\"true\"} 0.47\n",
+           "rota_gpu_utilization_ratio{node=\"n-0\",gpu=\"" + f + "\",simulated=\"true\"} 1\n",
+           "rota_gpu_memory_used_bytes{node=\"n-0\",gpu=\"" + h + "\",simulated=\"true\"} 3.14573e+09\n",
+           "rota_gpu_power_watts{node=\"n-0\",gpu=\"" + f + "\",simulated=\"true\"} 1000\n",
+           "DCGM_FI_DEV_FB_USED{gpu=\"" + h + "\",device=\"nvidia" + h + "\",model_name=\"H100\",hostname=\"n-0\",job=\"" + job +
+               "\"} 3000\n",
+           "DCGM_FI_DEV_GPU_TEMP{gpu=\"" + f + "\",device=\"nvidia" + f + "\",model_name=\"H100\",hostname=\"n-0\"} 30\n",
+           "DCGM_FI_PROF_SM_ACTIVE{gpu=\"" + h + "\",device=\"nvidia" + h + "\",model_name=\"H100\",hostname=\"n-0\",job=\"" +
+               job + "\"} 0.33\n",
+           std::string("rota_node_gpus_allocated{node=\"n-0\"} 1\n"),
+       }) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << out;
+  }
+  // A GPU without GPM has no GPM sample.
+  EXPECT_EQ(out.find("DCGM_FI_PROF_SM_ACTIVE{gpu=\"" + f + "\""), std::string::npos);
+  c->Stop();
+}
+
 TEST_F(ControllerTest, GpuHistoryRefusedByAFullDiskIsWrittenLater) {
   auto owned = std::make_unique<FullDiskStore>();
   FullDiskStore* store = owned.get();

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <unordered_map>
 
 #include "sched/learned.h"
@@ -64,9 +65,9 @@ struct LearnedState : JobOrderPlugin::RankState {
     bool ran_long = false;  // one of them has run SweepIndex::kInformedAt
     double last_running = -HUGE_VAL;
     // Its facts in the history (RunHistory::sweeps), as read when the
-    // history's finished jobs and their log sum were `facts_at`.
+    // history's finished jobs and their log sums were `facts_at`.
     RunHistory::Sweep facts;
-    std::pair<int64_t, int64_t> facts_at{-1, 0};
+    std::tuple<int64_t, int64_t, int64_t> facts_at{-1, 0, 0};
   };
   std::unordered_map<uint64_t, Sweep> sweeps;
   uint64_t stamp = 0;
@@ -221,11 +222,15 @@ class Learned final : public JobOrderPlugin {
                       LearnedState::Sweep& sw) {
     sw.refreshed = st.stamp;
     // A sweep's finished jobs change only with the history's (a job that
-    // ends on its own adds to both): read again only then.
-    if (sw.facts_at != std::pair{h.finished, h.log_sum}) {
+    // ends on its own adds to both; one cancelled, to neither): read again
+    // only then. (The history moves forward under one scheduler; one
+    // replaced whole, by a journal snapshot's RunHistoryState, is before the
+    // first cycle.)
+    const std::tuple<int64_t, int64_t, int64_t> at{h.finished, h.log_sum, h.log_sq};
+    if (sw.facts_at != at) {
       auto found = h.sweeps.find(sweep.value());
       sw.facts = found != h.sweeps.end() ? found->second : RunHistory::Sweep{};
-      sw.facts_at = {h.finished, h.log_sum};
+      sw.facts_at = at;
     }
     const RunHistory::Sweep& facts = sw.facts;
     // (Most sweeps, most cycles: nothing of theirs changed.)
