@@ -738,13 +738,12 @@ int AgentMain(std::vector<std::string> args) {
       }
     } else if (a == "--ca-cert") {
       ao.ca_cert = value();
-      std::ifstream in(ao.ca_cert);
-      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (!in.good() && !in.eof()) {
-        std::cerr << "rota agent: --ca-cert " << ao.ca_cert << ": cannot be read\n";
+      const StatusOr<std::string> text = api::ReadFile(ao.ca_cert);
+      if (!text.ok()) {
+        std::cerr << "rota agent: --ca-cert: " << text.status().message() << "\n";
         return kExitBadInput;
       }
-      if (text.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      if (text->find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
         std::cerr << "rota agent: --ca-cert " << ao.ca_cert << ": no PEM certificate in it\n";
         return kExitBadInput;
       }

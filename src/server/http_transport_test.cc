@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -173,6 +174,18 @@ StatusOr<int> StartHealthOnly(HttpTransport& srv, size_t max_connections) {
 // A kept-alive GET /healthz.
 constexpr char keep[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
 
+// Opens `n` connections to `port` into `fds`, each answered one kept-alive
+// request; `then(fd)` runs after each one's answer.
+::testing::AssertionResult OpenKeptAlive(int port, int n, std::vector<int>* fds, const std::function<void(int)>& then) {
+  for (int i = 0; i < n; ++i) {
+    fds->push_back(Connect(port));
+    if (fds->back() < 0) return ::testing::AssertionFailure() << "connection " << i << " refused";
+    if (Ask(fds->back(), keep) != 200) return ::testing::AssertionFailure() << "connection " << i << " not answered";
+    then(fds->back());
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // Agents report on kept-alive connections. At max_connections (or out of
 // descriptors) the longest idle of those closes for a new client, which is
 // served, not refused: a health check gets through a server full of idle
@@ -181,13 +194,8 @@ TEST(HttpTransport, AtTheCapTheLongestIdleKeptAliveConnectionClosesForANewOne) {
   HttpTransport srv;
   auto port = StartHealthOnly(srv, 4);
   ASSERT_TRUE(port.ok()) << port.status().ToString();
-  std::vector<int> fds;
-  for (int i = 0; i < 4; ++i) {
-    fds.push_back(Connect(*port));
-    ASSERT_GE(fds.back(), 0);
-    ASSERT_EQ(Ask(fds.back(), keep), 200) << i;  // then idle, kept alive
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // (idle in this order)
-  }
+  std::vector<int> fds;  // then idle, kept alive, in this order
+  ASSERT_TRUE(OpenKeptAlive(*port, 4, &fds, [](int) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }));
   const int a = Connect(*port);  // the fifth
   ASSERT_GE(a, 0);
   EXPECT_EQ(Ask(a, keep), 200);
@@ -212,13 +220,10 @@ TEST(HttpTransport, AKeptAliveConnectionMidRequestIsNotClosedForANewOne) {
   auto port = StartHealthOnly(srv, 2);
   ASSERT_TRUE(port.ok()) << port.status().ToString();
   std::vector<int> fds;
-  for (int i = 0; i < 2; ++i) {
-    fds.push_back(Connect(*port));
-    ASSERT_GE(fds.back(), 0);
-    ASSERT_EQ(Ask(fds.back(), keep), 200) << i;
-    const std::string part = "GET /healthz HTT";  // the next request, begun
-    ASSERT_EQ(write(fds.back(), part.data(), part.size()), static_cast<ssize_t>(part.size()));
-  }
+  const std::string part = "GET /healthz HTT";  // the next request, begun
+  ASSERT_TRUE(OpenKeptAlive(*port, 2, &fds, [&](int fd) {
+    ASSERT_EQ(write(fd, part.data(), part.size()), static_cast<ssize_t>(part.size()));
+  }));
   // Neither is closed for a third (which the cap then lets in over it by one:
   // the close it asked for is not made), whether the server has read the
   // part yet or it waits in the socket.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <functional>
 #include <set>
 
@@ -1096,6 +1097,33 @@ TEST_F(Integration, ServesHttpsWithACertificate) {
   int status;
   waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "graceful shutdown on SIGTERM";
+}
+
+// A --ca-cert the agent could not trust anything with is refused at once,
+// the flag named: one that cannot be read, one with no PEM certificate, and
+// one given with --insecure-skip-tls-verify.
+TEST_F(Integration, AgentRefusesACaCertItCannotUse) {
+  const std::string text = tmp.path() + "/not-a-cert";
+  std::ofstream(text) << "hello\n";
+  std::ofstream(tmp.path() + "/pem") << "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+  const std::vector<std::string> env{"ROTA_TOKEN=x"};
+  const std::vector<std::string> base{"agent", "--server", "https://127.0.0.1:1", "--ca-cert"};
+  auto run = [&](const std::string& file, std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.push_back(file);
+    args.insert(args.end(), more.begin(), more.end());
+    return RunRota(args, env, tmp.path());
+  };
+  const CommandResult missing = run(tmp.path() + "/none", {});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("--ca-cert: " + tmp.path() + "/none: cannot open file"), std::string::npos) << missing.err;
+  const CommandResult not_pem = run(text, {});
+  EXPECT_EQ(not_pem.exit_code, 2);
+  EXPECT_NE(not_pem.err.find("no PEM certificate in it"), std::string::npos) << not_pem.err;
+  const CommandResult both = run(tmp.path() + "/pem", {"--insecure-skip-tls-verify"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--ca-cert and --insecure-skip-tls-verify contradict each other"), std::string::npos)
+      << both.err;
 }
 
 // An agent verifies an https server's certificate: with --ca-cert it
