@@ -40,7 +40,9 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -595,14 +597,54 @@ int LostNodes(httplib::Client& admin) {
 // server's own delays from the client's in a health check's latency.
 // `scrape` gets how long the scrape took (ms) and its size (MB): at 12,500
 // nodes a cost of its own.
-double LoopLagMs(httplib::Client& admin, std::pair<double, double>* scrape = nullptr) {
+// `push` gets the server's rota_watch_push_seconds (bind to the watch's
+// push) from the same scrape, summarized (PushSummary).
+std::string PushSummary(const std::string& metrics);
+double LoopLagMs(httplib::Client& admin, std::pair<double, double>* scrape = nullptr, std::string* push = nullptr) {
   const auto a = Clock::now();
   auto r = admin.Get("/metrics");
   if (!r || r->status != 200) return -1;
   if (scrape != nullptr) *scrape = {Ms(Clock::now() - a), static_cast<double>(r->body.size()) / 1e6};
+  if (push != nullptr) *push = PushSummary(r->body);
   const std::string key = "\nrota_http_loop_lag_max_seconds ";
   const size_t at = r->body.find(key);
   return at == std::string::npos ? -1 : 1000 * std::atof(r->body.c_str() + at + key.size());
+}
+
+// The server's histogram of bind to push: its count, mean, and p50/p99
+// interpolated within buckets (as Prometheus' histogram_quantile does), in ms.
+std::string PushSummary(const std::string& metrics) {
+  std::vector<std::pair<double, double>> buckets;  // (le, cumulative count)
+  const std::string key = "\nrota_watch_push_seconds_bucket{le=\"";
+  for (size_t at = metrics.find(key); at != std::string::npos; at = metrics.find(key, at + 1)) {
+    const char* le = metrics.c_str() + at + key.size();
+    const size_t close = metrics.find("} ", at);
+    if (close == std::string::npos) break;
+    const double bound = std::strncmp(le, "+Inf", 4) == 0 ? HUGE_VAL : std::atof(le);
+    buckets.emplace_back(bound, std::atof(metrics.c_str() + close + 2));
+  }
+  const std::string sum_key = "\nrota_watch_push_seconds_sum ";
+  const size_t sum_at = metrics.find(sum_key);
+  if (buckets.empty() || sum_at == std::string::npos) return "unknown";
+  if (buckets.back().second == 0) return "n=0";
+  const double n = buckets.back().second, sum = std::atof(metrics.c_str() + sum_at + sum_key.size());
+  auto quantile = [&](double q) {
+    const double rank = q * n;
+    double lo = 0, below = 0;
+    for (const auto& [le, count] : buckets) {
+      if (count >= rank) {
+        if (std::isinf(le)) return lo;  // past the last bound: its bound, as Prometheus
+        return lo + (le - lo) * (count > below ? (rank - below) / (count - below) : 1);
+      }
+      lo = le;
+      below = count;
+    }
+    return lo;
+  };
+  char out[160];
+  std::snprintf(out, sizeof out, "n=%.0f mean=%.1fms p50~%.1fms p99~%.1fms", n, n > 0 ? 1000 * sum / n : 0,
+                1000 * quantile(0.5), 1000 * quantile(0.99));
+  return out;
 }
 
 }  // namespace
@@ -755,7 +797,9 @@ int main(int argc, char** argv) {
   }
   healthz.Clear();
 
-  // Load: an array of 1-GPU jobs that each "run" run_ms.
+  // Load: an array of 1-GPU jobs that each "run" run_ms. (The server's CPU
+  // under load counts from here: not the admin reads' above.)
+  const double cpu_load0 = CpuAndRss(opt.server_pid).first;
   s.array_at = Clock::now();
   s.array_submitted = true;
   auto r = admin.Post("/v1/jobs?count=" + std::to_string(opt.jobs),
@@ -797,16 +841,20 @@ int main(int argc, char** argv) {
   const int64_t finished = live == 0 ? opt.jobs : -1;
   // (The window under load closes here: before the node listing.)
   const std::string load_healthz = healthz.Summary();
-  const double load_lag = LoopLagMs(admin), load_swarm_lag = s.TakeLag();
+  std::string push;
+  const double load_lag = LoopLagMs(admin, nullptr, &push), load_swarm_lag = s.TakeLag();
   const int lost_load = LostNodes(admin);
   std::printf("RESULT array jobs=%d accepted_in=%.2fs done_in=%.2fs jobs_per_s=%.0f e2e_done_in=%.2fs e2e_jobs_per_s=%.0f "
               "exits_reported=%lld "
               "server_finished=%lld server_cpu=%.1f%% rss=%.0fMiB lost_nodes=%d transport_errors=%lld\n",
               opt.jobs, Ms(accepted - s.array_at) / 1000, seconds, opt.jobs / seconds, server_seconds,
               opt.jobs / server_seconds, static_cast<long long>(s.exits.load()),
-              static_cast<long long>(finished), 100.0 * (cpu2 - cpu1) / std::max(0.001, seconds), rss2, lost_load,
+              static_cast<long long>(finished), 100.0 * (cpu2 - cpu_load0) / std::max(0.001, seconds), rss2, lost_load,
               static_cast<long long>(s.errors.load()));
   std::printf("RESULT bind_to_agent %s\n", s.bind_to_agent.Summary().c_str());
+  // Of which the server's: bind to its watch push (the rest is its loop's
+  // writes and the swarm reading them).
+  std::printf("RESULT bind_to_push (server) %s\n", push.c_str());
   std::printf("RESULT submit_to_agent %s\n", s.submit_to_agent.Summary().c_str());
   std::printf("RESULT exit_report_rtt %s\n", s.heartbeat_rtt.Summary().c_str());
   std::printf("RESULT healthz_under_load %s loop_lag_max=%.1fms swarm_lag_max=%.1fms\n", load_healthz.c_str(), load_lag,

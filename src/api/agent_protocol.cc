@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/json_text.h"
 #include "base/base64.h"
 #include "base/quantity.h"
 
@@ -350,6 +351,85 @@ ordered_json AnswerToJson(const AgentAnswer& answer) {
           {"revision", answer.revision},
           {"fence_after_ms", answer.fence_after_ms},
           {"heartbeat_interval_ms", answer.heartbeat_interval_ms}};
+}
+
+namespace {
+
+void WriteAssignment(TextWriter& w, const TaskAssignment& a) {
+  w.BeginObject();
+  w.Field("job", a.job.value());
+  w.Field("job_name", a.job_name);
+  w.Field("task", a.task);
+  w.Field("task_name", a.task_name);
+  w.Field("replica", a.replica);
+  w.Key("gpus");
+  w.BeginArray();
+  for (int32_t g : a.gpus) w.Number(g);
+  w.EndArray();
+  w.Strings("command", a.command);
+  w.Key("env");
+  w.BeginObject();
+  for (const auto& [k, v] : a.env) w.Field(k, v);
+  w.EndObject();
+  w.Field("world_size", a.world_size);
+  w.Field("rank", a.rank);
+  w.Field("local_rank", a.local_rank);
+  w.Field("node_rank", a.node_rank);
+  w.Field("master_addr", a.master_addr);
+  w.Field("master_port", a.master_port);
+  w.Strings("hosts", a.hosts);
+  w.Field("cpu_milli", a.cpu);
+  w.Field("memory_mib", a.memory);
+  w.Field("attempt", a.attempt);
+  w.Field("checkpoint_signal", a.checkpoint_signal);
+  w.Field("checkpoint_grace_ms", a.checkpoint_grace / 1000);
+  if (!a.user.empty()) w.Field("user", a.user);
+  if (a.uid >= 0) w.Field("uid", a.uid);
+  if (a.gid >= 0) w.Field("gid", a.gid);
+  if (a.allow_root) w.Field("allow_root", true);
+  if (a.service) w.Field("service", true);
+  if (a.bound_at > 0) w.Field("bound_at_us", a.bound_at);
+  if (!a.last_checkpoint.empty()) w.Field("last_checkpoint", a.last_checkpoint);
+  if (a.gpu_milli > 0) {
+    w.Field("gpu_milli", a.gpu_milli);
+    w.Field("gpu_memory_limit_mib", a.gpu_memory_limit);
+  }
+  if (a.mig_start >= 0) {
+    w.Field("mig_profile", a.mig_profile);
+    w.Field("mig_start", a.mig_start);
+  }
+  if (!a.rootfs.empty()) {
+    w.Field("rootfs", a.rootfs);
+    w.Key("mounts");
+    w.BeginArray();
+    for (const MountSpec& m : a.mounts) {
+      w.BeginObject();
+      w.Field("source", m.source);
+      w.Field("target", m.target);
+      w.Field("read_only", m.read_only);
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  w.EndObject();
+}
+
+}  // namespace
+
+std::string AnswerText(const AgentAnswer& answer, int indent) {
+  std::string out;
+  out.reserve(256 + answer.tasks.size() * 700);
+  TextWriter w(&out, indent);
+  w.BeginObject();
+  w.Key("tasks");
+  w.BeginArray();
+  for (const TaskAssignment& a : answer.tasks) WriteAssignment(w, a);
+  w.EndArray();
+  w.Field("revision", answer.revision);
+  w.Field("fence_after_ms", answer.fence_after_ms);
+  w.Field("heartbeat_interval_ms", answer.heartbeat_interval_ms);
+  w.EndObject();
+  return out;
 }
 
 StatusOr<AgentAnswer> AnswerFromJson(const json& body) {

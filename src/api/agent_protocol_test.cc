@@ -68,6 +68,47 @@ TEST(AgentProtocol, AnAnswerRoundTripsThroughItsJson) {
   EXPECT_FALSE(a.whole_gpus());
 }
 
+// AnswerText writes what the tree would dump, byte for byte, compact and
+// pretty: every optional field, empty lists and maps, and strings that need
+// escaping (quotes, control characters, UTF-8, invalid UTF-8 replaced).
+TEST(AgentProtocol, AnAnswersTextIsItsJsonDumpByteForByte) {
+  TaskAssignment odd = FullAssignment();
+  odd.job_name = "say \"hi\"\\ \n\t\x01 caf\xc3\xa9 \xff\xfe end";
+  odd.env = {{"K\"Q", "v\x7f"}, {"PATH", "/usr/bin"}, {"\xe2\x82\xac", ""}};
+  odd.command = {};
+  odd.hosts = {};
+  odd.mounts = {{"/a b", "/c\"d", false}, {"/e", "/f", true}};
+  TaskAssignment plain;  // the defaults: no optional field
+  plain.job = JobId(7);
+  plain.command = {"true"};
+  plain.task_name = "back\\slash";  // each alone: the only character to escape
+  plain.master_addr = "a\"quote";
+  TaskAssignment negative = plain;
+  negative.uid = 0;
+  negative.gid = 0;
+  negative.master_port = -1;
+  negative.service = true;
+  negative.rootfs = "/r";  // with no mounts
+  const std::vector<AgentAnswer> answers = {
+      {.tasks = {}, .revision = 0, .fence_after_ms = 0, .heartbeat_interval_ms = 0},
+      {.tasks = {FullAssignment()}, .revision = 77, .fence_after_ms = 30000, .heartbeat_interval_ms = 10000},
+      {.tasks = {odd, plain, negative, FullAssignment()}, .revision = UINT64_MAX, .fence_after_ms = -5,
+       .heartbeat_interval_ms = INT64_MAX},
+  };
+  for (const AgentAnswer& answer : answers) {
+    for (int indent : {-1, 0, 2, 4}) {
+      EXPECT_EQ(AnswerText(answer, indent),
+                AnswerToJson(answer).dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace))
+          << "indent " << indent << ", " << answer.tasks.size() << " tasks";
+    }
+  }
+  // And it reads back as the same answer.
+  auto back = AnswerFromJson(json::parse(AnswerText(answers[2])));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(AnswerToJson(*back).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+            AnswerText(answers[2]));
+}
+
 TEST(AgentProtocol, AHeartbeatRoundTripsWithItsLogAndCheckpoint) {
   HeartbeatReport r;
   r.node = "n-1";

@@ -13,6 +13,7 @@
 #include "server/report.h"
 #include "server/services.h"
 
+#include <array>
 #include <atomic>
 #include <algorithm>
 #include <charconv>
@@ -208,11 +209,20 @@ std::string TaskKey(JobId job, uint16_t task, uint32_t replica, int32_t attempt)
 
 // What the server tells an agent, in a heartbeat's answer and in each
 // event of its watch stream (api/agent_protocol.h).
-ordered_json AgentAnswer(const Controller& c, std::vector<TaskAssignment> tasks, uint64_t revision) {
-  return api::AnswerToJson({.tasks = std::move(tasks),
-                            .revision = revision,
-                            .fence_after_ms = c.FenceAfter() / 1000,
-                            .heartbeat_interval_ms = c.heartbeat_interval() / 1000});
+// Its text (api::AnswerText, the bytes AnswerToJson's tree would dump):
+// compact for a watch event, as Reply pretty-prints for a heartbeat's answer.
+std::string AgentAnswer(const Controller& c, std::vector<TaskAssignment> tasks, uint64_t revision, int indent) {
+  return api::AnswerText({.tasks = std::move(tasks),
+                          .revision = revision,
+                          .fence_after_ms = c.FenceAfter() / 1000,
+                          .heartbeat_interval_ms = c.heartbeat_interval() / 1000},
+                         indent);
+}
+
+// Reply with an agent's answer (the same bytes as Reply with its tree).
+void ReplyAnswer(HttpResponse& res, const Controller& c, std::vector<TaskAssignment> tasks, uint64_t revision) {
+  res.status = 200;
+  res.set_content(AgentAnswer(c, std::move(tasks), revision, 2) + "\n", "application/json");
 }
 
 // Agents' watch streams: per node, the open streams. After each commit
@@ -239,6 +249,7 @@ class WatchHub {
   ~WatchHub() { Stop(); }
 
   void Start() {
+    started_at_ = c_->clock().Now();
     c_->SetNodeListener([this](const std::vector<std::string>& nodes) { Changed(nodes); });
     thread_ = NamedThread("rota-watches", [this] { Loop(); });
   }
@@ -285,6 +296,31 @@ class WatchHub {
     return n;
   }
 
+  // rota_watch_push_seconds: from the cycle that bound a task to the hub
+  // handing it to the HTTP loop for its node's watch (the first time; the
+  // loop's own delay is rota_http_loop_lag_max_seconds). The server's share
+  // of a start's latency: commit, publish, this hub's queue and pass.
+  static constexpr double kPushBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+  std::string Metrics() const {
+    std::lock_guard<std::mutex> lock(delays_mu_);
+    std::string m =
+        "# HELP rota_watch_push_seconds From the cycle that bound a task to its first push down its node's watch "
+        "(handed to the HTTP loop).\n# TYPE rota_watch_push_seconds histogram\n";
+    uint64_t below = 0;
+    char le[32];
+    for (size_t b = 0; b < std::size(kPushBuckets); ++b) {
+      below += push_buckets_[b];
+      std::snprintf(le, sizeof le, "%g", kPushBuckets[b]);
+      m += "rota_watch_push_seconds_bucket{le=\"" + std::string(le) + "\"} " + std::to_string(below) + "\n";
+    }
+    below += push_buckets_[std::size(kPushBuckets)];
+    char sum[64];
+    std::snprintf(sum, sizeof sum, "%.6f", push_sum_);
+    m += "rota_watch_push_seconds_bucket{le=\"+Inf\"} " + std::to_string(below) + "\nrota_watch_push_seconds_sum " +
+         sum + "\nrota_watch_push_seconds_count " + std::to_string(below) + "\n";
+    return m;
+  }
+
  private:
   void Changed(const std::vector<std::string>& nodes) {
     {
@@ -311,7 +347,12 @@ class WatchHub {
       for (const std::string& node : dirty) {
         uint64_t revision = 0;
         auto tasks = c_->NodeTasks(node, &revision);
-        std::string line = tasks.ok() ? AgentAnswer(*c_, std::move(*tasks), revision).dump(-1, ' ', false, json::error_handler_t::replace)
+        std::vector<TimePoint>& bounds = bounds_;  // when each was bound (Pushed)
+        bounds.clear();
+        if (tasks.ok()) {
+          for (const TaskAssignment& t : *tasks) bounds.push_back(t.bound_at);
+        }
+        std::string line = tasks.ok() ? AgentAnswer(*c_, std::move(*tasks), revision, -1)
                                       : ordered_json{{"error", std::string(tasks.status().message())}}.dump();
         line += '\n';
         std::shared_ptr<HttpStream> last;
@@ -323,6 +364,7 @@ class WatchHub {
           last = it->second.back();
           Send(it, line);
         }
+        Pushed(node, bounds);
         if (++sent % kBatch == 0) Pace(*last);
       }
       // Every slice whose second has come (a pass slowed by a burst of
@@ -359,6 +401,26 @@ class WatchHub {
     }
   }
 
+  // Counts the tasks bound since the node's last push (by the hub's
+  // thread; those bound before the hub started are not this server's).
+  void Pushed(const std::string& node, const std::vector<TimePoint>& bounds) {
+    if (bounds.empty()) return;
+    const TimePoint bound = *std::max_element(bounds.begin(), bounds.end());
+    TimePoint& last = pushed_bound_[node];
+    if (bound <= last) return;
+    const TimePoint now = c_->clock().Now(), since = std::max(last, started_at_);
+    last = bound;
+    std::lock_guard<std::mutex> lock(delays_mu_);
+    for (TimePoint bound_at : bounds) {
+      if (bound_at <= since) continue;
+      const double seconds = static_cast<double>(std::max<TimePoint>(0, now - bound_at)) / kMicrosPerSecond;
+      size_t b = 0;
+      while (b < std::size(kPushBuckets) && seconds > kPushBuckets[b]) ++b;
+      ++push_buckets_[b];
+      push_sum_ += seconds;
+    }
+  }
+
   // Waits (at most a second, without mu_) until the loop has taken what
   // was sent to `stream` so far.
   static void Pace(HttpStream& stream) {
@@ -383,6 +445,14 @@ class WatchHub {
   std::unordered_map<std::string, std::vector<std::shared_ptr<HttpStream>>> watchers_;
   std::set<std::string> dirty_;
   std::thread thread_;
+  // The push delays (Pushed): per node, the newest bind pushed (the hub's
+  // thread only); the histogram, under delays_mu_.
+  TimePoint started_at_ = 0;
+  std::unordered_map<std::string, TimePoint> pushed_bound_;
+  std::vector<TimePoint> bounds_;  // scratch
+  mutable std::mutex delays_mu_;
+  std::array<uint64_t, std::size(kPushBuckets) + 1> push_buckets_{};
+  double push_sum_ = 0;
 };
 
 // Requests may wait in a long poll; the pool keeps room for everything else.
@@ -1056,7 +1126,7 @@ class HttpServerImpl final : public HttpServer {
                                                          StatusOr<std::vector<TaskAssignment>> tasks, uint64_t revision) {
             HttpResponse out;
             if (!tasks.ok()) ReplyError(out, tasks.status());
-            else Reply(out, 200, AgentAnswer(*c_, std::move(*tasks), revision));
+            else ReplyAnswer(out, *c_, std::move(*tasks), revision);
             respond(std::move(out));
             AsyncEnd();
           });
@@ -1094,7 +1164,7 @@ class HttpServerImpl final : public HttpServer {
       } else if (wait_ms > 0 && idle) {
         long_polls_.fetch_sub(1);
       }
-      Reply(res, 200, AgentAnswer(*c_, std::move(*tasks), revision));
+      ReplyAnswer(res, *c_, std::move(*tasks), revision);
     }, Access::kAgents));
 
     // The agent's watch: a stream of its node's tasks, one JSON line per
@@ -1175,7 +1245,7 @@ class HttpServerImpl final : public HttpServer {
       if (!labels.empty() && labels != "dcgm") {
         return ReplyError(res, InvalidArgumentError("labels: '" + labels + "' is not dcgm"));
       }
-      res.set_content(RenderMetrics(*c_, labels == "dcgm") + ReplicaMetrics() + ServiceMetrics() + TransportMetrics(),
+      res.set_content(RenderMetrics(*c_, labels == "dcgm") + ReplicaMetrics() + ServiceMetrics() + TransportMetrics() + watches_.Metrics(),
                       "text/plain; version=0.0.4");
     }));
 

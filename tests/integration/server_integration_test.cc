@@ -1001,6 +1001,10 @@ TEST_F(Integration, MetricsPassPromtool) {
   const size_t lag = r->body.find("\nrota_http_loop_lag_max_seconds ");
   ASSERT_NE(lag, std::string::npos) << r->body;
   EXPECT_GE(std::stod(r->body.substr(lag + 32)), 0.0);
+  // The job's one task went down the agent's watch once, the bind to the
+  // push measured (the histogram promtool checks below).
+  EXPECT_NE(r->body.find("\nrota_watch_push_seconds_count 1\n"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("\nrota_watch_push_seconds_bucket{le=\"+Inf\"} 1\n"), std::string::npos) << r->body;
   // dcgm-exporter's names, the job on the GPU labelled; the input-bound flag per job.
   EXPECT_NE(r->body.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",device=\"nvidia0\",model_name=\"A100\",hostname=\"m\",job=\"1\"} 100"),
             std::string::npos) << r->body;
