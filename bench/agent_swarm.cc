@@ -841,7 +841,7 @@ int main(int argc, char** argv) {
   const int64_t finished = live == 0 ? opt.jobs : -1;
   // (The window under load closes here: before the node listing.)
   const std::string load_healthz = healthz.Summary();
-  std::string push;
+  std::string push = "unknown";
   const double load_lag = LoopLagMs(admin, nullptr, &push), load_swarm_lag = s.TakeLag();
   const int lost_load = LostNodes(admin);
   std::printf("RESULT array jobs=%d accepted_in=%.2fs done_in=%.2fs jobs_per_s=%.0f e2e_done_in=%.2fs e2e_jobs_per_s=%.0f "

@@ -238,6 +238,7 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
   return r;
 }
 
+// (WriteAssignment, below, writes the same fields in the same order: change both.)
 ordered_json AssignmentToJson(const TaskAssignment& a) {
   ordered_json out{{"job", a.job.value()},           {"job_name", a.job_name},
                    {"task", a.task},                 {"task_name", a.task_name},
@@ -355,6 +356,7 @@ ordered_json AnswerToJson(const AgentAnswer& answer) {
 
 namespace {
 
+// AssignmentToJson's fields, in its order (the test compares the bytes).
 void WriteAssignment(TextWriter& w, const TaskAssignment& a) {
   w.BeginObject();
   w.Field("job", a.job.value());

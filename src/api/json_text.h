@@ -36,6 +36,8 @@ class TextWriter {
   }
   template <typename T>
   void Number(T v) {
+    // (Integers only: to_chars writes 1.0 as "1", nlohmann as "1.0".)
+    static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
     Value();
     char buf[24];
     out_.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);

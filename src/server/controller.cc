@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <set>
 
@@ -241,11 +243,17 @@ void Controller::SnapshotLoop() {
   // scheduler and the HTTP threads leave (under a 20,000-job array on
   // 12,500 nodes it was a fifth of the server's CPU, snapshots every
   // snapshot_every events), and a snapshot delayed by load is taken when
-  // the load passes (the journal's tail grows meanwhile; nothing waits for
-  // it). Raising one's own nice needs no privilege. ROTA_SNAPSHOT_NICE sets
-  // another (0: as the other threads).
+  // the load passes (the journal's tail grows meanwhile). No request waits
+  // for it, and it holds no lock another thread takes: it writes a database
+  // of its own, and the appender trims the journal behind it (SqliteStore).
+  // Raising one's own nice needs no privilege. ROTA_SNAPSHOT_NICE sets
+  // another, absolute (0: as the other threads; below the server's own it
+  // needs CAP_SYS_NICE).
   const char* nice = std::getenv("ROTA_SNAPSHOT_NICE");
-  setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice != nullptr ? std::atoi(nice) : 19);
+  const int level = nice != nullptr ? std::atoi(nice) : 19;
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), level) != 0) {
+    std::fprintf(stderr, "rota: the snapshot thread stays at its nice value (nice %d: %s)\n", level, std::strerror(errno));
+  }
   while (true) {
     uint64_t seq = 0;
     std::optional<Snapshot> snap;

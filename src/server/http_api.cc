@@ -362,7 +362,7 @@ class WatchHub {
           auto it = watchers_.find(node);
           if (it == watchers_.end() || it->second.empty()) continue;
           last = it->second.back();
-          Send(it, line);
+          if (!Send(it, line)) continue;  // every stream had closed: not pushed
         }
         Pushed(node, bounds);
         if (++sent % kBatch == 0) Pace(*last);
@@ -430,12 +430,15 @@ class WatchHub {
     done.wait_for(std::chrono::seconds(1));
   }
 
-  // REQUIRES: mu_ held. Sends `line` to a node's streams, dropping closed ones.
-  void Send(std::unordered_map<std::string, std::vector<std::shared_ptr<HttpStream>>>::iterator it,
+  // REQUIRES: mu_ held. Sends `line` to a node's streams, dropping closed
+  // ones; false if none was open.
+  bool Send(std::unordered_map<std::string, std::vector<std::shared_ptr<HttpStream>>>::iterator it,
             const std::string& line) {
     auto& streams = it->second;
     std::erase_if(streams, [&](const std::shared_ptr<HttpStream>& s) { return !s->Send(line); });
-    if (streams.empty()) watchers_.erase(it);
+    if (!streams.empty()) return true;
+    watchers_.erase(it);
+    return false;
   }
 
   Controller* c_;

@@ -160,11 +160,10 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
   }
   // Snapshots live in a database of their own (PATH.snap), written off the
   // appender's thread through their own connection, so that a snapshot of a
-  // large state never holds the journal's write lock; a third connection
-  // trims the journal behind them in small transactions.
+  // large state never holds the journal's write lock; the appender trims
+  // the journal behind them, a batch inside each of its transactions (Append).
   ROTA_RETURN_IF_ERROR(CheckWalFile(path + ".snap-wal"));
   ROTA_RETURN_IF_ERROR(OpenSide(path + ".snap", &store->snap_db_));
-  ROTA_RETURN_IF_ERROR(OpenSide(path, &store->trim_db_));
   {
     char* err = nullptr;
     if (sqlite3_exec(store->snap_db_,
@@ -229,7 +228,6 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
 
 SqliteStore::~SqliteStore() {
   sqlite3_close(usage_db_);
-  sqlite3_close(trim_db_);
   sqlite3_close(snap_db_);
   sqlite3_close(db_);
 }
@@ -280,6 +278,30 @@ StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
     sqlite3_bind_int64(st.s, 3, RecordCrc(seq, body));
     if (sqlite3_step(st.s) != SQLITE_DONE) return fail("append");
     sqlite3_reset(st.s);
+  }
+  // The journal behind the last snapshot goes a batch at a time inside these
+  // appends' own transactions (no fsync of its own): the snapshot's thread
+  // never holds the journal's write lock. (It runs at nice 19, and a thread
+  // of its own trimming under load made every commit wait behind it.) A
+  // batch that fails is left for the next append; replay starts after the
+  // snapshot anyway.
+  if (const uint64_t to = trim_to_.load(); to > trimmed_to_) {
+    Stmt trim;
+    if (sqlite3_prepare_v2(db_, "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <= ? LIMIT ?)", -1,
+                           &trim.s, nullptr) == SQLITE_OK) {
+      sqlite3_bind_int64(trim.s, 1, static_cast<sqlite3_int64>(to));
+      sqlite3_bind_int64(trim.s, 2, kTrimBatch);
+      if (sqlite3_step(trim.s) == SQLITE_DONE && sqlite3_changes(db_) < kTrimBatch) {
+        trimmed_to_ = to;
+        Stmt legacy;  // snapshots from before PATH.snap
+        if (sqlite3_prepare_v2(db_, "DELETE FROM snapshots WHERE seq < ?", -1, &legacy.s, nullptr) == SQLITE_OK) {
+          sqlite3_bind_int64(legacy.s, 1, static_cast<sqlite3_int64>(to));
+          sqlite3_step(legacy.s);
+        }
+      }
+    }
+    // (A failed statement may have rolled the whole transaction back.)
+    if (sqlite3_get_autocommit(db_)) return Error("append");
   }
   if (Status s = SetMeta("last_seq", static_cast<int64_t>(seq)); !s.ok()) {
     Exec("ROLLBACK;").IgnoreError();
@@ -448,20 +470,8 @@ Status SqliteStore::WriteSnapshot(uint64_t seq, const EventSource& compacted) {
   if (!ok || sqlite3_exec(snap_db_, "COMMIT;", nullptr, nullptr, nullptr) != SQLITE_OK) {
     return fail(snap_db_, "write snapshot");
   }
-  // The snapshot is durable: trim the journal behind it, a few thousand rows
-  // per transaction so the appender waits at most milliseconds for the lock.
-  // (A trim that fails is harmless: replay starts after the snapshot.)
-  Stmt trim;
-  if (sqlite3_prepare_v2(trim_db_, "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <= ? LIMIT 5000)", -1,
-                         &trim.s, nullptr) == SQLITE_OK) {
-    sqlite3_bind_int64(trim.s, 1, static_cast<sqlite3_int64>(seq));
-    while (sqlite3_step(trim.s) == SQLITE_DONE && sqlite3_changes(trim_db_) > 0) sqlite3_reset(trim.s);
-  }
-  Stmt legacy;
-  if (sqlite3_prepare_v2(trim_db_, "DELETE FROM snapshots WHERE seq < ?", -1, &legacy.s, nullptr) == SQLITE_OK) {
-    sqlite3_bind_int64(legacy.s, 1, static_cast<sqlite3_int64>(seq));
-    sqlite3_step(legacy.s);
-  }
+  // The snapshot is durable: the appender trims the journal behind it (Append).
+  trim_to_.store(std::max(trim_to_.load(), seq));
   return Status::Ok();
 }
 

@@ -19,6 +19,7 @@
 //   ROTA_ASSIGN_OR_RETURN(auto store, SqliteStore::Open(data_dir + "/rota.db"));
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -69,18 +70,23 @@ class SqliteStore final : public Store {
   // in `source`, checking each part's checksum and that none is missing.
   Status ReplayParts(sqlite3* source, uint64_t seq, int64_t parts, const std::function<Status(const Event&)>& fn);
 
-  // Opens a WAL connection to `path` (quick-checked) for snapshots or trims.
+  // Opens a WAL connection to `path` (quick-checked): the journal, snapshots, accounting.
   static Status OpenSide(const std::string& path, sqlite3** out);
 
   sqlite3* db_;
   sqlite3* snap_db_ = nullptr;  // PATH.snap: snapshots, written off the appender's thread
-  sqlite3* trim_db_ = nullptr;  // a second connection to the journal, for trimming it behind a snapshot
   sqlite3* usage_db_ = nullptr;  // PATH.usage: accounting records (usage_mu_)
   std::mutex usage_mu_;
   std::mutex snapshot_mu_;
   std::string path_;
   uint64_t last_seq_ = 0;
   int64_t checked_from_ = 1;
+  // The journal is trimmed behind the last snapshot (trim_to_, set by
+  // WriteSnapshot) kTrimBatch events per append (Append; trimmed_to_ is the
+  // appender's own).
+  static constexpr int64_t kTrimBatch = 2'000;
+  std::atomic<uint64_t> trim_to_{0};
+  uint64_t trimmed_to_ = 0;
 };
 
 // DataLoss if the WAL file at `wal_path` holds a frame that fails SQLite's
