@@ -176,6 +176,15 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
       return UnavailableError(path + ".snap: " + msg);
     }
   }
+  {
+    // The journal behind the latest snapshot is the appends' to trim (a
+    // crash may have come before they did).
+    Stmt latest;
+    if (sqlite3_prepare_v2(store->snap_db_, "SELECT MAX(seq) FROM snapshots", -1, &latest.s, nullptr) == SQLITE_OK &&
+        sqlite3_step(latest.s) == SQLITE_ROW && sqlite3_column_type(latest.s, 0) != SQLITE_NULL) {
+      store->trim_to_ = static_cast<uint64_t>(sqlite3_column_int64(latest.s, 0));
+    }
+  }
   // Accounting records in a database of their own (PATH.usage): a week's
   // report reads there without holding up the journal's appends.
   ROTA_RETURN_IF_ERROR(CheckWalFile(path + ".usage-wal"));
@@ -266,6 +275,35 @@ StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
     Exec("ROLLBACK;").IgnoreError();
     return s;
   };
+  // The journal behind the last snapshot goes a batch at a time inside these
+  // appends' own transactions (no fsync of its own), so the snapshot's thread
+  // never holds the journal's write lock (it runs at nice 19: trimming on a
+  // connection of its own under load, it made every commit wait behind it).
+  // At least twice what this append adds, so the trim keeps up with any
+  // rate. First, so that a trim that fails (and may roll the transaction
+  // back) costs only itself: the append goes on without it.
+  uint64_t trimmed = trimmed_to_;
+  if (const uint64_t to = trim_to_.load(); to > trimmed_to_) {
+    const int64_t batch = std::max<int64_t>(kTrimBatch, 2 * static_cast<int64_t>(events.size()));
+    Stmt trim;
+    if (sqlite3_prepare_v2(db_, "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <= ? LIMIT ?)", -1,
+                           &trim.s, nullptr) == SQLITE_OK) {
+      sqlite3_bind_int64(trim.s, 1, static_cast<sqlite3_int64>(to));
+      sqlite3_bind_int64(trim.s, 2, batch);
+      if (sqlite3_step(trim.s) == SQLITE_DONE && sqlite3_changes(db_) < batch) {
+        trimmed = to;  // (once this commits)
+        Stmt legacy;  // snapshots from before PATH.snap
+        if (sqlite3_prepare_v2(db_, "DELETE FROM snapshots WHERE seq < ?", -1, &legacy.s, nullptr) == SQLITE_OK) {
+          sqlite3_bind_int64(legacy.s, 1, static_cast<sqlite3_int64>(to));
+          sqlite3_step(legacy.s);
+        }
+      }
+    }
+    if (sqlite3_get_autocommit(db_)) {  // a failed statement rolled it back: again, without the trim
+      trimmed = trimmed_to_;
+      ROTA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+    }
+  }
   Stmt st;
   if (sqlite3_prepare_v2(db_, "INSERT INTO events (seq, body, crc) VALUES (?, ?, ?)", -1, &st.s, nullptr) != SQLITE_OK) {
     return fail("prepare append");
@@ -278,30 +316,6 @@ StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
     sqlite3_bind_int64(st.s, 3, RecordCrc(seq, body));
     if (sqlite3_step(st.s) != SQLITE_DONE) return fail("append");
     sqlite3_reset(st.s);
-  }
-  // The journal behind the last snapshot goes a batch at a time inside these
-  // appends' own transactions (no fsync of its own): the snapshot's thread
-  // never holds the journal's write lock. (It runs at nice 19, and a thread
-  // of its own trimming under load made every commit wait behind it.) A
-  // batch that fails is left for the next append; replay starts after the
-  // snapshot anyway.
-  if (const uint64_t to = trim_to_.load(); to > trimmed_to_) {
-    Stmt trim;
-    if (sqlite3_prepare_v2(db_, "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <= ? LIMIT ?)", -1,
-                           &trim.s, nullptr) == SQLITE_OK) {
-      sqlite3_bind_int64(trim.s, 1, static_cast<sqlite3_int64>(to));
-      sqlite3_bind_int64(trim.s, 2, kTrimBatch);
-      if (sqlite3_step(trim.s) == SQLITE_DONE && sqlite3_changes(db_) < kTrimBatch) {
-        trimmed_to_ = to;
-        Stmt legacy;  // snapshots from before PATH.snap
-        if (sqlite3_prepare_v2(db_, "DELETE FROM snapshots WHERE seq < ?", -1, &legacy.s, nullptr) == SQLITE_OK) {
-          sqlite3_bind_int64(legacy.s, 1, static_cast<sqlite3_int64>(to));
-          sqlite3_step(legacy.s);
-        }
-      }
-    }
-    // (A failed statement may have rolled the whole transaction back.)
-    if (sqlite3_get_autocommit(db_)) return Error("append");
   }
   if (Status s = SetMeta("last_seq", static_cast<int64_t>(seq)); !s.ok()) {
     Exec("ROLLBACK;").IgnoreError();
@@ -316,11 +330,13 @@ StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
         sqlite3_step(max.s) == SQLITE_ROW && sqlite3_column_type(max.s, 0) != SQLITE_NULL &&
         static_cast<uint64_t>(sqlite3_column_int64(max.s, 0)) == seq) {
       last_seq_ = seq;
+      trimmed_to_ = trimmed;
       return seq;  // committed after all
     }
     return s;
   }
   last_seq_ = seq;
+  trimmed_to_ = trimmed;
   return seq;
 }
 

@@ -81,9 +81,9 @@ class SqliteStore final : public Store {
   std::string path_;
   uint64_t last_seq_ = 0;
   int64_t checked_from_ = 1;
-  // The journal is trimmed behind the last snapshot (trim_to_, set by
-  // WriteSnapshot) kTrimBatch events per append (Append; trimmed_to_ is the
-  // appender's own).
+  // The journal is trimmed behind the latest snapshot (trim_to_, set by
+  // WriteSnapshot and Open) by the appends, at least kTrimBatch events each
+  // (Append; trimmed_to_, what has been committed, is the appender's own).
   static constexpr int64_t kTrimBatch = 2'000;
   std::atomic<uint64_t> trim_to_{0};
   uint64_t trimmed_to_ = 0;

@@ -45,7 +45,9 @@ class Store {
   virtual Status Replay(const std::function<Status(const Event&)>& fn) = 0;
 
   // Records the events `compacted` produces as the state after journal event
-  // `seq` and drops the journal up to it, atomically. The events are written
+  // `seq`, atomically, and drops the journal up to it (PgStore in the same
+  // transaction; SqliteStore with the appends after it, a batch each: replay
+  // starts after the snapshot either way). The events are written
   // as they are produced (a large state is never in memory twice); an error
   // from the source writes nothing and is returned.
   virtual Status WriteSnapshot(uint64_t seq, const EventSource& compacted) = 0;
