@@ -168,8 +168,15 @@ class Node : public std::enable_shared_from_this<Node> {
   Node(Shared& s, int index, std::string token)
       : s_(s), name_("swarm-" + std::to_string(index)), token_(std::move(token)), poll_(s.ioc), report_(s.ioc),
         timer_(s.ioc), watch_(s.ioc),
-        source_(asio::ip::make_address_v4("127.0.1." + std::to_string(1 + index % 50))),
-        rng_(static_cast<unsigned>(index)) {}
+        source_(asio::ip::make_address_v4("127.0.1." + std::to_string(1 + index % 50))) {
+    // Each node's own stream, seeded through a seed sequence: minstd_rand
+    // seeded with the index itself makes its first draw 48271 x index, so
+    // the nodes' first heartbeats (and so every later one) fell within 0-2.8 s
+    // of their registrations in index order, and 12,500 nodes reported in
+    // 4-second bursts every 10 s instead of 1,250 a second.
+    std::seed_seq seed{static_cast<unsigned>(index), 0x5eedu};
+    rng_.seed(seed);
+  }
 
   void Start() { Register(); }
 
