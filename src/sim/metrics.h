@@ -57,6 +57,7 @@ struct Summary {
   double cycle_p50_ms = 0;  // engine cycle latency (wall time; not deterministic)
   double cycle_p99_ms = 0;
   int64_t cycles = 0;
+  int64_t cycles_skipped = 0;  // profile: steps whose cycle would have decided nothing (not run)
 };
 
 // Nearest-rank percentile of `values` (sorted in place), p in [0, 100].

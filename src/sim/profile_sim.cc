@@ -58,6 +58,7 @@ class ProfileDriver {
   AgentModel& agents() { return agents_; }
   void SetUsageHistory(const std::map<std::string, double>& average_gpus) { scheduler_->SetUsageHistory(average_gpus); }
   const std::vector<double>& cycle_ms() const { return cycle_ms_; }
+  int64_t skipped() const { return skipped_; }
   TimePoint last_cycle() const { return last_cycle_; }
   bool last_cycle_decided() const { return last_decided_; }
   // The next tick a cycle is needed at, `tick` after the last step or a
@@ -143,6 +144,11 @@ class ProfileDriver {
       if (!overdue.empty()) lifecycle_.EndOverdue(batch, overdue, t);
     }
     for (const Event& e : batch.events) Follow(e);
+    if (Unchanged(batch.events, t)) {
+      last_cycle_ = t;  // (as if it ran: the ticks and time limits count from here)
+      ++skipped_;
+      return;
+    }
     {
       Snapshot snap = state_.GetSnapshot();
       const auto begin = std::chrono::steady_clock::now();
@@ -159,6 +165,22 @@ class ProfileDriver {
   }
 
  private:
+  // Whether this step's cycle would decide nothing (it is not run; the
+  // server's would publish nothing): the last cycle decided nothing, the
+  // engine said nothing may change before its unchanged_until while the
+  // state stays as it is, and all that changed is checkpoints of gangs no
+  // decision waits on (CycleResult::waits_on_checkpoint). A quarter of the
+  // steps of a whole-Philly replay are periodic checkpoints alone.
+  bool Unchanged(const std::vector<Event>& events, TimePoint t) const {
+    if (options_.every_tick || last_decided_ || t >= cycle_.unchanged_until) return false;
+    for (const Event& e : events) {
+      const auto* c = std::get_if<JobCheckpointed>(&e);
+      if (c == nullptr) return false;
+      const auto& waits = cycle_.waits_on_checkpoint;
+      if (std::find(waits.begin(), waits.end(), c->id) != waits.end()) return false;
+    }
+    return true;
+  }
   void Follow(const Event& e) {
     Track(e);
     if (follow_) follow_(e);
@@ -198,6 +220,7 @@ class ProfileDriver {
   sched::CycleResult cycle_;
   std::vector<Event> decided_;
   std::vector<double> cycle_ms_;
+  int64_t skipped_ = 0;  // steps whose cycle would have decided nothing (Unchanged)
   TimePoint last_cycle_ = -1;
   bool last_decided_ = false;
 };
@@ -495,6 +518,7 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
     }
   }
   result.cycle_ms = driver.cycle_ms();
+  result.cycles_skipped = driver.skipped();
   FinishSummary(&result, total_gpus, wall_start);
   return result;
 }

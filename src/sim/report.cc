@@ -71,6 +71,7 @@ nlohmann::json SummaryJson(const Summary& s) {
           {"lost_gpu_hours", s.lost_gpu_hours},
           {"goodput_pct", s.goodput_pct},
           {"cycles", s.cycles},
+          {"cycles_skipped", s.cycles_skipped},
           {"cycle_p50_ms", s.cycle_p50_ms},
           {"cycle_p99_ms", s.cycle_p99_ms},
           {"wall_s", s.wall_s},

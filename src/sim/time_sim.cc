@@ -604,6 +604,7 @@ void FinishSummary(TimeSimResult* result, int64_t total_gpus, std::chrono::stead
   result->summary = Summarize(result->jobs, result->samples, total_gpus);
   Summary& s = result->summary;
   s.cycles = static_cast<int64_t>(result->cycle_ms.size());
+  s.cycles_skipped = result->cycles_skipped;
   if (!result->cycle_ms.empty()) {
     std::vector<double> c = result->cycle_ms;
     s.cycle_p50_ms = Percentile(c, 50);

@@ -90,6 +90,7 @@ struct TimeSimResult {
   Summary summary;
   int64_t total_gpus = 0;
   std::vector<double> cycle_ms;  // engine cycle wall times
+  int64_t cycles_skipped = 0;    // profile: steps whose cycle would have decided nothing
   std::vector<std::string> never;  // jobs no node could ever hold: "name: why"
   std::vector<ServiceResult> services;  // in options.services' order
 };
