@@ -7,6 +7,7 @@
 #include "base/version.h"
 #include "server/web_assets.h"
 
+#include "server/histogram.h"
 #include "server/http_transport.h"
 #include "server/recovery.h"
 #include "server/replica.h"
@@ -306,18 +307,7 @@ class WatchHub {
     std::string m =
         "# HELP rota_watch_push_seconds From the cycle that bound a task to its first push down its node's watch "
         "(handed to the HTTP loop).\n# TYPE rota_watch_push_seconds histogram\n";
-    uint64_t below = 0;
-    char le[32];
-    for (size_t b = 0; b < std::size(kPushBuckets); ++b) {
-      below += push_buckets_[b];
-      std::snprintf(le, sizeof le, "%g", kPushBuckets[b]);
-      m += "rota_watch_push_seconds_bucket{le=\"" + std::string(le) + "\"} " + std::to_string(below) + "\n";
-    }
-    below += push_buckets_[std::size(kPushBuckets)];
-    char sum[64];
-    std::snprintf(sum, sizeof sum, "%.6f", push_sum_);
-    m += "rota_watch_push_seconds_bucket{le=\"+Inf\"} " + std::to_string(below) + "\nrota_watch_push_seconds_sum " +
-         sum + "\nrota_watch_push_seconds_count " + std::to_string(below) + "\n";
+    AppendHistogram(m, "rota_watch_push_seconds", kPushBuckets, push_buckets_, push_sum_, 6);
     return m;
   }
 
@@ -414,9 +404,7 @@ class WatchHub {
     for (TimePoint bound_at : bounds) {
       if (bound_at <= since) continue;
       const double seconds = static_cast<double>(std::max<TimePoint>(0, now - bound_at)) / kMicrosPerSecond;
-      size_t b = 0;
-      while (b < std::size(kPushBuckets) && seconds > kPushBuckets[b]) ++b;
-      ++push_buckets_[b];
+      ++push_buckets_[BucketOf(kPushBuckets, seconds)];
       push_sum_ += seconds;
     }
   }

@@ -8,6 +8,7 @@
 #include "sched/to_events.h"
 #include "server/controller.h"
 #include "server/decisions.h"
+#include "server/histogram.h"
 
 namespace rota::server {
 
@@ -66,9 +67,7 @@ void Controller::RunOneCycle(uint64_t requested) {
     metrics_.cycles++;
     metrics_.cycle_sum_seconds += seconds;
     metrics_.cycle_buckets.resize(std::size(kCycleBuckets) + 1);
-    size_t b = 0;
-    while (b < std::size(kCycleBuckets) && seconds > kCycleBuckets[b]) ++b;
-    metrics_.cycle_buckets[b]++;
+    metrics_.cycle_buckets[BucketOf(kCycleBuckets, seconds)]++;
   }
   last_cycle_revision_ = snap.revision();
   last_cycle_seconds_ = seconds;

@@ -6,6 +6,7 @@
 
 #include "api/json_codec.h"
 #include "sched/queues.h"
+#include "server/histogram.h"
 
 namespace rota::server {
 
@@ -356,18 +357,7 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
   }
 
   header("rota_scheduling_cycle_seconds", "histogram", "Latency of one scheduling cycle.");
-  uint64_t cumulative = 0;
-  for (size_t b = 0; b < std::size(kCycleBuckets); ++b) {
-    cumulative += b < m.cycle_buckets.size() ? m.cycle_buckets[b] : 0;
-    char le[32];
-    std::snprintf(le, sizeof(le), "%g", kCycleBuckets[b]);
-    out += std::string("rota_scheduling_cycle_seconds_bucket{le=\"") + le + "\"} " + std::to_string(cumulative) + "\n";
-  }
-  out += "rota_scheduling_cycle_seconds_bucket{le=\"+Inf\"} " + std::to_string(m.cycles) + "\n";
-  char sum[64];
-  std::snprintf(sum, sizeof(sum), "%.9f", m.cycle_sum_seconds);
-  out += std::string("rota_scheduling_cycle_seconds_sum ") + sum + "\n";
-  out += "rota_scheduling_cycle_seconds_count " + std::to_string(m.cycles) + "\n";
+  AppendHistogram(out, "rota_scheduling_cycle_seconds", kCycleBuckets, m.cycle_buckets, m.cycle_sum_seconds, 9);
 
   header("rota_job_idle", "gauge", "1 for a running job whose GPUs have stayed idle past the right-sizing window.");
   header("rota_job_overprovisioned", "gauge", "1 for a running job whose peak GPU memory stays far below its GPUs'.");
