@@ -40,6 +40,20 @@ class SqliteStoreTest : public ::testing::Test {
     ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
     sqlite3_close(db);
   }
+  // The rows in the journal's events table (-1: unreadable).
+  int64_t JournalRows() const {
+    sqlite3* db = nullptr;
+    int64_t n = -1;
+    if (sqlite3_open(path.c_str(), &db) == SQLITE_OK) {
+      sqlite3_stmt* st = nullptr;
+      if (sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM events", -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        n = sqlite3_column_int64(st, 0);
+      }
+      sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return n;
+  }
   Status ReplayAll() {
     auto s = SqliteStore::Open(path);
     if (!s.ok()) return s.status();
@@ -179,19 +193,7 @@ TEST_F(SqliteStoreTest, TheJournalBehindASnapshotIsTrimmedByTheAppendsAfterIt) {
   for (int i = 0; i < 5000; ++i) many.push_back(NodeAdded{Node("n" + std::to_string(i))});
   ASSERT_TRUE((*s)->Append(many).ok());
   ASSERT_TRUE((*s)->WriteSnapshot(5000, [](const EventSink& sink) { return sink(NodeAdded{Node("all")}); }).ok());
-  auto rows = [&] {
-    sqlite3* db = nullptr;
-    int64_t n = -1;
-    if (sqlite3_open(path.c_str(), &db) == SQLITE_OK) {
-      sqlite3_stmt* st = nullptr;
-      if (sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM events", -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
-        n = sqlite3_column_int64(st, 0);
-      }
-      sqlite3_finalize(st);
-    }
-    sqlite3_close(db);
-    return n;
-  };
+  auto rows = [&] { return JournalRows(); };
   auto names = [&] {
     std::vector<std::string> out;
     EXPECT_TRUE((*s)->Replay([&](const Event& e) {
@@ -232,6 +234,37 @@ TEST_F(SqliteStoreTest, TheJournalBehindASnapshotIsTrimmedByTheAppendsAfterIt) {
   ASSERT_TRUE((*s)->Append({NodeAdded{Node("e")}}).ok());
   EXPECT_EQ(rows(), 3001);
   EXPECT_EQ(names().size(), 1u + 3000 + 1);
+}
+
+// A trim that fails costs only itself: the append goes on without it, and
+// a later one trims. A trigger refuses the DELETE: RAISE(ROLLBACK) undoes
+// the append's whole transaction (it begins again), RAISE(ABORT) the
+// statement alone.
+TEST_F(SqliteStoreTest, AnAppendWhoseTrimFailsAppendsAllTheSame) {
+  auto s = SqliteStore::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<Event> many;
+  for (int i = 0; i < 5000; ++i) many.push_back(NodeAdded{Node("n" + std::to_string(i))});
+  ASSERT_TRUE((*s)->Append(many).ok());
+  ASSERT_TRUE((*s)->WriteSnapshot(5000, [](const EventSink& sink) { return sink(NodeAdded{Node("all")}); }).ok());
+  int64_t added = 0;
+  for (const std::string mode : {"ROLLBACK", "ABORT"}) {
+    SCOPED_TRACE(mode);
+    Sql("CREATE TRIGGER refuse BEFORE DELETE ON events BEGIN SELECT RAISE(" + mode + ", 'refused'); END;");
+    StatusOr<uint64_t> seq = (*s)->Append({NodeAdded{Node(mode)}});
+    ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+    EXPECT_EQ(*seq, 5001u + static_cast<uint64_t>(added++));
+    EXPECT_EQ(JournalRows(), 5000 + added);  // nothing trimmed, the event appended
+    Sql("DROP TRIGGER refuse;");
+  }
+  ASSERT_TRUE((*s)->Append({NodeAdded{Node("after")}}).ok());
+  EXPECT_EQ(JournalRows(), 5000 - 2000 + 3);  // the trim goes on where it stopped
+  std::vector<std::string> names;
+  ASSERT_TRUE((*s)->Replay([&](const Event& e) {
+                    names.push_back(std::get<NodeAdded>(e).spec.name);
+                    return Status::Ok();
+                  }).ok());
+  EXPECT_EQ(names, (std::vector<std::string>{"all", "ROLLBACK", "ABORT", "after"}));
 }
 
 TEST_F(SqliteStoreTest, ACorruptWalFrameFollowedByCommitsStopsTheOpen) {
