@@ -559,6 +559,43 @@ class HttpServerImpl final : public HttpServer {
       const std::string store = c_->StoreError();
       res.set_content(store.empty() ? "ok\n" : "degraded: store refuses writes: " + store + "\n", "text/plain");
     });
+    // Agents' reports: on the loop (PostInline), since most are answered at
+    // once (a quiet heartbeat) or by the actor (deferred); a report that
+    // carries logs (files to write) or a long poll goes on to a worker.
+    srv.PostInline("/v1/agents/heartbeat", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
+      json body = json::parse(req.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
+      auto report = api::HeartbeatFromJson(body);
+      if (!report.ok()) return ReplyError(res, report.status());
+      if (report->wait_ms == 0) {
+        // A report (the watch transport's heartbeats, exits, checkpoints):
+        // answered once durable, without holding a worker meanwhile.
+        if (Status s = c_->CheckReporter(who, *report); !s.ok()) return ReplyError(res, s);
+        auto answer = [this, who](HeartbeatReport report) {
+          return [this, who, report = std::move(report)](std::function<void(HttpResponse)> respond) mutable {
+            AsyncBegin();
+            c_->HeartbeatAsync(who, std::move(report), [this, respond = std::move(respond)](
+                                                           StatusOr<std::vector<TaskAssignment>> tasks, uint64_t revision) {
+              HttpResponse out;
+              if (!tasks.ok()) ReplyError(out, tasks.status());
+              else ReplyAnswer(out, *c_, std::move(*tasks), revision);
+              respond(std::move(out));
+              AsyncEnd();
+            });
+          };
+        };
+        if (!HasLogs(*report)) {
+          res.deferred = answer(std::move(*report));
+          return;
+        }
+        res.offload = [this, answer, report = std::move(*report)](HttpResponse& out) mutable {
+          StoreLogs(report);
+          out.deferred = answer(std::move(report));
+        };
+        return;
+      }
+      res.offload = [this, who, report = std::move(*report)](HttpResponse& out) mutable { LongPoll(who, report, out); };
+    }, Access::kAgents));
 
     srv.Post("/v1/jobs", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       // ?count=N (or A-B, with %K for at most K running): a job array,
@@ -1100,63 +1137,6 @@ class HttpServerImpl final : public HttpServer {
       Reply(res, 200, {{"node", spec->name}});
     }, Access::kAgents));
 
-    srv.Post("/v1/agents/heartbeat", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
-      json body = json::parse(req.body, nullptr, false);
-      if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
-      auto report = api::HeartbeatFromJson(body);
-      if (!report.ok()) return ReplyError(res, report.status());
-      const int64_t wait_ms = report->wait_ms;
-      if (wait_ms == 0) {
-        // A report (the watch transport's heartbeats, exits, checkpoints):
-        // answered once durable, without holding a worker meanwhile.
-        if (Status s = c_->CheckReporter(who, *report); !s.ok()) return ReplyError(res, s);
-        StoreLogs(*report);
-        res.deferred = [this, who, report = std::move(*report)](std::function<void(HttpResponse)> respond) mutable {
-          AsyncBegin();
-          c_->HeartbeatAsync(who, std::move(report), [this, respond = std::move(respond)](
-                                                         StatusOr<std::vector<TaskAssignment>> tasks, uint64_t revision) {
-            HttpResponse out;
-            if (!tasks.ok()) ReplyError(out, tasks.status());
-            else ReplyAnswer(out, *c_, std::move(*tasks), revision);
-            respond(std::move(out));
-            AsyncEnd();
-          });
-        };
-        return;
-      }
-      const uint64_t version = c_->NodeVersion(report->node);
-      uint64_t revision = 0;
-      auto tasks = c_->Heartbeat(who, *report, &revision);
-      if (!tasks.ok()) return ReplyError(res, tasks.status());
-      StoreLogs(*report);
-      // Long poll: when nothing changed for this agent, hold the answer until
-      // its tasks change or wait_ms passes, so new work starts at once.
-      // Nothing to do for the agent = every wanted task is running or has
-      // exited already; if its exits changed anything, the node's version
-      // moved and the wait returns at once.
-      std::set<std::string> running, exited, wanted;
-      for (const TaskReport& t : report->tasks) {
-        (t.exited ? exited : running).insert(TaskKey(t.job, t.task, t.replica, t.attempt));
-      }
-      for (const TaskAssignment& a : *tasks) {
-        const std::string key = TaskKey(a.job, a.task, a.replica, a.attempt);
-        if (!exited.count(key)) wanted.insert(key);
-      }
-      const bool idle = running == wanted;
-      if (wait_ms > 0 && idle && long_polls_.fetch_add(1) < kMaxLongPolls) {
-        const bool changed = c_->WaitNodeChange(report->node, version, wait_ms * 1000);
-        long_polls_.fetch_sub(1);
-        if (changed) {
-          report->tasks.clear();
-          report->gpus.clear();
-          tasks = c_->Heartbeat(who, *report, &revision);
-          if (!tasks.ok()) return ReplyError(res, tasks.status());
-        }
-      } else if (wait_ms > 0 && idle) {
-        long_polls_.fetch_sub(1);
-      }
-      ReplyAnswer(res, *c_, std::move(*tasks), revision);
-    }, Access::kAgents));
 
     // The agent's watch: a stream of its node's tasks, one JSON line per
     // change (the same object a heartbeat answers), empty lines between.
@@ -1682,11 +1662,51 @@ class HttpServerImpl final : public HttpServer {
   // Appends the log pieces a (remote) agent shipped to the server's log
   // directory, where `rota logs` reads them. Only replicas that run or ran on
   // the reporting node; a piece sent twice (a lost reply) is not written twice.
-  void StoreLogs(const HeartbeatReport& report) {
-    if (options_.logs_dir.empty() ||
-        std::none_of(report.tasks.begin(), report.tasks.end(), [](const TaskReport& t) { return !t.log.empty(); })) {
-      return;
+  // The long-poll transport's heartbeat (on a worker): the answer held
+  // until the node's tasks change or wait_ms passes.
+  void LongPoll(const Principal& who, HeartbeatReport& report, HttpResponse& res) {
+    const int64_t wait_ms = report.wait_ms;
+    const uint64_t version = c_->NodeVersion(report.node);
+    uint64_t revision = 0;
+    auto tasks = c_->Heartbeat(who, report, &revision);
+    if (!tasks.ok()) return ReplyError(res, tasks.status());
+    StoreLogs(report);
+    // Long poll: when nothing changed for this agent, hold the answer until
+    // its tasks change or wait_ms passes, so new work starts at once.
+    // Nothing to do for the agent = every wanted task is running or has
+    // exited already; if its exits changed anything, the node's version
+    // moved and the wait returns at once.
+    std::set<std::string> running, exited, wanted;
+    for (const TaskReport& t : report.tasks) {
+      (t.exited ? exited : running).insert(TaskKey(t.job, t.task, t.replica, t.attempt));
     }
+    for (const TaskAssignment& a : *tasks) {
+      const std::string key = TaskKey(a.job, a.task, a.replica, a.attempt);
+      if (!exited.count(key)) wanted.insert(key);
+    }
+    const bool idle = running == wanted;
+    if (wait_ms > 0 && idle && long_polls_.fetch_add(1) < kMaxLongPolls) {
+      const bool changed = c_->WaitNodeChange(report.node, version, wait_ms * 1000);
+      long_polls_.fetch_sub(1);
+      if (changed) {
+        report.tasks.clear();
+        report.gpus.clear();
+        tasks = c_->Heartbeat(who, report, &revision);
+        if (!tasks.ok()) return ReplyError(res, tasks.status());
+      }
+    } else if (wait_ms > 0 && idle) {
+      long_polls_.fetch_sub(1);
+    }
+    ReplyAnswer(res, *c_, std::move(*tasks), revision);
+  }
+
+  // Whether the report carries pieces of logs StoreLogs would write.
+  bool HasLogs(const HeartbeatReport& report) const {
+    return !options_.logs_dir.empty() &&
+           std::any_of(report.tasks.begin(), report.tasks.end(), [](const TaskReport& t) { return !t.log.empty(); });
+  }
+  void StoreLogs(const HeartbeatReport& report) {
+    if (!HasLogs(report)) return;
     std::lock_guard<std::mutex> lock(logs_mu_);  // two reports of one node may carry the same piece
     Snapshot snap = c_->snapshot();
     const NodeState* node = snap.FindNode(report.node);

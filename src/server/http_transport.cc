@@ -422,32 +422,48 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     for (const auto& field : msg) req->headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     req->body = std::move(msg.body());
     req->remote_addr = address_;
-    // Handlers may block (long polls, group commits): on a worker, never here.
+    // Handlers may block (long polls, group commits): on a worker, never
+    // here, but for inline routes (which hand what would block to one).
     Lowest().expires_never();
     if (impl_.Inline(*req)) {
-      HttpResponse res;
-      impl_.Dispatch(*req, res);
-      return Write(std::move(res));
+      auto res = std::make_shared<HttpResponse>();
+      impl_.Dispatch(*req, *res);
+      if (!res->offload) return Answer(req, std::move(res), true);
+      asio::post(*impl_.workers, [self = this->shared_from_this(), req, res] {
+        auto offload = std::move(res->offload);
+        offload(*res);
+        self->Answer(req, res, false);
+      });
+      return;
     }
     asio::post(*impl_.workers, [self = this->shared_from_this(), req] {
       static thread_local const bool kNamed = (MarkWorker(), true);  // on its first request
       (void)kNamed;
       auto res = std::make_shared<HttpResponse>();
       self->impl_.Dispatch(*req, *res);
-      if (res->deferred) {
-        auto deferred = std::move(res->deferred);
-        return deferred([self, req](HttpResponse r) {
-          if (r.status == -1) r.status = 200;
-          if (r.status >= 400 && self->impl_.error_handler) self->impl_.error_handler(*req, r);
-          auto answer = std::make_shared<HttpResponse>(std::move(r));
-          asio::post(self->Lowest().get_executor(), [self, answer] { self->Write(std::move(*answer)); });
-        });
-      }
-      asio::post(self->Lowest().get_executor(), [self, res] {
-        if (res->stream && res->status == 200) return self->StartStream(std::move(*res));
-        self->Write(std::move(*res));
-      });
+      self->Answer(req, std::move(res), false);
     });
+  }
+
+  // After the handler (`on_loop`: it ran on this session's loop thread):
+  // writes the answer, starts the stream, or hands `deferred` its respond.
+  void Answer(const std::shared_ptr<HttpRequest>& req, std::shared_ptr<HttpResponse> res, bool on_loop) {
+    auto self = this->shared_from_this();
+    if (res->deferred) {
+      auto deferred = std::move(res->deferred);
+      return deferred([self, req](HttpResponse r) {
+        if (r.status == -1) r.status = 200;
+        if (r.status >= 400 && self->impl_.error_handler) self->impl_.error_handler(*req, r);
+        auto answer = std::make_shared<HttpResponse>(std::move(r));
+        asio::post(self->Lowest().get_executor(), [self, answer] { self->Write(std::move(*answer)); });
+      });
+    }
+    auto write = [self, res] {
+      if (res->stream && res->status == 200) return self->StartStream(std::move(*res));
+      self->Write(std::move(*res));
+    };
+    if (on_loop) return write();
+    asio::post(Lowest().get_executor(), std::move(write));
   }
 
   // The handle a stream's owner holds; the session it writes to may be gone.
@@ -718,6 +734,10 @@ void HttpTransport::GetInline(const std::string& pattern, HttpHandler handler) {
 }
 void HttpTransport::Post(const std::string& pattern, HttpHandler handler) {
   impl_->routes.emplace_back("POST", pattern, std::move(handler));
+}
+void HttpTransport::PostInline(const std::string& pattern, HttpHandler handler) {
+  impl_->routes.emplace_back("POST", pattern, std::move(handler), true);
+  impl_->inline_end = impl_->routes.size();
 }
 void HttpTransport::Delete(const std::string& pattern, HttpHandler handler) {
   impl_->routes.emplace_back("DELETE", pattern, std::move(handler));

@@ -234,5 +234,104 @@ TEST(HttpTransport, AKeptAliveConnectionMidRequestIsNotClosedForANewOne) {
   srv.Stop();
 }
 
+// One POST over a fresh socket: the whole answer (status line to body).
+std::string Post(int port, const std::string& path, const std::string& body) {
+  const int fd = Connect(port);
+  if (fd < 0) return "";
+  const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::string out;
+  if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+    char buf[512];
+    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+// A POST registered inline runs on the event loop (the thread /healthz is
+// answered on): it answers there, or answers later through `deferred`, or
+// hands what would block to a worker with `offload`, whose answer (or
+// `deferred`) goes out the same way; the loop meanwhile serves others.
+TEST(HttpTransport, AnInlinePostRunsOnTheLoopAndOffloadsWhatWouldBlock) {
+  HttpTransport srv;
+  std::mutex mu;
+  std::thread::id loop, handler, offloaded;
+  srv.GetInline("/healthz", [&](const HttpRequest&, HttpResponse& res) {
+    std::lock_guard<std::mutex> lock(mu);
+    loop = std::this_thread::get_id();
+    res.set_content("ok\n", "text/plain");
+  });
+  std::atomic<bool> release{false};
+  srv.PostInline("/report", [&](const HttpRequest& req, HttpResponse& res) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      handler = std::this_thread::get_id();
+    }
+    if (req.body == "now") return res.set_content("answered\n", "text/plain");
+    if (req.body == "later") {
+      res.deferred = [](std::function<void(HttpResponse)> respond) {
+        HttpResponse r;
+        r.set_content("deferred\n", "text/plain");
+        respond(std::move(r));
+      };
+      return;
+    }
+    res.offload = [&](HttpResponse& out) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        offloaded = std::this_thread::get_id();
+      }
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // blocks its worker
+      out.deferred = [](std::function<void(HttpResponse)> respond) {
+        HttpResponse r;
+        r.status = 202;
+        r.set_content("offloaded\n", "text/plain");
+        respond(std::move(r));
+      };
+    };
+  });
+  srv.Post("/elsewhere", [](const HttpRequest&, HttpResponse& res) { res.set_content("worker\n", "text/plain"); });
+  HttpTransportOptions options;
+  options.io_threads = 1;
+  StatusOr<int> port = srv.Start(options);
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  ASSERT_EQ(Status(*port, "/healthz"), 200);
+  auto ran_on_loop = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return handler == loop;
+  };
+  std::string answer = Post(*port, "/report", "now");
+  EXPECT_NE(answer.find("200 OK"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("answered"), std::string::npos) << answer;
+  EXPECT_TRUE(ran_on_loop());
+  answer = Post(*port, "/report", "later");
+  EXPECT_NE(answer.find("deferred"), std::string::npos) << answer;
+  EXPECT_TRUE(ran_on_loop());
+  std::string blocked;
+  std::thread client([&] { blocked = Post(*port, "/report", "block"); });
+  // While its worker is held, the loop answers the rest.
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (offloaded != std::thread::id()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(ran_on_loop());
+  EXPECT_EQ(Status(*port, "/healthz"), 200);
+  EXPECT_NE(Post(*port, "/elsewhere", "").find("worker"), std::string::npos);
+  release = true;
+  client.join();
+  EXPECT_NE(blocked.find("202 Accepted"), std::string::npos) << blocked;
+  EXPECT_NE(blocked.find("offloaded"), std::string::npos) << blocked;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_NE(offloaded, std::thread::id());
+    EXPECT_NE(offloaded, loop);
+  }
+  srv.Stop();
+}
+
 }  // namespace
 }  // namespace rota::server
