@@ -449,6 +449,10 @@ class WatchHub {
 // Requests may wait in a long poll; the pool keeps room for everything else.
 constexpr int kThreads = 96;
 constexpr int kMaxLongPolls = 64;
+// A report larger than this is parsed on a worker, not on the event loop: a
+// heartbeat with 8 GPUs' telemetry is a few KB, and a 1 MiB body would hold
+// every other connection for the length of its parse.
+constexpr size_t kLoopReportBytes = 64 << 10;
 // The most jobs one listing answers (GET /v1/jobs?limit=).
 constexpr size_t kMaxPage = 10'000;
 
@@ -561,40 +565,12 @@ class HttpServerImpl final : public HttpServer {
     });
     // Agents' reports: on the loop (PostInline), since most are answered at
     // once (a quiet heartbeat) or by the actor (deferred); a report that
-    // carries logs (files to write) or a long poll goes on to a worker.
+    // carries logs (files to write), a long poll or a large body (a parse
+    // that would hold every other connection) goes on to a worker.
     srv.PostInline("/v1/agents/heartbeat", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
-      json body = json::parse(req.body, nullptr, false);
-      if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
-      auto report = api::HeartbeatFromJson(body);
-      if (!report.ok()) return ReplyError(res, report.status());
-      if (report->wait_ms == 0) {
-        // A report (the watch transport's heartbeats, exits, checkpoints):
-        // answered once durable, without holding a worker meanwhile.
-        if (Status s = c_->CheckReporter(who, *report); !s.ok()) return ReplyError(res, s);
-        auto answer = [this, who](HeartbeatReport report) {
-          return [this, who, report = std::move(report)](std::function<void(HttpResponse)> respond) mutable {
-            AsyncBegin();
-            c_->HeartbeatAsync(who, std::move(report), [this, respond = std::move(respond)](
-                                                           StatusOr<std::vector<TaskAssignment>> tasks, uint64_t revision) {
-              HttpResponse out;
-              if (!tasks.ok()) ReplyError(out, tasks.status());
-              else ReplyAnswer(out, *c_, std::move(*tasks), revision);
-              respond(std::move(out));
-              AsyncEnd();
-            });
-          };
-        };
-        if (!HasLogs(*report)) {
-          res.deferred = answer(std::move(*report));
-          return;
-        }
-        res.offload = [this, answer, report = std::move(*report)](HttpResponse& out) mutable {
-          StoreLogs(report);
-          out.deferred = answer(std::move(report));
-        };
-        return;
-      }
-      res.offload = [this, who, report = std::move(*report)](HttpResponse& out) mutable { LongPoll(who, report, out); };
+      if (req.body.size() <= kLoopReportBytes) return Report(who, req, res, true);
+      // (The transport keeps `req` until the offload has run.)
+      res.offload = [this, who, &req](HttpResponse& out) { Report(who, req, out, false); };
     }, Access::kAgents));
 
     srv.Post("/v1/jobs", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
@@ -1662,6 +1638,46 @@ class HttpServerImpl final : public HttpServer {
   // Appends the log pieces a (remote) agent shipped to the server's log
   // directory, where `rota logs` reads them. Only replicas that run or ran on
   // the reporting node; a piece sent twice (a lost reply) is not written twice.
+  // An agent's report (POST /v1/agents/heartbeat). `on_loop`: on the event
+  // loop, which hands what would block (log pieces to write, a long poll)
+  // to a worker (`offload`) rather than do it.
+  void Report(const Principal& who, const HttpRequest& req, HttpResponse& res, bool on_loop) {
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
+    auto report = api::HeartbeatFromJson(body);
+    if (!report.ok()) return ReplyError(res, report.status());
+    if (report->wait_ms == 0) {
+      // A report (the watch transport's heartbeats, exits, checkpoints):
+      // answered once durable, without holding a worker meanwhile.
+      if (Status s = c_->CheckReporter(who, *report); !s.ok()) return ReplyError(res, s);
+      auto answer = [this, who](HeartbeatReport report) {
+        return [this, who, report = std::move(report)](std::function<void(HttpResponse)> respond) mutable {
+          AsyncBegin();
+          c_->HeartbeatAsync(who, std::move(report), [this, respond = std::move(respond)](
+                                                         StatusOr<std::vector<TaskAssignment>> tasks, uint64_t revision) {
+            HttpResponse out;
+            if (!tasks.ok()) ReplyError(out, tasks.status());
+            else ReplyAnswer(out, *c_, std::move(*tasks), revision);
+            respond(std::move(out));
+            AsyncEnd();
+          });
+        };
+      };
+      if (!on_loop || !HasLogs(*report)) {
+        StoreLogs(*report);
+        res.deferred = answer(std::move(*report));
+        return;
+      }
+      res.offload = [this, answer, report = std::move(*report)](HttpResponse& out) mutable {
+        StoreLogs(report);
+        out.deferred = answer(std::move(report));
+      };
+      return;
+    }
+    if (!on_loop) return LongPoll(who, *report, res);
+    res.offload = [this, who, report = std::move(*report)](HttpResponse& out) mutable { LongPoll(who, report, out); };
+  }
+
   // The long-poll transport's heartbeat (on a worker): the answer held
   // until the node's tasks change or wait_ms passes.
   void LongPoll(const Principal& who, HeartbeatReport& report, HttpResponse& res) {

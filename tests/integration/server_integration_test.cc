@@ -671,6 +671,7 @@ job_visibility: own
     std::string message;  // substring
   };
   const std::string big(2 << 20, 'x');
+  const std::string pad(100 << 10, ' ');
   std::vector<Case> cases = {
       {&anon, "/v1/jobs", "name: j\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", 401, "missing Authorization"},
       {&wrong, "/v1/jobs", "name: j\ntasks: [{gpus: 1, command: [sleep, '600']}]\n", 401, "unknown token"},
@@ -692,6 +693,9 @@ job_visibility: own
       {&agent, "/v1/agents/heartbeat", R"({"node": "n-1"})", 403, "its own node"},
       {&agent, "/v1/agents/heartbeat", R"({"node": 5})", 400, "node: wrong type"},
       {&agent, "/v1/agents/heartbeat", R"({"node": "n-0", "tasks": [{"job": "x"}]})", 400, "tasks[0].job: wrong type"},
+      // Reports over 64 KiB are parsed on a worker, not the event loop: the same answers.
+      {&agent, "/v1/agents/heartbeat", R"({"node": "n-1")" + pad + "}", 403, "its own node"},
+      {&agent, "/v1/agents/heartbeat", R"({"node": 5)" + pad + "}", 400, "node: wrong type"},
       {&agent, "/v1/agents/register", R"({"node": {"name": "n-0", "gpus": "eight"}})", 400, "gpus: wrong type"},
       {&admin, "/v1/jobs/abc/cancel", "{}", 400, "not a job id"},
       {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1, command: [\"\xff\xfe\"]}]\n", 400, "must be valid UTF-8"},
