@@ -40,6 +40,14 @@ class SqliteStoreTest : public ::testing::Test {
     ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
     sqlite3_close(db);
   }
+  // `n` events (nodes n0, n1, ...), then a snapshot at event n that holds
+  // one node, "all".
+  static void FillBehindSnapshot(SqliteStore& s, int n) {
+    std::vector<Event> many;
+    for (int i = 0; i < n; ++i) many.push_back(NodeAdded{Node("n" + std::to_string(i))});
+    ASSERT_TRUE(s.Append(many).ok());
+    ASSERT_TRUE(s.WriteSnapshot(static_cast<uint64_t>(n), [](const EventSink& sink) { return sink(NodeAdded{Node("all")}); }).ok());
+  }
   // The rows in the journal's events table (-1: unreadable).
   int64_t JournalRows() const {
     sqlite3* db = nullptr;
@@ -189,10 +197,7 @@ TEST_F(SqliteStoreTest, SnapshotsFromBeforePartsStillReadAndOldReadersRefuseTheN
 TEST_F(SqliteStoreTest, TheJournalBehindASnapshotIsTrimmedByTheAppendsAfterIt) {
   auto s = SqliteStore::Open(path);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  std::vector<Event> many;
-  for (int i = 0; i < 5000; ++i) many.push_back(NodeAdded{Node("n" + std::to_string(i))});
-  ASSERT_TRUE((*s)->Append(many).ok());
-  ASSERT_TRUE((*s)->WriteSnapshot(5000, [](const EventSink& sink) { return sink(NodeAdded{Node("all")}); }).ok());
+  ASSERT_NO_FATAL_FAILURE(FillBehindSnapshot(**s, 5000));
   auto rows = [&] { return JournalRows(); };
   auto names = [&] {
     std::vector<std::string> out;
@@ -243,10 +248,7 @@ TEST_F(SqliteStoreTest, TheJournalBehindASnapshotIsTrimmedByTheAppendsAfterIt) {
 TEST_F(SqliteStoreTest, AnAppendWhoseTrimFailsAppendsAllTheSame) {
   auto s = SqliteStore::Open(path);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  std::vector<Event> many;
-  for (int i = 0; i < 5000; ++i) many.push_back(NodeAdded{Node("n" + std::to_string(i))});
-  ASSERT_TRUE((*s)->Append(many).ok());
-  ASSERT_TRUE((*s)->WriteSnapshot(5000, [](const EventSink& sink) { return sink(NodeAdded{Node("all")}); }).ok());
+  ASSERT_NO_FATAL_FAILURE(FillBehindSnapshot(**s, 5000));
   int64_t added = 0;
   for (const std::string mode : {"ROLLBACK", "ABORT"}) {
     SCOPED_TRACE(mode);
