@@ -503,6 +503,11 @@ Snapshot Controller::snapshot() const {
   return *published_;
 }
 
+bool Controller::Busy() const {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  return !lock.owns_lock();
+}
+
 std::optional<sched::PendingReason> Controller::pending_reason(JobId id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto by_id = [](const sched::Waiting& a, const sched::Waiting& b) { return a.job < b.job; };

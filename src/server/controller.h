@@ -283,6 +283,11 @@ class Controller {
 
   // Reads (never block on the actor).
   Snapshot snapshot() const;
+  // Whether the controller's lock is held at this moment. The event loop,
+  // which must not wait for it (a cycle's waiting reasons are sorted under
+  // it, a large batch's jobs indexed), hands a report to a worker instead.
+  // A hint: it may be taken a moment later, for as long as a report holds it.
+  bool Busy() const;
   Duration FenceAfter() const { return options_.fence_after > 0 ? options_.fence_after : options_.node_timeout; }
   // Why journal writes are being refused ("" while the store writes).
   std::string StoreError() const;

@@ -1639,8 +1639,9 @@ class HttpServerImpl final : public HttpServer {
   // directory, where `rota logs` reads them. Only replicas that run or ran on
   // the reporting node; a piece sent twice (a lost reply) is not written twice.
   // An agent's report (POST /v1/agents/heartbeat). `on_loop`: on the event
-  // loop, which hands what would block (log pieces to write, a long poll)
-  // to a worker (`offload`) rather than do it.
+  // loop, which hands what would block (log pieces to write, a long poll,
+  // the controller's lock while another holds it) to a worker (`offload`)
+  // rather than do it.
   void Report(const Principal& who, const HttpRequest& req, HttpResponse& res, bool on_loop) {
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
@@ -1663,7 +1664,7 @@ class HttpServerImpl final : public HttpServer {
           });
         };
       };
-      if (!on_loop || !HasLogs(*report)) {
+      if (!on_loop || (!HasLogs(*report) && !c_->Busy())) {
         StoreLogs(*report);
         res.deferred = answer(std::move(*report));
         return;

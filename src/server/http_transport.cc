@@ -198,8 +198,28 @@ struct HttpTransport::Impl {
       break;
     }
     if (!found) res.status = 404;
+    if (!res.offload) Conclude(req, res);  // (else once the offload has run: Offload)
+  }
+
+  // A handler's answer as sent: no status is 200, and an error goes
+  // through the error handler.
+  void Conclude(const HttpRequest& req, HttpResponse& res) const {
     if (res.status == -1) res.status = 200;
     if (res.status >= 400 && error_handler) error_handler(req, res);
+  }
+
+  // On a worker: the rest of a handler that set `offload`, caught and
+  // concluded as the handler itself is (Dispatch).
+  void Offload(const HttpRequest& req, HttpResponse& res) const {
+    auto offload = std::move(res.offload);
+    res.offload = nullptr;
+    try {
+      offload(res);
+    } catch (const std::exception&) {
+      res.status = 500;
+      res.body.clear();
+    }
+    Conclude(req, res);
   }
 
   // A response for a request the transport refused itself (413, 431, 400).
@@ -430,19 +450,25 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       impl_.Dispatch(*req, *res);
       if (!res->offload) return Answer(req, std::move(res), true);
       asio::post(*impl_.workers, [self = this->shared_from_this(), req, res] {
-        auto offload = std::move(res->offload);
-        offload(*res);
+        OnWorker();
+        self->impl_.Offload(*req, *res);
         self->Answer(req, res, false);
       });
       return;
     }
     asio::post(*impl_.workers, [self = this->shared_from_this(), req] {
-      static thread_local const bool kNamed = (MarkWorker(), true);  // on its first request
-      (void)kNamed;
+      OnWorker();
       auto res = std::make_shared<HttpResponse>();
       self->impl_.Dispatch(*req, *res);
+      if (res->offload) self->impl_.Offload(*req, *res);  // (a worker's route: here and now)
       self->Answer(req, std::move(res), false);
     });
+  }
+
+  // Names the worker thread and sets its policy (MarkWorker), on its first request.
+  static void OnWorker() {
+    static thread_local const bool kNamed = (MarkWorker(), true);
+    (void)kNamed;
   }
 
   // After the handler (`on_loop`: it ran on this session's loop thread):

@@ -88,7 +88,9 @@ struct HttpResponse {
   std::function<void(std::function<void(HttpResponse)> respond)> deferred;
   // Set by a handler on the loop (PostInline) that would block: the rest of
   // it, run on a worker, which fills the response (or sets `deferred`) as a
-  // worker's handler would.
+  // worker's handler would (an exception is a 500; an error status goes
+  // through the error handler). What the handler wrote before is its
+  // starting point. A worker's route that sets it has it run at once.
   std::function<void(HttpResponse&)> offload;
 
   void set_content(std::string content, std::string content_type);

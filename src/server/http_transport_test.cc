@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -269,6 +270,14 @@ TEST(HttpTransport, AnInlinePostRunsOnTheLoopAndOffloadsWhatWouldBlock) {
       handler = std::this_thread::get_id();
     }
     if (req.body == "now") return res.set_content("answered\n", "text/plain");
+    if (req.body == "throw") {
+      res.offload = [](HttpResponse&) { throw std::runtime_error("offload failed"); };
+      return;
+    }
+    if (req.body == "refuse") {
+      res.offload = [](HttpResponse& out) { out.status = 409; };
+      return;
+    }
     if (req.body == "later") {
       res.deferred = [](std::function<void(HttpResponse)> respond) {
         HttpResponse r;
@@ -292,6 +301,7 @@ TEST(HttpTransport, AnInlinePostRunsOnTheLoopAndOffloadsWhatWouldBlock) {
     };
   });
   srv.Post("/elsewhere", [](const HttpRequest&, HttpResponse& res) { res.set_content("worker\n", "text/plain"); });
+  srv.set_error_handler([](const HttpRequest&, HttpResponse& res) { res.body = "handled " + std::to_string(res.status); });
   HttpTransportOptions options;
   options.io_threads = 1;
   StatusOr<int> port = srv.Start(options);
@@ -305,6 +315,14 @@ TEST(HttpTransport, AnInlinePostRunsOnTheLoopAndOffloadsWhatWouldBlock) {
   EXPECT_NE(answer.find("200 OK"), std::string::npos) << answer;
   EXPECT_NE(answer.find("answered"), std::string::npos) << answer;
   EXPECT_TRUE(ran_on_loop());
+  // An offload that throws is a 500, and an error it sets goes through the
+  // error handler, as a handler's own do.
+  answer = Post(*port, "/report", "throw");
+  EXPECT_NE(answer.find("500 Internal Server Error"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("handled 500"), std::string::npos) << answer;
+  answer = Post(*port, "/report", "refuse");
+  EXPECT_NE(answer.find("409 Conflict"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("handled 409"), std::string::npos) << answer;
   answer = Post(*port, "/report", "later");
   EXPECT_NE(answer.find("deferred"), std::string::npos) << answer;
   EXPECT_TRUE(ran_on_loop());

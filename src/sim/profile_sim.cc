@@ -169,7 +169,7 @@ class ProfileDriver {
   // server's would publish nothing): the last cycle decided nothing, the
   // engine said nothing may change before its unchanged_until while the
   // state stays as it is, and all that changed is checkpoints of gangs no
-  // decision waits on (CycleResult::waits_on_checkpoint). A quarter of the
+  // decision waits on (CycleResult::waits_on_checkpoint). A fifth of the
   // steps of a whole-Philly replay are periodic checkpoints alone.
   bool Unchanged(const std::vector<Event>& events, TimePoint t) const {
     if (options_.every_tick || last_decided_ || t >= cycle_.unchanged_until) return false;
