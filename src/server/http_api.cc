@@ -1635,9 +1635,6 @@ class HttpServerImpl final : public HttpServer {
     Reply(res, 200, out);
   }
 
-  // Appends the log pieces a (remote) agent shipped to the server's log
-  // directory, where `rota logs` reads them. Only replicas that run or ran on
-  // the reporting node; a piece sent twice (a lost reply) is not written twice.
   // An agent's report (POST /v1/agents/heartbeat). `on_loop`: on the event
   // loop, which hands what would block (log pieces to write, a long poll,
   // the controller's lock while another holds it) to a worker (`offload`)
@@ -1665,7 +1662,7 @@ class HttpServerImpl final : public HttpServer {
         };
       };
       if (!on_loop || (!HasLogs(*report) && !c_->Busy())) {
-        StoreLogs(*report);
+        StoreLogs(*report);  // (on the loop: none to write)
         res.deferred = answer(std::move(*report));
         return;
       }
@@ -1722,6 +1719,9 @@ class HttpServerImpl final : public HttpServer {
     return !options_.logs_dir.empty() &&
            std::any_of(report.tasks.begin(), report.tasks.end(), [](const TaskReport& t) { return !t.log.empty(); });
   }
+  // Appends the log pieces a (remote) agent shipped to the server's log
+  // directory, where `rota logs` reads them. Only replicas that run or ran on
+  // the reporting node; a piece sent twice (a lost reply) is not written twice.
   void StoreLogs(const HeartbeatReport& report) {
     if (!HasLogs(report)) return;
     std::lock_guard<std::mutex> lock(logs_mu_);  // two reports of one node may carry the same piece

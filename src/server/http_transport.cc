@@ -478,8 +478,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (res->deferred) {
       auto deferred = std::move(res->deferred);
       return deferred([self, req](HttpResponse r) {
-        if (r.status == -1) r.status = 200;
-        if (r.status >= 400 && self->impl_.error_handler) self->impl_.error_handler(*req, r);
+        self->impl_.Conclude(*req, r);
         auto answer = std::make_shared<HttpResponse>(std::move(r));
         asio::post(self->Lowest().get_executor(), [self, answer] { self->Write(std::move(*answer)); });
       });
