@@ -1648,10 +1648,10 @@ class HttpServerImpl final : public HttpServer {
       // A report (the watch transport's heartbeats, exits, checkpoints):
       // answered once durable, without holding a worker meanwhile.
       if (Status s = c_->CheckReporter(who, *report); !s.ok()) return ReplyError(res, s);
-      auto answer = [this, who](HeartbeatReport report) {
-        return [this, who, report = std::move(report)](std::function<void(HttpResponse)> respond) mutable {
+      auto answer = [this, who](HeartbeatReport parsed) {
+        return [this, who, parsed = std::move(parsed)](std::function<void(HttpResponse)> respond) mutable {
           AsyncBegin();
-          c_->HeartbeatAsync(who, std::move(report), [this, respond = std::move(respond)](
+          c_->HeartbeatAsync(who, std::move(parsed), [this, respond = std::move(respond)](
                                                          StatusOr<std::vector<TaskAssignment>> tasks, uint64_t revision) {
             HttpResponse out;
             if (!tasks.ok()) ReplyError(out, tasks.status());
