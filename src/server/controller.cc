@@ -1,6 +1,7 @@
 #include "server/controller.h"
 
 #include "base/thread_name.h"
+#include "server/histogram.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -101,10 +102,9 @@ Status Controller::Start() {
     // Fair share goes on from what the queues' jobs held (their recorded
     // attempts), not from zero (before the scheduling thread starts).
     scheduler_->RestoreUsage(snap, options_.clock->Now());
-    std::set<std::string> touched;
     std::lock_guard<std::mutex> lock(mu_);
     usage_history_ = scheduler_->UsageHistory();
-    for (const auto& [id, job] : snap.live_jobs()) IndexJob(snap, id, &touched);
+    for (const auto& [id, job] : snap.live_jobs()) Reindex(id, PlacedNodes(snap, id));
   }
   actor_ = NamedThread("rota-actor", [this] { ActorLoop(); });
   scheduler_thread_ = NamedThread("rota-schedule", [this] { SchedulerLoop(); });
@@ -120,10 +120,9 @@ Status Controller::StartFollowing() {
   warm_ = true;
   ROTA_RETURN_IF_ERROR(ReloadTokens());
   Snapshot snap = state_.GetSnapshot();
-  std::set<std::string> touched;
   std::lock_guard<std::mutex> lock(mu_);
   published_ = snap;
-  for (const auto& [id, job] : snap.live_jobs()) IndexJob(snap, id, &touched);
+  for (const auto& [id, job] : snap.live_jobs()) Reindex(id, PlacedNodes(snap, id));
   return Status::Ok();
 }
 
@@ -280,17 +279,36 @@ std::string Controller::StoreError() const {
   return store_error_;
 }
 
+void Controller::NoteBatch(double append_seconds, double batch_seconds) {
+  metrics_.append_buckets.resize(std::size(kBatchBuckets) + 1);
+  metrics_.batch_buckets.resize(std::size(kBatchBuckets) + 1);
+  metrics_.append_buckets[BucketOf(kBatchBuckets, append_seconds)]++;
+  metrics_.batch_buckets[BucketOf(kBatchBuckets, batch_seconds)]++;
+  metrics_.append_sum_seconds += append_seconds;
+  metrics_.batch_sum_seconds += batch_seconds;
+}
+
 void Controller::Publish() {
   Snapshot snap = state_.GetSnapshot();
   std::lock_guard<std::mutex> lock(mu_);
   published_ = snap;
 }
 
-void Controller::IndexJob(const Snapshot& snap, JobId id, std::set<std::string>* touched) {
+std::vector<std::string> Controller::PlacedNodes(const Snapshot& snap, JobId id) {
+  std::vector<std::string> nodes;
+  const JobRecord* job = snap.FindJob(id);
+  if (job == nullptr || (job->state != JobState::kRunning && job->state != JobState::kPreempting)) return nodes;
+  for (const ReplicaPlacement& r : job->placement) {
+    const std::string& n = snap.node(r.node).spec.name;
+    if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+  }
+  return nodes;
+}
+
+void Controller::Reindex(JobId id, std::vector<std::string> nodes) {
   auto old = job_nodes_.find(id);
   if (old != job_nodes_.end()) {
     for (const std::string& n : old->second) {
-      touched->insert(n);
       auto it = node_jobs_.find(n);
       if (it == node_jobs_.end()) continue;
       it->second.erase(id);
@@ -298,16 +316,7 @@ void Controller::IndexJob(const Snapshot& snap, JobId id, std::set<std::string>*
     }
     job_nodes_.erase(old);
   }
-  const JobRecord* job = snap.FindJob(id);
-  if (job == nullptr || (job->state != JobState::kRunning && job->state != JobState::kPreempting)) return;
-  std::vector<std::string> nodes;
-  for (const ReplicaPlacement& r : job->placement) {
-    const std::string& n = snap.node(r.node).spec.name;
-    if (std::find(nodes.begin(), nodes.end(), n) != nodes.end()) continue;
-    nodes.push_back(n);
-    node_jobs_[n].insert(id);
-    touched->insert(n);
-  }
+  for (const std::string& n : nodes) node_jobs_[n].insert(id);
   if (!nodes.empty()) job_nodes_[id] = std::move(nodes);
 }
 
@@ -324,11 +333,26 @@ void Controller::PublishBatch(const std::vector<Event>& events) {
   for (const Event& e : events) {
     if (const JobId id = EventJob(e); id.value() != 0) jobs.insert(id);
   }
+  // Worked out before taking the lock (only this thread writes the index):
+  // a 20,000-job batch is mostly jobs that were and stay unplaced, and the
+  // event loop's heartbeats wait on this lock. A job's event touches the
+  // nodes it left and joined, and those it holds where they stay the same
+  // (running to preempting changes their tasks).
   std::set<std::string> touched;
+  std::vector<std::pair<JobId, std::vector<std::string>>> moved;
+  for (JobId id : jobs) {
+    std::vector<std::string> nodes = PlacedNodes(snap, id);
+    touched.insert(nodes.begin(), nodes.end());
+    auto old = job_nodes_.find(id);
+    if (old == job_nodes_.end() ? nodes.empty() : old->second == nodes) continue;
+    if (old != job_nodes_.end()) touched.insert(old->second.begin(), old->second.end());
+    moved.emplace_back(id, std::move(nodes));
+  }
+  std::optional<Snapshot> previous(std::move(snap));  // freed after the lock, not under it
   {
     std::lock_guard<std::mutex> lock(mu_);
-    published_ = snap;
-    for (JobId id : jobs) IndexJob(snap, id, &touched);
+    published_.swap(previous);
+    for (auto& [id, nodes] : moved) Reindex(id, std::move(nodes));
     for (const std::string& n : touched) ++node_versions_[n];
   }
   if (touched.empty()) return;
@@ -509,7 +533,7 @@ bool Controller::Busy() const {
 }
 
 std::optional<sched::PendingReason> Controller::pending_reason(JobId id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(reasons_mu_);
   auto by_id = [](const sched::Waiting& a, const sched::Waiting& b) { return a.job < b.job; };
   if (!reasons_by_id_) {  // (in job order, often id order already: a check costs n comparisons)
     if (!std::is_sorted(reasons_.begin(), reasons_.end(), by_id)) std::sort(reasons_.begin(), reasons_.end(), by_id);
@@ -600,6 +624,7 @@ void Controller::ActorLoop() {
         }
       }
     }
+    const auto taken_at = std::chrono::steady_clock::now();
     Batch batch{&state_, {}, {}, {}};
     const uint64_t next_job_id = next_job_id_;  // restored with the state if the batch cannot be journaled
     for (auto& message : work) {
@@ -613,7 +638,9 @@ void Controller::ActorLoop() {
     }
     Status committed;
     if (!batch.events.empty()) {
+      const auto append_at = std::chrono::steady_clock::now();
       auto seq = store_->Append(batch.events);
+      const auto appended_at = std::chrono::steady_clock::now();
       if (!seq.ok()) {
         // The disk refused the batch (full, read-only, failing): undo it in
         // memory and refuse every caller in it. The server keeps serving
@@ -663,6 +690,10 @@ void Controller::ActorLoop() {
           snapshot_cv_.notify_one();
         }
       }
+      const double append = std::chrono::duration<double>(appended_at - append_at).count();
+      const double whole = std::chrono::duration<double>(std::chrono::steady_clock::now() - taken_at).count();
+      std::lock_guard<std::mutex> lock(mu_);
+      NoteBatch(append, whole);
     }
     for (auto& done : batch.done) done(committed);
   }

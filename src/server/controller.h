@@ -139,10 +139,17 @@ struct ControllerMetrics {
   std::vector<uint64_t> cycle_buckets;  // histogram counts for kCycleBuckets
   double cycle_sum_seconds = 0;
   uint64_t cycles = 0;
+  // The actor's batches (kBatchBuckets): from taking their messages to
+  // answering them (applied, journaled, published), and of that the
+  // journal's append; batches that journal nothing, or that the journal
+  // refused, are not counted.
+  std::vector<uint64_t> batch_buckets, append_buckets;
+  double batch_sum_seconds = 0, append_sum_seconds = 0;
   uint64_t jobs_submitted = 0;
   uint64_t preemptions = 0;
 };
 inline constexpr double kCycleBuckets[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0};
+inline constexpr double kBatchBuckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0};
 
 class Controller {
  public:
@@ -371,6 +378,8 @@ class Controller {
   Status PendingLimits(const Principal& who, const JobSpec& spec, int64_t count, const Snapshot& snap);
   Status ArrayLimit(int64_t count) const;  // limits.max_array
   void Publish();
+  // REQUIRES: mu_ held. Counts a journaled batch in the metrics.
+  void NoteBatch(double append_seconds, double batch_seconds);
   // After a batch is durable: publishes the new state, re-indexes the jobs
   // its events name, moves the versions of the nodes they touch and tells
   // the node listener (watches).
@@ -379,9 +388,12 @@ class Controller {
   // (a running job that stopped, was requeued or resized) become usage
   // records in the store. Records the store refuses wait for the next batch.
   void RecordUsage(const std::vector<Event>& events);
-  // REQUIRES: mu_ held. Re-indexes job `id` under the nodes it holds in
-  // `snap`; adds the nodes it left and joined to `touched`.
-  void IndexJob(const Snapshot& snap, JobId id, std::set<std::string>* touched);
+  // The names of the nodes a running or preempting job holds a replica on
+  // in `snap`, in placement order without repeats; none for any other job.
+  static std::vector<std::string> PlacedNodes(const Snapshot& snap, JobId id);
+  // REQUIRES: mu_ held. Indexes job `id` under `nodes` (none: not indexed),
+  // in place of the nodes it was indexed under.
+  void Reindex(JobId id, std::vector<std::string> nodes);
   // REQUIRES: mu_ held. The running or preempting jobs with a replica on `node`.
   const std::set<JobId>* JobsOn(const std::string& node) const;
   // A heartbeat that changes nothing journaled (no exit of a live task, no
@@ -446,9 +458,12 @@ class Controller {
   // cycle). Sorted by id when first looked up after a cycle, not by it: with
   // several priorities the cycle's order is not id order, and most cycles'
   // reasons are never read.
+  // Under their own mutex, not mu_: the first lookup after a cycle sorts a
+  // million of them, and the event loop's heartbeats must not wait for that.
+  mutable std::mutex reasons_mu_;
   mutable std::vector<sched::Waiting> reasons_;
-  std::map<std::string, double> usage_history_;  // the scheduler's, after its last cycle
   mutable bool reasons_by_id_ = false;
+  std::map<std::string, double> usage_history_;  // the scheduler's, after its last cycle
   std::map<std::string, NodeLive> live_;
   // The labels the config declares per node (set at start): an agent's do
   // not replace them.
@@ -457,7 +472,9 @@ class Controller {
   std::map<std::string, uint64_t> node_versions_;
   // Per node, the jobs (running or preempting) with a replica there, and
   // per job the nodes it is indexed under: kept as batches commit, so a
-  // heartbeat or watch reads one node's jobs, not every live job.
+  // heartbeat or watch reads one node's jobs, not every live job. Read under
+  // mu_; written under it by one thread at a time (the actor, or a
+  // follower's catch-up), which may read them without it.
   std::unordered_map<std::string, std::set<JobId>> node_jobs_;
   std::map<JobId, std::vector<std::string>> job_nodes_;
   std::mutex listener_mu_;  // guards node_listener_ (held while it runs)

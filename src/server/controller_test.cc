@@ -301,6 +301,51 @@ TEST_F(ControllerTest, ARequeueByHandDoesNotUseUpTheRestartPolicy) {
   EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kFailed);
 }
 
+// A node's version (what its watch and a long poll wait on) moves with each
+// change to the tasks it runs: a job bound there, the job's next attempt
+// there after a failure, its end; a node whose tasks did not change keeps
+// its version.
+TEST_F(ControllerTest, ANodesVersionMovesWhenItsTasksChangeAndOnlyThen) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  const uint64_t other = c->NodeVersion("n-1");
+  JobSpec spec = Job("restarts", 1, 1);
+  spec.restart = {RestartPolicy::kOnFailure, 1};
+  spec.node_selector = {{"hostname", "n-0"}};
+  uint64_t version = c->NodeVersion("n-0");
+  auto id = c->Submit(kAlice, spec);
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
+  EXPECT_GT(c->NodeVersion("n-0"), version);
+  auto tasks = c->NodeTasks("n-0");
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1u);
+  const int32_t attempt = (*tasks)[0].attempt;
+  // Its attempt fails: the next one runs on the same node.
+  version = c->NodeVersion("n-0");
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, attempt, true, 2}}}).ok());
+  c->ScheduleNow();
+  ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
+  EXPECT_GT(c->NodeVersion("n-0"), version);
+  tasks = c->NodeTasks("n-0");
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_GT((*tasks)[0].attempt, attempt);
+  // A heartbeat that changes nothing moves nothing.
+  version = c->NodeVersion("n-0");
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, (*tasks)[0].attempt, false, 0}}}).ok());
+  EXPECT_EQ(c->NodeVersion("n-0"), version);
+  // It ends: no task left there.
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, (*tasks)[0].attempt, true, 0}}}).ok());
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kSucceeded);
+  EXPECT_GT(c->NodeVersion("n-0"), version);
+  tasks = c->NodeTasks("n-0");
+  ASSERT_TRUE(tasks.ok());
+  EXPECT_TRUE(tasks->empty());
+  EXPECT_EQ(c->NodeVersion("n-1"), other);
+}
+
 // An agent that registers again with corrected labels gets them (they were
 // dropped before, so a mistake could not be fixed); labels that put a rack
 // in two spines are refused with the nodes named, and change nothing.

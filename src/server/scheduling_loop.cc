@@ -60,10 +60,13 @@ void Controller::RunOneCycle(uint64_t requested) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::map<std::string, double> usage = scheduler_->UsageHistory();  // (a few queues)
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    usage_history_.swap(usage);
+    std::lock_guard<std::mutex> lock(reasons_mu_);
     reasons_.swap(result.pending);  // the old list is the next cycle's buffer
     reasons_by_id_ = false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    usage_history_.swap(usage);
     metrics_.cycles++;
     metrics_.cycle_sum_seconds += seconds;
     metrics_.cycle_buckets.resize(std::size(kCycleBuckets) + 1);

@@ -358,6 +358,11 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
 
   header("rota_scheduling_cycle_seconds", "histogram", "Latency of one scheduling cycle.");
   AppendHistogram(out, "rota_scheduling_cycle_seconds", kCycleBuckets, m.cycle_buckets, m.cycle_sum_seconds, 9);
+  header("rota_actor_batch_seconds", "histogram",
+         "From the controller taking a batch of changes to answering them: applied, journaled and published.");
+  AppendHistogram(out, "rota_actor_batch_seconds", kBatchBuckets, m.batch_buckets, m.batch_sum_seconds, 9);
+  header("rota_journal_append_seconds", "histogram", "Latency of one batch's journal write (durable when it ends).");
+  AppendHistogram(out, "rota_journal_append_seconds", kBatchBuckets, m.append_buckets, m.append_sum_seconds, 9);
 
   header("rota_job_idle", "gauge", "1 for a running job whose GPUs have stayed idle past the right-sizing window.");
   header("rota_job_overprovisioned", "gauge", "1 for a running job whose peak GPU memory stays far below its GPUs'.");

@@ -1001,6 +1001,14 @@ TEST_F(Integration, MetricsPassPromtool) {
   EXPECT_NE(r->body.find("rota_queue_running_jobs{queue=\"default\"} 1"), std::string::npos) << r->body;
   EXPECT_NE(r->body.find("rota_gpu_utilization_ratio{node=\"m\",gpu=\"0\",simulated=\"true\"}"), std::string::npos);
   EXPECT_NE(r->body.find("rota_scheduling_cycle_seconds_count"), std::string::npos);
+  // The controller's journaled batches (the submission's at least), each
+  // counted once in the whole batch's time and once in its journal write's.
+  auto count_of = [&](const std::string& name) -> int64_t {
+    const size_t at = r->body.find("\n" + name + "_count ");
+    return at == std::string::npos ? -1 : std::stoll(r->body.substr(at + name.size() + 8));
+  };
+  EXPECT_GE(count_of("rota_actor_batch_seconds"), 1) << r->body;
+  EXPECT_EQ(count_of("rota_actor_batch_seconds"), count_of("rota_journal_append_seconds")) << r->body;
   // The front end's own: at least this connection, and the loop's lag (a number of seconds).
   EXPECT_NE(r->body.find("\nrota_http_connections "), std::string::npos) << r->body;
   EXPECT_EQ(r->body.find("\nrota_http_connections 0\n"), std::string::npos) << r->body;
