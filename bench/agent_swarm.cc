@@ -604,37 +604,46 @@ int LostNodes(httplib::Client& admin) {
 // server's own delays from the client's in a health check's latency.
 // `scrape` gets how long the scrape took (ms) and its size (MB): at 12,500
 // nodes a cost of its own.
-// `push` gets the server's rota_watch_push_seconds (bind to the watch's
-// push) from the same scrape, summarized (PushSummary).
-std::string PushSummary(const std::string& metrics);
-double LoopLagMs(httplib::Client& admin, std::pair<double, double>* scrape = nullptr, std::string* push = nullptr) {
+// `body` gets the scrape (for HistogramSummary).
+double LoopLagMs(httplib::Client& admin, std::pair<double, double>* scrape = nullptr, std::string* body = nullptr) {
   const auto a = Clock::now();
   auto r = admin.Get("/metrics");
   if (!r || r->status != 200) return -1;
   if (scrape != nullptr) *scrape = {Ms(Clock::now() - a), static_cast<double>(r->body.size()) / 1e6};
-  if (push != nullptr) *push = PushSummary(r->body);
+  if (body != nullptr) *body = r->body;
   const std::string key = "\nrota_http_loop_lag_max_seconds ";
   const size_t at = r->body.find(key);
   return at == std::string::npos ? -1 : 1000 * std::atof(r->body.c_str() + at + key.size());
 }
 
-// The server's histogram of bind to push: its count, mean, and p50/p99
-// interpolated within buckets (as Prometheus' histogram_quantile does), in ms.
-std::string PushSummary(const std::string& metrics) {
-  std::vector<std::pair<double, double>> buckets;  // (le, cumulative count)
-  const std::string key = "\nrota_watch_push_seconds_bucket{le=\"";
-  for (size_t at = metrics.find(key); at != std::string::npos; at = metrics.find(key, at + 1)) {
-    const char* le = metrics.c_str() + at + key.size();
-    const size_t close = metrics.find("} ", at);
-    if (close == std::string::npos) break;
-    const double bound = std::strncmp(le, "+Inf", 4) == 0 ? HUGE_VAL : std::atof(le);
-    buckets.emplace_back(bound, std::atof(metrics.c_str() + close + 2));
+// A server histogram (`name`, in seconds) between two scrapes: its count,
+// mean, and p50/p99 interpolated within buckets (as Prometheus'
+// histogram_quantile does), in ms. `before` may be empty (from the start).
+std::string HistogramSummary(const std::string& name, const std::string& before, const std::string& after) {
+  auto read = [&](const std::string& metrics, std::vector<std::pair<double, double>>* buckets, double* sum) {
+    const std::string key = "\n" + name + "_bucket{le=\"";
+    for (size_t at = metrics.find(key); at != std::string::npos; at = metrics.find(key, at + 1)) {
+      const char* le = metrics.c_str() + at + key.size();
+      const size_t close = metrics.find("} ", at);
+      if (close == std::string::npos) break;
+      const double bound = std::strncmp(le, "+Inf", 4) == 0 ? HUGE_VAL : std::atof(le);
+      buckets->emplace_back(bound, std::atof(metrics.c_str() + close + 2));  // (le, cumulative count)
+    }
+    const std::string sum_key = "\n" + name + "_sum ";
+    const size_t sum_at = metrics.find(sum_key);
+    if (sum_at == std::string::npos) return false;
+    *sum = std::atof(metrics.c_str() + sum_at + sum_key.size());
+    return !buckets->empty();
+  };
+  std::vector<std::pair<double, double>> buckets, base;
+  double sum = 0, base_sum = 0;
+  if (!read(after, &buckets, &sum)) return "unknown";
+  if (read(before, &base, &base_sum) && base.size() == buckets.size()) {
+    for (size_t i = 0; i < buckets.size(); ++i) buckets[i].second -= base[i].second;
+    sum -= base_sum;
   }
-  const std::string sum_key = "\nrota_watch_push_seconds_sum ";
-  const size_t sum_at = metrics.find(sum_key);
-  if (buckets.empty() || sum_at == std::string::npos) return "unknown";
   if (buckets.back().second == 0) return "n=0";
-  const double n = buckets.back().second, sum = std::atof(metrics.c_str() + sum_at + sum_key.size());
+  const double n = buckets.back().second;
   auto quantile = [&](double q) {
     const double rank = q * n;
     double lo = 0, below = 0;
@@ -786,6 +795,7 @@ int main(int argc, char** argv) {
   std::this_thread::sleep_for(std::chrono::seconds(opt.idle_s));
   auto [cpu1, rss1] = CpuAndRss(opt.server_pid);
   int lost_idle = 0;
+  std::string before_array;  // the server's metrics then
   {
     const std::string summary = healthz.Summary();
     healthz.Clear();
@@ -795,7 +805,7 @@ int main(int argc, char** argv) {
     lost_idle = LostNodes(admin);
     const double list_ms = Ms(Clock::now() - listed_at);
     // (Their lags too: the lags under load then start from the loop's own.)
-    const double reads_lag = LoopLagMs(admin), reads_swarm_lag = s.TakeLag();
+    const double reads_lag = LoopLagMs(admin, nullptr, &before_array), reads_swarm_lag = s.TakeLag();
     std::printf("RESULT idle server_cpu=%.1f%% rss=%.0fMiB lost_nodes=%d healthz %s loop_lag_max=%.1fms swarm_lag_max=%.1fms\n",
                 100.0 * (cpu1 - cpu0) / opt.idle_s, rss1, lost_idle, summary.c_str(), server_lag, swarm_lag);
     std::printf("RESULT admin_reads metrics_scrape=%.0fms/%.1fMB node_list=%.0fms healthz meanwhile %s loop_lag_max=%.1fms "
@@ -848,8 +858,8 @@ int main(int argc, char** argv) {
   const int64_t finished = live == 0 ? opt.jobs : -1;
   // (The window under load closes here: before the node listing.)
   const std::string load_healthz = healthz.Summary();
-  std::string push = "unknown";
-  const double load_lag = LoopLagMs(admin, nullptr, &push), load_swarm_lag = s.TakeLag();
+  std::string loaded;  // the server's metrics now
+  const double load_lag = LoopLagMs(admin, nullptr, &loaded), load_swarm_lag = s.TakeLag();
   const int lost_load = LostNodes(admin);
   std::printf("RESULT array jobs=%d accepted_in=%.2fs done_in=%.2fs jobs_per_s=%.0f e2e_done_in=%.2fs e2e_jobs_per_s=%.0f "
               "exits_reported=%lld "
@@ -861,7 +871,14 @@ int main(int argc, char** argv) {
   std::printf("RESULT bind_to_agent %s\n", s.bind_to_agent.Summary().c_str());
   // Of which the server's: bind to its watch push (the rest is its loop's
   // writes and the swarm reading them).
-  std::printf("RESULT bind_to_push (server) %s\n", push.c_str());
+  std::printf("RESULT bind_to_push (server) %s\n",
+              HistogramSummary("rota_watch_push_seconds", before_array, loaded).c_str());
+  // Its phases under the array: the cycles (bind), the controller's batches
+  // (apply, journal, publish) and of those the journal's writes.
+  std::printf("RESULT server_phases cycle %s | batch %s | append %s\n",
+              HistogramSummary("rota_scheduling_cycle_seconds", before_array, loaded).c_str(),
+              HistogramSummary("rota_actor_batch_seconds", before_array, loaded).c_str(),
+              HistogramSummary("rota_journal_append_seconds", before_array, loaded).c_str());
   std::printf("RESULT submit_to_agent %s\n", s.submit_to_agent.Summary().c_str());
   std::printf("RESULT exit_report_rtt %s\n", s.heartbeat_rtt.Summary().c_str());
   std::printf("RESULT healthz_under_load %s loop_lag_max=%.1fms swarm_lag_max=%.1fms\n", load_healthz.c_str(), load_lag,
