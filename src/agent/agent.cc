@@ -227,6 +227,7 @@ void Agent::Stop() {
     wake_ = true;
   }
   wake_cv_.notify_all();
+  WakeReaper();
   // A stop that lands before the watch's socket is open does nothing: ask
   // again until the watch thread has gone.
   for (int i = 0; i < 1000 && options_.watch && !watch_done_; ++i) {
@@ -975,6 +976,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
   }
   if (deferred) deferred_answer_ = std::make_unique<api::AgentAnswer>(answer);
   else deferred_answer_.reset();
+  WakeReaper();  // (its tasks may have started: it watches them from now)
 }
 
 void Agent::NoteServiceExits() {
@@ -1155,9 +1157,23 @@ void Agent::MeterLoop() {
   }
 }
 
+void Agent::WakeReaper() {
+  {
+    std::lock_guard<std::mutex> lock(reap_mu_);
+    reap_wake_ = true;
+  }
+  reap_cv_.notify_one();
+}
+
 void Agent::ReapLoop() {
+  bool idle = false;
   while (!stop_) {
-    usleep(20 * 1000);
+    {
+      std::unique_lock<std::mutex> lock(reap_mu_);
+      reap_cv_.wait_for(lock, std::chrono::milliseconds(idle ? 1000 : 20),
+                        [this, idle] { return stop_.load() || (idle && reap_wake_); });
+      reap_wake_ = false;  // (a wake after this is seen by the next wait)
+    }
     bool ended;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -1185,6 +1201,9 @@ void Agent::ReapLoop() {
           ended = true;
         }
       }
+      idle = deferred_answer_ == nullptr && std::none_of(tasks_.begin(), tasks_.end(), [](const auto& kv) {
+               return kv.second->pid != 0 && !kv.second->exited;
+             });
     }
     // Report exits at once; Heartbeat reaps again and includes them.
     if (ended && registered_) {

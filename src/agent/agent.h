@@ -193,6 +193,13 @@ class Agent {
   bool wake_ = false;
   bool beat_now_ = false;  // (wake_mu_) HeartbeatSoon
   std::minstd_rand rng_;
+  // The reap thread's sleep: 20 ms while a task runs, is stopping or an
+  // answer is deferred; with none, until Reconcile or Stop wakes it (or a
+  // second passes), so that an idle agent does not wake 50 times a second.
+  std::mutex reap_mu_;  // guards reap_wake_
+  std::condition_variable reap_cv_;
+  bool reap_wake_ = false;
+  void WakeReaper();
   // Reports (heartbeats, exits, checkpoints) go on a kept-alive connection:
   // a request on an open connection, not a TCP (and TLS) handshake each,
   // which at thousands of nodes is most of the server's work for a report.
