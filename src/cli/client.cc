@@ -175,14 +175,23 @@ Response Client::Post(const std::string& path, const std::string& body, const st
   return Send("POST", path, body, content_type, idempotency_key);
 }
 
+std::string ErrorText(const std::string& body, const std::string& otherwise) {
+  const auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("error")) return otherwise;
+  const auto& error = j["error"];
+  if (error.is_string()) return error.get<std::string>();  // the services' router's
+  if (error.is_object() && error.contains("message") && error["message"].is_string()) {
+    return error["message"].get<std::string>();
+  }
+  return otherwise;
+}
+
 int Client::Fail(const Response& r, const std::string& what) {
   if (r.status == 0) {
     std::cerr << "rota " << what << ": " << r.error << "\n";
     return kExitError;
   }
-  std::string message = r.body;
-  auto j = nlohmann::json::parse(r.body, nullptr, false);
-  if (!j.is_discarded() && j.contains("error")) message = j["error"].value("message", r.body);
+  const std::string message = ErrorText(r.body, r.body);
   std::cerr << "rota " << what << ": " << message << " (HTTP " << r.status << ")\n";
   if (r.status == 401) {
     std::cerr << "rota: give a token with --token, ROTA_TOKEN or a `token:` line in " << ClientConfigPath()

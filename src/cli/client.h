@@ -66,6 +66,10 @@ class Client {
   std::string output_ = "table";
 };
 
+// What an error answer's body says: rota's {"error": {"message": ...}}, or
+// {"error": "..."} (the services' router's); `otherwise` for any other body.
+std::string ErrorText(const std::string& body, const std::string& otherwise);
+
 // The client config file: $ROTA_CONFIG, else ~/.config/rota/config.yaml.
 std::string ClientConfigPath();
 // Where a server serving from `data_dir` records its address (one line, a URL).

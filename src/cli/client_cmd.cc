@@ -755,9 +755,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
       const int code = Client::Fail(r, "cancel " + (id.is_string() ? id.get<std::string>() : id.dump()));
       if (rc == kExitOk) rc = code;
       if (c.json_output()) {
-        const json body = json::parse(r.body, nullptr, false);
-        std::string error = r.status == 0 ? r.error : r.body;
-        if (!body.is_discarded() && body.contains("error")) error = body["error"].value("message", error);
+        const std::string error = r.status == 0 ? r.error : ErrorText(r.body, r.body);
         refused.push_back({{"id", id}, {"status", r.status}, {"error", error}});
       }
     };
@@ -959,7 +957,7 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
     return Run(c, r, "services", [](const json& j) {
       Table t({"NAME", "JOB", "STATE", "DESIRED", "PLACED", "READY", "MIN-MAX", "IN FLIGHT", "QUEUED", "P99", "LAST SCALING"});
       for (const auto& v : j["services"]) {
-        const json& r = v["replicas"];
+        const json& replicas = v["replicas"];
         const json sig = v.value("signals", json::object());
         char p99[32] = "-";
         if (sig.contains("p99_ms") && sig.value("requests", 0) > 0) std::snprintf(p99, sizeof p99, "%.1fms", sig.value("p99_ms", 0.0));
@@ -967,8 +965,8 @@ int ClientMain(const std::string& cmd, std::vector<std::string> args) {
                            : v.contains("last_scale")  ? "to " + S(v["last_scale"], "to") + ": " + S(v["last_scale"], "reason")
                            : v.contains("reason") ? S(v, "reason")
                                                   : "-";
-        t.Add({S(v, "name"), S(v, "job"), S(v, "state") + (v.value("panic", false) ? " (panic)" : ""), S(r, "desired"),
-               S(r, "placed"), S(r, "ready"), S(r, "min") + "-" + S(r, "max"),
+        t.Add({S(v, "name"), S(v, "job"), S(v, "state") + (v.value("panic", false) ? " (panic)" : ""), S(replicas, "desired"),
+               S(replicas, "placed"), S(replicas, "ready"), S(replicas, "min") + "-" + S(replicas, "max"),
                sig.contains("inflight") ? S(sig, "inflight") : "-", sig.contains("queued") ? S(sig, "queued") : "-", p99,
                last});
       }

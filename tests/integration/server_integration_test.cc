@@ -985,6 +985,35 @@ TEST_F(Integration, EndedJobsAreForgottenAfterTheJobRetention) {
   EXPECT_EQ(json::parse(next->body)["id"].get<uint64_t>(), first + 2);
 }
 
+// A --server that is not rota's API (the services' router, a proxy): the
+// CLI reads its error bodies ({"error": "..."}) and says when an answer has
+// another shape, with an exit code; before, both aborted it (an uncaught
+// JSON type error, exit 134).
+TEST_F(Integration, TheCliSaysWhatAServerThatIsNotRotaAnswered) {
+  httplib::Server other;
+  other.Get("/v1/jobs", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("\"a list elsewhere\"", "application/json");
+  });
+  other.Post("/v1/tokens", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 404;
+    res.set_content("{\"error\":\"no service answers here\"}\n", "application/json");
+  });
+  const int port = other.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { other.listen_after_bind(); });
+  while (!other.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::vector<std::string> env{"ROTA_SERVER=http://127.0.0.1:" + std::to_string(port), "ROTA_TOKEN=t"};
+  const CommandResult created = RunRota({"token", "create", "--user", "alice"}, env, tmp.path());
+  EXPECT_EQ(created.exit_code, 3) << created.err;  // not found
+  EXPECT_NE(created.err.find("no service answers here (HTTP 404)"), std::string::npos) << created.err;
+  const CommandResult listed = RunRota({"jobs"}, env, tmp.path());
+  EXPECT_EQ(listed.exit_code, 1) << listed.err;
+  EXPECT_NE(listed.err.find("rota jobs: the server's answer is not what this client expects"), std::string::npos)
+      << listed.err;
+  other.stop();
+  serving.join();
+}
+
 TEST_F(Integration, MetricsPassPromtool) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xA100:40Gi", "--name", "m"});
   auto admin = up.Admin();
