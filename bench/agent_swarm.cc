@@ -638,7 +638,8 @@ std::string HistogramSummary(const std::string& name, const std::string& before,
   std::vector<std::pair<double, double>> buckets, base;
   double sum = 0, base_sum = 0;
   if (!read(after, &buckets, &sum)) return "unknown";
-  if (read(before, &base, &base_sum) && base.size() == buckets.size()) {
+  const bool windowed = read(before, &base, &base_sum) && base.size() == buckets.size();
+  if (windowed) {
     for (size_t i = 0; i < buckets.size(); ++i) buckets[i].second -= base[i].second;
     sum -= base_sum;
   }
@@ -658,8 +659,8 @@ std::string HistogramSummary(const std::string& name, const std::string& before,
     return lo;
   };
   char out[160];
-  std::snprintf(out, sizeof out, "n=%.0f mean=%.1fms p50~%.1fms p99~%.1fms", n, n > 0 ? 1000 * sum / n : 0,
-                1000 * quantile(0.5), 1000 * quantile(0.99));
+  std::snprintf(out, sizeof out, "n=%.0f mean=%.1fms p50~%.1fms p99~%.1fms%s", n, n > 0 ? 1000 * sum / n : 0,
+                1000 * quantile(0.5), 1000 * quantile(0.99), windowed ? "" : " (since the server started)");
   return out;
 }
 

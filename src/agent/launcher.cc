@@ -328,7 +328,14 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
     // that replaces it at once (in this VM a fork of the agent costs 6-8
     // ms). The child runs only ExecTask's async-signal-safe calls, on its
     // own descriptors, and never returns.
+    // Every signal blocked across it (as glibc's posix_spawn does): until
+    // ExecTask resets them, the child shares this process's memory and has
+    // its handlers. ExecTask unblocks them after the reset.
+    sigset_t all, before;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &before);
     const pid_t task = vfork();
+    if (task != 0) sigprocmask(SIG_SETMASK, &before, nullptr);
     if (task == 0) {
       close(inner[0]);
       close(pipe_fds[1]);

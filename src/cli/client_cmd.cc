@@ -347,7 +347,22 @@ int NodeHistory(Client& c, const std::string& name, const std::string& since, co
   });
 }
 
+static int ClientCommand(const std::string& cmd, std::vector<std::string> args);
+
 int ClientMain(const std::string& cmd, std::vector<std::string> args) {
+  // A client command that meets an answer of another shape than rota's (a
+  // --server that is not a rota server, a proxy's page) says so and exits
+  // with kExitError; it does not abort.
+  try {
+    return ClientCommand(cmd, std::move(args));
+  } catch (const json::exception& e) {
+    std::cerr << "rota " << cmd << ": the server's answer is not what this client expects (is --server a rota server?): "
+              << e.what() << "\n";
+    return kExitError;
+  }
+}
+
+static int ClientCommand(const std::string& cmd, std::vector<std::string> args) {
   const CommandHelp* help = FindCommand(cmd);
   if (help == nullptr) return -1;
   if (std::find(args.begin(), args.end(), "--help") != args.end() ||

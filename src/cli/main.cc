@@ -2,7 +2,6 @@
 // the work happens in the libraries.
 #include <algorithm>
 #include <cctype>
-#include <exception>
 #include <iostream>
 #include <map>
 #include <set>
@@ -176,16 +175,7 @@ int main(int argc, char** argv) {
   if (cmd == "up") return rota::cli::ServerMain(args, /*with_local_agent=*/true);
   if (cmd == "agent") return rota::cli::AgentMain(args);
   if (cmd == "store") return rota::cli::StoreMain(args);
-  // A client command that meets an answer of another shape than rota's (a
-  // --server that is not a rota server, a proxy's page) says so and exits
-  // 1; it does not abort.
-  try {
-    if (int rc = rota::cli::ClientMain(cmd, args); rc >= 0) return rc;
-  } catch (const std::exception& e) {
-    std::cerr << "rota " << cmd << ": the server's answer is not what this client expects (is --server a rota server?): "
-              << e.what() << "\n";
-    return 1;
-  }
+  if (int rc = rota::cli::ClientMain(cmd, args); rc >= 0) return rc;
   if (cmd == "version" || cmd == "--version") {
     if (std::find(args.begin(), args.end(), "--help") != args.end()) {
       std::cout << "usage: rota version [--server URL]\n\nThis binary's version, and the server's when one answers.\n";

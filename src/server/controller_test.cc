@@ -303,8 +303,8 @@ TEST_F(ControllerTest, ARequeueByHandDoesNotUseUpTheRestartPolicy) {
 
 // A node's version (what its watch and a long poll wait on) moves with each
 // change to the tasks it runs: a job bound there, the job's next attempt
-// there after a failure, its end; a node whose tasks did not change keeps
-// its version.
+// there after a failure (requeued and bound again), its end; a node whose
+// tasks did not change keeps its version.
 TEST_F(ControllerTest, ANodesVersionMovesWhenItsTasksChangeAndOnlyThen) {
   auto c = Make(std::make_unique<MemoryStore>());
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
@@ -344,6 +344,29 @@ TEST_F(ControllerTest, ANodesVersionMovesWhenItsTasksChangeAndOnlyThen) {
   ASSERT_TRUE(tasks.ok());
   EXPECT_TRUE(tasks->empty());
   EXPECT_EQ(c->NodeVersion("n-1"), other);
+}
+
+// A change that keeps a job on the same nodes moves their version too: an
+// elastic rank restarted in place (a new attempt, the same placement) must
+// reach the node's watch at once.
+TEST_F(ControllerTest, ARankRestartedInPlaceMovesItsNodesVersion) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  JobSpec spec = Job("elastic", 2, 1);
+  spec.elastic_min_replicas = 1;
+  spec.restart = {RestartPolicy::kOnFailure, 2};
+  spec.node_selector = {{"hostname", "n-0"}};
+  auto id = c->Submit(kAlice, spec);
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  const std::vector<ReplicaPlacement> placed = c->snapshot().FindJob(*id)->placement;
+  ASSERT_EQ(placed.size(), 2u);
+  const uint64_t version = c->NodeVersion("n-0");
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 1, 0, true, 3}}}).ok());
+  const JobRecord* job = c->snapshot().FindJob(*id);
+  ASSERT_EQ(job->rank_restarts, 1);
+  ASSERT_EQ(job->placement, placed);
+  EXPECT_GT(c->NodeVersion("n-0"), version);
 }
 
 // An agent that registers again with corrected labels gets them (they were
