@@ -346,29 +346,6 @@ TEST_F(ControllerTest, ANodesVersionMovesWhenItsTasksChangeAndOnlyThen) {
   EXPECT_EQ(c->NodeVersion("n-1"), other);
 }
 
-// A change that keeps a job on the same nodes moves their version too: an
-// elastic rank restarted in place (a new attempt, the same placement) must
-// reach the node's watch at once.
-TEST_F(ControllerTest, ARankRestartedInPlaceMovesItsNodesVersion) {
-  auto c = Make(std::make_unique<MemoryStore>());
-  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
-  JobSpec spec = Job("elastic", 2, 1);
-  spec.elastic_min_replicas = 1;
-  spec.restart = {RestartPolicy::kOnFailure, 2};
-  spec.node_selector = {{"hostname", "n-0"}};
-  auto id = c->Submit(kAlice, spec);
-  ASSERT_TRUE(id.ok());
-  c->ScheduleNow();
-  const std::vector<ReplicaPlacement> placed = c->snapshot().FindJob(*id)->placement;
-  ASSERT_EQ(placed.size(), 2u);
-  const uint64_t version = c->NodeVersion("n-0");
-  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 1, 0, true, 3}}}).ok());
-  const JobRecord* job = c->snapshot().FindJob(*id);
-  ASSERT_EQ(job->rank_restarts, 1);
-  ASSERT_EQ(job->placement, placed);
-  EXPECT_GT(c->NodeVersion("n-0"), version);
-}
-
 // An agent that registers again with corrected labels gets them (they were
 // dropped before, so a mistake could not be fixed); labels that put a rack
 // in two spines are refused with the nodes named, and change nothing.
@@ -452,7 +429,9 @@ TEST_F(ControllerTest, ElasticRankRestartsAlone) {
   auto id = c->Submit(kAlice, spec);
   ASSERT_TRUE(id.ok());
   c->ScheduleNow();
-  ASSERT_EQ(c->snapshot().FindJob(*id)->placement.size(), 2u);
+  const std::vector<ReplicaPlacement> placed = c->snapshot().FindJob(*id)->placement;
+  ASSERT_EQ(placed.size(), 2u);
+  const uint64_t version = c->NodeVersion("n-0");
   auto attempts = [&](const std::vector<TaskAssignment>& tasks) {
     std::map<uint32_t, int32_t> out;
     for (const TaskAssignment& a : tasks) out[a.replica] = a.attempt;
@@ -466,6 +445,11 @@ TEST_F(ControllerTest, ElasticRankRestartsAlone) {
   EXPECT_EQ(job->rank_restarts, 1);
   EXPECT_EQ(job->restarts, 0);
   EXPECT_EQ(attempts(*tasks), (std::map<uint32_t, int32_t>{{0, 0}, {1, 1}}));
+  // On the same nodes, yet the node's version moves: its watch must hear of
+  // the new attempt at once (a batch touches the nodes of every job it
+  // changes, not only of those that moved).
+  EXPECT_EQ(job->placement, placed);
+  EXPECT_GT(c->NodeVersion("n-0"), version);
   // A late report from rank 1's first attempt changes nothing.
   ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 1, 0, true, 3}}}).ok());
   EXPECT_EQ(c->snapshot().FindJob(*id)->rank_restarts, 1);
