@@ -11,6 +11,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,8 +28,10 @@ struct ChildError {
   int step;  // index into kSteps
   int err;
 };
-constexpr const char* kSteps[] = {"join its cgroup", "open its log", "change to its directory",
-                                  "set its groups", "set its gid", "set its uid", "set no_new_privs", "exec"};
+constexpr const char* kSteps[] = {"join its cgroup", "open its log",  "change to its directory",
+                                  "set its groups",  "set its gid",   "set its uid",
+                                  "set no_new_privs", "exec",         "start its supervisor"};
+constexpr int kStepExec = 7, kStepShim = 8;
 
 [[noreturn]] void ChildFail(int pipe_fd, int step) {
   const ChildError e{step, errno};
@@ -238,7 +243,236 @@ struct ShimReport {
   int err;
 };
 
+// The supervisor, in the rota-shim process the agent started for the task
+// (ShimMain): a session of its own (the agent's signals and its death do not
+// reach it), deaf to the signals meant for the task. It starts the task,
+// reports to `report` how that went (ShimReport), and supervises it.
+[[noreturn]] void SupervisorMain(const LaunchSpec& spec, const Prepared& p, int report_fd) {
+  setsid();
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  for (int s : {SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) sigaction(s, &ign, nullptr);
+  // (The agent started it with every signal blocked.)
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Only what it was handed stays open: nothing of the agent's (its
+  // listening socket, under `rota up`) in a process that outlives it.
+  {
+    int keep[16];
+    int n = 0;
+    keep[n++] = report_fd;
+    keep[n++] = p.log_fd;
+    keep[n++] = p.null_fd;
+    for (int fd : p.procs) {
+      if (n < 16) keep[n++] = fd;
+    }
+    CloseAllBut(keep, n);
+    // Nor its stdin/stdout/stderr: whoever waits for the agent's output
+    // to end must not wait for its tasks.
+    dup2(p.null_fd, 0);
+    dup2(p.null_fd, 1);
+    dup2(p.null_fd, 2);
+  }
+  int inner[2];
+  ShimReport report{0, -1, 0};
+  if (pipe2(inner, O_CLOEXEC) != 0) {
+    report.step = 1;
+    report.err = errno;
+    [[maybe_unused]] ssize_t w = write(report_fd, &report, sizeof(report));
+    _exit(127);
+  }
+  // vfork: the supervisor is suspended until the task has exec'd (or
+  // failed to), and no copy of its memory is made for a process that
+  // replaces it at once. The child runs only ExecTask's async-signal-safe
+  // calls, on its own descriptors, and never returns.
+  // Every signal blocked across it (as glibc's posix_spawn does): until
+  // ExecTask resets them, the child shares this process's memory and has
+  // its handlers. ExecTask unblocks them after the reset.
+  sigset_t all, before;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &before);
+  const pid_t task = vfork();
+  if (task != 0) sigprocmask(SIG_SETMASK, &before, nullptr);
+  if (task == 0) {
+    close(inner[0]);
+    close(report_fd);
+    ExecTask(spec, p, inner[1]);
+  }
+  close(inner[1]);
+  for (int fd : p.procs) close(fd);
+  close(p.log_fd);
+  close(p.null_fd);
+  report.task = task;
+  if (task < 0) {
+    report.step = kStepExec;
+    report.err = errno;
+  } else {
+    ChildError e{};
+    ssize_t n;
+    do {
+      n = read(inner[0], &e, sizeof(e));
+    } while (n < 0 && errno == EINTR);
+    if (n == static_cast<ssize_t>(sizeof(e))) {
+      report.step = e.step;
+      report.err = e.err;
+    }
+  }
+  close(inner[0]);
+  [[maybe_unused]] ssize_t w = write(report_fd, &report, sizeof(report));
+  close(report_fd);
+  if (report.step >= 0) {
+    if (task > 0) waitpid(task, nullptr, 0);
+    _exit(127);
+  }
+  Supervise(spec, task);
+}
+
+// The shim's command line (ShimArgs writes it, ShimMain reads it): a tag,
+// then one argument each for the report, log and null descriptors, the
+// cgroup.procs descriptors (comma-separated), the directory, whether to set
+// the identity, uid, gid, groups (comma-separated), exit file, lease file,
+// fence warning (ms), stop signal, program, then a count and that many
+// fence-kill files, a count and the task's arguments, and the task's
+// environment to the end. The shim's own environment is empty: nothing of
+// the task's (LD_PRELOAD) reaches a process that runs as root.
+constexpr const char* kShimTag = "rota-shim/1";
+
+std::string Joined(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i > 0 ? "," : "") + std::to_string(v[i]);
+  return out;
+}
+
+std::vector<std::string> ShimArgs(const std::string& shim, const LaunchSpec& spec, const Prepared& p, int report_fd) {
+  std::vector<int> groups(spec.groups.begin(), spec.groups.end());
+  std::vector<std::string> a = {shim,
+                                kShimTag,
+                                std::to_string(report_fd),
+                                std::to_string(p.log_fd),
+                                std::to_string(p.null_fd),
+                                Joined(p.procs),
+                                p.workdir,
+                                spec.set_identity ? "1" : "0",
+                                std::to_string(spec.uid),
+                                std::to_string(spec.gid),
+                                Joined(groups),
+                                spec.exit_file,
+                                spec.lease_file,
+                                std::to_string(spec.fence_warn_ms),
+                                std::to_string(spec.stop_signal),
+                                p.program,
+                                std::to_string(spec.fence_kill_procs.size())};
+  a.insert(a.end(), spec.fence_kill_procs.begin(), spec.fence_kill_procs.end());
+  a.push_back(std::to_string(spec.argv.size()));
+  a.insert(a.end(), spec.argv.begin(), spec.argv.end());
+  for (const auto& [k, v] : spec.env) a.push_back(k + "=" + v);
+  return a;
+}
+
+// A whole decimal number in [lo, hi], or false.
+bool ParseInt(const char* text, long long lo, long long hi, long long* out) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+bool ParseList(const std::string& text, long long lo, long long hi, std::vector<long long>* out) {
+  out->clear();
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    long long v;
+    if (!ParseInt(text.substr(start, end - start).c_str(), lo, hi, &v)) return false;
+    out->push_back(v);
+    start = end + 1;
+  }
+  return true;
+}
+
+// The vfork children of Launch (REQUIRES: every signal blocked). Each
+// returns the child's pid (or -1) in the agent; the child only calls
+// async-signal-safe functions on its own descriptor table and execs or
+// exits.
+[[gnu::noinline]] pid_t VforkTask(const LaunchSpec& spec, const Prepared& p, int report) {
+  const pid_t pid = vfork();
+  if (pid == 0) ExecTask(spec, p, report);
+  return pid;
+}
+[[gnu::noinline]] pid_t VforkShim(const char* shim, char* const* argv, const int* pass, int n_pass, int report) {
+  const pid_t pid = vfork();
+  if (pid != 0) return pid;
+  for (int i = 0; i < n_pass; ++i) fcntl(pass[i], F_SETFD, 0);
+  char* no_env[] = {nullptr};
+  execve(shim, argv, no_env);
+  const ShimReport r{0, kStepShim, errno};
+  [[maybe_unused]] ssize_t w = write(report, &r, sizeof(r));
+  _exit(127);
+}
+
 }  // namespace
+
+int ShimMain(int argc, char** argv) {
+  long long report_fd = -1;
+  auto refuse = [&](const char* what) {
+    std::fprintf(stderr, "rota-shim: %s (it is started by rota agent, not by hand)\n", what);
+    if (report_fd >= 0) {
+      const ShimReport r{0, kStepShim, EINVAL};
+      [[maybe_unused]] ssize_t w = write(static_cast<int>(report_fd), &r, sizeof(r));
+    }
+    return 127;
+  };
+  if (argc < 2 || std::strcmp(argv[1], kShimTag) != 0) return refuse("not a command line of this version");
+  if (argc < 18 || !ParseInt(argv[2], 3, INT32_MAX, &report_fd)) return refuse("bad report descriptor");
+  LaunchSpec spec;
+  Prepared p;
+  long long v;
+  std::vector<long long> list;
+  if (!ParseInt(argv[3], 0, INT32_MAX, &v)) return refuse("bad log descriptor");
+  p.log_fd = static_cast<int>(v);
+  if (!ParseInt(argv[4], 0, INT32_MAX, &v)) return refuse("bad null descriptor");
+  p.null_fd = static_cast<int>(v);
+  if (!ParseList(argv[5], 3, INT32_MAX, &list) || list.size() > 13) return refuse("bad cgroup descriptors");
+  for (long long fd : list) p.procs.push_back(static_cast<int>(fd));
+  p.workdir = argv[6];
+  spec.set_identity = std::strcmp(argv[7], "1") == 0;
+  if (!ParseInt(argv[8], 0, UINT32_MAX - 1, &v)) return refuse("bad uid");
+  spec.uid = static_cast<uid_t>(v);
+  if (!ParseInt(argv[9], 0, UINT32_MAX - 1, &v)) return refuse("bad gid");
+  spec.gid = static_cast<gid_t>(v);
+  if (!ParseList(argv[10], 0, UINT32_MAX - 1, &list)) return refuse("bad groups");
+  for (long long g : list) spec.groups.push_back(static_cast<gid_t>(g));
+  spec.exit_file = argv[11];
+  spec.lease_file = argv[12];
+  if (!ParseInt(argv[13], 0, INT32_MAX, &v)) return refuse("bad fence warning");
+  spec.fence_warn_ms = static_cast<int>(v);
+  if (!ParseInt(argv[14], 1, NSIG - 1, &v)) return refuse("bad stop signal");
+  spec.stop_signal = static_cast<int>(v);
+  p.program = argv[15];
+  int i = 16;
+  if (!ParseInt(argv[i++], 0, argc, &v) || i + v >= argc) return refuse("bad fence-kill files");
+  for (long long k = 0; k < v; ++k) spec.fence_kill_procs.push_back(argv[i++]);
+  if (!ParseInt(argv[i++], 1, argc, &v) || i + v > argc) return refuse("bad task arguments");
+  for (long long k = 0; k < v; ++k) p.argv.push_back(argv[i++]);
+  p.argv.push_back(nullptr);
+  for (; i < argc; ++i) p.envp.push_back(argv[i]);
+  p.envp.push_back(nullptr);
+  if (spec.exit_file.empty() || p.workdir.empty() || p.program.empty()) return refuse("missing exit file, directory or program");
+  MaxFds();  // computed here, not in the task's vfork child
+  SupervisorMain(spec, p, static_cast<int>(report_fd));
+}
+
+std::string DefaultShimPath() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("rota-shim") : (self.parent_path() / "rota-shim").string();
+}
+
+ProcessLauncher::ProcessLauncher(std::string shim) : shim_(shim.empty() ? DefaultShimPath() : std::move(shim)) {}
 
 StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
   if (spec.argv.empty()) return InvalidArgumentError("command: empty");
@@ -287,99 +521,47 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
   if (!spec.exit_file.empty()) unlink(spec.exit_file.c_str());
   const bool supervised = !spec.exit_file.empty();
 
-  const pid_t pid = fork();
-  if (pid == 0 && !supervised) ExecTask(spec, p, pipe_fds[1]);
-  if (pid == 0) {
-    // The supervisor: a session of its own (the agent's signals and its
-    // death do not reach it), deaf to the signals meant for the task.
-    setsid();
-    struct sigaction ign {};
-    ign.sa_handler = SIG_IGN;
-    for (int s : {SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) sigaction(s, &ign, nullptr);
-    close(pipe_fds[0]);
-    // Nothing of the agent's (its listening socket, under `rota up`) stays
-    // open in a process that outlives it.
-    {
-      int keep[16];
-      int n = 0;
-      keep[n++] = pipe_fds[1];
-      keep[n++] = p.log_fd;
-      keep[n++] = p.null_fd;
-      for (int fd : p.procs) {
-        if (n < 16) keep[n++] = fd;
-      }
-      CloseAllBut(keep, n);
-      // Nor its stdin/stdout/stderr: whoever waits for the agent's output
-      // to end must not wait for its tasks.
-      dup2(p.null_fd, 0);
-      dup2(p.null_fd, 1);
-      dup2(p.null_fd, 2);
+  // The task (unsupervised) or its supervisor starts from a vfork: no copy
+  // of the agent's memory is made for a process that replaces itself at
+  // once (in this VM a fork of the agent cost 7 ms of a 22 ms start). The
+  // child runs only async-signal-safe calls with every signal blocked (as
+  // glibc's posix_spawn does); ExecTask resets them, the shim unblocks them.
+  std::vector<std::string> shim_args;
+  std::vector<char*> shim_argv;
+  int pass[16];
+  int n_pass = 0;
+  if (supervised) {
+    shim_args = ShimArgs(shim_, spec, p, pipe_fds[1]);
+    for (std::string& a : shim_args) shim_argv.push_back(a.data());
+    shim_argv.push_back(nullptr);
+    // The descriptors the shim is handed (opened CLOEXEC: kept across its
+    // exec only in the child's own table).
+    pass[n_pass++] = pipe_fds[1];
+    pass[n_pass++] = p.log_fd;
+    pass[n_pass++] = p.null_fd;
+    for (int fd : p.procs) {
+      if (n_pass < 16) pass[n_pass++] = fd;
     }
-    int inner[2];
-    ShimReport report{0, -1, 0};
-    if (pipe2(inner, O_CLOEXEC) != 0) {
-      report.step = 1;
-      report.err = errno;
-      [[maybe_unused]] ssize_t w = write(pipe_fds[1], &report, sizeof(report));
-      _exit(127);
-    }
-    // vfork: the supervisor is suspended until the task has exec'd (or
-    // failed to), and no copy of the agent's memory is made for a process
-    // that replaces it at once (in this VM a fork of the agent costs 6-8
-    // ms). The child runs only ExecTask's async-signal-safe calls, on its
-    // own descriptors, and never returns.
-    // Every signal blocked across it (as glibc's posix_spawn does): until
-    // ExecTask resets them, the child shares this process's memory and has
-    // its handlers. ExecTask unblocks them after the reset.
-    sigset_t all, before;
-    sigfillset(&all);
-    sigprocmask(SIG_SETMASK, &all, &before);
-    const pid_t task = vfork();
-    if (task != 0) sigprocmask(SIG_SETMASK, &before, nullptr);
-    if (task == 0) {
-      close(inner[0]);
-      close(pipe_fds[1]);
-      ExecTask(spec, p, inner[1]);
-    }
-    close(inner[1]);
-    for (int fd : p.procs) close(fd);
-    close(p.log_fd);
-    close(p.null_fd);
-    report.task = task;
-    if (task < 0) {
-      report.step = 7;
-      report.err = errno;
-    } else {
-      ChildError e{};
-      ssize_t n;
-      do {
-        n = read(inner[0], &e, sizeof(e));
-      } while (n < 0 && errno == EINTR);
-      if (n == static_cast<ssize_t>(sizeof(e))) {
-        report.step = e.step;
-        report.err = e.err;
-      }
-    }
-    close(inner[0]);
-    [[maybe_unused]] ssize_t w = write(pipe_fds[1], &report, sizeof(report));
-    close(pipe_fds[1]);
-    if (report.step >= 0) {
-      if (task > 0) waitpid(task, nullptr, 0);
-      _exit(127);
-    }
-    Supervise(spec, task);
   }
+  sigset_t all, before;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &before);
+  const pid_t pid = supervised ? VforkShim(shim_.c_str(), shim_argv.data(), pass, n_pass, pipe_fds[1])
+                               : VforkTask(spec, p, pipe_fds[1]);
   const int fork_errno = errno;
+  sigprocmask(SIG_SETMASK, &before, nullptr);
   close(pipe_fds[1]);
   close_all();
   if (pid < 0) {
     close(pipe_fds[0]);
-    return UnavailableError(std::string("cannot fork: ") + std::strerror(fork_errno));
+    return UnavailableError(std::string("cannot vfork: ") + std::strerror(fork_errno));
   }
   auto failed = [&](int step, int err) -> Status {
     int status;
     waitpid(pid, &status, 0);
-    const std::string what = step == 7 ? "start '" + spec.argv[0] + "'" : std::string(kSteps[step]);
+    const std::string what = step == kStepExec ? "start '" + spec.argv[0] + "'"
+                             : step == kStepShim ? std::string(kSteps[step]) + " " + shim_
+                                                 : std::string(kSteps[step]);
     return UnavailableError("cannot " + what + ": " + std::strerror(err));
   };
   ssize_t n;
@@ -397,7 +579,7 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
     n = read(pipe_fds[0], &r, sizeof(r));
   } while (n < 0 && errno == EINTR);
   close(pipe_fds[0]);
-  if (n != static_cast<ssize_t>(sizeof(r))) return failed(7, ECHILD);
+  if (n != static_cast<ssize_t>(sizeof(r))) return failed(kStepShim, ECHILD);
   if (r.step >= 0) return failed(r.step, r.err);
   return Launched{r.task, pid};
 }

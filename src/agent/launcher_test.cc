@@ -94,6 +94,7 @@ TEST_F(LauncherTest, MissingProgramIsAnError) {
 namespace rota::agent {
 namespace {
 
+using testing::kShim;
 using testing::Read;
 using testing::Wait;
 
@@ -121,7 +122,7 @@ class SupervisedTest : public ::testing::Test {
 };
 
 TEST_F(SupervisedTest, TheSupervisorRecordsTheExitAndExitsWithIt) {
-  ProcessLauncher l;
+  ProcessLauncher l(kShim);
   auto t = l.Launch(Spec({"sh", "-c", "echo $$; exit 7"}));
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_NE(t->shim, 0);
@@ -132,14 +133,14 @@ TEST_F(SupervisedTest, TheSupervisorRecordsTheExitAndExitsWithIt) {
 }
 
 TEST_F(SupervisedTest, AFailedExecIsAnErrorNotAnExit) {
-  ProcessLauncher l;
+  ProcessLauncher l(kShim);
   auto t = l.Launch(Spec({"/no/such/program"}));
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("cannot start '/no/such/program'"), std::string::npos) << t.status().ToString();
 }
 
 TEST_F(SupervisedTest, TheTaskOutlivesTheAgentsSignalsAndIsFoundByStartTime) {
-  ProcessLauncher l;
+  ProcessLauncher l(kShim);
   auto t = l.Launch(Spec({"sleep", "30"}));
   ASSERT_TRUE(t.ok());
   const uint64_t start = ProcessStartTime(t->shim);
@@ -155,7 +156,7 @@ TEST_F(SupervisedTest, TheTaskOutlivesTheAgentsSignalsAndIsFoundByStartTime) {
 }
 
 TEST_F(SupervisedTest, ATaskWhoseLeaseLapsesIsSignalledThenKilled) {
-  ProcessLauncher l;
+  ProcessLauncher l(kShim);
   Lease(600);
   LaunchSpec s = Spec({"sh", "-c", "trap 'echo warned' USR1; while true; do sleep 0.05; done"});
   s.lease_file = dir + "/lease";
@@ -172,8 +173,11 @@ TEST_F(SupervisedTest, ATaskWhoseLeaseLapsesIsSignalledThenKilled) {
 }
 
 TEST_F(SupervisedTest, ARenewedLeaseKeepsTheTaskRunning) {
-  ProcessLauncher l;
-  Lease(400);
+  ProcessLauncher l(kShim);
+  // Renewed every 150 ms for 1.5 s, each time 1 s ahead (warned 0.1 s
+  // before): a renewal may come up to 750 ms late (a loaded CI machine)
+  // before the task is warned, and without renewals it would be fenced.
+  Lease(1000);
   LaunchSpec s = Spec({"sleep", "30"});
   s.lease_file = dir + "/lease";
   s.fence_warn_ms = 100;
@@ -181,7 +185,7 @@ TEST_F(SupervisedTest, ARenewedLeaseKeepsTheTaskRunning) {
   ASSERT_TRUE(t.ok());
   for (int i = 0; i < 10; ++i) {
     usleep(150 * 1000);
-    Lease(400);
+    Lease(1000);
   }
   EXPECT_EQ(l.Poll(t->shim), -1) << "fenced although the lease was renewed";
   l.Signal(t->pid, SIGKILL);
@@ -189,7 +193,7 @@ TEST_F(SupervisedTest, ARenewedLeaseKeepsTheTaskRunning) {
 }
 
 TEST_F(SupervisedTest, NoLeaseFileIsAnExpiredLease) {
-  ProcessLauncher l;
+  ProcessLauncher l(kShim);
   LaunchSpec s = Spec({"sleep", "30"});
   s.lease_file = dir + "/missing-lease";
   auto t = l.Launch(s);
@@ -197,6 +201,61 @@ TEST_F(SupervisedTest, NoLeaseFileIsAnExpiredLease) {
   // Its stop signal (SIGTERM) at once, SIGKILL with it: sleep dies of the first.
   const int code = Wait(l, t->shim, 3000);
   EXPECT_TRUE(code == 128 + SIGTERM || code == 128 + SIGKILL) << code;
+}
+
+// The supervisor is rota-shim, exec'd, not a copy of the agent: its own
+// binary, an empty environment (nothing of the task's, such as LD_PRELOAD,
+// reaches a process that runs as the agent's user), only the descriptors it
+// was handed; the task gets exactly its environment.
+TEST_F(SupervisedTest, TheSupervisorIsTheShimBinaryWithNothingOfTheTasksEnvironment) {
+  ProcessLauncher l(kShim);
+  LaunchSpec s = Spec({"sleep", "30"});
+  s.env["LD_PRELOAD"] = "/no/such/library.so";
+  s.env["ROTA_TEST_MARK"] = "task's own";
+  const int stray = open("/dev/null", O_RDONLY);  // a descriptor of the agent's, not CLOEXEC
+  ASSERT_GE(stray, 0);
+  auto t = l.Launch(s);
+  close(stray);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::error_code ec;
+  EXPECT_EQ(std::filesystem::read_symlink("/proc/" + std::to_string(t->shim) + "/exe", ec).filename(), "rota-shim");
+  EXPECT_EQ(Read("/proc/" + std::to_string(t->shim) + "/environ"), "");
+  // (The exec's pipe closes before the kernel has set the new image's
+  // environment: read it once it is there.)
+  std::string task_env;
+  for (int i = 0; i < 1000 && task_env.empty(); ++i, usleep(1000)) {
+    task_env = Read("/proc/" + std::to_string(t->pid) + "/environ");
+  }
+  EXPECT_NE(task_env.find("ROTA_TEST_MARK=task's own"), std::string::npos);
+  EXPECT_NE(task_env.find("LD_PRELOAD=/no/such/library.so"), std::string::npos);
+  // Open in the shim: nothing but 0-2 (null) and the cgroup files it was
+  // handed (none here); the report pipe closed once the task had started.
+  int fds = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(t->shim) + "/fd")) {
+    fds += std::stoi(e.path().filename().string()) > 2;
+  }
+  EXPECT_EQ(fds, 0);
+  l.Signal(t->pid, SIGKILL);
+  EXPECT_EQ(Wait(l, t->shim), 128 + SIGKILL);
+  EXPECT_EQ(ReadExitFile(dir + "/t.exit"), 128 + SIGKILL);
+}
+
+TEST_F(SupervisedTest, AMissingShimIsAnErrorNamingIt) {
+  ProcessLauncher l(dir + "/no-such-shim");
+  auto t = l.Launch(Spec({"true"}));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("cannot start its supervisor " + dir + "/no-such-shim"), std::string::npos)
+      << t.status().ToString();
+}
+
+TEST(Shim, RefusesACommandLineThatIsNotTheAgents) {
+  char name[] = "rota-shim", other[] = "rota-shim/0", tag[] = "rota-shim/1", fd[] = "x";
+  char* none[] = {name, nullptr};
+  char* old[] = {name, other, nullptr};
+  char* bad[] = {name, tag, fd, nullptr};
+  EXPECT_EQ(ShimMain(1, none), 127);
+  EXPECT_EQ(ShimMain(2, old), 127);
+  EXPECT_EQ(ShimMain(3, bad), 127);
 }
 
 }  // namespace

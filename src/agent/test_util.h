@@ -12,6 +12,9 @@
 
 namespace rota::agent::testing {
 
+// The rota-shim this build tree built (a test binary is not beside it).
+inline constexpr const char* kShim = ROTA_TEST_SHIM;
+
 inline std::string Read(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/launcher.h"
 #include "agent/nvml.h"
 #include "api/yaml_codec.h"
 #include "cli/client.h"
@@ -319,7 +320,19 @@ int ReplicatedServer(const std::string& conninfo, std::string advertise, Duratio
   return kExitOk;
 }
 
+// Every task starts through rota-shim, its supervisor (agent/launcher.h),
+// installed beside rota: an agent without it could start nothing, so it
+// does not start.
+bool ShimInstalled() {
+  const std::string shim = agent::DefaultShimPath();
+  if (access(shim.c_str(), X_OK) == 0) return true;
+  std::cerr << "rota agent: the tasks' supervisor " << shim << " is missing or not executable (" << std::strerror(errno)
+            << "): install rota-shim beside rota\n";
+  return false;
+}
+
 }  // namespace
+
 
 int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::string data_dir = DefaultDataDir(), listen = "127.0.0.1:7070", config_path, gpus, name, tls_cert, tls_key;
@@ -615,6 +628,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
 
   std::unique_ptr<agent::Agent> local;
   if (with_local_agent) {
+    if (!ShimInstalled()) return kExitError;
     auto inv = LocalInventory(gpus, mig);
     if (!inv.ok()) {
       std::cerr << "rota: " << inv.status().message() << "\n";
@@ -816,6 +830,7 @@ int AgentMain(std::vector<std::string> args) {
   ao.inventory = *inv;
   if (ao.logs_dir.empty()) ao.logs_dir = DefaultDataDir() + "/agent-logs";
   if (ao.state_dir.empty()) ao.state_dir = ao.logs_dir + "/.agent-state";
+  if (!ShimInstalled()) return kExitError;
   BlockSignals();
   agent::Agent a(ao);
   a.Start();
