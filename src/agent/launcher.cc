@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -66,7 +67,7 @@ StatusOr<pid_t> ProcessLauncher::Start(const LaunchSpec& spec) {
 
 namespace {
 
-// What the child needs, made before fork: after it only async-signal-safe
+// What the child needs, made before fork or vfork: after it only async-signal-safe
 // calls are allowed (the agent has other threads).
 struct Prepared {
   std::vector<char*> argv, envp;
@@ -331,21 +332,26 @@ struct ShimReport {
 // The shim's command line (ShimArgs writes it, ShimMain reads it): a tag,
 // then one argument each for the report, log and null descriptors, the
 // cgroup.procs descriptors (comma-separated), the directory, whether to set
-// the identity, uid, gid, groups (comma-separated), exit file, lease file,
-// fence warning (ms), stop signal, program, then a count and that many
-// fence-kill files, a count and the task's arguments, and the task's
-// environment to the end. The shim's own environment is empty: nothing of
-// the task's (LD_PRELOAD) reaches a process that runs as root.
-constexpr const char* kShimTag = "rota-shim/1";
+// the identity (0 or 1), uid, gid, groups (comma-separated), exit file,
+// lease file, fence warning (ms), stop signal, program, the descriptor of
+// the task's arguments and environment (TaskBlob), then a count and that
+// many fence-kill files. Nothing secret is on it: a command line is every
+// local user's to read (ps), so the task's environment (tokens) and
+// arguments come through the descriptor. The shim's own environment is
+// empty: nothing of the task's (LD_PRELOAD) reaches a process that runs as
+// the agent's user.
+constexpr const char* kShimTag = "rota-shim/2";
+constexpr size_t kMaxProcs = 12;  // cgroup.procs descriptors handed to the shim
 
-std::string Joined(const std::vector<int>& v) {
+template <typename T>
+std::string Joined(const std::vector<T>& v) {
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) out += (i > 0 ? "," : "") + std::to_string(v[i]);
   return out;
 }
 
-std::vector<std::string> ShimArgs(const std::string& shim, const LaunchSpec& spec, const Prepared& p, int report_fd) {
-  std::vector<int> groups(spec.groups.begin(), spec.groups.end());
+std::vector<std::string> ShimArgs(const std::string& shim, const LaunchSpec& spec, const Prepared& p, int report_fd,
+                                  int blob_fd) {
   std::vector<std::string> a = {shim,
                                 kShimTag,
                                 std::to_string(report_fd),
@@ -356,18 +362,47 @@ std::vector<std::string> ShimArgs(const std::string& shim, const LaunchSpec& spe
                                 spec.set_identity ? "1" : "0",
                                 std::to_string(spec.uid),
                                 std::to_string(spec.gid),
-                                Joined(groups),
+                                Joined(spec.groups),
                                 spec.exit_file,
                                 spec.lease_file,
                                 std::to_string(spec.fence_warn_ms),
                                 std::to_string(spec.stop_signal),
                                 p.program,
+                                std::to_string(blob_fd),
                                 std::to_string(spec.fence_kill_procs.size())};
   a.insert(a.end(), spec.fence_kill_procs.begin(), spec.fence_kill_procs.end());
-  a.push_back(std::to_string(spec.argv.size()));
-  a.insert(a.end(), spec.argv.begin(), spec.argv.end());
-  for (const auto& [k, v] : spec.env) a.push_back(k + "=" + v);
   return a;
+}
+
+// The task's arguments and environment for the shim, each string ended by
+// a NUL: the number of arguments (decimal), the arguments, the environment.
+// In a memory file (memfd) the shim reads, so they never appear on its
+// command line.
+StatusOr<int> TaskBlob(const LaunchSpec& spec) {
+  std::string blob = std::to_string(spec.argv.size());
+  blob += '\0';
+  for (const std::string& a : spec.argv) {
+    blob += a;
+    blob += '\0';
+  }
+  for (const auto& [k, v] : spec.env) {
+    blob += k + "=" + v;
+    blob += '\0';
+  }
+  const int fd = memfd_create("rota-task", MFD_CLOEXEC);
+  if (fd < 0) return UnavailableError(std::string("cannot pass the task's environment: memfd_create: ") + std::strerror(errno));
+  size_t done = 0;
+  while (done < blob.size()) {
+    const ssize_t n = write(fd, blob.data() + done, blob.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      close(fd);
+      return UnavailableError(std::string("cannot pass the task's environment: ") + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return fd;
 }
 
 // A whole decimal number in [lo, hi], or false.
@@ -394,21 +429,18 @@ bool ParseList(const std::string& text, long long lo, long long hi, std::vector<
   return true;
 }
 
-// The vfork children of Launch (REQUIRES: every signal blocked). Each
-// returns the child's pid (or -1) in the agent; the child only calls
-// async-signal-safe functions on its own descriptor table and execs or
-// exits.
-[[gnu::noinline]] pid_t VforkTask(const LaunchSpec& spec, const Prepared& p, int report) {
-  const pid_t pid = vfork();
-  if (pid == 0) ExecTask(spec, p, report);
-  return pid;
-}
-[[gnu::noinline]] pid_t VforkShim(const char* shim, char* const* argv, const int* pass, int n_pass, int report) {
+// The supervisor's start (REQUIRES: every signal blocked): vfork, then in
+// the child (sharing the agent's memory) only async-signal-safe calls on its
+// own descriptor table: the handed descriptors kept across the exec of the
+// shim (by its descriptor, opened at start, so an upgrade that replaces the
+// file meanwhile changes nothing under a running agent). Returns the child's
+// pid, or -1.
+[[gnu::noinline]] pid_t VforkShim(int shim_fd, char* const* argv, const int* pass, int n_pass, int report) {
   const pid_t pid = vfork();
   if (pid != 0) return pid;
   for (int i = 0; i < n_pass; ++i) fcntl(pass[i], F_SETFD, 0);
   char* no_env[] = {nullptr};
-  execve(shim, argv, no_env);
+  execveat(shim_fd, "", argv, no_env, AT_EMPTY_PATH);
   const ShimReport r{0, kStepShim, errno};
   [[maybe_unused]] ssize_t w = write(report, &r, sizeof(r));
   _exit(127);
@@ -436,9 +468,10 @@ int ShimMain(int argc, char** argv) {
   p.log_fd = static_cast<int>(v);
   if (!ParseInt(argv[4], 0, INT32_MAX, &v)) return refuse("bad null descriptor");
   p.null_fd = static_cast<int>(v);
-  if (!ParseList(argv[5], 3, INT32_MAX, &list) || list.size() > 13) return refuse("bad cgroup descriptors");
+  if (!ParseList(argv[5], 3, INT32_MAX, &list) || list.size() > kMaxProcs) return refuse("bad cgroup descriptors");
   for (long long fd : list) p.procs.push_back(static_cast<int>(fd));
   p.workdir = argv[6];
+  if (std::strcmp(argv[7], "0") != 0 && std::strcmp(argv[7], "1") != 0) return refuse("bad identity flag");
   spec.set_identity = std::strcmp(argv[7], "1") == 0;
   if (!ParseInt(argv[8], 0, UINT32_MAX - 1, &v)) return refuse("bad uid");
   spec.uid = static_cast<uid_t>(v);
@@ -453,15 +486,39 @@ int ShimMain(int argc, char** argv) {
   if (!ParseInt(argv[14], 1, NSIG - 1, &v)) return refuse("bad stop signal");
   spec.stop_signal = static_cast<int>(v);
   p.program = argv[15];
-  int i = 16;
-  if (!ParseInt(argv[i++], 0, argc, &v) || i + v >= argc) return refuse("bad fence-kill files");
+  long long blob_fd;
+  if (!ParseInt(argv[16], 3, INT32_MAX, &blob_fd)) return refuse("bad argument descriptor");
+  int i = 17;
+  if (!ParseInt(argv[i++], 0, argc, &v) || i + v != argc) return refuse("bad fence-kill files");
   for (long long k = 0; k < v; ++k) spec.fence_kill_procs.push_back(argv[i++]);
-  if (!ParseInt(argv[i++], 1, argc, &v) || i + v > argc) return refuse("bad task arguments");
-  for (long long k = 0; k < v; ++k) p.argv.push_back(argv[i++]);
-  p.argv.push_back(nullptr);
-  for (; i < argc; ++i) p.envp.push_back(argv[i]);
-  p.envp.push_back(nullptr);
   if (spec.exit_file.empty() || p.workdir.empty() || p.program.empty()) return refuse("missing exit file, directory or program");
+  // The task's arguments and environment (TaskBlob): kept for the process's
+  // life (the pointers below are into it).
+  static std::string blob;
+  {
+    char buf[65536];
+    ssize_t n;
+    off_t at = 0;
+    while ((n = pread(static_cast<int>(blob_fd), buf, sizeof(buf), at)) != 0) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return refuse("cannot read the argument descriptor");
+      blob.append(buf, static_cast<size_t>(n));
+      at += n;
+    }
+    close(static_cast<int>(blob_fd));
+  }
+  size_t at = blob.find('\0');
+  if (at == std::string::npos || !ParseInt(blob.c_str(), 1, static_cast<long long>(blob.size()), &v)) {
+    return refuse("bad task arguments");
+  }
+  for (size_t start = at + 1; start < blob.size(); start = at + 1) {
+    at = blob.find('\0', start);
+    if (at == std::string::npos) return refuse("bad task arguments");
+    (static_cast<long long>(p.argv.size()) < v ? p.argv : p.envp).push_back(blob.data() + start);
+  }
+  if (static_cast<long long>(p.argv.size()) != v) return refuse("bad task arguments");
+  p.argv.push_back(nullptr);
+  p.envp.push_back(nullptr);
   MaxFds();  // computed here, not in the task's vfork child
   SupervisorMain(spec, p, static_cast<int>(report_fd));
 }
@@ -472,7 +529,14 @@ std::string DefaultShimPath() {
   return ec ? std::string("rota-shim") : (self.parent_path() / "rota-shim").string();
 }
 
-ProcessLauncher::ProcessLauncher(std::string shim) : shim_(shim.empty() ? DefaultShimPath() : std::move(shim)) {}
+ProcessLauncher::ProcessLauncher(std::string shim) : shim_(shim.empty() ? DefaultShimPath() : std::move(shim)) {
+  shim_fd_ = open(shim_.c_str(), O_PATH | O_CLOEXEC);
+  shim_errno_ = shim_fd_ < 0 ? errno : 0;
+}
+
+ProcessLauncher::~ProcessLauncher() {
+  if (shim_fd_ >= 0) close(shim_fd_);
+}
 
 StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
   if (spec.argv.empty()) return InvalidArgumentError("command: empty");
@@ -521,40 +585,62 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
   if (!spec.exit_file.empty()) unlink(spec.exit_file.c_str());
   const bool supervised = !spec.exit_file.empty();
 
-  // The task (unsupervised) or its supervisor starts from a vfork: no copy
-  // of the agent's memory is made for a process that replaces itself at
-  // once (in this VM a fork of the agent cost 7 ms of a 22 ms start). The
-  // child runs only async-signal-safe calls with every signal blocked (as
-  // glibc's posix_spawn does); ExecTask resets them, the shim unblocks them.
-  std::vector<std::string> shim_args;
-  std::vector<char*> shim_argv;
-  int pass[16];
-  int n_pass = 0;
-  if (supervised) {
-    shim_args = ShimArgs(shim_, spec, p, pipe_fds[1]);
-    for (std::string& a : shim_args) shim_argv.push_back(a.data());
+  pid_t pid;
+  int fork_errno = 0;
+  if (!supervised) {
+    // (The agent's child: a fork, so that the identity change in ExecTask
+    // is the child's own; glibc's setxid would otherwise reach for the
+    // agent's threads.)
+    pid = fork();
+    if (pid == 0) ExecTask(spec, p, pipe_fds[1]);
+    fork_errno = errno;
+  } else {
+    // The supervisor, rota-shim, starts from a vfork and exec: no copy of
+    // the agent's memory is made (in this VM a fork of the agent cost 7 ms
+    // of a 20 ms start). Every signal is blocked across it, as glibc's
+    // posix_spawn does; the shim unblocks them.
+    auto refused = [&](Status s) {
+      close(pipe_fds[0]);
+      close(pipe_fds[1]);
+      close_all();
+      return s;
+    };
+    if (shim_fd_ < 0) {
+      return refused(UnavailableError("cannot start its supervisor " + shim_ + ": " + std::strerror(shim_errno_)));
+    }
+    if (p.procs.size() > kMaxProcs) {
+      return refused(InvalidArgumentError("cannot hand " + std::to_string(p.procs.size()) +
+                                          " cgroup.procs files to its supervisor (at most " +
+                                          std::to_string(kMaxProcs) + ")"));
+    }
+    auto blob = TaskBlob(spec);
+    if (!blob.ok()) return refused(blob.status());
+    const std::vector<std::string> shim_args = ShimArgs(shim_, spec, p, pipe_fds[1], *blob);
+    std::vector<char*> shim_argv;
+    for (const std::string& a : shim_args) shim_argv.push_back(const_cast<char*>(a.c_str()));
     shim_argv.push_back(nullptr);
     // The descriptors the shim is handed (opened CLOEXEC: kept across its
     // exec only in the child's own table).
+    int pass[4 + kMaxProcs];
+    int n_pass = 0;
     pass[n_pass++] = pipe_fds[1];
     pass[n_pass++] = p.log_fd;
     pass[n_pass++] = p.null_fd;
-    for (int fd : p.procs) {
-      if (n_pass < 16) pass[n_pass++] = fd;
-    }
+    pass[n_pass++] = *blob;
+    for (int fd : p.procs) pass[n_pass++] = fd;
+    sigset_t all, before;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &before);
+    pid = VforkShim(shim_fd_, shim_argv.data(), pass, n_pass, pipe_fds[1]);
+    fork_errno = errno;
+    sigprocmask(SIG_SETMASK, &before, nullptr);
+    close(*blob);
   }
-  sigset_t all, before;
-  sigfillset(&all);
-  sigprocmask(SIG_SETMASK, &all, &before);
-  const pid_t pid = supervised ? VforkShim(shim_.c_str(), shim_argv.data(), pass, n_pass, pipe_fds[1])
-                               : VforkTask(spec, p, pipe_fds[1]);
-  const int fork_errno = errno;
-  sigprocmask(SIG_SETMASK, &before, nullptr);
   close(pipe_fds[1]);
   close_all();
   if (pid < 0) {
     close(pipe_fds[0]);
-    return UnavailableError(std::string("cannot vfork: ") + std::strerror(fork_errno));
+    return UnavailableError(std::string("cannot fork: ") + std::strerror(fork_errno));
   }
   auto failed = [&](int step, int err) -> Status {
     int status;

@@ -2,7 +2,7 @@
 // group (so a signal reaches everything it started), with exactly the
 // environment it is given and stdout/stderr appended to a log file.
 //
-// Between fork and exec the child joins its cgroups (so it never runs an
+// Between its fork (or the supervisor's vfork) and exec the child joins its cgroups (so it never runs an
 // instruction of its own outside them), takes the task's uid, primary and
 // supplementary groups, and sets no_new_privs (setuid binaries and file
 // capabilities cannot raise it again). No other descriptor of the agent's
@@ -13,11 +13,12 @@
 // rota-shim (shim_main.cc, a static binary installed beside rota), which the
 // agent starts with vfork and exec, so that no copy of the agent's memory is
 // made (in this VM a fork of the agent took 7 ms of a 20 ms start). It gets
-// what it needs on its command line and the descriptors it is handed (the
-// log, /dev/null, the cgroup.procs files, a report pipe), an empty
-// environment (nothing of the task's, such as LD_PRELOAD, reaches a process
-// that runs as the agent's user), and starts the task with vfork in a
-// session of its own. It waits for the task, writes its exit status to
+// what it needs on its command line (nothing secret: ps shows it to every
+// user) and the descriptors it is handed (the task's arguments and
+// environment in a memfd, the log, /dev/null, the cgroup.procs files, a
+// report pipe), an empty environment (nothing of the task's, such as
+// LD_PRELOAD, reaches a process that runs as the agent's user), and starts
+// the task with vfork in a session of its own. It waits for the task, writes its exit status to
 // `exit_file`, and exits with the same status. It
 // outlives its agent, so a restarted agent re-adopts the task (and learns
 // its exit) instead of starting a second copy. It also fences the task:
@@ -72,8 +73,13 @@ struct Launched {
 
 class ProcessLauncher {
  public:
-  // `shim`: the supervisor's binary ("" = DefaultShimPath()).
+  // `shim`: the supervisor's binary ("" = DefaultShimPath()), opened now:
+  // the file replaced later (an upgrade) changes nothing under this
+  // launcher.
   explicit ProcessLauncher(std::string shim = "");
+  ~ProcessLauncher();
+  ProcessLauncher(const ProcessLauncher&) = delete;
+  ProcessLauncher& operator=(const ProcessLauncher&) = delete;
   // Starts the process; returns its pid (also its process group id).
   StatusOr<pid_t> Start(const LaunchSpec& spec);
   // Starts the process, supervised when spec.exit_file is set.
@@ -87,6 +93,8 @@ class ProcessLauncher {
 
  private:
   std::string shim_;
+  int shim_fd_ = -1;  // O_PATH
+  int shim_errno_ = 0;  // why it could not be opened
 };
 
 // The supervisor's binary: rota-shim beside this executable (where rota is

@@ -212,6 +212,7 @@ TEST_F(SupervisedTest, TheSupervisorIsTheShimBinaryWithNothingOfTheTasksEnvironm
   LaunchSpec s = Spec({"sleep", "30"});
   s.env["LD_PRELOAD"] = "/no/such/library.so";
   s.env["ROTA_TEST_MARK"] = "task's own";
+  s.env["HF_TOKEN"] = "hf_secret_of_the_task";
   const int stray = open("/dev/null", O_RDONLY);  // a descriptor of the agent's, not CLOEXEC
   ASSERT_GE(stray, 0);
   auto t = l.Launch(s);
@@ -220,6 +221,12 @@ TEST_F(SupervisedTest, TheSupervisorIsTheShimBinaryWithNothingOfTheTasksEnvironm
   std::error_code ec;
   EXPECT_EQ(std::filesystem::read_symlink("/proc/" + std::to_string(t->shim) + "/exe", ec).filename(), "rota-shim");
   EXPECT_EQ(Read("/proc/" + std::to_string(t->shim) + "/environ"), "");
+  // Nor on its command line, which every local user can read (ps): the
+  // task's environment and arguments come through a descriptor.
+  const std::string cmdline = Read("/proc/" + std::to_string(t->shim) + "/cmdline");
+  EXPECT_NE(cmdline.find("rota-shim/"), std::string::npos) << cmdline;
+  EXPECT_EQ(cmdline.find("hf_secret_of_the_task"), std::string::npos) << cmdline;
+  EXPECT_EQ(cmdline.find("LD_PRELOAD"), std::string::npos) << cmdline;
   // (The exec's pipe closes before the kernel has set the new image's
   // environment: read it once it is there.)
   std::string task_env;
@@ -230,14 +237,32 @@ TEST_F(SupervisedTest, TheSupervisorIsTheShimBinaryWithNothingOfTheTasksEnvironm
   EXPECT_NE(task_env.find("LD_PRELOAD=/no/such/library.so"), std::string::npos);
   // Open in the shim: nothing but 0-2 (null) and the cgroup files it was
   // handed (none here); the report pipe closed once the task had started.
-  int fds = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(t->shim) + "/fd")) {
-    fds += std::stoi(e.path().filename().string()) > 2;
+  // (It closes the pipe just after its report: wait for that.)
+  int fds = -1;
+  for (int i = 0; i < 2000 && fds != 0; ++i, usleep(1000)) {
+    fds = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(t->shim) + "/fd")) {
+      fds += std::stoi(e.path().filename().string()) > 2;
+    }
   }
   EXPECT_EQ(fds, 0);
   l.Signal(t->pid, SIGKILL);
   EXPECT_EQ(Wait(l, t->shim), 128 + SIGKILL);
   EXPECT_EQ(ReadExitFile(dir + "/t.exit"), 128 + SIGKILL);
+}
+
+// Arguments and environment reach the task byte for byte through the
+// shim: empty ones, numbers, '=' inside, newlines.
+TEST_F(SupervisedTest, ArgumentsAndEnvironmentReachTheTaskExactly) {
+  ProcessLauncher l(kShim);
+  LaunchSpec s = Spec({"sh", "-c", "printf '%s|' \"$@\"; printf '[%s][%s]' \"$V1\" \"$EMPTY\"", "sh", "", "3", "a=b=c",
+                       "two\nlines", "-"});
+  s.env["V1"] = "p=q\nr=";
+  s.env["EMPTY"] = "";
+  auto t = l.Launch(s);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(Wait(l, t->shim), 0);
+  EXPECT_EQ(Read(dir + "/t.log"), "|3|a=b=c|two\nlines|-|[p=q\nr=][]");
 }
 
 TEST_F(SupervisedTest, AMissingShimIsAnErrorNamingIt) {

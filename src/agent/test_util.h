@@ -12,8 +12,10 @@
 
 namespace rota::agent::testing {
 
+#ifdef ROTA_TEST_SHIM
 // The rota-shim this build tree built (a test binary is not beside it).
 inline constexpr const char* kShim = ROTA_TEST_SHIM;
+#endif
 
 inline std::string Read(const std::string& path) {
   std::ifstream in(path);

@@ -323,10 +323,10 @@ int ReplicatedServer(const std::string& conninfo, std::string advertise, Duratio
 // Every task starts through rota-shim, its supervisor (agent/launcher.h),
 // installed beside rota: an agent without it could start nothing, so it
 // does not start.
-bool ShimInstalled() {
+bool ShimInstalled(const char* who) {
   const std::string shim = agent::DefaultShimPath();
   if (access(shim.c_str(), X_OK) == 0) return true;
-  std::cerr << "rota agent: the tasks' supervisor " << shim << " is missing or not executable (" << std::strerror(errno)
+  std::cerr << who << ": the tasks' supervisor " << shim << " is missing or not executable (" << std::strerror(errno)
             << "): install rota-shim beside rota\n";
   return false;
 }
@@ -397,6 +397,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
       return kExitBadInput;
     }
   }
+  if (with_local_agent && !ShimInstalled("rota")) return kExitError;  // before anything is opened
   if (idle_pct < 1 || idle_pct > 100) {
     std::cerr << "rota: --idle-utilization must be a whole percent 1..100\n";
     return kExitBadInput;
@@ -628,7 +629,6 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
 
   std::unique_ptr<agent::Agent> local;
   if (with_local_agent) {
-    if (!ShimInstalled()) return kExitError;
     auto inv = LocalInventory(gpus, mig);
     if (!inv.ok()) {
       std::cerr << "rota: " << inv.status().message() << "\n";
@@ -830,7 +830,7 @@ int AgentMain(std::vector<std::string> args) {
   ao.inventory = *inv;
   if (ao.logs_dir.empty()) ao.logs_dir = DefaultDataDir() + "/agent-logs";
   if (ao.state_dir.empty()) ao.state_dir = ao.logs_dir + "/.agent-state";
-  if (!ShimInstalled()) return kExitError;
+  if (!ShimInstalled("rota agent")) return kExitError;
   BlockSignals();
   agent::Agent a(ao);
   a.Start();
