@@ -1,5 +1,6 @@
 #include "store/pg_store.h"
 
+#include <dlfcn.h>
 #include <libpq-fe.h>
 #include <poll.h>
 
@@ -18,6 +19,75 @@
 
 namespace rota {
 namespace pg {
+namespace {
+
+// libpq, loaded when a PostgreSQL store or lease is first opened, not
+// linked: with its two dozen libraries (Kerberos, LDAP, SASL, GnuTLS) it
+// cost every rota process 300-400 page faults at start, a third of a CLI
+// command's start on this machine. Calls go through Pq().
+#define ROTA_PQ_FUNCTIONS(X) \
+  X(PQbackendPID) \
+  X(PQclear) \
+  X(PQcmdTuples) \
+  X(PQconnectdbParams) \
+  X(PQconninfoFree) \
+  X(PQconninfoParse) \
+  X(PQconsumeInput) \
+  X(PQdb) \
+  X(PQerrorMessage) \
+  X(PQexec) \
+  X(PQexecParams) \
+  X(PQfinish) \
+  X(PQfreemem) \
+  X(PQgetisnull) \
+  X(PQgetlength) \
+  X(PQgetvalue) \
+  X(PQhost) \
+  X(PQnotifies) \
+  X(PQntuples) \
+  X(PQport) \
+  X(PQresultErrorField) \
+  X(PQresultErrorMessage) \
+  X(PQresultStatus) \
+  X(PQsetNoticeReceiver) \
+  X(PQsocket) \
+  X(PQstatus) \
+  X(PQtransactionStatus)
+
+struct Libpq {
+#define ROTA_PQ_POINTER(name) decltype(&::name) name = nullptr;
+  ROTA_PQ_FUNCTIONS(ROTA_PQ_POINTER)
+#undef ROTA_PQ_POINTER
+  std::string error;  // why it could not be loaded ("" if it was)
+};
+
+const Libpq& Pq() {
+  static const Libpq lib = [] {
+    Libpq l;
+    void* h = dlopen("libpq.so.5", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* why = dlerror();
+      l.error = why != nullptr ? why : "libpq.so.5: not found";
+      return l;
+    }
+#define ROTA_PQ_LOAD(name)                                                  \
+  l.name = reinterpret_cast<decltype(&::name)>(dlsym(h, #name));            \
+  if (l.name == nullptr && l.error.empty()) l.error = "libpq.so.5 has no " #name;
+    ROTA_PQ_FUNCTIONS(ROTA_PQ_LOAD)
+#undef ROTA_PQ_LOAD
+    return l;
+  }();
+  return lib;
+}
+
+}  // namespace
+
+// Before anything of libpq's is used: whether it could be loaded.
+Status LoadLibpq() {
+  const std::string& error = Pq().error;
+  if (error.empty()) return Status::Ok();
+  return UnavailableError("PostgreSQL: cannot load libpq (Debian package libpq5): " + error);
+}
 
 // A query's result; cleared on scope exit.
 class Result {
@@ -28,15 +98,17 @@ class Result {
     std::swap(r_, o.r_);
     return *this;
   }
-  ~Result() { PQclear(r_); }
-  int rows() const { return PQntuples(r_); }
-  bool null(int row, int col) const { return PQgetisnull(r_, row, col) != 0; }
-  std::string_view text(int row, int col) const {
-    return {PQgetvalue(r_, row, col), static_cast<size_t>(PQgetlength(r_, row, col))};
+  ~Result() {
+    if (r_ != nullptr) Pq().PQclear(r_);
   }
-  int64_t int64(int row, int col) const { return std::strtoll(PQgetvalue(r_, row, col), nullptr, 10); }
+  int rows() const { return Pq().PQntuples(r_); }
+  bool null(int row, int col) const { return Pq().PQgetisnull(r_, row, col) != 0; }
+  std::string_view text(int row, int col) const {
+    return {Pq().PQgetvalue(r_, row, col), static_cast<size_t>(Pq().PQgetlength(r_, row, col))};
+  }
+  int64_t int64(int row, int col) const { return std::strtoll(Pq().PQgetvalue(r_, row, col), nullptr, 10); }
   // Rows an INSERT, UPDATE or DELETE changed.
-  int64_t affected() const { return std::strtoll(PQcmdTuples(r_), nullptr, 10); }
+  int64_t affected() const { return std::strtoll(Pq().PQcmdTuples(r_), nullptr, 10); }
   PGresult* get() const { return r_; }
 
  private:
@@ -55,19 +127,21 @@ class Conn {
       : conninfo_(std::move(conninfo)),
         settings_(std::move(settings)),
         tcp_user_timeout_(std::to_string(tcp_user_timeout_ms)) {}
-  ~Conn() { PQfinish(c_); }
+  ~Conn() {
+    if (c_ != nullptr) Pq().PQfinish(c_);
+  }
 
   PGconn* raw() { return c_; }
 
   // "postgres HOST:PORT/DB", never the conninfo (it may carry a password).
   std::string Where() const {
-    if (c_ == nullptr || PQhost(c_) == nullptr) return "postgres";
-    return std::string("postgres ") + PQhost(c_) + ":" + PQport(c_) + "/" + PQdb(c_);
+    if (c_ == nullptr || Pq().PQhost(c_) == nullptr) return "postgres";
+    return std::string("postgres ") + Pq().PQhost(c_) + ":" + Pq().PQport(c_) + "/" + Pq().PQdb(c_);
   }
 
   Status Ensure() {
-    if (c_ != nullptr && PQstatus(c_) == CONNECTION_OK) return Status::Ok();
-    PQfinish(c_);
+    if (c_ != nullptr && Pq().PQstatus(c_) == CONNECTION_OK) return Status::Ok();
+    Pq().PQfinish(c_);
     // Bounded waits on the network too: a connect gives up after 5 s, and a
     // peer that stops acknowledging (a dropped link) fails the call within
     // 5 s instead of the kernel's quarter of an hour. The user's conninfo,
@@ -75,33 +149,33 @@ class Conn {
     const char* keys[] = {"connect_timeout", "keepalives",         "keepalives_idle", "keepalives_interval",
                           "keepalives_count", "tcp_user_timeout", "dbname",          nullptr};
     const char* values[] = {"5", "1", "5", "2", "2", tcp_user_timeout_.c_str(), conninfo_.c_str(), nullptr};
-    c_ = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
-    if (PQstatus(c_) != CONNECTION_OK) {
-      std::string msg = PQerrorMessage(c_);
+    c_ = Pq().PQconnectdbParams(keys, values, /*expand_dbname=*/1);
+    if (Pq().PQstatus(c_) != CONNECTION_OK) {
+      std::string msg = Pq().PQerrorMessage(c_);
       while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
       Status s = UnavailableError(Where() + ": cannot connect: " + msg);
-      PQfinish(c_);
+      Pq().PQfinish(c_);
       c_ = nullptr;
       return s;
     }
     // Notices are not errors, but a WARNING is remembered: a COMMIT whose
     // wait for a synchronous replica was cancelled succeeds with one.
-    PQsetNoticeReceiver(
+    Pq().PQsetNoticeReceiver(
         c_,
         [](void* self, const PGresult* r) {
-          const char* severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+          const char* severity = Pq().PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
           if (severity != nullptr && std::strcmp(severity, "WARNING") == 0) static_cast<Conn*>(self)->warned_ = true;
         },
         this);
     if (!settings_.empty()) {
-      PGresult* r = PQexec(c_, settings_.c_str());
-      const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
-      std::string msg = PQresultErrorMessage(r);
-      PQclear(r);
+      PGresult* r = Pq().PQexec(c_, settings_.c_str());
+      const bool ok = Pq().PQresultStatus(r) == PGRES_COMMAND_OK || Pq().PQresultStatus(r) == PGRES_TUPLES_OK;
+      std::string msg = Pq().PQresultErrorMessage(r);
+      Pq().PQclear(r);
       if (!ok) {
         // Never a session without its settings (durability, timeouts).
         Status s = UnavailableError(Where() + ": " + msg);
-        PQfinish(c_);
+        Pq().PQfinish(c_);
         c_ = nullptr;
         return s;
       }
@@ -127,13 +201,13 @@ class Conn {
     // Outside a transaction a statement that meets a dead connection (the
     // database restarted since the last call) ran nowhere: open a new one and
     // send it once more. Inside one, the transaction is gone with it.
-    const bool outside = PQtransactionStatus(c_) == PQTRANS_IDLE;
-    Result r(PQexecParams(c_, sql, static_cast<int>(values.size()), nullptr, values.data(), lengths.data(), nullptr, 0));
-    if (outside && PQstatus(c_) == CONNECTION_BAD) {
+    const bool outside = Pq().PQtransactionStatus(c_) == PQTRANS_IDLE;
+    Result r(Pq().PQexecParams(c_, sql, static_cast<int>(values.size()), nullptr, values.data(), lengths.data(), nullptr, 0));
+    if (outside && Pq().PQstatus(c_) == CONNECTION_BAD) {
       ROTA_RETURN_IF_ERROR(Ensure());
-      r = Result(PQexecParams(c_, sql, static_cast<int>(values.size()), nullptr, values.data(), lengths.data(), nullptr, 0));
+      r = Result(Pq().PQexecParams(c_, sql, static_cast<int>(values.size()), nullptr, values.data(), lengths.data(), nullptr, 0));
     }
-    const ExecStatusType st = PQresultStatus(r.get());
+    const ExecStatusType st = Pq().PQresultStatus(r.get());
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
     return Error(what, r.get());
   }
@@ -141,16 +215,16 @@ class Conn {
   // Runs several statements without parameters (a schema).
   Status Script(const std::string& what, const char* sql) {
     ROTA_RETURN_IF_ERROR(Ensure());
-    Result r(PQexec(c_, sql));
-    const ExecStatusType st = PQresultStatus(r.get());
+    Result r(Pq().PQexec(c_, sql));
+    const ExecStatusType st = Pq().PQresultStatus(r.get());
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return Status::Ok();
     return Error(what, r.get());
   }
 
   Status Error(const std::string& what, PGresult* r) {
-    const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
-    std::string msg = r ? PQresultErrorMessage(r) : "";
-    if (msg.empty()) msg = PQerrorMessage(c_);
+    const char* state = r ? Pq().PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+    std::string msg = r ? Pq().PQresultErrorMessage(r) : "";
+    if (msg.empty()) msg = Pq().PQerrorMessage(c_);
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
     std::string full = Where() + ": " + what + ": " + msg;
     if (state != nullptr) full += std::string(" (SQLSTATE ") + state + ")";
@@ -160,7 +234,7 @@ class Conn {
   }
 
   void Rollback() {
-    if (c_ != nullptr && PQstatus(c_) == CONNECTION_OK) PQclear(PQexec(c_, "ROLLBACK"));
+    if (c_ != nullptr && Pq().PQstatus(c_) == CONNECTION_OK) Pq().PQclear(Pq().PQexec(c_, "ROLLBACK"));
   }
 
  private:
@@ -241,11 +315,12 @@ std::string ArrayLiteral(const std::vector<std::string>& items) {
 }  // namespace
 
 Status CheckConninfo(const std::string& conninfo) {
+  ROTA_RETURN_IF_ERROR(pg::LoadLibpq());
   char* err = nullptr;
-  PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &err);
+  PQconninfoOption* options = pg::Pq().PQconninfoParse(conninfo.c_str(), &err);
   if (options == nullptr) {
     std::string why = err != nullptr ? err : "out of memory";
-    PQfreemem(err);
+    pg::Pq().PQfreemem(err);
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
     return InvalidArgumentError("not a PostgreSQL connection URL: " + why);
   }
@@ -253,7 +328,7 @@ Status CheckConninfo(const std::string& conninfo) {
   for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
     if (std::strcmp(o->keyword, "password") == 0 && o->val != nullptr && *o->val != '\0') password = true;
   }
-  PQconninfoFree(options);
+  pg::Pq().PQconninfoFree(options);
   if (password) {
     return InvalidArgumentError(
         "the URL carries a password, which every user of this machine can read (ps): put it in PGPASSWORD or "
@@ -272,6 +347,7 @@ PgStore::PgStore(std::string conninfo)
 PgStore::~PgStore() = default;
 
 StatusOr<std::unique_ptr<PgStore>> PgStore::Open(const std::string& conninfo) {
+  ROTA_RETURN_IF_ERROR(pg::LoadLibpq());
   std::unique_ptr<PgStore> store(new PgStore(conninfo));
   pg::Conn& c = *store->db_;
   ROTA_RETURN_IF_ERROR(EnsureSchema(c));
@@ -370,7 +446,7 @@ StatusOr<uint64_t> PgStore::Append(const std::vector<Event>& events) {
     return s;
   };
   ROTA_RETURN_IF_ERROR(c.Exec("append", "BEGIN").status());
-  const int pid = PQbackendPID(c.raw());
+  const int pid = pg::Pq().PQbackendPID(c.raw());
   auto xid = c.Exec("append", "SELECT txid_current()");
   if (!xid.ok()) return fail(xid.status());
   const std::string txid(xid->text(0, 0));
@@ -556,15 +632,15 @@ bool PgStore::WaitForAppend(Duration timeout) {
   }
   auto drain = [&] {
     bool any = false;
-    PQconsumeInput(c.raw());
-    while (PGnotify* n = PQnotifies(c.raw())) {
+    pg::Pq().PQconsumeInput(c.raw());
+    while (PGnotify* n = pg::Pq().PQnotifies(c.raw())) {
       any = true;
-      PQfreemem(n);
+      pg::Pq().PQfreemem(n);
     }
     return any;
   };
   if (drain()) return true;
-  pollfd p{PQsocket(c.raw()), POLLIN, 0};
+  pollfd p{pg::Pq().PQsocket(c.raw()), POLLIN, 0};
   if (poll(&p, 1, static_cast<int>(timeout / 1000)) <= 0) return false;
   return drain();
 }
@@ -795,6 +871,7 @@ PgLease::PgLease(std::unique_ptr<pg::Conn> db, std::string holder, std::string i
 PgLease::~PgLease() = default;
 
 StatusOr<std::unique_ptr<PgLease>> PgLease::Open(const std::string& conninfo, std::string holder, Duration lease) {
+  ROTA_RETURN_IF_ERROR(pg::LoadLibpq());
   auto db = std::make_unique<pg::Conn>(conninfo, LeaseSettings(lease),
                                        static_cast<int>(std::max<int64_t>(lease / 2000, 200)));
   ROTA_RETURN_IF_ERROR(EnsureSchema(*db));
