@@ -39,14 +39,15 @@ StatusOr<int64_t> EncodeSnapshotParts(const EventSource& events, size_t part_byt
   std::string body;
   body.reserve(part_bytes + part_bytes / 4);
   int64_t parts = 0;
-  ROTA_RETURN_IF_ERROR(events([&](const Event& e) -> Status {
+  const Status encoded = events([&](const Event& e) -> Status {
     if (!body.empty()) body += '\n';
     body += api::EncodeEvent(e);
     if (body.size() < part_bytes) return Status::Ok();
     ROTA_RETURN_IF_ERROR(put(parts++, body));
     body.clear();
     return Status::Ok();
-  }));
+  });
+  ROTA_RETURN_IF_ERROR(encoded);
   if (!body.empty()) ROTA_RETURN_IF_ERROR(put(parts++, body));
   return parts;
 }
