@@ -449,6 +449,9 @@ bool ParseList(const std::string& text, long long lo, long long hi, std::vector<
 }  // namespace
 
 int ShimMain(int argc, char** argv) {
+  // Its name in ps and top: exec'd through a descriptor, the kernel would
+  // call it by that descriptor's number.
+  prctl(PR_SET_NAME, "rota-shim", 0, 0, 0);
   long long report_fd = -1;
   auto refuse = [&](const char* what) {
     std::fprintf(stderr, "rota-shim: %s (it is started by rota agent, not by hand)\n", what);

@@ -220,6 +220,7 @@ TEST_F(SupervisedTest, TheSupervisorIsTheShimBinaryWithNothingOfTheTasksEnvironm
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   std::error_code ec;
   EXPECT_EQ(std::filesystem::read_symlink("/proc/" + std::to_string(t->shim) + "/exe", ec).filename(), "rota-shim");
+  EXPECT_EQ(Read("/proc/" + std::to_string(t->shim) + "/comm"), "rota-shim\n");  // its name in ps
   EXPECT_EQ(Read("/proc/" + std::to_string(t->shim) + "/environ"), "");
   // Nor on its command line, which every local user can read (ps): the
   // task's environment and arguments come through a descriptor.

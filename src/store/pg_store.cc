@@ -23,7 +23,7 @@ namespace {
 
 // libpq, loaded when a PostgreSQL store or lease is first opened, not
 // linked: with its two dozen libraries (Kerberos, LDAP, SASL, GnuTLS) it
-// cost every rota process 300-400 page faults at start, a third of a CLI
+// cost every rota process about 250 page faults at start, a third of a CLI
 // command's start on this machine. Calls go through Pq().
 #define ROTA_PQ_FUNCTIONS(X) \
   X(PQbackendPID) \
