@@ -379,6 +379,18 @@ std::vector<std::string> ShimArgs(const std::string& shim, const LaunchSpec& spe
 // In a memory file (memfd) the shim reads, so they never appear on its
 // command line.
 StatusOr<int> TaskBlob(const LaunchSpec& spec) {
+  // (A NUL would end one string and start another: the server refuses
+  // such specs; one accepted before it did is refused here, not split.)
+  for (size_t i = 0; i < spec.argv.size(); ++i) {
+    if (spec.argv[i].find('\0') != std::string::npos) {
+      return InvalidArgumentError("command[" + std::to_string(i) + "]: holds a NUL byte");
+    }
+  }
+  for (const auto& [k, v] : spec.env) {
+    if (k.empty() || k.find('=') != std::string::npos || (k + v).find('\0') != std::string::npos) {
+      return InvalidArgumentError("env: a variable's name must be non-empty without '=', and neither name nor value may hold a NUL byte");
+    }
+  }
   std::string blob = std::to_string(spec.argv.size());
   blob += '\0';
   for (const std::string& a : spec.argv) {
@@ -530,6 +542,12 @@ std::string DefaultShimPath() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("rota-shim") : (self.parent_path() / "rota-shim").string();
+}
+
+Status CheckShim(const std::string& path) {
+  if (access(path.c_str(), X_OK) == 0) return Status::Ok();
+  return UnavailableError("the tasks' supervisor " + path + " is missing or not executable (" + std::strerror(errno) +
+                          "): install rota-shim beside rota");
 }
 
 ProcessLauncher::ProcessLauncher(std::string shim) : shim_(shim.empty() ? DefaultShimPath() : std::move(shim)) {

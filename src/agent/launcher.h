@@ -89,8 +89,6 @@ class ProcessLauncher {
   int Poll(pid_t pid);
   // Sends `signal` to the whole process group.
   void Signal(pid_t pid, int signal);
-  const std::string& shim() const { return shim_; }
-
  private:
   std::string shim_;
   int shim_fd_ = -1;  // O_PATH
@@ -100,6 +98,9 @@ class ProcessLauncher {
 // The supervisor's binary: rota-shim beside this executable (where rota is
 // installed, it is installed too).
 std::string DefaultShimPath();
+// Whether `path` is a supervisor this agent can start: Unavailable, naming
+// it and saying to install rota-shim beside rota, if not.
+Status CheckShim(const std::string& path);
 // main() of rota-shim (shim_main.cc): what the agent handed it on its
 // command line, then the supervisor's life. Returns 127 only on a command
 // line that is not the agent's; otherwise it never returns.

@@ -266,6 +266,20 @@ TEST_F(SupervisedTest, ArgumentsAndEnvironmentReachTheTaskExactly) {
   EXPECT_EQ(Read(dir + "/t.log"), "|3|a=b=c|two\nlines|-|[p=q\nr=][]");
 }
 
+// A NUL would split the shim's strings (an argument into two, a value into
+// a second variable): refused, whatever the server let through before.
+TEST_F(SupervisedTest, ANulInAnArgumentOrTheEnvironmentIsRefusedNotSplit) {
+  ProcessLauncher l(kShim);
+  auto t = l.Launch(Spec({"sh", std::string("-c\0true", 8)}));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "command[1]: holds a NUL byte");
+  LaunchSpec s = Spec({"true"});
+  s.env["TOKEN"] = std::string("x\0LD_PRELOAD=/no/such.so", 24);
+  t = l.Launch(s);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("NUL"), std::string::npos) << t.status().ToString();
+}
+
 TEST_F(SupervisedTest, AMissingShimIsAnErrorNamingIt) {
   ProcessLauncher l(dir + "/no-such-shim");
   auto t = l.Launch(Spec({"true"}));

@@ -320,19 +320,15 @@ int ReplicatedServer(const std::string& conninfo, std::string advertise, Duratio
   return kExitOk;
 }
 
-// Every task starts through rota-shim, its supervisor (agent/launcher.h),
-// installed beside rota: an agent without it could start nothing, so it
-// does not start.
+// Every task starts through rota-shim (agent::CheckShim): an agent without
+// it could start nothing, so it does not start.
 bool ShimInstalled(const char* who) {
-  const std::string shim = agent::DefaultShimPath();
-  if (access(shim.c_str(), X_OK) == 0) return true;
-  std::cerr << who << ": the tasks' supervisor " << shim << " is missing or not executable (" << std::strerror(errno)
-            << "): install rota-shim beside rota\n";
-  return false;
+  const Status s = agent::CheckShim(agent::DefaultShimPath());
+  if (!s.ok()) std::cerr << who << ": " << s.message() << "\n";
+  return s.ok();
 }
 
 }  // namespace
-
 
 int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   std::string data_dir = DefaultDataDir(), listen = "127.0.0.1:7070", config_path, gpus, name, tls_cert, tls_key;
@@ -397,7 +393,6 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
       return kExitBadInput;
     }
   }
-  if (with_local_agent && !ShimInstalled("rota")) return kExitError;  // before anything is opened
   if (idle_pct < 1 || idle_pct > 100) {
     std::cerr << "rota: --idle-utilization must be a whole percent 1..100\n";
     return kExitBadInput;
@@ -434,7 +429,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   if (postgres) {
     if (Status s = CheckConninfo(store_url); !s.ok()) {
       std::cerr << "rota: --store: " << s.message() << "\n";
-      return kExitBadInput;
+      return s.code() == StatusCode::kUnavailable ? kExitError : kExitBadInput;  // (no libpq: not the URL's fault)
     }
   }
   if (lease < 500 * 1000) {
@@ -506,6 +501,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
       return kExitBadInput;
     }
   }
+  if (with_local_agent && !ShimInstalled("rota")) return kExitError;  // after the flags, before anything is opened
   // Files the server makes are its own (the store, tokens, logs); the data
   // directory is 0711 so that tasks of other accounts under `rota up` can
   // reach their own job's work directory, and nothing else in it.
@@ -875,7 +871,7 @@ int StoreMain(std::vector<std::string> args) {
   }
   if (Status s = CheckConninfo(to); !s.ok()) {
     std::cerr << "rota store: --to: " << s.message() << "\n";
-    return kExitBadInput;
+    return s.code() == StatusCode::kUnavailable ? kExitError : kExitBadInput;  // (no libpq: not the URL's fault)
   }
   ClusterConfig config;
   if (!config_path.empty()) {

@@ -210,6 +210,19 @@ void CheckNewSpec(const JobSpec& spec, std::vector<Status>* out) {
   for (size_t i = 0; i < spec.tasks.size(); ++i) {
     const TaskGroupSpec& t = spec.tasks[i];
     const std::string p = "tasks[" + std::to_string(i) + "]";
+    // What execve takes: C strings, and NAME=VALUE for the environment.
+    for (size_t k = 0; k < t.command.size(); ++k) {
+      if (t.command[k].find('\0') != std::string::npos) {
+        out->push_back(FieldError(p + ".command[" + std::to_string(k) + "]", "must not hold a NUL byte"));
+      }
+    }
+    for (const auto& [name, value] : t.env) {
+      if (name.empty() || name.find_first_of(std::string_view("=\0", 2)) != std::string::npos) {
+        out->push_back(FieldError(p + ".env", "a variable's name must be non-empty, without '=' or a NUL byte"));
+      } else if (value.find('\0') != std::string::npos) {
+        out->push_back(FieldError(p + ".env." + name, "must not hold a NUL byte"));
+      }
+    }
     if (!t.gpu_share.mig_profile.empty() && MigProfileCompute(t.gpu_share.mig_profile) == 0) {
       out->push_back(FieldError(p + ".gpu.mig", "'" + t.gpu_share.mig_profile +
                                             "' is not a MIG profile name (<compute>g.<memory>gb, e.g. 1g.10gb)"));

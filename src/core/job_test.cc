@@ -48,6 +48,25 @@ TEST(JobSpec, ErrorsNameTheField) {
   EXPECT_EQ(ValidateJobSpec(s).message(), "tasks[0]: asks for nothing: set gpus, gpu, cpu or memory");
 }
 
+// What execve could not carry is refused at submission, naming the field
+// (a NUL would cut an argument, '=' in a name would change the variable);
+// a job already stored is not re-judged by it.
+TEST(JobSpec, ANewJobsCommandAndEnvironmentMustBeWhatExecveCarries) {
+  JobSpec s = Valid();
+  s.tasks[0].command = {"sh", std::string("a\0b", 3)};
+  EXPECT_EQ(ValidateNewJobSpec(s).message(), "tasks[0].command[1]: must not hold a NUL byte");
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+  s = Valid();
+  s.tasks[0].env = {{"A=B", "x"}};
+  EXPECT_EQ(ValidateNewJobSpec(s).message(), "tasks[0].env: a variable's name must be non-empty, without '=' or a NUL byte");
+  s.tasks[0].env = {{"", "x"}};
+  EXPECT_FALSE(ValidateNewJobSpec(s).ok());
+  s.tasks[0].env = {{"TOKEN", std::string("x\0LD_PRELOAD=/evil.so", 21)}};
+  EXPECT_EQ(ValidateNewJobSpec(s).message(), "tasks[0].env.TOKEN: must not hold a NUL byte");
+  s.tasks[0].env = {{"TOKEN", "a=b=c"}};
+  EXPECT_TRUE(ValidateNewJobSpec(s).ok());
+}
+
 TEST(SetPriority, ANumberOrAClassName) {
   JobSpec s = Valid();
   ASSERT_TRUE(SetPriority("750", &s).ok());

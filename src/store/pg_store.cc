@@ -79,8 +79,7 @@ const Libpq& Pq() {
   }();
   return lib;
 }
-
-}  // namespace
+#undef ROTA_PQ_FUNCTIONS
 
 // Before anything of libpq's is used: whether it could be loaded.
 Status LoadLibpq() {
@@ -88,6 +87,8 @@ Status LoadLibpq() {
   if (error.empty()) return Status::Ok();
   return UnavailableError("PostgreSQL: cannot load libpq (Debian package libpq5): " + error);
 }
+
+}  // namespace
 
 // A query's result; cleared on scope exit.
 class Result {
