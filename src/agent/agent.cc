@@ -426,6 +426,9 @@ void Agent::AdoptTasks() {
         ForgetRecord(*t);
         continue;
       }
+      // A container's runtime may have started it: stopped and removed,
+      // so that "lost" is true.
+      if (!t->oci_id.empty()) RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id));
       t->exit_reason = "lost";  // no cgroup to clear it by: safer reported gone than run twice
       code = 255;
     } else {
@@ -436,6 +439,10 @@ void Agent::AdoptTasks() {
       t->exited = true;
       t->exit_code = code;
       if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
+      // (A runtime killed by its supervisor's fence leaves its state behind.)
+      if (!t->oci_id.empty() && OciContainerMayExist(t->oci_runtime, t->oci_id)) {
+        RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id));
+      }
     } else {
       std::fprintf(stderr, "rota agent: adopted task %s (pid %d), still running\n",
                    r["key"].get<std::string>().c_str(), t->pid);
@@ -894,8 +901,12 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           oci.hostname = options_.node_name;
           const std::string bundle = job_dir + "/" + name + "-" + std::to_string(t->attempt) + ".oci";
           ROTA_RETURN_IF_ERROR(WriteOciBundle(bundle, oci));
-          RunQuiet(OciDeleteArgv(runtime, oci.id));  // a stale container of that name from a crashed agent
+          // A stale container of that name (an agent killed while it
+          // launched this attempt) goes first; the runtime's state directory
+          // says whether there is one without running it (10-15 ms).
+          if (OciContainerMayExist(runtime, oci.id)) RunQuiet(OciDeleteArgv(runtime, oci.id));
           spec.argv = OciRunArgv(runtime, bundle, oci.id);
+          spec.hide_mounts = OciHiddenMounts(runtime);
           t->oci_runtime = runtime;
           t->oci_id = oci.id;
           t->memory_limited = memory > 0;

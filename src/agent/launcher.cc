@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -31,8 +33,9 @@ struct ChildError {
 };
 constexpr const char* kSteps[] = {"join its cgroup", "open its log",  "change to its directory",
                                   "set its groups",  "set its gid",   "set its uid",
-                                  "set no_new_privs", "exec",         "start its supervisor"};
-constexpr int kStepExec = 7, kStepShim = 8;
+                                  "set no_new_privs", "exec",         "start its supervisor",
+                                  "hide a mount in a private mount namespace"};
+constexpr int kStepExec = 7, kStepShim = 8, kStepHide = 9;
 
 [[noreturn]] void ChildFail(int pipe_fd, int step) {
   const ChildError e{step, errno};
@@ -126,6 +129,15 @@ void CloseAllBut(const int* keep, int n) {
   sigprocmask(SIG_SETMASK, &none, nullptr);
   setsid();
   umask(022);  // the agent's own is 077; a task gets the usual one
+  if (!spec.hide_mounts.empty()) {
+    // A mount namespace of its own, private (nothing it unmounts or mounts
+    // propagates back to the host's), without those mounts.
+    if (unshare(CLONE_NEWNS) != 0) ChildFail(report, kStepHide);
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ChildFail(report, kStepHide);
+    for (const std::string& m : spec.hide_mounts) {
+      if (umount2(m.c_str(), 0) != 0) ChildFail(report, kStepHide);
+    }
+  }
   for (int fd : p.procs) {
     if (write(fd, "0", 1) != 1) ChildFail(report, 0);  // "0": the writing process
   }
@@ -335,12 +347,12 @@ struct ShimReport {
 // the identity (0 or 1), uid, gid, groups (comma-separated), exit file,
 // lease file, fence warning (ms), stop signal, program, the descriptor of
 // the task's arguments and environment (TaskBlob), then a count and that
-// many fence-kill files. Nothing secret is on it: a command line is every
+// many fence-kill files, then a count and that many mounts to hide. Nothing secret is on it: a command line is every
 // local user's to read (ps), so the task's environment (tokens) and
 // arguments come through the descriptor. The shim's own environment is
 // empty: nothing of the task's (LD_PRELOAD) reaches a process that runs as
 // the agent's user.
-constexpr const char* kShimTag = "rota-shim/2";
+constexpr const char* kShimTag = "rota-shim/3";
 constexpr size_t kMaxProcs = 12;  // cgroup.procs descriptors handed to the shim
 
 template <typename T>
@@ -371,6 +383,8 @@ std::vector<std::string> ShimArgs(const std::string& shim, const LaunchSpec& spe
                                 std::to_string(blob_fd),
                                 std::to_string(spec.fence_kill_procs.size())};
   a.insert(a.end(), spec.fence_kill_procs.begin(), spec.fence_kill_procs.end());
+  a.push_back(std::to_string(spec.hide_mounts.size()));
+  a.insert(a.end(), spec.hide_mounts.begin(), spec.hide_mounts.end());
   return a;
 }
 
@@ -474,7 +488,7 @@ int ShimMain(int argc, char** argv) {
     return 127;
   };
   if (argc < 2 || std::strcmp(argv[1], kShimTag) != 0) return refuse("not a command line of this version");
-  if (argc < 18 || !ParseInt(argv[2], 3, INT32_MAX, &report_fd)) return refuse("bad report descriptor");
+  if (argc < 19 || !ParseInt(argv[2], 3, INT32_MAX, &report_fd)) return refuse("bad report descriptor");
   LaunchSpec spec;
   Prepared p;
   long long v;
@@ -504,8 +518,13 @@ int ShimMain(int argc, char** argv) {
   long long blob_fd;
   if (!ParseInt(argv[16], 3, INT32_MAX, &blob_fd)) return refuse("bad argument descriptor");
   int i = 17;
-  if (!ParseInt(argv[i++], 0, argc, &v) || i + v != argc) return refuse("bad fence-kill files");
+  if (!ParseInt(argv[i++], 0, argc, &v) || i + v >= argc) return refuse("bad fence-kill files");
   for (long long k = 0; k < v; ++k) spec.fence_kill_procs.push_back(argv[i++]);
+  if (!ParseInt(argv[i++], 0, argc, &v) || i + v != argc) return refuse("bad mounts to hide");
+  for (long long k = 0; k < v; ++k) {
+    if (argv[i][0] != '/') return refuse("bad mounts to hide");
+    spec.hide_mounts.push_back(argv[i++]);
+  }
   if (spec.exit_file.empty() || p.workdir.empty() || p.program.empty()) return refuse("missing exit file, directory or program");
   // The task's arguments and environment (TaskBlob): kept for the process's
   // life (the pointers below are into it).

@@ -64,6 +64,10 @@ struct LaunchSpec {
   // cgroup.procs files whose processes are killed at the deadline (the
   // task's own groups, or its container's).
   std::vector<std::string> fence_kill_procs;
+  // Mounts the task does not see: it gets a private mount namespace with
+  // these unmounted before it execs (crun on a hybrid cgroup host, which
+  // refuses to run while cgroup2 is mounted beside the v1 controllers).
+  std::vector<std::string> hide_mounts;
 };
 
 struct Launched {

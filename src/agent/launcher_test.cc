@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -278,6 +279,35 @@ TEST_F(SupervisedTest, ANulInAnArgumentOrTheEnvironmentIsRefusedNotSplit) {
   t = l.Launch(s);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("NUL"), std::string::npos) << t.status().ToString();
+}
+
+// crun on a hybrid cgroup host: the task runs without the mounts it is not
+// to see, in a private namespace; the host keeps them.
+TEST_F(SupervisedTest, HiddenMountsAreGoneForTheTaskAlone) {
+  if (geteuid() != 0) GTEST_SKIP() << "mount namespaces need root here";
+  const std::string hidden = dir + "/hidden";
+  std::filesystem::create_directories(hidden);
+  if (mount("rota-test", hidden.c_str(), "tmpfs", 0, "size=64k") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
+  } unmount{hidden};
+  ProcessLauncher l(kShim);
+  LaunchSpec s = Spec({"sh", "-c", "grep -c ' " + hidden + " ' /proc/self/mounts"});
+  s.hide_mounts = {hidden};
+  auto t = l.Launch(s);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_NE(Wait(l, t->shim), 127);
+  EXPECT_EQ(Read(dir + "/t.log"), "0\n");
+  std::ifstream host("/proc/self/mounts");
+  std::string all((std::istreambuf_iterator<char>(host)), {});
+  EXPECT_NE(all.find(" " + hidden + " "), std::string::npos);
+  // A mount that is not there: the start fails, naming the step.
+  s.hide_mounts = {dir + "/not-a-mount"};
+  auto bad = l.Launch(s);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cannot hide a mount in a private mount namespace"), std::string::npos)
+      << bad.status().ToString();
 }
 
 TEST_F(SupervisedTest, AMissingShimIsAnErrorNamingIt) {

@@ -67,7 +67,7 @@ StatusOr<std::string> FindOciRuntime(const std::string& name) {
   const char* path = getenv("PATH");
   std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
   dirs += ":/usr/sbin:/sbin";  // runc installs to /usr/sbin
-  for (const char* candidate : {"runc", "crun"}) {
+  for (const char* candidate : {"crun", "runc"}) {
     if (name != "auto" && name != candidate) continue;
     std::stringstream ss(dirs);
     std::string dir;
@@ -80,16 +80,28 @@ StatusOr<std::string> FindOciRuntime(const std::string& name) {
 }
 
 std::vector<std::string> OciRunArgv(const std::string& runtime, const std::string& bundle, const std::string& id) {
+  return {runtime, "run", "--bundle", bundle, id};
+}
+
+std::vector<std::string> OciHiddenMounts(const std::string& runtime) {
   const bool crun = std::filesystem::path(runtime).filename() == "crun";
-  const std::vector<std::string> hidden = crun ? HybridCgroup2Mounts() : std::vector<std::string>{};
-  if (hidden.empty()) return {runtime, "run", "--bundle", bundle, id};
-  // crun on a hybrid host: unmount cgroup2 in a private mount namespace first.
-  std::vector<std::string> argv = {
-      "unshare", "--mount", "--propagation", "private", "sh", "-c",
-      "r=$1; b=$2; i=$3; shift 3; for m; do umount \"$m\" || exit 125; done; exec \"$r\" run --bundle \"$b\" \"$i\"",
-      "sh",      runtime,   bundle,          id};
-  argv.insert(argv.end(), hidden.begin(), hidden.end());
-  return argv;
+  return crun ? HybridCgroup2Mounts() : std::vector<std::string>{};
+}
+
+std::string OciStateRoot(const std::string& runtime) {
+  const std::string name = std::filesystem::path(runtime).filename();
+  if (name != "runc" && name != "crun") return "";
+  if (geteuid() == 0) return "/run/" + name;
+  const char* xdg = getenv("XDG_RUNTIME_DIR");
+  return xdg != nullptr && xdg[0] == '/' ? std::string(xdg) + "/" + name : "";
+}
+
+bool OciContainerMayExist(const std::string& runtime, const std::string& id) {
+  const std::string root = OciStateRoot(runtime);
+  if (root.empty()) return true;
+  struct stat st {};
+  if (stat((root + "/" + id).c_str(), &st) == 0) return true;
+  return errno != ENOENT;  // (not an answer, as EACCES: it may)
 }
 
 std::vector<std::string> OciDeleteArgv(const std::string& runtime, const std::string& id) {

@@ -76,14 +76,31 @@ TEST(Oci, BadInputNamesThePath) {
 TEST(Oci, RunArgvRunsTheBundleInTheForeground) {
   const auto argv = OciRunArgv("/usr/sbin/runc", "/b", "id1");
   EXPECT_EQ(argv, (std::vector<std::string>{"/usr/sbin/runc", "run", "--bundle", "/b", "id1"}));
-  // crun on a hybrid cgroup host first hides cgroup2 in a private mount namespace.
+  // crun on a hybrid cgroup host runs with cgroup2 hidden (the task's
+  // private mount namespace, LaunchSpec::hide_mounts); runc needs nothing.
   const auto crun = OciRunArgv("/usr/bin/crun", "/b", "id1");
-  if (HybridCgroup2Mounts().empty()) {
-    EXPECT_EQ(crun[0], "/usr/bin/crun");
-  } else {
-    EXPECT_EQ(crun[0], "unshare");
-    EXPECT_EQ(crun.back(), HybridCgroup2Mounts().back());
+  EXPECT_EQ(crun, (std::vector<std::string>{"/usr/bin/crun", "run", "--bundle", "/b", "id1"}));
+  EXPECT_EQ(OciHiddenMounts("/usr/bin/crun"), HybridCgroup2Mounts());
+  EXPECT_TRUE(OciHiddenMounts("/usr/sbin/runc").empty());
+}
+
+TEST(Oci, AContainerMayExistUnlessItsRuntimesStateDirectorySaysNot) {
+  TempDir tmp;
+  const std::string root = OciStateRoot("/usr/bin/crun");
+  if (geteuid() == 0) {
+    EXPECT_EQ(root, "/run/crun");
+    EXPECT_EQ(OciStateRoot("/usr/sbin/runc"), "/run/runc");
   }
+  EXPECT_EQ(OciStateRoot("/usr/bin/youki"), "");  // not one it knows: may exist
+  EXPECT_TRUE(OciContainerMayExist("/usr/bin/youki", "rota-1-0-0-0"));
+  if (root.empty()) GTEST_SKIP() << "no state directory for this user";
+  const std::string id = "rota-test-" + std::to_string(getpid());
+  EXPECT_FALSE(OciContainerMayExist("/usr/bin/crun", id));
+  std::error_code ec;
+  std::filesystem::create_directories(root + "/" + id, ec);
+  if (ec) GTEST_SKIP() << "cannot write " << root;
+  EXPECT_TRUE(OciContainerMayExist("/usr/bin/crun", id));
+  std::filesystem::remove(root + "/" + id, ec);
 }
 
 }  // namespace
