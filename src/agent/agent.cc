@@ -50,6 +50,7 @@ struct Agent::Task {
   uid_t uid = 0;                // the account it runs as (its checkpoint file must be its own)
   std::string oci_runtime;      // a container: the runtime binary and container id ("" = a process)
   std::string oci_id;
+  std::string oci_root;         // the runtime's state directory ("" = its default)
   bool memory_limited = false;
   bool stopping = false;
   std::chrono::steady_clock::time_point stop_deadline;
@@ -295,7 +296,7 @@ void Agent::StopTask(Task& t, bool now) {
   if (t.pid == 0 || t.exited) return;
   if (now) {
     launcher_.Signal(t.pid, SIGKILL);
-    if (!t.oci_id.empty()) RunQuiet(OciDeleteArgv(t.oci_runtime, t.oci_id));
+    if (!t.oci_id.empty()) RunQuiet(OciDeleteArgv(t.oci_runtime, t.oci_id, t.oci_root));
     while (PollTask(t) < 0) usleep(1000);
     t.exited = true;
     return;
@@ -308,7 +309,7 @@ void Agent::StopTask(Task& t, bool now) {
   } else if (std::chrono::steady_clock::now() > t.stop_deadline) {
     launcher_.Signal(t.pid, SIGKILL);
     // The container's processes are not in the runtime's process group.
-    if (!t.oci_id.empty()) RunQuiet(OciDeleteArgv(t.oci_runtime, t.oci_id));
+    if (!t.oci_id.empty()) RunQuiet(OciDeleteArgv(t.oci_runtime, t.oci_id, t.oci_root));
   }
 }
 
@@ -344,7 +345,7 @@ void Agent::SaveRecord(const std::string& key, Task& t) {
                     {"shim", t.shim},       {"shim_start", t.shim_start}, {"exit_file", t.exit_file},
                     {"cgroup", t.cgroup},   {"log_path", t.log_path},     {"checkpoint_file", t.checkpoint_file},
                     {"uid", t.uid},         {"gpu_mask", t.gpu_mask},     {"oci_runtime", t.oci_runtime},
-                    {"oci_id", t.oci_id},   {"memory_limited", t.memory_limited},
+                    {"oci_id", t.oci_id},   {"oci_root", t.oci_root}, {"memory_limited", t.memory_limited},
                     {"stop_signal", t.stop_signal}, {"grace_ms", t.grace_ms}};
   // Written whole or not at all: a temporary file renamed over. Not
   // fsynced: a record outlives the agent (the page cache keeps it), which
@@ -411,6 +412,7 @@ void Agent::AdoptTasks() {
     t->gpu_mask = r.value("gpu_mask", uint64_t{0});
     t->oci_runtime = r.value("oci_runtime", std::string());
     t->oci_id = r.value("oci_id", std::string());
+    t->oci_root = r.value("oci_root", std::string());
     t->memory_limited = r.value("memory_limited", false);
     t->stop_signal = r.value("stop_signal", static_cast<int>(SIGTERM));
     t->grace_ms = r.value("grace_ms", options_.stop_grace_ms);
@@ -428,7 +430,7 @@ void Agent::AdoptTasks() {
       }
       // A container's runtime may have started it: stopped and removed,
       // so that "lost" is true.
-      if (!t->oci_id.empty()) RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id));
+      if (!t->oci_id.empty()) RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id, t->oci_root));
       t->exit_reason = "lost";  // no cgroup to clear it by: safer reported gone than run twice
       code = 255;
     } else {
@@ -440,8 +442,8 @@ void Agent::AdoptTasks() {
       t->exit_code = code;
       if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
       // (A runtime killed by its supervisor's fence leaves its state behind.)
-      if (!t->oci_id.empty() && OciContainerMayExist(t->oci_runtime, t->oci_id)) {
-        RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id));
+      if (!t->oci_id.empty() && OciContainerMayExist(t->oci_runtime, t->oci_id, t->oci_root)) {
+        RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id, t->oci_root));
       }
     } else {
       std::fprintf(stderr, "rota agent: adopted task %s (pid %d), still running\n",
@@ -899,17 +901,54 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           oci.cpu = cpu;
           oci.memory = memory;
           oci.hostname = options_.node_name;
+          // The runtime's state directory, named: left to the runtime, it
+          // would follow XDG_RUNTIME_DIR (crun does, even as root). Root's is
+          // /run/<runtime>; an agent that is not root runs rootless
+          // containers, their state in its own state directory.
+          std::string root;
+          if (geteuid() == 0) {
+            root = "/run/" + std::filesystem::path(runtime).filename().string();
+          } else {
+            if (!OciHiddenMounts(runtime).empty()) {
+              return FailedPreconditionError(
+                  "crun cannot run rootless on a host with cgroup v1 controllers and a cgroup2 mount: install runc "
+                  "(or run the agent as root)");
+            }
+            oci.rootless = true;
+            oci.uid = geteuid();
+            oci.gid = getegid();
+            oci.additional_gids.clear();
+            if (!options_.state_dir.empty()) {
+              root = options_.state_dir + "/oci";
+              mkdir(root.c_str(), 0700);
+            } else {
+              root = OciStateRoot(runtime);  // ($XDG_RUNTIME_DIR/<runtime>, or "": its own default)
+            }
+          }
           const std::string bundle = job_dir + "/" + name + "-" + std::to_string(t->attempt) + ".oci";
           ROTA_RETURN_IF_ERROR(WriteOciBundle(bundle, oci));
           // A stale container of that name (an agent killed while it
           // launched this attempt) goes first; the runtime's state directory
           // says whether there is one without running it (10-15 ms).
-          if (OciContainerMayExist(runtime, oci.id)) RunQuiet(OciDeleteArgv(runtime, oci.id));
-          spec.argv = OciRunArgv(runtime, bundle, oci.id);
-          spec.hide_mounts = OciHiddenMounts(runtime);
+          if (OciContainerMayExist(runtime, oci.id, root)) RunQuiet(OciDeleteArgv(runtime, oci.id, root));
+          spec.argv = OciRunArgv(runtime, bundle, oci.id, root);
+          if (!oci.rootless) spec.hide_mounts = OciHiddenMounts(runtime);
+          // The runtime runs as the agent (root, or the agent's own account
+          // when rootless); the container's process as the job's account
+          // (process.user). Its environment is its own: the job's is in the
+          // bundle, and none of it (PATH, XDG_RUNTIME_DIR) steers a process
+          // that runs as root.
+          spec.set_identity = false;
+          spec.groups.clear();
+          spec.env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}};
           t->oci_runtime = runtime;
           t->oci_id = oci.id;
-          t->memory_limited = memory > 0;
+          t->oci_root = root;
+          t->memory_limited = memory > 0 && !oci.rootless;
+          if (oci.rootless && (cpu > 0 || memory > 0)) {
+            std::ofstream(spec.log_path, std::ios::app)
+                << "rota: running without limits: a rootless container's runtime cannot set CPU or memory limits\n";
+          }
           return Status::Ok();
         }();
       }

@@ -34,8 +34,8 @@ struct ChildError {
 constexpr const char* kSteps[] = {"join its cgroup", "open its log",  "change to its directory",
                                   "set its groups",  "set its gid",   "set its uid",
                                   "set no_new_privs", "exec",         "start its supervisor",
-                                  "hide a mount in a private mount namespace"};
-constexpr int kStepExec = 7, kStepShim = 8, kStepHide = 9;
+                                  "make a private mount namespace", "unmount in its mount namespace"};
+constexpr int kStepExec = 7, kStepShim = 8, kStepHide = 9, kStepUnmount = 10;
 
 [[noreturn]] void ChildFail(int pipe_fd, int step) {
   const ChildError e{step, errno};
@@ -135,7 +135,7 @@ void CloseAllBut(const int* keep, int n) {
     if (unshare(CLONE_NEWNS) != 0) ChildFail(report, kStepHide);
     if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ChildFail(report, kStepHide);
     for (const std::string& m : spec.hide_mounts) {
-      if (umount2(m.c_str(), 0) != 0) ChildFail(report, kStepHide);
+      if (umount2(m.c_str(), 0) != 0) ChildFail(report, kStepUnmount);
     }
   }
   for (int fd : p.procs) {
@@ -685,9 +685,12 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
   auto failed = [&](int step, int err) -> Status {
     int status;
     waitpid(pid, &status, 0);
-    const std::string what = step == kStepExec ? "start '" + spec.argv[0] + "'"
-                             : step == kStepShim ? std::string(kSteps[step]) + " " + shim_
-                                                 : std::string(kSteps[step]);
+    std::string what = step == kStepExec ? "start '" + spec.argv[0] + "'"
+                       : step == kStepShim ? std::string(kSteps[step]) + " " + shim_
+                                           : std::string(kSteps[step]);
+    if (step == kStepUnmount) {
+      for (size_t i = 0; i < spec.hide_mounts.size(); ++i) what += (i == 0 ? " " : ", ") + spec.hide_mounts[i];
+    }
     return UnavailableError("cannot " + what + ": " + std::strerror(err));
   };
   ssize_t n;

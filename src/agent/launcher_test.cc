@@ -306,7 +306,8 @@ TEST_F(SupervisedTest, HiddenMountsAreGoneForTheTaskAlone) {
   s.hide_mounts = {dir + "/not-a-mount"};
   auto bad = l.Launch(s);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("cannot hide a mount in a private mount namespace"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("cannot unmount in its mount namespace " + dir + "/not-a-mount: "),
+            std::string::npos)
       << bad.status().ToString();
 }
 
@@ -326,6 +327,36 @@ TEST(Shim, RefusesACommandLineThatIsNotTheAgents) {
   EXPECT_EQ(ShimMain(1, none), 127);
   EXPECT_EQ(ShimMain(2, old), 127);
   EXPECT_EQ(ShimMain(3, bad), 127);
+}
+
+// This version's command line with its counts wrong: refused, and said to
+// the agent through the report descriptor (never started).
+TEST(Shim, RefusesCountsThatDoNotMatchItsArguments) {
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  const std::string fd = std::to_string(report[1]);
+  auto run = [&](std::vector<std::string> tail) {
+    std::vector<std::string> args = {"rota-shim", "rota-shim/3", fd, "1", "2", "", "/tmp", "0", "0", "0", "",
+                                     "/tmp/x.exit", "", "0", "15", "/bin/true", fd};
+    args.insert(args.end(), tail.begin(), tail.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    return ShimMain(static_cast<int>(args.size()), argv.data());
+  };
+  EXPECT_EQ(run({"1"}), 127);                         // a fence-kill file missing, and no mounts count
+  EXPECT_EQ(run({"0"}), 127);                         // no mounts count
+  EXPECT_EQ(run({"0", "1"}), 127);                    // a mount missing
+  EXPECT_EQ(run({"0", "1", "relative/path"}), 127);   // not absolute
+  EXPECT_EQ(run({"0", "1", "/a", "/b"}), 127);        // one too many
+  EXPECT_EQ(run({"1", "/procs", "0", "extra"}), 127);  // one too many after both lists
+  close(report[1]);
+  int reports = 0;
+  char buf[64];
+  ssize_t n;
+  while ((n = read(report[0], buf, sizeof(buf))) > 0) reports += static_cast<int>(n);
+  close(report[0]);
+  EXPECT_GT(reports, 0);  // each refusal reported
 }
 
 }  // namespace

@@ -67,7 +67,10 @@ StatusOr<std::string> FindOciRuntime(const std::string& name) {
   const char* path = getenv("PATH");
   std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
   dirs += ":/usr/sbin:/sbin";  // runc installs to /usr/sbin
-  for (const char* candidate : {"crun", "runc"}) {
+  // (crun refuses a hybrid cgroup host unless cgroup2 is unmounted, which
+  // takes privileges an agent that is not root lacks.)
+  const bool crun_first = geteuid() == 0 || HybridCgroup2Mounts().empty();
+  for (const char* candidate : {crun_first ? "crun" : "runc", crun_first ? "runc" : "crun"}) {
     if (name != "auto" && name != candidate) continue;
     std::stringstream ss(dirs);
     std::string dir;
@@ -79,8 +82,20 @@ StatusOr<std::string> FindOciRuntime(const std::string& name) {
   return NotFoundError(name == "auto" ? "no OCI runtime: install runc or crun" : name + " is not installed");
 }
 
-std::vector<std::string> OciRunArgv(const std::string& runtime, const std::string& bundle, const std::string& id) {
-  return {runtime, "run", "--bundle", bundle, id};
+namespace {
+
+std::vector<std::string> RuntimeArgv(const std::string& runtime, const std::string& root) {
+  if (root.empty()) return {runtime};
+  return {runtime, "--root", root};
+}
+
+}  // namespace
+
+std::vector<std::string> OciRunArgv(const std::string& runtime, const std::string& bundle, const std::string& id,
+                                    const std::string& root) {
+  std::vector<std::string> argv = RuntimeArgv(runtime, root);
+  argv.insert(argv.end(), {"run", "--bundle", bundle, id});
+  return argv;
 }
 
 std::vector<std::string> OciHiddenMounts(const std::string& runtime) {
@@ -91,21 +106,25 @@ std::vector<std::string> OciHiddenMounts(const std::string& runtime) {
 std::string OciStateRoot(const std::string& runtime) {
   const std::string name = std::filesystem::path(runtime).filename();
   if (name != "runc" && name != "crun") return "";
-  if (geteuid() == 0) return "/run/" + name;
+  // runc: /run/runc as root; crun follows XDG_RUNTIME_DIR even as root.
   const char* xdg = getenv("XDG_RUNTIME_DIR");
-  return xdg != nullptr && xdg[0] == '/' ? std::string(xdg) + "/" + name : "";
+  const bool has_xdg = xdg != nullptr && xdg[0] == '/';
+  if (geteuid() == 0 && (name == "runc" || !has_xdg)) return "/run/" + name;
+  return has_xdg ? std::string(xdg) + "/" + name : "";
 }
 
-bool OciContainerMayExist(const std::string& runtime, const std::string& id) {
-  const std::string root = OciStateRoot(runtime);
-  if (root.empty()) return true;
+bool OciContainerMayExist(const std::string& runtime, const std::string& id, const std::string& root) {
+  const std::string dir = root.empty() ? OciStateRoot(runtime) : root;
+  if (dir.empty()) return true;
   struct stat st {};
-  if (stat((root + "/" + id).c_str(), &st) == 0) return true;
+  if (stat((dir + "/" + id).c_str(), &st) == 0) return true;
   return errno != ENOENT;  // (not an answer, as EACCES: it may)
 }
 
-std::vector<std::string> OciDeleteArgv(const std::string& runtime, const std::string& id) {
-  return {runtime, "delete", "--force", id};
+std::vector<std::string> OciDeleteArgv(const std::string& runtime, const std::string& id, const std::string& root) {
+  std::vector<std::string> argv = RuntimeArgv(runtime, root);
+  argv.insert(argv.end(), {"delete", "--force", id});
+  return argv;
 }
 
 namespace {
@@ -126,12 +145,15 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
   struct rlimit nofile {};
   getrlimit(RLIMIT_NOFILE, &nofile);
   const auto files = static_cast<int64_t>(nofile.rlim_max == RLIM_INFINITY ? 1048576 : nofile.rlim_max);
+  // Rootless: root inside, the agent's account outside (the only one mapped).
+  const json user = task.rootless ? json{{"uid", 0}, {"gid", 0}}
+                                  : json{{"uid", task.uid}, {"gid", task.gid}, {"additionalGids", task.additional_gids}};
   json process = {{"terminal", false},
-                  {"user", {{"uid", task.uid}, {"gid", task.gid}, {"additionalGids", task.additional_gids}}},
+                  {"user", user},
                   {"args", task.args},
                   {"env", env},
                   {"cwd", "/"},
-                  {"capabilities", task.uid == 0 ? json{{"bounding", caps}, {"effective", caps}, {"permitted", caps}, {"ambient", caps}}
+                  {"capabilities", task.uid == 0 || task.rootless ? json{{"bounding", caps}, {"effective", caps}, {"permitted", caps}, {"ambient", caps}}
                                                    : json{{"bounding", caps}}},  // a user's process holds none
                   {"rlimits", json::array({{{"type", "RLIMIT_NOFILE"}, {"hard", files}, {"soft", files}}})},
                   {"noNewPrivileges", true}};
@@ -145,6 +167,18 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
       Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
       Mount("/sys/fs/cgroup", "cgroup", "cgroup", {"nosuid", "noexec", "nodev", "relatime", "ro"}),
   });
+  if (task.rootless) {
+    // Without a network namespace of its own a user namespace may not mount
+    // sysfs, nor cgroups: the host's /sys bound read-only instead; and no
+    // group 5 (tty) is mapped for /dev/pts.
+    mounts = json::array();
+    mounts.push_back(Mount("/proc", "proc", "proc", {}));
+    mounts.push_back(Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}));
+    mounts.push_back(Mount("/dev/pts", "devpts", "devpts", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}));
+    mounts.push_back(Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=1g"}));
+    mounts.push_back(Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}));
+    mounts.push_back(Mount("/sys", "none", "/sys", {"rbind", "nosuid", "noexec", "nodev", "ro"}));
+  }
   if (!task.job_dir.empty()) mounts.push_back(Mount("/rota", "bind", task.job_dir, {"rbind", "rw"}));
   for (const MountSpec& m : task.mounts) {
     std::error_code ec;
@@ -178,6 +212,13 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
       {"maskedPaths", {"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
                        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"}},
       {"readonlyPaths", {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}}};
+  if (task.rootless) {
+    linux["namespaces"].push_back({{"type", "user"}});
+    linux["uidMappings"] = json::array({{{"containerID", 0}, {"hostID", task.uid}, {"size", 1}}});
+    linux["gidMappings"] = json::array({{{"containerID", 0}, {"hostID", task.gid}, {"size", 1}}});
+    linux.erase("resources");
+    linux.erase("cgroupsPath");
+  }
   json config = {{"ociVersion", "1.0.2"},
                  {"process", process},
                  {"root", {{"path", rootfs}, {"readonly", true}}},

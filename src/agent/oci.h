@@ -38,6 +38,12 @@ struct OciTask {
   uint32_t uid = 0;
   uint32_t gid = 0;
   std::vector<uint32_t> additional_gids;
+  // A rootless container (an agent that is not root): a user namespace in
+  // which root is `uid`/`gid` outside (the agent's own account) and nothing
+  // else is mapped; /sys bound rather than mounted, no cgroup mount and no
+  // cgroup limits (an unprivileged runtime cannot set them), the GPUs'
+  // device nodes bound by the runtime.
+  bool rootless = false;
 };
 
 // The root filesystem directory `rootfs` names (itself, or its rootfs/), or
@@ -48,24 +54,31 @@ StatusOr<std::string> ResolveRootfs(const std::string& rootfs);
 Status WriteOciBundle(const std::string& bundle, const OciTask& task);
 
 // The runtime binary: "runc" or "crun" by name, or "auto" (crun if on PATH,
-// else runc: crun starts a container in about a quarter of runc's time).
+// else runc: crun starts a container in half runc's time; but runc first
+// for an agent that is not root on a hybrid cgroup host, where crun cannot
+// run rootless).
 // NotFound if it is not installed.
 StatusOr<std::string> FindOciRuntime(const std::string& name);
 
-// argv that runs the bundle in the foreground.
-std::vector<std::string> OciRunArgv(const std::string& runtime, const std::string& bundle, const std::string& id);
+// argv that runs the bundle in the foreground; `root` is the runtime's
+// state directory ("" = its default).
+std::vector<std::string> OciRunArgv(const std::string& runtime, const std::string& bundle, const std::string& id,
+                                    const std::string& root = "");
 // The mounts the runtime must not see (LaunchSpec::hide_mounts): for crun
 // on a hybrid cgroup host, the cgroup2 mounts (it refuses to run beside
 // them; runc needs nothing).
 std::vector<std::string> OciHiddenMounts(const std::string& runtime);
 // Where the runtime keeps its containers' state when run without --root
-// (root: /run/<runtime>; otherwise $XDG_RUNTIME_DIR/<runtime>); "" if unknown.
+// ($XDG_RUNTIME_DIR/<runtime>, but /run/runc for root's runc, and
+// /run/<runtime> for root without it); "" if unknown. The agent names the
+// directory (--root) instead: this is for records written before it did.
 std::string OciStateRoot(const std::string& runtime);
 // Whether a container named `id` may exist: false only when the runtime's
-// state directory is known and holds no entry of that name.
-bool OciContainerMayExist(const std::string& runtime, const std::string& id);
+// state directory (`root`, or its default) is known and holds no entry of
+// that name.
+bool OciContainerMayExist(const std::string& runtime, const std::string& id, const std::string& root = "");
 // argv that force-stops and removes the container (after its runtime process was killed).
-std::vector<std::string> OciDeleteArgv(const std::string& runtime, const std::string& id);
+std::vector<std::string> OciDeleteArgv(const std::string& runtime, const std::string& id, const std::string& root = "");
 
 // Runs argv to completion with its output discarded; its exit status (-1 if
 // it could not start).

@@ -183,8 +183,8 @@ struct JobRecord {
   // holds (running, or the last attempt of an ended job), else where it ran
   // before its requeue (an elastic job's resizes are not recorded).
   int64_t AttemptGpus() const {
-    const int64_t held = HeldGpus();
-    return held > 0 ? held : GpusOf(last_placement);
+    const int64_t holds = HeldGpus();
+    return holds > 0 ? holds : GpusOf(last_placement);
   }
   int32_t ReplicaAttempt(uint32_t replica) const {
     auto it = rank_attempt.find(replica);

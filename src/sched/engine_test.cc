@@ -343,7 +343,9 @@ TEST(Scheduler, RestoredFairShareCountsForgottenJobs) {
   for (const Event& e : CompactState(st.GetSnapshot(), false)) {
     if (std::holds_alternative<NodeAdded>(e)) continue;  // (MakeCluster added them)
     ASSERT_TRUE(replay.Apply(e).ok());
-    if (!std::holds_alternative<JobsForgotten>(e)) ASSERT_TRUE(without.Apply(e).ok());
+    if (!std::holds_alternative<JobsForgotten>(e)) {
+      ASSERT_TRUE(without.Apply(e).ok());
+    }
   }
   const std::map<std::string, double> got = restored(st.GetSnapshot());
   const std::map<std::string, double> replayed = restored(replay.GetSnapshot());

@@ -84,6 +84,46 @@ TEST_F(Trust, AUsersTaskRunsAsItsAccountAndCannotReadTheAdminToken) {
   EXPECT_EQ(logs.find(up.token()), std::string::npos) << "the admin token leaked into a user's log";
 }
 
+// A user's container on a root agent: the runtime runs as root (it must,
+// to make the namespaces and cgroups), the container's process as the
+// user's account; nothing of the job's environment steers the runtime.
+TEST_F(Trust, AUsersContainerRunsAsItsAccount) {
+  if (geteuid() != 0) GTEST_SKIP() << "a root agent's containers";
+  if (access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "no static busybox to build a rootfs from (busybox-static)";
+  const std::string rootfs = tmp.path() + "/image/rootfs";
+  std::filesystem::create_directories(rootfs + "/bin");
+  std::filesystem::copy_file("/bin/busybox", rootfs + "/bin/busybox");
+  for (const char* c : {"sh", "id", "cat"}) std::filesystem::create_symlink("busybox", rootfs + "/bin/" + c);
+  const std::string config = Write("cluster.yaml", "node_groups: []\naccounts: [{user: alice, uid: 65534, gid: 65534}]\n"
+                                                   "allowed_mounts: [{prefix: " + tmp.path() + "/image}]\n");
+  int ran = 0;
+  for (const char* runtime : {"runc", "crun"}) {
+    if (access((std::string("/usr/sbin/") + runtime).c_str(), X_OK) != 0 &&
+        access((std::string("/usr/bin/") + runtime).c_str(), X_OK) != 0) {
+      continue;
+    }
+    ++ran;
+    RotaProcess up("up", tmp.path() + "/data-" + runtime,
+                   {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config, "--oci-runtime", runtime});
+    auto alice = up.Http(UserToken(up, "alice"));
+    const std::string job =
+        json{{"name", "boxed"},
+             {"tasks", {{{"gpus", 1}, {"rootfs", tmp.path() + "/image"},
+                         {"env", {{"XDG_RUNTIME_DIR", tmp.path() + "/steer"}, {"PATH", tmp.path() + "/bin"}}},
+                         {"command", {"/bin/sh", "-c", "PATH=/bin; echo inside uid=$(id -u) gid=$(id -g) pid1=$(cat /proc/1/comm)"}}}}}}
+            .dump();
+    auto r = alice.Post("/v1/jobs", job, "application/json");
+    ASSERT_EQ(r->status, 201) << r->body;
+    const int id = json::parse(r->body)["id"];
+    const json j = WaitEnded(up, id);
+    const std::string logs = Logs(up, id);
+    EXPECT_EQ(j["state"], "succeeded") << runtime << ": " << j.dump() << "\n" << logs;
+    EXPECT_NE(logs.find("inside uid=65534 gid=65534 pid1=sh"), std::string::npos) << runtime << ": " << logs;
+    EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/steer")) << runtime << ": the job's env steered the runtime";
+  }
+  if (ran == 0) GTEST_SKIP() << "neither runc nor crun is installed";
+}
+
 TEST_F(Trust, AUserWithoutAnAccountOnTheNodeIsRefusedWithTheReason) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
   auto ghost = up.Http(UserToken(up, "no-such-account-rota"));
@@ -688,6 +728,66 @@ TEST(NotRoot, RotaUpAsAnOrdinaryUserRunsTasksAsThatUser) {
   EXPECT_NE(logs.find("as nobody 65534"), std::string::npos) << logs << ReadAll(log);
   const json job = json::parse(c.Get("/v1/jobs/1")->body);
   EXPECT_EQ(job["user"], "nobody") << job.dump();
+  kill(up, SIGTERM);
+  waitpid(up, nullptr, 0);
+}
+
+// The same user's job naming a rootfs runs in a rootless container: root
+// inside a user namespace is that user outside and nothing else; the
+// runtime's state is in the agent's own directory, not root's /run.
+TEST(NotRoot, RotaUpAsAnOrdinaryUserRunsContainersRootless) {
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs root and setpriv to become nobody";
+  if (access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "no static busybox to build a rootfs from (busybox-static)";
+  if (access("/usr/sbin/runc", X_OK) != 0 && access("/usr/bin/runc", X_OK) != 0 && access("/usr/bin/crun", X_OK) != 0) {
+    GTEST_SKIP() << "neither runc nor crun is installed";
+  }
+  TempDir tmp;
+  chmod(tmp.path().c_str(), 0711);
+  const std::string rootfs = tmp.path() + "/image/rootfs";
+  std::filesystem::create_directories(rootfs + "/bin");
+  std::filesystem::copy_file("/bin/busybox", rootfs + "/bin/busybox");
+  for (const char* c : {"sh", "cat", "id"}) std::filesystem::create_symlink("busybox", rootfs + "/bin/" + c);
+  // As an image has them: a rootless runtime cannot make a mount point in a
+  // root filesystem it does not own.
+  for (const char* d : {"proc", "dev", "sys", "rota"}) std::filesystem::create_directories(rootfs + "/" + d);
+  const std::string data = tmp.path() + "/data";
+  std::filesystem::create_directories(data);
+  ASSERT_EQ(chown(data.c_str(), 65534, 65534), 0);
+  const std::string log = tmp.path() + "/up.log";
+  const pid_t up = Spawn({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", RotaBinary(), "up",
+                          "--data-dir", data, "--listen", "127.0.0.1:0", "--gpus", "2xH100:80Gi", "--name", "local"},
+                         log, log, /*append=*/false);
+  ASSERT_GT(up, 0);
+  int port = 0;
+  for (int i = 0; i < 500 && port == 0; ++i) {
+    const std::string text = ReadAll(log);
+    const size_t at = text.rfind("serving http://127.0.0.1:");
+    if (at != std::string::npos) port = std::stoi(text.substr(at + 25));
+    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(port, 0) << ReadAll(log);
+  std::string token = ReadAll(data + "/admin.token");
+  while (!token.empty() && token.back() == '\n') token.pop_back();
+  httplib::Client c("127.0.0.1", port);
+  c.set_bearer_token_auth(token);
+  const json spec = {{"name", "boxed"},
+                     {"tasks", {{{"gpus", 1}, {"memory", "64Mi"}, {"rootfs", tmp.path() + "/image"},
+                                 {"command", {"sh", "-c", "echo \"inside=$(id -u) pid1=$(cat /proc/1/comm)\"; "
+                                                          "echo map $(cat /proc/self/uid_map)"}}}}}};
+  auto r = c.Post("/v1/jobs", spec.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  json job;
+  for (int i = 0; i < 200; ++i) {
+    job = json::parse(c.Get("/v1/jobs/1")->body);
+    if (job["state"] == "succeeded" || job["state"] == "failed") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string logs = c.Get("/v1/jobs/1/logs")->body;
+  EXPECT_EQ(job["state"], "succeeded") << job.dump() << "\n" << logs << ReadAll(log);
+  EXPECT_NE(logs.find("inside=0 pid1=sh"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("map 0 65534 1"), std::string::npos) << logs;  // root inside is nobody outside, alone
+  EXPECT_NE(logs.find("running without limits"), std::string::npos) << logs;  // it asked for 64Mi: said, not silent
   kill(up, SIGTERM);
   waitpid(up, nullptr, 0);
 }
