@@ -339,14 +339,17 @@ void Agent::RenewLease(int64_t sent_at_ns) {
   if (!ok || rename(tmp.c_str(), lease.c_str()) != 0) unlink(tmp.c_str());
 }
 
-void Agent::SaveRecord(const std::string& key, Task& t) {
+bool Agent::SaveRecord(const std::string& key, Task& t) {
   t.record_file = options_.state_dir + "/tasks/" + FileKey(key) + ".json";
   const json record{{"key", key},           {"assignment", api::AssignmentToJson(t.assignment)}, {"pid", t.pid},
                     {"shim", t.shim},       {"shim_start", t.shim_start}, {"exit_file", t.exit_file},
                     {"cgroup", t.cgroup},   {"log_path", t.log_path},     {"checkpoint_file", t.checkpoint_file},
                     {"uid", t.uid},         {"gpu_mask", t.gpu_mask},     {"oci_runtime", t.oci_runtime},
                     {"oci_id", t.oci_id},   {"oci_root", t.oci_root}, {"memory_limited", t.memory_limited},
-                    {"stop_signal", t.stop_signal}, {"grace_ms", t.grace_ms}};
+                    {"stop_signal", t.stop_signal}, {"grace_ms", t.grace_ms},
+                    // (This agent's supervisors start nothing before they are
+                    // recorded: a record without one is of a task never started.)
+                    {"recorded_first", true}};
   // Written whole or not at all: a temporary file renamed over. Not
   // fsynced: a record outlives the agent (the page cache keeps it), which
   // is what adoption needs; only a machine's crash can lose it, and that
@@ -354,15 +357,20 @@ void Agent::SaveRecord(const std::string& key, Task& t) {
   // fsyncs were most of a launch's 15 ms.
   const std::string tmp = t.record_file + ".tmp";
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return;
-  const std::string text = record.dump();
-  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  if (!ok || rename(tmp.c_str(), t.record_file.c_str()) != 0) {
-    unlink(tmp.c_str());
-    std::fprintf(stderr, "rota agent: cannot record task %s in %s: a restarted agent could not adopt it\n",
-                 key.c_str(), options_.state_dir.c_str());
+  bool ok = fd >= 0;
+  if (ok) {
+    const std::string text = record.dump();
+    ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    close(fd);
   }
+  if (!ok || rename(tmp.c_str(), t.record_file.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    std::fprintf(stderr, "rota agent: cannot record task %s in %s (%s): a restarted agent could not adopt it\n",
+                 key.c_str(), options_.state_dir.c_str(), std::strerror(err));
+    return false;
+  }
+  return true;
 }
 
 void Agent::ForgetRecord(const Task& t) {
@@ -419,10 +427,25 @@ void Agent::AdoptTasks() {
     t->record_file = path;
     t->adopted = true;
     int code;
+    if (t->shim == 0 && r.value("recorded_first", false)) {
+      // No supervisor recorded, by an agent whose supervisors start nothing
+      // before they are: nothing of this launch ran (a supervisor that was
+      // started heard no word, and exits). The server's next answer starts
+      // it once.
+      if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
+      ForgetRecord(*t);
+      continue;
+    }
+    if (t->shim != 0 && t->pid == 0) {
+      // Recorded, then the agent was killed before the supervisor said
+      // what it started: its child, if it started one.
+      t->pid = SupervisedTaskPid(t->shim, t->shim_start);
+    }
     if (t->shim == 0) {
-      // No supervisor recorded: the agent died while launching it. What it
-      // may have started is in its cgroup: cleared, the attempt never ran,
-      // and the server's next answer starts it once.
+      // No supervisor recorded: the agent (of a version before
+      // recorded_first) died while launching it. What it may have started is
+      // in its cgroup: cleared, the attempt never ran, and the server's next
+      // answer starts it once.
       if (cgroups_ && !t->cgroup.empty()) {
         cgroups_->Remove(t->cgroup);
         ForgetRecord(*t);
@@ -1002,7 +1025,15 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
       }
       // Recorded before it starts (no pids yet): an agent killed during the
       // launch leaves a record whose cgroup the next one clears.
-      if (!options_.state_dir.empty()) SaveRecord(key, *t);
+      if (!options_.state_dir.empty()) {
+        SaveRecord(key, *t);
+        // The supervisor starts the task only once it is recorded here.
+        spec.recorded = [this, &key, &t](pid_t shim) {
+          t->shim = shim;
+          t->shim_start = ProcessStartTime(shim);
+          return SaveRecord(key, *t);
+        };
+      }
       auto launched = launcher_.Launch(spec);
       if (launched.ok()) {
         t->pid = launched->pid;

@@ -143,7 +143,8 @@ class Agent {
   // REQUIRES: mu_ held. Loads the records a previous agent left, adopts
   // the tasks still running and stops unrecorded ones.
   void AdoptTasks();
-  void SaveRecord(const std::string& key, Task& t);
+  // Writes the task's record (whole or not at all); false, said on stderr, if it could not.
+  bool SaveRecord(const std::string& key, Task& t);
   void ForgetRecord(const Task& t);
   std::string LeaseFile() const;
   // The GPU instance id of the MIG instance assignment `a` names (-1: not MIG).

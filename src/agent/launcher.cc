@@ -18,9 +18,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <ctime>
 
 namespace rota::agent {
@@ -34,8 +36,9 @@ struct ChildError {
 constexpr const char* kSteps[] = {"join its cgroup", "open its log",  "change to its directory",
                                   "set its groups",  "set its gid",   "set its uid",
                                   "set no_new_privs", "exec",         "start its supervisor",
-                                  "make a private mount namespace", "unmount in its mount namespace"};
-constexpr int kStepExec = 7, kStepShim = 8, kStepHide = 9, kStepUnmount = 10;
+                                  "make a private mount namespace", "unmount in its mount namespace",
+                                  "start it: the agent did not record its supervisor"};
+constexpr int kStepExec = 7, kStepShim = 8, kStepHide = 9, kStepUnmount = 10, kStepGo = 11;
 
 [[noreturn]] void ChildFail(int pipe_fd, int step) {
   const ChildError e{step, errno};
@@ -77,6 +80,7 @@ struct Prepared {
   std::string program, workdir;
   std::vector<int> procs;  // cgroup.procs, open for writing
   int log_fd = -1, null_fd = -1;
+  int go_fd = -1;  // the shim's: the agent's word that it may start the task
 };
 
 // Descriptors up to this are closed one by one where close_range is missing
@@ -277,6 +281,7 @@ struct ShimReport {
     keep[n++] = report_fd;
     keep[n++] = p.log_fd;
     keep[n++] = p.null_fd;
+    keep[n++] = p.go_fd;
     for (int fd : p.procs) {
       if (n < 16) keep[n++] = fd;
     }
@@ -287,8 +292,26 @@ struct ShimReport {
     dup2(p.null_fd, 1);
     dup2(p.null_fd, 2);
   }
-  int inner[2];
   ShimReport report{0, -1, 0};
+  // Nothing starts before the agent has recorded this supervisor: killed
+  // before it did, it left no record of a task that would then run
+  // unknown to the next agent (and run again when the server starts it
+  // afresh). Its end of the pipe closed without a word: not started.
+  if (p.go_fd >= 0) {
+    char go = 0;
+    ssize_t got;
+    do {
+      got = read(p.go_fd, &go, 1);
+    } while (got < 0 && errno == EINTR);
+    close(p.go_fd);
+    if (got != 1 || go != 'g') {
+      report.step = kStepGo;
+      report.err = ECANCELED;
+      [[maybe_unused]] ssize_t w = write(report_fd, &report, sizeof(report));
+      _exit(127);
+    }
+  }
+  int inner[2];
   if (pipe2(inner, O_CLOEXEC) != 0) {
     report.step = 1;
     report.err = errno;
@@ -346,13 +369,15 @@ struct ShimReport {
 // cgroup.procs descriptors (comma-separated), the directory, whether to set
 // the identity (0 or 1), uid, gid, groups (comma-separated), exit file,
 // lease file, fence warning (ms), stop signal, program, the descriptor of
-// the task's arguments and environment (TaskBlob), then a count and that
+// the task's arguments and environment (TaskBlob), the descriptor the
+// agent says "go" on (one byte, once it has recorded the shim; end of file
+// instead: the task is not started), then a count and that
 // many fence-kill files, then a count and that many mounts to hide. Nothing secret is on it: a command line is every
 // local user's to read (ps), so the task's environment (tokens) and
 // arguments come through the descriptor. The shim's own environment is
 // empty: nothing of the task's (LD_PRELOAD) reaches a process that runs as
 // the agent's user.
-constexpr const char* kShimTag = "rota-shim/3";
+constexpr const char* kShimTag = "rota-shim/4";
 constexpr size_t kMaxProcs = 12;  // cgroup.procs descriptors handed to the shim
 
 template <typename T>
@@ -363,7 +388,7 @@ std::string Joined(const std::vector<T>& v) {
 }
 
 std::vector<std::string> ShimArgs(const std::string& shim, const LaunchSpec& spec, const Prepared& p, int report_fd,
-                                  int blob_fd) {
+                                  int blob_fd, int go_fd) {
   std::vector<std::string> a = {shim,
                                 kShimTag,
                                 std::to_string(report_fd),
@@ -381,6 +406,7 @@ std::vector<std::string> ShimArgs(const std::string& shim, const LaunchSpec& spe
                                 std::to_string(spec.stop_signal),
                                 p.program,
                                 std::to_string(blob_fd),
+                                std::to_string(go_fd),
                                 std::to_string(spec.fence_kill_procs.size())};
   a.insert(a.end(), spec.fence_kill_procs.begin(), spec.fence_kill_procs.end());
   a.push_back(std::to_string(spec.hide_mounts.size()));
@@ -488,7 +514,7 @@ int ShimMain(int argc, char** argv) {
     return 127;
   };
   if (argc < 2 || std::strcmp(argv[1], kShimTag) != 0) return refuse("not a command line of this version");
-  if (argc < 19 || !ParseInt(argv[2], 3, INT32_MAX, &report_fd)) return refuse("bad report descriptor");
+  if (argc < 20 || !ParseInt(argv[2], 3, INT32_MAX, &report_fd)) return refuse("bad report descriptor");
   LaunchSpec spec;
   Prepared p;
   long long v;
@@ -517,7 +543,10 @@ int ShimMain(int argc, char** argv) {
   p.program = argv[15];
   long long blob_fd;
   if (!ParseInt(argv[16], 3, INT32_MAX, &blob_fd)) return refuse("bad argument descriptor");
-  int i = 17;
+  long long go_fd;
+  if (!ParseInt(argv[17], 3, INT32_MAX, &go_fd)) return refuse("bad go descriptor");
+  p.go_fd = static_cast<int>(go_fd);
+  int i = 18;
   if (!ParseInt(argv[i++], 0, argc, &v) || i + v >= argc) return refuse("bad fence-kill files");
   for (long long k = 0; k < v; ++k) spec.fence_kill_procs.push_back(argv[i++]);
   if (!ParseInt(argv[i++], 0, argc, &v) || i + v != argc) return refuse("bad mounts to hide");
@@ -627,6 +656,7 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
 
   pid_t pid;
   int fork_errno = 0;
+  int go_fds[2] = {-1, -1};
   if (!supervised) {
     // (The agent's child: a fork, so that the identity change in ExecTask
     // is the child's own; glibc's setxid would otherwise reach for the
@@ -655,18 +685,24 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
     }
     auto blob = TaskBlob(spec);
     if (!blob.ok()) return refused(blob.status());
-    const std::vector<std::string> shim_args = ShimArgs(shim_, spec, p, pipe_fds[1], *blob);
+    if (pipe2(go_fds, O_CLOEXEC) != 0) {
+      const int err = errno;
+      close(*blob);
+      return refused(UnavailableError(std::string("cannot make a pipe for its supervisor: ") + std::strerror(err)));
+    }
+    const std::vector<std::string> shim_args = ShimArgs(shim_, spec, p, pipe_fds[1], *blob, go_fds[0]);
     std::vector<char*> shim_argv;
     for (const std::string& a : shim_args) shim_argv.push_back(const_cast<char*>(a.c_str()));
     shim_argv.push_back(nullptr);
     // The descriptors the shim is handed (opened CLOEXEC: kept across its
     // exec only in the child's own table).
-    int pass[4 + kMaxProcs];
+    int pass[5 + kMaxProcs];
     int n_pass = 0;
     pass[n_pass++] = pipe_fds[1];
     pass[n_pass++] = p.log_fd;
     pass[n_pass++] = p.null_fd;
     pass[n_pass++] = *blob;
+    pass[n_pass++] = go_fds[0];
     for (int fd : p.procs) pass[n_pass++] = fd;
     sigset_t all, before;
     sigfillset(&all);
@@ -675,6 +711,13 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
     fork_errno = errno;
     sigprocmask(SIG_SETMASK, &before, nullptr);
     close(*blob);
+    close(go_fds[0]);
+    // The word to start: once the agent has recorded the supervisor (a
+    // supervisor that never hears it starts nothing).
+    if (pid > 0 && (!spec.recorded || spec.recorded(pid))) {
+      [[maybe_unused]] ssize_t w = write(go_fds[1], "g", 1);
+    }
+    close(go_fds[1]);
   }
   close(pipe_fds[1]);
   close_all();
@@ -723,7 +766,9 @@ int ProcessLauncher::Poll(pid_t pid) {
   return -1;
 }
 
-void ProcessLauncher::Signal(pid_t pid, int signal) { kill(-pid, signal); }
+void ProcessLauncher::Signal(pid_t pid, int signal) {
+  if (pid > 0) kill(-pid, signal);  // (never kill(0): the agent's own group)
+}
 
 int ReadExitFile(const std::string& exit_file) {
   const int fd = open(exit_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -754,6 +799,18 @@ uint64_t ProcessStartTime(pid_t pid) {
   uint64_t start = 0;
   rest >> start;
   return start;
+}
+
+pid_t SupervisedTaskPid(pid_t shim, uint64_t shim_start, int wait_ms) {
+  const std::string children = "/proc/" + std::to_string(shim) + "/task/" + std::to_string(shim) + "/children";
+  for (int waited = 0;; waited += 10) {
+    if (shim <= 0 || shim_start == 0 || ProcessStartTime(shim) != shim_start) return 0;
+    std::ifstream in(children);
+    long long pid = 0;
+    if (in >> pid && pid > 0) return static_cast<pid_t>(pid);
+    if (waited >= wait_ms) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 }  // namespace rota::agent

@@ -36,6 +36,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -68,6 +69,11 @@ struct LaunchSpec {
   // these unmounted before it execs (crun on a hybrid cgroup host, which
   // refuses to run while cgroup2 is mounted beside the v1 controllers).
   std::vector<std::string> hide_mounts;
+  // Supervised: called with the supervisor's pid once it runs and before it
+  // may start the task; the task starts only if this returns true (the
+  // agent has recorded the supervisor, so that an agent killed at any
+  // moment leaves a record of every task that may run). Unset: it starts.
+  std::function<bool(pid_t supervisor)> recorded;
 };
 
 struct Launched {
@@ -120,5 +126,10 @@ int ReadExitFile(const std::string& exit_file);
 // The start time of process `pid` (clock ticks since boot, /proc/PID/stat),
 // or 0 if there is no such live process (gone, or a zombie).
 uint64_t ProcessStartTime(pid_t pid);
+// The task supervisor `shim` (started at `shim_start`) started: its child
+// (/proc/PID/task/PID/children), waited for up to `wait_ms` while the
+// supervisor lives without one (it was told to start it just before its
+// agent died); 0 if it started none, or is gone.
+pid_t SupervisedTaskPid(pid_t shim, uint64_t shim_start, int wait_ms = 2000);
 
 }  // namespace rota::agent

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace rota::agent {
 namespace {
@@ -311,6 +312,49 @@ TEST_F(SupervisedTest, HiddenMountsAreGoneForTheTaskAlone) {
       << bad.status().ToString();
 }
 
+// The supervisor starts the task only once the agent has recorded it (an
+// agent killed before it did leaves no record of a task that would run).
+TEST_F(SupervisedTest, TheTaskStartsOnlyOnceItsSupervisorIsRecorded) {
+  ProcessLauncher l(kShim);
+  pid_t seen = 0;
+  LaunchSpec s = Spec({"sh", "-c", "touch " + dir + "/ran"});
+  s.recorded = [&](pid_t shim) {
+    seen = shim;
+    return false;  // as an agent that could not write the record
+  };
+  auto t = l.Launch(s);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("the agent did not record its supervisor"), std::string::npos)
+      << t.status().ToString();
+  EXPECT_GT(seen, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ran"));
+  s.recorded = [&](pid_t shim) {
+    seen = shim;
+    return !std::filesystem::exists(dir + "/ran");  // (not started before)
+  };
+  t = l.Launch(s);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(seen, t->shim);
+  EXPECT_EQ(Wait(l, t->shim), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/ran"));
+}
+
+// An agent killed after recording the supervisor but before it heard what
+// the supervisor started finds the task as the supervisor's child.
+TEST_F(SupervisedTest, ARecordedSupervisorsTaskIsFoundAsItsChild) {
+  ProcessLauncher l(kShim);
+  auto t = l.Launch(Spec({"sleep", "5"}));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  const uint64_t start = ProcessStartTime(t->shim);
+  EXPECT_EQ(SupervisedTaskPid(t->shim, start, 0), t->pid);
+  EXPECT_EQ(SupervisedTaskPid(t->shim, start + 1, 0), 0);  // another process by that pid
+  l.Signal(t->pid, SIGKILL);
+  Wait(l, t->shim);
+  EXPECT_EQ(SupervisedTaskPid(t->shim, start, 0), 0);  // gone
+  l.Signal(0, SIGKILL);  // no task (pid 0): nothing, not this process's group
+}
+
 TEST_F(SupervisedTest, AMissingShimIsAnErrorNamingIt) {
   ProcessLauncher l(dir + "/no-such-shim");
   auto t = l.Launch(Spec({"true"}));
@@ -336,8 +380,8 @@ TEST(Shim, RefusesCountsThatDoNotMatchItsArguments) {
   ASSERT_EQ(pipe(report), 0);
   const std::string fd = std::to_string(report[1]);
   auto run = [&](std::vector<std::string> tail) {
-    std::vector<std::string> args = {"rota-shim", "rota-shim/3", fd, "1", "2", "", "/tmp", "0", "0", "0", "",
-                                     "/tmp/x.exit", "", "0", "15", "/bin/true", fd};
+    std::vector<std::string> args = {"rota-shim", "rota-shim/4", fd, "1", "2", "", "/tmp", "0", "0", "0", "",
+                                     "/tmp/x.exit", "", "0", "15", "/bin/true", fd, fd};
     args.insert(args.end(), tail.begin(), tail.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
