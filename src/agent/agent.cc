@@ -51,6 +51,7 @@ struct Agent::Task {
   std::string oci_runtime;      // a container: the runtime binary and container id ("" = a process)
   std::string oci_id;
   std::string oci_root;         // the runtime's state directory ("" = its default)
+  std::string record_error;     // why its record could not be written (SaveRecord), "" if it was
   bool memory_limited = false;
   bool stopping = false;
   std::chrono::steady_clock::time_point stop_deadline;
@@ -271,7 +272,9 @@ int Agent::PollTask(Task& t) {
 bool Agent::Reap() {
   bool ended = false;
   for (auto& [key, t] : tasks_) {
-    if (t->pid != 0 && !t->exited) {
+    // (An adopted supervisor whose task's pid was not yet known: found now.)
+    if (t->pid == 0 && t->shim != 0 && !t->exited) t->pid = SupervisedTaskPid(t->shim, t->shim_start, 0);
+    if ((t->pid != 0 || t->shim != 0) && !t->exited) {
       const int code = PollTask(*t);
       if (code >= 0) {
         t->exited = true;
@@ -293,6 +296,7 @@ bool Agent::Reap() {
 }
 
 void Agent::StopTask(Task& t, bool now) {
+  if (t.pid == 0 && t.shim != 0 && !t.exited) t.pid = SupervisedTaskPid(t.shim, t.shim_start, 0);
   if (t.pid == 0 || t.exited) return;
   if (now) {
     launcher_.Signal(t.pid, SIGKILL);
@@ -357,17 +361,19 @@ bool Agent::SaveRecord(const std::string& key, Task& t) {
   // fsyncs were most of a launch's 15 ms.
   const std::string tmp = t.record_file + ".tmp";
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  bool ok = fd >= 0;
-  if (ok) {
+  int err = fd < 0 ? errno : 0;
+  if (fd >= 0) {
     const std::string text = record.dump();
-    ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    const ssize_t n = write(fd, text.data(), text.size());
+    if (n != static_cast<ssize_t>(text.size())) err = n < 0 ? errno : ENOSPC;  // (a short write: the disk is full)
     close(fd);
   }
-  if (!ok || rename(tmp.c_str(), t.record_file.c_str()) != 0) {
-    const int err = errno;
+  if (err == 0 && rename(tmp.c_str(), t.record_file.c_str()) != 0) err = errno;
+  if (err != 0) {
     unlink(tmp.c_str());
+    t.record_error = std::strerror(err);
     std::fprintf(stderr, "rota agent: cannot record task %s in %s (%s): a restarted agent could not adopt it\n",
-                 key.c_str(), options_.state_dir.c_str(), std::strerror(err));
+                 key.c_str(), options_.state_dir.c_str(), t.record_error.c_str());
     return false;
   }
   return true;
@@ -724,7 +730,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
                      static_cast<unsigned long long>(revision), answer.tasks.size());
       }
       StopTask(*it->second, false);
-      if ((it->second->exited || it->second->pid == 0) && LogShipped(*it->second)) {
+      if ((it->second->exited || (it->second->pid == 0 && it->second->shim == 0)) && LogShipped(*it->second)) {
         if (finished_.insert(it->first).second) finished_order_.push_back(it->first);
         if (finished_order_.size() > 100000) {
           finished_.erase(finished_order_.front());
@@ -961,6 +967,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           // (process.user). Its environment is its own: the job's is in the
           // bundle, and none of it (PATH, XDG_RUNTIME_DIR) steers a process
           // that runs as root.
+          spec.log_as_identity = spec.set_identity;  // (its log stays the job's account's)
           spec.set_identity = false;
           spec.groups.clear();
           spec.env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}};
@@ -1034,17 +1041,31 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           return SaveRecord(key, *t);
         };
       }
+      t->record_error.clear();  // (what the callback's SaveRecord says)
       auto launched = launcher_.Launch(spec);
       if (launched.ok()) {
         t->pid = launched->pid;
-        t->shim = launched->shim;
-        t->shim_start = ProcessStartTime(t->shim);
+        if (t->shim != launched->shim) {  // (not recorded through the callback: unsupervised)
+          t->shim = launched->shim;
+          t->shim_start = ProcessStartTime(t->shim);
+        }
         if (t->shim != 0) SaveRecord(key, *t);
         // One line per start (like slurmd's "launching job"), with the wall
         // clock when its assignment arrived and when it was launched.
         std::fprintf(stderr, "rota agent: started job %llu %s attempt %d pid %d uid %u received_at=%.6f launched_at=%.6f\n",
                      static_cast<unsigned long long>(t->job), name.c_str(), t->attempt, static_cast<int>(t->pid),
                      static_cast<unsigned>(identity.uid), received_at, WallSeconds());
+      } else if (!t->record_error.empty()) {
+        // Not started because it could not be recorded (a full disk): the
+        // node's failure, not the job's; requeued without counting.
+        std::ofstream(spec.log_path, std::ios::app)
+            << "rota: not started: the agent could not record it in " << options_.state_dir << " ("
+            << t->record_error << ")\n";
+        t->exited = true;
+        t->exit_code = 255;
+        t->exit_reason = "lost";
+        ForgetRecord(*t);
+        t->record_file.clear();
       } else {
         std::ofstream(spec.log_path, std::ios::app) << "rota: " << launched.status().message() << "\n";
         t->exited = true;

@@ -640,7 +640,7 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
   }
   p.log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
   p.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (p.log_fd >= 0 && spec.set_identity) {
+  if (p.log_fd >= 0 && (spec.set_identity || spec.log_as_identity)) {
     // The task's log is its own to read on the node, nobody else's.
     [[maybe_unused]] int rc = fchown(p.log_fd, spec.uid, spec.gid);
     fchmod(p.log_fd, 0600);

@@ -55,6 +55,9 @@ struct LaunchSpec {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;
+  // The log is uid/gid's (0600) even without set_identity: a container's
+  // runtime runs as the agent, its process as the job's account.
+  bool log_as_identity = false;
   // cgroup.procs files the process joins before it execs.
   std::vector<std::string> cgroup_procs;
   // Supervision ("" = none: the task is the agent's child).

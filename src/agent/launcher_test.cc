@@ -331,7 +331,10 @@ TEST_F(SupervisedTest, TheTaskStartsOnlyOnceItsSupervisorIsRecorded) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/ran"));
   s.recorded = [&](pid_t shim) {
     seen = shim;
-    return !std::filesystem::exists(dir + "/ran");  // (not started before)
+    // Not started before it is recorded (given the time to start, were it
+    // not waiting for the word).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return !std::filesystem::exists(dir + "/ran");
   };
   t = l.Launch(s);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -352,7 +355,17 @@ TEST_F(SupervisedTest, ARecordedSupervisorsTaskIsFoundAsItsChild) {
   l.Signal(t->pid, SIGKILL);
   Wait(l, t->shim);
   EXPECT_EQ(SupervisedTaskPid(t->shim, start, 0), 0);  // gone
-  l.Signal(0, SIGKILL);  // no task (pid 0): nothing, not this process's group
+  // No task (pid 0): nothing is signalled, not the caller's own group (in a
+  // child of its own group, which would die of it).
+  const pid_t child = fork();
+  if (child == 0) {
+    setpgid(0, 0);
+    l.Signal(0, SIGKILL);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST_F(SupervisedTest, AMissingShimIsAnErrorNamingIt) {
@@ -379,28 +392,29 @@ TEST(Shim, RefusesCountsThatDoNotMatchItsArguments) {
   int report[2];
   ASSERT_EQ(pipe(report), 0);
   const std::string fd = std::to_string(report[1]);
-  auto run = [&](std::vector<std::string> tail) {
+  auto run = [&](std::vector<std::string> tail, std::string go = "") {
     std::vector<std::string> args = {"rota-shim", "rota-shim/4", fd, "1", "2", "", "/tmp", "0", "0", "0", "",
-                                     "/tmp/x.exit", "", "0", "15", "/bin/true", fd, fd};
+                                     "/tmp/x.exit", "", "0", "15", "/bin/true", fd, go.empty() ? fd : go};
     args.insert(args.end(), tail.begin(), tail.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     return ShimMain(static_cast<int>(args.size()), argv.data());
   };
-  EXPECT_EQ(run({"1"}), 127);                         // a fence-kill file missing, and no mounts count
-  EXPECT_EQ(run({"0"}), 127);                         // no mounts count
-  EXPECT_EQ(run({"0", "1"}), 127);                    // a mount missing
-  EXPECT_EQ(run({"0", "1", "relative/path"}), 127);   // not absolute
-  EXPECT_EQ(run({"0", "1", "/a", "/b"}), 127);        // one too many
+  EXPECT_EQ(run({"1", "0"}), 127);                     // a fence-kill file, then no mounts count
+  EXPECT_EQ(run({"0", "x"}), 127);                     // a mounts count that is not a number
+  EXPECT_EQ(run({"0", "1"}), 127);                     // a mount missing
+  EXPECT_EQ(run({"0", "1", "relative/path"}), 127);    // not absolute
+  EXPECT_EQ(run({"0", "1", "/a", "/b"}), 127);         // one too many
   EXPECT_EQ(run({"1", "/procs", "0", "extra"}), 127);  // one too many after both lists
+  EXPECT_EQ(run({"0", "0"}, "2"), 127);                // a go descriptor below 3
   close(report[1]);
-  int reports = 0;
-  char buf[64];
+  size_t bytes = 0;
+  char buf[256];
   ssize_t n;
-  while ((n = read(report[0], buf, sizeof(buf))) > 0) reports += static_cast<int>(n);
+  while ((n = read(report[0], buf, sizeof(buf))) > 0) bytes += static_cast<size_t>(n);
   close(report[0]);
-  EXPECT_GT(reports, 0);  // each refusal reported
+  EXPECT_EQ(bytes, 7 * (sizeof(pid_t) + 2 * sizeof(int)));  // one report (ShimReport: task, step, errno) per refusal
 }
 
 }  // namespace

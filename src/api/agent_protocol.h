@@ -110,7 +110,8 @@ struct TaskReport {
   int32_t attempt = 0;
   bool exited = false;
   int32_t exit_code = 0;
-  std::string exit_reason;  // "oom": killed by the kernel at its memory limit
+  std::string exit_reason;  // "oom": killed by the kernel at its memory limit; "lost": its supervisor
+                            // vanished, or was not recorded (so started nothing): the node's failure
   // The task's last checkpoint (it wrote the path to $ROTA_CHECKPOINT_FILE at
   // checkpoint_at); journaled once per newer time.
   std::string checkpoint_path;

@@ -167,6 +167,48 @@ TEST_F(Fencing, AnAgentKilledAndRestartedWithinTheTimeoutAdoptsItsRanks) {
   EXPECT_LE(watch.max_copies(), 1) << watch.worst();
 }
 
+// An agent killed after it recorded a launch but before it recorded the
+// launch's supervisor: its supervisor never heard the word, so nothing ran.
+// (Made here by killing the agent, its rank's supervisor and task, and
+// taking the supervisor out of the record, as the agent had written it
+// before the launch.) The next agent forgets the record rather than report
+// the rank lost, and the server's answer starts it once, the same attempt:
+// no restart.
+TEST_F(Fencing, ALaunchWhoseSupervisorWasNeverRecordedRanNothingAndStartsOnce) {
+  RankWatch watch("3607");
+  const auto [node, index] = StartGang("3607");
+  KillAgent(index, SIGKILL);
+  const std::string tasks = LogsDir(index) + "/.agent-state/tasks";
+  int edited = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tasks)) {
+    if (e.path().extension() != ".json") continue;
+    json r = json::parse(ReadAll(e.path().string()));
+    ASSERT_TRUE(r.value("recorded_first", false)) << r.dump();
+    kill(r["shim"].get<pid_t>(), SIGKILL);
+    kill(-r["pid"].get<pid_t>(), SIGKILL);
+    r["shim"] = 0;
+    r["pid"] = 0;
+    r["shim_start"] = 0;
+    // And no cgroup, as for a container's launch or an agent without
+    // cgroups: nothing to clear it by, where an agent that could not know
+    // it never ran would have to report it lost.
+    r["cgroup"] = "";
+    std::ofstream(e.path()) << r.dump();
+    ++edited;
+  }
+  ASSERT_EQ(edited, 1);
+  ASSERT_TRUE(Eventually([&] { return Census("3607").size() == 1; })) << "the rank was not stopped";
+  RestartAgent(index);
+  ASSERT_TRUE(Eventually([&] { return Census("3607").size() == 2; }, 10)) << "the rank was not started again";
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const json j = Job(1);
+  EXPECT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["restarts"], 0) << j.dump();  // not reported lost: the same attempt, started once
+  CancelLeavesNothing("3607");
+  watch.Stop();
+  EXPECT_LE(watch.max_copies(), 1) << watch.worst();
+}
+
 TEST_F(Fencing, AnAgentGonePastTheTimeoutFencesItsRanksBeforeTheGangMoves) {
   RankWatch watch("3602");
   const auto [node, index] = StartGang("3602");

@@ -109,8 +109,8 @@ TEST_F(Trust, AUsersContainerRunsAsItsAccount) {
     const std::string job =
         json{{"name", "boxed"},
              {"tasks", {{{"gpus", 1}, {"rootfs", tmp.path() + "/image"},
-                         {"env", {{"XDG_RUNTIME_DIR", tmp.path() + "/steer"}, {"PATH", tmp.path() + "/bin"}}},
-                         {"command", {"/bin/sh", "-c", "PATH=/bin; echo inside uid=$(id -u) gid=$(id -g) pid1=$(cat /proc/1/comm)"}}}}}}
+                         {"env", {{"XDG_RUNTIME_DIR", tmp.path() + "/steer"}}},
+                         {"command", {"/bin/sh", "-c", "echo inside uid=$(id -u) gid=$(id -g) pid1=$(cat /proc/1/comm)"}}}}}}
             .dump();
     auto r = alice.Post("/v1/jobs", job, "application/json");
     ASSERT_EQ(r->status, 201) << r->body;
@@ -120,6 +120,16 @@ TEST_F(Trust, AUsersContainerRunsAsItsAccount) {
     EXPECT_EQ(j["state"], "succeeded") << runtime << ": " << j.dump() << "\n" << logs;
     EXPECT_NE(logs.find("inside uid=65534 gid=65534 pid1=sh"), std::string::npos) << runtime << ": " << logs;
     EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/steer")) << runtime << ": the job's env steered the runtime";
+    // Its log on the node is its account's, as a process task's is.
+    int logs_owned = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(tmp.path() + "/data-" + runtime)) {
+      if (e.path().extension() != ".log" || ReadAll(e.path().string()).find("inside uid=") == std::string::npos) continue;
+      struct stat st {};
+      ASSERT_EQ(stat(e.path().c_str(), &st), 0);
+      EXPECT_EQ(st.st_uid, 65534u) << e.path();
+      ++logs_owned;
+    }
+    EXPECT_EQ(logs_owned, 1) << runtime;
   }
   if (ran == 0) GTEST_SKIP() << "neither runc nor crun is installed";
 }
