@@ -280,7 +280,9 @@ bool Agent::Reap() {
         t->exited = true;
         t->exit_code = code;
         ended = true;
-        launcher_.Signal(t->pid, SIGKILL);  // what it started in its process group ends with it
+        // What it started in its process group ends with it (not when its
+        // supervisor vanished: that pid may be anyone's by now).
+        if (t->exit_reason != "lost") launcher_.Signal(t->pid, SIGKILL);
         if (cgroups_ && !t->cgroup.empty()) {
           if (cgroups_->OomKilled(t->cgroup)) t->exit_reason = "oom";
           cgroups_->Remove(t->cgroup);
@@ -1056,8 +1058,8 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
                      static_cast<unsigned long long>(t->job), name.c_str(), t->attempt, static_cast<int>(t->pid),
                      static_cast<unsigned>(identity.uid), received_at, WallSeconds());
       } else if (!t->record_error.empty()) {
-        // Not started because it could not be recorded (a full disk): the
-        // node's failure, not the job's; requeued without counting.
+        // Not started because it could not be recorded (a full disk): a
+        // failed attempt, as any launch that failed, with the reason.
         std::ofstream(spec.log_path, std::ios::app)
             << "rota: not started: the agent could not record it in " << options_.state_dir << " ("
             << t->record_error << ")\n";

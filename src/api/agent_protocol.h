@@ -111,7 +111,7 @@ struct TaskReport {
   bool exited = false;
   int32_t exit_code = 0;
   std::string exit_reason;  // "oom": killed by the kernel at its memory limit; "lost": its supervisor
-                            // vanished, or was not recorded (so started nothing): the node's failure
+                            // vanished, or could not be recorded (and so started nothing)
   // The task's last checkpoint (it wrote the path to $ROTA_CHECKPOINT_FILE at
   // checkpoint_at); journaled once per newer time.
   std::string checkpoint_path;

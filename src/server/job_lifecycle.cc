@@ -79,13 +79,6 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
         .IgnoreError();
     return;
   }
-  if (t.exit_reason == "lost") {
-    // The node's doing, not the job's (its supervisor vanished, or the agent
-    // could not record it and so did not start it): requeued, not counted
-    // against the restart policy, as for a lost node.
-    Requeue(batch, job, replica_name + " was lost on its node (its supervisor vanished or could not be recorded)", false);
-    return;
-  }
   if (t.exit_code != 0) {
     Requeue(batch, job,
             t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"

@@ -64,22 +64,6 @@ TEST(JobLifecycle, AFailedReplicaEndsTheAttemptAsThePolicyAllows) {
   EXPECT_EQ(once.job().state, JobState::kPending);
 }
 
-// A replica its node lost (its supervisor vanished, or the agent could not
-// record it and started nothing): the node's failure, requeued without
-// counting against the policy, as for a lost node.
-TEST(JobLifecycle, ALostReplicaIsRequeuedWithoutCountingAgainstThePolicy) {
-  Running never;  // restart: never
-  api::TaskReport lost = Exit(1, 255);
-  lost.exit_reason = "lost";
-  const auto events = never.Report({lost});
-  ASSERT_EQ(events.size(), 1u);
-  ASSERT_TRUE(std::holds_alternative<JobRequeued>(events[0]));
-  EXPECT_EQ(std::get<JobRequeued>(events[0]).reason,
-            "worker-1 was lost on its node (its supervisor vanished or could not be recorded)");
-  EXPECT_EQ(never.job().state, JobState::kPending);
-  EXPECT_EQ(never.job().failed_restarts, 0);
-}
-
 TEST(JobLifecycle, AnElasticJobRestartsOnlyTheFailedRank) {
   JobSpec el = GpuJob("el", 2, 1);
   el.elastic_min_replicas = 1;

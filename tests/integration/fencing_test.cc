@@ -177,15 +177,28 @@ TEST_F(Fencing, AnAgentKilledAndRestartedWithinTheTimeoutAdoptsItsRanks) {
 TEST_F(Fencing, ALaunchWhoseSupervisorWasNeverRecordedRanNothingAndStartsOnce) {
   RankWatch watch("3607");
   const auto [node, index] = StartGang("3607");
-  KillAgent(index, SIGKILL);
+  // (The record holds the shim before the task's pid: wait for both.)
   const std::string tasks = LogsDir(index) + "/.agent-state/tasks";
+  auto pid_recorded = [&] {
+    for (const auto& e : std::filesystem::directory_iterator(tasks)) {
+      if (e.path().extension() != ".json") continue;
+      const json r = json::parse(ReadAll(e.path().string()), nullptr, false);
+      if (!r.is_discarded() && r.value("pid", 0) > 0) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(Eventually(pid_recorded));
+  KillAgent(index, SIGKILL);
   int edited = 0;
   for (const auto& e : std::filesystem::directory_iterator(tasks)) {
     if (e.path().extension() != ".json") continue;
     json r = json::parse(ReadAll(e.path().string()));
     ASSERT_TRUE(r.value("recorded_first", false)) << r.dump();
-    kill(r["shim"].get<pid_t>(), SIGKILL);
-    kill(-r["pid"].get<pid_t>(), SIGKILL);
+    const pid_t shim = r["shim"].get<pid_t>(), pid = r["pid"].get<pid_t>();
+    ASSERT_GT(shim, 0);
+    ASSERT_GT(pid, 0);  // (never kill(-0): this test's own group)
+    kill(shim, SIGKILL);
+    kill(-pid, SIGKILL);
     r["shim"] = 0;
     r["pid"] = 0;
     r["shim_start"] = 0;
