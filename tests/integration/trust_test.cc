@@ -700,32 +700,43 @@ TEST_F(Sockets, WatchesPerNodeAreCappedOldestClosedFirst) {
 namespace rota::testing {
 namespace {
 
+// `rota up` run as nobody (uid 65534) on a data directory under `dir`
+// (which must be 0711): its pid, port (0 if it did not come up), admin token.
+struct UpAsNobody {
+  explicit UpAsNobody(const std::string& dir) : log(dir + "/up.log") {
+    const std::string data = dir + "/data";
+    std::filesystem::create_directories(data);
+    if (chown(data.c_str(), 65534, 65534) != 0) return;
+    pid = Spawn({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", RotaBinary(), "up", "--data-dir",
+                 data, "--listen", "127.0.0.1:0", "--gpus", "2xH100:80Gi", "--name", "local"},
+                log, log, /*append=*/false);
+    for (int i = 0; i < 500 && pid > 0 && port == 0; ++i) {
+      const std::string text = ReadAll(log);
+      const size_t at = text.rfind("serving http://127.0.0.1:");
+      if (at != std::string::npos) port = std::stoi(text.substr(at + 25));
+      else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    token = ReadAll(data + "/admin.token");
+    while (!token.empty() && token.back() == '\n') token.pop_back();
+  }
+  std::string log;
+  pid_t pid = 0;
+  int port = 0;
+  std::string token;
+};
+
 // `rota up` started by a user who is not root: the admin token is that
 // user's, tasks run as that user, and it serves without cgroups.
 TEST(NotRoot, RotaUpAsAnOrdinaryUserRunsTasksAsThatUser) {
   if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs root and setpriv to become nobody";
   TempDir tmp;
   chmod(tmp.path().c_str(), 0711);
-  const std::string data = tmp.path() + "/data";
-  std::filesystem::create_directories(data);
-  ASSERT_EQ(chown(data.c_str(), 65534, 65534), 0);
-  const std::string log = tmp.path() + "/up.log";
-  const pid_t up = Spawn({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", RotaBinary(), "up",
-                          "--data-dir", data, "--listen", "127.0.0.1:0", "--gpus", "2xH100:80Gi", "--name", "local"},
-                         log, log, /*append=*/false);
-  ASSERT_GT(up, 0);
-  int port = 0;
-  for (int i = 0; i < 500 && port == 0; ++i) {
-    const std::string text = ReadAll(log);
-    const size_t at = text.rfind("serving http://127.0.0.1:");
-    if (at != std::string::npos) port = std::stoi(text.substr(at + 25));
-    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_GT(port, 0) << ReadAll(log);
-  std::string token = ReadAll(data + "/admin.token");
-  while (!token.empty() && token.back() == '\n') token.pop_back();
-  httplib::Client c("127.0.0.1", port);
-  c.set_bearer_token_auth(token);
+  UpAsNobody nobody(tmp.path());
+  ASSERT_GT(nobody.port, 0) << ReadAll(nobody.log);
+  const std::string& log = nobody.log;
+  const pid_t up = nobody.pid;
+  httplib::Client c("127.0.0.1", nobody.port);
+  c.set_bearer_token_auth(nobody.token);
   auto r = c.Post("/v1/jobs", R"J({"name": "me", "tasks": [{"gpus": 1, "command": ["sh", "-c", "echo as $(id -un) $(id -u)"]}]})J",
                   "application/json");
   ASSERT_TRUE(r);
@@ -760,26 +771,12 @@ TEST(NotRoot, RotaUpAsAnOrdinaryUserRunsContainersRootless) {
   // As an image has them: a rootless runtime cannot make a mount point in a
   // root filesystem it does not own.
   for (const char* d : {"proc", "dev", "sys", "rota"}) std::filesystem::create_directories(rootfs + "/" + d);
-  const std::string data = tmp.path() + "/data";
-  std::filesystem::create_directories(data);
-  ASSERT_EQ(chown(data.c_str(), 65534, 65534), 0);
-  const std::string log = tmp.path() + "/up.log";
-  const pid_t up = Spawn({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", RotaBinary(), "up",
-                          "--data-dir", data, "--listen", "127.0.0.1:0", "--gpus", "2xH100:80Gi", "--name", "local"},
-                         log, log, /*append=*/false);
-  ASSERT_GT(up, 0);
-  int port = 0;
-  for (int i = 0; i < 500 && port == 0; ++i) {
-    const std::string text = ReadAll(log);
-    const size_t at = text.rfind("serving http://127.0.0.1:");
-    if (at != std::string::npos) port = std::stoi(text.substr(at + 25));
-    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_GT(port, 0) << ReadAll(log);
-  std::string token = ReadAll(data + "/admin.token");
-  while (!token.empty() && token.back() == '\n') token.pop_back();
-  httplib::Client c("127.0.0.1", port);
-  c.set_bearer_token_auth(token);
+  UpAsNobody nobody(tmp.path());
+  ASSERT_GT(nobody.port, 0) << ReadAll(nobody.log);
+  const std::string& log = nobody.log;
+  const pid_t up = nobody.pid;
+  httplib::Client c("127.0.0.1", nobody.port);
+  c.set_bearer_token_auth(nobody.token);
   const json spec = {{"name", "boxed"},
                      {"tasks", {{{"gpus", 1}, {"memory", "64Mi"}, {"rootfs", tmp.path() + "/image"},
                                  {"command", {"sh", "-c", "echo \"inside=$(id -u) pid1=$(cat /proc/1/comm)\"; "
