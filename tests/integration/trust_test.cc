@@ -731,12 +731,10 @@ TEST(NotRoot, RotaUpAsAnOrdinaryUserRunsTasksAsThatUser) {
   if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs root and setpriv to become nobody";
   TempDir tmp;
   chmod(tmp.path().c_str(), 0711);
-  UpAsNobody nobody(tmp.path());
-  ASSERT_GT(nobody.port, 0) << ReadAll(nobody.log);
-  const std::string& log = nobody.log;
-  const pid_t up = nobody.pid;
-  httplib::Client c("127.0.0.1", nobody.port);
-  c.set_bearer_token_auth(nobody.token);
+  UpAsNobody up(tmp.path());
+  ASSERT_GT(up.port, 0) << ReadAll(up.log);
+  httplib::Client c("127.0.0.1", up.port);
+  c.set_bearer_token_auth(up.token);
   auto r = c.Post("/v1/jobs", R"J({"name": "me", "tasks": [{"gpus": 1, "command": ["sh", "-c", "echo as $(id -un) $(id -u)"]}]})J",
                   "application/json");
   ASSERT_TRUE(r);
@@ -746,11 +744,11 @@ TEST(NotRoot, RotaUpAsAnOrdinaryUserRunsTasksAsThatUser) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     logs = c.Get("/v1/jobs/1/logs")->body;
   }
-  EXPECT_NE(logs.find("as nobody 65534"), std::string::npos) << logs << ReadAll(log);
+  EXPECT_NE(logs.find("as nobody 65534"), std::string::npos) << logs << ReadAll(up.log);
   const json job = json::parse(c.Get("/v1/jobs/1")->body);
   EXPECT_EQ(job["user"], "nobody") << job.dump();
-  kill(up, SIGTERM);
-  waitpid(up, nullptr, 0);
+  kill(up.pid, SIGTERM);
+  waitpid(up.pid, nullptr, 0);
 }
 
 // The same user's job naming a rootfs runs in a rootless container: root
@@ -771,12 +769,10 @@ TEST(NotRoot, RotaUpAsAnOrdinaryUserRunsContainersRootless) {
   // As an image has them: a rootless runtime cannot make a mount point in a
   // root filesystem it does not own.
   for (const char* d : {"proc", "dev", "sys", "rota"}) std::filesystem::create_directories(rootfs + "/" + d);
-  UpAsNobody nobody(tmp.path());
-  ASSERT_GT(nobody.port, 0) << ReadAll(nobody.log);
-  const std::string& log = nobody.log;
-  const pid_t up = nobody.pid;
-  httplib::Client c("127.0.0.1", nobody.port);
-  c.set_bearer_token_auth(nobody.token);
+  UpAsNobody up(tmp.path());
+  ASSERT_GT(up.port, 0) << ReadAll(up.log);
+  httplib::Client c("127.0.0.1", up.port);
+  c.set_bearer_token_auth(up.token);
   const json spec = {{"name", "boxed"},
                      {"tasks", {{{"gpus", 1}, {"memory", "64Mi"}, {"rootfs", tmp.path() + "/image"},
                                  {"command", {"sh", "-c", "echo \"inside=$(id -u) pid1=$(cat /proc/1/comm)\"; "
@@ -791,12 +787,12 @@ TEST(NotRoot, RotaUpAsAnOrdinaryUserRunsContainersRootless) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const std::string logs = c.Get("/v1/jobs/1/logs")->body;
-  EXPECT_EQ(job["state"], "succeeded") << job.dump() << "\n" << logs << ReadAll(log);
+  EXPECT_EQ(job["state"], "succeeded") << job.dump() << "\n" << logs << ReadAll(up.log);
   EXPECT_NE(logs.find("inside=0 pid1=sh"), std::string::npos) << logs;
   EXPECT_NE(logs.find("map 0 65534 1"), std::string::npos) << logs;  // root inside is nobody outside, alone
   EXPECT_NE(logs.find("running without limits"), std::string::npos) << logs;  // it asked for 64Mi: said, not silent
-  kill(up, SIGTERM);
-  waitpid(up, nullptr, 0);
+  kill(up.pid, SIGTERM);
+  waitpid(up.pid, nullptr, 0);
 }
 
 }  // namespace
