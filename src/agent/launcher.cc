@@ -1,5 +1,6 @@
 #include "agent/launcher.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 #include <ctime>
 
 namespace rota::agent {
@@ -203,15 +205,71 @@ void KillProcs(const char* procs) {
   if (pid > 0) kill(pid, SIGKILL);
 }
 
-// The supervisor's life after it started the task: wait, fence, record the exit.
+// SIGKILL to every process below this one. The supervisor is a child
+// subreaper, so what the task left behind outside its process group (a
+// daemon that called setsid, a container's processes once its runtime was
+// killed) is still below it: no cgroup is needed to find them.
+// Reaps them; the task's status, if it is among them, goes to `*status`
+// (and `*ended`).
+void KillDescendants(pid_t task, int* status, bool* ended) {
+  const pid_t self = getpid();
+  for (int pass = 0; pass < 8; ++pass) {  // (a pass may miss a process forked meanwhile)
+    std::vector<std::pair<pid_t, pid_t>> procs;  // (pid, parent)
+    DIR* dir = opendir("/proc");
+    if (dir == nullptr) return;
+    while (dirent* e = readdir(dir)) {
+      char* end = nullptr;
+      const long pid = std::strtol(e->d_name, &end, 10);
+      if (pid <= 0 || *end != '\0') continue;
+      std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+      std::string line;
+      if (!std::getline(in, line)) continue;
+      const size_t close_paren = line.rfind(')');
+      if (close_paren == std::string::npos || close_paren + 4 > line.size()) continue;
+      if (line[close_paren + 2] == 'Z') continue;  // (dead: reaped below)
+      const long parent = std::strtol(line.c_str() + close_paren + 4, nullptr, 10);  // ") S PPID"
+      procs.emplace_back(static_cast<pid_t>(pid), static_cast<pid_t>(parent));
+    }
+    closedir(dir);
+    std::vector<pid_t> below = {self};
+    for (size_t i = 0; i < below.size(); ++i) {
+      for (const auto& [pid, parent] : procs) {
+        if (parent == below[i]) below.push_back(pid);
+      }
+    }
+    for (size_t i = 1; i < below.size(); ++i) kill(below[i], SIGKILL);
+    int st = 0;
+    pid_t r;
+    while ((r = waitpid(-1, &st, WNOHANG)) > 0) {
+      if (r == task) {
+        *status = st;
+        *ended = true;
+      }
+    }
+    if (below.size() == 1) return;
+    const struct timespec moment {0, 10'000'000};
+    nanosleep(&moment, nullptr);  // (killed processes take a moment to become zombies)
+  }
+}
+
+// The supervisor's life after it started the task: wait, fence, record the
+// exit. (It reaps whatever is reparented to it, and waits for the task.)
 [[noreturn]] void Supervise(const LaunchSpec& spec, pid_t task) {
   const struct timespec tick {0, 100'000'000};
   const int64_t warn_ns = static_cast<int64_t>(spec.fence_warn_ms) * 1'000'000;
   bool warned = false;
   int status = 0;
+  bool ended = false;
   while (true) {
-    const pid_t r = waitpid(task, &status, WNOHANG);
-    if (r == task) break;
+    pid_t r;
+    int st = 0;
+    while ((r = waitpid(-1, &st, WNOHANG)) > 0) {
+      if (r == task) {
+        status = st;
+        ended = true;
+      }
+    }
+    if (ended) break;
     if (r < 0 && errno != EINTR) {
       status = 255 << 8;
       break;
@@ -229,10 +287,15 @@ void KillProcs(const char* procs) {
       if (now >= deadline) {
         kill(-task, SIGKILL);
         for (const std::string& procs : spec.fence_kill_procs) KillProcs(procs.c_str());
+        KillDescendants(task, &status, &ended);
+        if (ended) break;
       }
     }
     nanosleep(&tick, nullptr);
   }
+  // What it started ends with it, as with its cgroup.
+  bool again = false;
+  KillDescendants(-1, &status, &again);
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 255;
   const int fd = open(spec.exit_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd >= 0) {
@@ -266,6 +329,9 @@ struct ShimReport {
 // reports to `report` how that went (ShimReport), and supervises it.
 [[noreturn]] void SupervisorMain(const LaunchSpec& spec, const Prepared& p, int report_fd) {
   setsid();
+  // What the task's processes leave orphaned comes to it, not to init
+  // (KillDescendants).
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   struct sigaction ign {};
   ign.sa_handler = SIG_IGN;
   for (int s : {SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) sigaction(s, &ign, nullptr);

@@ -174,6 +174,37 @@ TEST_F(SupervisedTest, ATaskWhoseLeaseLapsesIsSignalledThenKilled) {
   EXPECT_NE(Read(dir + "/t.log").find("warned"), std::string::npos);
 }
 
+// Without a cgroup to kill by: what the task left outside its process
+// group (a daemon in a session of its own, orphaned by a subshell that
+// exited) ends with the task, and at the fence deadline.
+TEST_F(SupervisedTest, WhatATaskLeavesOutsideItsGroupEndsWithItAndAtTheFence) {
+  ProcessLauncher l(kShim);
+  auto alive = [](const std::string& pid_file) {
+    std::ifstream in(pid_file);
+    pid_t pid = 0;
+    if (!(in >> pid) || pid <= 0) return false;
+    return ProcessStartTime(pid) != 0;  // (0: gone, or a zombie)
+  };
+  // Ends on its own, leaving a daemon.
+  auto t = l.Launch(Spec({"sh", "-c", "(setsid sleep 300 & echo $! > " + dir + "/daemon1) ; sleep 0.2; exit 3"}));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(alive(dir + "/daemon1"));
+  EXPECT_EQ(Wait(l, t->shim), 3);
+  EXPECT_FALSE(alive(dir + "/daemon1")) << "a daemon outlived its task";
+  // Fenced, with a daemon.
+  Lease(500);
+  LaunchSpec s = Spec({"sh", "-c", "(setsid sleep 300 & echo $! > " + dir + "/daemon2) ; sleep 300"});
+  s.lease_file = dir + "/lease";
+  t = l.Launch(s);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(alive(dir + "/daemon2"));
+  const int code = Wait(l, t->shim, 3000);
+  EXPECT_TRUE(code == 128 + SIGTERM || code == 128 + SIGKILL) << code;  // (its stop signal, then SIGKILL)
+  EXPECT_FALSE(alive(dir + "/daemon2")) << "a daemon outlived the fence";
+}
+
 TEST_F(SupervisedTest, ARenewedLeaseKeepsTheTaskRunning) {
   ProcessLauncher l(kShim);
   // Renewed every 150 ms for 1.5 s, each time 1 s ahead (warned 0.1 s
