@@ -282,7 +282,9 @@ bool Agent::Reap() {
         ended = true;
         // What it started in its process group ends with it (not when its
         // supervisor vanished: that pid may be anyone's by now).
-        if (t->exit_reason != "lost") launcher_.Signal(t->pid, SIGKILL);
+        // (A supervised task's supervisor has killed all of it before it
+        // exited: its group's number may be anyone's by now.)
+        if (t->exit_reason != "lost" && t->shim == 0) launcher_.Signal(t->pid, SIGKILL);
         if (cgroups_ && !t->cgroup.empty()) {
           if (cgroups_->OomKilled(t->cgroup)) t->exit_reason = "oom";
           cgroups_->Remove(t->cgroup);

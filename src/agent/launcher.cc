@@ -208,36 +208,36 @@ void KillProcs(const char* procs) {
 // SIGKILL to every process below this one. The supervisor is a child
 // subreaper, so what the task left behind outside its process group (a
 // daemon that called setsid, a container's processes once its runtime was
-// killed) is still below it: no cgroup is needed to find them.
-// Reaps them; the task's status, if it is among them, goes to `*status`
-// (and `*ended`).
+// killed) is still below it: no cgroup is needed to find them. Only its own
+// children are killed, pass after pass (their children come to it as they
+// die): a child's pid cannot be reused while it is unreaped, so nothing
+// else is ever hit. Reaps them; the task's status, if it is among them,
+// goes to `*status` (and `*ended`). At most about two seconds (what
+// survives SIGKILL, in the kernel's D state, is left).
 void KillDescendants(pid_t task, int* status, bool* ended) {
   const pid_t self = getpid();
-  for (int pass = 0; pass < 8; ++pass) {  // (a pass may miss a process forked meanwhile)
-    std::vector<std::pair<pid_t, pid_t>> procs;  // (pid, parent)
-    DIR* dir = opendir("/proc");
-    if (dir == nullptr) return;
-    while (dirent* e = readdir(dir)) {
-      char* end = nullptr;
-      const long pid = std::strtol(e->d_name, &end, 10);
-      if (pid <= 0 || *end != '\0') continue;
-      std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
-      std::string line;
-      if (!std::getline(in, line)) continue;
-      const size_t close_paren = line.rfind(')');
-      if (close_paren == std::string::npos || close_paren + 4 > line.size()) continue;
-      if (line[close_paren + 2] == 'Z') continue;  // (dead: reaped below)
-      const long parent = std::strtol(line.c_str() + close_paren + 4, nullptr, 10);  // ") S PPID"
-      procs.emplace_back(static_cast<pid_t>(pid), static_cast<pid_t>(parent));
-    }
-    closedir(dir);
-    std::vector<pid_t> below = {self};
-    for (size_t i = 0; i < below.size(); ++i) {
-      for (const auto& [pid, parent] : procs) {
-        if (parent == below[i]) below.push_back(pid);
+  const std::string children = "/proc/" + std::to_string(self) + "/task/" + std::to_string(self) + "/children";
+  const struct timespec moment {0, 10'000'000};
+  for (int pass = 0; pass < 200; ++pass) {
+    std::vector<pid_t> mine;
+    std::ifstream in(children);
+    if (in) {
+      for (long long pid; in >> pid;) mine.push_back(static_cast<pid_t>(pid));
+    } else if (DIR* dir = opendir("/proc")) {  // (a kernel without the children file)
+      while (dirent* e = readdir(dir)) {
+        char* end = nullptr;
+        const long pid = std::strtol(e->d_name, &end, 10);
+        if (pid <= 0 || *end != '\0') continue;
+        std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+        std::string line;
+        if (!std::getline(stat, line)) continue;
+        const size_t close_paren = line.rfind(')');
+        if (close_paren == std::string::npos || close_paren + 4 > line.size()) continue;
+        if (std::strtol(line.c_str() + close_paren + 4, nullptr, 10) == self) mine.push_back(static_cast<pid_t>(pid));
       }
+      closedir(dir);
     }
-    for (size_t i = 1; i < below.size(); ++i) kill(below[i], SIGKILL);
+    for (pid_t pid : mine) kill(pid, SIGKILL);  // (a zombie, or one whose main thread exited: harmless, or all of it)
     int st = 0;
     pid_t r;
     while ((r = waitpid(-1, &st, WNOHANG)) > 0) {
@@ -246,9 +246,8 @@ void KillDescendants(pid_t task, int* status, bool* ended) {
         *ended = true;
       }
     }
-    if (below.size() == 1) return;
-    const struct timespec moment {0, 10'000'000};
-    nanosleep(&moment, nullptr);  // (killed processes take a moment to become zombies)
+    if (mine.empty()) return;
+    nanosleep(&moment, nullptr);
   }
 }
 
@@ -260,6 +259,7 @@ void KillDescendants(pid_t task, int* status, bool* ended) {
   bool warned = false;
   int status = 0;
   bool ended = false;
+  int64_t last_sweep = 0;  // the last KillDescendants at the fence (NowNs)
   while (true) {
     pid_t r;
     int st = 0;
@@ -287,8 +287,12 @@ void KillDescendants(pid_t task, int* status, bool* ended) {
       if (now >= deadline) {
         kill(-task, SIGKILL);
         for (const std::string& procs : spec.fence_kill_procs) KillProcs(procs.c_str());
-        KillDescendants(task, &status, &ended);
-        if (ended) break;
+        // (Once a second at most: what survives SIGKILL must not keep it busy.)
+        if (now >= last_sweep + 1'000'000'000) {
+          last_sweep = now;
+          KillDescendants(task, &status, &ended);
+          if (ended) break;
+        }
       }
     }
     nanosleep(&tick, nullptr);

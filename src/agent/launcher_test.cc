@@ -179,30 +179,40 @@ TEST_F(SupervisedTest, ATaskWhoseLeaseLapsesIsSignalledThenKilled) {
 // exited) ends with the task, and at the fence deadline.
 TEST_F(SupervisedTest, WhatATaskLeavesOutsideItsGroupEndsWithItAndAtTheFence) {
   ProcessLauncher l(kShim);
-  auto alive = [](const std::string& pid_file) {
-    std::ifstream in(pid_file);
-    pid_t pid = 0;
-    if (!(in >> pid) || pid <= 0) return false;
-    return ProcessStartTime(pid) != 0;  // (0: gone, or a zombie)
+  // The daemon's pid, once written (0 if not within 5 s).
+  auto daemon = [](const std::string& pid_file) {
+    for (int i = 0; i < 500; ++i) {
+      std::ifstream in(pid_file);
+      pid_t pid = 0;
+      if (in >> pid && pid > 0) return pid;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return pid_t{0};
   };
-  // Ends on its own, leaving a daemon.
-  auto t = l.Launch(Spec({"sh", "-c", "(setsid sleep 300 & echo $! > " + dir + "/daemon1) ; sleep 0.2; exit 3"}));
+  auto alive = [](pid_t pid) { return pid > 0 && ProcessStartTime(pid) != 0; };  // (0: gone, or a zombie)
+  // Ends on its own (when the test says so), leaving a daemon.
+  auto t = l.Launch(Spec({"sh", "-c", "(setsid sleep 300 & echo $! > " + dir + "/daemon1.tmp; mv " + dir +
+                                          "/daemon1.tmp " + dir + "/daemon1); until [ -e " + dir +
+                                          "/end ]; do sleep 0.01; done; exit 3"}));
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_TRUE(alive(dir + "/daemon1"));
-  EXPECT_EQ(Wait(l, t->shim), 3);
-  EXPECT_FALSE(alive(dir + "/daemon1")) << "a daemon outlived its task";
-  // Fenced, with a daemon.
-  Lease(500);
-  LaunchSpec s = Spec({"sh", "-c", "(setsid sleep 300 & echo $! > " + dir + "/daemon2) ; sleep 300"});
+  const pid_t one = daemon(dir + "/daemon1");
+  EXPECT_TRUE(alive(one));
+  std::ofstream(dir + "/end") << "";
+  EXPECT_EQ(Wait(l, t->shim, 10000), 3);
+  EXPECT_FALSE(alive(one)) << "a daemon outlived its task";
+  // Fenced, with a daemon: the lease lapses once the daemon is there.
+  Lease(60'000);
+  LaunchSpec s = Spec({"sh", "-c", "(setsid sleep 300 & echo $! > " + dir + "/daemon2.tmp; mv " + dir + "/daemon2.tmp " +
+                                       dir + "/daemon2); sleep 300"});
   s.lease_file = dir + "/lease";
   t = l.Launch(s);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_TRUE(alive(dir + "/daemon2"));
-  const int code = Wait(l, t->shim, 3000);
+  const pid_t two = daemon(dir + "/daemon2");
+  EXPECT_TRUE(alive(two));
+  Lease(-1000);
+  const int code = Wait(l, t->shim, 10000);
   EXPECT_TRUE(code == 128 + SIGTERM || code == 128 + SIGKILL) << code;  // (its stop signal, then SIGKILL)
-  EXPECT_FALSE(alive(dir + "/daemon2")) << "a daemon outlived the fence";
+  EXPECT_FALSE(alive(two)) << "a daemon outlived the fence";
 }
 
 TEST_F(SupervisedTest, ARenewedLeaseKeepsTheTaskRunning) {
