@@ -280,11 +280,10 @@ bool Agent::Reap() {
         t->exited = true;
         t->exit_code = code;
         ended = true;
-        // What it started in its process group ends with it (not when its
-        // supervisor vanished: that pid may be anyone's by now).
-        // (A supervised task's supervisor has killed all of it before it
-        // exited: its group's number may be anyone's by now.)
-        if (t->exit_reason != "lost" && t->shim == 0) launcher_.Signal(t->pid, SIGKILL);
+        // What an unsupervised task started in its process group ends with
+        // it. (A supervisor kills all of its task before it exits; one that
+        // vanished left a pid that may be anyone's by now.)
+        if (t->shim == 0 && t->exit_reason != "lost") launcher_.Signal(t->pid, SIGKILL);
         if (cgroups_ && !t->cgroup.empty()) {
           if (cgroups_->OomKilled(t->cgroup)) t->exit_reason = "oom";
           cgroups_->Remove(t->cgroup);
@@ -934,14 +933,8 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           oci.cpu = cpu;
           oci.memory = memory;
           oci.hostname = options_.node_name;
-          // The runtime's state directory, named: left to the runtime, it
-          // would follow XDG_RUNTIME_DIR (crun does, even as root). Root's is
-          // /run/<runtime>; an agent that is not root runs rootless
-          // containers, their state in its own state directory.
-          std::string root;
-          if (geteuid() == 0) {
-            root = "/run/" + std::filesystem::path(runtime).filename().string();
-          } else {
+          // An agent that is not root runs rootless containers.
+          if (geteuid() != 0) {
             if (!OciHiddenMounts(runtime).empty()) {
               return FailedPreconditionError(
                   "crun cannot run rootless on a host with cgroup v1 controllers and a cgroup2 mount: install runc "
@@ -951,13 +944,8 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
             oci.uid = geteuid();
             oci.gid = getegid();
             oci.additional_gids.clear();
-            if (!options_.state_dir.empty()) {
-              root = options_.state_dir + "/oci";
-              mkdir(root.c_str(), 0700);
-            } else {
-              root = OciStateRoot(runtime);  // ($XDG_RUNTIME_DIR/<runtime>, or "": its own default)
-            }
           }
+          const std::string root = OciStateDirectory(runtime, options_.state_dir);
           const std::string bundle = job_dir + "/" + name + "-" + std::to_string(t->attempt) + ".oci";
           ROTA_RETURN_IF_ERROR(WriteOciBundle(bundle, oci));
           // A stale container of that name (an agent killed while it

@@ -205,6 +205,33 @@ void KillProcs(const char* procs) {
   if (pid > 0) kill(pid, SIGKILL);
 }
 
+// The children of `parent`: /proc/PID/task/PID/children (its one thread's:
+// the shim's, which has one), or, on a kernel without that file, every
+// process whose /proc/PID/stat names it as parent.
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  std::ifstream in("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) + "/children");
+  if (in) {
+    for (long long pid; in >> pid;) out.push_back(static_cast<pid_t>(pid));
+    return out;
+  }
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t close_paren = line.rfind(')');  // "pid (comm) S PPID ..."
+    if (close_paren == std::string::npos || close_paren + 4 > line.size()) continue;
+    if (std::strtol(line.c_str() + close_paren + 4, nullptr, 10) == parent) out.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(dir);
+  return out;
+}
+
 // SIGKILL to every process below this one. The supervisor is a child
 // subreaper, so what the task left behind outside its process group (a
 // daemon that called setsid, a container's processes once its runtime was
@@ -216,27 +243,9 @@ void KillProcs(const char* procs) {
 // survives SIGKILL, in the kernel's D state, is left).
 void KillDescendants(pid_t task, int* status, bool* ended) {
   const pid_t self = getpid();
-  const std::string children = "/proc/" + std::to_string(self) + "/task/" + std::to_string(self) + "/children";
   const struct timespec moment {0, 10'000'000};
   for (int pass = 0; pass < 200; ++pass) {
-    std::vector<pid_t> mine;
-    std::ifstream in(children);
-    if (in) {
-      for (long long pid; in >> pid;) mine.push_back(static_cast<pid_t>(pid));
-    } else if (DIR* dir = opendir("/proc")) {  // (a kernel without the children file)
-      while (dirent* e = readdir(dir)) {
-        char* end = nullptr;
-        const long pid = std::strtol(e->d_name, &end, 10);
-        if (pid <= 0 || *end != '\0') continue;
-        std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
-        std::string line;
-        if (!std::getline(stat, line)) continue;
-        const size_t close_paren = line.rfind(')');
-        if (close_paren == std::string::npos || close_paren + 4 > line.size()) continue;
-        if (std::strtol(line.c_str() + close_paren + 4, nullptr, 10) == self) mine.push_back(static_cast<pid_t>(pid));
-      }
-      closedir(dir);
-    }
+    const std::vector<pid_t> mine = ChildrenOf(self);
     for (pid_t pid : mine) kill(pid, SIGKILL);  // (a zombie, or one whose main thread exited: harmless, or all of it)
     int st = 0;
     pid_t r;
@@ -872,12 +881,10 @@ uint64_t ProcessStartTime(pid_t pid) {
 }
 
 pid_t SupervisedTaskPid(pid_t shim, uint64_t shim_start, int wait_ms) {
-  const std::string children = "/proc/" + std::to_string(shim) + "/task/" + std::to_string(shim) + "/children";
   for (int waited = 0;; waited += 10) {
     if (shim <= 0 || shim_start == 0 || ProcessStartTime(shim) != shim_start) return 0;
-    std::ifstream in(children);
-    long long pid = 0;
-    if (in >> pid && pid > 0) return static_cast<pid_t>(pid);
+    const std::vector<pid_t> children = ChildrenOf(shim);
+    if (!children.empty()) return children.front();
     if (waited >= wait_ms) return 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -113,6 +113,14 @@ std::string OciStateRoot(const std::string& runtime) {
   return has_xdg ? std::string(xdg) + "/" + name : "";
 }
 
+std::string OciStateDirectory(const std::string& runtime, const std::string& agent_state_dir) {
+  if (geteuid() == 0) return "/run/" + std::filesystem::path(runtime).filename().string();
+  if (agent_state_dir.empty()) return OciStateRoot(runtime);
+  const std::string dir = agent_state_dir + "/oci";
+  mkdir(dir.c_str(), 0700);
+  return dir;
+}
+
 bool OciContainerMayExist(const std::string& runtime, const std::string& id, const std::string& root) {
   const std::string dir = root.empty() ? OciStateRoot(runtime) : root;
   if (dir.empty()) return true;

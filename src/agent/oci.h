@@ -73,6 +73,11 @@ std::vector<std::string> OciHiddenMounts(const std::string& runtime);
 // /run/<runtime> for root without it); "" if unknown. The agent names the
 // directory (--root) instead: this is for records written before it did.
 std::string OciStateRoot(const std::string& runtime);
+// The state directory the agent names to the runtime (--root): left to
+// the runtime it would follow XDG_RUNTIME_DIR (crun does, even as root).
+// Root's: /run/<runtime>; an agent that is not root: <its state dir>/oci
+// (made, 0700), or without one OciStateRoot.
+std::string OciStateDirectory(const std::string& runtime, const std::string& agent_state_dir);
 // Whether a container named `id` may exist: false only when the runtime's
 // state directory (`root`, or its default) is known and holds no entry of
 // that name.

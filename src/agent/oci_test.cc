@@ -144,6 +144,9 @@ TEST(Oci, AContainerMayExistUnlessItsRuntimesStateDirectorySaysNot) {
     EXPECT_EQ(OciStateRoot("/usr/sbin/runc"), "/run/runc");
   }
   EXPECT_EQ(OciStateRoot("/usr/bin/youki"), "");  // not one it knows: may exist
+  if (geteuid() == 0) {
+    EXPECT_EQ(OciStateDirectory("/usr/bin/crun", "/var/lib/x"), "/run/crun");  // (named, whatever XDG says)
+  }
   EXPECT_TRUE(OciContainerMayExist("/usr/bin/youki", "rota-1-0-0-0"));
   // (Whether one exists is tested against a directory of the test's own,
   // AStateDirectoryGoesBeforeTheCommand: a test must not write in a real
