@@ -335,15 +335,49 @@ std::string Agent::LeaseFile() const { return options_.state_dir + "/lease"; }
 void Agent::RenewLease(int64_t sent_at_ns) {
   if (options_.state_dir.empty()) return;
   // The deadline counts from when the heartbeat was sent (the server heard
-  // it at or after that), on CLOCK_BOOTTIME; written whole by a rename.
+  // it at or after that), on CLOCK_BOOTTIME. Written whole into a second
+  // file, then swapped with the lease (RENAME_EXCHANGE): readers see the old
+  // deadline or the new one, never part of either, and the second file
+  // keeps the old one's blocks to be written over next time. So a disk that
+  // fills after the first renewal does not stop the renewals: were it to,
+  // every task of this node would fence itself while the agent is well and
+  // the server hears from it. (Fixed width: written over in place.)
+  const int64_t deadline = sent_at_ns + static_cast<int64_t>(fence_after_ms_.load()) * 1'000'000;
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  if (sent_at_ns < lease_sent_at_) return;  // (the answer to an earlier heartbeat, come later)
   const std::string lease = LeaseFile();
-  const std::string tmp = lease + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return;
-  const std::string text = std::to_string(sent_at_ns + static_cast<int64_t>(fence_after_ms_.load()) * 1'000'000) + "\n";
-  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  if (!ok || rename(tmp.c_str(), lease.c_str()) != 0) unlink(tmp.c_str());
+  const std::string next = lease + ".next";
+  char text[24];
+  const int len = std::snprintf(text, sizeof(text), "%020lld\n", static_cast<long long>(deadline));
+  auto write_next = [&] {
+    const int fd = open(next.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return errno;
+    const ssize_t n = pwrite(fd, text, static_cast<size_t>(len), 0);
+    const int e = n == len ? 0 : n < 0 ? errno : ENOSPC;  // (short: the disk is full)
+    close(fd);
+    return e;
+  };
+  int err = write_next();
+  if (err == 0 && renameat2(AT_FDCWD, next.c_str(), AT_FDCWD, lease.c_str(), RENAME_EXCHANGE) != 0) {
+    // The first lease (nothing to swap with), or a file system that cannot
+    // swap: the second file becomes the lease. After the first, a second
+    // one is made at once: from the next renewal on nothing new is written.
+    const int swap_err = errno;
+    if (swap_err != ENOENT && swap_err != EINVAL) err = swap_err;
+    else if (rename(next.c_str(), lease.c_str()) != 0) err = errno;
+    else if (swap_err == ENOENT) write_next();
+  }
+  if (err == 0) lease_sent_at_ = sent_at_ns;
+  // Said once when renewals start failing, and once when they work again.
+  if ((err != 0) != lease_failing_) {
+    lease_failing_ = err != 0;
+    if (err != 0) {
+      std::fprintf(stderr, "rota agent: cannot renew the tasks' lease in %s (%s): they stop themselves at its deadline\n",
+                   options_.state_dir.c_str(), std::strerror(err));
+    } else {
+      std::fprintf(stderr, "rota agent: the tasks' lease is renewed again\n");
+    }
+  }
 }
 
 bool Agent::SaveRecord(const std::string& key, Task& t) {
@@ -1030,6 +1064,13 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         spec.recorded = [this, &key, &t](pid_t shim) {
           t->shim = shim;
           t->shim_start = ProcessStartTime(shim);
+          // With room for its exit status (PrepareExitFile).
+          if (const int err = PrepareExitFile(t->exit_file); err != 0) {
+            t->record_error = std::strerror(err);
+            std::fprintf(stderr, "rota agent: cannot make %s (%s): task %s not started\n", t->exit_file.c_str(),
+                         t->record_error.c_str(), key.c_str());
+            return false;
+          }
           return SaveRecord(key, *t);
         };
       }

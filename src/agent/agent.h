@@ -186,6 +186,9 @@ class Agent {
   void NoteServiceExits();
   std::string instance_tag_;  // "-<hash of state_dir>" on task cgroup names ("" without a state directory)
   std::atomic<int> fence_after_ms_{30000};
+  std::mutex lease_mu_;           // RenewLease's (heartbeats go from two threads); guards:
+  int64_t lease_sent_at_ = 0;     // the heartbeat whose answer it last wrote (its sent_at_ns)
+  bool lease_failing_ = false;    // the last renewal could not be written
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
   std::atomic<int> server_interval_ms_{10000};

@@ -41,6 +41,8 @@ constexpr const char* kSteps[] = {"join its cgroup", "open its log",  "change to
                                   "make a private mount namespace", "unmount in its mount namespace",
                                   "start it: the agent did not record its supervisor"};
 constexpr int kStepExec = 7, kStepShim = 8, kStepHide = 9, kStepUnmount = 10, kStepGo = 11;
+// An exit file's size: the status, spaces, a newline (PrepareExitFile's room).
+constexpr int kExitFileSize = 8;
 
 [[noreturn]] void ChildFail(int pipe_fd, int step) {
   const ChildError e{step, errno};
@@ -310,9 +312,11 @@ void KillDescendants(pid_t task, int* status, bool* ended) {
   bool again = false;
   KillDescendants(-1, &status, &again);
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 255;
-  const int fd = open(spec.exit_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // Over the room the agent made for it (PrepareExitFile), in place: no
+  // truncation, no new block, so a full disk still takes it.
+  const int fd = open(spec.exit_file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd >= 0) {
-    char text[8];
+    char text[kExitFileSize];
     int len = 0;
     char digits[4];
     int nd = 0;
@@ -322,8 +326,9 @@ void KillDescendants(pid_t task, int* status, bool* ended) {
       v /= 10;
     } while (v > 0 && nd < 4);
     while (nd > 0) text[len++] = digits[--nd];
+    while (len < kExitFileSize - 1) text[len++] = ' ';
     text[len++] = '\n';
-    [[maybe_unused]] ssize_t w = write(fd, text, static_cast<size_t>(len));
+    [[maybe_unused]] ssize_t w = pwrite(fd, text, static_cast<size_t>(len), 0);
     fsync(fd);
     close(fd);
   }
@@ -855,10 +860,23 @@ int ReadExitFile(const std::string& exit_file) {
   char buf[16] = {};
   const ssize_t n = read(fd, buf, sizeof(buf) - 1);
   close(fd);
-  if (n <= 0) return -1;
+  if (n <= 0 || buf[0] < '0' || buf[0] > '9') return -1;  // (none yet: PrepareExitFile's room)
   int code = 0;
   for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) code = code * 10 + (buf[i] - '0');
   return code;
+}
+
+int PrepareExitFile(const std::string& exit_file) {
+  const int fd = open(exit_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return errno;
+  char room[kExitFileSize];
+  std::memset(room, '-', sizeof(room));
+  room[kExitFileSize - 1] = '\n';
+  const ssize_t n = write(fd, room, sizeof(room));
+  const int err = n < 0 ? errno : n != static_cast<ssize_t>(sizeof(room)) ? ENOSPC : 0;  // (short: the disk is full)
+  close(fd);
+  if (err != 0) unlink(exit_file.c_str());
+  return err;
 }
 
 uint64_t ProcessStartTime(pid_t pid) {

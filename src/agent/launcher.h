@@ -126,6 +126,12 @@ int64_t BootTimeNs();
 
 // The exit status a supervisor wrote to `exit_file`, or -1 if none yet.
 int ReadExitFile(const std::string& exit_file);
+// Creates `exit_file` with room for the exit status, before the supervisor
+// starts its task: the supervisor writes the status over it in place, so
+// that a disk that has filled since can still take it (a status it could not
+// write would leave a restarted agent to report the task lost, and the
+// server to run it again). 0, or the errno (ENOSPC: the disk is full).
+int PrepareExitFile(const std::string& exit_file);
 // The start time of process `pid` (clock ticks since boot, /proc/PID/stat),
 // or 0 if there is no such live process (gone, or a zombie).
 uint64_t ProcessStartTime(pid_t pid);

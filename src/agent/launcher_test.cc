@@ -134,6 +134,36 @@ TEST_F(SupervisedTest, TheSupervisorRecordsTheExitAndExitsWithIt) {
   EXPECT_EQ(Read(dir + "/t.log"), std::to_string(t->pid) + "\n");  // the task is the supervised pid
 }
 
+// The agent makes room for the exit status before the task starts; the
+// supervisor writes over it in place (no new block: a disk that filled
+// meanwhile still takes it), and the room reads as no status yet.
+TEST_F(SupervisedTest, TheExitStatusIsWrittenOverTheRoomMadeForIt) {
+  ProcessLauncher l(kShim);
+  const std::string exit_file = dir + "/t.exit";
+  LaunchSpec s = Spec({"sh", "-c", "exit 42"});
+  std::string room;
+  int read_before = 0;
+  struct stat before {};
+  s.recorded = [&](pid_t) {
+    if (PrepareExitFile(exit_file) != 0 || stat(exit_file.c_str(), &before) != 0) return false;
+    room = Read(exit_file);
+    read_before = ReadExitFile(exit_file);
+    return true;
+  };
+  auto t = l.Launch(s);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(room.size(), 8u);
+  EXPECT_EQ(read_before, -1);  // room, no status
+  EXPECT_EQ(Wait(l, t->shim), 42);
+  EXPECT_EQ(ReadExitFile(exit_file), 42);
+  struct stat after {};
+  ASSERT_EQ(stat(exit_file.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);  // the same file, written over
+  EXPECT_EQ(after.st_size, 8);
+  // A directory that cannot take it: the errno.
+  EXPECT_EQ(PrepareExitFile(dir + "/no/such/dir/t.exit"), ENOENT);
+}
+
 TEST_F(SupervisedTest, AFailedExecIsAnErrorNotAnExit) {
   ProcessLauncher l(kShim);
   auto t = l.Launch(Spec({"/no/such/program"}));

@@ -6,6 +6,7 @@
 // leaves no process behind.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 
 #include <atomic>
 #include <map>
@@ -284,6 +285,74 @@ TEST_F(Fencing, AHungAgentIsFencedAndWokenStartsNothingStale) {
   CancelLeavesNothing("3604");
   watch.Stop();
   EXPECT_LE(watch.max_copies(), 1) << watch.worst();
+}
+
+// Agents whose logs and state live on small file systems of their own (a
+// 4 MiB tmpfs each, unmounted at the end), which a test fills.
+class FullAgentDisk : public Fencing {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+    for (int i = 0; i < 3; ++i) {
+      std::filesystem::create_directories(LogsDir(i));
+      if (mount("tmpfs", LogsDir(i).c_str(), "tmpfs", 0, "size=4m") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+      mounted_.push_back(LogsDir(i));
+    }
+    Fencing::SetUp();
+  }
+  void TearDown() override {
+    Fencing::TearDown();
+    for (const std::string& m : mounted_) umount2(m.c_str(), MNT_DETACH);
+  }
+  // Fills agent `index`'s file system to the brim.
+  void Fill(int index) {
+    std::ofstream fill(LogsDir(index) + "/fill", std::ios::binary);
+    std::string chunk(64 * 1024, 'x');
+    while (fill.write(chunk.data(), static_cast<std::streamsize>(chunk.size()))) {
+    }
+    fill.clear();
+    std::string byte(1, 'x');
+    while (fill.write(byte.data(), 1)) fill.flush();
+  }
+  std::vector<std::string> mounted_;
+};
+
+// A node's disk fills while its task runs (a task's log, or anything else,
+// can fill the file system under the agent's state). The agent still renews
+// its tasks' lease (written over in place): without that, the task would
+// fence itself two seconds later on a node that is well. Killed and
+// restarted there, the agent adopts the task, and the task's exit status,
+// written over the room made for it at the start, reaches the server: the
+// job succeeds, once, rather than being reported lost and run again.
+TEST_F(FullAgentDisk, ATaskOutlivesAFullDiskAndItsExitIsReported) {
+  const std::string go = tmp.path() + "/go", pid_file = tmp.path() + "/task.pid";
+  const json spec = {{"name", "full"},
+                     {"tasks", {{{"name", "w"}, {"gpus", 2},
+                                 {"command", {"sh", "-c", "echo $$ > " + pid_file + "; while [ ! -e " + go +
+                                                               " ]; do sleep 0.1; done; exit 0"}}}}}};
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", spec.dump(), "application/json")->status, 201);
+  const json j = WaitJob(1, [](const json& x) { return x["state"] == "running"; });
+  const std::string node = j["placement"][0]["node"];
+  const int index = std::stoi(node.substr(1));
+  ASSERT_TRUE(Eventually([&] { return Records(LogsDir(index) + "/.agent-state") == 1; }));
+  ASSERT_TRUE(Eventually([&] { return !ReadAll(pid_file).empty(); }));
+  const pid_t task = std::stoi(ReadAll(pid_file));
+  Fill(index);
+  // Past the fence deadline (the node timeout, 2 s) several times over.
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  EXPECT_EQ(kill(task, 0), 0) << "the task fenced itself on a node whose disk is full:\n"
+                              << ReadAll(tmp.path() + "/a" + std::to_string(index) + ".log");
+  EXPECT_EQ(Job(1)["state"], "running");
+  EXPECT_EQ(Job(1)["restarts"], 0);
+  KillAgent(index, SIGKILL);
+  RestartAgent(index);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_EQ(kill(task, 0), 0) << "the task was not adopted";
+  std::ofstream(go) << "go\n";
+  const json done = WaitJob(1, [](const json& x) { return x["state"] != "running"; });
+  EXPECT_EQ(done["state"], "succeeded") << done.dump() << "\n"
+                                        << ReadAll(tmp.path() + "/a" + std::to_string(index) + ".log");
+  EXPECT_EQ(done["restarts"], 0) << done.dump();
 }
 
 TEST(UpFencing, KillNineOfRotaUpAndARestartAdoptTheTask) {
