@@ -961,7 +961,17 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           for (const char* host_only : {"PATH", "HOME", "TMPDIR"}) {
             if (!task_env.count(host_only)) oci.env.erase(host_only);
           }
-          for (const MountSpec& m : a.mounts) oci.mounts.push_back({m.source, m.target, m.read_only});
+          bool read_only_mounts = false;
+          for (const MountSpec& m : a.mounts) {
+            oci.mounts.push_back({m.source, m.target, m.read_only});
+            read_only_mounts = read_only_mounts || m.read_only;
+          }
+          oci.recursive_read_only = KernelHasRecursiveReadOnly();
+          if (read_only_mounts && !oci.recursive_read_only) {
+            std::ofstream(spec.log_path, std::ios::app)
+                << "rota: read-only mounts are read-only at their top only: this kernel cannot make a mount read-only "
+                   "with its submounts (mount_setattr, Linux 5.12)\n";
+          }
           oci.job_dir = job_dir;
           oci.gpus = DeviceMinors(options_.inventory, gpu_list);  // /dev/nvidia<minor>
           oci.cpu = cpu;

@@ -4,6 +4,7 @@
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +37,16 @@ int RunQuiet(const std::vector<std::string>& argv) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+bool KernelHasRecursiveReadOnly() {
+#ifdef SYS_mount_setattr
+  // No such syscall: ENOSYS; else the bad descriptor is refused (EBADF or EINVAL).
+  static const bool has = syscall(SYS_mount_setattr, -1, "", 0, nullptr, 0) == 0 || errno != ENOSYS;
+  return has;
+#else
+  return false;
+#endif
 }
 
 StatusOr<std::string> ResolveRootfs(const std::string& rootfs) {
@@ -175,6 +186,7 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
       Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
       Mount("/sys/fs/cgroup", "cgroup", "cgroup", {"nosuid", "noexec", "nodev", "relatime", "ro"}),
   });
+  const char* read_only = task.recursive_read_only ? "rro" : "ro";
   if (task.rootless) {
     // Without a network namespace of its own a user namespace may not mount
     // sysfs, nor cgroups: the host's /sys bound read-only instead; and no
@@ -185,13 +197,13 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
     mounts.push_back(Mount("/dev/pts", "devpts", "devpts", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}));
     mounts.push_back(Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=1g"}));
     mounts.push_back(Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}));
-    mounts.push_back(Mount("/sys", "none", "/sys", {"rbind", "nosuid", "noexec", "nodev", "ro"}));
+    mounts.push_back(Mount("/sys", "none", "/sys", {"rbind", "nosuid", "noexec", "nodev", read_only}));
   }
   if (!task.job_dir.empty()) mounts.push_back(Mount("/rota", "bind", task.job_dir, {"rbind", "rw"}));
   for (const MountSpec& m : task.mounts) {
     std::error_code ec;
     if (!std::filesystem::exists(m.source, ec)) return NotFoundError("mount source '" + m.source + "' is not on this node");
-    mounts.push_back(Mount(m.target, "bind", m.source, {"rbind", m.read_only ? "ro" : "rw"}));
+    mounts.push_back(Mount(m.target, "bind", m.source, {"rbind", m.read_only ? read_only : "rw"}));
   }
   // GPU device nodes: the task's /dev/nvidia<g> and the shared control nodes,
   // each allowed in the devices cgroup (the default denies all but the basics).

@@ -44,7 +44,15 @@ struct OciTask {
   // cgroup limits (an unprivileged runtime cannot set them), the GPUs'
   // device nodes bound by the runtime.
   bool rootless = false;
+  // Read-only mounts read-only all the way down ("rro": the runtime's
+  // mount_setattr, Linux 5.12): else a mount below a read-only one (a
+  // data mount's own submounts, /sys's when rootless) stays writable.
+  bool recursive_read_only = false;
 };
+
+// Whether this kernel can make a mount read-only with everything below it
+// (mount_setattr(2), Linux 5.12): OciTask::recursive_read_only.
+bool KernelHasRecursiveReadOnly();
 
 // The root filesystem directory `rootfs` names (itself, or its rootfs/), or
 // NotFound naming the path.

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace rota::agent {
@@ -123,6 +124,34 @@ TEST(Oci, ARootlessBundleMapsOnlyTheAgentsAccount) {
   }
   EXPECT_TRUE(sys_bound) << c["mounts"].dump();
   EXPECT_TRUE(job);
+}
+
+// Where the kernel can (KernelHasRecursiveReadOnly), a read-only mount is
+// read-only below its top too ("rro"): a data mount's, and a rootless
+// container's /sys.
+TEST(Oci, ReadOnlyMountsAreReadOnlyAllTheWayDownWhereTheKernelCan) {
+  TempDir tmp;
+  std::filesystem::create_directories(tmp.path + "/rootfs");
+  std::filesystem::create_directories(tmp.path + "/data");
+  OciTask task;
+  task.id = "rota-4-0-0-0";
+  task.rootfs = tmp.path + "/rootfs";
+  task.args = {"true"};
+  task.mounts = {{tmp.path + "/data", "/data", true}, {tmp.path + "/data", "/out", false}};
+  task.recursive_read_only = true;
+  for (bool rootless : {false, true}) {
+    task.rootless = rootless;
+    ASSERT_TRUE(WriteOciBundle(tmp.path + "/bundle", task).ok());
+    std::ifstream in(tmp.path + "/bundle/config.json");
+    const nlohmann::json c = nlohmann::json::parse(in);
+    std::map<std::string, nlohmann::json> options;
+    for (const auto& m : c["mounts"]) options[m["destination"]] = m["options"];
+    EXPECT_EQ(options["/data"], nlohmann::json::array({"rbind", "rro"})) << rootless;
+    EXPECT_EQ(options["/out"], nlohmann::json::array({"rbind", "rw"})) << rootless;
+    if (rootless) {
+      EXPECT_EQ(options["/sys"], nlohmann::json::array({"rbind", "nosuid", "noexec", "nodev", "rro"}));
+    }
+  }
 }
 
 TEST(Oci, AStateDirectoryGoesBeforeTheCommand) {

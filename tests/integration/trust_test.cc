@@ -134,6 +134,58 @@ TEST_F(Trust, AUsersContainerRunsAsItsAccount) {
   if (ran == 0) GTEST_SKIP() << "neither runc nor crun is installed";
 }
 
+// A read-only data mount is read-only all the way down: a file system
+// mounted below its source (a scratch tmpfs in a dataset directory) is not
+// writable through it either. (A bind mount's "ro" alone covers its top
+// only: with it, the container wrote into the tmpfs.)
+TEST_F(Trust, AReadOnlyMountIsReadOnlyBelowItsTopToo) {
+  if (geteuid() != 0) GTEST_SKIP() << "a root agent's containers, and mounting a tmpfs";
+  if (access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "no static busybox to build a rootfs from (busybox-static)";
+  const std::string rootfs = tmp.path() + "/image/rootfs", data = tmp.path() + "/data-set";
+  std::filesystem::create_directories(rootfs + "/bin");
+  std::filesystem::create_directories(rootfs + "/data");
+  std::filesystem::copy_file("/bin/busybox", rootfs + "/bin/busybox");
+  for (const char* c : {"sh", "touch"}) std::filesystem::create_symlink("busybox", rootfs + "/bin/" + c);
+  std::filesystem::create_directories(data + "/scratch");
+  ASSERT_EQ(mount("tmpfs", (data + "/scratch").c_str(), "tmpfs", 0, "size=1m,mode=1777"), 0) << std::strerror(errno);
+  struct Unmount {
+    std::string path;
+    ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
+  } unmount{data + "/scratch"};
+  const std::string config = Write("cluster.yaml", "node_groups: []\naccounts: [{user: alice, uid: 65534, gid: 65534}]\n"
+                                                   "allowed_mounts: [{prefix: " + tmp.path() + "/image}, {prefix: " + data +
+                                                   "}]\n");
+  int ran = 0;
+  for (const char* runtime : {"runc", "crun"}) {
+    if (access((std::string("/usr/sbin/") + runtime).c_str(), X_OK) != 0 &&
+        access((std::string("/usr/bin/") + runtime).c_str(), X_OK) != 0) {
+      continue;
+    }
+    ++ran;
+    RotaProcess up("up", tmp.path() + "/state-" + runtime,
+                   {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config, "--oci-runtime", runtime});
+    auto alice = up.Http(UserToken(up, "alice"));
+    const std::string job =
+        json{{"name", "reader"},
+             {"mounts", {{{"source", data}, {"target", "/data"}, {"read_only", true}}}},
+             {"tasks", {{{"gpus", 1}, {"rootfs", tmp.path() + "/image"},
+                         {"command", {"/bin/sh", "-c", std::string("touch /data/top 2>&1; touch /data/scratch/") + runtime +
+                                                           " 2>&1; echo end"}}}}}}
+            .dump();
+    auto r = alice.Post("/v1/jobs", job, "application/json");
+    ASSERT_EQ(r->status, 201) << r->body;
+    const int id = json::parse(r->body)["id"];
+    const json j = WaitEnded(up, id);
+    const std::string logs = Logs(up, id);
+    EXPECT_EQ(j["state"], "succeeded") << runtime << ": " << j.dump() << "\n" << logs;
+    EXPECT_NE(logs.find("/data/top: Read-only file system"), std::string::npos) << runtime << ": " << logs;
+    EXPECT_NE(logs.find(std::string("/data/scratch/") + runtime + ": Read-only file system"), std::string::npos)
+        << runtime << ": " << logs;
+    EXPECT_FALSE(std::filesystem::exists(data + "/scratch/" + runtime)) << runtime << ": written below the read-only mount";
+  }
+  if (ran == 0) GTEST_SKIP() << "neither runc nor crun is installed";
+}
+
 TEST_F(Trust, AUserWithoutAnAccountOnTheNodeIsRefusedWithTheReason) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
   auto ghost = up.Http(UserToken(up, "no-such-account-rota"));
