@@ -261,6 +261,8 @@ int Agent::PollTask(Task& t) {
   const int code = ReadExitFile(t.exit_file);
   if (code >= 0) return code;
   if (t.shim_start != 0 && ProcessStartTime(t.shim) == t.shim_start) return -1;
+  // Gone: its status may have come just after the read above.
+  if (const int last = ReadExitFile(t.exit_file); last >= 0) return last;
   // The supervisor died without a word (killed -9, or the node rebooted):
   // whatever is left of the task is in its cgroup, and only there do we
   // kill (its pid may belong to someone else by now).
@@ -332,7 +334,7 @@ int32_t Agent::MigGpuInstance(const api::TaskAssignment& a, const std::vector<in
 
 std::string Agent::LeaseFile() const { return options_.state_dir + "/lease"; }
 
-void Agent::RenewLease(int64_t sent_at_ns) {
+void Agent::RenewLease(int64_t sent_at_ns, int64_t fence_after_ms) {
   if (options_.state_dir.empty()) return;
   // The deadline counts from when the heartbeat was sent (the server heard
   // it at or after that), on CLOCK_BOOTTIME. Written whole into a second
@@ -342,13 +344,16 @@ void Agent::RenewLease(int64_t sent_at_ns) {
   // fills after the first renewal does not stop the renewals: were it to,
   // every task of this node would fence itself while the agent is well and
   // the server hears from it. (Fixed width: written over in place.)
-  const int64_t deadline = sent_at_ns + static_cast<int64_t>(fence_after_ms_.load()) * 1'000'000;
+  const int64_t deadline = sent_at_ns + fence_after_ms * 1'000'000;
   std::lock_guard<std::mutex> lock(lease_mu_);
   if (sent_at_ns < lease_sent_at_) return;  // (the answer to an earlier heartbeat, come later)
   const std::string lease = LeaseFile();
   const std::string next = lease + ".next";
-  char text[24];
-  const int len = std::snprintf(text, sizeof(text), "%020lld\n", static_cast<long long>(deadline));
+  // Twice: a supervisor that reads it while a later renewal writes over
+  // it (two swaps on) sees two that differ, and reads again (ReadLeaseDeadline).
+  char text[48];
+  const int len = std::snprintf(text, sizeof(text), "%020lld %020lld\n", static_cast<long long>(deadline),
+                                static_cast<long long>(deadline));
   auto write_next = [&] {
     const int fd = open(next.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return errno;
@@ -363,7 +368,7 @@ void Agent::RenewLease(int64_t sent_at_ns) {
     // swap: the second file becomes the lease. After the first, a second
     // one is made at once: from the next renewal on nothing new is written.
     const int swap_err = errno;
-    if (swap_err != ENOENT && swap_err != EINVAL) err = swap_err;
+    if (swap_err != ENOENT && swap_err != EINVAL && swap_err != ENOSYS && swap_err != EOPNOTSUPP) err = swap_err;
     else if (rename(next.c_str(), lease.c_str()) != 0) err = errno;
     else if (swap_err == ENOENT) write_next();
   }
@@ -741,8 +746,12 @@ bool Agent::Heartbeat(int wait_ms) {
     if (watch_client_ != nullptr && watch_server_ != server) watch_client_->stop();
   }
   // The server heard us: the tasks may run until one more fence interval.
-  if (answer->fence_after_ms > 0) fence_after_ms_ = static_cast<int>(std::min<int64_t>(answer->fence_after_ms, INT32_MAX));
-  RenewLease(sent_at);
+  // (This answer's interval with this heartbeat's time: another thread's
+  // answer may set fence_after_ms_ meanwhile.)
+  const int64_t fence_after_ms = answer->fence_after_ms > 0 ? std::min<int64_t>(answer->fence_after_ms, INT32_MAX)
+                                                            : fence_after_ms_.load();
+  fence_after_ms_ = static_cast<int>(fence_after_ms);
+  RenewLease(sent_at, fence_after_ms);
   lock.lock();
   Reconcile(*answer);
   return true;

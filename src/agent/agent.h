@@ -150,8 +150,8 @@ class Agent {
   // The GPU instance id of the MIG instance assignment `a` names (-1: not MIG).
   int32_t MigGpuInstance(const api::TaskAssignment& a, const std::vector<int32_t>& gpus) const;
   // Moves the lease's deadline to `sent_at_ns` (CLOCK_BOOTTIME, when the
-  // answered heartbeat was sent) + fence_after_ms_.
-  void RenewLease(int64_t sent_at_ns);
+  // answered heartbeat was sent) + `fence_after_ms` (its answer's).
+  void RenewLease(int64_t sent_at_ns, int64_t fence_after_ms);
   // REQUIRES: mu_ held. All of the task's log has reached the server (or is not shipped).
   bool LogShipped(const Task& t);
 

@@ -174,14 +174,25 @@ int64_t NowNs() {
 }  // namespace
 
 int64_t ReadLeaseDeadline(const char* path) {
-  const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return 0;
-  char buf[32];
-  const ssize_t n = read(fd, buf, sizeof(buf));
-  close(fd);
-  int64_t v = 0;
-  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) v = v * 10 + (buf[i] - '0');
-  return v;
+  // The deadline, and the same again after a space (a lease this agent
+  // wrote): a read that met a renewal's write halfway sees two that differ,
+  // and reads again. (Only the first: an earlier agent's.)
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return 0;
+    char buf[64];
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    close(fd);
+    int64_t v[2] = {0, 0};
+    ssize_t i = 0;
+    for (; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) v[0] = v[0] * 10 + (buf[i] - '0');
+    if (i >= n || buf[i] != ' ') return v[0];
+    for (++i; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) v[1] = v[1] * 10 + (buf[i] - '0');
+    if (v[0] == v[1] && i < n && buf[i] == '\n') return v[0];
+    const struct timespec moment {0, 1'000'000};
+    nanosleep(&moment, nullptr);
+  }
+  return -1;
 }
 
 int64_t BootTimeNs() { return NowNs(); }
@@ -271,6 +282,7 @@ void KillDescendants(pid_t task, int* status, bool* ended) {
   int status = 0;
   bool ended = false;
   int64_t last_sweep = 0;  // the last KillDescendants at the fence (NowNs)
+  int64_t deadline = 0;    // the lease's, as last read
   while (true) {
     pid_t r;
     int st = 0;
@@ -286,8 +298,9 @@ void KillDescendants(pid_t task, int* status, bool* ended) {
       break;
     }
     if (!spec.lease_file.empty()) {
-      // No lease (the agent's state is gone) is an expired one.
-      const int64_t deadline = ReadLeaseDeadline(spec.lease_file.c_str());
+      // No lease (the agent's state is gone) is an expired one; one that
+      // could not be read whole keeps the last deadline read.
+      if (const int64_t read = ReadLeaseDeadline(spec.lease_file.c_str()); read >= 0) deadline = read;
       const int64_t now = NowNs();
       if (now >= deadline - warn_ns && !warned) {
         kill(-task, spec.stop_signal);
@@ -862,18 +875,27 @@ int ReadExitFile(const std::string& exit_file) {
   close(fd);
   if (n <= 0 || buf[0] < '0' || buf[0] > '9') return -1;  // (none yet: PrepareExitFile's room)
   int code = 0;
-  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) code = code * 10 + (buf[i] - '0');
-  return code;
+  ssize_t i = 0;
+  for (; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) code = code * 10 + (buf[i] - '0');
+  // Whole: the digits end with a space or a newline (not with the room's
+  // '-', met halfway through the supervisor's write).
+  return i < n && (buf[i] == ' ' || buf[i] == '\n') ? code : -1;
 }
 
 int PrepareExitFile(const std::string& exit_file) {
   const int fd = open(exit_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return errno;
-  char room[kExitFileSize];
-  std::memset(room, '-', sizeof(room));
-  room[kExitFileSize - 1] = '\n';
-  const ssize_t n = write(fd, room, sizeof(room));
-  const int err = n < 0 ? errno : n != static_cast<ssize_t>(sizeof(room)) ? ENOSPC : 0;  // (short: the disk is full)
+  // The room reserved, the file left empty (as any reader, an earlier
+  // agent's too, takes for no status yet); where the file system cannot
+  // reserve, written ('-': no status yet to ReadExitFile).
+  int err = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, kExitFileSize) == 0 ? 0 : errno;
+  if (err == EOPNOTSUPP || err == ENOSYS) {
+    char room[kExitFileSize];
+    std::memset(room, '-', sizeof(room));
+    room[kExitFileSize - 1] = '\n';
+    const ssize_t n = write(fd, room, sizeof(room));
+    err = n < 0 ? errno : n != static_cast<ssize_t>(sizeof(room)) ? ENOSPC : 0;  // (short: the disk is full)
+  }
   close(fd);
   if (err != 0) unlink(exit_file.c_str());
   return err;

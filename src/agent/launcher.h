@@ -119,7 +119,8 @@ Status CheckShim(const std::string& path);
 // line that is not the agent's; otherwise it never returns.
 int ShimMain(int argc, char** argv);
 
-// The deadline in a lease file (CLOCK_BOOTTIME ns), 0 if none (async-signal-safe).
+// The deadline in a lease file (CLOCK_BOOTTIME ns), 0 if none, -1 if it
+// could not be read whole (async-signal-safe).
 int64_t ReadLeaseDeadline(const char* path);
 // CLOCK_BOOTTIME now, in nanoseconds.
 int64_t BootTimeNs();
