@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <ctime>
 #include <unistd.h>
 
@@ -332,6 +333,22 @@ int32_t Agent::MigGpuInstance(const api::TaskAssignment& a, const std::vector<in
   return d == g->second.end() ? -1 : d->second.gpu_instance;
 }
 
+std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib) {
+  for (const std::string& dir : dirs) {
+    struct statvfs st {};
+    if (dir.empty() || statvfs(dir.c_str(), &st) != 0) continue;  // (not made yet: the first launch makes it)
+    if ((st.f_flag & ST_RDONLY) != 0) return dir + " is on a read-only file system";
+    const int64_t free_mib = static_cast<int64_t>(st.f_bavail / (uint64_t{1} << 20) * st.f_frsize +
+                                                  st.f_bavail % (uint64_t{1} << 20) * st.f_frsize / (uint64_t{1} << 20));
+    if (free_mib < reserve_mib) {
+      return "only " + std::to_string(free_mib) + " MiB free in " + dir + " (the agent keeps " + std::to_string(reserve_mib) +
+             " MiB: --disk-reserve)";
+    }
+    if (st.f_files > 0 && st.f_favail == 0) return "no inodes left in " + dir;
+  }
+  return "";
+}
+
 std::string Agent::LeaseFile() const { return options_.state_dir + "/lease"; }
 
 void Agent::RenewLease(int64_t sent_at_ns, int64_t fence_after_ms) {
@@ -609,12 +626,18 @@ bool Agent::Heartbeat(int wait_ms) {
   uint64_t busy = 0;
   api::HeartbeatReport report;
   report.node = options_.node_name;
+  report.disk_problem = DiskProblem({options_.state_dir, options_.logs_dir}, options_.disk_reserve_mib);
   report.wait_ms = wait_ms;
   constexpr std::streamsize kLogChunk = 64 * 1024;
   std::streamsize log_budget = 384 * 1024;  // all files: 512 KiB in base64
   std::set<std::string> shipping;        // log files in this report
   std::map<std::string, int64_t> sent;   // their offsets once the server has this report
   std::unique_lock<std::mutex> lock(mu_);
+  if (report.disk_problem != disk_problem_) {  // (said once a change)
+    disk_problem_ = report.disk_problem;
+    if (disk_problem_.empty()) std::fprintf(stderr, "rota agent: the disk takes new tasks again\n");
+    else std::fprintf(stderr, "rota agent: %s: the server drains this node until it clears\n", disk_problem_.c_str());
+  }
   Reap();
   for (auto& [key, t] : tasks_) {
     if (!t->exited) busy |= t->gpu_mask;

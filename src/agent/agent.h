@@ -103,7 +103,15 @@ struct AgentOptions {
   // How often the GPUs are sampled for accounting (GpuMeter; each report
   // carries the samples since the last): 0 = only at reports.
   int meter_interval_ms = 1000;
+  // Free space the state and logs directories keep: below it (or on a
+  // read-only file system) the agent reports a disk problem, and the server
+  // drains the node until it clears (HeartbeatReport::disk_problem). 0 = off.
+  int64_t disk_reserve_mib = 64;
 };
+
+// Why the file systems of `dirs` cannot take new tasks ("" = they can):
+// read-only, fewer than `reserve_mib` MiB free, or no inodes left.
+std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib);
 
 class Agent {
  public:
@@ -189,6 +197,7 @@ class Agent {
   std::mutex lease_mu_;           // RenewLease's (heartbeats go from two threads); guards:
   int64_t lease_sent_at_ = 0;     // the heartbeat whose answer it last wrote (its sent_at_ns)
   bool lease_failing_ = false;    // the last renewal could not be written
+  std::string disk_problem_;      // as last reported (guarded by mu_)
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
   std::atomic<int> server_interval_ms_{10000};

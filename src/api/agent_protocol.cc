@@ -117,6 +117,7 @@ ordered_json HeartbeatToJson(const HeartbeatReport& report) {
   }
   ordered_json out{{"node", report.node}, {"gpus", std::move(gpus)}, {"tasks", std::move(tasks)}};
   if (report.wait_ms > 0) out["wait_ms"] = report.wait_ms;
+  if (!report.disk_problem.empty()) out["disk_problem"] = report.disk_problem;
   return out;
 }
 
@@ -126,6 +127,15 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
   ROTA_RETURN_IF_ERROR(Read(body, "", "node", &r.node, true));
   if (auto w = body.find("wait_ms"); w != body.end() && w->is_number_integer()) {
     r.wait_ms = std::clamp<int64_t>(w->get<int64_t>(), 0, 30000);
+  }
+  ROTA_RETURN_IF_ERROR(Read(body, "", "disk_problem", &r.disk_problem));
+  // Shown as a drain's reason: at most 1 KiB of text (a long path is cut,
+  // not the report refused: a refused report would make the node lost).
+  if (!IsValidUtf8(r.disk_problem)) r.disk_problem = "(not UTF-8)";
+  if (r.disk_problem.size() > 1024) {
+    size_t cut = 1021;
+    while (cut > 0 && (static_cast<unsigned char>(r.disk_problem[cut]) & 0xC0) == 0x80) --cut;  // (a whole character)
+    r.disk_problem = r.disk_problem.substr(0, cut) + "...";
   }
   ROTA_ASSIGN_OR_RETURN(const json* gpus, Field(body, "", "gpus", V::array, false));
   if (gpus != nullptr) {

@@ -133,6 +133,10 @@ struct HeartbeatReport {
   std::vector<GpuTelemetry> gpus;
   std::vector<TaskReport> tasks;
   int64_t wait_ms = 0;  // > 0: a long poll (0..30000)
+  // Why the node's disk cannot take new tasks ("" = it can): the agent's
+  // state or logs directory is read-only, or has less free than the
+  // agent's reserve. The server drains the node while it says so.
+  std::string disk_problem;
 };
 
 struct AgentAnswer {

@@ -128,10 +128,18 @@ TEST(AgentProtocol, AHeartbeatRoundTripsWithItsLogAndCheckpoint) {
   t.checkpoint_path = "/ckpt/1";
   t.checkpoint_at = 1'700'000'000'000'000;
   r.tasks.push_back(t);
+  r.disk_problem = "only 3 MiB free in /var/lib/rota";
   auto back = HeartbeatFromJson(json::parse(HeartbeatToJson(r).dump()));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->node, "n-1");
   EXPECT_EQ(back->wait_ms, 5000);
+  EXPECT_EQ(back->disk_problem, r.disk_problem);
+  EXPECT_FALSE(HeartbeatToJson(HeartbeatReport{.node = "n"}).contains("disk_problem"));  // (none: not sent)
+  // A long one is cut (a whole character at a time), not the report refused.
+  auto long_problem =
+      HeartbeatFromJson(json{{"node", "n"}, {"disk_problem", std::string(1020, 'x') + "\u00e9\u00e9\u00e9"}});  // 1026 bytes
+  ASSERT_TRUE(long_problem.ok());
+  EXPECT_EQ(long_problem->disk_problem, std::string(1020, 'x') + "...");  // (not half of the first é)
   ASSERT_EQ(back->gpus.size(), 1u);
   EXPECT_FALSE(back->gpus[0].healthy);
   EXPECT_EQ(back->gpus[0].health_reason, "xid 79");

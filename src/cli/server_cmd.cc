@@ -71,12 +71,15 @@ constexpr const char* kAgentUsage =
     "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--nvlink-islands N]\n"
     "                  [--logs-dir DIR] [--label k=v ...] [--oci-runtime auto|runc|crun]\n"
     "                  [--heartbeat-ms N] [--meter-ms 1000] [--transport watch|poll] [--health-file FILE]\n"
-    "                  [--device-dir /dev] [--state-dir DIR] [--ca-cert FILE | --insecure-skip-tls-verify]\n"
+    "                  [--device-dir /dev] [--state-dir DIR] [--disk-reserve 64Mi]\n"
+    "                  [--ca-cert FILE | --insecure-skip-tls-verify]\n"
     "       (an https server's certificate is verified against --ca-cert, a PEM file of the CA\n"
     "        that signed it or of the server's own certificate, else the system's CAs)\n"
     "       (--heartbeat-ms: default the server's interval, its node timeout / 3;\n"
     "        --transport poll: long-poll the heartbeat for new work instead of watching;\n"
-    "        --meter-ms: the GPU meter's sampling interval, 0 = off)\n"
+    "        --meter-ms: the GPU meter's sampling interval, 0 = off;\n"
+    "        --disk-reserve: free space the state and logs directories keep; below it the\n"
+    "        server drains the node until it clears, 0 = off)\n"
     "       (the token comes from --token-file or $ROTA_TOKEN, never the command line,\n"
     "        where every user of the node could read it)\n"
     "       rota agent --probe [--gpus ...]   (print what this node would register, and one telemetry sample)\n";
@@ -770,7 +773,15 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--logs-dir") ao.logs_dir = value();
     else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::max(10, std::atoi(value().c_str()));
     else if (a == "--meter-ms") ao.meter_interval_ms = std::max(0, std::atoi(value().c_str()));
-    else if (a == "--transport") {
+    else if (a == "--disk-reserve") {
+      const std::string text = value();
+      StatusOr<MemoryMiB> mib = text == "0" ? StatusOr<MemoryMiB>(MemoryMiB{0}) : ParseMemoryMiB(text);
+      if (!mib.ok() || *mib < 0) {
+        std::cerr << "rota agent: --disk-reserve must be a size (e.g. 64Mi, 1Gi) or 0, got '" << text << "'\n";
+        return kExitBadInput;
+      }
+      ao.disk_reserve_mib = *mib;
+    } else if (a == "--transport") {
       const std::string t = value();
       if (t != "watch" && t != "poll") {
         std::cerr << "rota agent: --transport: must be watch or poll, not '" << t << "'\n";

@@ -1434,8 +1434,24 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
   return TasksFor(batch, report.node, revision);
 }
 
+namespace {
+
+// A drain the node's agent asked for: its disk cannot take new tasks
+// (HeartbeatReport::disk_problem). Lifted when the agent reports the disk
+// fine again, unless an admin drained the node since (another reason);
+// while the agent reports the problem an undrained node is drained again.
+constexpr std::string_view kDiskDrain = "disk: ";
+bool DiskDrained(const NodeState& node) { return node.drained && node.drain_reason.starts_with(kDiskDrain); }
+// Whether `report` drains the node, or lifts its disk drain.
+bool DiskDrainChanges(const NodeState& node, const HeartbeatReport& report) {
+  return report.disk_problem.empty() ? DiskDrained(node) : !node.drained;
+}
+
+}  // namespace
+
 Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::vector<GpuTelemetry>* health_changes) {
   bool lost = false;
+  bool drain_changes = false;
   {
     // No snapshot is held across a change (one held across Apply would make
     // each change copy the whole state).
@@ -1448,6 +1464,7 @@ Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::v
     live.last_heartbeat = options_.clock->Now();
     live.Note(report.gpus, node->spec.gpus);
     lost = node->lost;
+    drain_changes = DiskDrainChanges(*node, report);
     // Usage of each running job's GPUs, for right-sizing.
     FoldUsage(snap, *node, report);
     for (const GpuTelemetry& g : report.gpus) {
@@ -1456,6 +1473,11 @@ Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::v
     }
   }
   if (lost) batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
+  if (drain_changes) {
+    const bool drain = !report.disk_problem.empty();
+    batch.Apply(NodeDrainChanged{report.node, drain, drain ? std::string(kDiskDrain) + report.disk_problem : std::string()})
+        .IgnoreError();
+  }
   return Status::Ok();
 }
 
@@ -1502,6 +1524,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
     // Overdue: CheckNodes may be declaring it lost right now; the actor
     // orders the two.
     if (options_.clock->Now() - live->second.last_heartbeat > options_.node_timeout) return false;
+    if (DiskDrainChanges(*node, report)) return false;
     for (const GpuTelemetry& g : report.gpus) {
       if (g.index < 0 || g.index >= node->spec.gpus) continue;
       if (static_cast<bool>((node->healthy_mask >> g.index) & 1) != g.healthy) return false;

@@ -417,6 +417,60 @@ TEST_F(ControllerTest, OneHeartbeatEndsManyJobs) {
   EXPECT_EQ(c->snapshot().FindJob(ids[4])->last_checkpoint_path, "/ckpt/1");
 }
 
+// An agent whose disk cannot take new tasks (HeartbeatReport::disk_problem)
+// has its node drained with the reason, and undrained when it reports the
+// disk fine again; its running job runs on. A drain an admin gave since is
+// the admin's to lift; an admin's undrain while the problem lasts does not hold.
+TEST_F(ControllerTest, AnAgentsDiskProblemDrainsItsNodeUntilItClears) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  JobSpec spec = Job("running", 1, 1);
+  spec.node_selector = {{"hostname", "n-0"}};
+  auto running = c->Submit(kAlice, spec);
+  ASSERT_TRUE(running.ok());
+  c->ScheduleNow();
+  ASSERT_EQ(c->snapshot().FindJob(*running)->state, JobState::kRunning);
+  const uint64_t before = c->snapshot().revision();
+  HeartbeatReport report{"n-0", {}, {}};
+  report.tasks.push_back({*running, 0, 0, 0, false, 0});
+  report.disk_problem = "only 3 MiB free in /var/lib/rota (the agent keeps 64 MiB: --disk-reserve)";
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  const NodeState* n = c->snapshot().FindNode("n-0");
+  EXPECT_TRUE(n->drained);
+  EXPECT_EQ(n->drain_reason, "disk: " + report.disk_problem);
+  EXPECT_EQ(c->snapshot().FindJob(*running)->state, JobState::kRunning);
+  // Said again: nothing more is journaled.
+  const uint64_t drained_at = c->snapshot().revision();
+  EXPECT_GT(drained_at, before);
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_EQ(c->snapshot().revision(), drained_at);
+  // A new job waits: the node is drained.
+  JobSpec next = Job("next", 1, 1);
+  next.node_selector = {{"hostname", "n-0"}};
+  auto waiting = c->Submit(kAlice, next);
+  ASSERT_TRUE(waiting.ok());
+  c->ScheduleNow();
+  EXPECT_EQ(c->snapshot().FindJob(*waiting)->state, JobState::kPending);
+  // Cleared: undrained, and the job starts.
+  report.disk_problem.clear();
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_FALSE(c->snapshot().FindNode("n-0")->drained);
+  c->ScheduleNow();
+  EXPECT_EQ(c->snapshot().FindJob(*waiting)->state, JobState::kRunning);
+  // An admin's undrain while the problem lasts: drained again at the next report.
+  report.disk_problem = "/var/lib/rota is on a read-only file system";
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  ASSERT_TRUE(c->SetDrain(kAdmin, "n-0", false, "").ok());
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "disk: /var/lib/rota is on a read-only file system");
+  // An admin's drain stays when the disk clears.
+  ASSERT_TRUE(c->SetDrain(kAdmin, "n-0", true, "PSU swap").ok());
+  report.disk_problem.clear();
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_TRUE(c->snapshot().FindNode("n-0")->drained);
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "PSU swap");
+}
+
 // An elastic job's failed rank restarts alone (a new attempt of that replica
 // only), counted against its restart policy with gang restarts.
 TEST_F(ControllerTest, ElasticRankRestartsAlone) {

@@ -304,6 +304,15 @@ class FullAgentDisk : public Fencing {
     Fencing::TearDown();
     for (const std::string& m : mounted_) umount2(m.c_str(), MNT_DETACH);
   }
+  // (The default reserve, 64 MiB, is more than these disks hold.)
+  std::vector<std::string> ExtraAgentArgs() override { return {"--disk-reserve", "1Mi"}; }
+  std::string DrainReason(const std::string& node) {
+    const json doc = json::parse(server_->Admin().Get("/v1/nodes")->body);
+    for (const auto& n : doc["nodes"]) {
+      if (n["name"] == node) return n.value("drain_reason", "");
+    }
+    return "";
+  }
   // Fills agent `index`'s file system to the brim.
   void Fill(int index) {
     std::ofstream fill(LogsDir(index) + "/fill", std::ios::binary);
@@ -323,7 +332,9 @@ class FullAgentDisk : public Fencing {
 // fence itself two seconds later on a node that is well. Killed and
 // restarted there, the agent adopts the task, and the task's exit status,
 // written over the room made for it at the start, reaches the server: the
-// job succeeds, once, rather than being reported lost and run again.
+// job succeeds, once, rather than being reported lost and run again. And
+// the node is drained while its disk is full (new work would only fail
+// there), with the reason, and ready again once space returns.
 TEST_F(FullAgentDisk, ATaskOutlivesAFullDiskAndItsExitIsReported) {
   const std::string go = tmp.path() + "/go", pid_file = tmp.path() + "/task.pid";
   const json spec = {{"name", "full"},
@@ -344,6 +355,8 @@ TEST_F(FullAgentDisk, ATaskOutlivesAFullDiskAndItsExitIsReported) {
                               << ReadAll(tmp.path() + "/a" + std::to_string(index) + ".log");
   EXPECT_EQ(Job(1)["state"], "running");
   EXPECT_EQ(Job(1)["restarts"], 0);
+  EXPECT_EQ(NodeState(node), "drained");
+  EXPECT_NE(DrainReason(node).find("disk: only 0 MiB free in " + LogsDir(index)), std::string::npos) << DrainReason(node);
   KillAgent(index, SIGKILL);
   RestartAgent(index);
   std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -353,6 +366,9 @@ TEST_F(FullAgentDisk, ATaskOutlivesAFullDiskAndItsExitIsReported) {
   EXPECT_EQ(done["state"], "succeeded") << done.dump() << "\n"
                                         << ReadAll(tmp.path() + "/a" + std::to_string(index) + ".log");
   EXPECT_EQ(done["restarts"], 0) << done.dump();
+  // Space returns: the node takes work again.
+  std::filesystem::remove(LogsDir(index) + "/fill");
+  EXPECT_TRUE(Eventually([&] { return NodeState(node) == "ready"; }, 5)) << NodeState(node) << ": " << DrainReason(node);
 }
 
 TEST(UpFencing, KillNineOfRotaUpAndARestartAdoptTheTask) {

@@ -366,7 +366,9 @@ TEST_F(Replicated, TheLeadersRouterServesServicesThroughAFailover) {
   ForEachLiveProcess(server, [&](pid_t pid, const std::string&) { serving.insert(pid); });
   ASSERT_EQ(serving.size(), 1u);
   for (int i = 0; i < kReplicas; ++i) {
-    if (i != leader) EXPECT_EQ(through(i), 0) << "standby " << i << "'s router port answered";
+    if (i != leader) {
+      EXPECT_EQ(through(i), 0) << "standby " << i << "'s router port answered";
+    }
   }
   const json services = Get("/v1/services");
   EXPECT_EQ(services["router"], "http://127.0.0.1:" + std::to_string(router_ports_[leader])) << services.dump();

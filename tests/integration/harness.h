@@ -238,6 +238,8 @@ class AgentCluster : public ::testing::Test {
   TempDir tmp;
   // More flags for the server (a fixture's --config).
   virtual std::vector<std::string> ExtraServerArgs() { return {}; }
+  // More flags for every agent.
+  virtual std::vector<std::string> ExtraAgentArgs() { return {}; }
   void SetUp() override {
     std::vector<std::string> args{"--rate-limit", "0", "--node-timeout", "2s", "--min-runtime", "0s"};
     for (std::string& a : ExtraServerArgs()) args.push_back(std::move(a));
@@ -296,6 +298,7 @@ class AgentCluster : public ::testing::Test {
                                   "--name",     name,          "--address", "127.0.0.1",   "--gpus",  "2xH100:80Gi",
                                   "--logs-dir", LogsDir(i),    "--heartbeat-ms", "200"};
     args.insert(args.end(), extra.begin(), extra.end());
+    for (std::string& a : ExtraAgentArgs()) args.push_back(std::move(a));
     const pid_t pid = SpawnLogged(args, tmp.path() + "/" + name + ".log");
     ASSERT_GT(pid, 0);
     agents_.push_back(pid);
