@@ -57,7 +57,7 @@ constexpr const char* kServerUsage =
 constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
-    "               [--nvlink-islands N] [--oci-runtime auto|runc|crun] [--device-dir /dev]\n"
+    "               [--nvlink-islands N] [--oci-runtime auto|runc|crun] [--device-dir /dev] [--disk-reserve 64Mi]\n"
     "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
     "               [--job-retention 14d] [--gpu-history-minutes 8d] [--gpu-history-hours 400d]\n"
     "               [--node-timeout 30s] [--fence-after DURATION]\n"
@@ -91,6 +91,18 @@ std::string FlagValue(const std::vector<std::string>& args, size_t* i, const cha
     std::exit(kExitBadInput);
   }
   return args[++*i];
+}
+
+// --disk-reserve's value (a size such as 64Mi, or 0: off) in MiB, or exits
+// with usage error 2.
+int64_t DiskReserveFlag(const std::vector<std::string>& args, size_t* i, const char* program) {
+  const std::string text = FlagValue(args, i, program);
+  StatusOr<MemoryMiB> mib = text == "0" ? StatusOr<MemoryMiB>(MemoryMiB{0}) : ParseMemoryMiB(text);
+  if (!mib.ok() || *mib < 0) {
+    std::cerr << program << ": --disk-reserve must be a size (e.g. 64Mi, 1Gi) or 0, got '" << text << "'\n";
+    std::exit(kExitBadInput);
+  }
+  return *mib;
 }
 
 // A duration flag (e.g. --node-timeout 30s), or exits with usage error 2.
@@ -338,6 +350,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   double rate = 200;
   MigFlags mig;
   std::string oci_runtime = "auto", device_dir;
+  int64_t disk_reserve_mib = agent::AgentOptions().disk_reserve_mib;
   Duration node_timeout = 30 * kMicrosPerSecond;
   Duration fence_after = 0;  // = node_timeout
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
@@ -388,6 +401,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (with_local_agent && a == "--oci-runtime") oci_runtime = value();
     else if (with_local_agent && a == "--name") name = value();
     else if (with_local_agent && a == "--device-dir") device_dir = value();
+    else if (with_local_agent && a == "--disk-reserve") disk_reserve_mib = DiskReserveFlag(args, &i, "rota");
     else if (a == "-h" || a == "--help") {
       std::cout << (with_local_agent ? kUpUsage : kServerUsage);
       return kExitOk;
@@ -642,6 +656,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     ao.logs_dir = data_dir + "/logs";
     ao.heartbeat_ms = 500;
     ao.oci_runtime = oci_runtime;
+    ao.disk_reserve_mib = disk_reserve_mib;
     if (!device_dir.empty()) ao.device_dir = device_dir;
     ao.state_dir = data_dir + "/agent-state";
     ao.fence_after_ms = static_cast<int>(controller.FenceAfter() / 1000);
@@ -773,15 +788,8 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--logs-dir") ao.logs_dir = value();
     else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::max(10, std::atoi(value().c_str()));
     else if (a == "--meter-ms") ao.meter_interval_ms = std::max(0, std::atoi(value().c_str()));
-    else if (a == "--disk-reserve") {
-      const std::string text = value();
-      StatusOr<MemoryMiB> mib = text == "0" ? StatusOr<MemoryMiB>(MemoryMiB{0}) : ParseMemoryMiB(text);
-      if (!mib.ok() || *mib < 0) {
-        std::cerr << "rota agent: --disk-reserve must be a size (e.g. 64Mi, 1Gi) or 0, got '" << text << "'\n";
-        return kExitBadInput;
-      }
-      ao.disk_reserve_mib = *mib;
-    } else if (a == "--transport") {
+    else if (a == "--disk-reserve") ao.disk_reserve_mib = DiskReserveFlag(args, &i, "rota agent");
+    else if (a == "--transport") {
       const std::string t = value();
       if (t != "watch" && t != "poll") {
         std::cerr << "rota agent: --transport: must be watch or poll, not '" << t << "'\n";
