@@ -333,14 +333,18 @@ int32_t Agent::MigGpuInstance(const api::TaskAssignment& a, const std::vector<in
   return d == g->second.end() ? -1 : d->second.gpu_instance;
 }
 
-std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib) {
+std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib, bool had_problem) {
+  if (reserve_mib <= 0) return "";
+  // (Once short, it must have half the reserve again to be fine.)
+  const int64_t needed = had_problem ? reserve_mib + std::max<int64_t>(reserve_mib / 2, 1) : reserve_mib;
   for (const std::string& dir : dirs) {
     struct statvfs st {};
-    if (dir.empty() || statvfs(dir.c_str(), &st) != 0) continue;  // (not made yet: the first launch makes it)
+    if (dir.empty()) continue;
+    if (statvfs(dir.c_str(), &st) != 0) return "cannot read " + dir + " (" + std::strerror(errno) + ")";  // (made at start)
     if ((st.f_flag & ST_RDONLY) != 0) return dir + " is on a read-only file system";
     const int64_t free_mib = static_cast<int64_t>(st.f_bavail / (uint64_t{1} << 20) * st.f_frsize +
                                                   st.f_bavail % (uint64_t{1} << 20) * st.f_frsize / (uint64_t{1} << 20));
-    if (free_mib < reserve_mib) {
+    if (free_mib < needed) {
       return "only " + std::to_string(free_mib) + " MiB free in " + dir + " (the agent keeps " + std::to_string(reserve_mib) +
              " MiB: --disk-reserve)";
     }
@@ -626,17 +630,17 @@ bool Agent::Heartbeat(int wait_ms) {
   uint64_t busy = 0;
   api::HeartbeatReport report;
   report.node = options_.node_name;
-  report.disk_problem = DiskProblem({options_.state_dir, options_.logs_dir}, options_.disk_reserve_mib);
+  report.disk_problem = DiskProblem({options_.state_dir, options_.logs_dir}, options_.disk_reserve_mib, disk_short_);
   report.wait_ms = wait_ms;
   constexpr std::streamsize kLogChunk = 64 * 1024;
   std::streamsize log_budget = 384 * 1024;  // all files: 512 KiB in base64
   std::set<std::string> shipping;        // log files in this report
   std::map<std::string, int64_t> sent;   // their offsets once the server has this report
   std::unique_lock<std::mutex> lock(mu_);
-  if (report.disk_problem != disk_problem_) {  // (said once a change)
-    disk_problem_ = report.disk_problem;
-    if (disk_problem_.empty()) std::fprintf(stderr, "rota agent: the disk takes new tasks again\n");
-    else std::fprintf(stderr, "rota agent: %s: the server drains this node until it clears\n", disk_problem_.c_str());
+  if (report.disk_problem.empty() == disk_short_) {  // (said when it starts and when it ends)
+    disk_short_ = !report.disk_problem.empty();
+    if (!disk_short_) std::fprintf(stderr, "rota agent: the disk takes new tasks again\n");
+    else std::fprintf(stderr, "rota agent: %s: the server drains this node until it clears\n", report.disk_problem.c_str());
   }
   Reap();
   for (auto& [key, t] : tasks_) {

@@ -110,8 +110,11 @@ struct AgentOptions {
 };
 
 // Why the file systems of `dirs` cannot take new tasks ("" = they can):
-// read-only, fewer than `reserve_mib` MiB free, or no inodes left.
-std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib);
+// one cannot be read, is read-only, has fewer than `reserve_mib` MiB free
+// (`had_problem`: fewer than half as much again, so that a disk near the
+// line does not drain and undrain the node at every report), or no inodes
+// left. Nothing with a reserve of 0.
+std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib, bool had_problem = false);
 
 class Agent {
  public:
@@ -197,7 +200,7 @@ class Agent {
   std::mutex lease_mu_;           // RenewLease's (heartbeats go from two threads); guards:
   int64_t lease_sent_at_ = 0;     // the heartbeat whose answer it last wrote (its sent_at_ns)
   bool lease_failing_ = false;    // the last renewal could not be written
-  std::string disk_problem_;      // as last reported (guarded by mu_)
+  std::atomic<bool> disk_short_{false};  // the last report had a disk problem
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
   std::atomic<int> server_interval_ms_{10000};

@@ -132,6 +132,9 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
   // Shown as a drain's reason: at most 1 KiB of text (a long path is cut,
   // not the report refused: a refused report would make the node lost).
   if (!IsValidUtf8(r.disk_problem)) r.disk_problem = "(not UTF-8)";
+  for (char& c : r.disk_problem) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';  // (shown on terminals: no control characters)
+  }
   if (r.disk_problem.size() > 1024) {
     size_t cut = 1021;
     while (cut > 0 && (static_cast<unsigned char>(r.disk_problem[cut]) & 0xC0) == 0x80) --cut;  // (a whole character)

@@ -98,8 +98,9 @@ std::string FlagValue(const std::vector<std::string>& args, size_t* i, const cha
 int64_t DiskReserveFlag(const std::vector<std::string>& args, size_t* i, const char* program) {
   const std::string text = FlagValue(args, i, program);
   StatusOr<MemoryMiB> mib = text == "0" ? StatusOr<MemoryMiB>(MemoryMiB{0}) : ParseMemoryMiB(text);
-  if (!mib.ok() || *mib < 0) {
-    std::cerr << program << ": --disk-reserve must be a size (e.g. 64Mi, 1Gi) or 0, got '" << text << "'\n";
+  if (!mib.ok() || *mib < 0 || (*mib == 0 && text != "0")) {
+    std::cerr << program << ": --disk-reserve must be a size of at least 1Mi (e.g. 64Mi, 1Gi) or 0, got '" << text
+              << "'\n";
     std::exit(kExitBadInput);
   }
   return *mib;

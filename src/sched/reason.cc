@@ -223,12 +223,19 @@ PendingReason TaskShortNow(PlaceContext& ctx, const JobRequest& job, const TaskR
   const std::string prefix = TaskPrefix(job, t);
   int64_t matching = 0, available = 0, free_gpus = 0, fit_by_gpu = 0, fit_all = 0, nodes_fitting = 0;
   int64_t fit_by_cpu = 0, fit_by_memory = 0;
+  int64_t lost = 0;
+  const NodeState* given = nullptr;  // the first drained node with a reason
   std::vector<int32_t> frees;
   for (uint32_t pos = 0; pos < n; ++pos) {
     Shortfall why;
     if (!StaticFit(ctx, job, t, pos, &why)) continue;
     ++matching;
-    if (!ws.schedulable(pos)) continue;
+    if (!ws.schedulable(pos)) {
+      const NodeState& node = ws.node(pos);
+      lost += node.lost;
+      if (given == nullptr && !node.lost && !node.drain_reason.empty()) given = &node;
+      continue;
+    }
     ++available;
     const NodeView v = ws.View(pos);
     const int32_t f = ws.free_gpus(pos);
@@ -244,8 +251,14 @@ PendingReason TaskShortNow(PlaceContext& ctx, const JobRequest& job, const TaskR
   }
   if (fit_all >= t.replicas) return {};
   if (available == 0) {
-    return {ReasonCode::kNodesUnavailable,
-            prefix + "all " + Plural(matching, "matching node is", "matching nodes are") + " drained"};
+    // Drained (with the first reason given: an admin's, or an agent's
+    // "disk: ..."), or lost.
+    std::string text = prefix + "all " + Plural(matching, "matching node is", "matching nodes are") +
+                       (lost == 0 ? " drained" : lost == matching ? " lost" : " drained or lost");
+    if (given != nullptr) {
+      text += " (" + given->spec.name + ": " + given->drain_reason + (matching > 1 ? "; and others)" : ")");
+    }
+    return {ReasonCode::kNodesUnavailable, std::move(text)};
   }
   if (t.gpus > 0 && free_gpus < static_cast<int64_t>(t.replicas) * t.gpus) {
     return {ReasonCode::kInsufficientGpus,

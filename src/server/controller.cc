@@ -1242,9 +1242,29 @@ Status Controller::Checkpoint(const Principal& who, JobId id, const std::string&
       .status();
 }
 
+namespace {
+
+// A drain the node's agent asked for: its disk cannot take new tasks
+// (HeartbeatReport::disk_problem). Lifted when the agent reports the disk
+// fine again, unless an admin drained the node since (another reason);
+// while the agent reports the problem an undrained node is drained again.
+// (An admin's reason may not begin so: SetDrain.)
+constexpr std::string_view kDiskDrain = "disk: ";
+bool DiskDrained(const NodeState& node) { return node.drained && node.drain_reason.starts_with(kDiskDrain); }
+// Whether `report` drains the node, or lifts its disk drain.
+bool DiskDrainChanges(const NodeState& node, const HeartbeatReport& report) {
+  return report.disk_problem.empty() ? DiskDrained(node) : !node.drained;
+}
+
+}  // namespace
+
 Status Controller::SetDrain(const Principal& who, const std::string& node, bool drained, const std::string& reason) {
   if (!who.admin()) return Status(StatusCode::kPermissionDenied, "draining nodes needs the admin role");
   if (reason.size() > 512) return InvalidArgumentError("reason: at most 512 bytes");
+  if (drained && reason.starts_with(kDiskDrain)) {
+    return InvalidArgumentError("reason: may not begin with '" + std::string(kDiskDrain) +
+                                "': that is how the drains a node's agent asks for begin, which it lifts itself");
+  }
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
            ROTA_RETURN_IF_ERROR(batch.Apply(NodeDrainChanged{node, drained, reason}));
            return true;
@@ -1433,21 +1453,6 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
   lifecycle_.OnTaskReports(batch, report.node, report.tasks);
   return TasksFor(batch, report.node, revision);
 }
-
-namespace {
-
-// A drain the node's agent asked for: its disk cannot take new tasks
-// (HeartbeatReport::disk_problem). Lifted when the agent reports the disk
-// fine again, unless an admin drained the node since (another reason);
-// while the agent reports the problem an undrained node is drained again.
-constexpr std::string_view kDiskDrain = "disk: ";
-bool DiskDrained(const NodeState& node) { return node.drained && node.drain_reason.starts_with(kDiskDrain); }
-// Whether `report` drains the node, or lifts its disk drain.
-bool DiskDrainChanges(const NodeState& node, const HeartbeatReport& report) {
-  return report.disk_problem.empty() ? DiskDrained(node) : !node.drained;
-}
-
-}  // namespace
 
 Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::vector<GpuTelemetry>* health_changes) {
   bool lost = false;

@@ -451,6 +451,15 @@ TEST_F(ControllerTest, AnAgentsDiskProblemDrainsItsNodeUntilItClears) {
   ASSERT_TRUE(waiting.ok());
   c->ScheduleNow();
   EXPECT_EQ(c->snapshot().FindJob(*waiting)->state, JobState::kPending);
+  auto why = c->pending_reason(*waiting);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->message.find("all 1 matching node is drained (n-0: disk: only 3 MiB free in /var/lib/rota"),
+            std::string::npos)
+      << why->message;
+  // An admin may not give a drain the agent's prefix (the agent would lift it).
+  Status refused = c->SetDrain(kAdmin, "n-0", true, "disk: replacing nvme0");
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("reason: may not begin with 'disk: '"), std::string::npos) << refused.ToString();
   // Cleared: undrained, and the job starts.
   report.disk_problem.clear();
   ASSERT_TRUE(c->Heartbeat(agent0, report).ok());

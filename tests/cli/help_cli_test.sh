@@ -36,9 +36,9 @@ expect_bad "rota help: unknown command 'nodez'; did you mean 'nodes'?" help node
 # A bad --gpus changes nothing: no data directory, no token, nothing served.
 expect_bad "--gpus: expected COUNTxMODEL" up --data-dir "$tmp/up" --listen 127.0.0.1:0 --gpus bogus
 [ ! -e "$tmp/up" ] || fail "rota up with a bad --gpus made $tmp/up: $(ls "$tmp/up")"
-expect_bad "rota: --disk-reserve must be a size (e.g. 64Mi, 1Gi) or 0, got 'lots'" up --data-dir "$tmp/up" --disk-reserve lots
+expect_bad "rota: --disk-reserve must be a size of at least 1Mi (e.g. 64Mi, 1Gi) or 0, got 'lots'" up --data-dir "$tmp/up" --disk-reserve lots
 [ ! -e "$tmp/up" ] || fail "rota up with a bad --disk-reserve made $tmp/up"
-expect_bad "rota agent: --disk-reserve must be a size (e.g. 64Mi, 1Gi) or 0, got '-5Mi'" agent --disk-reserve -5Mi
+expect_bad "rota agent: --disk-reserve must be a size of at least 1Mi (e.g. 64Mi, 1Gi) or 0, got '-5Mi'" agent --disk-reserve -5Mi
 # rota explain: a field from the reference docs built into the binary.
 "$rota" explain tasks.gpu.fraction > "$tmp/explain.txt" || fail "explain tasks.gpu.fraction exited $?"
 grep -q "^job.tasks.gpu.fraction  (docs/job-spec.md, Task group fields)" "$tmp/explain.txt" || fail "explain: $(cat "$tmp/explain.txt")"
