@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <functional>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 
 #include "harness.h"
@@ -50,6 +51,27 @@ class Trust : public ::testing::Test {
     return j;
   }
   static std::string Logs(RotaProcess& up, int id) { return up.Admin().Get("/v1/jobs/" + std::to_string(id) + "/logs")->body; }
+  // A busybox image at tmp/image (its rootfs/ with `commands` and the
+  // directories `dirs`): the path to give as a rootfs.
+  std::string BusyboxImage(std::initializer_list<const char*> commands, std::initializer_list<const char*> dirs = {}) {
+    const std::string rootfs = tmp.path() + "/image/rootfs";
+    std::filesystem::create_directories(rootfs + "/bin");
+    for (const char* d : dirs) std::filesystem::create_directories(rootfs + d);
+    std::filesystem::copy_file("/bin/busybox", rootfs + "/bin/busybox");
+    for (const char* c : commands) std::filesystem::create_symlink("busybox", rootfs + "/bin/" + c);
+    return tmp.path() + "/image";
+  }
+  // The OCI runtimes installed here, of runc and crun.
+  static std::vector<std::string> OciRuntimes() {
+    std::vector<std::string> out;
+    for (const char* runtime : {"runc", "crun"}) {
+      if (access((std::string("/usr/sbin/") + runtime).c_str(), X_OK) == 0 ||
+          access((std::string("/usr/bin/") + runtime).c_str(), X_OK) == 0) {
+        out.push_back(runtime);
+      }
+    }
+    return out;
+  }
   TempDir tmp;
 };
 
@@ -90,25 +112,18 @@ TEST_F(Trust, AUsersTaskRunsAsItsAccountAndCannotReadTheAdminToken) {
 TEST_F(Trust, AUsersContainerRunsAsItsAccount) {
   if (geteuid() != 0) GTEST_SKIP() << "a root agent's containers";
   if (access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "no static busybox to build a rootfs from (busybox-static)";
-  const std::string rootfs = tmp.path() + "/image/rootfs";
-  std::filesystem::create_directories(rootfs + "/bin");
-  std::filesystem::copy_file("/bin/busybox", rootfs + "/bin/busybox");
-  for (const char* c : {"sh", "id", "cat"}) std::filesystem::create_symlink("busybox", rootfs + "/bin/" + c);
+  const std::string image = BusyboxImage({"sh", "id", "cat"});
   const std::string config = Write("cluster.yaml", "node_groups: []\naccounts: [{user: alice, uid: 65534, gid: 65534}]\n"
-                                                   "allowed_mounts: [{prefix: " + tmp.path() + "/image}]\n");
-  int ran = 0;
-  for (const char* runtime : {"runc", "crun"}) {
-    if (access((std::string("/usr/sbin/") + runtime).c_str(), X_OK) != 0 &&
-        access((std::string("/usr/bin/") + runtime).c_str(), X_OK) != 0) {
-      continue;
-    }
-    ++ran;
+                                                   "allowed_mounts: [{prefix: " + image + "}]\n");
+  const std::vector<std::string> runtimes = OciRuntimes();
+  if (runtimes.empty()) GTEST_SKIP() << "neither runc nor crun is installed";
+  for (const std::string& runtime : runtimes) {
     RotaProcess up("up", tmp.path() + "/data-" + runtime,
                    {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config, "--oci-runtime", runtime});
     auto alice = up.Http(UserToken(up, "alice"));
     const std::string job =
         json{{"name", "boxed"},
-             {"tasks", {{{"gpus", 1}, {"rootfs", tmp.path() + "/image"},
+             {"tasks", {{{"gpus", 1}, {"rootfs", image},
                          {"env", {{"XDG_RUNTIME_DIR", tmp.path() + "/steer"}}},
                          {"command", {"/bin/sh", "-c", "echo inside uid=$(id -u) gid=$(id -g) pid1=$(cat /proc/1/comm)"}}}}}}
             .dump();
@@ -131,7 +146,6 @@ TEST_F(Trust, AUsersContainerRunsAsItsAccount) {
     }
     EXPECT_EQ(logs_owned, 1) << runtime;
   }
-  if (ran == 0) GTEST_SKIP() << "neither runc nor crun is installed";
 }
 
 // A read-only data mount is read-only all the way down: a file system
@@ -141,11 +155,9 @@ TEST_F(Trust, AUsersContainerRunsAsItsAccount) {
 TEST_F(Trust, AReadOnlyMountIsReadOnlyBelowItsTopToo) {
   if (geteuid() != 0) GTEST_SKIP() << "a root agent's containers, and mounting a tmpfs";
   if (access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "no static busybox to build a rootfs from (busybox-static)";
-  const std::string rootfs = tmp.path() + "/image/rootfs", data = tmp.path() + "/data-set";
-  std::filesystem::create_directories(rootfs + "/bin");
-  std::filesystem::create_directories(rootfs + "/data");
-  std::filesystem::copy_file("/bin/busybox", rootfs + "/bin/busybox");
-  for (const char* c : {"sh", "touch"}) std::filesystem::create_symlink("busybox", rootfs + "/bin/" + c);
+  const std::vector<std::string> runtimes = OciRuntimes();
+  if (runtimes.empty()) GTEST_SKIP() << "neither runc nor crun is installed";
+  const std::string image = BusyboxImage({"sh", "touch"}, {"/data"}), data = tmp.path() + "/data-set";
   std::filesystem::create_directories(data + "/scratch");
   if (mount("tmpfs", (data + "/scratch").c_str(), "tmpfs", 0, "size=1m,mode=1777") != 0) {
     GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
@@ -155,24 +167,16 @@ TEST_F(Trust, AReadOnlyMountIsReadOnlyBelowItsTopToo) {
     ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
   } unmount{data + "/scratch"};
   const std::string config = Write("cluster.yaml", "node_groups: []\naccounts: [{user: alice, uid: 65534, gid: 65534}]\n"
-                                                   "allowed_mounts: [{prefix: " + tmp.path() + "/image}, {prefix: " + data +
-                                                   "}]\n");
-  int ran = 0;
-  for (const char* runtime : {"runc", "crun"}) {
-    if (access((std::string("/usr/sbin/") + runtime).c_str(), X_OK) != 0 &&
-        access((std::string("/usr/bin/") + runtime).c_str(), X_OK) != 0) {
-      continue;
-    }
-    ++ran;
+                                                   "allowed_mounts: [{prefix: " + image + "}, {prefix: " + data + "}]\n");
+  for (const std::string& runtime : runtimes) {
     RotaProcess up("up", tmp.path() + "/state-" + runtime,
                    {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config, "--oci-runtime", runtime});
     auto alice = up.Http(UserToken(up, "alice"));
     const std::string job =
         json{{"name", "reader"},
              {"mounts", {{{"source", data}, {"target", "/data"}, {"read_only", true}}}},
-             {"tasks", {{{"gpus", 1}, {"rootfs", tmp.path() + "/image"},
-                         {"command", {"/bin/sh", "-c", std::string("touch /data/top 2>&1; touch /data/scratch/") + runtime +
-                                                           " 2>&1; echo end"}}}}}}
+             {"tasks", {{{"gpus", 1}, {"rootfs", image},
+                         {"command", {"/bin/sh", "-c", "touch /data/top 2>&1; touch /data/scratch/" + runtime + " 2>&1; echo end"}}}}}}
             .dump();
     auto r = alice.Post("/v1/jobs", job, "application/json");
     ASSERT_EQ(r->status, 201) << r->body;
@@ -181,11 +185,9 @@ TEST_F(Trust, AReadOnlyMountIsReadOnlyBelowItsTopToo) {
     const std::string logs = Logs(up, id);
     EXPECT_EQ(j["state"], "succeeded") << runtime << ": " << j.dump() << "\n" << logs;
     EXPECT_NE(logs.find("/data/top: Read-only file system"), std::string::npos) << runtime << ": " << logs;
-    EXPECT_NE(logs.find(std::string("/data/scratch/") + runtime + ": Read-only file system"), std::string::npos)
-        << runtime << ": " << logs;
+    EXPECT_NE(logs.find("/data/scratch/" + runtime + ": Read-only file system"), std::string::npos) << runtime << ": " << logs;
     EXPECT_FALSE(std::filesystem::exists(data + "/scratch/" + runtime)) << runtime << ": written below the read-only mount";
   }
-  if (ran == 0) GTEST_SKIP() << "neither runc nor crun is installed";
 }
 
 TEST_F(Trust, AUserWithoutAnAccountOnTheNodeIsRefusedWithTheReason) {
