@@ -51,6 +51,16 @@ class Trust : public ::testing::Test {
     return j;
   }
   static std::string Logs(RotaProcess& up, int id) { return up.Admin().Get("/v1/jobs/" + std::to_string(id) + "/logs")->body; }
+  // Submits `job` as `user` and waits for it to end: its record and its log.
+  static std::pair<json, std::string> RunToEnd(RotaProcess& up, const std::string& user, const json& job) {
+    auto r = up.Http(UserToken(up, user)).Post("/v1/jobs", job.dump(), "application/json");
+    if (!r || r->status != 201) {
+      ADD_FAILURE() << "not accepted: " << (r ? r->body : httplib::to_string(r.error()));
+      return {json::object(), ""};
+    }
+    const int id = json::parse(r->body)["id"];
+    return {WaitEnded(up, id), Logs(up, id)};
+  }
   // A busybox image at tmp/image (its rootfs/ with `commands` and the
   // directories `dirs`): the path to give as a rootfs.
   std::string BusyboxImage(std::initializer_list<const char*> commands, std::initializer_list<const char*> dirs = {}) {
@@ -120,18 +130,11 @@ TEST_F(Trust, AUsersContainerRunsAsItsAccount) {
   for (const std::string& runtime : runtimes) {
     RotaProcess up("up", tmp.path() + "/data-" + runtime,
                    {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config, "--oci-runtime", runtime});
-    auto alice = up.Http(UserToken(up, "alice"));
-    const std::string job =
-        json{{"name", "boxed"},
-             {"tasks", {{{"gpus", 1}, {"rootfs", image},
-                         {"env", {{"XDG_RUNTIME_DIR", tmp.path() + "/steer"}}},
-                         {"command", {"/bin/sh", "-c", "echo inside uid=$(id -u) gid=$(id -g) pid1=$(cat /proc/1/comm)"}}}}}}
-            .dump();
-    auto r = alice.Post("/v1/jobs", job, "application/json");
-    ASSERT_EQ(r->status, 201) << r->body;
-    const int id = json::parse(r->body)["id"];
-    const json j = WaitEnded(up, id);
-    const std::string logs = Logs(up, id);
+    const json job = {{"name", "boxed"},
+                      {"tasks", {{{"gpus", 1}, {"rootfs", image},
+                                  {"env", {{"XDG_RUNTIME_DIR", tmp.path() + "/steer"}}},
+                                  {"command", {"/bin/sh", "-c", "echo inside uid=$(id -u) gid=$(id -g) pid1=$(cat /proc/1/comm)"}}}}}};
+    const auto [j, logs] = RunToEnd(up, "alice", job);
     EXPECT_EQ(j["state"], "succeeded") << runtime << ": " << j.dump() << "\n" << logs;
     EXPECT_NE(logs.find("inside uid=65534 gid=65534 pid1=sh"), std::string::npos) << runtime << ": " << logs;
     EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/steer")) << runtime << ": the job's env steered the runtime";
@@ -171,18 +174,12 @@ TEST_F(Trust, AReadOnlyMountIsReadOnlyBelowItsTopToo) {
   for (const std::string& runtime : runtimes) {
     RotaProcess up("up", tmp.path() + "/state-" + runtime,
                    {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config, "--oci-runtime", runtime});
-    auto alice = up.Http(UserToken(up, "alice"));
-    const std::string job =
-        json{{"name", "reader"},
-             {"mounts", {{{"source", data}, {"target", "/data"}, {"read_only", true}}}},
-             {"tasks", {{{"gpus", 1}, {"rootfs", image},
-                         {"command", {"/bin/sh", "-c", "touch /data/top 2>&1; touch /data/scratch/" + runtime + " 2>&1; echo end"}}}}}}
-            .dump();
-    auto r = alice.Post("/v1/jobs", job, "application/json");
-    ASSERT_EQ(r->status, 201) << r->body;
-    const int id = json::parse(r->body)["id"];
-    const json j = WaitEnded(up, id);
-    const std::string logs = Logs(up, id);
+    const json job = {{"name", "reader"},
+                      {"mounts", {{{"source", data}, {"target", "/data"}, {"read_only", true}}}},
+                      {"tasks", {{{"gpus", 1}, {"rootfs", image},
+                                  {"command", {"/bin/sh", "-c", "touch /data/top 2>&1; touch /data/scratch/" + runtime +
+                                                                    " 2>&1; echo end"}}}}}};
+    const auto [j, logs] = RunToEnd(up, "alice", job);
     EXPECT_EQ(j["state"], "succeeded") << runtime << ": " << j.dump() << "\n" << logs;
     EXPECT_NE(logs.find("/data/top: Read-only file system"), std::string::npos) << runtime << ": " << logs;
     EXPECT_NE(logs.find("/data/scratch/" + runtime + ": Read-only file system"), std::string::npos) << runtime << ": " << logs;
