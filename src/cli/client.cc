@@ -170,6 +170,18 @@ std::string Client::ServerVersion() const {
 
 Response Client::Get(const std::string& path) const { return Send("GET", path, "", "", ""); }
 
+Response Client::GetFrom(const std::string& server, const std::string& path) const {
+  httplib::Client http(server);
+  http.set_bearer_token_auth(token_);
+  http.set_connection_timeout(2, 0);
+  http.set_read_timeout(30, 0);
+  auto res = http.Get(path);
+  if (!res) return {0, "", "cannot reach " + server + " (" + httplib::to_string(res.error()) + ")", {}};
+  Response out{res->status, res->body, "", {}};
+  for (const auto& [k, v] : res->headers) out.headers.emplace(k, v);
+  return out;
+}
+
 Response Client::Post(const std::string& path, const std::string& body, const std::string& content_type,
                       const std::string& idempotency_key) const {
   return Send("POST", path, body, content_type, idempotency_key);

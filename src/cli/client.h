@@ -39,6 +39,8 @@ class Client {
   static Client FromArgs(std::vector<std::string>* args);
 
   Response Get(const std::string& path) const;
+  // GET `path` from `server` itself (a URL), once: not through the list.
+  Response GetFrom(const std::string& server, const std::string& path) const;
   // `idempotency_key` (an Idempotency-Key header) makes the POST safe to send
   // again when its answer was lost; without one, a POST is sent again only
   // when it cannot have reached a server (no connection, a standby's 503).

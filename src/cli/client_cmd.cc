@@ -955,6 +955,22 @@ static int ClientCommand(const std::string& cmd, std::vector<std::string> args) 
   if (cmd == "nodes") {
     if (!args.empty()) return Usage("rota nodes [-o json]");
     Response r = c.Get("/v1/nodes");
+    // Node states are the leader's to know (it hears the agents; a standby
+    // hears none, and would show every node declared): asked there.
+    auto header = [](const Response& res, const char* name) {
+      auto it = res.headers.find(name);
+      return it == res.headers.end() ? std::string() : it->second;
+    };
+    if (r.status == 200 && header(r, "Rota-Role") == "standby") {
+      const std::string leader = header(r, "Rota-Leader");
+      Response from_leader = leader.empty() ? Response{} : c.GetFrom(leader, "/v1/nodes");
+      if (from_leader.status == 200) {
+        r = std::move(from_leader);
+      } else {
+        std::cerr << "rota nodes: answered by a standby, which hears no agent: its nodes read declared; the leader ("
+                  << (leader.empty() ? std::string("none known yet") : leader + ": " + from_leader.error) << ") knows their states\n";
+      }
+    }
     return Run(c, r, "nodes", [](const json& j) {
       Table t({"NAME", "STATE", "MODEL", "GPUS", "ALLOCATED", "CPU", "MEMORY", "RACK", "SIMULATED", "REASON"});
       for (const auto& n : j["nodes"]) {

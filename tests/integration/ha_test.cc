@@ -443,6 +443,18 @@ TEST_F(Replicated, StandbysAnswerReadsAndSendTheRestToTheLeader) {
     for (const auto& row : v["replicas"]) all_caught_up = all_caught_up && row["lag_events"] == 0;
     return v["leader"] == Url(leader) && all_caught_up;
   }, 10));
+  // Node states are the leader's: `rota nodes` pointed at a standby (which
+  // hears no agent, and shows every node declared) asks the leader it names.
+  {
+    auto from_standby = c.Get("/v1/nodes");
+    ASSERT_TRUE(from_standby);
+    EXPECT_EQ(json::parse(from_standby->body)["nodes"][0]["state"], "declared") << from_standby->body;
+    const CommandResult nodes = RunRota({"nodes", "-o", "json"}, {"ROTA_SERVER=" + Url(standby), "ROTA_TOKEN=" + token_}, tmp_.path());
+    ASSERT_EQ(nodes.exit_code, 0) << nodes.out << nodes.err;
+    const json doc = json::parse(nodes.out, nullptr, false);
+    ASSERT_TRUE(doc.is_object()) << nodes.out;
+    for (const auto& n : doc["nodes"]) EXPECT_EQ(n["state"], "ready") << nodes.out;
+  }
   // The leader's view of the replicas is as of its last renewal (every second).
   CommandResult status;
   EXPECT_TRUE(Eventually([&] {
