@@ -370,20 +370,9 @@ void Agent::RenewLease(int64_t sent_at_ns, int64_t fence_after_ms) {
   if (sent_at_ns < lease_sent_at_) return;  // (the answer to an earlier heartbeat, come later)
   const std::string lease = LeaseFile();
   const std::string next = lease + ".next";
-  // Twice: a supervisor that reads it while a later renewal writes over
-  // it (two swaps on) sees two that differ, and reads again (ReadLeaseDeadline).
-  char text[48];
-  const int len = std::snprintf(text, sizeof(text), "%020lld %020lld\n", static_cast<long long>(deadline),
-                                static_cast<long long>(deadline));
-  auto write_next = [&] {
-    const int fd = open(next.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return errno;
-    const ssize_t n = pwrite(fd, text, static_cast<size_t>(len), 0);
-    const int e = n == len ? 0 : n < 0 ? errno : ENOSPC;  // (short: the disk is full)
-    close(fd);
-    return e;
-  };
-  int err = write_next();
+  // (A supervisor that reads it while a later renewal writes over it, two
+  // swaps on, reads again: WriteLeaseFile.)
+  int err = WriteLeaseFile(next, deadline);
   if (err == 0 && renameat2(AT_FDCWD, next.c_str(), AT_FDCWD, lease.c_str(), RENAME_EXCHANGE) != 0) {
     // The first lease (nothing to swap with), or a file system that cannot
     // swap: the second file becomes the lease. After the first, a second
@@ -391,7 +380,7 @@ void Agent::RenewLease(int64_t sent_at_ns, int64_t fence_after_ms) {
     const int swap_err = errno;
     if (swap_err != ENOENT && swap_err != EINVAL && swap_err != ENOSYS && swap_err != EOPNOTSUPP) err = swap_err;
     else if (rename(next.c_str(), lease.c_str()) != 0) err = errno;
-    else if (swap_err == ENOENT) write_next();
+    else if (swap_err == ENOENT) WriteLeaseFile(next, deadline);
   }
   if (err == 0) lease_sent_at_ = sent_at_ns;
   // Said once when renewals start failing, and once when they work again.
@@ -427,8 +416,7 @@ bool Agent::SaveRecord(const std::string& key, Task& t) {
   int err = fd < 0 ? errno : 0;
   if (fd >= 0) {
     const std::string text = record.dump();
-    const ssize_t n = write(fd, text.data(), text.size());
-    if (n != static_cast<ssize_t>(text.size())) err = n < 0 ? errno : ENOSPC;  // (a short write: the disk is full)
+    err = WriteWhole(fd, text.data(), text.size(), 0);
     close(fd);
   }
   if (err == 0 && rename(tmp.c_str(), t.record_file.c_str()) != 0) err = errno;

@@ -195,6 +195,22 @@ int64_t ReadLeaseDeadline(const char* path) {
   return -1;
 }
 
+int WriteLeaseFile(const std::string& path, int64_t deadline) {
+  char text[48];
+  const int len = std::snprintf(text, sizeof(text), "%020lld %020lld\n", static_cast<long long>(deadline),
+                                static_cast<long long>(deadline));
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return errno;
+  const int err = WriteWhole(fd, text, static_cast<size_t>(len), 0);
+  close(fd);
+  return err;
+}
+
+int WriteWhole(int fd, const void* data, size_t size, off_t offset) {
+  const ssize_t n = pwrite(fd, data, size, offset);
+  return n == static_cast<ssize_t>(size) ? 0 : n < 0 ? errno : ENOSPC;
+}
+
 int64_t BootTimeNs() { return NowNs(); }
 
 namespace {
@@ -893,8 +909,7 @@ int PrepareExitFile(const std::string& exit_file) {
     char room[kExitFileSize];
     std::memset(room, '-', sizeof(room));
     room[kExitFileSize - 1] = '\n';
-    const ssize_t n = write(fd, room, sizeof(room));
-    err = n < 0 ? errno : n != static_cast<ssize_t>(sizeof(room)) ? ENOSPC : 0;  // (short: the disk is full)
+    err = WriteWhole(fd, room, sizeof(room), 0);
   }
   close(fd);
   if (err != 0) unlink(exit_file.c_str());

@@ -122,6 +122,14 @@ int ShimMain(int argc, char** argv);
 // The deadline in a lease file (CLOCK_BOOTTIME ns), 0 if none, -1 if it
 // could not be read whole (async-signal-safe).
 int64_t ReadLeaseDeadline(const char* path);
+// Writes `deadline` into the lease file `path` (made if missing) in place,
+// as ReadLeaseDeadline reads it: fixed width, twice (a reader that meets a
+// write halfway sees two that differ). Written over an earlier one it
+// allocates nothing. 0, or the errno (ENOSPC: the disk is full).
+int WriteLeaseFile(const std::string& path, int64_t deadline);
+// Writes all `size` bytes at `offset` of `fd`: 0, or the errno (ENOSPC for
+// a short write: the disk is full).
+int WriteWhole(int fd, const void* data, size_t size, off_t offset);
 // CLOCK_BOOTTIME now, in nanoseconds.
 int64_t BootTimeNs();
 

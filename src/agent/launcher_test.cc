@@ -192,6 +192,17 @@ TEST_F(SupervisedTest, ALeaseIsReadOnlyWhole) {
     EXPECT_EQ(ReadLeaseDeadline(f.c_str()), deadline) << "'" << text << "'";
   }
   EXPECT_EQ(ReadLeaseDeadline((dir + "/none").c_str()), 0);  // no lease: lapsed
+  // What the agent writes is read back, and written over in place (the same file, the same size).
+  ASSERT_EQ(WriteLeaseFile(f, 1'796'000'000'000'000'000), 0);
+  struct stat first {};
+  ASSERT_EQ(stat(f.c_str(), &first), 0);
+  ASSERT_EQ(WriteLeaseFile(f, 42), 0);
+  EXPECT_EQ(ReadLeaseDeadline(f.c_str()), 42);
+  struct stat second {};
+  ASSERT_EQ(stat(f.c_str(), &second), 0);
+  EXPECT_EQ(second.st_ino, first.st_ino);
+  EXPECT_EQ(second.st_size, first.st_size);
+  EXPECT_EQ(WriteLeaseFile(dir + "/no/such/dir/lease", 1), ENOENT);
 }
 
 TEST_F(SupervisedTest, AFailedExecIsAnErrorNotAnExit) {
