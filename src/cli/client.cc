@@ -67,6 +67,25 @@ std::string OwnFirstLine(const std::string& path) {
   return FirstLine(path);
 }
 
+// One request to `server`, as the client sends each: its token, a read
+// timeout of 30 s.
+httplib::Result Request(const std::string& server, const std::string& token, int connect_seconds,
+                        const std::string& method, const std::string& path, const httplib::Headers& headers,
+                        const std::string& body, const std::string& content_type) {
+  httplib::Client http(server);
+  http.set_bearer_token_auth(token);
+  http.set_connection_timeout(connect_seconds, 0);
+  http.set_tcp_nodelay(true);
+  http.set_read_timeout(30, 0);
+  return method == "GET" ? http.Get(path, headers) : http.Post(path, headers, body, content_type);
+}
+
+Response Answer(const httplib::Response& res) {
+  Response out{res.status, res.body, "", {}};
+  for (const auto& [k, v] : res.headers) out.headers.emplace(k, v);
+  return out;
+}
+
 }  // namespace
 
 std::string ServerUrlPath(const std::string& data_dir) { return data_dir + "/server.url"; }
@@ -125,14 +144,9 @@ Response Client::Send(const std::string& method, const std::string& path, const 
   const bool replicated = servers_.size() > 1;
   for (int attempt = 0;; ++attempt) {
     const std::string server = servers_.current();
-    httplib::Client http(server);
-    http.set_bearer_token_auth(token_);
-    http.set_connection_timeout(replicated ? 2 : 5, 0);
-    http.set_tcp_nodelay(true);
-    http.set_read_timeout(30, 0);
     httplib::Headers headers;
     if (!idempotency_key.empty()) headers.emplace("Idempotency-Key", idempotency_key);
-    auto res = method == "GET" ? http.Get(path, headers) : http.Post(path, headers, body, content_type);
+    auto res = Request(server, token_, replicated ? 2 : 5, method, path, headers, body, content_type);
     const bool more_time = std::chrono::steady_clock::now() < deadline;
     if (!res) {
       // A request that never connected reached no server; one whose answer
@@ -151,9 +165,7 @@ Response Client::Send(const std::string& method, const std::string& path, const 
       servers_.Heard(server, res->status, "standby", leader);
       if (!leader.empty() && servers_.current() != server) continue;  // straight to the leader it named
     } else {
-      Response out{res->status, res->body, "", {}};
-      for (const auto& [k, v] : res->headers) out.headers.emplace(k, v);
-      return out;
+      return Answer(*res);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 50 << std::min(attempt, 4))));
   }
@@ -171,15 +183,9 @@ std::string Client::ServerVersion() const {
 Response Client::Get(const std::string& path) const { return Send("GET", path, "", "", ""); }
 
 Response Client::GetFrom(const std::string& server, const std::string& path) const {
-  httplib::Client http(server);
-  http.set_bearer_token_auth(token_);
-  http.set_connection_timeout(2, 0);
-  http.set_read_timeout(30, 0);
-  auto res = http.Get(path);
+  auto res = Request(server, token_, 2, "GET", path, {}, "", "");
   if (!res) return {0, "", "cannot reach " + server + " (" + httplib::to_string(res.error()) + ")", {}};
-  Response out{res->status, res->body, "", {}};
-  for (const auto& [k, v] : res->headers) out.headers.emplace(k, v);
-  return out;
+  return Answer(*res);
 }
 
 Response Client::Post(const std::string& path, const std::string& body, const std::string& content_type,

@@ -957,12 +957,8 @@ static int ClientCommand(const std::string& cmd, std::vector<std::string> args) 
     Response r = c.Get("/v1/nodes");
     // Node states are the leader's to know (it hears the agents; a standby
     // hears none, and would show every node declared): asked there.
-    auto header = [](const Response& res, const char* name) {
-      auto it = res.headers.find(name);
-      return it == res.headers.end() ? std::string() : it->second;
-    };
-    if (r.status == 200 && header(r, "Rota-Role") == "standby") {
-      const std::string leader = header(r, "Rota-Leader");
+    if (r.status == 200 && r.headers["Rota-Role"] == "standby") {
+      const std::string leader = r.headers["Rota-Leader"];
       Response from_leader = leader.empty() ? Response{} : c.GetFrom(leader, "/v1/nodes");
       if (from_leader.status == 200) {
         r = std::move(from_leader);
