@@ -162,13 +162,13 @@ class Field {
   std::map<std::string, std::string> StrMap() const {
     if (!node_.IsMap()) Fail("must be a mapping (key: value)");
     std::map<std::string, std::string> out;
-    for (const auto& kv : node_) out[kv.first.Scalar()] = (*this)[kv.first.Scalar()].Str();
+    for (const auto& kv : node_) out[Key(kv, out)] = Value(kv).Str();
     return out;
   }
   std::map<std::string, int64_t> IntMap(int64_t lo, int64_t hi) const {
     if (!node_.IsMap()) Fail("must be a mapping (key: value)");
     std::map<std::string, int64_t> out;
-    for (const auto& kv : node_) out[kv.first.Scalar()] = (*this)[kv.first.Scalar()].Int(lo, hi);
+    for (const auto& kv : node_) out[Key(kv, out)] = Value(kv).Int(lo, hi);
     return out;
   }
   // A price in millionths ("2.49" = 2,490,000): at most six decimals, 0 to 1,000,000.
@@ -188,7 +188,7 @@ class Field {
   std::map<std::string, int64_t> MicrosMap() const {
     if (!node_.IsMap()) Fail("must be a mapping (key: value)");
     std::map<std::string, int64_t> out;
-    for (const auto& kv : node_) out[kv.first.Scalar()] = (*this)[kv.first.Scalar()].Micros();
+    for (const auto& kv : node_) out[Key(kv, out)] = Value(kv).Micros();
     return out;
   }
   bool IsScalar() const { return node_.IsScalar(); }
@@ -196,6 +196,21 @@ class Field {
 
  private:
   std::string Child(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  // A map's entry as its iterator gives it: its key (once: a key given twice
+  // is an error, not the last one winning) and its value. (Looking the key up
+  // again, operator[], is a walk of the map: a map of N keys read that way
+  // cost N^2.)
+  template <typename Kv, typename Out>
+  std::string Key(const Kv& kv, const Out& seen) const {
+    if (!kv.first.IsScalar()) FailAt(kv.first.Mark(), path_, "a key must be a single value");
+    std::string key = kv.first.Scalar();
+    if (seen.count(key) != 0) FailAt(kv.first.Mark(), Child(key), "given twice");
+    return key;
+  }
+  template <typename Kv>
+  Field Value(const Kv& kv) const {
+    return Field(kv.second, Child(kv.first.Scalar()), source_, marks_, errors_);
+  }
   std::string Scalar() const {
     if (!node_.IsScalar()) Fail(missing_ ? "required" : "must be a single value");
     return node_.Scalar();
@@ -214,14 +229,53 @@ class Field {
   bool missing_ = false;
 };
 
+// A text names a node again by an alias (*name), and each reference reads
+// as the whole node: a short text of aliases of aliases stands for a
+// document of gigabytes (the "billion laughs"), which every reader of it
+// would walk, and a job would store. What a text stands for is held to four
+// times its size, or 1 MiB (a request body's limit) for a short one: the
+// nodes it reads as (16 bytes each) and their values. Walked with a stack of
+// its own: an alias inside its own anchor (&a [*a]) reads as a node that
+// holds itself, refused here like any other over the bound.
+void CheckExpansion(const YAML::Node& root, size_t text_size, const std::string& source) {
+  constexpr size_t kNode = 16;
+  const size_t bound = std::max<size_t>(4 * text_size, size_t{1} << 20);
+  size_t size = kNode;
+  std::vector<YAML::Node> stack{root};
+  auto push = [&](const YAML::Node& n) {
+    size += kNode + (n.IsScalar() ? n.Scalar().size() : 0);
+    if (size > bound) {
+      throw ParseError{InvalidArgumentError(source + ": its aliases (*name) make it read as more than " +
+                                            std::to_string(bound >> 10) + " KiB (at most 4 times the text, or 1 MiB)"),
+                       -1, -1};
+    }
+    if (n.IsSequence() || n.IsMap()) stack.push_back(n);
+  };
+  while (!stack.empty()) {
+    const YAML::Node n = stack.back();
+    stack.pop_back();
+    for (const auto& item : n) {
+      if (n.IsMap()) {
+        push(item.first);
+        push(item.second);
+      } else {
+        push(item);
+      }
+    }
+  }
+}
+
 YAML::Node Load(std::string_view text, const std::string& source) {
+  YAML::Node root;
   try {
-    return YAML::Load(std::string(text));
+    root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     std::string where = source;
     if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
     throw ParseError{InvalidArgumentError(where + ": not valid YAML: " + e.msg), e.mark.line, e.mark.column};
   }
+  CheckExpansion(root, text.size(), source);
+  return root;
 }
 
 // Each field in its own Try: with errors collected, one field's error does
@@ -366,7 +420,10 @@ void ParseJobFields(const Field& f, JobSpec* spec) {
   Field tasks = f["tasks"];
   f.Try([&] {
     if (tasks.IsNull()) f.Fail("tasks: required (a list of task groups)");
-    for (size_t i = 0, n = tasks.ExpectSeq(); i < n; ++i) {
+    const size_t n = tasks.ExpectSeq();
+    // (Before reading them: too many are refused whatever they hold.)
+    if (n > static_cast<size_t>(kMaxTaskGroups)) tasks.Fail("at most " + std::to_string(kMaxTaskGroups) + " task groups");
+    for (size_t i = 0; i < n; ++i) {
       TaskGroupSpec t;  // (a default where it did not parse: spec->tasks[i] stays tasks[i])
       f.Try([&] { t = ParseTask(tasks.At(i)); });
       spec->tasks.push_back(std::move(t));

@@ -155,6 +155,40 @@ TEST(ParseJobSpec, ManyTaskGroupsCostOneError) {
   EXPECT_EQ(spec.status().message(), "job.yaml:2:8: tasks: at most 64 task groups");
 }
 
+// Aliases (*name) may not make a text read as much more than it is: 23 KiB
+// of them stood for 300 task groups of a 1,000-variable env (7 s of the
+// server's CPU to refuse), and 200 KiB for a 100 MB command.
+TEST(ParseJobSpec, AliasesCannotMakeASmallTextAHugeSpec) {
+  std::string yaml = "name: j\nx: &s \"" + std::string(200'000, 'a') + "\"\ntasks:\n  - command: [echo";
+  for (int i = 0; i < 50; ++i) yaml += ", *s";
+  yaml += "]\n";
+  auto spec = ParseJobSpec(yaml, "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(), "job.yaml: its aliases (*name) make it read as more than 1024 KiB (at most 4 times the text, or 1 MiB)");
+  // One that holds itself.
+  spec = ParseJobSpec("name: j\ntasks: &t [{command: *t}]\n", "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("its aliases (*name) make it read as more than"), std::string::npos);
+  // Anchors used as people do: one env for several task groups.
+  spec = ParseJobSpec("name: j\ntasks:\n  - {name: a, cpu: 1, env: &e {A: '1', B: '2'}}\n  - {name: b, cpu: 1, env: *e}\n", "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->tasks[1].env.at("B"), "2");
+}
+
+// A map is read in one pass (looking each key up again was N^2: 2.5 s for an
+// env of 10,000 variables), and a key given twice is an error, not the last
+// one silently winning.
+TEST(ParseJobSpec, AMapIsReadOnceAndAKeyTwiceIsAnError) {
+  std::string yaml = "name: j\ntasks:\n  - cpu: 1\n    env:\n";
+  for (int i = 0; i < 20000; ++i) yaml += "      V" + std::to_string(i) + ": x\n";
+  auto spec = ParseJobSpec(yaml, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->tasks[0].env.size(), 20000u);
+  spec = ParseJobSpec("name: j\ntasks:\n  - cpu: 1\n    env: {A: '1', A: '2'}\n", "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(), "job.yaml:4:19: tasks[0].env.A: given twice");
+}
+
 TEST(ParseJobList, ReportsEveryJobsErrors) {
   auto list = ParseJobList("jobs:\n  - {name: a, tasks: [{gpus: x}]}\n  - {name: b, tasks: [{gpus: 1}], state: done}\n"
                            "  - 7\n",
