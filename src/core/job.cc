@@ -210,18 +210,38 @@ void CheckNewSpec(const JobSpec& spec, std::vector<Status>* out) {
   for (size_t i = 0; i < spec.tasks.size(); ++i) {
     const TaskGroupSpec& t = spec.tasks[i];
     const std::string p = "tasks[" + std::to_string(i) + "]";
-    // What execve takes: C strings, and NAME=VALUE for the environment.
+    // What execve takes: C strings, and NAME=VALUE for the environment, each
+    // shorter than the kernel's MAX_ARG_STRLEN and all of them well inside
+    // its total (a quarter of the 8 MiB stack; the agent adds its own
+    // variables). Refused here, not found out when the task cannot start.
+    size_t exec_bytes = 0;
+    if (!t.command.empty() && t.command[0].empty()) {
+      out->push_back(FieldError(p + ".command[0]", "must name the program to run (it is empty)"));
+    }
     for (size_t k = 0; k < t.command.size(); ++k) {
-      if (t.command[k].find('\0') != std::string::npos) {
-        out->push_back(FieldError(p + ".command[" + std::to_string(k) + "]", "must not hold a NUL byte"));
+      const std::string field = p + ".command[" + std::to_string(k) + "]";
+      if (t.command[k].find('\0') != std::string::npos) out->push_back(FieldError(field, "must not hold a NUL byte"));
+      if (t.command[k].size() > kMaxExecString) {
+        out->push_back(FieldError(field, "is " + std::to_string(t.command[k].size()) + " bytes; an argument may be at most " +
+                                             std::to_string(kMaxExecString) + " (the kernel's limit)"));
       }
+      exec_bytes += t.command[k].size() + 1;
     }
     for (const auto& [name, value] : t.env) {
       if (name.empty() || name.find_first_of(std::string_view("=\0", 2)) != std::string::npos) {
         out->push_back(FieldError(p + ".env", "a variable's name must be non-empty, without '=' or a NUL byte"));
       } else if (value.find('\0') != std::string::npos) {
         out->push_back(FieldError(p + ".env." + name, "must not hold a NUL byte"));
+      } else if (name.size() + 1 + value.size() > kMaxExecString) {
+        out->push_back(FieldError(p + ".env." + name, "NAME=value is " + std::to_string(name.size() + 1 + value.size()) +
+                                                     " bytes; a variable may be at most " + std::to_string(kMaxExecString) +
+                                                     " (the kernel's limit)"));
       }
+      exec_bytes += name.size() + value.size() + 2;
+    }
+    if (exec_bytes > kMaxExecBytes) {
+      out->push_back(FieldError(p, "command and env are " + std::to_string(exec_bytes) + " bytes in all; at most " +
+                                       std::to_string(kMaxExecBytes) + " (the kernel's limit on what a program starts with)"));
     }
     if (!t.gpu_share.mig_profile.empty() && MigProfileCompute(t.gpu_share.mig_profile) == 0) {
       out->push_back(FieldError(p + ".gpu.mig", "'" + t.gpu_share.mig_profile +

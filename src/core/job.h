@@ -25,6 +25,11 @@ using Labels = std::map<std::string, std::string>;
 inline constexpr int32_t kMaxReplicas = 100'000;
 inline constexpr int32_t kMaxGpusPerReplica = 64;  // GPUs on one node (a node's GPU mask is 64 bits)
 inline constexpr int32_t kMaxTaskGroups = 64;
+// What a task starts with (execve): an argument or NAME=value at most the
+// kernel's MAX_ARG_STRLEN less its NUL; a task group's command and env
+// together at most half the kernel's total under the usual 8 MiB stack.
+inline constexpr size_t kMaxExecString = 128 * 1024 - 1;
+inline constexpr size_t kMaxExecBytes = 1 << 20;
 
 // How a replica uses GPUs. Whole GPUs are countable and indivisible; MIG
 // slices and fractions are explicit sharing modes (scheduled from issue #7 on).

@@ -67,6 +67,31 @@ TEST(JobSpec, ANewJobsCommandAndEnvironmentMustBeWhatExecveCarries) {
   EXPECT_TRUE(ValidateNewJobSpec(s).ok());
 }
 
+// What the kernel would refuse to start is refused at submission too, not
+// accepted and then failed on the node: an empty program, an argument or a
+// variable past MAX_ARG_STRLEN, more than the total a program starts with.
+TEST(JobSpec, ANewJobsCommandAndEnvironmentFitWhatTheKernelStarts) {
+  JobSpec s = Valid();
+  s.tasks[0].command = {""};
+  EXPECT_EQ(ValidateNewJobSpec(s).message(), "tasks[0].command[0]: must name the program to run (it is empty)");
+  s.tasks[0].command = {"echo", ""};  // (an empty argument is an argument)
+  EXPECT_TRUE(ValidateNewJobSpec(s).ok());
+  s.tasks[0].command = {"echo", std::string(kMaxExecString, 'x')};
+  EXPECT_TRUE(ValidateNewJobSpec(s).ok());
+  s.tasks[0].command = {"echo", std::string(kMaxExecString + 1, 'x')};
+  EXPECT_EQ(ValidateNewJobSpec(s).message(), "tasks[0].command[1]: is 131072 bytes; an argument may be at most 131071 (the kernel's limit)");
+  s = Valid();
+  s.tasks[0].env = {{"BIG", std::string(kMaxExecString - 4, 'x')}};  // BIG=... is the limit
+  EXPECT_TRUE(ValidateNewJobSpec(s).ok());
+  s.tasks[0].env = {{"BIG", std::string(kMaxExecString - 3, 'x')}};
+  EXPECT_EQ(ValidateNewJobSpec(s).message(), "tasks[0].env.BIG: NAME=value is 131072 bytes; a variable may be at most 131071 (the kernel's limit)");
+  s = Valid();
+  s.tasks[0].command = {"echo"};
+  for (int i = 0; i < 9; ++i) s.tasks[0].command.push_back(std::string(120'000, 'x'));
+  EXPECT_EQ(ValidateNewJobSpec(s).message(), "tasks[0]: command and env are 1080014 bytes in all; at most 1048576 (the kernel's limit on what a program starts with)");
+  EXPECT_TRUE(ValidateJobSpec(s).ok());  // (a job already stored is not judged again)
+}
+
 TEST(SetPriority, ANumberOrAClassName) {
   JobSpec s = Valid();
   ASSERT_TRUE(SetPriority("750", &s).ok());

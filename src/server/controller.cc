@@ -1231,6 +1231,8 @@ Status Controller::Checkpoint(const Principal& who, JobId id, const std::string&
   if (path.empty() || path.size() > 4096 || !IsValidUtf8(path)) {
     return InvalidArgumentError("path: required, UTF-8, at most 4096 bytes");
   }
+  // (The next attempt gets it in its environment, which holds no NUL.)
+  if (path.find('\0') != std::string::npos) return InvalidArgumentError("path: must not hold a NUL byte");
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
            const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
            if (job == nullptr || (!who.admin() && job->user != who.user)) {
