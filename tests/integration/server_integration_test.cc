@@ -620,6 +620,10 @@ TEST_F(Integration, JobsReportCheckpoints) {
   EXPECT_EQ(json::parse(c->body)["last_checkpoint"]["path"], "s3://bucket/run/step-200");
   EXPECT_EQ(admin.Post("/v1/jobs/1/checkpoint", R"({"where": 1})", "application/json")->status, 400);
   EXPECT_EQ(admin.Post("/v1/jobs/1/checkpoint", "nope", "application/json")->status, 400);
+  // (The next attempt gets the path in its environment: no NUL.)
+  auto nul = admin.Post("/v1/jobs/1/checkpoint", R"({"path": "/ck\u0000LD_PRELOAD=/x.so"})", "application/json");
+  EXPECT_EQ(nul->status, 400);
+  EXPECT_NE(nul->body.find("path: must not hold a NUL byte"), std::string::npos) << nul->body;
   EXPECT_EQ(admin.Post("/v1/jobs/99/checkpoint", R"({"path": "x"})", "application/json")->status, 404);
   const json events = json::parse(admin.Get("/v1/jobs/1/events")->body)["events"];
   bool seen = false;
