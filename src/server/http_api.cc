@@ -9,6 +9,7 @@
 
 #include "server/histogram.h"
 #include "server/http_transport.h"
+#include "server/log_read.h"
 #include "server/recovery.h"
 #include "server/replica.h"
 #include "server/report.h"
@@ -892,6 +893,14 @@ class HttpServerImpl final : public HttpServer {
       const auto& placement = job->placement.empty() ? job->last_placement : job->placement;
       const std::string dir = options_.logs_dir + "/" + std::to_string(job->id.value());
       bool matched = only.empty();
+      // An answer holds at most 8 MiB of logs, shared by the replicas it
+      // shows (64 KiB each at least): the end of each where it is longer.
+      size_t shown = 0;
+      for (const ReplicaPlacement& r : placement) {
+        const std::string& group = job->spec().tasks[r.task].name;
+        shown += only.empty() || only == group || only == group + "-" + std::to_string(r.replica);
+      }
+      const size_t cap = std::max<size_t>(64 << 10, (8 << 20) / std::max<size_t>(shown, 1));
       for (const ReplicaPlacement& r : placement) {
         const std::string name = job->spec().tasks[r.task].name + "-" + std::to_string(r.replica);
         if (!only.empty() && only != name && only != job->spec().tasks[r.task].name) continue;
@@ -913,27 +922,15 @@ class HttpServerImpl final : public HttpServer {
         if (placement.size() > 1 && (only.empty() || only == job->spec().tasks[r.task].name)) {
           out += "==> " + name + " <==\n";
         }
-        std::string text;
-        for (const std::string& file : files) {
-          std::ifstream in(file, std::ios::binary);
-          std::stringstream ss;
-          ss << in.rdbuf();
-          text += ss.str();
-        }
-        size += text.size();
+        LogRead log = ReadLog(files, offset.value_or(0), tail, cap);
+        size += log.size;
         ++replicas;
-        if (offset) text.erase(0, *offset <= text.size() ? *offset : 0);
-        if (tail > 0) {
-          // The last `tail` lines (a final line without its newline counts).
-          size_t at = text.size(), lines = 0;
-          if (at > 0 && text[at - 1] == '\n') --at;
-          while (at > 0 && lines < tail) {
-            if (text[at - 1] == '\n' && ++lines == tail) break;
-            --at;
-          }
-          text.erase(0, at);
+        if (log.cut) {
+          out += "[rota: only the last " + std::to_string(cap >> 10) +
+                 " KiB of what was asked for are shown (an answer holds at most 8 MiB of logs)]\n";
+          res.set_header("Rota-Log-Cut", "1");
         }
-        out += text;
+        out += log.text;
       }
       if (offset && replicas > 1) {
         return ReplyError(res, InvalidArgumentError("offset: needs ?task=NAME-REPLICA (one replica's log)"));

@@ -210,14 +210,18 @@ class RotaProcess {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   const std::string& token() const { return token_; }
   // Its resident memory (VmRSS), in MiB; -1 once it is gone.
-  double RssMiB() const {
+  double RssMiB() const { return Status("VmRSS:"); }
+  // The most it has held resident (VmHWM), in MiB; -1 once it is gone.
+  double PeakRssMiB() const { return Status("VmHWM:"); }
+  const std::string& log() const { return log_; }
+  // A figure of /proc/PID/status, in MiB; -1 once it is gone.
+  double Status(const std::string& key) const {
     std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
     for (std::string line; std::getline(in, line);) {
-      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+      if (line.rfind(key, 0) == 0) return std::stod(line.substr(key.size())) / 1024;
     }
     return -1;
   }
-  const std::string& log() const { return log_; }
   std::vector<std::string> ClientEnv() const { return {"ROTA_SERVER=" + url(), "ROTA_TOKEN=" + token_}; }
 
  private:

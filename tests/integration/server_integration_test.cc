@@ -1575,6 +1575,33 @@ TEST_F(Integration, SubmitReportsEveryErrorOfTheFileAndWantsACommand) {
 }
 
 // rota logs: one replica's, the last lines, and following to the end.
+// A task decides how long its log is, and can make it sparse: 4 GiB that
+// take no disk. Reading its end costs the server what it answers, not the
+// log (read whole, `--tail 1` of 2 GiB had held 6 GB of the server).
+TEST_F(Integration, AHugeLogIsReadOnlyWhereTheAnswerIs) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
+  const auto env = up.ClientEnv();
+  const std::string job = Write("sparse.yaml", R"(
+name: sparse
+tasks:
+  - {cpu: 1, command: [sh, -c, 'truncate -s 4G /proc/self/fd/1 && echo && echo LAST']}
+)");
+  ASSERT_EQ(RunRota({"submit", job}, env, tmp.path()).exit_code, 0);
+  auto admin = up.Admin();
+  const json ended = WaitJob(admin, 1, [](const json& x) { return x["state"] == "succeeded" || x["state"] == "failed"; });
+  ASSERT_EQ(ended["state"], "succeeded") << ended.dump();
+  CommandResult tail = RunRota({"logs", "1", "--tail", "1"}, env, tmp.path());
+  EXPECT_EQ(tail.out, "LAST\n");
+  auto whole = admin.Get("/v1/jobs/1/logs");
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->get_header_value("Rota-Log-Size"), std::to_string((int64_t{4} << 30) + 6));
+  EXPECT_EQ(whole->get_header_value("Rota-Log-Cut"), "1");
+  EXPECT_LT(whole->body.size(), size_t{9} << 20);
+  EXPECT_EQ(whole->body.rfind("[rota: only the last 8192 KiB of what was asked for are shown", 0), 0u) << whole->body.substr(0, 200);
+  EXPECT_EQ(whole->body.substr(whole->body.size() - 6), "\nLAST\n");
+  EXPECT_LT(up.PeakRssMiB(), 512) << "the most the server held resident";
+}
+
 TEST_F(Integration, LogsByTaskTailAndFollow) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
   const auto env = up.ClientEnv();
