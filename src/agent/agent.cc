@@ -333,6 +333,16 @@ int32_t Agent::MigGpuInstance(const api::TaskAssignment& a, const std::vector<in
   return d == g->second.end() ? -1 : d->second.gpu_instance;
 }
 
+// A task that did not start: exit 127 (as a shell's "command not found"),
+// and why, in its log and in its end reason (api::kCouldNotStart), so that
+// `rota describe` tells it from a program that exits 127 itself.
+void Agent::NotStarted(Task* t, const std::string& log_path, const std::string& why) {
+  std::ofstream(log_path, std::ios::app) << "rota: " << why << "\n";
+  t->exited = true;
+  t->exit_code = 127;
+  t->exit_reason = std::string(api::kCouldNotStart) + why;
+}
+
 std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib, bool had_problem) {
   if (reserve_mib <= 0) return "";
   // (Once short, it must have half the reserve again to be fine.)
@@ -953,9 +963,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
       spec.env["ROTA_LAST_CHECKPOINT"] = last;
     }
     if (!launch_error.empty()) {
-      std::ofstream(spec.log_path, std::ios::app) << "rota: cannot start the task: " << launch_error << "\n";
-      t->exited = true;
-      t->exit_code = 127;
+      NotStarted(t.get(), spec.log_path, "cannot start the task: " + launch_error);
     } else if (spec.argv.empty()) {
       std::ofstream(spec.log_path, std::ios::app) << "rota: no command; the task holds its GPUs until cancelled\n";
     } else {
@@ -1043,9 +1051,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         }();
       }
       if (!container.ok()) {
-        std::ofstream(spec.log_path, std::ios::app) << "rota: cannot start the container: " << container.message() << "\n";
-        t->exited = true;
-        t->exit_code = 127;
+        NotStarted(t.get(), spec.log_path, "cannot start the container: " + std::string(container.message()));
         tasks_[key] = std::move(t);
         continue;
       }
@@ -1066,11 +1072,9 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         } else if (procs.status().code() == StatusCode::kPermissionDenied || cgroups_->isolates_devices()) {
           // Its other GPUs could not be denied, or without its group it would
           // see every GPU: it does not run.
-          std::ofstream(spec.log_path, std::ios::app) << "rota: cannot start the task: " << procs.status().message() << "\n";
+          NotStarted(t.get(), spec.log_path, "cannot start the task: " + std::string(procs.status().message()));
           cgroups_->Remove(t->cgroup);
           t->cgroup.clear();
-          t->exited = true;
-          t->exit_code = 127;
           tasks_[key] = std::move(t);
           continue;
         } else {
@@ -1134,9 +1138,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         ForgetRecord(*t);
         t->record_file.clear();
       } else {
-        std::ofstream(spec.log_path, std::ios::app) << "rota: " << launched.status().message() << "\n";
-        t->exited = true;
-        t->exit_code = 127;
+        NotStarted(t.get(), spec.log_path, std::string(launched.status().message()));
         ForgetRecord(*t);
         t->record_file.clear();
       }

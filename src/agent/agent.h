@@ -126,6 +126,7 @@ class Agent {
 
  private:
   struct Task;
+  static void NotStarted(Task* t, const std::string& log_path, const std::string& why);
   void PollLoop();
   void WatchLoop();
   void ReapLoop();

@@ -71,6 +71,22 @@ Status ReadStrings(const json& obj, const std::string& path, const char* key, st
   return Status::Ok();
 }
 
+// A text an agent gives that people are shown (a drain's reason, why a task
+// did not start): at most 1 KiB of UTF-8 without control characters (shown
+// on terminals). A long one is cut, not the report refused: a refused report
+// would make the node lost.
+void ShownText(std::string* text) {
+  if (!IsValidUtf8(*text)) *text = "(not UTF-8)";
+  for (char& c : *text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  if (text->size() > 1024) {
+    size_t cut = 1021;
+    while (cut > 0 && (static_cast<unsigned char>((*text)[cut]) & 0xC0) == 0x80) --cut;  // (a whole character)
+    *text = text->substr(0, cut) + "...";
+  }
+}
+
 }  // namespace
 
 ordered_json HeartbeatToJson(const HeartbeatReport& report) {
@@ -129,17 +145,7 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
     r.wait_ms = std::clamp<int64_t>(w->get<int64_t>(), 0, 30000);
   }
   ROTA_RETURN_IF_ERROR(Read(body, "", "disk_problem", &r.disk_problem));
-  // Shown as a drain's reason: at most 1 KiB of text (a long path is cut,
-  // not the report refused: a refused report would make the node lost).
-  if (!IsValidUtf8(r.disk_problem)) r.disk_problem = "(not UTF-8)";
-  for (char& c : r.disk_problem) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';  // (shown on terminals: no control characters)
-  }
-  if (r.disk_problem.size() > 1024) {
-    size_t cut = 1021;
-    while (cut > 0 && (static_cast<unsigned char>(r.disk_problem[cut]) & 0xC0) == 0x80) --cut;  // (a whole character)
-    r.disk_problem = r.disk_problem.substr(0, cut) + "...";
-  }
+  ShownText(&r.disk_problem);
   ROTA_ASSIGN_OR_RETURN(const json* gpus, Field(body, "", "gpus", V::array, false));
   if (gpus != nullptr) {
     for (size_t i = 0; i < gpus->size(); ++i) {
@@ -219,6 +225,7 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
       ROTA_RETURN_IF_ERROR(Read(t, p, "exit_code", &tr.exit_code));
       ROTA_RETURN_IF_ERROR(Read(t, p, "attempt", &tr.attempt));
       ROTA_RETURN_IF_ERROR(Read(t, p, "exit_reason", &tr.exit_reason));
+      ShownText(&tr.exit_reason);
       tr.job = JobId(job);
       tr.exited = state == "exited";
       // Accounting figures that do not parse are dropped, not the report.

@@ -103,6 +103,7 @@ struct TaskAssignment {
   bool whole_gpus() const { return gpu_milli == 0 && mig_start < 0; }
 };
 
+inline constexpr std::string_view kCouldNotStart = "start: ";
 struct TaskReport {
   JobId job;
   uint16_t task = 0;
@@ -111,7 +112,8 @@ struct TaskReport {
   bool exited = false;
   int32_t exit_code = 0;
   std::string exit_reason;  // "oom": killed by the kernel at its memory limit; "lost": its supervisor
-                            // vanished, or could not be recorded (and so started nothing)
+                            // vanished, or could not be recorded (and so started nothing);
+                            // kCouldNotStart and why: it did not start (no such program, user, ...)
   // The task's last checkpoint (it wrote the path to $ROTA_CHECKPOINT_FILE at
   // checkpoint_at); journaled once per newer time.
   std::string checkpoint_path;

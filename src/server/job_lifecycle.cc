@@ -13,6 +13,16 @@ bool Ours(const JobRecord& job, NodeId node, const api::TaskReport& t) {
   });
 }
 
+// How a replica's exit reads after its name: " exited with code N", or for
+// one that did not start, " did not start: why" (the agent's words).
+std::string ExitText(const api::TaskReport& t) {
+  const std::string_view why = t.exit_reason;
+  if (why.substr(0, api::kCouldNotStart.size()) == api::kCouldNotStart) {
+    return " did not start: " + std::string(why.substr(api::kCouldNotStart.size()));
+  }
+  return " exited with code " + std::to_string(t.exit_code);
+}
+
 }  // namespace
 
 void JobLifecycle::OnTaskReports(Batch& batch, const std::string& node_name,
@@ -73,16 +83,15 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
     const std::string then = job.spec().is_service() ? "; restarted" : "; restarted alone";
     exits.erase({t.task, t.replica});
     batch.Apply(RankRestarted{t.job, t.task, t.replica, now,
-                              t.exit_reason == "oom"
-                                  ? replica_name + " was OOM-killed" + then
-                                  : replica_name + " exited with code " + std::to_string(t.exit_code) + then})
+                              t.exit_reason == "oom" ? replica_name + " was OOM-killed" + then
+                                                     : replica_name + ExitText(t) + then})
         .IgnoreError();
     return;
   }
   if (t.exit_code != 0) {
     Requeue(batch, job,
             t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
-                                   : replica_name + " exited with code " + std::to_string(t.exit_code),
+                                   : replica_name + ExitText(t),
             true);
     return;
   }

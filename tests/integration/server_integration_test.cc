@@ -584,6 +584,9 @@ TEST_F(Integration, TasksRunInOciContainers) {
     EXPECT_EQ(j["state"], "failed") << j.dump();
     const std::string bad_logs = RunRota({"logs", "2"}, up.ClientEnv(), tmp.path()).out;
     EXPECT_NE(bad_logs.find("rootfs '/no/such/rootfs' is not a directory on this node"), std::string::npos) << bad_logs;
+    EXPECT_NE(j.value("end_reason", "").find("main-0 did not start: cannot start the container: rootfs '/no/such/rootfs'"),
+              std::string::npos)
+        << j.dump();
     // Past its memory limit inside the container: reported as an OOM kill.
     auto hog = admin.Post("/v1/jobs", "name: hog\ntasks: [{memory: 32Mi, rootfs: " + tmp.path() +
                                           "/image, command: [sh, -c, 'a=$(head -c 100000000 /dev/zero | tr \"\\\\0\" x); echo survived']}]\n",

@@ -193,9 +193,15 @@ TEST_F(Trust, AUserWithoutAnAccountOnTheNodeIsRefusedWithTheReason) {
   auto r = ghost.Post("/v1/jobs", R"({"name": "x", "tasks": [{"gpus": 1, "command": ["true"]}]})", "application/json");
   ASSERT_EQ(r->status, 201) << r->body;
   const int id = json::parse(r->body)["id"];
-  EXPECT_EQ(WaitEnded(up, id)["state"], "failed");
+  const json ended = WaitEnded(up, id);
+  EXPECT_EQ(ended["state"], "failed");
   const std::string logs = Logs(up, id);
   EXPECT_NE(logs.find("user 'no-such-account-rota' has no Unix account on node 'local'"), std::string::npos) << logs;
+  // And in its end reason: not "exited with code 127", which a program may exit with itself.
+  EXPECT_NE(ended.value("end_reason", "").find("main-0 did not start: cannot start the task: user 'no-such-account-rota' "
+                                               "has no Unix account on node 'local'"),
+            std::string::npos)
+      << ended.dump();
 }
 
 TEST_F(Trust, RootOnlyWhereAQueueAllowsIt) {
