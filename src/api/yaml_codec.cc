@@ -647,11 +647,15 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
       Field pcs = root["priority_classes"];
       for (size_t i = 0, n = pcs.ExpectSeq(); i < n; ++i) {
         Field p = pcs.At(i);
-        p.ExpectMap({"name", "value", "preemptible"});
+        p.ExpectMap({"name", "value", "preemptible", "users"});
         PriorityClassConfig pc;
         pc.name = p["name"].Str();
         pc.value = static_cast<int32_t>(p["value"].Int(0, 1'000'000'000));
         if (p.Has("preemptible")) pc.preemptible = p["preemptible"].Bool();
+        if (p.Has("users")) {
+          pc.restricted = true;
+          pc.users = p["users"].StrList();
+        }
         c.priority_classes.push_back(pc);
       }
     }

@@ -254,6 +254,17 @@ TEST(ParseClusterConfig, ReadsJobVisibility) {
       << bad.status().message();
 }
 
+TEST(ParseClusterConfig, ReadsWhoMayUseAPriorityClass) {
+  auto c = ParseClusterConfig("priority_classes:\n  - {name: normal, value: 500}\n  - {name: urgent, value: 5000, users: [bob]}\n"
+                              "  - {name: ops, value: 9000, users: []}\n",
+                              "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->priority_classes[0].OpenTo("alice"));
+  EXPECT_TRUE(c->priority_classes[1].OpenTo("bob"));
+  EXPECT_FALSE(c->priority_classes[1].OpenTo("alice"));
+  EXPECT_FALSE(c->priority_classes[2].OpenTo("bob"));  // (admins only)
+}
+
 TEST(ParseClusterConfig, ReadsGpuHourPricesByNodeGroupAndByModel) {
   auto c = ParseClusterConfig(R"(
 node_groups:

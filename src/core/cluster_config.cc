@@ -9,8 +9,11 @@
 namespace rota {
 
 std::vector<PriorityClassConfig> DefaultPriorityClasses() {
-  return {{"low", 100, true}, {"normal", 500, false}, {"high", 1000, false},
-          {"inference", 2000, false}, {"critical", 10000, false}};
+  return {{"low", 100, true},
+          {"normal", 500, false},
+          {"high", 1000, false},
+          {"inference", 2000, false},
+          {"critical", 10000, false, /*restricted=*/true, {}}};
 }
 
 StatusOr<std::vector<NodeSpec>> ExpandNodes(const ClusterConfig& config) {
@@ -161,6 +164,38 @@ Status QueueAllows(const ClusterConfig& config, const std::string& path, const s
       return Status(StatusCode::kPermissionDenied,
                     "queue: user '" + user + "' may not submit to '" + path + "' (queue " + q->name + " is restricted)");
     }
+  }
+  return Status::Ok();
+}
+
+Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const std::string& user, bool admin) {
+  if (admin) return Status::Ok();
+  const auto classes = config.priority_classes.empty() ? DefaultPriorityClasses() : config.priority_classes;
+  auto who = [](const PriorityClassConfig& c) {
+    if (c.users.empty()) return std::string("admins");
+    std::string names;
+    for (const std::string& u : c.users) names += (names.empty() ? "" : ", ") + u;
+    return "admins and " + names;
+  };
+  if (!spec.priority_class.empty()) {
+    for (const PriorityClassConfig& c : classes) {
+      if (c.name == spec.priority_class && !c.OpenTo(user)) {
+        return Status(StatusCode::kPermissionDenied, "priority: class '" + c.name + "' is open only to " + who(c) +
+                                                         " (priority_classes[].users)");
+      }
+    }
+    return Status::Ok();  // (the built-in inference, where the config has no such class: anyone's)
+  }
+  const PriorityClassConfig* highest = nullptr;
+  for (const PriorityClassConfig& c : classes) {
+    if (c.OpenTo(user) && (highest == nullptr || c.value > highest->value)) highest = &c;
+  }
+  if (highest == nullptr || spec.priority > highest->value) {
+    return Status(StatusCode::kPermissionDenied,
+                  "priority: " + std::to_string(spec.priority) + " is above the highest priority class open to user '" +
+                      user + "'" +
+                      (highest == nullptr ? std::string(" (none is)")
+                                          : " (" + highest->name + ", " + std::to_string(highest->value) + ")"));
   }
   return Status::Ok();
 }

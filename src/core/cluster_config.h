@@ -7,6 +7,7 @@
 // spine label h100-s<rack / racks_per_spine>.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -98,6 +99,15 @@ struct PriorityClassConfig {
   std::string name;
   int32_t value = 0;
   bool preemptible = false;
+  // Who may ask for it (admins always may): anyone unless `restricted`,
+  // then only `users` (none: admins only). A priority goes ahead of every
+  // queue's fair share and may evict, so the built-in `critical` is the
+  // admins' (as Kubernetes keeps its system classes to kube-system).
+  bool restricted = false;
+  std::vector<std::string> users;
+  bool OpenTo(const std::string& user) const {
+    return !restricted || std::find(users.begin(), users.end(), user) != users.end();
+  }
 };
 
 struct PluginConfig {
@@ -147,7 +157,8 @@ struct ClusterConfig {
   int64_t GpuHourPrice(const std::string& node, const std::string& model) const;
 };
 
-// low 100 (preemptible), normal 500, high 1000, critical 10000.
+// low 100 (preemptible), normal 500, high 1000, inference 2000 (services'),
+// critical 10000 (admins only).
 std::vector<PriorityClassConfig> DefaultPriorityClasses();
 
 // Checks the config and expands its node groups, in declaration order.
@@ -160,6 +171,11 @@ Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec);
 // PermissionDenied unless `user` may submit to leaf queue `path`: every queue
 // on the path that lists users must list this one (admins always may).
 Status QueueAllows(const ClusterConfig& config, const std::string& path, const std::string& user, bool admin);
+// Whether `user` may ask for `spec`'s priority (after ResolveJobPolicy):
+// a class only where it is open to them, a number only up to the highest
+// class open to them. Admins may ask for any. PermissionDenied naming the
+// class, or the highest value, otherwise.
+Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const std::string& user, bool admin);
 
 // PermissionDenied, naming the field and the rule, unless every mount and
 // rootfs of `spec` lies under an allowed prefix (read-write mounts only

@@ -872,6 +872,7 @@ Status Controller::CheckSubmission(const Principal& who, JobSpec* spec) const {
   ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(*spec));
   ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, spec));
   ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec->queue, who.user, who.admin()));
+  ROTA_RETURN_IF_ERROR(PriorityAllowed(options_.config, *spec, who.user, who.admin()));
   return MountsAllowed(options_.config, *spec, who.admin());
 }
 

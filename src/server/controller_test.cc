@@ -97,6 +97,42 @@ TEST_F(ControllerTest, RefusesBadSubmissionsAndChangesNothing) {
   EXPECT_EQ(c->snapshot().jobs().size(), 1u);
 }
 
+// A priority goes ahead of every queue's fair share and may evict: a user
+// may not name a class kept from them (the built-in critical is the
+// admins'), nor a number above the highest class open to them.
+TEST_F(ControllerTest, AUserAsksOnlyForThePrioritiesOpenToThem) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  auto with = [](std::string_view priority) {
+    JobSpec spec = Job("x", 1, 1);
+    EXPECT_TRUE(SetPriority(priority, &spec).ok());
+    return spec;
+  };
+  EXPECT_TRUE(c->Submit(kAlice, with("high")).ok());
+  EXPECT_TRUE(c->Submit(kAlice, with("2000")).ok());  // (inference, the services' class)
+  auto critical = c->Submit(kAlice, with("critical"));
+  EXPECT_EQ(critical.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(critical.status().message(), "priority: class 'critical' is open only to admins (priority_classes[].users)");
+  auto number = c->Submit(kAlice, with("1000000000"));
+  EXPECT_EQ(number.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(number.status().message(),
+            "priority: 1000000000 is above the highest priority class open to user 'alice' (inference, 2000)");
+  EXPECT_EQ(c->snapshot().jobs().size(), 2u);  // (refused: nothing changed)
+  EXPECT_TRUE(c->Submit(kAdmin, with("critical")).ok());
+  EXPECT_TRUE(c->Submit(kAdmin, with("1000000000")).ok());
+
+  // A config's own classes: open to whom it says.
+  ClusterConfig config = TwoNodes();
+  config.priority_classes = {{"normal", 500}, {"urgent", 5000, false, true, {"bob"}}};
+  auto own = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock}, std::make_unique<MemoryStore>());
+  ASSERT_TRUE(own->Start().ok());
+  EXPECT_TRUE(own->Submit(kBob, with("urgent")).ok());
+  EXPECT_TRUE(own->Submit(kBob, with("5000")).ok());
+  EXPECT_EQ(own->Submit(kAlice, with("urgent")).status().message(),
+            "priority: class 'urgent' is open only to admins and bob (priority_classes[].users)");
+  EXPECT_EQ(own->Submit(kAlice, with("501")).status().message(),
+            "priority: 501 is above the highest priority class open to user 'alice' (normal, 500)");
+}
+
 TEST_F(ControllerTest, UsersCancelOnlyTheirOwnJobs) {
   auto c = Make(std::make_unique<MemoryStore>());
   auto id = c->Submit(kAlice, Job("mine", 1, 1));
