@@ -1008,6 +1008,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           oci.gpus = DeviceMinors(options_.inventory, gpu_list);  // /dev/nvidia<minor>
           oci.cpu = cpu;
           oci.memory = memory;
+          oci.pids = options_.task_pids_max;
           oci.hostname = options_.node_name;
           // An agent that is not root runs rootless containers.
           if (geteuid() != 0) {
@@ -1066,7 +1067,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
                                                  minors.empty() ? 0 : minors[0], MigGpuInstance(a, gpu_list))) {
           deny.push_back(std::move(rule));
         }
-        auto procs = cgroups_->Create(t->cgroup, cpu, memory, deny);
+        auto procs = cgroups_->Create(t->cgroup, cpu, memory, deny, options_.task_pids_max);
         if (procs.ok()) {
           spec.cgroup_procs = *procs;
         } else if (procs.status().code() == StatusCode::kPermissionDenied || cgroups_->isolates_devices()) {

@@ -107,6 +107,10 @@ struct AgentOptions {
   // read-only file system) the agent reports a disk problem, and the server
   // drains the node until it clears (HeartbeatReport::disk_problem). 0 = off.
   int64_t disk_reserve_mib = 64;
+  // The processes and threads one task may hold at once (its cgroup's
+  // pids.max; a container's pids limit), so that a fork bomb takes down its
+  // own task, not the node. 0 = no limit.
+  int64_t task_pids_max = 32768;
 };
 
 // Why the file systems of `dirs` cannot take new tasks ("" = they can):

@@ -58,8 +58,11 @@ StatusOr<std::unique_ptr<Cgroups>> Cgroups::Detect(const std::string& root, cons
       Writable(root)) {
     c->v2_ = true;
     c->root_ = root;
-    // Controllers must be enabled for children along the path.
+    c->pids_ = controllers.find("pids") != std::string::npos;
+    // Controllers must be enabled for children along the path (pids on its
+    // own: one controller a write cannot enable fails the whole write).
     WriteFile(root + "/cgroup.subtree_control", "+cpu +memory");
+    if (c->pids_) c->pids_ = WriteFile(root + "/cgroup.subtree_control", "+pids");
   } else if (Writable(root + "/memory") && Writable(root + "/cpu")) {
     c->root_ = root;
     c->devices_ = Writable(root + "/devices");
@@ -69,6 +72,7 @@ StatusOr<std::unique_ptr<Cgroups>> Cgroups::Detect(const std::string& root, cons
     c->cpuacct_ = Writable(root + "/cpuacct") &&
                   !std::filesystem::equivalent(root + "/cpuacct", root + "/cpu", ec) &&
                   !std::filesystem::exists(root + "/cpu/cpuacct.usage", ec);
+    c->pids_ = Writable(root + "/pids");
   } else {
     return NotFoundError("no writable cgroup hierarchy with cpu and memory under " + root);
   }
@@ -82,6 +86,7 @@ StatusOr<std::unique_ptr<Cgroups>> Cgroups::Detect(const std::string& root, cons
     while (std::getline(parts, part, '/')) {
       path += "/" + part;
       WriteFile(path + "/cgroup.subtree_control", "+cpu +memory");
+      if (c->pids_) c->pids_ = WriteFile(path + "/cgroup.subtree_control", "+pids");
     }
   }
   if (c->v2_) {
@@ -102,6 +107,7 @@ std::vector<std::string> Cgroups::Dirs(const std::string& name) const {
   std::vector<std::string> dirs{root_ + "/cpu/" + rel, root_ + "/memory/" + rel};
   if (devices_) dirs.push_back(root_ + "/devices/" + rel);
   if (cpuacct_) dirs.push_back(root_ + "/cpuacct/" + rel);
+  if (pids_) dirs.push_back(root_ + "/pids/" + rel);
   return dirs;
 }
 
@@ -195,7 +201,7 @@ std::vector<std::string> MigCapDenyRules(const std::string& caps_dir, const std:
 }
 
 StatusOr<std::vector<std::string>> Cgroups::Create(const std::string& name, MilliCpu cpu, MemoryMiB memory,
-                                                   const std::vector<std::string>& deny) {
+                                                   const std::vector<std::string>& deny, int64_t pids) {
   std::vector<std::string> procs;
   for (const std::string& d : Dirs(name)) {
     std::error_code ec;
@@ -239,6 +245,8 @@ StatusOr<std::vector<std::string>> Cgroups::Create(const std::string& name, Mill
       }
     }
   }
+  // (v2: the one group; v1: the pids hierarchy, the last of Dirs.)
+  if (pids > 0 && pids_) ok &= WriteFile(Dirs(name).back() + "/pids.max", std::to_string(pids));
   if (!ok) return UnavailableError("cgroup " + name + ": cannot set limits");
   return procs;
 }
@@ -295,7 +303,7 @@ Cgroups::Usage Cgroups::UsageOf(const std::string& name) const {
     return u;
   }
   // v1: cpuacct beside cpu (co-mounted as cpu,cpuacct on most hosts), in ns.
-  const int64_t ns = FileNumber((cpuacct_ ? dirs.back() : dirs[0]) + "/cpuacct.usage");
+  const int64_t ns = FileNumber((cpuacct_ ? dirs[dirs.size() - (pids_ ? 2 : 1)] : dirs[0]) + "/cpuacct.usage");
   if (ns >= 0) u.cpu_us = ns / 1000;
   const int64_t throttled = StatValue(ReadFile(dirs[0] + "/cpu.stat"), "throttled_time");
   if (throttled >= 0) u.throttled_us = throttled / 1000;

@@ -39,11 +39,16 @@ class Cgroups {
   // (device_filter.h) where the kernel lets the agent attach one.
   bool isolates_devices() const { return devices_; }
 
-  // Creates the group `name` with the limits (0 = no limit) and, where
-  // devices are isolated, denies the device rules in `deny` ("c 195:3 rwm").
-  // Returns the cgroup.procs files a process must write its pid to.
+  // Creates the group `name` with the limits (0 = no limit; `pids`: the
+  // processes and threads it may hold at once, where the pids controller is
+  // there) and, where devices are isolated, denies the device rules in
+  // `deny` ("c 195:3 rwm"). Returns the cgroup.procs files a process must
+  // write its pid to.
   StatusOr<std::vector<std::string>> Create(const std::string& name, MilliCpu cpu, MemoryMiB memory,
-                                            const std::vector<std::string>& deny = {});
+                                            const std::vector<std::string>& deny = {}, int64_t pids = 0);
+  // Whether Create can hold a group's processes to `pids` (the v2 pids
+  // controller, or the v1 pids hierarchy, writable).
+  bool limits_pids() const { return pids_; }
   // The names of the groups under the agent's prefix.
   std::vector<std::string> Groups() const;
   // The cgroup.procs files of `path` (absolute under each hierarchy's root,
@@ -71,6 +76,7 @@ class Cgroups {
   bool v2_ = false;
   bool devices_ = false;
   bool cpuacct_ = false;  // v1: cpuacct is a hierarchy apart from cpu's
+  bool pids_ = false;     // the pids controller (v1: its hierarchy, the last of Dirs, after cpuacct's)
   std::string root_;    // v2: the cgroup2 root; v1: the directory holding cpu/ and memory/
   std::string prefix_;  // e.g. "rota/node-0"
 };

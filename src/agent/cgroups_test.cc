@@ -40,7 +40,7 @@ TEST(Cgroups, ATaskJoinsItsGroupsBeforeExec) {
   EXPECT_NE(out.find("rota-test/" + std::to_string(getpid()) + "/t0"), std::string::npos) << out;
   (*cg)->Remove("t0");
   (*cg)->Remove("");
-  for (const char* c : {"memory", "cpu", "devices", "cpuacct"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  for (const char* c : {"memory", "cpu", "devices", "cpuacct", "pids"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
   std::filesystem::remove_all(dir);
 }
 
@@ -69,7 +69,7 @@ TEST(Cgroups, LimitsApplyAndOomKillsAreSeen) {
   EXPECT_TRUE((*cg)->OomKilled("t1")) << "exit " << code << ": " << out;
   (*cg)->Remove("t1");
   (*cg)->Remove("");
-  for (const char* c : {"memory", "cpu", "devices", "cpuacct"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  for (const char* c : {"memory", "cpu", "devices", "cpuacct", "pids"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
   std::filesystem::remove_all(dir);
 }
 
@@ -97,7 +97,42 @@ TEST(Cgroups, AGroupCountsItsCpuTimeAndThrottling) {
   EXPECT_GE(u.memory_peak, 0);
   (*cg)->Remove("t2");
   (*cg)->Remove("");
-  for (const char* c : {"memory", "cpu", "devices", "cpuacct"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  for (const char* c : {"memory", "cpu", "devices", "cpuacct", "pids"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  std::filesystem::remove_all(dir);
+}
+
+// A task holds at most its pids limit of processes and threads at once: a
+// fork bomb takes down itself, not the node. (Its CPU time is still read
+// from cpuacct, which comes before pids among the v1 hierarchies.)
+TEST(Cgroups, ATaskForksNoMoreThanItsPidsLimit) {
+  auto cg = Cgroups::Detect("/sys/fs/cgroup", "rota-test/" + std::to_string(getpid()));
+  if (!cg.ok()) GTEST_SKIP() << cg.status().ToString();
+  if (!(*cg)->limits_pids()) GTEST_SKIP() << "no writable pids controller";
+  auto procs = (*cg)->Create("t4", 0, 0, {}, 16);
+  ASSERT_TRUE(procs.ok()) << procs.status().ToString();
+  char tmpl[] = "/tmp/rota-cg-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ProcessLauncher l;
+  // 40 sleeps at once, where 16 processes fit; then it spins a little.
+  LaunchSpec spec{{"sh", "-c", "for i in $(seq 40); do sleep 2 & done 2>/dev/null; n=0; while [ $n -lt 200000 ]; do n=$((n+1)); done; wait"},
+                  {{"PATH", "/usr/bin:/bin"}},
+                  dir + "/out.log",
+                  ""};
+  spec.cgroup_procs = *procs;
+  auto pid = l.Start(spec);
+  ASSERT_TRUE(pid.ok());
+  Wait(l, *pid);
+  const std::string group = (*cg)->version() == "v2" ? "/sys/fs/cgroup/rota-test/" : "/sys/fs/cgroup/pids/rota-test/";
+  const std::string t4 = group + std::to_string(getpid()) + "/t4";
+  EXPECT_EQ(Read(t4 + "/pids.max"), "16\n");
+  const std::string events = Read(t4 + "/pids.events");
+  EXPECT_NE(events.find("max "), std::string::npos) << events;
+  EXPECT_EQ(events.find("max 0"), std::string::npos) << "no fork was refused: " << events;
+  EXPECT_GT((*cg)->UsageOf("t4").cpu_us, 0);
+  (*cg)->Remove("t4");
+  (*cg)->Remove("");
+  for (const char* c : {"memory", "cpu", "devices", "cpuacct", "pids"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  rmdir("/sys/fs/cgroup/rota-test");
   std::filesystem::remove_all(dir);
 }
 

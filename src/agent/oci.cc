@@ -224,6 +224,7 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
   json resources = {{"devices", allow}};
   if (task.memory > 0) resources["memory"] = {{"limit", static_cast<int64_t>(task.memory) * 1024 * 1024}};
   if (task.cpu > 0) resources["cpu"] = {{"quota", static_cast<int64_t>(task.cpu) * 100}, {"period", 100000}};
+  if (task.pids > 0) resources["pids"] = {{"limit", task.pids}};
   json linux = {
       {"namespaces", json::array({{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}})},
       {"devices", devices},

@@ -32,6 +32,7 @@ struct OciTask {
   std::vector<int32_t> gpus;  // device minors: /dev/nvidia<g> of these, when the node has them
   MilliCpu cpu = 0;
   MemoryMiB memory = 0;
+  int64_t pids = 0;  // the processes and threads it may hold at once (0: no limit)
   std::string hostname;
   // The process's identity inside (the job's user: the runtime keeps
   // no_new_privs and drops every capability but the three it lists).

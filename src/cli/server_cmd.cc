@@ -58,7 +58,7 @@ constexpr const char* kUpUsage =
     "usage: rota up [--data-dir DIR] [--listen HOST:PORT] [--config CLUSTER.yaml]\n"
     "               [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--name NODE]\n"
     "               [--nvlink-islands N] [--oci-runtime auto|runc|crun] [--device-dir /dev] [--disk-reserve 64Mi]\n"
-    "               [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
+    "               [--task-pids-max 32768] [--min-runtime 10m] [--idle-after 30m] [--idle-utilization 5] [--usage-retention 400d]\n"
     "               [--job-retention 14d] [--gpu-history-minutes 8d] [--gpu-history-hours 400d]\n"
     "               [--node-timeout 30s] [--fence-after DURATION]\n"
     "               [--router HOST:PORT | off (default: 127.0.0.1:7071; skipped if taken)] [--router-buffer 256Mi]\n"
@@ -71,7 +71,7 @@ constexpr const char* kAgentUsage =
     "                  [--gpus COUNTxMODEL[:MEMORY]] [--mig LAYOUT [--mig-gpus N]] [--nvlink-islands N]\n"
     "                  [--logs-dir DIR] [--label k=v ...] [--oci-runtime auto|runc|crun]\n"
     "                  [--heartbeat-ms N] [--meter-ms 1000] [--transport watch|poll] [--health-file FILE]\n"
-    "                  [--device-dir /dev] [--state-dir DIR] [--disk-reserve 64Mi]\n"
+    "                  [--device-dir /dev] [--state-dir DIR] [--disk-reserve 64Mi] [--task-pids-max 32768]\n"
     "                  [--ca-cert FILE | --insecure-skip-tls-verify]\n"
     "       (an https server's certificate is verified against --ca-cert, a PEM file of the CA\n"
     "        that signed it or of the server's own certificate, else the system's CAs)\n"
@@ -79,7 +79,8 @@ constexpr const char* kAgentUsage =
     "        --transport poll: long-poll the heartbeat for new work instead of watching;\n"
     "        --meter-ms: the GPU meter's sampling interval, 0 = off;\n"
     "        --disk-reserve: free space the state and logs directories keep; below it the\n"
-    "        server drains the node until it clears, 0 = off)\n"
+    "        server drains the node until it clears, 0 = off;\n"
+    "        --task-pids-max: the processes and threads one task may hold at once, 0 = no limit)\n"
     "       (the token comes from --token-file or $ROTA_TOKEN, never the command line,\n"
     "        where every user of the node could read it)\n"
     "       rota agent --probe [--gpus ...]   (print what this node would register, and one telemetry sample)\n";
@@ -104,6 +105,19 @@ int64_t DiskReserveFlag(const std::vector<std::string>& args, size_t* i, const c
     std::exit(kExitBadInput);
   }
   return *mib;
+}
+
+// --task-pids-max's value (0: no limit; else at least 16, so that a shell
+// and what it runs fit), or exits with usage error 2.
+int64_t PidsFlag(const std::vector<std::string>& args, size_t* i, const char* program) {
+  const std::string text = FlagValue(args, i, program);
+  int64_t n = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || (n != 0 && (n < 16 || n > 4194304))) {
+    std::cerr << program << ": --task-pids-max must be 0 (no limit) or 16..4194304, got '" << text << "'\n";
+    std::exit(kExitBadInput);
+  }
+  return n;
 }
 
 // A duration flag (e.g. --node-timeout 30s), or exits with usage error 2.
@@ -352,6 +366,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
   MigFlags mig;
   std::string oci_runtime = "auto", device_dir;
   int64_t disk_reserve_mib = agent::AgentOptions().disk_reserve_mib;
+  int64_t task_pids_max = agent::AgentOptions().task_pids_max;
   Duration node_timeout = 30 * kMicrosPerSecond;
   Duration fence_after = 0;  // = node_timeout
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
@@ -403,6 +418,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     else if (with_local_agent && a == "--name") name = value();
     else if (with_local_agent && a == "--device-dir") device_dir = value();
     else if (with_local_agent && a == "--disk-reserve") disk_reserve_mib = DiskReserveFlag(args, &i, "rota");
+    else if (with_local_agent && a == "--task-pids-max") task_pids_max = PidsFlag(args, &i, "rota");
     else if (a == "-h" || a == "--help") {
       std::cout << (with_local_agent ? kUpUsage : kServerUsage);
       return kExitOk;
@@ -658,6 +674,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     ao.heartbeat_ms = 500;
     ao.oci_runtime = oci_runtime;
     ao.disk_reserve_mib = disk_reserve_mib;
+    ao.task_pids_max = task_pids_max;
     if (!device_dir.empty()) ao.device_dir = device_dir;
     ao.state_dir = data_dir + "/agent-state";
     ao.fence_after_ms = static_cast<int>(controller.FenceAfter() / 1000);
@@ -790,6 +807,7 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--heartbeat-ms") ao.heartbeat_ms = std::max(10, std::atoi(value().c_str()));
     else if (a == "--meter-ms") ao.meter_interval_ms = std::max(0, std::atoi(value().c_str()));
     else if (a == "--disk-reserve") ao.disk_reserve_mib = DiskReserveFlag(args, &i, "rota agent");
+    else if (a == "--task-pids-max") ao.task_pids_max = PidsFlag(args, &i, "rota agent");
     else if (a == "--transport") {
       const std::string t = value();
       if (t != "watch" && t != "poll") {

@@ -39,6 +39,9 @@ expect_bad "--gpus: expected COUNTxMODEL" up --data-dir "$tmp/up" --listen 127.0
 expect_bad "rota: --disk-reserve must be a size of at least 1Mi (e.g. 64Mi, 1Gi) or 0, got 'lots'" up --data-dir "$tmp/up" --disk-reserve lots
 [ ! -e "$tmp/up" ] || fail "rota up with a bad --disk-reserve made $tmp/up"
 expect_bad "rota agent: --disk-reserve must be a size of at least 1Mi (e.g. 64Mi, 1Gi) or 0, got '-5Mi'" agent --disk-reserve -5Mi
+expect_bad "rota: --task-pids-max must be 0 (no limit) or 16..4194304, got '8'" up --data-dir "$tmp/up" --task-pids-max 8
+[ ! -e "$tmp/up" ] || fail "rota up with a bad --task-pids-max made $tmp/up"
+expect_bad "rota agent: --task-pids-max must be 0 (no limit) or 16..4194304, got 'many'" agent --task-pids-max many
 # rota explain: a field from the reference docs built into the binary.
 "$rota" explain tasks.gpu.fraction > "$tmp/explain.txt" || fail "explain tasks.gpu.fraction exited $?"
 grep -q "^job.tasks.gpu.fraction  (docs/job-spec.md, Task group fields)" "$tmp/explain.txt" || fail "explain: $(cat "$tmp/explain.txt")"

@@ -262,6 +262,30 @@ TEST_F(Trust, AProcessTaskOpensItsOwnGpuAndNoOther) {
   EXPECT_NE(cpu_logs.find("denied-1"), std::string::npos) << cpu_logs;
 }
 
+// A task's cgroup holds it to --task-pids-max processes and threads: a fork
+// bomb takes down its own task, not the node (a user's processes were held
+// only by their account's RLIMIT_NPROC, 96,367 here).
+TEST_F(Trust, ATaskHoldsNoMoreProcessesThanTheAgentAllows) {
+  if (access("/sys/fs/cgroup/pids", W_OK) != 0 && access("/sys/fs/cgroup/cgroup.controllers", R_OK) != 0) {
+    GTEST_SKIP() << "no pids controller here";
+  }
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local", "--task-pids-max", "32"});
+  auto admin = up.Admin();  // (the agent's groups are root's alone to read: the admin's task, as root, reads its own)
+  // Its pids.max (v1: the pids hierarchy; v2: its one group), then 100 sleeps at once.
+  const std::string probe = "p=$(grep -E '^[0-9]+:pids:|^0::' /proc/self/cgroup | head -1 | cut -d: -f3); "
+                            "echo max=$(cat /sys/fs/cgroup/pids$p/pids.max 2>/dev/null || cat /sys/fs/cgroup$p/pids.max); "
+                            "n=0; for i in $(seq 100); do sleep 3 & n=$((n+1)); done; echo started=$n";
+  auto r = admin.Post("/v1/jobs", json{{"name", "forks"}, {"tasks", {{{"cpu", 1}, {"command", {"sh", "-c", probe}}}}}}.dump(),
+                      "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int id = json::parse(r->body)["id"];
+  const json ended = WaitEnded(up, id);
+  const std::string logs = Logs(up, id);
+  EXPECT_NE(logs.find("max=32\n"), std::string::npos) << logs;
+  EXPECT_EQ(logs.find("started=100"), std::string::npos) << "100 processes started past a limit of 32: " << logs;
+  EXPECT_EQ(ended["state"], "failed") << ended.dump();  // (the shell could not fork, and said so)
+}
+
 TEST_F(Trust, MountsAndRootfsOnlyFromTheAdminsPrefixes) {
   const std::string datasets = tmp.path() + "/datasets";
   std::filesystem::create_directories(datasets + "/c4");
