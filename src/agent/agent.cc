@@ -87,7 +87,8 @@ bool ReadCheckpoint(const std::string& file, uid_t owner, std::string* path, Tim
   std::string line(buf, static_cast<size_t>(n));
   line = line.substr(0, line.find('\n'));
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  if (line.empty() || line.size() > 4096 || !IsValidUtf8(line)) return false;
+  // (The next attempt gets it in its environment, which holds no NUL.)
+  if (line.empty() || line.size() > 4096 || !IsValidUtf8(line) || line.find('\0') != std::string::npos) return false;
   *path = line;
   *at = static_cast<TimePoint>(st.st_mtim.tv_sec) * kMicrosPerSecond + st.st_mtim.tv_nsec / 1000;
   return true;

@@ -239,7 +239,8 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
           t["checkpoint_at"].is_string()) {
         auto at = ParseTime(t["checkpoint_at"].get<std::string>());
         std::string ckpt = t["checkpoint_path"].get<std::string>();
-        if (at.ok() && !ckpt.empty() && ckpt.size() <= 4096 && IsValidUtf8(ckpt)) {
+        // (The next attempt gets it in its environment, which holds no NUL.)
+        if (at.ok() && !ckpt.empty() && ckpt.size() <= 4096 && IsValidUtf8(ckpt) && ckpt.find('\0') == std::string::npos) {
           tr.checkpoint_path = std::move(ckpt);
           tr.checkpoint_at = *at;
         }

@@ -173,6 +173,14 @@ TEST(ParseJobSpec, AliasesCannotMakeASmallTextAHugeSpec) {
   spec = ParseJobSpec("name: j\ntasks:\n  - {name: a, cpu: 1, env: &e {A: '1', B: '2'}}\n  - {name: b, cpu: 1, env: *e}\n", "job.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(spec->tasks[1].env.at("B"), "2");
+  // A long text without aliases is read whole (each node costs at least two
+  // characters of text: it never reads as four times its size).
+  std::string flat = "name: j\ntasks:\n  - cpu: 1\n    command: [echo";
+  for (int i = 0; i < 100000; ++i) flat += ", x";
+  flat += "]\n";
+  spec = ParseJobSpec(flat, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->tasks[0].command.size(), 100001u);
 }
 
 // A map is read in one pass (looking each key up again was N^2: 2.5 s for an
@@ -187,6 +195,9 @@ TEST(ParseJobSpec, AMapIsReadOnceAndAKeyTwiceIsAnError) {
   spec = ParseJobSpec("name: j\ntasks:\n  - cpu: 1\n    env: {A: '1', A: '2'}\n", "job.yaml");
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().message(), "job.yaml:4:19: tasks[0].env.A: given twice");
+  spec = ParseJobSpec("name: a\nname: b\ntasks: [{cpu: 1}]\n", "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(), "job.yaml:2:1: name: given twice");
 }
 
 TEST(ParseJobList, ReportsEveryJobsErrors) {

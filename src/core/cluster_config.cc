@@ -179,12 +179,17 @@ Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const s
   };
   if (!spec.priority_class.empty()) {
     for (const PriorityClassConfig& c : classes) {
-      if (c.name == spec.priority_class && !c.OpenTo(user)) {
+      if (c.name != spec.priority_class) continue;
+      if (!c.OpenTo(user)) {
         return Status(StatusCode::kPermissionDenied, "priority: class '" + c.name + "' is open only to " + who(c) +
                                                          " (priority_classes[].users)");
       }
+      return Status::Ok();
     }
-    return Status::Ok();  // (the built-in inference, where the config has no such class: anyone's)
+    // The built-in inference, where the config has no such class: a
+    // service's default, anyone's; a batch job that names it is held to the
+    // highest class open to its user, as a number would be.
+    if (spec.is_service()) return Status::Ok();
   }
   const PriorityClassConfig* highest = nullptr;
   for (const PriorityClassConfig& c : classes) {

@@ -213,7 +213,9 @@ void CheckNewSpec(const JobSpec& spec, std::vector<Status>* out) {
     // What execve takes: C strings, and NAME=VALUE for the environment, each
     // shorter than the kernel's MAX_ARG_STRLEN and all of them well inside
     // its total (a quarter of the 8 MiB stack; the agent adds its own
-    // variables). Refused here, not found out when the task cannot start.
+    // variables; the kernel also counts a pointer a string, which 1 MiB of
+    // strings leaves room for). Refused here, not found out when the task
+    // cannot start.
     size_t exec_bytes = 0;
     if (!t.command.empty() && t.command[0].empty()) {
       out->push_back(FieldError(p + ".command[0]", "must name the program to run (it is empty)"));

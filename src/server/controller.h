@@ -198,7 +198,7 @@ class Controller {
 
   // Mutations: each returns once its effect is durable, or with why not.
   // Submit: InvalidArgument (bad queue or priority class), PermissionDenied
-  // (queue restricted, mount not allowed), OutOfRange (unresolvable on this
+  // (queue restricted, mount not allowed, a priority not open to the user), OutOfRange (unresolvable on this
   // cluster), ResourceExhausted (a tenant limit, named).
   StatusOr<JobId> Submit(const Principal& who, JobSpec spec);
   // `count` copies of one job (a job array, 1..kMaxArray) with consecutive

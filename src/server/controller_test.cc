@@ -131,6 +131,10 @@ TEST_F(ControllerTest, AUserAsksOnlyForThePrioritiesOpenToThem) {
             "priority: class 'urgent' is open only to admins and bob (priority_classes[].users)");
   EXPECT_EQ(own->Submit(kAlice, with("501")).status().message(),
             "priority: 501 is above the highest priority class open to user 'alice' (normal, 500)");
+  // The built-in inference (2000), which this config does not list: a
+  // service's default, but not a way past the highest class for a batch job.
+  EXPECT_EQ(own->Submit(kAlice, with("inference")).status().message(),
+            "priority: 2000 is above the highest priority class open to user 'alice' (normal, 500)");
 }
 
 TEST_F(ControllerTest, UsersCancelOnlyTheirOwnJobs) {

@@ -894,34 +894,42 @@ class HttpServerImpl final : public HttpServer {
       const std::string dir = options_.logs_dir + "/" + std::to_string(job->id.value());
       bool matched = only.empty();
       // An answer holds at most 8 MiB of logs, shared by the replicas it
-      // shows (64 KiB each at least): the end of each where it is longer.
-      size_t shown = 0;
+      // shows (64 KiB each at least, while the 8 MiB last: the replicas
+      // past that are counted, not shown): the end of each where it is longer.
+      constexpr size_t kAnswer = 8 << 20;
+      size_t shown = 0, budget = kAnswer, left = 0;
       for (const ReplicaPlacement& r : placement) {
         const std::string& group = job->spec().tasks[r.task].name;
         shown += only.empty() || only == group || only == group + "-" + std::to_string(r.replica);
       }
-      const size_t cap = std::max<size_t>(64 << 10, (8 << 20) / std::max<size_t>(shown, 1));
+      const size_t share = std::max<size_t>(64 << 10, kAnswer / std::max<size_t>(shown, 1));
+      // The job's directory, listed once: the logs shipped from nodes (NAME@NODE.log).
+      std::vector<std::string> listed;
+      {
+        std::error_code ec;
+        for (const auto& f : std::filesystem::directory_iterator(dir, ec)) listed.push_back(f.path().filename().string());
+        std::sort(listed.begin(), listed.end());
+      }
       for (const ReplicaPlacement& r : placement) {
         const std::string name = job->spec().tasks[r.task].name + "-" + std::to_string(r.replica);
         if (!only.empty() && only != name && only != job->spec().tasks[r.task].name) continue;
         matched = true;
         // Written here by the local agent, and shipped by remote agents (one file per node).
         std::vector<std::string> files;
-        std::error_code ec;
-        if (std::filesystem::exists(dir + "/" + name + ".log", ec)) files.push_back(dir + "/" + name + ".log");
-        std::vector<std::string> shipped;
-        for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
-          const std::string base = f.path().filename().string();
-          if (base.rfind(name + "@", 0) == 0 && base.size() > 4 && base.substr(base.size() - 4) == ".log") {
-            shipped.push_back(f.path().string());
-          }
+        if (std::binary_search(listed.begin(), listed.end(), name + ".log")) files.push_back(dir + "/" + name + ".log");
+        for (auto it = std::lower_bound(listed.begin(), listed.end(), name + "@");
+             it != listed.end() && it->rfind(name + "@", 0) == 0; ++it) {
+          if (it->size() > 4 && it->substr(it->size() - 4) == ".log") files.push_back(dir + "/" + *it);
         }
-        std::sort(shipped.begin(), shipped.end());
-        files.insert(files.end(), shipped.begin(), shipped.end());
         if (files.empty()) continue;
+        if (budget == 0) {
+          ++left;
+          continue;
+        }
         if (placement.size() > 1 && (only.empty() || only == job->spec().tasks[r.task].name)) {
           out += "==> " + name + " <==\n";
         }
+        const size_t cap = std::min(share, budget);
         LogRead log = ReadLog(files, offset.value_or(0), tail, cap);
         size += log.size;
         ++replicas;
@@ -930,7 +938,13 @@ class HttpServerImpl final : public HttpServer {
                  " KiB of what was asked for are shown (an answer holds at most 8 MiB of logs)]\n";
           res.set_header("Rota-Log-Cut", "1");
         }
+        budget -= std::min(budget, log.text.size());
         out += log.text;
+      }
+      if (left > 0) {
+        out += "[rota: " + std::to_string(left) + " more replicas not shown (an answer holds at most 8 MiB of logs): " +
+               "ask for one with ?task=NAME-REPLICA (rota logs --task)]\n";
+        res.set_header("Rota-Log-Cut", "1");
       }
       if (offset && replicas > 1) {
         return ReplyError(res, InvalidArgumentError("offset: needs ?task=NAME-REPLICA (one replica's log)"));

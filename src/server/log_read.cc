@@ -82,7 +82,10 @@ LogRead ReadLog(const std::vector<std::string>& files, uint64_t offset, size_t t
       const uint64_t from = std::max(low, at - std::min(at, kChunk));
       chunk.clear();
       log.Read(from, at, &chunk);
-      if (chunk.size() != at - from) break;  // (shorter than it was: answer what there is)
+      if (chunk.size() != at - from) {  // (shorter than it was: answer what there is now)
+        at = from;
+        break;
+      }
       size_t k = chunk.size();
       if (last && k > 0 && chunk[k - 1] == '\n') --k;
       last = false;

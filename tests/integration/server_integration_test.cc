@@ -1577,7 +1577,6 @@ TEST_F(Integration, SubmitReportsEveryErrorOfTheFileAndWantsACommand) {
   EXPECT_EQ(RunRota({"jobs", "--all", "-o", "json"}, env, tmp.path()).out.find("\"id\""), std::string::npos);
 }
 
-// rota logs: one replica's, the last lines, and following to the end.
 // A task decides how long its log is, and can make it sparse: 4 GiB that
 // take no disk. Reading its end costs the server what it answers, not the
 // log (read whole, `--tail 1` of 2 GiB had held 6 GB of the server).
@@ -1605,6 +1604,7 @@ tasks:
   EXPECT_LT(up.PeakRssMiB(), 512) << "the most the server held resident";
 }
 
+// rota logs: one replica's, the last lines, and following to the end.
 TEST_F(Integration, LogsByTaskTailAndFollow) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
   const auto env = up.ClientEnv();
