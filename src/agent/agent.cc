@@ -43,6 +43,7 @@ struct Agent::Task {
   bool exited = false;
   int exit_code = 0;
   std::string exit_reason;  // "oom" when the kernel OOM-killed it
+  TimePoint ended_at = 0;   // when it ended, where that was before it was found ended (0: just now)
   std::string cgroup;       // its group name, "" if none
   std::string checkpoint_file;  // where the task writes its last checkpoint's path
   int64_t checkpoint_mtime = 0;  // the file's modification time last reported at once (ns)
@@ -260,11 +261,14 @@ void Agent::Stop() {
 int Agent::PollTask(Task& t) {
   if (t.shim == 0) return launcher_.Poll(t.pid);
   if (!t.adopted) return launcher_.Poll(t.shim);  // the supervisor exits with the task's status
-  const int code = ReadExitFile(t.exit_file);
+  // An adopted task may have ended while no agent ran: when is when its
+  // supervisor wrote the status (the file's time), not when we read it.
+  const int code = ReadExitFile(t.exit_file, &t.ended_at);
   if (code >= 0) return code;
   if (t.shim_start != 0 && ProcessStartTime(t.shim) == t.shim_start) return -1;
   // Gone: its status may have come just after the read above.
-  if (const int last = ReadExitFile(t.exit_file); last >= 0) return last;
+  if (const int last = ReadExitFile(t.exit_file, &t.ended_at); last >= 0) return last;
+  t.ended_at = 0;
   // The supervisor died without a word (killed -9, or the node rebooted):
   // whatever is left of the task is in its cgroup, and only there do we
   // kill (its pid may belong to someone else by now).
@@ -652,6 +656,7 @@ bool Agent::Heartbeat(int wait_ms) {
     r.exited = t->exited;
     r.exit_code = t->exit_code;
     r.exit_reason = t->exit_reason;
+    if (t->exited) r.ended_at = t->ended_at;
     if (!t->exited) {
       // Its CPU and memory so far: the cgroup's (all its processes), else
       // its own process's.

@@ -883,11 +883,15 @@ void ProcessLauncher::Signal(pid_t pid, int signal) {
   if (pid > 0) kill(-pid, signal);  // (never kill(0): the agent's own group)
 }
 
-int ReadExitFile(const std::string& exit_file) {
+int ReadExitFile(const std::string& exit_file, TimePoint* written_at) {
   const int fd = open(exit_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return -1;
   char buf[16] = {};
   const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  struct stat st {};
+  if (written_at != nullptr && fstat(fd, &st) == 0) {
+    *written_at = static_cast<TimePoint>(st.st_mtim.tv_sec) * kMicrosPerSecond + st.st_mtim.tv_nsec / 1000;
+  }
   close(fd);
   if (n <= 0 || buf[0] < '0' || buf[0] > '9') return -1;  // (none yet: PrepareExitFile's room)
   int code = 0;

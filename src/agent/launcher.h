@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "base/quantity.h"
 #include "base/status.h"
 
 namespace rota::agent {
@@ -133,8 +134,10 @@ int WriteWhole(int fd, const void* data, size_t size, off_t offset);
 // CLOCK_BOOTTIME now, in nanoseconds.
 int64_t BootTimeNs();
 
-// The exit status a supervisor wrote to `exit_file`, or -1 if none yet.
-int ReadExitFile(const std::string& exit_file);
+// The exit status a supervisor wrote to `exit_file`, or -1 if none yet;
+// with `written_at`, when the file was last written (the supervisor writes
+// the status as its task ends: then, on the node's clock).
+int ReadExitFile(const std::string& exit_file, TimePoint* written_at = nullptr);
 // Creates `exit_file` with room for the exit status, before the supervisor
 // starts its task: the supervisor writes the status over it in place, so
 // that a disk that has filled since can still take it (a status it could not

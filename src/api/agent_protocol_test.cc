@@ -127,6 +127,7 @@ TEST(AgentProtocol, AHeartbeatRoundTripsWithItsLogAndCheckpoint) {
   t.log_offset = 100;
   t.checkpoint_path = "/ckpt/1";
   t.checkpoint_at = 1'700'000'000'000'000;
+  t.ended_at = 1'699'999'999'123'000;
   r.tasks.push_back(t);
   r.disk_problem = "only 3 MiB free in /var/lib/rota";
   auto back = HeartbeatFromJson(json::parse(HeartbeatToJson(r).dump()));
@@ -150,6 +151,19 @@ TEST(AgentProtocol, AHeartbeatRoundTripsWithItsLogAndCheckpoint) {
   EXPECT_EQ(back->tasks[0].log_offset, 100);
   EXPECT_EQ(back->tasks[0].checkpoint_path, "/ckpt/1");
   EXPECT_EQ(back->tasks[0].checkpoint_at, t.checkpoint_at);
+  EXPECT_EQ(back->tasks[0].ended_at, t.ended_at);
+  // A checkpoint path with a NUL is dropped (the next attempt's environment
+  // could not hold it), the rest of the report kept; a reason why a task did
+  // not start is cut and cleaned as a disk problem is.
+  r.tasks[0].checkpoint_path = std::string("/ck\0LD_PRELOAD=/x.so", 20);
+  r.tasks[0].exit_reason = std::string(kCouldNotStart) + "cannot start 'x\x1b[2J': " + std::string(2000, 'y');
+  back = HeartbeatFromJson(json::parse(HeartbeatToJson(r).dump()));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->tasks.size(), 1u);
+  EXPECT_EQ(back->tasks[0].checkpoint_path, "");
+  EXPECT_TRUE(back->tasks[0].exited);
+  EXPECT_EQ(back->tasks[0].exit_reason.size(), 1024u);
+  EXPECT_EQ(back->tasks[0].exit_reason.substr(0, 25), "start: cannot start 'x?[2");
 }
 
 TEST(AgentProtocol, AReportCarriesItsWindowOfSamplesAndItsTasksCpu) {

@@ -67,13 +67,19 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
     auto& stopped = exits_[t.job];
     stopped[{t.task, t.replica}] = t.exit_code;
     if (stopped.size() != job.placement.size()) return;
-    exits_.erase(t.job);
+    Forget(t.job);
     batch.Apply(JobRequeued{t.job, now, job.last_requeue_reason}).IgnoreError();
     return;
   }
   if (job.state != JobState::kRunning) return;
   auto& exits = exits_[t.job];
   exits[{t.task, t.replica}] = t.exit_code;
+  // When it ended: at the report, unless the agent found it ended later (it
+  // ended while no agent ran); within the attempt, never ahead of now. The
+  // gang ends with its last replica.
+  const TimePoint ended = t.ended_at == 0 ? now : std::clamp(t.ended_at, std::min(job.started_at, now), now);
+  TimePoint& last = ended_[t.job];
+  last = std::max(last, ended);
   const TaskGroupSpec& spec = job.spec().tasks[t.task];
   const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
   // A service's replica restarts alone, whatever its exit, forever (the
@@ -92,15 +98,15 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
     Requeue(batch, job,
             t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
                                    : replica_name + ExitText(t),
-            true);
+            true, ended);
     return;
   }
   if (exits.size() != job.placement.size()) return;
   if (job.spec().restart.policy == RestartPolicy::kAlways) {
-    Requeue(batch, job, "all replicas exited; restart policy always", true);
+    Requeue(batch, job, "all replicas exited; restart policy always", true, last);
   } else {
-    batch.Apply(JobFinished{t.job, JobOutcome::kSucceeded, now}).IgnoreError();
-    exits_.erase(t.job);
+    batch.Apply(JobFinished{t.job, JobOutcome::kSucceeded, last}).IgnoreError();
+    Forget(t.job);
   }
 }
 
@@ -152,14 +158,14 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
   for (JobId id : overdue.expired) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
     if (job == nullptr || job->state != JobState::kRunning) continue;
-    exits_.erase(id);
+    Forget(id);
     batch.Apply(JobFinished{id, JobOutcome::kFailed, now, "time limit " + FormatDuration(job->spec().time_limit) + " reached"})
         .IgnoreError();
   }
   for (JobId id : overdue.unstopped) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
     if (job == nullptr || job->state != JobState::kPreempting) continue;
-    exits_.erase(id);
+    Forget(id);
     batch.Apply(JobRequeued{id, now, job->last_requeue_reason + " (did not stop within its grace period)"}).IgnoreError();
   }
 }
@@ -171,9 +177,10 @@ bool JobLifecycle::RestartAllowed(const JobRecord& job) {
          (r.max_restarts == 0 ? r.policy == RestartPolicy::kAlways : job.failed_restarts + job.rank_restarts < r.max_restarts);
 }
 
-void JobLifecycle::Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy) {
-  exits_.erase(job.id);
-  const TimePoint now = clock_->Now();
+void JobLifecycle::Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy,
+                           TimePoint at) {
+  Forget(job.id);
+  const TimePoint now = at != 0 ? at : clock_->Now();
   if (!counts_against_policy || RestartAllowed(job)) {
     batch.Apply(JobRequeued{job.id, now, reason, counts_against_policy}).IgnoreError();
   } else {

@@ -49,12 +49,17 @@ class JobLifecycle {
   void EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now);
 
   // Requeues (or fails, past the restart limit) a running job.
-  void Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy);
+  // `at`: when (0: now).
+  void Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy,
+               TimePoint at = 0);
   // Whether the job's restart policy allows one more restart.
   static bool RestartAllowed(const JobRecord& job);
   // The job's gang changed (resized) or it ended elsewhere (cancelled): the
   // replicas seen exiting are forgotten.
-  void Forget(JobId job) { exits_.erase(job); }
+  void Forget(JobId job) {
+    exits_.erase(job);
+    ended_.erase(job);
+  }
 
  private:
   void OnCheckpoint(Batch& batch, NodeId node, const JobRecord& job, const api::TaskReport& t);
@@ -64,6 +69,7 @@ class JobLifecycle {
   const Clock* clock_;
   const Duration preempt_slack_;
   std::map<JobId, std::map<std::pair<uint16_t, uint32_t>, int32_t>> exits_;  // exited replicas of live jobs
+  std::map<JobId, TimePoint> ended_;  // when the last of them ended (TaskReport::ended_at, within the attempt)
 };
 
 }  // namespace rota::server

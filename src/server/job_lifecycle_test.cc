@@ -49,6 +49,41 @@ TEST(JobLifecycle, AJobSucceedsWhenEveryReplicaHasExitedZero) {
   EXPECT_EQ(r.job().state, JobState::kSucceeded);
 }
 
+// A task that ended while no agent ran is reported when an agent finds it
+// (its exit file's time): the job ends then, with its last replica, within
+// its attempt and never ahead of the server's now; not when it was found.
+TEST(JobLifecycle, AnExitFoundLateCountsFromWhenTheTaskEnded) {
+  Running r;  // started at 10 us; now is 1,000 s
+  api::TaskReport first = Exit(0, 0), second = Exit(1, 0);
+  first.ended_at = 400 * kMicrosPerSecond;
+  second.ended_at = 300 * kMicrosPerSecond;
+  auto events = r.Report({first, second});
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobFinished>(events[0]));
+  EXPECT_EQ(std::get<JobFinished>(events[0]).at, 400 * kMicrosPerSecond);
+  EXPECT_EQ(r.job().finished_at, 400 * kMicrosPerSecond);
+  // A node clock off either way: not before the attempt began, not after now.
+  Running early, late;
+  first.ended_at = 5;  // (before the bind at 10)
+  second.ended_at = 0;  // (just now)
+  events = early.Report({first});
+  EXPECT_TRUE(events.empty());
+  events = early.Report({second});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(std::get<JobFinished>(events[0]).at, 1000 * kMicrosPerSecond);
+  first.ended_at = 5;
+  first.exit_code = 2;  // (a failure ends the attempt then)
+  events = late.Report({first});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(std::get<JobFinished>(events[0]).at, 10);
+  second.exit_code = 0;
+  second.ended_at = 5000 * kMicrosPerSecond;
+  Running ahead;
+  events = ahead.Report({Exit(0, 0), second});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(std::get<JobFinished>(events[0]).at, 1000 * kMicrosPerSecond);
+}
+
 TEST(JobLifecycle, AFailedReplicaEndsTheAttemptAsThePolicyAllows) {
   Running never;  // restart: never
   auto events = never.Report({Exit(1, 3)});

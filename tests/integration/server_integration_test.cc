@@ -454,6 +454,33 @@ tasks: [{gpu: {mig: 3g.40gb}, command: [sh, -c, 'echo "mig=$ROTA_MIG_INSTANCE cu
   EXPECT_EQ(node["gpu_list"][0]["mig"], "1g.10gb@0*,1g.10gb@1,2g.20gb@2,3g.40gb@4") << node.dump();
 }
 
+// A task that ends while rota up is down is found ended by the restarted
+// agent: the job ends when the task did (its supervisor's exit file says
+// when), not when it was found. (It read 10 s for a task of 2 s, and the
+// GPU-hours were charged for the server's downtime.)
+TEST_F(Integration, ATaskThatEndedWhileTheAgentWasDownEndsWhenItDid) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
+  auto admin = up.Admin();
+  auto r = admin.Post("/v1/jobs", R"({"name": "short", "tasks": [{"gpus": 1, "command": ["sh", "-c", "echo started; sleep 2"]}]})",
+                      "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  // Killed once the task runs (before, its supervisor would not have started it: the next agent would).
+  std::string logs;
+  for (int i = 0; i < 200 && logs.find("started") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (auto l = admin.Get("/v1/jobs/1/logs"); l && l->status == 200) logs = l->body;
+  }
+  ASSERT_NE(logs.find("started"), std::string::npos);
+  up.Kill(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // (the task ends 2 s in, alone)
+  up.Restart();
+  auto again = up.Admin();
+  const json ended = WaitJob(again, 1, [](const json& j) { return j["state"] == "succeeded" || j["state"] == "failed"; });
+  EXPECT_EQ(ended["state"], "succeeded") << ended.dump();
+  EXPECT_LE(ended.value("elapsed_s", -1), 4) << ended.dump();
+  EXPECT_GE(ended.value("elapsed_s", -1), 1) << ended.dump();
+}
+
 // Elastic through the real binary: a 1..4 x 1-GPU job starts with the 2 GPUs
 // free, gives one up to a higher-priority job (its gang restarts with world
 // size 1), and grows to 4 once the GPUs are free and it has run the minimum
