@@ -21,6 +21,33 @@ using testing::Read;
 using testing::Wait;
 
 
+// Runs `argv` in the group whose cgroup.procs files are `procs`, to its
+// end: its exit code and its output.
+struct Ran {
+  int code;
+  std::string out;
+};
+Ran RunIn(const std::vector<std::string>& procs, std::vector<std::string> argv) {
+  char tmpl[] = "/tmp/rota-cg-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ProcessLauncher l;
+  LaunchSpec spec{std::move(argv), {{"PATH", "/usr/bin:/bin"}}, dir + "/out.log", ""};
+  spec.cgroup_procs = procs;
+  auto pid = l.Start(spec);
+  EXPECT_TRUE(pid.ok()) << pid.status().ToString();
+  Ran ran{pid.ok() ? Wait(l, *pid) : -1, Read(dir + "/out.log")};
+  std::filesystem::remove_all(dir);
+  return ran;
+}
+
+// The test's groups, and the prefix above them, gone (each hierarchy's).
+void RemoveTestGroups(Cgroups& cg, const std::string& name) {
+  cg.Remove(name);
+  cg.Remove("");
+  for (const char* c : {"memory", "cpu", "devices", "cpuacct", "pids"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
+  rmdir("/sys/fs/cgroup/rota-test");
+}
+
 // The launcher puts the child in its groups before exec: a program exec'd
 // directly (no shell to join first) is inside them from its first instruction.
 TEST(Cgroups, ATaskJoinsItsGroupsBeforeExec) {
@@ -28,20 +55,10 @@ TEST(Cgroups, ATaskJoinsItsGroupsBeforeExec) {
   if (!cg.ok()) GTEST_SKIP() << cg.status().ToString();
   auto procs = (*cg)->Create("t0", 0, 0);
   ASSERT_TRUE(procs.ok()) << procs.status().ToString();
-  char tmpl[] = "/tmp/rota-cg-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  ProcessLauncher l;
-  LaunchSpec spec{{"cat", "/proc/self/cgroup"}, {{"PATH", "/usr/bin:/bin"}}, dir + "/out.log", ""};
-  spec.cgroup_procs = *procs;
-  auto pid = l.Start(spec);
-  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
-  EXPECT_EQ(Wait(l, *pid), 0);
-  const std::string out = Read(dir + "/out.log");
-  EXPECT_NE(out.find("rota-test/" + std::to_string(getpid()) + "/t0"), std::string::npos) << out;
-  (*cg)->Remove("t0");
-  (*cg)->Remove("");
-  for (const char* c : {"memory", "cpu", "devices", "cpuacct", "pids"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
-  std::filesystem::remove_all(dir);
+  const Ran ran = RunIn(*procs, {"cat", "/proc/self/cgroup"});
+  EXPECT_EQ(ran.code, 0);
+  EXPECT_NE(ran.out.find("rota-test/" + std::to_string(getpid()) + "/t0"), std::string::npos) << ran.out;
+  RemoveTestGroups(**cg, "t0");
 }
 
 // Needs a writable cgroup hierarchy (root in this project's machines and CI).
@@ -50,27 +67,15 @@ TEST(Cgroups, LimitsApplyAndOomKillsAreSeen) {
   if (!cg.ok()) GTEST_SKIP() << cg.status().ToString();
   auto procs = (*cg)->Create("t1", 500, 64);
   ASSERT_TRUE(procs.ok()) << procs.status().ToString();
-  char tmpl[] = "/tmp/rota-cg-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  ProcessLauncher l;
   // Reads its own cgroup membership, then grows past 64 MiB of memory.
-  LaunchSpec spec{{"sh", "-c", "cat /proc/self/cgroup; x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo survived"},
-                  {{"PATH", "/usr/bin:/bin"}},
-                  dir + "/out.log",
-                  ""};
-  spec.cgroup_procs = *procs;
-  auto pid = l.Start(spec);
-  ASSERT_TRUE(pid.ok());
-  const int code = Wait(l, *pid);
-  const std::string out = Read(dir + "/out.log");
+  const Ran ran = RunIn(*procs, {"sh", "-c", "cat /proc/self/cgroup; x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo survived"});
+  const int code = ran.code;
+  const std::string& out = ran.out;
   EXPECT_NE(out.find("rota-test/" + std::to_string(getpid()) + "/t1"), std::string::npos) << out;
   EXPECT_EQ(out.find("survived"), std::string::npos) << "the 64 MiB limit did not hold: " << out;
   EXPECT_NE(code, 0);
   EXPECT_TRUE((*cg)->OomKilled("t1")) << "exit " << code << ": " << out;
-  (*cg)->Remove("t1");
-  (*cg)->Remove("");
-  for (const char* c : {"memory", "cpu", "devices", "cpuacct", "pids"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
-  std::filesystem::remove_all(dir);
+  RemoveTestGroups(**cg, "t1");
 }
 
 // A task that spins against a half-CPU limit: its group counts its CPU
@@ -81,24 +86,14 @@ TEST(Cgroups, AGroupCountsItsCpuTimeAndThrottling) {
   if (!cg.ok()) GTEST_SKIP() << cg.status().ToString();
   auto procs = (*cg)->Create("t2", 500, 256);
   ASSERT_TRUE(procs.ok()) << procs.status().ToString();
-  char tmpl[] = "/tmp/rota-cg-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  ProcessLauncher l;
-  LaunchSpec spec{{"timeout", "1.5", "sh", "-c", "while :; do :; done"}, {{"PATH", "/usr/bin:/bin"}}, dir + "/out.log", ""};
-  spec.cgroup_procs = *procs;
-  auto pid = l.Start(spec);
-  ASSERT_TRUE(pid.ok());
-  Wait(l, *pid);
+  RunIn(*procs, {"timeout", "1.5", "sh", "-c", "while :; do :; done"});
   const Cgroups::Usage u = (*cg)->UsageOf("t2");
   // 1.5 s at half a CPU: about 750 ms of CPU, and throttled most periods.
   EXPECT_GT(u.cpu_us, 300'000);
   EXPECT_LT(u.cpu_us, 1'200'000);
   EXPECT_GT(u.throttled_us, 200'000);
   EXPECT_GE(u.memory_peak, 0);
-  (*cg)->Remove("t2");
-  (*cg)->Remove("");
-  for (const char* c : {"memory", "cpu", "devices", "cpuacct", "pids"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
-  std::filesystem::remove_all(dir);
+  RemoveTestGroups(**cg, "t2");
 }
 
 // A task holds at most its pids limit of processes and threads at once: a
@@ -110,18 +105,8 @@ TEST(Cgroups, ATaskForksNoMoreThanItsPidsLimit) {
   if (!(*cg)->limits_pids()) GTEST_SKIP() << "no writable pids controller";
   auto procs = (*cg)->Create("t4", 0, 0, {}, 16);
   ASSERT_TRUE(procs.ok()) << procs.status().ToString();
-  char tmpl[] = "/tmp/rota-cg-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
-  ProcessLauncher l;
-  // 40 sleeps at once, where 16 processes fit; then it spins a little.
-  LaunchSpec spec{{"sh", "-c", "for i in $(seq 40); do sleep 2 & done 2>/dev/null; n=0; while [ $n -lt 200000 ]; do n=$((n+1)); done; wait"},
-                  {{"PATH", "/usr/bin:/bin"}},
-                  dir + "/out.log",
-                  ""};
-  spec.cgroup_procs = *procs;
-  auto pid = l.Start(spec);
-  ASSERT_TRUE(pid.ok());
-  Wait(l, *pid);
+  // 40 sleeps at once, where 16 processes fit.
+  RunIn(*procs, {"sh", "-c", "for i in $(seq 40); do sleep 2 & done 2>/dev/null; wait"});
   const std::string group = (*cg)->version() == "v2" ? "/sys/fs/cgroup/rota-test/" : "/sys/fs/cgroup/pids/rota-test/";
   const std::string t4 = group + std::to_string(getpid()) + "/t4";
   EXPECT_EQ(Read(t4 + "/pids.max"), "16\n");
@@ -129,11 +114,7 @@ TEST(Cgroups, ATaskForksNoMoreThanItsPidsLimit) {
   EXPECT_NE(events.find("max "), std::string::npos) << events;
   EXPECT_EQ(events.find("max 0"), std::string::npos) << "no fork was refused: " << events;
   EXPECT_GT((*cg)->UsageOf("t4").cpu_us, 0);
-  (*cg)->Remove("t4");
-  (*cg)->Remove("");
-  for (const char* c : {"memory", "cpu", "devices", "cpuacct", "pids"}) rmdir(("/sys/fs/cgroup/" + std::string(c) + "/rota-test").c_str());
-  rmdir("/sys/fs/cgroup/rota-test");
-  std::filesystem::remove_all(dir);
+  RemoveTestGroups(**cg, "t4");
 }
 
 TEST(ProcessUsage, ReadsAProcesssCpuTimeAndMemoryPeak) {
