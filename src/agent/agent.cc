@@ -43,7 +43,7 @@ struct Agent::Task {
   bool exited = false;
   int exit_code = 0;
   std::string exit_reason;  // "oom" when the kernel OOM-killed it
-  TimePoint ended_at = 0;   // when it ended, where that was before it was found ended (0: just now)
+  TimePoint ended_at = 0;   // an adopted task's: when its supervisor wrote its status (the node's clock; 0: unknown)
   std::string cgroup;       // its group name, "" if none
   std::string checkpoint_file;  // where the task writes its last checkpoint's path
   int64_t checkpoint_mtime = 0;  // the file's modification time last reported at once (ns)
@@ -62,6 +62,10 @@ struct Agent::Task {
 };
 
 namespace {
+
+TimePoint RealNowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 int64_t SteadyMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -656,7 +660,8 @@ bool Agent::Heartbeat(int wait_ms) {
     r.exited = t->exited;
     r.exit_code = t->exit_code;
     r.exit_reason = t->exit_reason;
-    if (t->exited) r.ended_at = t->ended_at;
+    // How long ago it ended, on the node's clock alone (the server's may differ).
+    if (t->exited && t->ended_at != 0) r.ended_ago = std::max<Duration>(0, RealNowMicros() - t->ended_at);
     if (!t->exited) {
       // Its CPU and memory so far: the cgroup's (all its processes), else
       // its own process's.

@@ -884,6 +884,7 @@ void ProcessLauncher::Signal(pid_t pid, int signal) {
 }
 
 int ReadExitFile(const std::string& exit_file, TimePoint* written_at) {
+  if (written_at != nullptr) *written_at = 0;
   const int fd = open(exit_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return -1;
   char buf[16] = {};

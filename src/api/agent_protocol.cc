@@ -118,7 +118,7 @@ ordered_json HeartbeatToJson(const HeartbeatReport& report) {
                    {"replica", t.replica},        {"attempt", t.attempt},
                    {"state", t.exited ? "exited" : "running"}, {"exit_code", t.exit_code},
                    {"exit_reason", t.exit_reason}};
-    if (t.exited && t.ended_at != 0) j["ended_at"] = FormatTime(t.ended_at);
+    if (t.exited && t.ended_ago > 0) j["ended_ago_ms"] = t.ended_ago / 1000;
     if (!t.log.empty()) {
       j["log_b64"] = Base64Encode(t.log);  // any bytes survive JSON
       j["log_offset"] = t.log_offset;
@@ -227,9 +227,9 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
       ROTA_RETURN_IF_ERROR(Read(t, p, "attempt", &tr.attempt));
       ROTA_RETURN_IF_ERROR(Read(t, p, "exit_reason", &tr.exit_reason));
       ShownText(&tr.exit_reason);
-      // An end time that does not parse is dropped (the exit counts as at the report), not the report.
-      if (auto e = t.find("ended_at"); e != t.end() && e->is_string()) {
-        if (auto at = ParseTime(e->get<std::string>()); at.ok()) tr.ended_at = *at;
+      // A span that does not parse is dropped (the exit counts as at the report), not the report.
+      if (auto e = t.find("ended_ago_ms"); e != t.end() && e->is_number_integer() && e->get<int64_t>() > 0) {
+        tr.ended_ago = std::min<int64_t>(e->get<int64_t>(), int64_t{365} * 24 * 3600 * 1000) * 1000;
       }
       tr.job = JobId(job);
       tr.exited = state == "exited";

@@ -114,10 +114,11 @@ struct TaskReport {
   std::string exit_reason;  // "oom": killed by the kernel at its memory limit; "lost": its supervisor
                             // vanished, or could not be recorded (and so started nothing);
                             // kCouldNotStart and why: it did not start (no such program, user, ...)
-  // When an exited task ended, where the agent found it ended later (it
-  // ended while no agent ran: its supervisor's exit file says when); 0: at
-  // the report. The server takes it within the attempt, never ahead of now.
-  TimePoint ended_at = 0;
+  // How long before the report an exited task ended, where the agent found
+  // it ended later (it ended while no agent ran: its supervisor's exit file
+  // says when); 0: at the report. A span, not a time: the node's clock may
+  // be off the server's. The server takes it within the attempt.
+  Duration ended_ago = 0;
   // The task's last checkpoint (it wrote the path to $ROTA_CHECKPOINT_FILE at
   // checkpoint_at); journaled once per newer time.
   std::string checkpoint_path;

@@ -127,7 +127,7 @@ TEST(AgentProtocol, AHeartbeatRoundTripsWithItsLogAndCheckpoint) {
   t.log_offset = 100;
   t.checkpoint_path = "/ckpt/1";
   t.checkpoint_at = 1'700'000'000'000'000;
-  t.ended_at = 1'699'999'999'123'000;
+  t.ended_ago = 4'321'000;
   r.tasks.push_back(t);
   r.disk_problem = "only 3 MiB free in /var/lib/rota";
   auto back = HeartbeatFromJson(json::parse(HeartbeatToJson(r).dump()));
@@ -151,7 +151,7 @@ TEST(AgentProtocol, AHeartbeatRoundTripsWithItsLogAndCheckpoint) {
   EXPECT_EQ(back->tasks[0].log_offset, 100);
   EXPECT_EQ(back->tasks[0].checkpoint_path, "/ckpt/1");
   EXPECT_EQ(back->tasks[0].checkpoint_at, t.checkpoint_at);
-  EXPECT_EQ(back->tasks[0].ended_at, t.ended_at);
+  EXPECT_EQ(back->tasks[0].ended_ago, t.ended_ago);
   // A checkpoint path with a NUL is dropped (the next attempt's environment
   // could not hold it), the rest of the report kept; a reason why a task did
   // not start is cut and cleaned as a disk problem is.

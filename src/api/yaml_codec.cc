@@ -665,6 +665,10 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
           pc.restricted = true;
           pc.users = p["users"].StrList();
         }
+        // (One name, one class: a job would get one's value and be checked against another's users.)
+        for (const PriorityClassConfig& other : c.priority_classes) {
+          if (other.name == pc.name) p["name"].Fail("duplicate priority class '" + pc.name + "'");
+        }
         c.priority_classes.push_back(pc);
       }
     }

@@ -274,6 +274,11 @@ TEST(ParseClusterConfig, ReadsWhoMayUseAPriorityClass) {
   EXPECT_TRUE(c->priority_classes[1].OpenTo("bob"));
   EXPECT_FALSE(c->priority_classes[1].OpenTo("alice"));
   EXPECT_FALSE(c->priority_classes[2].OpenTo("bob"));  // (admins only)
+  auto twice = ParseClusterConfig("priority_classes:\n  - {name: x, value: 100}\n  - {name: x, value: 1000000000, users: []}\n",
+                                  "c.yaml");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("priority_classes[1].name: duplicate priority class 'x'"), std::string::npos)
+      << twice.status().message();
 }
 
 TEST(ParseClusterConfig, ReadsGpuHourPricesByNodeGroupAndByModel) {

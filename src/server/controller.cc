@@ -362,14 +362,16 @@ void Controller::PublishBatch(const std::vector<Event>& events) {
 }
 
 void Controller::RecordUsage(const std::vector<Event>& events) {
-  std::set<JobId> jobs;
+  // Each job whose attempt ended or changed, and when (the event's time: a
+  // task found ended late ended before now, JobLifecycle).
+  std::map<JobId, TimePoint> jobs;
   for (const Event& e : events) {
     std::visit([&](const auto& ev) {
       if constexpr (std::is_same_v<std::decay_t<decltype(ev)>, JobFinished> ||
                     std::is_same_v<std::decay_t<decltype(ev)>, JobRequeued> ||
                     std::is_same_v<std::decay_t<decltype(ev)>, JobCancelled> ||
                     std::is_same_v<std::decay_t<decltype(ev)>, JobResized>) {
-        jobs.insert(ev.id);
+        jobs.emplace(ev.id, ev.at);
       }
     }, e);
   }
@@ -380,7 +382,7 @@ void Controller::RecordUsage(const std::vector<Event>& events) {
   }();
   const Snapshot after = state_.GetSnapshot();
   const TimePoint now = options_.clock->Now();
-  for (JobId id : jobs) {
+  for (const auto& [id, at] : jobs) {
     const JobRecord* was = before.FindJob(id);
     if (was == nullptr || (was->state != JobState::kRunning && was->state != JobState::kPreempting) ||
         was->placement.empty()) {
@@ -405,7 +407,7 @@ void Controller::RecordUsage(const std::vector<Event>& events) {
     } else {
       continue;  // still running where it ran
     }
-    unwritten_usage_.push_back(usage_.Close(before, *was, std::move(end), std::move(reason), now));
+    unwritten_usage_.push_back(usage_.Close(before, *was, std::move(end), std::move(reason), at != 0 ? std::min(at, now) : now));
     NoteFamilyUsage(unwritten_usage_.back());
   }
   if (unwritten_usage_.empty()) return;

@@ -922,7 +922,7 @@ class HttpServerImpl final : public HttpServer {
           if (it->size() > 4 && it->substr(it->size() - 4) == ".log") files.push_back(dir + "/" + *it);
         }
         if (files.empty()) continue;
-        if (budget == 0) {
+        if (budget < std::min<size_t>(share, 64 << 10)) {  // (spent: a few bytes more would say little)
           ++left;
           continue;
         }

@@ -74,12 +74,6 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
   if (job.state != JobState::kRunning) return;
   auto& exits = exits_[t.job];
   exits[{t.task, t.replica}] = t.exit_code;
-  // When it ended: at the report, unless the agent found it ended later (it
-  // ended while no agent ran); within the attempt, never ahead of now. The
-  // gang ends with its last replica.
-  const TimePoint ended = t.ended_at == 0 ? now : std::clamp(t.ended_at, std::min(job.started_at, now), now);
-  TimePoint& last = ended_[t.job];
-  last = std::max(last, ended);
   const TaskGroupSpec& spec = job.spec().tasks[t.task];
   const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
   // A service's replica restarts alone, whatever its exit, forever (the
@@ -94,11 +88,18 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
         .IgnoreError();
     return;
   }
+  // When it ended: at the report, unless the agent found it ended earlier
+  // (it ended while no agent ran: ended_ago); within the attempt (since its
+  // last start or resize), never ahead of now. The gang's attempt ends with
+  // its last replica: a failure while others may still run ends it now.
+  const TimePoint began = std::min(std::max(job.started_at, job.resized_at), now);
+  TimePoint& last = ended_[t.job];
+  last = std::max(last, std::clamp(now - t.ended_ago, began, now));
   if (t.exit_code != 0) {
     Requeue(batch, job,
             t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"
                                    : replica_name + ExitText(t),
-            true, ended);
+            true, exits.size() == job.placement.size() ? last : now);
     return;
   }
   if (exits.size() != job.placement.size()) return;

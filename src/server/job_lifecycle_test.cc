@@ -49,39 +49,45 @@ TEST(JobLifecycle, AJobSucceedsWhenEveryReplicaHasExitedZero) {
   EXPECT_EQ(r.job().state, JobState::kSucceeded);
 }
 
-// A task that ended while no agent ran is reported when an agent finds it
-// (its exit file's time): the job ends then, with its last replica, within
-// its attempt and never ahead of the server's now; not when it was found.
+// A task that ended while no agent ran is reported when an agent finds it,
+// with how long ago it ended (its exit file's age, on the node's clock): the
+// job ends then, with its last replica, within its attempt; not when it was
+// found. A failure while other replicas may still run ends the attempt now.
 TEST(JobLifecycle, AnExitFoundLateCountsFromWhenTheTaskEnded) {
-  Running r;  // started at 10 us; now is 1,000 s
+  Running r;  // bound at 10 us; now is 1,000 s
   api::TaskReport first = Exit(0, 0), second = Exit(1, 0);
-  first.ended_at = 400 * kMicrosPerSecond;
-  second.ended_at = 300 * kMicrosPerSecond;
+  first.ended_ago = 600 * kMicrosPerSecond;
+  second.ended_ago = 700 * kMicrosPerSecond;
   auto events = r.Report({first, second});
   ASSERT_EQ(events.size(), 1u);
   ASSERT_TRUE(std::holds_alternative<JobFinished>(events[0]));
   EXPECT_EQ(std::get<JobFinished>(events[0]).at, 400 * kMicrosPerSecond);
   EXPECT_EQ(r.job().finished_at, 400 * kMicrosPerSecond);
-  // A node clock off either way: not before the attempt began, not after now.
-  Running early, late;
-  first.ended_at = 5;  // (before the bind at 10)
-  second.ended_at = 0;  // (just now)
-  events = early.Report({first});
-  EXPECT_TRUE(events.empty());
+  // Not before the attempt began.
+  Running early;
+  first.ended_ago = 2000 * kMicrosPerSecond;
+  second.ended_ago = 0;  // (just now)
+  EXPECT_TRUE(early.Report({first}).empty());
   events = early.Report({second});
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(std::get<JobFinished>(events[0]).at, 1000 * kMicrosPerSecond);
-  first.ended_at = 5;
-  first.exit_code = 2;  // (a failure ends the attempt then)
-  events = late.Report({first});
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(std::get<JobFinished>(events[0]).at, 10);
-  second.exit_code = 0;
-  second.ended_at = 5000 * kMicrosPerSecond;
-  Running ahead;
-  events = ahead.Report({Exit(0, 0), second});
+  // A failure with a replica still running (not reported): the attempt ends now.
+  Running running;
+  first.exit_code = 2;
+  events = running.Report({first});
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(std::get<JobFinished>(events[0]).at, 1000 * kMicrosPerSecond);
+  // The last replica's failure, the others ended: when it ended.
+  Running last;
+  first = Exit(0, 0);
+  first.ended_ago = 600 * kMicrosPerSecond;
+  second = Exit(1, 3);
+  second.ended_ago = 500 * kMicrosPerSecond;
+  EXPECT_TRUE(last.Report({first}).empty());
+  events = last.Report({second});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(std::get<JobFinished>(events[0]).at, 500 * kMicrosPerSecond);
+  EXPECT_EQ(std::get<JobFinished>(events[0]).reason, "worker-1 exited with code 3; no restarts left");
 }
 
 TEST(JobLifecycle, AFailedReplicaEndsTheAttemptAsThePolicyAllows) {

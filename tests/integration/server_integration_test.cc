@@ -479,6 +479,13 @@ TEST_F(Integration, ATaskThatEndedWhileTheAgentWasDownEndsWhenItDid) {
   EXPECT_EQ(ended["state"], "succeeded") << ended.dump();
   EXPECT_LE(ended.value("elapsed_s", -1), 4) << ended.dump();
   EXPECT_GE(ended.value("elapsed_s", -1), 1) << ended.dump();
+  // And its usage record (what rota report charges) ends then too.
+  auto usage = again.Get("/v1/jobs/1/usage");
+  ASSERT_TRUE(usage);
+  const json attempts = json::parse(usage->body)["attempts"];
+  ASSERT_EQ(attempts.size(), 1u) << usage->body;
+  EXPECT_LE(attempts[0].value("seconds", -1), 4) << usage->body;
+  EXPECT_EQ(attempts[0]["ended_at"], ended["finished_at"]) << usage->body;
 }
 
 // Elastic through the real binary: a 1..4 x 1-GPU job starts with the 2 GPUs
