@@ -111,6 +111,10 @@ std::vector<std::string> Cgroups::Dirs(const std::string& name) const {
   return dirs;
 }
 
+std::string Cgroups::V1Dir(const char* controller, const std::string& name) const {
+  return root_ + "/" + controller + "/" + prefix_ + (name.empty() ? "" : "/" + name);
+}
+
 std::vector<std::string> Cgroups::Groups() const {
   std::vector<std::string> out;
   std::error_code ec;
@@ -245,8 +249,7 @@ StatusOr<std::vector<std::string>> Cgroups::Create(const std::string& name, Mill
       }
     }
   }
-  // (v2: the one group; v1: the pids hierarchy, the last of Dirs.)
-  if (pids > 0 && pids_) ok &= WriteFile(Dirs(name).back() + "/pids.max", std::to_string(pids));
+  if (pids > 0 && pids_) ok &= WriteFile((v2_ ? Dirs(name)[0] : V1Dir("pids", name)) + "/pids.max", std::to_string(pids));
   if (!ok) return UnavailableError("cgroup " + name + ": cannot set limits");
   return procs;
 }
@@ -303,7 +306,7 @@ Cgroups::Usage Cgroups::UsageOf(const std::string& name) const {
     return u;
   }
   // v1: cpuacct beside cpu (co-mounted as cpu,cpuacct on most hosts), in ns.
-  const int64_t ns = FileNumber((cpuacct_ ? dirs[dirs.size() - (pids_ ? 2 : 1)] : dirs[0]) + "/cpuacct.usage");
+  const int64_t ns = FileNumber((cpuacct_ ? V1Dir("cpuacct", name) : dirs[0]) + "/cpuacct.usage");
   if (ns >= 0) u.cpu_us = ns / 1000;
   const int64_t throttled = StatValue(ReadFile(dirs[0] + "/cpu.stat"), "throttled_time");
   if (throttled >= 0) u.throttled_us = throttled / 1000;

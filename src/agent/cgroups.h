@@ -72,11 +72,13 @@ class Cgroups {
 
  private:
   std::vector<std::string> Dirs(const std::string& name) const;
+  // v1: the group `name`'s directory in one controller's hierarchy.
+  std::string V1Dir(const char* controller, const std::string& name) const;
 
   bool v2_ = false;
   bool devices_ = false;
   bool cpuacct_ = false;  // v1: cpuacct is a hierarchy apart from cpu's
-  bool pids_ = false;     // the pids controller (v1: its hierarchy, the last of Dirs, after cpuacct's)
+  bool pids_ = false;     // the pids controller (v1: its hierarchy)
   std::string root_;    // v2: the cgroup2 root; v1: the directory holding cpu/ and memory/
   std::string prefix_;  // e.g. "rota/node-0"
 };

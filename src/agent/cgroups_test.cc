@@ -98,7 +98,7 @@ TEST(Cgroups, AGroupCountsItsCpuTimeAndThrottling) {
 
 // A task holds at most its pids limit of processes and threads at once: a
 // fork bomb takes down itself, not the node. (Its CPU time is still read
-// from cpuacct, which comes before pids among the v1 hierarchies.)
+// from cpuacct, with a pids hierarchy beside it on v1.)
 TEST(Cgroups, ATaskForksNoMoreThanItsPidsLimit) {
   auto cg = Cgroups::Detect("/sys/fs/cgroup", "rota-test/" + std::to_string(getpid()));
   if (!cg.ok()) GTEST_SKIP() << cg.status().ToString();

@@ -84,26 +84,34 @@ StatusOr<std::vector<NodeSpec>> ExpandNodes(const ClusterConfig& config) {
   return nodes;
 }
 
+std::vector<PriorityClassConfig> PriorityClasses(const ClusterConfig& config) {
+  return config.priority_classes.empty() ? DefaultPriorityClasses() : config.priority_classes;
+}
+
+namespace {
+
+// The class `name` names among `classes`; the built-in inference (a
+// service's default) where they have none of that name; else nullptr.
+const PriorityClassConfig* FindPriorityClass(const std::vector<PriorityClassConfig>& classes, const std::string& name) {
+  static const PriorityClassConfig kInference{"inference", 2000, false};
+  for (const PriorityClassConfig& c : classes) {
+    if (c.name == name) return &c;  // (names are unique: the config refuses one given twice)
+  }
+  return name == kInference.name ? &kInference : nullptr;
+}
+
+}  // namespace
+
 Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec) {
   if (!spec->priority_class.empty()) {
-    const auto classes = config.priority_classes.empty() ? DefaultPriorityClasses() : config.priority_classes;
-    std::string names;
-    bool found = false;
-    for (const auto& c : classes) {
-      names += (names.empty() ? "" : ", ") + c.name;
-      if (c.name == spec->priority_class) {
-        spec->priority = c.value;
-        found = true;
-      }
-    }
-    // A service's default class, built in even where the config lists its own.
-    if (!found && spec->priority_class == "inference") {
-      spec->priority = 2000;
-      found = true;
-    }
-    if (!found) {
+    const auto classes = PriorityClasses(config);
+    const PriorityClassConfig* c = FindPriorityClass(classes, spec->priority_class);
+    if (c == nullptr) {
+      std::string names;
+      for (const auto& k : classes) names += (names.empty() ? "" : ", ") + k.name;
       return InvalidArgumentError("priority: unknown priority class '" + spec->priority_class + "' (classes: " + names + ")");
     }
+    spec->priority = c->value;
   }
   const auto leaves = LeafQueuePaths(config);
   if (std::find(leaves.begin(), leaves.end(), spec->queue) == leaves.end()) {
@@ -170,26 +178,20 @@ Status QueueAllows(const ClusterConfig& config, const std::string& path, const s
 
 Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const std::string& user, bool admin) {
   if (admin) return Status::Ok();
-  const auto classes = config.priority_classes.empty() ? DefaultPriorityClasses() : config.priority_classes;
-  auto who = [](const PriorityClassConfig& c) {
-    if (c.users.empty()) return std::string("admins");
-    std::string names;
-    for (const std::string& u : c.users) names += (names.empty() ? "" : ", ") + u;
-    return "admins and " + names;
-  };
+  const auto classes = PriorityClasses(config);
   if (!spec.priority_class.empty()) {
-    for (const PriorityClassConfig& c : classes) {
-      if (c.name != spec.priority_class) continue;
-      if (!c.OpenTo(user)) {
-        return Status(StatusCode::kPermissionDenied, "priority: class '" + c.name + "' is open only to " + who(c) +
-                                                         " (priority_classes[].users)");
-      }
-      return Status::Ok();
+    const PriorityClassConfig* c = FindPriorityClass(classes, spec.priority_class);
+    const bool listed = c != nullptr && c >= classes.data() && c < classes.data() + classes.size();
+    if (listed && !c->OpenTo(user)) {
+      std::string who = "admins";
+      for (size_t i = 0; i < c->users.size(); ++i) who += (i == 0 ? " and " : ", ") + c->users[i];
+      return Status(StatusCode::kPermissionDenied,
+                    "priority: class '" + c->name + "' is open only to " + who + " (priority_classes[].users)");
     }
     // The built-in inference, where the config has no such class: a
     // service's default, anyone's; a batch job that names it is held to the
     // highest class open to its user, as a number would be.
-    if (spec.is_service()) return Status::Ok();
+    if (listed || spec.is_service()) return Status::Ok();
   }
   const PriorityClassConfig* highest = nullptr;
   for (const PriorityClassConfig& c : classes) {

@@ -160,6 +160,10 @@ struct ClusterConfig {
 // low 100 (preemptible), normal 500, high 1000, inference 2000 (services'),
 // critical 10000 (admins only).
 std::vector<PriorityClassConfig> DefaultPriorityClasses();
+// The classes jobs may name: the config's, else the defaults. (A config
+// that lists its own still has the built-in inference, services' default,
+// where it lists none of that name.)
+std::vector<PriorityClassConfig> PriorityClasses(const ClusterConfig& config);
 
 // Checks the config and expands its node groups, in declaration order.
 StatusOr<std::vector<NodeSpec>> ExpandNodes(const ClusterConfig& config);

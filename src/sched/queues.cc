@@ -7,7 +7,7 @@ namespace rota::sched {
 
 void QueueBook::Configure(const ClusterConfig& config) {
   queues_.clear();
-  classes_ = config.priority_classes.empty() ? DefaultPriorityClasses() : config.priority_classes;
+  classes_ = PriorityClasses(config);
   Add(config.queues, -1, "", 1.0);
 }
 

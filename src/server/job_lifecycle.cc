@@ -64,16 +64,17 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
   const TimePoint now = clock_->Now();
   if (job.state == JobState::kPreempting) {
     // An evicted gang is requeued once all of its replicas have stopped.
-    auto& stopped = exits_[t.job];
-    stopped[{t.task, t.replica}] = t.exit_code;
+    auto& stopped = exited_[t.job].replicas;
+    stopped.insert({t.task, t.replica});
     if (stopped.size() != job.placement.size()) return;
     Forget(t.job);
     batch.Apply(JobRequeued{t.job, now, job.last_requeue_reason}).IgnoreError();
     return;
   }
   if (job.state != JobState::kRunning) return;
-  auto& exits = exits_[t.job];
-  exits[{t.task, t.replica}] = t.exit_code;
+  Exited& exited = exited_[t.job];
+  auto& exits = exited.replicas;
+  exits.insert({t.task, t.replica});
   const TaskGroupSpec& spec = job.spec().tasks[t.task];
   const std::string replica_name = spec.name + "-" + std::to_string(t.replica);
   // A service's replica restarts alone, whatever its exit, forever (the
@@ -93,7 +94,7 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
   // last start or resize), never ahead of now. The gang's attempt ends with
   // its last replica: a failure while others may still run ends it now.
   const TimePoint began = std::min(std::max(job.started_at, job.resized_at), now);
-  TimePoint& last = ended_[t.job];
+  TimePoint& last = exited.last;
   last = std::max(last, std::clamp(now - t.ended_ago, began, now));
   if (t.exit_code != 0) {
     Requeue(batch, job,

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,10 +57,7 @@ class JobLifecycle {
   static bool RestartAllowed(const JobRecord& job);
   // The job's gang changed (resized) or it ended elsewhere (cancelled): the
   // replicas seen exiting are forgotten.
-  void Forget(JobId job) {
-    exits_.erase(job);
-    ended_.erase(job);
-  }
+  void Forget(JobId job) { exited_.erase(job); }
 
  private:
   void OnCheckpoint(Batch& batch, NodeId node, const JobRecord& job, const api::TaskReport& t);
@@ -68,8 +66,13 @@ class JobLifecycle {
 
   const Clock* clock_;
   const Duration preempt_slack_;
-  std::map<JobId, std::map<std::pair<uint16_t, uint32_t>, int32_t>> exits_;  // exited replicas of live jobs
-  std::map<JobId, TimePoint> ended_;  // when the last of them ended (TaskReport::ended_at, within the attempt)
+  // A live job's replicas (task, replica) that have exited this attempt,
+  // and when the last of them ended (TaskReport::ended_ago, within the attempt).
+  struct Exited {
+    std::set<std::pair<uint16_t, uint32_t>> replicas;
+    TimePoint last = 0;
+  };
+  std::map<JobId, Exited> exited_;
 };
 
 }  // namespace rota::server
