@@ -1,6 +1,7 @@
 #include "agent/oci.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -152,12 +154,148 @@ json Mount(const std::string& dest, const std::string& type, const std::string& 
   return {{"destination", dest}, {"type", type}, {"source", source}, {"options", std::move(opts)}};
 }
 
+constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+// Whether `path` is `dir` or below it (both absolute and normal, "" for the root).
+bool Under(const std::string& path, const std::string& dir) {
+  return path.size() >= dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+         (path.size() == dir.size() || path[dir.size()] == '/');
+}
+
 }  // namespace
+
+InRoot ResolveInRoot(int root_fd, const std::string& path) {
+  InRoot r;
+  std::deque<std::string> rest;
+  auto push_front = [&rest](const std::string& p) {
+    std::vector<std::string> parts;
+    std::stringstream ss(p);
+    for (std::string c; std::getline(ss, c, '/');) {
+      if (!c.empty() && c != ".") parts.push_back(std::move(c));
+    }
+    rest.insert(rest.begin(), parts.begin(), parts.end());
+  };
+  auto up = [&r] { r.path.resize(r.path.rfind('/') == std::string::npos ? 0 : r.path.rfind('/')); };
+  push_front(path);
+  int links = 0;
+  while (!rest.empty()) {
+    const std::string c = std::move(rest.front());
+    rest.pop_front();
+    if (c == "..") {
+      up();
+      continue;
+    }
+    const std::string next = r.path + "/" + c;
+    // Each step below a directory already resolved; RESOLVE_IN_ROOT keeps a
+    // directory swapped for a symlink meanwhile inside the tree too.
+    open_how how{};
+    how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+    const int fd = static_cast<int>(syscall(SYS_openat2, root_fd, next.c_str() + 1, &how, sizeof(how)));
+    if (fd < 0) {
+      r.error = errno;
+      r.path = next;
+      for (const std::string& more : rest) {
+        if (more == "..") up();
+        else r.path += "/" + more;
+      }
+      return r;
+    }
+    struct stat st {};
+    const bool stated = fstat(fd, &st) == 0;
+    if (stated && S_ISLNK(st.st_mode)) {
+      char target[4096];
+      const ssize_t n = readlinkat(fd, "", target, sizeof(target));
+      close(fd);
+      if (n <= 0 || ++links > 40) {
+        r.error = n <= 0 ? errno : ELOOP;
+        r.path = next;
+        return r;
+      }
+      const std::string to(target, static_cast<size_t>(n));
+      if (to[0] == '/') r.path.clear();
+      push_front(to);
+      continue;
+    }
+    close(fd);
+    if (!stated) {
+      r.error = errno;
+      r.path = next;
+      return r;
+    }
+    r.path = next;
+    r.st = st;
+    if (!rest.empty() && !S_ISDIR(st.st_mode)) {
+      r.error = ENOTDIR;
+      for (const std::string& more : rest) r.path += "/" + more;
+      return r;
+    }
+  }
+  if (r.path.empty() && fstat(root_fd, &r.st) != 0) r.error = errno;
+  return r;
+}
+
+Status CheckOciProgram(const std::string& rootfs, const std::string& program, const std::string& path_env,
+                       const std::vector<std::string>& mount_targets) {
+  if (program.empty()) return Status::Ok();
+  const int root_fd = open(rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) return Status::Ok();  // (the runtime says why)
+  // What the container sees at a mount point is not the image's: a path
+  // there (its own, or through a symlink) may hold it.
+  std::vector<std::string> covered;
+  for (const std::string& t : mount_targets) covered.push_back(ResolveInRoot(root_fd, t).path);
+  enum class Seen { kThere, kMaybe, kMissing, kNotExecutable, kDirectory };
+  auto look = [&](const std::string& candidate) {
+    const InRoot r = ResolveInRoot(root_fd, candidate);
+    for (const std::string& c : covered) {
+      if (Under(r.path, c)) return Seen::kMaybe;
+    }
+    if (r.error == ENOSYS || r.error == EPERM || r.error == EACCES) return Seen::kMaybe;  // (no openat2, or not ours to read)
+    if (r.error != 0) return Seen::kMissing;
+    if (S_ISDIR(r.st.st_mode)) return Seen::kDirectory;
+    if (!S_ISREG(r.st.st_mode) || (r.st.st_mode & 0111) == 0) return Seen::kNotExecutable;
+    return Seen::kThere;
+  };
+  Status result = Status::Ok();
+  if (program.find('/') != std::string::npos) {
+    // (The process starts in "/".)
+    switch (look(program[0] == '/' ? program : "/" + program)) {
+      case Seen::kMissing:
+        result = NotFoundError("'" + program + "' is not in the image (" + rootfs + ")");
+        break;
+      case Seen::kDirectory:
+        result = FailedPreconditionError("'" + program + "' is a directory in the image (" + rootfs + ")");
+        break;
+      case Seen::kNotExecutable:
+        result = FailedPreconditionError("'" + program + "' is not an executable file in the image (" + rootfs + ")");
+        break;
+      default:
+        break;
+    }
+  } else {
+    // As the runtime looks it up: each directory of the container's PATH.
+    bool found = false;
+    std::stringstream ss(path_env);
+    for (std::string dir; !found && std::getline(ss, dir, ':');) {
+      if (dir.empty() || dir[0] != '/') {
+        found = true;  // (relative: not ours to judge)
+        continue;
+      }
+      const Seen seen = look(dir + "/" + program);
+      found = seen == Seen::kThere || seen == Seen::kMaybe;
+    }
+    if (!found) {
+      result = NotFoundError("'" + program + "' is not in the image's PATH (" + path_env + ") in " + rootfs);
+    }
+  }
+  close(root_fd);
+  return result;
+}
 
 Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
   ROTA_ASSIGN_OR_RETURN(std::string rootfs, ResolveRootfs(task.rootfs));
   json env = json::array();
-  if (!task.env.count("PATH")) env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  if (!task.env.count("PATH")) env.push_back(std::string("PATH=") + kDefaultPath);
   for (const auto& [k, v] : task.env) env.push_back(k + "=" + v);
   const std::vector<std::string> caps = {"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"};
   // Open files: as many as the agent itself may have (a container cannot go above that).
@@ -204,6 +342,14 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
     std::error_code ec;
     if (!std::filesystem::exists(m.source, ec)) return NotFoundError("mount source '" + m.source + "' is not on this node");
     mounts.push_back(Mount(m.target, "bind", m.source, {"rbind", m.read_only ? read_only : "rw"}));
+  }
+  // A program the image lacks would fail inside the runtime, as its exit
+  // code (1): it does not start, and says why.
+  if (!task.args.empty()) {
+    std::vector<std::string> targets;
+    for (const json& m : mounts) targets.push_back(m["destination"]);
+    const auto path = task.env.find("PATH");
+    ROTA_RETURN_IF_ERROR(CheckOciProgram(rootfs, task.args[0], path != task.env.end() ? path->second : kDefaultPath, targets));
   }
   // GPU device nodes: the task's /dev/nvidia<g> and the shared control nodes,
   // each allowed in the devices cgroup (the default denies all but the basics).

@@ -11,6 +11,8 @@
 // mounts unmounted (`unshare -m`).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -59,7 +61,30 @@ bool KernelHasRecursiveReadOnly();
 // NotFound naming the path.
 StatusOr<std::string> ResolveRootfs(const std::string& rootfs);
 
-// Writes `bundle`/config.json for `task` (creating `bundle`).
+// `path` resolved inside the tree whose root is `root_fd`, as a process
+// chrooted there would see it (symlinks followed, ".." stopping at the root,
+// never leaving the tree), as far as it exists: `path` is the resolved path
+// ("" for the root), with the part that does not exist appended as given;
+// `error` is 0 when all of it exists (`st` then describes it), else why not
+// (ENOENT, ENOTDIR, ELOOP, ENOSYS without openat2).
+struct InRoot {
+  std::string path;
+  int error = 0;
+  struct stat st {};
+};
+InRoot ResolveInRoot(int root_fd, const std::string& path);
+
+// Whether the container's process can be `program` (its args[0]): an
+// absolute or relative path must be an executable file in the image, a bare
+// name must be one in a directory of `path_env` (as the runtime looks it
+// up). What lies at or below one of `mount_targets` (the container's
+// mounts), or through a symlink into one, is not judged. NotFound or
+// FailedPrecondition naming the program and the image, else Ok.
+Status CheckOciProgram(const std::string& rootfs, const std::string& program, const std::string& path_env,
+                       const std::vector<std::string>& mount_targets);
+
+// Writes `bundle`/config.json for `task` (creating `bundle`); refused if the
+// image lacks its program (CheckOciProgram).
 Status WriteOciBundle(const std::string& bundle, const OciTask& task);
 
 // The runtime binary: "runc" or "crun" by name, or "auto" (crun if on PATH,

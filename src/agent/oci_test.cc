@@ -1,5 +1,6 @@
 #include "agent/oci.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,6 +21,13 @@ struct TempDir {
   std::string path;
 };
 
+// An executable file at `path`, with its directories.
+void MakeProgram(const std::string& path, std::filesystem::perms perms = std::filesystem::perms::owner_all) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << "#!/bin/sh\n";
+  std::filesystem::permissions(path, perms);
+}
+
 TEST(Oci, BundleCarriesRootfsMountsLimitsAndEnvironment) {
   TempDir tmp;
   std::filesystem::create_directories(tmp.path + "/image/rootfs");
@@ -28,6 +36,7 @@ TEST(Oci, BundleCarriesRootfsMountsLimitsAndEnvironment) {
   task.id = "rota-7-0-1-2";
   task.rootfs = tmp.path + "/image";  // an image directory: its rootfs/ is used
   task.args = {"python", "train.py"};
+  MakeProgram(tmp.path + "/image/rootfs/usr/bin/python");
   task.env = {{"RANK", "1"}, {"WORLD_SIZE", "2"}};
   task.mounts = {{tmp.path + "/data", "/data", true}};
   task.job_dir = tmp.path + "/job";
@@ -74,6 +83,82 @@ TEST(Oci, BadInputNamesThePath) {
   EXPECT_FALSE(FindOciRuntime("docker").ok());
 }
 
+// A program the image lacks is found before the runtime runs (which would
+// exit 1 with it, as a program that failed): looked up as the runtime does,
+// symlinks followed inside the image only, and nothing judged at or below a
+// mount (the container sees what is mounted there, not the image).
+TEST(Oci, AProgramTheImageLacksIsFoundBeforeTheRuntimeRuns) {
+  TempDir tmp;
+  const std::string root = tmp.path + "/rootfs";
+  MakeProgram(root + "/usr/bin/python");
+  std::filesystem::create_symlink("usr/bin", root + "/bin");    // merged /usr, relative
+  std::filesystem::create_symlink("/usr/bin", root + "/sbin");  // absolute: inside the image
+  std::filesystem::create_directories(root + "/etc");
+  std::ofstream(root + "/etc/passwd") << "root:x:0:0::/:/bin/sh\n";
+  std::filesystem::create_symlink("../../../../../../etc", root + "/escape");  // stays at the image's root
+  std::filesystem::create_directories(root + "/data");
+  std::filesystem::create_directories(root + "/opt");
+  std::filesystem::create_symlink("/data/tool", root + "/opt/tool");  // into a mount
+  const std::string path = "/usr/local/bin:/usr/bin:/bin";
+  const std::vector<std::string> mounts = {"/proc", "/dev", "/rota", "/data"};
+  auto check = [&](const std::string& program, const std::string& env_path = "/usr/local/bin:/usr/bin:/bin") {
+    return CheckOciProgram(root, program, env_path, mounts);
+  };
+  EXPECT_TRUE(check("python").ok()) << check("python").ToString();
+  EXPECT_TRUE(check("/bin/python").ok()) << check("/bin/python").ToString();
+  EXPECT_TRUE(check("/sbin/python").ok()) << check("/sbin/python").ToString();
+  EXPECT_TRUE(check("usr/bin/python").ok()) << "(a relative path, from /)";
+  EXPECT_TRUE(check("/data/train.sh").ok()) << "(in a mount: not the image's)";
+  EXPECT_TRUE(check("/opt/tool").ok()) << "(a symlink into a mount)";
+  EXPECT_TRUE(check("/rota/work/run.sh").ok());
+  EXPECT_TRUE(check("anything", "bin:/usr/bin").ok()) << "(a relative PATH entry is not judged)";
+  EXPECT_TRUE(check("").ok());
+  Status s = check("pyhton");
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "'pyhton' is not in the image's PATH (" + path + ") in " + root);
+  s = check("/nonexistent/prog");
+  EXPECT_EQ(s.message(), "'/nonexistent/prog' is not in the image (" + root + ")");
+  s = check("/usr/bin/python/x");
+  EXPECT_EQ(s.message(), "'/usr/bin/python/x' is not in the image (" + root + ")");
+  s = check("/usr/bin");
+  EXPECT_EQ(s.message(), "'/usr/bin' is a directory in the image (" + root + ")");
+  s = check("/etc/passwd");
+  EXPECT_EQ(s.message(), "'/etc/passwd' is not an executable file in the image (" + root + ")");
+  // A symlink out of the image stays in it: its /etc, never the host's.
+  s = check("/escape/passwd");
+  EXPECT_EQ(s.message(), "'/escape/passwd' is not an executable file in the image (" + root + ")");
+  EXPECT_EQ(check("/escape/shadow").code(), StatusCode::kNotFound) << "(the host has an /etc/shadow)";
+  EXPECT_EQ(check("python", "/sbin/../etc:/nope").code(), StatusCode::kNotFound);
+  // The resolution itself.
+  const int fd = open(root.c_str(), O_PATH | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(ResolveInRoot(fd, "/bin/python").path, "/usr/bin/python");
+  EXPECT_EQ(ResolveInRoot(fd, "/bin/python").error, 0);
+  EXPECT_EQ(ResolveInRoot(fd, "/escape/../../x/y").path, "/x/y");
+  EXPECT_EQ(ResolveInRoot(fd, "/escape/../../x/y").error, ENOENT);
+  EXPECT_EQ(ResolveInRoot(fd, "/").path, "");
+  EXPECT_EQ(ResolveInRoot(fd, "/").error, 0);
+  std::filesystem::create_symlink("loop", root + "/loop");
+  EXPECT_EQ(ResolveInRoot(fd, "/loop/x").error, ELOOP);
+  close(fd);
+
+  // Through the bundle: refused, unless a mount covers where it would be.
+  OciTask task;
+  task.id = "rota-5-0-0-0";
+  task.rootfs = root;
+  task.args = {"tool", "--help"};
+  s = WriteOciBundle(tmp.path + "/bundle", task);
+  EXPECT_EQ(s.message(), "'tool' is not in the image's PATH (/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin) in " +
+                             root) << s.ToString();
+  std::filesystem::create_directories(tmp.path + "/tools");
+  task.mounts = {{tmp.path + "/tools", "/usr/local/bin", true}};
+  EXPECT_TRUE(WriteOciBundle(tmp.path + "/bundle", task).ok());
+  task.mounts.clear();
+  task.env["PATH"] = "/usr/bin";
+  task.args = {"python"};
+  EXPECT_TRUE(WriteOciBundle(tmp.path + "/bundle", task).ok());
+}
+
 TEST(Oci, RunArgvRunsTheBundleInTheForeground) {
   const auto argv = OciRunArgv("/usr/sbin/runc", "/b", "id1");
   EXPECT_EQ(argv, (std::vector<std::string>{"/usr/sbin/runc", "run", "--bundle", "/b", "id1"}));
@@ -95,6 +180,7 @@ TEST(Oci, ARootlessBundleMapsOnlyTheAgentsAccount) {
   task.id = "rota-3-0-0-0";
   task.rootfs = tmp.path + "/rootfs";
   task.args = {"true"};
+  MakeProgram(tmp.path + "/rootfs/bin/true");
   task.job_dir = tmp.path + "/job";
   task.uid = 1234;
   task.gid = 5678;
@@ -137,6 +223,7 @@ TEST(Oci, ReadOnlyMountsAreReadOnlyAllTheWayDownWhereTheKernelCan) {
   task.id = "rota-4-0-0-0";
   task.rootfs = tmp.path + "/rootfs";
   task.args = {"true"};
+  MakeProgram(tmp.path + "/rootfs/bin/true");
   task.mounts = {{tmp.path + "/data", "/data", true}, {tmp.path + "/data", "/out", false}};
   task.recursive_read_only = true;
   for (bool rootless : {false, true}) {

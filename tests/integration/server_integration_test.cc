@@ -629,6 +629,16 @@ TEST_F(Integration, TasksRunInOciContainers) {
     j = WaitJob(admin, 3, [](const json& x) { return x["state"] == "failed" || x["state"] == "succeeded"; });
     EXPECT_EQ(j["state"], "failed") << runtime << ": " << j.dump();
     EXPECT_NE(j.value("end_reason", "").find("OOM-killed"), std::string::npos) << runtime << ": " << j.dump();
+    // A program the image lacks does not start, and says so (the runtime
+    // would exit 1 with it, as if the program had).
+    auto missing = admin.Post("/v1/jobs", "name: typo\ntasks: [{cpu: 1, rootfs: " + tmp.path() + "/image, command: [shh]}]\n",
+                              "application/yaml");
+    ASSERT_EQ(missing->status, 201) << missing->body;
+    j = WaitJob(admin, 4, [](const json& x) { return x["state"] == "failed" || x["state"] == "succeeded"; });
+    EXPECT_EQ(j["state"], "failed") << runtime << ": " << j.dump();
+    EXPECT_NE(j.value("end_reason", "").find("main-0 did not start: cannot start the container: 'shh' is not in the image's PATH"),
+              std::string::npos)
+        << runtime << ": " << j.dump();
   }
   if (ran == 0) GTEST_SKIP() << "neither runc nor crun is installed";
 }
