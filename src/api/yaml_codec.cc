@@ -577,9 +577,10 @@ NodeGroupConfig ParseNodeGroup(const Field& f) {
   return g;
 }
 
-QueueConfig ParseQueue(const Field& f) {
+// `classes`: the config's priority classes (PriorityClasses), for max_priority.
+QueueConfig ParseQueue(const Field& f, const std::vector<PriorityClassConfig>& classes) {
   f.ExpectMap({"name", "weight", "quota", "borrowing_limit", "lending_limit", "children", "users", "accepts",
-               "allow_root", "max_pending"});
+               "allow_root", "max_pending", "max_priority"});
   QueueConfig q;
   q.name = f["name"].IsNull() ? "" : f["name"].Str();
   if (q.name.empty() || q.name.find('/') != std::string::npos) f.Fail("name: required, without '/'");
@@ -590,6 +591,21 @@ QueueConfig ParseQueue(const Field& f) {
   if (f.Has("users")) q.users = f["users"].StrList();
   if (f.Has("allow_root")) q.allow_root = f["allow_root"].Bool();
   if (f.Has("max_pending")) q.max_pending = f["max_pending"].Int(1, 100'000'000);
+  if (f.Has("max_priority")) {
+    // A class's name, or a number.
+    Field m = f["max_priority"];
+    q.max_priority = m.Str();
+    if (!q.max_priority.empty() && std::isdigit(static_cast<unsigned char>(q.max_priority[0]))) {
+      q.max_priority_value = m.Int(0, 1'000'000'000);
+    } else if (const PriorityClassConfig* c = FindPriorityClass(classes, q.max_priority)) {
+      q.max_priority_value = c->value;
+      q.max_priority += ", " + std::to_string(c->value);
+    } else {
+      std::string names;
+      for (const auto& k : classes) names += (names.empty() ? "" : ", ") + k.name;
+      m.Fail("no priority class '" + q.max_priority + "' (a class's name or a number; classes: " + names + ")");
+    }
+  }
   if (f.Has("accepts")) {
     q.accepts = f["accepts"].Str();
     if (q.accepts != "any" && q.accepts != "whole" && q.accepts != "shares") {
@@ -599,7 +615,7 @@ QueueConfig ParseQueue(const Field& f) {
   if (f.Has("children")) {
     Field c = f["children"];
     for (size_t i = 0, n = c.ExpectSeq(); i < n; ++i) {
-      q.children.push_back(ParseQueue(c.At(i)));
+      q.children.push_back(ParseQueue(c.At(i), classes));
       const std::string& tier = q.children[i].accepts;
       if (q.accepts != "any" && tier != "any" && tier != q.accepts) {
         c.At(i)["accepts"].Fail("'" + tier + "' contradicts its parent " + q.name + "'s accepts: " + q.accepts);
@@ -648,10 +664,6 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
       }
     }
     if (root.Has("drained")) c.drained = root["drained"].StrList();
-    if (root.Has("queues")) {
-      Field q = root["queues"];
-      for (size_t i = 0, n = q.ExpectSeq(); i < n; ++i) c.queues.push_back(ParseQueue(q.At(i)));
-    }
     if (root.Has("priority_classes")) {
       Field pcs = root["priority_classes"];
       for (size_t i = 0, n = pcs.ExpectSeq(); i < n; ++i) {
@@ -671,6 +683,11 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
         }
         c.priority_classes.push_back(pc);
       }
+    }
+    if (root.Has("queues")) {
+      const std::vector<PriorityClassConfig> classes = PriorityClasses(c);
+      Field q = root["queues"];
+      for (size_t i = 0, n = q.ExpectSeq(); i < n; ++i) c.queues.push_back(ParseQueue(q.At(i), classes));
     }
     if (root.Has("limits")) {
       Field l = root["limits"];

@@ -281,6 +281,37 @@ TEST(ParseClusterConfig, ReadsWhoMayUseAPriorityClass) {
       << twice.status().message();
 }
 
+// A queue's max_priority: a class (the config's own, listed before or after
+// the queues, or a built-in) or a number; an unknown class names the field.
+TEST(ParseClusterConfig, ReadsAQueuesMaxPriority) {
+  auto c = ParseClusterConfig("queues:\n  - {name: research, max_priority: standard, children: [{name: a, max_priority: 10}]}\n"
+                              "  - {name: prod}\n"
+                              "priority_classes:\n  - {name: standard, value: 300}\n  - {name: top, value: 900}\n",
+                              "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->queues[0].max_priority_value, 300);
+  EXPECT_EQ(c->queues[0].max_priority, "standard, 300");
+  EXPECT_EQ(c->queues[0].children[0].max_priority_value, 10);
+  EXPECT_EQ(c->queues[1].max_priority_value, -1);
+  EXPECT_EQ(PriorityCapOnPath(*c, "research/a")->name, "a");
+  EXPECT_EQ(PriorityCapOnPath(*c, "prod"), nullptr);
+  auto builtin = ParseClusterConfig("queues: [{name: q, max_priority: high}]\n", "c.yaml");
+  ASSERT_TRUE(builtin.ok()) << builtin.status().message();
+  EXPECT_EQ(builtin->queues[0].max_priority_value, 1000);
+  auto unknown = ParseClusterConfig("queues: [{name: q, max_priority: hihg}]\n", "c.yaml");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find(
+                "queues[0].max_priority: no priority class 'hihg' (a class's name or a number; classes: low, normal, high, "
+                "inference, critical)"),
+            std::string::npos)
+      << unknown.status().message();
+  auto negative = ParseClusterConfig("queues: [{name: q, children: [{name: r, max_priority: 99999999999}]}]\n", "c.yaml");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("queues[0].children[0].max_priority: must be between 0 and 1000000000"),
+            std::string::npos)
+      << negative.status().message();
+}
+
 TEST(ParseClusterConfig, ReadsGpuHourPricesByNodeGroupAndByModel) {
   auto c = ParseClusterConfig(R"(
 node_groups:

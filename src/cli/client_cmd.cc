@@ -1152,12 +1152,21 @@ static int ClientCommand(const std::string& cmd, std::vector<std::string> args) 
     if (!args.empty()) return Usage("rota queues [-o json]");
     Response r = c.Get("/v1/queues");
     return Run(c, r, "queues", [](const json& j) {
-      Table t({"QUEUE", "WEIGHT", "PENDING", "RUNNING", "GPUS", "GUARANTEED", "STATUS"});
+      // (MAX_PRIORITY only where a queue has one.)
+      bool capped = false;
+      for (const auto& q : j["queues"]) capped = capped || q.contains("max_priority");
+      std::vector<std::string> header = {"QUEUE", "WEIGHT", "PENDING", "RUNNING", "GPUS", "GUARANTEED"};
+      if (capped) header.push_back("MAX_PRIORITY");
+      header.push_back("STATUS");
+      Table t(header);
       for (const auto& q : j["queues"]) {
         std::string status = S(q, "status");
         std::replace(status.begin(), status.end(), '_', ' ');
-        t.Add({S(q, "name"), S(q, "weight"), S(q, "pending"), S(q, "running"), S(q, "gpus_allocated"), S(q, "gpus_guaranteed"),
-               status});
+        std::vector<std::string> row = {S(q, "name"), S(q, "weight"), S(q, "pending"), S(q, "running"), S(q, "gpus_allocated"),
+                                        S(q, "gpus_guaranteed")};
+        if (capped) row.push_back(q.contains("max_priority") ? S(q, "max_priority") : "-");
+        row.push_back(status);
+        t.Add(row);
       }
       std::cout << t.Render();
     });

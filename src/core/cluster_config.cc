@@ -88,10 +88,6 @@ std::vector<PriorityClassConfig> PriorityClasses(const ClusterConfig& config) {
   return config.priority_classes.empty() ? DefaultPriorityClasses() : config.priority_classes;
 }
 
-namespace {
-
-// The class `name` names among `classes`; the built-in inference (a
-// service's default) where they have none of that name; else nullptr.
 const PriorityClassConfig* FindPriorityClass(const std::vector<PriorityClassConfig>& classes, const std::string& name) {
   static const PriorityClassConfig kInference{"inference", 2000, false};
   for (const PriorityClassConfig& c : classes) {
@@ -99,8 +95,6 @@ const PriorityClassConfig* FindPriorityClass(const std::vector<PriorityClassConf
   }
   return name == kInference.name ? &kInference : nullptr;
 }
-
-}  // namespace
 
 Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec) {
   if (!spec->priority_class.empty()) {
@@ -157,6 +151,14 @@ std::vector<const QueueConfig*> QueuesOnPath(const ClusterConfig& config, const 
   return out;
 }
 
+const QueueConfig* PriorityCapOnPath(const ClusterConfig& config, const std::string& path) {
+  const QueueConfig* cap = nullptr;
+  for (const QueueConfig* q : QueuesOnPath(config, path)) {
+    if (q->max_priority_value >= 0 && (cap == nullptr || q->max_priority_value < cap->max_priority_value)) cap = q;
+  }
+  return cap;
+}
+
 std::string AcceptsOnPath(const ClusterConfig& config, const std::string& path) {
   std::string accepts = "any";
   for (const QueueConfig* q : QueuesOnPath(config, path)) {
@@ -179,6 +181,7 @@ Status QueueAllows(const ClusterConfig& config, const std::string& path, const s
 Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const std::string& user, bool admin) {
   if (admin) return Status::Ok();
   const auto classes = PriorityClasses(config);
+  bool held_to_highest = true;  // (a number)
   if (!spec.priority_class.empty()) {
     const PriorityClassConfig* c = FindPriorityClass(classes, spec.priority_class);
     const bool listed = c != nullptr && c >= classes.data() && c < classes.data() + classes.size();
@@ -191,18 +194,27 @@ Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const s
     // The built-in inference, where the config has no such class: a
     // service's default, anyone's; a batch job that names it is held to the
     // highest class open to its user, as a number would be.
-    if (listed || spec.is_service()) return Status::Ok();
+    held_to_highest = !listed && !spec.is_service();
   }
-  const PriorityClassConfig* highest = nullptr;
-  for (const PriorityClassConfig& c : classes) {
-    if (c.OpenTo(user) && (highest == nullptr || c.value > highest->value)) highest = &c;
+  if (held_to_highest) {
+    const PriorityClassConfig* highest = nullptr;
+    for (const PriorityClassConfig& c : classes) {
+      if (c.OpenTo(user) && (highest == nullptr || c.value > highest->value)) highest = &c;
+    }
+    if (highest == nullptr || spec.priority > highest->value) {
+      return Status(StatusCode::kPermissionDenied,
+                    "priority: " + std::to_string(spec.priority) + " is above the highest priority class open to user '" +
+                        user + "'" +
+                        (highest == nullptr ? std::string(" (none is)")
+                                            : " (" + highest->name + ", " + std::to_string(highest->value) + ")"));
+    }
   }
-  if (highest == nullptr || spec.priority > highest->value) {
-    return Status(StatusCode::kPermissionDenied,
-                  "priority: " + std::to_string(spec.priority) + " is above the highest priority class open to user '" +
-                      user + "'" +
-                      (highest == nullptr ? std::string(" (none is)")
-                                          : " (" + highest->name + ", " + std::to_string(highest->value) + ")"));
+  // The queue's own limit (on every user but an admin).
+  if (const QueueConfig* q = PriorityCapOnPath(config, spec.queue); q != nullptr && spec.priority > q->max_priority_value) {
+    const std::string asked = spec.priority_class.empty() ? std::to_string(spec.priority)
+                                                          : spec.priority_class + " (" + std::to_string(spec.priority) + ")";
+    return Status(StatusCode::kPermissionDenied, "priority: " + asked + " is above queue " + q->name + "'s max_priority (" +
+                                                     q->max_priority + ") for '" + spec.queue + "'");
   }
   return Status::Ok();
 }

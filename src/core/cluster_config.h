@@ -65,6 +65,13 @@ struct QueueConfig {
   // (the server's own user, the admin, always may).
   bool allow_root = false;
   int64_t max_pending = 0;  // pending jobs in this leaf queue (0 = limits.max_pending_per_queue)
+  // The highest priority its users' jobs (and those below) may have, as the
+  // config gives it (a priority class's name, or a number; "" = no limit)
+  // and its value (-1 = none): a team's queue kept from `high`, as a
+  // Kubernetes ResourceQuota scoped to a PriorityClass or a Slurm
+  // partition's AllowQos keeps a namespace or partition from one.
+  std::string max_priority;
+  int64_t max_priority_value = -1;
 };
 
 // What one tenant may put in the queue (`limits:` in the config); a
@@ -164,6 +171,10 @@ std::vector<PriorityClassConfig> DefaultPriorityClasses();
 // that lists its own still has the built-in inference, services' default,
 // where it lists none of that name.)
 std::vector<PriorityClassConfig> PriorityClasses(const ClusterConfig& config);
+// The class `name` names among `classes` (PriorityClasses); the built-in
+// inference (a service's default) where they have none of that name; else
+// nullptr.
+const PriorityClassConfig* FindPriorityClass(const std::vector<PriorityClassConfig>& classes, const std::string& name);
 
 // Checks the config and expands its node groups, in declaration order.
 StatusOr<std::vector<NodeSpec>> ExpandNodes(const ClusterConfig& config);
@@ -172,13 +183,17 @@ StatusOr<std::vector<NodeSpec>> ExpandNodes(const ClusterConfig& config);
 // config's classes; checks that spec->queue is a leaf queue.
 Status ResolveJobPolicy(const ClusterConfig& config, JobSpec* spec);
 
+// The queue on `path` with the lowest max_priority (which is the one that
+// holds), or nullptr if none has one.
+const QueueConfig* PriorityCapOnPath(const ClusterConfig& config, const std::string& path);
 // PermissionDenied unless `user` may submit to leaf queue `path`: every queue
 // on the path that lists users must list this one (admins always may).
 Status QueueAllows(const ClusterConfig& config, const std::string& path, const std::string& user, bool admin);
 // Whether `user` may ask for `spec`'s priority (after ResolveJobPolicy):
 // a class only where it is open to them, a number only up to the highest
-// class open to them. Admins may ask for any. PermissionDenied naming the
-// class, or the highest value, otherwise.
+// class open to them, and either only up to the max_priority of every
+// queue on the job's path. Admins may ask for any. PermissionDenied naming
+// the class, the highest value, or the queue, otherwise.
 Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const std::string& user, bool admin);
 
 // PermissionDenied, naming the field and the rule, unless every mount and

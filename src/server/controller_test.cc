@@ -137,6 +137,42 @@ TEST_F(ControllerTest, AUserAsksOnlyForThePrioritiesOpenToThem) {
             "priority: 2000 is above the highest priority class open to user 'alice' (normal, 500)");
 }
 
+// A queue's max_priority holds every user's job below it (a team kept from
+// `high` on its queue, whatever classes are open to its users); the lowest
+// on the path holds; admins may ask for any.
+TEST_F(ControllerTest, AQueueHoldsItsJobsToItsMaxPriority) {
+  ClusterConfig config = TwoNodes();
+  QueueConfig research{.name = "research"}, vision{.name = "vision"}, prod{.name = "prod"};
+  research.max_priority = "normal, 500";
+  research.max_priority_value = 500;
+  vision.max_priority = "800";
+  vision.max_priority_value = 800;
+  research.children = {vision};
+  config.queues = {research, prod};
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock}, std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->Start().ok());
+  auto in = [](const std::string& queue, std::string_view priority) {
+    JobSpec spec = Job("x", 1, 1);
+    spec.queue = queue;
+    EXPECT_TRUE(SetPriority(priority, &spec).ok());
+    return spec;
+  };
+  EXPECT_TRUE(c->Submit(kAlice, in("research/vision", "normal")).ok());
+  EXPECT_TRUE(c->Submit(kAlice, in("research/vision", "500")).ok());
+  EXPECT_TRUE(c->Submit(kAlice, in("research/vision", "low")).ok());
+  auto high = c->Submit(kAlice, in("research/vision", "high"));
+  EXPECT_EQ(high.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(high.status().message(), "priority: high (1000) is above queue research's max_priority (normal, 500) for 'research/vision'");
+  EXPECT_EQ(c->Submit(kBob, in("research/vision", "501")).status().message(),
+            "priority: 501 is above queue research's max_priority (normal, 500) for 'research/vision'");
+  EXPECT_EQ(c->snapshot().jobs().size(), 3u);  // (refused: nothing changed)
+  EXPECT_TRUE(c->Submit(kAlice, in("prod", "high")).ok());
+  EXPECT_TRUE(c->Submit(kAdmin, in("research/vision", "high")).ok());
+  // An array too.
+  EXPECT_EQ(c->SubmitArray(kAlice, in("research/vision", "high"), 10).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(c->snapshot().jobs().size(), 5u);
+}
+
 TEST_F(ControllerTest, UsersCancelOnlyTheirOwnJobs) {
   auto c = Make(std::make_unique<MemoryStore>());
   auto id = c->Submit(kAlice, Job("mine", 1, 1));

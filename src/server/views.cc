@@ -269,6 +269,7 @@ ordered_json QueuesView(const Controller& c, const Snapshot& snap) {
                    {"fair_share_gpus", fair},
                    {"status", QueueStatus(pending, gpus, guaranteed, borrowed,
                                                leaves[i] != nullptr && !leaves[i]->quota.empty(), fair)}});
+    if (const QueueConfig* cap = PriorityCapOnPath(c.config(), paths[i])) out.back()["max_priority"] = cap->max_priority;
   }
   return out;
 }
