@@ -303,6 +303,12 @@ bool Agent::Reap() {
         // A container killed (137) with a memory limit, not by us: its
         // cgroup went with it, so the kill is taken for the OOM killer's.
         if (!t->oci_id.empty() && code == 128 + SIGKILL && t->memory_limited && !t->stopping) t->exit_reason = "oom";
+        // Ended by its supervisor's fence (the server did not answer in
+        // time): not the program's own end, whatever its code.
+        if (bool fenced = false; t->shim != 0 && !t->exit_file.empty() && t->exit_reason != "lost" &&
+                                 ReadExitFile(t->exit_file, nullptr, &fenced) >= 0 && fenced) {
+          t->exit_reason = std::string(api::kFenced);
+        }
       }
     }
     if (t->stopping && !t->exited) StopTask(*t, false);
@@ -1102,7 +1108,10 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         spec.exit_file = t->exit_file;
         spec.lease_file = LeaseFile();
         spec.stop_signal = t->stop_signal;
-        spec.fence_warn_ms = std::min(t->grace_ms, fence_after_ms_.load() / 2);
+        // Warned before its fence only if it saves on the signal (a
+        // checkpoint grace): the signal ends a program that does not handle
+        // it, and the server may yet answer before the deadline.
+        spec.fence_warn_ms = t->assignment.checkpoint_grace > 0 ? std::min(t->grace_ms, fence_after_ms_.load() / 2) : 0;
         spec.fence_kill_procs = spec.cgroup_procs;
         if (!t->oci_id.empty() && cgroups_) spec.fence_kill_procs = cgroups_->ProcsOf("/rota/" + t->oci_id);
       }

@@ -299,6 +299,7 @@ void KillDescendants(pid_t task, int* status, bool* ended) {
   bool ended = false;
   int64_t last_sweep = 0;  // the last KillDescendants at the fence (NowNs)
   int64_t deadline = 0;    // the lease's, as last read
+  bool killed = false;     // by the fence
   while (true) {
     pid_t r;
     int st = 0;
@@ -325,6 +326,7 @@ void KillDescendants(pid_t task, int* status, bool* ended) {
         warned = false;  // renewed in time: the agent is back
       }
       if (now >= deadline) {
+        killed = true;
         kill(-task, SIGKILL);
         for (const std::string& procs : spec.fence_kill_procs) KillProcs(procs.c_str());
         // (Once a second at most: what survives SIGKILL must not keep it busy.)
@@ -356,6 +358,9 @@ void KillDescendants(pid_t task, int* status, bool* ended) {
     } while (v > 0 && nd < 4);
     while (nd > 0) text[len++] = digits[--nd];
     while (len < kExitFileSize - 1) text[len++] = ' ';
+    // Ended by the fence (killed, or warned and not renewed since): not the
+    // program's own end (ReadExitFile's `fenced`).
+    if (killed || warned) text[kExitFileSize - 2] = 'F';
     text[len++] = '\n';
     [[maybe_unused]] ssize_t w = pwrite(fd, text, static_cast<size_t>(len), 0);
     fsync(fd);
@@ -883,8 +888,9 @@ void ProcessLauncher::Signal(pid_t pid, int signal) {
   if (pid > 0) kill(-pid, signal);  // (never kill(0): the agent's own group)
 }
 
-int ReadExitFile(const std::string& exit_file, TimePoint* written_at) {
+int ReadExitFile(const std::string& exit_file, TimePoint* written_at, bool* fenced) {
   if (written_at != nullptr) *written_at = 0;
+  if (fenced != nullptr) *fenced = false;
   const int fd = open(exit_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return -1;
   char buf[16] = {};
@@ -900,7 +906,9 @@ int ReadExitFile(const std::string& exit_file, TimePoint* written_at) {
   for (; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) code = code * 10 + (buf[i] - '0');
   // Whole: the digits end with a space or a newline (not with the room's
   // '-', met halfway through the supervisor's write).
-  return i < n && (buf[i] == ' ' || buf[i] == '\n') ? code : -1;
+  if (i >= n || (buf[i] != ' ' && buf[i] != '\n')) return -1;
+  if (fenced != nullptr) *fenced = std::memchr(buf + i, 'F', static_cast<size_t>(n - i)) != nullptr;
+  return code;
 }
 
 int PrepareExitFile(const std::string& exit_file) {

@@ -136,8 +136,10 @@ int64_t BootTimeNs();
 
 // The exit status a supervisor wrote to `exit_file`, or -1 if none yet;
 // with `written_at`, when the file was last written (the supervisor writes
-// the status as its task ends: then, on the node's clock).
-int ReadExitFile(const std::string& exit_file, TimePoint* written_at = nullptr);
+// the status as its task ends: then, on the node's clock); with `fenced`,
+// whether the fence ended it (killed it at the lease's deadline, or warned
+// it and the lease was not renewed before it ended).
+int ReadExitFile(const std::string& exit_file, TimePoint* written_at = nullptr, bool* fenced = nullptr);
 // Creates `exit_file` with room for the exit status, before the supervisor
 // starts its task: the supervisor writes the status over it in place, so
 // that a disk that has filled since can still take it (a status it could not

@@ -171,7 +171,7 @@ TEST_F(SupervisedTest, AnExitStatusIsReadOnlyWhole) {
   const std::string f = dir + "/e.exit";
   for (const auto& [text, code] : std::vector<std::pair<std::string, int>>{
            {"42\n", 42}, {"137    \n", 137}, {"0      \n", 0},
-           {"4------\n", -1}, {"-------\n", -1}, {"", -1}, {"42", -1}}) {
+           {"4------\n", -1}, {"-------\n", -1}, {"", -1}, {"42", -1}, {"138   F\n", 138}}) {
     std::ofstream(f, std::ios::trunc) << text;
     EXPECT_EQ(ReadExitFile(f), code) << "'" << text << "'";
   }
@@ -243,6 +243,56 @@ TEST_F(SupervisedTest, ATaskWhoseLeaseLapsesIsSignalledThenKilled) {
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
   EXPECT_LT(took.count(), 1500);
   EXPECT_NE(Read(dir + "/t.log").find("warned"), std::string::npos);
+}
+
+// An exit the fence caused says so (the server takes it for the node's
+// loss, not the program's failure): killed at the deadline, or dead of the
+// warning while the lease stayed lapsed; an exit of its own, or one after
+// the lease was renewed, does not.
+TEST_F(SupervisedTest, AnExitTheFenceCausedIsMarkedSo) {
+  ProcessLauncher l(kShim);
+  bool fenced = true;
+  // Its own exit, under a lease.
+  Lease(60'000);
+  LaunchSpec s = Spec({"sh", "-c", "exit 7"});
+  s.lease_file = dir + "/lease";
+  s.stop_signal = SIGUSR1;
+  s.fence_warn_ms = 300;
+  auto t = l.Launch(s);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(Wait(l, t->shim, 3000), 7);
+  EXPECT_EQ(ReadExitFile(dir + "/t.exit", nullptr, &fenced), 7);
+  EXPECT_FALSE(fenced);
+  // Dead of the warning (no handler for it), the lease lapsed.
+  Lease(600);
+  s.argv = {"sleep", "30"};
+  t = l.Launch(s);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(Wait(l, t->shim, 3000), 128 + SIGUSR1);
+  EXPECT_EQ(ReadExitFile(dir + "/t.exit", nullptr, &fenced), 128 + SIGUSR1);
+  EXPECT_TRUE(fenced);
+  // Killed at the deadline (its trap set before the warning).
+  Lease(800);
+  s.argv = {"sh", "-c", "trap '' USR1; while true; do sleep 0.05; done"};
+  t = l.Launch(s);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(Wait(l, t->shim, 3000), 128 + SIGKILL);
+  EXPECT_EQ(ReadExitFile(dir + "/t.exit", nullptr, &fenced), 128 + SIGKILL);
+  EXPECT_TRUE(fenced);
+  // Warned (it saves and runs on), then the lease renewed: its later exit is its own.
+  Lease(1500);
+  s.fence_warn_ms = 1200;
+  s.argv = {"sh", "-c", "trap 'echo saved' USR1; until [ -e " + dir + "/end ]; do sleep 0.02; done; exit 0"};
+  t = l.Launch(s);
+  ASSERT_TRUE(t.ok());
+  for (int i = 0; i < 300 && Read(dir + "/t.log").find("saved") == std::string::npos; ++i) usleep(10 * 1000);
+  ASSERT_NE(Read(dir + "/t.log").find("saved"), std::string::npos);
+  Lease(60'000);
+  usleep(300 * 1000);  // (the supervisor reads the lease every 100 ms)
+  std::ofstream(dir + "/end") << "";
+  EXPECT_EQ(Wait(l, t->shim, 3000), 0);
+  EXPECT_EQ(ReadExitFile(dir + "/t.exit", nullptr, &fenced), 0);
+  EXPECT_FALSE(fenced);
 }
 
 // Without a cgroup to kill by: what the task left outside its process

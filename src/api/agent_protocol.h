@@ -104,6 +104,9 @@ struct TaskAssignment {
 };
 
 inline constexpr std::string_view kCouldNotStart = "start: ";
+// An exit reason: its node's fence ended it (the server answered none of
+// the agent's reports before its lease ran out): not the program's end.
+inline constexpr std::string_view kFenced = "fenced";
 struct TaskReport {
   JobId job;
   uint16_t task = 0;
@@ -112,7 +115,7 @@ struct TaskReport {
   bool exited = false;
   int32_t exit_code = 0;
   std::string exit_reason;  // "oom": killed by the kernel at its memory limit; "lost": its supervisor
-                            // vanished, or could not be recorded (and so started nothing);
+                            // vanished, or could not be recorded (and so started nothing); kFenced;
                             // kCouldNotStart and why: it did not start (no such program, user, ...)
   // How long before the report an exited task ended, where the agent found
   // it ended later (it ended while no agent ran: its supervisor's exit file

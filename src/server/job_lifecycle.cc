@@ -20,6 +20,7 @@ std::string ExitText(const api::TaskReport& t) {
   if (why.substr(0, api::kCouldNotStart.size()) == api::kCouldNotStart) {
     return " did not start: " + std::string(why.substr(api::kCouldNotStart.size()));
   }
+  if (why == api::kFenced) return " was stopped by its node's fence (the server answered none of the node's reports in time)";
   return " exited with code " + std::to_string(t.exit_code);
 }
 
@@ -96,6 +97,12 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
   const TimePoint began = std::min(std::max(job.started_at, job.resized_at), now);
   TimePoint& last = exited.last;
   last = std::max(last, std::clamp(now - t.ended_ago, began, now));
+  if (t.exit_reason == api::kFenced) {
+    // As for a lost node: the gang goes back to the queue, resumes from its
+    // last checkpoint, and uses none of its restarts (it did not fail).
+    Requeue(batch, job, replica_name + ExitText(t), false, exits.size() == job.placement.size() ? last : now);
+    return;
+  }
   if (t.exit_code != 0) {
     Requeue(batch, job,
             t.exit_reason == "oom" ? replica_name + " was OOM-killed at its memory limit (" + FormatMemoryMiB(spec.memory) + ")"

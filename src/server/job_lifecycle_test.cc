@@ -162,6 +162,32 @@ TEST(JobLifecycle, AFailedGpuRequeuesTheGangsOnItWithoutCountingAgainstThePolicy
   EXPECT_TRUE(again.events.empty());
 }
 
+// A replica its node's fence ended (the server answered none of the node's
+// reports before the lease ran out: a server restart, a partition) did not
+// fail: the gang is requeued as for a lost node, whatever its exit code and
+// restart policy, and none of its restarts is used.
+TEST(JobLifecycle, AReplicaEndedByItsNodesFenceIsRequeuedNotFailed) {
+  Running never;  // restart: never
+  api::TaskReport fenced = Exit(1, 128 + 10);
+  fenced.exit_reason = std::string(api::kFenced);
+  auto events = never.Report({fenced});
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobRequeued>(events[0]));
+  const JobRequeued& requeued = std::get<JobRequeued>(events[0]);
+  EXPECT_EQ(requeued.reason,
+            "worker-1 was stopped by its node's fence (the server answered none of the node's reports in time)");
+  EXPECT_FALSE(requeued.failed);
+  EXPECT_EQ(never.job().state, JobState::kPending);
+  EXPECT_EQ(never.job().failed_restarts, 0);
+  // Exit 0 after the fence's warning (it saved and stopped) is no success either.
+  Running saved;
+  fenced = Exit(0, 0);
+  fenced.exit_reason = std::string(api::kFenced);
+  events = saved.Report({fenced, Exit(1, 0)});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<JobRequeued>(events[0]));
+}
+
 TEST(JobLifecycle, TimeLimitsAndUnstoppedEvictionsEnd) {
   JobSpec limited = GpuJob("j", 2, 1);
   limited.time_limit = 60 * kMicrosPerSecond;

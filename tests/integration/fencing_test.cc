@@ -287,6 +287,55 @@ TEST_F(Fencing, AHungAgentIsFencedAndWokenStartsNothingStale) {
   EXPECT_LE(watch.max_copies(), 1) << watch.worst();
 }
 
+// The server gone past the fence (killed, restarted later): each rank's
+// supervisor killed it at its lease's deadline, as it must (the server may
+// have moved the gang). That is not the program's failure: the gang is
+// requeued as for a lost node, and a job that may not restart
+// (restart: never, the default) runs again rather than failing.
+TEST_F(Fencing, AServerAwayPastTheFenceRequeuesTheGangWithoutFailingIt) {
+  RankWatch watch("3605");
+  StartGang("3605");
+  const std::set<pid_t> before = AllPids(Census("3605"));
+  server_->Kill(SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return Census("3605").empty(); }, 10)) << "the fence did not stop the ranks";
+  server_->Restart();
+  json j = WaitJob(1, [&](const json& x) {
+    return (x["state"] == "running" && x["restarts"] == 1) || x["state"] == "failed" || x["state"] == "succeeded";
+  });
+  EXPECT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["restarts"], 1) << j.dump();
+  EXPECT_NE(j.value("last_requeue_reason", "").find("was stopped by its node's fence"), std::string::npos) << j.dump();
+  ASSERT_TRUE(Eventually([&] { return Census("3605").size() == 2; }));
+  for (pid_t p : AllPids(Census("3605"))) EXPECT_EQ(before.count(p), 0u);
+  CancelLeavesNothing("3605");
+  watch.Stop();
+  EXPECT_LE(watch.max_copies(), 1) << watch.worst();
+}
+
+// A server away for less than the fence (a restart, an upgrade) stops
+// nothing: a job that does not save on its checkpoint signal (no grace)
+// is not sent it before the fence (it would end a program that does not
+// handle it, and the server may answer in time).
+class ShortServerOutage : public Fencing {
+ protected:
+  std::vector<std::string> ExtraServerArgs() override { return {"--node-timeout", "9s"}; }
+};
+
+TEST_F(ShortServerOutage, AServerAwayForLessThanTheFenceStopsNothing) {
+  StartGang("3606");
+  const std::set<pid_t> before = AllPids(Census("3606"));
+  server_->Kill(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // (the warning came 4.5 s before the 9 s fence)
+  EXPECT_EQ(AllPids(Census("3606")), before) << "the ranks were stopped while the server was away";
+  server_->Restart();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const json j = Job(1);
+  EXPECT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["restarts"], 0) << j.dump();
+  EXPECT_EQ(AllPids(Census("3606")), before);
+  CancelLeavesNothing("3606");
+}
+
 // Agents whose logs and state live on small file systems of their own (a
 // 4 MiB tmpfs each, unmounted at the end), which a test fills.
 class FullAgentDisk : public Fencing {
