@@ -427,6 +427,9 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
       return kExitBadInput;
     }
   }
+  // Absolute: tasks run elsewhere (their job's work directory), and are
+  // handed paths below it (ROTA_CHECKPOINT_FILE, ROTA_HOSTFILE).
+  data_dir = std::filesystem::absolute(data_dir).lexically_normal().string();
   if (idle_pct < 1 || idle_pct > 100) {
     std::cerr << "rota: --idle-utilization must be a whole percent 1..100\n";
     return kExitBadInput;
@@ -864,6 +867,10 @@ int AgentMain(std::vector<std::string> args) {
   ao.inventory = *inv;
   if (ao.logs_dir.empty()) ao.logs_dir = DefaultDataDir() + "/agent-logs";
   if (ao.state_dir.empty()) ao.state_dir = ao.logs_dir + "/.agent-state";
+  // Absolute (as rota up's data directory): a task runs in its job's work
+  // directory and is handed paths below these.
+  ao.logs_dir = std::filesystem::absolute(ao.logs_dir).lexically_normal().string();
+  ao.state_dir = std::filesystem::absolute(ao.state_dir).lexically_normal().string();
   if (!ShimInstalled("rota agent")) return kExitError;
   BlockSignals();
   agent::Agent a(ao);
