@@ -34,6 +34,7 @@ namespace {
 
 constexpr size_t kLatencies = 2048;
 constexpr size_t kIdlePerBackend = 32;
+constexpr uint64_t kFetchLimit = 4 << 20;  // a readiness or metrics answer, at most
 
 std::chrono::microseconds Micros(Duration d) { return std::chrono::microseconds(d); }
 
@@ -282,8 +283,22 @@ awaitable<unsigned> Router::Impl::Fetch(const RouterBackend& b, const std::strin
     co_await http::async_write(s, req, use_awaitable);
     beast::flat_buffer buf;
     http::response_parser<http::string_body> parser;
-    parser.body_limit(4 << 20);
+    parser.body_limit(kFetchLimit);
+    // The header first, its length checked here: Boost 1.74's async_read
+    // (eager) drops the body_limit error of a huge Content-Length whose
+    // first body bytes came with the header, then reserves and reads it all
+    // (a replica's endless /metrics grew the control plane ~15 MB/s).
+    co_await http::async_read_header(s, buf, parser, use_awaitable);
+    if (parser.content_length() && *parser.content_length() > kFetchLimit) co_return 0;
+    // A whole deadline: the stream's timeout restarts with every read, so a
+    // replica that keeps sending would hold the fetch open past it.
+    asio::steady_timer deadline(ex);
+    deadline.expires_after(Micros(timeout));
+    deadline.async_wait([&s](const beast::error_code& e) {
+      if (!e) s.socket().close();
+    });
     co_await http::async_read(s, buf, parser, use_awaitable);
+    deadline.cancel();
     const unsigned status = parser.get().result_int();
     if (body != nullptr) *body = std::move(parser.get().body());
     beast::error_code ignored;

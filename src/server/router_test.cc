@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cctype>
 #include <cstdio>
 #include <functional>
@@ -308,6 +310,70 @@ TEST(Router, AnswersExpectContinueItselfAndDoesNotForwardIt) {
 // the second, which it sends only once the client saw the first. A
 // buffering router would hold the first until the answer ended: the read
 // would time out.
+// A replica's /metrics (and readiness) answer is read up to 4 MiB and
+// within the probe's timeout, whatever the replica sends: an endless body
+// with a huge Content-Length whose first bytes come with the header (Boost
+// 1.74's eager read dropped the limit's error for it, and the control plane
+// grew ~15 MB/s), and a body that trickles in (the stream's own timeout
+// restarts with every read) both end the read; a small answer is read.
+TEST(Router, AReplicasMetricsAreReadOnlyUpToTheirLimitAndTimeout) {
+  std::atomic<int64_t> flooded{0};   // bytes the endless answers got written
+  std::atomic<int> trickles_ended{0};
+  std::atomic<int> mode{0};          // 0: flood, 1: trickle, 2: a small answer
+  FakeReplica replica([&](int fd, const std::string& head) {
+    if (head.rfind("GET /metrics", 0) != 0) return false;
+    if (mode == 2) {
+      const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nq 7\n";
+      return write(fd, ok.data(), ok.size()) >= 0;
+    }
+    if (mode == 1) {
+      const std::string h = "HTTP/1.1 200 OK\r\nContent-Length: 3000000\r\n\r\n";
+      if (write(fd, h.data(), h.size()) < 0) return false;
+      for (int i = 0; i < 3000; ++i) {  // 1 byte each 10 ms: 30 s
+        if (write(fd, "q", 1) < 0) break;
+        usleep(10 * 1000);
+      }
+      ++trickles_ended;
+      return false;
+    }
+    std::string chunk(64 << 10, 'x');
+    const std::string first = "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n" + chunk;
+    if (write(fd, first.data(), first.size()) < 0) return false;
+    flooded += static_cast<int64_t>(first.size());
+    while (flooded < (1LL << 30)) {
+      const ssize_t n = write(fd, chunk.data(), chunk.size());
+      if (n <= 0) break;
+      flooded += n;
+    }
+    return false;
+  });
+  signal(SIGPIPE, SIG_IGN);
+  auto router = std::make_unique<Router>(RouterOptions{});
+  auto started = router->Start();
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  RouterService svc{.name = "svc", .job = JobId(1)};
+  svc.readiness.path = "/ready";
+  svc.readiness.period = 200'000;
+  svc.readiness.timeout = 500'000;
+  svc.metrics = {"q"};
+  svc.backends.push_back({JobId(1), 0, 0, 0, "127.0.0.1", replica.port()});
+  router->Update({svc});
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_LT(flooded.load(), 64LL << 20) << "the router read on past its limit";
+  mode = 1;
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_GE(trickles_ended.load(), 1) << "a trickling answer held the read past its timeout";
+  mode = 2;
+  double q = -1;
+  for (int i = 0; i < 100 && q != 7; ++i) {
+    usleep(50 * 1000);
+    const auto stats = router->TakeStats();
+    if (auto it = stats.find("svc"); it != stats.end() && it->second.metrics.count("q")) q = it->second.metrics.at("q");
+  }
+  EXPECT_EQ(q, 7);
+  router->Stop();
+}
+
 TEST(Router, StreamsAnAnswerAsTheReplicaWritesIt) {
   std::atomic<bool> client_saw_first{false};
   FakeReplica replica([&](int fd, const std::string&) {
