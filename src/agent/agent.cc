@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
@@ -178,7 +179,34 @@ void Heard(api::ServerList& servers, const std::string& tried, const httplib::Re
                 res ? res->get_header_value("Rota-Leader") : std::string());
 }
 
+// 32 random hex digits.
+std::string RandomHex() {
+  std::random_device rd;
+  char out[33];
+  for (int i = 0; i < 32; i += 8) std::snprintf(out + i, 9, "%08x", static_cast<unsigned>(rd()));
+  return std::string(out, 32);
+}
+
 }  // namespace
+
+std::string AgentInstance(const std::string& state_dir) {
+  if (state_dir.empty()) return RandomHex();
+  const std::string path = state_dir + "/agent-id";
+  std::string id;
+  std::ifstream(path) >> id;
+  const bool whole = id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  if (whole) return id;
+  id = RandomHex();
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  // (Unsaved, as on a full disk: this process's own, until it is saved.)
+  const std::string tmp = path + ".tmp";
+  if (std::ofstream out(tmp, std::ios::trunc); out << id << "\n" && out.flush()) {
+    out.close();
+    if (rename(tmp.c_str(), path.c_str()) != 0) unlink(tmp.c_str());
+  }
+  return id;
+}
 
 Agent::Agent(AgentOptions options) : options_(std::move(options)) {
   if (options_.node_name.empty()) options_.node_name = HostName();
@@ -218,6 +246,7 @@ void Agent::Start() {
     }
   }
   fence_after_ms_ = options_.fence_after_ms;
+  instance_ = AgentInstance(options_.state_dir);
   {
     std::lock_guard<std::mutex> lock(mu_);
     AdoptTasks();
@@ -608,7 +637,8 @@ bool Agent::Register() {
                           json{{"node", node},
                                {"simulated", inv.simulated},
                                {"address", options_.address},
-                               {"mps", !inv.simulated && MpsRunning()}}
+                               {"mps", !inv.simulated && MpsRunning()},
+                               {"instance", instance_}}
                               .dump(),
                           "application/json");
   Heard(servers_, server, res);
@@ -622,9 +652,14 @@ bool Agent::Register() {
   }
   if (!res) return false;
   if (res->status != 200) {
-    if (res->status != 503) std::fprintf(stderr, "rota agent: register refused (%d): %s", res->status, res->body.c_str());
+    // Said once, then every 20th time while it lasts (it is retried twice a second).
+    const int refused = register_refusals_++;
+    if (res->status != 503 && refused % 20 == 0) {
+      std::fprintf(stderr, "rota agent: register refused (%d, %d in a row): %s", res->status, refused + 1, res->body.c_str());
+    }
     return false;
   }
+  register_refusals_ = 0;
   std::lock_guard<std::mutex> lock(mu_);
   applied_revision_ = 0;  // a restarted server counts revisions from its recovery
   return true;
@@ -722,6 +757,7 @@ bool Agent::Heartbeat(int wait_ms) {
   }
   lock.unlock();
   const std::string server = servers_.current();
+  report.instance = instance_;
   const std::string body = api::HeartbeatToJson(report).dump(-1, ' ', false, json::error_handler_t::replace);
   // A server that accepts and never answers (a paused one) must not eat the
   // tasks' lease: a tenth of the fence interval (2..10 s) to answer, beyond
@@ -1305,7 +1341,8 @@ void Agent::WatchLoop() {
     }
     std::string pending;
     bool got = false;
-    auto res = client->Get(("/v1/agents/watch?node=" + httplib::detail::encode_query_param(options_.node_name)).c_str(),
+    auto res = client->Get(("/v1/agents/watch?node=" + httplib::detail::encode_query_param(options_.node_name) +
+                            "&instance=" + instance_).c_str(),
                            httplib::Headers{}, [&](const char* data, size_t size) {
                              pending.append(data, size);
                              size_t nl;

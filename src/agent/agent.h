@@ -120,6 +120,12 @@ struct AgentOptions {
 // left. Nothing with a reserve of 0.
 std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib, bool had_problem = false);
 
+// Which agent this is, for the server to tell two agents of one node name
+// apart (a second one started by mistake, a cloned machine): 32 hex digits
+// kept in `state_dir`/agent-id, so that the same agent restarted keeps them
+// (a new random one without a state directory).
+std::string AgentInstance(const std::string& state_dir);
+
 class Agent {
  public:
   explicit Agent(AgentOptions options);
@@ -201,6 +207,8 @@ class Agent {
   // REQUIRES: mu_ held. Notes a service replica's exit for its back-off.
   void NoteServiceExits();
   std::string instance_tag_;  // "-<hash of state_dir>" on task cgroup names ("" without a state directory)
+  std::string instance_;      // AgentInstance: sent with registrations, reports and watches
+  std::atomic<int> register_refusals_{0};
   std::atomic<int> fence_after_ms_{30000};
   std::mutex lease_mu_;           // RenewLease's (heartbeats go from two threads); guards:
   int64_t lease_sent_at_ = 0;     // the heartbeat whose answer it last wrote (its sent_at_ns)

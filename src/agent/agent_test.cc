@@ -3,10 +3,30 @@
 #include <gtest/gtest.h>
 #include <sys/statvfs.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace rota::agent {
 namespace {
+
+// An agent's instance is kept in its state directory: the same agent
+// restarted keeps it (the server lets it back at once); another directory,
+// or none, is another agent.
+TEST(AgentInstance, IsKeptInTheStateDirectory) {
+  char tmpl[] = "/tmp/rota-instance-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string first = AgentInstance(dir + "/state");
+  EXPECT_EQ(first.size(), 32u);
+  EXPECT_EQ(AgentInstance(dir + "/state"), first);
+  EXPECT_NE(AgentInstance(dir + "/other"), first);
+  EXPECT_NE(AgentInstance(""), AgentInstance(""));
+  std::ofstream(dir + "/state/agent-id", std::ios::trunc) << "not-hex\n";  // (damaged: a new one, kept)
+  const std::string second = AgentInstance(dir + "/state");
+  EXPECT_NE(second, first);
+  EXPECT_EQ(AgentInstance(dir + "/state"), second);
+  std::filesystem::remove_all(dir);
+}
 
 // The disk problem an agent reports (HeartbeatReport::disk_problem): free
 // space below the reserve, with half the reserve again needed to clear once

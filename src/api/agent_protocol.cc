@@ -1,5 +1,7 @@
 #include "api/agent_protocol.h"
 
+#include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #include "api/json_text.h"
@@ -135,7 +137,17 @@ ordered_json HeartbeatToJson(const HeartbeatReport& report) {
   ordered_json out{{"node", report.node}, {"gpus", std::move(gpus)}, {"tasks", std::move(tasks)}};
   if (report.wait_ms > 0) out["wait_ms"] = report.wait_ms;
   if (!report.disk_problem.empty()) out["disk_problem"] = report.disk_problem;
+  if (!report.instance.empty()) out["instance"] = report.instance;
   return out;
+}
+
+Status CheckInstance(std::string_view instance, std::string_view field) {
+  if (instance.size() > 64 || std::any_of(instance.begin(), instance.end(), [](char c) {
+        return !std::isalnum(static_cast<unsigned char>(c)) && c != '-';
+      })) {
+    return InvalidArgumentError(std::string(field) + ": must be up to 64 letters, digits or '-'");
+  }
+  return Status::Ok();
 }
 
 StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
@@ -147,6 +159,8 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
   }
   ROTA_RETURN_IF_ERROR(Read(body, "", "disk_problem", &r.disk_problem));
   ShownText(&r.disk_problem);
+  ROTA_RETURN_IF_ERROR(Read(body, "", "instance", &r.instance));
+  ROTA_RETURN_IF_ERROR(CheckInstance(r.instance, "instance"));
   ROTA_ASSIGN_OR_RETURN(const json* gpus, Field(body, "", "gpus", V::array, false));
   if (gpus != nullptr) {
     for (size_t i = 0; i < gpus->size(); ++i) {

@@ -147,6 +147,9 @@ struct HeartbeatReport {
   // state or logs directory is read-only, or has less free than the
   // agent's reserve. The server drains the node while it says so.
   std::string disk_problem;
+  // The reporting agent (its AgentInstance; "" from an agent older than
+  // that): another agent's, once it registered for the node, is refused.
+  std::string instance;
 };
 
 struct AgentAnswer {
@@ -155,6 +158,10 @@ struct AgentAnswer {
   int64_t fence_after_ms = 0;         // tasks run on this long after the last answered heartbeat
   int64_t heartbeat_interval_ms = 0;  // how often to report
 };
+
+// InvalidArgument naming `field` unless `instance` is an agent instance's
+// form (up to 64 letters, digits or '-'; "" too).
+Status CheckInstance(std::string_view instance, std::string_view field);
 
 nlohmann::ordered_json HeartbeatToJson(const HeartbeatReport& report);
 StatusOr<HeartbeatReport> HeartbeatFromJson(const nlohmann::json& body);

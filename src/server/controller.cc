@@ -1297,7 +1297,7 @@ bool MigChanged(const NodeState& known, const NodeSpec& spec) {
 }  // namespace
 
 Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address,
-                                bool mps) {
+                                bool mps, const std::string& instance) {
   if (!who.admin() && !(who.role == Role::kAgent && who.node == spec.name)) {
     return Status(StatusCode::kPermissionDenied, "an agent token may only register its own node ('" + who.node + "')");
   }
@@ -1308,6 +1308,22 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
   sent.labels["hostname"] = spec.name;
   sent.labels["gpu_model"] = spec.gpu_model;
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           {
+             // Two agents for one node would both run its tasks: the one that
+             // reports keeps it (the same agent restarted keeps its instance).
+             std::lock_guard<std::mutex> lock(mu_);
+             auto it = live_.find(spec.name);
+             const TimePoint now = options_.clock->Now();
+             if (it != live_.end() && it->second.registered && !instance.empty() && !it->second.instance.empty() &&
+                 it->second.instance != instance && now - it->second.last_heartbeat < options_.node_timeout) {
+               return Status(StatusCode::kFailedPrecondition,
+                             "node '" + spec.name + "' has another agent (instance " + it->second.instance.substr(0, 8) +
+                                 ", last report " + FormatDuration(now - it->second.last_heartbeat) +
+                                 " ago): two agents of one node would both run its tasks; stop one (this one takes the "
+                                 "node over once the other has not reported for the node timeout, " +
+                                 FormatDuration(options_.node_timeout) + ")");
+             }
+           }
            const NodeState* known = batch.state->GetSnapshot().FindNode(spec.name);
            if (known == nullptr) {
              ROTA_RETURN_IF_ERROR(batch.Apply(NodeAdded{sent}));
@@ -1336,6 +1352,7 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
            live.simulated = simulated;
            live.mps = mps;
            live.address = address;
+           live.instance = instance;
            live.last_heartbeat = options_.clock->Now();
            return true;
          })
@@ -1429,7 +1446,23 @@ Status Controller::CheckReporter(const Principal& who, const HeartbeatReport& re
   if (!who.admin() && !(who.role == Role::kAgent && who.node == report.node)) {
     return Status(StatusCode::kPermissionDenied, "an agent token may only report for its own node ('" + who.node + "')");
   }
-  return Status::Ok();
+  return CheckAgentInstance(report.node, report.instance);
+}
+
+std::string Controller::AgentInstanceOf(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(node);
+  return it != live_.end() ? it->second.instance : std::string();
+}
+
+Status Controller::CheckAgentInstance(const std::string& node, const std::string& instance) const {
+  if (instance.empty()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(node);
+  if (it == live_.end() || it->second.instance.empty() || it->second.instance == instance) return Status::Ok();
+  return Status(StatusCode::kFailedPrecondition,
+                "node '" + node + "' is another agent's now (instance " + it->second.instance.substr(0, 8) +
+                    "): this one was replaced; its tasks stop at their fence");
 }
 
 void Controller::HeartbeatAsync(const Principal& who, HeartbeatReport report,

@@ -117,6 +117,10 @@ struct NodeLive {
   bool simulated = false;
   bool mps = false;  // an MPS control daemon serves its GPUs
   std::string address;
+  // The agent that registered last (its AgentInstance; "" from an agent
+  // older than that): another's registration is refused while it reports,
+  // its reports and watches after that.
+  std::string instance;
   TimePoint last_heartbeat = 0;
   std::vector<GpuTelemetry> gpus;
   // Each GPU's energy in the reports since this server started (mJ, by
@@ -258,9 +262,12 @@ class Controller {
   Status RestartReplica(JobId id, uint16_t task, uint32_t replica, int32_t attempt, const std::string& reason);
   Status SetDrain(const Principal& who, const std::string& node, bool drained, const std::string& reason = "");
   // `mps`: an NVIDIA MPS control daemon serves the node's GPUs (GPU fractions
-  // there get their compute share and memory limit enforced).
+  // there get their compute share and memory limit enforced). `instance`:
+  // the agent (AgentInstance; "" from an older agent): a second agent of the
+  // node's name is refused (FailedPrecondition) while the one registered
+  // reports, and takes the node over once it has not for the node timeout.
   Status RegisterNode(const Principal& who, const NodeSpec& spec, bool simulated, const std::string& address,
-                      bool mps = false);
+                      bool mps = false, const std::string& instance = "");
   // `revision` (if given) gets the state revision the tasks were read at:
   // agents apply an answer only if it is not older than the last they applied
   // (a long poll and an exit report may answer out of order).
@@ -273,6 +280,11 @@ class Controller {
                       std::function<void(StatusOr<std::vector<TaskAssignment>>, uint64_t)> done);
   // PermissionDenied unless `who` may report for the report's node.
   Status CheckReporter(const Principal& who, const HeartbeatReport& report) const;
+  // FailedPrecondition unless `instance` ("" from an older agent: any) is
+  // the agent that registered `node` last.
+  Status CheckAgentInstance(const std::string& node, const std::string& instance) const;
+  // The instance of the agent that registered `node` last ("" if none, or an older agent).
+  std::string AgentInstanceOf(const std::string& node) const;
   // A new token for `user`. A user or admin token names a user record: a
   // name already issued needs `existing` (so a new person cannot be given
   // another's identity by a name that happens to match). `ttl` > 0 expires it.

@@ -183,6 +183,37 @@ TEST_F(ControllerTest, UsersCancelOnlyTheirOwnJobs) {
   EXPECT_EQ(c->Cancel(kAdmin, *id).code(), StatusCode::kFailedPrecondition);
 }
 
+// Two agents of one node would both run its tasks (a second one started by
+// mistake, a cloned machine): the one that registered and reports keeps
+// the node; another is refused, and takes it over only once the first has
+// been silent for the node timeout; the one it replaced is refused then.
+// The same agent restarted (its instance kept in its state directory)
+// registers again at once; an older agent (no instance) is not checked.
+TEST_F(ControllerTest, ASecondAgentOfANodeIsRefusedWhileTheFirstReports) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
+  ASSERT_TRUE(c->RegisterNode(agent0, spec, true, "", false, "aaaa").ok());
+  ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .instance = "aaaa"}).ok());
+  const Status second = c->RegisterNode(agent0, spec, true, "", false, "bbbb");
+  EXPECT_EQ(second.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.message().find("node 'n-0' has another agent (instance aaaa, last report"), std::string::npos)
+      << second.message();
+  EXPECT_EQ(c->Heartbeat(agent0, {.node = "n-0", .instance = "bbbb"}).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->CheckAgentInstance("n-0", "bbbb").code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(c->RegisterNode(agent0, spec, true, "", false, "aaaa").ok()) << "the same agent, restarted";
+  EXPECT_TRUE(c->RegisterNode(agent0, spec, true, "", false, "").ok()) << "(an older agent)";
+  EXPECT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .instance = "aaaa"}).ok());
+  // Silent for the node timeout: the other takes the node over, and the first is refused.
+  clock.Advance(31 * kMicrosPerSecond);
+  EXPECT_TRUE(c->RegisterNode(agent0, spec, true, "", false, "bbbb").ok());
+  EXPECT_EQ(c->AgentInstanceOf("n-0"), "bbbb");
+  const auto replaced = c->Heartbeat(agent0, {.node = "n-0", .instance = "aaaa"});
+  EXPECT_EQ(replaced.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(replaced.status().message().find("this one was replaced"), std::string::npos) << replaced.status().message();
+  EXPECT_EQ(c->RegisterNode(agent0, spec, true, "", false, "aaaa").code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .instance = "bbbb"}).ok());
+}
+
 TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
   auto c = Make(std::make_unique<MemoryStore>());
   NodeSpec spec = c->snapshot().FindNode("n-0")->spec;

@@ -242,6 +242,12 @@ void ReplyAnswer(HttpResponse& res, const Controller& c, std::vector<TaskAssignm
 // never queues thousands of writes ahead of a health check or a
 // heartbeat's answer.
 class WatchHub {
+  // A node's watch, and the agent's instance that opened it.
+  struct Watch {
+    std::shared_ptr<HttpStream> stream;
+    std::string instance;
+  };
+
  public:
   static constexpr auto kKeepalive = std::chrono::seconds(20);
   static constexpr int kKeepaliveSlices = 20;  // one slice of the nodes each kKeepalive / kKeepaliveSlices
@@ -267,7 +273,7 @@ class WatchHub {
     if (thread_.joinable()) thread_.join();
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [node, streams] : watchers_) {
-      for (auto& stream : streams) stream->Close();
+      for (auto& w : streams) w.stream->Close();
     }
     watchers_.clear();
   }
@@ -277,16 +283,17 @@ class WatchHub {
   // watch after watch holds at most this many.
   static constexpr size_t kMaxPerNode = 4;
 
-  void Add(const std::string& node, std::shared_ptr<HttpStream> stream) {
+  // `instance`: the watching agent's (AgentInstance; "" from an older agent).
+  void Add(const std::string& node, std::shared_ptr<HttpStream> stream, std::string instance) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return stream->Close();
     auto& streams = watchers_[node];
-    std::erase_if(streams, [](const std::shared_ptr<HttpStream>& s) { return !s->open(); });
+    std::erase_if(streams, [](const Watch& w) { return !w.stream->open(); });
     while (streams.size() >= kMaxPerNode) {
-      streams.front()->Close();
+      streams.front().stream->Close();
       streams.erase(streams.begin());
     }
-    streams.push_back(std::move(stream));
+    streams.push_back({std::move(stream), std::move(instance)});
     dirty_.insert(node);
     cv_.notify_one();
   }
@@ -347,13 +354,15 @@ class WatchHub {
                                       : ordered_json{{"error", std::string(tasks.status().message())}}.dump();
         line += '\n';
         std::shared_ptr<HttpStream> last;
+        // (Read before the hub's lock: the controller's is never taken under it.)
+        const std::string current = c_->AgentInstanceOf(node);
         {
           std::lock_guard<std::mutex> relock(mu_);
           if (stopping_) break;
           auto it = watchers_.find(node);
           if (it == watchers_.end() || it->second.empty()) continue;
-          last = it->second.back();
-          if (!Send(it, line)) continue;  // every stream had closed: not pushed
+          last = it->second.back().stream;
+          if (!Send(it, line, current)) continue;  // every stream had closed: not pushed
         }
         Pushed(node, bounds);
         if (++sent % kBatch == 0) Pace(*last);
@@ -375,8 +384,8 @@ class WatchHub {
           auto next = std::next(it);
           if ((static_cast<int>(std::hash<std::string>{}(it->first) % kKeepaliveSlices) - slice + kKeepaliveSlices) %
                   kKeepaliveSlices < slices) {
-            std::erase_if(it->second, [](const std::shared_ptr<HttpStream>& s) { return !s->open(); });
-            due.insert(due.end(), it->second.begin(), it->second.end());
+            std::erase_if(it->second, [](const Watch& w) { return !w.stream->open(); });
+            for (const Watch& w : it->second) due.push_back(w.stream);
             if (it->second.empty()) watchers_.erase(it);
           }
           it = next;
@@ -421,10 +430,19 @@ class WatchHub {
 
   // REQUIRES: mu_ held. Sends `line` to a node's streams, dropping closed
   // ones; false if none was open.
-  bool Send(std::unordered_map<std::string, std::vector<std::shared_ptr<HttpStream>>>::iterator it,
-            const std::string& line) {
+  // To every stream of the node but another agent's than `current` (the
+  // agent that registered the node last: one it replaced gets nothing more,
+  // and its stream is closed).
+  bool Send(std::unordered_map<std::string, std::vector<Watch>>::iterator it, const std::string& line,
+            const std::string& current) {
     auto& streams = it->second;
-    std::erase_if(streams, [&](const std::shared_ptr<HttpStream>& s) { return !s->Send(line); });
+    std::erase_if(streams, [&](const Watch& w) {
+      if (!w.instance.empty() && !current.empty() && w.instance != current) {
+        w.stream->Close();
+        return true;
+      }
+      return !w.stream->Send(line);
+    });
     if (!streams.empty()) return true;
     watchers_.erase(it);
     return false;
@@ -434,7 +452,7 @@ class WatchHub {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<bool> stopping_{false};  // set under mu_; read without it between paced writes
-  std::unordered_map<std::string, std::vector<std::shared_ptr<HttpStream>>> watchers_;
+  std::unordered_map<std::string, std::vector<Watch>> watchers_;
   std::set<std::string> dirty_;
   std::thread thread_;
   // The push delays (Pushed): per node, the newest bind pushed (the hub's
@@ -1118,7 +1136,10 @@ class HttpServerImpl final : public HttpServer {
       if (!spec.ok()) return ReplyError(res, spec.status());
       const bool simulated = body.value("simulated", false);
       const std::string address = body.value("address", std::string());
-      if (Status s = c_->RegisterNode(who, *spec, simulated, address, body.value("mps", false)); !s.ok()) {
+      const std::string instance =
+          body.contains("instance") && body["instance"].is_string() ? body["instance"].get<std::string>() : "";
+      if (Status s = api::CheckInstance(instance, "instance"); !s.ok()) return ReplyError(res, s);
+      if (Status s = c_->RegisterNode(who, *spec, simulated, address, body.value("mps", false), instance); !s.ok()) {
         return ReplyError(res, s);
       }
       Reply(res, 200, {{"node", spec->name}});
@@ -1137,8 +1158,11 @@ class HttpServerImpl final : public HttpServer {
       if (!c_->NodeRegistered(node)) {
         return ReplyError(res, NotFoundError("node '" + node + "' must register again"));
       }
+      if (Status s = c_->CheckAgentInstance(node, req.get_param_value("instance")); !s.ok()) return ReplyError(res, s);
       res.set_header("Content-Type", "application/x-ndjson");
-      res.stream = [this, node](std::shared_ptr<HttpStream> stream) { watches_.Add(node, std::move(stream)); };
+      res.stream = [this, node, instance = req.get_param_value("instance")](std::shared_ptr<HttpStream> stream) {
+        watches_.Add(node, std::move(stream), instance);
+      };
     }, Access::kAgents));
 
     srv.Post("/v1/tokens", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {

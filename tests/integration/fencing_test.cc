@@ -336,6 +336,35 @@ TEST_F(ShortServerOutage, AServerAwayForLessThanTheFenceStopsNothing) {
   CancelLeavesNothing("3606");
 }
 
+// A second agent started for a node that has one (by mistake, or a cloned
+// machine: the same token and name, its own directories) is refused while
+// the first reports, and runs nothing: no rank runs twice.
+TEST_F(Fencing, ASecondAgentOfANodeRunsNothing) {
+  RankWatch watch("3607");
+  const auto [node, index] = StartGang("3607");
+  const std::set<pid_t> before = AllPids(Census("3607"));
+  const std::string copy_log = tmp.path() + "/copy.log";
+  const pid_t copy = SpawnLogged({RotaBinary(), "agent", "--server", server_->url(), "--token-file",
+                                  tmp.path() + "/" + node + ".token", "--name", node, "--address", "127.0.0.1", "--gpus",
+                                  "2xH100:80Gi", "--logs-dir", tmp.path() + "/logs-copy", "--heartbeat-ms", "200"},
+                                 copy_log);
+  ASSERT_GT(copy, 0);
+  EXPECT_TRUE(Eventually([&] { return ReadAll(copy_log).find("register refused (409") != std::string::npos; }, 10))
+      << ReadAll(copy_log);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(AllPids(Census("3607")), before);
+  EXPECT_NE(ReadAll(copy_log).find("has another agent"), std::string::npos) << ReadAll(copy_log);
+  EXPECT_EQ(ReadAll(copy_log).find("started job"), std::string::npos) << ReadAll(copy_log);
+  kill(copy, SIGTERM);
+  waitpid(copy, nullptr, 0);
+  const json j = Job(1);
+  EXPECT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["restarts"], 0) << j.dump();
+  CancelLeavesNothing("3607");
+  watch.Stop();
+  EXPECT_LE(watch.max_copies(), 1) << watch.worst();
+}
+
 // Agents whose logs and state live on small file systems of their own (a
 // 4 MiB tmpfs each, unmounted at the end), which a test fills.
 class FullAgentDisk : public Fencing {
