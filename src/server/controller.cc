@@ -83,6 +83,7 @@ Status Controller::Start() {
   }
   for (const Event& e : added) ROTA_RETURN_IF_ERROR(state_.Apply(e));
   if (!added.empty()) ROTA_RETURN_IF_ERROR(store_->Append(added).status());
+  ROTA_RETURN_IF_ERROR(CancelCutArrays());
   // Nodes running work from before a restart must heartbeat again within the
   // timeout, or their gangs are requeued.
   {
@@ -112,6 +113,37 @@ Status Controller::Start() {
   history_thread_ = NamedThread("rota-history", [this] { HistoryLoop(); });
   Trigger();
   return Status::Ok();
+}
+
+Status Controller::CancelCutArrays() {
+  // An array's chunks are journaled one by one and its answer comes after
+  // the last: one whose reserved ids run past every id journaled was cut
+  // short by a stop of this server (or its leader) and never answered.
+  std::vector<Event> cancelled;
+  std::set<uint64_t> cut;
+  {
+    Snapshot snap = state_.GetSnapshot();
+    const TimePoint now = options_.clock->Now();
+    for (const auto& [id, job] : snap.live_jobs()) {
+      if (job->array_count <= 0 || job->array.value() == 0) continue;
+      if (job->array.value() + static_cast<uint64_t>(job->array_count) <= next_job_id_) continue;
+      cut.insert(job->array.value());
+      cancelled.push_back(JobCancelled{
+          id, now,
+          std::string(kArrayFailed) + "cut short by a stop of the server before all " + std::to_string(job->array_count) +
+              " elements were committed (a retry with its Idempotency-Key submits it whole)"});
+    }
+  }
+  // Their keys go, even where none of the part committed still runs: a
+  // retry is a new submission, not a replay of jobs that never were.
+  std::erase_if(request_ids_, [&](const auto& entry) {
+    return entry.second.first.value() + static_cast<uint64_t>(entry.second.second) > next_job_id_;
+  });
+  if (cut.empty()) return Status::Ok();
+  std::fprintf(stderr, "rota: %zu job arrays cut short by the last stop are cancelled (%zu jobs): all or none\n", cut.size(),
+               cancelled.size());
+  for (const Event& e : cancelled) ROTA_RETURN_IF_ERROR(state_.Apply(e));
+  return store_->Append(cancelled).status();
 }
 
 Status Controller::StartFollowing() {

@@ -359,6 +359,10 @@ class Controller {
   void ScheduleNow();
 
  private:
+  // At start: cancels what an array cut short by the last stop committed
+  // (its ids reserved past every id journaled), and drops its key, so that
+  // an array is all or none across restarts and failovers.
+  Status CancelCutArrays();
   template <typename T>
   // Runs `fn` on the actor in the next batch; its result once the batch is
   // durable. `standalone`: `fn` journals nothing and depends on no state the

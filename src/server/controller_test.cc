@@ -986,6 +986,51 @@ TEST_F(ControllerTest, AnIdempotencyKeyMakesItsJobsOnce) {
   std::filesystem::remove_all(dir);
 }
 
+// An array is journaled chunk by chunk and answered after the last: a
+// server (or its leader) stopped between chunks never answered it. At the
+// next start what was committed is cancelled, with the reason, and its key
+// dropped, so that the client's retry with its Idempotency-Key submits the
+// whole array (before, the retry was answered as a replay of every element
+// of it, of which only the first chunks existed).
+TEST_F(ControllerTest, AnArrayCutShortByAStopIsCancelledAndItsRetrySubmitsItWhole) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const int64_t count = Controller::kArrayChunk + 5;
+  JobSpec spec = Job("sweep", 1, 1);
+  ASSERT_TRUE(ResolveJobPolicy(TwoNodes(), &spec).ok());
+  {
+    auto store = std::move(SqliteStore::Open(dir + "/rota.db")).value();
+    // Its first chunk alone, as a stop after it leaves the journal.
+    ASSERT_TRUE(store->Append({JobsSubmitted{.first = JobId(1), .count = Controller::kArrayChunk, .spec = spec,
+                                             .at = clock.Now(), .user = "alice", .request_id = "key-3",
+                                             .array = JobId(1), .array_count = count}})
+                    .ok());
+  }
+  auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  const JobRecord* cut = c->snapshot().FindJob(JobId(1));
+  ASSERT_NE(cut, nullptr);
+  EXPECT_EQ(cut->state, JobState::kCancelled);
+  EXPECT_NE(cut->end_reason.find("cut short by a stop of the server before all " + std::to_string(count) + " elements"),
+            std::string::npos)
+      << cut->end_reason;
+  EXPECT_EQ(c->snapshot().live_jobs().size(), 0u);
+  bool replayed = true;
+  auto retried = c->SubmitArray(kAlice, Job("sweep", 1, 1), count, "key-3", &replayed);
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_FALSE(replayed);
+  EXPECT_NE(*retried, JobId(1));
+  EXPECT_EQ(c->snapshot().live_jobs().size(), static_cast<size_t>(count));
+  // And once whole, its retry is a replay.
+  EXPECT_EQ(*c->SubmitArray(kAlice, Job("sweep", 1, 1), count, "key-3", &replayed), *retried);
+  EXPECT_TRUE(replayed);
+  c->Stop();
+  // A restart cancels nothing more.
+  auto again = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  EXPECT_EQ(again->snapshot().live_jobs().size(), static_cast<size_t>(count));
+  again->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 // Compacts the stopped server's journal at `path` into a snapshot, as the
 // server does every snapshot_every events.
 ::testing::AssertionResult CompactJournal(const std::string& path) {
