@@ -474,6 +474,35 @@ constexpr int kMaxLongPolls = 64;
 constexpr size_t kLoopReportBytes = 64 << 10;
 // The most jobs one listing answers (GET /v1/jobs?limit=).
 constexpr size_t kMaxPage = 10'000;
+// Listings one identity may have answered at once: a page of 10,000 jobs
+// is tens of MB while it is built; 400 at once from one user (200 at a
+// time) held 3.9 GB and starved the agents' reports until their tasks'
+// fences ran out. Past it: 429 (Kubernetes' API Priority and Fairness
+// likewise gives each flow a share of the server's seats).
+constexpr int kListingsAtOnce = 4;
+
+// How many of something each identity has in progress, at most `cap`.
+class PerIdentity {
+ public:
+  explicit PerIdentity(int cap) : cap_(cap) {}
+  // Whether `key` may start one more (then End it).
+  bool Begin(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int& n = running_[key];
+    if (n >= cap_) return false;
+    ++n;
+    return true;
+  }
+  void End(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = running_.find(key); it != running_.end() && --it->second <= 0) running_.erase(it);
+  }
+
+ private:
+  const int cap_;
+  std::mutex mu_;
+  std::unordered_map<std::string, int> running_;
+};
 
 class HttpServerImpl final : public HttpServer {
  public:
@@ -651,6 +680,17 @@ class HttpServerImpl final : public HttpServer {
     // starts ("next_after"). The scan starts at `after` and stops at the
     // limit: the first page of a million jobs costs one page.
     srv.Get("/v1/jobs", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
+      if (!listings_.Begin(who.user)) {
+        res.set_header("Retry-After", "1");
+        return ReplyError(res, Status(StatusCode::kResourceExhausted,
+                                      "too many job listings at once for user '" + who.user + "' (at most " +
+                                          std::to_string(kListingsAtOnce) + "); retry when one has been answered"));
+      }
+      struct Done {
+        PerIdentity& listings;
+        const std::string& user;
+        ~Done() { listings.End(user); }
+      } done{listings_, who.user};
       Snapshot snap = c_->snapshot();
       const std::string state = req.get_param_value("state");
       const std::string queue = req.get_param_value("queue");
@@ -1862,6 +1902,7 @@ class HttpServerImpl final : public HttpServer {
   Controller* c_;
   HttpOptions options_;
   RateLimiter limiter_;
+  PerIdentity listings_{kListingsAtOnce};  // GET /v1/jobs in progress, by user
   std::atomic<int> long_polls_{0};
   std::atomic<bool> projecting_{false};  // a /v1/whatif projection runs
   // Deferred answers not yet handed to the transport.

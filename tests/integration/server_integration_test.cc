@@ -934,6 +934,50 @@ TEST_F(Integration, RateLimitAnswers429) {
   EXPECT_GT(limited, 0);  // burst is 10, refill 5/s: 40 quick requests must hit the limit
 }
 
+// One user's listings run at most four at a time (a page of 10,000 jobs is
+// tens of MB while it is built: 400 at once held 3.9 GB and starved the
+// agents' reports); past that, 429 with Retry-After, and another user's
+// listing is answered meanwhile.
+TEST_F(Integration, OneUsersListingsRunAFewAtATime) {
+  RotaProcess server("server", tmp.path() + "/data", {"--rate-limit", "0"});
+  auto admin = server.Admin();
+  ASSERT_EQ(admin.Post("/v1/jobs?count=10000", "name: many\ntasks: [{gpus: 0, cpu: 1, command: [\"true\"]}]\n",
+                       "application/yaml")->status, 201);
+  auto bob = admin.Post("/v1/tokens", R"({"user": "bob"})", "application/json");
+  ASSERT_EQ(bob->status, 201);
+  const std::string bob_token = json::parse(bob->body)["token"];
+  std::atomic<int> ok{0}, limited{0}, other{0};
+  std::atomic<bool> retry_after{true};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 32; ++t) {
+    clients.emplace_back([&] {
+      auto c = server.Admin();
+      c.set_read_timeout(60, 0);
+      auto r = c.Get("/v1/jobs?limit=10000");
+      if (!r) return ++other, void();
+      if (r->status == 200) ++ok;
+      else if (r->status == 429) {
+        ++limited;
+        retry_after = retry_after && r->get_header_value("Retry-After") == "1";
+      } else {
+        ++other;
+      }
+    });
+  }
+  auto b = server.Http(bob_token);
+  b.set_read_timeout(60, 0);
+  auto theirs = b.Get("/v1/jobs?limit=10");
+  for (auto& t : clients) t.join();
+  ASSERT_TRUE(theirs);
+  EXPECT_EQ(theirs->status, 200) << theirs->body;
+  EXPECT_GT(limited.load(), 0) << "32 listings of 10,000 jobs at once, all answered together";
+  EXPECT_GE(ok.load(), 4);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_TRUE(retry_after.load());
+  // One at a time, each is answered.
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(admin.Get("/v1/jobs?limit=10000")->status, 200);
+}
+
 TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
   const std::string config = Write("c.yaml", "node_groups: [{name: n, count: 4, gpus: 8, gpu_model: H100, cpu: 64, memory: 512Gi}]\n");
   RotaProcess server("server", tmp.path() + "/data", {"--config", config, "--rate-limit", "0"});
