@@ -66,6 +66,30 @@ Status Controller::Start() {
     }
   }
 
+  // Every live job's queue is still in the config: one the config dropped
+  // would hold jobs outside every queue's quota, fair share and listing.
+  {
+    const std::vector<std::string> leaves = LeafQueuePaths(options_.config);
+    std::map<std::string, std::vector<uint64_t>> orphans;
+    Snapshot snap = state_.GetSnapshot();
+    for (const auto& [id, job] : snap.live_jobs()) {
+      if (std::find(leaves.begin(), leaves.end(), job->spec().queue) == leaves.end()) {
+        orphans[job->spec().queue].push_back(id.value());
+      }
+    }
+    if (!orphans.empty()) {
+      std::string what;
+      for (const auto& [queue, ids] : orphans) {
+        what += (what.empty() ? "" : "; ") + std::string("'") + queue + "' holds " + std::to_string(ids.size()) +
+                (ids.size() == 1 ? " live job (" : " live jobs (");
+        for (size_t i = 0; i < ids.size() && i < 5; ++i) what += (i == 0 ? "" : ", ") + std::to_string(ids[i]);
+        what += ids.size() > 5 ? ", ...)" : ")";
+      }
+      return FailedPreconditionError(
+          "queues: the config no longer has queues that hold live jobs: " + what +
+          ". Keep those queues until their jobs end, or cancel the jobs first (with the previous config)");
+    }
+  }
   // Declared nodes from the config that the journal does not have yet.
   ROTA_ASSIGN_OR_RETURN(std::vector<NodeSpec> declared, ExpandNodes(options_.config));
   for (const NodeSpec& n : declared) declared_labels_[n.name] = n.labels;

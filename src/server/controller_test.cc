@@ -1031,6 +1031,41 @@ TEST_F(ControllerTest, AnArrayCutShortByAStopIsCancelledAndItsRetrySubmitsItWhol
   std::filesystem::remove_all(dir);
 }
 
+// A config that drops a queue still holding live jobs is refused at start,
+// naming the queue and its jobs (they would run outside every queue's
+// quota, fair share and listing); nothing changes, and the previous config
+// starts as before.
+TEST_F(ControllerTest, AConfigThatDropsAQueueWithLiveJobsIsRefused) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ClusterConfig both = TwoNodes();
+  both.queues = {QueueConfig{.name = "a"}, QueueConfig{.name = "b"}};
+  {
+    auto c = std::make_unique<Controller>(ControllerOptions{.config = both, .clock = &clock},
+                                          std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    ASSERT_TRUE(c->Start().ok());
+    ASSERT_TRUE(c->Submit(kAlice, Job("x", 1, 1, "b")).ok());
+    c->Stop();
+  }
+  ClusterConfig fewer = both;
+  fewer.queues.pop_back();
+  {
+    auto c = std::make_unique<Controller>(ControllerOptions{.config = fewer, .clock = &clock},
+                                          std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    const Status s = c->Start();
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.message(),
+              "queues: the config no longer has queues that hold live jobs: 'b' holds 1 live job (1). Keep those queues "
+              "until their jobs end, or cancel the jobs first (with the previous config)");
+  }
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = both, .clock = &clock},
+                                        std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  ASSERT_TRUE(c->Start().ok());
+  EXPECT_EQ(c->snapshot().live_jobs().size(), 1u);
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 // Compacts the stopped server's journal at `path` into a snapshot, as the
 // server does every snapshot_every events.
 ::testing::AssertionResult CompactJournal(const std::string& path) {
