@@ -199,13 +199,26 @@ std::string AgentInstance(const std::string& state_dir) {
   id = RandomHex();
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
-  // (Unsaved, as on a full disk: this process's own, until it is saved.)
   const std::string tmp = path + ".tmp";
   if (std::ofstream out(tmp, std::ios::trunc); out << id << "\n" && out.flush()) {
     out.close();
-    if (rename(tmp.c_str(), path.c_str()) != 0) unlink(tmp.c_str());
+    if (rename(tmp.c_str(), path.c_str()) == 0) return id;
   }
-  return id;
+  unlink(tmp.c_str());
+  // Not saved (a full or read-only disk): one that the same agent restarted
+  // gets again, from the machine's id and the state directory (FNV-1a, twice).
+  std::string machine;
+  std::ifstream("/etc/machine-id") >> machine;
+  const std::string seed = machine + "\n" + state_dir;
+  uint64_t a = 14695981039346656037ull, b = 1099511628211ull * 31;
+  for (unsigned char c : seed) {
+    a = (a ^ c) * 1099511628211ull;
+    b = (b ^ c) * 1099511628211ull + 7;
+  }
+  char out[33];
+  std::snprintf(out, sizeof(out), "%016llx%016llx", static_cast<unsigned long long>(a), static_cast<unsigned long long>(b));
+  std::fprintf(stderr, "rota agent: cannot save %s: using an id from the machine's and the directory's\n", path.c_str());
+  return std::string(out, 32);
 }
 
 Agent::Agent(AgentOptions options) : options_(std::move(options)) {
@@ -310,6 +323,16 @@ int Agent::PollTask(Task& t) {
   return 255;
 }
 
+void Agent::NoteFenced(Task& t) {
+  // Ended by its supervisor's fence (the server did not answer in time):
+  // not the program's own end, whatever its code.
+  bool fenced = false;
+  if (t.shim != 0 && !t.exit_file.empty() && t.exit_reason != "lost" && ReadExitFile(t.exit_file, nullptr, &fenced) >= 0 &&
+      fenced) {
+    t.exit_reason = std::string(api::kFenced);
+  }
+}
+
 bool Agent::Reap() {
   bool ended = false;
   for (auto& [key, t] : tasks_) {
@@ -332,12 +355,7 @@ bool Agent::Reap() {
         // A container killed (137) with a memory limit, not by us: its
         // cgroup went with it, so the kill is taken for the OOM killer's.
         if (!t->oci_id.empty() && code == 128 + SIGKILL && t->memory_limited && !t->stopping) t->exit_reason = "oom";
-        // Ended by its supervisor's fence (the server did not answer in
-        // time): not the program's own end, whatever its code.
-        if (bool fenced = false; t->shim != 0 && !t->exit_file.empty() && t->exit_reason != "lost" &&
-                                 ReadExitFile(t->exit_file, nullptr, &fenced) >= 0 && fenced) {
-          t->exit_reason = std::string(api::kFenced);
-        }
+        NoteFenced(*t);
       }
     }
     if (t->stopping && !t->exited) StopTask(*t, false);
@@ -574,6 +592,7 @@ void Agent::AdoptTasks() {
       // It ended while no agent watched: its exit goes out with the next report.
       t->exited = true;
       t->exit_code = code;
+      NoteFenced(*t);
       if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
       // (A runtime killed by its supervisor's fence leaves its state behind.)
       if (!t->oci_id.empty() && OciContainerMayExist(t->oci_runtime, t->oci_id, t->oci_root)) {

@@ -137,6 +137,9 @@ class Agent {
  private:
   struct Task;
   static void NotStarted(Task* t, const std::string& log_path, const std::string& why);
+  // Sets an ended supervised task's exit reason to api::kFenced if its
+  // supervisor's fence ended it (its exit file says so).
+  static void NoteFenced(Task& t);
   void PollLoop();
   void WatchLoop();
   void ReapLoop();

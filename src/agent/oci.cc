@@ -206,9 +206,10 @@ InRoot ResolveInRoot(int root_fd, const std::string& path) {
     if (stated && S_ISLNK(st.st_mode)) {
       char target[4096];
       const ssize_t n = readlinkat(fd, "", target, sizeof(target));
+      const int read_error = n < 0 ? errno : n == 0 || n == sizeof(target) ? ENAMETOOLONG : 0;
       close(fd);
-      if (n <= 0 || ++links > 40) {
-        r.error = n <= 0 ? errno : ELOOP;
+      if (read_error != 0 || ++links > 40) {
+        r.error = read_error != 0 ? read_error : ELOOP;
         r.path = next;
         return r;
       }
@@ -250,8 +251,8 @@ Status CheckOciProgram(const std::string& rootfs, const std::string& program, co
     for (const std::string& c : covered) {
       if (Under(r.path, c)) return Seen::kMaybe;
     }
-    if (r.error == ENOSYS || r.error == EPERM || r.error == EACCES) return Seen::kMaybe;  // (no openat2, or not ours to read)
-    if (r.error != 0) return Seen::kMissing;
+    if (r.error == ENOENT || r.error == ENOTDIR || r.error == ELOOP) return Seen::kMissing;
+    if (r.error != 0) return Seen::kMaybe;  // (no openat2, not ours to read, out of descriptors: not ours to judge)
     if (S_ISDIR(r.st.st_mode)) return Seen::kDirectory;
     if (!S_ISREG(r.st.st_mode) || (r.st.st_mode & 0111) == 0) return Seen::kNotExecutable;
     return Seen::kThere;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -67,16 +68,16 @@ std::string OwnFirstLine(const std::string& path) {
   return FirstLine(path);
 }
 
-// One request to `server`, as the client sends each: its token, a read
-// timeout of 30 s.
-httplib::Result Request(const std::string& server, const std::string& token, int connect_seconds,
+// One request to `server`, as the client sends each: its token, and the
+// timeouts to connect and to read the answer.
+httplib::Result Request(const std::string& server, const std::string& token, int connect_seconds, int read_seconds,
                         const std::string& method, const std::string& path, const httplib::Headers& headers,
                         const std::string& body, const std::string& content_type) {
   httplib::Client http(server);
   http.set_bearer_token_auth(token);
   http.set_connection_timeout(connect_seconds, 0);
   http.set_tcp_nodelay(true);
-  http.set_read_timeout(30, 0);
+  http.set_read_timeout(read_seconds, 0);
   return method == "GET" ? http.Get(path, headers) : http.Post(path, headers, body, content_type);
 }
 
@@ -142,11 +143,25 @@ Response Client::Send(const std::string& method, const std::string& path, const 
   // through a failover, for up to 15 s.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   const bool replicated = servers_.size() > 1;
+  int busy_retries = 0;
   for (int attempt = 0;; ++attempt) {
     const std::string server = servers_.current();
+    if (replicated && attempt == 0) {
+      // A replica that accepts and never answers (a hung, paused leader) is
+      // passed over at once: its /healthz answers within 2 s or not at all.
+      httplib::Client probe(server);
+      probe.set_connection_timeout(2, 0);
+      probe.set_read_timeout(2, 0);
+      if (!probe.Get("/healthz")) {
+        servers_.Heard(server, 0, "", "");
+        continue;
+      }
+    }
     httplib::Headers headers;
     if (!idempotency_key.empty()) headers.emplace("Idempotency-Key", idempotency_key);
-    auto res = Request(server, token_, replicated ? 2 : 5, method, path, headers, body, content_type);
+    // (With replicas, one that hangs mid-request is left after 10 s, with
+    // time to try the next.)
+    auto res = Request(server, token_, replicated ? 2 : 5, replicated ? 10 : 30, method, path, headers, body, content_type);
     const bool more_time = std::chrono::steady_clock::now() < deadline;
     if (!res) {
       // A request that never connected reached no server; one whose answer
@@ -164,6 +179,13 @@ Response Client::Send(const std::string& method, const std::string& path, const 
       const std::string leader = res->get_header_value("Rota-Leader");
       servers_.Heard(server, res->status, "standby", leader);
       if (!leader.empty() && servers_.current() != server) continue;  // straight to the leader it named
+    } else if (res->status == 429 && method == "GET" && res->has_header("Retry-After") && busy_retries < 5) {
+      // Busy (a rate or concurrency limit): a read is asked again after the
+      // wait it names (at most 2 s), a few times.
+      ++busy_retries;
+      const int wait_s = std::clamp(std::atoi(res->get_header_value("Retry-After").c_str()), 0, 2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(250 + 1000 * wait_s));
+      continue;
     } else {
       return Answer(*res);
     }
@@ -183,7 +205,7 @@ std::string Client::ServerVersion() const {
 Response Client::Get(const std::string& path) const { return Send("GET", path, "", "", ""); }
 
 Response Client::GetFrom(const std::string& server, const std::string& path) const {
-  auto res = Request(server, token_, 2, "GET", path, {}, "", "");
+  auto res = Request(server, token_, 2, 30, "GET", path, {}, "", "");
   if (!res) return {0, "", "cannot reach " + server + " (" + httplib::to_string(res.error()) + ")", {}};
   return Answer(*res);
 }

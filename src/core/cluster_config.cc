@@ -178,8 +178,9 @@ Status QueueAllows(const ClusterConfig& config, const std::string& path, const s
   return Status::Ok();
 }
 
-Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const std::string& user, bool admin) {
-  if (admin) return Status::Ok();
+Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const std::string& user, bool admin,
+                       int64_t kept) {
+  if (admin || (kept >= 0 && spec.priority == kept)) return Status::Ok();
   const auto classes = PriorityClasses(config);
   bool held_to_highest = true;  // (a number)
   if (!spec.priority_class.empty()) {

@@ -194,7 +194,10 @@ Status QueueAllows(const ClusterConfig& config, const std::string& path, const s
 // class open to them, and either only up to the max_priority of every
 // queue on the job's path. Admins may ask for any. PermissionDenied naming
 // the class, the highest value, or the queue, otherwise.
-Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const std::string& user, bool admin);
+// `kept`: the priority the job has already (a live service that `rota
+// apply` updates), allowed again whatever the caps are now (-1: none).
+Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const std::string& user, bool admin,
+                       int64_t kept = -1);
 
 // PermissionDenied, naming the field and the rule, unless every mount and
 // rootfs of `spec` lies under an allowed prefix (read-write mounts only

@@ -86,7 +86,7 @@ Status Controller::Start() {
         what += ids.size() > 5 ? ", ...)" : ")";
       }
       return FailedPreconditionError(
-          "queues: the config no longer has queues that hold live jobs: " + what +
+          "queues: live jobs are in queues that are no longer leaf queues of the config: " + what +
           ". Keep those queues until their jobs end, or cancel the jobs first (with the previous config)");
     }
   }
@@ -140,32 +140,44 @@ Status Controller::Start() {
 }
 
 Status Controller::CancelCutArrays() {
-  // An array's chunks are journaled one by one and its answer comes after
-  // the last: one whose reserved ids run past every id journaled was cut
-  // short by a stop of this server (or its leader) and never answered.
+  // An array's chunks are journaled one by one, in id order, and its answer
+  // comes after the last. An array whose last element was never journaled
+  // was cut short by a stop of this server (or its leader) and never
+  // answered. (Its elements are forgotten in id order, so the last is there
+  // while any is; and no other job takes an id of its range meanwhile.)
   std::vector<Event> cancelled;
-  std::set<uint64_t> cut;
+  std::set<uint64_t> arrays;
   {
-    Snapshot snap = state_.GetSnapshot();
-    const TimePoint now = options_.clock->Now();
-    for (const auto& [id, job] : snap.live_jobs()) {
-      if (job->array_count <= 0 || job->array.value() == 0) continue;
-      if (job->array.value() + static_cast<uint64_t>(job->array_count) <= next_job_id_) continue;
-      cut.insert(job->array.value());
-      cancelled.push_back(JobCancelled{
-          id, now,
-          std::string(kArrayFailed) + "cut short by a stop of the server before all " + std::to_string(job->array_count) +
-              " elements were committed (a retry with its Idempotency-Key submits it whole)"});
+  const Snapshot snap = state_.GetSnapshot();  // (gone before the cancels apply: nothing is copied)
+  std::map<uint64_t, bool> whole;  // by array id
+  auto cut = [&](JobId array, int64_t count) {
+    auto [it, added] = whole.try_emplace(array.value(), true);
+    if (added) {
+      const JobRecord* last = snap.FindJob(JobId(array.value() + static_cast<uint64_t>(count) - 1));
+      it->second = last != nullptr && last->array == array;
     }
+    return !it->second;
+  };
+  const TimePoint now = options_.clock->Now();
+  for (const auto& [id, job] : snap.live_jobs()) {
+    if (job->array_count <= 1 || job->array.value() == 0 || !cut(job->array, job->array_count)) continue;
+    arrays.insert(job->array.value());
+    cancelled.push_back(JobCancelled{
+        id, now,
+        std::string(kArrayFailed) + "cut short by a stop of the server before all " + std::to_string(job->array_count) +
+            " elements were committed (a retry with its Idempotency-Key submits it whole)"});
   }
   // Their keys go, even where none of the part committed still runs: a
   // retry is a new submission, not a replay of jobs that never were.
   std::erase_if(request_ids_, [&](const auto& entry) {
-    return entry.second.first.value() + static_cast<uint64_t>(entry.second.second) > next_job_id_;
+    const auto& [first, count] = entry.second;
+    const JobRecord* held = count > 1 ? FirstHeld(snap, first, count) : nullptr;
+    return held != nullptr && held->array == first && cut(first, count);
   });
-  if (cut.empty()) return Status::Ok();
-  std::fprintf(stderr, "rota: %zu job arrays cut short by the last stop are cancelled (%zu jobs): all or none\n", cut.size(),
-               cancelled.size());
+  }
+  if (cancelled.empty()) return Status::Ok();
+  std::fprintf(stderr, "rota: %zu job arrays cut short by the last stop are cancelled (%zu jobs): all or none\n",
+               arrays.size(), cancelled.size());
   for (const Event& e : cancelled) ROTA_RETURN_IF_ERROR(state_.Apply(e));
   return store_->Append(cancelled).status();
 }
@@ -925,12 +937,12 @@ void Controller::ScheduleNow() {
 
 StatusOr<JobId> Controller::Submit(const Principal& who, JobSpec spec) { return SubmitArray(who, std::move(spec), 1); }
 
-Status Controller::CheckSubmission(const Principal& who, JobSpec* spec) const {
+Status Controller::CheckSubmission(const Principal& who, JobSpec* spec, int64_t kept_priority) const {
   if (who.role == Role::kAgent) return Status(StatusCode::kPermissionDenied, "agents cannot submit jobs");
   ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(*spec));
   ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, spec));
   ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec->queue, who.user, who.admin()));
-  ROTA_RETURN_IF_ERROR(PriorityAllowed(options_.config, *spec, who.user, who.admin()));
+  ROTA_RETURN_IF_ERROR(PriorityAllowed(options_.config, *spec, who.user, who.admin(), kept_priority));
   return MountsAllowed(options_.config, *spec, who.admin());
 }
 
@@ -1254,7 +1266,15 @@ Status Controller::PortsFree(const Snapshot& snap, const JobSpec& spec, JobId se
 }
 
 StatusOr<JobId> Controller::UpdateService(const Principal& who, JobSpec spec) {
-  ROTA_RETURN_IF_ERROR(CheckSubmission(who, &spec));
+  // The priority the live service has (admitted before a cap came) it keeps.
+  int64_t kept = -1;
+  {
+    const Snapshot snap = snapshot();
+    for (const JobRecord* job : snap.LiveServices()) {
+      if (job->spec().name == spec.name && (who.admin() || job->user == who.user)) kept = job->spec().priority;
+    }
+  }
+  ROTA_RETURN_IF_ERROR(CheckSubmission(who, &spec, kept));
   if (!spec.is_service()) return InvalidArgumentError("kind: rota apply updates a service (kind: service)");
   return Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
     Snapshot snap = batch.state->GetSnapshot();
@@ -1370,14 +1390,17 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
              std::lock_guard<std::mutex> lock(mu_);
              auto it = live_.find(spec.name);
              const TimePoint now = options_.clock->Now();
+             // Taken over only once the other's tasks have fenced themselves
+             // and their gangs were requeued (as for a lost node).
+             const Duration takeover = std::max(options_.node_timeout, FenceAfter() + kFenceMargin);
              if (it != live_.end() && it->second.registered && !instance.empty() && !it->second.instance.empty() &&
-                 it->second.instance != instance && now - it->second.last_heartbeat < options_.node_timeout) {
+                 it->second.instance != instance && now - it->second.last_heartbeat < takeover) {
                return Status(StatusCode::kFailedPrecondition,
                              "node '" + spec.name + "' has another agent (instance " + it->second.instance.substr(0, 8) +
                                  ", last report " + FormatDuration(now - it->second.last_heartbeat) +
                                  " ago): two agents of one node would both run its tasks; stop one (this one takes the "
-                                 "node over once the other has not reported for the node timeout, " +
-                                 FormatDuration(options_.node_timeout) + ")");
+                                 "node over once the other has not reported for " + FormatDuration(takeover) +
+                                 ", when its tasks have fenced themselves)");
              }
            }
            const NodeState* known = batch.state->GetSnapshot().FindNode(spec.name);
@@ -1408,7 +1431,7 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
            live.simulated = simulated;
            live.mps = mps;
            live.address = address;
-           live.instance = instance;
+           if (!instance.empty()) live.instance = instance;  // (an older agent's registration keeps the check)
            live.last_heartbeat = options_.clock->Now();
            return true;
          })
@@ -1511,14 +1534,24 @@ std::string Controller::AgentInstanceOf(const std::string& node) const {
   return it != live_.end() ? it->second.instance : std::string();
 }
 
+namespace {
+
+// FailedPrecondition unless `instance` ("" from an older agent: any) is the
+// one `live` registered last.
+Status SameAgent(const NodeLive& live, const std::string& node, const std::string& instance) {
+  if (instance.empty() || live.instance.empty() || live.instance == instance) return Status::Ok();
+  return Status(StatusCode::kFailedPrecondition, "node '" + node + "' is another agent's now (instance " +
+                                                     live.instance.substr(0, 8) +
+                                                     "): this one was replaced; its tasks stop at their fence");
+}
+
+}  // namespace
+
 Status Controller::CheckAgentInstance(const std::string& node, const std::string& instance) const {
   if (instance.empty()) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(node);
-  if (it == live_.end() || it->second.instance.empty() || it->second.instance == instance) return Status::Ok();
-  return Status(StatusCode::kFailedPrecondition,
-                "node '" + node + "' is another agent's now (instance " + it->second.instance.substr(0, 8) +
-                    "): this one was replaced; its tasks stop at their fence");
+  return it == live_.end() ? Status::Ok() : SameAgent(it->second, node, instance);
 }
 
 void Controller::HeartbeatAsync(const Principal& who, HeartbeatReport report,
@@ -1560,6 +1593,9 @@ Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::v
     std::lock_guard<std::mutex> lock(mu_);
     NodeLive& live = live_[report.node];
     if (!live.registered) return NotFoundError("node '" + report.node + "' must register again");
+    // (Again here, on the actor: another agent may have taken the node over
+    // since the report was first checked.)
+    ROTA_RETURN_IF_ERROR(SameAgent(live, report.node, report.instance));
     live.last_heartbeat = options_.clock->Now();
     live.Note(report.gpus, node->spec.gpus);
     lost = node->lost;
@@ -1620,6 +1656,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
     const NodeState* node = snap.FindNode(report.node);
     auto live = live_.find(report.node);
     if (node == nullptr || node->lost || live == live_.end() || !live->second.registered) return false;
+    if (!SameAgent(live->second, report.node, report.instance).ok()) return false;  // (the actor refuses it)
     // Overdue: CheckNodes may be declaring it lost right now; the actor
     // orders the two.
     if (options_.clock->Now() - live->second.last_heartbeat > options_.node_timeout) return false;

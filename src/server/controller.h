@@ -227,7 +227,7 @@ class Controller {
   // The checks of a submission that need no state (the spec, its priority
   // class and queue, who may use them, its mounts); resolves `spec` as a
   // submission would. For a dry run; Submit runs them too.
-  Status CheckSubmission(const Principal& who, JobSpec* spec) const;
+  Status CheckSubmission(const Principal& who, JobSpec* spec, int64_t kept_priority = -1) const;
   // What the tenant limits would refuse a submission of `count` copies for, taking nothing (dry runs).
   Status CheckTenantLimits(const Principal& who, const JobSpec& spec, int64_t count);
   // Cancels `ids` (at most kMaxCancelMany) in one journaled batch: one

@@ -203,8 +203,12 @@ TEST_F(ControllerTest, ASecondAgentOfANodeIsRefusedWhileTheFirstReports) {
   EXPECT_TRUE(c->RegisterNode(agent0, spec, true, "", false, "aaaa").ok()) << "the same agent, restarted";
   EXPECT_TRUE(c->RegisterNode(agent0, spec, true, "", false, "").ok()) << "(an older agent)";
   EXPECT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .instance = "aaaa"}).ok());
-  // Silent for the node timeout: the other takes the node over, and the first is refused.
+  // Silent past the node timeout, but not yet past its tasks' fence and the
+  // margin (30 s + 2 s): they may still run, so not yet.
   clock.Advance(31 * kMicrosPerSecond);
+  EXPECT_EQ(c->RegisterNode(agent0, spec, true, "", false, "bbbb").code(), StatusCode::kFailedPrecondition);
+  // Past them: the other takes the node over, and the first is refused.
+  clock.Advance(2 * kMicrosPerSecond);
   EXPECT_TRUE(c->RegisterNode(agent0, spec, true, "", false, "bbbb").ok());
   EXPECT_EQ(c->AgentInstanceOf("n-0"), "bbbb");
   const auto replaced = c->Heartbeat(agent0, {.node = "n-0", .instance = "aaaa"});
@@ -1000,10 +1004,14 @@ TEST_F(ControllerTest, AnArrayCutShortByAStopIsCancelledAndItsRetrySubmitsItWhol
   ASSERT_TRUE(ResolveJobPolicy(TwoNodes(), &spec).ok());
   {
     auto store = std::move(SqliteStore::Open(dir + "/rota.db")).value();
-    // Its first chunk alone, as a stop after it leaves the journal.
+    // Its first chunk alone, as a stop after it leaves the journal, and
+    // another submission committed between its chunks (a busy server: its
+    // id is past the array's reserved range).
     ASSERT_TRUE(store->Append({JobsSubmitted{.first = JobId(1), .count = Controller::kArrayChunk, .spec = spec,
                                              .at = clock.Now(), .user = "alice", .request_id = "key-3",
-                                             .array = JobId(1), .array_count = count}})
+                                             .array = JobId(1), .array_count = count},
+                               JobSubmitted{.id = JobId(static_cast<uint64_t>(count) + 1), .spec = spec, .at = clock.Now(),
+                                            .user = "bob"}})
                     .ok());
   }
   auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
@@ -1013,20 +1021,20 @@ TEST_F(ControllerTest, AnArrayCutShortByAStopIsCancelledAndItsRetrySubmitsItWhol
   EXPECT_NE(cut->end_reason.find("cut short by a stop of the server before all " + std::to_string(count) + " elements"),
             std::string::npos)
       << cut->end_reason;
-  EXPECT_EQ(c->snapshot().live_jobs().size(), 0u);
+  EXPECT_EQ(c->snapshot().live_jobs().size(), 1u);  // (bob's)
   bool replayed = true;
   auto retried = c->SubmitArray(kAlice, Job("sweep", 1, 1), count, "key-3", &replayed);
   ASSERT_TRUE(retried.ok()) << retried.status().ToString();
   EXPECT_FALSE(replayed);
   EXPECT_NE(*retried, JobId(1));
-  EXPECT_EQ(c->snapshot().live_jobs().size(), static_cast<size_t>(count));
+  EXPECT_EQ(c->snapshot().live_jobs().size(), static_cast<size_t>(count) + 1);
   // And once whole, its retry is a replay.
   EXPECT_EQ(*c->SubmitArray(kAlice, Job("sweep", 1, 1), count, "key-3", &replayed), *retried);
   EXPECT_TRUE(replayed);
   c->Stop();
   // A restart cancels nothing more.
   auto again = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
-  EXPECT_EQ(again->snapshot().live_jobs().size(), static_cast<size_t>(count));
+  EXPECT_EQ(again->snapshot().live_jobs().size(), static_cast<size_t>(count) + 1);
   again->Stop();
   std::filesystem::remove_all(dir);
 }
@@ -1055,7 +1063,7 @@ TEST_F(ControllerTest, AConfigThatDropsAQueueWithLiveJobsIsRefused) {
     const Status s = c->Start();
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
     EXPECT_EQ(s.message(),
-              "queues: the config no longer has queues that hold live jobs: 'b' holds 1 live job (1). Keep those queues "
+              "queues: live jobs are in queues that are no longer leaf queues of the config: 'b' holds 1 live job (1). Keep those queues "
               "until their jobs end, or cancel the jobs first (with the previous config)");
   }
   auto c = std::make_unique<Controller>(ControllerOptions{.config = both, .clock = &clock},

@@ -480,6 +480,7 @@ constexpr size_t kMaxPage = 10'000;
 // fences ran out. Past it: 429 (Kubernetes' API Priority and Fairness
 // likewise gives each flow a share of the server's seats).
 constexpr int kListingsAtOnce = 4;
+constexpr size_t kSmallPage = 1000;  // a page of at most this many is not counted
 
 // How many of something each identity has in progress, at most `cap`.
 class PerIdentity {
@@ -680,17 +681,6 @@ class HttpServerImpl final : public HttpServer {
     // starts ("next_after"). The scan starts at `after` and stops at the
     // limit: the first page of a million jobs costs one page.
     srv.Get("/v1/jobs", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
-      if (!listings_.Begin(who.user)) {
-        res.set_header("Retry-After", "1");
-        return ReplyError(res, Status(StatusCode::kResourceExhausted,
-                                      "too many job listings at once for user '" + who.user + "' (at most " +
-                                          std::to_string(kListingsAtOnce) + "); retry when one has been answered"));
-      }
-      struct Done {
-        PerIdentity& listings;
-        const std::string& user;
-        ~Done() { listings.End(user); }
-      } done{listings_, who.user};
       Snapshot snap = c_->snapshot();
       const std::string state = req.get_param_value("state");
       const std::string queue = req.get_param_value("queue");
@@ -722,6 +712,23 @@ class HttpServerImpl final : public HttpServer {
         if (!n.ok() || *n > kMaxPage) return ReplyError(res, InvalidArgumentError("limit: must be 1..10000"));
         limit = *n;
       }
+      // Large pages (the costly ones) a few at a time per user.
+      const bool large = limit > kSmallPage;
+      if (large && !listings_.Begin(who.user)) {
+        res.set_header("Retry-After", "1");
+        return ReplyError(res, Status(StatusCode::kResourceExhausted,
+                                      "too many large job listings at once for user '" + who.user + "' (at most " +
+                                          std::to_string(kListingsAtOnce) + " of over " + std::to_string(kSmallPage) +
+                                          " jobs); retry when one has been answered"));
+      }
+      struct Done {
+        PerIdentity& listings;
+        const std::string& user;
+        bool large;
+        ~Done() {
+          if (large) listings.End(user);
+        }
+      } done{listings_, who.user, large};
       uint64_t after = 0;
       if (req.has_param("after")) {
         const std::string text = req.get_param_value("after");
@@ -1198,6 +1205,7 @@ class HttpServerImpl final : public HttpServer {
       if (!c_->NodeRegistered(node)) {
         return ReplyError(res, NotFoundError("node '" + node + "' must register again"));
       }
+      if (Status s = api::CheckInstance(req.get_param_value("instance"), "instance"); !s.ok()) return ReplyError(res, s);
       if (Status s = c_->CheckAgentInstance(node, req.get_param_value("instance")); !s.ok()) return ReplyError(res, s);
       res.set_header("Content-Type", "application/x-ndjson");
       res.stream = [this, node, instance = req.get_param_value("instance")](std::shared_ptr<HttpStream> stream) {

@@ -81,7 +81,8 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
   // A service's replica restarts alone, whatever its exit, forever (the
   // agent backs off one that keeps failing, as the kubelet does); an
   // elastic job's failed rank alone, as its policy allows; the others keep running.
-  if (job.spec().is_service() || (t.exit_code != 0 && job.spec().elastic() && RestartAllowed(job))) {
+  if (job.spec().is_service() ||
+      (t.exit_code != 0 && t.exit_reason != api::kFenced && job.spec().elastic() && RestartAllowed(job))) {
     const std::string then = job.spec().is_service() ? "; restarted" : "; restarted alone";
     exits.erase({t.task, t.replica});
     batch.Apply(RankRestarted{t.job, t.task, t.replica, now,

@@ -290,14 +290,23 @@ awaitable<unsigned> Router::Impl::Fetch(const RouterBackend& b, const std::strin
     // (a replica's endless /metrics grew the control plane ~15 MB/s).
     co_await http::async_read_header(s, buf, parser, use_awaitable);
     if (parser.content_length() && *parser.content_length() > kFetchLimit) co_return 0;
-    // A whole deadline: the stream's timeout restarts with every read, so a
-    // replica that keeps sending would hold the fetch open past it.
+    // A deadline of the read's own as well (with the eager read above, one
+    // scrape of a 1 s timeout was seen open for 30 s while data kept coming).
+    // (`read`: the read ended, so the stream may be gone by the time a
+    // deadline that fired meanwhile is handled.)
+    auto read = std::make_shared<bool>(false);
     asio::steady_timer deadline(ex);
     deadline.expires_after(Micros(timeout));
-    deadline.async_wait([&s](const beast::error_code& e) {
-      if (!e) s.socket().close();
+    deadline.async_wait([&s, read](const beast::error_code& e) {
+      if (!e && !*read) s.socket().close();
     });
-    co_await http::async_read(s, buf, parser, use_awaitable);
+    try {
+      co_await http::async_read(s, buf, parser, use_awaitable);
+    } catch (...) {
+      *read = true;
+      throw;
+    }
+    *read = true;
     deadline.cancel();
     const unsigned status = parser.get().result_int();
     if (body != nullptr) *body = std::move(parser.get().body());
@@ -455,6 +464,12 @@ awaitable<Router::Impl::Answer> Router::Impl::Forward(http::request<http::string
   // The body is here already: a replica's interim "100 Continue" would be
   // read as its answer (and the real one as the next request's).
   req.erase(http::field::expect);
+  // And whole: it goes with its length, not chunked (a replica that reads
+  // only Content-Length, as Python's http.server, left the chunks on the
+  // kept connection, where they broke the next client's request).
+  req.chunked(false);
+  req.erase(http::field::trailer);
+  req.prepare_payload();
   auto ex = co_await asio::this_coro::executor;
   asio::steady_timer wait(ex);
   const Backend* failed = nullptr;

@@ -305,17 +305,45 @@ TEST(Router, AnswersExpectContinueItselfAndDoesNotForwardIt) {
   router.Stop();
 }
 
-// A token stream (server-sent events, chunked) is passed on as the replica
-// writes it: the client has the first event while the replica still holds
-// the second, which it sends only once the client saw the first. A
-// buffering router would hold the first until the answer ended: the read
-// would time out.
+// A chunked request's body, read whole, goes to the replica with its length:
+// a replica that reads only Content-Length (Python's http.server) left the
+// chunks on the kept connection, where they broke the next client's request.
+TEST(Router, AChunkedRequestGoesToTheReplicaWithItsLength) {
+  std::atomic<int> chunked{0}, lengths{0};
+  FakeReplica replica([&](int fd, const std::string& head) {
+    std::string lower = head;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower.find("transfer-encoding") != std::string::npos) ++chunked;
+    if (lower.find("content-length: 5") != std::string::npos) ++lengths;
+    const std::string out = lower.rfind("post", 0) == 0 || lower.rfind("get", 0) == 0
+                                ? "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                                : "HTTP/1.1 400 Bad Request\r\nContent-Length: 3\r\n\r\nbad";
+    return write(fd, out.data(), out.size()) >= 0;
+  });
+  int port = 0;
+  auto router = RouterFor(replica, &port);
+  const int fd = OpenLoopback(port, 5);
+  Send(fd, "POST /svc/x HTTP/1.1\r\nHost: r\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  const std::string first = ReadUntil(fd, "ok");
+  EXPECT_EQ(first.rfind("HTTP/1.1 200 OK", 0), 0u) << first;
+  close(fd);
+  // Another client's request, on the router's kept connection to the replica.
+  const int other = OpenLoopback(port, 5);
+  Send(other, "GET /svc/y HTTP/1.1\r\nHost: r\r\n\r\n");
+  const std::string second = ReadUntil(other, "\r\n\r\n");
+  EXPECT_EQ(second.rfind("HTTP/1.1 200 OK", 0), 0u) << second;
+  close(other);
+  EXPECT_EQ(chunked.load(), 0);
+  EXPECT_EQ(lengths.load(), 1);
+  router->Stop();
+}
+
 // A replica's /metrics (and readiness) answer is read up to 4 MiB and
 // within the probe's timeout, whatever the replica sends: an endless body
 // with a huge Content-Length whose first bytes come with the header (Boost
 // 1.74's eager read dropped the limit's error for it, and the control plane
-// grew ~15 MB/s), and a body that trickles in (the stream's own timeout
-// restarts with every read) both end the read; a small answer is read.
+// grew ~15 MB/s), and a body that trickles in both end the read; a small
+// answer is read.
 TEST(Router, AReplicasMetricsAreReadOnlyUpToTheirLimitAndTimeout) {
   std::atomic<int64_t> flooded{0};   // bytes the endless answers got written
   std::atomic<int> trickles_ended{0};
@@ -374,6 +402,11 @@ TEST(Router, AReplicasMetricsAreReadOnlyUpToTheirLimitAndTimeout) {
   router->Stop();
 }
 
+// A token stream (server-sent events, chunked) is passed on as the replica
+// writes it: the client has the first event while the replica still holds
+// the second, which it sends only once the client saw the first. A
+// buffering router would hold the first until the answer ended: the read
+// would time out.
 TEST(Router, StreamsAnAnswerAsTheReplicaWritesIt) {
   std::atomic<bool> client_saw_first{false};
   FakeReplica replica([&](int fd, const std::string&) {
