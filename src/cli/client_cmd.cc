@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -667,8 +668,10 @@ static int ClientCommand(const std::string& cmd, std::vector<std::string> args) 
       if (j.value("restarts", 0) > 0) kv.Add({"restarts:", S(j, "restarts") + " (last: " + S(j, "last_requeue_reason") + ")"});
       if (j.contains("usage")) {
         const json& u = j["usage"];
-        kv.Add({"usage:", S(u, "gpu_hours") + " GPU-hours, activity p50/p90 " + S(u, "activity_p50") + "%/" +
-                              S(u, "activity_p90") + "%, " + S(u, "energy_kwh") + " kWh"});
+        // (-1: not measured, as a CPU job's or a GPU fraction's.)
+        auto pct = [&](const char* k) { return u.value(k, -1.0) < 0 ? std::string("-") : S(u, k) + "%"; };
+        kv.Add({"usage:", S(u, "gpu_hours") + " GPU-hours, activity p50/p90 " + pct("activity_p50") + "/" +
+                              pct("activity_p90") + ", " + S(u, "energy_kwh") + " kWh"});
         if (u.contains("recommendation")) kv.Add({"right size:", S(u["recommendation"], "summary")});
       }
       if (j.contains("pending_reason")) {
@@ -804,9 +807,24 @@ static int ClientCommand(const std::string& cmd, std::vector<std::string> args) 
     // what is wrong with it.
     std::vector<uint64_t> chunk;
     bool one_by_one = false;
+    // The server unreachable: said once, with how many were not sent, not
+    // once per id (an array is 100,000 of them).
+    std::optional<Response> unreachable;
+    size_t unsent = 0;
     auto send = [&] {
       if (chunk.empty()) return;
+      if (unreachable) {
+        unsent += chunk.size();
+        chunk.clear();
+        return;
+      }
       Response r = one_by_one ? Response{} : c.Post("/v1/jobs/cancel", json{{"ids", chunk}}.dump(), "application/json");
+      if (!one_by_one && r.status == 0) {
+        unreachable = r;
+        unsent += chunk.size();
+        chunk.clear();
+        return;
+      }
       if (!one_by_one && (r.status == 404 || r.status == 405)) one_by_one = true;
       if (one_by_one) {
         for (uint64_t id : chunk) cancel_one(std::to_string(id));
@@ -832,13 +850,23 @@ static int ClientCommand(const std::string& cmd, std::vector<std::string> args) 
       auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), value);
       if (ec != std::errc() || end != id.data() + id.size() || value == 0) {
         send();  // (in the order given)
-        cancel_one(id);
+        if (unreachable) {
+          ++unsent;
+        } else {
+          cancel_one(id);
+        }
         continue;
       }
       chunk.push_back(value);
       if (chunk.size() == 10'000) send();
     }
     send();
+    if (unreachable) {
+      const int code = Client::Fail(*unreachable, "cancel");
+      if (rc == kExitOk) rc = code;
+      std::cerr << "rota cancel: " << unsent << " job(s) not cancelled (not sent)\n";
+      if (c.json_output()) refused.push_back({{"status", 0}, {"error", unreachable->error}, {"not_sent", unsent}});
+    }
     if (c.json_output()) std::cout << json{{"cancelled", cancelled}, {"failed", refused}}.dump(2) << "\n";
     if (not_ours > 0) std::cerr << "rota cancel: skipped " << not_ours << " matching job(s) of other users\n";
     return rc;

@@ -314,9 +314,13 @@ int ReplicatedServer(const std::string& conninfo, std::string advertise, Duratio
   // what is left.
   const Duration fence = options.fence_after > 0 ? options.fence_after : options.node_timeout;
   if (lease * 7 / 6 + kMicrosPerSecond > fence / 6) {
+    // (The rule above, solved for the lease, and for the fence.)
+    const Duration most = (fence / 6 - kMicrosPerSecond) * 6 / 7 / 100'000 * 100'000;  // (down to a tenth of a second)
+    const Duration least = ((lease * 7 / 6 + kMicrosPerSecond) * 6 + kMicrosPerSecond - 1) / kMicrosPerSecond * kMicrosPerSecond;
     std::cerr << "rota: warning: --lease " << FormatDuration(lease) << " is long for a fence of " << FormatDuration(fence)
-              << ": tasks may get their checkpoint signal during a failover (keep the lease under a seventh of the"
-                 " node timeout)\n";
+              << ": tasks may get their checkpoint signal during a failover ("
+              << (most >= 500 * 1000 ? "keep --lease at most " + FormatDuration(most) + ", or " : std::string())
+              << "raise --node-timeout (or --fence-after) to " << FormatDuration(least) << " or more)\n";
   }
   server::Replica replica({.conninfo = conninfo, .advertise = advertise, .lease = lease});
   std::thread signals([&] {

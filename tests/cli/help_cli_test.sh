@@ -74,6 +74,25 @@ if command -v zsh > /dev/null; then
 fi
 expect_bad "usage: rota completion bash|zsh" completion fish
 
+# A lease too long for the fence: the warning gives the bounds it checks
+# (a lease of 1s needs a fence of 13s; an 8s fence takes no lease), before
+# the store is reached (none listens on port 1: the server waits for it,
+# until the timeout).
+out=$(timeout 5 "$rota" server --data-dir "$tmp/lease" --listen 127.0.0.1:17998 --store postgres://rota@127.0.0.1:1/rota \
+        --lease 1s --node-timeout 8s 2>&1 || true)
+echo "$out" | grep -F "raise --node-timeout (or --fence-after) to 13s or more" > /dev/null || fail "lease warning: $out"
+echo "$out" | grep -F "keep --lease at most" > /dev/null && fail "lease warning offers a lease below the least: $out"
+out=$(timeout 5 "$rota" server --data-dir "$tmp/lease" --listen 127.0.0.1:17998 --store postgres://rota@127.0.0.1:1/rota \
+        --lease 4s --node-timeout 30s 2>&1 || true)
+echo "$out" | grep -F "keep --lease at most 3400ms, or raise --node-timeout (or --fence-after) to 34s or more" > /dev/null ||
+  fail "lease warning: $out"
+
+# Cancelling many jobs at a server that cannot be reached: said once, with
+# how many were not sent (not one line per id).
+out=$("$rota" --server http://127.0.0.1:1 --token t cancel 1 2 3 4 5 x 2>&1 || true)
+[ "$(echo "$out" | grep -c "cannot reach")" = 1 ] || fail "cancel, unreachable: $out"
+echo "$out" | grep -F "6 job(s) not cancelled (not sent)" > /dev/null || fail "cancel, unreachable: $out"
+
 # rota help --man: a man page with every command's help.
 "$rota" help --man > "$tmp/rota.1"
 head -1 "$tmp/rota.1" | grep '^\.TH ROTA 1 ' > /dev/null || fail "man page: $(head -1 "$tmp/rota.1")"
