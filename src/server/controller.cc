@@ -429,27 +429,6 @@ void Controller::PublishBatch(const std::vector<Event>& events) {
   if (node_listener_) node_listener_(std::vector<std::string>(touched.begin(), touched.end()));
 }
 
-void Controller::SyncHolds() {
-  if (!lifecycle_.TakeHoldChanges(options_.clock->Now())) return;
-  std::set<JobId> held = lifecycle_.HeldJobs();
-  std::set<std::string> holding = lifecycle_.HoldingNodes();
-  std::set<std::string> touched;  // the nodes of the jobs released: their tasks go out now
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (JobId id : held_jobs_) {
-      if (held.count(id)) continue;
-      for (const std::string& n : PlacedNodes(*published_, id)) touched.insert(n);
-    }
-    held_jobs_ = std::move(held);
-    holding_nodes_ = std::move(holding);
-    for (const std::string& n : touched) ++node_versions_[n];
-  }
-  if (touched.empty()) return;
-  node_cv_.notify_all();
-  std::lock_guard<std::mutex> lock(listener_mu_);
-  if (node_listener_) node_listener_(std::vector<std::string>(touched.begin(), touched.end()));
-}
-
 void Controller::RecordUsage(const std::vector<Event>& events) {
   // Each job whose attempt ended or changed, and when (the event's time: a
   // task found ended late ended before now, JobLifecycle).
@@ -580,7 +559,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::NodeTasks(const std::string& n
   if (const std::set<JobId>* ids = JobsOn(node_name)) {
     for (JobId id : *ids) {
       const JobRecord* job = snap.FindJob(id);
-      if (job == nullptr || job->state != JobState::kRunning || held_jobs_.count(id)) continue;
+      if (job == nullptr || job->state != JobState::kRunning) continue;
       for (size_t i = 0; i < job->placement.size(); ++i) {
         if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));
       }
@@ -787,7 +766,6 @@ void Controller::ActorLoop() {
       NoteBatch(append, whole);
     }
     for (auto& done : batch.done) done(committed);
-    SyncHolds();
   }
   // Refuse whatever arrived while stopping.
   std::deque<std::function<void(Batch&)>> rest;
@@ -919,7 +897,6 @@ void Controller::CheckNodes() {
       }
       if (!lost) batch.Apply(NodeLostChanged{name, true}).IgnoreError();
       if (silence <= requeue_after) continue;
-      lifecycle_.NodeFenced(name);  // (what it ran is stopped: gangs held for it go on)
       const std::string why = "node " + name + " lost (no heartbeat for " +
                               FormatDuration(silence / kMicrosPerSecond * kMicrosPerSecond) +
                               "; its tasks fenced themselves after " + FormatDuration(FenceAfter()) + ")";
@@ -1251,8 +1228,7 @@ Status Controller::Requeue(const Principal& who, JobId id) {
              return FailedPreconditionError("job " + std::to_string(id.value()) + " is " +
                                             std::string(JobStateName(job->state)) + ": only a running job can be requeued");
            }
-           // (Held, as any requeued gang, until its replicas have stopped.)
-           lifecycle_.Requeue(batch, *job, "requeued by " + who.user, /*counts_against_policy=*/false);
+           ROTA_RETURN_IF_ERROR(batch.Apply(JobRequeued{id, options_.clock->Now(), "requeued by " + who.user}));
            lifecycle_.Forget(id);
            return true;
          })
@@ -1658,7 +1634,7 @@ std::vector<TaskAssignment> Controller::TasksFor(Batch& batch, const std::string
   if (const std::set<JobId>* indexed = JobsOn(node_name)) ids.insert(indexed->begin(), indexed->end());
   for (JobId id : ids) {
     const JobRecord* job = snap.FindJob(id);
-    if (job == nullptr || job->state != JobState::kRunning || lifecycle_.Held(id)) continue;
+    if (job == nullptr || job->state != JobState::kRunning) continue;
     for (size_t i = 0; i < job->placement.size(); ++i) {
       if (job->placement[i].node == node->id) tasks.push_back(Assignment(snap, *job, i));
     }
@@ -1681,7 +1657,6 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
     auto live = live_.find(report.node);
     if (node == nullptr || node->lost || live == live_.end() || !live->second.registered) return false;
     if (!SameAgent(live->second, report.node, report.instance).ok()) return false;  // (the actor refuses it)
-    if (holding_nodes_.count(report.node)) return false;  // (its report may release a held gang: the actor's)
     // Overdue: CheckNodes may be declaring it lost right now; the actor
     // orders the two.
     if (options_.clock->Now() - live->second.last_heartbeat > options_.node_timeout) return false;

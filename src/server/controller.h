@@ -495,12 +495,6 @@ class Controller {
   std::map<JobId, std::vector<std::string>> job_nodes_;
   std::mutex listener_mu_;  // guards node_listener_ (held while it runs)
   std::function<void(const std::vector<std::string>&)> node_listener_;
-  // JobLifecycle's held gangs and the nodes that may release them, as of the
-  // actor's last batch (under mu_: the quiet heartbeats and the watch read
-  // them); SyncHolds copies them and pushes the released gangs' tasks.
-  std::set<JobId> held_jobs_;
-  std::set<std::string> holding_nodes_;
-  void SyncHolds();
   UsageTracker usage_;  // right-sizing (thread-safe)
   GpuHistoryRecorder history_;  // per-GPU history (thread-safe)
   void HistoryLoop();

@@ -49,76 +49,6 @@ void JobLifecycle::OnTaskReports(Batch& batch, const std::string& node_name,
     if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica) || !Ours(*job, node, t)) continue;
     OnExit(batch, *job, t);
   }
-  if (!held_.empty()) Release(node_name, tasks);
-}
-
-void JobLifecycle::HoldUntilStopped(const Batch& batch, const JobRecord& job) {
-  const auto exited = exited_.find(job.id);
-  Hold hold;
-  {
-    Snapshot snap = batch.state->GetSnapshot();
-    for (const ReplicaPlacement& r : job.placement) {
-      if (exited != exited_.end() && exited->second.replicas.count({r.task, r.replica})) continue;
-      const NodeState& node = snap.node(r.node);
-      if (node.lost) continue;  // (requeued only once past its fence)
-      hold.replicas[node.spec.name].insert({r.task, r.replica, job.ReplicaAttempt(r.replica)});
-    }
-  }
-  if (hold.replicas.empty()) return;
-  hold.until = clock_->Now() + job.spec().checkpoint.grace + kHoldSlack;
-  held_[job.id] = std::move(hold);
-  hold_changed_ = true;
-}
-
-void JobLifecycle::Release(const std::string& node, const std::vector<api::TaskReport>& tasks) {
-  for (auto it = held_.begin(); it != held_.end();) {
-    auto on = it->second.replicas.find(node);
-    if (on != it->second.replicas.end()) {
-      std::erase_if(on->second, [&](const std::tuple<uint16_t, uint32_t, int32_t>& r) {
-        return std::none_of(tasks.begin(), tasks.end(), [&](const api::TaskReport& t) {
-          return !t.exited && t.job == it->first && t.task == std::get<0>(r) && t.replica == std::get<1>(r) &&
-                 t.attempt == std::get<2>(r);
-        });
-      });
-      if (on->second.empty()) it->second.replicas.erase(on);
-    }
-    if (it->second.replicas.empty()) {
-      it = held_.erase(it);
-      hold_changed_ = true;
-    } else {
-      ++it;
-    }
-  }
-}
-
-void JobLifecycle::NodeFenced(const std::string& node) { Release(node, {}); }
-
-bool JobLifecycle::TakeHoldChanges(TimePoint now) {
-  for (auto it = held_.begin(); it != held_.end();) {
-    if (now < it->second.until) {
-      ++it;
-      continue;
-    }
-    it = held_.erase(it);
-    hold_changed_ = true;
-  }
-  const bool changed = hold_changed_;
-  hold_changed_ = false;
-  return changed;
-}
-
-std::set<JobId> JobLifecycle::HeldJobs() const {
-  std::set<JobId> out;
-  for (const auto& [id, hold] : held_) out.insert(id);
-  return out;
-}
-
-std::set<std::string> JobLifecycle::HoldingNodes() const {
-  std::set<std::string> out;
-  for (const auto& [id, hold] : held_) {
-    for (const auto& [node, replicas] : hold.replicas) out.insert(node);
-  }
-  return out;
 }
 
 void JobLifecycle::OnCheckpoint(Batch& batch, NodeId node, const JobRecord& job, const api::TaskReport& t) {
@@ -259,13 +189,11 @@ bool JobLifecycle::RestartAllowed(const JobRecord& job) {
 
 void JobLifecycle::Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy,
                            TimePoint at) {
+  Forget(job.id);
   const TimePoint now = at != 0 ? at : clock_->Now();
   if (!counts_against_policy || RestartAllowed(job)) {
-    HoldUntilStopped(batch, job);
-    Forget(job.id);
     batch.Apply(JobRequeued{job.id, now, reason, counts_against_policy}).IgnoreError();
   } else {
-    Forget(job.id);
     batch.Apply(JobFinished{job.id, JobOutcome::kFailed, now, reason + "; no restarts left"}).IgnoreError();
   }
 }

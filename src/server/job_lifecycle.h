@@ -19,7 +19,6 @@
 #include <map>
 #include <set>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,24 +59,6 @@ class JobLifecycle {
   // replicas seen exiting are forgotten.
   void Forget(JobId job) { exited_.erase(job); }
 
-  // A rank never runs twice: a gang requeued while replicas of its attempt
-  // may still run (on nodes that are not lost: the healthy half of a gang
-  // whose other node was lost, the other ranks of one that failed) is held:
-  // its next attempt may be bound, but its tasks go to no agent until each
-  // such replica's node reports it no longer running (the agent stops it
-  // once its answer lacks it, within the job's grace), the node is fenced,
-  // or its grace plus kHoldSlack has passed.
-  static constexpr Duration kHoldSlack = 60 * kMicrosPerSecond;
-  bool Held(JobId job) const { return held_.count(job) > 0; }
-  // The held jobs, and the nodes whose reports may release one.
-  std::set<JobId> HeldJobs() const;
-  std::set<std::string> HoldingNodes() const;
-  // `node` is lost and past its fence: its replicas no longer run.
-  void NodeFenced(const std::string& node);
-  // Releases the holds whose time ran out (at `now`); whether any changed
-  // since the last call (then the caller re-reads HeldJobs and pushes).
-  bool TakeHoldChanges(TimePoint now);
-
  private:
   void OnCheckpoint(Batch& batch, NodeId node, const JobRecord& job, const api::TaskReport& t);
   // One exit of a replica the reporting node runs, of its current attempt.
@@ -92,18 +73,6 @@ class JobLifecycle {
     TimePoint last = 0;
   };
   std::map<JobId, Exited> exited_;
-  // Held jobs: the replicas of their last attempt that may still run, by
-  // node (task, replica, attempt), and when the hold runs out.
-  struct Hold {
-    std::map<std::string, std::set<std::tuple<uint16_t, uint32_t, int32_t>>> replicas;
-    TimePoint until = 0;
-  };
-  std::map<JobId, Hold> held_;
-  bool hold_changed_ = false;
-  // Holds a requeued job whose replicas on live nodes did not all exit.
-  void HoldUntilStopped(const Batch& batch, const JobRecord& job);
-  // `node`'s report: its held replicas it no longer runs are released.
-  void Release(const std::string& node, const std::vector<api::TaskReport>& tasks);
 };
 
 }  // namespace rota::server

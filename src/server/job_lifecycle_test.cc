@@ -188,53 +188,6 @@ TEST(JobLifecycle, AReplicaEndedByItsNodesFenceIsRequeuedNotFailed) {
   EXPECT_TRUE(std::holds_alternative<JobRequeued>(events[0]));
 }
 
-// A rank never runs twice: a gang requeued while another of its replicas
-// still runs is held (its next attempt's tasks go to no agent) until the
-// node reports that replica no longer running, the node is fenced, or the
-// grace plus kHoldSlack has passed. A replica that exited holds nothing.
-TEST(JobLifecycle, AGangRequeuedWhileAReplicaRunsIsHeldUntilItStops) {
-  JobSpec retry = GpuJob("j", 2, 1);
-  retry.restart = {RestartPolicy::kOnFailure, 3};
-  Running r(retry);
-  api::TaskReport still{.job = JobId(1), .task = 0, .replica = 0, .attempt = 0};  // running
-  auto events = r.Report({still, Exit(1, 3)});
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_TRUE(std::holds_alternative<JobRequeued>(events[0]));
-  EXPECT_TRUE(r.lifecycle.Held(JobId(1)));
-  EXPECT_TRUE(r.lifecycle.TakeHoldChanges(r.clock.Now()));
-  EXPECT_EQ(r.lifecycle.HoldingNodes(), std::set<std::string>{"n-0"});
-  r.Report({still});  // still running (stopping within its grace)
-  EXPECT_TRUE(r.lifecycle.Held(JobId(1)));
-  EXPECT_FALSE(r.lifecycle.TakeHoldChanges(r.clock.Now()));
-  still.exited = true;
-  still.exit_code = 143;
-  r.Report({still});  // stopped (an exit of the old attempt changes nothing else)
-  EXPECT_FALSE(r.lifecycle.Held(JobId(1)));
-  EXPECT_TRUE(r.lifecycle.TakeHoldChanges(r.clock.Now()));
-  // Its node fenced: released too.
-  Running fenced(retry);
-  still.exited = false;
-  fenced.Report({still, Exit(1, 3)});
-  ASSERT_TRUE(fenced.lifecycle.Held(JobId(1)));
-  fenced.lifecycle.NodeFenced("n-0");
-  EXPECT_FALSE(fenced.lifecycle.Held(JobId(1)));
-  // Never reported stopped: released once its grace and the slack passed.
-  Running stuck(retry);
-  stuck.Report({still, Exit(1, 3)});
-  ASSERT_TRUE(stuck.lifecycle.Held(JobId(1)));
-  stuck.lifecycle.TakeHoldChanges(stuck.clock.Now());
-  stuck.clock.Advance(JobLifecycle::kHoldSlack - 1);
-  EXPECT_FALSE(stuck.lifecycle.TakeHoldChanges(stuck.clock.Now()));
-  stuck.clock.Advance(1);
-  EXPECT_TRUE(stuck.lifecycle.TakeHoldChanges(stuck.clock.Now()));
-  EXPECT_FALSE(stuck.lifecycle.Held(JobId(1)));
-  // Both replicas exited (the second after the first failed: reported
-  // together): nothing runs, nothing held.
-  Running done(retry);
-  done.Report({Exit(0, 3), Exit(1, 0)});
-  EXPECT_FALSE(done.lifecycle.Held(JobId(1)));
-}
-
 TEST(JobLifecycle, TimeLimitsAndUnstoppedEvictionsEnd) {
   JobSpec limited = GpuJob("j", 2, 1);
   limited.time_limit = 60 * kMicrosPerSecond;

@@ -336,32 +336,6 @@ TEST_F(ShortServerOutage, AServerAwayForLessThanTheFenceStopsNothing) {
   CancelLeavesNothing("3606");
 }
 
-// A gang whose node is lost: its other rank, on a healthy node, is stopped
-// (it ignores the stop signal, so it runs its whole grace, as a rank that
-// checkpoints would), and the replacements start only once it has: the
-// healthy half of a gang is waited for too, not only the lost node's
-// fence. (Before, the new rank started on the spare node while the old one
-// still ran: two processes of one rank for the grace.)
-TEST_F(Fencing, AGangsHealthyRanksStopBeforeItsReplacementsStart) {
-  RankWatch watch("3608");
-  const std::string spec =
-      "name: g\ncheckpoint: {grace: 3s}\ntasks: [{name: w, replicas: 2, gpus: 2, command: [sh, -c, \"trap '' TERM USR1; "
-      "exec sleep 3608\"]}]\n";
-  ASSERT_EQ(server_->Admin().Post("/v1/jobs", spec, "application/yaml")->status, 201);
-  json j = WaitJob(1, [](const json& x) { return x["state"] == "running"; });
-  ASSERT_TRUE(Eventually([&] { return Census("3608").size() == 2; })) << "the gang's processes never appeared";
-  const std::string node = j["placement"][0]["node"];
-  const int index = std::stoi(node.substr(1));
-  ASSERT_TRUE(Eventually([&] { return Records(LogsDir(index) + "/.agent-state") == 1; }));
-  KillAgent(index, SIGKILL);
-  j = WaitJob(1, [&](const json& x) { return x["state"] == "running" && x["restarts"] == 1; }, 30);
-  ASSERT_TRUE(Eventually([&] { return Census("3608").size() == 2 && AllPids(Census("3608")).size() == 2; }, 30))
-      << "the replacements never started";
-  CancelLeavesNothing("3608");
-  watch.Stop();
-  EXPECT_LE(watch.max_copies(), 1) << watch.worst();
-}
-
 // A second agent started for a node that has one (by mistake, or a cloned
 // machine: the same token and name, its own directories) is refused while
 // the first reports, and runs nothing: no rank runs twice.
