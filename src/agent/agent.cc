@@ -3,6 +3,7 @@
 #include "agent/identity.h"
 #include "agent/oci.h"
 #include "base/base64.h"
+#include "base/random_hex.h"
 
 #include <httplib.h>
 #include <signal.h>
@@ -179,24 +180,16 @@ void Heard(api::ServerList& servers, const std::string& tried, const httplib::Re
                 res ? res->get_header_value("Rota-Leader") : std::string());
 }
 
-// 32 random hex digits.
-std::string RandomHex() {
-  std::random_device rd;
-  char out[33];
-  for (int i = 0; i < 32; i += 8) std::snprintf(out + i, 9, "%08x", static_cast<unsigned>(rd()));
-  return std::string(out, 32);
-}
-
 }  // namespace
 
 std::string AgentInstance(const std::string& state_dir) {
-  if (state_dir.empty()) return RandomHex();
+  if (state_dir.empty()) return RandomHex(32);
   const std::string path = state_dir + "/agent-id";
   std::string id;
   std::ifstream(path) >> id;
   const bool whole = id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
   if (whole) return id;
-  id = RandomHex();
+  id = RandomHex(32);
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
   const std::string tmp = path + ".tmp";

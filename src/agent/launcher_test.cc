@@ -251,39 +251,37 @@ TEST_F(SupervisedTest, ATaskWhoseLeaseLapsesIsSignalledThenKilled) {
 // the lease was renewed, does not.
 TEST_F(SupervisedTest, AnExitTheFenceCausedIsMarkedSo) {
   ProcessLauncher l(kShim);
-  bool fenced = true;
-  // Its own exit, under a lease.
-  Lease(60'000);
-  LaunchSpec s = Spec({"sh", "-c", "exit 7"});
+  LaunchSpec s = Spec({});
   s.lease_file = dir + "/lease";
   s.stop_signal = SIGUSR1;
   s.fence_warn_ms = 300;
-  auto t = l.Launch(s);
-  ASSERT_TRUE(t.ok());
-  EXPECT_EQ(Wait(l, t->shim, 3000), 7);
-  EXPECT_EQ(ReadExitFile(dir + "/t.exit", nullptr, &fenced), 7);
-  EXPECT_FALSE(fenced);
+  // Runs `argv` under the lease as it stands, to its end (`code`, as the
+  // supervisor exits with it and as its exit file says); whether the file
+  // says the fence ended it.
+  auto run = [&](std::vector<std::string> argv, int code) {
+    s.argv = std::move(argv);
+    auto t = l.Launch(s);
+    EXPECT_TRUE(t.ok());
+    if (!t.ok()) return false;
+    EXPECT_EQ(Wait(l, t->shim, 3000), code);
+    bool fenced = true;
+    EXPECT_EQ(ReadExitFile(dir + "/t.exit", nullptr, &fenced), code);
+    return fenced;
+  };
+  // Its own exit, under a lease.
+  Lease(60'000);
+  EXPECT_FALSE(run({"sh", "-c", "exit 7"}, 7));
   // Dead of the warning (no handler for it), the lease lapsed.
   Lease(600);
-  s.argv = {"sleep", "30"};
-  t = l.Launch(s);
-  ASSERT_TRUE(t.ok());
-  EXPECT_EQ(Wait(l, t->shim, 3000), 128 + SIGUSR1);
-  EXPECT_EQ(ReadExitFile(dir + "/t.exit", nullptr, &fenced), 128 + SIGUSR1);
-  EXPECT_TRUE(fenced);
+  EXPECT_TRUE(run({"sleep", "30"}, 128 + SIGUSR1));
   // Killed at the deadline (its trap set before the warning).
   Lease(800);
-  s.argv = {"sh", "-c", "trap '' USR1; while true; do sleep 0.05; done"};
-  t = l.Launch(s);
-  ASSERT_TRUE(t.ok());
-  EXPECT_EQ(Wait(l, t->shim, 3000), 128 + SIGKILL);
-  EXPECT_EQ(ReadExitFile(dir + "/t.exit", nullptr, &fenced), 128 + SIGKILL);
-  EXPECT_TRUE(fenced);
+  EXPECT_TRUE(run({"sh", "-c", "trap '' USR1; while true; do sleep 0.05; done"}, 128 + SIGKILL));
   // Warned (it saves and runs on), then the lease renewed: its later exit is its own.
   Lease(1500);
   s.fence_warn_ms = 1200;
   s.argv = {"sh", "-c", "trap 'echo saved' USR1; until [ -e " + dir + "/end ]; do sleep 0.02; done; exit 0"};
-  t = l.Launch(s);
+  auto t = l.Launch(s);
   ASSERT_TRUE(t.ok());
   for (int i = 0; i < 300 && Read(dir + "/t.log").find("saved") == std::string::npos; ++i) usleep(10 * 1000);
   ASSERT_NE(Read(dir + "/t.log").find("saved"), std::string::npos);
@@ -291,6 +289,7 @@ TEST_F(SupervisedTest, AnExitTheFenceCausedIsMarkedSo) {
   usleep(300 * 1000);  // (the supervisor reads the lease every 100 ms)
   std::ofstream(dir + "/end") << "";
   EXPECT_EQ(Wait(l, t->shim, 3000), 0);
+  bool fenced = true;
   EXPECT_EQ(ReadExitFile(dir + "/t.exit", nullptr, &fenced), 0);
   EXPECT_FALSE(fenced);
 }

@@ -14,6 +14,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "base/random_hex.h"
+
 namespace rota::cli {
 
 std::string DefaultDataDir() {
@@ -91,12 +93,7 @@ Response Answer(const httplib::Response& res) {
 
 std::string ServerUrlPath(const std::string& data_dir) { return data_dir + "/server.url"; }
 
-std::string NewIdempotencyKey() {
-  std::random_device rd;
-  char out[33];
-  for (int i = 0; i < 4; ++i) std::snprintf(out + 8 * i, 9, "%08x", static_cast<unsigned>(rd()));
-  return out;
-}
+std::string NewIdempotencyKey() { return RandomHex(32); }
 
 Client Client::FromArgs(std::vector<std::string>* args) {
   Client c;
@@ -251,3 +248,4 @@ int Client::Fail(const Response& r, const std::string& what) {
 }
 
 }  // namespace rota::cli
+

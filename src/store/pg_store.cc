@@ -15,6 +15,7 @@
 #include "api/json_codec.h"
 #include "api/usage_codec.h"
 #include "base/base64.h"
+#include "base/random_hex.h"
 #include "store/records.h"
 
 namespace rota {
@@ -876,10 +877,7 @@ StatusOr<std::unique_ptr<PgLease>> PgLease::Open(const std::string& conninfo, st
   auto db = std::make_unique<pg::Conn>(conninfo, LeaseSettings(lease),
                                        static_cast<int>(std::max<int64_t>(lease / 2000, 200)));
   ROTA_RETURN_IF_ERROR(EnsureSchema(*db));
-  std::random_device rd;
-  char instance[17];
-  std::snprintf(instance, sizeof(instance), "%08x%08x", static_cast<unsigned>(rd()), static_cast<unsigned>(rd()));
-  return std::unique_ptr<PgLease>(new PgLease(std::move(db), std::move(holder), instance));
+  return std::unique_ptr<PgLease>(new PgLease(std::move(db), std::move(holder), RandomHex(16)));
 }
 
 StatusOr<int64_t> PgLease::TryAcquire(Duration lease, bool at_startup) {
