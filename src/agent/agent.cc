@@ -703,6 +703,7 @@ bool Agent::Heartbeat(int wait_ms) {
     else std::fprintf(stderr, "rota agent: %s: the server drains this node until it clears\n", report.disk_problem.c_str());
   }
   Reap();
+  report.revision = applied_revision_;  // (tasks_ as of that answer: both under mu_)
   for (auto& [key, t] : tasks_) {
     if (!t->exited) busy |= t->gpu_mask;
     api::TaskReport& r = report.tasks.emplace_back();

@@ -138,6 +138,7 @@ ordered_json HeartbeatToJson(const HeartbeatReport& report) {
   if (report.wait_ms > 0) out["wait_ms"] = report.wait_ms;
   if (!report.disk_problem.empty()) out["disk_problem"] = report.disk_problem;
   if (!report.instance.empty()) out["instance"] = report.instance;
+  if (report.revision > 0) out["revision"] = report.revision;
   return out;
 }
 
@@ -161,6 +162,10 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
   ShownText(&r.disk_problem);
   ROTA_RETURN_IF_ERROR(Read(body, "", "instance", &r.instance));
   ROTA_RETURN_IF_ERROR(CheckInstance(r.instance, "instance"));
+  if (auto v = body.find("revision"); v != body.end()) {
+    if (!v->is_number_unsigned()) return InvalidArgumentError("revision: must be a whole number of at least 0");
+    r.revision = v->get<uint64_t>();
+  }
   ROTA_ASSIGN_OR_RETURN(const json* gpus, Field(body, "", "gpus", V::array, false));
   if (gpus != nullptr) {
     for (size_t i = 0; i < gpus->size(); ++i) {

@@ -150,6 +150,11 @@ struct HeartbeatReport {
   // The reporting agent (its AgentInstance; "" from an agent older than
   // that): another agent's, once it registered for the node, is refused.
   std::string instance;
+  // The revision of the last answer the agent applied before it listed
+  // `tasks` (0: none since it registered, or not said): every task it runs
+  // is listed, so a replica an answer this new no longer holds, missing from
+  // the list, runs no longer.
+  uint64_t revision = 0;
 };
 
 struct AgentAnswer {

@@ -449,6 +449,8 @@ std::string EncodeEvent(const Event& event) {
           j["at"] = e.at;
           j["preemptor"] = e.preemptor.value();
           j["reason"] = e.reason;
+          if (e.restart) j["restart"] = true;
+          if (e.failed) j["failed"] = true;
         } else if constexpr (std::is_same_v<E, NodeLostChanged>) {
           j["type"] = "NodeLostChanged";
           j["node"] = e.node;
@@ -632,7 +634,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
     if (type == "NodeLostChanged") return Event(NodeLostChanged{j.at("node"), j.at("lost")});
     if (type == "JobPreempting") {
       return Event(JobPreempting{JobId(j.at("id").get<uint64_t>()), j.at("at"), JobId(j.at("preemptor").get<uint64_t>()),
-                                 j.at("reason")});
+                                 j.at("reason"), j.value("restart", false), j.value("failed", false)});
     }
     if (type == "JobHoldChanged") {
       return Event(JobHoldChanged{JobId(j.at("id").get<uint64_t>()), j.at("held"), j.at("at"), j.at("by"),

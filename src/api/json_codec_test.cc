@@ -42,6 +42,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobRequeued{JobId(9), 1001, "worker-0 exited with code 2", true},  // a failed attempt
       NodeLostChanged{"n-1", true},
       JobPreempting{JobId(11), 77, JobId(12), "preempted for job 12"},
+      JobPreempting{JobId(11), 78, JobId(), "worker-1 exited with code 1", true, true},  // stopping to restart
       JobSubmitted{JobId(10), *spec, 5, "carol", 2, 3},
       JobBound{JobId(13), {{0, 0, NodeId(1), 0x02, 0, 4}}, 458},  // a MIG instance at slot 4
       GpuReconfigured{"n-0", 1, "3g.40gb@0,3g.40gb@4"},

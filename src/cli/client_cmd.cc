@@ -665,6 +665,12 @@ static int ClientCommand(const std::string& cmd, std::vector<std::string> args) 
         kv.Add({j.contains("service") ? "replicas:" : "elastic:", S(e, "running") + " running of " + S(e, "min_replicas") + ".." + S(e, "replicas") +
                                 " replicas (" + S(e, "resizes") + " resizes)"});
       }
+      if (j.contains("stopping")) {
+        const json& st = j["stopping"];
+        kv.Add({"stopping:", "since " + S(st, "since") + ", " + S(st, "reason") +
+                                 (S(st, "then") == "restart" ? "; restarts once every replica has stopped"
+                                                              : "; requeued once every replica has stopped")});
+      }
       if (j.value("restarts", 0) > 0) kv.Add({"restarts:", S(j, "restarts") + " (last: " + S(j, "last_requeue_reason") + ")"});
       if (j.contains("usage")) {
         const json& u = j["usage"];

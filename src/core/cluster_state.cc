@@ -789,6 +789,8 @@ Status ClusterState::ApplyOne(const JobRequeued& e) {
   EndAttempt(*updated, e.at, "requeued: " + e.reason);
   updated->preempted_for = JobId();
   updated->preempting_since = 0;
+  updated->restarting = false;
+  updated->restart_failed = false;
   updated->started_at = 0;
   updated->last_placement = std::move(updated->placement);
   updated->placement.clear();
@@ -1014,9 +1016,15 @@ Status ClusterState::ApplyOne(const JobPreempting& e) {
   }
   auto updated = MakeSlabShared<JobRecord>(*found);
   updated->state = JobState::kPreempting;
-  updated->preempted_for = e.preemptor;
+  updated->preempted_for = e.restart ? JobId() : e.preemptor;
   updated->preempting_since = e.at;
   updated->last_requeue_reason = e.reason;
+  updated->restarting = e.restart;
+  updated->restart_failed = e.restart && e.failed;
+  if (e.restart) {
+    Put(Mutable(), std::move(updated));
+    return Status::Ok();
+  }
   updated->preempted_at.push_back(e.at);
   updated->preempted_by.push_back(e.preemptor);
   if (updated->preempted_at.size() > 8) {
@@ -1159,7 +1167,8 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
     if (!j.placement.empty()) emit(JobBound{j.id, j.placement, j.started_at});
     if (j.last_checkpoint_at != 0) emit(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {
-      emit(JobPreempting{j.id, j.preempting_since, j.preempted_for, j.last_requeue_reason});
+      emit(JobPreempting{j.id, j.preempting_since, j.preempted_for, j.last_requeue_reason, j.restarting,
+                         j.restart_failed});
     }
     if (j.state == JobState::kSucceeded || j.state == JobState::kFailed) {
       emit(JobFinished{j.id, j.state == JobState::kSucceeded ? JobOutcome::kSucceeded : JobOutcome::kFailed,

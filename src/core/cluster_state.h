@@ -122,6 +122,10 @@ struct JobRecord {
   bool held = false;
   std::string held_by;
   bool held_by_admin = false;
+  // While preempting: it stops to be restarted, not evicted (JobPreempting's
+  // restart), and whether that restart counts against its policy.
+  bool restarting = false;
+  bool restart_failed = false;
   int32_t restarts = 0;                     // times requeued after it started
   // Of those, the restarts its restart policy made (after a failed attempt;
   // with `always`, after any exit): what restart.max_restarts counts

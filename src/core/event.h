@@ -120,11 +120,19 @@ struct JobRequeued {
 // A running gang is being evicted for `preemptor`: its tasks get their
 // checkpoint signal and grace period; it keeps its GPUs until they stop, then
 // it is requeued (JobRequeued).
+//
+// Or, with `restart`, it stops to be restarted (a rank failed, a node was
+// lost, a GPU failed, `rota requeue`): no preemptor, not counted as an
+// eviction; its requeue, once every replica has stopped, is `failed` (counts
+// against its restart policy) as this says. A rank never runs beside its own
+// next attempt.
 struct JobPreempting {
   JobId id;
   TimePoint at = 0;
   JobId preemptor;
   std::string reason;
+  bool restart = false;
+  bool failed = false;
 };
 // A node stopped (or resumed) heartbeating. A lost node takes no work.
 struct NodeLostChanged {

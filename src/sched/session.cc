@@ -207,7 +207,8 @@ void Session::ReadLiveJobs(const Snapshot& snap) {
       }
       if (job->state == JobState::kRunning) cj.running.push_back(job.get());
       if (job->state == JobState::kRunning && job->spec().elastic()) cj.elastic_running.push_back(job.get());
-      if (job->state == JobState::kPreempting) cj.making_room.emplace_back(job->preempted_for, id);
+      // (A gang stopping to restart makes room for no one.)
+      if (job->state == JobState::kPreempting && !job->restarting) cj.making_room.emplace_back(job->preempted_for, id);
       if (job->array_max_running > 0 && (job->state == JobState::kRunning || job->state == JobState::kPreempting)) {
         cj.limited_arrays.push_back(job->array);
       }

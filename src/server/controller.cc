@@ -23,7 +23,7 @@ Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
       store_(std::move(store)),
       recovered_(std::make_unique<Recovered>(options_.config.topology)),
       state_(*recovered_->state),
-      lifecycle_(options_.clock, options_.preempt_slack),
+      lifecycle_(options_.clock, options_.preempt_slack, FenceAfter() + kFenceMargin),
       usage_(RightSizing{options_.idle_utilization_pct, options_.idle_after, options_.overprovisioned_pct},
              [this](const std::string& node, const std::string& model) {
                return options_.config.GpuHourPrice(node, model);
@@ -466,8 +466,10 @@ void Controller::RecordUsage(const std::vector<Event>& events) {
       end = is->state == JobState::kFailed ? "failed" : "cancelled";
       reason = is->end_reason;
     } else if (is->state == JobState::kPending) {
-      end = is->preempted_at.size() > was->preempted_at.size() || was->state == JobState::kPreempting ? "preempted"
-                                                                                                      : "requeued";
+      end = is->preempted_at.size() > was->preempted_at.size() ||
+                    (was->state == JobState::kPreempting && !was->restarting)
+                ? "preempted"
+                : "requeued";
       reason = is->last_requeue_reason;
     } else if (is->placement != was->placement) {
       end = "resized";
@@ -916,7 +918,7 @@ void Controller::CheckNodes() {
             continue;
           }
         }
-        lifecycle_.Requeue(batch, *job, why, /*counts_against_policy=*/false);
+        lifecycle_.NodeFenced(batch, *job, lost_id, why);
       }
     }
     return true;
@@ -1228,8 +1230,8 @@ Status Controller::Requeue(const Principal& who, JobId id) {
              return FailedPreconditionError("job " + std::to_string(id.value()) + " is " +
                                             std::string(JobStateName(job->state)) + ": only a running job can be requeued");
            }
-           ROTA_RETURN_IF_ERROR(batch.Apply(JobRequeued{id, options_.clock->Now(), "requeued by " + who.user}));
-           lifecycle_.Forget(id);
+           // (It stops first: lifecycle_ requeues it once its replicas have.)
+           lifecycle_.Requeue(batch, *job, "requeued by " + who.user, /*counts_against_policy=*/false);
            return true;
          })
       .status();
@@ -1577,7 +1579,7 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
   std::vector<GpuTelemetry> health;
   ROTA_RETURN_IF_ERROR(NoteAlive(batch, report, &health));
   for (const GpuTelemetry& g : health) lifecycle_.OnGpuHealth(batch, report.node, g);
-  lifecycle_.OnTaskReports(batch, report.node, report.tasks);
+  lifecycle_.OnTaskReports(batch, report.node, report.tasks, report.revision);
   return TasksFor(batch, report.node, revision);
 }
 
@@ -1676,6 +1678,22 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
         const bool stale = at <= job->last_checkpoint_at ||
                            (t.checkpoint_at > at && t.checkpoint_path == job->last_checkpoint_path);
         if (!stale) return false;
+      }
+    }
+    // A full list that misses a stopping job's replica here: it stopped
+    // (JobLifecycle::OnTaskReports decides, on the actor).
+    if (const std::set<JobId>* ids = JobsOn(report.node); ids != nullptr && report.revision > 0) {
+      for (JobId id : *ids) {
+        const JobRecord* job = snap.FindJob(id);
+        if (job == nullptr || job->state != JobState::kPreempting) continue;
+        for (const ReplicaPlacement& r : job->placement) {
+          if (r.node != node->id) continue;
+          if (std::none_of(report.tasks.begin(), report.tasks.end(), [&](const TaskReport& t) {
+                return t.job == id && t.task == r.task && t.replica == r.replica;
+              })) {
+            return false;
+          }
+        }
       }
     }
     live->second.last_heartbeat = options_.clock->Now();

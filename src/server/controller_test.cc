@@ -282,6 +282,57 @@ TEST_F(ControllerTest, ALostNodesGangsAreRequeuedAndRunElsewhere) {
   EXPECT_NE(job->last_requeue_reason.find("lost"), std::string::npos) << job->last_requeue_reason;
 }
 
+// A rank never runs beside its own next attempt: a gang whose rank failed
+// keeps its other rank's GPUs while that one stops, and is placed again only
+// once the other's node has reported it stopped: its exit, or a full list of
+// its tasks (as of an answer since the stop) that no longer holds it.
+TEST_F(ControllerTest, AGangRestartsOnlyOnceItsOtherRanksHaveStopped) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
+  JobSpec spec = Job("pair", 2, 8);  // one replica on each node
+  spec.restart = {RestartPolicy::kOnFailure, 3};
+  auto id = c->Submit(kAlice, spec);
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  const JobRecord* job = c->snapshot().FindJob(*id);
+  ASSERT_EQ(job->state, JobState::kRunning);
+  const uint32_t on0 = job->placement[0].node.value() == 0 ? job->placement[0].replica : job->placement[1].replica;
+  const uint32_t on1 = 1 - on0;
+  uint64_t before = 0;
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{*id, 0, on1, 0}}}, &before).ok());
+  // Its rank on n-0 fails.
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, on0, 0, true, 1}}}).ok());
+  c->ScheduleNow();
+  job = c->snapshot().FindJob(*id);
+  EXPECT_EQ(job->state, JobState::kPreempting);
+  EXPECT_EQ(job->placement.size(), 2u);
+  EXPECT_EQ(job->restarts, 0);
+  // n-1's lists: one as of an answer from before the stop (the agent may yet
+  // start the rank it missed), and one without a revision, prove nothing.
+  uint64_t after = 0;
+  auto answer = c->Heartbeat(agent1, {.node = "n-1", .revision = before}, &after);
+  ASSERT_TRUE(answer.ok());
+  EXPECT_TRUE(answer->empty());  // its rank is no longer wanted there
+  EXPECT_GT(after, before);
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1"}).ok());
+  c->ScheduleNow();
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kPreempting);
+  // One as of that answer, still running it: still stopping.
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{*id, 0, on1, 0}}, .revision = after}).ok());
+  c->ScheduleNow();
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kPreempting);
+  // Then without it: it stopped, and the gang runs again, the failure counted.
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .revision = after}).ok());
+  c->ScheduleNow();
+  job = c->snapshot().FindJob(*id);
+  EXPECT_EQ(job->state, JobState::kRunning);
+  EXPECT_EQ(job->restarts, 1);
+  EXPECT_EQ(job->failed_restarts, 1);
+  EXPECT_TRUE(job->preempted_at.empty());
+}
+
 JobSpec Service(const std::string& name, int32_t min, int32_t max) {
   JobSpec s = Job(name, max, 4);
   s.kind = JobKind::kService;
@@ -392,6 +443,10 @@ TEST_F(ControllerTest, ARequeueByHandDoesNotUseUpTheRestartPolicy) {
   c->ScheduleNow();
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(c->Requeue(kAlice, *id).ok());
+    // It stops first (its task leaves the answer; the agent stops it and
+    // reports the exit), then runs again.
+    EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kPreempting);
+    ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, 0, i, true, 143}}}).ok());
     c->ScheduleNow();
     ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
   }

@@ -25,13 +25,17 @@ AppliedDecisions ApplyDecisions(Batch& batch, std::vector<Event>& events, JobLif
       }
     }
     const bool preempting = std::holds_alternative<JobPreempting>(e);
+    const JobId evicted = preempting ? std::get<JobPreempting>(e).id : JobId();
     const bool cancel = std::holds_alternative<JobCancelled>(e);
     if (!batch.Apply(std::move(e)).ok()) {
       if (!preempting && !cancel) out.retry = true;
       continue;
     }
     if (resized_job != JobId()) lifecycle.Forget(resized_job);  // it restarts with its new world size
-    if (preempting) ++out.preemptions;
+    if (preempting) {
+      ++out.preemptions;
+      lifecycle.NoteStopping(evicted, batch.state->GetSnapshot().revision());
+    }
   }
   return out;
 }

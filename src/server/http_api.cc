@@ -1786,7 +1786,8 @@ class HttpServerImpl final : public HttpServer {
       const bool changed = c_->WaitNodeChange(report.node, version, wait_ms * 1000);
       long_polls_.fetch_sub(1);
       if (changed) {
-        report.tasks.clear();
+        report.tasks.clear();  // (so it lists nothing: no longer a full report)
+        report.revision = 0;
         report.gpus.clear();
         tasks = c_->Heartbeat(who, report, &revision);
         if (!tasks.ok()) return ReplyError(res, tasks.status());

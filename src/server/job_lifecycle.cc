@@ -27,7 +27,7 @@ std::string ExitText(const api::TaskReport& t) {
 }  // namespace
 
 void JobLifecycle::OnTaskReports(Batch& batch, const std::string& node_name,
-                                 const std::vector<api::TaskReport>& tasks) {
+                                 const std::vector<api::TaskReport>& tasks, uint64_t revision) {
   // No snapshot is held across a change: one held across Apply would make
   // each change copy the whole state (copy-on-write). Record pointers stay
   // valid through the batch (the published state holds them).
@@ -43,11 +43,50 @@ void JobLifecycle::OnTaskReports(Batch& batch, const std::string& node_name,
     const JobRecord* job = batch.state->GetSnapshot().FindJob(t.job);
     if (job != nullptr) OnCheckpoint(batch, node, *job, t);
   }
+  // The exits this report holds count as one: a node whose ranks all ended
+  // together restarts the gang at once, not after stopping the others.
+  for (const api::TaskReport& t : tasks) {
+    if (!t.exited) continue;
+    const JobRecord* job = batch.state->GetSnapshot().FindJob(t.job);
+    if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica) || !Ours(*job, node, t)) continue;
+    reporting_[t.job].insert({t.task, t.replica});
+  }
   for (const api::TaskReport& t : tasks) {
     if (!t.exited) continue;
     const JobRecord* job = batch.state->GetSnapshot().FindJob(t.job);
     if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica) || !Ours(*job, node, t)) continue;
     OnExit(batch, *job, t);
+  }
+  reporting_.clear();
+  if (revision > 0 && !stopping_.empty()) NoteMissing(batch, node, tasks, revision);
+}
+
+void JobLifecycle::NoteMissing(Batch& batch, NodeId node, const std::vector<api::TaskReport>& tasks,
+                               uint64_t revision) {
+  std::vector<JobId> stopped;
+  for (auto it = stopping_.begin(); it != stopping_.end();) {
+    const JobRecord* job = batch.state->GetSnapshot().FindJob(it->first);
+    if (job == nullptr || job->state != JobState::kPreempting) {
+      it = stopping_.erase(it);  // (ended or requeued meanwhile)
+      continue;
+    }
+    // An answer from before it began stopping may still have it start.
+    if (revision >= it->second) {
+      auto& exited = exited_[job->id].replicas;
+      for (const ReplicaPlacement& r : job->placement) {
+        if (r.node != node) continue;
+        const bool listed = std::any_of(tasks.begin(), tasks.end(), [&](const api::TaskReport& t) {
+          return t.job == job->id && t.task == r.task && t.replica == r.replica;
+        });
+        if (!listed) exited.insert({r.task, r.replica});
+      }
+      if (AllExited(*job)) stopped.push_back(job->id);
+    }
+    ++it;
+  }
+  for (JobId id : stopped) {
+    const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+    if (job != nullptr) Stopped(batch, *job, job->last_requeue_reason);
   }
 }
 
@@ -64,12 +103,9 @@ void JobLifecycle::OnCheckpoint(Batch& batch, NodeId node, const JobRecord& job,
 void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskReport& t) {
   const TimePoint now = clock_->Now();
   if (job.state == JobState::kPreempting) {
-    // An evicted gang is requeued once all of its replicas have stopped.
-    auto& stopped = exited_[t.job].replicas;
-    stopped.insert({t.task, t.replica});
-    if (stopped.size() != job.placement.size()) return;
-    Forget(t.job);
-    batch.Apply(JobRequeued{t.job, now, job.last_requeue_reason}).IgnoreError();
+    // A stopping gang is requeued once all of its replicas have stopped.
+    exited_[t.job].replicas.insert({t.task, t.replica});
+    if (AllExited(job)) Stopped(batch, job, job.last_requeue_reason);
     return;
   }
   if (job.state != JobState::kRunning) return;
@@ -157,7 +193,7 @@ JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std:
       out.expired.push_back(id);
     }
     if (job->state == JobState::kPreempting &&
-        now - job->preempting_since > job->spec().checkpoint.grace + preempt_slack_) {
+        now - job->preempting_since > std::max(job->spec().checkpoint.grace + preempt_slack_, fenced_after_)) {
       out.unstopped.push_back(id);
     }
   }
@@ -175,8 +211,7 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
   for (JobId id : overdue.unstopped) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
     if (job == nullptr || job->state != JobState::kPreempting) continue;
-    Forget(id);
-    batch.Apply(JobRequeued{id, now, job->last_requeue_reason + " (did not stop within its grace period)"}).IgnoreError();
+    Stopped(batch, *job, job->last_requeue_reason + " (did not stop within its grace period)");
   }
 }
 
@@ -189,13 +224,50 @@ bool JobLifecycle::RestartAllowed(const JobRecord& job) {
 
 void JobLifecycle::Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy,
                            TimePoint at) {
-  Forget(job.id);
   const TimePoint now = at != 0 ? at : clock_->Now();
-  if (!counts_against_policy || RestartAllowed(job)) {
-    batch.Apply(JobRequeued{job.id, now, reason, counts_against_policy}).IgnoreError();
-  } else {
+  if (counts_against_policy && !RestartAllowed(job)) {
+    // (No next attempt: the agents stop the other replicas, nothing starts.)
+    Forget(job.id);
     batch.Apply(JobFinished{job.id, JobOutcome::kFailed, now, reason + "; no restarts left"}).IgnoreError();
+    return;
   }
+  if (job.state == JobState::kRunning && !AllExited(job)) {
+    // Kept until they stop (replicas exited so far stay counted).
+    const JobId id = job.id;
+    if (batch.Apply(JobPreempting{id, clock_->Now(), JobId(), reason, /*restart=*/true, counts_against_policy}).ok()) {
+      NoteStopping(id, batch.state->GetSnapshot().revision());
+    }
+    return;
+  }
+  Forget(job.id);
+  batch.Apply(JobRequeued{job.id, now, reason, counts_against_policy}).IgnoreError();
+}
+
+void JobLifecycle::NodeFenced(Batch& batch, const JobRecord& job, NodeId node, const std::string& why) {
+  if (job.state != JobState::kRunning && job.state != JobState::kPreempting) return;
+  auto& exited = exited_[job.id].replicas;
+  for (const ReplicaPlacement& r : job.placement) {
+    if (r.node == node) exited.insert({r.task, r.replica});
+  }
+  if (job.state == JobState::kRunning) {
+    Requeue(batch, job, why, /*counts_against_policy=*/false);
+  } else if (AllExited(job)) {
+    Stopped(batch, job, job.last_requeue_reason);
+  }
+}
+
+bool JobLifecycle::AllExited(const JobRecord& job) const {
+  auto exited = exited_.find(job.id);
+  auto reporting = reporting_.find(job.id);
+  return std::all_of(job.placement.begin(), job.placement.end(), [&](const ReplicaPlacement& r) {
+    return (exited != exited_.end() && exited->second.replicas.count({r.task, r.replica}) > 0) ||
+           (reporting != reporting_.end() && reporting->second.count({r.task, r.replica}) > 0);
+  });
+}
+
+void JobLifecycle::Stopped(Batch& batch, const JobRecord& job, const std::string& reason) {
+  Forget(job.id);
+  batch.Apply(JobRequeued{job.id, clock_->Now(), reason, job.restarting && job.restart_failed}).IgnoreError();
 }
 
 }  // namespace rota::server

@@ -30,16 +30,26 @@ namespace rota::server {
 
 class JobLifecycle {
  public:
-  JobLifecycle(const Clock* clock, Duration preempt_slack) : clock_(clock), preempt_slack_(preempt_slack) {}
+  // `fenced_after`: how long after its last answered report a silent node's
+  // tasks have surely stopped themselves (the agents' fence plus a margin).
+  JobLifecycle(const Clock* clock, Duration preempt_slack, Duration fenced_after = 0)
+      : clock_(clock), preempt_slack_(preempt_slack), fenced_after_(fenced_after) {}
 
-  // `node`'s task reports: checkpoints, then exits.
-  void OnTaskReports(Batch& batch, const std::string& node, const std::vector<api::TaskReport>& tasks);
+  // `node`'s task reports: checkpoints, then exits. With `revision` (the
+  // last answer its agent applied, HeartbeatReport::revision; 0 = unknown)
+  // they are all the node runs: a stopping job's replica there that they
+  // miss, once an answer since it began stopping was applied, has stopped.
+  void OnTaskReports(Batch& batch, const std::string& node, const std::vector<api::TaskReport>& tasks,
+                     uint64_t revision = 0);
+  // `job` began stopping (JobPreempting) at the state's `revision`.
+  void NoteStopping(JobId job, uint64_t revision) { stopping_[job] = revision; }
   // A GPU of `node` whose health differs from the state's: journals it, and
   // requeues the running gangs on it if it failed.
   void OnGpuHealth(Batch& batch, const std::string& node, const api::GpuTelemetry& gpu);
 
-  // The jobs among `ids` past their time limit, and the evicted ones past
-  // their grace, at `now` (read from a snapshot, off the actor).
+  // The jobs among `ids` past their time limit, and the stopping ones past
+  // their grace (plus slack, and at least a fence: a silent node's replica
+  // has stopped itself by then), at `now` (read from a snapshot, off the actor).
   struct Overdue {
     std::vector<JobId> expired;
     std::vector<JobId> unstopped;
@@ -49,23 +59,40 @@ class JobLifecycle {
   // Ends (or requeues) them, if they still are so in the batch's state.
   void EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now);
 
-  // Requeues (or fails, past the restart limit) a running job.
-  // `at`: when (0: now).
+  // Requeues (or fails, past the restart limit) a running job. A rank never
+  // runs beside its own next attempt: while any replica of this attempt may
+  // still run, the gang first stops (JobPreempting with restart: it keeps
+  // its GPUs, its tasks leave their agents' answers and get their checkpoint
+  // signal and grace) and is requeued once every replica has exited or been
+  // fenced (or its grace ran out: EndOverdue). `at`: when it ended, if every
+  // replica has (0: now).
   void Requeue(Batch& batch, const JobRecord& job, const std::string& reason, bool counts_against_policy,
                TimePoint at = 0);
+  // `node` (`why`) is lost past its fence: `job`'s replicas there have
+  // stopped. A running job restarts (as Requeue, not counted against its
+  // policy); a stopping one is requeued if that was its last replica.
+  void NodeFenced(Batch& batch, const JobRecord& job, NodeId node, const std::string& why);
   // Whether the job's restart policy allows one more restart.
   static bool RestartAllowed(const JobRecord& job);
   // The job's gang changed (resized) or it ended elsewhere (cancelled): the
   // replicas seen exiting are forgotten.
-  void Forget(JobId job) { exited_.erase(job); }
+  void Forget(JobId job) {
+    exited_.erase(job);
+    stopping_.erase(job);
+  }
 
  private:
   void OnCheckpoint(Batch& batch, NodeId node, const JobRecord& job, const api::TaskReport& t);
   // One exit of a replica the reporting node runs, of its current attempt.
   void OnExit(Batch& batch, const JobRecord& job, const api::TaskReport& t);
 
+  // A stopping job's last replica stopped: requeued, as its JobPreempting said.
+  void Stopped(Batch& batch, const JobRecord& job, const std::string& reason);
+  bool AllExited(const JobRecord& job) const;
+
   const Clock* clock_;
   const Duration preempt_slack_;
+  const Duration fenced_after_;
   // A live job's replicas (task, replica) that have exited this attempt,
   // and when the last of them ended (TaskReport::ended_ago, within the attempt).
   struct Exited {
@@ -73,6 +100,13 @@ class JobLifecycle {
     TimePoint last = 0;
   };
   std::map<JobId, Exited> exited_;
+  // Stopping jobs, and the revision they began at (NoteStopping).
+  std::map<JobId, uint64_t> stopping_;
+  // `node`'s full list `tasks` (as of answer `revision`) misses stopping
+  // jobs' replicas there: they have stopped.
+  void NoteMissing(Batch& batch, NodeId node, const std::vector<api::TaskReport>& tasks, uint64_t revision);
+  // The replicas the report being read holds exits of (OnTaskReports).
+  std::map<JobId, std::set<std::pair<uint16_t, uint32_t>>> reporting_;
 };
 
 }  // namespace rota::server

@@ -99,10 +99,106 @@ TEST(JobLifecycle, AFailedReplicaEndsTheAttemptAsThePolicyAllows) {
   JobSpec retry = GpuJob("j", 2, 1);
   retry.restart = {RestartPolicy::kOnFailure, 2};
   Running once(retry);
-  events = once.Report({Exit(0, 1)});
+  // (Its other replica ended in the same report: nothing is left to stop.)
+  events = once.Report({Exit(0, 1), Exit(1, 143)});
   ASSERT_EQ(events.size(), 1u);
   EXPECT_TRUE(std::holds_alternative<JobRequeued>(events[0]));
   EXPECT_EQ(once.job().state, JobState::kPending);
+}
+
+// A rank never runs beside its own next attempt: a gang whose rank failed
+// while another still runs stops first (it keeps its GPUs, its tasks leave
+// their agents' answers), and is requeued, as the failure counts, once the
+// other has stopped. No eviction is recorded.
+TEST(JobLifecycle, AGangRestartsOnlyOnceEveryReplicaHasStopped) {
+  JobSpec retry = GpuJob("j", 2, 1);
+  retry.restart = {RestartPolicy::kOnFailure, 2};
+  Running r(retry);
+  auto events = r.Report({Exit(0, 1)});
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobPreempting>(events[0]));
+  EXPECT_TRUE(std::get<JobPreempting>(events[0]).restart);
+  EXPECT_EQ(r.job().state, JobState::kPreempting);
+  EXPECT_TRUE(r.job().restarting);
+  EXPECT_TRUE(r.job().preempted_at.empty());
+  EXPECT_EQ(r.job().placement.size(), 2u);  // its GPUs stay held
+  EXPECT_EQ(r.job().last_requeue_reason, "worker-0 exited with code 1");
+  EXPECT_TRUE(r.Report({Exit(0, 1)}).empty());  // the same exit again
+  events = r.Report({Exit(1, 143)});
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobRequeued>(events[0]));
+  EXPECT_TRUE(std::get<JobRequeued>(events[0]).failed);
+  EXPECT_EQ(std::get<JobRequeued>(events[0]).reason, "worker-0 exited with code 1");
+  EXPECT_EQ(r.job().state, JobState::kPending);
+  EXPECT_EQ(r.job().failed_restarts, 1);
+  EXPECT_FALSE(r.job().restarting);
+  // A node's full list of what it runs (as of an answer since the stop)
+  // that misses the other replica: it stopped. One as of an older answer
+  // (the agent may yet start it) proves nothing.
+  Running listed(retry);
+  ASSERT_EQ(listed.Report({Exit(0, 1)}).size(), 1u);
+  const uint64_t stop = listed.st.GetSnapshot().revision();
+  Batch older{&listed.st};
+  listed.lifecycle.OnTaskReports(older, "n-0", {}, stop - 1);
+  EXPECT_TRUE(older.events.empty());
+  Batch running{&listed.st};
+  listed.lifecycle.OnTaskReports(running, "n-0", {{.job = JobId(1), .replica = 1}}, stop);
+  EXPECT_TRUE(running.events.empty());
+  Batch missing{&listed.st};
+  listed.lifecycle.OnTaskReports(missing, "n-0", {}, stop);
+  ASSERT_EQ(missing.events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobRequeued>(missing.events[0]));
+  EXPECT_TRUE(std::get<JobRequeued>(missing.events[0]).failed);
+  // One whose other replica never reports is requeued once its grace (plus
+  // slack) and a fence have both passed: a silent node's copy has stopped.
+  Running silent(retry);
+  JobLifecycle fenced{&silent.clock, 30 * kMicrosPerSecond, 45 * kMicrosPerSecond};
+  Batch batch{&silent.st};
+  fenced.Requeue(batch, silent.job(), "requeued by alice", false);
+  ASSERT_EQ(silent.job().state, JobState::kPreempting);
+  const TimePoint since = silent.job().preempting_since;
+  const std::vector<JobId> ids = {JobId(1)};
+  EXPECT_TRUE(fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 44 * kMicrosPerSecond).empty());
+  const auto overdue = fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 46 * kMicrosPerSecond);
+  ASSERT_EQ(overdue.unstopped.size(), 1u);
+  Batch late{&silent.st};
+  fenced.EndOverdue(late, overdue, since + 46 * kMicrosPerSecond);
+  ASSERT_EQ(late.events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobRequeued>(late.events[0]));
+  EXPECT_FALSE(std::get<JobRequeued>(late.events[0]).failed);
+  EXPECT_EQ(std::get<JobRequeued>(late.events[0]).reason,
+            "requeued by alice (did not stop within its grace period)");
+}
+
+// Replicas on a node lost past its fence have stopped themselves: the gang
+// stops its others, and is requeued once they have (or at once, if none).
+TEST(JobLifecycle, ANodeFencedStopsTheGangsOtherReplicasFirst) {
+  ManualClock clock{1000 * kMicrosPerSecond};
+  ClusterConfig config;
+  config.node_groups.push_back(Group("n", 2, 8));
+  ClusterState st = MakeCluster(config);
+  JobLifecycle lifecycle{&clock, 30 * kMicrosPerSecond};
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), GpuJob("j", 2, 1), 0}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 1}, {0, 1, NodeId(1), 1}}, 10}).ok());
+  Batch batch{&st};
+  lifecycle.NodeFenced(batch, *st.GetSnapshot().FindJob(JobId(1)), NodeId(1), "node n-1 lost");
+  ASSERT_EQ(batch.events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobPreempting>(batch.events[0]));
+  Batch report{&st};
+  lifecycle.OnTaskReports(report, "n-0", {Exit(0, 143)});
+  ASSERT_EQ(report.events.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobRequeued>(report.events[0]));
+  EXPECT_EQ(std::get<JobRequeued>(report.events[0]).reason, "node n-1 lost");
+  EXPECT_FALSE(std::get<JobRequeued>(report.events[0]).failed);
+  // Both nodes fenced, one after the other: requeued with the second.
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 1}, {0, 1, NodeId(1), 1}}, 20}).ok());
+  Batch first{&st};
+  lifecycle.NodeFenced(first, *st.GetSnapshot().FindJob(JobId(1)), NodeId(0), "node n-0 lost");
+  Batch second{&st};
+  lifecycle.NodeFenced(second, *st.GetSnapshot().FindJob(JobId(1)), NodeId(1), "node n-1 lost");
+  ASSERT_EQ(second.events.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<JobRequeued>(second.events[0]));
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->state, JobState::kPending);
 }
 
 TEST(JobLifecycle, AnElasticJobRestartsOnlyTheFailedRank) {
@@ -155,8 +251,13 @@ TEST(JobLifecycle, AFailedGpuRequeuesTheGangsOnItWithoutCountingAgainstThePolicy
   r.lifecycle.OnGpuHealth(batch, "n-0", {.index = 1, .healthy = false, .health_reason = "Xid 79"});
   ASSERT_EQ(batch.events.size(), 2u);
   EXPECT_TRUE(std::holds_alternative<GpuHealthChanged>(batch.events[0]));
-  ASSERT_TRUE(std::holds_alternative<JobRequeued>(batch.events[1]));
-  EXPECT_EQ(std::get<JobRequeued>(batch.events[1]).reason, "GPU 1 on n-0 failed (Xid 79)");
+  // Its replicas stop first (the agent stops them), then it is requeued.
+  ASSERT_TRUE(std::holds_alternative<JobPreempting>(batch.events[1]));
+  const auto stopped = r.Report({Exit(0, 143), Exit(1, 143)});
+  ASSERT_EQ(stopped.size(), 1u);
+  ASSERT_TRUE(std::holds_alternative<JobRequeued>(stopped[0]));
+  EXPECT_EQ(std::get<JobRequeued>(stopped[0]).reason, "GPU 1 on n-0 failed (Xid 79)");
+  EXPECT_FALSE(std::get<JobRequeued>(stopped[0]).failed);
   Batch again{&r.st};
   r.lifecycle.OnGpuHealth(again, "n-0", {.index = 1, .healthy = false});  // no change: nothing
   EXPECT_TRUE(again.events.empty());
@@ -170,7 +271,9 @@ TEST(JobLifecycle, AReplicaEndedByItsNodesFenceIsRequeuedNotFailed) {
   Running never;  // restart: never
   api::TaskReport fenced = Exit(1, 128 + 10);
   fenced.exit_reason = std::string(api::kFenced);
-  auto events = never.Report({fenced});
+  api::TaskReport fenced_too = Exit(0, 128 + 9);  // (its node's other replica: the same fence)
+  fenced_too.exit_reason = std::string(api::kFenced);
+  auto events = never.Report({fenced, fenced_too});
   ASSERT_EQ(events.size(), 1u);
   ASSERT_TRUE(std::holds_alternative<JobRequeued>(events[0]));
   const JobRequeued& requeued = std::get<JobRequeued>(events[0]);

@@ -86,6 +86,13 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
     }
     else j["pending_reason"] = {{"code", "NotYetScheduled"}, {"message", "waiting for the next scheduling cycle"}};
   }
+  if (job.state == JobState::kPreempting) {
+    // Its replicas are stopping (checkpoint signal, then grace): evicted, or
+    // to restart (then its next attempt starts once none of them runs).
+    j["stopping"] = {{"since", TimeText(job.preempting_since)},
+                     {"then", job.restarting ? "restart" : "requeue"},
+                     {"reason", job.last_requeue_reason}};
+  }
   if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
   if (job.array_count > 0) {
     j["array"] = {{"id", job.array.value()}, {"index", job.array_index()}, {"count", job.array_count}};

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <sstream>
 
 #include "harness.h"
 
@@ -1487,6 +1488,50 @@ TEST_F(Cluster3, HigherPriorityPreemptsACheckpointingGang) {
   EXPECT_NE(logs.find("checkpointed at"), std::string::npos) << logs;
   auto metrics = server_->Admin().Get("/metrics")->body;
   EXPECT_NE(metrics.find("rota_preemptions_total 1"), std::string::npos);
+}
+
+// A rank never runs beside its own next attempt: rank 0 fails while rank 1
+// takes 2 s to stop (its checkpoint signal's handler); the gang's next
+// attempt, which the spare node could take at once, starts only after rank 1
+// of the attempt before has ended. (Before, the next attempt started on the
+// spare node at once, beside the old rank 1.)
+TEST_F(Cluster3, AGangsNextAttemptStartsOnlyOnceItsLastRankHasStopped) {
+  const std::string trace = tmp.path() + "/trace";
+  const std::string failed = tmp.path() + "/failed";
+  const std::string script =
+      "a=0; [ -e " + failed + " ] && a=1; echo \"start $a $RANK $(date +%s%N)\" >> " + trace + "; "
+      "if [ $a = 0 ] && [ $RANK = 0 ]; then sleep 3; touch " + failed + "; exit 3; fi; "
+      "trap 'sleep 2; echo \"stop $a $RANK $(date +%s%N)\" >> " + trace + "; exit 0' TERM; "
+      "while true; do sleep 0.1; done";
+  const json spec = {{"name", "ranks"},
+                     {"restart", {{"policy", "on-failure"}, {"max_restarts", 2}}},
+                     {"checkpoint", {{"signal", "SIGTERM"}, {"grace", "20s"}}},
+                     {"tasks", json::array({{{"name", "w"}, {"replicas", 2}, {"gpus", 2},
+                                             {"command", json::array({"sh", "-c", script})}}})}};
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", spec.dump(), "application/json")->status, 201);
+  // While rank 1 stops, the job shows why it waits.
+  json j = WaitJob(1, [](const json& x) { return x["state"] == "preempting"; });
+  ASSERT_TRUE(j.contains("stopping")) << j.dump();
+  EXPECT_EQ(j["stopping"]["then"], "restart");
+  EXPECT_NE(j["stopping"]["reason"].get<std::string>().find("w-0 exited with code 3"), std::string::npos) << j.dump();
+  j = WaitJob(1, [](const json& x) { return x["state"] == "running" && x["restarts"] == 1; });
+  // Both ranks of the next attempt have started.
+  std::string lines;
+  for (int i = 0; i < 200; ++i) {
+    lines = ReadAll(trace);
+    if (lines.find("start 1 0 ") != std::string::npos && lines.find("start 1 1 ") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  int64_t stopped = 0, first_start = INT64_MAX;
+  std::istringstream in(lines);
+  for (std::string what, a, rank, ns; in >> what >> a >> rank >> ns;) {
+    if (what == "stop" && a == "0") stopped = std::max<int64_t>(stopped, std::stoll(ns));
+    if (what == "start" && a == "1") first_start = std::min<int64_t>(first_start, std::stoll(ns));
+  }
+  ASSERT_GT(stopped, 0) << "rank 1 of the first attempt never said it stopped:\n" << lines;
+  ASSERT_LT(first_start, INT64_MAX) << "the next attempt never started:\n" << lines;
+  EXPECT_GT(first_start, stopped) << "a rank of the next attempt started " << (stopped - first_start) / 1000000
+                                  << " ms before the last rank of the one before stopped:\n" << lines;
 }
 
 TEST_F(Cluster3, UnhealthyGpuMovesTheGang) {
