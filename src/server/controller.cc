@@ -786,12 +786,19 @@ void Controller::CheckTimes(TimePoint now) {
   // Only running and preempting jobs can be over time: those the node index
   // holds (not every pending job of a million).
   std::vector<JobId> placed;
+  std::map<JobId, TimePoint> seen;
+  const Snapshot snap = snapshot();
   {
     std::lock_guard<std::mutex> lock(mu_);
     placed.reserve(job_nodes_.size());
     for (const auto& [id, nodes] : job_nodes_) placed.push_back(id);
+    std::erase_if(stop_seen_, [&](const auto& entry) {
+      const JobRecord* job = snap.FindJob(entry.first);
+      return job == nullptr || job->state != JobState::kPreempting;
+    });
+    seen = stop_seen_;
   }
-  const JobLifecycle::Overdue overdue = lifecycle_.FindOverdue(snapshot(), placed, now);
+  const JobLifecycle::Overdue overdue = lifecycle_.FindOverdue(snap, placed, now, &seen);
   if (overdue.empty()) return;
   Call<bool>([&](Batch& batch) -> StatusOr<bool> {
     lifecycle_.EndOverdue(batch, overdue, now);
@@ -1579,6 +1586,20 @@ StatusOr<std::vector<TaskAssignment>> Controller::HeartbeatOnActor(Batch& batch,
   std::vector<GpuTelemetry> health;
   ROTA_RETURN_IF_ERROR(NoteAlive(batch, report, &health));
   for (const GpuTelemetry& g : health) lifecycle_.OnGpuHealth(batch, report.node, g);
+  {
+    // A stopping job the lifecycle does not know stopping (this server
+    // started, or a failed write rolled its stop back and forth): as of now.
+    Snapshot snap = batch.state->GetSnapshot();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const std::set<JobId>* ids = JobsOn(report.node)) {
+      for (JobId id : *ids) {
+        const JobRecord* job = snap.FindJob(id);
+        if (job != nullptr && job->state == JobState::kPreempting && !lifecycle_.Stopping(id)) {
+          lifecycle_.NoteStopping(id, snap.revision());
+        }
+      }
+    }
+  }
   lifecycle_.OnTaskReports(batch, report.node, report.tasks, report.revision);
   return TasksFor(batch, report.node, revision);
 }
@@ -1604,6 +1625,7 @@ Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::v
     drain_changes = DiskDrainChanges(*node, report);
     // Usage of each running job's GPUs, for right-sizing.
     FoldUsage(snap, *node, report);
+    NoteSeenRunning(snap, report);
     for (const GpuTelemetry& g : report.gpus) {
       if (g.index < 0 || g.index >= node->spec.gpus) continue;
       if (static_cast<bool>((node->healthy_mask >> g.index) & 1) != g.healthy) health_changes->push_back(g);
@@ -1644,6 +1666,14 @@ std::vector<TaskAssignment> Controller::TasksFor(Batch& batch, const std::string
   return tasks;
 }
 
+void Controller::NoteSeenRunning(const Snapshot& snap, const HeartbeatReport& report) {
+  for (const TaskReport& t : report.tasks) {
+    if (t.exited) continue;
+    const JobRecord* job = snap.FindJob(t.job);
+    if (job != nullptr && job->state == JobState::kPreempting) stop_seen_[t.job] = options_.clock->Now();
+  }
+}
+
 void Controller::FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report) {
   const std::set<JobId>* ids = JobsOn(node.spec.name);
   const TimePoint now = options_.clock->Now();
@@ -1667,6 +1697,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
       if (g.index < 0 || g.index >= node->spec.gpus) continue;
       if (static_cast<bool>((node->healthy_mask >> g.index) & 1) != g.healthy) return false;
     }
+    NoteSeenRunning(snap, report);
     for (const TaskReport& t : report.tasks) {
       const JobRecord* job = snap.FindJob(t.job);
       if (job == nullptr) continue;
@@ -1689,7 +1720,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
         for (const ReplicaPlacement& r : job->placement) {
           if (r.node != node->id) continue;
           if (std::none_of(report.tasks.begin(), report.tasks.end(), [&](const TaskReport& t) {
-                return t.job == id && t.task == r.task && t.replica == r.replica;
+                return t.job == id && t.task == r.task && t.replica == r.replica && !t.exited;
               })) {
             return false;
           }

@@ -446,6 +446,11 @@ class Controller {
   bool snapshot_stop_ = false;
   std::thread snapshot_thread_;
   JobLifecycle lifecycle_;  // exits, restarts, requeues, time limits
+  // Stopping jobs, and when a report last listed one of their replicas
+  // running (under mu_: quiet heartbeats note it too); CheckTimes reads it.
+  std::map<JobId, TimePoint> stop_seen_;
+  // With mu_ held: `report`'s running replicas of stopping jobs, seen now.
+  void NoteSeenRunning(const Snapshot& snap, const HeartbeatReport& report);
 
   std::atomic<uint64_t> store_failures_{0};  // journal writes refused in a row
   mutable std::mutex mu_;  // guards the fields below

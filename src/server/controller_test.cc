@@ -333,6 +333,55 @@ TEST_F(ControllerTest, AGangRestartsOnlyOnceItsOtherRanksHaveStopped) {
   EXPECT_TRUE(job->preempted_at.empty());
 }
 
+// A server restarted while a gang stops: the gang goes on stopping, and the
+// first full list of its other node's tasks (as of an answer of the new
+// server) that misses the rank ends the stop, long before the grace would.
+TEST_F(ControllerTest, AGangStoppingThroughAServerRestartRestartsOnItsNodesList) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  JobId id;
+  uint32_t on1 = 0;
+  {
+    auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+    ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
+    JobSpec spec = Job("pair", 2, 8);
+    spec.checkpoint.grace = 600 * kMicrosPerSecond;
+    auto submitted = c->Submit(kAlice, spec);
+    ASSERT_TRUE(submitted.ok());
+    id = *submitted;
+    c->ScheduleNow();
+    const JobRecord* job = c->snapshot().FindJob(id);
+    ASSERT_EQ(job->state, JobState::kRunning);
+    on1 = job->placement[0].node.value() == 1 ? job->placement[0].replica : job->placement[1].replica;
+    ASSERT_TRUE(c->Requeue(kAlice, id).ok());
+    ASSERT_EQ(c->snapshot().FindJob(id)->state, JobState::kPreempting);
+    // n-0's rank stops; n-1's is still saving when the server stops.
+    ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{id, 0, 1 - on1, 0, true, 143}}}).ok());
+    c->Stop();
+  }
+  auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  EXPECT_EQ(c->snapshot().FindJob(id)->state, JobState::kPreempting);
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
+  uint64_t revision = 0;
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{id, 0, on1, 0}}}, &revision).ok());
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{id, 0, on1, 0}}, .revision = revision}).ok());
+  EXPECT_EQ(c->snapshot().FindJob(id)->state, JobState::kPreempting);  // still saving
+  // n-0 lists nothing: its rank is gone (its exit went to the server before).
+  ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .revision = revision}).ok());
+  EXPECT_EQ(c->snapshot().FindJob(id)->state, JobState::kPreempting);
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .revision = revision}).ok());
+  c->ScheduleNow();
+  const JobRecord* job = c->snapshot().FindJob(id);
+  EXPECT_EQ(job->state, JobState::kRunning);
+  EXPECT_EQ(job->restarts, 1);
+  EXPECT_EQ(job->failed_restarts, 0);
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 JobSpec Service(const std::string& name, int32_t min, int32_t max) {
   JobSpec s = Job(name, max, 4);
   s.kind = JobKind::kService;

@@ -75,8 +75,10 @@ void JobLifecycle::NoteMissing(Batch& batch, NodeId node, const std::vector<api:
       auto& exited = exited_[job->id].replicas;
       for (const ReplicaPlacement& r : job->placement) {
         if (r.node != node) continue;
+        // (An exit listed is an ended process: this attempt's, OnExit
+        // counted; an earlier one's, not this replica.)
         const bool listed = std::any_of(tasks.begin(), tasks.end(), [&](const api::TaskReport& t) {
-          return t.job == job->id && t.task == r.task && t.replica == r.replica;
+          return t.job == job->id && t.task == r.task && t.replica == r.replica && !t.exited;
         });
         if (!listed) exited.insert({r.task, r.replica});
       }
@@ -184,7 +186,7 @@ void JobLifecycle::OnGpuHealth(Batch& batch, const std::string& node_name, const
 }
 
 JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std::vector<JobId>& ids,
-                                               TimePoint now) const {
+                                               TimePoint now, const std::map<JobId, TimePoint>* seen_running) const {
   Overdue out;
   for (JobId id : ids) {
     const JobRecord* job = snap.FindJob(id);
@@ -192,9 +194,15 @@ JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std:
     if (job->state == JobState::kRunning && job->spec().time_limit > 0 && now - job->started_at > job->spec().time_limit) {
       out.expired.push_back(id);
     }
-    if (job->state == JobState::kPreempting &&
-        now - job->preempting_since > std::max(job->spec().checkpoint.grace + preempt_slack_, fenced_after_)) {
-      out.unstopped.push_back(id);
+    if (job->state == JobState::kPreempting) {
+      // Its replicas had their grace (and slack) and a silent node's its
+      // fence: from the stop's start, or from when one was last seen running.
+      TimePoint from = job->preempting_since;
+      if (seen_running != nullptr) {
+        auto seen = seen_running->find(id);
+        if (seen != seen_running->end() && seen->second > from) from = std::min(seen->second, from + kStopHold);
+      }
+      if (now - from > std::max(job->spec().checkpoint.grace + preempt_slack_, fenced_after_)) out.unstopped.push_back(id);
     }
   }
   return out;

@@ -43,6 +43,7 @@ class JobLifecycle {
                      uint64_t revision = 0);
   // `job` began stopping (JobPreempting) at the state's `revision`.
   void NoteStopping(JobId job, uint64_t revision) { stopping_[job] = revision; }
+  bool Stopping(JobId job) const { return stopping_.count(job) > 0; }
   // A GPU of `node` whose health differs from the state's: journals it, and
   // requeues the running gangs on it if it failed.
   void OnGpuHealth(Batch& batch, const std::string& node, const api::GpuTelemetry& gpu);
@@ -55,7 +56,12 @@ class JobLifecycle {
     std::vector<JobId> unstopped;
     bool empty() const { return expired.empty() && unstopped.empty(); }
   };
-  Overdue FindOverdue(const Snapshot& snap, const std::vector<JobId>& ids, TimePoint now) const;
+  // `seen_running`: when a report last listed one of a stopping job's
+  // replicas running; its time runs from then (for at most kStopHold past
+  // the stop's start: a process the kernel cannot kill holds it no longer).
+  static constexpr Duration kStopHold = 600 * kMicrosPerSecond;
+  Overdue FindOverdue(const Snapshot& snap, const std::vector<JobId>& ids, TimePoint now,
+                      const std::map<JobId, TimePoint>* seen_running = nullptr) const;
   // Ends (or requeues) them, if they still are so in the batch's state.
   void EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now);
 

@@ -159,6 +159,16 @@ TEST(JobLifecycle, AGangRestartsOnlyOnceEveryReplicaHasStopped) {
   const TimePoint since = silent.job().preempting_since;
   const std::vector<JobId> ids = {JobId(1)};
   EXPECT_TRUE(fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 44 * kMicrosPerSecond).empty());
+  // A replica its node still listed running 40 s in: from then.
+  const std::map<JobId, TimePoint> seen = {{JobId(1), since + 40 * kMicrosPerSecond}};
+  EXPECT_TRUE(fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 46 * kMicrosPerSecond, &seen).empty());
+  EXPECT_TRUE(fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 85 * kMicrosPerSecond, &seen).empty());
+  EXPECT_EQ(fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 86 * kMicrosPerSecond, &seen).unstopped.size(), 1u);
+  // ... but for at most kStopHold past the stop's start.
+  const std::map<JobId, TimePoint> forever = {{JobId(1), since + 3600 * kMicrosPerSecond}};
+  const TimePoint held = since + JobLifecycle::kStopHold + 45 * kMicrosPerSecond;
+  EXPECT_TRUE(fenced.FindOverdue(silent.st.GetSnapshot(), ids, held, &forever).empty());
+  EXPECT_EQ(fenced.FindOverdue(silent.st.GetSnapshot(), ids, held + kMicrosPerSecond, &forever).unstopped.size(), 1u);
   const auto overdue = fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 46 * kMicrosPerSecond);
   ASSERT_EQ(overdue.unstopped.size(), 1u);
   Batch late{&silent.st};

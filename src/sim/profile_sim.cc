@@ -348,7 +348,7 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
       --pending;
       ++running;
     } else if (const auto* p = std::get_if<JobPreempting>(&e)) {
-      ++result.jobs[trace_of[p->id.value() - 1]].preemptions;
+      if (!p->restart) ++result.jobs[trace_of[p->id.value() - 1]].preemptions;
     } else if (const auto* q = std::get_if<JobRequeued>(&e)) {
       off(trace_of[q->id.value() - 1]);
       ++pending;

@@ -1378,7 +1378,10 @@ namespace rota::testing {
 namespace {
 
 // A server and three agents (2 simulated GPUs each) as separate processes.
-class Cluster3 : public AgentCluster {};
+class Cluster3 : public AgentCluster {
+ protected:
+  void NextAttemptStartsOnlyOnceTheLastRankHasStopped();
+};
 
 TEST_F(Cluster3, TwoNodeGangRanksMeetAndAllReduce) {
   const std::string demo = std::getenv("ROTA_ALLREDUCE") ? std::getenv("ROTA_ALLREDUCE") : ROTA_ALLREDUCE_PATH;
@@ -1495,7 +1498,7 @@ TEST_F(Cluster3, HigherPriorityPreemptsACheckpointingGang) {
 // attempt, which the spare node could take at once, starts only after rank 1
 // of the attempt before has ended. (Before, the next attempt started on the
 // spare node at once, beside the old rank 1.)
-TEST_F(Cluster3, AGangsNextAttemptStartsOnlyOnceItsLastRankHasStopped) {
+void Cluster3::NextAttemptStartsOnlyOnceTheLastRankHasStopped() {
   const std::string trace = tmp.path() + "/trace";
   const std::string failed = tmp.path() + "/failed";
   const std::string script =
@@ -1509,12 +1512,12 @@ TEST_F(Cluster3, AGangsNextAttemptStartsOnlyOnceItsLastRankHasStopped) {
                      {"tasks", json::array({{{"name", "w"}, {"replicas", 2}, {"gpus", 2},
                                              {"command", json::array({"sh", "-c", script})}}})}};
   ASSERT_EQ(server_->Admin().Post("/v1/jobs", spec.dump(), "application/json")->status, 201);
-  // While rank 1 stops, the job shows why it waits.
-  json j = WaitJob(1, [](const json& x) { return x["state"] == "preempting"; });
-  ASSERT_TRUE(j.contains("stopping")) << j.dump();
-  EXPECT_EQ(j["stopping"]["then"], "restart");
-  EXPECT_NE(j["stopping"]["reason"].get<std::string>().find("w-0 exited with code 3"), std::string::npos) << j.dump();
-  j = WaitJob(1, [](const json& x) { return x["state"] == "running" && x["restarts"] == 1; });
+  // (While rank 1 stops, the job shows why it waits: checked below.)
+  json stopping;
+  WaitJob(1, [&](const json& x) {
+    if (x["state"] == "preempting" && x.contains("stopping")) stopping = x["stopping"];
+    return x["state"] == "running" && x["restarts"] == 1;
+  });
   // Both ranks of the next attempt have started.
   std::string lines;
   for (int i = 0; i < 200; ++i) {
@@ -1532,6 +1535,22 @@ TEST_F(Cluster3, AGangsNextAttemptStartsOnlyOnceItsLastRankHasStopped) {
   ASSERT_LT(first_start, INT64_MAX) << "the next attempt never started:\n" << lines;
   EXPECT_GT(first_start, stopped) << "a rank of the next attempt started " << (stopped - first_start) / 1000000
                                   << " ms before the last rank of the one before stopped:\n" << lines;
+  ASSERT_FALSE(stopping.is_null()) << "the job never showed as stopping";
+  EXPECT_EQ(stopping["then"], "restart");
+  EXPECT_NE(stopping["reason"].get<std::string>().find("w-0 exited with code 3"), std::string::npos) << stopping.dump();
+}
+
+TEST_F(Cluster3, AGangsNextAttemptStartsOnlyOnceItsLastRankHasStopped) {
+  NextAttemptStartsOnlyOnceTheLastRankHasStopped();
+}
+
+// The same through the older transport, the long poll (whose second report
+// of a call lists nothing, and so must prove nothing stopped).
+TEST_F(Cluster3, AGangsNextAttemptWaitsForItsLastRankUnderTheLongPollToo) {
+  TearDown();
+  agents_.clear();
+  for (int i = 0; i < 3; ++i) StartAgent(i, {"--transport", "poll"});
+  NextAttemptStartsOnlyOnceTheLastRankHasStopped();
 }
 
 TEST_F(Cluster3, UnhealthyGpuMovesTheGang) {
