@@ -382,6 +382,61 @@ TEST_F(ControllerTest, AGangStoppingThroughAServerRestartRestartsOnItsNodesList)
   std::filesystem::remove_all(dir);
 }
 
+// A node whose agent comes back with fewer GPUs (one fell off the bus, an
+// Xid 79) registers: the missing one is unhealthy, and the gang that held
+// it restarts elsewhere; back with all of them, it is healthy again. More
+// GPUs, or another model, under the same name is refused, saying what to do.
+TEST_F(ControllerTest, ANodeBackWithFewerGpusGoesOnWithThoseItHas) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  const NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
+  ASSERT_TRUE(c->RegisterNode(agent0, spec, true, "").ok());
+  ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
+  JobSpec whole = Job("whole", 1, 8);
+  whole.node_selector = {{"hostname", "n-0"}};
+  auto id = c->Submit(kAlice, whole);
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kRunning);
+  NodeSpec fewer = spec;
+  fewer.gpus = 7;
+  ASSERT_TRUE(c->RegisterNode(agent0, fewer, true, "").ok());
+  const NodeState* node = c->snapshot().FindNode("n-0");
+  EXPECT_EQ(node->spec.gpus, 8);
+  EXPECT_EQ(node->healthy_mask, 0x7Fu);
+  const nlohmann::ordered_json view = NodeView(*c, c->snapshot(), *node, c->nodes_live());
+  EXPECT_EQ(view["gpus_unhealthy"], 1);
+  EXPECT_EQ(view["gpu_list"][7].value("health_reason", ""), "missing (the agent found 7 of 8 GPUs)") << view.dump();
+  // The gang on it stops (the agent lists nothing: its task is gone) and waits for 8 healthy GPUs.
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kPreempting);
+  uint64_t revision = 0;
+  ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0"}, &revision).ok());
+  ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .revision = revision}).ok());
+  c->ScheduleNow();
+  EXPECT_EQ(c->snapshot().FindJob(*id)->state, JobState::kPending);
+  EXPECT_EQ(c->snapshot().FindJob(*id)->restarts, 1);
+  // A 1-GPU job runs on what is left.
+  JobSpec one = Job("one", 1, 1);
+  one.node_selector = {{"hostname", "n-0"}};
+  auto small = c->Submit(kAlice, one);
+  ASSERT_TRUE(small.ok());
+  c->ScheduleNow();
+  EXPECT_EQ(c->snapshot().FindJob(*small)->state, JobState::kRunning);
+  // Back with all 8: healthy again once it reports GPU 7.
+  ASSERT_TRUE(c->RegisterNode(agent0, spec, true, "").ok());
+  ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .gpus = {{.index = 7, .healthy = true}}}).ok());
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->healthy_mask, 0xFFu);
+  // More, or another model: refused, saying what to do.
+  NodeSpec more = spec;
+  more.gpus = 9;
+  const Status grown = c->RegisterNode(agent0, more, true, "");
+  EXPECT_EQ(grown.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(grown.message().find("another --name"), std::string::npos) << grown.message();
+  NodeSpec other = spec;
+  other.gpu_model = "B200";
+  EXPECT_EQ(c->RegisterNode(agent0, other, true, "").code(), StatusCode::kFailedPrecondition);
+}
+
 JobSpec Service(const std::string& name, int32_t min, int32_t max) {
   JobSpec s = Job(name, max, 4);
   s.kind = JobKind::kService;
