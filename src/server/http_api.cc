@@ -1372,6 +1372,7 @@ class HttpServerImpl final : public HttpServer {
                       {"requests", st->signals.requests},
                       {"failed", st->signals.failed},
                       {"retried", st->signals.retried},
+                      {"abandoned", st->signals.abandoned},
                       {"p50_ms", st->signals.p50_ms},
                       {"p99_ms", st->signals.p99_ms}};
       if (st->gpu_memory >= 0) v["signals"]["gpu_memory"] = st->gpu_memory;

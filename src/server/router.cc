@@ -5,6 +5,8 @@
 #include "base/thread_name.h"
 
 #include <atomic>
+#include <cerrno>
+#include <sys/socket.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -78,7 +80,7 @@ struct Router::Impl {
     int64_t inflight = 0, queued = 0;
     double integral = 0;  // in-flight x seconds since window_start
     Steady::time_point last_change = Steady::now(), window_start = Steady::now();
-    uint64_t requests = 0, failed = 0, retried = 0;
+    uint64_t requests = 0, failed = 0, retried = 0, abandoned = 0;
     std::vector<double> latencies;  // ms, a ring of kLatencies
     size_t next_latency = 0;
     size_t turn = 0;
@@ -179,6 +181,7 @@ struct Router::Impl {
     bool router_error = false;
     bool replica_keep_alive = false;  // what the replica's header said
     bool no_body = false;  // an answer to HEAD, or a 204 or 304: its header alone
+    bool client_gone = false;  // the client hung up before it began (Hangup)
     // The body's first bytes, read with the header: a replica that fails
     // before them has sent the client nothing (so a retry is still safe).
     std::unique_ptr<char[]> chunk;
@@ -187,13 +190,25 @@ struct Router::Impl {
   static constexpr size_t kChunk = 16384;
   enum class Relayed { kWhole, kReplicaFailed, kClientFailed };
 
+  // A request's client, watched while the request waits (queued for a
+  // ready replica, or for the replica's answer): one that hangs up ends the
+  // wait, and the replica's connection is closed (an inference server, as
+  // vLLM, stops generating for it), so a client cannot leave work running
+  // for no one by sending requests and closing.
+  struct Hangup {
+    bool gone = false;  // the client closed its connection
+    bool done = false;  // the wait is over: the watch ends
+    beast::tcp_stream* upstream = nullptr;  // the replica exchange in progress
+  };
+  awaitable<void> WatchHangup(tcp::socket& client, std::shared_ptr<Hangup> h);
+
   void Apply(std::vector<RouterService> list);
   awaitable<void> Accept();
   awaitable<void> Serve(tcp::socket socket, std::string remote);
-  awaitable<Answer> Forward(http::request<http::string_body> req, std::string remote);
+  awaitable<Answer> Forward(http::request<http::string_body> req, std::string remote, Hangup* hangup);
   // One exchange with a backend up to its answer's header and the first
   // bytes of its body; false if it failed before those (*a then unchanged).
-  awaitable<bool> Exchange(Backend& b, const http::request<http::string_body>& req, Answer* a);
+  awaitable<bool> Exchange(Backend& b, const http::request<http::string_body>& req, Answer* a, Hangup* hangup);
   // Writes the answer's header and relays its body as the replica sends it.
   // Cut short on either side, the client's connection is then closed: an
   // answer cut short is not passed off as whole.
@@ -358,7 +373,21 @@ awaitable<void> Router::Impl::Probe(std::shared_ptr<Service> svc, std::shared_pt
   }
 }
 
-awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::string_body>& req, Answer* a) {
+awaitable<void> Router::Impl::WatchHangup(tcp::socket& client, std::shared_ptr<Hangup> h) {
+  beast::error_code ec;
+  co_await client.async_wait(tcp::socket::wait_read, asio::redirect_error(use_awaitable, ec));
+  if (h->done || ec) co_return;  // (the wait ended first: cancelled, and the socket may be gone)
+  // Readable: the end of the stream (or a reset), or more bytes (a
+  // pipelined request: then the client is there, and no longer watched).
+  char byte;
+  const ssize_t n = ::recv(client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) co_return;
+  h->gone = true;
+  if (h->upstream != nullptr) h->upstream->cancel();
+}
+
+awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::string_body>& req, Answer* a,
+                                       Hangup* hangup) {
   auto ex = co_await asio::this_coro::executor;
   // A kept-alive connection first; one the replica closed meanwhile fails
   // before any answer, and then a fresh one is tried.
@@ -373,11 +402,21 @@ awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::str
       fresh = 1;
       s = std::make_unique<beast::tcp_stream>(ex);
     }
+    // The client's hang-up cancels what waits on `s` (then closed with it).
+    struct Watched {
+      Hangup* h;
+      ~Watched() {
+        if (h != nullptr) h->upstream = nullptr;
+      }
+    } watched{hangup};
+    if (hangup != nullptr) hangup->upstream = s.get();
     try {
+      if (hangup != nullptr && hangup->gone) co_return false;
       if (!reused) {
         tcp::resolver resolver(ex);
         s->expires_after(std::chrono::seconds(5));
         auto results = co_await resolver.async_resolve(b.b.host, std::to_string(b.b.port), use_awaitable);
+        if (hangup != nullptr && hangup->gone) co_return false;  // (not waiting on `s` then)
         co_await s->async_connect(results, use_awaitable);
         s->socket().set_option(tcp::no_delay(true));  // (small answers must not wait on delayed ACKs)
       }
@@ -426,7 +465,7 @@ awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::str
       const auto code = e.code();
       const bool stale = code == http::error::end_of_stream || code == asio::error::eof ||
                          code == asio::error::connection_reset || code == asio::error::broken_pipe;
-      if (!reused || !stale || answered) co_return false;
+      if (!reused || !stale || answered || (hangup != nullptr && hangup->gone)) co_return false;
     } catch (const std::exception&) {
       co_return false;
     }
@@ -434,7 +473,8 @@ awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::str
   co_return false;
 }
 
-awaitable<Router::Impl::Answer> Router::Impl::Forward(http::request<http::string_body> req, std::string remote) {
+awaitable<Router::Impl::Answer> Router::Impl::Forward(http::request<http::string_body> req, std::string remote,
+                                                       Hangup* hangup) {
   const unsigned version = req.version();
   Answer a;
   const std::string target(req.target());
@@ -478,7 +518,7 @@ awaitable<Router::Impl::Answer> Router::Impl::Forward(http::request<http::string
     if (b == nullptr && attempt == 0) {
       // Wait (queued) for a replica to become ready.
       svc->queued++;
-      while (b == nullptr && !stopping && Steady::now() - a.started < Micros(options.queue_timeout)) {
+      while (b == nullptr && !stopping && !hangup->gone && Steady::now() - a.started < Micros(options.queue_timeout)) {
         wait.expires_after(std::chrono::milliseconds(10));
         beast::error_code ec;
         co_await wait.async_wait(asio::redirect_error(use_awaitable, ec));
@@ -486,6 +526,7 @@ awaitable<Router::Impl::Answer> Router::Impl::Forward(http::request<http::string
       }
       svc->queued--;
     }
+    if (hangup->gone) break;
     if (b == nullptr) {
       if (attempt == 0) {
         const size_t starting = svc->backends.size();
@@ -498,15 +539,22 @@ awaitable<Router::Impl::Answer> Router::Impl::Forward(http::request<http::string
       break;
     }
     b->outstanding++;
-    if (co_await Exchange(*b, req, &a)) {
+    if (co_await Exchange(*b, req, &a, hangup)) {
       a.backend = std::move(b);  // (outstanding until Finish)
       co_return a;
     }
     b->outstanding--;
+    if (hangup->gone) break;  // (not the replica's failure)
     MarkDown(*b);  // out of the router until a probe succeeds again
     failed = b.get();
     if (!Idempotent(req.method())) break;
     if (attempt == 0) svc->retried++;
+  }
+  if (hangup->gone) {
+    a.client_gone = true;
+    a.error = Error(499, "the client closed its connection", version);  // (written to no one)
+    svc->abandoned++;
+    co_return a;
   }
   a.error = Error(502, "service '" + name + "': the replica failed before answering", version);
   a.router_error = true;
@@ -593,6 +641,10 @@ void Router::Impl::Finish(Answer& a, bool replica_failed) {
     }
   }
   svc.Count(-1);
+  if (a.client_gone) {  // (no answer: counted as abandoned)
+    a.svc = nullptr;
+    return;
+  }
   svc.requests++;
   if (a.router_error || replica_failed) svc.failed++;
   const double ms = std::chrono::duration<double, std::milli>(Steady::now() - a.started).count();
@@ -637,8 +689,16 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
       const bool keep = req.keep_alive();
       const unsigned version = req.version();
       client.expires_never();
-      Answer a = co_await Forward(std::move(req), remote);
+      auto hangup = std::make_shared<Hangup>();
+      asio::co_spawn(ioc, WatchHangup(client.socket(), hangup), asio::detached);
+      Answer a = co_await Forward(std::move(req), remote, hangup.get());
+      hangup->done = true;
+      if (!hangup->gone) client.socket().cancel(ec);  // (the watch ends; nothing else waits on the client now)
       held.Set(0);  // (the request's body is gone; an answer's is relayed, not held)
+      if (a.client_gone) {
+        Finish(a, false);
+        break;
+      }
       if (a.error) {
         a.error->keep_alive(keep);
         Finish(a, false);
@@ -784,6 +844,7 @@ std::map<std::string, RouterStats> Router::TakeStats() {
       st.requests = svc->requests;
       st.failed = svc->failed;
       st.retried = svc->retried;
+      st.abandoned = svc->abandoned;
       std::vector<double> l = svc->latencies;
       if (!l.empty()) {
         std::sort(l.begin(), l.end());

@@ -84,6 +84,9 @@ struct RouterStats {
   uint64_t requests = 0;  // answered, in all (replicas' answers of any status)
   uint64_t failed = 0;    // answered by the router itself with 502/503/504, or cut short by the replica
   uint64_t retried = 0;
+  // Clients that hung up before their answer began (queued, or waiting on
+  // the replica): the replica's request was closed, not answered to no one.
+  uint64_t abandoned = 0;
   double p50_ms = 0, p99_ms = 0;
   // RouterService::metrics summed over the ready replicas that reported
   // them (a metric none reported is absent).

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -407,6 +408,83 @@ TEST(Router, AReplicasMetricsAreReadOnlyUpToTheirLimitAndTimeout) {
 // the second, which it sends only once the client saw the first. A
 // buffering router would hold the first until the answer ended: the read
 // would time out.
+// A client that hangs up while its request waits on the replica: the
+// router closes the replica's connection (an inference server stops
+// generating for no one) instead of waiting out its answer; one that hangs
+// up while queued for a ready replica leaves the queue at once. Neither is
+// counted as answered or failed, both as abandoned.
+TEST(Router, AClientThatHangsUpEndsItsRequestAtTheReplica) {
+  std::atomic<int64_t> closed_after_ms{-1};
+  FakeReplica replica([&](int fd, const std::string& head) {
+    if (head.find("/models") != std::string::npos) {
+      const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+      return write(fd, ok.data(), ok.size()) >= 0;
+    }
+    // A slow answer (a long generation): 5 s, unless the router hangs up.
+    const auto began = std::chrono::steady_clock::now();
+    for (int i = 0; i < 500; ++i) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 10) == 1) {
+        char c;
+        if (read(fd, &c, 1) <= 0) {
+          closed_after_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count();
+          return false;
+        }
+      }
+    }
+    const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    return write(fd, ok.data(), ok.size()) >= 0;
+  });
+  int port = 0;
+  auto router = RouterFor(replica, &port);
+  int fd = OpenLoopback(port, 3);
+  Send(fd, "POST /svc/v1/completions HTTP/1.1\r\nHost: r\r\nContent-Length: 2\r\n\r\n{}");
+  usleep(300 * 1000);
+  EXPECT_EQ(router->TakeStats().at("svc").inflight, 1);
+  close(fd);
+  for (int i = 0; i < 300 && closed_after_ms < 0; ++i) usleep(10 * 1000);
+  EXPECT_GE(closed_after_ms, 0) << "the replica's request was not closed when its client hung up";
+  EXPECT_LT(closed_after_ms, 2000);
+  RouterStats st = router->TakeStats().at("svc");
+  for (int i = 0; i < 100 && st.inflight != 0; ++i) {
+    usleep(10 * 1000);
+    st = router->TakeStats().at("svc");
+  }
+  EXPECT_EQ(st.inflight, 0);
+  EXPECT_EQ(st.abandoned, 1u);
+  EXPECT_EQ(st.requests, 0u);
+  EXPECT_EQ(st.failed, 0u);
+  // The replica is not taken for failed: the next request is answered.
+  closed_after_ms = -1;
+  fd = OpenLoopback(port, 8);
+  Send(fd, "GET /svc/v1/models HTTP/1.1\r\nHost: r\r\n\r\n");
+  EXPECT_NE(ReadUntil(fd, "ok").find("200 OK"), std::string::npos);
+  close(fd);
+  router->Stop();
+
+  // Queued: a service none of whose replicas is ready.
+  Router queued{RouterOptions{}};
+  auto started = queued.Start();
+  ASSERT_TRUE(started.ok());
+  RouterService svc{.name = "down", .job = JobId(2)};
+  svc.readiness.path = "/ready";
+  svc.backends.push_back({JobId(2), 0, 0, 0, "127.0.0.1", 1});  // (nothing listens on port 1)
+  queued.Update({svc});
+  fd = OpenLoopback(*started, 3);
+  Send(fd, "GET /down/x HTTP/1.1\r\nHost: r\r\n\r\n");
+  for (int i = 0; i < 100 && queued.TakeStats().at("down").queued == 0; ++i) usleep(10 * 1000);
+  EXPECT_EQ(queued.TakeStats().at("down").queued, 1);
+  close(fd);
+  RouterStats q = queued.TakeStats().at("down");
+  for (int i = 0; i < 100 && q.queued != 0; ++i) {
+    usleep(10 * 1000);
+    q = queued.TakeStats().at("down");
+  }
+  EXPECT_EQ(q.queued, 0) << "a hung-up client stayed queued";
+  EXPECT_EQ(q.abandoned, 1u);
+  queued.Stop();
+}
+
 TEST(Router, StreamsAnAnswerAsTheReplicaWritesIt) {
   std::atomic<bool> client_saw_first{false};
   FakeReplica replica([&](int fd, const std::string&) {
