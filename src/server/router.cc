@@ -660,7 +660,14 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
   beast::flat_buffer buf;
   try {
     while (!stopping) {
-      client.expires_after(std::chrono::seconds(60));  // idle keep-alive and header deadline
+      if (buf.size() == 0) {
+        // Idle (kept alive) until its next request's first bytes...
+        client.expires_after(Micros(options.idle_timeout));
+        const size_t n = co_await client.async_read_some(buf.prepare(4096), use_awaitable);
+        buf.commit(n);
+      }
+      // ... then its header whole, soon.
+      client.expires_after(Micros(options.header_timeout));
       http::request_parser<http::string_body> parser;
       parser.body_limit(options.max_body_bytes);
       parser.header_limit(64 << 10);
@@ -683,6 +690,7 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
         http::response<http::empty_body> go{http::status::continue_, parser.get().version()};
         co_await http::async_write(client, go, use_awaitable);
       }
+      client.expires_after(Micros(options.idle_timeout));  // (its body: as long as before this split)
       co_await http::async_read(client, buf, parser, use_awaitable);
       http::request<http::string_body> req = parser.release();
       held.Set(req.body().size());

@@ -119,6 +119,11 @@ struct RouterOptions {
   size_t max_buffered_bytes = 256 << 20;  // all bodies held at once (see above)
   size_t max_connections = 4'096;
   size_t max_connections_per_address = 512;  // one client cannot take them all
+  // A connection may idle this long between requests; a request's header,
+  // once begun, must be whole within header_timeout (a client that sends a
+  // header a byte at a time holds no connection for long).
+  Duration idle_timeout = 60 * kMicrosPerSecond;
+  Duration header_timeout = 10 * kMicrosPerSecond;
 };
 
 class Router {

@@ -485,6 +485,31 @@ TEST(Router, AClientThatHangsUpEndsItsRequestAtTheReplica) {
   queued.Stop();
 }
 
+// A client that begins a header and sends it a byte at a time holds its
+// connection for the header timeout, not the idle one; a connection that
+// idles between requests is kept for the idle timeout.
+TEST(Router, AHalfSentHeaderIsDroppedAfterTheHeaderTimeout) {
+  Router router{RouterOptions{.idle_timeout = 3 * kMicrosPerSecond, .header_timeout = 500'000}};
+  auto port = router.Start();
+  ASSERT_TRUE(port.ok());
+  const int idle = OpenLoopback(*port, 5);
+  const int slow = OpenLoopback(*port, 5);
+  Send(slow, "GET /svc/x HTTP/1.1\r\nHo");
+  const auto began = std::chrono::steady_clock::now();
+  char c;
+  EXPECT_EQ(read(slow, &c, 1), 0);  // closed by the router
+  const auto held = std::chrono::steady_clock::now() - began;
+  EXPECT_LT(held, std::chrono::milliseconds(2000));
+  EXPECT_GE(held, std::chrono::milliseconds(400));
+  // The idle one is still open (a request on it is answered), past the header timeout.
+  usleep(700 * 1000);
+  Send(idle, "GET /none/x HTTP/1.1\r\nHost: r\r\n\r\n");
+  EXPECT_NE(ReadUntil(idle, "no service").find("404"), std::string::npos);
+  close(slow);
+  close(idle);
+  router.Stop();
+}
+
 TEST(Router, StreamsAnAnswerAsTheReplicaWritesIt) {
   std::atomic<bool> client_saw_first{false};
   FakeReplica replica([&](int fd, const std::string&) {
