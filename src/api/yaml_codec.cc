@@ -691,7 +691,11 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
     }
     if (root.Has("limits")) {
       Field l = root["limits"];
-      l.ExpectMap({"max_pending_per_user", "max_pending_per_queue", "max_array", "submit_rate", "log_cap"});
+      l.ExpectMap({"max_pending_per_user", "max_pending_per_queue", "max_array", "submit_rate", "log_cap",
+                   "max_service_ports_per_user"});
+      if (l.Has("max_service_ports_per_user")) {
+        c.limits.max_service_ports_per_user = l["max_service_ports_per_user"].Int(1, 65'535);
+      }
       if (l.Has("max_pending_per_user")) c.limits.max_pending_per_user = l["max_pending_per_user"].Int(1, 100'000'000);
       if (l.Has("max_pending_per_queue")) c.limits.max_pending_per_queue = l["max_pending_per_queue"].Int(1, 100'000'000);
       if (l.Has("max_array")) c.limits.max_array = l["max_array"].Int(1, 100'000);

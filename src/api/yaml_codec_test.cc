@@ -265,6 +265,16 @@ TEST(ParseClusterConfig, ReadsJobVisibility) {
       << bad.status().message();
 }
 
+TEST(ParseClusterConfig, ReadsTheServicePortLimit) {
+  EXPECT_EQ(ParseClusterConfig("{}\n", "c.yaml")->limits.max_service_ports_per_user, 1024);
+  auto c = ParseClusterConfig("limits: {max_service_ports_per_user: 64}\n", "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->limits.max_service_ports_per_user, 64);
+  auto bad = ParseClusterConfig("limits: {max_service_ports_per_user: 0}\n", "c.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("max_service_ports_per_user"), std::string::npos) << bad.status().message();
+}
+
 TEST(ParseClusterConfig, ReadsWhoMayUseAPriorityClass) {
   auto c = ParseClusterConfig("priority_classes:\n  - {name: normal, value: 500}\n  - {name: urgent, value: 5000, users: [bob]}\n"
                               "  - {name: ops, value: 9000, users: []}\n",

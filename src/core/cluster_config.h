@@ -85,6 +85,10 @@ struct TenantLimits {
   int64_t submit_rate = 5'000;
   // Task logs the server keeps per job (shipped by remote agents).
   int64_t log_cap_bytes = 64LL << 20;
+  // Node ports one user's live services may claim, in all (a service's
+  // replica r listens on port + r on any node, so its range is kept from
+  // every other service): no tenant can take the port space. Admins: any.
+  int64_t max_service_ports_per_user = 1'024;
 };
 
 // A rota user's Unix account on the nodes, where it is not found by name

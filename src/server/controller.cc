@@ -1107,6 +1107,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
         }
       }
       ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, JobId()));
+      ROTA_RETURN_IF_ERROR(PortsWithinLimit(snap, spec, who, JobId()));
     }
     // Tenant limits, counted against what is pending now (on the actor, so
     // concurrent submissions cannot both slip under a limit).
@@ -1258,6 +1259,21 @@ Status Controller::ScaleService(JobId id, int32_t desired, const std::string& re
 // Replica r of a service listens on port + r on whatever node it lands:
 // two live services' ranges never overlap, so no service's replica can
 // answer (or be probed, or be sent requests) for another's.
+Status Controller::PortsWithinLimit(const Snapshot& snap, const JobSpec& spec, const Principal& who, JobId self) const {
+  if (who.admin()) return Status::Ok();
+  const int64_t limit = options_.config.limits.max_service_ports_per_user;
+  int64_t held = 0;
+  for (const JobRecord* job : snap.LiveServices()) {
+    if (job->id != self && job->user == who.user) held += job->spec().service.max_replicas;
+  }
+  if (held + spec.service.max_replicas <= limit) return Status::Ok();
+  return Status(StatusCode::kResourceExhausted,
+                "service.replicas.max: user '" + who.user + "' has services holding " + std::to_string(held) +
+                    " ports (port + replica, kept from every other service); " +
+                    std::to_string(spec.service.max_replicas) + " more would pass the limit " +
+                    "(limits.max_service_ports_per_user: " + std::to_string(limit) + ")");
+}
+
 Status Controller::PortsFree(const Snapshot& snap, const JobSpec& spec, JobId self) {
   const int32_t lo = spec.service.port, hi = spec.service.port + spec.service.max_replicas - 1;
   for (const JobRecord* job : snap.LiveServices()) {
@@ -1297,6 +1313,10 @@ StatusOr<JobId> Controller::UpdateService(const Principal& who, JobSpec spec) {
     if (found->spec() == spec) return found->id;  // nothing to change
     ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec(), spec));
     ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, found->id));
+    // (Counted for the service's owner: an admin's apply to it changes whose ports it is not.)
+    if (spec.service.max_replicas > found->spec().service.max_replicas) {
+      ROTA_RETURN_IF_ERROR(PortsWithinLimit(snap, spec, Principal{found->user, who.admin() ? Role::kAdmin : Role::kUser, ""}, found->id));
+    }
     const JobId id = found->id;
     ROTA_RETURN_IF_ERROR(batch.Apply(ServiceUpdated{id, options_.clock->Now(), spec, who.user}));
     return id;

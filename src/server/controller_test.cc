@@ -451,6 +451,36 @@ JobSpec Service(const std::string& name, int32_t min, int32_t max) {
 // A service: one a name; a replica that exits (0 or not) restarts alone,
 // forever; a lost node's replicas are dropped and placed elsewhere while
 // the others run on (no restart of the service).
+// One tenant cannot take the node port space: the ports its live services
+// claim (port + replica, kept from every other service) are capped per user,
+// on submit and on an apply that grows a service; admins are not.
+TEST_F(ControllerTest, AUsersServicesClaimAtMostTheirShareOfPorts) {
+  ControllerOptions o{.config = TwoNodes(), .clock = &clock};
+  o.config.limits.max_service_ports_per_user = 3;
+  auto c = std::make_unique<Controller>(o, std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->Start().ok());
+  ASSERT_TRUE(c->Submit(kAlice, Service("a", 1, 2)).ok());
+  JobSpec b = Service("b", 1, 2);
+  b.service.port = 9000;
+  const auto refused = c->Submit(kAlice, b);
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("limits.max_service_ports_per_user: 3"), std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(c->Submit(kBob, b).ok()) << "another user's share is their own";
+  JobSpec one = Service("c", 1, 1);
+  one.service.port = 9100;
+  ASSERT_TRUE(c->Submit(kAlice, one).ok());
+  // Growing one past the share through rota apply is refused too.
+  JobSpec grown = one;
+  grown.service.max_replicas = 2;
+  grown.tasks[0].replicas = 2;
+  EXPECT_EQ(c->UpdateService(kAlice, grown).status().code(), StatusCode::kResourceExhausted);
+  JobSpec admins = Service("d", 1, 4);
+  admins.service.port = 9200;
+  EXPECT_TRUE(c->Submit(kAdmin, admins).ok());
+  c->Stop();
+}
+
 TEST_F(ControllerTest, AServiceRestartsReplicasForeverAndSurvivesANodeLoss) {
   auto c = Make(std::make_unique<MemoryStore>());
   const Principal agent1{"n-1", Role::kAgent, "n-1"};
