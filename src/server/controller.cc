@@ -1435,29 +1435,16 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
            const NodeState* known = batch.state->GetSnapshot().FindNode(spec.name);
            if (known == nullptr) {
              ROTA_RETURN_IF_ERROR(batch.Apply(NodeAdded{sent}));
-           } else if (spec.gpus > known->spec.gpus || known->spec.gpu_model != spec.gpu_model) {
+           } else if (known->spec.gpus != spec.gpus || known->spec.gpu_model != spec.gpu_model) {
+             // (Fewer GPUs cannot simply go on: the agent numbers the GPUs
+             // it finds from 0, so one missing in the middle renumbers the
+             // rest, and the server's indices would name other devices.)
              return Status(StatusCode::kFailedPrecondition,
                            "node '" + spec.name + "' is registered with " + std::to_string(known->spec.gpus) + " x " +
                                known->spec.gpu_model + "; it now reports " + std::to_string(spec.gpus) + " x " +
-                               spec.gpu_model + ": a node's GPU model and count cannot grow or change under its name "
-                               "(fewer GPUs can: the missing ones show as unhealthy); run its agent with another "
-                               "--name, and drain this one");
+                               spec.gpu_model + ": a node's GPUs cannot change under its name; drain it (rota node "
+                               "drain " + spec.name + ") and run its agent with another --name");
            } else {
-             // Fewer GPUs than it registered with (one fell off the bus, an
-             // Xid 79, or was taken out): the node goes on with those it has;
-             // the missing ones are unhealthy until they are back, and what
-             // ran on them restarts (as for a failed GPU). The agent numbers
-             // the GPUs it finds from 0, so the missing ones are the last.
-             const std::string missing = "missing (the agent found " + std::to_string(spec.gpus) + " of " +
-                                         std::to_string(known->spec.gpus) + " GPUs)";
-             const uint64_t healthy = known->healthy_mask;
-             const int32_t registered = known->spec.gpus;
-             for (int32_t g = spec.gpus; g < registered; ++g) {
-               if ((healthy >> g) & 1) {
-                 lifecycle_.OnGpuHealth(batch, spec.name, {.index = g, .healthy = false, .health_reason = missing});
-               }
-             }
-             known = batch.state->GetSnapshot().FindNode(spec.name);  // (as changed)
              if (MigChanged(*known, spec)) {
                ROTA_RETURN_IF_ERROR(batch.Apply(NodeMigChanged{spec.name, spec.mig, spec.mig_fixed}));
              }
@@ -1477,7 +1464,6 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
            live.simulated = simulated;
            live.mps = mps;
            live.address = address;
-           live.found_gpus = spec.gpus;
            if (!instance.empty()) live.instance = instance;  // (an older agent's registration keeps the check)
            live.last_heartbeat = options_.clock->Now();
            return true;

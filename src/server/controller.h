@@ -123,7 +123,6 @@ struct NodeLive {
   std::string instance;
   TimePoint last_heartbeat = 0;
   std::vector<GpuTelemetry> gpus;
-  int32_t found_gpus = -1;  // how many GPUs its agent found when it registered (-1: none registered)
   // Each GPU's energy in the reports since this server started (mJ, by
   // index): a counter for /metrics.
   std::map<int32_t, int64_t> energy_mj;

@@ -383,7 +383,9 @@ awaitable<void> Router::Impl::WatchHangup(tcp::socket& client, std::shared_ptr<H
   const ssize_t n = ::recv(client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) co_return;
   h->gone = true;
-  if (h->upstream != nullptr) h->upstream->cancel();
+  // Closed, not cancelled: every later operation on it fails at once (a
+  // connect to the next address too, a read whose data had come already).
+  if (h->upstream != nullptr) h->upstream->close();
 }
 
 awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::string_body>& req, Answer* a,
@@ -402,7 +404,7 @@ awaitable<bool> Router::Impl::Exchange(Backend& b, const http::request<http::str
       fresh = 1;
       s = std::make_unique<beast::tcp_stream>(ex);
     }
-    // The client's hang-up cancels what waits on `s` (then closed with it).
+    // The client's hang-up closes `s`: what waits on it fails.
     struct Watched {
       Hangup* h;
       ~Watched() {
@@ -666,7 +668,9 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
         const size_t n = co_await client.async_read_some(buf.prepare(4096), use_awaitable);
         buf.commit(n);
       }
-      // ... then its header whole, soon.
+      // ... then its header whole, soon, and all of it within the idle
+      // timeout of its first bytes (a body sent a byte at a time too).
+      const Steady::time_point began = Steady::now();
       client.expires_after(Micros(options.header_timeout));
       http::request_parser<http::string_body> parser;
       parser.body_limit(options.max_body_bytes);
@@ -690,7 +694,7 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
         http::response<http::empty_body> go{http::status::continue_, parser.get().version()};
         co_await http::async_write(client, go, use_awaitable);
       }
-      client.expires_after(Micros(options.idle_timeout));  // (its body: as long as before this split)
+      client.expires_at(began + Micros(options.idle_timeout));
       co_await http::async_read(client, buf, parser, use_awaitable);
       http::request<http::string_body> req = parser.release();
       held.Set(req.body().size());

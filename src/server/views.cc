@@ -185,10 +185,6 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
         // Why the agent calls it unhealthy ("xid 79", "temperature 95C").
         if (!t.healthy && !t.health_reason.empty()) gj["health_reason"] = t.health_reason;
       }
-      if (g >= it->second.found_gpus && it->second.found_gpus >= 0 && !((node.healthy_mask >> g) & 1)) {
-        gj["health_reason"] = "missing (the agent found " + std::to_string(it->second.found_gpus) + " of " +
-                              std::to_string(node.spec.gpus) + " GPUs)";
-      }
     }
     // Which jobs hold it (several when fractions share it).
     std::vector<uint64_t> holders;
