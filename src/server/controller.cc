@@ -998,10 +998,29 @@ Status Controller::CheckTenantLimits(const Principal& who, const JobSpec& spec, 
   ROTA_RETURN_IF_ERROR(ArrayLimit(count));
   ROTA_RETURN_IF_ERROR(TakeSubmitBudget(who.user, count, /*take=*/false));
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-           ROTA_RETURN_IF_ERROR(PendingLimits(who, spec, count, batch.state->GetSnapshot()));
+           const Snapshot snap = batch.state->GetSnapshot();
+           ROTA_RETURN_IF_ERROR(ServiceSubmittable(snap, spec, who, count));  // (a dry run's too)
+           ROTA_RETURN_IF_ERROR(PendingLimits(who, spec, count, snap));
            return true;
          })
       .status();
+}
+
+// A service is found by its name (its endpoint): one live service a name,
+// submitted once, on ports no other live service holds, within its user's
+// share of ports.
+Status Controller::ServiceSubmittable(const Snapshot& snap, const JobSpec& spec, const Principal& who,
+                                      int64_t count) const {
+  if (!spec.is_service()) return Status::Ok();
+  if (count != 1) return InvalidArgumentError("count: a service is submitted once; its replicas are service.replicas");
+  for (const JobRecord* job : snap.LiveServices()) {
+    if (job->spec().name == spec.name) {
+      return Status(StatusCode::kAlreadyExists, "name: service '" + spec.name + "' exists already (job " +
+                                                    std::to_string(job->id.value()) + "); cancel it or pick another name");
+    }
+  }
+  ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, JobId()));
+  return PortsWithinLimit(snap, spec, who, JobId());
 }
 
 Status Controller::TakeSubmitBudget(const std::string& user, int64_t jobs, bool take) {
@@ -1097,18 +1116,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
       return Status(StatusCode::kOutOfRange,
                     std::string(sched::ReasonCodeName(why.code)) + ": " + why.message);
     }
-    // A service is found by its name (its endpoint): one live service a name.
-    if (spec.is_service()) {
-      if (count != 1) return InvalidArgumentError("count: a service is submitted once; its replicas are service.replicas");
-      for (const JobRecord* job : snap.LiveServices()) {
-        if (job->spec().name == spec.name) {
-          return Status(StatusCode::kAlreadyExists, "name: service '" + spec.name + "' exists already (job " +
-                                                        std::to_string(job->id.value()) + "); cancel it or pick another name");
-        }
-      }
-      ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, JobId()));
-      ROTA_RETURN_IF_ERROR(PortsWithinLimit(snap, spec, who, JobId()));
-    }
+    ROTA_RETURN_IF_ERROR(ServiceSubmittable(snap, spec, who, count));
     // Tenant limits, counted against what is pending now (on the actor, so
     // concurrent submissions cannot both slip under a limit).
     ROTA_RETURN_IF_ERROR(PendingLimits(who, spec, count, snap));

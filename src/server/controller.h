@@ -262,6 +262,8 @@ class Controller {
   // The ports `who`'s live services (but `self`) claim, with `spec`'s, within
   // limits.max_service_ports_per_user (admins: any).
   Status PortsWithinLimit(const Snapshot& snap, const JobSpec& spec, const Principal& who, JobId self) const;
+  // A new service's name, count and ports (Ok for any other job).
+  Status ServiceSubmittable(const Snapshot& snap, const JobSpec& spec, const Principal& who, int64_t count) const;
   Status RestartReplica(JobId id, uint16_t task, uint32_t replica, int32_t attempt, const std::string& reason);
   Status SetDrain(const Principal& who, const std::string& node, bool drained, const std::string& reason = "");
   // `mps`: an NVIDIA MPS control daemon serves the node's GPUs (GPU fractions

@@ -439,6 +439,13 @@ TEST_F(ControllerTest, AUsersServicesClaimAtMostTheirShareOfPorts) {
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(refused.status().message().find("limits.max_service_ports_per_user: 3"), std::string::npos)
       << refused.status().message();
+  // A dry run (POST /v1/jobs?dry_run=true) runs the same checks.
+  EXPECT_EQ(c->CheckTenantLimits(kAlice, b, 1).code(), StatusCode::kResourceExhausted);
+  JobSpec taken = Service("a", 1, 1);
+  taken.service.port = 9300;
+  EXPECT_EQ(c->CheckTenantLimits(kBob, taken, 1).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(c->CheckTenantLimits(kBob, Service("e", 1, 1), 1).code(), StatusCode::kAlreadyExists);  // port 8000 is a's
+  EXPECT_TRUE(c->CheckTenantLimits(kBob, b, 1).ok());
   EXPECT_TRUE(c->Submit(kBob, b).ok()) << "another user's share is their own";
   JobSpec one = Service("c", 1, 1);
   one.service.port = 9100;
