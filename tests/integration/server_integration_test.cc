@@ -426,7 +426,7 @@ tasks: [{gpu: {mig: 3g.40gb}, command: [sh, -c, 'echo "mig=$ROTA_MIG_INSTANCE cu
   json whole = wait_for(2, [](const json& j) { return j["state"] == "running"; });
   EXPECT_EQ(whole["placement"][0]["gpus"], json::array({1})) << whole.dump();
   // No 1g instance and GPU 0 is not idle: it waits.
-  ASSERT_EQ(admin.Post("/v1/jobs", "name: m1\ntasks: [{gpu: {mig: 1g.10gb}, command: [sleep, '60']}]\n",
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: m1\ntasks: [{gpu: {mig: 1g.10gb}, command: [sleep, '61']}]\n",
                        "application/yaml")->status, 201);
   json m1 = wait_for(3, [](const json& j) { return j.contains("pending_reason") && j["pending_reason"]["code"] != "NotYetScheduled"; });
   EXPECT_EQ(m1["state"], "pending") << m1.dump();
@@ -449,6 +449,19 @@ tasks: [{gpu: {mig: 3g.40gb}, command: [sh, -c, 'echo "mig=$ROTA_MIG_INSTANCE cu
   node = json::parse(admin.Get("/v1/nodes")->body)["nodes"][0];
   EXPECT_EQ(node["gpu_list"][0]["mig"], "1g.10gb@0*,1g.10gb@1,2g.20gb@2,3g.40gb@4") << node.dump();
   // Durable: the new layout and the instance in use come back from the journal.
+  // (Killed once its task runs: "running" is the server's word, and a kill
+  // while the agent still launched it could leave it lost, so failed.)
+  bool started = false;
+  for (int i = 0; i < 200 && !started; ++i) {
+    ForEachLiveProcess({"sleep", "61"}, [&](pid_t, const std::string& dir) {
+      const std::string env = std::string(1, '\0') + ReadAll(dir + "/environ");
+      if (env.find(std::string(1, '\0') + "ROTA_JOB_ID=3" + std::string(1, '\0')) != std::string::npos) {
+        started = true;
+      }
+    });
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(started) << "job 3's task never started";
   up.Kill(SIGKILL);
   up.Restart();
   node = json::parse(up.Admin().Get("/v1/nodes")->body)["nodes"][0];
