@@ -23,16 +23,7 @@ YAML
 PIDS+=($!)
 wait_for_server "$R/server.log"
 export ROTA_TOKEN=$(cat "$R/data/admin.token")
-for i in 0 1 2; do
-  "$ROTA" token create --user "g-$i" --role agent --node "g-$i" > "$R/agent-$i.token"
-  "$ROTA" agent --server "$ROTA_SERVER" --token-file "$R/agent-$i.token" --name "g-$i" --address 127.0.0.1 \
-    --gpus 8xH100:80Gi --logs-dir "$R/logs" --heartbeat-ms "$HEARTBEAT_MS" > "$R/agent-$i.log" 2>&1 &
-  PIDS+=($!)
-done
-for _ in $(seq 100); do
-  [ "$("$ROTA" nodes | grep -c " ready ")" -ge 3 ] && break
-  sleep 0.2
-done
+start_agents g 3 --heartbeat-ms "$HEARTBEAT_MS"
 
 T="$R/trace"
 # The attempt a rank is in: how many times rank 0 has failed so far (written as it fails).

@@ -33,17 +33,7 @@ chmod 755 "$R"
 PIDS+=($!)
 wait_for_server "$R/server.log"
 export ROTA_TOKEN=$(cat "$R/data/admin.token")
-mkdir -p "$R/logs"
-for i in $(seq "$NODES"); do
-  "$ROTA" token create --user "s-$i" --role agent --node "s-$i" > "$R/agent-$i.token"
-  "$ROTA" agent --server "$ROTA_SERVER" --token-file "$R/agent-$i.token" --name "s-$i" --address 127.0.0.1 \
-    --gpus 8xH100:80Gi --logs-dir "$R/logs" --state-dir "$R/state-$i" > "$R/agent-$i.log" 2>&1 &
-  PIDS+=($!)
-done
-for _ in $(seq 200); do
-  [ "$("$ROTA" nodes | grep -c " ready ")" -ge "$NODES" ] && break
-  sleep 0.1
-done
+start_agents s "$NODES"
 
 # A pipe nobody writes: `read -t` on it is a sleep without a fork.
 exec {tick}<> <(:)
