@@ -138,6 +138,15 @@ struct TaskReport {
   MemoryMiB memory_peak = -1;
 };
 
+// Whether `tasks` (a node's report) lists replica `replica` of task group
+// `task` of `job` running (an exit listed is a process that ended).
+inline bool ListsRunning(const std::vector<TaskReport>& tasks, JobId job, uint16_t task, uint32_t replica) {
+  for (const TaskReport& t : tasks) {
+    if (t.job == job && t.task == task && t.replica == replica && !t.exited) return true;
+  }
+  return false;
+}
+
 struct HeartbeatReport {
   std::string node;
   std::vector<GpuTelemetry> gpus;

@@ -1729,11 +1729,12 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
       if (g.index < 0 || g.index >= node->spec.gpus) continue;
       if (static_cast<bool>((node->healthy_mask >> g.index) & 1) != g.healthy) return false;
     }
-    NoteSeenRunning(snap, report);
     for (const TaskReport& t : report.tasks) {
       const JobRecord* job = snap.FindJob(t.job);
       if (job == nullptr) continue;
       if (t.exited && (job->state == JobState::kRunning || job->state == JobState::kPreempting)) return false;
+      // (NoteSeenRunning's, in the one pass: a report that goes on to the actor notes all there.)
+      if (job->state == JobState::kPreempting) stop_seen_[t.job] = options_.clock->Now();
       // A checkpoint the actor would journal (the same test as there).
       if (t.checkpoint_at != 0 && !t.checkpoint_path.empty()) {
         const TimePoint now = options_.clock->Now();
@@ -1750,12 +1751,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
         const JobRecord* job = snap.FindJob(id);
         if (job == nullptr || job->state != JobState::kPreempting) continue;
         for (const ReplicaPlacement& r : job->placement) {
-          if (r.node != node->id) continue;
-          if (std::none_of(report.tasks.begin(), report.tasks.end(), [&](const TaskReport& t) {
-                return t.job == id && t.task == r.task && t.replica == r.replica && !t.exited;
-              })) {
-            return false;
-          }
+          if (r.node == node->id && !api::ListsRunning(report.tasks, id, r.task, r.replica)) return false;
         }
       }
     }

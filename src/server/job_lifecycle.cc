@@ -77,10 +77,7 @@ void JobLifecycle::NoteMissing(Batch& batch, NodeId node, const std::vector<api:
         if (r.node != node) continue;
         // (An exit listed is an ended process: this attempt's, OnExit
         // counted; an earlier one's, not this replica.)
-        const bool listed = std::any_of(tasks.begin(), tasks.end(), [&](const api::TaskReport& t) {
-          return t.job == job->id && t.task == r.task && t.replica == r.replica && !t.exited;
-        });
-        if (!listed) exited.insert({r.task, r.replica});
+        if (!api::ListsRunning(tasks, job->id, r.task, r.replica)) exited.insert({r.task, r.replica});
       }
       if (AllExited(*job)) stopped.push_back(job->id);
     }
