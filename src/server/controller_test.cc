@@ -821,8 +821,11 @@ TEST_F(ControllerTest, FlagsIdleAndOverProvisionedJobs) {
   const JobRecord* b = c->snapshot().FindJob(*busy_id);
   const int32_t busy_gpu = std::countr_zero(b->placement[0].gpu_mask);
   const int32_t idle_gpu = std::countr_zero(c->snapshot().FindJob(*idle_id)->placement[0].gpu_mask);
-  for (int minute = 0; minute <= 40; minute += 5) {
-    clock.Advance(5 * 60 * kMicrosPerSecond);
+  // Every 10 s for 45 minutes: a node silent for minutes of the test's clock
+  // could be declared lost by the scheduling loop's own pass (which runs on
+  // real time, whenever it likes) and its jobs requeued, so not running.
+  for (int second = 10; second <= 45 * 60; second += 10) {
+    clock.Advance(10 * kMicrosPerSecond);
     ASSERT_TRUE(c->Heartbeat(agent0, {"n-0",
                                        {{busy_gpu, 90, 60 * 1024, 70, 500, true, ""},
                                         {idle_gpu, 0, 2 * 1024, 35, 60, true, ""}},
