@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -50,6 +52,38 @@ bool KernelHasRecursiveReadOnly() {
   return false;
 #endif
 }
+
+namespace {
+
+// Ok if `path` (absolute) is there without a symbolic link on the way
+// (openat2 RESOLVE_NO_SYMLINKS; without openat2, by its real path):
+// FailedPrecondition for a link, NotFound for a path that is not there;
+// `what` names it.
+Status NoSymbolicLinks(const std::string& path, const std::string& what) {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  const int fd = static_cast<int>(syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof(how)));
+  if (fd >= 0) {
+    close(fd);
+    return Status::Ok();
+  }
+  const int err = errno;
+  const std::string linked = what + " '" + path +
+                             "' goes through a symbolic link (the path or one of its directories): name its real path, "
+                             "which the cluster's allowed_mounts are checked against";
+  if (err == ENOSYS) {
+    char real[PATH_MAX];
+    if (realpath(path.c_str(), real) == nullptr) return NotFoundError(what + " '" + path + "' is not on this node");
+    if (std::filesystem::path(path).lexically_normal().string() != real) return FailedPreconditionError(linked);
+    return Status::Ok();
+  }
+  if (err == ELOOP) return FailedPreconditionError(linked);
+  if (err == ENOENT || err == ENOTDIR) return NotFoundError(what + " '" + path + "' is not on this node");
+  return FailedPreconditionError(what + " '" + path + "': " + std::strerror(err));
+}
+
+}  // namespace
 
 StatusOr<std::string> ResolveRootfs(const std::string& rootfs) {
   std::error_code ec;
@@ -295,6 +329,7 @@ Status CheckOciProgram(const std::string& rootfs, const std::string& program, co
 
 Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
   ROTA_ASSIGN_OR_RETURN(std::string rootfs, ResolveRootfs(task.rootfs));
+  ROTA_RETURN_IF_ERROR(NoSymbolicLinks(rootfs, "rootfs"));
   json env = json::array();
   if (!task.env.count("PATH")) env.push_back(std::string("PATH=") + kDefaultPath);
   for (const auto& [k, v] : task.env) env.push_back(k + "=" + v);
@@ -340,8 +375,7 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
   }
   if (!task.job_dir.empty()) mounts.push_back(Mount("/rota", "bind", task.job_dir, {"rbind", "rw"}));
   for (const MountSpec& m : task.mounts) {
-    std::error_code ec;
-    if (!std::filesystem::exists(m.source, ec)) return NotFoundError("mount source '" + m.source + "' is not on this node");
+    ROTA_RETURN_IF_ERROR(NoSymbolicLinks(m.source, "mount source"));
     mounts.push_back(Mount(m.target, "bind", m.source, {"rbind", m.read_only ? read_only : "rw"}));
   }
   // A program the image lacks would fail inside the runtime, as its exit

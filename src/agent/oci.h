@@ -85,6 +85,14 @@ Status CheckOciProgram(const std::string& rootfs, const std::string& program, co
 
 // Writes `bundle`/config.json for `task` (creating `bundle`); refused if the
 // image lacks its program (CheckOciProgram).
+//
+// A data mount's source, or the rootfs, may not go through a symbolic link
+// (FailedPrecondition naming it): the server checked the path as written
+// against allowed_mounts, and a link (`/scratch/alice/h -> /`, made by an
+// earlier job) would reach elsewhere. (The runtime mounts the path a moment
+// later, by name: a directory swapped for a link in between is not caught.
+// A descriptor cannot be handed over instead: the container's mount
+// namespace refuses a bind from the agent's.)
 Status WriteOciBundle(const std::string& bundle, const OciTask& task);
 
 // The runtime binary: "runc" or "crun" by name, or "auto" (crun if on PATH,

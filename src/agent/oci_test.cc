@@ -83,6 +83,34 @@ TEST(Oci, BadInputNamesThePath) {
   EXPECT_FALSE(FindOciRuntime("docker").ok());
 }
 
+// The server checked a mount's path as written against allowed_mounts: a
+// link on the way (made by an earlier job under an allowed prefix) would
+// bind what it points to, so it is refused; so is a rootfs through one.
+TEST(Oci, AMountOrRootfsThroughASymbolicLinkIsRefused) {
+  TempDir tmp;
+  std::filesystem::create_directories(tmp.path + "/rootfs");
+  std::filesystem::create_directories(tmp.path + "/scratch/alice/data");
+  std::filesystem::create_symlink("/", tmp.path + "/scratch/alice/h");
+  std::filesystem::create_symlink(tmp.path + "/scratch/alice", tmp.path + "/scratch/me");
+  OciTask task;
+  task.id = "x";
+  task.rootfs = tmp.path + "/rootfs";
+  for (const std::string source : {tmp.path + "/scratch/alice/h", tmp.path + "/scratch/me/data"}) {
+    task.mounts = {{tmp.path + "/scratch/alice/data", "/ok", true}, {source, "/host", false}};
+    const Status s = WriteOciBundle(tmp.path + "/bundle", task);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_NE(s.message().find("mount source '" + source + "' goes through a symbolic link"), std::string::npos)
+        << s.ToString();
+  }
+  task.mounts = {{tmp.path + "/scratch/alice/data", "/ok", true}};
+  EXPECT_TRUE(WriteOciBundle(tmp.path + "/bundle", task).ok());
+  std::filesystem::create_symlink(tmp.path + "/rootfs", tmp.path + "/image");
+  task.rootfs = tmp.path + "/image";
+  const Status s = WriteOciBundle(tmp.path + "/bundle", task);
+  EXPECT_NE(s.message().find("rootfs '" + tmp.path + "/image' goes through a symbolic link"), std::string::npos)
+      << s.ToString();
+}
+
 // A program the image lacks is found before the runtime runs (which would
 // exit 1 with it, as a program that failed): looked up as the runtime does,
 // symlinks followed inside the image only, and nothing judged at or below a

@@ -470,6 +470,18 @@ TEST(ParseJobSpec, AServiceIsCheckedFieldByField) {
       {head + "service: {port: 8080}\ntime_limit: 1h\n" + task, "time_limit: a service is never ended by a time limit"},
       {head + "service: {port: 8080}\ntasks: [{name: s, replicas: 2, gpus: 1}]\n", "tasks[0].replicas: a service's replicas"},
       {head + "service: {port: 80}\n" + task, "service.port: must be 1024 or above"},
+      {head + "service: {port: 8080, readiness: {path: health}}\n" + task, "service.readiness.path: must start with '/'"},
+      // (a CR/LF would end the probe's request line and add a header of the user's choosing)
+      {head + "service: {port: 8080, readiness: {path: \"/h HTTP/1.1\\r\\nX-Evil: 1\"}}\n" + task,
+       "service.readiness.path: must be a URL path of visible ASCII characters (percent-encode others), without '#'; "
+       "character 3 is a space"},
+      {head + "service: {port: 8080, readiness: {path: \"/h\\r\\nX: 1\"}}\n" + task,
+       "service.readiness.path: must be a URL path of visible ASCII characters (percent-encode others), without '#'; "
+       "character 3 is control character 13"},
+      {head + "service: {port: 8080, metrics_path: \"/m\\u00e9\"}\n" + task, "service.metrics_path: must be a URL path"},
+      {head + "service: {port: 8080, metrics_path: \"/m#frag\"}\n" + task, "character 3 is '#'"},
+      {head + "service: {port: 8080, metrics_path: /" + std::string(2048, 'a') + "}\n" + task,
+       "service.metrics_path: must be at most 2048 characters, got 2049"},
       {"name: j\nkind: cron\n" + task, "kind: must be batch or service, got 'cron'"},
       {"name: j\nservice: {port: 8080}\n" + task, "service: only with kind: service"},
   };

@@ -23,6 +23,35 @@ bool ValidName(const std::string& s) {
   return true;
 }
 
+// A probe's path goes into an HTTP request line as it is: visible ASCII
+// only (no space, CR or LF to end the line and start a header of the
+// user's choosing), no fragment, and short.
+std::string RequestPathError(const std::string& path) {
+  if (path.empty() || path[0] != '/') return "must start with '/'";
+  if (path.size() > 2048) return "must be at most 2048 characters, got " + std::to_string(path.size());
+  for (size_t i = 0; i < path.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(path[i]);
+    if (c <= 0x20 || c >= 0x7f || c == '#') {
+      return "must be a URL path of visible ASCII characters (percent-encode others), without '#'; character " +
+             std::to_string(i + 1) + " is " + (c == ' ' ? std::string("a space") : c == '#' ? std::string("'#'") :
+             c >= 0x7f ? "byte " + std::to_string(c) : "control character " + std::to_string(c));
+    }
+  }
+  return "";
+}
+
+// A path's control characters (NUL included) are refused: "" if it has none.
+std::string ControlCharacterError(const std::string& path) {
+  for (size_t i = 0; i < path.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(path[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return "must not hold control characters (a NUL, newline, ...); character " + std::to_string(i + 1) +
+             " is byte " + std::to_string(c);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int64_t JobSpec::TotalReplicas() const {
@@ -150,8 +179,8 @@ void CheckSpec(const JobSpec& spec, std::vector<Status>* out) {
       out->push_back(FieldError("service.port", "must be 1..65535, with port + max - 1 at most 65535 (replica r listens on port + r)"));
     }
     if (sv.port < 1024) out->push_back(FieldError("service.port", "must be 1024 or above (ports below are the node's own)"));
-    if (sv.readiness.path.empty() || sv.readiness.path[0] != '/') {
-      out->push_back(FieldError("service.readiness.path", "must start with '/'"));
+    if (std::string e = RequestPathError(sv.readiness.path); !e.empty()) {
+      out->push_back(FieldError("service.readiness.path", e));
     }
     if (sv.readiness.period < 100'000) out->push_back(FieldError("service.readiness.period", "must be at least 100ms"));
     if (sv.readiness.timeout < 10'000) out->push_back(FieldError("service.readiness.timeout", "must be at least 10ms"));
@@ -162,8 +191,8 @@ void CheckSpec(const JobSpec& spec, std::vector<Status>* out) {
     if (a.target_gpu_memory < 0 || a.target_gpu_memory > 1) {
       out->push_back(FieldError("service.autoscale.target_gpu_memory", "must be a fraction in (0, 1]"));
     }
-    if (sv.metrics_path.empty() || sv.metrics_path[0] != '/') {
-      out->push_back(FieldError("service.metrics_path", "must start with '/'"));
+    if (std::string e = RequestPathError(sv.metrics_path); !e.empty()) {
+      out->push_back(FieldError("service.metrics_path", e));
     }
     if (a.metrics.size() > 8) out->push_back(FieldError("service.autoscale.metrics", "at most 8"));
     for (size_t i = 0; i < a.metrics.size(); ++i) {
@@ -207,6 +236,13 @@ void CheckSpec(const JobSpec& spec, std::vector<Status>* out) {
 
 // Likewise for the rules only a new job must satisfy.
 void CheckNewSpec(const JobSpec& spec, std::vector<Status>* out) {
+  // A host path with a NUL in it is another path to the server's checks
+  // (allowed_mounts reads "/\0/../data" as /data) than to the kernel ("/").
+  for (size_t i = 0; i < spec.mounts.size(); ++i) {
+    const std::string p = "mounts[" + std::to_string(i) + "]";
+    if (std::string e = ControlCharacterError(spec.mounts[i].source); !e.empty()) out->push_back(FieldError(p + ".source", e));
+    if (std::string e = ControlCharacterError(spec.mounts[i].target); !e.empty()) out->push_back(FieldError(p + ".target", e));
+  }
   for (size_t i = 0; i < spec.tasks.size(); ++i) {
     const TaskGroupSpec& t = spec.tasks[i];
     const std::string p = "tasks[" + std::to_string(i) + "]";
@@ -250,6 +286,7 @@ void CheckNewSpec(const JobSpec& spec, std::vector<Status>* out) {
                                             "' is not a MIG profile name (<compute>g.<memory>gb, e.g. 1g.10gb)"));
     }
     if (!t.rootfs.empty() && t.rootfs[0] != '/') out->push_back(FieldError(p + ".rootfs", "must be an absolute path on the node"));
+    if (std::string e = ControlCharacterError(t.rootfs); !e.empty()) out->push_back(FieldError(p + ".rootfs", e));
     if (!t.rootfs.empty() && t.command.empty()) {
       out->push_back(FieldError(p + ".command", "required with rootfs (what to run in the container)"));
     }

@@ -67,6 +67,27 @@ TEST(JobSpec, ANewJobsCommandAndEnvironmentMustBeWhatExecveCarries) {
   EXPECT_TRUE(ValidateNewJobSpec(s).ok());
 }
 
+// A host path with a NUL is one path to allowed_mounts' check ("/\0/../data"
+// reads as /data) and another to the kernel ("/"): refused, as any control
+// character in a mount or rootfs.
+TEST(JobSpec, ANewJobsMountsAndRootfsHoldNoControlCharacters) {
+  JobSpec s = Valid();
+  s.mounts = {{std::string("/\0/../data", 10), "/data", true}};
+  EXPECT_EQ(ValidateNewJobSpec(s).message(),
+            "mounts[0].source: must not hold control characters (a NUL, newline, ...); character 2 is byte 0");
+  EXPECT_TRUE(ValidateJobSpec(s).ok());  // (a stored job is not re-judged)
+  s.mounts = {{"/data", "/da\nta", true}};
+  EXPECT_EQ(ValidateNewJobSpec(s).message(),
+            "mounts[0].target: must not hold control characters (a NUL, newline, ...); character 4 is byte 10");
+  s = Valid();
+  s.tasks[0].command = {"python3", "train.py"};
+  s.tasks[0].rootfs = std::string("/\0/../images/x", 14);
+  EXPECT_EQ(ValidateNewJobSpec(s).message(),
+            "tasks[0].rootfs: must not hold control characters (a NUL, newline, ...); character 2 is byte 0");
+  s.tasks[0].rootfs = "/images/x";
+  EXPECT_TRUE(ValidateNewJobSpec(s).ok());
+}
+
 // What the kernel would refuse to start is refused at submission too, not
 // accepted and then failed on the node: an empty program, an argument or a
 // variable past MAX_ARG_STRLEN, more than the total a program starts with.

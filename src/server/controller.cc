@@ -148,32 +148,32 @@ Status Controller::CancelCutArrays() {
   std::vector<Event> cancelled;
   std::set<uint64_t> arrays;
   {
-  const Snapshot snap = state_.GetSnapshot();  // (gone before the cancels apply: nothing is copied)
-  std::map<uint64_t, bool> whole;  // by array id
-  auto cut = [&](JobId array, int64_t count) {
-    auto [it, added] = whole.try_emplace(array.value(), true);
-    if (added) {
-      const JobRecord* last = snap.FindJob(JobId(array.value() + static_cast<uint64_t>(count) - 1));
-      it->second = last != nullptr && last->array == array;
+    const Snapshot snap = state_.GetSnapshot();  // (gone before the cancels apply: nothing is copied)
+    std::map<uint64_t, bool> whole;  // by array id
+    auto cut = [&](JobId array, int64_t count) {
+      auto [it, added] = whole.try_emplace(array.value(), true);
+      if (added) {
+        const JobRecord* last = snap.FindJob(JobId(array.value() + static_cast<uint64_t>(count) - 1));
+        it->second = last != nullptr && last->array == array;
+      }
+      return !it->second;
+    };
+    const TimePoint now = options_.clock->Now();
+    for (const auto& [id, job] : snap.live_jobs()) {
+      if (job->array_count <= 1 || job->array.value() == 0 || !cut(job->array, job->array_count)) continue;
+      arrays.insert(job->array.value());
+      cancelled.push_back(JobCancelled{
+          id, now,
+          std::string(kArrayFailed) + "cut short by a stop of the server before all " + std::to_string(job->array_count) +
+              " elements were committed (a retry with its Idempotency-Key submits it whole)"});
     }
-    return !it->second;
-  };
-  const TimePoint now = options_.clock->Now();
-  for (const auto& [id, job] : snap.live_jobs()) {
-    if (job->array_count <= 1 || job->array.value() == 0 || !cut(job->array, job->array_count)) continue;
-    arrays.insert(job->array.value());
-    cancelled.push_back(JobCancelled{
-        id, now,
-        std::string(kArrayFailed) + "cut short by a stop of the server before all " + std::to_string(job->array_count) +
-            " elements were committed (a retry with its Idempotency-Key submits it whole)"});
-  }
-  // Their keys go, even where none of the part committed still runs: a
-  // retry is a new submission, not a replay of jobs that never were.
-  std::erase_if(request_ids_, [&](const auto& entry) {
-    const auto& [first, count] = entry.second;
-    const JobRecord* held = count > 1 ? FirstHeld(snap, first, count) : nullptr;
-    return held != nullptr && held->array == first && cut(first, count);
-  });
+    // Their keys go, even where none of the part committed still runs: a
+    // retry is a new submission, not a replay of jobs that never were.
+    std::erase_if(request_ids_, [&](const auto& entry) {
+      const auto& [first, count] = entry.second;
+      const JobRecord* held = count > 1 ? FirstHeld(snap, first, count) : nullptr;
+      return held != nullptr && held->array == first && cut(first, count);
+    });
   }
   if (cancelled.empty()) return Status::Ok();
   std::fprintf(stderr, "rota: %zu job arrays cut short by the last stop are cancelled (%zu jobs): all or none\n",

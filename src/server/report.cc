@@ -18,7 +18,12 @@ using nlohmann::ordered_json;
 namespace {
 
 double Hours(int64_t milli_seconds) { return static_cast<double>(milli_seconds) / 1000.0 / 3600.0; }
-double Round(double v, double unit = 0.001) { return std::round(v / unit) * unit; }
+// To `unit` (0.001, 0.01 or 0.1), as the double nearest that decimal, so
+// that JSON prints 0.009, not round(v / unit) * unit's 0.009000000000000001.
+double Round(double v, double unit = 0.001) {
+  const double per = std::round(1 / unit);
+  return std::round(v * per) / per;
+}
 
 // GPU-milli-seconds of the attempt its GPUs were busy (mean activity) and
 // idle (samples below `idle_pct`), by its measured samples.

@@ -59,5 +59,17 @@ TEST(Report, CostsAddUpWithTheirIdlePartAndUnpricedAttemptsCostNothing) {
   EXPECT_FALSE(BuildJobReport(records, JobId(2), kNow, options).contains("cost"));
 }
 
+// Rounded figures print as the decimals they are (a table and -o json show
+// 0.009, not 0.009000000000000001): 32.4 GPU-seconds on one GPU.
+TEST(Report, RoundedFiguresPrintAsTheirDecimals) {
+  UsageRecord r = Priced(1, "alice", -1, 0);
+  r.gpus = 1;
+  r.started_at = kNow - 32'400'000;  // 32.4 s: 0.009 GPU-hours
+  r.ended_at = kNow;
+  const auto report = BuildReport({r}, kNow - 24 * kHour, kNow, kNow, ReportOptions{});
+  EXPECT_EQ(report["rows"][0]["gpu_hours"].dump(), "0.009");
+  EXPECT_EQ(report["total"]["gpu_hours"].dump(), "0.009");
+}
+
 }  // namespace
 }  // namespace rota::server

@@ -187,6 +187,45 @@ TEST_F(Trust, AReadOnlyMountIsReadOnlyBelowItsTopToo) {
   }
 }
 
+// allowed_mounts is checked on the path as written: a symbolic link under
+// an allowed prefix (which an earlier job may make: h -> /) must not bind
+// what it points to. Such a mount fails to start, saying why; a real
+// directory is bound.
+TEST_F(Trust, AMountThroughASymbolicLinkUnderAnAllowedPrefixIsRefusedOnTheNode) {
+  if (geteuid() != 0) GTEST_SKIP() << "a root agent's containers";
+  if (access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "no static busybox to build a rootfs from (busybox-static)";
+  const std::vector<std::string> runtimes = OciRuntimes();
+  if (runtimes.empty()) GTEST_SKIP() << "neither runc nor crun is installed";
+  const std::string image = BusyboxImage({"sh", "cat", "ls"}, {"/d", "/host"}), data = tmp.path() + "/scratch";
+  std::filesystem::create_directories(data + "/real");
+  std::ofstream(data + "/real/marker") << "the real directory\n";
+  std::filesystem::create_symlink("/", data + "/h");
+  const std::string config = Write("cluster.yaml", "node_groups: []\naccounts: [{user: alice, uid: 65534, gid: 65534}]\n"
+                                                   "allowed_mounts: [{prefix: " + image + "}, {prefix: " + data + "}]\n");
+  for (const std::string& runtime : runtimes) {
+    RotaProcess up("up", tmp.path() + "/state-" + runtime,
+                   {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config, "--oci-runtime", runtime});
+    auto alice = up.Http(UserToken(up, "alice"));
+    auto run = [&](const std::string& source, const std::string& target, const std::string& command) {
+      const json job = {{"name", "m"},
+                        {"mounts", {{{"source", source}, {"target", target}, {"read_only", true}}}},
+                        {"tasks", {{{"gpus", 1}, {"rootfs", image}, {"command", {"/bin/sh", "-c", command}}}}}};
+      auto r = alice.Post("/v1/jobs", job.dump(), "application/json");
+      EXPECT_TRUE(r && r->status == 201) << (r ? r->body : "no answer");
+      const int id = r && r->status == 201 ? json::parse(r->body)["id"].get<int>() : 0;
+      return std::pair<json, std::string>{WaitEnded(up, id), Logs(up, id)};
+    };
+    const auto [linked, linked_logs] = run(data + "/h", "/host", "ls /host/etc; echo listed");
+    EXPECT_EQ(linked["state"], "failed") << runtime << ": " << linked.dump() << "\n" << linked_logs;
+    EXPECT_NE(linked_logs.find("mount source '" + data + "/h' goes through a symbolic link"), std::string::npos)
+        << runtime << ": " << linked_logs;
+    EXPECT_EQ(linked_logs.find("listed"), std::string::npos) << runtime << ": the host's / was bound: " << linked_logs;
+    const auto [real, real_logs] = run(data + "/real", "/d", "cat /d/marker");
+    EXPECT_EQ(real["state"], "succeeded") << runtime << ": " << real.dump() << "\n" << real_logs;
+    EXPECT_NE(real_logs.find("the real directory"), std::string::npos) << runtime << ": " << real_logs;
+  }
+}
+
 TEST_F(Trust, AUserWithoutAnAccountOnTheNodeIsRefusedWithTheReason) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
   auto ghost = up.Http(UserToken(up, "no-such-account-rota"));
@@ -304,6 +343,9 @@ TEST_F(Trust, MountsAndRootfsOnlyFromTheAdminsPrefixes) {
       {R"({"name": "a", "mounts": [{"source": ")" + datasets + R"(/../../etc", "target": "/x", "read_only": true}], )" + task + "}", 403, "is not under an allowed prefix"},
       {R"({"name": "a", "mounts": [{"source": ")" + datasets + R"(/c4", "target": "/data"}], )" + task + "}", 403, "may only be mounted read-only"},
       {R"({"name": "a", "tasks": [{"gpus": 1, "rootfs": "/", "command": ["true"]}]})", 403, "tasks[0].rootfs: '/' is not under an allowed prefix"},
+      // (a NUL: "/\0/../DATASETS/c4" reads as DATASETS/c4 to the prefix check and as "/" to the kernel)
+      {R"({"name": "a", "mounts": [{"source": "/\u0000/..)" + datasets + R"(/c4", "target": "/data", "read_only": true}], )" + task + "}",
+       400, "mounts[0].source: must not hold control characters"},
       {R"({"name": "a", "mounts": [{"source": ")" + datasets + R"(/c4", "target": "/data", "read_only": true}], )" + task + "}", 201, ""},
   };
   for (const Case& c : cases) {
