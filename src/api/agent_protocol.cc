@@ -151,6 +151,16 @@ Status CheckInstance(std::string_view instance, std::string_view field) {
   return Status::Ok();
 }
 
+Status CheckAddress(std::string_view address, std::string_view field) {
+  if (address.size() > 253 || std::any_of(address.begin(), address.end(), [](char c) {
+        return !std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != ':' && c != '_';
+      })) {
+    return InvalidArgumentError(std::string(field) +
+                                ": must be a host name or IP address (up to 253 letters, digits, '-', '.', ':' or '_')");
+  }
+  return Status::Ok();
+}
+
 StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
   if (!body.is_object()) return InvalidArgumentError("request body: not a JSON object");
   HeartbeatReport r;
@@ -180,6 +190,7 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
       ROTA_RETURN_IF_ERROR(Read(g, p, "memory_used_mib", &t.memory_used));
       ROTA_RETURN_IF_ERROR(Read(g, p, "healthy", &t.healthy));
       ROTA_RETURN_IF_ERROR(Read(g, p, "health_reason", &t.health_reason));
+      ShownText(&t.health_reason);  // (in the requeue reason of every job on the GPU)
       // A window that does not parse is dropped, not the report (health
       // matters more than accounting).
       if (auto w = g.find("window"); w != g.end() && w->is_object()) {

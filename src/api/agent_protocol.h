@@ -177,6 +177,11 @@ struct AgentAnswer {
 // form (up to 64 letters, digits or '-'; "" too).
 Status CheckInstance(std::string_view instance, std::string_view field);
 
+// InvalidArgument naming `field` unless `address` (how other nodes reach an
+// agent's node: every gang's hostfile lists it, a line per host, and the
+// router connects to it) is a host name or IP address ("" too).
+Status CheckAddress(std::string_view address, std::string_view field);
+
 nlohmann::ordered_json HeartbeatToJson(const HeartbeatReport& report);
 StatusOr<HeartbeatReport> HeartbeatFromJson(const nlohmann::json& body);
 

@@ -144,6 +144,14 @@ TEST(AgentProtocol, AHeartbeatRoundTripsWithItsLogAndCheckpoint) {
   ASSERT_EQ(back->gpus.size(), 1u);
   EXPECT_FALSE(back->gpus[0].healthy);
   EXPECT_EQ(back->gpus[0].health_reason, "xid 79");
+  // A GPU's health reason reaches other users' jobs (their requeue reason):
+  // cleaned and cut as a disk problem is.
+  auto escape = HeartbeatFromJson(json{{"node", "n"},
+                                       {"gpus", {{{"index", 0}, {"healthy", false},
+                                                  {"health_reason", "\x1b]52;c;x\x07" + std::string(2000, 'y')}}}}});
+  ASSERT_TRUE(escape.ok()) << escape.status().ToString();
+  EXPECT_EQ(escape->gpus[0].health_reason.substr(0, 10), "?]52;c;x?y");
+  EXPECT_EQ(escape->gpus[0].health_reason.size(), 1024u);
   ASSERT_EQ(back->tasks.size(), 1u);
   EXPECT_TRUE(back->tasks[0].exited);
   EXPECT_EQ(back->tasks[0].exit_code, 137);
@@ -245,6 +253,21 @@ TEST(AgentProtocol, ABadCheckpointOrLogPieceIsDroppedNotTheReport) {
   EXPECT_TRUE(r->tasks[0].exited);
   EXPECT_EQ(r->tasks[0].checkpoint_at, 0);
   EXPECT_TRUE(r->tasks[0].log.empty());
+}
+
+// An agent's address is written into every gang's hostfile on other nodes,
+// a line per host: a host name or IP address only (a newline would add a
+// host of the agent's choosing to an honest node's hostfile).
+TEST(AgentProtocol, AnAddressIsAHostNameOrIpAddress) {
+  for (const char* ok : {"", "node-1.example.com", "10.0.0.9", "fe80::1", "gpu_07"}) {
+    EXPECT_TRUE(CheckAddress(ok, "address").ok()) << ok;
+  }
+  for (const std::string bad : {std::string("10.0.0.9\nattacker.example slots=8"), std::string("a b"),
+                                std::string("x/y"), std::string(254, 'a')}) {
+    EXPECT_EQ(CheckAddress(bad, "address").message(),
+              "address: must be a host name or IP address (up to 253 letters, digits, '-', '.', ':' or '_')")
+        << bad;
+  }
 }
 
 }  // namespace

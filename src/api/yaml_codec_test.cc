@@ -482,6 +482,11 @@ TEST(ParseJobSpec, AServiceIsCheckedFieldByField) {
       {head + "service: {port: 8080, metrics_path: \"/m#frag\"}\n" + task, "character 3 is '#'"},
       {head + "service: {port: 8080, metrics_path: /" + std::string(2048, 'a') + "}\n" + task,
        "service.metrics_path: must be at most 2048 characters, got 2049"},
+      // (years overflow the router's nanosecond timers into a probe loop with no pause)
+      {head + "service: {port: 8080, readiness: {period: \"10000000000\"}}\n" + task,
+       "service.readiness.period: must be at most 1h"},
+      {head + "service: {port: 8080, readiness: {timeout: 1h}}\n" + task, "service.readiness.timeout: must be at most 10m"},
+      {head + "service: {port: 8080, readiness: {startup: 30d}}\n" + task, "service.readiness.startup: must be at most 7d"},
       {"name: j\nkind: cron\n" + task, "kind: must be batch or service, got 'cron'"},
       {"name: j\nservice: {port: 8080}\n" + task, "service: only with kind: service"},
   };

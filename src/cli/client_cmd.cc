@@ -1208,16 +1208,10 @@ static int ClientCommand(const std::string& cmd, std::vector<std::string> args) 
 
   if (cmd == "report") {
     auto csv = [](const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
-      auto field = [](const std::string& v) {
-        if (v.find_first_of(",\"\n") == std::string::npos) return v;
-        std::string q = "\"";
-        for (char ch : v) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-        return q + "\"";
-      };
-      for (size_t i = 0; i < header.size(); ++i) std::cout << (i ? "," : "") << field(header[i]);
+      for (size_t i = 0; i < header.size(); ++i) std::cout << (i ? "," : "") << CsvField(header[i]);
       std::cout << "\n";
       for (const auto& row : rows) {
-        for (size_t i = 0; i < row.size(); ++i) std::cout << (i ? "," : "") << field(row[i]);
+        for (size_t i = 0; i < row.size(); ++i) std::cout << (i ? "," : "") << CsvField(row[i]);
         std::cout << "\n";
       }
     };

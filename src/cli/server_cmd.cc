@@ -21,6 +21,7 @@
 #include "agent/agent.h"
 #include "agent/launcher.h"
 #include "agent/nvml.h"
+#include "api/agent_protocol.h"
 #include "api/yaml_codec.h"
 #include "cli/client.h"
 #include "server/http_api.h"
@@ -804,7 +805,13 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--device-dir") ao.device_dir = value();
     else if (a == "--state-dir") ao.state_dir = value();
     else if (a == "--name") ao.node_name = value();
-    else if (a == "--address") ao.address = value();
+    else if (a == "--address") {
+      ao.address = value();
+      if (Status s = api::CheckAddress(ao.address, "--address"); !s.ok()) {
+        std::cerr << "rota agent: " << s.message() << "\n";
+        return kExitBadInput;
+      }
+    }
     else if (a == "--gpus") gpus = value();
     else if (a == "--mig") mig.set = true, mig.layout = value();
     else if (a == "--mig-gpus") mig.gpus = std::atoi(value().c_str());

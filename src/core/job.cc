@@ -179,8 +179,8 @@ void CheckSpec(const JobSpec& spec, std::vector<Status>* out) {
       out->push_back(FieldError("service.port", "must be 1..65535, with port + max - 1 at most 65535 (replica r listens on port + r)"));
     }
     if (sv.port < 1024) out->push_back(FieldError("service.port", "must be 1024 or above (ports below are the node's own)"));
-    if (std::string e = RequestPathError(sv.readiness.path); !e.empty()) {
-      out->push_back(FieldError("service.readiness.path", e));
+    if (sv.readiness.path.empty() || sv.readiness.path[0] != '/') {
+      out->push_back(FieldError("service.readiness.path", "must start with '/'"));
     }
     if (sv.readiness.period < 100'000) out->push_back(FieldError("service.readiness.period", "must be at least 100ms"));
     if (sv.readiness.timeout < 10'000) out->push_back(FieldError("service.readiness.timeout", "must be at least 10ms"));
@@ -191,8 +191,8 @@ void CheckSpec(const JobSpec& spec, std::vector<Status>* out) {
     if (a.target_gpu_memory < 0 || a.target_gpu_memory > 1) {
       out->push_back(FieldError("service.autoscale.target_gpu_memory", "must be a fraction in (0, 1]"));
     }
-    if (std::string e = RequestPathError(sv.metrics_path); !e.empty()) {
-      out->push_back(FieldError("service.metrics_path", e));
+    if (sv.metrics_path.empty() || sv.metrics_path[0] != '/') {
+      out->push_back(FieldError("service.metrics_path", "must start with '/'"));
     }
     if (a.metrics.size() > 8) out->push_back(FieldError("service.autoscale.metrics", "at most 8"));
     for (size_t i = 0; i < a.metrics.size(); ++i) {
@@ -236,6 +236,25 @@ void CheckSpec(const JobSpec& spec, std::vector<Status>* out) {
 
 // Likewise for the rules only a new job must satisfy.
 void CheckNewSpec(const JobSpec& spec, std::vector<Status>* out) {
+  if (spec.is_service()) {
+    const ServiceSpec& sv = spec.service;
+    const AutoscaleSpec& a = sv.autoscale;
+    // The probe's paths go into a request line as they are.
+    if (std::string e = RequestPathError(sv.readiness.path); !e.empty() && sv.readiness.path.starts_with('/')) {
+      out->push_back(FieldError("service.readiness.path", e));
+    }
+    if (std::string e = RequestPathError(sv.metrics_path); !e.empty() && sv.metrics_path.starts_with('/')) {
+      out->push_back(FieldError("service.metrics_path", e));
+    }
+    // Durations of years overflow the router's timers (which count
+    // nanoseconds) into the past: a probe loop with no pause.
+    constexpr Duration kMinute = 60'000'000, kHour = 60 * kMinute, kDay = 24 * kHour;
+    if (sv.readiness.period > kHour) out->push_back(FieldError("service.readiness.period", "must be at most 1h"));
+    if (sv.readiness.timeout > 10 * kMinute) out->push_back(FieldError("service.readiness.timeout", "must be at most 10m"));
+    if (sv.readiness.startup > 7 * kDay) out->push_back(FieldError("service.readiness.startup", "must be at most 7d"));
+    if (a.stable_window > kDay) out->push_back(FieldError("service.autoscale.stable_window", "must be at most 1d"));
+    if (a.scale_down_delay > 7 * kDay) out->push_back(FieldError("service.autoscale.scale_down_delay", "must be at most 7d"));
+  }
   // A host path with a NUL in it is another path to the server's checks
   // (allowed_mounts reads "/\0/../data" as /data) than to the kernel ("/").
   for (size_t i = 0; i < spec.mounts.size(); ++i) {

@@ -88,6 +88,28 @@ TEST(JobSpec, ANewJobsMountsAndRootfsHoldNoControlCharacters) {
   EXPECT_TRUE(ValidateNewJobSpec(s).ok());
 }
 
+// A service's probe paths and durations are judged when it is submitted or
+// applied; one stored before these rules still loads.
+TEST(JobSpec, AServicesProbeIsCheckedWhenNewOnly) {
+  JobSpec s = Valid();
+  s.kind = JobKind::kService;
+  s.service.port = 8000;
+  s.service.max_replicas = 2;
+  s.service.min_replicas = 1;
+  s.elastic_min_replicas = 1;
+  s.tasks[0].command = {"serve"};
+  ASSERT_TRUE(ValidateNewJobSpec(s).ok()) << ValidateNewJobSpec(s).ToString();
+  s.service.readiness.path = "/h\r\nX: 1";
+  EXPECT_EQ(ValidateNewJobSpec(s).message(),
+            "service.readiness.path: must be a URL path of visible ASCII characters (percent-encode others), without "
+            "'#'; character 3 is control character 13");
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+  s.service.readiness.path = "/";
+  s.service.readiness.period = 100LL * 365 * 24 * 3600 * kMicrosPerSecond;
+  EXPECT_EQ(ValidateNewJobSpec(s).message(), "service.readiness.period: must be at most 1h");
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+}
+
 // What the kernel would refuse to start is refused at submission too, not
 // accepted and then failed on the node: an empty program, an argument or a
 // variable past MAX_ARG_STRLEN, more than the total a program starts with.

@@ -1182,7 +1182,9 @@ class HttpServerImpl final : public HttpServer {
       auto spec = api::NodeSpecFromJson(body["node"], "node");
       if (!spec.ok()) return ReplyError(res, spec.status());
       const bool simulated = body.value("simulated", false);
-      const std::string address = body.value("address", std::string());
+      const std::string address =
+          body.contains("address") && body["address"].is_string() ? body["address"].get<std::string>() : "";
+      if (Status s = api::CheckAddress(address, "address"); !s.ok()) return ReplyError(res, s);
       const std::string instance =
           body.contains("instance") && body["instance"].is_string() ? body["instance"].get<std::string>() : "";
       if (Status s = api::CheckInstance(instance, "instance"); !s.ok()) return ReplyError(res, s);

@@ -38,7 +38,10 @@ constexpr size_t kLatencies = 2048;
 constexpr size_t kIdlePerBackend = 32;
 constexpr uint64_t kFetchLimit = 4 << 20;  // a readiness or metrics answer, at most
 
-std::chrono::microseconds Micros(Duration d) { return std::chrono::microseconds(d); }
+// At most a day: Asio's timers count nanoseconds, in which a spec's
+// duration of years would overflow into the past (a timer that is always
+// due: a probe loop with no pause).
+std::chrono::microseconds Micros(Duration d) { return std::chrono::microseconds(std::clamp<Duration>(d, 0, 86'400'000'000)); }
 
 bool Idempotent(http::verb v) {
   return v == http::verb::get || v == http::verb::head || v == http::verb::put || v == http::verb::delete_ ||
