@@ -161,6 +161,20 @@ Status CheckAddress(std::string_view address, std::string_view field) {
   return Status::Ok();
 }
 
+Status CheckNodeText(const NodeSpec& spec, std::string_view field) {
+  auto control = [](const std::string& text) {
+    return std::any_of(text.begin(), text.end(), [](char c) {
+      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+    });
+  };
+  const std::string why = ": must not hold control characters (it is shown on terminals and in reports)";
+  if (control(spec.gpu_model)) return InvalidArgumentError(std::string(field) + ".gpu_model" + why);
+  for (const auto& [key, value] : spec.labels) {
+    if (control(key) || control(value)) return InvalidArgumentError(std::string(field) + ".labels" + why);
+  }
+  return Status::Ok();
+}
+
 StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
   if (!body.is_object()) return InvalidArgumentError("request body: not a JSON object");
   HeartbeatReport r;

@@ -31,6 +31,7 @@
 
 #include "base/status.h"
 #include "core/job.h"
+#include "core/node.h"
 
 namespace rota::api {
 
@@ -181,6 +182,12 @@ Status CheckInstance(std::string_view instance, std::string_view field);
 // agent's node: every gang's hostfile lists it, a line per host, and the
 // router connects to it) is a host name or IP address ("" too).
 Status CheckAddress(std::string_view address, std::string_view field);
+
+// InvalidArgument naming `field`.gpu_model or `field`.labels if a
+// registering node's GPU model or labels hold control characters (an
+// escape sequence for whoever lists nodes; a CR that splits a CSV report's
+// row). Checked at registration only: a node stored before loads.
+Status CheckNodeText(const NodeSpec& spec, std::string_view field);
 
 nlohmann::ordered_json HeartbeatToJson(const HeartbeatReport& report);
 StatusOr<HeartbeatReport> HeartbeatFromJson(const nlohmann::json& body);

@@ -255,6 +255,21 @@ TEST(AgentProtocol, ABadCheckpointOrLogPieceIsDroppedNotTheReport) {
   EXPECT_TRUE(r->tasks[0].log.empty());
 }
 
+// What a node registers is shown on terminals and in CSV reports: no
+// control characters in its GPU model or labels.
+TEST(AgentProtocol, ANodesModelAndLabelsHoldNoControlCharacters) {
+  NodeSpec spec{.name = "n-1", .gpu_model = "H100", .gpus = 8};
+  spec.labels = {{"rack", "r1"}};
+  EXPECT_TRUE(CheckNodeText(spec, "node").ok());
+  spec.gpu_model = "H100\x1b[2J";
+  EXPECT_EQ(CheckNodeText(spec, "node").message(),
+            "node.gpu_model: must not hold control characters (it is shown on terminals and in reports)");
+  spec.gpu_model = "H100";
+  spec.labels = {{"rack", "r1\rtotal,0"}};
+  EXPECT_EQ(CheckNodeText(spec, "node").message(),
+            "node.labels: must not hold control characters (it is shown on terminals and in reports)");
+}
+
 // An agent's address is written into every gang's hostfile on other nodes,
 // a line per host: a host name or IP address only (a newline would add a
 // host of the agent's choosing to an honest node's hostfile).

@@ -1181,6 +1181,7 @@ class HttpServerImpl final : public HttpServer {
       }
       auto spec = api::NodeSpecFromJson(body["node"], "node");
       if (!spec.ok()) return ReplyError(res, spec.status());
+      if (Status s = api::CheckNodeText(*spec, "node"); !s.ok()) return ReplyError(res, s);
       const bool simulated = body.value("simulated", false);
       const std::string address =
           body.contains("address") && body["address"].is_string() ? body["address"].get<std::string>() : "";
