@@ -151,15 +151,34 @@ void BlockSignals() {
   signal(SIGPIPE, SIG_IGN);
 }
 
+// `secret` and a newline to `path` (0600), whole or not at all: every write
+// checked (a full disk's ENOSPC), synced before the rename that puts it in
+// place, and the directory synced after it.
 Status WriteSecret(const std::string& path, const std::string& secret) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return UnavailableError(tmp + ": cannot write");
-    out << secret << "\n";
+  auto failed = [&](const std::string& what, int fd) {
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp.c_str());
+    return UnavailableError(what + ": cannot write: " + std::strerror(err));
+  };
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return failed(tmp, -1);
+  const std::string text = secret + "\n";
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return failed(tmp, fd);
+    done += static_cast<size_t>(n);
   }
-  chmod(tmp.c_str(), 0600);
-  if (rename(tmp.c_str(), path.c_str()) != 0) return UnavailableError(path + ": cannot write");
+  if (fchmod(fd, 0600) != 0 || fsync(fd) != 0) return failed(tmp, fd);
+  if (close(fd) != 0) return failed(tmp, -1);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return failed(path, -1);
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (const int d = open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
+    fsync(d);
+    close(d);
+  }
   return Status::Ok();
 }
 
@@ -234,10 +253,11 @@ std::string HostName() {
 // Writes the bootstrap admin token (made only while the store has no
 // tokens) to DATA_DIR/admin.token and says where.
 Status WriteAdminToken(server::Controller& controller, const std::string& data_dir) {
-  ROTA_ASSIGN_OR_RETURN(std::string admin, controller.BootstrapAdminToken());
-  if (admin.empty()) return Status::Ok();
   const std::string path = data_dir + "/admin.token";
-  ROTA_RETURN_IF_ERROR(WriteSecret(path, admin));
+  ROTA_ASSIGN_OR_RETURN(std::string admin, controller.BootstrapAdminToken([&](const std::string& token) {
+    return WriteSecret(path, token);  // (before the store has it)
+  }));
+  if (admin.empty()) return Status::Ok();
   std::cout << "rota: admin token written to " << path << " (mode 0600)" << std::endl;
   return Status::Ok();
 }
@@ -608,19 +628,11 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
     std::cerr << "rota: cannot start: " << s.message() << "\n";
     return kExitError;
   }
-  auto admin = controller.BootstrapAdminToken();
-  if (!admin.ok()) {
-    std::cerr << "rota: " << admin.status().message() << "\n";
+  if (Status s = WriteAdminToken(controller, data_dir); !s.ok()) {
+    std::cerr << "rota: " << s.message() << "\n";
     return kExitError;
   }
   const std::string admin_path = data_dir + "/admin.token";
-  if (!admin->empty()) {
-    if (Status s = WriteSecret(admin_path, *admin); !s.ok()) {
-      std::cerr << "rota: " << s.message() << "\n";
-      return kExitError;
-    }
-    std::cout << "rota: admin token written to " << admin_path << " (mode 0600)\n";
-  }
   // Services: their router (the stable endpoint) and autoscalers.
   std::unique_ptr<server::Router> router;
   if (router_listen != "off") {

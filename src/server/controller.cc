@@ -1072,6 +1072,7 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
   // are never held behind it for long; its ids are reserved up front.
   const TimePoint now = options_.clock->Now();
   const int64_t chunk = std::min(count, kArrayChunk);
+  bool reserved = false;  // set on the actor: the rest of the array is reserved
   auto first_id = Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
     const JobId first(next_job_id_);
     Snapshot snap = batch.state->GetSnapshot();
@@ -1132,8 +1133,19 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
     next_job_id_ = first.value() + static_cast<uint64_t>(count);
     array_reserved_user_[who.user] += count - chunk;
     array_reserved_queue_[spec.queue] += count - chunk;
+    reserved = true;
     return first;
   });
+  if (!first_id.ok() && reserved && count > chunk) {
+    // Its batch was refused (a full disk): the state is restored, not these
+    // counts, which live beside it. (Else every retry of a large array while
+    // the disk is full would hold its rest against the pending limits.)
+    Call<bool>([&](Batch&) -> StatusOr<bool> {
+      array_reserved_user_[who.user] -= count - chunk;
+      array_reserved_queue_[spec.queue] -= count - chunk;
+      return true;
+    }).status().IgnoreError();
+  }
   if (!first_id.ok() || *replayed) {
     TakeSubmitBudget(who.user, -count).IgnoreError();  // refused, or made before: nothing new was submitted
     return first_id;
@@ -1809,10 +1821,11 @@ Status Controller::RevokeToken(const Principal& who, const std::string& id) {
       .status();
 }
 
-StatusOr<std::string> Controller::BootstrapAdminToken() {
+StatusOr<std::string> Controller::BootstrapAdminToken(const std::function<Status(const std::string&)>& save) {
   return Call<std::string>([&](Batch&) -> StatusOr<std::string> {
     if (auth_.size() > 0) return std::string();
     const std::string token = NewToken();
+    if (save) ROTA_RETURN_IF_ERROR(save(token));
     // The admin is the Unix user who started the server: its tasks run as that user.
     TokenRecord record{Sha256Hex(token), options_.owner.empty() ? "admin" : options_.owner, "admin", "",
                        options_.clock->Now()};

@@ -303,7 +303,11 @@ class Controller {
     return auth_.Authenticate(authorization_header, options_.clock->Now());
   }
   // First start: creates and returns an admin token if no token exists yet; "" otherwise.
-  StatusOr<std::string> BootstrapAdminToken();
+  // `save` (if given) keeps the token where the admin finds it before it is
+  // stored: a token stored that nobody holds (a kill, or a full disk,
+  // between the two) would lock the admin out for good, as a store with a
+  // token makes none again. Its error is returned and nothing is stored.
+  StatusOr<std::string> BootstrapAdminToken(const std::function<Status(const std::string&)>& save = nullptr);
 
   // Reads (never block on the actor).
   Snapshot snapshot() const;

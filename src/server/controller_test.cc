@@ -14,6 +14,7 @@
 #include "store/memory_store.h"
 #include "store/sqlite_store.h"
 #include "server/recovery.h"
+#include "server/services.h"
 #include "server/views.h"
 
 namespace rota::server {
@@ -422,6 +423,25 @@ JobSpec Service(const std::string& name, int32_t min, int32_t max) {
   s.service.port = 8000;
   s.elastic_min_replicas = min;
   return s;
+}
+
+// A rolling update's extra replica goes once every replica is on the new
+// spec, also where the server stopped (or a full disk refused the scale
+// back) between the last replacement and it: the next server's first tick
+// finds the extra asked for with no update under way, and scales back.
+TEST_F(ControllerTest, ARollingUpdatesExtraReplicaGoesAfterARestartToo) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  auto id = c->Submit(kAlice, Service("svc", 1, 3));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  c->ScheduleNow();
+  const int32_t base = c->snapshot().FindJob(*id)->DesiredReplicas();
+  ASSERT_LT(base, 3);
+  ASSERT_TRUE(c->ScaleService(*id, base + 1, "rolling update: one replica over while replicas are replaced").ok());
+  ServiceManager services(c.get(), nullptr);  // (the next server's: no update of its own under way)
+  services.Tick();
+  const JobRecord* job = c->snapshot().FindJob(*id);
+  EXPECT_EQ(job->DesiredReplicas(), base);
+  EXPECT_EQ(job->last_scale_reason, "rolling update done");
 }
 
 // One tenant cannot take the node port space: the ports its live services
@@ -1489,6 +1509,10 @@ class FullDiskStore final : public Store {
     return inner_->PutGpuHistory(blocks);
   }
   void HistoryFull(bool full) { history_full_ = full; }
+  void Full(bool full) {
+    std::lock_guard<std::mutex> lock(mu_);
+    full_ = full;
+  }
   void RefuseLaterParts(bool refuse) { refuse_later_parts_ = refuse; }
   StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
                                                     TimePoint until) override {
@@ -1625,6 +1649,24 @@ TEST_F(ControllerTest, TheBootstrapTokenIsNotRefusedWithABatchAFullDiskRefused) 
   EXPECT_TRUE(c->Authenticate("Bearer " + *token).ok());
 }
 
+// The bootstrap token is saved where the admin finds it before the store
+// has it: a save that fails (a full disk) stores nothing, so the next start
+// makes one again, rather than a token nobody holds locking the admin out.
+TEST_F(ControllerTest, TheBootstrapTokenIsStoredOnlyOnceSaved) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  auto refused = c->BootstrapAdminToken([](const std::string&) { return UnavailableError("admin.token: cannot write"); });
+  EXPECT_EQ(refused.status().message(), "admin.token: cannot write");
+  std::string saved;
+  auto token = c->BootstrapAdminToken([&](const std::string& t) {
+    saved = t;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  EXPECT_EQ(*token, saved);
+  EXPECT_TRUE(c->Authenticate("Bearer " + saved).ok());
+  EXPECT_EQ(*c->BootstrapAdminToken(), "");  // (a store with a token makes none again)
+}
+
 // A forget pass that a full disk refuses changes nothing: the job, its
 // Idempotency-Key and the ids issued stay as they were, and the server runs
 // on. Once the disk has room, the next pass (a minute on) forgets the job.
@@ -1669,6 +1711,27 @@ TEST_F(ControllerTest, AForgetPassAFullDiskRefusesChangesNothing) {
 // parts committed before it are cancelled, and its Idempotency-Key goes with
 // them, on the running server and after a restart from a journal snapshot
 // alike, so a retry makes the array anew (not the cancelled jobs back).
+// A large array refused by a full disk holds nothing against the pending
+// limits: its rest was reserved on the actor beside the state the refusal
+// restores (three such refusals held 6,015 jobs, and the same array was
+// then refused with 429 once the disk had room).
+TEST_F(ControllerTest, AnArrayAFullDiskRefusedReservesNothing) {
+  ClusterConfig config = TwoNodes();
+  config.limits.max_pending_per_user = 3 * Controller::kArrayChunk;
+  auto owned = std::make_unique<FullDiskStore>();
+  FullDiskStore* store = owned.get();
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock}, std::move(owned));
+  ASSERT_TRUE(c->Start().ok());
+  const int64_t count = 2 * Controller::kArrayChunk + 5;
+  store->Full(true);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c->SubmitArray(kAlice, Job("sweep", 1, 1), count).status().code(), StatusCode::kInsufficientStorage);
+  }
+  store->Full(false);
+  auto accepted = c->SubmitArray(kAlice, Job("sweep", 1, 1), count);
+  EXPECT_TRUE(accepted.ok()) << accepted.status().ToString();
+}
+
 TEST_F(ControllerTest, AnArrayNotAcceptedLeavesNoKeyBehind) {
   char tmpl[] = "/tmp/rota-ctl-XXXXXX";
   const std::string dir = mkdtemp(tmpl);

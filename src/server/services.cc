@@ -127,7 +127,18 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
     if (first_old == nullptr || r.replica < first_old->replica) first_old = &r;
   }
   auto it = rollouts_.find(id);
-  if (old == 0 && it == rollouts_.end()) return false;
+  if (old == 0 && it == rollouts_.end()) {
+    // Every replica is on the new spec, yet the extra one is still asked
+    // for: the scale back was refused (a full disk), or the server stopped
+    // between the last replacement and it. It goes now.
+    if (job.last_scale_reason.rfind("rolling update: one replica over", 0) == 0) {
+      controller_->ScaleService(id, std::max(job.spec().service.min_replicas, job.DesiredReplicas() - 1),
+                                "rolling update done")
+          .IgnoreError();  // (tried again at the next tick)
+      return true;
+    }
+    return false;
+  }
   const std::string of = std::to_string(job.placement.size() - old) + " of " + std::to_string(job.placement.size()) +
                          " replicas on the new spec";
   if (it == rollouts_.end()) {
@@ -167,7 +178,10 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
     return true;
   }
   if (old == 0) {
-    if (r.surged) controller_->ScaleService(id, r.base, "rolling update done").IgnoreError();
+    if (r.surged && !controller_->ScaleService(id, r.base, "rolling update done").ok()) {
+      st.rollout = "rolling update: done, the extra replica goes at the next try";
+      return true;
+    }
     rollouts_.erase(it);
     st.rollout = "";
     return true;

@@ -517,11 +517,19 @@ StatusOr<std::vector<TokenRecord>> SqliteStore::Tokens() {
     return Error("read tokens");
   }
   std::vector<TokenRecord> out;
-  while (sqlite3_step(st.s) == SQLITE_ROW) {
-    auto col = [&](int i) { return std::string(reinterpret_cast<const char*>(sqlite3_column_text(st.s, i))); };
+  int rc;
+  while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {
+    auto col = [&](int i) {
+      const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(st.s, i));
+      return std::string(text == nullptr ? "" : text);
+    };
     out.push_back({col(0), col(1), col(2), col(3), sqlite3_column_int64(st.s, 4), sqlite3_column_int64(st.s, 5),
                    sqlite3_column_int(st.s, 6) != 0});
   }
+  // A read cut short (busy, I/O, corruption) is an error, not fewer tokens:
+  // agents would get 401 and their tasks fence, and an empty list would make
+  // a new admin token.
+  if (rc != SQLITE_DONE) return Error("read tokens");
   return out;
 }
 
