@@ -153,10 +153,10 @@ Status CheckInstance(std::string_view instance, std::string_view field) {
 
 Status CheckAddress(std::string_view address, std::string_view field) {
   if (address.size() > 253 || std::any_of(address.begin(), address.end(), [](char c) {
-        return !std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != ':' && c != '_';
+        return !std::isalnum(static_cast<unsigned char>(c)) && std::string_view("-.:_%[]").find(c) == std::string_view::npos;
       })) {
-    return InvalidArgumentError(std::string(field) +
-                                ": must be a host name or IP address (up to 253 letters, digits, '-', '.', ':' or '_')");
+    return InvalidArgumentError(std::string(field) + ": must be a host name or IP address (up to 253 letters, digits, "
+                                                     "'-', '.', ':', '_', '%', '[' or ']')");
   }
   return Status::Ok();
 }

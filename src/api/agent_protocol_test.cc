@@ -274,13 +274,13 @@ TEST(AgentProtocol, ANodesModelAndLabelsHoldNoControlCharacters) {
 // a line per host: a host name or IP address only (a newline would add a
 // host of the agent's choosing to an honest node's hostfile).
 TEST(AgentProtocol, AnAddressIsAHostNameOrIpAddress) {
-  for (const char* ok : {"", "node-1.example.com", "10.0.0.9", "fe80::1", "gpu_07"}) {
+  for (const char* ok : {"", "node-1.example.com", "10.0.0.9", "fe80::1", "fe80::1%eth0", "[fd00::7]", "gpu_07"}) {
     EXPECT_TRUE(CheckAddress(ok, "address").ok()) << ok;
   }
   for (const std::string bad : {std::string("10.0.0.9\nattacker.example slots=8"), std::string("a b"),
                                 std::string("x/y"), std::string(254, 'a')}) {
     EXPECT_EQ(CheckAddress(bad, "address").message(),
-              "address: must be a host name or IP address (up to 253 letters, digits, '-', '.', ':' or '_')")
+              "address: must be a host name or IP address (up to 253 letters, digits, '-', '.', ':', '_', '%', '[' or ']')")
         << bad;
   }
 }

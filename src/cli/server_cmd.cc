@@ -168,6 +168,7 @@ Status WriteSecret(const std::string& path, const std::string& secret) {
   for (size_t done = 0; done < text.size();) {
     const ssize_t n = write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = EIO;  // (write made no progress: errno says nothing)
     if (n <= 0) return failed(tmp, fd);
     done += static_cast<size_t>(n);
   }

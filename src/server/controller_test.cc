@@ -1707,10 +1707,6 @@ TEST_F(ControllerTest, AForgetPassAFullDiskRefusesChangesNothing) {
   c->Stop();
 }
 
-// An array a later part of which the store refuses is not accepted: the
-// parts committed before it are cancelled, and its Idempotency-Key goes with
-// them, on the running server and after a restart from a journal snapshot
-// alike, so a retry makes the array anew (not the cancelled jobs back).
 // A large array refused by a full disk holds nothing against the pending
 // limits: its rest was reserved on the actor beside the state the refusal
 // restores (three such refusals held 6,015 jobs, and the same array was
@@ -1732,6 +1728,10 @@ TEST_F(ControllerTest, AnArrayAFullDiskRefusedReservesNothing) {
   EXPECT_TRUE(accepted.ok()) << accepted.status().ToString();
 }
 
+// An array a later part of which the store refuses is not accepted: the
+// parts committed before it are cancelled, and its Idempotency-Key goes with
+// them, on the running server and after a restart from a journal snapshot
+// alike, so a retry makes the array anew (not the cancelled jobs back).
 TEST_F(ControllerTest, AnArrayNotAcceptedLeavesNoKeyBehind) {
   char tmpl[] = "/tmp/rota-ctl-XXXXXX";
   const std::string dir = mkdtemp(tmpl);

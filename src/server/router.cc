@@ -38,10 +38,30 @@ constexpr size_t kLatencies = 2048;
 constexpr size_t kIdlePerBackend = 32;
 constexpr uint64_t kFetchLimit = 4 << 20;  // a readiness or metrics answer, at most
 
-// At most a day: Asio's timers count nanoseconds, in which a spec's
-// duration of years would overflow into the past (a timer that is always
-// due: a probe loop with no pause).
-std::chrono::microseconds Micros(Duration d) { return std::chrono::microseconds(std::clamp<Duration>(d, 0, 86'400'000'000)); }
+// At most 30 days (above any duration a spec may give: a startup of 7d):
+// Asio's timers count nanoseconds, in which a spec's duration of years
+// would overflow into the past (a timer that is always due: a probe loop
+// with no pause).
+std::chrono::microseconds Micros(Duration d) {
+  return std::chrono::microseconds(std::clamp<Duration>(d, 0, 30 * 86'400'000'000LL));
+}
+
+// A probe's path as a request target: what is not visible ASCII
+// percent-encoded (a service stored before its paths were checked could
+// hold a CR/LF, which would end the request line).
+std::string RequestTarget(const std::string& path) {
+  std::string out;
+  for (const char c : path) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u > 0x20 && u < 0x7f) {
+      out += c;
+    } else {
+      static const char* kHex = "0123456789ABCDEF";
+      out += {'%', kHex[u >> 4], kHex[u & 15]};
+    }
+  }
+  return out;
+}
 
 bool Idempotent(http::verb v) {
   return v == http::verb::get || v == http::verb::head || v == http::verb::put || v == http::verb::delete_ ||
@@ -294,7 +314,7 @@ awaitable<unsigned> Router::Impl::Fetch(const RouterBackend& b, const std::strin
     s.expires_after(Micros(timeout));
     auto results = co_await resolver.async_resolve(b.host, std::to_string(b.port), use_awaitable);
     co_await s.async_connect(results, use_awaitable);
-    http::request<http::empty_body> req{http::verb::get, path, 11};
+    http::request<http::empty_body> req{http::verb::get, RequestTarget(path), 11};
     req.set(http::field::host, b.host + ":" + std::to_string(b.port));
     req.set(http::field::user_agent, "rota-router-probe");
     req.keep_alive(false);

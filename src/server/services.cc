@@ -2,6 +2,7 @@
 
 #include "base/thread_name.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace rota::server {
@@ -131,13 +132,12 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
     // Every replica is on the new spec, yet the extra one is still asked
     // for: the scale back was refused (a full disk), or the server stopped
     // between the last replacement and it. It goes now.
-    if (job.last_scale_reason.rfind("rolling update: one replica over", 0) == 0) {
-      controller_->ScaleService(id, std::max(job.spec().service.min_replicas, job.DesiredReplicas() - 1),
-                                "rolling update done")
-          .IgnoreError();  // (tried again at the next tick)
+    const int32_t back = std::max(job.spec().service.min_replicas, job.DesiredReplicas() - 1);
+    if (job.last_scale_reason.rfind("rolling update: one replica over", 0) == 0 && back < job.DesiredReplicas()) {
+      controller_->ScaleService(id, back, "rolling update done").IgnoreError();  // (tried again at the next tick)
       return true;
     }
-    return false;
+    return false;  // (and where min rose to the extra one, it stays: the autoscaler's again)
   }
   const std::string of = std::to_string(job.placement.size() - old) + " of " + std::to_string(job.placement.size()) +
                          " replicas on the new spec";
@@ -178,9 +178,15 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
     return true;
   }
   if (old == 0) {
-    if (r.surged && !controller_->ScaleService(id, r.base, "rolling update done").ok()) {
-      st.rollout = "rolling update: done, the extra replica goes at the next try";
-      return true;
+    if (r.surged) {
+      // Within the service's bounds as they are now (an apply may have
+      // raised min meanwhile); a write the store refused is tried again.
+      const ServiceSpec& sv = job.spec().service;
+      const Status s = controller_->ScaleService(id, std::clamp(r.base, sv.min_replicas, sv.max_replicas), "rolling update done");
+      if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kInsufficientStorage) {
+        st.rollout = "rolling update: done, the extra replica goes at the next try";
+        return true;
+      }
     }
     rollouts_.erase(it);
     st.rollout = "";

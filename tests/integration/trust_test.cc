@@ -188,8 +188,8 @@ TEST_F(Trust, AReadOnlyMountIsReadOnlyBelowItsTopToo) {
 }
 
 // allowed_mounts is checked on the path as written: a symbolic link under
-// an allowed prefix (which an earlier job may make: h -> /) must not bind
-// what it points to. Such a mount fails to start, saying why; a real
+// an allowed prefix (which an earlier job may make: h -> /, owned by its
+// user) must not bind what it points to. Such a mount fails to start, saying why; a real
 // directory is bound.
 TEST_F(Trust, AMountThroughASymbolicLinkUnderAnAllowedPrefixIsRefusedOnTheNode) {
   if (geteuid() != 0) GTEST_SKIP() << "a root agent's containers";
@@ -200,6 +200,7 @@ TEST_F(Trust, AMountThroughASymbolicLinkUnderAnAllowedPrefixIsRefusedOnTheNode) 
   std::filesystem::create_directories(data + "/real");
   std::ofstream(data + "/real/marker") << "the real directory\n";
   std::filesystem::create_symlink("/", data + "/h");
+  ASSERT_EQ(lchown((data + "/h").c_str(), 65534, 65534), 0);  // (a job's link: its user's, not root's)
   const std::string config = Write("cluster.yaml", "node_groups: []\naccounts: [{user: alice, uid: 65534, gid: 65534}]\n"
                                                    "allowed_mounts: [{prefix: " + image + "}, {prefix: " + data + "}]\n");
   for (const std::string& runtime : runtimes) {
