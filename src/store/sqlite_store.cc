@@ -269,6 +269,7 @@ Status SqliteStore::OpenSide(const std::string& path, sqlite3** out) {
 
 StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
   if (events.empty()) return last_seq_;
+  if (!stale_.empty()) return UnavailableError(path_ + ": " + stale_);
   ROTA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
   auto fail = [&](const std::string& what) {
     Status s = Error(what);
@@ -322,6 +323,7 @@ StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
     return s;
   }
   if (sqlite3_exec(db_, "COMMIT;", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    const int code = sqlite3_extended_errcode(db_);  // (before the rollback's)
     Status s = fail("commit");
     // A COMMIT that reports an error may still have reached the log: after
     // the rollback, what the journal holds says which it was.
@@ -332,6 +334,17 @@ StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
       last_seq_ = seq;
       trimmed_to_ = trimmed;
       return seq;  // committed after all
+    }
+    if (code == SQLITE_IOERR_FSYNC || code == SQLITE_IOERR_DIR_FSYNC) {
+      // The WAL holds its frames, commit mark and all, but the sync failed
+      // (EIO; EDQUOT or ENOSPC found only at the sync on NFS or a thin
+      // volume): a restart's recovery may replay them or may not, and this
+      // connection cannot tell. Told "not made", a client could find it made.
+      stale_ = "the outcome of the commit of events " + std::to_string(last_seq_ + 1) + ".." + std::to_string(seq) +
+               " is unknown (" + std::string(s.message()) +
+               "): no more writes; restart the server, which goes on from what the journal holds";
+      std::fprintf(stderr, "rota: %s: %s\n", path_.c_str(), stale_.c_str());
+      return UnavailableError(path_ + ": " + stale_);
     }
     return s;
   }

@@ -87,6 +87,11 @@ class SqliteStore final : public Store {
   static constexpr int64_t kTrimBatch = 2'000;
   std::atomic<uint64_t> trim_to_{0};
   uint64_t trimmed_to_ = 0;
+  // Why no append can be made any more ("" while they can): a COMMIT whose
+  // sync failed may be in the journal or not (its frames are in the WAL,
+  // which a restart's recovery may replay), so the state beside it cannot
+  // be told; only a restart, replaying what the journal holds, can.
+  std::string stale_;
 };
 
 // DataLoss if the WAL file at `wal_path` holds a frame that fails SQLite's

@@ -7,6 +7,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -339,6 +340,96 @@ TEST_F(SqliteStoreTest, AFullDiskRefusesTheWriteAndChangesNothing) {
   EXPECT_EQ(names, (std::vector<std::string>{"before", "after"}));
   s->reset();
   umount(mnt.c_str());
+}
+
+// A VFS over the default one whose WAL files' next sync fails (EIO), as a
+// failing disk's, or NFS's EDQUOT found only at the sync, would: the frames
+// are written, the commit mark with them, but not known durable.
+struct FailingWalSync {
+  static inline std::atomic<int> armed{0};
+  static inline sqlite3_vfs* base = nullptr;
+  static inline sqlite3_vfs vfs{};
+  static inline sqlite3_io_methods wal_methods{};
+  static inline int (*real_sync)(sqlite3_file*, int) = nullptr;
+  static int Sync(sqlite3_file* f, int flags) {
+    if (armed.load() > 0) {
+      armed.fetch_sub(1);
+      return SQLITE_IOERR_FSYNC;
+    }
+    return real_sync(f, flags);
+  }
+  static int Open(sqlite3_vfs*, sqlite3_filename name, sqlite3_file* f, int flags, int* out_flags) {
+    const int rc = base->xOpen(base, name, f, flags, out_flags);
+    if (rc == SQLITE_OK && (flags & SQLITE_OPEN_WAL) != 0 && f->pMethods != nullptr) {
+      if (real_sync == nullptr) {
+        wal_methods = *f->pMethods;
+        real_sync = wal_methods.xSync;
+        wal_methods.xSync = Sync;
+      }
+      f->pMethods = &wal_methods;
+    }
+    return rc;
+  }
+  FailingWalSync() {
+    base = sqlite3_vfs_find(nullptr);
+    vfs = *base;
+    vfs.zName = "rota-failing-wal-sync";
+    vfs.xOpen = Open;
+    sqlite3_vfs_register(&vfs, /*makeDflt=*/1);
+  }
+  ~FailingWalSync() {
+    sqlite3_vfs_register(base, 1);
+    sqlite3_vfs_unregister(&vfs);
+  }
+};
+
+// A commit whose sync failed may be in the journal or not: its frames are in
+// the WAL, which the next open's recovery may replay. The store says the
+// outcome is unknown and takes no more writes (a later commit would build
+// on a journal it cannot know); the next open goes on from what is there.
+TEST_F(SqliteStoreTest, ACommitWhoseSyncFailedStopsTheWritesUntilARestart) {
+  FailingWalSync failing;
+  {
+    auto s = SqliteStore::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_TRUE((*s)->Append({NodeAdded{Node("before")}}).ok());
+    FailingWalSync::armed = 1;
+    auto unknown = (*s)->Append({NodeAdded{Node("unknown")}});
+    FailingWalSync::armed = 0;
+    ASSERT_FALSE(unknown.ok());
+    EXPECT_EQ(unknown.status().code(), StatusCode::kUnavailable) << unknown.status().ToString();
+    EXPECT_NE(unknown.status().message().find("the outcome of the commit of events 2..2 is unknown"), std::string::npos)
+        << unknown.status().ToString();
+    // Had the server died here, the journal would hold it: "not made" (the
+    // answer before) would have been false.
+    for (const char* ext : {"", "-wal"}) std::filesystem::copy_file(path + ext, dir + "/crashed" + ext);
+    {
+      auto crashed = SqliteStore::Open(dir + "/crashed");
+      ASSERT_TRUE(crashed.ok()) << crashed.status().ToString();
+      std::vector<std::string> names;
+      ASSERT_TRUE((*crashed)->Replay([&](const Event& e) {
+                     if (auto* n = std::get_if<NodeAdded>(&e)) names.push_back(n->spec.name);
+                     return Status::Ok();
+                   }).ok());
+      EXPECT_EQ(names, (std::vector<std::string>{"before", "unknown"}));
+    }
+    auto refused = (*s)->Append({NodeAdded{Node("after")}});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("restart the server"), std::string::npos) << refused.status().ToString();
+  }
+  auto s = SqliteStore::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<std::string> names;
+  ASSERT_TRUE((*s)->Replay([&](const Event& e) {
+                 if (auto* n = std::get_if<NodeAdded>(&e)) names.push_back(n->spec.name);
+                 return Status::Ok();
+               }).ok());
+  ASSERT_GE(names.size(), 1u);
+  EXPECT_EQ(names[0], "before");
+  EXPECT_EQ((*s)->last_seq(), names.size());
+  auto next = (*s)->Append({NodeAdded{Node("next")}});
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, names.size() + 1);
 }
 
 }  // namespace
