@@ -1825,14 +1825,17 @@ class HttpServerImpl final : public HttpServer {
           return r.node == node->id && r.task == t.task && r.replica == t.replica;
         });
       };
-      // (An elastic job's replica shrunk away is in neither placement any more.)
-      const bool shrunk = job->spec().elastic() && t.replica < static_cast<uint32_t>(job->spec().tasks[t.task].replicas);
-      if (!here(job->placement) && !here(job->last_placement) && !shrunk) continue;
       // One file per node the replica ran on: the agent's offsets are into its own file.
       const std::string dir = options_.logs_dir + "/" + std::to_string(job->id.value());
       const std::string path = dir + "/" + job->spec().tasks[t.task].name + "-" + std::to_string(t.replica) + "@" +
                                report.node + ".log";
       std::error_code ec;
+      // An elastic job's replica shrunk away is in neither placement any
+      // more: the rest of its log comes from the node that shipped its
+      // start while it ran there (its file), not from any node at all.
+      const bool shrunk = job->spec().elastic() && t.replica < static_cast<uint32_t>(job->spec().tasks[t.task].replicas) &&
+                          std::filesystem::exists(path, ec);
+      if (!here(job->placement) && !here(job->last_placement) && !shrunk) continue;
       std::filesystem::create_directories(dir, ec);
       // Each job's logs are capped on the server (limits.log_cap): past it,
       // one line says so and the rest is dropped.

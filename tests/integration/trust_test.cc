@@ -682,6 +682,58 @@ TEST_F(Limits, ShippedLogsAreCappedPerJobAndSaySo) {
   EXPECT_GE(logs.size(), (1u << 20) - 400u * 1024u);
 }
 
+// An agent ships logs only of replicas that ran on its node: another
+// node's agent (token w1) cannot write lines into a running elastic job's
+// log, nor fill it to its cap and silence it.
+TEST_F(Limits, AnAgentCannotWriteIntoTheLogsOfAJobOnAnotherNode) {
+  RotaProcess server("server", tmp.path() + "/data", {"--config", Config("limits: {log_cap: 1Mi}\n")});
+  auto agent_token = [&](const std::string& node) {
+    auto r = server.Admin().Post("/v1/tokens", json{{"user", node}, {"role", "agent"}, {"node", node}}.dump(),
+                                 "application/json");
+    EXPECT_EQ(r->status, 201) << r->body;
+    return json::parse(r->body)["token"].get<std::string>();
+  };
+  const std::string token_file = tmp.path() + "/w0.token";
+  std::ofstream(token_file) << agent_token("w0") << "\n";
+  const pid_t agent = SpawnLogged({RotaBinary(), "agent", "--server", server.url(), "--token-file", token_file, "--name",
+                                   "w0", "--gpus", "2xH100:80Gi", "--logs-dir", tmp.path() + "/agent-logs",
+                                   "--heartbeat-ms", "100"},
+                                  tmp.path() + "/agent.log");
+  ASSERT_GT(agent, 0);
+  for (int i = 0; i < 200 && server.Admin().Get("/v1/nodes")->body.find("\"w0\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  auto r = server.Admin().Post("/v1/jobs",
+                               R"({"name": "elastic", "node_selector": {"hostname": "w0"}, "elastic": {"min_replicas": 1},
+                                   "tasks": [{"name": "w", "replicas": 2, "gpus": 1, "command": ["sh", "-c", "echo genuine; sleep 30"]}]})",
+                               "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int id = json::parse(r->body)["id"];
+  std::string logs;
+  for (int i = 0; i < 200 && logs.find("genuine") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    logs = server.Admin().Get("/v1/jobs/" + std::to_string(id) + "/logs")->body;
+  }
+  ASSERT_NE(logs.find("genuine"), std::string::npos) << logs;
+  // Node w1 registers (its own token) and ships a "log" of job's replica 0.
+  auto w1 = server.Http(agent_token("w1"));
+  r = w1.Post("/v1/agents/register", R"({"node": {"name": "w1", "gpu_model": "H100", "gpus": 1, "gpu_memory": "80Gi"}})",
+              "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  r = w1.Post("/v1/agents/heartbeat",
+              json{{"node", "w1"},
+                   {"tasks", {{{"job", id}, {"task", 0}, {"replica", 0}, {"attempt", 0}, {"log_b64", "Rk9SR0VEIGJ5IHcxCg=="},  // "FORGED by w1\n"
+                               {"log_offset", 0}}}}}
+                  .dump(),
+              "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  logs = server.Admin().Get("/v1/jobs/" + std::to_string(id) + "/logs")->body;
+  kill(agent, SIGTERM);
+  waitpid(agent, nullptr, 0);
+  EXPECT_EQ(logs.find("FORGED"), std::string::npos) << logs;
+}
+
 }  // namespace
 }  // namespace rota::testing
 
