@@ -1273,12 +1273,16 @@ class HttpServerImpl final : public HttpServer {
     }));
 
     // ?labels=dcgm: dcgm-exporter's own label names (a scrape job's params).
-    srv.Get("/metrics", Guard([this](const Principal&, const HttpRequest& req, HttpResponse& res) {
+    // Everything for an admin (a scraper's token); a user gets the cluster's
+    // series, their own jobs' and the services they may see, as the API
+    // shows them.
+    srv.Get("/metrics", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       const std::string labels = req.get_param_value("labels");
       if (!labels.empty() && labels != "dcgm") {
         return ReplyError(res, InvalidArgumentError("labels: '" + labels + "' is not dcgm"));
       }
-      res.set_content(RenderMetrics(*c_, labels == "dcgm") + ReplicaMetrics() + ServiceMetrics() + TransportMetrics() + watches_.Metrics(),
+      res.set_content(RenderMetrics(*c_, labels == "dcgm", who.admin() ? nullptr : &who.user) + ReplicaMetrics() +
+                          ServiceMetrics(who) + TransportMetrics() + watches_.Metrics(),
                       "text/plain; version=0.0.4");
     }));
 
@@ -1392,7 +1396,7 @@ class HttpServerImpl final : public HttpServer {
     return v;
   }
 
-  std::string ServiceMetrics() const {
+  std::string ServiceMetrics(const Principal& who) const {
     if (options_.services == nullptr) return "";
     Snapshot snap = c_->snapshot();
     std::string m =
@@ -1416,7 +1420,7 @@ class HttpServerImpl final : public HttpServer {
     }
     for (const auto& [id, st] : options_.services->status()) {
       const JobRecord* job = snap.FindJob(id);
-      if (job == nullptr) continue;
+      if (job == nullptr || !(who.admin() || job->user == who.user || AllSeeAll())) continue;  // (as /v1/services)
       std::string name = job->spec().name;  // (names are letters, digits, '-', '_', '.')
       const std::string l = "{service=\"" + name + "\"";
       auto num = [](double v) {

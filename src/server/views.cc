@@ -314,7 +314,7 @@ std::string Escape(std::string_view v) {
 
 }  // namespace
 
-std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
+std::string RenderMetrics(const Controller& c, bool dcgm_labels, const std::string* viewer) {
   Snapshot snap = c.snapshot();
   const auto live = c.nodes_live();
   const ControllerMetrics m = c.metrics();
@@ -381,6 +381,7 @@ std::string RenderMetrics(const Controller& c, bool dcgm_labels) {
   std::string labels;
   for (const auto& [id, job] : snap.live_jobs()) {
     if (job->state != JobState::kRunning) continue;
+    if (viewer != nullptr && job->user != *viewer) continue;  // (a job's usage is its owner's: docs/trust.md)
     bool is_idle = false, is_over = false, is_starved = false;
     for (const std::string& f : c.job_flags(*job)) {
       is_idle = is_idle || f.rfind("idle", 0) == 0;

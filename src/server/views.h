@@ -23,6 +23,8 @@ std::string NodeStateName(const Controller& c, const NodeState& node, const std:
 // `dcgm_labels`: dcgm-exporter's own label names on its series (Hostname,
 // modelName: what its Grafana dashboards select by; modelName fails
 // Prometheus' naming lint), else snake_case ones.
-std::string RenderMetrics(const Controller& c, bool dcgm_labels = false);
+// `viewer`: a user's name (not an admin): per-job series (and the job label
+// of a GPU's readings) only for that user's jobs; nullptr: every job.
+std::string RenderMetrics(const Controller& c, bool dcgm_labels = false, const std::string* viewer = nullptr);
 
 }  // namespace rota::server

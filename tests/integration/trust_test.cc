@@ -227,6 +227,30 @@ TEST_F(Trust, AMountThroughASymbolicLinkUnderAnAllowedPrefixIsRefusedOnTheNode) 
   }
 }
 
+// A job's usage is its owner's: another user's /metrics holds the
+// cluster's series but none of that job's (nor its id on the GPU it holds);
+// the admin's (a scraper's) holds them.
+TEST_F(Trust, MetricsShowAUserOnlyTheirOwnJobs) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
+  auto r = up.Admin().Post("/v1/jobs", R"({"name": "admins", "tasks": [{"gpus": 1, "command": ["sleep", "30"]}]})",
+                           "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int id = json::parse(r->body)["id"];
+  const std::string series = "rota_job_idle{job=\"" + std::to_string(id) + "\"";
+  std::string admin;
+  for (int i = 0; i < 200 && admin.find(series) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    admin = up.Admin().Get("/metrics")->body;
+  }
+  ASSERT_NE(admin.find(series), std::string::npos) << admin.substr(0, 2000);
+  auto bob = up.Http(UserToken(up, "bob"));
+  auto mine = bob.Get("/metrics");
+  ASSERT_EQ(mine->status, 200);
+  EXPECT_NE(mine->body.find("rota_store_writable 1"), std::string::npos) << mine->body.substr(0, 2000);
+  EXPECT_EQ(mine->body.find("job=\"" + std::to_string(id) + "\""), std::string::npos) << mine->body;
+  up.Admin().Post("/v1/jobs/" + std::to_string(id) + "/cancel", "{}", "application/json");
+}
+
 TEST_F(Trust, AUserWithoutAnAccountOnTheNodeIsRefusedWithTheReason) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
   auto ghost = up.Http(UserToken(up, "no-such-account-rota"));
