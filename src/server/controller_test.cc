@@ -335,6 +335,35 @@ TEST_F(ControllerTest, AGangRestartsOnlyOnceItsOtherRanksHaveStopped) {
   EXPECT_TRUE(job->preempted_at.empty());
 }
 
+// A stopping replica is "seen running" (which holds its stop open past the
+// grace) only by the node it is placed on: another node's agent listing it,
+// every 5 s, holds nothing, and the stop ends when it is overdue.
+TEST_F(ControllerTest, OnlyAReplicasOwnNodeKeepsItsStopOpen) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
+  JobSpec spec = Job("pair", 2, 8);
+  spec.restart = {RestartPolicy::kOnFailure, 3};
+  auto id = c->Submit(kAlice, spec);
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  const JobRecord* job = c->snapshot().FindJob(*id);
+  ASSERT_EQ(job->state, JobState::kRunning);
+  const uint32_t on0 = job->placement[0].node.value() == 0 ? job->placement[0].replica : job->placement[1].replica;
+  const uint32_t on1 = 1 - on0;
+  ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, on0, 0, true, 1}}}).ok());  // its rank on n-0 fails
+  c->ScheduleNow();
+  ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kPreempting);
+  for (int s = 5; s <= 120 && c->snapshot().FindJob(*id)->restarts == 0; s += 5) {
+    clock.Advance(5 * kMicrosPerSecond);
+    ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1"}).ok());  // alive; no full list
+    ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .tasks = {{*id, 0, on1, 0}}}).ok());  // n-1's rank, "running" on n-0
+    c->ScheduleNow();
+  }
+  EXPECT_EQ(c->snapshot().FindJob(*id)->restarts, 1) << "n-0's listings of n-1's rank held the stop open";
+}
+
 // A server restarted while a gang stops: the gang goes on stopping, and the
 // first full list of its other node's tasks (as of an answer of the new
 // server) that misses the rank ends the stop, long before the grace would.
