@@ -1108,11 +1108,12 @@ class HttpServerImpl final : public HttpServer {
       WhatIf(who, req, &variant, only == "profile" ? "the body's profile" : "the body's config", res);
     }));
 
-    srv.Get("/v1/nodes", Guard([this](const Principal&, const HttpRequest&, HttpResponse& res) {
+    srv.Get("/v1/nodes", Guard([this](const Principal& who, const HttpRequest&, HttpResponse& res) {
       Snapshot snap = c_->snapshot();
       const auto live = c_->nodes_live();
       ordered_json nodes = ordered_json::array();
-      for (const NodeState& n : snap.nodes()) nodes.push_back(NodeView(*c_, snap, n, live));
+      const std::string* viewer = who.admin() || AllSeeAll() ? nullptr : &who.user;  // (job ids as /v1/jobs shows them)
+      for (const NodeState& n : snap.nodes()) nodes.push_back(NodeView(*c_, snap, n, live, viewer));
       Reply(res, 200, {{"nodes", nodes}});
     }));
 

@@ -141,7 +141,7 @@ std::string NodeStateName(const Controller& c, const NodeState& node, const std:
 }
 
 ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState& node,
-                      const std::map<std::string, NodeLive>& live) {
+                      const std::map<std::string, NodeLive>& live, const std::string* viewer) {
   ordered_json j;
   j["name"] = node.spec.name;
   j["state"] = NodeStateName(c, node, live);
@@ -190,6 +190,7 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
     std::vector<uint64_t> holders;
     for (const auto& [id, job] : snap.live_jobs()) {
       if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
+      if (viewer != nullptr && job->user != *viewer) continue;
       for (const ReplicaPlacement& r : job->placement) {
         if (r.node == node.id && ((r.gpu_mask >> g) & 1)) {
           holders.push_back(id.value());

@@ -10,8 +10,10 @@ namespace rota::server {
 
 std::string TimeText(TimePoint t);  // "2026-11-29T17:50:00.123Z", "" for 0
 nlohmann::ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool with_spec);
+// `viewer`: a user who sees only their own jobs (job_visibility: own): the
+// ids of other users' jobs on its GPUs are left out; nullptr: all of them.
 nlohmann::ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState& node,
-                                const std::map<std::string, NodeLive>& live);
+                                const std::map<std::string, NodeLive>& live, const std::string* viewer = nullptr);
 // Per leaf queue: pending and running jobs, allocated and guaranteed GPUs.
 nlohmann::ordered_json QueuesView(const Controller& c, const Snapshot& snap);
 // A queue's standing, first that holds: "starved", "borrowing", "over_share", "ok".

@@ -251,6 +251,30 @@ TEST_F(Trust, MetricsShowAUserOnlyTheirOwnJobs) {
   up.Admin().Post("/v1/jobs/" + std::to_string(id) + "/cancel", "{}", "application/json");
 }
 
+// Under job_visibility: own, another user's job is a 404, and /v1/nodes
+// does not name it on the GPU it holds either; the admin's view does.
+TEST_F(Trust, NodesDoNotNameJobsAUserMayNotSee) {
+  const std::string config = Write("cluster.yaml", "node_groups: []\njob_visibility: own\n");
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local", "--config", config});
+  auto r = up.Admin().Post("/v1/jobs", R"({"name": "admins", "tasks": [{"gpus": 1, "command": ["sleep", "30"]}]})",
+                           "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int id = json::parse(r->body)["id"];
+  const std::string named = "\"job\": " + std::to_string(id);
+  std::string admin;
+  for (int i = 0; i < 200 && admin.find(named) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    admin = up.Admin().Get("/v1/nodes")->body;
+  }
+  ASSERT_NE(admin.find(named), std::string::npos) << admin;
+  auto bob = up.Http(UserToken(up, "bob"));
+  EXPECT_EQ(bob.Get("/v1/jobs/" + std::to_string(id))->status, 404);
+  const std::string nodes = bob.Get("/v1/nodes")->body;
+  EXPECT_NE(nodes.find("\"local\""), std::string::npos) << nodes;
+  EXPECT_EQ(nodes.find(named), std::string::npos) << nodes;
+  up.Admin().Post("/v1/jobs/" + std::to_string(id) + "/cancel", "{}", "application/json");
+}
+
 TEST_F(Trust, AUserWithoutAnAccountOnTheNodeIsRefusedWithTheReason) {
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "local"});
   auto ghost = up.Http(UserToken(up, "no-such-account-rota"));
