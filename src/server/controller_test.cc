@@ -9,6 +9,7 @@
 #include <bit>
 #include <filesystem>
 #include <functional>
+#include <optional>
 
 #include "core/test_util.h"
 #include "store/memory_store.h"
@@ -47,6 +48,26 @@ class ControllerTest : public ::testing::Test {
     auto c = std::make_unique<Controller>(o, std::move(store));
     EXPECT_TRUE(c->Start().ok());
     return c;
+  }
+  // A gang of two 8-GPU replicas, one on each node (both agents registered),
+  // restarted on failure, running: its id (none if it is not) and which
+  // replica is on n-0 and which on n-1.
+  struct Pair {
+    std::optional<JobId> id;
+    uint32_t on0 = 0, on1 = 0;
+  };
+  Pair RunPair(Controller& c, const Principal& agent1) {
+    EXPECT_TRUE(c.RegisterNode(agent0, c.snapshot().FindNode("n-0")->spec, true, "").ok());
+    EXPECT_TRUE(c.RegisterNode(agent1, c.snapshot().FindNode("n-1")->spec, true, "").ok());
+    JobSpec spec = Job("pair", 2, 8);
+    spec.restart = {RestartPolicy::kOnFailure, 3};
+    auto id = c.Submit(kAlice, spec);
+    if (!id.ok()) return {};
+    c.ScheduleNow();
+    const JobRecord* job = c.snapshot().FindJob(*id);
+    if (job == nullptr || job->state != JobState::kRunning) return {};
+    const uint32_t on0 = job->placement[0].node.value() == 0 ? job->placement[0].replica : job->placement[1].replica;
+    return {*id, on0, 1 - on0};
   }
   // Two nodes of 80 GiB GPUs (what right-sizing compares peaks with), n-0's
   // agent registered.
@@ -291,17 +312,11 @@ TEST_F(ControllerTest, ALostNodesGangsAreRequeuedAndRunElsewhere) {
 TEST_F(ControllerTest, AGangRestartsOnlyOnceItsOtherRanksHaveStopped) {
   auto c = Make(std::make_unique<MemoryStore>());
   const Principal agent1{"n-1", Role::kAgent, "n-1"};
-  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
-  ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
-  JobSpec spec = Job("pair", 2, 8);  // one replica on each node
-  spec.restart = {RestartPolicy::kOnFailure, 3};
-  auto id = c->Submit(kAlice, spec);
-  ASSERT_TRUE(id.ok());
-  c->ScheduleNow();
-  const JobRecord* job = c->snapshot().FindJob(*id);
-  ASSERT_EQ(job->state, JobState::kRunning);
-  const uint32_t on0 = job->placement[0].node.value() == 0 ? job->placement[0].replica : job->placement[1].replica;
-  const uint32_t on1 = 1 - on0;
+  const Pair pair = RunPair(*c, agent1);
+  ASSERT_TRUE(pair.id.has_value());
+  const JobId* id = &*pair.id;
+  const uint32_t on0 = pair.on0, on1 = pair.on1;
+  const JobRecord* job = nullptr;
   uint64_t before = 0;
   ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{*id, 0, on1, 0}}}, &before).ok());
   // Its rank on n-0 fails.
@@ -341,17 +356,10 @@ TEST_F(ControllerTest, AGangRestartsOnlyOnceItsOtherRanksHaveStopped) {
 TEST_F(ControllerTest, OnlyAReplicasOwnNodeKeepsItsStopOpen) {
   auto c = Make(std::make_unique<MemoryStore>());
   const Principal agent1{"n-1", Role::kAgent, "n-1"};
-  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
-  ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
-  JobSpec spec = Job("pair", 2, 8);
-  spec.restart = {RestartPolicy::kOnFailure, 3};
-  auto id = c->Submit(kAlice, spec);
-  ASSERT_TRUE(id.ok());
-  c->ScheduleNow();
-  const JobRecord* job = c->snapshot().FindJob(*id);
-  ASSERT_EQ(job->state, JobState::kRunning);
-  const uint32_t on0 = job->placement[0].node.value() == 0 ? job->placement[0].replica : job->placement[1].replica;
-  const uint32_t on1 = 1 - on0;
+  const Pair pair = RunPair(*c, agent1);
+  ASSERT_TRUE(pair.id.has_value());
+  const JobId* id = &*pair.id;
+  const uint32_t on0 = pair.on0, on1 = pair.on1;
   ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, on0, 0, true, 1}}}).ok());  // its rank on n-0 fails
   c->ScheduleNow();
   ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kPreempting);
