@@ -729,8 +729,10 @@ void Controller::ActorLoop() {
         }
         const StatusCode code = seq.status().code() == StatusCode::kInsufficientStorage ? StatusCode::kInsufficientStorage
                                                                                         : StatusCode::kUnavailable;
-        const Status refused(code, "the change was not made: the store cannot write (" +
-                                       std::string(seq.status().message()) + ")");
+        // (A commit whose outcome the store cannot tell is not "not made".)
+        const bool unknown = std::string_view(seq.status().message()).find(" is unknown") != std::string_view::npos;
+        const Status refused(code, std::string(unknown ? "the change may or may not have been made" : "the change was not made") +
+                                       ": the store cannot write (" + std::string(seq.status().message()) + ")");
         // A message that journals nothing and reads no state (tokens) keeps
         // its own result; everyone else in the batch is refused.
         for (size_t i = 0; i < batch.done.size(); ++i) batch.done[i](batch.standalone[i] ? Status::Ok() : refused);

@@ -363,6 +363,14 @@ TEST_F(ControllerTest, OnlyAReplicasOwnNodeKeepsItsStopOpen) {
   ASSERT_TRUE(c->Heartbeat(agent0, {"n-0", {}, {{*id, 0, on0, 0, true, 1}}}).ok());  // its rank on n-0 fails
   c->ScheduleNow();
   ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kPreempting);
+  // Its own node seeing it running for a minute (no full list) holds the stop.
+  for (int s = 5; s <= 60; s += 5) {
+    clock.Advance(5 * kMicrosPerSecond);
+    ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{*id, 0, on1, 0}}}).ok());
+    ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0"}).ok());
+    c->ScheduleNow();
+  }
+  ASSERT_EQ(c->snapshot().FindJob(*id)->state, JobState::kPreempting);
   for (int s = 5; s <= 120 && c->snapshot().FindJob(*id)->restarts == 0; s += 5) {
     clock.Advance(5 * kMicrosPerSecond);
     ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1"}).ok());  // alive; no full list

@@ -1836,10 +1836,14 @@ class HttpServerImpl final : public HttpServer {
                                report.node + ".log";
       std::error_code ec;
       // An elastic job's replica shrunk away is in neither placement any
-      // more: the rest of its log comes from the node that shipped its
-      // start while it ran there (its file), not from any node at all.
+      // more: the rest of its log comes from a node that shipped part of it
+      // already (its file), or that holds another of the job's replicas
+      // (where a resize leaves it), not from any node at all.
+      auto holds_any = [&](const std::vector<ReplicaPlacement>& ps) {
+        return std::any_of(ps.begin(), ps.end(), [&](const ReplicaPlacement& r) { return r.node == node->id; });
+      };
       const bool shrunk = job->spec().elastic() && t.replica < static_cast<uint32_t>(job->spec().tasks[t.task].replicas) &&
-                          std::filesystem::exists(path, ec);
+                          (std::filesystem::exists(path, ec) || holds_any(job->placement) || holds_any(job->last_placement));
       if (!here(job->placement) && !here(job->last_placement) && !shrunk) continue;
       std::filesystem::create_directories(dir, ec);
       // Each job's logs are capped on the server (limits.log_cap): past it,

@@ -269,7 +269,10 @@ Status SqliteStore::OpenSide(const std::string& path, sqlite3** out) {
 
 StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
   if (events.empty()) return last_seq_;
-  if (!stale_.empty()) return UnavailableError(path_ + ": " + stale_);
+  if (!stale_.empty()) {
+    return UnavailableError(path_ + ": no more writes since " + stale_ +
+                            ": restart the server, which goes on from what the journal holds");
+  }
   ROTA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
   auto fail = [&](const std::string& what) {
     Status s = Error(what);
@@ -340,11 +343,12 @@ StatusOr<uint64_t> SqliteStore::Append(const std::vector<Event>& events) {
       // (EIO; EDQUOT or ENOSPC found only at the sync on NFS or a thin
       // volume): a restart's recovery may replay them or may not, and this
       // connection cannot tell. Told "not made", a client could find it made.
-      stale_ = "the outcome of the commit of events " + std::to_string(last_seq_ + 1) + ".." + std::to_string(seq) +
-               " is unknown (" + std::string(s.message()) +
-               "): no more writes; restart the server, which goes on from what the journal holds";
-      std::fprintf(stderr, "rota: %s: %s\n", path_.c_str(), stale_.c_str());
-      return UnavailableError(path_ + ": " + stale_);
+      const std::string events = "events " + std::to_string(last_seq_ + 1) + ".." + std::to_string(seq);
+      stale_ = "the commit of " + events + " could not be synced (" + std::string(s.message()) + ")";
+      const std::string unknown = "the outcome of the commit of " + events + " is unknown (" + std::string(s.message()) +
+                                  "): no more writes; restart the server, which goes on from what the journal holds";
+      std::fprintf(stderr, "rota: %s: %s\n", path_.c_str(), unknown.c_str());
+      return UnavailableError(path_ + ": " + unknown);
     }
     return s;
   }
