@@ -7,6 +7,7 @@
 #include "api/json_text.h"
 #include "base/base64.h"
 #include "base/quantity.h"
+#include "base/strings.h"
 
 namespace rota::api {
 
@@ -162,11 +163,7 @@ Status CheckAddress(std::string_view address, std::string_view field) {
 }
 
 Status CheckNodeText(const NodeSpec& spec, std::string_view field) {
-  auto control = [](const std::string& text) {
-    return std::any_of(text.begin(), text.end(), [](char c) {
-      return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-    });
-  };
+  auto control = [](const std::string& text) { return FindControlCharacter(text) != std::string::npos; };
   const std::string why = ": must not hold control characters (it is shown on terminals and in reports)";
   if (control(spec.gpu_model)) return InvalidArgumentError(std::string(field) + ".gpu_model" + why);
   for (const auto& [key, value] : spec.labels) {

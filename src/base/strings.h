@@ -1,5 +1,5 @@
 // Small string helpers shared by the layers that parse lists from flags and
-// query parameters.
+// query parameters, and that check text from users and agents.
 #pragma once
 
 #include <string>
@@ -19,6 +19,17 @@ inline std::vector<std::string> SplitList(std::string_view text) {
     pos = comma + 1;
   }
   return out;
+}
+
+// The index of the first control character (below 0x20, or DEL) in
+// `text`, npos if none: what may not be in a path the kernel reads as a C
+// string, nor in text shown on a terminal.
+inline size_t FindControlCharacter(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) return i;
+  }
+  return std::string_view::npos;
 }
 
 }  // namespace rota

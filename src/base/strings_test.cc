@@ -13,4 +13,12 @@ TEST(SplitList, TheItemsBetweenCommasWithoutEmptyOnes) {
 }
 
 }  // namespace
+TEST(FindControlCharacter, FindsTheFirstByteBelowASpaceOrDel) {
+  EXPECT_EQ(FindControlCharacter("/data/set"), std::string_view::npos);
+  EXPECT_EQ(FindControlCharacter(std::string_view("/\0/x", 4)), 1u);
+  EXPECT_EQ(FindControlCharacter("a\r\nb"), 1u);
+  EXPECT_EQ(FindControlCharacter("ab\x7f"), 2u);
+  EXPECT_EQ(FindControlCharacter("caf\xc3\xa9"), std::string_view::npos);  // (UTF-8 is not control)
+}
+
 }  // namespace rota

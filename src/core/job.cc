@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "base/strings.h"
 #include "core/mig.h"
 
 namespace rota {
@@ -42,14 +43,10 @@ std::string RequestPathError(const std::string& path) {
 
 // A path's control characters (NUL included) are refused: "" if it has none.
 std::string ControlCharacterError(const std::string& path) {
-  for (size_t i = 0; i < path.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(path[i]);
-    if (c < 0x20 || c == 0x7f) {
-      return "must not hold control characters (a NUL, newline, ...); character " + std::to_string(i + 1) +
-             " is byte " + std::to_string(c);
-    }
-  }
-  return "";
+  const size_t i = FindControlCharacter(path);
+  if (i == std::string::npos) return "";
+  return "must not hold control characters (a NUL, newline, ...); character " + std::to_string(i + 1) + " is byte " +
+         std::to_string(static_cast<unsigned char>(path[i]));
 }
 
 }  // namespace

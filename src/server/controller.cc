@@ -1712,23 +1712,13 @@ std::vector<TaskAssignment> Controller::TasksFor(Batch& batch, const std::string
   return tasks;
 }
 
-namespace {
-// Whether replica task/replica of `job` is placed on `node` (a report counts
-// only for what runs where it comes from).
-bool PlacedOn(const JobRecord& job, NodeId node, uint16_t task, uint32_t replica) {
-  return std::any_of(job.placement.begin(), job.placement.end(), [&](const ReplicaPlacement& r) {
-    return r.node == node && r.task == task && r.replica == replica;
-  });
-}
-}  // namespace
-
 void Controller::NoteSeenRunning(const Snapshot& snap, const HeartbeatReport& report) {
   const NodeState* node = snap.FindNode(report.node);
   if (node == nullptr) return;
   for (const TaskReport& t : report.tasks) {
     if (t.exited) continue;
     const JobRecord* job = snap.FindJob(t.job);
-    if (job != nullptr && job->state == JobState::kPreempting && PlacedOn(*job, node->id, t.task, t.replica)) {
+    if (job != nullptr && job->state == JobState::kPreempting && PlacedOn(*job, node->id, t)) {
       stop_seen_[t.job] = options_.clock->Now();
     }
   }
@@ -1762,7 +1752,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
       if (job == nullptr) continue;
       if (t.exited && (job->state == JobState::kRunning || job->state == JobState::kPreempting)) return false;
       // (NoteSeenRunning's, in the one pass: a report that goes on to the actor notes all there.)
-      if (!t.exited && job->state == JobState::kPreempting && PlacedOn(*job, node->id, t.task, t.replica)) {
+      if (!t.exited && job->state == JobState::kPreempting && PlacedOn(*job, node->id, t)) {
         stop_seen_[t.job] = options_.clock->Now();
       }
       // A checkpoint the actor would journal (the same test as there).

@@ -749,7 +749,7 @@ class HttpServerImpl final : public HttpServer {
           if (job.id.value() > array) break;  // past it: an array's ids are consecutive
           continue;
         }
-        if (!who.admin() && job.user != who.user && !AllSeeAll()) continue;
+        if (!Sees(who, job)) continue;
         if (!user.empty() && job.user != user) continue;
         if (!state.empty() && JobStateName(job.state) != state) continue;
         if (!queue.empty() && job.spec().queue != queue) continue;
@@ -1294,7 +1294,7 @@ class HttpServerImpl final : public HttpServer {
       const auto status = options_.services != nullptr ? options_.services->status() : std::map<JobId, ServiceStatus>{};
       ordered_json list = ordered_json::array();
       for (const JobRecord* job : snap.LiveServices()) {
-        if (!(who.admin() || job->user == who.user || AllSeeAll())) continue;
+        if (!Sees(who, *job)) continue;
         auto it = status.find(job->id);
         list.push_back(ServiceView(*job, it != status.end() ? &it->second : nullptr));
       }
@@ -1322,7 +1322,7 @@ class HttpServerImpl final : public HttpServer {
       for (const JobRecord* job : snap.LiveServices()) {
         if (job->spec().name == req.matches[1]) found = job;
       }
-      if (found == nullptr || !(who.admin() || found->user == who.user || AllSeeAll())) {
+      if (found == nullptr || !Sees(who, *found)) {
         return ReplyError(res, NotFoundError("no service '" + req.matches[1] + "'"));
       }
       ordered_json endpoints = ordered_json::array();
@@ -1421,7 +1421,7 @@ class HttpServerImpl final : public HttpServer {
     }
     for (const auto& [id, st] : options_.services->status()) {
       const JobRecord* job = snap.FindJob(id);
-      if (job == nullptr || !(who.admin() || job->user == who.user || AllSeeAll())) continue;  // (as /v1/services)
+      if (job == nullptr || !Sees(who, *job)) continue;  // (as /v1/services)
       std::string name = job->spec().name;  // (names are letters, digits, '-', '_', '.')
       const std::string l = "{service=\"" + name + "\"";
       auto num = [](double v) {
@@ -1553,6 +1553,9 @@ class HttpServerImpl final : public HttpServer {
     return NotFoundError(message);
   }
   bool AllSeeAll() const { return c_->config().job_visibility == "all"; }
+  // Whether `who` sees `job` in listings (job_visibility): its owner, an
+  // admin, or anyone where all see all.
+  bool Sees(const Principal& who, const JobRecord& job) const { return who.admin() || job.user == who.user || AllSeeAll(); }
 
   // A projection with this server's engine settings.
   // A projection runs at most kProjectionBudget of wall time: a bigger queue
@@ -1593,7 +1596,7 @@ class HttpServerImpl final : public HttpServer {
       ordered_json jobs = ordered_json::array();
       for (const sim::ProjectedStart& s : p.jobs) {
         const JobRecord* job = snap.FindJob(s.job);
-        if (job == nullptr || (!who.admin() && job->user != who.user && !AllSeeAll())) continue;
+        if (job == nullptr || !Sees(who, *job)) continue;
         ordered_json j = {{"id", s.job.value()}, {"name", job->spec().name}, {"user", job->user}, {"queue", job->spec().queue}};
         j["expected_start"] = s.start >= 0 ? ordered_json(FormatTime(s.start)) : ordered_json(nullptr);
         j["starts_in_s"] = s.start >= 0 ? ordered_json((s.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
@@ -1825,10 +1828,13 @@ class HttpServerImpl final : public HttpServer {
       if (t.log.empty()) continue;
       const JobRecord* job = snap.FindJob(t.job);
       if (job == nullptr || t.task >= job->spec().tasks.size()) continue;
-      auto here = [&](const std::vector<ReplicaPlacement>& ps) {
-        return std::any_of(ps.begin(), ps.end(), [&](const ReplicaPlacement& r) {
-          return r.node == node->id && r.task == t.task && r.replica == t.replica;
-        });
+      // Whether the reporting node holds this replica (or, `any`, one of the
+      // job's replicas) in its placement now or before its last requeue.
+      auto here = [&](bool any) {
+        auto match = [&](const ReplicaPlacement& r) {
+          return r.node == node->id && (any || (r.task == t.task && r.replica == t.replica));
+        };
+        return std::ranges::any_of(job->placement, match) || std::ranges::any_of(job->last_placement, match);
       };
       // One file per node the replica ran on: the agent's offsets are into its own file.
       const std::string dir = options_.logs_dir + "/" + std::to_string(job->id.value());
@@ -1839,12 +1845,9 @@ class HttpServerImpl final : public HttpServer {
       // more: the rest of its log comes from a node that shipped part of it
       // already (its file), or that holds another of the job's replicas
       // (where a resize leaves it), not from any node at all.
-      auto holds_any = [&](const std::vector<ReplicaPlacement>& ps) {
-        return std::any_of(ps.begin(), ps.end(), [&](const ReplicaPlacement& r) { return r.node == node->id; });
-      };
       const bool shrunk = job->spec().elastic() && t.replica < static_cast<uint32_t>(job->spec().tasks[t.task].replicas) &&
-                          (std::filesystem::exists(path, ec) || holds_any(job->placement) || holds_any(job->last_placement));
-      if (!here(job->placement) && !here(job->last_placement) && !shrunk) continue;
+                          (std::filesystem::exists(path, ec) || here(/*any=*/true));
+      if (!here(/*any=*/false) && !shrunk) continue;
       std::filesystem::create_directories(dir, ec);
       // Each job's logs are capped on the server (limits.log_cap): past it,
       // one line says so and the rest is dropped.

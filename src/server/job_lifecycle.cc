@@ -4,14 +4,14 @@
 #include <optional>
 
 namespace rota::server {
-namespace {
 
-// Whether `job` has replica (task, replica) of `t` on `node`.
-bool Ours(const JobRecord& job, NodeId node, const api::TaskReport& t) {
+bool PlacedOn(const JobRecord& job, NodeId node, const api::TaskReport& t) {
   return std::any_of(job.placement.begin(), job.placement.end(), [&](const ReplicaPlacement& r) {
     return r.task == t.task && r.replica == t.replica && r.node == node;
   });
 }
+
+namespace {
 
 // How a replica's exit reads after its name: " exited with code N", or for
 // one that did not start, " did not start: why" (the agent's words).
@@ -48,13 +48,13 @@ void JobLifecycle::OnTaskReports(Batch& batch, const std::string& node_name,
   for (const api::TaskReport& t : tasks) {
     if (!t.exited) continue;
     const JobRecord* job = batch.state->GetSnapshot().FindJob(t.job);
-    if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica) || !Ours(*job, node, t)) continue;
+    if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica) || !PlacedOn(*job, node, t)) continue;
     reporting_[t.job].insert({t.task, t.replica});
   }
   for (const api::TaskReport& t : tasks) {
     if (!t.exited) continue;
     const JobRecord* job = batch.state->GetSnapshot().FindJob(t.job);
-    if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica) || !Ours(*job, node, t)) continue;
+    if (job == nullptr || t.attempt != job->ReplicaAttempt(t.replica) || !PlacedOn(*job, node, t)) continue;
     OnExit(batch, *job, t);
   }
   reporting_.clear();
@@ -95,7 +95,7 @@ void JobLifecycle::OnCheckpoint(Batch& batch, NodeId node, const JobRecord& job,
   if (at <= job.last_checkpoint_at) return;
   if (t.checkpoint_at > at && t.checkpoint_path == job.last_checkpoint_path) return;
   if (job.state != JobState::kRunning && job.state != JobState::kPreempting) return;
-  if (!Ours(job, node, t)) return;
+  if (!PlacedOn(job, node, t)) return;
   batch.Apply(JobCheckpointed{t.job, at, t.checkpoint_path}).IgnoreError();
 }
 

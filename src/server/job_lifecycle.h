@@ -28,6 +28,10 @@
 
 namespace rota::server {
 
+// Whether `job` has replica (task, replica) of `t` on `node`: a node's
+// report counts only for what runs where it comes from.
+bool PlacedOn(const JobRecord& job, NodeId node, const api::TaskReport& t);
+
 class JobLifecycle {
  public:
   // `fenced_after`: how long after its last answered report a silent node's
