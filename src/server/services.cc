@@ -118,6 +118,14 @@ void ServiceManager::Tick() {
   status_ = std::move(next);
 }
 
+bool ServiceManager::EndSurge(const JobRecord& job) {
+  // (Where an apply raised min to the extra one, it stays: the autoscaler's again.)
+  const int32_t back = std::max(job.spec().service.min_replicas, job.DesiredReplicas() - 1);
+  if (job.last_scale_reason.rfind("rolling update: one replica over", 0) != 0 || back >= job.DesiredReplicas()) return false;
+  controller_->ScaleService(job.id, back, "rolling update done").IgnoreError();
+  return true;
+}
+
 bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now) {
   const JobId id = job.id;
   size_t old = 0;
@@ -128,17 +136,10 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
     if (first_old == nullptr || r.replica < first_old->replica) first_old = &r;
   }
   auto it = rollouts_.find(id);
-  if (old == 0 && it == rollouts_.end()) {
-    // Every replica is on the new spec, yet the extra one is still asked
-    // for: the scale back was refused (a full disk), or the server stopped
-    // between the last replacement and it. It goes now.
-    const int32_t back = std::max(job.spec().service.min_replicas, job.DesiredReplicas() - 1);
-    if (job.last_scale_reason.rfind("rolling update: one replica over", 0) == 0 && back < job.DesiredReplicas()) {
-      controller_->ScaleService(id, back, "rolling update done").IgnoreError();  // (tried again at the next tick)
-      return true;
-    }
-    return false;  // (and where min rose to the extra one, it stays: the autoscaler's again)
-  }
+  // Every replica on the new spec and no update under way, yet the extra
+  // one still asked for: its scale back was refused (a full disk), or the
+  // server stopped before it.
+  if (old == 0 && it == rollouts_.end()) return EndSurge(job);
   const std::string of = std::to_string(job.placement.size() - old) + " of " + std::to_string(job.placement.size()) +
                          " replicas on the new spec";
   if (it == rollouts_.end()) {
@@ -178,16 +179,7 @@ bool ServiceManager::Roll(const JobRecord& job, ServiceStatus& st, TimePoint now
     return true;
   }
   if (old == 0) {
-    if (r.surged) {
-      // Within the service's bounds as they are now (an apply may have
-      // raised min meanwhile); a write the store refused is tried again.
-      const ServiceSpec& sv = job.spec().service;
-      const Status s = controller_->ScaleService(id, std::clamp(r.base, sv.min_replicas, sv.max_replicas), "rolling update done");
-      if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kInsufficientStorage) {
-        st.rollout = "rolling update: done, the extra replica goes at the next try";
-        return true;
-      }
-    }
+    EndSurge(job);
     rollouts_.erase(it);
     st.rollout = "";
     return true;

@@ -85,6 +85,11 @@ class ServiceManager {
   // One step of a service's rolling update; false when none is due (the
   // autoscaler may decide).
   bool Roll(const JobRecord& job, ServiceStatus& st, TimePoint now);
+  // Asks back a rolling update's extra replica, if the job's last scale
+  // says it still has one (within its min); true if it asked. A refused
+  // write is asked again at the next tick, as is one a stopped server
+  // never made.
+  bool EndSurge(const JobRecord& job);
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;
