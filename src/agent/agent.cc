@@ -392,7 +392,7 @@ int32_t Agent::MigGpuInstance(const api::TaskAssignment& a, const std::vector<in
 // and why, in its log and in its end reason (api::kCouldNotStart), so that
 // `rota describe` tells it from a program that exits 127 itself.
 void Agent::NotStarted(Task* t, const std::string& log_path, const std::string& why) {
-  std::ofstream(log_path, std::ios::app) << "rota: " << why << "\n";
+  AppendToTaskFile(log_path, "rota: " + why + "\n");
   t->exited = true;
   t->exit_code = 127;
   t->exit_reason = std::string(api::kCouldNotStart) + why;
@@ -735,11 +735,15 @@ bool Agent::Heartbeat(int wait_ms) {
       // offset per file); a report stays well under the server's 1 MiB limit.
       auto known = log_shipped_.find(t->log_path);
       const int64_t from = known == log_shipped_.end() ? 0 : known->second;
-      std::ifstream in(t->log_path, std::ios::binary);
-      in.seekg(from);
+      // (Through OpenTaskFile: the file is the task's; a lease it holds
+      // on it skips this report's piece rather than stalling the agent.)
       std::string chunk(static_cast<size_t>(std::min<std::streamsize>(kLogChunk, log_budget)), '\0');
-      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-      chunk.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
+      ssize_t got = -1;
+      if (const int fd = OpenTaskFile(t->log_path, O_RDONLY); fd >= 0) {
+        got = pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(from));
+        close(fd);
+      }
+      chunk.resize(static_cast<size_t>(std::max<ssize_t>(0, got)));
       if (!chunk.empty()) {
         log_budget -= static_cast<std::streamsize>(chunk.size());
         sent[t->log_path] = from + static_cast<int64_t>(chunk.size());
@@ -1013,10 +1017,16 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
       launch_error = std::string(made.message());
     }
     {
-      std::ofstream hf(hostfile);
-      for (const std::string& h : a.hosts) hf << h << "\n";
+      // Made anew, not through whatever is at the name now.
+      std::string hosts;
+      for (const std::string& h : a.hosts) hosts += h + "\n";
+      unlink(hostfile.c_str());
+      if (const int fd = OpenTaskFile(hostfile, O_WRONLY | O_CREAT | O_EXCL, 0644); fd >= 0) {
+        fchmod(fd, 0644);
+        WriteWhole(fd, hosts.data(), hosts.size(), 0);
+        close(fd);
+      }
     }
-    chmod(hostfile.c_str(), 0644);
     spec.env["ROTA_HOSTFILE"] = hostfile;
     spec.workdir = work_dir;
     // A task reports a checkpoint by writing its path here; the next heartbeat carries it.
@@ -1031,7 +1041,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
     if (!launch_error.empty()) {
       NotStarted(t.get(), spec.log_path, "cannot start the task: " + launch_error);
     } else if (spec.argv.empty()) {
-      std::ofstream(spec.log_path, std::ios::app) << "rota: no command; the task holds its GPUs until cancelled\n";
+      AppendToTaskFile(spec.log_path, "rota: no command; the task holds its GPUs until cancelled\n");
     } else {
       // CPU and memory limits: the process joins its cgroup before it runs.
       const int64_t cpu = a.cpu;
@@ -1066,9 +1076,9 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           }
           oci.recursive_read_only = KernelHasRecursiveReadOnly();
           if (read_only_mounts && !oci.recursive_read_only) {
-            std::ofstream(spec.log_path, std::ios::app)
-                << "rota: read-only mounts are read-only at their top only: this kernel cannot make a mount read-only "
-                   "with its submounts (mount_setattr, Linux 5.12)\n";
+            AppendToTaskFile(spec.log_path,
+                             "rota: read-only mounts are read-only at their top only: this kernel cannot make a mount "
+                             "read-only with its submounts (mount_setattr, Linux 5.12)\n");
           }
           oci.job_dir = job_dir;
           oci.gpus = DeviceMinors(options_.inventory, gpu_list);  // /dev/nvidia<minor>
@@ -1111,8 +1121,8 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           t->oci_root = root;
           t->memory_limited = memory > 0 && !oci.rootless;
           if (oci.rootless && (cpu > 0 || memory > 0)) {
-            std::ofstream(spec.log_path, std::ios::app)
-                << "rota: running without limits: a rootless container's runtime cannot set CPU or memory limits\n";
+            AppendToTaskFile(spec.log_path,
+                             "rota: running without limits: a rootless container's runtime cannot set CPU or memory limits\n");
           }
           return Status::Ok();
         }();
@@ -1145,7 +1155,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           tasks_[key] = std::move(t);
           continue;
         } else {
-          std::ofstream(spec.log_path, std::ios::app) << "rota: running without limits: " << procs.status().message() << "\n";
+          AppendToTaskFile(spec.log_path, "rota: running without limits: " + std::string(procs.status().message()) + "\n");
           t->cgroup.clear();
         }
       }
@@ -1199,9 +1209,8 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
       } else if (!t->record_error.empty()) {
         // Not started because it could not be recorded (a full disk): a
         // failed attempt, as any launch that failed, with the reason.
-        std::ofstream(spec.log_path, std::ios::app)
-            << "rota: not started: the agent could not record it in " << options_.state_dir << " ("
-            << t->record_error << ")\n";
+        AppendToTaskFile(spec.log_path, "rota: not started: the agent could not record it in " + options_.state_dir + " (" +
+                                            t->record_error + ")\n");
         t->exited = true;
         t->exit_code = 255;
         t->exit_reason = "lost";
@@ -1431,7 +1440,7 @@ void Agent::ReapLoop() {
       for (auto& [key, t] : tasks_) {
         if (t->exited || t->checkpoint_file.empty()) continue;
         struct stat st;
-        if (stat(t->checkpoint_file.c_str(), &st) != 0) continue;
+        if (lstat(t->checkpoint_file.c_str(), &st) != 0) continue;  // (the task's link is not followed: ReadCheckpoint)
         const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
         // At most one report a second per task for its checkpoints (a task
         // rewriting its file in a loop does not set the journal's pace);

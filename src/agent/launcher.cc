@@ -213,6 +213,27 @@ int WriteWhole(int fd, const void* data, size_t size, off_t offset) {
 
 int64_t BootTimeNs() { return NowNs(); }
 
+int OpenTaskFile(const std::string& path, int flags, mode_t mode) {
+  const int fd = open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    errno = ENXIO;
+    return -1;
+  }
+  return fd;
+}
+
+int AppendToTaskFile(const std::string& path, std::string_view text) {
+  const int fd = OpenTaskFile(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return errno;
+  const ssize_t n = write(fd, text.data(), text.size());
+  const int err = n == static_cast<ssize_t>(text.size()) ? 0 : n < 0 ? errno : ENOSPC;
+  close(fd);
+  return err;
+}
+
 namespace {
 
 // SIGKILL to every pid listed in a cgroup.procs file (async-signal-safe).
@@ -756,7 +777,8 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
     }
     p.procs.push_back(fd);
   }
-  p.log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+  p.log_fd = OpenTaskFile(spec.log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (p.log_fd >= 0) fcntl(p.log_fd, F_SETFL, O_APPEND);  // the task's stdout blocks as any file's does
   p.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (p.log_fd >= 0 && (spec.set_identity || spec.log_as_identity)) {
     // The task's log is its own to read on the node, nobody else's.
@@ -767,7 +789,10 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
   if (p.log_fd < 0 || p.null_fd < 0 || pipe2(pipe_fds, O_CLOEXEC) != 0) {
     const int err = errno;
     close_all();
-    return UnavailableError("cannot open the log " + spec.log_path + ": " + std::strerror(err));
+    return UnavailableError("cannot open the log " + spec.log_path + ": " + std::strerror(err) +
+                            (err == EWOULDBLOCK ? " (its owner holds a lease on it)"
+                             : err == ENXIO     ? " (not a regular file)"
+                                                : ""));
   }
   if (!spec.exit_file.empty()) unlink(spec.exit_file.c_str());
   const bool supervised = !spec.exit_file.empty();

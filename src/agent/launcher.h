@@ -39,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/quantity.h"
@@ -133,6 +134,18 @@ int WriteLeaseFile(const std::string& path, int64_t deadline);
 int WriteWhole(int fd, const void* data, size_t size, off_t offset);
 // CLOCK_BOOTTIME now, in nanoseconds.
 int64_t BootTimeNs();
+
+// Opens a file in a task's reach (its log, which it owns, or a file in its
+// job's directory) the way the agent, as root, must: never through a
+// symbolic link, never waiting (a lease the file's owner holds on it, or a
+// FIFO, answers EWOULDBLOCK at once instead of holding the agent, and every
+// task of the node with it, for the kernel's 45 s lease break), and only a
+// regular file (ENXIO otherwise). O_NONBLOCK stays set: it changes nothing for
+// a regular file's reads and writes. The descriptor, or -1 with errno.
+int OpenTaskFile(const std::string& path, int flags, mode_t mode = 0600);
+// Appends `text` to the log at `path` (made 0644 if missing) through
+// OpenTaskFile: 0, or the errno.
+int AppendToTaskFile(const std::string& path, std::string_view text);
 
 // The exit status a supervisor wrote to `exit_file`, or -1 if none yet;
 // with `written_at`, when the file was last written (the supervisor writes

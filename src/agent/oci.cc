@@ -1,5 +1,7 @@
 #include "agent/oci.h"
 
+#include "agent/launcher.h"
+
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <spawn.h>
@@ -395,7 +397,14 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
     mounts.push_back(Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}));
     mounts.push_back(Mount("/sys", "none", "/sys", {"rbind", "nosuid", "noexec", "nodev", read_only}));
   }
-  if (!task.job_dir.empty()) mounts.push_back(Mount("/rota", "bind", task.job_dir, {"rbind", "rw"}));
+  if (!task.job_dir.empty()) {
+    // The job's directory read-only, its work/ read-write: a container whose
+    // root is uid 0 (a queue's allow_root) owns the agent's directory too,
+    // and could swap the hostfile, a log or a later attempt's bundle for a
+    // link the agent would then write through.
+    mounts.push_back(Mount("/rota", "bind", task.job_dir, {"rbind", "ro"}));
+    mounts.push_back(Mount("/rota/work", "bind", task.job_dir + "/work", {"rbind", "rw"}));
+  }
   for (const MountSpec& m : task.mounts) {
     ROTA_RETURN_IF_ERROR(NoSymbolicLinks(m.source, "mount source"));
     mounts.push_back(Mount(m.target, "bind", m.source, {"rbind", m.read_only ? read_only : "rw"}));
@@ -452,9 +461,11 @@ Status WriteOciBundle(const std::string& bundle, const OciTask& task) {
   std::error_code ec;
   std::filesystem::create_directories(bundle, ec);
   if (ec) return InternalError("bundle '" + bundle + "': " + ec.message());
-  std::ofstream out(bundle + "/config.json");
-  out << config.dump(1);
-  if (!out) return InternalError("bundle '" + bundle + "': cannot write config.json");
+  const std::string text = config.dump(1);
+  const int fd = OpenTaskFile(bundle + "/config.json", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const int err = fd < 0 ? errno : WriteWhole(fd, text.data(), text.size(), 0);
+  if (fd >= 0) close(fd);
+  if (err != 0) return InternalError("bundle '" + bundle + "': cannot write config.json: " + std::strerror(err));
   return Status::Ok();
 }
 

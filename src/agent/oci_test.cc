@@ -51,15 +51,21 @@ TEST(Oci, BundleCarriesRootfsMountsLimitsAndEnvironment) {
   const auto env = c["process"]["env"].get<std::vector<std::string>>();
   EXPECT_NE(std::find(env.begin(), env.end(), "RANK=1"), env.end());
   EXPECT_EQ(env[0].rfind("PATH=", 0), 0u);  // the container's own PATH
-  bool data = false, rota = false;
+  bool data = false, rota = false, work = false;
   for (const auto& m : c["mounts"]) {
     if (m["destination"] == "/data") {
       data = m["source"] == tmp.path + "/data" && m["options"] == nlohmann::json::array({"rbind", "ro"});
     }
     if (m["destination"] == "/rota") rota = m["source"] == tmp.path + "/job";
+    // The job's directory is the agent's: read-only inside; only work/ is the task's.
+    if (m["destination"] == "/rota") EXPECT_EQ(m["options"], nlohmann::json::array({"rbind", "ro"}));
+    if (m["destination"] == "/rota/work") {
+      work = m["source"] == tmp.path + "/job/work" && m["options"] == nlohmann::json::array({"rbind", "rw"});
+    }
   }
   EXPECT_TRUE(data) << c["mounts"].dump();
   EXPECT_TRUE(rota);
+  EXPECT_TRUE(work) << c["mounts"].dump();
   EXPECT_EQ(c["linux"]["resources"]["memory"]["limit"], 512LL * 1024 * 1024);
   EXPECT_EQ(c["linux"]["resources"]["cpu"]["quota"], 250000);
   EXPECT_EQ(c["linux"]["cgroupsPath"], "/rota/rota-7-0-1-2");

@@ -614,7 +614,8 @@ TEST_F(Integration, TasksRunInOciContainers) {
     const std::string job = "name: boxed\nmounts: [{source: " + tmp.path() + "/data, target: /data, read_only: true}]\n"
         "tasks: [{gpus: 1, memory: 256Mi, rootfs: " + tmp.path() + "/image, command: [sh, -c, "
         "'echo \"pid1=$(cat /proc/1/comm) rank=$RANK world=$WORLD_SIZE\"; cat /data/f; "
-        "(echo x > /data/g) 2>/dev/null || echo ro-ok; echo /ckpt/c1 > $ROTA_CHECKPOINT_FILE; sleep 1']}]\n";
+        "(echo x > /data/g) 2>/dev/null || echo ro-ok; (echo x > /rota/planted) 2>/dev/null || echo jobdir-ro; "
+        "echo /ckpt/c1 > $ROTA_CHECKPOINT_FILE; sleep 1']}]\n";
     auto r = admin.Post("/v1/jobs", job, "application/yaml");
     ASSERT_EQ(r->status, 201) << r->body;
     json j = WaitJob(admin, 1, [](const json& x) { return x["state"] == "succeeded" || x["state"] == "failed"; });
@@ -623,6 +624,9 @@ TEST_F(Integration, TasksRunInOciContainers) {
     EXPECT_NE(logs.find("pid1=sh rank=0 world=1"), std::string::npos) << runtime << ": " << logs;
     EXPECT_NE(logs.find("hello-data"), std::string::npos) << runtime << ": " << logs;
     EXPECT_NE(logs.find("ro-ok"), std::string::npos) << runtime << ": " << logs;
+    // The job's directory is the agent's (hostfile, logs, bundles): read-only
+    // inside even to a container's root; only work/ is the task's.
+    EXPECT_NE(logs.find("jobdir-ro"), std::string::npos) << runtime << ": " << logs;
     EXPECT_EQ(j["last_checkpoint"]["path"], "/ckpt/c1") << runtime << ": " << j.dump();
     // A rootfs the node lacks fails the task with the reason in its log.
     auto bad = admin.Post("/v1/jobs", "name: nofs\ntasks: [{rootfs: /no/such/rootfs, cpu: 1, command: [true]}]\n",

@@ -374,6 +374,79 @@ TEST_F(Trust, ATaskHoldsNoMoreProcessesThanTheAgentAllows) {
   EXPECT_EQ(ended["state"], "failed") << ended.dump();  // (the shell could not fork, and said so)
 }
 
+// A task's log is its own file, and the kernel lets a file's owner take a
+// lease on it. A task that did, and ignored the lease's break signal, held
+// the root agent in its next open of the log (to ship a piece) for the
+// kernel's lease-break time, 45 s, with the node's lock held: no task of the
+// node started or stopped, and every task's fence ran out. The agent opens
+// a task's files without waiting (O_NONBLOCK): that piece waits, the node
+// goes on.
+TEST_F(Trust, ALeaseATaskTakesOnItsLogDoesNotStallTheAgent) {
+  const std::string config = Write("cluster.yaml", "accounts: [{user: alice, uid: 65534, gid: 65534}]\n");
+  RotaProcess server("server", tmp.path() + "/data", {"--config", config});
+  // A remote agent: it ships its tasks' logs (rota up's own writes them in place).
+  auto r = server.Admin().Post("/v1/tokens", json{{"user", "w0"}, {"role", "agent"}, {"node", "w0"}}.dump(),
+                               "application/json");
+  ASSERT_EQ(r->status, 201);
+  const std::string token_file = tmp.path() + "/w0.token";
+  std::ofstream(token_file) << json::parse(r->body)["token"].get<std::string>() << "\n";
+  const pid_t agent = SpawnLogged({RotaBinary(), "agent", "--server", server.url(), "--token-file", token_file, "--name",
+                                   "w0", "--gpus", "2xH100:80Gi", "--logs-dir", tmp.path() + "/agent-logs",
+                                   "--heartbeat-ms", "200"},
+                                  tmp.path() + "/agent.log");
+  ASSERT_GT(agent, 0);
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{agent};
+  for (int i = 0; i < 200 && server.Admin().Get("/v1/nodes")->body.find("\"w0\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  auto alice = server.Http(UserToken(server, "alice"));
+  // The lease on its stdout (the log), then a checkpoint: reported at once,
+  // by a report that ships the log's next piece.
+  const std::string lease =
+      "import fcntl, os, signal, time\n"
+      "signal.signal(signal.SIGIO, signal.SIG_IGN)\n"
+      "fcntl.fcntl(1, fcntl.F_SETLEASE, fcntl.F_WRLCK)\n"
+      "print('lease held', flush=True)\n"
+      "open(os.environ['ROTA_CHECKPOINT_FILE'], 'w').write('/ckpt/leased')\n"
+      "time.sleep(300)\n";
+  r = alice.Post("/v1/jobs", json{{"name", "lease"}, {"tasks", {{{"gpus", 1}, {"command", {"python3", "-c", lease}}}}}}.dump(),
+                 "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int holder = json::parse(r->body)["id"];
+  json j;
+  for (int i = 0; i < 300; ++i) {  // (15 s: the report is due within a second)
+    j = json::parse(server.Admin().Get("/v1/jobs/" + std::to_string(holder))->body);
+    const std::string state = j.value("state", "");
+    if (j.contains("last_checkpoint") || (state != "running" && state != "pending")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(j.contains("last_checkpoint")) << "the checkpoint report waited on the task's lease: " << j.dump() << "\n"
+                                             << Logs(server, holder);
+  // The node goes on: another task starts and ends while the lease is held.
+  r = alice.Post("/v1/jobs", json{{"name", "next"}, {"tasks", {{{"gpus", 1}, {"command", {"true"}}}}}}.dump(),
+                 "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const json other = WaitEnded(server, json::parse(r->body)["id"]);
+  EXPECT_EQ(other["state"], "succeeded") << other.dump();
+  j = json::parse(server.Admin().Get("/v1/jobs/" + std::to_string(holder))->body);
+  EXPECT_EQ(j["state"], "running") << "the lease was not taken: " << j.dump() << "\n" << Logs(server, holder);
+  // Once the task ends (and with it the lease) its log ships whole.
+  server.Admin().Post("/v1/jobs/" + std::to_string(holder) + "/cancel", "{}", "application/json");
+  WaitEnded(server, holder);
+  std::string logs;
+  for (int i = 0; i < 100 && logs.find("lease held") == std::string::npos; ++i) {
+    logs = Logs(server, holder);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(logs.find("lease held"), std::string::npos) << logs;
+}
+
 TEST_F(Trust, MountsAndRootfsOnlyFromTheAdminsPrefixes) {
   const std::string datasets = tmp.path() + "/datasets";
   std::filesystem::create_directories(datasets + "/c4");
