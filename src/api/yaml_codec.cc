@@ -692,7 +692,13 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
     if (root.Has("limits")) {
       Field l = root["limits"];
       l.ExpectMap({"max_pending_per_user", "max_pending_per_queue", "max_array", "submit_rate", "log_cap",
-                   "max_service_ports_per_user"});
+                   "max_service_ports_per_user", "max_checkpoint_grace"});
+      if (l.Has("max_checkpoint_grace")) {
+        c.limits.max_checkpoint_grace = l["max_checkpoint_grace"].Time();
+        if (c.limits.max_checkpoint_grace < 0 || c.limits.max_checkpoint_grace > 7 * 24 * 3600 * kMicrosPerSecond) {
+          l["max_checkpoint_grace"].Fail("must be between 0s and 7d");
+        }
+      }
       if (l.Has("max_service_ports_per_user")) {
         c.limits.max_service_ports_per_user = l["max_service_ports_per_user"].Int(1, 65'535);
       }

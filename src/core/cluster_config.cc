@@ -275,6 +275,16 @@ std::string RuleList(const ClusterConfig& config) {
 
 }  // namespace
 
+Status GraceAllowed(const ClusterConfig& config, const JobSpec& spec) {
+  if (spec.checkpoint.grace <= config.limits.max_checkpoint_grace) return Status::Ok();
+  return InvalidArgumentError("checkpoint.grace: " + FormatDuration(spec.checkpoint.grace) + " is past the limit " +
+                              FormatDuration(config.limits.max_checkpoint_grace) + " (limits.max_checkpoint_grace)");
+}
+
+Duration StopGrace(const ClusterConfig& config, const JobSpec& spec) {
+  return std::min(spec.checkpoint.grace, config.limits.max_checkpoint_grace);
+}
+
 Status MountsAllowed(const ClusterConfig& config, const JobSpec& spec, bool admin) {
   if (admin) return Status::Ok();
   auto check = [&](const std::string& field, const std::string& path, bool write) -> Status {

@@ -89,6 +89,11 @@ struct TenantLimits {
   // replica r listens on port + r on any node, so its range is kept from
   // every other service): no tenant can take the port space. Admins: any.
   int64_t max_service_ports_per_user = 1'024;
+  // The longest checkpoint.grace a job may ask: its tasks run that long
+  // after a stop signal (a cancel, a time limit, an eviction), and a task
+  // that ignores the signal keeps its GPUs for all of it (Slurm's GraceTime
+  // and KillWait are the admin's alone).
+  Duration max_checkpoint_grace = 15 * 60 * kMicrosPerSecond;
 };
 
 // A rota user's Unix account on the nodes, where it is not found by name
@@ -207,6 +212,13 @@ Status PriorityAllowed(const ClusterConfig& config, const JobSpec& spec, const s
 // rootfs of `spec` lies under an allowed prefix (read-write mounts only
 // under read-write rules); admins may mount anything.
 Status MountsAllowed(const ClusterConfig& config, const JobSpec& spec, bool admin);
+
+// InvalidArgument, naming the field and the limit, if `spec` asks a longer
+// checkpoint.grace than limits.max_checkpoint_grace.
+Status GraceAllowed(const ClusterConfig& config, const JobSpec& spec);
+// The grace a job's tasks get (what it asked, at most the limit: a job
+// stored before the limit was lowered gets the limit).
+Duration StopGrace(const ClusterConfig& config, const JobSpec& spec);
 
 // True if some queue on `path` allows uid 0.
 bool RootAllowedOnPath(const ClusterConfig& config, const std::string& path);

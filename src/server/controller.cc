@@ -23,7 +23,8 @@ Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
       store_(std::move(store)),
       recovered_(std::make_unique<Recovered>(options_.config.topology)),
       state_(*recovered_->state),
-      lifecycle_(options_.clock, options_.preempt_slack, FenceAfter() + kFenceMargin),
+      lifecycle_(options_.clock, options_.preempt_slack, FenceAfter() + kFenceMargin,
+                 options_.config.limits.max_checkpoint_grace),
       usage_(RightSizing{options_.idle_utilization_pct, options_.idle_after, options_.overprovisioned_pct},
              [this](const std::string& node, const std::string& model) {
                return options_.config.GpuHourPrice(node, model);
@@ -954,6 +955,7 @@ Status Controller::CheckSubmission(const Principal& who, JobSpec* spec, int64_t 
   ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, spec));
   ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec->queue, who.user, who.admin()));
   ROTA_RETURN_IF_ERROR(PriorityAllowed(options_.config, *spec, who.user, who.admin(), kept_priority));
+  ROTA_RETURN_IF_ERROR(GraceAllowed(options_.config, *spec));
   return MountsAllowed(options_.config, *spec, who.admin());
 }
 
@@ -1548,7 +1550,7 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   a.attempt = job.ReplicaAttempt(r.replica);
   a.bound_at = std::max(job.started_at, job.resized_at);  // a resize starts a new attempt
   a.checkpoint_signal = job.spec().checkpoint.signal;
-  a.checkpoint_grace = job.spec().checkpoint.grace;
+  a.checkpoint_grace = StopGrace(options_.config, job.spec());
   // Who it runs as: the job's user, by name on the node unless the config
   // maps it to a uid; root only for the server's own user or where a queue allows it.
   a.user = job.user;

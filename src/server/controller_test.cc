@@ -429,6 +429,54 @@ TEST_F(ControllerTest, AGangStoppingThroughAServerRestartRestartsOnItsNodesList)
   std::filesystem::remove_all(dir);
 }
 
+// A job's tasks run their checkpoint grace after a stop signal, and a
+// task that ignores the signal keeps its GPUs all that time, though a
+// cancelled or failed job's GPUs are free on the server at once: the grace
+// a job may ask is the admin's limit. A job stored before the limit was
+// lowered gets the limit, on the node and in its stop's wait.
+TEST_F(ControllerTest, ACheckpointGraceIsAtMostTheLimit) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ClusterConfig config = TwoNodes();
+  EXPECT_EQ(config.limits.max_checkpoint_grace, 15 * 60 * kMicrosPerSecond);  // (the default)
+  JobId id;
+  {
+    auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock},
+                                          std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    ASSERT_TRUE(c->Start().ok());
+    JobSpec spec = Job("saver", 1, 1);
+    spec.checkpoint.grace = 16 * 60 * kMicrosPerSecond;
+    auto refused = c->Submit(kAlice, spec);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("checkpoint.grace: 16m is past the limit 15m (limits.max_checkpoint_grace)"),
+              std::string::npos)
+        << refused.status().ToString();
+    EXPECT_TRUE(c->snapshot().live_jobs().empty());
+    spec.checkpoint.grace = 15 * 60 * kMicrosPerSecond;
+    auto submitted = c->Submit(kAlice, spec);
+    ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+    id = *submitted;
+    c->Stop();
+  }
+  config.limits.max_checkpoint_grace = 2 * 60 * kMicrosPerSecond;
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock},
+                                        std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  ASSERT_TRUE(c->Start().ok());
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  ASSERT_TRUE(c->RegisterNode(Principal{"n-1", Role::kAgent, "n-1"}, c->snapshot().FindNode("n-1")->spec, true, "").ok());
+  c->ScheduleNow();
+  const JobRecord* job = c->snapshot().FindJob(id);
+  ASSERT_EQ(job->state, JobState::kRunning);
+  const std::string node = c->snapshot().node(job->placement[0].node).spec.name;
+  auto tasks = c->NodeTasks(node);
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ((*tasks)[0].checkpoint_grace, 2 * 60 * kMicrosPerSecond);
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 // A node whose agent comes back with other GPUs (fewer: one fell off the
 // bus, an Xid 79; more; another model) is refused, saying what to do: the
 // agent numbers the GPUs it finds from 0, so one missing in the middle

@@ -199,7 +199,8 @@ JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std:
         auto seen = seen_running->find(id);
         if (seen != seen_running->end() && seen->second > from) from = std::min(seen->second, from + kStopHold);
       }
-      if (now - from > std::max(job->spec().checkpoint.grace + preempt_slack_, fenced_after_)) out.unstopped.push_back(id);
+      const Duration grace = std::min(job->spec().checkpoint.grace, max_grace_);
+      if (now - from > std::max(grace + preempt_slack_, fenced_after_)) out.unstopped.push_back(id);
     }
   }
   return out;

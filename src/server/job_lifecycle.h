@@ -35,9 +35,11 @@ bool PlacedOn(const JobRecord& job, NodeId node, const api::TaskReport& t);
 class JobLifecycle {
  public:
   // `fenced_after`: how long after its last answered report a silent node's
-  // tasks have surely stopped themselves (the agents' fence plus a margin).
-  JobLifecycle(const Clock* clock, Duration preempt_slack, Duration fenced_after = 0)
-      : clock_(clock), preempt_slack_(preempt_slack), fenced_after_(fenced_after) {}
+  // tasks have surely stopped themselves (the agents' fence plus a margin);
+  // `max_grace`: the most checkpoint grace a job's tasks get (StopGrace).
+  JobLifecycle(const Clock* clock, Duration preempt_slack, Duration fenced_after = 0,
+               Duration max_grace = INT64_MAX)
+      : clock_(clock), preempt_slack_(preempt_slack), fenced_after_(fenced_after), max_grace_(max_grace) {}
 
   // `node`'s task reports: checkpoints, then exits. With `revision` (the
   // last answer its agent applied, HeartbeatReport::revision; 0 = unknown)
@@ -103,6 +105,7 @@ class JobLifecycle {
   const Clock* clock_;
   const Duration preempt_slack_;
   const Duration fenced_after_;
+  const Duration max_grace_;
   // A live job's replicas (task, replica) that have exited this attempt,
   // and when the last of them ended (TaskReport::ended_ago, within the attempt).
   struct Exited {
