@@ -602,6 +602,7 @@ int ServerMain(std::vector<std::string> args, bool with_local_agent) {
                                     .idle_after = idle_after,
                                     .usage_retention = usage_retention,
                                     .job_retention = job_retention,
+                                    .logs_dir = data_dir + "/logs",
                                     .history_minutes = gpu_minutes,
                                     .history_hours = gpu_hours,
                                     .min_runtime = min_runtime,

@@ -3,11 +3,14 @@
 #include "base/thread_name.h"
 #include "server/histogram.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -809,12 +812,12 @@ void Controller::CheckTimes(TimePoint now) {
   }).status().IgnoreError();
 }
 
-void Controller::ForgetEnded(TimePoint now) {
+bool Controller::ForgetEnded(TimePoint now) {
   // At most once a minute, or four times a retention if that is shorter.
   if (options_.job_retention <= 0 ||
       (now >= jobs_forgotten_at_ &&  // (a clock stepped back: at once)
        now - jobs_forgotten_at_ < std::clamp<Duration>(options_.job_retention / 4, kCheckEvery, 60 * kMicrosPerSecond))) {
-    return;
+    return false;
   }
   jobs_forgotten_at_ = now;
   // Read on a snapshot, off the actor (a walk of the ended records); forgotten on
@@ -824,6 +827,7 @@ void Controller::ForgetEnded(TimePoint now) {
   // retention, over a million ended jobs) goes over the next passes.
   constexpr size_t kPart = 10'000, kPass = 50'000;
   std::vector<JobId> ended;
+  bool forgot = false;
   {
     // (The ended jobs are those not in the live table: found by the
     // tables' occupancy, without reading a live record. 4.5 ms with a
@@ -842,12 +846,49 @@ void Controller::ForgetEnded(TimePoint now) {
       ROTA_RETURN_IF_ERROR(batch.Apply(JobsForgotten{std::move(part), now, next_id}));
       return true;
     });
+    forgot = forgot || forgotten.ok();
     if (!forgotten.ok()) {
       // (The store refuses, most likely: the next pass tries again.)
       std::fprintf(stderr, "rota: forgetting jobs past the job retention failed: %s\n",
                    forgotten.status().ToString().c_str());
-      return;
+      return forgot;
     }
+  }
+  return forgot;
+}
+
+void Controller::DropForgottenLogs() {
+  if (options_.logs_dir.empty()) return;
+  // The directories first, then the state: a job made after the listing
+  // cannot be taken for a forgotten one.
+  std::vector<uint64_t> ids;
+  if (DIR* d = opendir(options_.logs_dir.c_str())) {
+    while (const dirent* e = readdir(d)) {
+      uint64_t id = 0;
+      const std::string_view name = e->d_name;
+      auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), id);
+      if (ec == std::errc() && end == name.data() + name.size() && name[0] != '0') ids.push_back(id);
+    }
+    closedir(d);
+  }
+  if (ids.empty()) return;
+  const Snapshot snap = snapshot();
+  for (uint64_t id : ids) {
+    if (snap.FindJob(JobId(id)) != nullptr) continue;
+    const std::string dir = options_.logs_dir + "/" + std::to_string(id);
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    std::vector<std::string> logs;
+    if (DIR* d = fdopendir(dup(fd))) {
+      while (const dirent* e = readdir(d)) {
+        const std::string_view name = e->d_name;
+        if (name.size() > 4 && name.ends_with(".log")) logs.emplace_back(name);
+      }
+      closedir(d);
+    }
+    for (const std::string& name : logs) unlinkat(fd, name.c_str(), 0);  // (a link is removed, not followed)
+    close(fd);
+    rmdir(dir.c_str());
   }
 }
 

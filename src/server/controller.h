@@ -80,6 +80,9 @@ struct ControllerOptions {
   // no longer listed or shown, and its memory goes; its usage records stay
   // (usage_retention). 0 = every job is kept.
   Duration job_retention = 14LL * 24 * 3600 * kMicrosPerSecond;
+  // Where the API keeps the logs agents ship (logs_dir/<job>/*.log): a
+  // forgotten job's go with it (DropForgottenLogs). "" = none kept.
+  std::string logs_dir;
   // Per-GPU history (server/gpu_history.h): minute points kept this long,
   // hour points this long (0 = forever), written every history_flush
   // (0 = only by FlushHistory and at Stop: tests).
@@ -431,7 +434,13 @@ class Controller {
   void CheckTimes(TimePoint now);
   // Forgets the jobs that ended job_retention before `now` (at most once a
   // minute, at most 50,000 a pass).
-  void ForgetEnded(TimePoint now);
+  // Whether it forgot any.
+  bool ForgetEnded(TimePoint now);
+  // Removes the logs kept of jobs the state no longer holds (forgotten, by
+  // this server or before a crash): logs_dir/<id>/*.log, and the directory
+  // once empty (in `rota up`, the local agent's job directory: the task's
+  // work/ stays). Off the actor.
+  void DropForgottenLogs();
   void Trigger();
   TaskAssignment Assignment(const Snapshot& snap, const JobRecord& job, size_t index) const;
 
@@ -524,6 +533,7 @@ class Controller {
   std::map<std::string, std::deque<UsageRecord>> family_usage_;  // by user + '\n' + name
   TimePoint usage_trimmed_at_ = 0;            // CheckNodes only: the last retention pass
   TimePoint jobs_forgotten_at_ = 0;           // ForgetEnded only (the scheduling loop): its last pass
+  bool logs_swept_ = false;                   // the scheduling loop: DropForgottenLogs ran since the start
   // Scheduler thread only: what the last cycle saw and did.
   uint64_t last_cycle_revision_ = 0;
   bool last_cycle_idle_ = false;  // it decided nothing

@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 
@@ -1479,6 +1480,46 @@ TEST_F(ControllerTest, EndedJobsAreForgottenAfterTheRetention) {
   auto next = c->Submit(kAlice, Job("next", 1, 1));
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->value(), early.value() + 2);
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+// The logs the server kept of a job (shipped by its agents) go when the job
+// is forgotten, and those of jobs forgotten before a restart (a crash
+// between the two) once after the start. Only the logs: no link is
+// followed, and what else the directory holds (in `rota up`, the local
+// agent's job directory with the task's work/) stays.
+TEST_F(ControllerTest, AForgottenJobsLogsAreRemoved) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string logs = dir + "/logs";
+  const Duration minute = 60 * kMicrosPerSecond;
+  auto write = [](const std::string& path) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << "line\n";
+  };
+  // Before the start: the logs of a job this journal does not hold (forgotten before a crash).
+  write(logs + "/99/main-0.log");
+  write(dir + "/outside.log");
+  std::filesystem::create_symlink(dir + "/outside.log", logs + "/99/link.log");
+  ControllerOptions o{.config = TwoNodes(), .clock = &clock, .job_retention = 60 * minute, .logs_dir = logs};
+  auto c = std::make_unique<Controller>(o, std::move(SqliteStore::Open(dir + "/rota.db")).value());
+  ASSERT_TRUE(c->Start().ok());
+  const JobId kept = *c->Submit(kAlice, Job("kept", 1, 1));
+  const JobId ended = *c->Submit(kAlice, Job("ended", 1, 1));
+  write(logs + "/" + std::to_string(kept.value()) + "/main-0.log");
+  write(logs + "/" + std::to_string(ended.value()) + "/main-0.log");
+  write(logs + "/" + std::to_string(ended.value()) + "/work/data");
+  c->ScheduleNow();
+  EXPECT_FALSE(std::filesystem::exists(logs + "/99")) << "the logs of a job the state does not hold stay";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/outside.log")) << "a link was followed";
+  ASSERT_TRUE(c->Cancel(kAlice, ended).ok());
+  clock.Advance(61 * minute);
+  c->ScheduleNow();
+  ASSERT_EQ(c->snapshot().FindJob(ended), nullptr);
+  EXPECT_FALSE(std::filesystem::exists(logs + "/" + std::to_string(ended.value()) + "/main-0.log"));
+  EXPECT_TRUE(std::filesystem::exists(logs + "/" + std::to_string(ended.value()) + "/work/data"));
+  EXPECT_TRUE(std::filesystem::exists(logs + "/" + std::to_string(kept.value()) + "/main-0.log"));
   c->Stop();
   std::filesystem::remove_all(dir);
 }

@@ -38,7 +38,13 @@ void Controller::SchedulerLoop() {
     if (scheduled_now || !last_checked_at_ || now - *last_checked_at_ >= kCheckEvery || now < *last_checked_at_) {
       last_checked_at_ = now;
       CheckNodes();
-      ForgetEnded(now);  // (after the nodes: a long pass never delays a node's loss)
+      // (After the nodes: a long pass never delays a node's loss.) The
+      // logs of what it forgot go too, and once after a start those of
+      // jobs forgotten before (a crash between a pass and its removal).
+      if (ForgetEnded(now) || !logs_swept_) {
+        DropForgottenLogs();
+        logs_swept_ = true;
+      }
     }
     const auto quiet = std::min<std::chrono::steady_clock::duration>(
         std::chrono::microseconds(options_.quiet_interval),
