@@ -522,8 +522,10 @@ RightSize Controller::FamilyShape(const std::string& user, const std::string& na
 
 StatusOr<std::vector<UsageRecord>> Controller::Usage(const Principal& who, TimePoint since, TimePoint until,
                                                      bool with_running) const {
-  ROTA_ASSIGN_OR_RETURN(std::vector<UsageRecord> records, store_->Usage(since, until));
   const TimePoint now = options_.clock->Now();
+  // (Nothing older is kept past the next hourly trim: a window of years reads no more.)
+  if (options_.usage_retention > 0) since = std::max(since, now - options_.usage_retention - 3600 * kMicrosPerSecond);
+  ROTA_ASSIGN_OR_RETURN(std::vector<UsageRecord> records, store_->Usage(since, until));
   if (with_running) {
     // The attempts still running, measured so far.
     const Snapshot snap = snapshot();

@@ -481,6 +481,9 @@ constexpr size_t kMaxPage = 10'000;
 // likewise gives each flow a share of the server's seats).
 constexpr int kListingsAtOnce = 4;
 constexpr size_t kSmallPage = 1000;  // a page of at most this many is not counted
+// Usage reports read every record in their window (a year's is every
+// tenant's year): a few at a time per user too.
+constexpr int kReportsAtOnce = 2;
 
 // How many of something each identity has in progress, at most `cap`.
 class PerIdentity {
@@ -824,6 +827,17 @@ class HttpServerImpl final : public HttpServer {
       if (by == "queue") options.by = ReportBy::kQueue;
       else if (by == "model") options.by = ReportBy::kModel;
       else if (by != "user") return ReplyError(res, InvalidArgumentError("by: '" + by + "' is not one of user, queue, model"));
+      if (!reports_.Begin(who.user)) {
+        res.set_header("Retry-After", "1");
+        return ReplyError(res, Status(StatusCode::kResourceExhausted,
+                                      "too many usage reports at once for user '" + who.user + "' (at most " +
+                                          std::to_string(kReportsAtOnce) + "); retry when one has been answered"));
+      }
+      struct Done {
+        PerIdentity& reports;
+        const std::string& user;
+        ~Done() { reports.End(user); }
+      } done{reports_, who.user};
       const TimePoint now = c_->clock().Now();
       auto records = c_->Usage(who, now - since, now + 1, true);
       if (!records.ok()) return ReplyError(res, records.status());
@@ -1931,6 +1945,7 @@ class HttpServerImpl final : public HttpServer {
   HttpOptions options_;
   RateLimiter limiter_;
   PerIdentity listings_{kListingsAtOnce};  // GET /v1/jobs in progress, by user
+  PerIdentity reports_{kReportsAtOnce};    // GET /v1/usage/report in progress, by user
   std::atomic<int> long_polls_{0};
   std::atomic<bool> projecting_{false};  // a /v1/whatif projection runs
   // Deferred answers not yet handed to the transport.

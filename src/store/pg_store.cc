@@ -344,7 +344,8 @@ PgStore::PgStore(std::string conninfo)
       db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
       snap_db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
       listen_db_(std::make_unique<pg::Conn>(conninfo_, "LISTEN rota_journal")),
-      usage_db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)) {}
+      usage_db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)),
+      usage_read_db_(std::make_unique<pg::Conn>(conninfo_, kStoreSettings)) {}
 
 PgStore::~PgStore() = default;
 
@@ -775,8 +776,8 @@ StatusOr<std::vector<UsageRecord>> DecodeUsageRows(const pg::Result& r) {
 }  // namespace
 
 StatusOr<std::vector<UsageRecord>> PgStore::Usage(TimePoint since, TimePoint until) {
-  std::lock_guard<std::mutex> lock(usage_mu_);
-  ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_db_->Exec("read usage",
+  std::lock_guard<std::mutex> lock(usage_read_mu_);
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_read_db_->Exec("read usage",
                                                      "SELECT body FROM rota_usage WHERE ended_at >= $1::bigint AND"
                                                      " ended_at < $2::bigint ORDER BY ended_at, job, attempt",
                                                      {std::to_string(since), std::to_string(until)}));
@@ -784,8 +785,8 @@ StatusOr<std::vector<UsageRecord>> PgStore::Usage(TimePoint since, TimePoint unt
 }
 
 StatusOr<std::vector<UsageRecord>> PgStore::UsageOfJob(JobId job) {
-  std::lock_guard<std::mutex> lock(usage_mu_);
-  ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_db_->Exec("read usage",
+  std::lock_guard<std::mutex> lock(usage_read_mu_);
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, usage_read_db_->Exec("read usage",
                                                      "SELECT body FROM rota_usage WHERE job = $1::bigint ORDER BY attempt",
                                                      {std::to_string(job.value())}));
   return DecodeUsageRows(r);
@@ -829,10 +830,10 @@ Status PgStore::PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) {
 
 StatusOr<std::vector<GpuHistoryBlock>> PgStore::GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
                                                            TimePoint until) {
-  std::lock_guard<std::mutex> lock(usage_mu_);
+  std::lock_guard<std::mutex> lock(usage_read_mu_);
   ROTA_ASSIGN_OR_RETURN(
       pg::Result r,
-      usage_db_->Exec("read gpu history",
+      usage_read_db_->Exec("read gpu history",
                       "SELECT node, gpu, start, points FROM rota_gpu_history WHERE ($1 = '' OR node = $1) AND"
                       " step = $2::int AND start >= $3::bigint AND start < $4::bigint ORDER BY node, gpu, start",
                       {node, std::to_string(step_s), std::to_string(since), std::to_string(until)}));

@@ -95,7 +95,10 @@ class PgStore final : public Store {
   std::unique_ptr<pg::Conn> snap_db_;  // snapshots, off the appender's thread (snapshot_mu_)
   std::unique_ptr<pg::Conn> listen_db_;  // LISTEN rota_journal (listen_mu_)
   std::unique_ptr<pg::Conn> usage_db_;   // accounting records (usage_mu_): reports never wait on appends
-  std::mutex mu_, snapshot_mu_, listen_mu_, usage_mu_;
+  // The reports' reads (usage_read_mu_): a long read never holds up the
+  // records' writes, which the controller's actor makes as jobs end.
+  std::unique_ptr<pg::Conn> usage_read_db_;
+  std::mutex mu_, snapshot_mu_, listen_mu_, usage_mu_, usage_read_mu_;
   std::atomic<uint64_t> last_seq_ = 0;
   std::atomic<int64_t> fence_epoch_ = 0;  // 0 = no fencing (a single server, tests)
   std::atomic<bool> fenced_ = false;

@@ -205,6 +205,13 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
       return UnavailableError(path + ".usage: " + msg);
     }
   }
+  // (Checked and in WAL mode already, by the writer's connection.)
+  if (sqlite3_open_v2((path + ".usage").c_str(), &store->usage_read_db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
+    return UnavailableError(path + ".usage: cannot open: " +
+                            (store->usage_read_db_ ? sqlite3_errmsg(store->usage_read_db_) : "out of memory"));
+  }
+  sqlite3_busy_timeout(store->usage_read_db_, 5000);
   Stmt st;
   if (sqlite3_prepare_v2(db, "SELECT MAX(seq) FROM (SELECT seq FROM events UNION ALL SELECT seq FROM snapshots)", -1,
                          &st.s, nullptr) != SQLITE_OK) {
@@ -236,6 +243,7 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
 }
 
 SqliteStore::~SqliteStore() {
+  sqlite3_close(usage_read_db_);
   sqlite3_close(usage_db_);
   sqlite3_close(snap_db_);
   sqlite3_close(db_);
@@ -587,16 +595,16 @@ StatusOr<std::vector<UsageRecord>> SqliteStore::ReadUsageRows(sqlite3_stmt* st) 
     ROTA_ASSIGN_OR_RETURN(UsageRecord r, api::DecodeUsage(std::string_view(text, sqlite3_column_bytes(st, 0))));
     out.push_back(std::move(r));
   }
-  if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
+  if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_read_db_));
   return out;
 }
 
 StatusOr<std::vector<UsageRecord>> SqliteStore::Usage(TimePoint since, TimePoint until) {
-  std::lock_guard<std::mutex> lock(usage_mu_);
+  std::lock_guard<std::mutex> lock(usage_read_mu_);
   Stmt st;
-  if (sqlite3_prepare_v2(usage_db_, "SELECT body FROM usage WHERE ended_at >= ? AND ended_at < ? ORDER BY ended_at", -1,
+  if (sqlite3_prepare_v2(usage_read_db_, "SELECT body FROM usage WHERE ended_at >= ? AND ended_at < ? ORDER BY ended_at", -1,
                          &st.s, nullptr) != SQLITE_OK) {
-    return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
+    return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_read_db_));
   }
   sqlite3_bind_int64(st.s, 1, since);
   sqlite3_bind_int64(st.s, 2, until);
@@ -604,11 +612,11 @@ StatusOr<std::vector<UsageRecord>> SqliteStore::Usage(TimePoint since, TimePoint
 }
 
 StatusOr<std::vector<UsageRecord>> SqliteStore::UsageOfJob(JobId job) {
-  std::lock_guard<std::mutex> lock(usage_mu_);
+  std::lock_guard<std::mutex> lock(usage_read_mu_);
   Stmt st;
-  if (sqlite3_prepare_v2(usage_db_, "SELECT body FROM usage WHERE job = ? ORDER BY attempt", -1, &st.s, nullptr) !=
+  if (sqlite3_prepare_v2(usage_read_db_, "SELECT body FROM usage WHERE job = ? ORDER BY attempt", -1, &st.s, nullptr) !=
       SQLITE_OK) {
-    return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_db_));
+    return UnavailableError(path_ + ".usage: read: " + sqlite3_errmsg(usage_read_db_));
   }
   sqlite3_bind_int64(st.s, 1, static_cast<sqlite3_int64>(job.value()));
   return ReadUsageRows(st.s);
@@ -656,15 +664,15 @@ Status SqliteStore::PutGpuHistory(const std::vector<GpuHistoryBlock>& blocks) {
 
 StatusOr<std::vector<GpuHistoryBlock>> SqliteStore::GpuHistory(const std::string& node, int32_t step_s,
                                                                TimePoint since, TimePoint until) {
-  std::lock_guard<std::mutex> lock(usage_mu_);
+  std::lock_guard<std::mutex> lock(usage_read_mu_);
   Stmt st;
   const char* sql = node.empty()
                         ? "SELECT node, gpu, start, points FROM gpu_history WHERE step = ?2 AND start >= ?3 AND start < ?4"
                           " ORDER BY node, gpu, start"
                         : "SELECT node, gpu, start, points FROM gpu_history WHERE node = ?1 AND step = ?2 AND start >= ?3"
                           " AND start < ?4 ORDER BY gpu, start";
-  if (sqlite3_prepare_v2(usage_db_, sql, -1, &st.s, nullptr) != SQLITE_OK) {
-    return UnavailableError(path_ + ".usage: read gpu history: " + sqlite3_errmsg(usage_db_));
+  if (sqlite3_prepare_v2(usage_read_db_, sql, -1, &st.s, nullptr) != SQLITE_OK) {
+    return UnavailableError(path_ + ".usage: read gpu history: " + sqlite3_errmsg(usage_read_db_));
   }
   if (!node.empty()) sqlite3_bind_text(st.s, 1, node.data(), static_cast<int>(node.size()), SQLITE_STATIC);
   sqlite3_bind_int(st.s, 2, step_s);
@@ -689,7 +697,7 @@ StatusOr<std::vector<GpuHistoryBlock>> SqliteStore::GpuHistory(const std::string
     b.points = std::move(*points);
     out.push_back(std::move(b));
   }
-  if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read gpu history: " + sqlite3_errmsg(usage_db_));
+  if (rc != SQLITE_DONE) return UnavailableError(path_ + ".usage: read gpu history: " + sqlite3_errmsg(usage_read_db_));
   return out;
 }
 

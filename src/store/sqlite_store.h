@@ -63,7 +63,7 @@ class SqliteStore final : public Store {
   // DataLoss unless column `crc_col` of `row` is the record's checksum
   // (records from before checksums, below checked_from_, pass).
   Status CheckRecord(const char* what, uint64_t seq, std::string_view body, sqlite3_stmt* row, int crc_col);
-  // Usage records from a prepared query's first column (usage_mu_ held).
+  // Usage records from a prepared query's first column (usage_read_mu_ held).
   StatusOr<std::vector<UsageRecord>> ReadUsageRows(sqlite3_stmt* st);
 
   // Calls `fn` with the events of the `parts` parts of the snapshot at `seq`
@@ -77,6 +77,12 @@ class SqliteStore final : public Store {
   sqlite3* snap_db_ = nullptr;  // PATH.snap: snapshots, written off the appender's thread
   sqlite3* usage_db_ = nullptr;  // PATH.usage: accounting records (usage_mu_)
   std::mutex usage_mu_;
+  // A second connection to PATH.usage for the reports' reads: a long read
+  // (a year's report) never holds up the records' writes, which the
+  // controller's actor makes as jobs end (WAL: a reader and the writer
+  // proceed together).
+  sqlite3* usage_read_db_ = nullptr;
+  std::mutex usage_read_mu_;
   std::mutex snapshot_mu_;
   std::string path_;
   uint64_t last_seq_ = 0;
