@@ -166,8 +166,17 @@ Status CheckNodeText(const NodeSpec& spec, std::string_view field) {
   auto control = [](const std::string& text) { return FindControlCharacter(text) != std::string::npos; };
   const std::string why = ": must not hold control characters (it is shown on terminals and in reports)";
   if (control(spec.gpu_model)) return InvalidArgumentError(std::string(field) + ".gpu_model" + why);
+  if (spec.labels.size() > kMaxNodeLabels) {
+    return InvalidArgumentError(std::string(field) + ".labels: " + std::to_string(spec.labels.size()) +
+                                " labels; a node has at most " + std::to_string(kMaxNodeLabels));
+  }
   for (const auto& [key, value] : spec.labels) {
     if (control(key) || control(value)) return InvalidArgumentError(std::string(field) + ".labels" + why);
+    if (key.size() > kMaxLabelKey || value.size() > kMaxLabelValue) {
+      return InvalidArgumentError(std::string(field) + ".labels: '" + key.substr(0, 32) +
+                                  (key.size() > 32 ? "...'" : "'") + ": a key has at most " + std::to_string(kMaxLabelKey) +
+                                  " bytes and a value at most " + std::to_string(kMaxLabelValue));
+    }
   }
   return Status::Ok();
 }

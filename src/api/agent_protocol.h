@@ -186,7 +186,11 @@ Status CheckAddress(std::string_view address, std::string_view field);
 // InvalidArgument naming `field`.gpu_model or `field`.labels if a
 // registering node's GPU model or labels hold control characters (an
 // escape sequence for whoever lists nodes; a CR that splits a CSV report's
-// row). Checked at registration only: a node stored before loads.
+// row), or its labels are more than kMaxNodeLabels or longer than
+// kMaxLabelKey / kMaxLabelValue bytes (each is journaled, kept in every
+// copy of the node, and shown to every user). Checked at registration
+// only: a node stored before loads.
+inline constexpr size_t kMaxNodeLabels = 64, kMaxLabelKey = 128, kMaxLabelValue = 256;
 Status CheckNodeText(const NodeSpec& spec, std::string_view field);
 
 nlohmann::ordered_json HeartbeatToJson(const HeartbeatReport& report);

@@ -270,6 +270,24 @@ TEST(AgentProtocol, ANodesModelAndLabelsHoldNoControlCharacters) {
             "node.labels: must not hold control characters (it is shown on terminals and in reports)");
 }
 
+// An agent's labels are journaled with its node, kept in every copy of the
+// state and listed to every user: bounded in number and length.
+TEST(AgentProtocol, ANodesLabelsAreBounded) {
+  NodeSpec spec{.name = "n-1", .gpu_model = "H100", .gpus = 8};
+  for (size_t i = 0; i < kMaxNodeLabels; ++i) spec.labels["k" + std::to_string(i)] = "v";
+  EXPECT_TRUE(CheckNodeText(spec, "node").ok());
+  spec.labels["one-more"] = "v";
+  EXPECT_EQ(CheckNodeText(spec, "node").message(), "node.labels: 65 labels; a node has at most 64");
+  spec.labels = {{"rack", std::string(kMaxLabelValue, 'r')}};
+  EXPECT_TRUE(CheckNodeText(spec, "node").ok());
+  spec.labels = {{"rack", std::string(kMaxLabelValue + 1, 'r')}};
+  EXPECT_EQ(CheckNodeText(spec, "node").message(),
+            "node.labels: 'rack': a key has at most 128 bytes and a value at most 256");
+  spec.labels = {{std::string(kMaxLabelKey + 1, 'k'), "v"}};
+  EXPECT_EQ(CheckNodeText(spec, "node").message(),
+            "node.labels: 'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...': a key has at most 128 bytes and a value at most 256");
+}
+
 // An agent's address is written into every gang's hostfile on other nodes,
 // a line per host: a host name or IP address only (a newline would add a
 // host of the agent's choosing to an honest node's hostfile).

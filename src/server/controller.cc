@@ -1523,6 +1523,13 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
              for (const auto& [k, v] : sent.labels) {
                if (declared == declared_labels_.end() || declared->second.count(k) == 0) labels[k] = v;
              }
+             // (Kept keys and sent ones together are bounded too: an agent
+             // re-registering with new keys each time would grow them.)
+             if (labels.size() > known->spec.labels.size() && labels.size() > 4 * api::kMaxNodeLabels) {
+               return InvalidArgumentError("node.labels: node '" + spec.name + "' would hold " +
+                                           std::to_string(labels.size()) + " labels with those it has; at most " +
+                                           std::to_string(4 * api::kMaxNodeLabels));
+             }
              if (labels != known->spec.labels) ROTA_RETURN_IF_ERROR(batch.Apply(NodeLabelsChanged{spec.name, labels}));
            }
            std::lock_guard<std::mutex> lock(mu_);

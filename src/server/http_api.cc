@@ -113,6 +113,12 @@ class RateLimiter {
     if (rate_ <= 0) return true;
     const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     std::lock_guard<std::mutex> lock(mu_);
+    if (buckets_.size() >= next_sweep_) {
+      // A bucket idle 2 s is full again, as a new one: dropped, so that
+      // callers from ever new addresses do not grow the table without end.
+      std::erase_if(buckets_, [&](const auto& kv) { return now - kv.second.last >= 2.0; });
+      next_sweep_ = std::max<size_t>(4096, 2 * buckets_.size());
+    }
     Bucket& b = buckets_[key];
     if (b.last == 0) b = {2 * rate_, now};
     b.tokens = std::min(2 * rate_, b.tokens + (now - b.last) * rate_);
@@ -130,6 +136,7 @@ class RateLimiter {
   double rate_;
   std::mutex mu_;
   std::map<std::string, Bucket> buckets_;
+  size_t next_sweep_ = 4096;  // the table's size at which idle buckets are dropped
 };
 
 void Reply(HttpResponse& res, int status, const ordered_json& body) {
@@ -1705,6 +1712,20 @@ class HttpServerImpl final : public HttpServer {
   void DryRun(const Principal& who, JobSpec spec, const ArrayRange& array, HttpResponse& res) {
     const int64_t count = array.count;
     if (count < 1 || count > 10'000) return ReplyError(res, InvalidArgumentError("count: a dry run takes 1..10000 copies"));
+    // The projection holds a copy of the spec per element: a spec near the
+    // body limit 10,000 times over would be gigabytes.
+    size_t spec_bytes = 1024;
+    for (const TaskGroupSpec& t : spec.tasks) {
+      for (const std::string& arg : t.command) spec_bytes += arg.size() + 16;
+      for (const auto& [k, v] : t.env) spec_bytes += k.size() + v.size() + 32;
+    }
+    if (constexpr size_t kDryRunBytes = 64 << 20; static_cast<size_t>(count) * spec_bytes > kDryRunBytes) {
+      return ReplyError(res, InvalidArgumentError("count: a dry run of " + std::to_string(count) + " copies of this spec (" +
+                                                  std::to_string(spec_bytes >> 10) + " KiB of commands and environment) " +
+                                                  "would hold too much; at most " +
+                                                  std::to_string(std::max<size_t>(1, kDryRunBytes / spec_bytes)) +
+                                                  " copies of it"));
+    }
     if (Status s = c_->CheckSubmission(who, &spec); !s.ok()) return ReplyError(res, s);
     if (Status s = c_->CheckTenantLimits(who, spec, count); !s.ok()) return ReplyError(res, s);  // as a submission would
     const auto slot = TakeProjectionSlot(res);

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/mig.h"
+#include "server/job_lifecycle.h"
 
 namespace rota::server {
 
@@ -59,6 +60,9 @@ void UsageTracker::Fold(const Snapshot& snap, const NodeState& node, const std::
     TimePoint window_from = now;
     for (const api::TaskReport& t : report.tasks) {
       if (t.job != id || t.exited || t.cpu_used_us < 0) continue;
+      // Only the replicas placed on this node, at their attempt: a report
+      // cannot grow the job's table with replicas or attempts of its choosing.
+      if (!PlacedOn(*job, node.id, t) || t.attempt != job->ReplicaAttempt(t.replica)) continue;
       if (u == nullptr) u = &usage_[id];
       ReplicaCpu& c = u->cpu[{t.task, t.replica, t.attempt}];
       // Its first report counts from the attempt's start (its CPU time is
