@@ -158,6 +158,12 @@ struct HttpTransport::Impl {
   std::map<uint64_t, std::function<void(uint64_t)>> idle;  // by when it went idle
   uint64_t idle_next = 1;
   std::atomic<uint64_t> shed_total{0};
+  // Connections still on their first request's header (NoteFresh), by when
+  // they came, and how many were closed as slow (ShedSlow).
+  std::mutex fresh_mu;
+  std::map<uint64_t, std::pair<std::chrono::steady_clock::time_point, std::function<void(uint64_t)>>> fresh;
+  uint64_t fresh_next = 1;
+  std::atomic<uint64_t> slow_total{0};
   std::atomic<uint64_t> accepted_total{0};  // connections accepted (refused ones too)
   std::atomic<bool> stopping{false};
   std::optional<asio::ssl::context> ssl;
@@ -245,7 +251,7 @@ struct HttpTransport::Impl {
     }
     // (Over the cap by the connections being closed until they are, and by
     // one whose next request began before its close came: it stays.)
-    if (ShedIdle(1) == 0) return false;
+    if (ShedIdle(1) == 0 && ShedSlow(1) == 0) return false;
     std::lock_guard<std::mutex> lock(mu);
     return Count(address);
   }
@@ -294,6 +300,38 @@ struct HttpTransport::Impl {
     return shed.size();
   }
 
+  // Connections on their first header, oldest first: at the cap, with no
+  // idle connection to close, the oldest of them that has taken over
+  // kSlowHeader closes for a new client. An honest client sends its header
+  // within milliseconds of connecting (a TLS handshake within a few round
+  // trips); one trickling it (slowloris) would otherwise hold its place
+  // for the whole header timeout, and a few addresses' worth of them every
+  // place, refusing agents and health checks alike.
+  static constexpr auto kSlowHeader = std::chrono::seconds(2);
+  uint64_t NoteFresh(std::function<void(uint64_t)> close) {
+    std::lock_guard<std::mutex> lock(fresh_mu);
+    fresh.emplace(fresh_next, std::make_pair(std::chrono::steady_clock::now(), std::move(close)));
+    return fresh_next++;
+  }
+  void NoteHeard(uint64_t id) {
+    std::lock_guard<std::mutex> lock(fresh_mu);
+    fresh.erase(id);
+  }
+  // Asks up to `n` of the oldest slow ones to close; how many it asked.
+  size_t ShedSlow(size_t n) {
+    std::vector<std::pair<uint64_t, std::function<void(uint64_t)>>> shed;
+    {
+      std::lock_guard<std::mutex> lock(fresh_mu);
+      const auto slow = std::chrono::steady_clock::now() - kSlowHeader;
+      while (shed.size() < n && !fresh.empty() && fresh.begin()->second.first <= slow) {
+        shed.emplace_back(fresh.begin()->first, std::move(fresh.begin()->second.second));
+        fresh.erase(fresh.begin());
+      }
+    }
+    for (auto& [id, close] : shed) close(id);
+    return shed.size();
+  }
+
   // The loop's lag: a timer every kLagTick, and the most it ran late
   // (TakeLoopLagMax).
   static constexpr auto kLagTick = std::chrono::milliseconds(20);
@@ -334,10 +372,16 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       : impl_(impl), address_(std::move(address)), stream_(std::forward<Args>(args)...) {}
   ~Session() {
     if (idle_id_ != 0) impl_.NoteBusy(idle_id_);
+    if (fresh_id_ != 0) impl_.NoteHeard(fresh_id_);
     impl_.Release(address_);
   }
 
   void Run() {
+    fresh_id_ = impl_.NoteFresh([weak = this->weak_from_this(), executor = Lowest().get_executor()](uint64_t id) {
+      asio::post(executor, [weak, id] {
+        if (auto self = weak.lock()) self->CloseSlow(id);
+      });
+    });
     if constexpr (kTls) {
       Lowest().expires_after(std::chrono::milliseconds(impl_.options.header_timeout_ms));
       stream_.async_handshake(asio::ssl::stream_base::server,
@@ -373,6 +417,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
                               if (self->idle_id_ != 0) self->impl_.NoteBusy(std::exchange(self->idle_id_, 0));
+                              if (self->fresh_id_ != 0) self->impl_.NoteHeard(std::exchange(self->fresh_id_, 0));
                               // (Closed as idle after the loop had read a request: not run; the
                               // client sees the connection closed before any answer.)
                               if (self->shed_) return self->Close();
@@ -388,6 +433,16 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     idle_id_ = 0;  // (its entry is gone)
     shed_ = true;
     ++impl_.shed_total;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    Lowest().socket().close(ec);
+  }
+
+  // Shed (Impl::ShedSlow) while still on its first header as `id`.
+  void CloseSlow(uint64_t id) {
+    if (fresh_id_ != id) return;
+    fresh_id_ = 0;  // (its entry is gone)
+    ++impl_.slow_total;
+    beast::error_code ec;
     Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
     Lowest().socket().close(ec);
   }
@@ -664,6 +719,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   bool refused_ = false;
   uint64_t idle_id_ = 0;  // while kept alive and idle: its Impl::idle entry
   bool shed_ = false;     // closed as idle (CloseIdle)
+  uint64_t fresh_id_ = 0;  // its entry among those on their first header (Impl::NoteFresh), 0 once heard
   std::vector<char> drain_;
   size_t drained_ = 0;
   // Streaming (all on the connection's loop).
@@ -771,6 +827,7 @@ void HttpTransport::set_error_handler(HttpHandler handler) { impl_->error_handle
 
 int64_t HttpTransport::TakeLoopLagMax() { return impl_->lag_max_us.exchange(0); }
 uint64_t HttpTransport::idle_closed() const { return impl_->shed_total.load(); }
+uint64_t HttpTransport::slow_closed() const { return impl_->slow_total.load(); }
 uint64_t HttpTransport::accepted() const { return impl_->accepted_total.load(); }
 
 size_t HttpTransport::connections() const {

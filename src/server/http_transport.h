@@ -159,6 +159,9 @@ class HttpTransport {
   // Idle kept-alive connections closed to make room for new ones (out of
   // connections or descriptors), since the start.
   uint64_t idle_closed() const;
+  // Connections still on their first header after 2 s closed to make room
+  // for new ones (no idle one left to close), since the start.
+  uint64_t slow_closed() const;
   // Connections accepted since the start (those refused at a cap too).
   uint64_t accepted() const;
 

@@ -235,6 +235,33 @@ TEST(HttpTransport, AKeptAliveConnectionMidRequestIsNotClosedForANewOne) {
   srv.Stop();
 }
 
+// A client trickling its first header (slowloris) is not idle, and would
+// hold its place for the whole header timeout: at the cap, with no idle
+// connection to close, the oldest connection still on its first header
+// after 2 s closes for a new client, which is served. Those that have not
+// taken that long stay, and finish their requests.
+TEST(HttpTransport, AtTheCapTheOldestSlowFirstHeaderClosesForANewOne) {
+  HttpTransport srv;
+  auto port = StartHealthOnly(srv, 3);
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  const std::string part = "GET /healthz HTT";
+  std::vector<int> fds;
+  for (int i = 0; i < 3; ++i) {
+    fds.push_back(Connect(*port));
+    ASSERT_GE(fds.back(), 0);
+    ASSERT_EQ(write(fds.back(), part.data(), part.size()), static_cast<ssize_t>(part.size()));
+    if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2100));  // the first one is slow
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(Status(*port, "/healthz"), 200);
+  EXPECT_TRUE(ClosedByServer(fds[0]));
+  EXPECT_EQ(srv.slow_closed(), 1u);
+  EXPECT_EQ(srv.idle_closed(), 0u);
+  for (int i = 1; i < 3; ++i) EXPECT_EQ(Ask(fds[i], "P/1.1\r\nHost: x\r\n\r\n"), 200) << i;
+  for (int fd : fds) close(fd);
+  srv.Stop();
+}
+
 // One POST over a fresh socket: the whole answer (status line to body).
 std::string Post(int port, const std::string& path, const std::string& body) {
   const int fd = Connect(port);
