@@ -101,10 +101,38 @@ bool ReadCheckpoint(const std::string& file, uid_t owner, std::string* path, Tim
   return true;
 }
 
+// Whether `job_dir` holds another account's files than `uid`'s: its work
+// directory, or a log, owned by someone else than `uid` and root. A job id
+// names a directory on the node for good, but a server installed afresh
+// (a new data directory, the same agents) numbers its jobs from 1 again.
+bool AnotherAccountsJobDir(const std::string& job_dir, const std::string& work_dir, uid_t uid) {
+  struct stat st {};
+  if (lstat(work_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid != uid) return true;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(job_dir, ec)) {
+    if (lstat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid != 0 && st.st_uid != uid) return true;
+  }
+  return false;
+}
+
 // The job's directory (the agent's: 0711, so the task reaches its own
 // files but cannot list or replace the agent's) and its work directory (the
-// task's account's, 0700).
-Status MakeJobDirs(const std::string& job_dir, const std::string& work_dir, const TaskIdentity& id) {
+// task's account's, 0700). One that holds another account's files (an
+// earlier job of the same id, under a server installed afresh) is moved
+// aside first, to `<job_dir>.earlier-<time>`, so that a new job's user
+// never gets an old one's work directory or log; `*moved` says so.
+Status MakeJobDirs(const std::string& job_dir, const std::string& work_dir, const TaskIdentity& id, bool* moved) {
+  *moved = false;
+  if (getuid() == 0 && AnotherAccountsJobDir(job_dir, work_dir, id.uid)) {
+    const std::string aside = job_dir + ".earlier-" + std::to_string(RealNowMicros());
+    if (rename(job_dir.c_str(), aside.c_str()) != 0) {
+      return UnavailableError("job directory " + job_dir + " holds another account's files (an earlier job of this id) "
+                              "and cannot be moved aside: " + std::strerror(errno));
+    }
+    std::fprintf(stderr, "rota agent: %s held another account's files (an earlier job of this id): moved to %s\n",
+                 job_dir.c_str(), aside.c_str());
+    *moved = true;
+  }
   std::error_code ec;
   std::filesystem::create_directories(job_dir, ec);
   if (ec) return UnavailableError("job directory " + job_dir + ": " + ec.message());
@@ -934,12 +962,6 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
     LaunchSpec spec;
     spec.log_path = job_dir + "/" + name + ".log";
     t->log_path = spec.log_path;
-    if (!log_shipped_.count(t->log_path)) {
-      // What the file already holds went out with earlier attempts here.
-      std::error_code size_ec;
-      const auto size = std::filesystem::file_size(t->log_path, size_ec);
-      log_shipped_[t->log_path] = size_ec ? 0 : static_cast<int64_t>(size);
-    }
     spec.argv = a.command;
     // Who the task runs as: the job's user's account on this node (an
     // assignment without a user, from an older server, runs as the agent).
@@ -1013,8 +1035,20 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
     // The job's directory is the agent's (logs, hostfile, bundles: the task
     // cannot swap them for links); the task writes in work/, its own.
     const std::string work_dir = job_dir + "/work";
-    if (Status made = MakeJobDirs(job_dir, work_dir, identity); !made.ok() && launch_error.empty()) {
+    bool moved = false;
+    if (Status made = MakeJobDirs(job_dir, work_dir, identity, &moved); !made.ok() && launch_error.empty()) {
       launch_error = std::string(made.message());
+    }
+    if (moved) {
+      for (auto it = log_shipped_.begin(); it != log_shipped_.end();) {
+        it = it->first.rfind(job_dir + "/", 0) == 0 ? log_shipped_.erase(it) : std::next(it);
+      }
+    }
+    if (!log_shipped_.count(t->log_path)) {
+      // What the file already holds went out with earlier attempts here.
+      std::error_code size_ec;
+      const auto size = std::filesystem::file_size(t->log_path, size_ec);
+      log_shipped_[t->log_path] = size_ec ? 0 : static_cast<int64_t>(size);
     }
     {
       // Made anew, not through whatever is at the name now.

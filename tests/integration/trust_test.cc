@@ -447,6 +447,44 @@ TEST_F(Trust, ALeaseATaskTakesOnItsLogDoesNotStallTheAgent) {
   EXPECT_NE(logs.find("lease held"), std::string::npos) << logs;
 }
 
+// A job id names a directory on the node for good, but a server installed
+// afresh (a new data directory, the same agents) numbers its jobs from 1
+// again: its job 1, another user's, got the old job 1's work directory
+// (given to its account) and appended to its log. The agent moves a job
+// directory that holds another account's files aside first.
+TEST_F(Trust, AJobIdUsedAgainByAFreshServerGetsNoneOfTheEarlierJobsFiles) {
+  const std::string config = Write("cluster.yaml", "accounts: [{user: alice, uid: 65534, gid: 65534}, "
+                                                   "{user: bob, uid: 60001, gid: 60001}]\n");
+  const std::string logs = tmp.path() + "/agent-logs";
+  // One server, its agent, and a job of `user` (the first: id 1) to its end.
+  auto run = [&](const std::string& data, const std::string& user, const std::string& script) {
+    RotaProcess server("server", data, {"--config", config});
+    auto r = server.Admin().Post("/v1/tokens", json{{"user", "w0"}, {"role", "agent"}, {"node", "w0"}}.dump(),
+                                 "application/json");
+    EXPECT_EQ(r->status, 201);
+    const std::string token_file = tmp.path() + "/w0.token";
+    std::ofstream(token_file) << json::parse(r->body)["token"].get<std::string>() << "\n";
+    const pid_t agent = SpawnLogged({RotaBinary(), "agent", "--server", server.url(), "--token-file", token_file,
+                                     "--name", "w0", "--gpus", "1xH100:80Gi", "--logs-dir", logs, "--heartbeat-ms", "200"},
+                                    tmp.path() + "/agent-" + user + ".log");
+    EXPECT_GT(agent, 0);
+    auto [ended, log] = RunToEnd(server, user, json{{"name", "j"}, {"tasks", {{{"gpus", 1}, {"command", {"sh", "-c", script}}}}}});
+    EXPECT_EQ(ended["id"], 1);
+    kill(agent, SIGTERM);
+    waitpid(agent, nullptr, 0);
+    return std::make_pair(ended, log);
+  };
+  auto [first, first_log] = run(tmp.path() + "/data-1", "alice", "echo alice-secret > secret; echo alice-was-here");
+  EXPECT_EQ(first["state"], "succeeded") << first.dump();
+  ASSERT_NE(first_log.find("alice-was-here"), std::string::npos) << first_log;
+  auto [second, second_log] =
+      run(tmp.path() + "/data-2", "bob", "cat secret 2>/dev/null || echo no-secret; cat ../main-0.log 2>/dev/null; echo bob-ran");
+  EXPECT_EQ(second["state"], "succeeded") << second.dump();
+  EXPECT_NE(second_log.find("bob-ran"), std::string::npos) << second_log;
+  EXPECT_NE(second_log.find("no-secret"), std::string::npos) << second_log;
+  EXPECT_EQ(second_log.find("alice"), std::string::npos) << "the earlier job's files reached the new one's user: " << second_log;
+}
+
 TEST_F(Trust, MountsAndRootfsOnlyFromTheAdminsPrefixes) {
   const std::string datasets = tmp.path() + "/datasets";
   std::filesystem::create_directories(datasets + "/c4");
