@@ -84,7 +84,7 @@ void QueueBook::Reset(const Snapshot& snap) {
       const int16_t model = snap.node(r.node).model;
       if (model < 0) continue;
       if (r.shares_gpu()) {  // fractions and MIG slices: their whole GPUs, rounded up per job and model
-        AddShare(&shares, model, job->spec().tasks[r.task].gpu_share.milli());
+        AddShare(&shares, model, ChargedMilli(job->spec().tasks[r.task].gpu_share, snap.node(r.node).spec.gpu_memory));
       } else {
         add.push_back({model, std::popcount(r.gpu_mask)});
       }
@@ -264,6 +264,13 @@ void AddShare(QueueBook::ModelGpus* milli_by_model, int16_t model, int64_t milli
     }
   }
   milli_by_model->push_back({model, milli});
+}
+
+int64_t ChargedMilli(const GpuShare& share, MemoryMiB gpu_memory) {
+  const int64_t compute = share.milli();
+  if (share.memory <= 0 || gpu_memory <= 0) return compute;
+  const int64_t memory = std::min<int64_t>(1000, (int64_t{share.memory} * 1000 + gpu_memory - 1) / gpu_memory);
+  return std::max(compute, memory);
 }
 
 QueueBook::ModelGpus SharesAsGpus(const QueueBook::ModelGpus& milli_by_model) {

@@ -111,5 +111,12 @@ class QueueBook {
 // (models < 0, unknown, left out).
 void AddShare(QueueBook::ModelGpus* milli_by_model, int16_t model, int64_t milli);
 QueueBook::ModelGpus SharesAsGpus(const QueueBook::ModelGpus& milli_by_model);
+// What one replica on `share` of a GPU with `gpu_memory` (0: unknown) counts
+// as, in milli-GPU: its compute share, or, where it bounds its GPU memory,
+// that memory's part of the GPU if more. A replica asking a thousandth of a
+// GPU and all its memory holds the whole GPU (no other share fits beside
+// it), and counted a thousandth: 64 such replicas held 64 GPUs against a
+// quota charged 1.
+int64_t ChargedMilli(const GpuShare& share, MemoryMiB gpu_memory);
 
 }  // namespace rota::sched

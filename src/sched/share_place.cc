@@ -276,13 +276,13 @@ bool PlaceShares(Session& s, PendingReason* why, bool* never) {
 
 std::vector<ReplicaPlacement> GrowShares(Session& s, const JobRecord& job, int32_t count) {
   const TaskRequest& task = s.request().tasks[0];
-  const int64_t share = job.spec().tasks[0].gpu_share.milli();
+  const GpuShare& spec_share = job.spec().tasks[0].gpu_share;
   std::vector<bool> used(static_cast<size_t>(job.spec().tasks[0].replicas), false);
   QueueBook::ModelGpus milli;  // what it holds, in milli-GPU per model
-  auto model_of = [&](NodeId node) { return s.ws().node(s.topology().position_of(node)).model; };
+  auto node_of = [&](NodeId node) -> const NodeState& { return s.ws().node(s.topology().position_of(node)); };
   for (const ReplicaPlacement& p : job.placement) {
     if (p.replica < used.size()) used[p.replica] = true;
-    AddShare(&milli, model_of(p.node), share);
+    AddShare(&milli, node_of(p.node).model, ChargedMilli(spec_share, node_of(p.node).spec.gpu_memory));
   }
   const int32_t leaf = s.fair() ? s.Leaf(job) : -1;
   std::vector<ReplicaPlacement> grown;
@@ -295,7 +295,8 @@ std::vector<ReplicaPlacement> GrowShares(Session& s, const JobRecord& job, int32
     s.txn().Begin();
     ReplicaPlacement placed;
     if (!PlaceOne(s, task, next, &any_node, &placed)) break;
-    const int16_t model = model_of(placed.node);
+    const int16_t model = node_of(placed.node).model;
+    const int64_t share = ChargedMilli(spec_share, node_of(placed.node).spec.gpu_memory);
     if (leaf >= 0) {
       // Admission, as for its start: its shares count as whole GPUs of
       // their model, rounded up (what this one adds to that).

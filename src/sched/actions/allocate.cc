@@ -232,8 +232,8 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
   const int32_t leaf = s.Leaf(job);
   QueueBook::ModelGpus shares;
   for (size_t i = first; i < out.replicas.size(); ++i) {
-    AddShare(&shares, s.ws().node(s.topology().position_of(out.replicas[i].node)).model,
-             job.spec().tasks[out.replicas[i].task].gpu_share.milli());
+    const NodeState& node = s.ws().node(s.topology().position_of(out.replicas[i].node));
+    AddShare(&shares, node.model, ChargedMilli(job.spec().tasks[out.replicas[i].task].gpu_share, node.spec.gpu_memory));
   }
   const QueueBook::ModelGpus add = SharesAsGpus(shares);
   if (leaf >= 0 && !add.empty() && s.RefuseOverQuota(job, leaf, add)) {

@@ -188,6 +188,43 @@ TEST(Allocate, AShareOverItsQueuesLimitCountsItsGpusRoundedUp) {
   EXPECT_EQ(why.message.find("needs 0 GPUs"), std::string::npos) << why.message;
 }
 
+// A share that bounds its GPU memory holds that much of the GPU: a
+// thousandth of a GPU with all its memory leaves no room beside it, and
+// counts against its queue as the whole GPU (it counted as a thousandth:
+// 64 such replicas held 64 GPUs against a quota charged 1).
+TEST(Allocate, AShareCountsAsItsGpuMemoryWhereThatIsMore) {
+  ClusterConfig c;
+  NodeGroupConfig g = Group("n", 1, 8);
+  g.gpu_memory = 80 * 1024;
+  c.node_groups.push_back(g);
+  c.queues = {{.name = "q", .quota = {{"H100", 2}}}};
+  ClusterState st = MakeCluster(c);
+  auto memory_bound = [](const std::string& name, int32_t replicas) {
+    JobSpec s;
+    s.name = name;
+    s.queue = "q";
+    s.tasks.push_back({.name = "w", .replicas = replicas,
+                       .gpu_share = {.fraction_milli = 10, .memory = 80 * 1024}, .cpu = 1000});
+    return s;
+  };
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), memory_bound("three", 3), 1}).ok());
+  CycleResult r;
+  MakeScheduler(c)->RunCycle(st.GetSnapshot(), 1, &r);
+  EXPECT_TRUE(r.placed.empty()) << "3 GPUs' memory placed against a quota of 2";
+  ClusterState st2 = MakeCluster(c);
+  ASSERT_TRUE(st2.Apply(JobSubmitted{JobId(1), memory_bound("two", 2), 1}).ok());
+  CycleResult r2;
+  MakeScheduler(c)->RunCycle(st2.GetSnapshot(), 1, &r2);
+  ASSERT_EQ(r2.placed.size(), 1u);
+  // And the queue's book, rebuilt from the state, holds the two GPUs.
+  const Placed& p = r2.placed[0];
+  ASSERT_TRUE(st2.Apply(JobBound{p.job, {r2.replicas.begin() + p.first, r2.replicas.begin() + p.first + p.count}, 2}).ok());
+  QueueBook book;
+  book.Configure(c);
+  book.Reset(st2.GetSnapshot());
+  EXPECT_EQ(book.HeldWithinGuarantees(book.LeafIndex("q"), 0), 2);
+}
+
 TEST(Allocate, ACycleWithNoNodesRejectsNothing) {
   ClusterConfig c;
   ClusterState st(c.topology);
