@@ -927,7 +927,16 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
   bool deferred = false;
   const auto steady_now = std::chrono::steady_clock::now();
   for (auto& [key, wanted] : desired) {
-    if (tasks_.count(key) || finished_.count(key)) continue;
+    if (auto running = tasks_.find(key); running != tasks_.end()) {
+      // The grace it stops with is the server's latest word (an admin may
+      // have lowered limits.max_checkpoint_grace since it started).
+      Task& t = *running->second;
+      if (!t.stopping) {
+        t.grace_ms = static_cast<int>(std::clamp<int64_t>(wanted->checkpoint_grace / 1000, options_.stop_grace_ms, INT32_MAX));
+      }
+      continue;
+    }
+    if (finished_.count(key)) continue;
     const api::TaskAssignment& a = *wanted;
     if (a.service) {
       // A replica that keeps exiting waits out its back-off (the reap loop

@@ -814,12 +814,12 @@ void Controller::CheckTimes(TimePoint now) {
   }).status().IgnoreError();
 }
 
-bool Controller::ForgetEnded(TimePoint now) {
+std::vector<JobId> Controller::ForgetEnded(TimePoint now) {
   // At most once a minute, or four times a retention if that is shorter.
   if (options_.job_retention <= 0 ||
       (now >= jobs_forgotten_at_ &&  // (a clock stepped back: at once)
        now - jobs_forgotten_at_ < std::clamp<Duration>(options_.job_retention / 4, kCheckEvery, 60 * kMicrosPerSecond))) {
-    return false;
+    return {};
   }
   jobs_forgotten_at_ = now;
   // Read on a snapshot, off the actor (a walk of the ended records); forgotten on
@@ -828,8 +828,7 @@ bool Controller::ForgetEnded(TimePoint now) {
   // this) is not held long either: a backlog (the first start with a
   // retention, over a million ended jobs) goes over the next passes.
   constexpr size_t kPart = 10'000, kPass = 50'000;
-  std::vector<JobId> ended;
-  bool forgot = false;
+  std::vector<JobId> ended, forgot;
   {
     // (The ended jobs are those not in the live table: found by the
     // tables' occupancy, without reading a live record. 4.5 ms with a
@@ -840,21 +839,22 @@ bool Controller::ForgetEnded(TimePoint now) {
     });
   }
   for (size_t from = 0; from < ended.size(); from += kPart) {
-    std::vector<JobId> part(ended.begin() + static_cast<ptrdiff_t>(from),
-                            ended.begin() + static_cast<ptrdiff_t>(std::min(ended.size(), from + kPart)));
+    const auto first = ended.begin() + static_cast<ptrdiff_t>(from);
+    const auto last = ended.begin() + static_cast<ptrdiff_t>(std::min(ended.size(), from + kPart));
+    std::vector<JobId> part(first, last);
     auto forgotten = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
       // (An ended job stays ended: nothing on the actor can have changed them.)
       const uint64_t next_id = std::max(next_job_id_, part.back().value() + 1);
       ROTA_RETURN_IF_ERROR(batch.Apply(JobsForgotten{std::move(part), now, next_id}));
       return true;
     });
-    forgot = forgot || forgotten.ok();
     if (!forgotten.ok()) {
       // (The store refuses, most likely: the next pass tries again.)
       std::fprintf(stderr, "rota: forgetting jobs past the job retention failed: %s\n",
                    forgotten.status().ToString().c_str());
       return forgot;
     }
+    forgot.insert(forgot.end(), first, last);
   }
   return forgot;
 }
@@ -863,28 +863,33 @@ void Controller::DropForgottenLogs() {
   if (options_.logs_dir.empty()) return;
   // The directories first, then the state: a job made after the listing
   // cannot be taken for a forgotten one.
-  std::vector<uint64_t> ids;
+  std::vector<JobId> ids;
   if (DIR* d = opendir(options_.logs_dir.c_str())) {
     while (const dirent* e = readdir(d)) {
       uint64_t id = 0;
       const std::string_view name = e->d_name;
       auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), id);
-      if (ec == std::errc() && end == name.data() + name.size() && name[0] != '0') ids.push_back(id);
+      if (ec == std::errc() && end == name.data() + name.size() && name[0] != '0') ids.push_back(JobId(id));
     }
     closedir(d);
   }
   if (ids.empty()) return;
   const Snapshot snap = snapshot();
-  for (uint64_t id : ids) {
-    if (snap.FindJob(JobId(id)) != nullptr) continue;
-    const std::string dir = options_.logs_dir + "/" + std::to_string(id);
+  std::erase_if(ids, [&](JobId id) { return snap.FindJob(id) != nullptr; });
+  DropLogsOf(ids);
+}
+
+void Controller::DropLogsOf(const std::vector<JobId>& ids) const {
+  if (options_.logs_dir.empty()) return;
+  for (JobId id : ids) {
+    const std::string dir = options_.logs_dir + "/" + std::to_string(id.value());
     const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
-    std::vector<std::string> logs;
+    std::vector<std::string> logs;  // its logs, and the mark of a capped one (StoreLogs)
     if (DIR* d = fdopendir(dup(fd))) {
       while (const dirent* e = readdir(d)) {
         const std::string_view name = e->d_name;
-        if (name.size() > 4 && name.ends_with(".log")) logs.emplace_back(name);
+        if ((name.size() > 4 && name.ends_with(".log")) || name == ".log-capped") logs.emplace_back(name);
       }
       closedir(d);
     }
@@ -992,13 +997,15 @@ void Controller::ScheduleNow() {
 
 StatusOr<JobId> Controller::Submit(const Principal& who, JobSpec spec) { return SubmitArray(who, std::move(spec), 1); }
 
-Status Controller::CheckSubmission(const Principal& who, JobSpec* spec, int64_t kept_priority) const {
+Status Controller::CheckSubmission(const Principal& who, JobSpec* spec, const JobSpec* kept) const {
   if (who.role == Role::kAgent) return Status(StatusCode::kPermissionDenied, "agents cannot submit jobs");
   ROTA_RETURN_IF_ERROR(ValidateNewJobSpec(*spec));
   ROTA_RETURN_IF_ERROR(ResolveJobPolicy(options_.config, spec));
   ROTA_RETURN_IF_ERROR(QueueAllows(options_.config, spec->queue, who.user, who.admin()));
-  ROTA_RETURN_IF_ERROR(PriorityAllowed(options_.config, *spec, who.user, who.admin(), kept_priority));
-  ROTA_RETURN_IF_ERROR(GraceAllowed(options_.config, *spec));
+  ROTA_RETURN_IF_ERROR(PriorityAllowed(options_.config, *spec, who.user, who.admin(), kept != nullptr ? kept->priority : -1));
+  if (kept == nullptr || spec->checkpoint.grace != kept->checkpoint.grace) {
+    ROTA_RETURN_IF_ERROR(GraceAllowed(options_.config, *spec));
+  }
   return MountsAllowed(options_.config, *spec, who.admin());
 }
 
@@ -1358,15 +1365,16 @@ Status Controller::PortsFree(const Snapshot& snap, const JobSpec& spec, JobId se
 }
 
 StatusOr<JobId> Controller::UpdateService(const Principal& who, JobSpec spec) {
-  // The priority the live service has (admitted before a cap came) it keeps.
-  int64_t kept = -1;
+  // The priority and grace the live service has (admitted before a cap
+  // came or was lowered) it keeps.
+  std::optional<JobSpec> kept;
   {
     const Snapshot snap = snapshot();
     for (const JobRecord* job : snap.LiveServices()) {
-      if (job->spec().name == spec.name && (who.admin() || job->user == who.user)) kept = job->spec().priority;
+      if (job->spec().name == spec.name && (who.admin() || job->user == who.user)) kept = job->spec();
     }
   }
-  ROTA_RETURN_IF_ERROR(CheckSubmission(who, &spec, kept));
+  ROTA_RETURN_IF_ERROR(CheckSubmission(who, &spec, kept ? &*kept : nullptr));
   if (!spec.is_service()) return InvalidArgumentError("kind: rota apply updates a service (kind: service)");
   return Call<JobId>([&](Batch& batch) -> StatusOr<JobId> {
     Snapshot snap = batch.state->GetSnapshot();

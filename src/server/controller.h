@@ -81,7 +81,7 @@ struct ControllerOptions {
   // (usage_retention). 0 = every job is kept.
   Duration job_retention = 14LL * 24 * 3600 * kMicrosPerSecond;
   // Where the API keeps the logs agents ship (logs_dir/<job>/*.log): a
-  // forgotten job's go with it (DropForgottenLogs). "" = none kept.
+  // forgotten job's go with it (DropLogsOf). "" = none kept.
   std::string logs_dir;
   // Per-GPU history (server/gpu_history.h): minute points kept this long,
   // hour points this long (0 = forever), written every history_flush
@@ -228,9 +228,12 @@ class Controller {
   StatusOr<JobId> SubmitArray(const Principal& who, JobSpec spec, const ArrayRange& array,
                               const std::string& request_id, bool* replayed);
   // The checks of a submission that need no state (the spec, its priority
-  // class and queue, who may use them, its mounts); resolves `spec` as a
-  // submission would. For a dry run; Submit runs them too.
-  Status CheckSubmission(const Principal& who, JobSpec* spec, int64_t kept_priority = -1) const;
+  // class and queue, who may use them, its grace, its mounts); resolves
+  // `spec` as a submission would. For a dry run; Submit runs them too.
+  // `kept`: the live service `rota apply` updates, whose priority and
+  // checkpoint grace (admitted before a cap came or was lowered) the new
+  // spec may keep.
+  Status CheckSubmission(const Principal& who, JobSpec* spec, const JobSpec* kept = nullptr) const;
   // What the tenant limits would refuse a submission of `count` copies for, taking nothing (dry runs).
   Status CheckTenantLimits(const Principal& who, const JobSpec& spec, int64_t count);
   // Cancels `ids` (at most kMaxCancelMany) in one journaled batch: one
@@ -434,12 +437,15 @@ class Controller {
   void CheckTimes(TimePoint now);
   // Forgets the jobs that ended job_retention before `now` (at most once a
   // minute, at most 50,000 a pass).
-  // Whether it forgot any.
-  bool ForgetEnded(TimePoint now);
-  // Removes the logs kept of jobs the state no longer holds (forgotten, by
-  // this server or before a crash): logs_dir/<id>/*.log, and the directory
-  // once empty (in `rota up`, the local agent's job directory: the task's
-  // work/ stays). Off the actor.
+  // The jobs it forgot.
+  std::vector<JobId> ForgetEnded(TimePoint now);
+  // Removes the logs kept of `ids` (forgotten): logs_dir/<id>/*.log and the
+  // mark of a capped log, and the directory once empty (in `rota up`, the
+  // local agent's job directory: the task's work/ stays). Off the actor.
+  void DropLogsOf(const std::vector<JobId>& ids) const;
+  // DropLogsOf every job with a directory there that the state no longer
+  // holds (forgotten before a crash, between a pass and its removal): once
+  // after a start.
   void DropForgottenLogs();
   void Trigger();
   TaskAssignment Assignment(const Snapshot& snap, const JobRecord& job, size_t index) const;

@@ -440,6 +440,12 @@ TEST_F(ControllerTest, ACheckpointGraceIsAtMostTheLimit) {
   const std::string dir = mkdtemp(tmpl);
   ClusterConfig config = TwoNodes();
   EXPECT_EQ(config.limits.max_checkpoint_grace, 15 * 60 * kMicrosPerSecond);  // (the default)
+  JobSpec service = Job("svc", 1, 1);
+  service.kind = JobKind::kService;
+  service.priority_class = "inference";
+  service.service.min_replicas = service.service.max_replicas = service.elastic_min_replicas = 1;
+  service.service.port = 8000;
+  service.checkpoint.grace = 15 * 60 * kMicrosPerSecond;
   JobId id;
   {
     auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock},
@@ -458,12 +464,20 @@ TEST_F(ControllerTest, ACheckpointGraceIsAtMostTheLimit) {
     auto submitted = c->Submit(kAlice, spec);
     ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
     id = *submitted;
+    ASSERT_TRUE(c->Submit(kAlice, service).ok());
     c->Stop();
   }
   config.limits.max_checkpoint_grace = 2 * 60 * kMicrosPerSecond;
   auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock},
                                         std::move(SqliteStore::Open(dir + "/rota.db")).value());
   ASSERT_TRUE(c->Start().ok());
+  // rota apply of the live service keeps the grace it was admitted with (as
+  // its priority); a new, still longer one is refused.
+  service.tasks[0].env["V"] = "2";
+  const auto kept = c->UpdateService(kAlice, service);
+  EXPECT_TRUE(kept.ok()) << kept.status().ToString();
+  service.checkpoint.grace = 20 * 60 * kMicrosPerSecond;
+  EXPECT_EQ(c->UpdateService(kAlice, service).status().code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
   ASSERT_TRUE(c->RegisterNode(Principal{"n-1", Role::kAgent, "n-1"}, c->snapshot().FindNode("n-1")->spec, true, "").ok());
   c->ScheduleNow();
@@ -472,8 +486,13 @@ TEST_F(ControllerTest, ACheckpointGraceIsAtMostTheLimit) {
   const std::string node = c->snapshot().node(job->placement[0].node).spec.name;
   auto tasks = c->NodeTasks(node);
   ASSERT_TRUE(tasks.ok());
-  ASSERT_EQ(tasks->size(), 1u);
-  EXPECT_EQ((*tasks)[0].checkpoint_grace, 2 * 60 * kMicrosPerSecond);
+  int found = 0;
+  for (const TaskAssignment& a : *tasks) {
+    if (a.job != id) continue;
+    ++found;
+    EXPECT_EQ(a.checkpoint_grace, 2 * 60 * kMicrosPerSecond);
+  }
+  EXPECT_EQ(found, 1);
   c->Stop();
   std::filesystem::remove_all(dir);
 }
@@ -1507,16 +1526,21 @@ TEST_F(ControllerTest, AForgottenJobsLogsAreRemoved) {
   ASSERT_TRUE(c->Start().ok());
   const JobId kept = *c->Submit(kAlice, Job("kept", 1, 1));
   const JobId ended = *c->Submit(kAlice, Job("ended", 1, 1));
+  const JobId capped = *c->Submit(kAlice, Job("capped", 1, 1));
   write(logs + "/" + std::to_string(kept.value()) + "/main-0.log");
   write(logs + "/" + std::to_string(ended.value()) + "/main-0.log");
   write(logs + "/" + std::to_string(ended.value()) + "/work/data");
+  write(logs + "/" + std::to_string(capped.value()) + "/main-0.log");
+  write(logs + "/" + std::to_string(capped.value()) + "/.log-capped");  // (StoreLogs' mark)
   c->ScheduleNow();
   EXPECT_FALSE(std::filesystem::exists(logs + "/99")) << "the logs of a job the state does not hold stay";
   EXPECT_TRUE(std::filesystem::exists(dir + "/outside.log")) << "a link was followed";
   ASSERT_TRUE(c->Cancel(kAlice, ended).ok());
+  ASSERT_TRUE(c->Cancel(kAlice, capped).ok());
   clock.Advance(61 * minute);
   c->ScheduleNow();
   ASSERT_EQ(c->snapshot().FindJob(ended), nullptr);
+  EXPECT_FALSE(std::filesystem::exists(logs + "/" + std::to_string(capped.value())));
   EXPECT_FALSE(std::filesystem::exists(logs + "/" + std::to_string(ended.value()) + "/main-0.log"));
   EXPECT_TRUE(std::filesystem::exists(logs + "/" + std::to_string(ended.value()) + "/work/data"));
   EXPECT_TRUE(std::filesystem::exists(logs + "/" + std::to_string(kept.value()) + "/main-0.log"));

@@ -39,6 +39,27 @@ api::TaskReport Exit(uint32_t replica, int32_t code) {
   return {.job = JobId(1), .task = 0, .replica = replica, .attempt = 0, .exited = true, .exit_code = code};
 }
 
+// A stopping job whose grace is past the admin's limit (stored before the
+// limit was lowered) waits the limit, not its own grace: its nodes stop its
+// tasks at the limit too (the agent takes the grace from the server's latest
+// answer).
+TEST(JobLifecycle, AStopWaitsAtMostTheGraceLimit) {
+  JobSpec spec = GpuJob("j", 2, 1);
+  spec.checkpoint.grace = 3600 * kMicrosPerSecond;
+  Running r(spec);
+  JobLifecycle limited{&r.clock, 30 * kMicrosPerSecond, 0, 120 * kMicrosPerSecond};
+  Batch batch{&r.st};
+  limited.Requeue(batch, r.job(), "requeued by alice", false);
+  ASSERT_EQ(r.job().state, JobState::kPreempting);
+  const TimePoint since = r.job().preempting_since;
+  const std::vector<JobId> ids = {JobId(1)};
+  EXPECT_TRUE(limited.FindOverdue(r.st.GetSnapshot(), ids, since + 150 * kMicrosPerSecond).empty());
+  EXPECT_EQ(limited.FindOverdue(r.st.GetSnapshot(), ids, since + 151 * kMicrosPerSecond).unstopped.size(), 1u);
+  // Without a limit, its own hour.
+  EXPECT_TRUE(r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, since + 3630 * kMicrosPerSecond).empty());
+  EXPECT_EQ(r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, since + 3631 * kMicrosPerSecond).unstopped.size(), 1u);
+}
+
 TEST(JobLifecycle, AJobSucceedsWhenEveryReplicaHasExitedZero) {
   Running r;
   EXPECT_TRUE(r.Report({Exit(0, 0)}).empty());  // one of two: still running

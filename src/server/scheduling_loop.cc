@@ -41,7 +41,8 @@ void Controller::SchedulerLoop() {
       // (After the nodes: a long pass never delays a node's loss.) The
       // logs of what it forgot go too, and once after a start those of
       // jobs forgotten before (a crash between a pass and its removal).
-      if (ForgetEnded(now) || !logs_swept_) {
+      DropLogsOf(ForgetEnded(now));
+      if (!logs_swept_) {
         DropForgottenLogs();
         logs_swept_ = true;
       }
