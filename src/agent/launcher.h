@@ -140,8 +140,9 @@ int64_t BootTimeNs();
 // symbolic link, never waiting (a lease the file's owner holds on it, or a
 // FIFO, answers EWOULDBLOCK at once instead of holding the agent, and every
 // task of the node with it, for the kernel's 45 s lease break), and only a
-// regular file (ENXIO otherwise). O_NONBLOCK stays set: it changes nothing for
-// a regular file's reads and writes. The descriptor, or -1 with errno.
+// regular file (ENXIO otherwise). O_NONBLOCK stays set on the descriptor (a
+// regular file's reads and writes ignore it; Launch clears it on the one it
+// hands the task as stdout). The descriptor, or -1 with errno.
 int OpenTaskFile(const std::string& path, int flags, mode_t mode = 0600);
 // Appends `text` to the log at `path` (made 0644 if missing) through
 // OpenTaskFile: 0, or the errno.

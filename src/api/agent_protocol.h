@@ -188,9 +188,11 @@ Status CheckAddress(std::string_view address, std::string_view field);
 // escape sequence for whoever lists nodes; a CR that splits a CSV report's
 // row), or its labels are more than kMaxNodeLabels or longer than
 // kMaxLabelKey / kMaxLabelValue bytes (each is journaled, kept in every
-// copy of the node, and shown to every user). Checked at registration
-// only: a node stored before loads.
-inline constexpr size_t kMaxNodeLabels = 64, kMaxLabelKey = 128, kMaxLabelValue = 256;
+// copy of the node, and shown to every user; the bounds leave room for a
+// feature discovery's hundred-odd labels, and Kubernetes' 253-byte prefix
+// and 63-byte name). Checked as a node registers: one stored before loads
+// as it was, and its agent's next registration is checked.
+inline constexpr size_t kMaxNodeLabels = 256, kMaxLabelKey = 317, kMaxLabelValue = 1024;
 Status CheckNodeText(const NodeSpec& spec, std::string_view field);
 
 nlohmann::ordered_json HeartbeatToJson(const HeartbeatReport& report);

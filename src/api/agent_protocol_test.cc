@@ -277,15 +277,15 @@ TEST(AgentProtocol, ANodesLabelsAreBounded) {
   for (size_t i = 0; i < kMaxNodeLabels; ++i) spec.labels["k" + std::to_string(i)] = "v";
   EXPECT_TRUE(CheckNodeText(spec, "node").ok());
   spec.labels["one-more"] = "v";
-  EXPECT_EQ(CheckNodeText(spec, "node").message(), "node.labels: 65 labels; a node has at most 64");
+  EXPECT_EQ(CheckNodeText(spec, "node").message(), "node.labels: 257 labels; a node has at most 256");
   spec.labels = {{"rack", std::string(kMaxLabelValue, 'r')}};
   EXPECT_TRUE(CheckNodeText(spec, "node").ok());
   spec.labels = {{"rack", std::string(kMaxLabelValue + 1, 'r')}};
   EXPECT_EQ(CheckNodeText(spec, "node").message(),
-            "node.labels: 'rack': a key has at most 128 bytes and a value at most 256");
+            "node.labels: 'rack': a key has at most 317 bytes and a value at most 1024");
   spec.labels = {{std::string(kMaxLabelKey + 1, 'k'), "v"}};
   EXPECT_EQ(CheckNodeText(spec, "node").message(),
-            "node.labels: 'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...': a key has at most 128 bytes and a value at most 256");
+            "node.labels: 'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...': a key has at most 317 bytes and a value at most 1024");
 }
 
 // An agent's address is written into every gang's hostfile on other nodes,

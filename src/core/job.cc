@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <filesystem>
 
 #include "base/strings.h"
 #include "core/mig.h"
@@ -258,6 +259,15 @@ void CheckNewSpec(const JobSpec& spec, std::vector<Status>* out) {
     const std::string p = "mounts[" + std::to_string(i) + "]";
     if (std::string e = ControlCharacterError(spec.mounts[i].source); !e.empty()) out->push_back(FieldError(p + ".source", e));
     if (std::string e = ControlCharacterError(spec.mounts[i].target); !e.empty()) out->push_back(FieldError(p + ".target", e));
+    // /rota is the job's directory inside a container, the agent's and
+    // read-only (only its work/ is the task's): the runtime could not make
+    // a mount point there, and one would be made in the agent's directory.
+    const std::string target = std::filesystem::path(spec.mounts[i].target).lexically_normal().string();
+    if (target == "/rota" || target == "/rota/" || target.starts_with("/rota/")) {
+      out->push_back(FieldError(p + ".target", "'" + spec.mounts[i].target +
+                                                   "' is within /rota, the job's own directory in a container "
+                                                   "(read-only; its work/ is the task's): mount elsewhere"));
+    }
   }
   for (size_t i = 0; i < spec.tasks.size(); ++i) {
     const TaskGroupSpec& t = spec.tasks[i];

@@ -88,6 +88,23 @@ TEST(JobSpec, ANewJobsMountsAndRootfsHoldNoControlCharacters) {
   EXPECT_TRUE(ValidateNewJobSpec(s).ok());
 }
 
+// Inside a container /rota is the job's directory, read-only (the agent's;
+// only /rota/work is the task's): no mount goes there.
+TEST(JobSpec, ANewJobsMountsStayOutOfRota) {
+  JobSpec s = Valid();
+  for (const char* target : {"/rota", "/rota/data", "/x/../rota/work", "/rota/"}) {
+    s.mounts = {{"/data", target, true}};
+    EXPECT_EQ(ValidateNewJobSpec(s).message(),
+              std::string("mounts[0].target: '") + target +
+                  "' is within /rota, the job's own directory in a container (read-only; its work/ is the task's): "
+                  "mount elsewhere")
+        << target;
+    EXPECT_TRUE(ValidateJobSpec(s).ok());  // (a stored job is not re-judged)
+  }
+  s.mounts = {{"/data", "/rotation", true}};
+  EXPECT_TRUE(ValidateNewJobSpec(s).ok());
+}
+
 // A service's probe paths and durations are judged when it is submitted or
 // applied; one stored before these rules still loads.
 TEST(JobSpec, AServicesProbeIsCheckedWhenNewOnly) {

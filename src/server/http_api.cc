@@ -1505,6 +1505,10 @@ class HttpServerImpl final : public HttpServer {
            "ones (out of connections or descriptors).\n"
            "# TYPE rota_http_idle_connections_closed_total counter\n"
            "rota_http_idle_connections_closed_total " + std::to_string(server_->idle_closed()) + "\n"
+           "# HELP rota_http_slow_connections_closed_total Connections still on their first request's header after 2 s "
+           "closed to make room for new ones (no idle one left to close).\n"
+           "# TYPE rota_http_slow_connections_closed_total counter\n"
+           "rota_http_slow_connections_closed_total " + std::to_string(server_->slow_closed()) + "\n"
            "# HELP rota_http_connections_accepted_total Connections accepted (those then refused at a cap too).\n"
            "# TYPE rota_http_connections_accepted_total counter\n"
            "rota_http_connections_accepted_total " + std::to_string(server_->accepted()) + "\n";

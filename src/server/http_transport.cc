@@ -776,9 +776,10 @@ void HttpTransport::Impl::RetrySoon(bool out_of_descriptors) {
   // backlog, so retrying at once would spin. Serve the open ones and try
   // again shortly. (One timer for all the accepts that failed: it re-arms
   // each.) Out of descriptors, up to kDrainPerAccept idle kept-alive
-  // connections close first, once a round.
+  // connections close first, once a round (and, short of that many, slow
+  // first headers: ShedSlow).
   if (accepts_waiting++ > 0) return;
-  if (out_of_descriptors) ShedIdle(kDrainPerAccept);
+  if (out_of_descriptors && ShedIdle(kDrainPerAccept) < kDrainPerAccept) ShedSlow(kDrainPerAccept);
   accept_retry->expires_after(std::chrono::milliseconds(50));
   accept_retry->async_wait([this](beast::error_code e) {
     const int n = accepts_waiting;
