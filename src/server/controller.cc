@@ -552,6 +552,24 @@ StatusOr<std::vector<UsageRecord>> Controller::UsageOfJob(const Principal& who, 
   return records;
 }
 
+StatusOr<std::vector<UsageRecord>> Controller::JobUsage(const Principal& who, JobId id, const std::string& user,
+                                                        const std::string& name, const JobRecord* job) const {
+  if (!who.admin() && user != who.user) return std::vector<UsageRecord>{};
+  ROTA_ASSIGN_OR_RETURN(std::vector<UsageRecord> records, store_->UsageOfJob(id));
+  if (job != nullptr && job->state == JobState::kRunning) {
+    UsageRecord r = usage_.Peek(snapshot(), *job, options_.clock->Now());
+    r.end = "running";
+    records.push_back(std::move(r));
+  }
+  std::lock_guard<std::mutex> lock(family_mu_);
+  if (auto it = family_usage_.find(user + '\n' + name); it != family_usage_.end()) {
+    for (const UsageRecord& r : it->second) {
+      if (r.job != id) records.push_back(r);
+    }
+  }
+  return records;
+}
+
 void Controller::SetNodeListener(std::function<void(const std::vector<std::string>&)> listener) {
   std::lock_guard<std::mutex> lock(listener_mu_);
   node_listener_ = std::move(listener);

@@ -185,6 +185,13 @@ class Controller {
   // One job's records, by attempt (a forgotten job's too); none unless it
   // is `who`'s or `who` is an admin.
   StatusOr<std::vector<UsageRecord>> UsageOfJob(const Principal& who, JobId job) const;
+  // What a job's report needs (describe, GET /v1/jobs/ID/usage): the job's
+  // own records, its running attempt's measure so far (`job`, when running),
+  // and its family's last attempts (`user`'s jobs named `name`, kept in
+  // memory as for FamilyShape), not a month of every tenant's records read
+  // for each; none unless it is `who`'s or `who` is an admin.
+  StatusOr<std::vector<UsageRecord>> JobUsage(const Principal& who, JobId id, const std::string& user,
+                                              const std::string& name, const JobRecord* job = nullptr) const;
   // A running job's attempt measured so far (UsageTracker::Peek).
   UsageRecord PeekUsage(const Snapshot& snap, const JobRecord& job) const {
     return usage_.Peek(snap, job, options_.clock->Now());

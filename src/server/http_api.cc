@@ -39,11 +39,6 @@
 
 namespace rota::server {
 
-namespace {
-// The records a job family's recommendation reads: a month's.
-constexpr Duration kFamilyWindow = 30LL * 24 * 3600 * kMicrosPerSecond;
-}  // namespace
-
 using nlohmann::json;
 using nlohmann::ordered_json;
 
@@ -781,10 +776,10 @@ class HttpServerImpl final : public HttpServer {
       if (Status s = FindVisible(who, snap, req.matches[1], &job, &owner); !s.ok()) return ReplyError(res, s);
       ordered_json j = JobView(*c_, snap, *job, /*with_spec=*/owner);
       j["events"] = Timeline(*job);
-      // What it used, and the shape its family's use fits (a month's records).
+      // What it used, and the shape its family's last attempts fit.
       if (job->started_at > 0) {
         const TimePoint now = c_->clock().Now();
-        auto records = c_->Usage(who, now - kFamilyWindow, now + 1, true);
+        auto records = c_->JobUsage(who, job->id, job->user, job->spec().name, job);
         if (records.ok()) {
           ordered_json usage = BuildJobReport(*records, job->id, now, ReportOptions{.currency = c_->config().accounting.currency});
           usage.erase("attempts");
@@ -810,14 +805,12 @@ class HttpServerImpl final : public HttpServer {
         auto own = c_->UsageOfJob(who, JobId(id));
         if (!own.ok()) return ReplyError(res, own.status());
         if (own->empty()) return ReplyError(res, s);
-        auto records = c_->Usage(who, now - kFamilyWindow, now + 1, true);  // (its family's right size)
+        auto records = c_->JobUsage(who, JobId(id), own->front().user, own->front().name);  // (its family's right size)
         if (!records.ok()) return ReplyError(res, records.status());
-        std::erase_if(*records, [&](const UsageRecord& r) { return r.job == JobId(id); });
-        records->insert(records->end(), own->begin(), own->end());
         Reply(res, 200, BuildJobReport(*records, JobId(id), now, ReportOptions{.currency = c_->config().accounting.currency}));
         return;
       }
-      auto records = c_->Usage(who, std::min(job->submitted_at, now - kFamilyWindow), now + 1, true);
+      auto records = c_->JobUsage(who, job->id, job->user, job->spec().name, job);
       if (!records.ok()) return ReplyError(res, records.status());
       Reply(res, 200, BuildJobReport(*records, job->id, now, ReportOptions{.currency = c_->config().accounting.currency}));
     }));
