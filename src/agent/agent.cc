@@ -711,7 +711,10 @@ bool Agent::LogShipped(const Task& t) {
   const auto size = std::filesystem::file_size(t.log_path, ec);
   auto it = log_shipped_.find(t.log_path);
   const int64_t shipped = it == log_shipped_.end() ? 0 : it->second;
-  return ec || shipped >= static_cast<int64_t>(size);
+  // (Past the server's cap it drops the rest: a task that made its log a
+  // sparse terabyte is not kept, nor shipped zeros, for ever.)
+  const int64_t cap = log_cap_.load();
+  return ec || shipped >= static_cast<int64_t>(size) || (cap > 0 && shipped > cap);
 }
 
 bool Agent::Heartbeat(int wait_ms) {
@@ -723,6 +726,7 @@ bool Agent::Heartbeat(int wait_ms) {
   constexpr std::streamsize kLogChunk = 64 * 1024;
   std::streamsize log_budget = 384 * 1024;  // all files: 512 KiB in base64
   std::set<std::string> shipping;        // log files in this report
+  std::vector<std::pair<size_t, Task*>> with_logs;  // their tasks' reports (by index), in turn
   std::map<std::string, int64_t> sent;   // their offsets once the server has this report
   std::unique_lock<std::mutex> lock(mu_);
   if (report.disk_problem.empty() == disk_short_) {  // (said when it starts and when it ends)
@@ -758,26 +762,8 @@ bool Agent::Heartbeat(int wait_ms) {
         r.memory_peak = u.memory_peak;
       }
     }
-    if (options_.ship_logs && !t->log_path.empty() && log_budget > 0 && shipping.insert(t->log_path).second) {
-      // The next piece of its log (a replica's log spans its attempts: one
-      // offset per file); a report stays well under the server's 1 MiB limit.
-      auto known = log_shipped_.find(t->log_path);
-      const int64_t from = known == log_shipped_.end() ? 0 : known->second;
-      // (Through OpenTaskFile: the file is the task's; a lease it holds
-      // on it skips this report's piece rather than stalling the agent.)
-      std::string chunk(static_cast<size_t>(std::min<std::streamsize>(kLogChunk, log_budget)), '\0');
-      ssize_t got = -1;
-      if (const int fd = OpenTaskFile(t->log_path, O_RDONLY); fd >= 0) {
-        got = pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(from));
-        close(fd);
-      }
-      chunk.resize(static_cast<size_t>(std::max<ssize_t>(0, got)));
-      if (!chunk.empty()) {
-        log_budget -= static_cast<std::streamsize>(chunk.size());
-        sent[t->log_path] = from + static_cast<int64_t>(chunk.size());
-        r.log = std::move(chunk);
-        r.log_offset = from;
-      }
+    if (options_.ship_logs && !t->log_path.empty() && shipping.insert(t->log_path).second) {
+      with_logs.emplace_back(report.tasks.size() - 1, t.get());
     }
     std::string ckpt;
     TimePoint ckpt_at = 0;
@@ -786,6 +772,39 @@ bool Agent::Heartbeat(int wait_ms) {
       r.checkpoint_at = ckpt_at;
     }
   }
+  // The next piece of each log (a replica's log spans its attempts: one
+  // offset per file), 64 KiB at most, within a budget that keeps a report
+  // well under the server's 1 MiB limit; the files take turns at the
+  // budget, from where the last report stopped, so no task's log (one
+  // written as fast as it can) holds back the others'. A file ships up to
+  // a byte past the server's cap, and no more (LogShipped).
+  const int64_t cap = log_cap_.load();
+  const size_t files = with_logs.size();
+  size_t turns = 0;
+  for (; turns < files && log_budget > 0; ++turns) {
+    const auto [index, t] = with_logs[(ship_turn_ + turns) % files];
+    auto known = log_shipped_.find(t->log_path);
+    const int64_t from = known == log_shipped_.end() ? 0 : known->second;
+    int64_t want = std::min<int64_t>(kLogChunk, log_budget);
+    if (cap > 0) want = std::min<int64_t>(want, cap + 1 - from);  // (a byte past it: the server says it truncated)
+    if (want <= 0) continue;
+    // (Through OpenTaskFile: the file is the task's; a lease it holds on
+    // it skips this report's piece rather than stalling the agent.)
+    std::string chunk(static_cast<size_t>(want), '\0');
+    ssize_t got = -1;
+    if (const int fd = OpenTaskFile(t->log_path, O_RDONLY); fd >= 0) {
+      got = pread(fd, chunk.data(), chunk.size(), static_cast<off_t>(from));
+      close(fd);
+    }
+    chunk.resize(static_cast<size_t>(std::max<ssize_t>(0, got)));
+    if (chunk.empty()) continue;
+    log_budget -= static_cast<std::streamsize>(chunk.size());
+    sent[t->log_path] = from + static_cast<int64_t>(chunk.size());
+    api::TaskReport& r = report.tasks[index];
+    r.log = std::move(chunk);
+    r.log_offset = from;
+  }
+  ship_turn_ = files == 0 ? 0 : (ship_turn_ + turns) % files;
   const auto sick = ReadHealthFile(options_.health_file);
   report.gpus = SampleGpus(options_.inventory, busy);
   if (options_.meter_interval_ms <= 0) meter_.Add(ReadMeters(options_.inventory, busy, true), SteadyMs());
@@ -885,6 +904,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
   if (answer.heartbeat_interval_ms > 0) {
     server_interval_ms_ = static_cast<int>(std::clamp<int64_t>(answer.heartbeat_interval_ms, 10, 600'000));
   }
+  if (answer.log_cap_bytes > 0) log_cap_ = answer.log_cap_bytes;
   // Start what is wanted and missing; stop what is not wanted.
   const uint64_t revision = answer.revision;
   if (revision < applied_revision_) return;  // read before one we applied already

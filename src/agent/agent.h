@@ -192,6 +192,8 @@ class Agent {
   // Log files (by path) and how much of each the server has; a task's entry
   // is dropped once it has ended and all of its log is shipped.
   std::map<std::string, int64_t> log_shipped_;
+  std::atomic<int64_t> log_cap_{0};  // the server's log cap (AgentAnswer::log_cap_bytes), 0 = not said
+  size_t ship_turn_ = 0;             // (mu_) which file's log ships first in the next report
   // The state revision of the last answer reconciled: an older answer (two
   // heartbeats in flight) is not applied. Reset when registering again.
   uint64_t applied_revision_ = 0;

@@ -427,7 +427,8 @@ ordered_json AnswerToJson(const AgentAnswer& answer) {
   return {{"tasks", std::move(tasks)},
           {"revision", answer.revision},
           {"fence_after_ms", answer.fence_after_ms},
-          {"heartbeat_interval_ms", answer.heartbeat_interval_ms}};
+          {"heartbeat_interval_ms", answer.heartbeat_interval_ms},
+          {"log_cap_bytes", answer.log_cap_bytes}};
 }
 
 namespace {
@@ -506,6 +507,7 @@ std::string AnswerText(const AgentAnswer& answer, int indent) {
   w.Field("revision", answer.revision);
   w.Field("fence_after_ms", answer.fence_after_ms);
   w.Field("heartbeat_interval_ms", answer.heartbeat_interval_ms);
+  w.Field("log_cap_bytes", answer.log_cap_bytes);
   w.EndObject();
   return out;
 }
@@ -516,6 +518,7 @@ StatusOr<AgentAnswer> AnswerFromJson(const json& body) {
   ROTA_RETURN_IF_ERROR(Read(body, "", "revision", &answer.revision));
   ROTA_RETURN_IF_ERROR(Read(body, "", "fence_after_ms", &answer.fence_after_ms));
   ROTA_RETURN_IF_ERROR(Read(body, "", "heartbeat_interval_ms", &answer.heartbeat_interval_ms));
+  ROTA_RETURN_IF_ERROR(Read(body, "", "log_cap_bytes", &answer.log_cap_bytes));
   ROTA_ASSIGN_OR_RETURN(const json* tasks, Field(body, "", "tasks", V::array, true));
   for (size_t i = 0; i < tasks->size(); ++i) {
     ROTA_ASSIGN_OR_RETURN(TaskAssignment a, AssignmentFromJson((*tasks)[i], "tasks[" + std::to_string(i) + "]."));

@@ -172,6 +172,10 @@ struct AgentAnswer {
   uint64_t revision = 0;
   int64_t fence_after_ms = 0;         // tasks run on this long after the last answered heartbeat
   int64_t heartbeat_interval_ms = 0;  // how often to report
+  // The most of a job's logs the server keeps (limits.log_cap): past it a
+  // file's further pieces are dropped, so the agent ships no more of it.
+  // 0: not said (an older server).
+  int64_t log_cap_bytes = 0;
 };
 
 // InvalidArgument naming `field` unless `instance` is an agent instance's

@@ -219,7 +219,8 @@ std::string AgentAnswer(const Controller& c, std::vector<TaskAssignment> tasks, 
   return api::AnswerText({.tasks = std::move(tasks),
                           .revision = revision,
                           .fence_after_ms = c.FenceAfter() / 1000,
-                          .heartbeat_interval_ms = c.heartbeat_interval() / 1000},
+                          .heartbeat_interval_ms = c.heartbeat_interval() / 1000,
+                          .log_cap_bytes = c.config().limits.log_cap_bytes},
                          indent);
 }
 

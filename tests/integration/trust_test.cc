@@ -841,6 +841,63 @@ TEST_F(Limits, ShippedLogsAreCappedPerJobAndSaySo) {
   EXPECT_GE(logs.size(), (1u << 20) - 400u * 1024u);
 }
 
+// A report ships at most 384 KiB of logs. The files took it in a fixed
+// order, each until it was shipped whole, and a task may make its log a
+// sparse terabyte at no cost: six such replicas of one job held every
+// other job's log on the node back for good. The files take turns now,
+// and one past the server's log cap (which the answers carry) ships no more.
+TEST_F(Limits, OneJobsLogsDoNotHoldBackTheOthersOnItsNode) {
+  RotaProcess server("server", tmp.path() + "/data", {"--config", Config("limits: {log_cap: 1Mi}\n")});
+  auto r = server.Admin().Post("/v1/tokens", json{{"user", "w0"}, {"role", "agent"}, {"node", "w0"}}.dump(),
+                               "application/json");
+  ASSERT_EQ(r->status, 201);
+  const std::string token_file = tmp.path() + "/w0.token";
+  std::ofstream(token_file) << json::parse(r->body)["token"].get<std::string>() << "\n";
+  const pid_t agent = SpawnLogged({RotaBinary(), "agent", "--server", server.url(), "--token-file", token_file, "--name",
+                                   "w0", "--gpus", "1xH100:80Gi", "--logs-dir", tmp.path() + "/agent-logs",
+                                   "--heartbeat-ms", "100"},
+                                  tmp.path() + "/agent.log");
+  ASSERT_GT(agent, 0);
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{agent};
+  for (int i = 0; i < 200 && server.Admin().Get("/v1/nodes")->body.find("\"w0\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  // Six replicas whose logs are a terabyte of zeros each.
+  r = server.Admin().Post("/v1/jobs",
+                          json{{"name", "sparse"},
+                               {"node_selector", {{"hostname", "w0"}}},
+                               {"tasks", {{{"replicas", 6}, {"cpu", "100m"},
+                                           {"command", {"python3", "-c",
+                                                        "import os, time\nos.ftruncate(1, 1 << 40)\ntime.sleep(300)\n"}}}}}}
+                              .dump(),
+                          "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int sparse = json::parse(r->body)["id"];
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  r = server.Admin().Post("/v1/jobs",
+                          json{{"name", "small"},
+                               {"node_selector", {{"hostname", "w0"}}},
+                               {"tasks", {{{"cpu", "100m"}, {"command", {"sh", "-c", "echo small-was-shipped"}}}}}}
+                              .dump(),
+                          "application/json");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const int small = json::parse(r->body)["id"];
+  std::string logs;
+  for (int i = 0; i < 150 && logs.find("small-was-shipped") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    logs = server.Admin().Get("/v1/jobs/" + std::to_string(small) + "/logs")->body;
+  }
+  EXPECT_NE(logs.find("small-was-shipped"), std::string::npos) << "the small job's log was held back: " << logs;
+  const json j = json::parse(server.Admin().Get("/v1/jobs/" + std::to_string(sparse))->body);
+  EXPECT_EQ(j["state"], "running") << j.dump();
+}
+
 // An agent ships logs only of replicas that ran on its node: another
 // node's agent (token w1) cannot write lines into a running elastic job's
 // log, nor fill it to its cap and silence it.
