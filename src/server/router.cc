@@ -518,23 +518,31 @@ awaitable<Router::Impl::Answer> Router::Impl::Forward(http::request<http::string
     co_return a;
   }
   std::shared_ptr<Service> svc = it->second;
+  try {
+    req.target(rest);
+    req.version(11);
+    req.keep_alive(true);
+    req.set("X-Forwarded-For", remote);
+    req.set("X-Forwarded-Prefix", "/" + name);
+    // The body is here already: a replica's interim "100 Continue" would be
+    // read as its answer (and the real one as the next request's).
+    req.erase(http::field::expect);
+    // And whole: it goes with its length, not chunked (a replica that reads
+    // only Content-Length, as Python's http.server, left the chunks on the
+    // kept connection, where they broke the next client's request).
+    req.chunked(false);
+    req.erase(http::field::trailer);
+    req.prepare_payload();
+  } catch (const std::exception& e) {
+    // (A TRACE with a body, which Beast will not write.) Refused before it
+    // is counted in flight: a request counted and then thrown out of here
+    // was never finished, and each one held the service's load up for good.
+    a.error = Error(400, std::string("the request cannot be forwarded: ") + e.what(), version);
+    co_return a;
+  }
   a.svc = svc;
   a.started = Steady::now();
   svc->Count(+1);
-  req.target(rest);
-  req.version(11);
-  req.keep_alive(true);
-  req.set("X-Forwarded-For", remote);
-  req.set("X-Forwarded-Prefix", "/" + name);
-  // The body is here already: a replica's interim "100 Continue" would be
-  // read as its answer (and the real one as the next request's).
-  req.erase(http::field::expect);
-  // And whole: it goes with its length, not chunked (a replica that reads
-  // only Content-Length, as Python's http.server, left the chunks on the
-  // kept connection, where they broke the next client's request).
-  req.chunked(false);
-  req.erase(http::field::trailer);
-  req.prepare_payload();
   auto ex = co_await asio::this_coro::executor;
   asio::steady_timer wait(ex);
   const Backend* failed = nullptr;
@@ -602,6 +610,10 @@ awaitable<Router::Impl::Relayed> Router::Impl::Relay(beast::tcp_stream& client, 
     keep = false;
   }
   res.keep_alive(keep);
+  // Every service is served from the router's one origin (/NAME/...): a
+  // replica may not widen a service worker's scope past its own path, where
+  // it would sit in front of every other tenant's service in that browser.
+  res.erase("Service-Worker-Allowed");
   http::response_serializer<http::buffer_body> sr{res};
   if (a.no_body) {
     // Its header alone, whatever it says of a body (chunked, a length).
@@ -653,8 +665,9 @@ awaitable<Router::Impl::Relayed> Router::Impl::Relay(beast::tcp_stream& client, 
 }
 
 void Router::Impl::Finish(Answer& a, bool replica_failed) {
-  if (a.svc == nullptr) return;  // (not for a service: nothing counted)
-  Service& svc = *a.svc;
+  if (a.svc == nullptr) return;  // (not for a service, or finished already: nothing counted)
+  const std::shared_ptr<Service> held = std::move(a.svc);  // (finished once: Serve's guard may call again)
+  Service& svc = *held;
   if (a.backend != nullptr) {
     a.backend->outstanding--;
     if (replica_failed) {
@@ -666,16 +679,12 @@ void Router::Impl::Finish(Answer& a, bool replica_failed) {
     }
   }
   svc.Count(-1);
-  if (a.client_gone) {  // (no answer: counted as abandoned)
-    a.svc = nullptr;
-    return;
-  }
+  if (a.client_gone) return;  // (no answer: counted as abandoned)
   svc.requests++;
   if (a.router_error || replica_failed) svc.failed++;
   const double ms = std::chrono::duration<double, std::milli>(Steady::now() - a.started).count();
   if (svc.latencies.size() < kLatencies) svc.latencies.push_back(ms);
   else svc.latencies[svc.next_latency++ % kLatencies] = ms;
-  a.svc = nullptr;
 }
 
 awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
@@ -727,6 +736,14 @@ awaitable<void> Router::Impl::Serve(tcp::socket socket, std::string remote) {
       auto hangup = std::make_shared<Hangup>();
       asio::co_spawn(ioc, WatchHangup(client.socket(), hangup), asio::detached);
       Answer a = co_await Forward(std::move(req), remote, hangup.get());
+      // Finished however this request ends, a throw included (Finish does
+      // it once): an unfinished one stays counted in flight, which the
+      // autoscaler reads as load.
+      struct Finishing {
+        Impl* impl;
+        Answer& a;
+        ~Finishing() { impl->Finish(a, false); }
+      } finishing{this, a};
       hangup->done = true;
       if (!hangup->gone) client.socket().cancel(ec);  // (the watch ends; nothing else waits on the client now)
       held.Set(0);  // (the request's body is gone; an answer's is relayed, not held)

@@ -413,6 +413,36 @@ TEST(Router, AReplicasMetricsAreReadOnlyUpToTheirLimitAndTimeout) {
 // generating for no one) instead of waiting out its answer; one that hangs
 // up while queued for a ready replica leaves the queue at once. Neither is
 // counted as answered or failed, both as abandoned.
+// A request Beast will not write (a TRACE with a body) is refused with 400
+// before it counts in flight: thrown out after it was counted, it was never
+// finished, and each one held the service's load up for good (an
+// unauthenticated client could pin a service's autoscaler at its max).
+TEST(Router, ARequestItCannotForwardIsRefusedAndNotLeftInFlight) {
+  FakeReplica replica([&](int fd, const std::string&) {
+    const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    return write(fd, ok.data(), ok.size()) >= 0;
+  });
+  int port = 0;
+  auto router = RouterFor(replica, &port);
+  for (int i = 0; i < 3; ++i) {
+    const int fd = OpenLoopback(port, 5);
+    Send(fd, "TRACE /svc/ HTTP/1.1\r\nHost: r\r\nContent-Length: 1\r\n\r\nx");
+    char buf[512] = {};
+    ASSERT_GT(read(fd, buf, sizeof buf - 1), 0);
+    EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 400", 0), 0u) << buf;
+    close(fd);
+  }
+  usleep(100 * 1000);
+  EXPECT_EQ(router->TakeStats().at("svc").inflight, 0);
+  // And the service still answers.
+  const int fd = OpenLoopback(port, 5);
+  Send(fd, "GET /svc/x HTTP/1.1\r\nHost: r\r\n\r\n");
+  char buf[512] = {};
+  ASSERT_GT(read(fd, buf, sizeof buf - 1), 0);
+  EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 200", 0), 0u) << buf;
+  close(fd);
+}
+
 TEST(Router, AClientThatHangsUpEndsItsRequestAtTheReplica) {
   std::atomic<int64_t> closed_after_ms{-1};
   FakeReplica replica([&](int fd, const std::string& head) {
