@@ -13,12 +13,19 @@ class Clock {
  public:
   virtual ~Clock() = default;
   virtual TimePoint Now() const = 0;
+  // Time for spans measured within this process (how long a node has been
+  // silent): never stepped, so an NTP step of the wall clock declares no
+  // node lost nor keeps one that is. Its origin is arbitrary. A clock that
+  // is never stepped (a ManualClock, in tests) answers Now().
+  virtual TimePoint Steady() const { return Now(); }
 };
 
-// Wall-clock time (CLOCK_REALTIME) in microseconds since the epoch.
+// Wall-clock time (CLOCK_REALTIME) in microseconds since the epoch; Steady
+// is CLOCK_MONOTONIC's.
 class SystemClock final : public Clock {
  public:
   TimePoint Now() const override;
+  TimePoint Steady() const override;
 };
 
 // Time that moves only when told to.

@@ -121,7 +121,7 @@ Status Controller::Start() {
       for (const ReplicaPlacement& r : job->placement) {
         NodeLive& live = live_[snap.node(r.node).spec.name];
         live.expected = true;
-        live.last_heartbeat = options_.clock->Now();
+        live.last_heartbeat = options_.clock->Steady();
       }
     }
   }
@@ -827,7 +827,7 @@ void Controller::CheckTimes(TimePoint now) {
   const JobLifecycle::Overdue overdue = lifecycle_.FindOverdue(snap, placed, now, &seen);
   if (overdue.empty()) return;
   Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-    lifecycle_.EndOverdue(batch, overdue, now);
+    lifecycle_.EndOverdue(batch, overdue, now, options_.clock->Steady());
     return true;
   }).status().IgnoreError();
 }
@@ -933,12 +933,13 @@ void Controller::CheckNodes() {
   std::vector<std::string> silent;
   {
     Snapshot snap = snapshot();
+    const TimePoint steady = options_.clock->Steady();
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [name, live] : live_) {
-      if (!(live.registered || live.expected) || now - live.last_heartbeat <= options_.node_timeout) continue;
+      if (!(live.registered || live.expected) || steady - live.last_heartbeat <= options_.node_timeout) continue;
       const NodeState* node = snap.FindNode(name);
       if (node == nullptr) continue;
-      const bool holds = now - live.last_heartbeat > requeue_after && JobsOn(name) != nullptr;
+      const bool holds = steady - live.last_heartbeat > requeue_after && JobsOn(name) != nullptr;
       if (!node->lost || holds) silent.push_back(name);
     }
   }
@@ -949,7 +950,7 @@ void Controller::CheckNodes() {
       {
         // A heartbeat may have arrived since the scan.
         std::lock_guard<std::mutex> lock(mu_);
-        silence = options_.clock->Now() - live_[name].last_heartbeat;
+        silence = options_.clock->Steady() - live_[name].last_heartbeat;
       }
       if (silence <= options_.node_timeout) continue;
       // What to change, read first; the snapshot goes before the changes
@@ -1511,7 +1512,7 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
              // reports keeps it (the same agent restarted keeps its instance).
              std::lock_guard<std::mutex> lock(mu_);
              auto it = live_.find(spec.name);
-             const TimePoint now = options_.clock->Now();
+             const TimePoint now = options_.clock->Steady();
              // Taken over only once the other's tasks have fenced themselves
              // and their gangs were requeued (as for a lost node).
              const Duration takeover = std::max(options_.node_timeout, FenceAfter() + kFenceMargin);
@@ -1565,7 +1566,7 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
            live.mps = mps;
            live.address = address;
            if (!instance.empty()) live.instance = instance;  // (an older agent's registration keeps the check)
-           live.last_heartbeat = options_.clock->Now();
+           live.last_heartbeat = options_.clock->Steady();
            return true;
          })
       .status();
@@ -1743,7 +1744,7 @@ Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::v
     // (Again here, on the actor: another agent may have taken the node over
     // since the report was first checked.)
     ROTA_RETURN_IF_ERROR(SameAgent(live, report.node, report.instance));
-    live.last_heartbeat = options_.clock->Now();
+    live.last_heartbeat = options_.clock->Steady();
     live.Note(report.gpus, node->spec.gpus);
     lost = node->lost;
     drain_changes = DiskDrainChanges(*node, report);
@@ -1819,7 +1820,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
     if (!SameAgent(live->second, report.node, report.instance).ok()) return false;  // (the actor refuses it)
     // Overdue: CheckNodes may be declaring it lost right now; the actor
     // orders the two.
-    if (options_.clock->Now() - live->second.last_heartbeat > options_.node_timeout) return false;
+    if (options_.clock->Steady() - live->second.last_heartbeat > options_.node_timeout) return false;
     if (DiskDrainChanges(*node, report)) return false;
     for (const GpuTelemetry& g : report.gpus) {
       if (g.index < 0 || g.index >= node->spec.gpus) continue;
@@ -1853,7 +1854,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
         }
       }
     }
-    live->second.last_heartbeat = options_.clock->Now();
+    live->second.last_heartbeat = options_.clock->Steady();
     live->second.Note(report.gpus, node->spec.gpus);
     FoldUsage(snap, *node, report);
   }

@@ -124,6 +124,9 @@ struct NodeLive {
   // older than that): another's registration is refused while it reports,
   // its reports and watches after that.
   std::string instance;
+  // When it last reported, on the clock's Steady() (a step of the wall
+  // clock neither declares a healthy node lost, with its gangs requeued
+  // beside their running ranks, nor keeps a dead one).
   TimePoint last_heartbeat = 0;
   std::vector<GpuTelemetry> gpus;
   // Each GPU's energy in the reports since this server started (mJ, by

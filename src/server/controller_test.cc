@@ -381,6 +381,49 @@ TEST_F(ControllerTest, OnlyAReplicasOwnNodeKeepsItsStopOpen) {
   EXPECT_EQ(c->snapshot().FindJob(*id)->restarts, 1) << "n-0's listings of n-1's rank held the stop open";
 }
 
+// A clock whose wall time can be stepped (NTP) apart from its steady time.
+class SteppedClock final : public Clock {
+ public:
+  TimePoint Now() const override { return wall; }
+  TimePoint Steady() const override { return steady; }
+  void Advance(Duration d) {
+    wall += d;
+    steady += d;
+  }
+  TimePoint wall = 1'000'000'000, steady = 5'000;
+};
+
+// The server's wall clock stepped forward an hour (NTP): its nodes, which
+// reported a second ago, were declared lost, and their gangs requeued beside
+// their running ranks. How long a node has been silent is steady time.
+TEST_F(ControllerTest, AStepOfTheWallClockDeclaresNoNodeLost) {
+  SteppedClock stepped;
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = TwoNodes(), .clock = &stepped},
+                                        std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->Start().ok());
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  const Pair pair = RunPair(*c, agent1);
+  ASSERT_TRUE(pair.id.has_value());
+  stepped.Advance(kMicrosPerSecond);
+  ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .tasks = {{*pair.id, 0, pair.on0, 0}}}).ok());
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{*pair.id, 0, pair.on1, 0}}}).ok());
+  stepped.wall += 3600 * kMicrosPerSecond;  // the step
+  stepped.steady += kMicrosPerSecond;
+  c->ScheduleNow();
+  const Snapshot snap = c->snapshot();
+  EXPECT_FALSE(snap.FindNode("n-0")->lost);
+  EXPECT_FALSE(snap.FindNode("n-1")->lost);
+  EXPECT_EQ(snap.FindJob(*pair.id)->state, JobState::kRunning);
+  EXPECT_EQ(snap.FindJob(*pair.id)->restarts, 0);
+  // And a node that is silent is lost on the steady clock, whatever the wall says.
+  stepped.steady += 10 * 60 * kMicrosPerSecond;
+  ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .tasks = {{*pair.id, 0, pair.on0, 0}}}).ok());
+  c->ScheduleNow();
+  EXPECT_TRUE(c->snapshot().FindNode("n-1")->lost);
+  EXPECT_FALSE(c->snapshot().FindNode("n-0")->lost);
+  c->Stop();
+}
+
 // A server restarted while a gang stops: the gang goes on stopping, and the
 // first full list of its other node's tasks (as of an answer of the new
 // server) that misses the rank ends the stop, long before the grace would.

@@ -71,7 +71,7 @@ void JobLifecycle::NoteMissing(Batch& batch, NodeId node, const std::vector<api:
       continue;
     }
     // An answer from before it began stopping may still have it start.
-    if (revision >= it->second) {
+    if (revision >= it->second.revision) {
       auto& exited = exited_[job->id].replicas;
       for (const ReplicaPlacement& r : job->placement) {
         if (r.node != node) continue;
@@ -206,7 +206,7 @@ JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std:
   return out;
 }
 
-void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now) {
+void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now, TimePoint steady_now) {
   for (JobId id : overdue.expired) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
     if (job == nullptr || job->state != JobState::kRunning) continue;
@@ -217,6 +217,14 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
   for (JobId id : overdue.unstopped) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
     if (job == nullptr || job->state != JobState::kPreempting) continue;
+    // Its grace is also measured on this server's steady clock, from when it
+    // saw the stop begin: a step of the wall clock (the journal's times)
+    // does not end a stop while its replicas may still be saving, and so
+    // start the next attempt beside them.
+    if (auto s = stopping_.find(id); steady_now != 0 && s != stopping_.end()) {
+      const Duration grace = std::min(job->spec().checkpoint.grace, max_grace_);
+      if (steady_now - s->second.steady_at <= std::max(grace + preempt_slack_, fenced_after_)) continue;
+    }
     Stopped(batch, *job, job->last_requeue_reason + " (did not stop within its grace period)");
   }
 }

@@ -48,7 +48,7 @@ class JobLifecycle {
   void OnTaskReports(Batch& batch, const std::string& node, const std::vector<api::TaskReport>& tasks,
                      uint64_t revision = 0);
   // `job` began stopping (JobPreempting) at the state's `revision`.
-  void NoteStopping(JobId job, uint64_t revision) { stopping_[job] = revision; }
+  void NoteStopping(JobId job, uint64_t revision) { stopping_[job] = {revision, clock_->Steady()}; }
   bool Stopping(JobId job) const { return stopping_.count(job) > 0; }
   // A GPU of `node` whose health differs from the state's: journals it, and
   // requeues the running gangs on it if it failed.
@@ -68,8 +68,10 @@ class JobLifecycle {
   static constexpr Duration kStopHold = 600 * kMicrosPerSecond;
   Overdue FindOverdue(const Snapshot& snap, const std::vector<JobId>& ids, TimePoint now,
                       const std::map<JobId, TimePoint>* seen_running = nullptr) const;
-  // Ends (or requeues) them, if they still are so in the batch's state.
-  void EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now);
+  // Ends (or requeues) them, if they still are so in the batch's state;
+  // with `steady_now` (the clock's Steady()), a stop only once its grace has
+  // passed on that clock too, from when this server saw it begin.
+  void EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now, TimePoint steady_now = 0);
 
   // Requeues (or fails, past the restart limit) a running job. A rank never
   // runs beside its own next attempt: while any replica of this attempt may
@@ -113,8 +115,13 @@ class JobLifecycle {
     TimePoint last = 0;
   };
   std::map<JobId, Exited> exited_;
-  // Stopping jobs, and the revision they began at (NoteStopping).
-  std::map<JobId, uint64_t> stopping_;
+  // Stopping jobs: the revision they began at (NoteStopping), and when this
+  // server saw them begin on its steady clock (EndOverdue).
+  struct Stop {
+    uint64_t revision = 0;
+    TimePoint steady_at = 0;
+  };
+  std::map<JobId, Stop> stopping_;
   // `node`'s full list `tasks` (as of answer `revision`) misses stopping
   // jobs' replicas there: they have stopped.
   void NoteMissing(Batch& batch, NodeId node, const std::vector<api::TaskReport>& tasks, uint64_t revision);

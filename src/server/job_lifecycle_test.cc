@@ -60,6 +60,31 @@ TEST(JobLifecycle, AStopWaitsAtMostTheGraceLimit) {
   EXPECT_EQ(r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, since + 3631 * kMicrosPerSecond).unstopped.size(), 1u);
 }
 
+// A stop's grace is measured on the steady clock too, from when this server
+// saw it begin: the wall clock stepped forward (the journal's times) does
+// not end a stop while its replicas may still be saving.
+TEST(JobLifecycle, AStepOfTheWallClockEndsNoStopEarly) {
+  JobSpec spec = GpuJob("j", 2, 1);
+  spec.checkpoint.grace = 60 * kMicrosPerSecond;
+  Running r(spec);
+  Batch batch{&r.st};
+  r.lifecycle.Requeue(batch, r.job(), "requeued by alice", false);
+  ASSERT_EQ(r.job().state, JobState::kPreempting);
+  const TimePoint since = r.job().preempting_since;
+  const TimePoint steady = r.clock.Steady();  // (the stop noted at it)
+  const std::vector<JobId> ids = {JobId(1)};
+  const TimePoint stepped = since + 3600 * kMicrosPerSecond;  // the wall clock, an hour on
+  const auto overdue = r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, stepped);
+  ASSERT_EQ(overdue.unstopped.size(), 1u);  // (by the wall clock)
+  Batch early{&r.st};
+  r.lifecycle.EndOverdue(early, overdue, stepped, steady + 5 * kMicrosPerSecond);
+  EXPECT_TRUE(early.events.empty()) << "a stop ended 5 s into its 60 s grace";
+  Batch late{&r.st};
+  r.lifecycle.EndOverdue(late, overdue, stepped, steady + 91 * kMicrosPerSecond);
+  ASSERT_EQ(late.events.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<JobRequeued>(late.events[0]));
+}
+
 TEST(JobLifecycle, AJobSucceedsWhenEveryReplicaHasExitedZero) {
   Running r;
   EXPECT_TRUE(r.Report({Exit(0, 0)}).empty());  // one of two: still running

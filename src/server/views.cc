@@ -134,7 +134,7 @@ std::string NodeStateName(const Controller& c, const NodeState& node, const std:
   if (node.lost) return "lost";
   auto it = live.find(node.spec.name);
   const bool registered = it != live.end() && it->second.registered;
-  if (registered && c.clock().Now() - it->second.last_heartbeat > c.node_timeout()) return "lost";
+  if (registered && c.clock().Steady() - it->second.last_heartbeat > c.node_timeout()) return "lost";
   if (node.drained) return "drained";
   if (!registered) return "declared";  // no agent has reported for it
   return "ready";
@@ -159,7 +159,10 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
   j["nvlink_islands"] = node.spec.nvlink_islands;
   auto it = live.find(node.spec.name);
   j["simulated"] = it != live.end() && it->second.simulated;
-  j["last_heartbeat"] = it != live.end() ? TimeText(it->second.last_heartbeat) : "";
+  // (Kept on the steady clock: shown as the wall time that long ago.)
+  j["last_heartbeat"] = it != live.end() && it->second.last_heartbeat != 0
+                            ? TimeText(c.clock().Now() - (c.clock().Steady() - it->second.last_heartbeat))
+                            : "";
   ordered_json gpus = ordered_json::array();
   for (int32_t g = 0; g < node.spec.gpus; ++g) {
     ordered_json gj{{"index", g},
