@@ -700,8 +700,13 @@ bool Agent::Register() {
     return false;
   }
   register_refusals_ = 0;
+  const json body = json::parse(res->body, nullptr, false);
   std::lock_guard<std::mutex> lock(mu_);
   applied_revision_ = 0;  // a restarted server counts revisions from its recovery
+  // Only this server process's answers are applied from now on (a late one
+  // of the last server's, or one kept for a replica's back-off, is not).
+  server_id_ = body.is_object() && body.contains("server") && body["server"].is_string() ? body["server"].get<std::string>() : "";
+  deferred_answer_.reset();
   return true;
 }
 
@@ -880,6 +885,14 @@ bool Agent::Heartbeat(int wait_ms) {
     std::fprintf(stderr, "rota agent: unreadable heartbeat answer: %s\n", std::string(answer.status().message()).c_str());
     return false;
   }
+  if (!FromRegisteredServer(*answer)) {
+    // Another server process answered than the one this agent registered
+    // with (it restarted, or an old leader answered late): its revisions
+    // count from another start. Not applied, the lease not renewed by it:
+    // the agent registers again.
+    registered_ = false;
+    return false;
+  }
   {
     // Answered by another server than the watch's (its server stopped
     // answering, or lost the lead, and the stream has not noticed yet, e.g.
@@ -899,7 +912,15 @@ bool Agent::Heartbeat(int wait_ms) {
   return true;
 }
 
+bool Agent::FromRegisteredServer(const api::AgentAnswer& answer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return answer.server.empty() || server_id_.empty() || answer.server == server_id_;
+}
+
 void Agent::Reconcile(const api::AgentAnswer& answer) {
+  // (An answer of another server process than the registered one: not ours
+  // to apply, FromRegisteredServer.)
+  if (!answer.server.empty() && !server_id_.empty() && answer.server != server_id_) return;
   const double received_at = WallSeconds();
   if (answer.heartbeat_interval_ms > 0) {
     server_interval_ms_ = static_cast<int>(std::clamp<int64_t>(answer.heartbeat_interval_ms, 10, 600'000));

@@ -213,6 +213,11 @@ class Agent {
   void NoteServiceExits();
   std::string instance_tag_;  // "-<hash of state_dir>" on task cgroup names ("" without a state directory)
   std::string instance_;      // AgentInstance: sent with registrations, reports and watches
+  // (mu_) The server process this agent registered with last (its answer's
+  // "server"): answers of another are not applied. "" = an older server.
+  std::string server_id_;
+  // Whether `answer` comes from that server (or either does not say). Takes mu_.
+  bool FromRegisteredServer(const api::AgentAnswer& answer);
   std::atomic<int> register_refusals_{0};
   std::atomic<int> fence_after_ms_{30000};
   std::mutex lease_mu_;           // RenewLease's (heartbeats go from two threads); guards:

@@ -428,7 +428,8 @@ ordered_json AnswerToJson(const AgentAnswer& answer) {
           {"revision", answer.revision},
           {"fence_after_ms", answer.fence_after_ms},
           {"heartbeat_interval_ms", answer.heartbeat_interval_ms},
-          {"log_cap_bytes", answer.log_cap_bytes}};
+          {"log_cap_bytes", answer.log_cap_bytes},
+          {"server", answer.server}};
 }
 
 namespace {
@@ -508,6 +509,7 @@ std::string AnswerText(const AgentAnswer& answer, int indent) {
   w.Field("fence_after_ms", answer.fence_after_ms);
   w.Field("heartbeat_interval_ms", answer.heartbeat_interval_ms);
   w.Field("log_cap_bytes", answer.log_cap_bytes);
+  w.Field("server", answer.server);
   w.EndObject();
   return out;
 }
@@ -519,6 +521,7 @@ StatusOr<AgentAnswer> AnswerFromJson(const json& body) {
   ROTA_RETURN_IF_ERROR(Read(body, "", "fence_after_ms", &answer.fence_after_ms));
   ROTA_RETURN_IF_ERROR(Read(body, "", "heartbeat_interval_ms", &answer.heartbeat_interval_ms));
   ROTA_RETURN_IF_ERROR(Read(body, "", "log_cap_bytes", &answer.log_cap_bytes));
+  ROTA_RETURN_IF_ERROR(Read(body, "", "server", &answer.server));
   ROTA_ASSIGN_OR_RETURN(const json* tasks, Field(body, "", "tasks", V::array, true));
   for (size_t i = 0; i < tasks->size(); ++i) {
     ROTA_ASSIGN_OR_RETURN(TaskAssignment a, AssignmentFromJson((*tasks)[i], "tasks[" + std::to_string(i) + "]."));

@@ -176,6 +176,12 @@ struct AgentAnswer {
   // file's further pieces are dropped, so the agent ships no more of it.
   // 0: not said (an older server).
   int64_t log_cap_bytes = 0;
+  // Which server process answered (Controller::server_id, also in its
+  // registration's answer): revisions count from each one's start, so an
+  // answer of another process than the one the agent registered with (a
+  // server restarted, an old leader) is not the agent's to apply. "": not
+  // said (an older server).
+  std::string server;
 };
 
 // InvalidArgument naming `field` unless `instance` is an agent instance's

@@ -48,13 +48,14 @@ TaskAssignment FullAssignment() {
 
 TEST(AgentProtocol, AnAnswerRoundTripsThroughItsJson) {
   AgentAnswer answer{.tasks = {FullAssignment()}, .revision = 77, .fence_after_ms = 30000, .heartbeat_interval_ms = 10000,
-                     .log_cap_bytes = 64 << 20};
+                     .log_cap_bytes = 64 << 20, .server = "5f3a9c01"};
   auto back = AnswerFromJson(json::parse(AnswerToJson(answer).dump()));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->revision, 77u);
   EXPECT_EQ(back->fence_after_ms, 30000);
   EXPECT_EQ(back->heartbeat_interval_ms, 10000);
   EXPECT_EQ(back->log_cap_bytes, 64 << 20);
+  EXPECT_EQ(back->server, "5f3a9c01");
   ASSERT_EQ(back->tasks.size(), 1u);
   // Encoding the decoded answer gives the same JSON: every field survived.
   EXPECT_EQ(AnswerToJson(*back).dump(), AnswerToJson(answer).dump());
@@ -95,7 +96,7 @@ TEST(AgentProtocol, AnAnswersTextIsItsJsonDumpByteForByte) {
       {.tasks = {}, .revision = 0, .fence_after_ms = 0, .heartbeat_interval_ms = 0},
       {.tasks = {FullAssignment()}, .revision = 77, .fence_after_ms = 30000, .heartbeat_interval_ms = 10000},
       {.tasks = {odd, plain, negative, FullAssignment()}, .revision = UINT64_MAX, .fence_after_ms = -5,
-       .heartbeat_interval_ms = INT64_MAX, .log_cap_bytes = INT64_MAX},
+       .heartbeat_interval_ms = INT64_MAX, .log_cap_bytes = INT64_MAX, .server = "a\"b"},
   };
   for (const AgentAnswer& answer : answers) {
     for (int indent : {-1, 0, 2, 4}) {

@@ -32,6 +32,7 @@
 
 #include "api/agent_protocol.h"
 #include "base/clock.h"
+#include "base/random_hex.h"
 #include "core/cluster_config.h"
 #include "sched/engine.h"
 #include "server/auth.h"
@@ -354,6 +355,9 @@ class Controller {
   const ClusterConfig& config() const { return options_.config; }
   const Auth& auth() const { return auth_; }
   const Clock& clock() const { return *options_.clock; }
+  // This process's id, random at its start: the agents apply answers (whose
+  // revisions count from this start) of the server they registered with only.
+  const std::string& server_id() const { return server_id_; }
   Duration node_timeout() const { return options_.node_timeout; }
   Duration min_runtime() const { return options_.min_runtime; }
   Duration preempt_slack() const { return options_.preempt_slack; }
@@ -543,6 +547,7 @@ class Controller {
   std::vector<GpuHistoryBlock> unwritten_history_;  // blocks the store refused, retried
   TimePoint history_trimmed_at_ = 0;
   std::thread history_thread_;
+  const std::string server_id_ = RandomHex(16);
   std::vector<UsageRecord> unwritten_usage_;  // actor only: records the store refused, retried
   void NoteFamilyUsage(const UsageRecord& record);
   mutable std::mutex family_mu_;  // guards family_usage_

@@ -220,7 +220,8 @@ std::string AgentAnswer(const Controller& c, std::vector<TaskAssignment> tasks, 
                           .revision = revision,
                           .fence_after_ms = c.FenceAfter() / 1000,
                           .heartbeat_interval_ms = c.heartbeat_interval() / 1000,
-                          .log_cap_bytes = c.config().limits.log_cap_bytes},
+                          .log_cap_bytes = c.config().limits.log_cap_bytes,
+                          .server = c.server_id()},
                          indent);
 }
 
@@ -1208,7 +1209,7 @@ class HttpServerImpl final : public HttpServer {
       if (Status s = c_->RegisterNode(who, *spec, simulated, address, body.value("mps", false), instance); !s.ok()) {
         return ReplyError(res, s);
       }
-      Reply(res, 200, {{"node", spec->name}});
+      Reply(res, 200, {{"node", spec->name}, {"server", c_->server_id()}});
     }, Access::kAgents));
 
 
