@@ -463,6 +463,22 @@ void Agent::RenewLease(int64_t sent_at_ns, int64_t fence_after_ms) {
   if (sent_at_ns < lease_sent_at_) return;  // (the answer to an earlier heartbeat, come later)
   const std::string lease = LeaseFile();
   const std::string next = lease + ".next";
+  // A lease that has lapsed is not renewed until the supervisors have seen
+  // it lapsed (they look every 100 ms) and fenced their tasks: the server
+  // may have given the node's gangs up by then and placed them elsewhere. A
+  // renewal that lands between the deadline and a supervisor's next look
+  // (an agent that wakes from a freeze, a late answer) would otherwise
+  // bring the tasks back beside their next attempt.
+  const int64_t now = BootTimeNs();
+  if (const int64_t current = ReadLeaseDeadline(lease.c_str()); current > 0 && now > current) {
+    if (lapsed_at_ns_ == 0) {
+      lapsed_at_ns_ = now;
+      std::fprintf(stderr, "rota agent: the tasks' lease lapsed %.1f s ago: renewed once their supervisors have fenced them\n",
+                   (now - current) / 1e9);
+    }
+    if (now - lapsed_at_ns_ < 300'000'000) return;
+  }
+  lapsed_at_ns_ = 0;
   // (A supervisor that reads it while a later renewal writes over it, two
   // swaps on, reads again: WriteLeaseFile.)
   int err = WriteLeaseFile(next, deadline);
