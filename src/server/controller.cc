@@ -917,6 +917,47 @@ void Controller::DropLogsOf(const std::vector<JobId>& ids) const {
   }
 }
 
+void Controller::GiveUpGangsOn(Batch& batch, const std::string& name, const std::string& why) {
+  // What to change, read first; the snapshot goes before the changes (one
+  // held across Apply makes each change copy the state).
+  std::vector<const JobRecord*> held;  // its running gangs (records outlive the batch's changes to others)
+  NodeId lost_id;
+  {
+    Snapshot snap = batch.state->GetSnapshot();
+    const NodeState* node = snap.FindNode(name);
+    if (node == nullptr) return;
+    lost_id = node->id;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const std::set<JobId>* ids = JobsOn(name)) {
+      for (JobId id : *ids) {
+        const JobRecord* job = snap.FindJob(id);
+        if (job == nullptr || (job->state != JobState::kRunning && job->state != JobState::kPreempting)) continue;
+        if (std::any_of(job->placement.begin(), job->placement.end(),
+                        [&](const ReplicaPlacement& r) { return r.node == lost_id; })) {
+          held.push_back(job);
+        }
+      }
+    }
+  }
+  for (const JobRecord* job : held) {
+    // A service keeps its replicas elsewhere running (its floor allowing):
+    // those on the node are dropped, and the engine replaces them.
+    if (job->spec().is_service() && job->spec().elastic() && job->state == JobState::kRunning) {
+      std::vector<ReplicaPlacement> kept;
+      for (const ReplicaPlacement& r : job->placement) {
+        if (r.node != lost_id) kept.push_back(r);
+      }
+      if (!kept.empty() && static_cast<int32_t>(kept.size()) >= job->spec().elastic_min_replicas &&
+          batch.Apply(JobResized{job->id, kept, options_.clock->Now(),
+                                 std::to_string(job->placement.size() - kept.size()) + " replica(s) dropped: " + why})
+              .ok()) {
+        continue;
+      }
+    }
+    lifecycle_.NodeFenced(batch, *job, lost_id, why);
+  }
+}
+
 void Controller::CheckNodes() {
   const TimePoint now = options_.clock->Now();
   CheckTimes(now);
@@ -953,50 +994,17 @@ void Controller::CheckNodes() {
         silence = options_.clock->Steady() - live_[name].last_heartbeat;
       }
       if (silence <= options_.node_timeout) continue;
-      // What to change, read first; the snapshot goes before the changes
-      // (one held across Apply makes each change copy the state).
-      bool lost = false;
-      std::vector<const JobRecord*> held;  // its running gangs (records outlive the batch's changes to others)
       {
         Snapshot snap = batch.state->GetSnapshot();
         const NodeState* node = snap.FindNode(name);
         if (node == nullptr) continue;
-        lost = node->lost;
-        std::lock_guard<std::mutex> lock(mu_);
-        if (const std::set<JobId>* ids = JobsOn(name); ids != nullptr && silence > requeue_after) {
-          for (JobId id : *ids) {
-            const JobRecord* job = snap.FindJob(id);
-            if (job == nullptr || (job->state != JobState::kRunning && job->state != JobState::kPreempting)) continue;
-            if (std::any_of(job->placement.begin(), job->placement.end(),
-                            [&](const ReplicaPlacement& r) { return r.node == node->id; })) {
-              held.push_back(job);
-            }
-          }
-        }
+        if (!node->lost) batch.Apply(NodeLostChanged{name, true}).IgnoreError();
       }
-      if (!lost) batch.Apply(NodeLostChanged{name, true}).IgnoreError();
       if (silence <= requeue_after) continue;
-      const std::string why = "node " + name + " lost (no heartbeat for " +
-                              FormatDuration(silence / kMicrosPerSecond * kMicrosPerSecond) +
-                              "; its tasks fenced themselves after " + FormatDuration(FenceAfter()) + ")";
-      const NodeId lost_id = batch.state->GetSnapshot().FindNode(name)->id;
-      for (const JobRecord* job : held) {
-        // A service keeps its replicas elsewhere running (its floor allowing):
-        // those on the lost node are dropped, and the engine replaces them.
-        if (job->spec().is_service() && job->spec().elastic() && job->state == JobState::kRunning) {
-          std::vector<ReplicaPlacement> kept;
-          for (const ReplicaPlacement& r : job->placement) {
-            if (r.node != lost_id) kept.push_back(r);
-          }
-          if (!kept.empty() && static_cast<int32_t>(kept.size()) >= job->spec().elastic_min_replicas &&
-              batch.Apply(JobResized{job->id, kept, options_.clock->Now(),
-                                     std::to_string(job->placement.size() - kept.size()) + " replica(s) dropped: " + why})
-                  .ok()) {
-            continue;
-          }
-        }
-        lifecycle_.NodeFenced(batch, *job, lost_id, why);
-      }
+      GiveUpGangsOn(batch, name,
+                    "node " + name + " lost (no heartbeat for " +
+                        FormatDuration(silence / kMicrosPerSecond * kMicrosPerSecond) + "; its tasks fenced themselves after " +
+                        FormatDuration(FenceAfter()) + ")");
     }
     return true;
   }).status().IgnoreError();
@@ -1507,6 +1515,7 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
   sent.labels["hostname"] = spec.name;
   sent.labels["gpu_model"] = spec.gpu_model;
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+           std::string replaced;  // the instance this registration takes the node over from
            {
              // Two agents for one node would both run its tasks: the one that
              // reports keeps it (the same agent restarted keeps its instance).
@@ -1524,6 +1533,10 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
                                  " ago): two agents of one node would both run its tasks; stop one (this one takes the "
                                  "node over once the other has not reported for " + FormatDuration(takeover) +
                                  ", when its tasks have fenced themselves)");
+             }
+             if (it != live_.end() && it->second.registered && !instance.empty() && !it->second.instance.empty() &&
+                 it->second.instance != instance) {
+               replaced = it->second.instance;
              }
            }
            const NodeState* known = batch.state->GetSnapshot().FindNode(spec.name);
@@ -1558,6 +1571,16 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
                                            std::to_string(4 * api::kMaxNodeLabels));
              }
              if (labels != known->spec.labels) ROTA_RETURN_IF_ERROR(batch.Apply(NodeLabelsChanged{spec.name, labels}));
+           }
+           // The replaced agent's tasks have fenced themselves by now (it was
+           // silent that long): their gangs are given up here, as for a lost
+           // node, whether or not CheckNodes came first. Else the new agent
+           // would be handed the old attempt's ranks and start them again
+           // while the gang's other ranks went on.
+           if (!replaced.empty()) {
+             GiveUpGangsOn(batch, spec.name,
+                           "node " + spec.name + " taken over by another agent (instance " + instance.substr(0, 8) +
+                               "); the replaced one's (" + replaced.substr(0, 8) + ") tasks fenced themselves");
            }
            std::lock_guard<std::mutex> lock(mu_);
            NodeLive& live = live_[spec.name];

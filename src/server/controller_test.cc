@@ -242,6 +242,36 @@ TEST_F(ControllerTest, ASecondAgentOfANodeIsRefusedWhileTheFirstReports) {
   EXPECT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .instance = "bbbb"}).ok());
 }
 
+// A new agent that takes a node over (the old one silent past its tasks'
+// fence) gives up the node's gangs in its registration, as a lost node's:
+// before, one that registered before the next node check was handed the
+// old attempt's rank and started it again while the gang's other ranks
+// went on.
+TEST_F(ControllerTest, ATakeOverOfANodeRequeuesItsGangs) {
+  // (No pass of the scheduling loop but ScheduleNow's: one on its own, on
+  // real time, would find n-0 silent and give its gang up first.)
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = TwoNodes(), .clock = &clock,
+                                                          .schedule_interval = 3600 * kMicrosPerSecond,
+                                                          .cycle_on_change = false},
+                                        std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->Start().ok());
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  const NodeSpec spec0 = c->snapshot().FindNode("n-0")->spec;
+  ASSERT_TRUE(c->RegisterNode(agent0, spec0, true, "", false, "aaaa").ok());
+  const Pair pair = RunPair(*c, agent1);
+  ASSERT_TRUE(pair.id.has_value());
+  ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .tasks = {{*pair.id, 0, pair.on0, 0}}, .instance = "aaaa"}).ok());
+  clock.Advance(33 * kMicrosPerSecond);
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{*pair.id, 0, pair.on1, 0}}}).ok());
+  // (No node check runs between: the registration alone.)
+  ASSERT_TRUE(c->RegisterNode(agent0, spec0, true, "", false, "bbbb").ok());
+  const JobRecord* job = c->snapshot().FindJob(*pair.id);
+  EXPECT_NE(job->state, JobState::kRunning) << "the gang went on with n-0's rank handed to the new agent";
+  EXPECT_NE(job->last_requeue_reason.find("taken over by another agent (instance bbbb)"), std::string::npos)
+      << job->last_requeue_reason;
+  c->Stop();
+}
+
 TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
   auto c = Make(std::make_unique<MemoryStore>());
   NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
