@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <thread>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -469,16 +470,13 @@ void Agent::RenewLease(int64_t sent_at_ns, int64_t fence_after_ms) {
   // renewal that lands between the deadline and a supervisor's next look
   // (an agent that wakes from a freeze, a late answer) would otherwise
   // bring the tasks back beside their next attempt.
-  const int64_t now = BootTimeNs();
-  if (const int64_t current = ReadLeaseDeadline(lease.c_str()); current > 0 && now > current) {
-    if (lapsed_at_ns_ == 0) {
-      lapsed_at_ns_ = now;
-      std::fprintf(stderr, "rota agent: the tasks' lease lapsed %.1f s ago: renewed once their supervisors have fenced them\n",
-                   (now - current) / 1e9);
-    }
-    if (now - lapsed_at_ns_ < 300'000'000) return;
+  if (const int64_t current = ReadLeaseDeadline(lease.c_str()); current > 0 && BootTimeNs() > current) {
+    std::fprintf(stderr, "rota agent: the tasks' lease lapsed %.1f s ago: renewed once their supervisors have fenced them\n",
+                 (BootTimeNs() - current) / 1e9);
+    // (The answer is applied after this: no task starts under the lapsed
+    // lease, where its supervisor would kill it at once.)
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
-  lapsed_at_ns_ = 0;
   // (A supervisor that reads it while a later renewal writes over it, two
   // swaps on, reads again: WriteLeaseFile.)
   int err = WriteLeaseFile(next, deadline);
@@ -983,6 +981,11 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
   }
   bool deferred = false;
   const auto steady_now = std::chrono::steady_clock::now();
+  // Under a lapsed lease (a watch's answer while the heartbeat that renews
+  // it waits for the supervisors to fence theirs) nothing starts: a task's
+  // supervisor would kill it at once. The reap loop applies it again.
+  const int64_t lease_deadline = options_.state_dir.empty() ? 0 : ReadLeaseDeadline(LeaseFile().c_str());
+  const bool lapsed = lease_deadline > 0 && BootTimeNs() > lease_deadline;
   for (auto& [key, wanted] : desired) {
     if (auto running = tasks_.find(key); running != tasks_.end()) {
       // The grace it stops with is the server's latest word (an admin may
@@ -994,6 +997,12 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
       continue;
     }
     if (finished_.count(key)) continue;
+    if (lapsed) {
+      const auto retry = steady_now + std::chrono::milliseconds(400);
+      if (!deferred || retry < deferred_until_) deferred_until_ = retry;
+      deferred = true;
+      continue;
+    }
     const api::TaskAssignment& a = *wanted;
     if (a.service) {
       // A replica that keeps exiting waits out its back-off (the reap loop

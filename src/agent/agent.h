@@ -222,7 +222,6 @@ class Agent {
   std::atomic<int> fence_after_ms_{30000};
   std::mutex lease_mu_;           // RenewLease's (heartbeats go from two threads); guards:
   int64_t lease_sent_at_ = 0;     // the heartbeat whose answer it last wrote (its sent_at_ns)
-  int64_t lapsed_at_ns_ = 0;      // when a renewal first found the lease lapsed (0: it had not)
   bool lease_failing_ = false;    // the last renewal could not be written
   std::atomic<bool> disk_short_{false};  // the last report had a disk problem
   std::atomic<bool> stop_{false};

@@ -449,13 +449,12 @@ class Controller {
   void FoldUsage(const Snapshot& snap, const NodeState& node, const HeartbeatReport& report);
   // Expired time limits and evicted gangs past their grace, ended or requeued.
   void CheckTimes(TimePoint now);
-  // Forgets the jobs that ended job_retention before `now` (at most once a
-  // minute, at most 50,000 a pass).
   // Requeues (or, for a service, drops the replicas of) the running gangs
   // with a replica on node `name`, whose tasks have fenced themselves, for
   // `why`. On the actor.
   void GiveUpGangsOn(Batch& batch, const std::string& name, const std::string& why);
-  // The jobs it forgot.
+  // Forgets the jobs that ended job_retention before `now` (at most once a
+  // minute, at most 50,000 a pass): the jobs it forgot.
   std::vector<JobId> ForgetEnded(TimePoint now);
   // Removes the logs kept of `ids` (forgotten): logs_dir/<id>/*.log and the
   // mark of a capped log, and the directory once empty (in `rota up`, the
