@@ -23,6 +23,38 @@ namespace {
 
 using nlohmann::json;
 
+// A `rota agent` of its own for node `name` of `server` (a remote one: it
+// ships its tasks' logs, where rota up's writes them in place), with a token
+// of its own, its logs under `dir`/agent-logs and its own log at
+// `dir`/agent.log; stopped (SIGTERM, waited for) when this goes.
+class RemoteAgent {
+ public:
+  RemoteAgent(RotaProcess& server, const std::string& dir, const std::string& gpus, int heartbeat_ms) {
+    auto r = server.Admin().Post("/v1/tokens", json{{"user", "w0"}, {"role", "agent"}, {"node", "w0"}}.dump(),
+                                 "application/json");
+    EXPECT_EQ(r->status, 201);
+    const std::string token_file = dir + "/w0.token";
+    std::ofstream(token_file) << json::parse(r->body)["token"].get<std::string>() << "\n";
+    pid_ = SpawnLogged({RotaBinary(), "agent", "--server", server.url(), "--token-file", token_file, "--name", "w0",
+                        "--gpus", gpus, "--logs-dir", dir + "/agent-logs", "--heartbeat-ms", std::to_string(heartbeat_ms)},
+                       dir + "/agent.log");
+    EXPECT_GT(pid_, 0);
+    for (int i = 0; i < 200 && server.Admin().Get("/v1/nodes")->body.find("\"w0\"") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+  }
+  ~RemoteAgent() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+  RemoteAgent(const RemoteAgent&) = delete;
+  RemoteAgent& operator=(const RemoteAgent&) = delete;
+
+ private:
+  pid_t pid_ = -1;
+};
+
 class Trust : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -384,27 +416,7 @@ TEST_F(Trust, ATaskHoldsNoMoreProcessesThanTheAgentAllows) {
 TEST_F(Trust, ALeaseATaskTakesOnItsLogDoesNotStallTheAgent) {
   const std::string config = Write("cluster.yaml", "accounts: [{user: alice, uid: 65534, gid: 65534}]\n");
   RotaProcess server("server", tmp.path() + "/data", {"--config", config});
-  // A remote agent: it ships its tasks' logs (rota up's own writes them in place).
-  auto r = server.Admin().Post("/v1/tokens", json{{"user", "w0"}, {"role", "agent"}, {"node", "w0"}}.dump(),
-                               "application/json");
-  ASSERT_EQ(r->status, 201);
-  const std::string token_file = tmp.path() + "/w0.token";
-  std::ofstream(token_file) << json::parse(r->body)["token"].get<std::string>() << "\n";
-  const pid_t agent = SpawnLogged({RotaBinary(), "agent", "--server", server.url(), "--token-file", token_file, "--name",
-                                   "w0", "--gpus", "2xH100:80Gi", "--logs-dir", tmp.path() + "/agent-logs",
-                                   "--heartbeat-ms", "200"},
-                                  tmp.path() + "/agent.log");
-  ASSERT_GT(agent, 0);
-  struct Reap {
-    pid_t pid;
-    ~Reap() {
-      kill(pid, SIGTERM);
-      waitpid(pid, nullptr, 0);
-    }
-  } reap{agent};
-  for (int i = 0; i < 200 && server.Admin().Get("/v1/nodes")->body.find("\"w0\"") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+  RemoteAgent agent(server, tmp.path(), "2xH100:80Gi", 200);
   auto alice = server.Http(UserToken(server, "alice"));
   // The lease on its stdout (the log), then a checkpoint: reported at once,
   // by a report that ships the log's next piece.
@@ -415,7 +427,7 @@ TEST_F(Trust, ALeaseATaskTakesOnItsLogDoesNotStallTheAgent) {
       "print('lease held', flush=True)\n"
       "open(os.environ['ROTA_CHECKPOINT_FILE'], 'w').write('/ckpt/leased')\n"
       "time.sleep(300)\n";
-  r = alice.Post("/v1/jobs", json{{"name", "lease"}, {"tasks", {{{"gpus", 1}, {"command", {"python3", "-c", lease}}}}}}.dump(),
+  auto r = alice.Post("/v1/jobs", json{{"name", "lease"}, {"tasks", {{{"gpus", 1}, {"command", {"python3", "-c", lease}}}}}}.dump(),
                  "application/json");
   ASSERT_EQ(r->status, 201) << r->body;
   const int holder = json::parse(r->body)["id"];
@@ -848,35 +860,15 @@ TEST_F(Limits, ShippedLogsAreCappedPerJobAndSaySo) {
 // and one past the server's log cap (which the answers carry) ships no more.
 TEST_F(Limits, OneJobsLogsDoNotHoldBackTheOthersOnItsNode) {
   RotaProcess server("server", tmp.path() + "/data", {"--config", Config("limits: {log_cap: 1Mi}\n")});
-  auto r = server.Admin().Post("/v1/tokens", json{{"user", "w0"}, {"role", "agent"}, {"node", "w0"}}.dump(),
-                               "application/json");
-  ASSERT_EQ(r->status, 201);
-  const std::string token_file = tmp.path() + "/w0.token";
-  std::ofstream(token_file) << json::parse(r->body)["token"].get<std::string>() << "\n";
-  const pid_t agent = SpawnLogged({RotaBinary(), "agent", "--server", server.url(), "--token-file", token_file, "--name",
-                                   "w0", "--gpus", "1xH100:80Gi", "--logs-dir", tmp.path() + "/agent-logs",
-                                   "--heartbeat-ms", "100"},
-                                  tmp.path() + "/agent.log");
-  ASSERT_GT(agent, 0);
-  struct Reap {
-    pid_t pid;
-    ~Reap() {
-      kill(pid, SIGTERM);
-      waitpid(pid, nullptr, 0);
-    }
-  } reap{agent};
-  for (int i = 0; i < 200 && server.Admin().Get("/v1/nodes")->body.find("\"w0\"") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+  RemoteAgent agent(server, tmp.path(), "1xH100:80Gi", 100);
   // Six replicas whose logs are a terabyte of zeros each.
-  r = server.Admin().Post("/v1/jobs",
-                          json{{"name", "sparse"},
-                               {"node_selector", {{"hostname", "w0"}}},
-                               {"tasks", {{{"replicas", 6}, {"cpu", "100m"},
-                                           {"command", {"python3", "-c",
-                                                        "import os, time\nos.ftruncate(1, 1 << 40)\ntime.sleep(300)\n"}}}}}}
-                              .dump(),
-                          "application/json");
+  const json sparse_job = {
+      {"name", "sparse"},
+      {"node_selector", {{"hostname", "w0"}}},
+      {"tasks", {{{"replicas", 6},
+                  {"cpu", "100m"},
+                  {"command", {"python3", "-c", "import os, time\nos.ftruncate(1, 1 << 40)\ntime.sleep(300)\n"}}}}}};
+  auto r = server.Admin().Post("/v1/jobs", sparse_job.dump(), "application/json");
   ASSERT_EQ(r->status, 201) << r->body;
   const int sparse = json::parse(r->body)["id"];
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
