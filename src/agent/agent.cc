@@ -878,17 +878,6 @@ bool Agent::Heartbeat(int wait_ms) {
     }
   }
   if (!res) return false;
-  if (res->status == 200) {
-    if (heartbeat_failures_.exchange(0) > 0) {
-      std::fprintf(stderr, "rota agent: heartbeats answered again by %s (%.1f s after the last answer)\n",
-                   server.c_str(), (BootTimeNs() - last_answered_ns_.load()) / 1e9);
-    }
-    last_answered_ns_ = BootTimeNs();
-  }
-  if (res->status == 200 && !sent.empty()) {
-    std::lock_guard<std::mutex> shipped(mu_);
-    for (const auto& [path, offset] : sent) log_shipped_[path] = std::max(log_shipped_[path], offset);
-  }
   if (res->status == 404) {
     registered_ = false;  // the server restarted or forgot us
     return false;
@@ -906,6 +895,17 @@ bool Agent::Heartbeat(int wait_ms) {
     // the agent registers again.
     registered_ = false;
     return false;
+  }
+  // Heard by the server it registered with (not before: log pieces an old
+  // leader took are sent again to the new one).
+  if (heartbeat_failures_.exchange(0) > 0) {
+    std::fprintf(stderr, "rota agent: heartbeats answered again by %s (%.1f s after the last answer)\n", server.c_str(),
+                 (BootTimeNs() - last_answered_ns_.load()) / 1e9);
+  }
+  last_answered_ns_ = BootTimeNs();
+  if (!sent.empty()) {
+    std::lock_guard<std::mutex> shipped(mu_);
+    for (const auto& [path, offset] : sent) log_shipped_[path] = std::max(log_shipped_[path], offset);
   }
   {
     // Answered by another server than the watch's (its server stopped
