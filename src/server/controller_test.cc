@@ -1087,6 +1087,36 @@ TEST_F(ControllerTest, AJobWhoseGpusAreFedSlowlyOverPcieIsInputBoundToo) {
   EXPECT_TRUE(flags(cases[2]).empty()) << flags(cases[2])[0];
 }
 
+// A node's report counts CPU only for the job's replicas placed on it, at
+// their attempt: replicas and attempts of the agent's choosing grew the
+// job's table (and its measured CPU) without end.
+TEST_F(ControllerTest, AReportCountsCpuOnlyOfThePlacedReplicasAttempt) {
+  auto c = MakeMeasured(std::make_unique<MemoryStore>());
+  struct Case {
+    const char* name;
+    JobId id;
+    int32_t gpu = 0;
+  } cases[] = {{"measured"}};
+  ASSERT_TRUE(RunOnN0(*c, cases));
+  clock.Advance(10 * kMicrosPerSecond);
+  HeartbeatReport report{"n-0", {}, {}};
+  TaskReport real{cases[0].id, 0, 0, 0, false, 0};
+  real.cpu_used_us = 1'000'000;
+  report.tasks.push_back(real);
+  for (uint32_t attempt = 1; attempt <= 50; ++attempt) {
+    TaskReport forged{cases[0].id, 0, 0, attempt, false, 0};  // attempts it never had
+    forged.cpu_used_us = 1'000'000'000;
+    report.tasks.push_back(forged);
+    TaskReport other{cases[0].id, 0, 7 + attempt, 0, false, 0};  // replicas it does not have
+    other.cpu_used_us = 1'000'000'000;
+    report.tasks.push_back(other);
+  }
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  const Snapshot snap = c->snapshot();
+  EXPECT_EQ(c->PeekUsage(snap, *snap.FindJob(cases[0].id)).cpu_used_us, 1'000'000);
+  c->Stop();
+}
+
 TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
   auto c = MakeMeasured(std::make_unique<MemoryStore>());
   struct Case {
