@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <cstring>
 #include <cstdio>
@@ -926,15 +927,21 @@ bool Agent::Heartbeat(int wait_ms) {
   return true;
 }
 
-bool Agent::FromRegisteredServer(const api::AgentAnswer& answer) {
-  std::lock_guard<std::mutex> lock(mu_);
+bool Agent::OfRegisteredServer(const api::AgentAnswer& answer) const {
   return answer.server.empty() || server_id_.empty() || answer.server == server_id_;
 }
 
+bool Agent::FromRegisteredServer(const api::AgentAnswer& answer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return OfRegisteredServer(answer);
+}
+
+int Agent::GraceMs(const api::TaskAssignment& a) const {
+  return static_cast<int>(std::clamp<int64_t>(a.checkpoint_grace / 1000, options_.stop_grace_ms, INT32_MAX));
+}
+
 void Agent::Reconcile(const api::AgentAnswer& answer) {
-  // (An answer of another server process than the registered one: not ours
-  // to apply, FromRegisteredServer.)
-  if (!answer.server.empty() && !server_id_.empty() && answer.server != server_id_) return;
+  if (!OfRegisteredServer(answer)) return;  // (not ours to apply)
   const double received_at = WallSeconds();
   if (answer.heartbeat_interval_ms > 0) {
     server_interval_ms_ = static_cast<int>(std::clamp<int64_t>(answer.heartbeat_interval_ms, 10, 600'000));
@@ -983,21 +990,26 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
   const auto steady_now = std::chrono::steady_clock::now();
   // Under a lapsed lease (a watch's answer while the heartbeat that renews
   // it waits for the supervisors to fence theirs) nothing starts: a task's
-  // supervisor would kill it at once. The reap loop applies it again.
-  const int64_t lease_deadline = options_.state_dir.empty() ? 0 : ReadLeaseDeadline(LeaseFile().c_str());
-  const bool lapsed = lease_deadline > 0 && BootTimeNs() > lease_deadline;
+  // supervisor would kill it at once. The reap loop applies it again. (Read
+  // once, when something is to start.)
+  std::optional<bool> lapsed;
+  auto lease_lapsed = [&] {
+    if (!lapsed) {
+      const int64_t deadline = options_.state_dir.empty() ? 0 : ReadLeaseDeadline(LeaseFile().c_str());
+      lapsed = deadline > 0 && BootTimeNs() > deadline;
+    }
+    return *lapsed;
+  };
   for (auto& [key, wanted] : desired) {
     if (auto running = tasks_.find(key); running != tasks_.end()) {
       // The grace it stops with is the server's latest word (an admin may
       // have lowered limits.max_checkpoint_grace since it started).
       Task& t = *running->second;
-      if (!t.stopping) {
-        t.grace_ms = static_cast<int>(std::clamp<int64_t>(wanted->checkpoint_grace / 1000, options_.stop_grace_ms, INT32_MAX));
-      }
+      if (!t.stopping) t.grace_ms = GraceMs(*wanted);
       continue;
     }
     if (finished_.count(key)) continue;
-    if (lapsed) {
+    if (lease_lapsed()) {
       const auto retry = steady_now + std::chrono::milliseconds(400);
       if (!deferred || retry < deferred_until_) deferred_until_ = retry;
       deferred = true;
@@ -1024,7 +1036,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
     t->replica = a.replica;
     t->attempt = a.attempt;
     t->stop_signal = SignalNumber(a.checkpoint_signal.empty() ? std::string("SIGTERM") : a.checkpoint_signal);
-    t->grace_ms = static_cast<int>(std::clamp<int64_t>(a.checkpoint_grace / 1000, options_.stop_grace_ms, INT32_MAX));
+    t->grace_ms = GraceMs(a);
     std::vector<int32_t> gpu_list;
     for (int g : a.gpus) {
       t->gpu_mask |= 1ULL << g;

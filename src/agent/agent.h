@@ -216,8 +216,13 @@ class Agent {
   // (mu_) The server process this agent registered with last (its answer's
   // "server"): answers of another are not applied. "" = an older server.
   std::string server_id_;
-  // Whether `answer` comes from that server (or either does not say). Takes mu_.
+  // Whether `answer` comes from that server (or either does not say):
+  // Of... with mu_ held, From... takes it.
+  bool OfRegisteredServer(const api::AgentAnswer& answer) const;
   bool FromRegisteredServer(const api::AgentAnswer& answer);
+  // How long a task of `a` has between its stop signal and SIGKILL (the
+  // job's grace, at least the agent's own), in ms.
+  int GraceMs(const api::TaskAssignment& a) const;
   std::atomic<int> register_refusals_{0};
   std::atomic<int> fence_after_ms_{30000};
   std::mutex lease_mu_;           // RenewLease's (heartbeats go from two threads); guards:

@@ -507,14 +507,15 @@ void Controller::NoteFamilyUsage(const UsageRecord& record) {
   }
 }
 
+std::deque<UsageRecord> Controller::FamilyAttempts(const std::string& user, const std::string& name) const {
+  std::lock_guard<std::mutex> lock(family_mu_);
+  auto it = family_usage_.find(user + '\n' + name);
+  return it == family_usage_.end() ? std::deque<UsageRecord>{} : it->second;
+}
+
 RightSize Controller::FamilyShape(const std::string& user, const std::string& name) const {
-  std::deque<UsageRecord> family;
-  {
-    std::lock_guard<std::mutex> lock(family_mu_);
-    auto it = family_usage_.find(user + '\n' + name);
-    if (it == family_usage_.end()) return {};
-    family = it->second;
-  }
+  const std::deque<UsageRecord> family = FamilyAttempts(user, name);
+  if (family.empty()) return {};
   std::vector<const UsageRecord*> records;
   for (const UsageRecord& r : family) records.push_back(&r);
   return RecommendShape(records, options_.clock->Now(), {});
@@ -561,11 +562,8 @@ StatusOr<std::vector<UsageRecord>> Controller::JobUsage(const Principal& who, Jo
     r.end = "running";
     records.push_back(std::move(r));
   }
-  std::lock_guard<std::mutex> lock(family_mu_);
-  if (auto it = family_usage_.find(user + '\n' + name); it != family_usage_.end()) {
-    for (const UsageRecord& r : it->second) {
-      if (r.job != id) records.push_back(r);
-    }
+  for (UsageRecord& r : FamilyAttempts(user, name)) {
+    if (r.job != id) records.push_back(std::move(r));
   }
   return records;
 }
@@ -1525,8 +1523,9 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
              // Taken over only once the other's tasks have fenced themselves
              // and their gangs were requeued (as for a lost node).
              const Duration takeover = std::max(options_.node_timeout, FenceAfter() + kFenceMargin);
-             if (it != live_.end() && it->second.registered && !instance.empty() && !it->second.instance.empty() &&
-                 it->second.instance != instance && now - it->second.last_heartbeat < takeover) {
+             const bool another = it != live_.end() && it->second.registered && !instance.empty() &&
+                                  !it->second.instance.empty() && it->second.instance != instance;
+             if (another && now - it->second.last_heartbeat < takeover) {
                return Status(StatusCode::kFailedPrecondition,
                              "node '" + spec.name + "' has another agent (instance " + it->second.instance.substr(0, 8) +
                                  ", last report " + FormatDuration(now - it->second.last_heartbeat) +
@@ -1534,10 +1533,7 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
                                  "node over once the other has not reported for " + FormatDuration(takeover) +
                                  ", when its tasks have fenced themselves)");
              }
-             if (it != live_.end() && it->second.registered && !instance.empty() && !it->second.instance.empty() &&
-                 it->second.instance != instance) {
-               replaced = it->second.instance;
-             }
+             if (another) replaced = it->second.instance;
            }
            const NodeState* known = batch.state->GetSnapshot().FindNode(spec.name);
            if (known == nullptr) {

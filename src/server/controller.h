@@ -204,6 +204,8 @@ class Controller {
   // (kept in memory: the last 8 of each of up to 20,000 such families, read
   // from the store's last 30 days at start): a submission's note.
   RightSize FamilyShape(const std::string& user, const std::string& name) const;
+  // Those last attempts of `user`'s jobs named `name` (a copy), oldest first.
+  std::deque<UsageRecord> FamilyAttempts(const std::string& user, const std::string& name) const;
   // Node `node`'s GPUs' history of `step_s` (60 or 3600) in blocks starting
   // in [since, until): what the store holds, with the blocks still filling
   // as they are now.

@@ -505,6 +505,24 @@ class PerIdentity {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = running_.find(key); it != running_.end() && --it->second <= 0) running_.erase(it);
   }
+  // One of `key`'s places while it lives (Begin, then End when it goes);
+  // `held` false if none was free.
+  class Seat {
+   public:
+    Seat(PerIdentity& of, std::string key) : of_(of), key_(std::move(key)), held(of.Begin(key_)) {}
+    ~Seat() {
+      if (held) of_.End(key_);
+    }
+    Seat(const Seat&) = delete;
+    Seat& operator=(const Seat&) = delete;
+
+   private:
+    PerIdentity& of_;
+    const std::string key_;
+
+   public:
+    const bool held;
+  };
 
  private:
   const int cap_;
@@ -721,21 +739,14 @@ class HttpServerImpl final : public HttpServer {
       }
       // Large pages (the costly ones) a few at a time per user.
       const bool large = limit > kSmallPage;
-      if (large && !listings_.Begin(who.user)) {
+      std::optional<PerIdentity::Seat> seat;
+      if (large && !seat.emplace(listings_, who.user).held) {
         res.set_header("Retry-After", "1");
         return ReplyError(res, Status(StatusCode::kResourceExhausted,
                                       "too many large job listings at once for user '" + who.user + "' (at most " +
                                           std::to_string(kListingsAtOnce) + " of over " + std::to_string(kSmallPage) +
                                           " jobs); retry when one has been answered"));
       }
-      struct Done {
-        PerIdentity& listings;
-        const std::string& user;
-        bool large;
-        ~Done() {
-          if (large) listings.End(user);
-        }
-      } done{listings_, who.user, large};
       uint64_t after = 0;
       if (req.has_param("after")) {
         const std::string text = req.get_param_value("after");
@@ -829,17 +840,13 @@ class HttpServerImpl final : public HttpServer {
       if (by == "queue") options.by = ReportBy::kQueue;
       else if (by == "model") options.by = ReportBy::kModel;
       else if (by != "user") return ReplyError(res, InvalidArgumentError("by: '" + by + "' is not one of user, queue, model"));
-      if (!reports_.Begin(who.user)) {
+      const PerIdentity::Seat seat(reports_, who.user);
+      if (!seat.held) {
         res.set_header("Retry-After", "1");
         return ReplyError(res, Status(StatusCode::kResourceExhausted,
                                       "too many usage reports at once for user '" + who.user + "' (at most " +
                                           std::to_string(kReportsAtOnce) + "); retry when one has been answered"));
       }
-      struct Done {
-        PerIdentity& reports;
-        const std::string& user;
-        ~Done() { reports.End(user); }
-      } done{reports_, who.user};
       const TimePoint now = c_->clock().Now();
       auto records = c_->Usage(who, now - since, now + 1, true);
       if (!records.ok()) return ReplyError(res, records.status());

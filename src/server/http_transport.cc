@@ -153,16 +153,46 @@ struct HttpTransport::Impl {
   mutable std::mutex mu;  // guards the connection counts
   std::unordered_map<std::string, size_t> per_address;
   size_t open = 0;
+  // Connections that may be closed for a new one, oldest first: each with
+  // when it was noted and what closes it (`close(id)`, id: what Note gave).
+  class Sheddable {
+   public:
+    using Steady = std::chrono::steady_clock;
+    uint64_t Note(std::function<void(uint64_t)> close) {
+      std::lock_guard<std::mutex> lock(mu_);
+      by_age_.emplace(next_, std::make_pair(Steady::now(), std::move(close)));
+      return next_++;
+    }
+    void Forget(uint64_t id) {
+      std::lock_guard<std::mutex> lock(mu_);
+      by_age_.erase(id);
+    }
+    // Asks up to `n` of the oldest, noted no later than `by`, to close; how
+    // many it asked.
+    size_t Shed(size_t n, Steady::time_point by = Steady::time_point::max()) {
+      std::vector<std::pair<uint64_t, std::function<void(uint64_t)>>> shed;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        while (shed.size() < n && !by_age_.empty() && by_age_.begin()->second.first <= by) {
+          shed.emplace_back(by_age_.begin()->first, std::move(by_age_.begin()->second.second));
+          by_age_.erase(by_age_.begin());
+        }
+      }
+      for (auto& [id, close] : shed) close(id);
+      return shed.size();
+    }
+
+   private:
+    std::mutex mu_;
+    std::map<uint64_t, std::pair<Steady::time_point, std::function<void(uint64_t)>>> by_age_;
+    uint64_t next_ = 1;
+  };
   // Idle kept-alive connections (NoteIdle), and how many were closed (ShedIdle).
-  std::mutex idle_mu;
-  std::map<uint64_t, std::function<void(uint64_t)>> idle;  // by when it went idle
-  uint64_t idle_next = 1;
+  Sheddable idle;
   std::atomic<uint64_t> shed_total{0};
-  // Connections still on their first request's header (NoteFresh), by when
-  // they came, and how many were closed as slow (ShedSlow).
-  std::mutex fresh_mu;
-  std::map<uint64_t, std::pair<std::chrono::steady_clock::time_point, std::function<void(uint64_t)>>> fresh;
-  uint64_t fresh_next = 1;
+  // Connections still on their first request's header (NoteFresh), and how
+  // many were closed as slow (ShedSlow).
+  Sheddable fresh;
   std::atomic<uint64_t> slow_total{0};
   std::atomic<uint64_t> accepted_total{0};  // connections accepted (refused ones too)
   std::atomic<bool> stopping{false};
@@ -276,29 +306,11 @@ struct HttpTransport::Impl {
   // lets a server close an idle connection at any time). Streams and
   // requests in progress are never closed for this.
   // Notes a connection idle; `close(id)` closes it (id: what this returns).
-  uint64_t NoteIdle(std::function<void(uint64_t)> close) {
-    std::lock_guard<std::mutex> lock(idle_mu);
-    idle.emplace(idle_next, std::move(close));
-    return idle_next++;
-  }
-  void NoteBusy(uint64_t id) {
-    std::lock_guard<std::mutex> lock(idle_mu);
-    idle.erase(id);
-  }
+  uint64_t NoteIdle(std::function<void(uint64_t)> close) { return idle.Note(std::move(close)); }
+  void NoteBusy(uint64_t id) { idle.Forget(id); }
   // Asks up to `n` of the longest idle to close; how many it asked (one
   // whose next request has begun by then stays open: Session::CloseIdle).
-  size_t ShedIdle(size_t n) {
-    std::vector<std::pair<uint64_t, std::function<void(uint64_t)>>> shed;
-    {
-      std::lock_guard<std::mutex> lock(idle_mu);
-      while (shed.size() < n && !idle.empty()) {
-        shed.emplace_back(idle.begin()->first, std::move(idle.begin()->second));
-        idle.erase(idle.begin());
-      }
-    }
-    for (auto& [id, close] : shed) close(id);
-    return shed.size();
-  }
+  size_t ShedIdle(size_t n) { return idle.Shed(n); }
 
   // Connections on their first header, oldest first: at the cap, with no
   // idle connection to close, the oldest of them that has taken over
@@ -308,29 +320,10 @@ struct HttpTransport::Impl {
   // for the whole header timeout, and a few addresses' worth of them every
   // place, refusing agents and health checks alike.
   static constexpr auto kSlowHeader = std::chrono::seconds(2);
-  uint64_t NoteFresh(std::function<void(uint64_t)> close) {
-    std::lock_guard<std::mutex> lock(fresh_mu);
-    fresh.emplace(fresh_next, std::make_pair(std::chrono::steady_clock::now(), std::move(close)));
-    return fresh_next++;
-  }
-  void NoteHeard(uint64_t id) {
-    std::lock_guard<std::mutex> lock(fresh_mu);
-    fresh.erase(id);
-  }
+  uint64_t NoteFresh(std::function<void(uint64_t)> close) { return fresh.Note(std::move(close)); }
+  void NoteHeard(uint64_t id) { fresh.Forget(id); }
   // Asks up to `n` of the oldest slow ones to close; how many it asked.
-  size_t ShedSlow(size_t n) {
-    std::vector<std::pair<uint64_t, std::function<void(uint64_t)>>> shed;
-    {
-      std::lock_guard<std::mutex> lock(fresh_mu);
-      const auto slow = std::chrono::steady_clock::now() - kSlowHeader;
-      while (shed.size() < n && !fresh.empty() && fresh.begin()->second.first <= slow) {
-        shed.emplace_back(fresh.begin()->first, std::move(fresh.begin()->second.second));
-        fresh.erase(fresh.begin());
-      }
-    }
-    for (auto& [id, close] : shed) close(id);
-    return shed.size();
-  }
+  size_t ShedSlow(size_t n) { return fresh.Shed(n, std::chrono::steady_clock::now() - kSlowHeader); }
 
   // The loop's lag: a timer every kLagTick, and the most it ran late
   // (TakeLoopLagMax).
