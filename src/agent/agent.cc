@@ -639,6 +639,7 @@ void Agent::AdoptTasks() {
                    r["key"].get<std::string>().c_str(), t->pid);
     }
     if (!t->cgroup.empty()) groups.insert(t->cgroup);
+    if (!t->oci_id.empty()) groups.insert(t->oci_id);  // (its runtime's group, /rota/<id>)
     log_shipped_[t->log_path] = 0;  // the server keeps what it has (by offset)
     tasks_[r["key"].get<std::string>()] = std::move(t);
   }
@@ -1173,8 +1174,12 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         container = [&]() -> Status {
           ROTA_ASSIGN_OR_RETURN(std::string runtime, FindOciRuntime(options_.oci_runtime));
           OciTask oci;
+          // (Tagged as the process tasks' groups: the id names the container's
+          // cgroup, /rota/<id>, which another agent on the machine, with a
+          // job of the same number, would share: its runtime refused to start
+          // "an already running container", or removed the other's.)
           oci.id = "rota-" + std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) +
-                   "-" + std::to_string(t->attempt);
+                   "-" + std::to_string(t->attempt) + instance_tag_;
           oci.rootfs = rootfs;
           oci.args = spec.argv;
           oci.env = spec.env;

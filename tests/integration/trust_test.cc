@@ -183,6 +183,43 @@ TEST_F(Trust, AUsersContainerRunsAsItsAccount) {
   }
 }
 
+// Two agents on one machine (two clusters' nodes, or tests side by side)
+// each run their job 1 in a container at once: a container's id names its
+// cgroup (/rota/<id>), so it carries the agent's tag as a process task's
+// group does. Before, the second runtime found the first's cgroup busy
+// ("cannot start an already running container") and the job failed.
+TEST_F(Trust, TwoAgentsOnOneMachineRunTheirJobOnesContainersAtOnce) {
+  if (geteuid() != 0) GTEST_SKIP() << "a root agent's containers";
+  if (access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "no static busybox to build a rootfs from (busybox-static)";
+  const std::vector<std::string> runtimes = OciRuntimes();
+  if (runtimes.empty()) GTEST_SKIP() << "neither runc nor crun is installed";
+  const std::string image = BusyboxImage({"sh", "sleep", "cat"});
+  const std::string config = Write("cluster.yaml", "node_groups: []\naccounts: [{user: alice, uid: 65534, gid: 65534}]\n"
+                                                   "allowed_mounts: [{prefix: " + image + "}]\n");
+  RotaProcess first("up", tmp.path() + "/data-a", {"--gpus", "1xH100:80Gi", "--name", "local", "--config", config,
+                                                   "--oci-runtime", runtimes[0]});
+  RotaProcess second("up", tmp.path() + "/data-b", {"--gpus", "1xH100:80Gi", "--name", "local", "--config", config,
+                                                    "--oci-runtime", runtimes[0]});
+  const std::string job = json{{"name", "boxed"},
+                               {"tasks", {{{"gpus", 1}, {"rootfs", image},
+                                           {"command", {"/bin/sh", "-c", "sleep 2; echo done-$(cat /proc/1/comm)"}}}}}}
+                              .dump();
+  std::vector<int> ids;
+  for (RotaProcess* up : {&first, &second}) {
+    auto r = up->Http(UserToken(*up, "alice")).Post("/v1/jobs", job, "application/json");
+    ASSERT_EQ(r->status, 201) << r->body;
+    ids.push_back(json::parse(r->body)["id"].get<int>());
+  }
+  EXPECT_EQ(ids, (std::vector<int>{1, 1}));
+  for (size_t k = 0; k < 2; ++k) {
+    RotaProcess& up = k == 0 ? first : second;
+    const json j = WaitEnded(up, ids[k]);
+    const std::string logs = Logs(up, ids[k]);
+    EXPECT_EQ(j["state"], "succeeded") << k << ": " << j.dump() << "\n" << logs;
+    EXPECT_NE(logs.find("done-sh"), std::string::npos) << k << ": " << logs;
+  }
+}
+
 // A read-only data mount is read-only all the way down: a file system
 // mounted below its source (a scratch tmpfs in a dataset directory) is not
 // writable through it either. (A bind mount's "ro" alone covers its top
