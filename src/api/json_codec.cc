@@ -521,6 +521,10 @@ std::string EncodeEvent(const Event& event) {
         } else if constexpr (std::is_same_v<E, RunHistoryState>) {
           j["type"] = "RunHistoryState";
           j["history"] = RunHistoryToJson(e.history);
+        } else if constexpr (std::is_same_v<E, NodeAgentChanged>) {
+          j["type"] = "NodeAgentChanged";
+          j["node"] = e.node;
+          j["instance"] = e.instance;
         } else if constexpr (std::is_same_v<E, NodeLabelsChanged>) {
           j["type"] = "NodeLabelsChanged";
           j["node"] = e.node;
@@ -697,6 +701,7 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       ROTA_ASSIGN_OR_RETURN(RunHistory h, RunHistoryFromJson(j.at("history")));
       return Event(RunHistoryState{std::move(h)});
     }
+    if (type == "NodeAgentChanged") return Event(NodeAgentChanged{j.at("node"), j.at("instance")});
     if (type == "NodeLabelsChanged") {
       return Event(NodeLabelsChanged{j.at("node"), j.at("labels").get<std::map<std::string, std::string>>()});
     }

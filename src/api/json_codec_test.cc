@@ -109,6 +109,10 @@ mounts: [{source: /d, target: /data, read_only: true}]
   auto relabelled = DecodeEvent(EncodeEvent(NodeLabelsChanged{"n-0", {{"rack", "r1"}, {"pool", "train"}}}));
   ASSERT_TRUE(relabelled.ok());
   EXPECT_EQ(std::get<NodeLabelsChanged>(*relabelled).labels.at("pool"), "train");
+  auto agent = DecodeEvent(EncodeEvent(NodeAgentChanged{"n-0", "0123abcd"}));
+  ASSERT_TRUE(agent.ok());
+  EXPECT_EQ(std::get<NodeAgentChanged>(*agent).node, "n-0");
+  EXPECT_EQ(std::get<NodeAgentChanged>(*agent).instance, "0123abcd");
   // The learned order's history (a journal snapshot's) and a job's sweep.
   RunHistory history;
   ASSERT_EQ(history.Join({"research", 2}, JobId(40), 7, JobId()), JobId(40));

@@ -1041,6 +1041,12 @@ Status ClusterState::ApplyOne(const NodeLostChanged& e) {
   return Status::Ok();
 }
 
+Status ClusterState::ApplyOne(const NodeAgentChanged& e) {
+  ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
+  Mutable().nodes.Mut(index).agent = e.instance;
+  return Status::Ok();
+}
+
 Status ClusterState::ApplyOne(const JobHoldChanged& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   if (e.held && found->state != JobState::kPending) {
@@ -1277,6 +1283,7 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
   for (const NodeState& n : snap.nodes()) {
     if (n.drained) emit(NodeDrainChanged{n.spec.name, true, n.drain_reason});
     if (n.lost) emit(NodeLostChanged{n.spec.name, true});
+    if (!n.agent.empty()) emit(NodeAgentChanged{n.spec.name, n.agent});
     for (int32_t g = 0; g < n.spec.gpus; ++g) {
       if (!((n.healthy_mask >> g) & 1)) emit(GpuHealthChanged{n.spec.name, g, false});
     }

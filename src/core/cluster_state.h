@@ -66,6 +66,7 @@ struct NodeState {
   bool drained = false;
   std::string drain_reason;  // why, as the admin gave it ("" = none)
   bool lost = false;  // its agent stopped heartbeating
+  std::string agent;  // the instance of the agent that registered it last ("": none, or an older agent)
 
   bool schedulable() const { return !drained && !lost; }
   uint64_t free_mask() const { return healthy_mask & ~allocated_mask & ~shared_mask & ~mig_mask; }
@@ -511,6 +512,7 @@ class ClusterState {
   Status ApplyOne(const JobHoldChanged& e);
   Status ApplyOne(const JobRequeued& e);
   Status ApplyOne(const NodeLostChanged& e);
+  Status ApplyOne(const NodeAgentChanged& e);
   Status ApplyOne(const JobPreempting& e);
   Status ApplyOne(const JobCheckpointed& e);
   Status ApplyOne(const GpuReconfigured& e);

@@ -311,6 +311,20 @@ TEST(ClusterState, ARackWithoutASpineIsItsOwnAndLabelsCanBeCorrected) {
   EXPECT_EQ(st.Apply(NodeLabelsChanged{"nope", {}}).code(), StatusCode::kNotFound);
 }
 
+// The agent that registered a node last is journaled, and a journal
+// snapshot keeps it (a server started again knows who held the node).
+TEST(ClusterState, ANodesAgentOutlivesACompaction) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("a", 8)}).ok());
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("b", 8)}).ok());
+  ASSERT_TRUE(st.Apply(NodeAgentChanged{"a", "0123abcd"}).ok());
+  EXPECT_EQ(st.Apply(NodeAgentChanged{"nope", "x"}).code(), StatusCode::kNotFound);
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
+  EXPECT_EQ(replay.GetSnapshot().FindNode("a")->agent, "0123abcd");
+  EXPECT_EQ(replay.GetSnapshot().FindNode("b")->agent, "");
+}
+
 TEST(ClusterState, UnhealthyGpuCannotBeBound) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());

@@ -188,6 +188,14 @@ struct NodeLabelsChanged {
   std::string node;
   std::map<std::string, std::string> labels;
 };
+// A node's agent registered as another instance (its state directory's
+// AgentInstance) than the one the journal names: a server started again, or
+// a standby that took the lead, still knows which agent holds the node, so
+// that another does not take it over while the first one's tasks may run.
+struct NodeAgentChanged {
+  std::string node;
+  std::string instance;
+};
 // One ended attempt of a job: when it was bound and ended, and how
 // ("requeued: node n-3 lost", "succeeded", "cancelled by bob").
 struct JobAttempt {
@@ -280,7 +288,7 @@ struct JobsForgotten {
 };
 
 using Event = std::variant<NodeAdded, NodeDrainChanged, GpuHealthChanged, JobSubmitted, JobBound, JobFinished,
-                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled, ServiceUpdated, NodeLabelsChanged, RunHistoryState, JobsForgotten>;
+                           JobCancelled, JobRequeued, NodeLostChanged, JobPreempting, JobCheckpointed, GpuReconfigured, JobResized, RankRestarted, NodeMigChanged, JobHistory, JobsSubmitted, JobHoldChanged, ServiceScaled, ServiceUpdated, NodeLabelsChanged, RunHistoryState, JobsForgotten, NodeAgentChanged>;
 
 // The job an event is about: its `id` (JobId() for node events, and for
 // JobsSubmitted, which names a range).

@@ -113,9 +113,18 @@ Status Controller::Start() {
   if (!added.empty()) ROTA_RETURN_IF_ERROR(store_->Append(added).status());
   ROTA_RETURN_IF_ERROR(CancelCutArrays());
   // Nodes running work from before a restart must heartbeat again within the
-  // timeout, or their gangs are requeued.
+  // timeout, or their gangs are requeued. The agent the journal names for a
+  // node keeps it as if it had reported at this start: another instance
+  // takes the node over only once the first's tasks have fenced themselves
+  // (RegisterNode), not at once because this server forgot who held it.
   {
     Snapshot snap = state_.GetSnapshot();
+    for (const NodeState& n : snap.nodes()) {
+      if (n.agent.empty()) continue;
+      NodeLive& live = live_[n.spec.name];
+      live.instance = n.agent;
+      live.last_heartbeat = options_.clock->Steady();
+    }
     for (const auto& [id, job] : snap.live_jobs()) {
       if (job->state != JobState::kRunning) continue;
       for (const ReplicaPlacement& r : job->placement) {
@@ -1523,19 +1532,25 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
              // Taken over only once the other's tasks have fenced themselves
              // and their gangs were requeued (as for a lost node).
              const Duration takeover = std::max(options_.node_timeout, FenceAfter() + kFenceMargin);
-             const bool another = it != live_.end() && it->second.registered && !instance.empty() &&
-                                  !it->second.instance.empty() && it->second.instance != instance;
+             // (Not yet registered since this server started: the agent
+             // the journal names, counted from the start.)
+             const bool another = it != live_.end() && !instance.empty() && !it->second.instance.empty() &&
+                                  it->second.instance != instance;
              if (another && now - it->second.last_heartbeat < takeover) {
+               const std::string heard = it->second.registered
+                                             ? "last report " + FormatDuration(now - it->second.last_heartbeat) + " ago"
+                                             : "not heard since this server started " +
+                                                   FormatDuration(now - it->second.last_heartbeat) + " ago";
                return Status(StatusCode::kFailedPrecondition,
                              "node '" + spec.name + "' has another agent (instance " + it->second.instance.substr(0, 8) +
-                                 ", last report " + FormatDuration(now - it->second.last_heartbeat) +
-                                 " ago): two agents of one node would both run its tasks; stop one (this one takes the "
-                                 "node over once the other has not reported for " + FormatDuration(takeover) +
+                                 ", " + heard + "): two agents of one node would both run its tasks; stop one (this one "
+                                 "takes the node over once the other has not reported for " + FormatDuration(takeover) +
                                  ", when its tasks have fenced themselves)");
              }
              if (another) replaced = it->second.instance;
            }
            const NodeState* known = batch.state->GetSnapshot().FindNode(spec.name);
+           const bool new_agent = !instance.empty() && (known == nullptr || known->agent != instance);
            if (known == nullptr) {
              ROTA_RETURN_IF_ERROR(batch.Apply(NodeAdded{sent}));
            } else if (known->spec.gpus != spec.gpus || known->spec.gpu_model != spec.gpu_model) {
@@ -1573,6 +1588,9 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
            // node, whether or not CheckNodes came first. Else the new agent
            // would be handed the old attempt's ranks and start them again
            // while the gang's other ranks went on.
+           if (new_agent) {
+             ROTA_RETURN_IF_ERROR(batch.Apply(NodeAgentChanged{spec.name, instance}));
+           }
            if (!replaced.empty()) {
              GiveUpGangsOn(batch, spec.name,
                            "node " + spec.name + " taken over by another agent (instance " + instance.substr(0, 8) +
@@ -1704,7 +1722,9 @@ Status Controller::CheckAgentInstance(const std::string& node, const std::string
   if (instance.empty()) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(node);
-  return it == live_.end() ? Status::Ok() : SameAgent(it->second, node, instance);
+  // (One not registered since this server started must register first: it
+  // is told so, not that it was replaced.)
+  return it == live_.end() || !it->second.registered ? Status::Ok() : SameAgent(it->second, node, instance);
 }
 
 void Controller::HeartbeatAsync(const Principal& who, HeartbeatReport report,

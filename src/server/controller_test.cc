@@ -272,6 +272,73 @@ TEST_F(ControllerTest, ATakeOverOfANodeRequeuesItsGangs) {
   c->Stop();
 }
 
+// A server started again (or a standby that took the lead) still knows
+// which agent held each node: the journal names it. Another instance is
+// refused until the first has been silent since the start for as long as
+// its tasks take to fence themselves; before, it was taken at once, handed
+// the running gang's rank and started it beside the old one.
+TEST_F(ControllerTest, AfterARestartANodeIsStillItsAgentsUntilItsTasksFenced) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  auto make = [&] {
+    // (No pass of the scheduling loop but ScheduleNow's: see ATakeOverOfANodeRequeuesItsGangs.)
+    auto c = std::make_unique<Controller>(
+        ControllerOptions{.config = TwoNodes(), .clock = &clock, .schedule_interval = 3600 * kMicrosPerSecond,
+                          .cycle_on_change = false},
+        std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    EXPECT_TRUE(c->Start().ok());
+    return c;
+  };
+  Pair pair;
+  {
+    auto c = make();
+    ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "", false, "aaaa").ok());
+    pair = RunPair(*c, agent1);
+    ASSERT_TRUE(pair.id.has_value());
+    ASSERT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .tasks = {{*pair.id, 0, pair.on0, 0}}, .instance = "aaaa"}).ok());
+    c->Stop();
+  }
+  const NodeSpec spec0 = [&] {
+    auto c = make();
+    EXPECT_EQ(c->snapshot().FindNode("n-0")->agent, "aaaa");
+    const NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
+    const Status other = c->RegisterNode(agent0, spec, true, "", false, "bbbb");
+    EXPECT_EQ(other.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(other.message().find("has another agent (instance aaaa, not heard since this server started"),
+              std::string::npos)
+        << other.message();
+    // Its reports are told to register, not that it was replaced.
+    EXPECT_EQ(c->Heartbeat(agent0, {.node = "n-0", .instance = "bbbb"}).status().code(), StatusCode::kNotFound);
+    // The agent that held it comes back: it keeps the node and its rank.
+    EXPECT_TRUE(c->RegisterNode(agent0, spec, true, "", false, "aaaa").ok());
+    EXPECT_TRUE(c->Heartbeat(agent0, {.node = "n-0", .tasks = {{*pair.id, 0, pair.on0, 0}}, .instance = "aaaa"}).ok());
+    EXPECT_EQ(c->snapshot().FindJob(*pair.id)->state, JobState::kRunning);
+    c->Stop();
+    return spec;
+  }();
+  // Started again, and the agent that held n-0 never comes back: another
+  // takes it over once the first's tasks have fenced themselves, and the
+  // gang is given up, not handed to it.
+  auto c = make();
+  ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
+  clock.Advance(31 * kMicrosPerSecond);
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{*pair.id, 0, pair.on1, 0}}}).ok());
+  EXPECT_EQ(c->RegisterNode(agent0, spec0, true, "", false, "bbbb").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c->snapshot().FindJob(*pair.id)->state, JobState::kRunning);
+  clock.Advance(2 * kMicrosPerSecond);
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{*pair.id, 0, pair.on1, 0}}}).ok());
+  ASSERT_TRUE(c->RegisterNode(agent0, spec0, true, "", false, "bbbb").ok());
+  const JobRecord* job = c->snapshot().FindJob(*pair.id);
+  EXPECT_NE(job->state, JobState::kRunning) << "n-0's rank was handed to the new agent";
+  EXPECT_NE(job->last_requeue_reason.find("taken over by another agent (instance bbbb)"), std::string::npos)
+      << job->last_requeue_reason;
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->agent, "bbbb");
+  EXPECT_EQ(c->Heartbeat(agent0, {.node = "n-0", .instance = "aaaa"}).status().code(), StatusCode::kFailedPrecondition);
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
   auto c = Make(std::make_unique<MemoryStore>());
   NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
