@@ -691,8 +691,12 @@ StatusOr<ClusterConfig> ParseClusterConfig(std::string_view text, std::string_vi
     }
     if (root.Has("limits")) {
       Field l = root["limits"];
-      l.ExpectMap({"max_pending_per_user", "max_pending_per_queue", "max_array", "submit_rate", "log_cap",
-                   "max_service_ports_per_user", "max_checkpoint_grace"});
+      l.ExpectMap({"max_pending_per_user", "max_pending_per_queue", "max_pending_bytes_per_user", "max_array",
+                   "submit_rate", "log_cap", "max_service_ports_per_user", "max_checkpoint_grace"});
+      if (l.Has("max_pending_bytes_per_user")) {
+        c.limits.max_pending_bytes_per_user = static_cast<int64_t>(l["max_pending_bytes_per_user"].Memory()) * 1024 * 1024;
+        if (c.limits.max_pending_bytes_per_user < (1 << 20)) l["max_pending_bytes_per_user"].Fail("must be at least 1Mi");
+      }
       if (l.Has("max_checkpoint_grace")) {
         c.limits.max_checkpoint_grace = l["max_checkpoint_grace"].Time();
         if (c.limits.max_checkpoint_grace < 0 || c.limits.max_checkpoint_grace > 7 * 24 * 3600 * kMicrosPerSecond) {

@@ -79,6 +79,10 @@ struct QueueConfig {
 struct TenantLimits {
   int64_t max_pending_per_user = 100'000;
   int64_t max_pending_per_queue = 1'000'000;
+  // What one user's pending specs may hold in the server's memory, in all
+  // (JobSpec::Bytes; an array's shared spec once): 100,000 pending jobs of
+  // a 1 MiB spec each would be 100 GiB.
+  int64_t max_pending_bytes_per_user = 512LL << 20;
   int64_t max_array = 100'000;  // elements of one job array
   // Job submissions (array elements count one each) per user and second,
   // with a burst of one max_array.

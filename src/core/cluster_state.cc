@@ -166,6 +166,11 @@ int64_t Snapshot::PendingOfUser(const std::string& user) const {
   return it == data_->pending_by_user.end() ? 0 : it->second;
 }
 
+int64_t Snapshot::PendingBytesOfUser(const std::string& user) const {
+  auto it = data_->pending_bytes_by_user.find(user);
+  return it == data_->pending_bytes_by_user.end() ? 0 : it->second;
+}
+
 int64_t Snapshot::PendingInQueue(const std::string& queue) const {
   auto it = data_->pending_by_queue.find(queue);
   return it == data_->pending_by_queue.end() ? 0 : it->second;
@@ -177,6 +182,7 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
     if (j.state != JobState::kPending) return;
     if ((d.pending_by_user[j.user] += delta) == 0) d.pending_by_user.erase(j.user);
     if ((d.pending_by_queue[j.spec().queue] += delta) == 0) d.pending_by_queue.erase(j.spec().queue);
+    if ((d.pending_bytes_by_user[j.user] += delta * Snapshot::PendingBytes(j)) == 0) d.pending_bytes_by_user.erase(j.user);
   };
   auto not_ended = [](JobState s) { return s == JobState::kPending || s == JobState::kRunning || s == JobState::kPreempting; };
   const bool live = not_ended(job->state);

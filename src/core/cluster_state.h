@@ -412,6 +412,14 @@ class Snapshot {
   std::vector<const JobRecord*> PendingJobs() const;
   const JobTable& jobs() const { return data_->jobs; }
   int64_t PendingOfUser(const std::string& user) const;
+  // What the user's pending jobs' specs hold (JobSpec::Bytes), an array's
+  // shared spec counted once: each element counts its share.
+  int64_t PendingBytesOfUser(const std::string& user) const;
+  static int64_t PendingBytes(const JobRecord& job) {
+    const int64_t bytes = job.spec().Bytes();
+    const int64_t elements = job.array.value() != 0 ? std::max<int64_t>(1, job.array_count) : 1;
+    return (bytes + elements - 1) / elements;
+  }
   int64_t PendingInQueue(const std::string& queue) const;
   // Only the jobs that have not ended (pending, running, preempting).
   const JobTable& live_jobs() const { return data_->live; }
@@ -467,6 +475,8 @@ class Snapshot {
     // the tenant limits.
     std::unordered_map<std::string, int64_t> pending_by_user;
     std::unordered_map<std::string, int64_t> pending_by_queue;
+    // And the bytes of the user's pending specs (PendingBytes).
+    std::unordered_map<std::string, int64_t> pending_bytes_by_user;
     // Shared between states; copied by the first change after a copy
     // (always made non-const, as domain_parent).
     std::shared_ptr<const RunHistory> history = std::make_shared<RunHistory>();

@@ -63,6 +63,21 @@ int32_t GpuShare::milli() const {
   return mig_profile.empty() ? 0 : (MigProfileCompute(mig_profile) * 1000 + 6) / 7;
 }
 
+int64_t JobSpec::Bytes() const {
+  constexpr int64_t kString = 32;  // (a std::string's own size, and a little for the node or slot holding it)
+  int64_t n = 1024 + static_cast<int64_t>(name.size() + queue.size() + priority_class.size() + topology.level.size());
+  for (const TaskGroupSpec& t : tasks) {
+    n += 256 + static_cast<int64_t>(t.name.size() + t.gpu_model.size() + t.rootfs.size() + t.gpu_share.mig_profile.size());
+    for (const std::string& arg : t.command) n += kString + static_cast<int64_t>(arg.size());
+    for (const auto& [k, v] : t.env) n += 2 * kString + static_cast<int64_t>(k.size() + v.size());
+  }
+  for (const auto& [k, v] : node_selector) n += 2 * kString + static_cast<int64_t>(k.size() + v.size());
+  for (const MountSpec& m : mounts) n += 64 + static_cast<int64_t>(m.source.size() + m.target.size());
+  n += static_cast<int64_t>(service.readiness.path.size() + service.metrics_path.size() + checkpoint.signal.size());
+  for (const MetricTarget& m : service.autoscale.metrics) n += 64 + static_cast<int64_t>(m.name.size());
+  return n;
+}
+
 int64_t JobSpec::GpuEquivalent() const {
   int64_t milli = 0;
   for (const auto& t : tasks) milli += static_cast<int64_t>(t.replicas) * t.gpu_share.milli();

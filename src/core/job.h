@@ -191,6 +191,10 @@ struct JobSpec {
   // Whole GPUs plus its GPU fractions rounded up to whole GPUs: what quotas,
   // fair share and preemption cost count.
   int64_t GpuEquivalent() const;
+  // About what the spec holds in memory (its strings, with a little for
+  // each, and a base): the server bounds a user's pending specs by it, and a
+  // dry run's copies.
+  int64_t Bytes() const;
   bool operator==(const JobSpec&) const = default;
 };
 

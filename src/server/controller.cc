@@ -1053,6 +1053,14 @@ Status Controller::PendingLimits(const Principal& who, const JobSpec& spec, int6
                                   " pending jobs; " + std::to_string(count) + " more would pass the limit " +
                                   "(limits.max_pending_per_user: " + std::to_string(limits.max_pending_per_user) + ")");
   }
+  // (An array's elements share one spec: it counts once.)
+  const int64_t bytes = snap.PendingBytesOfUser(who.user), more = spec.Bytes();
+  if (bytes + more > limits.max_pending_bytes_per_user) {
+    return ResourceExhaustedError("user '" + who.user + "' has " + std::to_string(bytes >> 10) +
+                                  " KiB of pending job specs; " + std::to_string(more >> 10) +
+                                  " KiB more would pass the limit (limits.max_pending_bytes_per_user: " +
+                                  std::to_string(limits.max_pending_bytes_per_user >> 20) + " MiB)");
+  }
   int64_t queue_limit = limits.max_pending_per_queue;
   std::string limit_name = "limits.max_pending_per_queue";
   for (const QueueConfig* q : QueuesOnPath(options_.config, spec.queue)) {

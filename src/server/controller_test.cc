@@ -2056,6 +2056,48 @@ TEST_F(ControllerTest, AnArrayAFullDiskRefusedReservesNothing) {
   EXPECT_TRUE(accepted.ok()) << accepted.status().ToString();
 }
 
+// A user's pending specs are bounded in bytes, not only in count: 100,000
+// pending jobs with a 1 MiB environment each (the body limit) would be
+// 100 GiB of server memory. An array's elements share one spec: it counts
+// once. Another user is not held back; a job that starts or ends frees its
+// part.
+TEST_F(ControllerTest, AUsersPendingSpecsAreBoundedInBytes) {
+  ClusterConfig config = TwoNodes();
+  config.limits.max_pending_bytes_per_user = 1 << 20;
+  // (Nothing is scheduled but by ScheduleNow: the jobs stay pending.)
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = config, .clock = &clock,
+                                                          .schedule_interval = 3600 * kMicrosPerSecond,
+                                                          .cycle_on_change = false},
+                                        std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->Start().ok());
+  JobSpec heavy = Job("heavy", 1, 1);
+  for (const char* name : {"A", "B", "C"}) heavy.tasks[0].env[name] = std::string(100 << 10, 'x');  // (300 KiB)
+  std::vector<JobId> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto id = c->Submit(kAlice, heavy);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(*id);
+  }
+  EXPECT_GE(c->snapshot().PendingBytesOfUser("alice"), 900 << 10);
+  const auto refused = c->Submit(kAlice, heavy);
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("more would pass the limit (limits.max_pending_bytes_per_user: 1 MiB)"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(c->Submit(kBob, heavy).ok()) << "another user is not held back";
+  // One cancelled frees its part; then 1,000 copies in one array count once.
+  ASSERT_TRUE(c->Cancel(kAlice, ids[0]).ok());
+  auto array = c->SubmitArray(kAlice, heavy, 1000);
+  ASSERT_TRUE(array.ok()) << array.status().ToString();
+  EXPECT_LT(c->snapshot().PendingBytesOfUser("alice"), 1 << 20);
+  EXPECT_EQ(c->Submit(kAlice, heavy).status().code(), StatusCode::kResourceExhausted);
+  // Started jobs are not pending: their part is free again.
+  c->ScheduleNow();
+  EXPECT_LT(c->snapshot().PendingBytesOfUser("alice"), 700 << 10);
+  EXPECT_TRUE(c->Submit(kAlice, heavy).ok());
+  c->Stop();
+}
+
 // An array a later part of which the store refuses is not accepted: the
 // parts committed before it are cancelled, and its Idempotency-Key goes with
 // them, on the running server and after a restart from a journal snapshot

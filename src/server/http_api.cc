@@ -1720,14 +1720,10 @@ class HttpServerImpl final : public HttpServer {
     if (count < 1 || count > 10'000) return ReplyError(res, InvalidArgumentError("count: a dry run takes 1..10000 copies"));
     // The projection holds a copy of the spec per element: a spec near the
     // body limit 10,000 times over would be gigabytes.
-    size_t spec_bytes = 1024;
-    for (const TaskGroupSpec& t : spec.tasks) {
-      for (const std::string& arg : t.command) spec_bytes += arg.size() + 16;
-      for (const auto& [k, v] : t.env) spec_bytes += k.size() + v.size() + 32;
-    }
+    const size_t spec_bytes = static_cast<size_t>(spec.Bytes());
     if (constexpr size_t kDryRunBytes = 64 << 20; static_cast<size_t>(count) * spec_bytes > kDryRunBytes) {
       return ReplyError(res, InvalidArgumentError("count: a dry run of " + std::to_string(count) + " copies of this spec (" +
-                                                  std::to_string(spec_bytes >> 10) + " KiB of commands and environment) " +
+                                                  std::to_string(spec_bytes >> 10) + " KiB of spec: commands, environment and the rest) " +
                                                   "would hold too much; at most " +
                                                   std::to_string(std::max<size_t>(1, kDryRunBytes / spec_bytes)) +
                                                   " copies of it"));
