@@ -27,11 +27,19 @@ AppliedDecisions ApplyDecisions(Batch& batch, std::vector<Event>& events, JobLif
     const bool preempting = std::holds_alternative<JobPreempting>(e);
     const JobId evicted = preempting ? std::get<JobPreempting>(e).id : JobId();
     const bool cancel = std::holds_alternative<JobCancelled>(e);
+    const auto* bound = std::get_if<JobBound>(&e);
+    const JobId bound_job = bound != nullptr ? bound->id : JobId();
+    const TimePoint bound_at = bound != nullptr ? bound->at : 0;
     if (!batch.Apply(std::move(e)).ok()) {
       if (!preempting && !cancel) out.retry = true;
       continue;
     }
     if (resized_job != JobId()) lifecycle.Forget(resized_job);  // it restarts with its new world size
+    if (bound_job != JobId()) {
+      const Snapshot snap = batch.state->GetSnapshot();
+      const JobRecord* job = snap.FindJob(bound_job);
+      if (job != nullptr && job->spec().time_limit > 0) lifecycle.NoteStarted(snap, bound_job, bound_at);
+    }
     if (preempting) {
       ++out.preemptions;
       lifecycle.NoteStopping(evicted, batch.state->GetSnapshot().revision());

@@ -206,10 +206,28 @@ JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std:
   return out;
 }
 
+void JobLifecycle::NoteStarted(const Snapshot& snap, JobId job, TimePoint started_at) {
+  started_[job] = {started_at, clock_->Steady()};
+  if (started_.size() < 2 * started_swept_at_ + 1024) return;
+  // (Bounded: those that ended since, or run another attempt, go now and then.)
+  std::erase_if(started_, [&](const auto& entry) {
+    const JobRecord* j = snap.FindJob(entry.first);
+    return j == nullptr || j->state != JobState::kRunning || j->started_at != entry.second.wall_at;
+  });
+  started_swept_at_ = started_.size();
+}
+
 void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now, TimePoint steady_now) {
   for (JobId id : overdue.expired) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
     if (job == nullptr || job->state != JobState::kRunning) continue;
+    // Its time limit is measured on this server's steady clock too, from
+    // when it bound this attempt: a step of the wall clock (the journal's
+    // times) does not end a job early. One bound before this server started
+    // (or led) has only the journal's times.
+    if (auto s = started_.find(id); steady_now != 0 && s != started_.end() && s->second.wall_at == job->started_at) {
+      if (steady_now - s->second.steady_at <= job->spec().time_limit) continue;
+    }
     Forget(id);
     batch.Apply(JobFinished{id, JobOutcome::kFailed, now, "time limit " + FormatDuration(job->spec().time_limit) + " reached"})
         .IgnoreError();

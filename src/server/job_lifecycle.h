@@ -49,6 +49,9 @@ class JobLifecycle {
                      uint64_t revision = 0);
   // `job` began stopping (JobPreempting) at the state's `revision`.
   void NoteStopping(JobId job, uint64_t revision) { stopping_[job] = {revision, clock_->Steady()}; }
+  // The job was bound at `started_at` (the journal's time): its time limit
+  // is measured on this server's steady clock too (EndOverdue).
+  void NoteStarted(const Snapshot& snap, JobId job, TimePoint started_at);
   bool Stopping(JobId job) const { return stopping_.count(job) > 0; }
   // A GPU of `node` whose health differs from the state's: journals it, and
   // requeues the running gangs on it if it failed.
@@ -93,6 +96,7 @@ class JobLifecycle {
   void Forget(JobId job) {
     exited_.erase(job);
     stopping_.erase(job);
+    started_.erase(job);
   }
 
  private:
@@ -122,6 +126,15 @@ class JobLifecycle {
     TimePoint steady_at = 0;
   };
   std::map<JobId, Stop> stopping_;
+  // Running jobs with a time limit bound while this server led: their
+  // attempt's start (the journal's) and when this server bound it on its
+  // steady clock (NoteStarted). Jobs that ended otherwise are swept as it grows.
+  struct Start {
+    TimePoint wall_at = 0;
+    TimePoint steady_at = 0;
+  };
+  std::map<JobId, Start> started_;
+  size_t started_swept_at_ = 0;  // started_'s size after the last sweep
   // `node`'s full list `tasks` (as of answer `revision`) misses stopping
   // jobs' replicas there: they have stopped.
   void NoteMissing(Batch& batch, NodeId node, const std::vector<api::TaskReport>& tasks, uint64_t revision);

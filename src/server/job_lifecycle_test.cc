@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "sched/test_util.h"
+#include "server/decisions.h"
 
 namespace rota::server {
 namespace {
@@ -83,6 +84,40 @@ TEST(JobLifecycle, AStepOfTheWallClockEndsNoStopEarly) {
   r.lifecycle.EndOverdue(late, overdue, stepped, steady + 91 * kMicrosPerSecond);
   ASSERT_EQ(late.events.size(), 1u);
   EXPECT_TRUE(std::holds_alternative<JobRequeued>(late.events[0]));
+}
+
+// A time limit is measured on the steady clock too, from when this server
+// bound the attempt: the wall clock stepped an hour forward (a VM resumed,
+// a clock set by hand) does not fail a job 5 s into its minute. A job bound
+// before this server started has only the journal's times.
+TEST(JobLifecycle, AStepOfTheWallClockEndsNoJobBeforeItsTimeLimit) {
+  JobSpec spec = GpuJob("j", 2, 1);
+  spec.time_limit = 60 * kMicrosPerSecond;
+  Running r(spec);  // job 1, bound at 10 us before this lifecycle: the wall clock's alone
+  ASSERT_TRUE(r.st.Apply(JobSubmitted{JobId(2), spec, 0}).ok());
+  const TimePoint bound_at = r.clock.Now();
+  const TimePoint steady = r.clock.Steady();
+  {
+    Batch batch{&r.st};
+    std::vector<Event> decided = {JobBound{JobId(2), {{0, 0, NodeId(0), 4}, {0, 1, NodeId(0), 8}}, bound_at}};
+    ApplyDecisions(batch, decided, r.lifecycle);
+    ASSERT_EQ(r.st.GetSnapshot().FindJob(JobId(2))->state, JobState::kRunning);
+  }
+  const std::vector<JobId> ids = {JobId(1), JobId(2)};
+  const TimePoint stepped = bound_at + 3600 * kMicrosPerSecond;  // the wall clock, an hour on
+  const auto overdue = r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, stepped);
+  ASSERT_EQ(overdue.expired.size(), 2u);  // (by the wall clock)
+  Batch early{&r.st};
+  r.lifecycle.EndOverdue(early, overdue, stepped, steady + 5 * kMicrosPerSecond);
+  ASSERT_EQ(early.events.size(), 1u) << "job 2 failed 5 s into its 60 s limit";
+  EXPECT_EQ(std::get<JobFinished>(early.events[0]).id, JobId(1));  // (bound before: the wall clock's)
+  Batch late{&r.st};
+  r.lifecycle.EndOverdue(late, overdue, stepped, steady + 61 * kMicrosPerSecond);
+  ASSERT_EQ(late.events.size(), 1u);
+  const auto& ended = std::get<JobFinished>(late.events[0]);
+  EXPECT_EQ(ended.id, JobId(2));
+  EXPECT_EQ(ended.outcome, JobOutcome::kFailed);
+  EXPECT_NE(ended.reason.find("time limit 1m reached"), std::string::npos) << ended.reason;
 }
 
 TEST(JobLifecycle, AJobSucceedsWhenEveryReplicaHasExitedZero) {
