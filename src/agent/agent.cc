@@ -639,7 +639,6 @@ void Agent::AdoptTasks() {
                    r["key"].get<std::string>().c_str(), t->pid);
     }
     if (!t->cgroup.empty()) groups.insert(t->cgroup);
-    if (!t->oci_id.empty()) groups.insert(t->oci_id);  // (its runtime's group, /rota/<id>)
     log_shipped_[t->log_path] = 0;  // the server keeps what it has (by offset)
     tasks_[r["key"].get<std::string>()] = std::move(t);
   }

@@ -182,7 +182,7 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
     if (j.state != JobState::kPending) return;
     if ((d.pending_by_user[j.user] += delta) == 0) d.pending_by_user.erase(j.user);
     if ((d.pending_by_queue[j.spec().queue] += delta) == 0) d.pending_by_queue.erase(j.spec().queue);
-    if ((d.pending_bytes_by_user[j.user] += delta * Snapshot::PendingBytes(j)) == 0) d.pending_bytes_by_user.erase(j.user);
+    if ((d.pending_bytes_by_user[j.user] += delta * j.spec_bytes) == 0) d.pending_bytes_by_user.erase(j.user);
   };
   auto not_ended = [](JobState s) { return s == JobState::kPending || s == JobState::kRunning || s == JobState::kPreempting; };
   const bool live = not_ended(job->state);
@@ -493,6 +493,7 @@ Status ClusterState::ApplyOne(const JobSubmitted& e) {
   job->array_count = e.array_count;
   job->array_first_index = e.array_first_index;
   job->array_max_running = e.array_max_running;
+  job->spec_bytes = Snapshot::SpecBytes(job->spec(), e.array, e.array_count);
   Snapshot::Data& d = Mutable();
   job->sweep = MutHistory(d).Join({job->spec().queue, job->spec().TotalGpus()}, e.id, e.at, e.sweep);
   Put(d, std::move(job));
@@ -521,6 +522,7 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
   Snapshot::Data& d = Mutable();
   const auto spec = ArraySpec(JobId(first), e.array, e.spec);  // one for the run
   const JobId sweep = MutHistory(d).Join({spec->queue, spec->TotalGpus()}, e.first, e.at, e.sweep, e.count);
+  const int64_t spec_bytes = Snapshot::SpecBytes(*spec, e.array, e.array_count);
   for (int64_t i = 0; i < e.count; ++i) {
     auto job = MakeSlabShared<JobRecord>();
     job->id = JobId(first + static_cast<uint64_t>(i));
@@ -532,6 +534,7 @@ Status ClusterState::ApplyOne(const JobsSubmitted& e) {
     job->array_count = e.array_count;
     job->array_first_index = e.array_first_index;
     job->array_max_running = e.array_max_running;
+    job->spec_bytes = spec_bytes;
     job->sweep = sweep;
     Put(d, std::move(job));
   }
@@ -1117,6 +1120,7 @@ Status ClusterState::ApplyOne(const ServiceUpdated& e) {
   }
   auto updated = MakeSlabShared<JobRecord>(*found);
   updated->SetSpec(e.spec);
+  updated->spec_bytes = Snapshot::SpecBytes(updated->spec(), updated->array, updated->array_count);
   // A pending service's next start is on the new spec already: nothing to roll.
   updated->spec_attempt = e.spec_attempt >= 0                 ? e.spec_attempt
                           : found->state == JobState::kPending ? found->spec_attempt

@@ -92,6 +92,9 @@ struct JobRecord {
   void SetSpec(JobSpec s) { shared_spec = std::make_shared<const JobSpec>(std::move(s)); }
   void SetSpec(std::shared_ptr<const JobSpec> s) { shared_spec = std::move(s); }
   std::shared_ptr<const JobSpec> shared_spec = EmptySpec();
+  // Its spec's JobSpec::Bytes, an array element's share of its array's
+  // (the state sets it with the spec: Snapshot::PendingBytesOfUser).
+  int64_t spec_bytes = 0;
   static const std::shared_ptr<const JobSpec>& EmptySpec() {
     static const std::shared_ptr<const JobSpec> kEmpty = std::make_shared<const JobSpec>();
     return kEmpty;
@@ -415,10 +418,11 @@ class Snapshot {
   // What the user's pending jobs' specs hold (JobSpec::Bytes), an array's
   // shared spec counted once: each element counts its share.
   int64_t PendingBytesOfUser(const std::string& user) const;
-  static int64_t PendingBytes(const JobRecord& job) {
-    const int64_t bytes = job.spec().Bytes();
-    const int64_t elements = job.array.value() != 0 ? std::max<int64_t>(1, job.array_count) : 1;
-    return (bytes + elements - 1) / elements;
+  // A record's part of its spec (JobRecord::spec_bytes): the spec's bytes,
+  // an array element's share of its array's.
+  static int64_t SpecBytes(const JobSpec& spec, JobId array, int64_t array_count) {
+    const int64_t elements = array.value() != 0 ? std::max<int64_t>(1, array_count) : 1;
+    return (spec.Bytes() + elements - 1) / elements;
   }
   int64_t PendingInQueue(const std::string& queue) const;
   // Only the jobs that have not ended (pending, running, preempting).

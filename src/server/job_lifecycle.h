@@ -96,7 +96,8 @@ class JobLifecycle {
   void Forget(JobId job) {
     exited_.erase(job);
     stopping_.erase(job);
-    started_.erase(job);
+    // (Not started_: a resize keeps its attempt's start and time limit, and
+    // an entry of an ended attempt is told apart by its start, and swept.)
   }
 
  private:

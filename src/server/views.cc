@@ -160,7 +160,8 @@ ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState
   auto it = live.find(node.spec.name);
   j["simulated"] = it != live.end() && it->second.simulated;
   // (Kept on the steady clock: shown as the wall time that long ago.)
-  j["last_heartbeat"] = it != live.end() && it->second.last_heartbeat != 0
+  // (Not one only seeded from the journal's agent at a start: never heard.)
+  j["last_heartbeat"] = it != live.end() && it->second.last_heartbeat != 0 && (it->second.registered || it->second.expected)
                             ? TimeText(c.clock().Now() - (c.clock().Steady() - it->second.last_heartbeat))
                             : "";
   ordered_json gpus = ordered_json::array();
