@@ -66,6 +66,13 @@ struct JobRequest {
   int64_t total_gpus = 0;
   int64_t total_replicas = 0;
   bool fractional = false;  // some task asks for a GPU fraction or MIG slice (placed by the engine's sharing path)
+  // For whole GPUs of no named model, with quotas: the models (bit =
+  // interned index) its queue's limits could never admit it on, even with
+  // the queues empty, and why for the first (its nodes are no candidates:
+  // a placement there was refused as over quota for good, and the job was
+  // cancelled, though another model's nodes would have held it).
+  uint64_t quota_barred_models = 0;
+  std::string quota_barred_why;
 };
 
 // A node's capacity during a cycle: the snapshot minus tentative allocations.
@@ -78,7 +85,7 @@ struct NodeView {
 };
 
 // Why a node does not fit, for pending reasons.
-enum class Shortfall : uint8_t { kNone, kGpuModel, kGpuMemory, kSelector, kGpus, kCpu, kMemory, kUnavailable };
+enum class Shortfall : uint8_t { kNone, kGpuModel, kGpuMemory, kSelector, kGpus, kCpu, kMemory, kUnavailable, kQueueLimit };
 
 struct FilterResult {
   // kNever: no change of allocations could make this node fit (wrong model,

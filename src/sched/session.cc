@@ -470,6 +470,13 @@ int16_t Session::RequestModel() const {
   for (const TaskRequest& t : request_.tasks) {
     if (t.gpus > 0 && t.model >= 0) model = t.model;
   }
+  if (model < 0 && request_.quota_barred_models != 0) {
+    // Of no named model, but its queue's limits admit it on one model alone.
+    const size_t models = std::min<size_t>(snap_->gpu_models().size(), 64);
+    const uint64_t all = models == 64 ? ~uint64_t{0} : (uint64_t{1} << models) - 1;
+    const uint64_t open = all & ~request_.quota_barred_models;
+    if (std::popcount(open) == 1) model = static_cast<int16_t>(std::countr_zero(open));
+  }
   return model;
 }
 
@@ -627,6 +634,7 @@ bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
     request_.total_gpus += static_cast<int64_t>(r.replicas) * t.gpus;
     request_.total_replicas += r.replicas;
   }
+  BarModelsOverQuota(job);
   const int32_t root = static_cast<int32_t>(topo.domain_levels().size());
   if (spec.topology.level.empty()) {
     request_.level = root;
@@ -644,6 +652,33 @@ bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
   }
   if (!spec.is_service()) request_spec_ = job.shared_spec.get();  // a service's asks its desired count
   return true;
+}
+
+void Session::BarModelsOverQuota(const JobRecord& job) {
+  request_.quota_barred_models = 0;
+  request_.quota_barred_why.clear();
+  const Snapshot& snap = *snap_;
+  if (!fair() || snap.gpu_models().size() < 2 || request_.fractional || request_.total_gpus <= 0) return;
+  for (const TaskRequest& t : request_.tasks) {
+    if (t.gpus > 0 && t.model >= 0) return;  // (its model's own admission decides)
+  }
+  const int32_t leaf = Leaf(job);
+  if (leaf < 0) return;
+  // The least it may start with: an elastic job's minimum.
+  const JobSpec& spec = job.spec();
+  const int64_t least = spec.elastic() ? int64_t{spec.elastic_min_replicas} * spec.tasks[0].gpus : request_.total_gpus;
+  const bool may_borrow = book_->MayBorrow(spec);
+  book_->SetModels(snap);
+  for (size_t m = 0; m < snap.gpu_models().size() && m < 64; ++m) {
+    const QueueBook::ModelGpus add = {{static_cast<int16_t>(m), least}};
+    for (const AdmitPlugin* a : profile_->admit()) {
+      std::string why;
+      if (a->Admits(*book_, leaf, add, may_borrow, /*empty=*/true, &why)) continue;
+      request_.quota_barred_models |= uint64_t{1} << m;
+      if (request_.quota_barred_why.empty()) request_.quota_barred_why = std::move(why);
+      break;
+    }
+  }
 }
 
 uint64_t Session::ShapeHash(const JobSpec& spec) const {

@@ -96,6 +96,8 @@ class Session {
   bool fair() const { return book_->configured(); }
   // The job's leaf queue; -1 without queues (or for an unknown path).
   int32_t Leaf(const JobRecord& job) const { return fair() ? book_->LeafIndex(job.spec().queue) : -1; }
+  // Sets request_'s quota_barred_models (BuildRequest).
+  void BarModelsOverQuota(const JobRecord& job);
 
   // --- Jobs, as this cycle found them.
   const std::vector<const JobRecord*>& order() const { return order_; }  // pending, in job order
@@ -148,7 +150,8 @@ class Session {
   // GPUs per model of the Txn's steps.
   QueueBook::ModelGpus TxnGpusByModel() const;
   // The model of the request's whole GPUs when known without placing (it
-  // names one, or the cluster has one); -1 otherwise.
+  // names one, the cluster has one, or its queue's limits admit it on one
+  // alone: quota_barred_models); -1 otherwise.
   int16_t RequestModel() const;
   bool QuotaAdmits(const JobRecord& job, int32_t leaf) const;
   bool QuotaAdmits(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) const;

@@ -17,6 +17,9 @@ class ResourceFit final : public FilterPlugin {
     const NodeState& n = *view.node;
     if (task.gpus > 0 || task.gpu_memory > 0) {
       if (task.model_missing || (task.model >= 0 && n.model != task.model)) return {FilterResult::kNever, Shortfall::kGpuModel};
+      if (task.model < 0 && n.model >= 0 && n.model < 64 && (job.quota_barred_models >> n.model & 1)) {
+        return {FilterResult::kNever, Shortfall::kQueueLimit};
+      }
       if (task.gpu_memory > 0 && n.spec.gpu_memory < task.gpu_memory) return {FilterResult::kNever, Shortfall::kGpuMemory};
     }
     for (const auto& [key, value] : *job.selector) {
