@@ -119,6 +119,10 @@ PendingReason Scheduler::CheckResolvable(const Snapshot& snap, const JobRecord& 
     for (const TaskRequest& t : request.tasks) {
       bool any = false;
       for (uint32_t pos = 0; pos < session_.ws().size() && !any; ++pos) any = session_.ShareCouldFit(t, pos);
+      if (!any && request.quota_barred_models != 0) {
+        // (Nodes there are, on models its queue's limits never admit it on.)
+        return {ReasonCode::kExceedsQuota, request.QuotaBarredReason()};
+      }
       if (!any) {
         return {ReasonCode::kNoMatchingNodes,
                 "tasks[" + std::to_string(t.task) + "]: needs " +
@@ -146,9 +150,17 @@ PendingReason Scheduler::NeverAdmitted(const Snapshot& snap, const JobRecord& jo
   }
   // Shares summed over what it asks now (a service: its desired count, not
   // its max; it grows replica by replica, each admitted), rounded up.
-  int64_t milli = 0;
-  for (const TaskRequest& t : request.tasks) milli += int64_t{t.replicas} * job.spec().tasks[t.task].gpu_share.milli();
-  const int64_t gpus = request.fractional ? (milli + 999) / 1000 : request.total_gpus;
+  // An elastic job by its minimum (it starts smaller).
+  const JobSpec& spec = job.spec();
+  auto replicas = [&](const TaskRequest& t) -> int64_t {
+    return spec.elastic() ? std::min(t.replicas, std::max(1, spec.elastic_min_replicas)) : t.replicas;
+  };
+  int64_t milli = 0, whole = 0;
+  for (const TaskRequest& t : request.tasks) {
+    milli += replicas(t) * spec.tasks[t.task].gpu_share.milli();
+    whole += replicas(t) * t.gpus;
+  }
+  const int64_t gpus = request.fractional ? (milli + 999) / 1000 : whole;
   if (model < 0 || gpus <= 0) return {};
   book_.SetModels(snap);
   const QueueBook::ModelGpus add = {{model, gpus}};

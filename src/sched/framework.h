@@ -73,6 +73,13 @@ struct JobRequest {
   // cancelled, though another model's nodes would have held it).
   uint64_t quota_barred_models = 0;
   std::string quota_barred_why;
+  // Models its queue cannot take it on now, skipped by a placement that
+  // looks on other models' nodes (allocate's; 0 otherwise).
+  uint64_t quota_skipped_models = 0;
+  // Why it can never run where every node it could use is of a barred model.
+  std::string QuotaBarredReason() const {
+    return quota_barred_why + " (its queue's limits admit no replica of it on any GPU model that could hold it)";
+  }
 };
 
 // A node's capacity during a cycle: the snapshot minus tentative allocations.

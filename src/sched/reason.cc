@@ -130,8 +130,7 @@ PendingReason TaskNeverFits(PlaceContext& ctx, const JobRequest& job, const Task
   if (never.count(Shortfall::kQueueLimit) &&
       never[Shortfall::kQueueLimit] + never[Shortfall::kGpuModel] + never[Shortfall::kSelector] == n) {
     // (Its queue's limits admit it on no model whose nodes could hold it.)
-    return {ReasonCode::kExceedsQuota, "needs " + Plural(job.total_gpus, "GPU", "GPUs") + "; " + job.quota_barred_why +
-                                           " (on every GPU model that could hold it)"};
+    return {ReasonCode::kExceedsQuota, prefix + job.QuotaBarredReason()};
   }
   if (never.count(Shortfall::kSelector) && never[Shortfall::kSelector] + never[Shortfall::kGpuModel] == n) {
     std::string sel;

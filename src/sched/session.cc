@@ -658,15 +658,20 @@ void Session::BarModelsOverQuota(const JobRecord& job) {
   request_.quota_barred_models = 0;
   request_.quota_barred_why.clear();
   const Snapshot& snap = *snap_;
-  if (!fair() || snap.gpu_models().size() < 2 || request_.fractional || request_.total_gpus <= 0) return;
+  if (!fair() || snap.gpu_models().size() < 2) return;
+  const JobSpec& spec = job.spec();
+  // The least a model gets if it gets any of the job: one replica of its
+  // smallest task group (a gang may span models); a share, rounded up to a
+  // GPU (admission may count a share's memory as more: never less).
+  int64_t least = 0;
   for (const TaskRequest& t : request_.tasks) {
-    if (t.gpus > 0 && t.model >= 0) return;  // (its model's own admission decides)
+    if ((t.gpus > 0 || t.milli > 0 || t.mig != nullptr) && t.model >= 0) return;  // (its model's own admission decides)
+    const int64_t one = t.gpus > 0 ? t.gpus : (t.milli > 0 || t.mig != nullptr) ? 1 : 0;
+    if (one > 0) least = least == 0 ? one : std::min(least, one);
   }
+  if (least <= 0) return;
   const int32_t leaf = Leaf(job);
   if (leaf < 0) return;
-  // The least it may start with: an elastic job's minimum.
-  const JobSpec& spec = job.spec();
-  const int64_t least = spec.elastic() ? int64_t{spec.elastic_min_replicas} * spec.tasks[0].gpus : request_.total_gpus;
   const bool may_borrow = book_->MayBorrow(spec);
   book_->SetModels(snap);
   for (size_t m = 0; m < snap.gpu_models().size() && m < 64; ++m) {
@@ -936,6 +941,10 @@ bool Session::ShareCouldFit(const TaskRequest& task, uint32_t pos) const {
   if (task.mig != nullptr) {
     if (n.mig_mask == 0 || n.mig_geometry->ProfileIndex(*task.mig) < 0) return false;
     if (task.model >= 0 && n.model != task.model) return false;
+  }
+  if ((task.milli > 0 || task.mig != nullptr) && task.model < 0 && n.model >= 0 && n.model < 64 &&
+      (request_.quota_barred_models >> n.model & 1)) {
+    return false;  // (its queue's limits could never admit it on that model)
   }
   if (task.milli > 0) {
     if (n.spec.gpus == 0) return false;

@@ -98,6 +98,8 @@ class Session {
   int32_t Leaf(const JobRecord& job) const { return fair() ? book_->LeafIndex(job.spec().queue) : -1; }
   // Sets request_'s quota_barred_models (BuildRequest).
   void BarModelsOverQuota(const JobRecord& job);
+  // Sets request_'s quota_skipped_models (0: none).
+  void SkipModelsForQuota(uint64_t models) { request_.quota_skipped_models = models; }
 
   // --- Jobs, as this cycle found them.
   const std::vector<const JobRecord*>& order() const { return order_; }  // pending, in job order

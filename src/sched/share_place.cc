@@ -265,6 +265,10 @@ bool PlaceShares(Session& s, PendingReason* why, bool* never) {
         out.replicas.resize(first);
         out.reconfigurations.resize(first_reconf);
         *why = WhyNot(task, rep, any_node, never);
+        if (!any_node && s.request().quota_barred_models != 0) {
+          // (Nodes there are, on models its queue's limits never admit it on.)
+          *why = {ReasonCode::kExceedsQuota, s.request().QuotaBarredReason()};
+        }
         return false;
       }
       out.replicas.push_back(placed);

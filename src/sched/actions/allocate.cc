@@ -97,6 +97,32 @@ bool PlaceSmaller(Session& s, const JobRecord& job) {
   return s.TryPlace(true);
 }
 
+// A job of no named model placed (in the Txn) where its queue cannot take
+// it now: placed again on the other models' nodes, where it may be
+// admitted (before, it waited with free GPUs of a model its queue had room
+// on while the placer kept choosing the full one). Else its first placement
+// again, whose refusal says why. False only if that fails.
+bool OtherModels(Session& s, const JobRecord& job, int32_t leaf) {
+  uint64_t skipped = 0;
+  bool ok = true;
+  while (ok && !s.QuotaAdmits(job, leaf)) {
+    uint64_t refused = 0;
+    for (const auto& [model, gpus] : s.TxnGpusByModel()) {
+      if (model >= 0 && model < 64 && !s.QuotaAdmits(job, leaf, {{model, gpus}})) refused |= uint64_t{1} << model;
+    }
+    if ((refused & ~skipped) == 0) break;
+    skipped |= refused;
+    s.txn().Rollback();
+    s.SkipModelsForQuota(skipped);
+    ok = s.TryPlace(/*keep=*/true);
+  }
+  if (skipped == 0) return ok;
+  s.SkipModelsForQuota(0);
+  if (ok && s.QuotaAdmits(job, leaf)) return true;
+  if (ok) s.txn().Rollback();
+  return s.TryPlace(/*keep=*/true);
+}
+
 class Allocate final : public CycleAction {
  public:
   std::string_view name() const override { return "allocate"; }
@@ -167,10 +193,13 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
   // Quota first when the GPU model is known without placing (the job names
   // it, or the cluster has one): a job over its queue's limit waits for
   // quota, whatever capacity frees up.
+  // (An elastic job by its minimum: it starts smaller rather than not at all.)
   const int32_t leaf = s.Leaf(job);
   const int16_t model = s.RequestModel();
-  if (leaf >= 0 && model >= 0 && s.request().total_gpus > 0 &&
-      s.RefuseOverQuota(job, leaf, {{model, s.request().total_gpus}})) {
+  const int64_t least = job.spec().elastic()
+                            ? int64_t{job.spec().elastic_min_replicas} * s.request().tasks[0].gpus
+                            : s.request().total_gpus;
+  if (leaf >= 0 && model >= 0 && least > 0 && s.RefuseOverQuota(job, leaf, {{model, least}})) {
     return;
   }
   // Backfill: a job that ends before the first reservation starts may use
@@ -230,12 +259,47 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
   }
   // Admission: its shares count as whole GPUs of the models they landed on (rounded up per model).
   const int32_t leaf = s.Leaf(job);
-  QueueBook::ModelGpus shares;
-  for (size_t i = first; i < out.replicas.size(); ++i) {
-    const NodeState& node = s.ws().node(s.topology().position_of(out.replicas[i].node));
-    AddShare(&shares, node.model, ChargedMilli(job.spec().tasks[out.replicas[i].task].gpu_share, node.spec.gpu_memory));
+  auto placed_gpus = [&] {
+    QueueBook::ModelGpus shares;
+    for (size_t i = first; i < out.replicas.size(); ++i) {
+      const NodeState& node = s.ws().node(s.topology().position_of(out.replicas[i].node));
+      AddShare(&shares, node.model, ChargedMilli(job.spec().tasks[out.replicas[i].task].gpu_share, node.spec.gpu_memory));
+    }
+    return SharesAsGpus(shares);
+  };
+  QueueBook::ModelGpus add = placed_gpus();
+  const JobSpec& spec = job.spec();
+  if (leaf >= 0 && !add.empty() && spec.is_service() && spec.elastic() && !s.QuotaAdmits(job, leaf, add)) {
+    // A service asking past what its queue admits starts with the most
+    // replicas it admits, down to its min (before, the whole ask was
+    // refused, and one past the limit even when empty was cancelled).
+    auto undo = [&] {
+      s.txn().Rollback();
+      out.replicas.resize(first);
+      out.reconfigurations.resize(first_reconf);
+      out.placed.pop_back();
+    };
+    int32_t lo = std::max(1, spec.elastic_min_replicas), hi = placed - 1, best = 0;
+    while (lo <= hi) {
+      const int32_t mid = lo + (hi - lo) / 2;
+      undo();
+      s.SetElasticReplicas(mid);
+      const bool fits = PlaceShares(s, &why, &never);
+      const bool ok = fits && s.QuotaAdmits(job, leaf, placed_gpus());
+      if (ok) best = mid;
+      if (ok) lo = mid + 1;
+      else hi = mid - 1;
+      if (!fits) {
+        // (PlaceShares undid itself: place anything again for the next undo.)
+        s.SetElasticReplicas(placed);
+        if (!PlaceShares(s, &why, &never)) return out.Wait(job.id, why, never);
+      }
+    }
+    undo();
+    s.SetElasticReplicas(best > 0 ? best : std::max(1, spec.elastic_min_replicas));
+    if (!PlaceShares(s, &why, &never)) return out.Wait(job.id, why, never);
+    add = placed_gpus();
   }
-  const QueueBook::ModelGpus add = SharesAsGpus(shares);
   if (leaf >= 0 && !add.empty() && s.RefuseOverQuota(job, leaf, add)) {
     // Undo the placement: the Txn (shares and MIG instances too) and the output.
     s.txn().Rollback();
@@ -252,15 +316,23 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
 
 bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, bool* refused) const {
   if (ends_first) s.ReleaseHeld();
+  const int32_t leaf = s.Leaf(job);
   bool ok = s.TryPlace(/*keep=*/true);
-  // An elastic job starts smaller rather than not at all.
+  // An elastic job starts smaller rather than not at all: where it does not
+  // fit, or where its queue's limits do not admit it whole (before, that
+  // refusal came first, and one past the limit even when empty was
+  // cancelled though its minimum was within it).
+  if (ok && job.spec().elastic() && leaf >= 0 && !s.QuotaAdmits(job, leaf)) {
+    s.txn().Rollback();
+    ok = false;
+  }
   if (!ok && job.spec().elastic()) ok = PlaceSmaller(s, job);
+  if (ok && leaf >= 0 && s.RequestModel() < 0) ok = OtherModels(s, job, leaf);
   const size_t resize_mark = s.out().resizes.size();
   for (const MakeRoomAction* a : s.profile().make_room()) {
     if (ok) break;
     ok = a->MakeRoom(s, job);
   }
-  const int32_t leaf = s.Leaf(job);
   if (ok && leaf >= 0) {
     // Admission: the placement must fit the queues' quotas too.
     const QueueBook::ModelGpus add = s.TxnGpusByModel();

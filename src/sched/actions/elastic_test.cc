@@ -366,6 +366,26 @@ TEST(ScaleService, OnGpuFractionsItStartsWithWhatFitsAndGrowsWithinItsQuota) {
   EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->HeldGpus(), 2);
 }
 
+// A service on GPU fractions whose autoscaler asks more than its queue's
+// quota admits starts with what the quota admits (down to its min), where
+// capacity would hold it all: it is not refused, nor cancelled as past the
+// limit for good (its min is within it).
+TEST(ScaleService, OnGpuFractionsAskingPastItsQuotaItStartsWithWhatTheQuotaAdmits) {
+  ClusterConfig c = testing::Nodes(1);
+  c.queues = {{.name = "inference", .quota = {{"H100", 1}}, .borrowing_limit = {{"H100", 0}}}, {.name = "default"}};
+  ClusterState st = MakeCluster(c);
+  JobSpec svc = SharingService(8, {.fraction_milli = 500});
+  svc.queue = "inference";
+  auto s = MakeScheduler(c);
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), svc, 0}).ok());
+  ASSERT_TRUE(st.Apply(ServiceScaled{JobId(1), 1, 4, "in flight 15.0 (target 4/replica): 4"}).ok());
+  CycleResult r = Cycle(*s, st, kMinute);
+  for (const auto& u : r.unresolvable) ADD_FAILURE() << "cancelled: " << u.reason.message;
+  for (const auto& p : r.pending) ADD_FAILURE() << p.reason.message;
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(st.GetSnapshot().FindJob(JobId(1))->HeldGpus(), 1);  // two halves: its quota
+}
+
 // A service on MIG slices scales up onto free instances of its profile, then
 // re-partitions an idle MIG GPU in the same pass (the reconfiguration is
 // journaled before the resize that uses it); down, its instances are free.

@@ -20,6 +20,9 @@ class ResourceFit final : public FilterPlugin {
       if (task.model < 0 && n.model >= 0 && n.model < 64 && (job.quota_barred_models >> n.model & 1)) {
         return {FilterResult::kNever, Shortfall::kQueueLimit};
       }
+      if (task.model < 0 && n.model >= 0 && n.model < 64 && (job.quota_skipped_models >> n.model & 1)) {
+        return {FilterResult::kNotNow, Shortfall::kQueueLimit};
+      }
       if (task.gpu_memory > 0 && n.spec.gpu_memory < task.gpu_memory) return {FilterResult::kNever, Shortfall::kGpuMemory};
     }
     for (const auto& [key, value] : *job.selector) {
