@@ -1202,7 +1202,6 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
         *replayed = true;
         return prior->first;
       }
-      batch.request_ids.push_back({key, {first, count}});
     }
     // Reject what no node or domain of this cluster could ever hold.
     JobRecord probe;
@@ -1226,6 +1225,9 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
       ROTA_RETURN_IF_ERROR(batch.Apply(JobsSubmitted{first, chunk, spec, now, who.user, request_id, first, count,
                                                      array.first_index, array.max_running}));
     }
+    // (The key once the jobs are made: one a refused submission recorded
+    // named the ids the next submission took, anyone's.)
+    if (!request_id.empty()) batch.request_ids.push_back({who.user + '\n' + request_id, {first, count}});
     next_job_id_ = first.value() + static_cast<uint64_t>(count);
     array_reserved_user_[who.user] += count - chunk;
     array_reserved_queue_[spec.queue] += count - chunk;
@@ -1571,9 +1573,6 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
                                spec.gpu_model + ": a node's GPUs cannot change under its name; drain it (rota node "
                                "drain " + spec.name + ") and run its agent with another --name");
            } else {
-             if (MigChanged(*known, spec)) {
-               ROTA_RETURN_IF_ERROR(batch.Apply(NodeMigChanged{spec.name, spec.mig, spec.mig_fixed}));
-             }
              // The labels the agent sends replace those keys (a corrected
              // rack), except what the config declares for the node (the
              // admin's rack, spine and group labels); others stay.
@@ -1589,7 +1588,12 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
                                            std::to_string(labels.size()) + " labels with those it has; at most " +
                                            std::to_string(4 * api::kMaxNodeLabels));
              }
+             // The labels before the MIG layouts (a registration refused for
+             // its labels journaled a MIG change first; one refused for its
+             // layouts keeps only the labels it asked for).
+             const bool remig = MigChanged(*known, spec);
              if (labels != known->spec.labels) ROTA_RETURN_IF_ERROR(batch.Apply(NodeLabelsChanged{spec.name, labels}));
+             if (remig) ROTA_RETURN_IF_ERROR(batch.Apply(NodeMigChanged{spec.name, spec.mig, spec.mig_fixed}));
            }
            // The replaced agent's tasks have fenced themselves by now (it was
            // silent that long): their gangs are given up here, as for a lost

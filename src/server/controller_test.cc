@@ -2056,6 +2056,33 @@ TEST_F(ControllerTest, AnArrayAFullDiskRefusedReservesNothing) {
   EXPECT_TRUE(accepted.ok()) << accepted.status().ToString();
 }
 
+// A submission refused on the actor (no node could hold it, a limit) keeps
+// no Idempotency-Key: before, the key was noted before the checks, and where
+// the refused call shared its batch with another that journaled something,
+// it named the ids the next submission took: the client's retry with a
+// fixed spec was refused ("used before ... with a different job spec") or
+// handed another user's job.
+TEST_F(ControllerTest, ARefusedSubmissionKeepsNoIdempotencyKey) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  for (int round = 0; round < 20; ++round) {
+    const std::string key = "retry-" + std::to_string(round);
+    std::vector<std::thread> others;
+    for (int k = 0; k < 8; ++k) {
+      others.emplace_back([&] { EXPECT_TRUE(c->Submit(kBob, Job("other", 1, 1)).ok()); });
+    }
+    bool replayed = false;
+    const auto refused = c->SubmitArray(kAlice, Job("huge", 1, 64), 1, key, &replayed);  // (8-GPU nodes)
+    for (std::thread& t : others) t.join();
+    ASSERT_EQ(refused.status().code(), StatusCode::kOutOfRange) << refused.status().ToString();
+    const auto retried = c->SubmitArray(kAlice, Job("fixed", 1, 1), 1, key, &replayed);
+    ASSERT_TRUE(retried.ok()) << "round " << round << ": " << retried.status().ToString();
+    EXPECT_FALSE(replayed) << "round " << round;
+    EXPECT_EQ(c->snapshot().FindJob(*retried)->user, "alice");
+    EXPECT_EQ(c->snapshot().FindJob(*retried)->spec().name, "fixed");
+  }
+  c->Stop();
+}
+
 // A user's pending specs are bounded in bytes, not only in count: 100,000
 // pending jobs with a 1 MiB environment each (the body limit) would be
 // 100 GiB of server memory. An array's elements share one spec: it counts
