@@ -1,6 +1,7 @@
 #include "api/json_codec.h"
 
 #include <charconv>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -116,6 +117,19 @@ template <typename T>
 StatusOr<T> Get(const json& j, const char* key, std::string_view source) {
   auto it = j.find(key);
   if (it == j.end()) return InvalidArgumentError(std::string(source) + ": " + key + ": required");
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // A whole number in the field's range (nlohmann's get<int32_t> would
+    // cast 4294967304 to 8, and 8.9 to 8).
+    if (!it->is_number()) return InvalidArgumentError(std::string(source) + ": " + key + ": wrong type");
+    if (!it->is_number_integer()) return InvalidArgumentError(std::string(source) + ": " + key + ": must be a whole number");
+    const bool fits = it->is_number_unsigned()
+                          ? it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                          : it->template get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                it->template get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max());
+    if (!fits) return InvalidArgumentError(std::string(source) + ": " + key + ": out of range");
+    return static_cast<T>(it->is_number_unsigned() ? static_cast<int64_t>(it->template get<uint64_t>())
+                                                   : it->template get<int64_t>());
+  }
   try {
     return it->get<T>();
   } catch (const json::exception&) {

@@ -178,6 +178,15 @@ TEST(NodeSpecJson, NamesBadFields) {
   EXPECT_EQ(NodeSpecFromJson(j, "body").status().message(), "body: gpus: wrong type");
   j = nlohmann::json::parse(R"({"name": "n", "gpus": 8, "gpu_model": "H100", "memory": "lots"})");
   EXPECT_EQ(NodeSpecFromJson(j, "body").status().message(), "body: memory: 'lots' is not a valid memory quantity");
+  // Counts are whole and in range, not cast: 2^32 + 8 GPUs were 8, and 8.9 were 8.
+  j = nlohmann::json::parse(R"({"name": "n", "gpus": 4294967304, "gpu_model": "H100"})");
+  EXPECT_EQ(NodeSpecFromJson(j, "body").status().message(), "body: gpus: out of range");
+  j = nlohmann::json::parse(R"({"name": "n", "gpus": 8.9, "gpu_model": "H100"})");
+  EXPECT_EQ(NodeSpecFromJson(j, "body").status().message(), "body: gpus: must be a whole number");
+  j = nlohmann::json::parse(R"({"name": "n", "gpus": 8, "gpu_model": "H100", "nvlink_islands": -4294967294})");
+  EXPECT_EQ(NodeSpecFromJson(j, "body").status().message(), "body: nvlink_islands: out of range");
+  j = nlohmann::json::parse(R"({"name": "n", "gpus": 8, "gpu_model": "H100"})");
+  EXPECT_EQ(NodeSpecFromJson(j, "body")->gpus, 8);
 }
 
 }  // namespace

@@ -1203,6 +1203,16 @@ class HttpServerImpl final : public HttpServer {
       if (body.is_discarded() || !body.is_object() || !body.contains("node")) {
         return ReplyError(res, InvalidArgumentError("request body: must be {\"node\": {...}, \"simulated\": bool}"));
       }
+      for (const char* flag : {"simulated", "mps"}) {
+        if (body.contains(flag) && !body[flag].is_boolean()) {
+          return ReplyError(res, InvalidArgumentError(std::string(flag) + ": must be true or false"));
+        }
+      }
+      for (const char* text : {"address", "instance"}) {
+        if (body.contains(text) && !body[text].is_string()) {
+          return ReplyError(res, InvalidArgumentError(std::string(text) + ": must be a string"));
+        }
+      }
       auto spec = api::NodeSpecFromJson(body["node"], "node");
       if (!spec.ok()) return ReplyError(res, spec.status());
       if (Status s = api::CheckNodeText(*spec, "node"); !s.ok()) return ReplyError(res, s);
@@ -1243,6 +1253,13 @@ class HttpServerImpl final : public HttpServer {
     srv.Post("/v1/tokens", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded() || !body.is_object()) return ReplyError(res, InvalidArgumentError("request body: not a JSON object"));
+      // (A field it does not know is refused: "tll" for "ttl" made a token
+      // that never expires.)
+      for (const auto& [key, value] : body.items()) {
+        if (key != "user" && key != "role" && key != "node" && key != "ttl" && key != "existing") {
+          return ReplyError(res, InvalidArgumentError("request body: unknown field '" + key + "'"));
+        }
+      }
       for (const char* field : {"user", "role", "node", "ttl"}) {
         if (body.contains(field) && !body[field].is_string()) {
           return ReplyError(res, InvalidArgumentError(std::string(field) + ": must be a string"));

@@ -789,6 +789,13 @@ job_visibility: own
       {&agent, "/v1/agents/heartbeat", R"({"node": "n-1")" + pad + "}", 403, "its own node"},
       {&agent, "/v1/agents/heartbeat", R"({"node": 5)" + pad + "}", 400, "node: wrong type"},
       {&agent, "/v1/agents/register", R"({"node": {"name": "n-0", "gpus": "eight"}})", 400, "gpus: wrong type"},
+      // Counts that do not fit are refused, not cast (2^32 + 8 GPUs were 8), and flags name themselves.
+      {&agent, "/v1/agents/register", R"({"node": {"name": "n-0", "gpus": 4294967304, "gpu_model": "H100"}})", 400,
+       "node: gpus: out of range"},
+      {&agent, "/v1/agents/register", R"({"node": {"name": "n-0", "gpus": 8, "gpu_model": "H100"}, "simulated": "false"})",
+       400, "simulated: must be true or false"},
+      // A misspelt field is refused: "tll" made a token that never expires.
+      {&admin, "/v1/tokens", R"({"user": "ci", "tll": "1h"})", 400, "unknown field 'tll'"},
       {&admin, "/v1/jobs/abc/cancel", "{}", 400, "not a job id"},
       {&bob, "/v1/jobs", "name: j\nqueue: team/a\ntasks: [{gpus: 1, command: [\"\xff\xfe\"]}]\n", 400, "must be valid UTF-8"},
       {&admin, "/v1/jobs/42/cancel", "{}", 404, "no job 42"},
