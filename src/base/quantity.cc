@@ -1,7 +1,6 @@
 #include "base/quantity.h"
 
 #include <algorithm>
-
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -137,14 +136,17 @@ StatusOr<TimePoint> ParseTime(std::string_view text) {
   char tail[16] = {};
   const std::string t(text);
   const int n = std::sscanf(t.c_str(), "%4d-%2d-%2dT%2d:%2d:%lf%15s", &y, &mo, &d, &h, &mi, &sec, tail);
-  if (n < 6 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec < 0 || sec >= 61) {
+  // (!(sec >= 0 && sec < 61): a NaN second ("...:nan") is refused too.)
+  if (n < 6 || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 || !(sec >= 0 && sec < 61)) {
     return InvalidArgumentError("'" + t + "' is not a time like 2026-11-29T12:00:00Z");
   }
   int64_t offset_min = 0;
   const std::string z(tail);
   if (z == "Z" || z.empty()) {
     offset_min = 0;
-  } else if ((z[0] == '+' || z[0] == '-') && z.size() == 6 && z[3] == ':') {
+  } else if ((z[0] == '+' || z[0] == '-') && z.size() == 6 && z[3] == ':' && std::isdigit(static_cast<unsigned char>(z[1])) &&
+             std::isdigit(static_cast<unsigned char>(z[2])) && std::isdigit(static_cast<unsigned char>(z[4])) &&
+             std::isdigit(static_cast<unsigned char>(z[5])) && z.substr(1, 2) <= "23" && z.substr(4, 2) <= "59") {
     offset_min = (std::atoi(z.substr(1, 2).c_str()) * 60 + std::atoi(z.substr(4, 2).c_str())) * (z[0] == '-' ? -1 : 1);
   } else {
     return InvalidArgumentError("'" + t + "' has a bad time zone (use Z or +hh:mm)");

@@ -85,6 +85,12 @@ TEST(Time, ParsesAndFormatsUtc) {
   EXPECT_EQ(FormatTime(0), "1970-01-01T00:00:00.000Z");
   EXPECT_FALSE(ParseTime("yesterday").ok());
   EXPECT_FALSE(ParseTime("2026-13-01T00:00:00Z").ok());
+  // Not a number, negative fields, a zone that is not digits: refused, not read as something else.
+  EXPECT_FALSE(ParseTime("2026-11-29T12:00:nanZ").ok());
+  EXPECT_FALSE(ParseTime("2026-11-29T12:00:infZ").ok());
+  EXPECT_FALSE(ParseTime("2026-11-29T-1:-5:00Z").ok());
+  EXPECT_FALSE(ParseTime("2026-11-29T12:00:00+ab:cd").ok());
+  EXPECT_FALSE(ParseTime("2026-11-29T12:00:00+24:00").ok());
 }
 
 TEST(FormatSpan, RoundsToTwoUnitsAsPeopleReadThem) {
