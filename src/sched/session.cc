@@ -654,6 +654,38 @@ bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
   return true;
 }
 
+bool Session::SomeSplitAdmits(const JobRecord& job, int32_t leaf, bool may_borrow) const {
+  // What it needs at least (an elastic job's minimum), in GPUs, shares rounded up.
+  const JobSpec& spec = job.spec();
+  int64_t need = 0, milli = 0;
+  for (const TaskRequest& t : request_.tasks) {
+    const int64_t replicas = spec.elastic() ? std::min(t.replicas, std::max(1, spec.elastic_min_replicas)) : t.replicas;
+    need += replicas * t.gpus;
+    milli += replicas * spec.tasks[t.task].gpu_share.milli();
+  }
+  need += (milli + 999) / 1000;
+  auto admits = [&](int16_t model, int64_t gpus) {
+    std::string ignored;
+    for (const AdmitPlugin* a : profile_->admit()) {
+      if (!a->Admits(*book_, leaf, {{model, gpus}}, may_borrow, /*empty=*/true, &ignored)) return false;
+    }
+    return true;
+  };
+  // Each model's most (monotone in the count: binary search), summed.
+  int64_t most = 0;
+  for (size_t m = 0; m < snap_->gpu_models().size() && m < 64 && most < need; ++m) {
+    if (request_.quota_barred_models >> m & 1) continue;
+    int64_t lo = 0, hi = need;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (admits(static_cast<int16_t>(m), mid)) lo = mid;
+      else hi = mid - 1;
+    }
+    most += lo;
+  }
+  return most >= need;
+}
+
 void Session::BarModelsOverQuota(const JobRecord& job) {
   request_.quota_barred_models = 0;
   request_.quota_barred_why.clear();
@@ -908,7 +940,13 @@ bool Session::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBoo
     }
   }
   if (refused == nullptr) return false;
-  const bool impossible = !refused->Admits(*book_, leaf, add, may_borrow, /*empty=*/true, &never);
+  bool impossible = !refused->Admits(*book_, leaf, add, may_borrow, /*empty=*/true, &never);
+  if (impossible && RequestModel() < 0 && snap_->gpu_models().size() > 1) {
+    // Of no named model, refused as placed: it may fit its queue's limits
+    // placed otherwise (on another model, or split). Never, only where all
+    // models' limits together cannot hold it (before, it was cancelled).
+    impossible = !SomeSplitAdmits(job, leaf, may_borrow);
+  }
   int64_t gpus = 0;  // what admission counts: whole GPUs, shares rounded up
   for (const auto& [model, n] : add) gpus += n;
   std::string hint;

@@ -322,11 +322,20 @@ bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, boo
   // fit, or where its queue's limits do not admit it whole (before, that
   // refusal came first, and one past the limit even when empty was
   // cancelled though its minimum was within it).
+  bool over_quota = false;  // it fits, but not within its queue's limits whole
   if (ok && job.spec().elastic() && leaf >= 0 && !s.QuotaAdmits(job, leaf)) {
     s.txn().Rollback();
     ok = false;
+    over_quota = true;
   }
   if (!ok && job.spec().elastic()) ok = PlaceSmaller(s, job);
+  if (!ok && over_quota) {
+    // No smaller count is admitted either: placed at its minimum (PlaceSmaller
+    // left it there), so that the admission below refuses it for quota, as
+    // a job of one size, rather than the make-room actions evicting for a
+    // job that still could not start (or a reservation saying it does not fit).
+    ok = s.TryPlace(/*keep=*/true);
+  }
   if (ok && leaf >= 0 && s.RequestModel() < 0) ok = OtherModels(s, job, leaf);
   const size_t resize_mark = s.out().resizes.size();
   for (const MakeRoomAction* a : s.profile().make_room()) {
