@@ -148,19 +148,9 @@ PendingReason Scheduler::NeverAdmitted(const Snapshot& snap, const JobRecord& jo
   for (const TaskRequest& t : request.tasks) {
     if ((t.gpus > 0 || t.milli > 0 || t.mig != nullptr) && t.model >= 0) model = t.model;
   }
-  // Shares summed over what it asks now (a service: its desired count, not
-  // its max; it grows replica by replica, each admitted), rounded up.
-  // An elastic job by its minimum (it starts smaller).
-  const JobSpec& spec = job.spec();
-  auto replicas = [&](const TaskRequest& t) -> int64_t {
-    return spec.elastic() ? std::min(t.replicas, std::max(1, spec.elastic_min_replicas)) : t.replicas;
-  };
-  int64_t milli = 0, whole = 0;
-  for (const TaskRequest& t : request.tasks) {
-    milli += replicas(t) * spec.tasks[t.task].gpu_share.milli();
-    whole += replicas(t) * t.gpus;
-  }
-  const int64_t gpus = request.fractional ? (milli + 999) / 1000 : whole;
+  // An elastic job (a service) by its minimum: it starts smaller and grows
+  // replica by replica, each admitted. Shares summed and rounded up.
+  const int64_t gpus = session_.LeastGpus(job);
   if (model < 0 || gpus <= 0) return {};
   book_.SetModels(snap);
   const QueueBook::ModelGpus add = {{model, gpus}};

@@ -654,16 +654,19 @@ bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
   return true;
 }
 
-bool Session::SomeSplitAdmits(const JobRecord& job, int32_t leaf, bool may_borrow) const {
-  // What it needs at least (an elastic job's minimum), in GPUs, shares rounded up.
+int64_t Session::LeastGpus(const JobRecord& job) const {
   const JobSpec& spec = job.spec();
-  int64_t need = 0, milli = 0;
+  int64_t whole = 0, milli = 0;
   for (const TaskRequest& t : request_.tasks) {
     const int64_t replicas = spec.elastic() ? std::min(t.replicas, std::max(1, spec.elastic_min_replicas)) : t.replicas;
-    need += replicas * t.gpus;
+    whole += replicas * t.gpus;
     milli += replicas * spec.tasks[t.task].gpu_share.milli();
   }
-  need += (milli + 999) / 1000;
+  return whole + (milli + 999) / 1000;
+}
+
+bool Session::SomeSplitAdmits(const JobRecord& job, int32_t leaf, bool may_borrow) const {
+  const int64_t need = LeastGpus(job);
   auto admits = [&](int16_t model, int64_t gpus) {
     std::string ignored;
     for (const AdmitPlugin* a : profile_->admit()) {

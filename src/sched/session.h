@@ -96,6 +96,9 @@ class Session {
   bool fair() const { return book_->configured(); }
   // The job's leaf queue; -1 without queues (or for an unknown path).
   int32_t Leaf(const JobRecord& job) const { return fair() ? book_->LeafIndex(job.spec().queue) : -1; }
+  // The GPUs the request needs at least, as quotas count them: an elastic
+  // job's (or a service's) minimum; shares summed and rounded up.
+  int64_t LeastGpus(const JobRecord& job) const;
   // Whether its queue's limits, with the queues empty, could admit the job
   // (at its minimum) split over the models as they may take it.
   bool SomeSplitAdmits(const JobRecord& job, int32_t leaf, bool may_borrow) const;

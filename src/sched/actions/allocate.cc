@@ -196,9 +196,7 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
   // (An elastic job by its minimum: it starts smaller rather than not at all.)
   const int32_t leaf = s.Leaf(job);
   const int16_t model = s.RequestModel();
-  const int64_t least = job.spec().elastic()
-                            ? int64_t{job.spec().elastic_min_replicas} * s.request().tasks[0].gpus
-                            : s.request().total_gpus;
+  const int64_t least = s.LeastGpus(job);
   if (leaf >= 0 && model >= 0 && least > 0 && s.RefuseOverQuota(job, leaf, {{model, least}})) {
     return;
   }
