@@ -654,6 +654,15 @@ bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
   return true;
 }
 
+bool Session::PlacesAdmitted(const JobRecord& job) {
+  const int32_t leaf = Leaf(job);
+  if (leaf < 0 || RequestModel() >= 0) return TryPlace(false);  // (its model's quota came first: allocate)
+  if (!TryPlace(true)) return false;
+  const bool admitted = QuotaAdmits(job, leaf);
+  txn_.Rollback();
+  return admitted;
+}
+
 int64_t Session::LeastGpus(const JobRecord& job) const {
   const JobSpec& spec = job.spec();
   int64_t whole = 0, milli = 0;

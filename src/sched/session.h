@@ -96,6 +96,11 @@ class Session {
   bool fair() const { return book_->configured(); }
   // The job's leaf queue; -1 without queues (or for an unknown path).
   int32_t Leaf(const JobRecord& job) const { return fair() ? book_->LeafIndex(job.spec().queue) : -1; }
+  // TryPlace(false), and for a job of no known model (RequestModel) with
+  // quotas, the placement admitted by its queue's limits as they are: the
+  // preempt and reserve actions' test (an eviction or a reservation for a
+  // placement its queue then refuses is of no use).
+  bool PlacesAdmitted(const JobRecord& job);
   // The GPUs the request needs at least, as quotas count them: an elastic
   // job's (or a service's) minimum; shares summed and rounded up.
   int64_t LeastGpus(const JobRecord& job) const;

@@ -144,7 +144,7 @@ std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* rec
 // Evicts prefixes of a candidate list in the workspace, to see what fits.
 class PrefixSearch {
  public:
-  explicit PrefixSearch(Session& s) : s_(s) {}
+  PrefixSearch(Session& s, const JobRecord& job) : s_(s), job_(job) {}
   ~PrefixSearch() { SetPrefix(0); }
 
   // Works on `list` from now on. REQUIRES: nothing released.
@@ -163,7 +163,7 @@ class PrefixSearch {
     bool fits = false;
     while (!list_->empty()) {
       SetPrefix(std::min(hi, list_->size()));
-      fits = s_.TryPlace(false);
+      fits = s_.PlacesAdmitted(job_);
       if (fits || hi >= list_->size()) break;
       hi *= 2;
     }
@@ -176,7 +176,7 @@ class PrefixSearch {
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;
       SetPrefix(mid);
-      if (s_.TryPlace(false)) hi = mid;
+      if (s_.PlacesAdmitted(job_)) hi = mid;
       else lo = mid + 1;
     }
     SetPrefix(0);
@@ -185,6 +185,7 @@ class PrefixSearch {
 
  private:
   Session& s_;
+  const JobRecord& job_;
   const std::vector<Candidate>* list_ = nullptr;
   size_t released_ = 0;
 };
@@ -225,7 +226,7 @@ std::vector<Candidate> OneDomain(Session& s, PrefixSearch& search, const std::ve
 // Of the first `k` of the search's list (which fit), only the victims whose
 // GPUs the job's placement actually uses: scattered GPUs elsewhere are not
 // evicted for nothing. Falls back to all k if the trimmed set does not fit.
-std::vector<const JobRecord*> Trim(Session& s, PrefixSearch& search, size_t k) {
+std::vector<const JobRecord*> Trim(Session& s, PrefixSearch& search, size_t k, const JobRecord& job) {
   const Topology& topo = s.topology();
   search.SetPrefix(k);
   s.TryPlace(true);
@@ -244,7 +245,7 @@ std::vector<const JobRecord*> Trim(Session& s, PrefixSearch& search, size_t k) {
   }
   search.SetPrefix(0);
   for (const JobRecord* v : victims) s.SetReleased(*v, true);
-  const bool trimmed_fits = s.TryPlace(false);
+  const bool trimmed_fits = s.PlacesAdmitted(job);
   for (const JobRecord* v : victims) s.SetReleased(*v, false);
   if (!trimmed_fits) {
     victims.clear();
@@ -257,7 +258,7 @@ std::vector<const JobRecord*> Trim(Session& s, PrefixSearch& search, size_t k) {
 // empty if none does. Leaves the workspace as it found it.
 std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job, Reclaim* reclaim) {
   const std::vector<Candidate> candidates = Candidates(s, job, reclaim);
-  PrefixSearch search(s);
+  PrefixSearch search(s, job);
   std::vector<Candidate> local = OneDomain(s, search, candidates);
   size_t k = 0;
   if (!local.empty()) {
@@ -268,7 +269,7 @@ std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job, Re
     k = search.Shortest();
   }
   if (k == 0) return {};
-  return Trim(s, search, k);
+  return Trim(s, search, k, job);
 }
 
 // "; queue Q holds h of its g guaranteed M GPUs while B borrows ...": why a

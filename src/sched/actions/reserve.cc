@@ -17,7 +17,7 @@ namespace {
 
 // The earliest time the current request fits, releasing running jobs in
 // order of their time-limit ends; fills *steps with where. False if never.
-bool EarliestStart(Session& s, TimePoint* start, std::vector<Txn::Step>* steps) {
+bool EarliestStart(Session& s, const JobRecord& job, TimePoint* start, std::vector<Txn::Step>* steps) {
   const Topology& topo = s.topology();
   const std::vector<Session::Ending>& endings = s.Endings();
   const std::unordered_map<uint32_t, uint64_t>& promised = s.promised();
@@ -44,13 +44,13 @@ bool EarliestStart(Session& s, TimePoint* start, std::vector<Txn::Step>* steps) 
   // answer is checked by placing).
   size_t lo = 1, hi = endings.size();
   release(0, hi, true);
-  const bool fits_at_all = s.TryPlace(false);
+  const bool fits_at_all = s.PlacesAdmitted(job);
   release(0, hi, false);
   if (endings.empty() || !fits_at_all) return false;
   while (lo < hi) {
     const size_t mid = (lo + hi) / 2;
     release(0, mid, true);
-    const bool fits = s.TryPlace(false);
+    const bool fits = s.PlacesAdmitted(job);
     release(0, mid, false);
     if (fits) hi = mid;
     else lo = mid + 1;
@@ -76,7 +76,7 @@ class Reserve final : public BlockedAction {
     }
     TimePoint start = 0;
     std::vector<Txn::Step> steps;
-    if (!EarliestStart(s, &start, &steps)) return false;
+    if (!EarliestStart(s, job, &start, &steps)) return false;
     const Duration in = start - s.now();
     reason->expected_start = start;
     if (o.reservation_window > 0 && in > o.reservation_window) {
