@@ -160,10 +160,17 @@ void Allocate::Execute(Session& s) const {
     if (max_jobs > 0 && examined++ >= max_jobs) break;
     for (Session::Nomination& n : s.nominations()) {
       // A running service's (its scale-up's, which grow-elastic places) is
-      // let go only for a job of higher priority, and only for that job.
+      // let go only for a job of higher priority, and only for that job. A
+      // pending job's, for one of higher priority, or of its own priority
+      // in its own queue: not for another queue's of its priority (the
+      // borrowing queue a reclaim took them from took them back, and the
+      // evictions came again every min_runtime).
       const bool service = n.job->state == JobState::kRunning;
       const int32_t mine = n.job->spec().priority, theirs = job->spec().priority;
-      if (!n.released && (service ? mine < theirs : mine <= theirs)) s.HoldNomination(n, false);
+      const bool same_queue = n.job->spec().queue == job->spec().queue;
+      if (!n.released && (service ? mine < theirs : mine < theirs || (mine == theirs && same_queue))) {
+        s.HoldNomination(n, false);
+      }
       if (n.job == job) nominee = &n;
     }
     AllocateOne(s, *job, nominee != nullptr);

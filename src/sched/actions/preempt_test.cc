@@ -253,5 +253,39 @@ TEST(Preemption, FreedGpusAreNominatedForThePreemptor) {
   EXPECT_EQ(r.placed[0].job, JobId(4));
 }
 
+// GPUs a reclaim freed are held for the reclaiming job against jobs of its
+// priority in other queues too: before, the borrowing queue (examined first,
+// by its lower fair share) took them back with a job of the same priority,
+// the reclaimer evicted again after min_runtime, and never started.
+TEST(Preemption, GpusAReclaimFreedAreNotTakenBackByTheBorrowingQueue) {
+  ClusterConfig c = testing::Nodes(4);
+  c.queues = {{.name = "a", .quota = {{"H100", 24}}}, {.name = "b", .quota = {{"H100", 8}}}};
+  ClusterState st = MakeCluster(c);
+  auto s = MakeScheduler(c);
+  const TimePoint now = 1000 * kMinute;
+  auto job = [](const char* name, const char* queue, bool preemptible) {
+    JobSpec j = GpuJob(name, 1, 8);
+    j.queue = queue;
+    j.preemptible = preemptible;
+    return j;
+  };
+  StartJob(st, 1, job("a1", "a", false), {0}, 0xff, 0);
+  StartJob(st, 2, job("a2", "a", false), {1}, 0xff, 0);
+  StartJob(st, 3, job("b1", "b", false), {2}, 0xff, 0);
+  StartJob(st, 4, job("v", "b", true), {3}, 0xff, 0);  // b borrows n-3 from a
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(5), job("p", "a", false), now - 1}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(6), job("q", "b", true), now - 1}).ok());
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.preemptions.size(), 1u);
+  EXPECT_EQ(r.preemptions[0].victim, JobId(4));
+  EXPECT_EQ(r.preemptions[0].preemptor, JobId(5));
+  ASSERT_TRUE(st.Apply(JobPreempting{JobId(4), now, JobId(5), r.preemptions[0].reason}).ok());
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(4), now + kMinute, "stopped"}).ok());
+  s->RunCycle(st.GetSnapshot(), now + kMinute, &r);
+  ASSERT_EQ(r.placed.size(), 1u) << "nothing placed on the freed node";
+  EXPECT_EQ(r.placed[0].job, JobId(5)) << "the borrowing queue took the reclaimed node back";
+}
+
 }  // namespace
 }  // namespace rota::sched
