@@ -16,8 +16,9 @@
 namespace rota::sched {
 
 struct EngineOptions {
-  // A gang is never evicted, shrunk or grown again before it has run this
-  // long since it started (or was last resized).
+  // A gang is never evicted, grown again, or shrunk for a job of its own
+  // priority before it has run this long since it started (or was last
+  // resized); a higher-priority job may shrink it at once (shrink-elastic).
   Duration min_runtime = 10 * 60 * kMicrosPerSecond;
   // Pending jobs examined per cycle, in order (0 = all). A Slurm-style limit
   // (its backfill tests at most bf_max_job_test = 500 jobs a pass).

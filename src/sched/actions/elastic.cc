@@ -3,7 +3,8 @@
 //     replicas (above their min) of running elastic jobs: of lower priority
 //     at once, of equal priority only once they have run min_runtime since
 //     they started or last resized (never without a clock); across queues
-//     only from a queue borrowing beyond its guarantee; never GPUs a
+//     only from a queue borrowing beyond its guarantee, for a job within its
+//     own queue's (QueueBook::MayReclaim, as preempt); never GPUs a
 //     reservation counts on. Lowest priority and most surplus first, and the
 //     last one gives up only as many replicas as needed.
 //   grow-elastic (cycle): what is left free at the end of a cycle goes to
@@ -53,10 +54,16 @@ std::vector<Surplus> ShrinkCandidates(Session& s, const JobRecord& job) {
     if (same && now == nullptr) continue;
     const TimePoint settled = Settled(s, *r);
     const bool young = same && *now < settled;
-    // Across queues, only a queue borrowing beyond its guarantee gives up replicas.
+    // Across queues, as the preempt action reclaims: from a queue borrowing
+    // beyond its guarantee, for a job its own queue's guarantee holds (before,
+    // a queue already at its guarantee shrank another's gang to borrow
+    // itself). A job of no known model: the borrowing alone.
     if (s.fair() && r->spec().queue != job.spec().queue) {
       const int32_t leaf = book.LeafIndex(r->spec().queue);
       if (leaf < 0 || !book.Borrowing(leaf)) continue;
+      const int16_t model = s.RequestModel();
+      const int32_t mine = s.Leaf(job);
+      if (model >= 0 && mine >= 0 && !book.MayReclaim(mine, leaf, {{model, s.request().total_gpus}})) continue;
     }
     // GPUs a reservation counts on stay with their gang (as for preemption).
     if (s.HoldsReservedGpus(*r)) continue;
