@@ -90,6 +90,7 @@ void Session::BeginProbe(const Snapshot& snap) {
   request_spec_ = nullptr;
   find_memo_ = {};
   ws_.Reset(snap);
+  released_by_leaf_.clear();
   ctx_.NewCycle();
 }
 
@@ -658,7 +659,16 @@ bool Session::PlacesAdmitted(const JobRecord& job) {
   const int32_t leaf = Leaf(job);
   if (leaf < 0 || RequestModel() >= 0) return TryPlace(false);  // (its model's quota came first: allocate)
   if (!TryPlace(true)) return false;
-  const bool admitted = QuotaAdmits(job, leaf);
+  // What the placement adds, less what its own queue's released gangs (the
+  // victims, the jobs that will have ended) no longer hold.
+  QueueBook::ModelGpus add = TxnGpusByModel();
+  for (const auto& [key, gpus] : released_by_leaf_) {
+    if (key.first != leaf || gpus == 0) continue;
+    auto it = std::find_if(add.begin(), add.end(), [&](const auto& e) { return e.first == key.second; });
+    if (it != add.end()) it->second -= gpus;
+    else add.push_back({key.second, -gpus});
+  }
+  const bool admitted = QuotaAdmits(job, leaf, add);
   txn_.Rollback();
   return admitted;
 }
@@ -683,7 +693,13 @@ bool Session::SomeSplitAdmits(const JobRecord& job, int32_t leaf, bool may_borro
     }
     return true;
   };
-  // Each model's most (monotone in the count: binary search), summed.
+  // Each model's most (monotone in the count: binary search), in whole
+  // replicas of its smallest task group (a share: a GPU), summed.
+  int64_t unit = 0;
+  for (const TaskRequest& t : request_.tasks) {
+    if (t.gpus > 0) unit = unit == 0 ? t.gpus : std::min<int64_t>(unit, t.gpus);
+  }
+  if (unit == 0) unit = 1;
   int64_t most = 0;
   for (size_t m = 0; m < snap_->gpu_models().size() && m < 64 && most < need; ++m) {
     if (request_.quota_barred_models >> m & 1) continue;
@@ -693,7 +709,7 @@ bool Session::SomeSplitAdmits(const JobRecord& job, int32_t leaf, bool may_borro
       if (admits(static_cast<int16_t>(m), mid)) lo = mid;
       else hi = mid - 1;
     }
-    most += lo;
+    most += lo / unit * unit;
   }
   return most >= need;
 }
@@ -867,6 +883,8 @@ void Session::SetReleased(const JobRecord& job, bool release) {
 
 void Session::SetReplicasReleased(const JobSpec& spec, const ReplicaPlacement* first, size_t count, bool release) {
   const Topology& topo = snap_->topology();
+  // (With quotas: what its queue would no longer hold, by model, for PlacesAdmitted.)
+  const int32_t leaf = fair() && snap_->gpu_models().size() > 1 ? book_->LeafIndex(spec.queue) : -1;
   for (const ReplicaPlacement* r = first; r != first + count; ++r) {
     if (r->shares_gpu()) continue;  // a shared or MIG GPU is not freed whole by one sharer ending
     const TaskGroupSpec& t = spec.tasks[r->task];
@@ -874,6 +892,9 @@ void Session::SetReplicasReleased(const JobSpec& spec, const ReplicaPlacement* f
     const uint64_t mask = r->gpu_mask & ws_.node(pos).healthy_mask;  // a failed GPU stays out of use
     if (release) ws_.Give(pos, mask, t.cpu, t.memory);
     else ws_.Take(pos, mask, t.cpu, t.memory);
+    if (leaf >= 0 && ws_.node(pos).model >= 0) {
+      released_by_leaf_[{leaf, ws_.node(pos).model}] += (release ? 1 : -1) * std::popcount(r->gpu_mask);
+    }
   }
 }
 

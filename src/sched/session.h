@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -380,6 +381,9 @@ class Session {
   std::vector<Nomination> nominations_;
   std::unordered_set<JobId> victim_set_;
   std::unordered_map<JobId, std::vector<ReplicaPlacement>> resized_;
+  // GPUs released in the workspace (SetReplicasReleased) by (leaf queue,
+  // model), with quotas and several models: PlacesAdmitted's credit.
+  std::map<std::pair<int32_t, int16_t>, int64_t> released_by_leaf_;
 
   std::vector<Ending> endings_;
   bool endings_built_ = false;
