@@ -329,9 +329,13 @@ bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, boo
   // cancelled though its minimum was within it).
   bool over_quota = false;  // it fits, but not within its queue's limits whole
   if (ok && job.spec().elastic() && leaf >= 0 && !s.QuotaAdmits(job, leaf)) {
-    s.txn().Rollback();
-    ok = false;
-    over_quota = true;
+    // (Of no named model: whole on other models' nodes first, before smaller.)
+    const bool elsewhere = s.RequestModel() < 0 && OtherModels(s, job, leaf) && s.QuotaAdmits(job, leaf);
+    if (!elsewhere) {
+      s.txn().Rollback();
+      ok = false;
+      over_quota = true;
+    }
   }
   if (!ok && job.spec().elastic()) ok = PlaceSmaller(s, job);
   if (!ok && over_quota) {
@@ -364,7 +368,7 @@ bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, boo
   return ok;
 }
 
-PendingReason Allocate::Explain(Session& s, const JobRecord& /*job*/, bool ends_first, bool nominee,
+PendingReason Allocate::Explain(Session& s, const JobRecord& job, bool ends_first, bool nominee,
                                 bool* unresolvable) const {
   PendingReason reason = ExplainUnresolvable(s.ctx(), s.request());
   *unresolvable = !reason.ok();
@@ -385,11 +389,13 @@ PendingReason Allocate::Explain(Session& s, const JobRecord& /*job*/, bool ends_
   // Held back only by GPUs nominated for a higher job that preempted for them?
   if (reason.code != ReasonCode::kReserved && !nominee) {
     std::string for_jobs;
+    bool higher = true;  // (else one of its priority, of another queue: a reclaim's)
     for (Session::Nomination& n : s.nominations()) {
       if (n.released) continue;
       s.HoldNomination(n, false);
       n.released = false;  // only looked at
       for_jobs += (for_jobs.empty() ? "" : ", ") + s.JobName(*n.job);
+      higher = higher && n.job->spec().priority > job.spec().priority;
     }
     if (!for_jobs.empty()) {
       const bool would_fit = s.TryPlace(false);
@@ -397,8 +403,9 @@ PendingReason Allocate::Explain(Session& s, const JobRecord& /*job*/, bool ends_
         if (!n.released) s.HoldNomination(n, true);
       }
       if (would_fit) {
-        reason = {ReasonCode::kReserved, "fits now only on GPUs freed by preemption for higher-priority job(s) " +
-                                             for_jobs + ", held for them until they start"};
+        reason = {ReasonCode::kReserved, "fits now only on GPUs freed by preemption for " +
+                                             std::string(higher ? "higher-priority " : "") + "job(s) " + for_jobs +
+                                             ", held for them until they start"};
       }
     }
   }
