@@ -46,6 +46,34 @@ std::chrono::microseconds Micros(Duration d) {
   return std::chrono::microseconds(std::clamp<Duration>(d, 0, 30 * 86'400'000'000LL));
 }
 
+// Drops a message's hop-by-hop fields (RFC 9110 7.6.1): they are about one
+// connection, the client's or the replica's, not the other. Those its
+// Connection names (but the framing, Host and an Upgrade, which that cannot
+// take away), and Keep-Alive, Proxy-Connection, TE and the proxy
+// credentials (meant for a proxy, not for the service behind it).
+template <bool isRequest, class Fields>
+void DropHopByHop(boost::beast::http::header<isRequest, Fields>& h) {
+  namespace http = boost::beast::http;
+  std::vector<std::string> named;
+  for (const auto& token : http::token_list(h[http::field::connection])) named.emplace_back(token);
+  bool upgrade = false;
+  for (const std::string& name : named) {
+    const http::field f = http::string_to_field(name);
+    upgrade = upgrade || f == http::field::upgrade;
+    if (f == http::field::host || f == http::field::content_length || f == http::field::transfer_encoding ||
+        f == http::field::upgrade) {
+      continue;
+    }
+    h.erase(name);
+  }
+  h.erase(http::field::connection);
+  if (upgrade) h.set(http::field::connection, "upgrade");
+  for (const http::field f : {http::field::keep_alive, http::field::proxy_connection, http::field::te,
+                              http::field::proxy_authorization, http::field::proxy_authenticate}) {
+    h.erase(f);
+  }
+}
+
 // A probe's path as a request target: what is not visible ASCII
 // percent-encoded (a service stored before its paths were checked could
 // hold a CR/LF, which would end the request line).
@@ -521,6 +549,7 @@ awaitable<Router::Impl::Answer> Router::Impl::Forward(http::request<http::string
   try {
     req.target(rest);
     req.version(11);
+    DropHopByHop(req);  // (before the router's own fields: a client cannot name those away)
     req.keep_alive(true);
     req.set("X-Forwarded-For", remote);
     req.set("X-Forwarded-Prefix", "/" + name);
@@ -609,6 +638,9 @@ awaitable<Router::Impl::Relayed> Router::Impl::Relay(beast::tcp_stream& client, 
     res.chunked(false);
     keep = false;
   }
+  // (The replica's connection's fields are not the client's; keep_alive
+  // below says the client's own.)
+  DropHopByHop(res);
   res.keep_alive(keep);
   // Every service is served from the router's one origin (/NAME/...): a
   // replica may not widen a service worker's scope past its own path, where

@@ -13,6 +13,7 @@
 #include <cctype>
 #include <cstdio>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 namespace rota::server {
@@ -666,6 +667,44 @@ TEST(Router, HeaderOnlyAndInterimAnswersLeaveTheConnectionClean) {
   EXPECT_NE(got.find("ok"), std::string::npos) << got;
   close(fd);
   router->Stop();
+}
+
+// Hop-by-hop fields are about one connection, not forwarded (RFC 9110
+// 7.6.1): those a client's Connection names, Keep-Alive, Proxy-Connection,
+// TE and its proxy credentials do not reach the replica, nor a replica's
+// Keep-Alive the client; a client cannot name the router's own fields
+// (X-Forwarded-For) away. Before, all of them went through.
+TEST(Router, HopByHopFieldsAreNotForwarded) {
+  std::mutex mu;
+  std::string seen;
+  FakeReplica replica([&](int fd, const std::string& head) {
+    if (head.rfind("GET /x", 0) == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      seen = head;
+    }
+    const std::string out = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nKeep-Alive: timeout=1\r\nX-Replica: 1\r\n\r\nok";
+    return write(fd, out.data(), out.size()) >= 0;
+  });
+  int port = 0;
+  auto router = RouterFor(replica, &port);
+  const int fd = OpenLoopback(port, 5);
+  Send(fd, "GET /svc/x HTTP/1.1\r\nHost: r\r\nConnection: keep-alive, X-Private, X-Forwarded-For\r\n"
+           "X-Private: secret\r\nKeep-Alive: timeout=9\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\n"
+           "Proxy-Authorization: Basic dXNlcjpwYXNz\r\nX-Kept: yes\r\n\r\n");
+  const std::string got = ReadUntil(fd, "ok");
+  EXPECT_EQ(got.rfind("HTTP/1.1 200 OK", 0), 0u) << got;
+  EXPECT_NE(got.find("X-Replica: 1"), std::string::npos) << got;
+  EXPECT_EQ(got.find("Keep-Alive: timeout=1"), std::string::npos) << got;
+  close(fd);
+  router->Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  std::string lower = seen;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  EXPECT_NE(lower.find("x-kept: yes"), std::string::npos) << seen;
+  EXPECT_NE(lower.find("x-forwarded-for: 127.0.0.1"), std::string::npos) << seen;
+  for (const char* gone : {"x-private", "keep-alive: timeout", "proxy-connection", "te: trailers", "proxy-authorization"}) {
+    EXPECT_EQ(lower.find(gone), std::string::npos) << gone << " reached the replica:\n" << seen;
+  }
 }
 
 }  // namespace
