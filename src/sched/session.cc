@@ -686,13 +686,7 @@ int64_t Session::LeastGpus(const JobRecord& job) const {
 
 bool Session::SomeSplitAdmits(const JobRecord& job, int32_t leaf, bool may_borrow) const {
   const int64_t need = LeastGpus(job);
-  auto admits = [&](int16_t model, int64_t gpus) {
-    std::string ignored;
-    for (const AdmitPlugin* a : profile_->admit()) {
-      if (!a->Admits(*book_, leaf, {{model, gpus}}, may_borrow, /*empty=*/true, &ignored)) return false;
-    }
-    return true;
-  };
+  std::string ignored;
   // Each model's most (monotone in the count: binary search), in whole
   // replicas of its smallest task group (a share: a GPU), summed.
   int64_t unit = 0;
@@ -706,7 +700,7 @@ bool Session::SomeSplitAdmits(const JobRecord& job, int32_t leaf, bool may_borro
     int64_t lo = 0, hi = need;
     while (lo < hi) {
       const int64_t mid = lo + (hi - lo + 1) / 2;
-      if (admits(static_cast<int16_t>(m), mid)) lo = mid;
+      if (Admitted(leaf, {{static_cast<int16_t>(m), mid}}, may_borrow, /*empty=*/true, &ignored)) lo = mid;
       else hi = mid - 1;
     }
     most += lo / unit * unit;
@@ -735,14 +729,10 @@ void Session::BarModelsOverQuota(const JobRecord& job) {
   const bool may_borrow = book_->MayBorrow(spec);
   book_->SetModels(snap);
   for (size_t m = 0; m < snap.gpu_models().size() && m < 64; ++m) {
-    const QueueBook::ModelGpus add = {{static_cast<int16_t>(m), least}};
-    for (const AdmitPlugin* a : profile_->admit()) {
-      std::string why;
-      if (a->Admits(*book_, leaf, add, may_borrow, /*empty=*/true, &why)) continue;
-      request_.quota_barred_models |= uint64_t{1} << m;
-      if (request_.quota_barred_why.empty()) request_.quota_barred_why = std::move(why);
-      break;
-    }
+    std::string why;
+    if (Admitted(leaf, {{static_cast<int16_t>(m), least}}, may_borrow, /*empty=*/true, &why)) continue;
+    request_.quota_barred_models |= uint64_t{1} << m;
+    if (request_.quota_barred_why.empty()) request_.quota_barred_why = std::move(why);
   }
 }
 
@@ -927,9 +917,12 @@ bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf) const { return Quo
 bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) const {
   if (!book_->configured() || leaf < 0) return true;
   std::string why;
-  const bool may_borrow = book_->MayBorrow(job.spec());
+  return Admitted(leaf, add, book_->MayBorrow(job.spec()), /*empty=*/false, &why);
+}
+
+bool Session::Admitted(int32_t leaf, const QueueBook::ModelGpus& add, bool may_borrow, bool empty, std::string* why) const {
   for (const AdmitPlugin* a : profile_->admit()) {
-    if (!a->Admits(*book_, leaf, add, may_borrow, /*empty=*/false, &why)) return false;
+    if (!a->Admits(*book_, leaf, add, may_borrow, empty, why)) return false;
   }
   return true;
 }

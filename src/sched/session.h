@@ -169,6 +169,9 @@ class Session {
   int16_t RequestModel() const;
   bool QuotaAdmits(const JobRecord& job, int32_t leaf) const;
   bool QuotaAdmits(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) const;
+  // Whether every Admit plugin admits `add` to `leaf` (with `empty`: as if
+  // the queues held nothing); *why: the first refusal's reason.
+  bool Admitted(int32_t leaf, const QueueBook::ModelGpus& add, bool may_borrow, bool empty, std::string* why) const;
   // Records why `job` waits (or is rejected) if adding `add` to its queue
   // would break a quota; true if so.
   bool RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add);
