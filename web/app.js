@@ -853,7 +853,7 @@ async function renderJob(id) {
     kv(live ? 'running for' : 'ran', dur(job.elapsed_s)) + kv('time limit', job.time_limit) +
     kv('time left', left === undefined ? '' : dur(left)) + kv('restarts', job.restarts) +
     kv('last requeue', job.last_requeue_reason) + kv('ended because', job.end_reason) +
-    (job.last_checkpoint ? kv('last checkpoint', localTime(job.last_checkpoint.at) + '  ' + job.last_checkpoint.path) : '') +
+    (job.last_checkpoint ? kv('last checkpoint', localTime(job.last_checkpoint.at) + (job.last_checkpoint.path ? '  ' + job.last_checkpoint.path : '')) : '') +
     (job.elastic ? kv('elastic', job.elastic.running + ' running of ' + job.elastic.min_replicas + '..' +
                                  job.elastic.replicas + ' replicas (' + job.elastic.resizes + ' resizes)') : '');
   if (job.pending_reason) {

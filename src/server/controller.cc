@@ -1111,11 +1111,11 @@ Status Controller::ServiceSubmittable(const Snapshot& snap, const JobSpec& spec,
   if (count != 1) return InvalidArgumentError("count: a service is submitted once; its replicas are service.replicas");
   for (const JobRecord* job : snap.LiveServices()) {
     if (job->spec().name == spec.name) {
-      return Status(StatusCode::kAlreadyExists, "name: service '" + spec.name + "' exists already (job " +
-                                                    std::to_string(job->id.value()) + "); cancel it or pick another name");
+      return Status(StatusCode::kAlreadyExists, "name: service '" + spec.name + "' exists already (" +
+                                                    ServiceOwnerText(who, *job) + "); cancel it or pick another name");
     }
   }
-  ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, JobId()));
+  ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, JobId(), who));
   return PortsWithinLimit(snap, spec, who, JobId());
 }
 
@@ -1392,17 +1392,31 @@ Status Controller::PortsWithinLimit(const Snapshot& snap, const JobSpec& spec, c
                     "(limits.max_service_ports_per_user: " + std::to_string(limit) + ")");
 }
 
-Status Controller::PortsFree(const Snapshot& snap, const JobSpec& spec, JobId self) {
+// Whose a live service is, as `who` may be told: its job with job_visibility
+// all, to its owner and to admins; else only that it is another user's (with
+// `own`, another's job is as if it did not exist).
+std::string Controller::ServiceOwnerText(const Principal& who, const JobRecord& job) const {
+  if (who.admin() || job.user == who.user || options_.config.job_visibility == "all") {
+    return "job " + std::to_string(job.id.value());
+  }
+  return "another user's";
+}
+
+Status Controller::PortsFree(const Snapshot& snap, const JobSpec& spec, JobId self, const Principal& who) const {
   const int32_t lo = spec.service.port, hi = spec.service.port + spec.service.max_replicas - 1;
   for (const JobRecord* job : snap.LiveServices()) {
     const JobId id = job->id;
     if (id == self) continue;
     const int32_t a = job->spec().service.port, b = a + job->spec().service.max_replicas - 1;
     if (lo <= b && a <= hi) {
-      return Status(StatusCode::kAlreadyExists,
-                    "service.port: ports " + std::to_string(lo) + ".." + std::to_string(hi) + " (port + replica) overlap " +
-                        "service '" + job->spec().name + "' (job " + std::to_string(id.value()) + ", ports " +
-                        std::to_string(a) + ".." + std::to_string(b) + "); pick another port");
+      // (Its name only where its job may be seen: with `own`, the ports are
+      // all another tenant learns, which it needs to pick others.)
+      const std::string owner = ServiceOwnerText(who, *job);
+      const std::string other =
+          owner == "another user's" ? "another user's service" : "service '" + job->spec().name + "' (" + owner + ")";
+      return Status(StatusCode::kAlreadyExists, "service.port: ports " + std::to_string(lo) + ".." + std::to_string(hi) +
+                                                    " (port + replica) overlap " + other + ", ports " + std::to_string(a) +
+                                                    ".." + std::to_string(b) + "; pick another port");
     }
   }
   return Status::Ok();
@@ -1431,7 +1445,7 @@ StatusOr<JobId> Controller::UpdateService(const Principal& who, JobSpec spec) {
     }
     if (found->spec() == spec) return found->id;  // nothing to change
     ROTA_RETURN_IF_ERROR(ServiceUpdateAllowed(found->spec(), spec));
-    ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, found->id));
+    ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, found->id, who));
     // (Counted for the service's owner: an admin's apply to it changes whose ports it is not.)
     if (spec.service.max_replicas > found->spec().service.max_replicas) {
       ROTA_RETURN_IF_ERROR(PortsWithinLimit(snap, spec, Principal{found->user, who.admin() ? Role::kAdmin : Role::kUser, ""}, found->id));

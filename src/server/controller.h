@@ -277,7 +277,10 @@ class Controller {
   // rota apply: replaces the live service of spec's name (its owner or an
   // admin); the ServiceManager then rolls its replicas onto it.
   StatusOr<JobId> UpdateService(const Principal& who, JobSpec spec);
-  static Status PortsFree(const Snapshot& snap, const JobSpec& spec, JobId self);
+  // No live service but `self` holds a port of spec's (port + replica);
+  // the refusal names the other service as `who` may see it.
+  Status PortsFree(const Snapshot& snap, const JobSpec& spec, JobId self, const Principal& who) const;
+  std::string ServiceOwnerText(const Principal& who, const JobRecord& job) const;
   // The ports `who`'s live services (but `self`) claim, with `spec`'s, within
   // limits.max_service_ports_per_user (admins: any).
   Status PortsWithinLimit(const Snapshot& snap, const JobSpec& spec, const Principal& who, JobId self) const;

@@ -734,6 +734,36 @@ TEST_F(ControllerTest, AUsersServicesClaimAtMostTheirShareOfPorts) {
   c->Stop();
 }
 
+// Under job_visibility: own, another user's job is as if it did not exist:
+// a service name or port another tenant's service holds is refused without
+// its job id (or, for ports, its name); its owner and admins are told both.
+TEST_F(ControllerTest, AServiceCollisionTellsNoOtherTenantTheJobUnderVisibilityOwn) {
+  ControllerOptions o{.config = TwoNodes(), .clock = &clock};
+  o.config.job_visibility = "own";
+  auto c = std::make_unique<Controller>(o, std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->Start().ok());
+  auto id = c->Submit(kAlice, Service("secret-model", 1, 2));
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const std::string job = "job " + std::to_string(id->value());
+  const Status name = c->Submit(kBob, Service("secret-model", 1, 1)).status();
+  EXPECT_EQ(name.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(name.message().find("service 'secret-model' exists already (another user's)"), std::string::npos) << name.message();
+  EXPECT_EQ(name.message().find(job), std::string::npos) << name.message();
+  JobSpec ports = Service("mine", 1, 1);
+  ports.service.port = 8001;
+  const Status port = c->CheckTenantLimits(kBob, ports, 1);
+  EXPECT_EQ(port.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(port.message().find("overlap another user's service, ports 8000..8001"), std::string::npos) << port.message();
+  EXPECT_EQ(port.message().find("secret-model"), std::string::npos) << port.message();
+  EXPECT_EQ(port.message().find(job), std::string::npos) << port.message();
+  // Its owner and an admin see which job holds them.
+  for (const Principal& who : {kAlice, kAdmin}) {
+    const Status again = c->CheckTenantLimits(who, ports, 1);
+    EXPECT_NE(again.message().find("overlap service 'secret-model' (" + job + ")"), std::string::npos) << again.message();
+  }
+  c->Stop();
+}
+
 // A service: one a name; a replica that exits (0 or not) restarts alone,
 // forever; a lost node's replicas are dropped and placed elsewhere while
 // the others run on (no restart of the service).

@@ -683,7 +683,7 @@ class HttpServerImpl final : public HttpServer {
                                                        std::to_string(id->value()) +
                                                        ", forgotten since; use a new key for a new submission"));
       }
-      ordered_json view = JobView(*c_, snap, *made, false);
+      ordered_json view = JobView(*c_, snap, *made, /*owner=*/true);  // (its submitter)
       // One shape for one job and for an array: the first job's view, and
       // the ids and count of all (an array's also under "array").
       view["ids"] = {{"first", id->value()}, {"last", id->value() + static_cast<uint64_t>(count) - 1}};
@@ -775,7 +775,7 @@ class HttpServerImpl final : public HttpServer {
           next_after = jobs.back()["id"].get<uint64_t>();
           break;
         }
-        jobs.push_back(JobView(*c_, snap, job, false));
+        jobs.push_back(JobView(*c_, snap, job, /*owner=*/who.admin() || job.user == who.user));
       }
       ordered_json body{{"jobs", std::move(jobs)}};
       if (next_after) body["next_after"] = *next_after;
@@ -787,7 +787,7 @@ class HttpServerImpl final : public HttpServer {
       Snapshot snap = c_->snapshot();
       bool owner = false;
       if (Status s = FindVisible(who, snap, req.matches[1], &job, &owner); !s.ok()) return ReplyError(res, s);
-      ordered_json j = JobView(*c_, snap, *job, /*with_spec=*/owner);
+      ordered_json j = JobView(*c_, snap, *job, owner, /*with_spec=*/owner);
       j["events"] = Timeline(*job);
       // What it used, and the shape its family's last attempts fit.
       if (job->started_at > 0) {
@@ -1581,7 +1581,7 @@ class HttpServerImpl final : public HttpServer {
     const Snapshot snap = c_->snapshot();
     const JobRecord* job = snap.FindJob(id);
     if (job == nullptr) return ReplyError(res, NoJob(snap, id.value()));
-    Reply(res, 200, JobView(*c_, snap, *job, false));
+    Reply(res, 200, JobView(*c_, snap, *job, /*owner=*/true));  // (only its owner or an admin changes it)
   }
   // NotFound for job `id`. An id below those forgotten jobs had (it may be
   // one) says that ended jobs are forgotten; another's job hidden there says

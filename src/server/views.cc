@@ -14,12 +14,14 @@ using nlohmann::ordered_json;
 
 std::string TimeText(TimePoint t) { return t == 0 ? "" : FormatTime(t); }
 
-ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool with_spec) {
+ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool owner, bool with_spec) {
   ordered_json j;
   j["id"] = job.id.value();
   j["name"] = job.spec().name;
   j["user"] = job.user;
-  if (!job.request_id.empty()) j["request_id"] = job.request_id;
+  // (What only its owner and admins see: the client's request id, where it
+  // saves checkpoints, its usage flags.)
+  if (owner && !job.request_id.empty()) j["request_id"] = job.request_id;
   j["queue"] = job.spec().queue;
   j["priority"] = job.spec().priority;
   j["state"] = std::string(JobStateName(job.state));
@@ -120,9 +122,12 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
                     {"resizes", job.resizes}};
   }
   if (job.last_checkpoint_at != 0) {
-    j["last_checkpoint"] = {{"at", TimeText(job.last_checkpoint_at)}, {"path", job.last_checkpoint_path}};
+    j["last_checkpoint"] = {{"at", TimeText(job.last_checkpoint_at)}};
+    if (owner) j["last_checkpoint"]["path"] = job.last_checkpoint_path;
   }
-  if (auto flags = c.job_flags(job); !flags.empty()) j["flags"] = flags;
+  if (owner) {
+    if (auto flags = c.job_flags(job); !flags.empty()) j["flags"] = flags;
+  }
   if (!job.last_requeue_reason.empty()) j["last_requeue_reason"] = job.last_requeue_reason;
   if (with_spec) j["spec"] = api::JobSpecToJson(job.spec());
   return j;

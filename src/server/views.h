@@ -9,7 +9,10 @@
 namespace rota::server {
 
 std::string TimeText(TimePoint t);  // "2026-11-29T17:50:00.123Z", "" for 0
-nlohmann::ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool with_spec);
+// `owner`: the caller is the job's owner or an admin (who alone see its
+// request id, checkpoint path and usage flags); `with_spec`: its spec too.
+nlohmann::ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool owner,
+                               bool with_spec = false);
 // `viewer`: a user who sees only their own jobs (job_visibility: own): the
 // ids of other users' jobs on its GPUs are left out; nullptr: all of them.
 nlohmann::ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState& node,

@@ -1917,16 +1917,26 @@ job_visibility: all
   };
   auto alice = server.Http(token("alice"));
   auto bob = server.Http(token("bob"));
-  ASSERT_EQ(alice.Post("/v1/jobs", "name: hers\ntasks: [{gpus: 8, env: {SECRET: s3}, command: [sleep, '600']}]\n", "application/yaml")->status, 201);
+  ASSERT_EQ(alice.Post("/v1/jobs", {{"Idempotency-Key", "alices-key"}},
+                       "name: hers\ntasks: [{gpus: 8, env: {SECRET: s3}, command: [sleep, '600']}]\n", "application/yaml")
+                ->status,
+            201);
   const json listed = json::parse(bob.Get("/v1/jobs")->body)["jobs"];
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_EQ(listed[0]["user"], "alice");
   EXPECT_EQ(listed[0]["name"], "hers");
+  EXPECT_FALSE(listed[0].contains("request_id")) << listed[0].dump();
   auto theirs = bob.Get("/v1/jobs/1");
   ASSERT_EQ(theirs->status, 200);
   EXPECT_FALSE(json::parse(theirs->body).contains("spec")) << theirs->body;
   EXPECT_EQ(theirs->body.find("s3"), std::string::npos);
-  EXPECT_TRUE(json::parse(alice.Get("/v1/jobs/1")->body).contains("spec"));
+  // Her request id (a retry key others could replay nothing with, but hers) is hers and admins' only.
+  EXPECT_EQ(theirs->body.find("alices-key"), std::string::npos) << theirs->body;
+  const json hers = json::parse(alice.Get("/v1/jobs/1")->body);
+  EXPECT_TRUE(hers.contains("spec"));
+  EXPECT_EQ(hers.value("request_id", ""), "alices-key") << hers.dump();
+  EXPECT_EQ(json::parse(alice.Get("/v1/jobs")->body)["jobs"][0].value("request_id", ""), "alices-key");
+  EXPECT_EQ(json::parse(admin.Get("/v1/jobs/1")->body).value("request_id", ""), "alices-key");
   auto cancel = bob.Post("/v1/jobs/1/cancel", "{}", "application/json");
   EXPECT_EQ(cancel->status, 403) << cancel->body;
   EXPECT_NE(cancel->body.find("job 1 is alice's: only its owner or an admin may do that"), std::string::npos);
