@@ -832,7 +832,7 @@ void Controller::CheckTimes(TimePoint now) {
     seen = stop_seen_;
   }
   const JobLifecycle::Overdue overdue = lifecycle_.FindOverdue(snap, placed, now, &seen);
-  if (overdue.empty()) return;
+  if (overdue.empty() && !lifecycle_.SteadyDue(options_.clock->Steady())) return;
   Call<bool>([&](Batch& batch) -> StatusOr<bool> {
     lifecycle_.EndOverdue(batch, overdue, now, options_.clock->Steady());
     return true;

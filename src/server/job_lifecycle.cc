@@ -207,7 +207,12 @@ JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std:
 }
 
 void JobLifecycle::NoteStarted(const Snapshot& snap, JobId job, TimePoint started_at) {
-  started_[job] = {started_at, clock_->Steady()};
+  const TimePoint steady = clock_->Steady();
+  started_[job] = {started_at, steady};
+  if (const JobRecord* j = snap.FindJob(job); j != nullptr && j->spec().time_limit > 0) {
+    const TimePoint limit = steady + j->spec().time_limit + 1;  // (past it: as FindOverdue's `>`)
+    if (limit < next_steady_limit_.load(std::memory_order_relaxed)) next_steady_limit_.store(limit, std::memory_order_relaxed);
+  }
   if (started_.size() < 2 * started_swept_at_ + 1024) return;
   // (Bounded: those that ended since, or run another attempt, go now and then.)
   std::erase_if(started_, [&](const auto& entry) {
@@ -231,6 +236,39 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
     Forget(id);
     batch.Apply(JobFinished{id, JobOutcome::kFailed, now, "time limit " + FormatDuration(job->spec().time_limit) + " reached"})
         .IgnoreError();
+  }
+  // Those this server bound, on its steady clock alone: a wall clock stepped
+  // back (FindOverdue reads the journal's times) keeps none past its limit.
+  if (steady_now != 0 && SteadyDue(steady_now)) {
+    TimePoint next = std::numeric_limits<TimePoint>::max();
+    // (Each ends at its start plus what it ran on the steady clock, where the
+    // wall clock now reads earlier: its usage is what it ran, never negative.)
+    struct End {
+      JobId id;
+      Duration limit;
+      TimePoint at;
+    };
+    std::vector<End> ended;
+    {  // (let go of before an Apply: a snapshot held across one copies the state)
+      const Snapshot snap = batch.state->GetSnapshot();
+      for (const auto& [id, start] : started_) {
+        const JobRecord* job = snap.FindJob(id);
+        if (job == nullptr || job->state != JobState::kRunning || job->started_at != start.wall_at ||
+            job->spec().time_limit <= 0) {
+          continue;
+        }
+        if (steady_now - start.steady_at > job->spec().time_limit) {
+          ended.push_back({id, job->spec().time_limit, std::max(now, start.wall_at + (steady_now - start.steady_at))});
+        }
+        else next = std::min(next, start.steady_at + job->spec().time_limit + 1);
+      }
+    }
+    next_steady_limit_.store(next, std::memory_order_relaxed);
+    for (const End& e : ended) {
+      Forget(e.id);
+      batch.Apply(JobFinished{e.id, JobOutcome::kFailed, e.at, "time limit " + FormatDuration(e.limit) + " reached"})
+          .IgnoreError();
+    }
   }
   for (JobId id : overdue.unstopped) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);

@@ -16,6 +16,8 @@
 // Batch it is handed.
 #pragma once
 
+#include <atomic>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -73,8 +75,13 @@ class JobLifecycle {
                       const std::map<JobId, TimePoint>* seen_running = nullptr) const;
   // Ends (or requeues) them, if they still are so in the batch's state;
   // with `steady_now` (the clock's Steady()), a stop only once its grace has
-  // passed on that clock too, from when this server saw it begin.
+  // passed on that clock too, from when this server saw it begin. A job this
+  // server bound goes by the steady clock alone: it ends at its time limit
+  // on that clock (SteadyDue) though the wall clock was stepped back.
   void EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now, TimePoint steady_now = 0);
+  // Whether a job this server bound may be past its time limit on the
+  // steady clock at `steady_now` (then EndOverdue ends it); read off the actor.
+  bool SteadyDue(TimePoint steady_now) const { return steady_now >= next_steady_limit_.load(std::memory_order_relaxed); }
 
   // Requeues (or fails, past the restart limit) a running job. A rank never
   // runs beside its own next attempt: while any replica of this attempt may
@@ -136,6 +143,9 @@ class JobLifecycle {
   };
   std::map<JobId, Start> started_;
   size_t started_swept_at_ = 0;  // started_'s size after the last sweep
+  // No entry of started_ reaches its time limit on the steady clock before
+  // this (it may be earlier than the first that does: EndOverdue makes it exact).
+  std::atomic<TimePoint> next_steady_limit_{std::numeric_limits<TimePoint>::max()};
   // `node`'s full list `tasks` (as of answer `revision`) misses stopping
   // jobs' replicas there: they have stopped.
   void NoteMissing(Batch& batch, NodeId node, const std::vector<api::TaskReport>& tasks, uint64_t revision);

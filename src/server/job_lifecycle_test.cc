@@ -120,6 +120,43 @@ TEST(JobLifecycle, AStepOfTheWallClockEndsNoJobBeforeItsTimeLimit) {
   EXPECT_NE(ended.reason.find("time limit 1m reached"), std::string::npos) << ended.reason;
 }
 
+// The wall clock stepped an hour back keeps no job this server bound past
+// its time limit: on the steady clock it is due (SteadyDue, read off the
+// actor), and ends at its start plus what it ran, not at the stepped time.
+TEST(JobLifecycle, AWallClockSteppedBackKeepsNoJobPastItsTimeLimit) {
+  JobSpec spec = GpuJob("j", 2, 1);
+  spec.time_limit = 60 * kMicrosPerSecond;
+  Running r(spec);
+  ASSERT_TRUE(r.st.Apply(JobSubmitted{JobId(2), spec, 0}).ok());
+  const TimePoint bound_at = r.clock.Now();
+  const TimePoint steady = r.clock.Steady();
+  EXPECT_FALSE(r.lifecycle.SteadyDue(steady + 3600 * kMicrosPerSecond));  // (nothing bound by it yet)
+  {
+    Batch batch{&r.st};
+    std::vector<Event> decided = {JobBound{JobId(2), {{0, 0, NodeId(0), 4}, {0, 1, NodeId(0), 8}}, bound_at}};
+    ApplyDecisions(batch, decided, r.lifecycle);
+    ASSERT_EQ(r.st.GetSnapshot().FindJob(JobId(2))->state, JobState::kRunning);
+  }
+  const TimePoint back = bound_at - 3600 * kMicrosPerSecond + 61 * kMicrosPerSecond;  // 61 s on, an hour back
+  const std::vector<JobId> ids = {JobId(2)};
+  const auto overdue = r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, back);
+  EXPECT_TRUE(overdue.empty());  // (the wall clock says 59 min before it began)
+  EXPECT_FALSE(r.lifecycle.SteadyDue(steady + 59 * kMicrosPerSecond));
+  Batch early{&r.st};
+  r.lifecycle.EndOverdue(early, overdue, back, steady + 59 * kMicrosPerSecond);
+  EXPECT_TRUE(early.events.empty());
+  ASSERT_TRUE(r.lifecycle.SteadyDue(steady + 61 * kMicrosPerSecond));
+  Batch late{&r.st};
+  r.lifecycle.EndOverdue(late, overdue, back, steady + 61 * kMicrosPerSecond);
+  ASSERT_EQ(late.events.size(), 1u) << "job 2 ran on past its 60 s limit";
+  const auto& ended = std::get<JobFinished>(late.events[0]);
+  EXPECT_EQ(ended.id, JobId(2));
+  EXPECT_EQ(ended.outcome, JobOutcome::kFailed);
+  EXPECT_EQ(ended.at, bound_at + 61 * kMicrosPerSecond);
+  EXPECT_NE(ended.reason.find("time limit 1m reached"), std::string::npos) << ended.reason;
+  EXPECT_FALSE(r.lifecycle.SteadyDue(steady + 3600 * kMicrosPerSecond));  // (none left)
+}
+
 TEST(JobLifecycle, AJobSucceedsWhenEveryReplicaHasExitedZero) {
   Running r;
   EXPECT_TRUE(r.Report({Exit(0, 0)}).empty());  // one of two: still running
