@@ -775,7 +775,7 @@ class HttpServerImpl final : public HttpServer {
           next_after = jobs.back()["id"].get<uint64_t>();
           break;
         }
-        jobs.push_back(JobView(*c_, snap, job, /*owner=*/who.admin() || job.user == who.user));
+        jobs.push_back(JobView(*c_, snap, job, /*owner=*/who.admin() || job.user == who.user, false, Viewer(who)));
       }
       ordered_json body{{"jobs", std::move(jobs)}};
       if (next_after) body["next_after"] = *next_after;
@@ -787,8 +787,8 @@ class HttpServerImpl final : public HttpServer {
       Snapshot snap = c_->snapshot();
       bool owner = false;
       if (Status s = FindVisible(who, snap, req.matches[1], &job, &owner); !s.ok()) return ReplyError(res, s);
-      ordered_json j = JobView(*c_, snap, *job, owner, /*with_spec=*/owner);
-      j["events"] = Timeline(*job);
+      ordered_json j = JobView(*c_, snap, *job, owner, /*with_spec=*/owner, Viewer(who));
+      j["events"] = Timeline(snap, *job, owner, Viewer(who));
       // What it used, and the shape its family's last attempts fit.
       if (job->started_at > 0) {
         const TimePoint now = c_->clock().Now();
@@ -858,7 +858,7 @@ class HttpServerImpl final : public HttpServer {
       Snapshot snap = c_->snapshot();
       bool owner = false;
       if (Status s = FindVisible(who, snap, req.matches[1], &job, &owner); !s.ok()) return ReplyError(res, s);
-      Reply(res, 200, {{"events", Timeline(*job)}});
+      Reply(res, 200, {{"events", Timeline(snap, *job, owner, Viewer(who))}});
     }));
 
     // Many cancels in one request, journaled together: {"ids": [1, 2, ...]}
@@ -1336,7 +1336,7 @@ class HttpServerImpl final : public HttpServer {
       for (const JobRecord* job : snap.LiveServices()) {
         if (!Sees(who, *job)) continue;
         auto it = status.find(job->id);
-        list.push_back(ServiceView(*job, it != status.end() ? &it->second : nullptr));
+        list.push_back(ServiceView(snap, who, *job, it != status.end() ? &it->second : nullptr));
       }
       Reply(res, 200, {{"router", options_.router_url}, {"services", list}});
     }));
@@ -1399,7 +1399,7 @@ class HttpServerImpl final : public HttpServer {
 
   bool Standby() const { return options_.replica != nullptr && !options_.replica->leading(); }
 
-  ordered_json ServiceView(const JobRecord& job, const ServiceStatus* st) const {
+  ordered_json ServiceView(const Snapshot& snap, const Principal& who, const JobRecord& job, const ServiceStatus* st) const {
     const ServiceSpec& sv = job.spec().service;
     ordered_json v{{"name", job.spec().name},
                    {"job", job.id.value()},
@@ -1432,7 +1432,7 @@ class HttpServerImpl final : public HttpServer {
       v["last_scale"] = {{"at", FormatTime(job.scaled_at)}, {"to", job.desired_replicas}, {"reason", job.last_scale_reason}};
     }
     if (job.state == JobState::kPending) {
-      if (auto why = c_->pending_reason(job.id)) v["reason"] = why->message;
+      if (auto why = c_->pending_reason(job.id)) v["reason"] = ReasonFor(snap, why->message.str(), who.admin() || job.user == who.user, Viewer(who));
     }
     return v;
   }
@@ -1600,6 +1600,8 @@ class HttpServerImpl final : public HttpServer {
   // Whether `who` sees `job` in listings (job_visibility): its owner, an
   // admin, or anyone where all see all.
   bool Sees(const Principal& who, const JobRecord& job) const { return who.admin() || job.user == who.user || AllSeeAll(); }
+  // The user reasons are told to as one who sees only their own jobs (ReasonFor), or nullptr: all.
+  const std::string* Viewer(const Principal& who) const { return who.admin() || AllSeeAll() ? nullptr : &who.user; }
 
   // A projection with this server's engine settings.
   // A projection runs at most kProjectionBudget of wall time: a bigger queue
@@ -1646,7 +1648,7 @@ class HttpServerImpl final : public HttpServer {
         j["starts_in_s"] = s.start >= 0 ? ordered_json((s.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
         j["estimate"] = s.estimate;
         if (job->held) j["held"] = true;  // not scheduled until released
-        if (!s.why.empty()) j["why"] = s.why;
+        if (!s.why.empty()) j["why"] = ReasonFor(snap, s.why, who.admin() || job->user == who.user, Viewer(who));
         jobs.push_back(std::move(j));
       }
       return ordered_json{{"jobs", jobs},       {"default_run_s", p.default_run / kMicrosPerSecond},
@@ -1928,7 +1930,9 @@ class HttpServerImpl final : public HttpServer {
     }
   }
 
-  static ordered_json Timeline(const JobRecord& job) {
+  // `owner` and `viewer`: as JobView's (the checkpoint path is its owner's; reasons go through ReasonFor).
+  static ordered_json Timeline(const Snapshot& snap, const JobRecord& job, bool owner, const std::string* viewer) {
+    auto reason = [&](std::string_view text) { return ReasonFor(snap, text, owner, viewer); };
     ordered_json ev = ordered_json::array();
     ev.push_back({{"at", TimeText(job.submitted_at)}, {"event", "submitted"}, {"detail", "by " + job.user}});
     // One start and one end per attempt (the last JobRecord::kMaxAttempts):
@@ -1952,7 +1956,7 @@ class HttpServerImpl final : public HttpServer {
       if (!last_end) {
         const bool requeued = a.end.rfind("requeued: ", 0) == 0;
         ev.push_back({{"at", TimeText(a.ended_at)}, {"event", requeued ? "requeued" : "ended"},
-                      {"detail", requeued ? a.end.substr(10) : a.end}});
+                      {"detail", reason(requeued ? a.end.substr(10) : a.end)}});
       }
     }
     // The running attempt (or the one start of a job whose attempts a journal
@@ -1962,21 +1966,21 @@ class HttpServerImpl final : public HttpServer {
                     {"detail", std::to_string(job.placement.size()) + " replicas placed"}});
     }
     if (job.last_checkpoint_at != 0) {
-      ev.push_back({{"at", TimeText(job.last_checkpoint_at)}, {"event", "checkpoint"}, {"detail", job.last_checkpoint_path}});
+      ev.push_back({{"at", TimeText(job.last_checkpoint_at)}, {"event", "checkpoint"}, {"detail", owner ? job.last_checkpoint_path : ""}});
     }
     if (job.rank_restarts > 0) {
       ev.push_back({{"at", ""}, {"event", "rank restarted"},
                     {"detail", std::to_string(job.rank_restarts) + " rank(s) restarted alone; last: " +
-                                   job.last_requeue_reason}});
+                                   reason(job.last_requeue_reason)}});
     }
     if (job.resizes > 0) {
       ev.push_back({{"at", TimeText(job.resized_at)}, {"event", "resized"},
                     {"detail", std::to_string(job.resizes) + " resize(s); now " + std::to_string(job.placement.size()) +
-                                   " replicas; last: " + job.last_resize_reason}});
+                                   " replicas; last: " + reason(job.last_resize_reason)}});
     }
     if (job.finished_at != 0) {
       ev.push_back({{"at", TimeText(job.finished_at)}, {"event", std::string(JobStateName(job.state))},
-                    {"detail", job.end_reason}});
+                    {"detail", reason(job.end_reason)}});
     }
     return ev;
   }

@@ -14,7 +14,100 @@ using nlohmann::ordered_json;
 
 std::string TimeText(TimePoint t) { return t == 0 ? "" : FormatTime(t); }
 
-ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool owner, bool with_spec) {
+namespace {
+
+bool Digit(char c) { return c >= '0' && c <= '9'; }
+bool WordChar(char c) { return Digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '-'; }
+
+// Without the program, PATH and mounts a replica that did not start names
+// (the agent's words, after " did not start: "); what the lifecycle
+// appended after them stays.
+std::string WithoutStartDetail(std::string_view text) {
+  static constexpr std::string_view kDetail = " did not start: ";
+  const size_t at = text.find(kDetail);
+  if (at == std::string_view::npos) return std::string(text);
+  std::string out(text.substr(0, at));
+  out += " did not start (its owner's log says why)";
+  for (std::string_view tail : {"; no restarts left", "; restarted alone", "; restarted"}) {
+    if (text.ends_with(tail)) {
+      out += tail;
+      break;
+    }
+  }
+  return out;
+}
+
+// The ids of other users' jobs told as theirs (ReasonFor).
+std::string WithoutOthersIds(const Snapshot& snap, std::string_view text, const std::string& viewer) {
+  static constexpr std::string_view kWords[] = {"job(s) ", "jobs ", "job ", "service "};
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    std::string_view word;
+    if (i == 0 || !WordChar(text[i - 1])) {
+      for (std::string_view w : kWords) {
+        if (text.substr(i, w.size()) == w && i + w.size() < text.size() && Digit(text[i + w.size()])) {
+          word = w;
+          break;
+        }
+      }
+    }
+    if (word.empty()) {
+      out += text[i++];
+      continue;
+    }
+    // Its ids: N or N, M, ...
+    size_t j = i + word.size();
+    std::vector<std::string_view> kept;
+    size_t hidden = 0;
+    for (;;) {
+      size_t k = j;
+      while (k < text.size() && Digit(text[k])) ++k;
+      uint64_t id = 0;
+      const auto parsed = std::from_chars(text.data() + j, text.data() + k, id);
+      const JobRecord* job = parsed.ec == std::errc() ? snap.FindJob(JobId(id)) : nullptr;
+      if (job != nullptr && job->user == viewer) kept.push_back(text.substr(j, k - j));
+      else ++hidden;
+      j = k;
+      if (text.substr(j, 2) != ", " || j + 2 >= text.size() || !Digit(text[j + 2])) break;
+      j += 2;
+    }
+    if (hidden == 0) {
+      out += text.substr(i, j - i);
+      i = j;
+      continue;
+    }
+    const bool service = word == "service ";
+    if (kept.empty()) {
+      out += service ? "another user's service" : word == "job " ? "another user's job" : "other users' jobs";
+    } else {
+      out += word;
+      for (size_t k = 0; k < kept.size(); ++k) out += (k > 0 ? ", " : "") + std::string(kept[k]);
+      out += hidden == 1 ? " and another user's" : " and other users'";
+    }
+    i = j;
+    // (A service scaled up says why after " replicas: ": its load, not to be told.)
+    if (service) {
+      if (const size_t at = text.find(" replicas: ", i); at != std::string_view::npos) {
+        out += text.substr(i, at + std::string_view(" replicas").size() - i);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ReasonFor(const Snapshot& snap, std::string_view text, bool owner, const std::string* viewer) {
+  std::string out = owner ? std::string(text) : WithoutStartDetail(text);
+  return viewer == nullptr ? out : WithoutOthersIds(snap, out, *viewer);
+}
+
+ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool owner, bool with_spec,
+                     const std::string* viewer) {
+  auto reason = [&](std::string_view text) { return ReasonFor(snap, text, owner, viewer); };
   ordered_json j;
   j["id"] = job.id.value();
   j["name"] = job.spec().name;
@@ -81,10 +174,10 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
                            {"message", "held by " + job.held_by + ": not scheduled until released (rota release " +
                                            std::to_string(job.id.value()) + ")"}};
   } else if (job.state == JobState::kPending) {
-    auto reason = c.pending_reason(job.id);
-    if (reason) {
-      j["pending_reason"] = {{"code", std::string(sched::ReasonCodeName(reason->code))}, {"message", reason->message.str()}};
-      if (reason->expected_start != 0) j["expected_start"] = TimeText(reason->expected_start);
+    auto why = c.pending_reason(job.id);
+    if (why) {
+      j["pending_reason"] = {{"code", std::string(sched::ReasonCodeName(why->code))}, {"message", reason(why->message.str())}};
+      if (why->expected_start != 0) j["expected_start"] = TimeText(why->expected_start);
     }
     else j["pending_reason"] = {{"code", "NotYetScheduled"}, {"message", "waiting for the next scheduling cycle"}};
   }
@@ -93,9 +186,9 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
     // to restart (then its next attempt starts once none of them runs).
     j["stopping"] = {{"since", TimeText(job.preempting_since)},
                      {"then", job.restarting ? "restart" : "requeue"},
-                     {"reason", job.last_requeue_reason}};
+                     {"reason", reason(job.last_requeue_reason)}};
   }
-  if (!job.end_reason.empty()) j["end_reason"] = job.end_reason;
+  if (!job.end_reason.empty()) j["end_reason"] = reason(job.end_reason);
   if (job.array_count > 0) {
     j["array"] = {{"id", job.array.value()}, {"index", job.array_index()}, {"count", job.array_count}};
     if (job.array_first_index > 0) j["array"]["first_index"] = job.array_first_index;
@@ -128,7 +221,7 @@ ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord&
   if (owner) {
     if (auto flags = c.job_flags(job); !flags.empty()) j["flags"] = flags;
   }
-  if (!job.last_requeue_reason.empty()) j["last_requeue_reason"] = job.last_requeue_reason;
+  if (!job.last_requeue_reason.empty()) j["last_requeue_reason"] = reason(job.last_requeue_reason);
   if (with_spec) j["spec"] = api::JobSpecToJson(job.spec());
   return j;
 }

@@ -11,8 +11,18 @@ namespace rota::server {
 std::string TimeText(TimePoint t);  // "2026-11-29T17:50:00.123Z", "" for 0
 // `owner`: the caller is the job's owner or an admin (who alone see its
 // request id, checkpoint path and usage flags); `with_spec`: its spec too.
+// `viewer`: a user who sees only their own jobs (job_visibility: own): the
+// reasons name other users' jobs as theirs, not by id (ReasonFor).
 nlohmann::ordered_json JobView(const Controller& c, const Snapshot& snap, const JobRecord& job, bool owner,
-                               bool with_spec = false);
+                               bool with_spec = false, const std::string* viewer = nullptr);
+// A reason or end text of a job (the engine's, the lifecycle's) as the
+// caller may read it. Not the job's `owner` (nor an admin): without what
+// its spec told the agent (a replica's " did not start: ..." detail: its
+// program, PATH, mounts). With `viewer` (job_visibility: own, not an
+// admin): the ids of jobs not the viewer's that the text names ("job 12",
+// "job(s) 12, 13", "jobs 12", "service 12") are told as another user's, and
+// another user's service's autoscaler reason is left out.
+std::string ReasonFor(const Snapshot& snap, std::string_view text, bool owner, const std::string* viewer);
 // `viewer`: a user who sees only their own jobs (job_visibility: own): the
 // ids of other users' jobs on its GPUs are left out; nullptr: all of them.
 nlohmann::ordered_json NodeView(const Controller& c, const Snapshot& snap, const NodeState& node,

@@ -1937,6 +1937,13 @@ job_visibility: all
   EXPECT_EQ(hers.value("request_id", ""), "alices-key") << hers.dump();
   EXPECT_EQ(json::parse(alice.Get("/v1/jobs")->body)["jobs"][0].value("request_id", ""), "alices-key");
   EXPECT_EQ(json::parse(admin.Get("/v1/jobs/1")->body).value("request_id", ""), "alices-key");
+  // Where she saves checkpoints is hers too: not in the view, nor in its events.
+  ASSERT_EQ(alice.Post("/v1/jobs/1/checkpoint", R"({"path": "/scratch/alice/ckpt-900"})", "application/json")->status, 200);
+  for (const std::string path : {"/v1/jobs/1", "/v1/jobs/1/events"}) {
+    const std::string body = bob.Get(path)->body;
+    EXPECT_EQ(body.find("/scratch/alice"), std::string::npos) << path << ": " << body;
+    EXPECT_NE(alice.Get(path)->body.find("/scratch/alice/ckpt-900"), std::string::npos) << path;
+  }
   auto cancel = bob.Post("/v1/jobs/1/cancel", "{}", "application/json");
   EXPECT_EQ(cancel->status, 403) << cancel->body;
   EXPECT_NE(cancel->body.find("job 1 is alice's: only its owner or an admin may do that"), std::string::npos);
