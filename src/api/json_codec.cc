@@ -445,6 +445,7 @@ std::string EncodeEvent(const Event& event) {
           j["id"] = e.id.value();
           j["at"] = e.at;
           j["placement"] = PlacementToJson(e.placement);
+          if (e.ended) j["ended"] = true;
         } else if constexpr (std::is_same_v<E, JobFinished>) {
           j["type"] = "JobFinished";
           j["id"] = e.id.value();
@@ -639,7 +640,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       return Event(ServiceScaled{JobId(j.at("id").get<uint64_t>()), j.at("at"), j.at("desired"), j.at("reason")});
     }
     if (type == "JobBound") {
-      return Event(JobBound{JobId(j.at("id").get<uint64_t>()), PlacementFromJson(j.at("placement")), j.at("at")});
+      return Event(JobBound{JobId(j.at("id").get<uint64_t>()), PlacementFromJson(j.at("placement")), j.at("at"),
+                            j.value("ended", false)});
     }
     if (type == "JobFinished") {
       return Event(JobFinished{JobId(j.at("id").get<uint64_t>()),

@@ -45,6 +45,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobPreempting{JobId(11), 78, JobId(), "worker-1 exited with code 1", true, true},  // stopping to restart
       JobSubmitted{JobId(10), *spec, 5, "carol", 2, 3},
       JobBound{JobId(13), {{0, 0, NodeId(1), 0x02, 0, 4}}, 458},  // a MIG instance at slot 4
+      JobBound{JobId(14), {{0, 0, NodeId(1), 0x02}}, 459, /*ended=*/true},  // an ended job's, from a snapshot
       GpuReconfigured{"n-0", 1, "3g.40gb@0,3g.40gb@4"},
       NodeMigChanged{"n-0", {{0, "7g.80gb@0"}, {1, ""}}, true},
       JobHistory{JobId(16), {100, 200}, {JobId(3), JobId(4)}, "preempted for job 4", {{0, 0, NodeId(1), 0x0F}},

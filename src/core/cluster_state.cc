@@ -710,9 +710,22 @@ Status ClusterState::ApplyOne(const JobBound& e) {
   }
   // (A cycle decided on a snapshot from before the hold.)
   if (job.held) return FailedPreconditionError(who + ": job is held by " + job.held_by);
-  ROTA_RETURN_IF_ERROR(CheckPlacement(job, e.placement, {}, who));
+  if (e.ended) {
+    // An ended job's attempt, from a snapshot: only what it names must exist
+    // (its nodes may hold other GPUs, or another MIG mode, by now).
+    for (const ReplicaPlacement& r : e.placement) {
+      if (r.node.value() >= data_->nodes.size() || r.task >= job.spec().tasks.size()) {
+        return InvalidArgumentError(who + ": a placement names no such node or task");
+      }
+    }
+    unoccupied_.push_back(e.id);
+  } else {
+    ROTA_RETURN_IF_ERROR(CheckPlacement(job, e.placement, {}, who));
+  }
   Snapshot::Data& d = Mutable();
-  for (const ReplicaPlacement& r : e.placement) Occupy(d.nodes.Mut(r.node.value()), r, job.spec().tasks[r.task]);
+  if (!e.ended) {
+    for (const ReplicaPlacement& r : e.placement) Occupy(d.nodes.Mut(r.node.value()), r, job.spec().tasks[r.task]);
+  }
   auto updated = MakeSlabShared<JobRecord>(job);
   updated->state = JobState::kRunning;
   updated->started_at = e.at;
@@ -735,6 +748,10 @@ int64_t JobRecord::GpusOf(const std::vector<ReplicaPlacement>& replicas) const {
 }
 
 void ClusterState::Release(const JobRecord& job) {
+  if (auto it = std::find(unoccupied_.begin(), unoccupied_.end(), job.id); it != unoccupied_.end()) {
+    unoccupied_.erase(it);  // (took nothing: JobBound::ended)
+    return;
+  }
   Snapshot::Data& d = Mutable();
   for (const ReplicaPlacement& r : job.placement) {
     NodeState& n = d.nodes.Mut(r.node.value());
@@ -907,11 +924,17 @@ Status ClusterState::ApplyOne(const JobHistory& e) {
   if (e.preempted_at.size() != e.preempted_by.size()) {
     return InvalidArgumentError("job " + std::to_string(e.id.value()) + ": preempted_at and preempted_by differ in length");
   }
-  for (const auto* placement : {&e.last_placement, &e.nominated}) {
-    for (const ReplicaPlacement& r : *placement) {
-      if (r.node.value() >= data_->nodes.size() || r.task >= job->spec().tasks.size()) {
-        return InvalidArgumentError("job " + std::to_string(e.id.value()) + ": a placement names no such node or task");
-      }
+  for (const ReplicaPlacement& r : e.last_placement) {
+    if (r.node.value() >= data_->nodes.size() || r.task >= job->spec().tasks.size()) {
+      return InvalidArgumentError("job " + std::to_string(e.id.value()) + ": a placement names no such node or task");
+    }
+  }
+  // (GPUs nominated for it are other jobs' replicas: their task indices are
+  // those jobs', not this one's. Before, a gang of two task groups evicted
+  // for a job of one made every later snapshot fail to load.)
+  for (const ReplicaPlacement& r : e.nominated) {
+    if (r.node.value() >= data_->nodes.size()) {
+      return InvalidArgumentError("job " + std::to_string(e.id.value()) + ": a nominated placement names no such node");
     }
   }
   auto updated = MakeSlabShared<JobRecord>(*job);
@@ -1180,7 +1203,8 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
     emit(JobSubmitted{j.id, j.spec(), j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
                                j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count, attained,
                                j.failed_restarts, j.array_first_index, j.array_max_running, j.sweep});
-    if (!j.placement.empty()) emit(JobBound{j.id, j.placement, j.started_at});
+    const bool ended = j.state != JobState::kPending && j.state != JobState::kRunning && j.state != JobState::kPreempting;
+    if (!j.placement.empty()) emit(JobBound{j.id, j.placement, j.started_at, ended});
     if (j.last_checkpoint_at != 0) emit(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {
       emit(JobPreempting{j.id, j.preempting_since, j.preempted_for, j.last_requeue_reason, j.restarting,
@@ -1211,30 +1235,13 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
                                j.scaled_down_at});
     }
   };
-  // MIG GPUs a replayed job's instances are on get a layout holding them
-  // first (every GPU is idle while ended jobs replay; the current layouts come
-  // back before the live jobs bind).
-  auto emit_mig_layouts = [&](const JobRecord& j) {
-    std::map<std::pair<uint32_t, int32_t>, MigLayout> layouts;
-    for (const ReplicaPlacement& r : j.placement) {
-      if (r.mig_start < 0) continue;
-      const NodeState& n = snap.node(r.node);
-      if (n.mig_geometry == nullptr) continue;
-      const int32_t profile = n.mig_geometry->ProfileIndex(j.spec().tasks[r.task].gpu_share.mig_profile);
-      layouts[{r.node.value(), std::countr_zero(r.gpu_mask)}].push_back(
-          {static_cast<int8_t>(profile), static_cast<int8_t>(r.mig_start)});
-    }
-    for (const auto& [where, layout] : layouts) {
-      const NodeState& n = snap.node(NodeId(where.first));
-      emit(GpuReconfigured{n.spec.name, where.second, FormatMigLayout(*n.mig_geometry, layout)});
-    }
-  };
-  // Ended jobs first: each binds and releases at once, so their old GPUs
-  // never collide with the live jobs that hold them now.
+  // Ended jobs first. Their binds (JobBound::ended) take nothing and are
+  // not checked against the nodes as they are now: a node's GPUs or MIG
+  // mode may have changed since (before, a GPU switched to MIG mode, or one
+  // gone, after a job on it ended made the snapshot one no server could load).
   for (const auto& [id, job] : snap.jobs()) {
     if (live_only) break;
     if (job->state != JobState::kPending && job->state != JobState::kRunning && job->state != JobState::kPreempting) {
-      emit_mig_layouts(*job);
       emit_job(*job);
       if (!status.ok()) return status;
     }

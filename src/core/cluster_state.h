@@ -552,6 +552,9 @@ class ClusterState {
   // The array and spec ArraySpec gave last (a cache: elements replayed with
   // gaps between them share it).
   std::pair<JobId, std::shared_ptr<const JobSpec>> last_array_spec_;
+  // Ended jobs replayed from a snapshot (JobBound::ended) between their bind
+  // and their end: they took nothing of their nodes, and so release nothing.
+  std::vector<JobId> unoccupied_;
   // Stores `job` (new or updated) in jobs and, while it has not ended, live.
   static void Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job);
 

@@ -203,6 +203,34 @@ TEST(CompactState, KeepsEvictionsNominationsAndResizes) {
   EXPECT_FALSE(replay.Apply(JobHistory{JobId(1), {}, {}, "", {{0, 0, NodeId(5), 1}}}).ok());
 }
 
+// GPUs nominated for a job are its evicted victims' replicas: their task
+// indices are the victims' own. A gang of two task groups evicted for a job
+// of one still gives a snapshot that loads. Before, every later snapshot
+// failed to load ("a placement names no such node or task") while the
+// nominee lived or was kept, and no server could start again.
+TEST(CompactState, LoadsGpusNominatedFromAGangOfMoreTaskGroups) {
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());
+  JobSpec two = Job(1, 2);
+  two.tasks.push_back({.name = "ps", .replicas = 1, .gpus = 2, .cpu = 1000});
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), two, 1}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), Job(1, 8), 2}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0x03}, {1, 0, NodeId(0), 0x0C}}, 5}).ok());
+  ASSERT_TRUE(st.Apply(JobPreempting{JobId(1), 6, JobId(2), "preempted for job 2"}).ok());
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(1), 7, "preempted for job 2"}).ok());
+  const auto nominated = st.GetSnapshot().FindJob(JobId(2))->nominated;
+  ASSERT_EQ(nominated.size(), 2u);
+  EXPECT_EQ(nominated[1].task, 1);  // (job 1's second task group; job 2 has one)
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) {
+    const Status s = replay.Apply(e);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_EQ(replay.GetSnapshot().FindJob(JobId(2))->nominated, nominated);
+  // A nomination on no such node is still refused.
+  EXPECT_FALSE(replay.Apply(JobHistory{JobId(2), {}, {}, "", {}, {{0, 0, NodeId(5), 1}}}).ok());
+}
+
 TEST(ClusterState, RefusesConflictingBindAndChangesNothing) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("n0", 8)}).ok());

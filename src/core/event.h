@@ -97,6 +97,11 @@ struct JobBound {
   JobId id;
   std::vector<ReplicaPlacement> placement;
   TimePoint at = 0;
+  // An ended job's attempt, replayed from a journal snapshot (CompactState):
+  // its placement and start come back, its nodes' resources are neither
+  // checked nor taken (the nodes may have changed since it ended: a GPU
+  // gone, MIG mode switched); the job's end follows.
+  bool ended = false;
 };
 enum class JobOutcome { kSucceeded, kFailed };
 struct JobFinished {

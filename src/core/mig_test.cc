@@ -131,6 +131,45 @@ TEST(ClusterStateMig, BindsInstancesAndReconfiguresOnlyIdleGpus) {
 // A node whose agent reads MIG layouts from the driver re-registers with the
 // driver's current ones: GPUs nothing holds change; one in use does not; and
 // a journal snapshot of such a node replays.
+// A GPU that changed MIG mode after jobs on it ended: a journal snapshot
+// still loads (an ended job's bind takes nothing: JobBound::ended), with the
+// ended jobs' placements as they were. Before, the whole-GPU job's bind was
+// refused on the MIG GPU ("GPU already allocated") and no server could start.
+TEST(ClusterStateMig, ASnapshotLoadsAfterAGpuChangedModeUnderEndedJobs) {
+  NodeSpec n = MigNode();
+  n.mig_fixed = true;
+  ClusterState st;
+  ASSERT_TRUE(st.Apply(NodeAdded{n}).ok());
+  JobSpec whole;
+  whole.name = "whole";
+  whole.tasks.push_back({.name = "w", .replicas = 1, .gpus = 1, .cpu = 1000});
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(1), whole, 1}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(1), {{0, 0, NodeId(0), 0b01}}, 2}).ok());  // GPU 0, whole
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(1), JobOutcome::kSucceeded, 3}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(2), MigJob("3g.40gb"), 4}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(2), {{0, 0, NodeId(0), 0b10, 0, 4}}, 5}).ok());  // an instance on GPU 1
+  ASSERT_TRUE(st.Apply(JobCancelled{JobId(2), 6, "by a"}).ok());
+  // GPU 0 goes into MIG mode, GPU 1 out of it (both idle now); job 3 runs on GPU 1 whole.
+  ASSERT_TRUE(st.Apply(NodeMigChanged{"a0", {{0, "7g.80gb@0"}}, true}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), whole, 7}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(3), {{0, 0, NodeId(0), 0b10}}, 8}).ok());
+  ClusterState replay;
+  for (const Event& e : CompactState(st.GetSnapshot())) { const Status s = replay.Apply(e); ASSERT_TRUE(s.ok()) << s.ToString(); }
+  const Snapshot a = st.GetSnapshot(), b = replay.GetSnapshot();
+  for (uint64_t id = 1; id <= 3; ++id) {
+    EXPECT_EQ(b.FindJob(JobId(id))->state, a.FindJob(JobId(id))->state) << id;
+    EXPECT_EQ(b.FindJob(JobId(id))->placement, a.FindJob(JobId(id))->placement) << id;
+    EXPECT_EQ(b.FindJob(JobId(id))->attempts.size(), a.FindJob(JobId(id))->attempts.size()) << id;
+  }
+  const NodeState& before = a.node(NodeId(0));
+  const NodeState& after = b.node(NodeId(0));
+  EXPECT_EQ(after.mig_mask, before.mig_mask);
+  EXPECT_EQ(after.allocated_mask, 0b10u);  // job 3's, and nothing the ended jobs took
+  EXPECT_EQ(after.mig_used, before.mig_used);
+  EXPECT_EQ(after.cpu_allocated, before.cpu_allocated);
+  EXPECT_EQ(FormatMigLayout(A100_80(), after.mig_layout[0]), "7g.80gb@0");
+}
+
 TEST(ClusterStateMig, DriversLayoutsChangeOnlyOnIdleGpus) {
   NodeSpec n = MigNode();
   n.mig_fixed = true;
