@@ -156,8 +156,9 @@ Status Controller::CancelCutArrays() {
   // An array's chunks are journaled one by one, in id order, and its answer
   // comes after the last. An array whose last element was never journaled
   // was cut short by a stop of this server (or its leader) and never
-  // answered. (Its elements are forgotten in id order, so the last is there
-  // while any is; and no other job takes an id of its range meanwhile.)
+  // answered. (Its last element is forgotten only once no other of its
+  // elements lives: ForgetEnded; and no other job takes an id of its range
+  // meanwhile.)
   std::vector<Event> cancelled;
   std::set<uint64_t> arrays;
   {
@@ -860,7 +861,15 @@ std::vector<JobId> Controller::ForgetEnded(TimePoint now) {
     // million pending jobs, 66 ms reading every record.)
     const Snapshot snap = snapshot();
     snap.jobs().ForEachNotIn(snap.live_jobs(), [&](JobId id, const std::shared_ptr<const JobRecord>& job) {
-      if (ended.size() < kPass && now - job->finished_at >= options_.job_retention) ended.push_back(id);
+      if (ended.size() >= kPass || now - job->finished_at < options_.job_retention) return;
+      // An array's last element stays while another of its elements lives:
+      // a restart takes an array without its last for one a stop cut short
+      // (CancelCutArrays), and would cancel the rest.
+      if (job->array_count > 1 && id.value() == job->array.value() + static_cast<uint64_t>(job->array_count) - 1) {
+        const auto live = snap.live_jobs().upper_bound(JobId(job->array.value() - 1));
+        if (live != snap.live_jobs().end() && live->first.value() < id.value()) return;
+      }
+      ended.push_back(id);
     });
   }
   for (size_t from = 0; from < ended.size(); from += kPart) {

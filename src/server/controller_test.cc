@@ -1636,6 +1636,48 @@ TEST_F(ControllerTest, AnArraysKeyOutlivesItsForgottenElements) {
   std::filesystem::remove_all(dir);
 }
 
+// An array whose last element ended first (cancelled, or a short run) and
+// was kept past the retention while its others run: the last stays until
+// none of them lives. Before, it was forgotten, and the next restart took
+// the array for one a stop cut short and cancelled its running elements.
+TEST_F(ControllerTest, ARestartKeepsAnArrayWhoseLastElementEndedFirst) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const Duration minute = 60 * kMicrosPerSecond;
+  ControllerOptions o{.config = TwoNodes(), .clock = &clock, .job_retention = 60 * minute};
+  bool replayed = false;
+  JobId first;
+  {
+    auto c = std::make_unique<Controller>(o, std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    ASSERT_TRUE(c->Start().ok());
+    first = *c->SubmitArray(kAlice, Job("sweep", 1, 8), 3, "key-l", &replayed);
+    c->ScheduleNow();
+    const JobId last(first.value() + 2);
+    ASSERT_EQ(c->snapshot().FindJob(first)->state, JobState::kRunning);
+    ASSERT_EQ(c->snapshot().FindJob(last)->state, JobState::kPending);  // (two nodes)
+    ASSERT_TRUE(c->Cancel(kAlice, last).ok());
+    clock.Advance(61 * minute);
+    c->ScheduleNow();
+    EXPECT_NE(c->snapshot().FindJob(last), nullptr) << "the last element was forgotten while two others ran";
+    c->Stop();
+  }
+  {
+    auto c = std::make_unique<Controller>(o, std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    ASSERT_TRUE(c->Start().ok());
+    for (uint64_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(c->snapshot().FindJob(JobId(first.value() + k))->state, JobState::kRunning) << "element " << k;
+    }
+    // Once none lives, all go.
+    ASSERT_TRUE(c->Cancel(kAlice, first).ok());
+    ASSERT_TRUE(c->Cancel(kAlice, JobId(first.value() + 1)).ok());
+    clock.Advance(61 * minute);
+    c->ScheduleNow();
+    EXPECT_EQ(c->snapshot().jobs().size(), 0u);
+    c->Stop();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // A job that ended job_retention ago leaves the state (and its key with
 // it), checked as time passes; a live job and one that ended since stay.
 // A restart from a journal snapshot that holds none of them (the highest
