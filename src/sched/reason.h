@@ -27,7 +27,7 @@ enum class ReasonCode {
   kReserved,           // fits now only on GPUs reserved for a higher job, and would not end before it starts
   kQuota,              // its queue (or an ancestor) is at its guarantee plus borrowing limit
   kPreempting,         // room is being made for it: its victims are checkpointing
-  kArrayLimit,         // its job array runs as many elements as it may at once (--count 0-99%8)
+  kArrayLimit,         // its job array runs as many elements as it may at once (--count 0-99%8), or is not whole yet
   kExceedsQuota,       // Unresolvable: more than its queue may ever hold
   // Unresolvable: no node or domain of this cluster could ever hold it.
   kNoMatchingNodes,

@@ -133,6 +133,7 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   // their array's limit: room is being made for them, or GPUs nominated.
   array_starting_.clear();
   array_reason_.clear();
+  array_unwhole_.clear();
   auto starting = [&](const JobRecord* j) {
     if (j != nullptr && j->state == JobState::kPending && j->array_max_running > 0 && array_starting_.insert(j->id).second) {
       ++array_running_[j->array];
@@ -313,6 +314,23 @@ void Session::OrderPendingBy(Less before) {
 }
 
 bool Session::ArrayFull(const JobRecord& job, PendingReason* why) const {
+  if (job.array_count > 1 && job.array.value() != 0) {
+    auto [it, added] = array_unwhole_.try_emplace(job.array);
+    if (added) {
+      const uint64_t last_id = job.array.value() + static_cast<uint64_t>(job.array_count) - 1;
+      const JobRecord* last = snap_->FindJob(JobId(last_id));
+      if (last == nullptr || last->array != job.array) {
+        it->second = PendingReason{ReasonCode::kArrayLimit,
+                                   "its array " + std::to_string(job.array.value()) + " of " +
+                                       std::to_string(job.array_count) +
+                                       " elements is still being submitted: none starts before all are accepted"};
+      }
+    }
+    if (it->second) {
+      *why = *it->second;
+      return true;
+    }
+  }
   if (job.array_max_running <= 0) return false;
   auto it = array_running_.find(job.array);
   // (Itself not counted: an element about to start is not in its own way.)

@@ -128,7 +128,10 @@ class Session {
   // made for them, GPUs are nominated for them, or this cycle placed them,
   // preempted or reserved for them). ArrayFull says why `job` waits when
   // its array is at its limit without it (false for a job of no limited
-  // array); CountArrayStart counts `job` in (once).
+  // array), or is not whole yet: an array is journaled in chunks, and none
+  // of its elements starts before its last is (a stop between two chunks
+  // cancels what was committed of it, and a retry submits it again: an
+  // element that had run would run twice). CountArrayStart counts `job` in (once).
   bool ArrayFull(const JobRecord& job, PendingReason* why) const;
   void CountArrayStart(const JobRecord& job);
 
@@ -378,6 +381,8 @@ class Session {
   // Per limited array, the last ArrayLimit reason and the count it names: a
   // 100,000-element array's waiting elements share one text (ReasonText).
   mutable std::unordered_map<JobId, std::pair<int32_t, PendingReason>> array_reason_;
+  // Arrays not whole yet (their last element not journaled): why theirs wait; none if whole.
+  mutable std::unordered_map<JobId, std::optional<PendingReason>> array_unwhole_;
   std::vector<std::pair<uint32_t, uint64_t>> held_;  // taken out of the pool for reservations (free when taken)
   TimePoint first_reservation_ = 0;
   std::unordered_map<uint32_t, uint64_t> promised_;

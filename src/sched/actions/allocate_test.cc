@@ -287,6 +287,35 @@ TEST(Allocate, AJobArrayRunsAtMostItsLimitAtOnce) {
   EXPECT_EQ(array_placed(), (std::vector<uint64_t>{3}));
 }
 
+// An array is journaled in chunks (2,000 elements each): none of its
+// elements starts before its last is journaled. A stop between two chunks
+// cancels what was committed, and the client's retry submits the whole
+// array again: an element that had run, or finished, would run twice. A job
+// of no array is not held back.
+TEST(Allocate, NoElementOfAnArrayStartsBeforeTheWholeArrayIsJournaled) {
+  ClusterConfig c = Nodes(1);
+  ClusterState st = MakeCluster(c);
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(1), 2, GpuJob("sweep", 1, 1), 0, "alice", "k", JobId(1), 4}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(5), GpuJob("alone", 1, 1), 0}).ok());  // (a job after its ids)
+  auto s = MakeScheduler(c);
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), kMinute, &r);
+  ASSERT_EQ(r.placed.size(), 1u);
+  EXPECT_EQ(r.placed[0].job, JobId(5));
+  ASSERT_EQ(r.pending.size(), 2u);
+  for (const auto& p : r.pending) {
+    EXPECT_EQ(p.reason.code, ReasonCode::kArrayLimit);
+    EXPECT_EQ(p.reason.message.str(), "its array 1 of 4 elements is still being submitted: none starts before all are accepted");
+  }
+  EXPECT_TRUE(r.preemptions.empty());
+  EXPECT_TRUE(r.reservations.empty());
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(3), 2, GpuJob("sweep", 1, 1), 0, "alice", "k", JobId(1), 4}).ok());
+  s->RunCycle(st.GetSnapshot(), 2 * kMinute, &r);
+  std::vector<uint64_t> placed;
+  for (const auto& p : r.placed) placed.push_back(p.job.value());
+  EXPECT_EQ(placed, (std::vector<uint64_t>{1, 2, 3, 4, 5}));  // the whole array, now (and 5, not bound above)
+}
+
 // An element that preempts (or reserves) is about to start: with %1 the
 // array's next element neither preempts nor reserves beside it, in that
 // cycle or the next, while the first is not held back by its own count.
