@@ -21,6 +21,10 @@ struct Batch {
   std::vector<bool> standalone;  // per done: its result stands even if the journal write fails
   // Idempotency keys of this batch's submissions: kept once it is durable.
   std::vector<std::pair<std::string, std::pair<JobId, int64_t>>> request_ids = {};
+  // What a message changed beside the state (the controller's tables): put
+  // back, last first, if the batch cannot be journaled (the state is
+  // restored whole then).
+  std::vector<std::function<void()>> undo = {};
   Status Apply(Event e) {
     Status s = state->Apply(e);
     if (s.ok()) events.push_back(std::move(e));

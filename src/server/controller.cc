@@ -756,6 +756,7 @@ void Controller::ActorLoop() {
           store_error_ = std::string(seq.status().message());
         }
         next_job_id_ = next_job_id;
+        for (auto it = batch.undo.rbegin(); it != batch.undo.rend(); ++it) (*it)();
         if (store_failures_.fetch_add(1) == 0) {
           std::fprintf(stderr, "rota: journal writes failing, changes refused: %s\n", seq.status().ToString().c_str());
         }
@@ -1632,6 +1633,16 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
                                "); the replaced one's (" + replaced.substr(0, 8) + ") tasks fenced themselves");
            }
            std::lock_guard<std::mutex> lock(mu_);
+           // (Put back if the batch is not journaled: a registration refused
+           // for a full disk must not count as the agent's, or its takeover
+           // would be taken for done and skip giving up the old gangs.)
+           std::optional<NodeLive> before;
+           if (auto it = live_.find(spec.name); it != live_.end()) before = it->second;
+           batch.undo.push_back([this, name = spec.name, before = std::move(before)] {
+             std::lock_guard<std::mutex> undo_lock(mu_);
+             if (before) live_[name] = *before;
+             else live_.erase(name);
+           });
            NodeLive& live = live_[spec.name];
            live.registered = true;
            live.simulated = simulated;

@@ -1944,6 +1944,40 @@ class FullDiskStore final : public Store {
   std::atomic<bool> history_full_ = false, refuse_later_parts_ = false;
 };
 
+// A takeover of a node that the disk refused (full) is not half made: the
+// node's table of live agents is put back with the state, so the next try
+// is a takeover again and gives the old gang up. Before, the refused try
+// left the new agent in that table, and the retry, no longer "another"
+// agent, was handed the old attempt's rank beside the gang's other ranks.
+TEST_F(ControllerTest, ATakeOverTheDiskRefusedIsATakeOverWhenRetried) {
+  auto owned = std::make_unique<FullDiskStore>();
+  FullDiskStore* store = owned.get();
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = TwoNodes(), .clock = &clock,
+                                                          .schedule_interval = 3600 * kMicrosPerSecond,
+                                                          .cycle_on_change = false},
+                                        std::move(owned));
+  ASSERT_TRUE(c->Start().ok());
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  const NodeSpec spec0 = c->snapshot().FindNode("n-0")->spec;
+  ASSERT_TRUE(c->RegisterNode(agent0, spec0, true, "", false, "aaaa").ok());
+  const Pair pair = RunPair(*c, agent1);
+  ASSERT_TRUE(pair.id.has_value());
+  clock.Advance(33 * kMicrosPerSecond);
+  ASSERT_TRUE(c->Heartbeat(agent1, {.node = "n-1", .tasks = {{*pair.id, 0, pair.on1, 0}}}).ok());
+  store->Full(true);
+  EXPECT_EQ(c->RegisterNode(agent0, spec0, true, "", false, "bbbb").code(), StatusCode::kInsufficientStorage);
+  store->Full(false);
+  EXPECT_EQ(c->snapshot().FindJob(*pair.id)->state, JobState::kRunning);
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->agent, "aaaa");
+  ASSERT_TRUE(c->RegisterNode(agent0, spec0, true, "", false, "bbbb").ok());
+  const JobRecord* job = c->snapshot().FindJob(*pair.id);
+  EXPECT_NE(job->state, JobState::kRunning) << "the retried takeover handed n-0's rank to the new agent";
+  EXPECT_NE(job->last_requeue_reason.find("taken over by another agent (instance bbbb)"), std::string::npos)
+      << job->last_requeue_reason;
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->agent, "bbbb");
+  c->Stop();
+}
+
 // GPU history on a full disk: the blocks the store refuses are kept and
 // written by a later flush; nothing is lost meanwhile, and the server runs on.
 // /metrics, sample by sample, as printf's %g and %d write the numbers:
