@@ -540,6 +540,7 @@ std::string EncodeEvent(const Event& event) {
           j["type"] = "NodeAgentChanged";
           j["node"] = e.node;
           j["instance"] = e.instance;
+          if (!e.address.empty()) j["address"] = e.address;
         } else if constexpr (std::is_same_v<E, NodeLabelsChanged>) {
           j["type"] = "NodeLabelsChanged";
           j["node"] = e.node;
@@ -717,7 +718,9 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       ROTA_ASSIGN_OR_RETURN(RunHistory h, RunHistoryFromJson(j.at("history")));
       return Event(RunHistoryState{std::move(h)});
     }
-    if (type == "NodeAgentChanged") return Event(NodeAgentChanged{j.at("node"), j.at("instance")});
+    if (type == "NodeAgentChanged") {
+      return Event(NodeAgentChanged{j.at("node"), j.at("instance"), j.value("address", std::string())});
+    }
     if (type == "NodeLabelsChanged") {
       return Event(NodeLabelsChanged{j.at("node"), j.at("labels").get<std::map<std::string, std::string>>()});
     }

@@ -114,6 +114,10 @@ mounts: [{source: /d, target: /data, read_only: true}]
   ASSERT_TRUE(agent.ok());
   EXPECT_EQ(std::get<NodeAgentChanged>(*agent).node, "n-0");
   EXPECT_EQ(std::get<NodeAgentChanged>(*agent).instance, "0123abcd");
+  EXPECT_EQ(std::get<NodeAgentChanged>(*agent).address, "");
+  auto addressed = DecodeEvent(EncodeEvent(NodeAgentChanged{"n-0", "0123abcd", "10.0.0.5"}));
+  ASSERT_TRUE(addressed.ok());
+  EXPECT_EQ(std::get<NodeAgentChanged>(*addressed).address, "10.0.0.5");
   // The learned order's history (a journal snapshot's) and a job's sweep.
   RunHistory history;
   ASSERT_EQ(history.Join({"research", 2}, JobId(40), 7, JobId()), JobId(40));

@@ -1075,7 +1075,9 @@ Status ClusterState::ApplyOne(const NodeLostChanged& e) {
 
 Status ClusterState::ApplyOne(const NodeAgentChanged& e) {
   ROTA_ASSIGN_OR_RETURN(const uint32_t index, NodeIndexOf(e.node));
-  Mutable().nodes.Mut(index).agent = e.instance;
+  NodeState& n = Mutable().nodes.Mut(index);
+  n.agent = e.instance;
+  n.agent_address = e.address;
   return Status::Ok();
 }
 
@@ -1300,7 +1302,7 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
   for (const NodeState& n : snap.nodes()) {
     if (n.drained) emit(NodeDrainChanged{n.spec.name, true, n.drain_reason});
     if (n.lost) emit(NodeLostChanged{n.spec.name, true});
-    if (!n.agent.empty()) emit(NodeAgentChanged{n.spec.name, n.agent});
+    if (!n.agent.empty()) emit(NodeAgentChanged{n.spec.name, n.agent, n.agent_address});
     for (int32_t g = 0; g < n.spec.gpus; ++g) {
       if (!((n.healthy_mask >> g) & 1)) emit(GpuHealthChanged{n.spec.name, g, false});
     }

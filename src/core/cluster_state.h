@@ -67,6 +67,7 @@ struct NodeState {
   std::string drain_reason;  // why, as the admin gave it ("" = none)
   bool lost = false;  // its agent stopped heartbeating
   std::string agent;  // the instance of the agent that registered it last ("": none, or an older agent)
+  std::string agent_address;  // and the address it gave (NodeAgentChanged::address)
 
   bool schedulable() const { return !drained && !lost; }
   uint64_t free_mask() const { return healthy_mask & ~allocated_mask & ~shared_mask & ~mig_mask; }

@@ -345,11 +345,12 @@ TEST(ClusterState, ANodesAgentOutlivesACompaction) {
   ClusterState st;
   ASSERT_TRUE(st.Apply(NodeAdded{Node("a", 8)}).ok());
   ASSERT_TRUE(st.Apply(NodeAdded{Node("b", 8)}).ok());
-  ASSERT_TRUE(st.Apply(NodeAgentChanged{"a", "0123abcd"}).ok());
+  ASSERT_TRUE(st.Apply(NodeAgentChanged{"a", "0123abcd", "10.0.0.5"}).ok());
   EXPECT_EQ(st.Apply(NodeAgentChanged{"nope", "x"}).code(), StatusCode::kNotFound);
   ClusterState replay;
   for (const Event& e : CompactState(st.GetSnapshot())) ASSERT_TRUE(replay.Apply(e).ok());
   EXPECT_EQ(replay.GetSnapshot().FindNode("a")->agent, "0123abcd");
+  EXPECT_EQ(replay.GetSnapshot().FindNode("a")->agent_address, "10.0.0.5");
   EXPECT_EQ(replay.GetSnapshot().FindNode("b")->agent, "");
 }
 

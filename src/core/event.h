@@ -200,6 +200,9 @@ struct NodeLabelsChanged {
 struct NodeAgentChanged {
   std::string node;
   std::string instance;
+  // Where its peers reach it (the agent's --address; "": its node's name):
+  // gangs bound before it registers again after a restart still name it so.
+  std::string address = {};
 };
 // One ended attempt of a job: when it was bound and ended, and how
 // ("requeued: node n-3 lost", "succeeded", "cancelled by bob").

@@ -123,6 +123,7 @@ Status Controller::Start() {
       if (n.agent.empty()) continue;
       NodeLive& live = live_[n.spec.name];
       live.instance = n.agent;
+      live.address = n.agent_address;  // (peers' host lists name it so before it registers again)
       live.last_heartbeat = options_.clock->Steady();
     }
     for (const auto& [id, job] : snap.live_jobs()) {
@@ -1585,6 +1586,7 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
            }
            const NodeState* known = batch.state->GetSnapshot().FindNode(spec.name);
            const bool new_agent = !instance.empty() && (known == nullptr || known->agent != instance);
+           const bool moved = !instance.empty() && known != nullptr && known->agent_address != address;
            if (known == nullptr) {
              ROTA_RETURN_IF_ERROR(batch.Apply(NodeAdded{sent}));
            } else if (known->spec.gpus != spec.gpus || known->spec.gpu_model != spec.gpu_model) {
@@ -1624,8 +1626,8 @@ Status Controller::RegisterNode(const Principal& who, const NodeSpec& spec, bool
            // node, whether or not CheckNodes came first. Else the new agent
            // would be handed the old attempt's ranks and start them again
            // while the gang's other ranks went on.
-           if (new_agent) {
-             ROTA_RETURN_IF_ERROR(batch.Apply(NodeAgentChanged{spec.name, instance}));
+           if (new_agent || moved) {
+             ROTA_RETURN_IF_ERROR(batch.Apply(NodeAgentChanged{spec.name, instance, address}));
            }
            if (!replaced.empty()) {
              GiveUpGangsOn(batch, spec.name,

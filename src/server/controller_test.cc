@@ -339,6 +339,53 @@ TEST_F(ControllerTest, AfterARestartANodeIsStillItsAgentsUntilItsTasksFenced) {
   std::filesystem::remove_all(dir);
 }
 
+// The address an agent gave (its peers reach it there) is journaled with
+// its instance: after a restart, a gang's host list names it by its address
+// before it registers again, as the ranks that started before named it.
+// Before, ranks told their tasks after a restart got its node name as the
+// gang's master address while the others had its address.
+TEST_F(ControllerTest, AGangsHostsKeepTheirAddressesAcrossARestart) {
+  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  auto make = [&] {
+    auto c = std::make_unique<Controller>(
+        ControllerOptions{.config = TwoNodes(), .clock = &clock, .schedule_interval = 3600 * kMicrosPerSecond,
+                          .cycle_on_change = false},
+        std::move(SqliteStore::Open(dir + "/rota.db")).value());
+    EXPECT_TRUE(c->Start().ok());
+    return c;
+  };
+  JobId id;
+  std::vector<std::string> hosts;
+  {
+    auto c = make();
+    ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "10.0.0.5", false, "aaaa").ok());
+    ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "10.0.0.6", false, "cccc").ok());
+    id = *c->Submit(kAlice, Job("pair", 2, 8));
+    c->ScheduleNow();
+    auto tasks = c->Heartbeat(agent1, {.node = "n-1", .instance = "cccc"});
+    ASSERT_TRUE(tasks.ok() && tasks->size() == 1u) << tasks.status().ToString();
+    hosts = (*tasks)[0].hosts;
+    ASSERT_EQ(hosts.size(), 2u);
+    c->Stop();
+  }
+  auto c = make();
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->agent_address, "10.0.0.5");
+  // n-1's agent comes back first; n-0's has not registered again.
+  ASSERT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "10.0.0.6", false, "cccc").ok());
+  auto tasks = c->Heartbeat(agent1, {.node = "n-1", .instance = "cccc"});
+  ASSERT_TRUE(tasks.ok() && tasks->size() == 1u) << tasks.status().ToString();
+  EXPECT_EQ((*tasks)[0].hosts, hosts);
+  EXPECT_EQ((*tasks)[0].master_addr, hosts[0]);
+  EXPECT_EQ(c->snapshot().FindJob(id)->state, JobState::kRunning);
+  // An agent that comes back at another address is journaled there.
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "10.0.0.9", false, "aaaa").ok());
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->agent_address, "10.0.0.9");
+  c->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
   auto c = Make(std::make_unique<MemoryStore>());
   NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
