@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -39,8 +40,12 @@ constexpr const char* kSteps[] = {"join its cgroup", "open its log",  "change to
                                   "set its groups",  "set its gid",   "set its uid",
                                   "set no_new_privs", "exec",         "start its supervisor",
                                   "make a private mount namespace", "unmount in its mount namespace",
-                                  "start it: the agent did not record its supervisor"};
-constexpr int kStepExec = 7, kStepShim = 8, kStepHide = 9, kStepUnmount = 10, kStepGo = 11;
+                                  "start it: the agent did not record its supervisor",
+                                  "start it: it was stopped before its program ran (a stop signal, from another "
+                                  "process of its user)",
+                                  "start it: its program did not start within 10 s"};
+constexpr int kStepExec = 7, kStepShim = 8, kStepHide = 9, kStepUnmount = 10, kStepGo = 11, kStepStopped = 12,
+              kStepSlow = 13;
 // An exit file's size: the status, spaces, a newline (PrepareExitFile's room).
 constexpr int kExitFileSize = 8;
 
@@ -165,6 +170,48 @@ void CloseAllBut(const int* keep, int n) {
   ChildFail(report, 7);
 }
 
+// Waits until a child that is to exec has (its end of `fd`, close-on-exec,
+// closes: 0) or has failed to (a ChildError: sizeof(*e)). Between taking its
+// user's identity and its exec, the user's other processes may signal it: a
+// child stopped then (SIGSTOP), which would hold whoever waits here for good
+// (the agent, its lock held, its heartbeats with it), is killed, as is one
+// whose exec has not returned within kExecWait (a hung file system): it did
+// not start (-1, *e says why). Exits are left for the caller to reap.
+constexpr int kExecWaitMs = 10'000;  // (the agent waits as long, its lock held: well within a node timeout)
+ssize_t AwaitExec(int fd, pid_t child, ChildError* e) {
+  auto take = [&] {
+    ssize_t n;
+    do {
+      n = read(fd, e, sizeof(*e));
+    } while (n < 0 && errno == EINTR);
+    return n;
+  };
+  auto ready = [&](int ms) {
+    struct pollfd pfd {fd, POLLIN, 0};
+    int r;
+    do {
+      r = poll(&pfd, 1, ms);
+    } while (r < 0 && errno == EINTR);
+    return r != 0;  // (an error: read says it)
+  };
+  for (int waited = 0;; waited += 20) {
+    if (ready(20)) return take();
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(child), &info, WSTOPPED | WNOHANG) == 0 && info.si_pid == child) {
+      // (It exec'd, then was stopped: its user's own business.)
+      if (ready(0)) return take();
+      kill(child, SIGKILL);
+      *e = {kStepStopped, EINTR};
+      return -1;
+    }
+    if (waited >= kExecWaitMs) {
+      kill(child, SIGKILL);
+      *e = {kStepSlow, ETIMEDOUT};
+      return -1;
+    }
+  }
+}
+
 int64_t NowNs() {
   struct timespec ts;
   clock_gettime(CLOCK_BOOTTIME, &ts);  // never stepped by NTP
@@ -172,6 +219,17 @@ int64_t NowNs() {
 }
 
 }  // namespace
+
+std::string WaitForExec(int fd, pid_t child) {
+  ChildError e{};
+  const ssize_t n = AwaitExec(fd, child, &e);
+  if (n == 0) return "";
+  if (n == static_cast<ssize_t>(sizeof(e)) || n < 0) {
+    std::string why = e.step >= 0 && e.step < static_cast<int>(std::size(kSteps)) ? kSteps[e.step] : "start it";
+    return n < 0 ? why : why + ": " + std::strerror(e.err);
+  }
+  return std::string("read: ") + std::strerror(errno);
+}
 
 int64_t ReadLeaseDeadline(const char* path) {
   // The deadline, and the same again after a space (a lease this agent
@@ -226,7 +284,10 @@ int OpenTaskFile(const std::string& path, int flags, mode_t mode) {
 }
 
 int AppendToTaskFile(const std::string& path, std::string_view text) {
-  const int fd = OpenTaskFile(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  // (0600: a task's log is its owner's; one that never started, the agent's
+  // alone on the node: its words name the program, PATH and mounts, and
+  // `rota logs` serves it to the job's owner.)
+  const int fd = OpenTaskFile(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
   if (fd < 0) return errno;
   const ssize_t n = write(fd, text.data(), text.size());
   const int err = n == static_cast<ssize_t>(text.size()) ? 0 : n < 0 ? errno : ENOSPC;
@@ -457,17 +518,17 @@ struct ShimReport {
     [[maybe_unused]] ssize_t w = write(report_fd, &report, sizeof(report));
     _exit(127);
   }
-  // vfork: the supervisor is suspended until the task has exec'd (or
-  // failed to), and no copy of its memory is made for a process that
-  // replaces it at once. The child runs only ExecTask's async-signal-safe
-  // calls, on its own descriptors, and never returns.
-  // Every signal blocked across it (as glibc's posix_spawn does): until
-  // ExecTask resets them, the child shares this process's memory and has
-  // its handlers. ExecTask unblocks them after the reset.
+  // fork, not vfork: a vfork'd child that its user's other processes stop
+  // (SIGSTOP) after it took the user's identity, before its exec, would hold
+  // the supervisor, and the agent waiting on it, for good (AwaitExec kills
+  // it instead). The shim is small: its copy costs little. The child runs
+  // only ExecTask's async-signal-safe calls, on its own descriptors, and
+  // never returns. Every signal blocked across it (as glibc's posix_spawn
+  // does); ExecTask resets the handlers and unblocks them.
   sigset_t all, before;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &before);
-  const pid_t task = vfork();
+  const pid_t task = fork();
   if (task != 0) sigprocmask(SIG_SETMASK, &before, nullptr);
   if (task == 0) {
     close(inner[0]);
@@ -484,11 +545,8 @@ struct ShimReport {
     report.err = errno;
   } else {
     ChildError e{};
-    ssize_t n;
-    do {
-      n = read(inner[0], &e, sizeof(e));
-    } while (n < 0 && errno == EINTR);
-    if (n == static_cast<ssize_t>(sizeof(e))) {
+    const ssize_t n = AwaitExec(inner[0], task, &e);
+    if (n == static_cast<ssize_t>(sizeof(e)) || n < 0) {
       report.step = e.step;
       report.err = e.err;
     }
@@ -877,16 +935,15 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
     if (step == kStepUnmount) {
       for (size_t i = 0; i < spec.hide_mounts.size(); ++i) what += (i == 0 ? " " : ", ") + spec.hide_mounts[i];
     }
+    if (step == kStepStopped || step == kStepSlow) return UnavailableError("cannot " + what);
     return UnavailableError("cannot " + what + ": " + std::strerror(err));
   };
   ssize_t n;
   if (!supervised) {
     ChildError e{};
-    do {
-      n = read(pipe_fds[0], &e, sizeof(e));
-    } while (n < 0 && errno == EINTR);
+    n = AwaitExec(pipe_fds[0], pid, &e);
     close(pipe_fds[0]);
-    if (n == static_cast<ssize_t>(sizeof(e))) return failed(e.step, e.err);
+    if (n == static_cast<ssize_t>(sizeof(e)) || n < 0) return failed(e.step, e.err);
     return Launched{pid, 0};
   }
   ShimReport r{};

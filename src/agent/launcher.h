@@ -168,5 +168,11 @@ uint64_t ProcessStartTime(pid_t pid);
 // supervisor lives without one (it was told to start it just before its
 // agent died); 0 if it started none, or is gone.
 pid_t SupervisedTaskPid(pid_t shim, uint64_t shim_start, int wait_ms = 2000);
+// How the shim and the agent wait for a child they forked to exec (`fd`:
+// the read end of a pipe whose write end the child holds close-on-exec):
+// "" once it exec'd; else why it did not start. A child stopped before its
+// exec (its user's other processes may signal it once it has their
+// identity) is killed, not waited for: it would hold the agent's lock.
+std::string WaitForExec(int fd, pid_t child);
 
 }  // namespace rota::agent

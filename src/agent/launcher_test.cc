@@ -23,6 +23,59 @@ using testing::Read;
 using testing::Wait;
 
 
+// A child stopped after it took its user's identity, before its exec
+// (another process of that user may stop it then: it is the user's), is
+// killed and told as not started at once; one that execs is waited for as
+// before. Before, the supervisor (and the agent, its lock held, its
+// heartbeats with it) waited on it for good: a user could have every task
+// of the node fenced.
+TEST(Launcher, AChildStoppedBeforeItsExecIsKilledNotWaitedFor) {
+  auto start = [](bool stop) {
+    int fds[2];
+    EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
+    const pid_t child = fork();
+    if (child == 0) {
+      close(fds[0]);
+      if (stop) raise(SIGSTOP);  // (as if stopped by another process before its exec)
+      execl("/bin/true", "true", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    return std::pair{child, fds[0]};
+  };
+  {
+    const auto [child, fd] = start(true);
+    const auto began = std::chrono::steady_clock::now();
+    EXPECT_NE(WaitForExec(fd, child).find("stopped before its program ran"), std::string::npos);
+    EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(2));
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    close(fd);
+  }
+  {
+    const auto [child, fd] = start(false);
+    EXPECT_EQ(WaitForExec(fd, child), "");
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    close(fd);
+  }
+}
+
+// What the agent writes into a task's log before (or instead of) starting
+// it is not every local user's to read: a log it creates is 0600.
+TEST(Launcher, ANoteInATasksLogIsNotEveryUsersToRead) {
+  char tmpl[] = "/tmp/rota-note-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string log = dir + "/main-0.log";
+  ASSERT_EQ(AppendToTaskFile(log, "rota: cannot start '/home/a/private/tool'\n"), 0);
+  struct stat st {};
+  ASSERT_EQ(stat(log.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::filesystem::remove_all(dir);
+}
+
 // Live (not zombie) processes whose process group is `pgid`.
 int LiveInGroup(pid_t pgid) {
   int n = 0;
