@@ -262,8 +262,15 @@ bool Cgroups::OomKilled(const std::string& name) const {
 
 void Cgroups::Remove(const std::string& name) {
   for (const std::string& d : Dirs(name)) {
-    // Whatever the task left running in its group goes with it.
-    for (int attempt = 0; attempt < 50; ++attempt) {
+    // Whatever the task left running in its group goes with it: at once,
+    // forks in flight too, where the kernel has cgroup.kill (5.14); else pid
+    // by pid, again and again (a process forking faster than one pass kills
+    // is caught by a later one: pids of the group only grow from its own).
+    if (v2_) {
+      const std::string kill_file = d + "/cgroup.kill";
+      if (access(kill_file.c_str(), W_OK) == 0) WriteFile(kill_file, "1");
+    }
+    for (int attempt = 0; attempt < 500; ++attempt) {
       std::istringstream procs(ReadFile(d + "/cgroup.procs"));
       pid_t pid;
       while (procs >> pid) kill(pid, SIGKILL);

@@ -388,6 +388,36 @@ TEST_F(SupervisedTest, WhatATaskLeavesOutsideItsGroupEndsWithItAndAtTheFence) {
   EXPECT_FALSE(alive(two)) << "a daemon outlived the fence";
 }
 
+// A chain of processes, each the parent of the next, that the task leaves
+// behind: each pass of the supervisor's sweep reaches one generation deeper,
+// and it goes on while new ones come to it. Before, it stopped after 200
+// passes, and a chain of 300 left 100 running after the job succeeded.
+TEST_F(SupervisedTest, ADeepChainOfProcessesEndsWithItsTask) {
+  ProcessLauncher l(kShim);
+  const std::string script = dir + "/chain.sh";
+  std::ofstream(script) << "n=$1\nif [ \"$n\" -gt 0 ]; then sh " << script << " $((n - 1)) & else touch " << dir
+                        << "/deepest; fi\nexec sleep 3017\n";
+  auto t = l.Launch(Spec({"sh", "-c", "sh " + script + " 300 & until [ -e " + dir + "/deepest ]; do sleep 0.05; done; exit 0"}));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(Wait(l, t->shim, 60000), 0);
+  // Processes still running `sleep 3017` (the chain's).
+  auto left = [] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      std::ifstream in(e.path() / "cmdline");
+      std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (cmd == std::string("sleep\0003017\0", 11)) ++n;
+    }
+    return n;
+  };
+  int n = left();
+  for (int i = 0; i < 100 && n > 0; ++i) {  // (killed ones may take a moment to go)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    n = left();
+  }
+  EXPECT_EQ(n, 0) << "processes of the chain outlived their task";
+}
+
 TEST_F(SupervisedTest, ARenewedLeaseKeepsTheTaskRunning) {
   ProcessLauncher l(kShim);
   // Renewed every 150 ms for 1.5 s, each time 1 s ahead (warned 0.1 s
