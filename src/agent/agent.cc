@@ -1257,6 +1257,19 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         tasks_[key] = std::move(t);
         continue;
       }
+      if (t->oci_id.empty() && spec.set_identity && (!cgroups_ || !cgroups_->isolates_devices()) &&
+          !options_.allow_unisolated_gpus &&
+          !GpuDenyRules(options_.device_dir, DeviceMinors(options_.inventory, gpu_list)).empty()) {
+        // Another account's task that does not hold every GPU, where nothing
+        // can keep it off the others (it could open every /dev/nvidiaN):
+        // it does not run (docs/trust.md).
+        NotStarted(t.get(), spec.log_path,
+                   "cannot start the task: this node cannot keep it off the GPUs it was not given (" +
+                       std::string(cgroups_ ? "no device controller this agent may use" : "no cgroups this agent may use") +
+                       "); run the agent where it can, or with --allow-unisolated-gpus");
+        tasks_[key] = std::move(t);
+        continue;
+      }
       if (cgroups_ && t->oci_id.empty()) {
         // Every process task gets a group: its limits, its GPUs alone in the
         // devices controller, and one place to kill everything it started.

@@ -87,6 +87,10 @@ struct AgentOptions {
   std::string mig_caps_proc = "/proc/driver/nvidia/capabilities";
   // Where to put tasks' CPU and memory limits; "" = no limits.
   std::string cgroup_root = "/sys/fs/cgroup";
+  // Where no device controller can keep a task off the node's other GPUs
+  // (no writable cgroups, no BPF), tasks of other accounts that do not hold
+  // every GPU run anyway (--allow-unisolated-gpus); by default they do not start.
+  bool allow_unisolated_gpus = false;
   // Tasks that name a rootfs run in OCI containers: "runc", "crun" or "auto".
   std::string oci_runtime = "auto";
   // Where the agent keeps a durable record of each task it started (and the

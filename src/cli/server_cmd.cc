@@ -73,7 +73,8 @@ constexpr const char* kAgentUsage =
     "                  [--logs-dir DIR] [--label k=v ...] [--oci-runtime auto|runc|crun]\n"
     "                  [--heartbeat-ms N] [--meter-ms 1000] [--transport watch|poll] [--health-file FILE]\n"
     "                  [--device-dir /dev] [--state-dir DIR] [--disk-reserve 64Mi] [--task-pids-max 32768]\n"
-    "                  [--ca-cert FILE | --insecure-skip-tls-verify]\n"
+    "                  [--ca-cert FILE | --insecure-skip-tls-verify] [--cgroup-root DIR|none]\n"
+    "                  [--allow-unisolated-gpus]\n"
     "       (an https server's certificate is verified against --ca-cert, a PEM file of the CA\n"
     "        that signed it or of the server's own certificate, else the system's CAs)\n"
     "       (--heartbeat-ms: default the server's interval, its node timeout / 3;\n"
@@ -81,7 +82,10 @@ constexpr const char* kAgentUsage =
     "        --meter-ms: the GPU meter's sampling interval, 0 = off;\n"
     "        --disk-reserve: free space the state and logs directories keep; below it the\n"
     "        server drains the node until it clears, 0 = off;\n"
-    "        --task-pids-max: the processes and threads one task may hold at once, 0 = no limit)\n"
+    "        --task-pids-max: the processes and threads one task may hold at once, 0 = no limit;\n"
+    "        --cgroup-root: where tasks' groups go (default /sys/fs/cgroup; none: no limits);\n"
+    "        --allow-unisolated-gpus: run other accounts' tasks where no device controller can\n"
+    "        keep them off the GPUs they were not given; by default they do not start)\n"
     "       (the token comes from --token-file or $ROTA_TOKEN, never the command line,\n"
     "        where every user of the node could read it)\n"
     "       rota agent --probe [--gpus ...]   (print what this node would register, and one telemetry sample)\n";
@@ -836,6 +840,11 @@ int AgentMain(std::vector<std::string> args) {
     else if (a == "--meter-ms") ao.meter_interval_ms = std::max(0, std::atoi(value().c_str()));
     else if (a == "--disk-reserve") ao.disk_reserve_mib = DiskReserveFlag(args, &i, "rota agent");
     else if (a == "--task-pids-max") ao.task_pids_max = PidsFlag(args, &i, "rota agent");
+    else if (a == "--allow-unisolated-gpus") ao.allow_unisolated_gpus = true;
+    else if (a == "--cgroup-root") {
+      ao.cgroup_root = value();
+      if (ao.cgroup_root == "none") ao.cgroup_root.clear();
+    }
     else if (a == "--transport") {
       const std::string t = value();
       if (t != "watch" && t != "poll") {

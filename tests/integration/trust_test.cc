@@ -419,6 +419,46 @@ TEST_F(Trust, AProcessTaskOpensItsOwnGpuAndNoOther) {
   EXPECT_NE(cpu_logs.find("denied-1"), std::string::npos) << cpu_logs;
 }
 
+// Where no device controller can keep a task off the node's other GPUs (no
+// cgroups this agent may use), another account's task that does not hold
+// every GPU does not start, saying why; --allow-unisolated-gpus runs it
+// anyway. Before, it ran and could open every /dev/nvidiaN.
+TEST_F(Trust, WithoutDeviceIsolationAnotherAccountsTaskDoesNotStart) {
+  if (geteuid() != 0) GTEST_SKIP() << "an agent that sets its tasks' identities runs as root";
+  const std::string dev = tmp.path() + "/dev";
+  std::filesystem::create_directories(dev);
+  ASSERT_EQ(mknod((dev + "/nvidia0").c_str(), S_IFCHR | 0666, makedev(1, 7)), 0) << std::strerror(errno);
+  ASSERT_EQ(mknod((dev + "/nvidia1").c_str(), S_IFCHR | 0666, makedev(1, 8)), 0) << std::strerror(errno);
+  const std::string config = Write("cluster.yaml", "accounts: [{user: alice, uid: 65534, gid: 65534}, "
+                                                   "{user: bob, uid: 60001, gid: 60001}]\n");
+  RotaProcess server("server", tmp.path() + "/data", {"--config", config});
+  auto r = server.Admin().Post("/v1/tokens", json{{"user", "w0"}, {"role", "agent"}, {"node", "w0"}}.dump(),
+                               "application/json");
+  ASSERT_EQ(r->status, 201);
+  const std::string token_file = tmp.path() + "/w0.token";
+  std::ofstream(token_file) << json::parse(r->body)["token"].get<std::string>() << "\n";
+  auto run = [&](const std::string& user, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {RotaBinary(), "agent", "--server", server.url(), "--token-file", token_file,
+                                     "--name", "w0", "--gpus", "2xH100:80Gi", "--logs-dir", tmp.path() + "/agent-logs",
+                                     "--heartbeat-ms", "200", "--device-dir", dev, "--cgroup-root", "none"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const pid_t agent = SpawnLogged(argv, tmp.path() + "/agent-" + user + ".log");
+    EXPECT_GT(agent, 0);
+    auto ended = RunToEnd(server, user, json{{"name", "j"}, {"tasks", {{{"gpus", 1}, {"command", {"sh", "-c", "echo ran"}}}}}});
+    kill(agent, SIGTERM);
+    waitpid(agent, nullptr, 0);
+    return ended;
+  };
+  const auto [refused, refused_log] = run("alice", {});
+  EXPECT_EQ(refused["state"], "failed") << refused.dump();
+  EXPECT_NE(refused.value("end_reason", "").find("this node cannot keep it off the GPUs it was not given"), std::string::npos)
+      << refused.dump();
+  EXPECT_EQ(refused_log.find("ran"), std::string::npos) << refused_log;
+  const auto [allowed, allowed_log] = run("bob", {"--allow-unisolated-gpus"});
+  EXPECT_EQ(allowed["state"], "succeeded") << allowed.dump();
+  EXPECT_NE(allowed_log.find("ran"), std::string::npos) << allowed_log;
+}
+
 // A task's cgroup holds it to --task-pids-max processes and threads: a fork
 // bomb takes down its own task, not the node (a user's processes were held
 // only by their account's RLIMIT_NPROC, 96,367 here).
