@@ -6,6 +6,7 @@
 #include <atomic>
 #include <bit>
 #include <map>
+#include <set>
 #include <optional>
 
 namespace rota {
@@ -1241,9 +1242,29 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
   // not checked against the nodes as they are now: a node's GPUs or MIG
   // mode may have changed since (before, a GPU switched to MIG mode, or one
   // gone, after a job on it ended made the snapshot one no server could load).
+  auto ended = [](const JobRecord& j) {
+    return j.state != JobState::kPending && j.state != JobState::kRunning && j.state != JobState::kPreempting;
+  };
+  if (live_only) {
+    // Of the ended jobs, only the last element of each array with a live
+    // element: the engine starts no element of an array whose last is not
+    // there (Session::ArrayFull: not all journaled yet).
+    std::set<uint64_t> lasts;
+    for (const auto& [id, job] : snap.live_jobs()) {
+      if (job->array_count > 1 && job->array.value() != 0) {
+        lasts.insert(job->array.value() + static_cast<uint64_t>(job->array_count) - 1);
+      }
+    }
+    for (uint64_t last : lasts) {
+      const JobRecord* job = snap.FindJob(JobId(last));
+      if (job == nullptr || !ended(*job)) continue;
+      emit_job(*job);
+      if (!status.ok()) return status;
+    }
+  }
   for (const auto& [id, job] : snap.jobs()) {
     if (live_only) break;
-    if (job->state != JobState::kPending && job->state != JobState::kRunning && job->state != JobState::kPreempting) {
+    if (ended(*job)) {
       emit_job(*job);
       if (!status.ok()) return status;
     }

@@ -564,7 +564,9 @@ class ClusterState {
 
 // Events that rebuild the snapshot's state from empty (a journal snapshot):
 // replaying them gives the same nodes, jobs, allocations and history. With
-// `live_only`, jobs that ended are left out (a projection of what is live).
+// `live_only`, jobs that ended are left out (a projection of what is live),
+// but the last element of an array with a live element (the engine starts
+// an array's elements once its last is there).
 // Each event goes to `sink` as it is made; stops at the sink's first error.
 Status CompactState(const Snapshot& snap, const std::function<Status(const Event&)>& sink, bool live_only = false);
 // The same, collected.

@@ -50,7 +50,7 @@ void AgentModel::Start(JobId id, const std::vector<ReplicaPlacement>& placement,
 
 void AgentModel::Apply(const Event& e) {
   if (const auto* b = std::get_if<JobBound>(&e)) {
-    Start(b->id, b->placement, b->at);
+    if (!b->ended) Start(b->id, b->placement, b->at);  // (an ended job's, from a snapshot: nothing runs)
   } else if (const auto* r = std::get_if<JobResized>(&e)) {
     Start(r->id, r->placement, r->at);
   } else if (const auto* p = std::get_if<JobPreempting>(&e)) {

@@ -188,7 +188,7 @@ class ProfileDriver {
   // The agents, the placed jobs and when their limits may run out.
   void Track(const Event& e) {
     agents_.Apply(e);
-    if (const auto* b = std::get_if<JobBound>(&e)) {
+    if (const auto* b = std::get_if<JobBound>(&e); b != nullptr && !b->ended) {
       placed_.insert(b->id);
       const JobRecord* job = state_.GetSnapshot().FindJob(b->id);
       if (job != nullptr && job->spec().time_limit > 0) overdue_at_.push(b->at + job->spec().time_limit + 1);

@@ -207,6 +207,34 @@ TEST(Project, WithoutALimitAJobRunsWhatTheLearnedHistoryExpects) {
   EXPECT_TRUE(p->jobs[1].estimate);
 }
 
+// An array whose last element ran and ended before the others started:
+// the projection keeps that element (the engine starts an array's elements
+// once its last is there) without running it again, and projects the rest.
+TEST(Project, AnArrayWhoseLastElementEndedFirstIsProjected) {
+  ClusterConfig config;
+  config.topology = {"nvlink", "node"};
+  config.node_groups.push_back({.name = "n", .count = 1, .gpus = 8, .gpu_model = "V100", .cpu = 64000, .memory = 262144});
+  ClusterState st(config.topology);
+  StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(config);
+  ASSERT_TRUE(nodes.ok());
+  for (const NodeSpec& n : *nodes) ASSERT_TRUE(st.Apply(NodeAdded{n}).ok());
+  JobSpec spec;
+  spec.name = "sweep";
+  spec.time_limit = 600 * kS;
+  spec.tasks.push_back({.name = "w", .replicas = 1, .gpus = 8, .command = {"x"}});
+  ASSERT_TRUE(st.Apply(JobsSubmitted{JobId(1), 3, spec, 0, "u", "", JobId(1), 3}).ok());
+  ASSERT_TRUE(st.Apply(JobBound{JobId(3), {{0, 0, NodeId(0), 0xff}}, 10 * kS}).ok());
+  ASSERT_TRUE(st.Apply(JobFinished{JobId(3), JobOutcome::kFailed, 20 * kS, "main-0 exited with code 1"}).ok());
+  const TimePoint now = 30 * kS;
+  StatusOr<Projection> p = Project(config, st.GetSnapshot(), now, {});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->jobs.size(), 2u);
+  EXPECT_EQ(p->jobs[0].job, JobId(1));
+  EXPECT_EQ(p->jobs[0].start, now);
+  EXPECT_EQ(p->jobs[1].job, JobId(2));
+  EXPECT_GE(p->jobs[1].start, now + 600 * kS);
+}
+
 TEST(Project, AddedNodesAndDrainsChangeTheProjection) {
   LiveState live;
   ProjectOptions more;
