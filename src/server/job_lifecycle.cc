@@ -264,6 +264,8 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
       }
     }
     next_steady_limit_.store(next, std::memory_order_relaxed);
+    // (Not journaled after all, the state put back: looked at again at the next check.)
+    if (!ended.empty()) batch.undo.push_back([this] { next_steady_limit_.store(0, std::memory_order_relaxed); });
     for (const End& e : ended) {
       Forget(e.id);
       batch.Apply(JobFinished{e.id, JobOutcome::kFailed, e.at, "time limit " + FormatDuration(e.limit) + " reached"})
