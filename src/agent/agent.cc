@@ -1257,9 +1257,18 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         tasks_[key] = std::move(t);
         continue;
       }
+      // The node's GPU devices (and MIG capabilities) the task was not given.
+      std::vector<std::string> deny;
+      if (t->oci_id.empty()) {
+        const std::vector<int32_t> minors = DeviceMinors(options_.inventory, gpu_list);
+        deny = GpuDenyRules(options_.device_dir, minors);
+        for (std::string& rule : MigCapDenyRules(options_.device_dir + "/nvidia-caps", options_.mig_caps_proc,
+                                                 minors.empty() ? 0 : minors[0], MigGpuInstance(a, gpu_list))) {
+          deny.push_back(std::move(rule));
+        }
+      }
       if (t->oci_id.empty() && spec.set_identity && (!cgroups_ || !cgroups_->isolates_devices()) &&
-          !options_.allow_unisolated_gpus &&
-          !GpuDenyRules(options_.device_dir, DeviceMinors(options_.inventory, gpu_list)).empty()) {
+          !options_.allow_unisolated_gpus && !deny.empty()) {
         // Another account's task that does not hold every GPU, where nothing
         // can keep it off the others (it could open every /dev/nvidiaN):
         // it does not run (docs/trust.md).
@@ -1275,12 +1284,6 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         // devices controller, and one place to kill everything it started.
         t->cgroup = std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) + "-" +
                     std::to_string(t->attempt) + instance_tag_;
-        const std::vector<int32_t> minors = DeviceMinors(options_.inventory, gpu_list);
-        std::vector<std::string> deny = GpuDenyRules(options_.device_dir, minors);
-        for (std::string& rule : MigCapDenyRules(options_.device_dir + "/nvidia-caps", options_.mig_caps_proc,
-                                                 minors.empty() ? 0 : minors[0], MigGpuInstance(a, gpu_list))) {
-          deny.push_back(std::move(rule));
-        }
         auto procs = cgroups_->Create(t->cgroup, cpu, memory, deny, options_.task_pids_max);
         if (procs.ok()) {
           spec.cgroup_procs = *procs;
