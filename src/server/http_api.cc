@@ -683,7 +683,7 @@ class HttpServerImpl final : public HttpServer {
                                                        std::to_string(id->value()) +
                                                        ", forgotten since; use a new key for a new submission"));
       }
-      ordered_json view = JobView(*c_, snap, *made, /*owner=*/true);  // (its submitter)
+      ordered_json view = JobView(*c_, snap, *made, /*owner=*/true, false, Viewer(who));  // (its submitter)
       // One shape for one job and for an array: the first job's view, and
       // the ids and count of all (an array's also under "array").
       view["ids"] = {{"first", id->value()}, {"last", id->value() + static_cast<uint64_t>(count) - 1}};
@@ -820,12 +820,12 @@ class HttpServerImpl final : public HttpServer {
         if (own->empty()) return ReplyError(res, s);
         auto records = c_->JobUsage(who, JobId(id), own->front().user, own->front().name);  // (its family's right size)
         if (!records.ok()) return ReplyError(res, records.status());
-        Reply(res, 200, BuildJobReport(*records, JobId(id), now, ReportOptions{.currency = c_->config().accounting.currency}));
+        Reply(res, 200, TheirReasons(BuildJobReport(*records, JobId(id), now, ReportOptions{.currency = c_->config().accounting.currency}), snap, who));
         return;
       }
       auto records = c_->JobUsage(who, job->id, job->user, job->spec().name, job);
       if (!records.ok()) return ReplyError(res, records.status());
-      Reply(res, 200, BuildJobReport(*records, job->id, now, ReportOptions{.currency = c_->config().accounting.currency}));
+      Reply(res, 200, TheirReasons(BuildJobReport(*records, job->id, now, ReportOptions{.currency = c_->config().accounting.currency}), snap, who));
     }));
 
     // Accounting over a period (sreport-like): ?since=7d (default; at most
@@ -913,7 +913,7 @@ class HttpServerImpl final : public HttpServer {
       auto one = c_->CancelMany(who, {JobId(*id)}, AllSeeAll());
       if (!one.ok()) return ReplyError(res, one.status());
       if (!one->front().ok()) return ReplyError(res, one->front());
-      ReplyJob(res, JobId(*id));
+      ReplyJob(res, JobId(*id), who);
     }));
 
     // hold, release (scontrol hold/release) and requeue (scontrol requeue).
@@ -929,7 +929,7 @@ class HttpServerImpl final : public HttpServer {
         }
         const Status s = v == "requeue" ? c_->Requeue(who, id) : c_->SetHold(who, id, v == "hold");
         if (!s.ok()) return ReplyError(res, s);
-        ReplyJob(res, id);
+        ReplyJob(res, id, who);
       }));
     }
 
@@ -943,7 +943,7 @@ class HttpServerImpl final : public HttpServer {
       Snapshot snap = c_->snapshot();
       if (Status s = Find(who, snap, req.matches[1], &job); !s.ok()) return ReplyError(res, s);
       if (Status s = c_->Checkpoint(who, job->id, body["path"].get<std::string>()); !s.ok()) return ReplyError(res, s);
-      ReplyJob(res, job->id);
+      ReplyJob(res, job->id, who);
     }));
 
     srv.Get(R"(/v1/jobs/([^/]+)/logs)", Guard([this](const Principal& who, const HttpRequest& req, HttpResponse& res) {
@@ -1353,7 +1353,7 @@ class HttpServerImpl final : public HttpServer {
       if (Status s = RequireCommands(*spec); !s.ok()) return ReplyError(res, s);
       auto id = c_->UpdateService(who, std::move(*spec));
       if (!id.ok()) return ReplyError(res, id.status());
-      ReplyJob(res, *id);
+      ReplyJob(res, *id, who);
     }));
     srv.Get(R"(/v1/services/([^/]+)/endpoints)", Guard([this](const Principal& who, const HttpRequest& req,
                                                               HttpResponse& res) {
@@ -1577,11 +1577,12 @@ class HttpServerImpl final : public HttpServer {
   // 200 with job `id` as it is now, after a change to it; 404 if it is gone
   // since (a job that ended can be forgotten at any time after the job
   // retention, which may be short).
-  void ReplyJob(HttpResponse& res, JobId id) const {
+  void ReplyJob(HttpResponse& res, JobId id, const Principal& who) const {
     const Snapshot snap = c_->snapshot();
     const JobRecord* job = snap.FindJob(id);
     if (job == nullptr) return ReplyError(res, NoJob(snap, id.value()));
-    Reply(res, 200, JobView(*c_, snap, *job, /*owner=*/true));  // (only its owner or an admin changes it)
+    // (Only its owner or an admin changes it.)
+    Reply(res, 200, JobView(*c_, snap, *job, /*owner=*/true, false, Viewer(who)));
   }
   // NotFound for job `id`. An id below those forgotten jobs had (it may be
   // one) says that ended jobs are forgotten; another's job hidden there says
@@ -1602,6 +1603,15 @@ class HttpServerImpl final : public HttpServer {
   bool Sees(const Principal& who, const JobRecord& job) const { return who.admin() || job.user == who.user || AllSeeAll(); }
   // The user reasons are told to as one who sees only their own jobs (ReasonFor), or nullptr: all.
   const std::string* Viewer(const Principal& who) const { return who.admin() || AllSeeAll() ? nullptr : &who.user; }
+  // A job report's attempts with their end reasons as `who` may read them
+  // (a job's usage is its owner's: only other users' job ids are told so).
+  ordered_json TheirReasons(ordered_json report, const Snapshot& snap, const Principal& who) const {
+    if (Viewer(who) == nullptr || !report.contains("attempts")) return report;
+    for (auto& a : report["attempts"]) {
+      if (a.contains("reason") && a["reason"].is_string()) a["reason"] = ReasonFor(snap, a["reason"].get<std::string>(), true, Viewer(who));
+    }
+    return report;
+  }
 
   // A projection with this server's engine settings.
   // A projection runs at most kProjectionBudget of wall time: a bigger queue

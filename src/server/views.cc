@@ -67,7 +67,8 @@ std::string WithoutOthersIds(const Snapshot& snap, std::string_view text, const 
       uint64_t id = 0;
       const auto parsed = std::from_chars(text.data() + j, text.data() + k, id);
       const JobRecord* job = parsed.ec == std::errc() ? snap.FindJob(JobId(id)) : nullptr;
-      if (job != nullptr && job->user == viewer) kept.push_back(text.substr(j, k - j));
+      // (A job forgotten since is no one's to see: its id alone says nothing of whose it was.)
+      if (job == nullptr || job->user == viewer) kept.push_back(text.substr(j, k - j));
       else ++hidden;
       j = k;
       if (text.substr(j, 2) != ", " || j + 2 >= text.size() || !Digit(text[j + 2])) break;
@@ -87,10 +88,18 @@ std::string WithoutOthersIds(const Snapshot& snap, std::string_view text, const 
       out += hidden == 1 ? " and another user's" : " and other users'";
     }
     i = j;
-    // (A service scaled up says why after " replicas: ": its load, not to be told.)
-    if (service) {
-      if (const size_t at = text.find(" replicas: ", i); at != std::string_view::npos) {
-        out += text.substr(i, at + std::string_view(" replicas").size() - i);
+    // (A service scaled up says why after " replicas: ", its load, which is
+    // not to be told; what the lifecycle added after it stays.)
+    static constexpr std::string_view kScaled = " replicas: ";
+    if (service && text.substr(i).starts_with(" (priority ")) {
+      if (const size_t at = text.find(kScaled, i); at != std::string_view::npos) {
+        out += text.substr(i, at + kScaled.size() - 2 - i);
+        for (std::string_view tail : {" (did not stop within its grace period)", "; no restarts left"}) {
+          if (text.ends_with(tail)) {
+            out += tail;
+            break;
+          }
+        }
         break;
       }
     }

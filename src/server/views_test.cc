@@ -37,9 +37,11 @@ TEST(ReasonFor, OtherUsersJobsAreToldAsTheirsNotByIdUnderVisibilityOwn) {
       {"waiting for preempted job(s) 1, 3 to checkpoint and stop", "waiting for preempted other users' jobs to checkpoint and stop"},
       {"waiting for preempted job(s) 4, 2 to checkpoint", "waiting for preempted job(s) 4, 2 to checkpoint"},
       {"job 1 has run 3m of its 10m minimum runtime", "another user's job has run 3m of its 10m minimum runtime"},
-      {"shrunk by 2 replica(s) to 2 for job 99", "shrunk by 2 replica(s) to 2 for another user's job"},  // (forgotten: hidden)
+      {"shrunk by 2 replica(s) to 2 for job 99", "shrunk by 2 replica(s) to 2 for job 99"},  // (forgotten: whose is not known)
       {"preempted to scale up service 3 (priority 2000) to 4 replicas: in flight 9.7 (target 2.0/replica)",
        "preempted to scale up another user's service (priority 2000) to 4 replicas"},
+      {"preempted to scale up service 3 (priority 2000) to 4 replicas: load 9 (did not stop within its grace period)",
+       "preempted to scale up another user's service (priority 2000) to 4 replicas (did not stop within its grace period)"},
       {"job-12 and myjob 1 are names, not ids", "job-12 and myjob 1 are names, not ids"},
       {"job 2 ends at job 1", "job 2 ends at another user's job"},
       {"job 1", "another user's job"},
