@@ -70,6 +70,25 @@ class ControllerTest : public ::testing::Test {
     const uint32_t on0 = job->placement[0].node.value() == 0 ? job->placement[0].replica : job->placement[1].replica;
     return {*id, on0, 1 - on0};
   }
+  // Started on SQLite at `db`, forgetting jobs an hour after they end.
+  std::unique_ptr<Controller> MakeForgetting(const std::string& db) {
+    auto c = std::make_unique<Controller>(
+        ControllerOptions{.config = TwoNodes(), .clock = &clock, .job_retention = 3600 * kMicrosPerSecond},
+        std::move(SqliteStore::Open(db)).value());
+    EXPECT_TRUE(c->Start().ok());
+    return c;
+  }
+  // Started on SQLite at `db`, with no pass of the scheduling loop but
+  // ScheduleNow's (one on its own, on real time, would find nodes silent
+  // and give their gangs up first: see ATakeOverOfANodeRequeuesItsGangs).
+  std::unique_ptr<Controller> MakeStill(const std::string& db) {
+    auto c = std::make_unique<Controller>(
+        ControllerOptions{.config = TwoNodes(), .clock = &clock, .schedule_interval = 3600 * kMicrosPerSecond,
+                          .cycle_on_change = false},
+        std::move(SqliteStore::Open(db)).value());
+    EXPECT_TRUE(c->Start().ok());
+    return c;
+  }
   // Two nodes of 80 GiB GPUs (what right-sizing compares peaks with), n-0's
   // agent registered.
   const Principal agent0{"n-0", Role::kAgent, "n-0"};
@@ -281,15 +300,7 @@ TEST_F(ControllerTest, AfterARestartANodeIsStillItsAgentsUntilItsTasksFenced) {
   char tmpl[] = "/tmp/rota-ctl-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const Principal agent1{"n-1", Role::kAgent, "n-1"};
-  auto make = [&] {
-    // (No pass of the scheduling loop but ScheduleNow's: see ATakeOverOfANodeRequeuesItsGangs.)
-    auto c = std::make_unique<Controller>(
-        ControllerOptions{.config = TwoNodes(), .clock = &clock, .schedule_interval = 3600 * kMicrosPerSecond,
-                          .cycle_on_change = false},
-        std::move(SqliteStore::Open(dir + "/rota.db")).value());
-    EXPECT_TRUE(c->Start().ok());
-    return c;
-  };
+  auto make = [&] { return MakeStill(dir + "/rota.db"); };
   Pair pair;
   {
     auto c = make();
@@ -348,14 +359,7 @@ TEST_F(ControllerTest, AGangsHostsKeepTheirAddressesAcrossARestart) {
   char tmpl[] = "/tmp/rota-ctl-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const Principal agent1{"n-1", Role::kAgent, "n-1"};
-  auto make = [&] {
-    auto c = std::make_unique<Controller>(
-        ControllerOptions{.config = TwoNodes(), .clock = &clock, .schedule_interval = 3600 * kMicrosPerSecond,
-                          .cycle_on_change = false},
-        std::move(SqliteStore::Open(dir + "/rota.db")).value());
-    EXPECT_TRUE(c->Start().ok());
-    return c;
-  };
+  auto make = [&] { return MakeStill(dir + "/rota.db"); };
   JobId id;
   std::vector<std::string> hosts;
   {
@@ -1652,12 +1656,10 @@ TEST_F(ControllerTest, AnArraysKeyOutlivesItsForgottenElements) {
   char tmpl[] = "/tmp/rota-ctl-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const Duration minute = 60 * kMicrosPerSecond;
-  ControllerOptions o{.config = TwoNodes(), .clock = &clock, .job_retention = 60 * minute};
   bool replayed = false;
   JobId array;
   {
-    auto c = std::make_unique<Controller>(o, std::move(SqliteStore::Open(dir + "/rota.db")).value());
-    ASSERT_TRUE(c->Start().ok());
+    auto c = MakeForgetting(dir + "/rota.db");
     array = *c->SubmitArray(kAlice, Job("sweep", 1, 1), 3, "key-a", &replayed);
     ASSERT_TRUE(c->Cancel(kAlice, array).ok());
     clock.Advance(61 * minute);
@@ -1671,8 +1673,7 @@ TEST_F(ControllerTest, AnArraysKeyOutlivesItsForgottenElements) {
     c->Stop();
   }
   ASSERT_TRUE(CompactJournal(dir + "/rota.db"));
-  auto c = std::make_unique<Controller>(o, std::move(SqliteStore::Open(dir + "/rota.db")).value());
-  ASSERT_TRUE(c->Start().ok());
+  auto c = MakeForgetting(dir + "/rota.db");
   replayed = false;
   auto again = c->SubmitArray(kAlice, Job("sweep", 1, 1), 3, "key-a", &replayed);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -1691,12 +1692,10 @@ TEST_F(ControllerTest, ARestartKeepsAnArrayWhoseLastElementEndedFirst) {
   char tmpl[] = "/tmp/rota-ctl-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const Duration minute = 60 * kMicrosPerSecond;
-  ControllerOptions o{.config = TwoNodes(), .clock = &clock, .job_retention = 60 * minute};
   bool replayed = false;
   JobId first;
   {
-    auto c = std::make_unique<Controller>(o, std::move(SqliteStore::Open(dir + "/rota.db")).value());
-    ASSERT_TRUE(c->Start().ok());
+    auto c = MakeForgetting(dir + "/rota.db");
     first = *c->SubmitArray(kAlice, Job("sweep", 1, 8), 3, "key-l", &replayed);
     c->ScheduleNow();
     const JobId last(first.value() + 2);
@@ -1709,8 +1708,7 @@ TEST_F(ControllerTest, ARestartKeepsAnArrayWhoseLastElementEndedFirst) {
     c->Stop();
   }
   {
-    auto c = std::make_unique<Controller>(o, std::move(SqliteStore::Open(dir + "/rota.db")).value());
-    ASSERT_TRUE(c->Start().ok());
+    auto c = MakeForgetting(dir + "/rota.db");
     for (uint64_t k = 0; k < 2; ++k) {
       EXPECT_EQ(c->snapshot().FindJob(JobId(first.value() + k))->state, JobState::kRunning) << "element " << k;
     }

@@ -107,6 +107,17 @@ TEST(ProfileSim, RefusesWhatItDoesNotSimulate) {
 namespace rota::sim {
 namespace {
 
+// One node of group n (8 V100s), in `*config` and the state returned.
+ClusterState OneV100Node(ClusterConfig* config) {
+  config->topology = {"nvlink", "node"};
+  config->node_groups.push_back({.name = "n", .count = 1, .gpus = 8, .gpu_model = "V100", .cpu = 64000, .memory = 262144});
+  ClusterState st(config->topology);
+  StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(*config);
+  EXPECT_TRUE(nodes.ok());
+  for (const NodeSpec& n : *nodes) EXPECT_TRUE(st.Apply(NodeAdded{n}).ok());
+  return st;
+}
+
 // One node of group n (8 GPUs); job 1 ran 200 s and finished; job 2 runs
 // since now - 100 s with a 1,000 s limit; job 3 waits with a 500 s limit, job
 // 4 with none (it runs the median, 200 s).
@@ -163,12 +174,7 @@ TEST(Project, EveryPendingJobGetsAnExpectedStartFromTimeLimitsOrTheMedianRun) {
 // the finished jobs that ran longer than it has; both are estimates.
 TEST(Project, WithoutALimitAJobRunsWhatTheLearnedHistoryExpects) {
   ClusterConfig config;
-  config.topology = {"nvlink", "node"};
-  config.node_groups.push_back({.name = "n", .count = 1, .gpus = 8, .gpu_model = "V100", .cpu = 64000, .memory = 262144});
-  ClusterState st(config.topology);
-  StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(config);
-  ASSERT_TRUE(nodes.ok());
-  for (const NodeSpec& n : *nodes) ASSERT_TRUE(st.Apply(NodeAdded{n}).ok());
+  ClusterState st = OneV100Node(&config);
   JobSpec open;
   open.name = "open";
   open.tasks.push_back({.name = "w", .replicas = 1, .gpus = 8, .command = {"x"}});
@@ -212,12 +218,7 @@ TEST(Project, WithoutALimitAJobRunsWhatTheLearnedHistoryExpects) {
 // once its last is there) without running it again, and projects the rest.
 TEST(Project, AnArrayWhoseLastElementEndedFirstIsProjected) {
   ClusterConfig config;
-  config.topology = {"nvlink", "node"};
-  config.node_groups.push_back({.name = "n", .count = 1, .gpus = 8, .gpu_model = "V100", .cpu = 64000, .memory = 262144});
-  ClusterState st(config.topology);
-  StatusOr<std::vector<NodeSpec>> nodes = ExpandNodes(config);
-  ASSERT_TRUE(nodes.ok());
-  for (const NodeSpec& n : *nodes) ASSERT_TRUE(st.Apply(NodeAdded{n}).ok());
+  ClusterState st = OneV100Node(&config);
   JobSpec spec;
   spec.name = "sweep";
   spec.time_limit = 600 * kS;
