@@ -842,6 +842,30 @@ void Controller::CheckTimes(TimePoint now) {
   }).status().IgnoreError();
 }
 
+void Controller::TakeBackCutArrays() {
+  std::vector<CutArray> cut;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cut_arrays_.empty()) return;
+    cut.swap(cut_arrays_);
+  }
+  auto undone = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
+    for (const CutArray& a : cut) {
+      for (int64_t i = 0; i < a.committed; ++i) {
+        const JobId id(a.first + static_cast<uint64_t>(i));
+        const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+        if (job == nullptr || job->state != JobState::kPending) continue;  // (cancelled since, by its owner)
+        batch.Apply(JobCancelled{id, options_.clock->Now(), std::string(kArrayFailed) + a.why}).IgnoreError();
+      }
+    }
+    return true;
+  });
+  if (!undone.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);  // (the next pass tries again)
+    cut_arrays_.insert(cut_arrays_.end(), cut.begin(), cut.end());
+  }
+}
+
 std::vector<JobId> Controller::ForgetEnded(TimePoint now) {
   // At most once a minute, or four times a retention if that is shorter.
   if (options_.job_retention <= 0 ||
@@ -1291,10 +1315,16 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
         return true;  // (once journaled, its key goes: DropFailedArrayKey)
       });
       if (!undone.ok()) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          cut_arrays_.push_back({first, done, std::string(more.status().message())});
+        }
         return Status(more.status().code(), "array partly committed: jobs " + std::to_string(first) + ".." +
                                                 std::to_string(first + static_cast<uint64_t>(done) - 1) +
-                                                " were accepted and could not be taken back (" +
-                                                std::string(undone.status().message()) + "); the rest failed: " +
+                                                " were accepted and could not be taken back yet (" +
+                                                std::string(undone.status().message()) +
+                                                "); none of them starts, and they are cancelled once the store "
+                                                "writes again; the rest failed: " +
                                                 std::string(more.status().message()));
       }
       return more.status().WithPrefix("array not accepted (nothing of it remains)");

@@ -461,6 +461,10 @@ class Controller {
   // Forgets the jobs that ended job_retention before `now` (at most once a
   // minute, at most 50,000 a pass): the jobs it forgot.
   std::vector<JobId> ForgetEnded(TimePoint now);
+  // Cancels what is left of arrays partly committed whose take-back the store
+  // refused too (their elements never start: they wait for a last element
+  // that will not come), once it writes again.
+  void TakeBackCutArrays();
   // Removes the logs kept of `ids` (forgotten): logs_dir/<id>/*.log and the
   // mark of a capped log, and the directory once empty (in `rota up`, the
   // local agent's job directory: the task's work/ stays). Off the actor.
@@ -520,6 +524,14 @@ class Controller {
   std::map<std::string, int64_t> array_reserved_user_;
   RequestIds request_ids_;  // actor only: the submissions' idempotency keys
   std::map<std::string, int64_t> array_reserved_queue_;
+  // Arrays partly committed and not taken back (the store refused that too):
+  // their first id, how many were committed, why (TakeBackCutArrays). Under mu_.
+  struct CutArray {
+    uint64_t first = 0;
+    int64_t committed = 0;
+    std::string why;
+  };
+  std::vector<CutArray> cut_arrays_;
   // The last cycle's pending jobs and why each waits (the cycle's own list,
   // swapped in: a million waiting jobs cost no map of a million nodes each
   // cycle). Sorted by id when first looked up after a cycle, not by it: with

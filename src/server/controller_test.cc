@@ -1933,7 +1933,10 @@ class FullDiskStore final : public Store {
     if (refuse_later_parts_) {
       for (const Event& e : events) {
         const auto* part = std::get_if<JobsSubmitted>(&e);
-        if (part != nullptr && part->first != part->array) return Status(StatusCode::kInsufficientStorage, "disk full");
+        if (part != nullptr && part->first != part->array) {
+          if (full_after_refusal_) Full(true);
+          return Status(StatusCode::kInsufficientStorage, "disk full");
+        }
       }
     }
     return inner_->Append(events);
@@ -1958,7 +1961,10 @@ class FullDiskStore final : public Store {
     std::lock_guard<std::mutex> lock(mu_);
     full_ = full;
   }
-  void RefuseLaterParts(bool refuse) { refuse_later_parts_ = refuse; }
+  void RefuseLaterParts(bool refuse, bool then_full = false) {
+    refuse_later_parts_ = refuse;
+    full_after_refusal_ = then_full;
+  }
   StatusOr<std::vector<GpuHistoryBlock>> GpuHistory(const std::string& node, int32_t step_s, TimePoint since,
                                                     TimePoint until) override {
     return inner_->GpuHistory(node, step_s, since, until);
@@ -1987,6 +1993,7 @@ class FullDiskStore final : public Store {
   std::condition_variable cv_;
   bool armed_ = false, held_once_ = false, waiting_ = false, go_ = false, full_ = false;
   std::atomic<bool> history_full_ = false, refuse_later_parts_ = false;
+  std::atomic<bool> full_after_refusal_ = false;  // (RefuseLaterParts: the disk is full from then on)
 };
 
 // A takeover of a node that the disk refused (full) is not half made: the
@@ -2273,6 +2280,37 @@ TEST_F(ControllerTest, AUsersPendingSpecsAreBoundedInBytes) {
   c->ScheduleNow();
   EXPECT_LT(c->snapshot().PendingBytesOfUser("alice"), 700 << 10);
   EXPECT_TRUE(c->Submit(kAlice, heavy).ok());
+  c->Stop();
+}
+
+// An array a later part of which the store refuses, and then its take-back
+// too (the disk stays full): its committed elements never start (they wait
+// for a last element that will not come) and are cancelled once the store
+// writes again. Before, they started between the chunks, and waited on as
+// accepted work after the client was told the array failed.
+TEST_F(ControllerTest, AnArrayWhoseTakeBackWasRefusedIsCancelledOnceTheStoreWrites) {
+  auto owned = std::make_unique<FullDiskStore>();
+  FullDiskStore* store = owned.get();
+  auto c = std::make_unique<Controller>(ControllerOptions{.config = TwoNodes(), .clock = &clock}, std::move(owned));
+  ASSERT_TRUE(c->Start().ok());
+  store->RefuseLaterParts(true, /*then_full=*/true);
+  bool replayed = false;
+  auto refused = c->SubmitArray(kAlice, Job("sweep", 1, 1), Controller::kArrayChunk + 5, "k", &replayed);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInsufficientStorage);
+  EXPECT_NE(refused.status().message().find("could not be taken back yet"), std::string::npos) << refused.status().ToString();
+  store->RefuseLaterParts(false);
+  c->ScheduleNow();  // (the disk still full: nothing changes, nothing starts)
+  const Snapshot held = c->snapshot();
+  ASSERT_NE(held.FindJob(JobId(1)), nullptr);
+  EXPECT_EQ(held.FindJob(JobId(1))->state, JobState::kPending);
+  store->Full(false);
+  c->ScheduleNow();
+  const Snapshot after = c->snapshot();
+  for (uint64_t id : {uint64_t{1}, uint64_t{Controller::kArrayChunk}}) {
+    ASSERT_NE(after.FindJob(JobId(id)), nullptr) << id;
+    EXPECT_EQ(after.FindJob(JobId(id))->state, JobState::kCancelled) << id;
+  }
+  EXPECT_TRUE(c->Submit(kAlice, Job("after", 1, 1)).ok());
   c->Stop();
 }
 

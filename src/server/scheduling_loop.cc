@@ -42,6 +42,7 @@ void Controller::SchedulerLoop() {
       // logs of what it forgot go too, and once after a start those of
       // jobs forgotten before (a crash between a pass and its removal).
       DropLogsOf(ForgetEnded(now));
+      TakeBackCutArrays();
       if (!logs_swept_) {
         DropForgottenLogs();
         logs_swept_ = true;
