@@ -842,6 +842,15 @@ void Controller::CheckTimes(TimePoint now) {
   }).status().IgnoreError();
 }
 
+void Controller::CancelArrayPart(Batch& batch, const CutArray& cut) {
+  for (int64_t i = 0; i < cut.committed; ++i) {
+    // (One its owner cancelled since is refused, and left as it is.)
+    batch.Apply(JobCancelled{JobId(cut.first + static_cast<uint64_t>(i)), options_.clock->Now(),
+                             std::string(kArrayFailed) + cut.why})
+        .IgnoreError();
+  }
+}
+
 void Controller::TakeBackCutArrays() {
   std::vector<CutArray> cut;
   {
@@ -850,14 +859,7 @@ void Controller::TakeBackCutArrays() {
     cut.swap(cut_arrays_);
   }
   auto undone = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-    for (const CutArray& a : cut) {
-      for (int64_t i = 0; i < a.committed; ++i) {
-        const JobId id(a.first + static_cast<uint64_t>(i));
-        const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
-        if (job == nullptr || job->state != JobState::kPending) continue;  // (cancelled since, by its owner)
-        batch.Apply(JobCancelled{id, options_.clock->Now(), std::string(kArrayFailed) + a.why}).IgnoreError();
-      }
-    }
+    for (const CutArray& a : cut) CancelArrayPart(batch, a);
     return true;
   });
   if (!undone.ok()) {
@@ -1146,8 +1148,11 @@ Status Controller::ServiceSubmittable(const Snapshot& snap, const JobSpec& spec,
   if (count != 1) return InvalidArgumentError("count: a service is submitted once; its replicas are service.replicas");
   for (const JobRecord* job : snap.LiveServices()) {
     if (job->spec().name == spec.name) {
-      return Status(StatusCode::kAlreadyExists, "name: service '" + spec.name + "' exists already (" +
-                                                    ServiceOwnerText(who, *job) + "); cancel it or pick another name");
+      // (Its job only where `who` may see it: with `own`, another's is as if it did not exist.)
+      return Status(StatusCode::kAlreadyExists,
+                    "name: service '" + spec.name + "' exists already (" +
+                        (Sees(who, *job) ? "job " + std::to_string(job->id.value()) : "another user's") +
+                        "); cancel it or pick another name");
     }
   }
   ROTA_RETURN_IF_ERROR(PortsFree(snap, spec, JobId(), who));
@@ -1306,18 +1311,15 @@ StatusOr<JobId> Controller::SubmitArray(const Principal& who, JobSpec spec, cons
         return true;
       }).status().IgnoreError();
       // All or nothing: take back the chunks already committed.
+      const CutArray cut{first, done, std::string(more.status().message())};
       auto undone = Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-        for (int64_t i = 0; i < done; ++i) {
-          batch.Apply(JobCancelled{JobId(first + static_cast<uint64_t>(i)), options_.clock->Now(),
-                                   std::string(kArrayFailed) + std::string(more.status().message())})
-              .IgnoreError();
-        }
+        CancelArrayPart(batch, cut);
         return true;  // (once journaled, its key goes: DropFailedArrayKey)
       });
       if (!undone.ok()) {
         {
           std::lock_guard<std::mutex> lock(mu_);
-          cut_arrays_.push_back({first, done, std::string(more.status().message())});
+          cut_arrays_.push_back(cut);
         }
         return Status(more.status().code(), "array partly committed: jobs " + std::to_string(first) + ".." +
                                                 std::to_string(first + static_cast<uint64_t>(done) - 1) +
@@ -1433,14 +1435,8 @@ Status Controller::PortsWithinLimit(const Snapshot& snap, const JobSpec& spec, c
                     "(limits.max_service_ports_per_user: " + std::to_string(limit) + ")");
 }
 
-// Whose a live service is, as `who` may be told: its job with job_visibility
-// all, to its owner and to admins; else only that it is another user's (with
-// `own`, another's job is as if it did not exist).
-std::string Controller::ServiceOwnerText(const Principal& who, const JobRecord& job) const {
-  if (who.admin() || job.user == who.user || options_.config.job_visibility == "all") {
-    return "job " + std::to_string(job.id.value());
-  }
-  return "another user's";
+bool Controller::Sees(const Principal& who, const JobRecord& job) const {
+  return who.admin() || job.user == who.user || options_.config.job_visibility == "all";
 }
 
 Status Controller::PortsFree(const Snapshot& snap, const JobSpec& spec, JobId self, const Principal& who) const {
@@ -1452,9 +1448,8 @@ Status Controller::PortsFree(const Snapshot& snap, const JobSpec& spec, JobId se
     if (lo <= b && a <= hi) {
       // (Its name only where its job may be seen: with `own`, the ports are
       // all another tenant learns, which it needs to pick others.)
-      const std::string owner = ServiceOwnerText(who, *job);
-      const std::string other =
-          owner == "another user's" ? "another user's service" : "service '" + job->spec().name + "' (" + owner + ")";
+      const std::string other = Sees(who, *job) ? "service '" + job->spec().name + "' (job " + std::to_string(id.value()) + ")"
+                                                : "another user's service";
       return Status(StatusCode::kAlreadyExists, "service.port: ports " + std::to_string(lo) + ".." + std::to_string(hi) +
                                                     " (port + replica) overlap " + other + ", ports " + std::to_string(a) +
                                                     ".." + std::to_string(b) + "; pick another port");

@@ -280,7 +280,9 @@ class Controller {
   // No live service but `self` holds a port of spec's (port + replica);
   // the refusal names the other service as `who` may see it.
   Status PortsFree(const Snapshot& snap, const JobSpec& spec, JobId self, const Principal& who) const;
-  std::string ServiceOwnerText(const Principal& who, const JobRecord& job) const;
+  // Whether `who` may see `job` (job_visibility): its owner, an admin, or
+  // anyone where all see all (with `own`, another's job is as if it did not exist).
+  bool Sees(const Principal& who, const JobRecord& job) const;
   // The ports `who`'s live services (but `self`) claim, with `spec`'s, within
   // limits.max_service_ports_per_user (admins: any).
   Status PortsWithinLimit(const Snapshot& snap, const JobSpec& spec, const Principal& who, JobId self) const;
@@ -465,6 +467,10 @@ class Controller {
   // refused too (their elements never start: they wait for a last element
   // that will not come), once it writes again.
   void TakeBackCutArrays();
+  struct CutArray;
+  // Cancels the committed elements of an array not accepted (SubmitArray's
+  // take-back, and TakeBackCutArrays' later one).
+  void CancelArrayPart(Batch& batch, const CutArray& cut);
   // Removes the logs kept of `ids` (forgotten): logs_dir/<id>/*.log and the
   // mark of a capped log, and the directory once empty (in `rota up`, the
   // local agent's job directory: the task's work/ stays). Off the actor.

@@ -775,7 +775,7 @@ class HttpServerImpl final : public HttpServer {
           next_after = jobs.back()["id"].get<uint64_t>();
           break;
         }
-        jobs.push_back(JobView(*c_, snap, job, /*owner=*/who.admin() || job.user == who.user, false, Viewer(who)));
+        jobs.push_back(JobView(*c_, snap, job, /*owner=*/Owns(who, job), false, Viewer(who)));
       }
       ordered_json body{{"jobs", std::move(jobs)}};
       if (next_after) body["next_after"] = *next_after;
@@ -1135,7 +1135,7 @@ class HttpServerImpl final : public HttpServer {
       Snapshot snap = c_->snapshot();
       const auto live = c_->nodes_live();
       ordered_json nodes = ordered_json::array();
-      const std::string* viewer = who.admin() || AllSeeAll() ? nullptr : &who.user;  // (job ids as /v1/jobs shows them)
+      const std::string* viewer = Viewer(who);  // (job ids as /v1/jobs shows them)
       for (const NodeState& n : snap.nodes()) nodes.push_back(NodeView(*c_, snap, n, live, viewer));
       Reply(res, 200, {{"nodes", nodes}});
     }));
@@ -1432,7 +1432,7 @@ class HttpServerImpl final : public HttpServer {
       v["last_scale"] = {{"at", FormatTime(job.scaled_at)}, {"to", job.desired_replicas}, {"reason", job.last_scale_reason}};
     }
     if (job.state == JobState::kPending) {
-      if (auto why = c_->pending_reason(job.id)) v["reason"] = ReasonFor(snap, why->message.str(), who.admin() || job.user == who.user, Viewer(who));
+      if (auto why = c_->pending_reason(job.id)) v["reason"] = ReasonFor(snap, why->message.str(), Owns(who, job), Viewer(who));
     }
     return v;
   }
@@ -1570,7 +1570,7 @@ class HttpServerImpl final : public HttpServer {
                      bool* owner) {
     ROTA_ASSIGN_OR_RETURN(uint64_t id, ParseId(id_text));
     *job = snap.FindJob(JobId(id));
-    *owner = *job != nullptr && (who.admin() || (*job)->user == who.user);
+    *owner = *job != nullptr && Owns(who, **job);
     if (*job == nullptr || (!*owner && !AllSeeAll())) return NoJob(snap, id);
     return Status::Ok();
   }
@@ -1598,9 +1598,9 @@ class HttpServerImpl final : public HttpServer {
     return NotFoundError(message);
   }
   bool AllSeeAll() const { return c_->config().job_visibility == "all"; }
-  // Whether `who` sees `job` in listings (job_visibility): its owner, an
-  // admin, or anyone where all see all.
-  bool Sees(const Principal& who, const JobRecord& job) const { return who.admin() || job.user == who.user || AllSeeAll(); }
+  // Whether `who` sees `job` in listings (Controller::Sees), and owns it (or is an admin).
+  bool Sees(const Principal& who, const JobRecord& job) const { return c_->Sees(who, job); }
+  static bool Owns(const Principal& who, const JobRecord& job) { return who.admin() || job.user == who.user; }
   // The user reasons are told to as one who sees only their own jobs (ReasonFor), or nullptr: all.
   const std::string* Viewer(const Principal& who) const { return who.admin() || AllSeeAll() ? nullptr : &who.user; }
   // A job report's attempts with their end reasons as `who` may read them
@@ -1658,7 +1658,7 @@ class HttpServerImpl final : public HttpServer {
         j["starts_in_s"] = s.start >= 0 ? ordered_json((s.start - now) / kMicrosPerSecond) : ordered_json(nullptr);
         j["estimate"] = s.estimate;
         if (job->held) j["held"] = true;  // not scheduled until released
-        if (!s.why.empty()) j["why"] = ReasonFor(snap, s.why, who.admin() || job->user == who.user, Viewer(who));
+        if (!s.why.empty()) j["why"] = ReasonFor(snap, s.why, Owns(who, *job), Viewer(who));
         jobs.push_back(std::move(j));
       }
       return ordered_json{{"jobs", jobs},       {"default_run_s", p.default_run / kMicrosPerSecond},
