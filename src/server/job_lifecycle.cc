@@ -222,20 +222,20 @@ void JobLifecycle::NoteStarted(const Snapshot& snap, JobId job, TimePoint starte
   started_swept_at_ = started_.size();
 }
 
+void JobLifecycle::EndAtTimeLimit(Batch& batch, JobId id, Duration limit, TimePoint at) {
+  Forget(id);
+  batch.Apply(JobFinished{id, JobOutcome::kFailed, at, "time limit " + FormatDuration(limit) + " reached"}).IgnoreError();
+}
+
 void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now, TimePoint steady_now) {
   for (JobId id : overdue.expired) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
     if (job == nullptr || job->state != JobState::kRunning) continue;
-    // Its time limit is measured on this server's steady clock too, from
-    // when it bound this attempt: a step of the wall clock (the journal's
-    // times) does not end a job early. One bound before this server started
-    // (or led) has only the journal's times.
-    if (auto s = started_.find(id); steady_now != 0 && s != started_.end() && s->second.wall_at == job->started_at) {
-      if (steady_now - s->second.steady_at <= job->spec().time_limit) continue;
-    }
-    Forget(id);
-    batch.Apply(JobFinished{id, JobOutcome::kFailed, now, "time limit " + FormatDuration(job->spec().time_limit) + " reached"})
-        .IgnoreError();
+    // One this server bound goes by its steady clock alone, below: a step
+    // of the wall clock (the journal's times) does not end it early. One
+    // bound before this server started (or led) has only the journal's times.
+    if (auto s = started_.find(id); steady_now != 0 && s != started_.end() && s->second.wall_at == job->started_at) continue;
+    EndAtTimeLimit(batch, id, job->spec().time_limit, now);
   }
   // Those this server bound, on its steady clock alone: a wall clock stepped
   // back (FindOverdue reads the journal's times) keeps none past its limit.
@@ -266,11 +266,7 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
     next_steady_limit_.store(next, std::memory_order_relaxed);
     // (Not journaled after all, the state put back: looked at again at the next check.)
     if (!ended.empty()) batch.undo.push_back([this] { next_steady_limit_.store(0, std::memory_order_relaxed); });
-    for (const End& e : ended) {
-      Forget(e.id);
-      batch.Apply(JobFinished{e.id, JobOutcome::kFailed, e.at, "time limit " + FormatDuration(e.limit) + " reached"})
-          .IgnoreError();
-    }
+    for (const End& e : ended) EndAtTimeLimit(batch, e.id, e.limit, e.at);
   }
   for (JobId id : overdue.unstopped) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);

@@ -108,6 +108,8 @@ class JobLifecycle {
   }
 
  private:
+  // Ends `id` (running) for its time limit `limit`, at `at`.
+  void EndAtTimeLimit(Batch& batch, JobId id, Duration limit, TimePoint at);
   void OnCheckpoint(Batch& batch, NodeId node, const JobRecord& job, const api::TaskReport& t);
   // One exit of a replica the reporting node runs, of its current attempt.
   void OnExit(Batch& batch, const JobRecord& job, const api::TaskReport& t);
