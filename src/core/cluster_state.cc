@@ -185,11 +185,10 @@ void ClusterState::Put(Snapshot::Data& d, std::shared_ptr<const JobRecord> job) 
     if ((d.pending_by_queue[j.spec().queue] += delta) == 0) d.pending_by_queue.erase(j.spec().queue);
     if ((d.pending_bytes_by_user[j.user] += delta * j.spec_bytes) == 0) d.pending_bytes_by_user.erase(j.user);
   };
-  auto not_ended = [](JobState s) { return s == JobState::kPending || s == JobState::kRunning || s == JobState::kPreempting; };
-  const bool live = not_ended(job->state);
+  const bool live = Live(job->state);
   if (auto old = d.jobs.find(id); old != d.jobs.end()) {
     count(*old->second, -1);
-    if (!live && not_ended(old->second->state)) {
+    if (!live && Live(old->second->state)) {
       // It ended: the learned order learns its GPU-time if it ended on its
       // own and held whole GPUs (a CPU-only or fractional job has none).
       const int64_t gpus = job->spec().TotalGpus();
@@ -256,7 +255,7 @@ Status ClusterState::ApplyOne(const JobsForgotten& e) {
     const std::string name = "job " + std::to_string(e.ids[i].value());
     if (i > 0 && e.ids[i] <= e.ids[i - 1]) return InvalidArgumentError("jobs forgotten: ids are not ascending at " + name);
     ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> job, JobOf(e.ids[i]));
-    if (job->state == JobState::kPending || job->state == JobState::kRunning || job->state == JobState::kPreempting) {
+    if (Live(job->state)) {
       return FailedPreconditionError(name + " is " + std::string(JobStateName(job->state)) +
                                      ": only a job that ended is forgotten");
     }
@@ -1103,7 +1102,7 @@ Status ClusterState::ApplyOne(const ServiceScaled& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   const std::string who = "scale job " + std::to_string(e.id.value());
   if (!found->spec().is_service()) return FailedPreconditionError(who + ": not a service");
-  if (found->state != JobState::kPending && found->state != JobState::kRunning && found->state != JobState::kPreempting) {
+  if (!Live(found->state)) {
     return FailedPreconditionError(who + ": it is " + std::string(JobStateName(found->state)));
   }
   const ServiceSpec& sv = found->spec().service;
@@ -1125,7 +1124,7 @@ Status ClusterState::ApplyOne(const ServiceUpdated& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   const std::string who = "update service job " + std::to_string(e.id.value());
   if (!found->spec().is_service()) return FailedPreconditionError(who + ": not a service");
-  if (found->state != JobState::kPending && found->state != JobState::kRunning && found->state != JobState::kPreempting) {
+  if (!Live(found->state)) {
     return FailedPreconditionError(who + ": it is " + std::string(JobStateName(found->state)));
   }
   ROTA_RETURN_IF_ERROR(ValidateJobSpec(e.spec));
@@ -1162,7 +1161,7 @@ Status ClusterState::ApplyOne(const ServiceUpdated& e) {
 Status ClusterState::ApplyOne(const JobCancelled& e) {
   ROTA_ASSIGN_OR_RETURN(std::shared_ptr<const JobRecord> found, JobOf(e.id));
   std::shared_ptr<const JobRecord> old = found;
-  if (old->state != JobState::kPending && old->state != JobState::kRunning && old->state != JobState::kPreempting) {
+  if (!Live(old->state)) {
     return FailedPreconditionError("job " + std::to_string(e.id.value()) + " is already " +
                                    std::string(JobStateName(old->state)));
   }
@@ -1206,8 +1205,7 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
     emit(JobSubmitted{j.id, j.spec(), j.submitted_at, j.user, j.restarts, j.resizes, j.rank_restarts,
                                j.gang_attempt, j.rank_attempt, j.request_id, j.array, j.array_count, attained,
                                j.failed_restarts, j.array_first_index, j.array_max_running, j.sweep});
-    const bool ended = j.state != JobState::kPending && j.state != JobState::kRunning && j.state != JobState::kPreempting;
-    if (!j.placement.empty()) emit(JobBound{j.id, j.placement, j.started_at, ended});
+    if (!j.placement.empty()) emit(JobBound{j.id, j.placement, j.started_at, /*ended=*/!Live(j.state)});
     if (j.last_checkpoint_at != 0) emit(JobCheckpointed{j.id, j.last_checkpoint_at, j.last_checkpoint_path});
     if (j.state == JobState::kPreempting) {
       emit(JobPreempting{j.id, j.preempting_since, j.preempted_for, j.last_requeue_reason, j.restarting,
@@ -1242,13 +1240,10 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
   // not checked against the nodes as they are now: a node's GPUs or MIG
   // mode may have changed since (before, a GPU switched to MIG mode, or one
   // gone, after a job on it ended made the snapshot one no server could load).
-  auto ended = [](const JobRecord& j) {
-    return j.state != JobState::kPending && j.state != JobState::kRunning && j.state != JobState::kPreempting;
-  };
   if (live_only) {
     // Of the ended jobs, only the last element of each array with a live
     // element: the engine starts no element of an array whose last is not
-    // there (Session::ArrayFull: not all journaled yet).
+    // there (Session::ArrayWaits: not all journaled yet).
     std::set<uint64_t> lasts;
     for (const auto& [id, job] : snap.live_jobs()) {
       if (job->array_count > 1 && job->array.value() != 0) {
@@ -1257,14 +1252,14 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
     }
     for (uint64_t last : lasts) {
       const JobRecord* job = snap.FindJob(JobId(last));
-      if (job == nullptr || !ended(*job)) continue;
+      if (job == nullptr || Live(job->state)) continue;
       emit_job(*job);
       if (!status.ok()) return status;
     }
   }
   for (const auto& [id, job] : snap.jobs()) {
     if (live_only) break;
-    if (ended(*job)) {
+    if (!Live(job->state)) {
       emit_job(*job);
       if (!status.ok()) return status;
     }

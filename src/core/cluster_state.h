@@ -39,6 +39,8 @@ namespace rota {
 // kPreempting: still holds its GPUs while its tasks checkpoint and stop.
 enum class JobState { kPending, kRunning, kPreempting, kSucceeded, kFailed, kCancelled };
 std::string_view JobStateName(JobState state);
+// Not ended: waiting, running or stopping.
+constexpr bool Live(JobState s) { return s == JobState::kPending || s == JobState::kRunning || s == JobState::kPreempting; }
 
 // A node with its live state.
 struct NodeState {

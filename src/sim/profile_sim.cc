@@ -450,7 +450,7 @@ StatusOr<TimeSimResult> RunProfileSim(const ClusterConfig& config, const std::ve
           result.services[k].placed.push_back({t, 0});
         }
         ended[k] = true;
-        if (state == JobState::kPending || state == JobState::kRunning || state == JobState::kPreempting) {
+        if (Live(state)) {
           Check(batch.Apply(JobCancelled{service_job[k], t, "its simulated load ended"}));
         }
         continue;
