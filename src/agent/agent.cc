@@ -1257,9 +1257,11 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
         tasks_[key] = std::move(t);
         continue;
       }
-      // The node's GPU devices (and MIG capabilities) the task was not given.
+      // The node's GPU devices (and MIG capabilities) the task was not given:
+      // denied in its group, or, where no group can deny them, checked (a
+      // read of the device directory, only where one of those applies).
       std::vector<std::string> deny;
-      if (t->oci_id.empty()) {
+      if (t->oci_id.empty() && (cgroups_ || (spec.set_identity && !options_.allow_unisolated_gpus))) {
         const std::vector<int32_t> minors = DeviceMinors(options_.inventory, gpu_list);
         deny = GpuDenyRules(options_.device_dir, minors);
         for (std::string& rule : MigCapDenyRules(options_.device_dir + "/nvidia-caps", options_.mig_caps_proc,
