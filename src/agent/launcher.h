@@ -2,7 +2,7 @@
 // group (so a signal reaches everything it started), with exactly the
 // environment it is given and stdout/stderr appended to a log file.
 //
-// Between its fork (or the supervisor's vfork) and exec the child joins its cgroups (so it never runs an
+// Between its fork and exec the child joins its cgroups (so it never runs an
 // instruction of its own outside them), takes the task's uid, primary and
 // supplementary groups, and sets no_new_privs (setuid binaries and file
 // capabilities cannot raise it again). No other descriptor of the agent's
@@ -18,7 +18,9 @@
 // environment in a memfd, the log, /dev/null, the cgroup.procs files, a
 // report pipe), an empty environment (nothing of the task's, such as
 // LD_PRELOAD, reaches a process that runs as the agent's user), and starts
-// the task with vfork in a session of its own. It waits for the task, writes its exit status to
+// the task with fork in a session of its own (not vfork: a child its user's
+// other processes stop before its exec would hold the supervisor for good;
+// AwaitExec kills it). It waits for the task, writes its exit status to
 // `exit_file`, and exits with the same status. It
 // outlives its agent, so a restarted agent re-adopts the task (and learns
 // its exit) instead of starting a second copy. It also fences the task:

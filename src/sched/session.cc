@@ -313,7 +313,7 @@ void Session::OrderPendingBy(Less before) {
   for (const Ordered& o : sorted_) order_.push_back(o.job);
 }
 
-bool Session::ArrayFull(const JobRecord& job, PendingReason* why) const {
+bool Session::ArrayWaits(const JobRecord& job, PendingReason* why) const {
   if (job.array_count > 1 && job.array.value() != 0) {
     auto [it, added] = array_unwhole_.try_emplace(job.array);
     if (added) {

@@ -126,13 +126,14 @@ class Session {
   // A job array with a limit on its running elements (`--count 0-99%8`):
   // how many of them run or stop now, or are about to start (room is being
   // made for them, GPUs are nominated for them, or this cycle placed them,
-  // preempted or reserved for them). ArrayFull says why `job` waits when
-  // its array is at its limit without it (false for a job of no limited
-  // array), or is not whole yet: an array is journaled in chunks, and none
-  // of its elements starts before its last is (a stop between two chunks
-  // cancels what was committed of it, and a retry submits it again: an
-  // element that had run would run twice). CountArrayStart counts `job` in (once).
-  bool ArrayFull(const JobRecord& job, PendingReason* why) const;
+  // preempted or reserved for them). ArrayWaits says why `job` waits for
+  // its array (false for a job of no array, or one it holds back in
+  // nothing): its array is not whole yet (an array is journaled in chunks,
+  // and none of its elements starts before its last is: a stop between two
+  // chunks cancels what was committed of it, and a retry submits it again,
+  // so an element that had run would run twice), or is at its limit without
+  // it. CountArrayStart counts `job` in (once).
+  bool ArrayWaits(const JobRecord& job, PendingReason* why) const;
   void CountArrayStart(const JobRecord& job);
 
   // --- The workspace and the request being placed.

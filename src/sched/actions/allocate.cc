@@ -192,7 +192,7 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
     out.Wait(job.id, {ReasonCode::kNodesUnavailable, "the cluster has no nodes yet: it waits for one to register"});
     return;
   }
-  if (s.ArrayFull(job, &why)) {
+  if (s.ArrayWaits(job, &why)) {
     out.Wait(job.id, why);
     return;
   }
