@@ -1037,13 +1037,21 @@ TEST_F(Integration, KillNineDuringABurstLosesNoAcknowledgedJob) {
     ASSERT_EQ(r->status, 200) << "acknowledged job " << id << " was lost";
   }
   // None is duplicated: each submission (a unique name) is there once.
+  // A listing pages (at most 10,000 jobs; a fast machine acknowledges more
+  // than that in the burst), so this follows next_after to the end.
   std::map<std::string, int> seen;
-  auto listing = admin.Get("/v1/jobs?all=true");
-  ASSERT_TRUE(listing) << "listing failed: " << httplib::to_string(listing.error());
-  ASSERT_EQ(listing->status, 200) << listing->body.substr(0, 300);
-  const json listed = json::parse(listing->body)["jobs"];
-  for (const auto& j : listed) seen[j["name"].get<std::string>()]++;
-  ASSERT_GE(listed.size(), acked.size()) << listing->body.substr(0, 500);
+  size_t listed = 0;
+  for (std::string after = "0";;) {
+    auto listing = admin.Get("/v1/jobs?all=true&limit=1000&after=" + after);
+    ASSERT_TRUE(listing) << "listing failed: " << httplib::to_string(listing.error());
+    ASSERT_EQ(listing->status, 200) << listing->body.substr(0, 300);
+    const json page = json::parse(listing->body);
+    for (const auto& j : page["jobs"]) seen[j["name"].get<std::string>()]++;
+    listed += page["jobs"].size();
+    if (!page.contains("next_after")) break;
+    after = std::to_string(page["next_after"].get<uint64_t>());
+  }
+  ASSERT_GE(listed, acked.size());
   for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << name << " appears " << n << " times";
   for (const auto& name : acked_names) EXPECT_EQ(seen[name], 1) << name;
   // No GPU is held by two running jobs, and at most the 32 GPUs are held.
