@@ -119,6 +119,8 @@ void Session::Begin(const Snapshot& snap, const TimePoint* now, CycleResult* out
   mig_demand_built_ = false;
   typical_built_ = false;
   making_room_for_.clear();
+  may_yield_.clear();
+  quota_held_.clear();
   ReadLiveJobs(snap);
   running_.clear();
   elastic_running_.clear();
@@ -675,7 +677,7 @@ bool Session::BuildRequest(const JobRecord& job, PendingReason* why) {
 
 bool Session::PlacesAdmitted(const JobRecord& job) {
   const int32_t leaf = Leaf(job);
-  if (leaf < 0 || RequestModel() >= 0) return TryPlace(false);  // (its model's quota came first: allocate)
+  if (leaf < 0 || (RequestModel() >= 0 && !quota_search_)) return TryPlace(false);  // (its model's quota came first: allocate)
   if (!TryPlace(true)) return false;
   // What the placement adds, less what its own queue's released gangs (the
   // victims, the jobs that will have ended) no longer hold.
@@ -892,7 +894,7 @@ void Session::SetReleased(const JobRecord& job, bool release) {
 void Session::SetReplicasReleased(const JobSpec& spec, const ReplicaPlacement* first, size_t count, bool release) {
   const Topology& topo = snap_->topology();
   // (With quotas: what its queue would no longer hold, by model, for PlacesAdmitted.)
-  const int32_t leaf = fair() && snap_->gpu_models().size() > 1 ? book_->LeafIndex(spec.queue) : -1;
+  const int32_t leaf = fair() && (snap_->gpu_models().size() > 1 || quota_search_) ? book_->LeafIndex(spec.queue) : -1;
   for (const ReplicaPlacement* r = first; r != first + count; ++r) {
     if (r->shares_gpu()) continue;  // a shared or MIG GPU is not freed whole by one sharer ending
     const TaskGroupSpec& t = spec.tasks[r->task];
@@ -973,6 +975,28 @@ int32_t Session::MostReplicasThatFit(const JobRecord& job, int32_t lo, int32_t h
 }
 
 bool Session::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) {
+  PendingReason quota;
+  bool never = false;
+  if (!QuotaRefuses(job, leaf, add, &quota, &never)) return false;
+  out_->Wait(job.id, quota, never);
+  return true;
+}
+
+bool Session::OwnQueueMayYield(const JobRecord& job) {
+  const int32_t leaf = Leaf(job), priority = job.spec().priority;
+  for (const MayYield& m : may_yield_) {
+    if (m.leaf == leaf && m.priority == priority) return m.yes;
+  }
+  const bool yes = std::any_of(running_.begin(), running_.end(), [&](const JobRecord* r) {
+    return r->id != job.id && r->spec().queue == job.spec().queue && r->spec().priority <= priority &&
+           book_->MayBorrow(r->spec());
+  });
+  may_yield_.push_back({leaf, priority, yes});
+  return yes;
+}
+
+bool Session::QuotaRefuses(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add, PendingReason* reason,
+                           bool* never_admitted) {
   const bool may_borrow = book_->MayBorrow(job.spec());
   std::string why_not, never;
   // The first Admit plugin that refuses says why (AND: every one must agree).
@@ -1001,10 +1025,10 @@ bool Session::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBoo
       hint = "; set `preemptible: true` (or a preemptible priority class) to borrow beyond the guarantee";
     }
   }
-  PendingReason quota{impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
-                      "needs " + std::to_string(gpus) + (request_.fractional ? " GPU(s), its shares rounded up; " : " GPUs; ") +
-                          (impossible ? never : why_not) + hint};
-  out_->Wait(job.id, quota, impossible);
+  *reason = {impossible ? ReasonCode::kExceedsQuota : ReasonCode::kQuota,
+             "needs " + std::to_string(gpus) + (request_.fractional ? " GPU(s), its shares rounded up; " : " GPUs; ") +
+                 (impossible ? never : why_not) + hint};
+  *never_admitted = impossible;
   return true;
 }
 

@@ -100,8 +100,25 @@ class Session {
   // TryPlace(false), and for a job of no known model (RequestModel) with
   // quotas, the placement admitted by its queue's limits as they are: the
   // preempt and reserve actions' test (an eviction or a reservation for a
-  // placement its queue then refuses is of no use).
+  // placement its queue then refuses is of no use). Within a
+  // QuotaEvictionSearch, for a job of a known model too.
   bool PlacesAdmitted(const JobRecord& job);
+  // While one lives: a victim search for a job its queue's limits refuse
+  // (allocate's EvictsForQuota). PlacesAdmitted then asks the limits
+  // whatever the job's model, crediting the gangs of its queue the search
+  // releases. (Without it, a job of a known model had its quota checked
+  // before placing, and a search only asked whether it fits.)
+  bool quota_search() const { return quota_search_; }
+  class QuotaEvictionSearch {
+   public:
+    explicit QuotaEvictionSearch(Session& s) : s_(s) { s_.quota_search_ = true; }
+    ~QuotaEvictionSearch() { s_.quota_search_ = false; }
+    QuotaEvictionSearch(const QuotaEvictionSearch&) = delete;
+    QuotaEvictionSearch& operator=(const QuotaEvictionSearch&) = delete;
+
+   private:
+    Session& s_;
+  };
   // The GPUs the request needs at least, as quotas count them: an elastic
   // job's (or a service's) minimum; shares summed and rounded up.
   int64_t LeastGpus(const JobRecord& job) const;
@@ -179,6 +196,28 @@ class Session {
   // Records why `job` waits (or is rejected) if adding `add` to its queue
   // would break a quota; true if so.
   bool RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add);
+  // Whether a running gang of `job`'s queue, of its priority or lower, may
+  // be evicted at all (it is preemptible): the cheap test before a victim
+  // search for a job its queue's limits refuse. Once a cycle per queue and
+  // priority.
+  bool OwnQueueMayYield(const JobRecord& job);
+  // The quota of a leaf queue held, for the rest of the cycle, for a job of
+  // it that evicts (or waits for) gangs of its queue to be admitted
+  // (allocate's EvictsForQuota): later jobs of the queue wait, so that what
+  // the evictions give back is not taken by them before it starts (then it
+  // would evict again, and again). nullptr: not held.
+  void HoldQuota(int32_t leaf, const JobRecord& job) { quota_held_.push_back({leaf, &job}); }
+  const JobRecord* QuotaHeldFor(int32_t leaf) const {
+    for (const auto& [l, job] : quota_held_) {
+      if (l == leaf) return job;
+    }
+    return nullptr;
+  }
+  // RefuseOverQuota's test and reason, recorded nowhere: true if adding
+  // `add` would break a quota, with *reason and *never (no state of the
+  // queues could admit it).
+  bool QuotaRefuses(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add, PendingReason* reason,
+                    bool* never);
   // Charges `add` and the current request's CPU and memory to `leaf`.
   void Charge(int32_t leaf, const QueueBook::ModelGpus& add);
   // Only the current request's CPU and memory (dominant shares).
@@ -212,6 +251,7 @@ class Session {
   const std::vector<Ending>& Endings();
   // One more victim search this cycle, if options().max_preemption_searches allows.
   bool TakePreemptionSearch() { return preemption_searches_++ < options_->max_preemption_searches; }
+  bool PreemptionSearchesLeft() const { return preemption_searches_ < options_->max_preemption_searches; }
 
   // --- Nominations: GPUs freed by preemption for a pending job, out of the
   // pool for jobs of lower priority while its victims are stopping.
@@ -393,6 +433,13 @@ class Session {
   // GPUs released in the workspace (SetReplicasReleased) by (leaf queue,
   // model), with quotas and several models: PlacesAdmitted's credit.
   std::map<std::pair<int32_t, int16_t>, int64_t> released_by_leaf_;
+  bool quota_search_ = false;  // a QuotaEvictionSearch lives
+  struct MayYield {
+    int32_t leaf, priority;
+    bool yes;
+  };
+  std::vector<MayYield> may_yield_;  // OwnQueueMayYield's, this cycle
+  std::vector<std::pair<int32_t, const JobRecord*>> quota_held_;  // HoldQuota's, this cycle
 
   std::vector<Ending> endings_;
   bool endings_built_ = false;

@@ -11,6 +11,8 @@
 //                    it (`preempt`, `reserve`, Kubernetes' PostFilter and
 //                    Reserve points). True when it recorded the job's
 //                    pending reason; it may amend `reason` either way.
+//                    One that ActsOverQuota is asked for a job its
+//                    queue's limits refuse as well.
 // Make-room and blocked actions run in the order the list names them. An
 // action keeps no state of its own: what a cycle remembers is the
 // session's.
@@ -39,6 +41,11 @@ class BlockedAction : public virtual Plugin {
   // REQUIRES: s.request() is `job`'s; `reason` says why it waits (a
   // Unschedulable reason, not a rejection).
   virtual bool Blocked(Session& s, const JobRecord& job, PendingReason* reason) const = 0;
+  // Whether it is asked for a job its queue's limits refuse too (`reason`
+  // then Quota): `preempt`, which evicts gangs of the job's own queue that
+  // it goes before, where that admits it (Kueue's withinClusterQueue:
+  // LowerPriority). Others act only for a job that does not fit.
+  virtual bool ActsOverQuota() const { return false; }
 };
 
 }  // namespace rota::sched

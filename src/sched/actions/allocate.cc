@@ -134,8 +134,19 @@ class Allocate final : public CycleAction {
   // The sharing path: placed and admitted, or its reason recorded.
   void AllocateShares(Session& s, const JobRecord& job) const;
   // Whole GPUs: placed (kept in the Txn) and admitted. False with *refused
-  // if a quota refused it (its reason recorded).
-  bool PlaceWhole(Session& s, const JobRecord& job, bool ends_first, bool* refused) const;
+  // if a quota refused it (*quota and *never: why, and whether no state of
+  // the queues could admit it; not recorded).
+  bool PlaceWhole(Session& s, const JobRecord& job, bool ends_first, bool* refused, PendingReason* quota,
+                  bool* never) const;
+  // A job its queue's limits refuse (`quota`, Quota: they could admit it)
+  // may evict gangs of its own queue that it goes before (a lower priority,
+  // or a preemptive job order's), where their GPUs given back admit it: the
+  // blocked actions that act over quota search with PlacesAdmitted asking
+  // the limits (Session::QuotaEvictionSearch). True if one did, or room is
+  // being made for it already (its reason recorded); else the caller
+  // records `quota`. Before, such a job waited for its own queue's
+  // low-priority gangs to end, however long they ran.
+  bool EvictsForQuota(Session& s, const JobRecord& job, PendingReason quota) const;
   // Why a job that did not fit waits, with held GPUs named.
   PendingReason Explain(Session& s, const JobRecord& job, bool ends_first, bool nominee, bool* unresolvable) const;
 };
@@ -196,6 +207,11 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
     out.Wait(job.id, why);
     return;
   }
+  if (const JobRecord* holder = s.fair() && !nominee ? s.QuotaHeldFor(s.Leaf(job)) : nullptr; holder != nullptr) {
+    out.Wait(job.id, {ReasonCode::kQuota, "queue " + job.spec().queue + "'s quota is held for job " + s.JobName(*holder) +
+                                               ", over it until the gangs it preempted have stopped"});
+    return;
+  }
   if (s.request().fractional) return AllocateShares(s, job);
   // Quota first when the GPU model is known without placing (the job names
   // it, or the cluster has one): a job over its queue's limit waits for
@@ -204,8 +220,16 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
   const int32_t leaf = s.Leaf(job);
   const int16_t model = s.RequestModel();
   const int64_t least = s.LeastGpus(job);
-  if (leaf >= 0 && model >= 0 && least > 0 && s.RefuseOverQuota(job, leaf, {{model, least}})) {
-    return;
+  if (leaf >= 0 && model >= 0 && least > 0) {
+    PendingReason quota;
+    bool never = false;
+    if (s.QuotaRefuses(job, leaf, {{model, least}}, &quota, &never)) {
+      // (An elastic job's request is its whole size here: a search would
+      // evict for more than its minimum. It waits for quota, as before.)
+      if (!never && !job.spec().elastic() && EvictsForQuota(s, job, quota)) return;
+      out.Wait(job.id, quota, never);
+      return;
+    }
   }
   // Backfill: a job that ends before the first reservation starts may use
   // the reserved GPUs; any other job must go around them.
@@ -220,13 +244,18 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
     out.Wait(job.id, seen->reason, seen->unresolvable);
     return;
   }
-  bool refused = false;
-  if (PlaceWhole(s, job, ends_first, &refused)) {
+  bool refused = false, never = false;
+  PendingReason quota;
+  if (PlaceWhole(s, job, ends_first, &refused, &quota, &never)) {
     s.CommitPlacement();
     s.CountArrayStart(job);
     return;
   }
-  if (refused) return;
+  if (refused) {
+    if (!never && EvictsForQuota(s, job, quota)) return;
+    out.Wait(job.id, quota, never);
+    return;
+  }
   bool unresolvable = false;
   PendingReason reason = Explain(s, job, ends_first, nominee, &unresolvable);
   if (!unresolvable) {
@@ -319,7 +348,26 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
   s.txn().Commit();
 }
 
-bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, bool* refused) const {
+bool Allocate::EvictsForQuota(Session& s, const JobRecord& job, PendingReason quota) const {
+  if (const std::string making_room = s.MakingRoomFor(job.id); !making_room.empty()) {
+    s.out().Wait(job.id, {ReasonCode::kPreempting, "waiting for preempted job(s) " + making_room + " to checkpoint and stop"});
+    s.HoldQuota(s.Leaf(job), job);
+    return true;
+  }
+  if (!s.OwnQueueMayYield(job)) return false;  // (no gang of its queue could go: no search)
+  const Session::QuotaEvictionSearch search(s);
+  for (const BlockedAction* a : s.profile().when_blocked()) {
+    if (a->ActsOverQuota() && a->Blocked(s, job, &quota)) {
+      s.CountArrayStart(job);  // it will start: its array's other elements wait behind it
+      s.HoldQuota(s.Leaf(job), job);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, bool* refused, PendingReason* quota,
+                          bool* never) const {
   if (ends_first) s.ReleaseHeld();
   const int32_t leaf = s.Leaf(job);
   bool ok = s.TryPlace(/*keep=*/true);
@@ -354,7 +402,7 @@ bool Allocate::PlaceWhole(Session& s, const JobRecord& job, bool ends_first, boo
   if (ok && leaf >= 0) {
     // Admission: the placement must fit the queues' quotas too.
     const QueueBook::ModelGpus add = s.TxnGpusByModel();
-    if (s.RefuseOverQuota(job, leaf, add)) {
+    if (s.QuotaRefuses(job, leaf, add, quota, never)) {
       // Undo first, so reserved GPUs it had taken go back to being held.
       s.txn().Rollback();
       s.UndoResizes(resize_mark);

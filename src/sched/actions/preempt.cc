@@ -125,7 +125,9 @@ std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* rec
   for (size_t k = 0; k < s.running().size(); ++k) {
     if (spared[k] != 0) continue;
     const JobRecord* r = s.running()[k];
-    const bool borrower = reclaims_from(*r);
+    // (For a job its queue's limits refuse, its own queue's gangs only:
+    // another queue's give back nothing it is refused for.)
+    const bool borrower = !s.quota_search() && reclaims_from(*r);
     const Exclusion why = Excluded(s, job, *r, borrower);
     if (borrower && reclaim->borrower.empty()) reclaim->borrower = r->spec().queue;
     if (why != Exclusion::kNone) {
@@ -254,10 +256,10 @@ std::vector<const JobRecord*> Trim(Session& s, PrefixSearch& search, size_t k, c
   return victims;
 }
 
-// The cheapest set of victims whose eviction lets the current request fit;
-// empty if none does. Leaves the workspace as it found it.
-std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job, Reclaim* reclaim) {
-  const std::vector<Candidate> candidates = Candidates(s, job, reclaim);
+// The cheapest set of `candidates` (Candidates') whose eviction lets the
+// current request fit; empty if none does. Leaves the workspace as it found
+// it.
+std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job, const std::vector<Candidate>& candidates) {
   PrefixSearch search(s, job);
   std::vector<Candidate> local = OneDomain(s, search, candidates);
   size_t k = 0;
@@ -291,10 +293,23 @@ std::string ReclaimBlocked(Session& s, const JobRecord& job, const Reclaim& recl
 class Preempt final : public BlockedAction {
  public:
   std::string_view name() const override { return "preempt"; }
+  bool ActsOverQuota() const override { return true; }
   bool Blocked(Session& s, const JobRecord& job, PendingReason* reason) const override {
-    if (!s.has_clock() || reason->code == ReasonCode::kReserved || !s.TakePreemptionSearch()) return false;
+    if (!s.has_clock() || reason->code == ReasonCode::kReserved) return false;
+    // A search for a job its queue's limits refuse takes one of the cycle's
+    // searches only where a gang may go (the first search of every job that
+    // does not fit takes one, as before).
     Reclaim reclaim;
-    const std::vector<const JobRecord*> victims = ChooseVictims(s, job, &reclaim);
+    std::vector<Candidate> candidates;
+    if (s.quota_search()) {
+      if (!s.PreemptionSearchesLeft()) return false;
+      candidates = Candidates(s, job, &reclaim);
+      if (candidates.empty() || !s.TakePreemptionSearch()) return false;
+    } else {
+      if (!s.TakePreemptionSearch()) return false;
+      candidates = Candidates(s, job, &reclaim);
+    }
+    const std::vector<const JobRecord*> victims = ChooseVictims(s, job, candidates);
     if (victims.empty()) {
       if (!reclaim.borrower.empty()) reason->message += ReclaimBlocked(s, job, reclaim);
       return false;
@@ -330,7 +345,7 @@ class Preempt final : public BlockedAction {
 
 std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job) {
   Reclaim reclaim;
-  return ChooseVictims(s, job, &reclaim);
+  return ChooseVictims(s, job, Candidates(s, job, &reclaim));
 }
 
 void Evict(Session& s, const JobRecord& job, const std::vector<const JobRecord*>& victims, const std::string& cause) {

@@ -287,5 +287,82 @@ TEST(Preemption, GpusAReclaimFreedAreNotTakenBackByTheBorrowingQueue) {
   EXPECT_EQ(r.placed[0].job, JobId(5)) << "the borrowing queue took the reclaimed node back";
 }
 
+// A job its queue's limits refuse evicts gangs of its own queue of lower
+// priority, where that admits it, even with free GPUs elsewhere (before, it
+// waited for them to end, however long they ran: QuotaExceeded). While they
+// stop, later jobs of the queue wait: a job that may borrow would otherwise
+// take what the evictions give back, and the preemptor would evict again.
+TEST(Preemption, AJobOverItsQueuesQuotaEvictsItsQueuesLowerGangsAndTheQuotaIsHeldForIt) {
+  ClusterConfig c = testing::Nodes(3);  // 24 H100, one node free
+  c.queues = {{.name = "q", .quota = {{"H100", 8}}, .borrowing_limit = {{"H100", 8}}},
+              {.name = "o", .quota = {{"H100", 16}}}};
+  ClusterState st = MakeCluster(c);
+  auto s = MakeScheduler(c);
+  TimePoint now = 1000 * kMinute;
+  JobSpec low = Low("low", 8);
+  low.queue = "q";
+  StartJob(st, 1, low, {0}, 0xff, 0);
+  JobSpec other = GpuJob("other", 1, 8);
+  other.queue = "o";
+  StartJob(st, 2, other, {1}, 0xff, 0);
+  JobSpec urgent = High("urgent", 8);  // not preemptible: within q's guarantee only
+  urgent.queue = "q";
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), urgent, now - 1}).ok());
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.preemptions.size(), 1u) << (r.pending.empty() ? "" : r.pending[0].reason.message.str());
+  EXPECT_EQ(r.preemptions[0].victim, JobId(1));
+  EXPECT_EQ(r.preemptions[0].preemptor, JobId(3));
+  EXPECT_NE(r.preemptions[0].reason.find("priority 1000 > 100"), std::string::npos) << r.preemptions[0].reason;
+  ASSERT_TRUE(st.Apply(JobPreempting{JobId(1), now, JobId(3), r.preemptions[0].reason}).ok());
+  // While it stops, a job of q that may borrow (it would fit n-2 and q's
+  // borrowing limit) waits for the quota held for the preemptor; another
+  // queue's job does not.
+  JobSpec borrower = Low("borrower", 4);
+  borrower.queue = "q";
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(4), borrower, now}).ok());
+  now += kMinute;
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.placed.empty()) << "job " << r.placed[0].job.value() << " started";
+  EXPECT_TRUE(r.preemptions.empty());
+  std::map<JobId, PendingReason> why;
+  for (const Waiting& w : r.pending) why[w.job] = w.reason;
+  EXPECT_EQ(why[JobId(3)].code, ReasonCode::kPreempting) << why[JobId(3)].message;
+  EXPECT_EQ(why[JobId(4)].code, ReasonCode::kQuota) << why[JobId(4)].message;
+  EXPECT_EQ(why[JobId(4)].message.str(),
+            "queue q's quota is held for job 3, over it until the gangs it preempted have stopped");
+  // It stops: the preemptor starts.
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(1), now, "stopped"}).ok());
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_FALSE(r.placed.empty());
+  EXPECT_EQ(r.placed[0].job, JobId(3));
+}
+
+// Not for a gang of its queue of higher priority, nor one that may not be
+// preempted: it waits for quota as before, and takes none of the cycle's
+// victim searches.
+TEST(Preemption, AJobOverItsQueuesQuotaLeavesHigherAndUnpreemptibleGangs) {
+  ClusterConfig c = testing::Nodes(2);
+  c.queues = {{.name = "q", .quota = {{"H100", 8}}}, {.name = "o", .quota = {{"H100", 8}}}};
+  ClusterState st = MakeCluster(c);
+  auto s = MakeScheduler(c);
+  const TimePoint now = 1000 * kMinute;
+  JobSpec held = High("held", 4);
+  held.queue = "q";
+  StartJob(st, 1, held, {0}, 0x0f, 0);
+  JobSpec kept = GpuJob("kept", 1, 4);  // priority 500, not preemptible
+  kept.queue = "q";
+  StartJob(st, 2, kept, {0}, 0xf0, 0);
+  JobSpec mid = GpuJob("mid", 1, 4);
+  mid.queue = "q";
+  mid.priority = 500;
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), mid, now - 1}).ok());
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty());
+  ASSERT_EQ(r.pending.size(), 1u);
+  EXPECT_EQ(r.pending[0].reason.code, ReasonCode::kQuota) << r.pending[0].reason.message;
+}
+
 }  // namespace
 }  // namespace rota::sched
