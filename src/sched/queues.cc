@@ -204,6 +204,10 @@ int64_t QueueBook::HeldWithinGuarantees(int32_t q, int16_t model) const {
 }
 
 bool QueueBook::MayReclaim(int32_t leaf, int32_t victim_leaf, const ModelGpus& add) const {
+  return MayReclaim(leaf, victim_leaf, add, {});
+}
+
+bool QueueBook::MayReclaim(int32_t leaf, int32_t victim_leaf, const ModelGpus& add, const ModelGpus& victim_holds) const {
   // The lowest common ancestor (-1: different top-level queues).
   std::vector<int32_t> mine;
   for (int32_t q = leaf; q >= 0; q = queues_[q].parent) mine.push_back(q);
@@ -226,6 +230,10 @@ bool QueueBook::MayReclaim(int32_t leaf, int32_t victim_leaf, const ModelGpus& a
     if (!e.has_quota) continue;
     for (size_t m = 0; m < e.used.size(); ++m) {
       const auto model = static_cast<int16_t>(m);
+      if (!victim_holds.empty() && std::none_of(victim_holds.begin(), victim_holds.end(),
+                                                 [&](const auto& h) { return h.first == model && h.second > 0; })) {
+        continue;
+      }
       if (HeldWithinGuarantees(q, model) > Lookup(e.quota, model, 0)) return true;
     }
   }

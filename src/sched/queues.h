@@ -65,6 +65,10 @@ class QueueBook {
   // child's guarantee (what they borrow is reclaimable), so two queues can
   // never take capacity back from each other in turn.
   bool MayReclaim(int32_t leaf, int32_t victim_leaf, const ModelGpus& add) const;
+  // The same, for a gang of `victim_leaf` holding `victim_holds`: its side
+  // must hold more than its guarantees of a model the gang holds (a queue
+  // borrowing H100s gives back no A100s).
+  bool MayReclaim(int32_t leaf, int32_t victim_leaf, const ModelGpus& add, const ModelGpus& victim_holds) const;
   // The queue's guaranteed GPUs of `model` (0 without a quota for it).
   int64_t Guarantee(int32_t q, int16_t model) const { return Lookup(queues_[q].quota, model, 0); }
   // GPUs of `model` the queue holds within guarantees: a leaf all it holds;

@@ -139,6 +139,9 @@ class Session {
   std::string JobName(const JobRecord& job) const;
   // Running gangs being preempted to make room for `job`, as JobName lists them.
   std::string MakingRoomFor(JobId job) const;
+  // Every preempting gang stopping to make room for a job (preemptor ->
+  // victim), from the snapshot.
+  const std::unordered_multimap<JobId, JobId>& making_room() const { return making_room_for_; }
   bool room_being_made(JobId job) const { return making_room_for_.count(job) > 0; }
   // A job array with a limit on its running elements (`--count 0-99%8`):
   // how many of them run or stop now, or are about to start (room is being
@@ -184,6 +187,8 @@ class Session {
   // --- Admission (the queue book).
   // GPUs per model of the Txn's steps.
   QueueBook::ModelGpus TxnGpusByModel() const;
+  // A placed job's whole GPUs by model (shared GPUs left out).
+  QueueBook::ModelGpus WholeGpusByModel(const JobRecord& job) const;
   // The model of the request's whole GPUs when known without placing (it
   // names one, the cluster has one, or its queue's limits admit it on one
   // alone: quota_barred_models); -1 otherwise.

@@ -101,6 +101,61 @@ std::string Describe(Session& s, const JobRecord& r, Exclusion why) {
   }
 }
 
+// What the queues borrowing beyond their guarantees may give back to `job`
+// (Kueue re-checks the same way): while one lives, the gangs already leaving
+// (stopping for a preemptor, or this cycle's victims) are taken off their
+// queues' books, and Takes gives back one more gang if its side still holds
+// more than its guarantees of a model the gang holds. The books are as they
+// were once it goes. Before, every gang of a borrowing queue could be
+// evicted: a reclaim could take a queue below its own guarantee, evict its
+// gangs of a model it did not borrow, and evict again each cycle while the
+// first victims were still stopping.
+class Borrowed {
+ public:
+  Borrowed(Session& s, const JobRecord& job, const QueueBook::ModelGpus& need)
+      : s_(s), job_(job), need_(need), leaf_(s.Leaf(job)) {
+    for (const JobRecord* r : s.running()) {
+      if (s.is_victim(r->id)) Leaving(r);
+    }
+    for (const auto& [preemptor, victim] : s.making_room()) Leaving(s.snap().FindJob(victim));
+  }
+  ~Borrowed() {
+    for (auto& [victim_leaf, gpus] : given_) s_.book().Charge(victim_leaf, gpus);
+  }
+  Borrowed(const Borrowed&) = delete;
+  Borrowed& operator=(const Borrowed&) = delete;
+
+  // Whether gang `r` (of another queue) may still be reclaimed for the job;
+  // if so, it is given back.
+  bool Takes(const JobRecord& r) {
+    const int32_t victim_leaf = s_.book().LeafIndex(r.spec().queue);
+    QueueBook::ModelGpus holds = s_.WholeGpusByModel(r);
+    if (victim_leaf < 0 || !s_.book().MayReclaim(leaf_, victim_leaf, need_, holds)) return false;
+    GiveBack(victim_leaf, std::move(holds));
+    return true;
+  }
+
+ private:
+  void Leaving(const JobRecord* r) {
+    if (r == nullptr || r->spec().queue == job_.spec().queue) return;
+    if (const int32_t victim_leaf = s_.book().LeafIndex(r->spec().queue); victim_leaf >= 0) {
+      GiveBack(victim_leaf, s_.WholeGpusByModel(*r));
+    }
+  }
+  void GiveBack(int32_t victim_leaf, QueueBook::ModelGpus gpus) {
+    for (auto& [model, n] : gpus) n = -n;
+    s_.book().Charge(victim_leaf, gpus);
+    for (auto& [model, n] : gpus) n = -n;  // (to charge back)
+    given_.push_back({victim_leaf, std::move(gpus)});
+  }
+
+  Session& s_;
+  const JobRecord& job_;
+  const QueueBook::ModelGpus& need_;
+  const int32_t leaf_;
+  std::vector<std::pair<int32_t, QueueBook::ModelGpus>> given_;
+};
+
 // The running gangs that may be evicted for `job`, cheapest first.
 std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* reclaim) {
   // Reclaiming across queues needs the job's GPU model (to check its guarantee).
@@ -140,6 +195,16 @@ std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* rec
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return std::tie(a.cost, a.job->id) < std::tie(b.cost, b.job->id);
   });
+  if (reclaim->candidates > 0) {
+    // (A borrower whose borrowing the gangs already leaving cover is none.)
+    Borrowed borrowed(s, job, need);
+    std::erase_if(candidates, [&](const Candidate& c) {
+      if (c.job->spec().queue == job.spec().queue) return false;
+      QueueBook::ModelGpus holds = s.WholeGpusByModel(*c.job);
+      const int32_t victim_leaf = s.book().LeafIndex(c.job->spec().queue);
+      return victim_leaf < 0 || !s.book().MayReclaim(leaf, victim_leaf, need, holds);
+    });
+  }
   return candidates;
 }
 
@@ -256,10 +321,9 @@ std::vector<const JobRecord*> Trim(Session& s, PrefixSearch& search, size_t k, c
   return victims;
 }
 
-// The cheapest set of `candidates` (Candidates') whose eviction lets the
-// current request fit; empty if none does. Leaves the workspace as it found
-// it.
-std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job, const std::vector<Candidate>& candidates) {
+// The cheapest set of `candidates` whose eviction lets the current request
+// fit; empty if none does. Leaves the workspace as it found it.
+std::vector<const JobRecord*> CheapestFit(Session& s, const JobRecord& job, const std::vector<Candidate>& candidates) {
   PrefixSearch search(s, job);
   std::vector<Candidate> local = OneDomain(s, search, candidates);
   size_t k = 0;
@@ -272,6 +336,36 @@ std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job, co
   }
   if (k == 0) return {};
   return Trim(s, search, k, job);
+}
+
+// CheapestFit of `candidates` (Candidates'), reclaiming from each borrower
+// no more than it borrows: where the set found takes a gang past that
+// (cheapest first), that gang is struck off and the search runs again (a
+// few times at most), so that another borrowed gang may serve instead.
+std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job, const std::vector<Candidate>& candidates) {
+  std::vector<const JobRecord*> victims = CheapestFit(s, job, candidates);
+  const bool reclaims = std::any_of(victims.begin(), victims.end(),
+                                    [&](const JobRecord* v) { return v->spec().queue != job.spec().queue; });
+  if (!reclaims) return victims;
+  const QueueBook::ModelGpus need = {{s.RequestModel(), s.request().total_gpus}};
+  std::vector<Candidate> list = candidates;
+  for (int tries = 0; tries < 4; ++tries) {
+    const JobRecord* past = nullptr;
+    {
+      Borrowed borrowed(s, job, need);
+      for (const JobRecord* v : victims) {  // (in the list's order: cheapest first)
+        if (v->spec().queue != job.spec().queue && !borrowed.Takes(*v)) {
+          past = v;
+          break;
+        }
+      }
+    }
+    if (past == nullptr) return victims;
+    std::erase_if(list, [&](const Candidate& c) { return c.job == past; });
+    victims = CheapestFit(s, job, list);
+    if (victims.empty()) return victims;
+  }
+  return {};
 }
 
 // "; queue Q holds h of its g guaranteed M GPUs while B borrows ...": why a

@@ -364,5 +364,75 @@ TEST(Preemption, AJobOverItsQueuesQuotaLeavesHigherAndUnpreemptibleGangs) {
   EXPECT_EQ(r.pending[0].reason.code, ReasonCode::kQuota) << r.pending[0].reason.message;
 }
 
+// A reclaim takes from a borrowing queue no more than it borrows. b holds 20
+// of its 16 (b2, b3 on n-2; b4 on n-3 beside 4 free GPUs); p (a, within its
+// guarantee) needs a whole node. Before, the cheapest prefix that fit was
+// b2 and b3 (8 GPUs: b left 4 below its guarantee); now b3 is past what b
+// borrows, and the search finds b4 instead. While b4 stops, b borrows
+// nothing more: another job of a evicts nothing (before, b2 and b3 went
+// too, b still counted as borrowing with b4 on its books).
+TEST(Preemption, AReclaimTakesNoMoreThanTheQueueBorrows) {
+  ClusterConfig c = testing::Nodes(4);
+  c.queues = {{.name = "a", .quota = {{"H100", 16}}}, {.name = "b", .quota = {{"H100", 16}}}};
+  ClusterState st = MakeCluster(c);
+  auto s = MakeScheduler(c);
+  TimePoint now = 1000 * kMinute;
+  auto job = [](const char* name, const char* queue, int32_t gpus, bool preemptible) {
+    JobSpec j = GpuJob(name, 1, gpus);
+    j.queue = queue;
+    j.preemptible = preemptible;
+    return j;
+  };
+  StartJob(st, 1, job("b1", "b", 8, false), {0}, 0xff, 0);
+  StartJob(st, 2, job("a1", "a", 8, false), {1}, 0xff, 0);
+  StartJob(st, 3, job("b2", "b", 4, true), {2}, 0x0f, 0);
+  StartJob(st, 4, job("b3", "b", 4, true), {2}, 0xf0, 0);
+  StartJob(st, 5, job("b4", "b", 4, true), {3}, 0x0f, 0);
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(6), job("p", "a", 8, false), now - 1}).ok());
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.preemptions.size(), 1u) << (r.pending.empty() ? "" : r.pending[0].reason.message.str());
+  EXPECT_EQ(r.preemptions[0].victim, JobId(5));
+  EXPECT_EQ(r.preemptions[0].preemptor, JobId(6));
+  ASSERT_TRUE(st.Apply(JobPreempting{JobId(5), now, JobId(6), r.preemptions[0].reason}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(7), job("p2", "a", 8, false), now}).ok());
+  now += kMinute;
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty()) << "job " << r.preemptions[0].victim.value() << " evicted for job "
+                                     << r.preemptions[0].preemptor.value();
+}
+
+// Nor a model it does not borrow: b borrows H100s beyond its guarantee and
+// holds just its A100 guarantee; a job of a on A100s (a holds none of its
+// 16) takes none of b's A100 gangs (before, b's borrowing of any model made
+// every gang of b a candidate).
+TEST(Preemption, AReclaimTakesOnlyAModelTheQueueBorrows) {
+  ClusterConfig c;
+  c.node_groups.push_back(Group("h", 2, 8));
+  c.node_groups.push_back(Group("x", 2, 8, "A100"));
+  c.queues = {{.name = "a", .quota = {{"H100", 8}, {"A100", 16}}}, {.name = "b", .quota = {{"H100", 8}, {"A100", 16}}}};
+  ClusterState st = MakeCluster(c);
+  auto s = MakeScheduler(c);
+  const TimePoint now = 1000 * kMinute;
+  auto job = [](const char* name, const char* model) {
+    JobSpec j = GpuJob(name, 1, 8);
+    j.queue = "b";
+    j.preemptible = true;
+    j.tasks[0].gpu_model = model;
+    return j;
+  };
+  StartJob(st, 1, job("bh1", "H100"), {0}, 0xff, 0);
+  StartJob(st, 2, job("bh2", "H100"), {1}, 0xff, 0);  // b borrows 8 H100
+  StartJob(st, 3, job("ba1", "A100"), {2}, 0xff, 0);
+  StartJob(st, 4, job("ba2", "A100"), {3}, 0xff, 0);  // and holds its 16 A100
+  JobSpec p = GpuJob("p", 1, 8);
+  p.queue = "a";
+  p.tasks[0].gpu_model = "A100";
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(5), p, now - 1}).ok());
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.preemptions.empty()) << "job " << r.preemptions[0].victim.value() << " evicted";
+}
+
 }  // namespace
 }  // namespace rota::sched
