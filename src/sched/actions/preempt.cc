@@ -112,12 +112,12 @@ std::string Describe(Session& s, const JobRecord& r, Exclusion why) {
 // first victims were still stopping.
 class Borrowed {
  public:
+  // (A gang leaving for a job of its own queue gives its queue nothing back:
+  // that job takes its place.)
   Borrowed(Session& s, const JobRecord& job, const QueueBook::ModelGpus& need)
       : s_(s), job_(job), need_(need), leaf_(s.Leaf(job)) {
-    for (const JobRecord* r : s.running()) {
-      if (s.is_victim(r->id)) Leaving(r);
-    }
-    for (const auto& [preemptor, victim] : s.making_room()) Leaving(s.snap().FindJob(victim));
+    for (const Preemption& p : s.out().preemptions) Leaving(s.snap().FindJob(p.victim), s.snap().FindJob(p.preemptor));
+    for (const auto& [preemptor, victim] : s.making_room()) Leaving(s.snap().FindJob(victim), s.snap().FindJob(preemptor));
   }
   ~Borrowed() {
     for (auto& [victim_leaf, gpus] : given_) s_.book().Charge(victim_leaf, gpus);
@@ -125,24 +125,44 @@ class Borrowed {
   Borrowed(const Borrowed&) = delete;
   Borrowed& operator=(const Borrowed&) = delete;
 
-  // Whether gang `r` (of another queue) may still be reclaimed for the job;
-  // if so, it is given back.
-  bool Takes(const JobRecord& r) {
+  // Whether gang `r` (of another queue) may still be reclaimed for the job:
+  // its side still borrows a model it holds, with what was given back so far
+  // (the last one taken may take it below its guarantee by less than its
+  // own size).
+  bool May(const JobRecord& r) {
     const int32_t victim_leaf = s_.book().LeafIndex(r.spec().queue);
-    QueueBook::ModelGpus holds = s_.WholeGpusByModel(r);
-    if (victim_leaf < 0 || !s_.book().MayReclaim(leaf_, victim_leaf, need_, holds)) return false;
-    GiveBack(victim_leaf, std::move(holds));
+    if (victim_leaf < 0) return false;
+    const QueueBook::ModelGpus holds = s_.WholeGpusByModel(r);
+    uint64_t models = 0;  // (the answer depends on the leaf and these alone, until the next give-back)
+    for (const auto& [model, n] : holds) models |= model < 64 ? uint64_t{1} << model : 0;
+    for (const Memo& m : memo_) {
+      if (m.leaf == victim_leaf && m.models == models) return m.may;
+    }
+    memo_.push_back({victim_leaf, models, s_.book().MayReclaim(leaf_, victim_leaf, need_, holds)});
+    return memo_.back().may;
+  }
+  // May, and if so it is given back.
+  bool Takes(const JobRecord& r) {
+    if (!May(r)) return false;
+    GiveBack(s_.book().LeafIndex(r.spec().queue), s_.WholeGpusByModel(r));
     return true;
   }
 
  private:
-  void Leaving(const JobRecord* r) {
+  struct Memo {
+    int32_t leaf;
+    uint64_t models;
+    bool may;
+  };
+  void Leaving(const JobRecord* r, const JobRecord* preemptor) {
     if (r == nullptr || r->spec().queue == job_.spec().queue) return;
+    if (preemptor != nullptr && preemptor->spec().queue == r->spec().queue) return;
     if (const int32_t victim_leaf = s_.book().LeafIndex(r->spec().queue); victim_leaf >= 0) {
       GiveBack(victim_leaf, s_.WholeGpusByModel(*r));
     }
   }
   void GiveBack(int32_t victim_leaf, QueueBook::ModelGpus gpus) {
+    memo_.clear();
     for (auto& [model, n] : gpus) n = -n;
     s_.book().Charge(victim_leaf, gpus);
     for (auto& [model, n] : gpus) n = -n;  // (to charge back)
@@ -154,7 +174,13 @@ class Borrowed {
   const QueueBook::ModelGpus& need_;
   const int32_t leaf_;
   std::vector<std::pair<int32_t, QueueBook::ModelGpus>> given_;
+  std::vector<Memo> memo_;
 };
+
+// Strikes off `list` the gangs of other queues `borrowed` may not take.
+void KeepBorrowed(const JobRecord& job, Borrowed& borrowed, std::vector<Candidate>* list) {
+  std::erase_if(*list, [&](const Candidate& c) { return c.job->spec().queue != job.spec().queue && !borrowed.May(*c.job); });
+}
 
 // The running gangs that may be evicted for `job`, cheapest first.
 std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* reclaim) {
@@ -198,12 +224,9 @@ std::vector<Candidate> Candidates(Session& s, const JobRecord& job, Reclaim* rec
   if (reclaim->candidates > 0) {
     // (A borrower whose borrowing the gangs already leaving cover is none.)
     Borrowed borrowed(s, job, need);
-    std::erase_if(candidates, [&](const Candidate& c) {
-      if (c.job->spec().queue == job.spec().queue) return false;
-      QueueBook::ModelGpus holds = s.WholeGpusByModel(*c.job);
-      const int32_t victim_leaf = s.book().LeafIndex(c.job->spec().queue);
-      return victim_leaf < 0 || !s.book().MayReclaim(leaf, victim_leaf, need, holds);
-    });
+    KeepBorrowed(job, borrowed, &candidates);
+    reclaim->candidates = std::count_if(candidates.begin(), candidates.end(),
+                                        [&](const Candidate& c) { return c.job->spec().queue != job.spec().queue; });
   }
   return candidates;
 }
@@ -340,32 +363,37 @@ std::vector<const JobRecord*> CheapestFit(Session& s, const JobRecord& job, cons
 
 // CheapestFit of `candidates` (Candidates'), reclaiming from each borrower
 // no more than it borrows: where the set found takes a gang past that
-// (cheapest first), that gang is struck off and the search runs again (a
-// few times at most), so that another borrowed gang may serve instead.
+// (cheapest first), that gang is struck off and the search runs again
+// (kSearches at most), so that another borrowed gang may serve instead (a
+// cheaper one of the same queue on GPUs the job cannot use may have taken
+// its share: striking all of that queue's other gangs would miss the one
+// that serves).
 std::vector<const JobRecord*> ChooseVictims(Session& s, const JobRecord& job, const std::vector<Candidate>& candidates) {
+  constexpr int kSearches = 8;
   std::vector<const JobRecord*> victims = CheapestFit(s, job, candidates);
   const bool reclaims = std::any_of(victims.begin(), victims.end(),
                                     [&](const JobRecord* v) { return v->spec().queue != job.spec().queue; });
   if (!reclaims) return victims;
   const QueueBook::ModelGpus need = {{s.RequestModel(), s.request().total_gpus}};
   std::vector<Candidate> list = candidates;
-  for (int tries = 0; tries < 4; ++tries) {
-    const JobRecord* past = nullptr;
+  for (int searches = 1;; ++searches) {
     {
-      Borrowed borrowed(s, job, need);
+      Borrowed borrowed(s, job, need);  // (gone before the next search: it reads the books)
+      const JobRecord* past = nullptr;
       for (const JobRecord* v : victims) {  // (in the list's order: cheapest first)
-        if (v->spec().queue != job.spec().queue && !borrowed.Takes(*v)) {
+        if (v->spec().queue == job.spec().queue) continue;
+        if (!borrowed.Takes(*v)) {
           past = v;
           break;
         }
       }
+      if (past == nullptr) return victims;
+      if (searches == kSearches) return {};
+      std::erase_if(list, [&](const Candidate& c) { return c.job == past; });
     }
-    if (past == nullptr) return victims;
-    std::erase_if(list, [&](const Candidate& c) { return c.job == past; });
     victims = CheapestFit(s, job, list);
     if (victims.empty()) return victims;
   }
-  return {};
 }
 
 // "; queue Q holds h of its g guaranteed M GPUs while B borrows ...": why a
