@@ -1525,6 +1525,40 @@ TEST_F(Cluster3, HigherPriorityPreemptsACheckpointingGang) {
   EXPECT_NE(metrics.find("rota_preemptions_total 1"), std::string::npos);
 }
 
+// Three agents of 2 GPUs under queues with quotas: q is guaranteed 2 GPUs.
+class QueueQuotas : public AgentCluster {
+ protected:
+  std::vector<std::string> ExtraServerArgs() override {
+    const std::string path = tmp.path() + "/cluster.yaml";
+    std::ofstream(path) << "queues:\n  - {name: q, quota: {H100: 2}}\n  - {name: o, quota: {H100: 4}}\n";
+    return {"--config", path};
+  }
+};
+
+// A job its queue's quota refuses evicts the queue's lower-priority gang,
+// which checkpoints first, though 4 GPUs stand free (before, it waited
+// QuotaExceeded for the gang to end): through the real server and agents.
+TEST_F(QueueQuotas, AHigherJobOverItsQueuesQuotaPreemptsItsQueuesLowerGang) {
+  const std::string low =
+      "name: low\nqueue: q\npriority: low\npreemptible: true\ncheckpoint: {signal: SIGUSR1, grace: 5s}\n"
+      "tasks: [{name: w, gpus: 2, command: [sh, -c, "
+      "'trap \"echo checkpointed at $(date +%s); exit 0\" USR1; sleep 60 & wait']}]\n";
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", low, "application/yaml")->status, 201);
+  json j = WaitJob(1, [](const json& x) { return x["state"] == "running"; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the trap is set
+  ASSERT_EQ(server_->Admin().Post("/v1/jobs", "name: high\nqueue: q\npriority: high\ntasks: [{name: w, gpus: 2, command: [sleep, \"60\"]}]\n",
+                                  "application/yaml")->status, 201);
+  json high = WaitJob(2, [](const json& x) { return x["state"] == "running"; });
+  // (Requeued, it may start again at once on o's idle guarantee: it may borrow.)
+  j = Job(1);
+  EXPECT_EQ(j["restarts"], 1) << j.dump();
+  EXPECT_NE(j.value("last_requeue_reason", "").find("preempted for job 2 (priority 1000 > 100)"), std::string::npos)
+      << j.dump();
+  std::string logs;
+  for (int i = 0; i < 3; ++i) logs += ReadAll(LogsDir(i) + "/1/w-0.log");
+  EXPECT_NE(logs.find("checkpointed at"), std::string::npos) << logs;
+}
+
 // A rank never runs beside its own next attempt: rank 0 fails while rank 1
 // takes 2 s to stop (its checkpoint signal's handler); the gang's next
 // attempt, which the spare node could take at once, starts only after rank 1
