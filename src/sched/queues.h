@@ -69,6 +69,13 @@ class QueueBook {
   // must hold more than its guarantees of a model the gang holds (a queue
   // borrowing H100s gives back no A100s).
   bool MayReclaim(int32_t leaf, int32_t victim_leaf, const ModelGpus& add, const ModelGpus& victim_holds) const;
+  // Whether the queue or one above it has a quota (its jobs' admission can refuse them).
+  bool Limited(int32_t q) const {
+    for (; q >= 0; q = queues_[q].parent) {
+      if (queues_[q].has_quota) return true;
+    }
+    return false;
+  }
   // The queue's guaranteed GPUs of `model` (0 without a quota for it).
   int64_t Guarantee(int32_t q, int16_t model) const { return Lookup(queues_[q].quota, model, 0); }
   // GPUs of `model` the queue holds within guarantees: a leaf all it holds;

@@ -147,6 +147,11 @@ class Allocate final : public CycleAction {
   // records `quota`. Before, such a job waited for its own queue's
   // low-priority gangs to end, however long they ran.
   bool EvictsForQuota(Session& s, const JobRecord& job, PendingReason quota) const;
+  // Whether gangs of `job`'s own queue (with quotas) are stopping for it:
+  // once its quota admits it and it waits only for their GPUs, the queue's
+  // later jobs still wait for it (else they take what the victims give
+  // back, and it is over quota again when they have stopped).
+  static bool MakesRoomInItsQueue(Session& s, const JobRecord& job);
   // Why a job that did not fit waits, with held GPUs named.
   PendingReason Explain(Session& s, const JobRecord& job, bool ends_first, bool nominee, bool* unresolvable) const;
 };
@@ -259,9 +264,12 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
   bool unresolvable = false;
   PendingReason reason = Explain(s, job, ends_first, nominee, &unresolvable);
   if (!unresolvable) {
-    // Room already being made for it: wait for those gangs to stop.
+    // Room already being made for it: wait for those gangs to stop (and
+    // where they are of its own queue, its queue's quota is held for it:
+    // what they give back is its).
     if (const std::string making_room = s.MakingRoomFor(job.id); !making_room.empty()) {
       out.Wait(job.id, {ReasonCode::kPreempting, "waiting for preempted job(s) " + making_room + " to checkpoint and stop"});
+      if (MakesRoomInItsQueue(s, job)) s.HoldQuota(s.Leaf(job), job);
       return;
     }
     for (const BlockedAction* a : s.profile().when_blocked()) {
@@ -346,6 +354,15 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
   if (leaf >= 0) s.ChargeResources(leaf);
   s.CountArrayStart(job);
   s.txn().Commit();
+}
+
+bool Allocate::MakesRoomInItsQueue(Session& s, const JobRecord& job) {
+  if (!s.fair() || s.Leaf(job) < 0 || !s.book().Limited(s.Leaf(job))) return false;
+  for (auto [it, end] = s.making_room().equal_range(job.id); it != end; ++it) {
+    const JobRecord* victim = s.snap().FindJob(it->second);
+    if (victim != nullptr && victim->spec().queue == job.spec().queue) return true;
+  }
+  return false;
 }
 
 bool Allocate::EvictsForQuota(Session& s, const JobRecord& job, PendingReason quota) const {

@@ -338,6 +338,51 @@ TEST(Preemption, AJobOverItsQueuesQuotaEvictsItsQueuesLowerGangsAndTheQuotaIsHel
   EXPECT_EQ(r.placed[0].job, JobId(3));
 }
 
+// The quota stays held once it admits the preemptor but the GPUs it waits
+// for are still being given back: p (q, 8 GPUs on one node) evicted low1
+// and low2 (n-0); low1 has stopped, so q's quota admits p, which waits for
+// low2. A job of q that fits the 4 GPUs free on n-3 waits too (before, it
+// started there; had it been larger, p would be over quota again once low2
+// stopped, with a gang too young to evict in its way).
+TEST(Preemption, TheQuotaStaysHeldWhileThePreemptorWaitsForItsQueuesGangs) {
+  ClusterConfig c = testing::Nodes(4);
+  c.queues = {{.name = "q", .quota = {{"H100", 16}}}, {.name = "o", .quota = {{"H100", 16}}}};
+  ClusterState st = MakeCluster(c);
+  auto s = MakeScheduler(c);
+  TimePoint now = 1000 * kMinute;
+  auto in = [](JobSpec j, const char* queue) {
+    j.queue = queue;
+    return j;
+  };
+  StartJob(st, 1, in(Low("low1", 4), "q"), {0}, 0x0f, 0);
+  StartJob(st, 2, in(Low("low2", 4), "q"), {0}, 0xf0, 0);
+  StartJob(st, 3, in(GpuJob("mid", 1, 4), "q"), {1}, 0x0f, 0);  // not preemptible
+  StartJob(st, 4, in(GpuJob("o1", 1, 4), "o"), {1}, 0xf0, 0);
+  StartJob(st, 5, in(GpuJob("o2", 1, 8), "o"), {2}, 0xff, 0);
+  StartJob(st, 6, in(GpuJob("o3", 1, 4), "o"), {3}, 0x0f, 0);  // n-3's other 4 GPUs free
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(7), in(High("p", 8), "q"), now - 1}).ok());
+  CycleResult r;
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_EQ(r.preemptions.size(), 2u) << (r.pending.empty() ? "" : r.pending[0].reason.message.str());
+  for (const Preemption& p : r.preemptions) {
+    EXPECT_EQ(p.preemptor, JobId(7));
+    ASSERT_TRUE(st.Apply(JobPreempting{p.victim, now, p.preemptor, p.reason}).ok());
+  }
+  now += kMinute;
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(1), now, "stopped"}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(8), in(Low("small", 4), "q"), now}).ok());
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  EXPECT_TRUE(r.placed.empty()) << "job " << r.placed[0].job.value() << " started";
+  std::map<JobId, PendingReason> why;
+  for (const Waiting& w : r.pending) why[w.job] = w.reason;
+  EXPECT_EQ(why[JobId(7)].code, ReasonCode::kPreempting) << why[JobId(7)].message;
+  EXPECT_EQ(why[JobId(8)].code, ReasonCode::kQuota) << why[JobId(8)].message;
+  ASSERT_TRUE(st.Apply(JobRequeued{JobId(2), now, "stopped"}).ok());
+  s->RunCycle(st.GetSnapshot(), now, &r);
+  ASSERT_FALSE(r.placed.empty());
+  EXPECT_EQ(r.placed[0].job, JobId(7));
+}
+
 // Not for a gang of its queue of higher priority, nor one that may not be
 // preempted: it waits for quota as before, and takes none of the cycle's
 // victim searches.
