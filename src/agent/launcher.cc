@@ -359,12 +359,14 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
 // deeper, so it goes on while new children come to it (a chain of 300
 // processes, before: 200 passes left 100 running after the job ended); it
 // stops after about two seconds of the same ones only (what survives
-// SIGKILL, in the kernel's D state, is left).
+// SIGKILL, in the kernel's D state, is left), and after 3,000 passes (about
+// 30 s) in all: a task whose every process forks again before its kill
+// would otherwise keep the supervisor here, its exit never recorded.
 void KillDescendants(pid_t task, int* status, bool* ended) {
   const pid_t self = getpid();
   const struct timespec moment {0, 10'000'000};
   std::vector<pid_t> last;
-  for (int same = 0; same < 200;) {
+  for (int same = 0, pass = 0; same < 200 && pass < 3000; ++pass) {
     std::vector<pid_t> mine = ChildrenOf(self);
     std::sort(mine.begin(), mine.end());
     same = mine == last ? same + 1 : 0;
