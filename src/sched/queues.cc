@@ -57,6 +57,21 @@ void QueueBook::SetModels(const Snapshot& snap) {
   for (Queue& q : queues_) q.used.assign(models_.size(), 0);
 }
 
+QueueBook::ModelGpus QueueBook::Charged(const Snapshot& snap, const JobRecord& job) {
+  ModelGpus add, shares;
+  for (const ReplicaPlacement& r : job.placement) {
+    const int16_t model = snap.node(r.node).model;
+    if (model < 0) continue;
+    if (r.shares_gpu()) {  // fractions and MIG slices: their whole GPUs, rounded up per job and model
+      AddShare(&shares, model, ChargedMilli(job.spec().tasks[r.task].gpu_share, snap.node(r.node).spec.gpu_memory));
+    } else {
+      add.push_back({model, std::popcount(r.gpu_mask)});
+    }
+  }
+  for (const auto& g : SharesAsGpus(shares)) add.push_back(g);
+  return add;
+}
+
 void QueueBook::Reset(const Snapshot& snap) {
   models_ = snap.gpu_models();
   total_gpus_ = 0;
@@ -79,18 +94,7 @@ void QueueBook::Reset(const Snapshot& snap) {
     if (job->state != JobState::kRunning && job->state != JobState::kPreempting) continue;
     const int32_t leaf = LeafIndex(job->spec().queue);
     if (leaf < 0) continue;
-    ModelGpus add, shares;
-    for (const ReplicaPlacement& r : job->placement) {
-      const int16_t model = snap.node(r.node).model;
-      if (model < 0) continue;
-      if (r.shares_gpu()) {  // fractions and MIG slices: their whole GPUs, rounded up per job and model
-        AddShare(&shares, model, ChargedMilli(job->spec().tasks[r.task].gpu_share, snap.node(r.node).spec.gpu_memory));
-      } else {
-        add.push_back({model, std::popcount(r.gpu_mask)});
-      }
-    }
-    for (const auto& g : SharesAsGpus(shares)) add.push_back(g);
-    Charge(leaf, add);
+    Charge(leaf, Charged(snap, *job));
     MilliCpu cpu = 0;
     MemoryMiB memory = 0;
     for (const ReplicaPlacement& r : job->placement) {

@@ -45,6 +45,9 @@ class QueueBook {
   // can never be admitted).
   bool Admits(int32_t leaf, const ModelGpus& add, bool may_borrow, std::string* why, bool empty = false) const;
   void Charge(int32_t leaf, const ModelGpus& add);
+  // What a placed job is charged (Reset): its whole GPUs by model, its
+  // shares summed and rounded up per model.
+  static ModelGpus Charged(const Snapshot& snap, const JobRecord& job);
   // CPU and memory a placement adds (for dominant shares).
   void ChargeResources(int32_t leaf, MilliCpu cpu, MemoryMiB memory);
   double Share(int32_t leaf) const;

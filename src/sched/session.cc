@@ -932,19 +932,6 @@ QueueBook::ModelGpus Session::TxnGpusByModel() const {
   return add;
 }
 
-QueueBook::ModelGpus Session::WholeGpusByModel(const JobRecord& job) const {
-  QueueBook::ModelGpus held;
-  for (const ReplicaPlacement& p : job.placement) {
-    if (p.shares_gpu()) continue;
-    const int16_t model = snap_->node(p.node).model;
-    if (model < 0 || p.gpu_mask == 0) continue;
-    auto it = std::find_if(held.begin(), held.end(), [&](const auto& e) { return e.first == model; });
-    if (it == held.end()) held.push_back({model, std::popcount(p.gpu_mask)});
-    else it->second += std::popcount(p.gpu_mask);
-  }
-  return held;
-}
-
 bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf) const { return QuotaAdmits(job, leaf, TxnGpusByModel()); }
 
 bool Session::QuotaAdmits(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) const {

@@ -187,8 +187,6 @@ class Session {
   // --- Admission (the queue book).
   // GPUs per model of the Txn's steps.
   QueueBook::ModelGpus TxnGpusByModel() const;
-  // A placed job's whole GPUs by model (shared GPUs left out).
-  QueueBook::ModelGpus WholeGpusByModel(const JobRecord& job) const;
   // The model of the request's whole GPUs when known without placing (it
   // names one, the cluster has one, or its queue's limits admit it on one
   // alone: quota_barred_models); -1 otherwise.

@@ -152,6 +152,10 @@ class Allocate final : public CycleAction {
   // later jobs still wait for it (else they take what the victims give
   // back, and it is over quota again when they have stopped).
   static bool MakesRoomInItsQueue(Session& s, const JobRecord& job);
+  // Gangs are stopping to make room for it: it waits for them (its reason
+  // names them), with `hold_quota` holding its queue's quota for it. False
+  // if none are.
+  static bool WaitsForRoom(Session& s, const JobRecord& job, bool hold_quota);
   // Why a job that did not fit waits, with held GPUs named.
   PendingReason Explain(Session& s, const JobRecord& job, bool ends_first, bool nominee, bool* unresolvable) const;
 };
@@ -267,11 +271,7 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
     // Room already being made for it: wait for those gangs to stop (and
     // where they are of its own queue, its queue's quota is held for it:
     // what they give back is its).
-    if (const std::string making_room = s.MakingRoomFor(job.id); !making_room.empty()) {
-      out.Wait(job.id, {ReasonCode::kPreempting, "waiting for preempted job(s) " + making_room + " to checkpoint and stop"});
-      if (MakesRoomInItsQueue(s, job)) s.HoldQuota(s.Leaf(job), job);
-      return;
-    }
+    if (WaitsForRoom(s, job, MakesRoomInItsQueue(s, job))) return;
     for (const BlockedAction* a : s.profile().when_blocked()) {
       if (a->Blocked(s, job, &reason)) {
         s.CountArrayStart(job);  // it will start: its array's other elements wait behind it
@@ -356,6 +356,14 @@ void Allocate::AllocateShares(Session& s, const JobRecord& job) const {
   s.txn().Commit();
 }
 
+bool Allocate::WaitsForRoom(Session& s, const JobRecord& job, bool hold_quota) {
+  const std::string making_room = s.MakingRoomFor(job.id);
+  if (making_room.empty()) return false;
+  s.out().Wait(job.id, {ReasonCode::kPreempting, "waiting for preempted job(s) " + making_room + " to checkpoint and stop"});
+  if (hold_quota) s.HoldQuota(s.Leaf(job), job);
+  return true;
+}
+
 bool Allocate::MakesRoomInItsQueue(Session& s, const JobRecord& job) {
   if (!s.fair() || s.Leaf(job) < 0 || !s.book().Limited(s.Leaf(job))) return false;
   for (auto [it, end] = s.making_room().equal_range(job.id); it != end; ++it) {
@@ -366,11 +374,7 @@ bool Allocate::MakesRoomInItsQueue(Session& s, const JobRecord& job) {
 }
 
 bool Allocate::EvictsForQuota(Session& s, const JobRecord& job, PendingReason quota) const {
-  if (const std::string making_room = s.MakingRoomFor(job.id); !making_room.empty()) {
-    s.out().Wait(job.id, {ReasonCode::kPreempting, "waiting for preempted job(s) " + making_room + " to checkpoint and stop"});
-    s.HoldQuota(s.Leaf(job), job);
-    return true;
-  }
+  if (WaitsForRoom(s, job, /*hold_quota=*/true)) return true;
   if (!s.OwnQueueMayYield(job)) return false;  // (no gang of its queue could go: no search)
   const Session::QuotaEvictionSearch search(s);
   for (const BlockedAction* a : s.profile().when_blocked()) {

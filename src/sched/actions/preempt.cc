@@ -132,7 +132,7 @@ class Borrowed {
   bool May(const JobRecord& r) {
     const int32_t victim_leaf = s_.book().LeafIndex(r.spec().queue);
     if (victim_leaf < 0) return false;
-    const QueueBook::ModelGpus holds = s_.WholeGpusByModel(r);
+    const QueueBook::ModelGpus holds = QueueBook::Charged(s_.snap(), r);
     uint64_t models = 0;  // (the answer depends on the leaf and these alone, until the next give-back)
     for (const auto& [model, n] : holds) models |= model < 64 ? uint64_t{1} << model : 0;
     for (const Memo& m : memo_) {
@@ -144,7 +144,7 @@ class Borrowed {
   // May, and if so it is given back.
   bool Takes(const JobRecord& r) {
     if (!May(r)) return false;
-    GiveBack(s_.book().LeafIndex(r.spec().queue), s_.WholeGpusByModel(r));
+    GiveBack(s_.book().LeafIndex(r.spec().queue), QueueBook::Charged(s_.snap(), r));
     return true;
   }
 
@@ -158,7 +158,7 @@ class Borrowed {
     if (r == nullptr || r->spec().queue == job_.spec().queue) return;
     if (preemptor != nullptr && preemptor->spec().queue == r->spec().queue) return;
     if (const int32_t victim_leaf = s_.book().LeafIndex(r->spec().queue); victim_leaf >= 0) {
-      GiveBack(victim_leaf, s_.WholeGpusByModel(*r));
+      GiveBack(victim_leaf, QueueBook::Charged(s_.snap(), *r));
     }
   }
   void GiveBack(int32_t victim_leaf, QueueBook::ModelGpus gpus) {
