@@ -11,6 +11,21 @@ bool PlacedOn(const JobRecord& job, NodeId node, const api::TaskReport& t) {
   });
 }
 
+std::string_view LifecycleSuffix(std::string_view reason) {
+  size_t start = reason.size();
+  for (bool found = true; found;) {
+    found = false;
+    for (std::string_view tail : kLifecycleSuffixes) {
+      if (reason.substr(0, start).ends_with(tail)) {
+        start -= tail.size();
+        found = true;
+        break;
+      }
+    }
+  }
+  return reason.substr(start);
+}
+
 namespace {
 
 // How a replica's exit reads after its name: " exited with code N", or for
@@ -118,7 +133,7 @@ void JobLifecycle::OnExit(Batch& batch, const JobRecord& job, const api::TaskRep
   // elastic job's failed rank alone, as its policy allows; the others keep running.
   if (job.spec().is_service() ||
       (t.exit_code != 0 && t.exit_reason != api::kFenced && job.spec().elastic() && RestartAllowed(job))) {
-    const std::string then = job.spec().is_service() ? "; restarted" : "; restarted alone";
+    const std::string then(job.spec().is_service() ? kRestartedSuffix : kRestartedAloneSuffix);
     exits.erase({t.task, t.replica});
     batch.Apply(RankRestarted{t.job, t.task, t.replica, now,
                               t.exit_reason == "oom" ? replica_name + " was OOM-killed" + then
@@ -279,7 +294,7 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
       const Duration grace = std::min(job->spec().checkpoint.grace, max_grace_);
       if (steady_now - s->second.steady_at <= std::max(grace + preempt_slack_, fenced_after_)) continue;
     }
-    Stopped(batch, *job, job->last_requeue_reason + " (did not stop within its grace period)");
+    Stopped(batch, *job, job->last_requeue_reason + std::string(kGraceOverrunSuffix));
   }
 }
 
@@ -296,7 +311,7 @@ void JobLifecycle::Requeue(Batch& batch, const JobRecord& job, const std::string
   if (counts_against_policy && !RestartAllowed(job)) {
     // (No next attempt: the agents stop the other replicas, nothing starts.)
     Forget(job.id);
-    batch.Apply(JobFinished{job.id, JobOutcome::kFailed, now, reason + "; no restarts left"}).IgnoreError();
+    batch.Apply(JobFinished{job.id, JobOutcome::kFailed, now, reason + std::string(kNoRestartsLeftSuffix)}).IgnoreError();
     return;
   }
   if (job.state == JobState::kRunning && !AllExited(job)) {

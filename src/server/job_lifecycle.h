@@ -21,6 +21,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,21 @@
 #include "server/batch.h"
 
 namespace rota::server {
+
+// What the lifecycle appends to a reason it journals, after the words that
+// tell what happened: a replica restarted (a service's, or an elastic
+// job's rank alone), a job failed for want of restarts, a stop that
+// overran its grace. views.cc keeps them when it cuts the words before
+// them from what another user sees.
+inline constexpr std::string_view kRestartedSuffix = "; restarted";
+inline constexpr std::string_view kRestartedAloneSuffix = "; restarted alone";
+inline constexpr std::string_view kNoRestartsLeftSuffix = "; no restarts left";
+inline constexpr std::string_view kGraceOverrunSuffix = " (did not stop within its grace period)";
+inline constexpr std::string_view kLifecycleSuffixes[] = {kNoRestartsLeftSuffix, kRestartedAloneSuffix,
+                                                          kRestartedSuffix, kGraceOverrunSuffix};
+// The suffixes of kLifecycleSuffixes that `reason` ends with, in order
+// (each after the words before it): "" if none.
+std::string_view LifecycleSuffix(std::string_view reason);
 
 // Whether `job` has replica (task, replica) of `t` on `node`: a node's
 // report counts only for what runs where it comes from.

@@ -28,12 +28,7 @@ std::string WithoutStartDetail(std::string_view text) {
   if (at == std::string_view::npos) return std::string(text);
   std::string out(text.substr(0, at));
   out += " did not start (its owner's log says why)";
-  for (std::string_view tail : {"; no restarts left", "; restarted alone", "; restarted"}) {
-    if (text.ends_with(tail)) {
-      out += tail;
-      break;
-    }
-  }
+  out += LifecycleSuffix(text.substr(at));
   return out;
 }
 
@@ -94,12 +89,7 @@ std::string WithoutOthersIds(const Snapshot& snap, std::string_view text, const 
     if (service && text.substr(i).starts_with(" (priority ")) {
       if (const size_t at = text.find(kScaled, i); at != std::string_view::npos) {
         out += text.substr(i, at + kScaled.size() - 2 - i);
-        for (std::string_view tail : {" (did not stop within its grace period)", "; no restarts left"}) {
-          if (text.ends_with(tail)) {
-            out += tail;
-            break;
-          }
-        }
+        out += LifecycleSuffix(text.substr(at));
         break;
       }
     }

@@ -66,6 +66,13 @@ TEST(ReasonFor, AnotherUserIsNotToldWhatTheSpecToldTheAgent) {
             "main-1 did not start (its owner's log says why)");
   EXPECT_EQ(ReasonFor(snap, "main-0 exited with code 3; no restarts left", false, nullptr),
             "main-0 exited with code 3; no restarts left");
+  // (Each suffix the lifecycle wrote stays, however many: LifecycleSuffix.)
+  EXPECT_EQ(ReasonFor(snap, "w-2 did not start: cannot start '/home/alice/x': Permission denied; restarted alone", false,
+                      nullptr),
+            "w-2 did not start (its owner's log says why); restarted alone");
+  EXPECT_EQ(LifecycleSuffix("w-2 did not start: x (did not stop within its grace period); no restarts left"),
+            " (did not stop within its grace period); no restarts left");
+  EXPECT_EQ(LifecycleSuffix("main-0 exited with code 3"), "");
 }
 
 }  // namespace
