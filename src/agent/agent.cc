@@ -67,6 +67,11 @@ struct Agent::Task {
 
 namespace {
 
+// How long one pass of Reconcile spends starting tasks before it leaves the
+// rest to the next (a start takes milliseconds; one whose exec hangs, up to
+// launcher.cc's 10 s).
+constexpr auto kLaunchBudget = std::chrono::seconds(2);
+
 TimePoint RealNowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -993,6 +998,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
   // supervisor would kill it at once. The reap loop applies it again. (Read
   // once, when something is to start.)
   std::optional<bool> lapsed;
+  bool budget_spent = false;
   auto lease_lapsed = [&] {
     if (!lapsed) {
       const int64_t deadline = options_.state_dir.empty() ? 0 : ReadLeaseDeadline(LeaseFile().c_str());
@@ -1012,6 +1018,23 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
     if (lease_lapsed()) {
       const auto retry = steady_now + std::chrono::milliseconds(400);
       if (!deferred || retry < deferred_until_) deferred_until_ = retry;
+      deferred = true;
+      continue;
+    }
+    if (const auto spent = std::chrono::steady_clock::now() - steady_now; spent > kLaunchBudget) {
+      // Each start waits for its program's exec, this agent's lock held (and
+      // its heartbeats with it): up to 10 s apiece on a file system that
+      // hangs, and a few such starts in one pass outlasted the node's
+      // timeout, so that the server took the node for lost and the lease
+      // fenced every task on it. The rest start on the reap loop's next
+      // pass, a heartbeat free to go out between.
+      if (!budget_spent) {
+        std::fprintf(stderr, "rota agent: task starts took %.1f s in one pass (a file system that hangs?): the rest "
+                             "start on the next\n",
+                     std::chrono::duration<double>(spent).count());
+      }
+      budget_spent = true;
+      if (!deferred || steady_now < deferred_until_) deferred_until_ = steady_now;
       deferred = true;
       continue;
     }

@@ -43,9 +43,10 @@ constexpr const char* kSteps[] = {"join its cgroup", "open its log",  "change to
                                   "start it: the agent did not record its supervisor",
                                   "start it: it was stopped before its program ran (a stop signal, from another "
                                   "process of its user)",
-                                  "start it: its program did not start within 10 s"};
+                                  "start it: its program did not start within 10 s",
+                                  "learn whether its program started (reading its report pipe)"};
 constexpr int kStepExec = 7, kStepShim = 8, kStepHide = 9, kStepUnmount = 10, kStepGo = 11, kStepStopped = 12,
-              kStepSlow = 13;
+              kStepSlow = 13, kStepWait = 14;
 // An exit file's size: the status, spaces, a newline (PrepareExitFile's room).
 constexpr int kExitFileSize = 8;
 
@@ -184,6 +185,13 @@ ssize_t AwaitExec(int fd, pid_t child, ChildError* e) {
     do {
       n = read(fd, e, sizeof(*e));
     } while (n < 0 && errno == EINTR);
+    // A failed read: whether it runs is not known, and it is not to run
+    // unwatched: killed, and *e says why (not a zeroed ChildError, which
+    // read "cannot join its cgroup: Success").
+    if (n < 0) {
+      *e = {kStepWait, errno};
+      kill(child, SIGKILL);
+    }
     return n;
   };
   auto ready = [&](int ms) {
@@ -226,7 +234,7 @@ std::string WaitForExec(int fd, pid_t child) {
   if (n == 0) return "";
   if (n == static_cast<ssize_t>(sizeof(e)) || n < 0) {
     std::string why = e.step >= 0 && e.step < static_cast<int>(std::size(kSteps)) ? kSteps[e.step] : "start it";
-    return n < 0 ? why : why + ": " + std::strerror(e.err);
+    return n < 0 && e.step != kStepWait ? why : why + ": " + std::strerror(e.err);
   }
   return std::string("read: ") + std::strerror(errno);
 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +62,28 @@ TEST(Launcher, AChildStoppedBeforeItsExecIsKilledNotWaitedFor) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
     close(fd);
   }
+}
+
+// A report pipe that cannot be read tells why, and the child, whose start
+// is not known, is killed rather than left running unwatched. Before, it
+// read "cannot join its cgroup: Success" (a zeroed report).
+TEST(Launcher, AFailedReadOfTheReportPipeSaysWhyAndKillsTheChild) {
+  const pid_t child = fork();
+  if (child == 0) {
+    pause();  // (as if its exec hung)
+    _exit(0);
+  }
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  close(fds[0]);
+  close(fds[1]);  // (fds[0] is closed: the read fails with EBADF)
+  const std::string why = WaitForExec(fds[0], child);
+  EXPECT_NE(why.find("learn whether its program started"), std::string::npos) << why;
+  EXPECT_NE(why.find(std::strerror(EBADF)), std::string::npos) << why;
+  EXPECT_EQ(why.find("Success"), std::string::npos) << why;
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
 }
 
 // What the agent writes into a task's log before (or instead of) starting
