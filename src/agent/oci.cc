@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <thread>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <deque>
@@ -27,7 +30,7 @@ namespace rota::agent {
 
 using nlohmann::json;
 
-int RunQuiet(const std::vector<std::string>& argv) {
+int RunQuiet(const std::vector<std::string>& argv, int timeout_ms) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -35,14 +38,34 @@ int RunQuiet(const std::vector<std::string>& argv) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  // In a process group of its own: what it starts is killed with it.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  const int rc = posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
   if (rc != 0) return -1;
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (int pause_ms = 1;; pause_ms = std::min(pause_ms * 2, 50)) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r < 0 && errno != EINTR) return -1;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  // Past its time (a runtime stuck on a cgroup whose processes will not
+  // die): killed, and reaped if it goes within a second; one that does not
+  // (the kernel's D state) is left, not waited on for good.
+  kill(-pid, SIGKILL);
+  for (int i = 0; i < 100; ++i) {
+    if (waitpid(pid, &status, WNOHANG) == pid) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
 }
 
 bool KernelHasRecursiveReadOnly() {

@@ -127,9 +127,13 @@ bool OciContainerMayExist(const std::string& runtime, const std::string& id, con
 // argv that force-stops and removes the container (after its runtime process was killed).
 std::vector<std::string> OciDeleteArgv(const std::string& runtime, const std::string& id, const std::string& root = "");
 
-// Runs argv to completion with its output discarded; its exit status (-1 if
-// it could not start).
-int RunQuiet(const std::vector<std::string>& argv);
+// Runs argv with its output discarded; its exit status: -1 if it could not
+// start, or if it ran past `timeout_ms` (then it and its process group are
+// killed). The agent runs its OCI runtime's deletes with it, its lock held:
+// a runtime that hangs (on a cgroup whose processes will not die) held the
+// agent, its heartbeats with it, until the node's lease fenced every task.
+inline constexpr int kRunQuietTimeoutMs = 5'000;
+int RunQuiet(const std::vector<std::string>& argv, int timeout_ms = kRunQuietTimeoutMs);
 
 // cgroup2 mount points while cgroup v1 controllers are mounted too (none when not hybrid).
 std::vector<std::string> HybridCgroup2Mounts();

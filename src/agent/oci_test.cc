@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -208,6 +210,33 @@ TEST(Oci, AProgramTheImageLacksIsFoundBeforeTheRuntimeRuns) {
   task.env["PATH"] = "/usr/bin";
   task.args = {"python"};
   EXPECT_TRUE(WriteOciBundle(tmp.path + "/bundle", task).ok());
+}
+
+// A runtime's command that hangs is killed, with what it started, at its
+// time: the agent runs them with its lock held. Before, RunQuiet waited for
+// good (and the node's lease fenced every task on it).
+TEST(Oci, RunQuietKillsACommandThatRunsPastItsTime) {
+  EXPECT_EQ(RunQuiet({"/bin/sh", "-c", "exit 3"}), 3);
+  EXPECT_EQ(RunQuiet({"/nonexistent/runtime"}), -1);
+  char tmpl[] = "/tmp/rota-quiet-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const auto began = std::chrono::steady_clock::now();
+  // (Its child writes its pid, then both sleep.)
+  EXPECT_EQ(RunQuiet({"/bin/sh", "-c", "sleep 30 & echo $! > " + dir + "/child; wait"}, 300), -1);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(3));
+  std::ifstream in(dir + "/child");
+  pid_t child = 0;
+  ASSERT_TRUE(in >> child);
+  // Killed with it (its process group): gone within a second, or a zombie of init's.
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+    std::string pid, comm, state;
+    gone = !(stat >> pid >> comm >> state) || state == "Z";
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << child;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Oci, RunArgvRunsTheBundleInTheForeground) {
