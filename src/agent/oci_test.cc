@@ -218,8 +218,8 @@ TEST(Oci, AProgramTheImageLacksIsFoundBeforeTheRuntimeRuns) {
 TEST(Oci, RunQuietKillsACommandThatRunsPastItsTime) {
   EXPECT_EQ(RunQuiet({"/bin/sh", "-c", "exit 3"}), 3);
   EXPECT_EQ(RunQuiet({"/nonexistent/runtime"}), -1);
-  char tmpl[] = "/tmp/rota-quiet-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const TempDir tmp;
+  const std::string& dir = tmp.path;
   const auto began = std::chrono::steady_clock::now();
   // (Its child writes its pid, then both sleep.)
   EXPECT_EQ(RunQuiet({"/bin/sh", "-c", "sleep 30 & echo $! > " + dir + "/child; wait"}, 300), -1);
@@ -236,7 +236,6 @@ TEST(Oci, RunQuietKillsACommandThatRunsPastItsTime) {
     if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(gone) << child;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Oci, RunArgvRunsTheBundleInTheForeground) {

@@ -297,8 +297,8 @@ TEST_F(ControllerTest, ATakeOverOfANodeRequeuesItsGangs) {
 // its tasks take to fence themselves; before, it was taken at once, handed
 // the running gang's rank and started it beside the old one.
 TEST_F(ControllerTest, AfterARestartANodeIsStillItsAgentsUntilItsTasksFenced) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   const Principal agent1{"n-1", Role::kAgent, "n-1"};
   auto make = [&] { return MakeStill(dir + "/rota.db"); };
   Pair pair;
@@ -347,7 +347,6 @@ TEST_F(ControllerTest, AfterARestartANodeIsStillItsAgentsUntilItsTasksFenced) {
   EXPECT_EQ(c->snapshot().FindNode("n-0")->agent, "bbbb");
   EXPECT_EQ(c->Heartbeat(agent0, {.node = "n-0", .instance = "aaaa"}).status().code(), StatusCode::kFailedPrecondition);
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // The address an agent gave (its peers reach it there) is journaled with
@@ -356,8 +355,8 @@ TEST_F(ControllerTest, AfterARestartANodeIsStillItsAgentsUntilItsTasksFenced) {
 // Before, ranks told their tasks after a restart got its node name as the
 // gang's master address while the others had its address.
 TEST_F(ControllerTest, AGangsHostsKeepTheirAddressesAcrossARestart) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   const Principal agent1{"n-1", Role::kAgent, "n-1"};
   auto make = [&] { return MakeStill(dir + "/rota.db"); };
   JobId id;
@@ -387,7 +386,6 @@ TEST_F(ControllerTest, AGangsHostsKeepTheirAddressesAcrossARestart) {
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "10.0.0.9", false, "aaaa").ok());
   EXPECT_EQ(c->snapshot().FindNode("n-0")->agent_address, "10.0.0.9");
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
@@ -576,8 +574,8 @@ TEST_F(ControllerTest, AStepOfTheWallClockDeclaresNoNodeLost) {
 // first full list of its other node's tasks (as of an answer of the new
 // server) that misses the rank ends the stop, long before the grace would.
 TEST_F(ControllerTest, AGangStoppingThroughAServerRestartRestartsOnItsNodesList) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   const Principal agent1{"n-1", Role::kAgent, "n-1"};
   JobId id;
   uint32_t on1 = 0;
@@ -618,7 +616,6 @@ TEST_F(ControllerTest, AGangStoppingThroughAServerRestartRestartsOnItsNodesList)
   EXPECT_EQ(job->restarts, 1);
   EXPECT_EQ(job->failed_restarts, 0);
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // A job's tasks run their checkpoint grace after a stop signal, and a
@@ -627,8 +624,8 @@ TEST_F(ControllerTest, AGangStoppingThroughAServerRestartRestartsOnItsNodesList)
 // a job may ask is the admin's limit. A job stored before the limit was
 // lowered gets the limit, on the node and in its stop's wait.
 TEST_F(ControllerTest, ACheckpointGraceIsAtMostTheLimit) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   ClusterConfig config = TwoNodes();
   EXPECT_EQ(config.limits.max_checkpoint_grace, 15 * 60 * kMicrosPerSecond);  // (the default)
   JobSpec service = Job("svc", 1, 1);
@@ -685,7 +682,6 @@ TEST_F(ControllerTest, ACheckpointGraceIsAtMostTheLimit) {
   }
   EXPECT_EQ(found, 1);
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // A node whose agent comes back with other GPUs (fewer: one fell off the
@@ -1345,8 +1341,8 @@ TEST_F(ControllerTest, FlagsAnInputBoundJobAndRecordsItsUsage) {
 // (alice's jobs of that name) fits a MIG instance, and says so after a
 // restart too (read back from the store's records).
 TEST_F(ControllerTest, AFamilysRightSizeSurvivesARestart) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   {
     auto c = MakeMeasured(std::move(SqliteStore::Open(dir + "/rota.db")).value());
     JobSpec spec = Job("small", 1, 1);
@@ -1373,7 +1369,6 @@ TEST_F(ControllerTest, AFamilysRightSizeSurvivesARestart) {
   auto c = MakeMeasured(std::move(SqliteStore::Open(dir + "/rota.db")).value());
   EXPECT_EQ(c->FamilyShape("alice", "small").shape, "gpu: {mig: 1g.10gb}");
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ControllerTest, JobsEndAtTheirTimeLimit) {
@@ -1394,8 +1389,8 @@ TEST_F(ControllerTest, JobsEndAtTheirTimeLimit) {
 // A job array commits whole, under consecutive ids, durably; a bad array
 // changes nothing.
 TEST_F(ControllerTest, JobArraysCommitWholeAndDurably) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   {
     auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
     EXPECT_EQ(c->SubmitArray(kAlice, Job("x", 1, 16), 10).status().code(), StatusCode::kOutOfRange);
@@ -1417,15 +1412,14 @@ TEST_F(ControllerTest, JobArraysCommitWholeAndDurably) {
   EXPECT_EQ(c->snapshot().jobs().size(), 501u);  // acknowledged means journaled
   EXPECT_EQ(c->Submit(kAlice, Job("next", 1, 1))->value(), 502u);
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // Fair share survives a restart: a server started on a journal whose job
 // has held 8 GPUs of queue team/a for a day starts from that usage (decayed
 // by the 7-day half-life: 8 * (1 - 2^(-1/7)) average GPUs), not from zero.
 TEST_F(ControllerTest, FairShareUsageGoesOnAfterARestart) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   {
     auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
     auto id = c->Submit(kAlice, Job("day", 1, 8));
@@ -1441,7 +1435,6 @@ TEST_F(ControllerTest, FairShareUsageGoesOnAfterARestart) {
   EXPECT_NEAR(usage.at("team/a"), 8 * (1 - std::exp2(-1.0 / 7)), 0.001);
   EXPECT_EQ(usage.count("team/b") ? usage.at("team/b") : 0.0, 0.0);
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // An agent that reads MIG layouts from the driver re-registers with the
@@ -1464,8 +1457,8 @@ TEST_F(ControllerTest, ReRegistrationTakesTheDriversNewMigLayout) {
 }
 
 TEST_F(ControllerTest, RecoversEverythingFromTheStore) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   JobId running, pending;
   {
     auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
@@ -1490,15 +1483,14 @@ TEST_F(ControllerTest, RecoversEverythingFromTheStore) {
   ASSERT_TRUE(next.ok());
   EXPECT_GT(next->value(), pending.value());
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // A retried submission with the same Idempotency-Key returns the jobs it
 // made the first time, also after a restart and after a snapshot; reused for
 // another spec or count, or by another user, it makes nothing twice.
 TEST_F(ControllerTest, AnIdempotencyKeyMakesItsJobsOnce) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   JobId one, array;
   {
     auto c = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
@@ -1546,7 +1538,6 @@ TEST_F(ControllerTest, AnIdempotencyKeyMakesItsJobsOnce) {
   NoteRequestId(ids, "alice", "k", JobId(12), 1);
   EXPECT_EQ(ids.at("alice\nk"), (std::pair<JobId, int64_t>{JobId(10), 3}));
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // An array is journaled chunk by chunk and answered after the last: a
@@ -1556,8 +1547,8 @@ TEST_F(ControllerTest, AnIdempotencyKeyMakesItsJobsOnce) {
 // whole array (before, the retry was answered as a replay of every element
 // of it, of which only the first chunks existed).
 TEST_F(ControllerTest, AnArrayCutShortByAStopIsCancelledAndItsRetrySubmitsItWhole) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   const int64_t count = Controller::kArrayChunk + 5;
   JobSpec spec = Job("sweep", 1, 1);
   ASSERT_TRUE(ResolveJobPolicy(TwoNodes(), &spec).ok());
@@ -1595,7 +1586,6 @@ TEST_F(ControllerTest, AnArrayCutShortByAStopIsCancelledAndItsRetrySubmitsItWhol
   auto again = Make(std::move(SqliteStore::Open(dir + "/rota.db")).value());
   EXPECT_EQ(again->snapshot().live_jobs().size(), static_cast<size_t>(count) + 1);
   again->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // A config that drops a queue still holding live jobs is refused at start,
@@ -1603,8 +1593,8 @@ TEST_F(ControllerTest, AnArrayCutShortByAStopIsCancelledAndItsRetrySubmitsItWhol
 // quota, fair share and listing); nothing changes, and the previous config
 // starts as before.
 TEST_F(ControllerTest, AConfigThatDropsAQueueWithLiveJobsIsRefused) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   ClusterConfig both = TwoNodes();
   both.queues = {QueueConfig{.name = "a"}, QueueConfig{.name = "b"}};
   {
@@ -1630,7 +1620,6 @@ TEST_F(ControllerTest, AConfigThatDropsAQueueWithLiveJobsIsRefused) {
   ASSERT_TRUE(c->Start().ok());
   EXPECT_EQ(c->snapshot().live_jobs().size(), 1u);
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // Compacts the stopped server's journal at `path` into a snapshot, as the
@@ -1653,8 +1642,8 @@ TEST_F(ControllerTest, AConfigThatDropsAQueueWithLiveJobsIsRefused) {
 // first elements were forgotten gets the array back, before and after a
 // restart from a journal snapshot.
 TEST_F(ControllerTest, AnArraysKeyOutlivesItsForgottenElements) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   const Duration minute = 60 * kMicrosPerSecond;
   bool replayed = false;
   JobId array;
@@ -1681,7 +1670,6 @@ TEST_F(ControllerTest, AnArraysKeyOutlivesItsForgottenElements) {
   EXPECT_TRUE(replayed);
   EXPECT_EQ(c->snapshot().jobs().size(), 2u);  // nothing made twice
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // An array whose last element ended first (cancelled, or a short run) and
@@ -1689,8 +1677,8 @@ TEST_F(ControllerTest, AnArraysKeyOutlivesItsForgottenElements) {
 // none of them lives. Before, it was forgotten, and the next restart took
 // the array for one a stop cut short and cancelled its running elements.
 TEST_F(ControllerTest, ARestartKeepsAnArrayWhoseLastElementEndedFirst) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   const Duration minute = 60 * kMicrosPerSecond;
   bool replayed = false;
   JobId first;
@@ -1720,7 +1708,6 @@ TEST_F(ControllerTest, ARestartKeepsAnArrayWhoseLastElementEndedFirst) {
     EXPECT_EQ(c->snapshot().jobs().size(), 0u);
     c->Stop();
   }
-  std::filesystem::remove_all(dir);
 }
 
 // A job that ended job_retention ago leaves the state (and its key with
@@ -1728,8 +1715,8 @@ TEST_F(ControllerTest, ARestartKeepsAnArrayWhoseLastElementEndedFirst) {
 // A restart from a journal snapshot that holds none of them (the highest
 // id among them) keeps them gone and never issues a forgotten id again.
 TEST_F(ControllerTest, EndedJobsAreForgottenAfterTheRetention) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   const Duration minute = 60 * kMicrosPerSecond;
   ControllerOptions o{.config = TwoNodes(), .clock = &clock, .job_retention = 60 * minute};
   JobId running, late, early;
@@ -1787,7 +1774,6 @@ TEST_F(ControllerTest, EndedJobsAreForgottenAfterTheRetention) {
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->value(), early.value() + 2);
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // The logs the server kept of a job (shipped by its agents) go when the job
@@ -1796,8 +1782,8 @@ TEST_F(ControllerTest, EndedJobsAreForgottenAfterTheRetention) {
 // followed, and what else the directory holds (in `rota up`, the local
 // agent's job directory with the task's work/) stays.
 TEST_F(ControllerTest, AForgottenJobsLogsAreRemoved) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   const std::string logs = dir + "/logs";
   const Duration minute = 60 * kMicrosPerSecond;
   auto write = [](const std::string& path) {
@@ -1832,7 +1818,6 @@ TEST_F(ControllerTest, AForgottenJobsLogsAreRemoved) {
   EXPECT_TRUE(std::filesystem::exists(logs + "/" + std::to_string(ended.value()) + "/work/data"));
   EXPECT_TRUE(std::filesystem::exists(logs + "/" + std::to_string(kept.value()) + "/main-0.log"));
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
@@ -2319,8 +2304,8 @@ TEST_F(ControllerTest, AnArrayWhoseTakeBackWasRefusedIsCancelledOnceTheStoreWrit
 // them, on the running server and after a restart from a journal snapshot
 // alike, so a retry makes the array anew (not the cancelled jobs back).
 TEST_F(ControllerTest, AnArrayNotAcceptedLeavesNoKeyBehind) {
-  char tmpl[] = "/tmp/rota-ctl-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const testing::TempDir tmp("rota-ctl");
+  const std::string& dir = tmp.path();
   const ControllerOptions o{.config = TwoNodes(), .clock = &clock};
   const int64_t count = Controller::kArrayChunk + 5;  // two parts
   bool replayed = true;
@@ -2358,7 +2343,6 @@ TEST_F(ControllerTest, AnArrayNotAcceptedLeavesNoKeyBehind) {
   EXPECT_TRUE(replayed);
   EXPECT_EQ(*kept, live_retry);
   c->Stop();
-  std::filesystem::remove_all(dir);
 }
 
 // Like Slurm's: an admin's hold only an admin releases; the owner's own hold the owner may.
