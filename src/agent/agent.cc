@@ -71,6 +71,12 @@ namespace {
 // rest to the next (a start takes milliseconds; one whose exec hangs, up to
 // launcher.cc's 10 s).
 constexpr auto kLaunchBudget = std::chrono::seconds(2);
+// How long the OCI runtime's delete of a container may run (the agent does
+// not wait for it) before it is killed.
+constexpr auto kOciDeleteLimit = std::chrono::seconds(30);
+// The same at a start's adoption of what an earlier agent left, which waits
+// for it (no report goes out before): "lost" must be true.
+constexpr int kAdoptDeleteMs = 30'000;
 
 TimePoint RealNowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -409,7 +415,48 @@ void Agent::StopTask(Task& t, bool now) {
   } else if (std::chrono::steady_clock::now() > t.stop_deadline) {
     launcher_.Signal(t.pid, SIGKILL);
     // The container's processes are not in the runtime's process group.
-    if (!t.oci_id.empty()) RunQuiet(OciDeleteArgv(t.oci_runtime, t.oci_id, t.oci_root));
+    // (Not waited for: a runtime stuck on the container's cgroup would hold
+    // mu_, and this runs on every pass until the task ends.)
+    if (!t.oci_id.empty()) DeleteContainer(t.oci_runtime, t.oci_id, t.oci_root);
+  }
+}
+
+bool Agent::DeleteContainer(const std::string& runtime, const std::string& id, const std::string& root) {
+  OciDelete& d = oci_deletes_[id];
+  if (d.pid != 0) return true;
+  const pid_t pid = SpawnQuiet(OciDeleteArgv(runtime, id, root));
+  if (pid <= 0) {
+    ++d.runs;  // (could not start: as one that ended)
+    return false;
+  }
+  d.pid = pid;
+  d.started = std::chrono::steady_clock::now();
+  WakeReaper();  // (the reap loop polls it from now)
+  return true;
+}
+
+void Agent::ReapDeletes() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = oci_deletes_.begin(); it != oci_deletes_.end();) {
+    OciDelete& d = it->second;
+    if (d.pid == 0) {
+      // Ended a while ago: a start of that container has read it by now.
+      it = now - d.started > std::chrono::minutes(1) ? oci_deletes_.erase(it) : std::next(it);
+      continue;
+    }
+    if (PollQuiet(d.pid) >= 0) {
+      d.pid = 0;
+      d.started = now;  // (when it ended)
+      ++d.runs;
+    } else if (now - d.started > kOciDeleteLimit) {
+      // Stuck (a cgroup whose processes will not die): killed with its
+      // group; reaped by a later pass if it goes, else left as it is.
+      std::fprintf(stderr, "rota agent: the OCI runtime's delete of %s ran %lld s: killed\n", it->first.c_str(),
+                   static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - d.started).count()));
+      kill(-d.pid, SIGKILL);
+      d.started = now;  // (its next kill, if it outlives this one, a limit later)
+    }
+    ++it;
   }
 }
 
@@ -623,7 +670,7 @@ void Agent::AdoptTasks() {
       }
       // A container's runtime may have started it: stopped and removed,
       // so that "lost" is true.
-      if (!t->oci_id.empty()) RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id, t->oci_root));
+      if (!t->oci_id.empty()) RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id, t->oci_root), kAdoptDeleteMs);
       t->exit_reason = "lost";  // no cgroup to clear it by: safer reported gone than run twice
       code = 255;
     } else {
@@ -637,7 +684,7 @@ void Agent::AdoptTasks() {
       if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
       // (A runtime killed by its supervisor's fence leaves its state behind.)
       if (!t->oci_id.empty() && OciContainerMayExist(t->oci_runtime, t->oci_id, t->oci_root)) {
-        RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id, t->oci_root));
+        RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id, t->oci_root), kAdoptDeleteMs);
       }
     } else {
       std::fprintf(stderr, "rota agent: adopted task %s (pid %d), still running\n",
@@ -928,7 +975,7 @@ bool Agent::Heartbeat(int wait_ms) {
   fence_after_ms_ = static_cast<int>(fence_after_ms);
   RenewLease(sent_at, fence_after_ms);
   lock.lock();
-  Reconcile(*answer);
+  Reconcile(*answer, /*may_start=*/false);
   return true;
 }
 
@@ -945,7 +992,7 @@ int Agent::GraceMs(const api::TaskAssignment& a) const {
   return static_cast<int>(std::clamp<int64_t>(a.checkpoint_grace / 1000, options_.stop_grace_ms, INT32_MAX));
 }
 
-void Agent::Reconcile(const api::AgentAnswer& answer) {
+void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
   if (!OfRegisteredServer(answer)) return;  // (not ours to apply)
   const double received_at = WallSeconds();
   if (answer.heartbeat_interval_ms > 0) {
@@ -1021,20 +1068,27 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
       deferred = true;
       continue;
     }
-    if (const auto spent = std::chrono::steady_clock::now() - steady_now; spent > kLaunchBudget) {
+    if (!may_start) {
+      // (The reap loop starts it, woken at the end of this pass.)
+      if (!deferred || steady_now < deferred_until_) deferred_until_ = steady_now;
+      deferred = true;
+      continue;
+    }
+    if (const auto now = std::chrono::steady_clock::now(); now - steady_now > kLaunchBudget) {
       // Each start waits for its program's exec, this agent's lock held (and
       // its heartbeats with it): up to 10 s apiece on a file system that
       // hangs, and a few such starts in one pass outlasted the node's
       // timeout, so that the server took the node for lost and the lease
-      // fenced every task on it. The rest start on the reap loop's next
-      // pass, a heartbeat free to go out between.
+      // fenced every task on it. The rest start on the reap loop's pass
+      // 50 ms on, a heartbeat waiting for the lock free to go out between.
       if (!budget_spent) {
         std::fprintf(stderr, "rota agent: task starts took %.1f s in one pass (a file system that hangs?): the rest "
                              "start on the next\n",
-                     std::chrono::duration<double>(spent).count());
+                     std::chrono::duration<double>(now - steady_now).count());
       }
       budget_spent = true;
-      if (!deferred || steady_now < deferred_until_) deferred_until_ = steady_now;
+      const auto retry = now + std::chrono::milliseconds(50);
+      if (!deferred || retry < deferred_until_) deferred_until_ = retry;
       deferred = true;
       continue;
     }
@@ -1191,6 +1245,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
       const int64_t cpu = a.cpu;
       const int64_t memory = a.memory;
       Status container = Status::Ok();
+      bool wait_for_delete = false;  // a stale container of that name goes first (DeleteContainer)
       if (const std::string& rootfs = a.rootfs; !rootfs.empty()) {
         // An OCI container: the runtime in the foreground is the task's process.
         container = [&]() -> Status {
@@ -1252,7 +1307,18 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           // A stale container of that name (an agent killed while it
           // launched this attempt) goes first; the runtime's state directory
           // says whether there is one without running it (10-15 ms).
-          if (OciContainerMayExist(runtime, oci.id, root)) RunQuiet(OciDeleteArgv(runtime, oci.id, root));
+          // (Not waited for, mu_ held: the task starts on a later pass once
+          // it has ended; after one has, whatever is left is the run's to
+          // refuse, as a failed start.)
+          if (OciContainerMayExist(runtime, oci.id, root)) {
+            auto d = oci_deletes_.find(oci.id);
+            if (d == oci_deletes_.end() || d->second.pid != 0 || d->second.runs == 0) {
+              DeleteContainer(runtime, oci.id, root);
+              wait_for_delete = true;
+              return Status::Ok();
+            }
+          }
+          oci_deletes_.erase(oci.id);
           spec.argv = OciRunArgv(runtime, bundle, oci.id, root);
           if (!oci.rootless) spec.hide_mounts = OciHiddenMounts(runtime);
           // The runtime runs as the agent (root, or the agent's own account
@@ -1274,6 +1340,12 @@ void Agent::Reconcile(const api::AgentAnswer& answer) {
           }
           return Status::Ok();
         }();
+      }
+      if (wait_for_delete) {
+        const auto retry = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+        if (!deferred || retry < deferred_until_) deferred_until_ = retry;
+        deferred = true;
+        continue;  // (started again from the answer, as if not seen yet)
       }
       if (!container.ok()) {
         NotStarted(t.get(), spec.log_path, "cannot start the container: " + std::string(container.message()));
@@ -1587,8 +1659,9 @@ void Agent::ReapLoop() {
   while (!stop_) {
     {
       std::unique_lock<std::mutex> lock(reap_mu_);
+      // (Woken at once, idle or not: an answer's starts wait here, WakeReaper.)
       reap_cv_.wait_for(lock, std::chrono::milliseconds(idle ? 1000 : 20),
-                        [this, idle] { return stop_.load() || (idle && reap_wake_); });
+                        [this] { return stop_.load() || reap_wake_; });
       reap_wake_ = false;  // (a wake after this is seen by the next wait)
     }
     bool ended;
@@ -1596,6 +1669,7 @@ void Agent::ReapLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       ended = Reap();
       NoteServiceExits();
+      ReapDeletes();
       if (deferred_answer_ && std::chrono::steady_clock::now() >= deferred_until_) {
         const api::AgentAnswer again = *deferred_answer_;
         if (again.revision >= applied_revision_) Reconcile(again);
@@ -1618,7 +1692,9 @@ void Agent::ReapLoop() {
           ended = true;
         }
       }
-      idle = deferred_answer_ == nullptr && std::none_of(tasks_.begin(), tasks_.end(), [](const auto& kv) {
+      idle = deferred_answer_ == nullptr &&
+             std::none_of(oci_deletes_.begin(), oci_deletes_.end(), [](const auto& kv) { return kv.second.pid != 0; }) &&
+             std::none_of(tasks_.begin(), tasks_.end(), [](const auto& kv) {
                return kv.second->pid != 0 && !kv.second->exited;
              });
     }

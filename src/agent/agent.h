@@ -150,7 +150,10 @@ class Agent {
   void MeterLoop();
   // REQUIRES: mu_ held. Applies the server's answer (a heartbeat's or a
   // watch event): starts wanted tasks that are missing, stops unwanted ones.
-  void Reconcile(const api::AgentAnswer& answer);
+  // With `may_start` false (the heartbeat thread's, whose next report must
+  // not wait on a start that hangs) the starts are left to the reap loop,
+  // woken at once.
+  void Reconcile(const api::AgentAnswer& answer, bool may_start = true);
   int IntervalMs() const;
   // Sleeps up to `ms`, or until Stop.
   void Sleep(int ms);
@@ -213,6 +216,22 @@ class Agent {
   std::map<std::string, ReplicaBackoff> backoff_;
   std::unique_ptr<api::AgentAnswer> deferred_answer_;
   std::chrono::steady_clock::time_point deferred_until_{};
+  // (mu_) The OCI runtime's deletes (`delete --force`), by container id:
+  // started without waiting and reaped by later passes (ReapDeletes), so
+  // that a runtime stuck on a cgroup never holds mu_. `runs`: how many have
+  // ended for the container since it was last started.
+  struct OciDelete {
+    pid_t pid = 0;  // 0: none in flight
+    std::chrono::steady_clock::time_point started{};
+    int runs = 0;
+  };
+  std::map<std::string, OciDelete> oci_deletes_;
+  // REQUIRES: mu_ held. Starts a delete of container `id` unless one is in
+  // flight; true while one is (then or still).
+  bool DeleteContainer(const std::string& runtime, const std::string& id, const std::string& root);
+  // REQUIRES: mu_ held. Reaps the deletes that ended; kills one that has run
+  // kOciDeleteLimit; forgets what is left of a container that ran since.
+  void ReapDeletes();
   // REQUIRES: mu_ held. Notes a service replica's exit for its back-off.
   void NoteServiceExits();
   std::string instance_tag_;  // "-<hash of state_dir>" on task cgroup names ("" without a state directory)

@@ -577,9 +577,10 @@ struct ShimReport {
   [[maybe_unused]] ssize_t w = write(report_fd, &report, sizeof(report));
   close(report_fd);
   if (report.step >= 0) {
-    // (Not one killed in a hung exec: it may never be reapable, in the
-    // kernel's D state, and the agent waits for this process to end.)
-    if (task > 0 && report.step != kStepSlow) waitpid(task, nullptr, 0);
+    // (Not one killed in a hung exec, or whose start is unknown: it may
+    // never be reapable, in the kernel's D state, and the agent waits for
+    // this process to end.)
+    if (task > 0 && report.step != kStepSlow && report.step != kStepWait) waitpid(task, nullptr, 0);
     _exit(127);
   }
   Supervise(spec, task);
@@ -952,8 +953,11 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
   }
   auto failed = [&](int step, int err) -> Status {
     int status;
-    // (A task of its own killed in a hung exec may never be reapable: not waited for.)
-    waitpid(pid, &status, !supervised && step == kStepSlow ? WNOHANG : 0);
+    // (A task of its own killed in a hung exec, or whose start is unknown,
+    // may never be reapable: not waited for.)
+    waitpid(pid, &status, !supervised && (step == kStepSlow || step == kStepWait) ? WNOHANG : 0);
+    // (A step this agent does not know: a report from another build of the shim.)
+    if (step < 0 || step >= static_cast<int>(std::size(kSteps))) step = kStepShim;
     std::string what = step == kStepExec ? "start '" + spec.argv[0] + "'"
                        : step == kStepShim ? std::string(kSteps[step]) + " " + shim_
                                            : std::string(kSteps[step]);

@@ -30,7 +30,7 @@ namespace rota::agent {
 
 using nlohmann::json;
 
-int RunQuiet(const std::vector<std::string>& argv, int timeout_ms) {
+pid_t SpawnQuiet(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -47,13 +47,26 @@ int RunQuiet(const std::vector<std::string>& argv, int timeout_ms) {
   const int rc = posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) return -1;
+  return rc == 0 ? pid : -1;
+}
+
+int PollQuiet(pid_t pid) {
   int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(pid, &status, WNOHANG);
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) return -1;
+  if (r < 0) return 255;  // (not ours to wait for: taken as failed)
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int RunQuiet(const std::vector<std::string>& argv, int timeout_ms) {
+  const pid_t pid = SpawnQuiet(argv);
+  if (pid < 0) return -1;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (int pause_ms = 1;; pause_ms = std::min(pause_ms * 2, 50)) {
-    const pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (r < 0 && errno != EINTR) return -1;
+    if (const int code = PollQuiet(pid); code >= 0) return code;
     if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }
@@ -61,10 +74,7 @@ int RunQuiet(const std::vector<std::string>& argv, int timeout_ms) {
   // die): killed, and reaped if it goes within a second; one that does not
   // (the kernel's D state) is left, not waited on for good.
   kill(-pid, SIGKILL);
-  for (int i = 0; i < 100; ++i) {
-    if (waitpid(pid, &status, WNOHANG) == pid) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  for (int i = 0; i < 100 && PollQuiet(pid) < 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return -1;
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include <map>
 #include <string>
@@ -127,13 +128,19 @@ bool OciContainerMayExist(const std::string& runtime, const std::string& id, con
 // argv that force-stops and removes the container (after its runtime process was killed).
 std::vector<std::string> OciDeleteArgv(const std::string& runtime, const std::string& id, const std::string& root = "");
 
-// Runs argv with its output discarded; its exit status: -1 if it could not
-// start, or if it ran past `timeout_ms` (then it and its process group are
-// killed). The agent runs its OCI runtime's deletes with it, its lock held:
-// a runtime that hangs (on a cgroup whose processes will not die) held the
-// agent, its heartbeats with it, until the node's lease fenced every task.
+// Runs argv with its output discarded, in a process group of its own; its
+// exit status: -1 if it could not start, or if it ran past `timeout_ms`
+// (then it and its process group are killed, and it is reaped if it goes
+// within a second). Before, it waited for good: a runtime stuck on a cgroup
+// whose processes will not die held the agent, its lock and heartbeats with
+// it, until the node's lease fenced every task.
 inline constexpr int kRunQuietTimeoutMs = 5'000;
 int RunQuiet(const std::vector<std::string>& argv, int timeout_ms = kRunQuietTimeoutMs);
+// RunQuiet's halves, for a caller that does not wait: SpawnQuiet starts it
+// (its pid, or -1); PollQuiet says its exit status once it has ended (-1
+// while it runs; reaped then).
+pid_t SpawnQuiet(const std::vector<std::string>& argv);
+int PollQuiet(pid_t pid);
 
 // cgroup2 mount points while cgroup v1 controllers are mounted too (none when not hybrid).
 std::vector<std::string> HybridCgroup2Mounts();

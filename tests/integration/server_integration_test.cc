@@ -661,6 +661,87 @@ TEST_F(Integration, TasksRunInOciContainers) {
   if (ran == 0) GTEST_SKIP() << "neither runc nor crun is installed";
 }
 
+// The OCI runtime's delete of a container that outlived its stop is not
+// waited for with the agent's lock held: one that hangs (a runtime stuck on
+// the container's cgroup; here a stand-in crun whose delete sleeps) leaves
+// the agent reporting and starting tasks. Before, the agent waited on it
+// for good: no report went out, the node was declared lost (and its lease
+// fenced every task on it); with each wait cut at 5 s it was lost all the
+// same, every pass of the reap loop waiting again.
+TEST_F(Integration, AHungRuntimeDeleteDoesNotHoldTheAgent) {
+  if (geteuid() != 0) GTEST_SKIP() << "OCI containers need root here (runc/crun create namespaces and cgroups)";
+  const std::string busybox = "/bin/busybox";
+  if (access(busybox.c_str(), X_OK) != 0) GTEST_SKIP() << "no static busybox to build a rootfs from (busybox-static)";
+  std::string crun;
+  for (const char* dir : {"/usr/bin/", "/usr/sbin/"}) {
+    if (access((std::string(dir) + "crun").c_str(), X_OK) == 0) crun = std::string(dir) + "crun";
+  }
+  if (crun.empty()) GTEST_SKIP() << "crun is not installed";
+  const std::string rootfs = tmp.path() + "/image/rootfs";
+  std::filesystem::create_directories(rootfs + "/bin");
+  std::filesystem::copy_file(busybox, rootfs + "/bin/busybox");
+  for (const char* c : {"sh", "sleep", "echo"}) std::filesystem::create_symlink("busybox", rootfs + "/bin/" + c);
+  // The stand-in: crun itself, but a delete writes its pid and sleeps.
+  const std::string bin = tmp.path() + "/bin", deletes = tmp.path() + "/deletes";
+  std::filesystem::create_directories(bin);
+  // (Its pid, then the container's id: the last argument.)
+  std::ofstream(bin + "/crun") << "#!/bin/sh\nfor a in \"$@\"; do\n  if [ \"$a\" = delete ]; then for id; do :; done; "
+                               << "echo $$ $id >> " << deletes << "; exec sleep 120; fi\ndone\nexec " << crun
+                               << " \"$@\"\n";
+  std::filesystem::permissions(bin + "/crun", std::filesystem::perms::owner_all);
+  struct Path {
+    std::string before = getenv("PATH") != nullptr ? getenv("PATH") : "/usr/bin:/bin";
+    ~Path() { setenv("PATH", before.c_str(), 1); }
+  } path;
+  setenv("PATH", (bin + ":" + path.before).c_str(), 1);  // (the agent of `rota up` finds the stand-in first)
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--oci-runtime", "crun", "--node-timeout", "4s"});
+  setenv("PATH", path.before.c_str(), 1);
+  auto admin = up.Admin();
+  // Two containers that ignore their stop signal: killed after the agent's
+  // grace, then deleted (each delete cut at 5 s with the lock held, the two
+  // outlasted the node's timeout).
+  for (int k = 1; k <= 2; ++k) {
+    auto r = admin.Post("/v1/jobs", "name: stubborn\ntasks: [{gpus: 1, rootfs: " + tmp.path() +
+                                        "/image, command: [sh, -c, 'trap \"\" TERM; echo up; sleep 100']}]\n",
+                        "application/yaml");
+    ASSERT_EQ(r->status, 201) << r->body;
+  }
+  json j;
+  for (int k = 1; k <= 2; ++k) {
+    j = WaitJob(admin, k, [](const json& x) { return x["state"] != "pending"; });
+    ASSERT_EQ(j["state"], "running") << j.dump() << "\n" << RunRota({"logs", std::to_string(k)}, up.ClientEnv(), tmp.path()).out
+                                     << "\n" << ReadAll(tmp.path() + "/data.log");
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ASSERT_EQ(RunRota({"cancel", "--name", "stubborn"}, up.ClientEnv(), tmp.path()).exit_code, 0);
+  for (int i = 0; i < 400 && ReadAll(deletes).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string hung = ReadAll(deletes);
+  ASSERT_FALSE(hung.empty()) << "the runtime's delete never ran";
+  // While it hangs: the node stays reported (its timeout is 4 s) and runs the next job.
+  auto next = admin.Post("/v1/jobs", "name: next\ntasks: [{cpu: 1, command: [sh, -c, 'echo second']}]\n", "application/yaml");
+  ASSERT_EQ(next->status, 201) << next->body;
+  bool lost = false;
+  for (int i = 0; i < 40; ++i) {
+    for (const json& n : json::parse(admin.Get("/v1/nodes")->body)["nodes"]) lost = lost || n["state"] == "lost";
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_FALSE(lost) << "the node was declared lost while the runtime's delete hung";
+  j = WaitJob(admin, 3, [](const json& x) { return x["state"] == "succeeded" || x["state"] == "failed"; });
+  EXPECT_EQ(j["state"], "succeeded") << j.dump();
+  for (int k = 1; k <= 2; ++k) {
+    j = WaitJob(admin, k, [](const json& x) { return x["state"] == "cancelled"; });
+    EXPECT_EQ(j["state"], "cancelled") << j.dump() << "\n" << RunRota({"logs", std::to_string(k)}, up.ClientEnv(), tmp.path()).out;
+  }
+  // The stand-in's deletes end, and the real runtime deletes what they left.
+  std::stringstream lines(ReadAll(deletes));
+  pid_t pid;
+  std::string id;
+  while (lines >> pid >> id) {
+    kill(pid, SIGKILL);
+    std::system((crun + " delete --force " + id + " >/dev/null 2>&1").c_str());
+  }
+}
+
 // A data directory given relative (rota up --data-dir data) still hands
 // tasks paths that work where they run (their job's work directory): the
 // checkpoint file and the hostfile.
