@@ -423,41 +423,73 @@ void Agent::StopTask(Task& t, bool now) {
 
 bool Agent::DeleteContainer(const std::string& runtime, const std::string& id, const std::string& root) {
   OciDelete& d = oci_deletes_[id];
-  if (d.pid != 0) return true;
+  if (d.pid != 0) {
+    PollDelete(id, d, std::chrono::steady_clock::now());
+    if (d.pid != 0) return true;
+  }
   const pid_t pid = SpawnQuiet(OciDeleteArgv(runtime, id, root));
+  d.started = std::chrono::steady_clock::now();
   if (pid <= 0) {
     ++d.runs;  // (could not start: as one that ended)
     return false;
   }
   d.pid = pid;
-  d.started = std::chrono::steady_clock::now();
   WakeReaper();  // (the reap loop polls it from now)
   return true;
+}
+
+void Agent::PollDelete(const std::string& id, OciDelete& d, std::chrono::steady_clock::time_point now) {
+  if (PollQuiet(d.pid) >= 0) {
+    d.pid = 0;
+    d.started = now;  // (when it ended)
+    ++d.runs;
+  } else if (now - d.started > kOciDeleteLimit) {
+    // Stuck (a cgroup whose processes will not die): killed with its
+    // group, and counted as ended (a start waiting for it goes on, the
+    // runtime's run to refuse what is left); reaped by a later pass if it
+    // goes, else left as it is (the kernel's D state).
+    std::fprintf(stderr, "rota agent: the OCI runtime's delete of %s ran %lld s: killed\n", id.c_str(),
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - d.started).count()));
+    kill(-d.pid, SIGKILL);
+    killed_deletes_.push_back(d.pid);
+    d.pid = 0;
+    d.started = now;
+    ++d.runs;
+  }
 }
 
 void Agent::ReapDeletes() {
   const auto now = std::chrono::steady_clock::now();
   for (auto it = oci_deletes_.begin(); it != oci_deletes_.end();) {
     OciDelete& d = it->second;
-    if (d.pid == 0) {
-      // Ended a while ago: a start of that container has read it by now.
-      it = now - d.started > std::chrono::minutes(1) ? oci_deletes_.erase(it) : std::next(it);
-      continue;
-    }
-    if (PollQuiet(d.pid) >= 0) {
-      d.pid = 0;
-      d.started = now;  // (when it ended)
-      ++d.runs;
-    } else if (now - d.started > kOciDeleteLimit) {
-      // Stuck (a cgroup whose processes will not die): killed with its
-      // group; reaped by a later pass if it goes, else left as it is.
-      std::fprintf(stderr, "rota agent: the OCI runtime's delete of %s ran %lld s: killed\n", it->first.c_str(),
-                   static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - d.started).count()));
-      kill(-d.pid, SIGKILL);
-      d.started = now;  // (its next kill, if it outlives this one, a limit later)
-    }
-    ++it;
+    if (d.pid != 0) PollDelete(it->first, d, now);
+    // Ended a while ago: a start of that container has read it by now.
+    it = d.pid == 0 && now - d.started > std::chrono::minutes(1) ? oci_deletes_.erase(it) : std::next(it);
   }
+  std::erase_if(killed_deletes_, [](pid_t pid) { return PollQuiet(pid) >= 0; });
+}
+
+bool Agent::StaleContainerWaits(const api::TaskAssignment& a) {
+  if (a.rootfs.empty()) return false;
+  auto runtime = FindOciRuntime(options_.oci_runtime);
+  if (!runtime.ok()) return false;  // (the start says why)
+  // (As the start names it: OciTask::id.)
+  const std::string id = "rota-" + std::to_string(a.job.value()) + "-" + std::to_string(a.task) + "-" +
+                         std::to_string(a.replica) + "-" + std::to_string(a.attempt) + instance_tag_;
+  auto d = oci_deletes_.find(id);
+  if (d != oci_deletes_.end() && d->second.pid != 0) {
+    PollDelete(id, d->second, std::chrono::steady_clock::now());
+    if (d->second.pid != 0) return true;
+  }
+  // A stale container of that name (an agent killed while it launched
+  // this attempt) goes first; the runtime's state directory says whether
+  // there is one without running it (10-15 ms). Not waited for, mu_ held:
+  // the task starts on a later pass once the delete has ended; after one
+  // has, whatever is left is the runtime's run to refuse, as a failed start.
+  const std::string root = OciStateDirectory(*runtime, options_.state_dir);
+  if (!OciContainerMayExist(*runtime, id, root)) return false;
+  if (d != oci_deletes_.end() && d->second.runs > 0) return false;
+  return DeleteContainer(*runtime, id, root);
 }
 
 
@@ -684,7 +716,7 @@ void Agent::AdoptTasks() {
       if (cgroups_ && !t->cgroup.empty()) cgroups_->Remove(t->cgroup);
       // (A runtime killed by its supervisor's fence leaves its state behind.)
       if (!t->oci_id.empty() && OciContainerMayExist(t->oci_runtime, t->oci_id, t->oci_root)) {
-        RunQuiet(OciDeleteArgv(t->oci_runtime, t->oci_id, t->oci_root), kAdoptDeleteMs);
+        DeleteContainer(t->oci_runtime, t->oci_id, t->oci_root);  // (it ended: nothing to wait for)
       }
     } else {
       std::fprintf(stderr, "rota agent: adopted task %s (pid %d), still running\n",
@@ -975,7 +1007,9 @@ bool Agent::Heartbeat(int wait_ms) {
   fence_after_ms_ = static_cast<int>(fence_after_ms);
   RenewLease(sent_at, fence_after_ms);
   lock.lock();
-  Reconcile(*answer, /*may_start=*/false);
+  // (Watching, the watch's answers start tasks and this thread's next
+  // report waits on none of them; polling, this is how work comes.)
+  Reconcile(*answer, /*may_start=*/!options_.watch);
   return true;
 }
 
@@ -1106,6 +1140,14 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
     uint64_t wants = 0;
     for (int g : a.gpus) wants |= 1ULL << g;
     if ((wants & stopping) != 0) continue;  // started by a later reconcile, once they are free
+    if (StaleContainerWaits(a)) {
+      // (Before anything of the start is done: nothing of it is redone,
+      // the job's hostfile and the task's log untouched, while it waits.)
+      const auto retry = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+      if (!deferred || retry < deferred_until_) deferred_until_ = retry;
+      deferred = true;
+      continue;
+    }
     auto t = std::make_unique<Task>();
     t->assignment = a;
     t->job = a.job.value();
@@ -1245,7 +1287,6 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
       const int64_t cpu = a.cpu;
       const int64_t memory = a.memory;
       Status container = Status::Ok();
-      bool wait_for_delete = false;  // a stale container of that name goes first (DeleteContainer)
       if (const std::string& rootfs = a.rootfs; !rootfs.empty()) {
         // An OCI container: the runtime in the foreground is the task's process.
         container = [&]() -> Status {
@@ -1304,21 +1345,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
           const std::string root = OciStateDirectory(runtime, options_.state_dir);
           const std::string bundle = job_dir + "/" + name + "-" + std::to_string(t->attempt) + ".oci";
           ROTA_RETURN_IF_ERROR(WriteOciBundle(bundle, oci));
-          // A stale container of that name (an agent killed while it
-          // launched this attempt) goes first; the runtime's state directory
-          // says whether there is one without running it (10-15 ms).
-          // (Not waited for, mu_ held: the task starts on a later pass once
-          // it has ended; after one has, whatever is left is the run's to
-          // refuse, as a failed start.)
-          if (OciContainerMayExist(runtime, oci.id, root)) {
-            auto d = oci_deletes_.find(oci.id);
-            if (d == oci_deletes_.end() || d->second.pid != 0 || d->second.runs == 0) {
-              DeleteContainer(runtime, oci.id, root);
-              wait_for_delete = true;
-              return Status::Ok();
-            }
-          }
-          oci_deletes_.erase(oci.id);
+          // (A stale container of that name went first: StaleContainerWaits.)
           spec.argv = OciRunArgv(runtime, bundle, oci.id, root);
           if (!oci.rootless) spec.hide_mounts = OciHiddenMounts(runtime);
           // The runtime runs as the agent (root, or the agent's own account
@@ -1340,12 +1367,6 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
           }
           return Status::Ok();
         }();
-      }
-      if (wait_for_delete) {
-        const auto retry = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-        if (!deferred || retry < deferred_until_) deferred_until_ = retry;
-        deferred = true;
-        continue;  // (started again from the answer, as if not seen yet)
       }
       if (!container.ok()) {
         NotStarted(t.get(), spec.log_path, "cannot start the container: " + std::string(container.message()));

@@ -230,8 +230,14 @@ class Agent {
   // flight; true while one is (then or still).
   bool DeleteContainer(const std::string& runtime, const std::string& id, const std::string& root);
   // REQUIRES: mu_ held. Reaps the deletes that ended; kills one that has run
-  // kOciDeleteLimit; forgets what is left of a container that ran since.
+  // kOciDeleteLimit (then counted as ended); forgets those that ended a
+  // minute ago.
   void ReapDeletes();
+  void PollDelete(const std::string& id, OciDelete& d, std::chrono::steady_clock::time_point now);
+  std::vector<pid_t> killed_deletes_;  // (mu_) killed, not reaped yet
+  // REQUIRES: mu_ held. Whether the start of `a` (a container) waits for a
+  // delete of a stale container of its name (started here if needed).
+  bool StaleContainerWaits(const api::TaskAssignment& a);
   // REQUIRES: mu_ held. Notes a service replica's exit for its back-off.
   void NoteServiceExits();
   std::string instance_tag_;  // "-<hash of state_dir>" on task cgroup names ("" without a state directory)

@@ -693,6 +693,21 @@ TEST_F(Integration, AHungRuntimeDeleteDoesNotHoldTheAgent) {
     std::string before = getenv("PATH") != nullptr ? getenv("PATH") : "/usr/bin:/bin";
     ~Path() { setenv("PATH", before.c_str(), 1); }
   } path;
+  // At the end, whatever failed: the stand-in's deletes still sleeping end
+  // (the agent kills them after 30 s), and the real runtime deletes what
+  // they left.
+  struct Cleanup {
+    std::string deletes, crun;
+    ~Cleanup() {
+      std::stringstream lines(ReadAll(deletes));
+      pid_t pid;
+      std::string id;
+      while (lines >> pid >> id) {
+        if (ReadAll("/proc/" + std::to_string(pid) + "/cmdline").starts_with("sleep")) kill(pid, SIGKILL);
+        std::system((crun + " delete --force " + id + " >/dev/null 2>&1").c_str());
+      }
+    }
+  } cleanup{deletes, crun};
   setenv("PATH", (bin + ":" + path.before).c_str(), 1);  // (the agent of `rota up` finds the stand-in first)
   RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--oci-runtime", "crun", "--node-timeout", "4s"});
   setenv("PATH", path.before.c_str(), 1);
@@ -731,14 +746,6 @@ TEST_F(Integration, AHungRuntimeDeleteDoesNotHoldTheAgent) {
   for (int k = 1; k <= 2; ++k) {
     j = WaitJob(admin, k, [](const json& x) { return x["state"] == "cancelled"; });
     EXPECT_EQ(j["state"], "cancelled") << j.dump() << "\n" << RunRota({"logs", std::to_string(k)}, up.ClientEnv(), tmp.path()).out;
-  }
-  // The stand-in's deletes end, and the real runtime deletes what they left.
-  std::stringstream lines(ReadAll(deletes));
-  pid_t pid;
-  std::string id;
-  while (lines >> pid >> id) {
-    kill(pid, SIGKILL);
-    std::system((crun + " delete --force " + id + " >/dev/null 2>&1").c_str());
   }
 }
 
