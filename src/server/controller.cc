@@ -822,7 +822,7 @@ void Controller::CheckTimes(TimePoint now) {
   // Only running and preempting jobs can be over time: those the node index
   // holds (not every pending job of a million).
   std::vector<JobId> placed;
-  std::map<JobId, TimePoint> seen;
+  JobLifecycle::SeenRunningMap seen;
   const Snapshot snap = snapshot();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -837,7 +837,7 @@ void Controller::CheckTimes(TimePoint now) {
   const JobLifecycle::Overdue overdue = lifecycle_.FindOverdue(snap, placed, now, &seen);
   if (overdue.empty() && !lifecycle_.SteadyDue(options_.clock->Steady())) return;
   Call<bool>([&](Batch& batch) -> StatusOr<bool> {
-    lifecycle_.EndOverdue(batch, overdue, now, options_.clock->Steady());
+    lifecycle_.EndOverdue(batch, overdue, now, options_.clock->Steady(), &seen);
     return true;
   }).status().IgnoreError();
 }
@@ -1910,7 +1910,7 @@ void Controller::NoteSeenRunning(const Snapshot& snap, const HeartbeatReport& re
     if (t.exited) continue;
     const JobRecord* job = snap.FindJob(t.job);
     if (job != nullptr && job->state == JobState::kPreempting && PlacedOn(*job, node->id, t)) {
-      stop_seen_[t.job] = options_.clock->Now();
+      stop_seen_[t.job] = {options_.clock->Now(), options_.clock->Steady()};
     }
   }
 }
@@ -1944,7 +1944,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
       if (t.exited && (job->state == JobState::kRunning || job->state == JobState::kPreempting)) return false;
       // (NoteSeenRunning's, in the one pass: a report that goes on to the actor notes all there.)
       if (!t.exited && job->state == JobState::kPreempting && PlacedOn(*job, node->id, t)) {
-        stop_seen_[t.job] = options_.clock->Now();
+        stop_seen_[t.job] = {options_.clock->Now(), options_.clock->Steady()};
       }
       // A checkpoint the actor would journal (the same test as there).
       if (t.checkpoint_at != 0 && !t.checkpoint_path.empty()) {

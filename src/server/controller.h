@@ -504,7 +504,7 @@ class Controller {
   JobLifecycle lifecycle_;  // exits, restarts, requeues, time limits
   // Stopping jobs, and when a report last listed one of their replicas
   // running (under mu_: quiet heartbeats note it too); CheckTimes reads it.
-  std::map<JobId, TimePoint> stop_seen_;
+  JobLifecycle::SeenRunningMap stop_seen_;
   // With mu_ held: `report`'s running replicas of stopping jobs, seen now.
   void NoteSeenRunning(const Snapshot& snap, const HeartbeatReport& report);
 

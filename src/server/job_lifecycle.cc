@@ -198,7 +198,7 @@ void JobLifecycle::OnGpuHealth(Batch& batch, const std::string& node_name, const
 }
 
 JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std::vector<JobId>& ids,
-                                               TimePoint now, const std::map<JobId, TimePoint>* seen_running) const {
+                                               TimePoint now, const SeenRunningMap* seen_running) const {
   Overdue out;
   for (JobId id : ids) {
     const JobRecord* job = snap.FindJob(id);
@@ -212,7 +212,7 @@ JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std:
       TimePoint from = job->preempting_since;
       if (seen_running != nullptr) {
         auto seen = seen_running->find(id);
-        if (seen != seen_running->end() && seen->second > from) from = std::min(seen->second, from + kStopHold);
+        if (seen != seen_running->end() && seen->second.wall > from) from = std::min(seen->second.wall, from + kStopHold);
       }
       const Duration grace = std::min(job->spec().checkpoint.grace, max_grace_);
       if (now - from > std::max(grace + preempt_slack_, fenced_after_)) out.unstopped.push_back(id);
@@ -242,7 +242,8 @@ void JobLifecycle::EndAtTimeLimit(Batch& batch, JobId id, Duration limit, TimePo
   batch.Apply(JobFinished{id, JobOutcome::kFailed, at, "time limit " + FormatDuration(limit) + " reached"}).IgnoreError();
 }
 
-void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now, TimePoint steady_now) {
+void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now, TimePoint steady_now,
+                              const SeenRunningMap* seen_running) {
   for (JobId id : overdue.expired) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
     if (job == nullptr || job->state != JobState::kRunning) continue;
@@ -264,6 +265,7 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
       TimePoint at;
     };
     std::vector<End> ended;
+    std::vector<JobId> unstopped;
     {  // (let go of before an Apply: a snapshot held across one copies the state)
       const Snapshot snap = batch.state->GetSnapshot();
       for (const auto& [id, start] : started_) {
@@ -277,11 +279,36 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
         }
         else next = std::min(next, start.steady_at + job->spec().time_limit + 1);
       }
+      // Stops this server saw begin, past their grace on its steady clock
+      // (from when a replica was last seen running, as FindOverdue's): a wall
+      // clock stepped back keeps none stopping longer, its GPUs held.
+      // (FindOverdue's, by the wall clock, are below.)
+      for (const auto& [id, stop] : stopping_) {
+        const JobRecord* job = snap.FindJob(id);
+        if (job == nullptr || job->state != JobState::kPreempting) continue;
+        if (std::find(overdue.unstopped.begin(), overdue.unstopped.end(), id) != overdue.unstopped.end()) continue;
+        TimePoint from = stop.steady_at;
+        if (seen_running != nullptr) {
+          auto seen = seen_running->find(id);
+          if (seen != seen_running->end() && seen->second.steady > from) from = std::min(seen->second.steady, from + kStopHold);
+        }
+        const Duration allowed = std::max(std::min(job->spec().checkpoint.grace, max_grace_) + preempt_slack_, fenced_after_);
+        if (steady_now - from > allowed) unstopped.push_back(id);
+        else next = std::min(next, from + allowed + 1);
+      }
     }
     next_steady_limit_.store(next, std::memory_order_relaxed);
     // (Not journaled after all, the state put back: looked at again at the next check.)
-    if (!ended.empty()) batch.undo.push_back([this] { next_steady_limit_.store(0, std::memory_order_relaxed); });
+    if (!ended.empty() || !unstopped.empty()) {
+      batch.undo.push_back([this] { next_steady_limit_.store(0, std::memory_order_relaxed); });
+    }
     for (const End& e : ended) EndAtTimeLimit(batch, e.id, e.limit, e.at);
+    for (JobId id : unstopped) {
+      const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
+      if (job != nullptr && job->state == JobState::kPreempting) {
+        Stopped(batch, *job, job->last_requeue_reason + std::string(kGraceOverrunSuffix));
+      }
+    }
   }
   for (JobId id : overdue.unstopped) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);

@@ -66,7 +66,14 @@ class JobLifecycle {
   void OnTaskReports(Batch& batch, const std::string& node, const std::vector<api::TaskReport>& tasks,
                      uint64_t revision = 0);
   // `job` began stopping (JobPreempting) at the state's `revision`.
-  void NoteStopping(JobId job, uint64_t revision) { stopping_[job] = {revision, clock_->Steady()}; }
+  void NoteStopping(JobId job, uint64_t revision) {
+    const TimePoint steady = clock_->Steady();
+    stopping_[job] = {revision, steady};
+    // (Its grace is not known here: looked at from its slack on, when
+    // EndOverdue finds its time.)
+    const TimePoint first = steady + preempt_slack_ + 1;
+    if (first < next_steady_limit_.load(std::memory_order_relaxed)) next_steady_limit_.store(first, std::memory_order_relaxed);
+  }
   // The job was bound at `started_at` (the journal's time): its time limit
   // is measured on this server's steady clock too (EndOverdue).
   void NoteStarted(const Snapshot& snap, JobId job, TimePoint started_at);
@@ -84,19 +91,28 @@ class JobLifecycle {
     bool empty() const { return expired.empty() && unstopped.empty(); }
   };
   // `seen_running`: when a report last listed one of a stopping job's
-  // replicas running; its time runs from then (for at most kStopHold past
-  // the stop's start: a process the kernel cannot kill holds it no longer).
+  // replicas running (on the wall clock, and on the steady one); its time
+  // runs from then (for at most kStopHold past the stop's start: a process
+  // the kernel cannot kill holds it no longer).
   static constexpr Duration kStopHold = 600 * kMicrosPerSecond;
+  struct SeenRunning {
+    TimePoint wall = 0;
+    TimePoint steady = 0;
+  };
+  using SeenRunningMap = std::map<JobId, SeenRunning>;
   Overdue FindOverdue(const Snapshot& snap, const std::vector<JobId>& ids, TimePoint now,
-                      const std::map<JobId, TimePoint>* seen_running = nullptr) const;
+                      const SeenRunningMap* seen_running = nullptr) const;
   // Ends (or requeues) them, if they still are so in the batch's state;
   // with `steady_now` (the clock's Steady()), a stop only once its grace has
-  // passed on that clock too, from when this server saw it begin. A job this
-  // server bound goes by the steady clock alone: it ends at its time limit
-  // on that clock (SteadyDue) though the wall clock was stepped back.
-  void EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now, TimePoint steady_now = 0);
-  // Whether a job this server bound may be past its time limit on the
-  // steady clock at `steady_now` (then EndOverdue ends it); read off the actor.
+  // passed on that clock too, from when this server saw it begin. What this
+  // server bound or saw begin to stop goes by the steady clock alone: a job
+  // ends at its time limit, and a stop at its grace, on that clock
+  // (SteadyDue) though the wall clock was stepped back.
+  void EndOverdue(Batch& batch, const Overdue& overdue, TimePoint now, TimePoint steady_now = 0,
+                  const SeenRunningMap* seen_running = nullptr);
+  // Whether a job this server bound may be past its time limit, or a stop it
+  // saw begin past its grace, on the steady clock at `steady_now` (then
+  // EndOverdue ends it); read off the actor.
   bool SteadyDue(TimePoint steady_now) const { return steady_now >= next_steady_limit_.load(std::memory_order_relaxed); }
 
   // Requeues (or fails, past the restart limit) a running job. A rank never

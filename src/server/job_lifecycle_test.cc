@@ -86,6 +86,45 @@ TEST(JobLifecycle, AStepOfTheWallClockEndsNoStopEarly) {
   EXPECT_TRUE(std::holds_alternative<JobRequeued>(late.events[0]));
 }
 
+// The wall clock stepped an hour back keeps no stop this server saw begin
+// past its grace: on the steady clock it is due (SteadyDue), from when a
+// replica was last seen running (for at most kStopHold), and the gang is
+// requeued though FindOverdue, on the wall clock, finds nothing. Before, its
+// GPUs stayed held for the hour.
+TEST(JobLifecycle, AWallClockSteppedBackKeepsNoStopPastItsGrace) {
+  JobSpec spec = GpuJob("j", 2, 1);
+  spec.checkpoint.grace = 60 * kMicrosPerSecond;
+  Running r(spec);
+  Batch batch{&r.st};
+  r.lifecycle.Requeue(batch, r.job(), "requeued by alice", false);
+  ASSERT_EQ(r.job().state, JobState::kPreempting);
+  const TimePoint since = r.job().preempting_since;
+  const TimePoint steady = r.clock.Steady();  // (the stop noted at it)
+  const std::vector<JobId> ids = {JobId(1)};
+  const TimePoint stepped = since - 3600 * kMicrosPerSecond;  // the wall clock, an hour back
+  const auto overdue = r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, stepped);
+  ASSERT_TRUE(overdue.empty());  // (by the wall clock)
+  // Its grace (60 s) and slack (30 s): not before 90 s on the steady clock.
+  EXPECT_FALSE(r.lifecycle.SteadyDue(steady + 29 * kMicrosPerSecond));
+  EXPECT_TRUE(r.lifecycle.SteadyDue(steady + 31 * kMicrosPerSecond));  // (looked at from its slack on)
+  Batch early{&r.st};
+  r.lifecycle.EndOverdue(early, overdue, stepped, steady + 31 * kMicrosPerSecond);
+  EXPECT_TRUE(early.events.empty()) << "a stop ended 31 s into its 60 s grace";
+  EXPECT_FALSE(r.lifecycle.SteadyDue(steady + 90 * kMicrosPerSecond));
+  // A replica seen running 20 s in: from then.
+  const JobLifecycle::SeenRunningMap seen = {{JobId(1), {.wall = stepped, .steady = steady + 20 * kMicrosPerSecond}}};
+  Batch seen_early{&r.st};
+  r.lifecycle.EndOverdue(seen_early, overdue, stepped, steady + 91 * kMicrosPerSecond, &seen);
+  EXPECT_TRUE(seen_early.events.empty()) << "a stop ended 71 s after a replica was seen running";
+  Batch late{&r.st};
+  r.lifecycle.EndOverdue(late, overdue, stepped, steady + 111 * kMicrosPerSecond, &seen);
+  ASSERT_EQ(late.events.size(), 1u);
+  const auto& requeued = std::get<JobRequeued>(late.events[0]);
+  EXPECT_EQ(requeued.id, JobId(1));
+  EXPECT_NE(requeued.reason.find("(did not stop within its grace period)"), std::string::npos) << requeued.reason;
+  EXPECT_EQ(r.job().state, JobState::kPending);
+}
+
 // A time limit is measured on the steady clock too, from when this server
 // bound the attempt: the wall clock stepped an hour forward (a VM resumed,
 // a clock set by hand) does not fail a job 5 s into its minute. A job bound
@@ -278,12 +317,12 @@ TEST(JobLifecycle, AGangRestartsOnlyOnceEveryReplicaHasStopped) {
   const std::vector<JobId> ids = {JobId(1)};
   EXPECT_TRUE(fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 44 * kMicrosPerSecond).empty());
   // A replica its node still listed running 40 s in: from then.
-  const std::map<JobId, TimePoint> seen = {{JobId(1), since + 40 * kMicrosPerSecond}};
+  const JobLifecycle::SeenRunningMap seen = {{JobId(1), {.wall = since + 40 * kMicrosPerSecond}}};
   EXPECT_TRUE(fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 46 * kMicrosPerSecond, &seen).empty());
   EXPECT_TRUE(fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 85 * kMicrosPerSecond, &seen).empty());
   EXPECT_EQ(fenced.FindOverdue(silent.st.GetSnapshot(), ids, since + 86 * kMicrosPerSecond, &seen).unstopped.size(), 1u);
   // ... but for at most kStopHold past the stop's start.
-  const std::map<JobId, TimePoint> forever = {{JobId(1), since + 3600 * kMicrosPerSecond}};
+  const JobLifecycle::SeenRunningMap forever = {{JobId(1), {.wall = since + 3600 * kMicrosPerSecond}}};
   const TimePoint held = since + JobLifecycle::kStopHold + 45 * kMicrosPerSecond;
   EXPECT_TRUE(fenced.FindOverdue(silent.st.GetSnapshot(), ids, held, &forever).empty());
   EXPECT_EQ(fenced.FindOverdue(silent.st.GetSnapshot(), ids, held + kMicrosPerSecond, &forever).unstopped.size(), 1u);
