@@ -427,6 +427,10 @@ bool Agent::DeleteContainer(const std::string& runtime, const std::string& id, c
     PollDelete(id, d, std::chrono::steady_clock::now());
     if (d.pid != 0) return true;
   }
+  // One killed and not gone yet (the kernel's D state): no other beside it,
+  // each stuck as it is, one more every 30 s.
+  if (d.killed != 0 && PollQuiet(d.killed) < 0) return false;
+  d.killed = 0;
   const pid_t pid = SpawnQuiet(OciDeleteArgv(runtime, id, root));
   d.started = std::chrono::steady_clock::now();
   if (pid <= 0) {
@@ -451,7 +455,7 @@ void Agent::PollDelete(const std::string& id, OciDelete& d, std::chrono::steady_
     std::fprintf(stderr, "rota agent: the OCI runtime's delete of %s ran %lld s: killed\n", id.c_str(),
                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - d.started).count()));
     kill(-d.pid, SIGKILL);
-    killed_deletes_.push_back(d.pid);
+    d.killed = d.pid;
     d.pid = 0;
     d.started = now;
     ++d.runs;
@@ -463,10 +467,10 @@ void Agent::ReapDeletes() {
   for (auto it = oci_deletes_.begin(); it != oci_deletes_.end();) {
     OciDelete& d = it->second;
     if (d.pid != 0) PollDelete(it->first, d, now);
+    if (d.killed != 0 && PollQuiet(d.killed) >= 0) d.killed = 0;
     // Ended a while ago: a start of that container has read it by now.
-    it = d.pid == 0 && now - d.started > std::chrono::minutes(1) ? oci_deletes_.erase(it) : std::next(it);
+    it = d.pid == 0 && d.killed == 0 && now - d.started > std::chrono::minutes(1) ? oci_deletes_.erase(it) : std::next(it);
   }
-  std::erase_if(killed_deletes_, [](pid_t pid) { return PollQuiet(pid) >= 0; });
 }
 
 bool Agent::StaleContainerWaits(const api::TaskAssignment& a) {

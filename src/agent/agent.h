@@ -150,9 +150,9 @@ class Agent {
   void MeterLoop();
   // REQUIRES: mu_ held. Applies the server's answer (a heartbeat's or a
   // watch event): starts wanted tasks that are missing, stops unwanted ones.
-  // With `may_start` false (the heartbeat thread's, whose next report must
-  // not wait on a start that hangs) the starts are left to the reap loop,
-  // woken at once.
+  // With `may_start` false (the heartbeat thread's when watching, whose
+  // next report must not wait on a start that hangs) the starts are left to
+  // the reap loop, woken at once.
   void Reconcile(const api::AgentAnswer& answer, bool may_start = true);
   int IntervalMs() const;
   // Sleeps up to `ms`, or until Stop.
@@ -221,7 +221,8 @@ class Agent {
   // that a runtime stuck on a cgroup never holds mu_. `runs`: how many have
   // ended for the container since it was last started.
   struct OciDelete {
-    pid_t pid = 0;  // 0: none in flight
+    pid_t pid = 0;     // 0: none in flight
+    pid_t killed = 0;  // one killed after kOciDeleteLimit, not reaped yet
     std::chrono::steady_clock::time_point started{};
     int runs = 0;
   };
@@ -234,7 +235,6 @@ class Agent {
   // minute ago.
   void ReapDeletes();
   void PollDelete(const std::string& id, OciDelete& d, std::chrono::steady_clock::time_point now);
-  std::vector<pid_t> killed_deletes_;  // (mu_) killed, not reaped yet
   // REQUIRES: mu_ held. Whether the start of `a` (a container) waits for a
   // delete of a stale container of its name (started here if needed).
   bool StaleContainerWaits(const api::TaskAssignment& a);

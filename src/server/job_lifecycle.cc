@@ -286,7 +286,6 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
       for (const auto& [id, stop] : stopping_) {
         const JobRecord* job = snap.FindJob(id);
         if (job == nullptr || job->state != JobState::kPreempting) continue;
-        if (std::find(overdue.unstopped.begin(), overdue.unstopped.end(), id) != overdue.unstopped.end()) continue;
         TimePoint from = stop.steady_at;
         if (seen_running != nullptr) {
           auto seen = seen_running->find(id);
@@ -305,24 +304,28 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
     for (const End& e : ended) EndAtTimeLimit(batch, e.id, e.limit, e.at);
     for (JobId id : unstopped) {
       const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
-      if (job != nullptr && job->state == JobState::kPreempting) {
-        Stopped(batch, *job, job->last_requeue_reason + std::string(kGraceOverrunSuffix));
-      }
+      if (job != nullptr && job->state == JobState::kPreempting) StoppedOverdue(batch, *job);
     }
   }
   for (JobId id : overdue.unstopped) {
     const JobRecord* job = batch.state->GetSnapshot().FindJob(id);
     if (job == nullptr || job->state != JobState::kPreempting) continue;
-    // Its grace is also measured on this server's steady clock, from when it
-    // saw the stop begin: a step of the wall clock (the journal's times)
-    // does not end a stop while its replicas may still be saving, and so
-    // start the next attempt beside them.
-    if (auto s = stopping_.find(id); steady_now != 0 && s != stopping_.end()) {
-      const Duration grace = std::min(job->spec().checkpoint.grace, max_grace_);
-      if (steady_now - s->second.steady_at <= std::max(grace + preempt_slack_, fenced_after_)) continue;
-    }
-    Stopped(batch, *job, job->last_requeue_reason + std::string(kGraceOverrunSuffix));
+    // One this server saw begin goes by its steady clock alone, above: a
+    // step of the wall clock (the journal's times) does not end a stop while
+    // its replicas may still be saving, and so start the next attempt beside
+    // them. One begun before this server started (or led) has only the
+    // journal's times.
+    if (steady_now != 0 && stopping_.count(id) > 0) continue;
+    StoppedOverdue(batch, *job);
   }
+}
+
+void JobLifecycle::StoppedOverdue(Batch& batch, const JobRecord& job) {
+  // (Not journaled after all, the state put back: its stop's record too.)
+  if (auto s = stopping_.find(job.id); s != stopping_.end()) {
+    batch.undo.push_back([this, id = job.id, stop = s->second] { stopping_[id] = stop; });
+  }
+  Stopped(batch, job, job.last_requeue_reason + std::string(kGraceOverrunSuffix));
 }
 
 bool JobLifecycle::RestartAllowed(const JobRecord& job) {

@@ -148,6 +148,8 @@ class JobLifecycle {
 
   // A stopping job's last replica stopped: requeued, as its JobPreempting said.
   void Stopped(Batch& batch, const JobRecord& job, const std::string& reason);
+  // A stopping job's grace ran out (EndOverdue): requeued, its reason says so.
+  void StoppedOverdue(Batch& batch, const JobRecord& job);
   bool AllExited(const JobRecord& job) const;
 
   const Clock* clock_;

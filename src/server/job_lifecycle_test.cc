@@ -84,6 +84,20 @@ TEST(JobLifecycle, AStepOfTheWallClockEndsNoStopEarly) {
   r.lifecycle.EndOverdue(late, overdue, stepped, steady + 91 * kMicrosPerSecond);
   ASSERT_EQ(late.events.size(), 1u);
   EXPECT_TRUE(std::holds_alternative<JobRequeued>(late.events[0]));
+  // A replica seen running 30 s in: from then, on the steady clock too.
+  Running seen_r(spec);
+  Batch stop{&seen_r.st};
+  seen_r.lifecycle.Requeue(stop, seen_r.job(), "requeued by alice", false);
+  const TimePoint seen_steady = seen_r.clock.Steady();
+  const auto seen_overdue = seen_r.lifecycle.FindOverdue(seen_r.st.GetSnapshot(), ids, stepped);
+  ASSERT_EQ(seen_overdue.unstopped.size(), 1u);
+  const JobLifecycle::SeenRunningMap seen = {{JobId(1), {.wall = stepped, .steady = seen_steady + 30 * kMicrosPerSecond}}};
+  Batch seen_early{&seen_r.st};
+  seen_r.lifecycle.EndOverdue(seen_early, seen_overdue, stepped, seen_steady + 91 * kMicrosPerSecond, &seen);
+  EXPECT_TRUE(seen_early.events.empty()) << "a stop ended 61 s after a replica was seen running";
+  Batch seen_late{&seen_r.st};
+  seen_r.lifecycle.EndOverdue(seen_late, seen_overdue, stepped, seen_steady + 121 * kMicrosPerSecond, &seen);
+  EXPECT_EQ(seen_late.events.size(), 1u);
 }
 
 // The wall clock stepped an hour back keeps no stop this server saw begin
@@ -123,6 +137,11 @@ TEST(JobLifecycle, AWallClockSteppedBackKeepsNoStopPastItsGrace) {
   EXPECT_EQ(requeued.id, JobId(1));
   EXPECT_NE(requeued.reason.find("(did not stop within its grace period)"), std::string::npos) << requeued.reason;
   EXPECT_EQ(r.job().state, JobState::kPending);
+  // Were the batch refused by the journal (the controller puts the state
+  // back, then runs its undo), the stop's record would be back too.
+  EXPECT_FALSE(r.lifecycle.Stopping(JobId(1)));
+  for (auto it = late.undo.rbegin(); it != late.undo.rend(); ++it) (*it)();
+  EXPECT_TRUE(r.lifecycle.Stopping(JobId(1)));
 }
 
 // A time limit is measured on the steady clock too, from when this server
