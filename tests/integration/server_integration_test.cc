@@ -661,6 +661,71 @@ TEST_F(Integration, TasksRunInOciContainers) {
   if (ran == 0) GTEST_SKIP() << "neither runc nor crun is installed";
 }
 
+// `rota up` with a stand-in crun first in PATH: the real crun, but each
+// delete writes its pid and container id to `deletes` and runs `on_delete`
+// (shell, $id the container) instead, and each run writes its container's
+// id to `runs`. With a rootfs of a static busybox in `image`. At the end,
+// whatever failed, the stand-in's deletes still running end and the real
+// runtime deletes what they left. Skips where this machine cannot run it.
+class StandInCrun {
+ public:
+  StandInCrun(const std::string& dir, const std::string& on_delete) : dir_(dir) {
+    for (const char* d : {"/usr/bin/", "/usr/sbin/"}) {
+      if (access((std::string(d) + "crun").c_str(), X_OK) == 0) crun_ = std::string(d) + "crun";
+    }
+    if (geteuid() != 0) why_not_ = "OCI containers need root here (runc/crun create namespaces and cgroups)";
+    else if (access("/bin/busybox", X_OK) != 0) why_not_ = "no static busybox to build a rootfs from (busybox-static)";
+    else if (crun_.empty()) why_not_ = "crun is not installed";
+    if (!why_not_.empty()) return;
+    const std::string rootfs = dir + "/image/rootfs";
+    std::filesystem::create_directories(rootfs + "/bin");
+    std::filesystem::copy_file("/bin/busybox", rootfs + "/bin/busybox");
+    for (const char* c : {"sh", "sleep", "echo"}) std::filesystem::create_symlink("busybox", rootfs + "/bin/" + c);
+    std::filesystem::create_directories(dir + "/bin");
+    std::ofstream(dir + "/bin/crun") << "#!/bin/sh\nfor id; do :; done\nfor a in \"$@\"; do\n"
+                                     << "  if [ \"$a\" = delete ]; then echo $$ $id >> " << deletes() << "; " << on_delete
+                                     << "; fi\n  if [ \"$a\" = run ]; then echo $id >> " << runs() << "; fi\ndone\nexec "
+                                     << crun_ << " \"$@\"\n";
+    std::filesystem::permissions(dir + "/bin/crun", std::filesystem::perms::owner_all);
+  }
+  ~StandInCrun() {
+    std::stringstream lines(ReadAll(deletes()));
+    pid_t pid;
+    std::string id;
+    while (lines >> pid >> id) {
+      if (ReadAll("/proc/" + std::to_string(pid) + "/cmdline").starts_with("sleep")) kill(pid, SIGKILL);
+      std::system((crun_ + " delete --force " + id + " >/dev/null 2>&1").c_str());
+    }
+  }
+  const std::string& why_not() const { return why_not_; }
+  std::string deletes() const { return dir_ + "/deletes"; }
+  std::string runs() const { return dir_ + "/runs"; }
+  std::string image() const { return dir_ + "/image"; }
+  // `rota up` with `extra`, its agent finding the stand-in first.
+  std::unique_ptr<RotaProcess> Up(std::vector<std::string> extra) {
+    const char* path = getenv("PATH");
+    const std::string before = path != nullptr ? path : "/usr/bin:/bin";
+    setenv("PATH", (dir_ + "/bin:" + before).c_str(), 1);
+    extra.insert(extra.end(), {"--oci-runtime", "crun"});
+    auto up = std::make_unique<RotaProcess>("up", dir_ + "/data", extra);
+    setenv("PATH", before.c_str(), 1);
+    return up;
+  }
+
+ private:
+  std::string dir_, crun_, why_not_;
+};
+
+// Whether a node of `admin`'s server shows as lost at any time in the next `seconds`.
+bool LostWithin(httplib::Client& admin, int seconds) {
+  bool lost = false;
+  for (int i = 0; i < seconds * 5; ++i) {
+    for (const json& n : json::parse(admin.Get("/v1/nodes")->body)["nodes"]) lost = lost || n["state"] == "lost";
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return lost;
+}
+
 // The OCI runtime's delete of a container that outlived its stop is not
 // waited for with the agent's lock held: one that hangs (a runtime stuck on
 // the container's cgroup; here a stand-in crun whose delete sleeps) leaves
@@ -669,84 +734,73 @@ TEST_F(Integration, TasksRunInOciContainers) {
 // fenced every task on it); with each wait cut at 5 s it was lost all the
 // same, every pass of the reap loop waiting again.
 TEST_F(Integration, AHungRuntimeDeleteDoesNotHoldTheAgent) {
-  if (geteuid() != 0) GTEST_SKIP() << "OCI containers need root here (runc/crun create namespaces and cgroups)";
-  const std::string busybox = "/bin/busybox";
-  if (access(busybox.c_str(), X_OK) != 0) GTEST_SKIP() << "no static busybox to build a rootfs from (busybox-static)";
-  std::string crun;
-  for (const char* dir : {"/usr/bin/", "/usr/sbin/"}) {
-    if (access((std::string(dir) + "crun").c_str(), X_OK) == 0) crun = std::string(dir) + "crun";
-  }
-  if (crun.empty()) GTEST_SKIP() << "crun is not installed";
-  const std::string rootfs = tmp.path() + "/image/rootfs";
-  std::filesystem::create_directories(rootfs + "/bin");
-  std::filesystem::copy_file(busybox, rootfs + "/bin/busybox");
-  for (const char* c : {"sh", "sleep", "echo"}) std::filesystem::create_symlink("busybox", rootfs + "/bin/" + c);
-  // The stand-in: crun itself, but a delete writes its pid and sleeps.
-  const std::string bin = tmp.path() + "/bin", deletes = tmp.path() + "/deletes";
-  std::filesystem::create_directories(bin);
-  // (Its pid, then the container's id: the last argument.)
-  std::ofstream(bin + "/crun") << "#!/bin/sh\nfor a in \"$@\"; do\n  if [ \"$a\" = delete ]; then for id; do :; done; "
-                               << "echo $$ $id >> " << deletes << "; exec sleep 120; fi\ndone\nexec " << crun
-                               << " \"$@\"\n";
-  std::filesystem::permissions(bin + "/crun", std::filesystem::perms::owner_all);
-  struct Path {
-    std::string before = getenv("PATH") != nullptr ? getenv("PATH") : "/usr/bin:/bin";
-    ~Path() { setenv("PATH", before.c_str(), 1); }
-  } path;
-  // At the end, whatever failed: the stand-in's deletes still sleeping end
-  // (the agent kills them after 30 s), and the real runtime deletes what
-  // they left.
-  struct Cleanup {
-    std::string deletes, crun;
-    ~Cleanup() {
-      std::stringstream lines(ReadAll(deletes));
-      pid_t pid;
-      std::string id;
-      while (lines >> pid >> id) {
-        if (ReadAll("/proc/" + std::to_string(pid) + "/cmdline").starts_with("sleep")) kill(pid, SIGKILL);
-        std::system((crun + " delete --force " + id + " >/dev/null 2>&1").c_str());
-      }
-    }
-  } cleanup{deletes, crun};
-  setenv("PATH", (bin + ":" + path.before).c_str(), 1);  // (the agent of `rota up` finds the stand-in first)
-  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--oci-runtime", "crun", "--node-timeout", "4s"});
-  setenv("PATH", path.before.c_str(), 1);
-  auto admin = up.Admin();
+  StandInCrun crun(tmp.path(), "exec sleep 120");
+  if (!crun.why_not().empty()) GTEST_SKIP() << crun.why_not();
+  auto up = crun.Up({"--gpus", "2xH100:80Gi", "--node-timeout", "4s"});
+  auto admin = up->Admin();
   // Two containers that ignore their stop signal: killed after the agent's
   // grace, then deleted (each delete cut at 5 s with the lock held, the two
   // outlasted the node's timeout).
   for (int k = 1; k <= 2; ++k) {
-    auto r = admin.Post("/v1/jobs", "name: stubborn\ntasks: [{gpus: 1, rootfs: " + tmp.path() +
-                                        "/image, command: [sh, -c, 'trap \"\" TERM; echo up; sleep 100']}]\n",
+    auto r = admin.Post("/v1/jobs", "name: stubborn\ntasks: [{gpus: 1, rootfs: " + crun.image() +
+                                        ", command: [sh, -c, 'trap \"\" TERM; echo up; sleep 100']}]\n",
                         "application/yaml");
     ASSERT_EQ(r->status, 201) << r->body;
   }
   json j;
   for (int k = 1; k <= 2; ++k) {
     j = WaitJob(admin, k, [](const json& x) { return x["state"] != "pending"; });
-    ASSERT_EQ(j["state"], "running") << j.dump() << "\n" << RunRota({"logs", std::to_string(k)}, up.ClientEnv(), tmp.path()).out
+    ASSERT_EQ(j["state"], "running") << j.dump() << "\n" << RunRota({"logs", std::to_string(k)}, up->ClientEnv(), tmp.path()).out
                                      << "\n" << ReadAll(tmp.path() + "/data.log");
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  ASSERT_EQ(RunRota({"cancel", "--name", "stubborn"}, up.ClientEnv(), tmp.path()).exit_code, 0);
-  for (int i = 0; i < 400 && ReadAll(deletes).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const std::string hung = ReadAll(deletes);
-  ASSERT_FALSE(hung.empty()) << "the runtime's delete never ran";
+  ASSERT_EQ(RunRota({"cancel", "--name", "stubborn"}, up->ClientEnv(), tmp.path()).exit_code, 0);
+  for (int i = 0; i < 400 && ReadAll(crun.deletes()).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(ReadAll(crun.deletes()).empty()) << "the runtime's delete never ran";
   // While it hangs: the node stays reported (its timeout is 4 s) and runs the next job.
   auto next = admin.Post("/v1/jobs", "name: next\ntasks: [{cpu: 1, command: [sh, -c, 'echo second']}]\n", "application/yaml");
   ASSERT_EQ(next->status, 201) << next->body;
-  bool lost = false;
-  for (int i = 0; i < 40; ++i) {
-    for (const json& n : json::parse(admin.Get("/v1/nodes")->body)["nodes"]) lost = lost || n["state"] == "lost";
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  EXPECT_FALSE(lost) << "the node was declared lost while the runtime's delete hung";
+  EXPECT_FALSE(LostWithin(admin, 8)) << "the node was declared lost while the runtime's delete hung";
   j = WaitJob(admin, 3, [](const json& x) { return x["state"] == "succeeded" || x["state"] == "failed"; });
   EXPECT_EQ(j["state"], "succeeded") << j.dump();
   for (int k = 1; k <= 2; ++k) {
     j = WaitJob(admin, k, [](const json& x) { return x["state"] == "cancelled"; });
-    EXPECT_EQ(j["state"], "cancelled") << j.dump() << "\n" << RunRota({"logs", std::to_string(k)}, up.ClientEnv(), tmp.path()).out;
+    EXPECT_EQ(j["state"], "cancelled") << j.dump() << "\n" << RunRota({"logs", std::to_string(k)}, up->ClientEnv(), tmp.path()).out;
   }
+}
+
+// A container's start whose name a stale container still holds (an agent
+// killed while it launched that attempt) waits for the runtime's delete of
+// it without holding the agent: the node stays reported while the delete
+// takes 8 s, and the container starts once it has ended. Before, the agent
+// waited for the delete with its lock held (for good, then for 5 s).
+TEST_F(Integration, AContainerStartWaitsForTheDeleteOfAStaleOneOfItsName) {
+  // (The delete takes 8 s, then removes the stale state and deletes as crun does.)
+  StandInCrun crun(tmp.path(), "sleep 8; rm -rf /run/crun/$id");
+  if (!crun.why_not().empty()) GTEST_SKIP() << crun.why_not();
+  auto up = crun.Up({"--gpus", "1xH100:80Gi", "--node-timeout", "4s"});
+  auto admin = up->Admin();
+  const std::string box = ", rootfs: " + crun.image() + ", command: [sh, -c, 'echo boxed']}]\n";
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: first\ntasks: [{gpus: 1" + box, "application/yaml")->status, 201);
+  json j = WaitJob(admin, 1, [](const json& x) { return x["state"] == "succeeded" || x["state"] == "failed"; });
+  ASSERT_EQ(j["state"], "succeeded") << j.dump();
+  // Job 2's container name: job 1's, with its number (the agent's tag after it).
+  std::string first;
+  std::stringstream(ReadAll(crun.runs())) >> first;
+  ASSERT_TRUE(first.starts_with("rota-1-0-0-0")) << first;
+  const std::string stale = "rota-2-0-0-0" + first.substr(12);
+  std::filesystem::create_directories("/run/crun/" + stale);  // (what the runtime's state directory says)
+  const auto submitted = std::chrono::steady_clock::now();
+  ASSERT_EQ(admin.Post("/v1/jobs", "name: second\ntasks: [{gpus: 1" + box, "application/yaml")->status, 201);
+  EXPECT_FALSE(LostWithin(admin, 6)) << "the node was declared lost while the stale container's delete ran";
+  j = WaitJob(admin, 2, [](const json& x) { return x["state"] == "succeeded" || x["state"] == "failed"; });
+  EXPECT_EQ(j["state"], "succeeded") << j.dump() << "\n" << ReadAll(tmp.path() + "/data.log");
+  EXPECT_GE(std::chrono::steady_clock::now() - submitted, std::chrono::seconds(8));
+  EXPECT_NE(ReadAll(crun.deletes()).find(stale), std::string::npos) << ReadAll(crun.deletes());
+  // Started once, after the delete.
+  const std::string runs = ReadAll(crun.runs());
+  EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n'), 2) << runs;
+  std::filesystem::remove_all("/run/crun/" + stale);
 }
 
 // A data directory given relative (rota up --data-dir data) still hands
