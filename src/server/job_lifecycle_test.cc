@@ -40,6 +40,33 @@ api::TaskReport Exit(uint32_t replica, int32_t code) {
   return {.job = JobId(1), .task = 0, .replica = replica, .attempt = 0, .exited = true, .exit_code = code};
 }
 
+// Job 1 of Running, with a 60 s grace, stopping (Requeue): since `since` on
+// the wall clock, noted at `steady` on the steady one.
+struct Stopping : Running {
+  TimePoint since = 0, steady = 0;
+  Stopping() : Running(Graced()) {
+    Batch batch{&st};
+    lifecycle.Requeue(batch, job(), "requeued by alice", false);
+    EXPECT_EQ(job().state, JobState::kPreempting);
+    since = job().preempting_since;
+    steady = clock.Steady();
+  }
+  static JobSpec Graced() {
+    JobSpec spec = GpuJob("j", 2, 1);
+    spec.checkpoint.grace = 60 * kMicrosPerSecond;
+    return spec;
+  }
+  // A replica seen running `after` the stop was noted, on the steady clock.
+  JobLifecycle::SeenRunningMap SeenAfter(Duration after) const { return {{JobId(1), {.steady = steady + after}}}; }
+  // EndOverdue at `wall`, `after` the stop was noted on the steady clock: its batch.
+  Batch EndAfter(const JobLifecycle::Overdue& overdue, TimePoint wall, Duration after,
+                 const JobLifecycle::SeenRunningMap* seen = nullptr) {
+    Batch batch{&st};
+    lifecycle.EndOverdue(batch, overdue, wall, steady + after, seen);
+    return batch;
+  }
+};
+
 // A stopping job whose grace is past the admin's limit (stored before the
 // limit was lowered) waits the limit, not its own grace: its nodes stop its
 // tasks at the limit too (the agent takes the grace from the server's latest
@@ -65,14 +92,10 @@ TEST(JobLifecycle, AStopWaitsAtMostTheGraceLimit) {
 // saw it begin: the wall clock stepped forward (the journal's times) does
 // not end a stop while its replicas may still be saving.
 TEST(JobLifecycle, AStepOfTheWallClockEndsNoStopEarly) {
-  JobSpec spec = GpuJob("j", 2, 1);
-  spec.checkpoint.grace = 60 * kMicrosPerSecond;
-  Running r(spec);
-  Batch batch{&r.st};
-  r.lifecycle.Requeue(batch, r.job(), "requeued by alice", false);
+  Stopping r;
   ASSERT_EQ(r.job().state, JobState::kPreempting);
-  const TimePoint since = r.job().preempting_since;
-  const TimePoint steady = r.clock.Steady();  // (the stop noted at it)
+  const TimePoint since = r.since;
+  const TimePoint steady = r.steady;  // (the stop noted at it)
   const std::vector<JobId> ids = {JobId(1)};
   const TimePoint stepped = since + 3600 * kMicrosPerSecond;  // the wall clock, an hour on
   const auto overdue = r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, stepped);
@@ -85,19 +108,13 @@ TEST(JobLifecycle, AStepOfTheWallClockEndsNoStopEarly) {
   ASSERT_EQ(late.events.size(), 1u);
   EXPECT_TRUE(std::holds_alternative<JobRequeued>(late.events[0]));
   // A replica seen running 30 s in: from then, on the steady clock too.
-  Running seen_r(spec);
-  Batch stop{&seen_r.st};
-  seen_r.lifecycle.Requeue(stop, seen_r.job(), "requeued by alice", false);
-  const TimePoint seen_steady = seen_r.clock.Steady();
+  Stopping seen_r;
   const auto seen_overdue = seen_r.lifecycle.FindOverdue(seen_r.st.GetSnapshot(), ids, stepped);
   ASSERT_EQ(seen_overdue.unstopped.size(), 1u);
-  const JobLifecycle::SeenRunningMap seen = {{JobId(1), {.wall = stepped, .steady = seen_steady + 30 * kMicrosPerSecond}}};
-  Batch seen_early{&seen_r.st};
-  seen_r.lifecycle.EndOverdue(seen_early, seen_overdue, stepped, seen_steady + 91 * kMicrosPerSecond, &seen);
-  EXPECT_TRUE(seen_early.events.empty()) << "a stop ended 61 s after a replica was seen running";
-  Batch seen_late{&seen_r.st};
-  seen_r.lifecycle.EndOverdue(seen_late, seen_overdue, stepped, seen_steady + 121 * kMicrosPerSecond, &seen);
-  EXPECT_EQ(seen_late.events.size(), 1u);
+  const auto seen = seen_r.SeenAfter(30 * kMicrosPerSecond);
+  EXPECT_TRUE(seen_r.EndAfter(seen_overdue, stepped, 91 * kMicrosPerSecond, &seen).events.empty())
+      << "a stop ended 61 s after a replica was seen running";
+  EXPECT_EQ(seen_r.EndAfter(seen_overdue, stepped, 121 * kMicrosPerSecond, &seen).events.size(), 1u);
 }
 
 // The wall clock stepped an hour back keeps no stop this server saw begin
@@ -106,14 +123,9 @@ TEST(JobLifecycle, AStepOfTheWallClockEndsNoStopEarly) {
 // requeued though FindOverdue, on the wall clock, finds nothing. Before, its
 // GPUs stayed held for the hour.
 TEST(JobLifecycle, AWallClockSteppedBackKeepsNoStopPastItsGrace) {
-  JobSpec spec = GpuJob("j", 2, 1);
-  spec.checkpoint.grace = 60 * kMicrosPerSecond;
-  Running r(spec);
-  Batch batch{&r.st};
-  r.lifecycle.Requeue(batch, r.job(), "requeued by alice", false);
+  Stopping r;
   ASSERT_EQ(r.job().state, JobState::kPreempting);
-  const TimePoint since = r.job().preempting_since;
-  const TimePoint steady = r.clock.Steady();  // (the stop noted at it)
+  const TimePoint since = r.since, steady = r.steady;
   const std::vector<JobId> ids = {JobId(1)};
   const TimePoint stepped = since - 3600 * kMicrosPerSecond;  // the wall clock, an hour back
   const auto overdue = r.lifecycle.FindOverdue(r.st.GetSnapshot(), ids, stepped);
@@ -126,12 +138,10 @@ TEST(JobLifecycle, AWallClockSteppedBackKeepsNoStopPastItsGrace) {
   EXPECT_TRUE(early.events.empty()) << "a stop ended 31 s into its 60 s grace";
   EXPECT_FALSE(r.lifecycle.SteadyDue(steady + 90 * kMicrosPerSecond));
   // A replica seen running 20 s in: from then.
-  const JobLifecycle::SeenRunningMap seen = {{JobId(1), {.wall = stepped, .steady = steady + 20 * kMicrosPerSecond}}};
-  Batch seen_early{&r.st};
-  r.lifecycle.EndOverdue(seen_early, overdue, stepped, steady + 91 * kMicrosPerSecond, &seen);
-  EXPECT_TRUE(seen_early.events.empty()) << "a stop ended 71 s after a replica was seen running";
-  Batch late{&r.st};
-  r.lifecycle.EndOverdue(late, overdue, stepped, steady + 111 * kMicrosPerSecond, &seen);
+  const auto seen = r.SeenAfter(20 * kMicrosPerSecond);
+  EXPECT_TRUE(r.EndAfter(overdue, stepped, 91 * kMicrosPerSecond, &seen).events.empty())
+      << "a stop ended 71 s after a replica was seen running";
+  Batch late = r.EndAfter(overdue, stepped, 111 * kMicrosPerSecond, &seen);
   ASSERT_EQ(late.events.size(), 1u);
   const auto& requeued = std::get<JobRequeued>(late.events[0]);
   EXPECT_EQ(requeued.id, JobId(1));
