@@ -240,8 +240,14 @@ class AgentCluster : public ::testing::Test {
  protected:
   using json = nlohmann::json;
   TempDir tmp;
-  // More flags for the server (a fixture's --config).
+  // More flags for the server (a fixture's --config: ConfigArgs).
   virtual std::vector<std::string> ExtraServerArgs() { return {}; }
+  // --config of a cluster file holding `yaml` (written in the fixture's directory).
+  std::vector<std::string> ConfigArgs(const std::string& yaml) {
+    const std::string path = tmp.path() + "/cluster.yaml";
+    std::ofstream(path) << yaml;
+    return {"--config", path};
+  }
   // More flags for every agent.
   virtual std::vector<std::string> ExtraAgentArgs() { return {}; }
   void SetUp() override {

@@ -1641,12 +1641,17 @@ TEST_F(Cluster3, MemoryLimitIsEnforcedAndAnOomKillIsReported) {
   EXPECT_EQ(log.find("survived"), std::string::npos) << log;
 }
 
+// A preemptible low-priority job of `replicas` x 2 GPUs in `queue` that
+// checkpoints on SIGUSR1 (and says so in its log) and exits.
+std::string CheckpointingLowJob(const std::string& queue, int replicas) {
+  return "name: low\nqueue: " + queue + "\npriority: low\npreemptible: true\ncheckpoint: {signal: SIGUSR1, grace: 5s}\n"
+         "tasks: [{name: w, replicas: " + std::to_string(replicas) + ", gpus: 2, command: [sh, -c, "
+         "'trap \"echo checkpointed at $(date +%s); exit 0\" USR1; sleep 60 & wait']}]\n";
+}
+
 TEST_F(Cluster3, HigherPriorityPreemptsACheckpointingGang) {
   // The low gang fills all 6 GPUs; it checkpoints on SIGUSR1 and exits.
-  const std::string low =
-      "name: low\npriority: low\npreemptible: true\ncheckpoint: {signal: SIGUSR1, grace: 5s}\n"
-      "tasks: [{name: w, replicas: 3, gpus: 2, command: [sh, -c, "
-      "'trap \"echo checkpointed at $(date +%s); exit 0\" USR1; sleep 60 & wait']}]\n";
+  const std::string low = CheckpointingLowJob("default", 3);
   ASSERT_EQ(server_->Admin().Post("/v1/jobs", low, "application/yaml")->status, 201);
   json j = WaitJob(1, [](const json& x) { return x["state"] == "running"; });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the traps are set
@@ -1671,9 +1676,7 @@ TEST_F(Cluster3, HigherPriorityPreemptsACheckpointingGang) {
 class QueueQuotas : public AgentCluster {
  protected:
   std::vector<std::string> ExtraServerArgs() override {
-    const std::string path = tmp.path() + "/cluster.yaml";
-    std::ofstream(path) << "queues:\n  - {name: q, quota: {H100: 2}}\n  - {name: o, quota: {H100: 4}}\n";
-    return {"--config", path};
+    return ConfigArgs("queues:\n  - {name: q, quota: {H100: 2}}\n  - {name: o, quota: {H100: 4}}\n");
   }
 };
 
@@ -1681,10 +1684,7 @@ class QueueQuotas : public AgentCluster {
 // which checkpoints first, though 4 GPUs stand free (before, it waited
 // QuotaExceeded for the gang to end): through the real server and agents.
 TEST_F(QueueQuotas, AHigherJobOverItsQueuesQuotaPreemptsItsQueuesLowerGang) {
-  const std::string low =
-      "name: low\nqueue: q\npriority: low\npreemptible: true\ncheckpoint: {signal: SIGUSR1, grace: 5s}\n"
-      "tasks: [{name: w, gpus: 2, command: [sh, -c, "
-      "'trap \"echo checkpointed at $(date +%s); exit 0\" USR1; sleep 60 & wait']}]\n";
+  const std::string low = CheckpointingLowJob("q", 1);
   ASSERT_EQ(server_->Admin().Post("/v1/jobs", low, "application/yaml")->status, 201);
   json j = WaitJob(1, [](const json& x) { return x["state"] == "running"; });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the trap is set

@@ -17,9 +17,7 @@ namespace {
 class Accounting : public AgentCluster {
  protected:
   std::vector<std::string> ExtraServerArgs() override {
-    const std::string path = tmp.path() + "/cluster.yaml";
-    std::ofstream(path) << "accounting: {currency: USD, gpu_hour_price: {H100: 3600}}\n";
-    return {"--config", path};
+    return ConfigArgs("accounting: {currency: USD, gpu_hour_price: {H100: 3600}}\n");
   }
 };
 

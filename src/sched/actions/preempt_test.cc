@@ -13,6 +13,19 @@ using testing::MakeCluster;
 using testing::MakeScheduler;
 using testing::StartJob;
 
+// `job` in queue `queue`.
+JobSpec In(JobSpec job, const char* queue) {
+  job.queue = queue;
+  return job;
+}
+
+// Each waiting job's reason in `r`.
+std::map<JobId, PendingReason> Reasons(const CycleResult& r) {
+  std::map<JobId, PendingReason> why;
+  for (const Waiting& w : r.pending) why[w.job] = w.reason;
+  return why;
+}
+
 JobSpec Low(std::string name, int32_t gpus) {
   JobSpec s = GpuJob(std::move(name), 1, gpus);
   s.priority = 100;
@@ -226,8 +239,7 @@ TEST(Preemption, FreedGpusAreNominatedForThePreemptor) {
   s->RunCycle(st.GetSnapshot(), now, &r);
   EXPECT_TRUE(r.placed.empty()) << "job " << r.placed[0].job.value() << " took GPUs nominated for p";
   EXPECT_TRUE(r.preemptions.empty());
-  std::map<JobId, PendingReason> why;
-  for (const Waiting& w : r.pending) why[w.job] = w.reason;
+  std::map<JobId, PendingReason> why = Reasons(r);
   EXPECT_EQ(why[JobId(3)].code, ReasonCode::kPreempting) << why[JobId(3)].message;
   EXPECT_EQ(why[JobId(4)].code, ReasonCode::kReserved) << why[JobId(4)].message;
   EXPECT_NE(why[JobId(4)].message.find("freed by preemption for higher-priority job(s) 3"), std::string::npos)
@@ -299,14 +311,11 @@ TEST(Preemption, AJobOverItsQueuesQuotaEvictsItsQueuesLowerGangsAndTheQuotaIsHel
   ClusterState st = MakeCluster(c);
   auto s = MakeScheduler(c);
   TimePoint now = 1000 * kMinute;
-  JobSpec low = Low("low", 8);
-  low.queue = "q";
+  JobSpec low = In(Low("low", 8), "q");
   StartJob(st, 1, low, {0}, 0xff, 0);
-  JobSpec other = GpuJob("other", 1, 8);
-  other.queue = "o";
+  JobSpec other = In(GpuJob("other", 1, 8), "o");
   StartJob(st, 2, other, {1}, 0xff, 0);
-  JobSpec urgent = High("urgent", 8);  // not preemptible: within q's guarantee only
-  urgent.queue = "q";
+  JobSpec urgent = In(High("urgent", 8), "q");  // not preemptible: within q's guarantee only
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), urgent, now - 1}).ok());
   CycleResult r;
   s->RunCycle(st.GetSnapshot(), now, &r);
@@ -318,15 +327,13 @@ TEST(Preemption, AJobOverItsQueuesQuotaEvictsItsQueuesLowerGangsAndTheQuotaIsHel
   // While it stops, a job of q that may borrow (it would fit n-2 and q's
   // borrowing limit) waits for the quota held for the preemptor; another
   // queue's job does not.
-  JobSpec borrower = Low("borrower", 4);
-  borrower.queue = "q";
+  JobSpec borrower = In(Low("borrower", 4), "q");
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(4), borrower, now}).ok());
   now += kMinute;
   s->RunCycle(st.GetSnapshot(), now, &r);
   EXPECT_TRUE(r.placed.empty()) << "job " << r.placed[0].job.value() << " started";
   EXPECT_TRUE(r.preemptions.empty());
-  std::map<JobId, PendingReason> why;
-  for (const Waiting& w : r.pending) why[w.job] = w.reason;
+  std::map<JobId, PendingReason> why = Reasons(r);
   EXPECT_EQ(why[JobId(3)].code, ReasonCode::kPreempting) << why[JobId(3)].message;
   EXPECT_EQ(why[JobId(4)].code, ReasonCode::kQuota) << why[JobId(4)].message;
   EXPECT_EQ(why[JobId(4)].message.str(),
@@ -350,17 +357,13 @@ TEST(Preemption, TheQuotaStaysHeldWhileThePreemptorWaitsForItsQueuesGangs) {
   ClusterState st = MakeCluster(c);
   auto s = MakeScheduler(c);
   TimePoint now = 1000 * kMinute;
-  auto in = [](JobSpec j, const char* queue) {
-    j.queue = queue;
-    return j;
-  };
-  StartJob(st, 1, in(Low("low1", 4), "q"), {0}, 0x0f, 0);
-  StartJob(st, 2, in(Low("low2", 4), "q"), {0}, 0xf0, 0);
-  StartJob(st, 3, in(GpuJob("mid", 1, 4), "q"), {1}, 0x0f, 0);  // not preemptible
-  StartJob(st, 4, in(GpuJob("o1", 1, 4), "o"), {1}, 0xf0, 0);
-  StartJob(st, 5, in(GpuJob("o2", 1, 8), "o"), {2}, 0xff, 0);
-  StartJob(st, 6, in(GpuJob("o3", 1, 4), "o"), {3}, 0x0f, 0);  // n-3's other 4 GPUs free
-  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(7), in(High("p", 8), "q"), now - 1}).ok());
+  StartJob(st, 1, In(Low("low1", 4), "q"), {0}, 0x0f, 0);
+  StartJob(st, 2, In(Low("low2", 4), "q"), {0}, 0xf0, 0);
+  StartJob(st, 3, In(GpuJob("mid", 1, 4), "q"), {1}, 0x0f, 0);  // not preemptible
+  StartJob(st, 4, In(GpuJob("o1", 1, 4), "o"), {1}, 0xf0, 0);
+  StartJob(st, 5, In(GpuJob("o2", 1, 8), "o"), {2}, 0xff, 0);
+  StartJob(st, 6, In(GpuJob("o3", 1, 4), "o"), {3}, 0x0f, 0);  // n-3's other 4 GPUs free
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(7), In(High("p", 8), "q"), now - 1}).ok());
   CycleResult r;
   s->RunCycle(st.GetSnapshot(), now, &r);
   ASSERT_EQ(r.preemptions.size(), 2u) << (r.pending.empty() ? "" : r.pending[0].reason.message.str());
@@ -370,11 +373,10 @@ TEST(Preemption, TheQuotaStaysHeldWhileThePreemptorWaitsForItsQueuesGangs) {
   }
   now += kMinute;
   ASSERT_TRUE(st.Apply(JobRequeued{JobId(1), now, "stopped"}).ok());
-  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(8), in(Low("small", 4), "q"), now}).ok());
+  ASSERT_TRUE(st.Apply(JobSubmitted{JobId(8), In(Low("small", 4), "q"), now}).ok());
   s->RunCycle(st.GetSnapshot(), now, &r);
   EXPECT_TRUE(r.placed.empty()) << "job " << r.placed[0].job.value() << " started";
-  std::map<JobId, PendingReason> why;
-  for (const Waiting& w : r.pending) why[w.job] = w.reason;
+  std::map<JobId, PendingReason> why = Reasons(r);
   EXPECT_EQ(why[JobId(7)].code, ReasonCode::kPreempting) << why[JobId(7)].message;
   EXPECT_EQ(why[JobId(8)].code, ReasonCode::kQuota) << why[JobId(8)].message;
   ASSERT_TRUE(st.Apply(JobRequeued{JobId(2), now, "stopped"}).ok());
@@ -392,14 +394,11 @@ TEST(Preemption, AJobOverItsQueuesQuotaLeavesHigherAndUnpreemptibleGangs) {
   ClusterState st = MakeCluster(c);
   auto s = MakeScheduler(c);
   const TimePoint now = 1000 * kMinute;
-  JobSpec held = High("held", 4);
-  held.queue = "q";
+  JobSpec held = In(High("held", 4), "q");
   StartJob(st, 1, held, {0}, 0x0f, 0);
-  JobSpec kept = GpuJob("kept", 1, 4);  // priority 500, not preemptible
-  kept.queue = "q";
+  JobSpec kept = In(GpuJob("kept", 1, 4), "q");  // priority 500, not preemptible
   StartJob(st, 2, kept, {0}, 0xf0, 0);
-  JobSpec mid = GpuJob("mid", 1, 4);
-  mid.queue = "q";
+  JobSpec mid = In(GpuJob("mid", 1, 4), "q");
   mid.priority = 500;
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(3), mid, now - 1}).ok());
   CycleResult r;
@@ -470,8 +469,7 @@ TEST(Preemption, AReclaimTakesOnlyAModelTheQueueBorrows) {
   StartJob(st, 2, job("bh2", "H100"), {1}, 0xff, 0);  // b borrows 8 H100
   StartJob(st, 3, job("ba1", "A100"), {2}, 0xff, 0);
   StartJob(st, 4, job("ba2", "A100"), {3}, 0xff, 0);  // and holds its 16 A100
-  JobSpec p = GpuJob("p", 1, 8);
-  p.queue = "a";
+  JobSpec p = In(GpuJob("p", 1, 8), "a");
   p.tasks[0].gpu_model = "A100";
   ASSERT_TRUE(st.Apply(JobSubmitted{JobId(5), p, now - 1}).ok());
   CycleResult r;
