@@ -974,6 +974,12 @@ int32_t Session::MostReplicasThatFit(const JobRecord& job, int32_t lo, int32_t h
   return best;
 }
 
+void Session::HoldQuota(int32_t leaf, const JobRecord& job) {
+  if (QuotaHeldFor(leaf) != nullptr) return;  // (the first holder's, as it was read)
+  quota_held_.push_back({leaf, {ReasonCode::kQuota, "queue " + job.spec().queue + "'s quota is held for job " +
+                                                        JobName(job) + ", over it until the gangs it preempted have stopped"}});
+}
+
 bool Session::RefuseOverQuota(const JobRecord& job, int32_t leaf, const QueueBook::ModelGpus& add) {
   PendingReason quota;
   bool never = false;

@@ -208,11 +208,13 @@ class Session {
   // it that evicts (or waits for) gangs of its queue to be admitted
   // (allocate's EvictsForQuota): later jobs of the queue wait, so that what
   // the evictions give back is not taken by them before it starts (then it
-  // would evict again, and again). nullptr: not held.
-  void HoldQuota(int32_t leaf, const JobRecord& job) { quota_held_.push_back({leaf, &job}); }
-  const JobRecord* QuotaHeldFor(int32_t leaf) const {
-    for (const auto& [l, job] : quota_held_) {
-      if (l == leaf) return job;
+  // would evict again, and again). QuotaHeldFor: why they wait (made once
+  // per hold, not for each of a long queue's waiting jobs), or nullptr: not
+  // held.
+  void HoldQuota(int32_t leaf, const JobRecord& job);
+  const PendingReason* QuotaHeldFor(int32_t leaf) const {
+    for (const QuotaHold& h : quota_held_) {
+      if (h.leaf == leaf) return &h.reason;
     }
     return nullptr;
   }
@@ -442,7 +444,11 @@ class Session {
     bool yes;
   };
   std::vector<MayYield> may_yield_;  // OwnQueueMayYield's, this cycle
-  std::vector<std::pair<int32_t, const JobRecord*>> quota_held_;  // HoldQuota's, this cycle
+  struct QuotaHold {
+    int32_t leaf;
+    PendingReason reason;
+  };
+  std::vector<QuotaHold> quota_held_;  // HoldQuota's, this cycle
 
   std::vector<Ending> endings_;
   bool endings_built_ = false;

@@ -216,9 +216,8 @@ void Allocate::AllocateOne(Session& s, const JobRecord& job, bool nominee) const
     out.Wait(job.id, why);
     return;
   }
-  if (const JobRecord* holder = s.fair() && !nominee ? s.QuotaHeldFor(s.Leaf(job)) : nullptr; holder != nullptr) {
-    out.Wait(job.id, {ReasonCode::kQuota, "queue " + job.spec().queue + "'s quota is held for job " + s.JobName(*holder) +
-                                               ", over it until the gangs it preempted have stopped"});
+  if (const PendingReason* held = s.fair() && !nominee ? s.QuotaHeldFor(s.Leaf(job)) : nullptr; held != nullptr) {
+    out.Wait(job.id, *held);  // (a shared text: no allocation per waiting job)
     return;
   }
   if (s.request().fractional) return AllocateShares(s, job);
