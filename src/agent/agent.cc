@@ -447,6 +447,7 @@ void Agent::PollDelete(const std::string& id, OciDelete& d, std::chrono::steady_
     d.pid = 0;
     d.started = now;  // (when it ended)
     ++d.runs;
+    trouble_.DeleteEnded(id);
   } else if (now - d.started > kOciDeleteLimit) {
     // Stuck (a cgroup whose processes will not die): killed with its
     // group, and counted as ended (a start waiting for it goes on, the
@@ -455,6 +456,7 @@ void Agent::PollDelete(const std::string& id, OciDelete& d, std::chrono::steady_
     std::fprintf(stderr, "rota agent: the OCI runtime's delete of %s ran %lld s: killed\n", id.c_str(),
                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - d.started).count()));
     kill(-d.pid, SIGKILL);
+    trouble_.DeleteHung(id, now);
     d.killed = d.pid;
     d.pid = 0;
     d.started = now;
@@ -514,6 +516,40 @@ void Agent::NotStarted(Task* t, const std::string& log_path, const std::string& 
   t->exited = true;
   t->exit_code = 127;
   t->exit_reason = std::string(api::kCouldNotStart) + why;
+}
+
+void RuntimeTrouble::ExecTimedOut(const std::string& what, Clock::time_point now) {
+  ++exec_timeouts_;
+  last_exec_ = what;
+  exec_at_ = now;
+}
+
+void RuntimeTrouble::DeleteHung(const std::string& container, Clock::time_point now) {
+  hung_deletes_[container] = now;
+  // (Bounded: those past their hold say nothing.)
+  std::erase_if(hung_deletes_, [&](const auto& kv) { return now - kv.second >= kHold; });
+}
+
+std::string RuntimeTrouble::Problem(Clock::time_point now) const {
+  std::string problem;
+  if (exec_timeouts_ >= kExecTimeoutsToDrain && now - exec_at_ < kHold) {
+    problem = std::to_string(exec_timeouts_) + " starts in a row did not exec their program within 10 s (the last: " +
+              last_exec_ + ")";
+  }
+  const std::pair<const std::string, Clock::time_point>* last = nullptr;
+  int hung = 0;
+  for (const auto& kv : hung_deletes_) {
+    if (now - kv.second >= kHold) continue;
+    ++hung;
+    if (last == nullptr || kv.second > last->second) last = &kv;
+  }
+  if (last != nullptr) {
+    if (!problem.empty()) problem += "; ";
+    problem += "the OCI runtime's delete of " + last->first + " hung (killed after " +
+               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kOciDeleteLimit).count()) + " s)";
+    if (hung > 1) problem += ", and of " + std::to_string(hung - 1) + " other container" + (hung > 2 ? "s" : "");
+  }
+  return problem;
 }
 
 std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib, bool had_problem) {
@@ -843,6 +879,12 @@ bool Agent::Heartbeat(int wait_ms) {
     else std::fprintf(stderr, "rota agent: %s: the server drains this node until it clears\n", report.disk_problem.c_str());
   }
   Reap();
+  report.runtime_problem = trouble_.Problem(std::chrono::steady_clock::now());
+  if (report.runtime_problem.empty() != runtime_problem_.empty()) {  // (said when it starts and when it ends)
+    if (report.runtime_problem.empty()) std::fprintf(stderr, "rota agent: the task runtime takes new tasks again\n");
+    else std::fprintf(stderr, "rota agent: %s: the server drains this node until it clears\n", report.runtime_problem.c_str());
+  }
+  runtime_problem_ = report.runtime_problem;
   report.revision = applied_revision_;  // (tasks_ as of that answer: both under mu_)
   for (auto& [key, t] : tasks_) {
     if (!t->exited) busy |= t->gpu_mask;
@@ -1457,6 +1499,12 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
       }
       t->record_error.clear();  // (what the callback's SaveRecord says)
       auto launched = launcher_.Launch(spec);
+      if (launched.ok()) {
+        trouble_.Execed();
+      } else if (launched.status().code() == StatusCode::kDeadlineExceeded) {
+        trouble_.ExecTimedOut("job " + std::to_string(t->job) + " " + name + ": " + std::string(launched.status().message()),
+                              std::chrono::steady_clock::now());
+      }
       if (launched.ok()) {
         t->pid = launched->pid;
         if (t->shim != launched->shim) {  // (not recorded through the callback: unsupervised)

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <nlohmann/json_fwd.hpp>
 #include <random>
@@ -123,6 +124,43 @@ struct AgentOptions {
 // line does not drain and undrain the node at every report), or no inodes
 // left. Nothing with a reserve of 0.
 std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib, bool had_problem = false);
+
+// What keeps a node's task runtime from taking new tasks though its disk is
+// fine (HeartbeatReport::runtime_problem): the server drains the node
+// rather than send it tasks that would fail there, each start holding the
+// agent 10 s (Slurm drains a node whose prolog fails or whose job's
+// processes it cannot kill):
+//  - kExecTimeoutsToDrain starts in a row whose program did not exec within
+//    10 s (a hung file system). Only a start that execs ends the run: once
+//    drained, one more timeout says it again at once.
+//  - the OCI runtime's delete of a container that hung and was killed (a
+//    cgroup whose processes will not die), until a delete of that
+//    container ends on its own.
+// Each is said for kHold after it last happened: a drained node gets no
+// start that could show it well again, so after that the server undrains
+// it and the next starts try it.
+class RuntimeTrouble {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr int kExecTimeoutsToDrain = 3;
+  static constexpr Clock::duration kHold = std::chrono::minutes(10);
+  // A start whose program did not exec in time; `what`: which, and the
+  // launcher's words.
+  void ExecTimedOut(const std::string& what, Clock::time_point now);
+  // A start whose program did exec.
+  void Execed() { exec_timeouts_ = 0; }
+  // The delete of `container` was killed after it hung / ended on its own.
+  void DeleteHung(const std::string& container, Clock::time_point now);
+  void DeleteEnded(const std::string& container) { hung_deletes_.erase(container); }
+  // What to report ("" = none).
+  std::string Problem(Clock::time_point now) const;
+
+ private:
+  int exec_timeouts_ = 0;
+  std::string last_exec_;  // the last start that timed out
+  Clock::time_point exec_at_{};
+  std::map<std::string, Clock::time_point> hung_deletes_;  // by container: when last killed
+};
 
 // Which agent this is, for the server to tell two agents of one node name
 // apart (a second one started by mistake, a cloned machine): 32 hex digits
@@ -258,6 +296,8 @@ class Agent {
   int64_t lease_sent_at_ = 0;     // the heartbeat whose answer it last wrote (its sent_at_ns)
   bool lease_failing_ = false;    // the last renewal could not be written
   std::atomic<bool> disk_short_{false};  // the last report had a disk problem
+  RuntimeTrouble trouble_;              // (mu_)
+  std::string runtime_problem_;         // (mu_) the last report's, for the log
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
   std::atomic<int> server_interval_ms_{10000};

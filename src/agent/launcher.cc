@@ -964,7 +964,10 @@ StatusOr<Launched> ProcessLauncher::Launch(const LaunchSpec& spec) {
     if (step == kStepUnmount) {
       for (size_t i = 0; i < spec.hide_mounts.size(); ++i) what += (i == 0 ? " " : ", ") + spec.hide_mounts[i];
     }
-    if (step == kStepStopped || step == kStepSlow) return UnavailableError("cannot " + what);
+    // (A program that did not exec in time: the node's trouble, most likely
+    // a hung file system; the agent counts these: RuntimeTrouble.)
+    if (step == kStepSlow) return DeadlineExceededError("cannot " + what);
+    if (step == kStepStopped) return UnavailableError("cannot " + what);
     return UnavailableError("cannot " + what + ": " + std::strerror(err));
   };
   ssize_t n;

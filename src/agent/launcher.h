@@ -99,7 +99,9 @@ class ProcessLauncher {
   ProcessLauncher& operator=(const ProcessLauncher&) = delete;
   // Starts the process; returns its pid (also its process group id).
   StatusOr<pid_t> Start(const LaunchSpec& spec);
-  // Starts the process, supervised when spec.exit_file is set.
+  // Starts the process, supervised when spec.exit_file is set. A program
+  // that did not exec within 10 s (a hung file system) is killed:
+  // kDeadlineExceeded.
   StatusOr<Launched> Launch(const LaunchSpec& spec);
   // Exit status of child `pid` if it has ended: the exit code, or 128 + signal.
   // Returns -1 while it runs.

@@ -138,6 +138,7 @@ ordered_json HeartbeatToJson(const HeartbeatReport& report) {
   ordered_json out{{"node", report.node}, {"gpus", std::move(gpus)}, {"tasks", std::move(tasks)}};
   if (report.wait_ms > 0) out["wait_ms"] = report.wait_ms;
   if (!report.disk_problem.empty()) out["disk_problem"] = report.disk_problem;
+  if (!report.runtime_problem.empty()) out["runtime_problem"] = report.runtime_problem;
   if (!report.instance.empty()) out["instance"] = report.instance;
   if (report.revision > 0) out["revision"] = report.revision;
   return out;
@@ -190,6 +191,8 @@ StatusOr<HeartbeatReport> HeartbeatFromJson(const json& body) {
   }
   ROTA_RETURN_IF_ERROR(Read(body, "", "disk_problem", &r.disk_problem));
   ShownText(&r.disk_problem);
+  ROTA_RETURN_IF_ERROR(Read(body, "", "runtime_problem", &r.runtime_problem));
+  ShownText(&r.runtime_problem);
   ROTA_RETURN_IF_ERROR(Read(body, "", "instance", &r.instance));
   ROTA_RETURN_IF_ERROR(CheckInstance(r.instance, "instance"));
   if (auto v = body.find("revision"); v != body.end()) {

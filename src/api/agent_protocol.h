@@ -157,6 +157,12 @@ struct HeartbeatReport {
   // state or logs directory is read-only, or has less free than the
   // agent's reserve. The server drains the node while it says so.
   std::string disk_problem;
+  // Why the node's task runtime cannot take new tasks ("" = it can): its
+  // starts' programs hung in exec several times in a row, or the OCI
+  // runtime's delete of a container hung (Agent's RuntimeTrouble). The
+  // server drains the node while it says so, as for `disk_problem` (which
+  // goes first when both are said).
+  std::string runtime_problem;
   // The reporting agent (its AgentInstance; "" from an agent older than
   // that): another agent's, once it registered for the node, is refused.
   std::string instance;

@@ -133,12 +133,19 @@ TEST(AgentProtocol, AHeartbeatRoundTripsWithItsLogAndCheckpoint) {
   t.ended_ago = 4'321'000;
   r.tasks.push_back(t);
   r.disk_problem = "only 3 MiB free in /var/lib/rota";
+  r.runtime_problem = "3 starts in a row timed out";
   auto back = HeartbeatFromJson(json::parse(HeartbeatToJson(r).dump()));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->node, "n-1");
   EXPECT_EQ(back->wait_ms, 5000);
   EXPECT_EQ(back->disk_problem, r.disk_problem);
+  EXPECT_EQ(back->runtime_problem, r.runtime_problem);
   EXPECT_FALSE(HeartbeatToJson(HeartbeatReport{.node = "n"}).contains("disk_problem"));  // (none: not sent)
+  EXPECT_FALSE(HeartbeatToJson(HeartbeatReport{.node = "n"}).contains("runtime_problem"));
+  // Shown to people (a drain's reason): no control characters.
+  auto controlled = HeartbeatFromJson(json{{"node", "n"}, {"runtime_problem", "hung\x1b[2J"}});
+  ASSERT_TRUE(controlled.ok());
+  EXPECT_EQ(controlled->runtime_problem, "hung?[2J");
   // A long one is cut (a whole character at a time), not the report refused.
   auto long_problem =
       HeartbeatFromJson(json{{"node", "n"}, {"disk_problem", std::string(1020, 'x') + "\u00e9\u00e9\u00e9"}});  // 1026 bytes

@@ -6,6 +6,7 @@ std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
     case StatusCode::kOk: return "OK";
     case StatusCode::kInvalidArgument: return "InvalidArgument";
+    case StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
     case StatusCode::kNotFound: return "NotFound";
     case StatusCode::kAlreadyExists: return "AlreadyExists";
     case StatusCode::kPermissionDenied: return "PermissionDenied";
@@ -72,5 +73,6 @@ Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::mo
 Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+Status DeadlineExceededError(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
 
 }  // namespace rota

@@ -26,6 +26,7 @@ namespace rota {
 enum class StatusCode : int {
   kOk = 0,
   kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
   kNotFound = 5,
   kAlreadyExists = 6,
   kPermissionDenied = 7,
@@ -92,6 +93,7 @@ Status OutOfRangeError(std::string message);
 Status UnimplementedError(std::string message);
 Status InternalError(std::string message);
 Status UnavailableError(std::string message);
+Status DeadlineExceededError(std::string message);
 
 // A T or a non-OK Status.
 template <typename T>

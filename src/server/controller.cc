@@ -1524,15 +1524,33 @@ Status Controller::Checkpoint(const Principal& who, JobId id, const std::string&
 namespace {
 
 // A drain the node's agent asked for: its disk cannot take new tasks
-// (HeartbeatReport::disk_problem). Lifted when the agent reports the disk
-// fine again, unless an admin drained the node since (another reason);
-// while the agent reports the problem an undrained node is drained again.
-// (An admin's reason may not begin so: SetDrain.)
+// (HeartbeatReport::disk_problem), or its task runtime cannot
+// (runtime_problem). Lifted when the agent reports the node fine again,
+// unless an admin drained the node since (another reason); while the agent
+// reports a problem an undrained node is drained again, and one the agent
+// drained for the other problem takes this one's reason (the disk's goes
+// first). The reason is the problem as it was when the drain began: a
+// report that says it in other words ("only 3 MiB free", then 2) journals
+// nothing. (An admin's reason may not begin so: SetDrain.)
 constexpr std::string_view kDiskDrain = "disk: ";
-bool DiskDrained(const NodeState& node) { return node.drained && node.drain_reason.starts_with(kDiskDrain); }
-// Whether `report` drains the node, or lifts its disk drain.
-bool DiskDrainChanges(const NodeState& node, const HeartbeatReport& report) {
-  return report.disk_problem.empty() ? DiskDrained(node) : !node.drained;
+constexpr std::string_view kRuntimeDrain = "runtime: ";
+bool AgentDrained(const NodeState& node, std::string_view prefix) {
+  return node.drained && node.drain_reason.starts_with(prefix);
+}
+bool AgentDrained(const NodeState& node) { return AgentDrained(node, kDiskDrain) || AgentDrained(node, kRuntimeDrain); }
+// The drain reason `report` asks for ("" = none).
+std::string AgentDrainReason(const HeartbeatReport& report) {
+  if (!report.disk_problem.empty()) return std::string(kDiskDrain) + report.disk_problem;
+  if (!report.runtime_problem.empty()) return std::string(kRuntimeDrain) + report.runtime_problem;
+  return "";
+}
+// Whether `report` drains the node, changes why the agent drained it, or
+// lifts the agent's drain.
+bool AgentDrainChanges(const NodeState& node, const HeartbeatReport& report) {
+  if (report.disk_problem.empty() && report.runtime_problem.empty()) return AgentDrained(node);
+  if (!node.drained) return true;
+  const std::string_view prefix = report.disk_problem.empty() ? kRuntimeDrain : kDiskDrain;
+  return AgentDrained(node) && !AgentDrained(node, prefix);
 }
 
 }  // namespace
@@ -1540,9 +1558,11 @@ bool DiskDrainChanges(const NodeState& node, const HeartbeatReport& report) {
 Status Controller::SetDrain(const Principal& who, const std::string& node, bool drained, const std::string& reason) {
   if (!who.admin()) return Status(StatusCode::kPermissionDenied, "draining nodes needs the admin role");
   if (reason.size() > 512) return InvalidArgumentError("reason: at most 512 bytes");
-  if (drained && reason.starts_with(kDiskDrain)) {
-    return InvalidArgumentError("reason: may not begin with '" + std::string(kDiskDrain) +
-                                "': that is how the drains a node's agent asks for begin, which it lifts itself");
+  for (std::string_view prefix : {kDiskDrain, kRuntimeDrain}) {
+    if (drained && reason.starts_with(prefix)) {
+      return InvalidArgumentError("reason: may not begin with '" + std::string(prefix) +
+                                  "': that is how the drains a node's agent asks for begin, which it lifts itself");
+    }
   }
   return Call<bool>([&](Batch& batch) -> StatusOr<bool> {
            ROTA_RETURN_IF_ERROR(batch.Apply(NodeDrainChanged{node, drained, reason}));
@@ -1859,7 +1879,7 @@ Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::v
     live.last_heartbeat = options_.clock->Steady();
     live.Note(report.gpus, node->spec.gpus);
     lost = node->lost;
-    drain_changes = DiskDrainChanges(*node, report);
+    drain_changes = AgentDrainChanges(*node, report);
     // Usage of each running job's GPUs, for right-sizing.
     FoldUsage(snap, *node, report);
     NoteSeenRunning(snap, report);
@@ -1870,9 +1890,8 @@ Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::v
   }
   if (lost) batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
   if (drain_changes) {
-    const bool drain = !report.disk_problem.empty();
-    batch.Apply(NodeDrainChanged{report.node, drain, drain ? std::string(kDiskDrain) + report.disk_problem : std::string()})
-        .IgnoreError();
+    const std::string reason = AgentDrainReason(report);
+    batch.Apply(NodeDrainChanged{report.node, !reason.empty(), reason}).IgnoreError();
   }
   return Status::Ok();
 }
@@ -1933,7 +1952,7 @@ bool Controller::QuietHeartbeat(const HeartbeatReport& report, std::vector<TaskA
     // Overdue: CheckNodes may be declaring it lost right now; the actor
     // orders the two.
     if (options_.clock->Steady() - live->second.last_heartbeat > options_.node_timeout) return false;
-    if (DiskDrainChanges(*node, report)) return false;
+    if (AgentDrainChanges(*node, report)) return false;
     for (const GpuTelemetry& g : report.gpus) {
       if (g.index < 0 || g.index >= node->spec.gpus) continue;
       if (static_cast<bool>((node->healthy_mask >> g.index) & 1) != g.healthy) return false;

@@ -1113,6 +1113,49 @@ TEST_F(ControllerTest, AnAgentsDiskProblemDrainsItsNodeUntilItClears) {
   EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "PSU swap");
 }
 
+// An agent whose task runtime cannot take new tasks (its starts hang in
+// exec, its container runtime's deletes hang: HeartbeatReport::
+// runtime_problem) has its node drained as for a disk problem, with the
+// reason "runtime: ..."; a disk problem said beside it goes first, and
+// the drain's reason follows which of the two is said.
+TEST_F(ControllerTest, AnAgentsRuntimeProblemDrainsItsNodeUntilItClears) {
+  auto c = Make(std::make_unique<MemoryStore>());
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  HeartbeatReport report{"n-0", {}, {}};
+  report.runtime_problem = "3 starts in a row did not exec within 10 s (the last: job 7: cannot start it)";
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_TRUE(c->snapshot().FindNode("n-0")->drained);
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "runtime: " + report.runtime_problem);
+  // Said in other words: nothing more is journaled.
+  const uint64_t drained_at = c->snapshot().revision();
+  report.runtime_problem = "4 starts in a row did not exec within 10 s (the last: job 8: cannot start it)";
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_EQ(c->snapshot().revision(), drained_at);
+  // The disk's problem goes first, and the runtime's comes back when it clears.
+  report.disk_problem = "no inodes left in /var/lib/rota";
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "disk: no inodes left in /var/lib/rota");
+  report.disk_problem.clear();
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "runtime: " + report.runtime_problem);
+  // An admin may not give a drain the agent's prefix.
+  Status refused = c->SetDrain(kAdmin, "n-0", true, "runtime: crun upgrade");
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("reason: may not begin with 'runtime: '"), std::string::npos) << refused.ToString();
+  // Cleared: undrained.
+  report.runtime_problem.clear();
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_FALSE(c->snapshot().FindNode("n-0")->drained);
+  // An admin's drain is not the agent's to change or lift.
+  ASSERT_TRUE(c->SetDrain(kAdmin, "n-0", true, "PSU swap").ok());
+  report.runtime_problem = "the OCI runtime's delete of rota-9-0-0-0 hung (killed after 30 s)";
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "PSU swap");
+  report.runtime_problem.clear();
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "PSU swap");
+}
+
 // An elastic job's failed rank restarts alone (a new attempt of that replica
 // only), counted against its restart policy with gang restarts.
 TEST_F(ControllerTest, ElasticRankRestartsAlone) {

@@ -56,6 +56,7 @@ int HttpStatusFor(StatusCode code) {
     case StatusCode::kUnimplemented: return 501;
     case StatusCode::kInsufficientStorage: return 507;
     case StatusCode::kUnavailable: return 503;
+    case StatusCode::kDeadlineExceeded: return 504;
     case StatusCode::kInternal: return 500;
     case StatusCode::kDataLoss: return 500;
   }

@@ -720,7 +720,10 @@ class StandInCrun {
 bool LostWithin(httplib::Client& admin, int seconds) {
   bool lost = false;
   for (int i = 0; i < seconds * 5; ++i) {
-    for (const json& n : json::parse(admin.Get("/v1/nodes")->body)["nodes"]) lost = lost || n["state"] == "lost";
+    // (The parsed document kept: a range over a temporary's member would
+    // outlive the temporary.)
+    const json doc = json::parse(admin.Get("/v1/nodes")->body);
+    for (const json& n : doc["nodes"]) lost = lost || n["state"] == "lost";
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return lost;
@@ -732,7 +735,8 @@ bool LostWithin(httplib::Client& admin, int seconds) {
 // the agent reporting and starting tasks. Before, the agent waited on it
 // for good: no report went out, the node was declared lost (and its lease
 // fenced every task on it); with each wait cut at 5 s it was lost all the
-// same, every pass of the reap loop waiting again.
+// same, every pass of the reap loop waiting again. A delete killed after
+// 30 s drains the node, with the reason.
 TEST_F(Integration, AHungRuntimeDeleteDoesNotHoldTheAgent) {
   StandInCrun crun(tmp.path(), "exec sleep 120");
   if (!crun.why_not().empty()) GTEST_SKIP() << crun.why_not();
@@ -767,6 +771,18 @@ TEST_F(Integration, AHungRuntimeDeleteDoesNotHoldTheAgent) {
     j = WaitJob(admin, k, [](const json& x) { return x["state"] == "cancelled"; });
     EXPECT_EQ(j["state"], "cancelled") << j.dump() << "\n" << RunRota({"logs", std::to_string(k)}, up->ClientEnv(), tmp.path()).out;
   }
+  // Once a delete is killed after 30 s, the agent reports its runtime's
+  // trouble and the server drains the node (RuntimeTrouble): new tasks
+  // would only meet the same runtime.
+  std::string reason;
+  for (int i = 0; i < 600 && reason.empty(); ++i) {
+    const json doc = json::parse(admin.Get("/v1/nodes")->body);
+    for (const json& n : doc["nodes"]) reason = n.value("drain_reason", "");
+    if (reason.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(reason.starts_with("runtime: the OCI runtime's delete of rota-")) << reason << "\n" << ReadAll(tmp.path() + "/data.log");
+  EXPECT_NE(reason.find("hung (killed after 30 s)"), std::string::npos) << admin.Get("/v1/nodes")->body;
+  EXPECT_FALSE(LostWithin(admin, 1));
 }
 
 // A container's start whose name a stale container still holds (an agent
