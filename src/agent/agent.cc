@@ -518,8 +518,9 @@ void Agent::NotStarted(Task* t, const std::string& log_path, const std::string& 
   t->exit_reason = std::string(api::kCouldNotStart) + why;
 }
 
-void RuntimeTrouble::ExecTimedOut(const std::string& what, Clock::time_point now) {
+void RuntimeTrouble::ExecTimedOut(const std::string& what, uid_t uid, Clock::time_point now) {
   ++exec_timeouts_;
+  if (exec_users_.size() < 2) exec_users_.insert(uid);
   last_exec_ = what;
   exec_at_ = now;
 }
@@ -532,9 +533,9 @@ void RuntimeTrouble::DeleteHung(const std::string& container, Clock::time_point 
 
 std::string RuntimeTrouble::Problem(Clock::time_point now) const {
   std::string problem;
-  if (exec_timeouts_ >= kExecTimeoutsToDrain && now - exec_at_ < kHold) {
-    problem = std::to_string(exec_timeouts_) + " starts in a row did not exec their program within 10 s (the last: " +
-              last_exec_ + ")";
+  if (exec_timeouts_ >= kExecTimeoutsToDrain && exec_users_.size() >= 2 && now - exec_at_ < kHold) {
+    problem = std::to_string(exec_timeouts_) + " starts in a row, of more than one user, did not exec their program " +
+              "within 10 s (the last: " + last_exec_ + ")";
   }
   const std::pair<const std::string, Clock::time_point>* last = nullptr;
   int hung = 0;
@@ -1503,7 +1504,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
         trouble_.Execed();
       } else if (launched.status().code() == StatusCode::kDeadlineExceeded) {
         trouble_.ExecTimedOut("job " + std::to_string(t->job) + " " + name + ": " + std::string(launched.status().message()),
-                              std::chrono::steady_clock::now());
+                              identity.uid, std::chrono::steady_clock::now());
       }
       if (launched.ok()) {
         t->pid = launched->pid;

@@ -131,8 +131,10 @@ std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mi
 // agent 10 s (Slurm drains a node whose prolog fails or whose job's
 // processes it cannot kill):
 //  - kExecTimeoutsToDrain starts in a row whose program did not exec within
-//    10 s (a hung file system). Only a start that execs ends the run: once
-//    drained, one more timeout says it again at once.
+//    10 s (a hung file system), of at least two users: a user can make the
+//    exec of a program of theirs hang at will (on a FUSE mount of their
+//    own), and must not drain nodes by it. Only a start that execs ends the
+//    run: once drained, one more timeout says it again at once.
 //  - the OCI runtime's delete of a container that hung and was killed (a
 //    cgroup whose processes will not die), until a delete of that
 //    container ends on its own.
@@ -145,10 +147,13 @@ class RuntimeTrouble {
   static constexpr int kExecTimeoutsToDrain = 3;
   static constexpr Clock::duration kHold = std::chrono::minutes(10);
   // A start whose program did not exec in time; `what`: which, and the
-  // launcher's words.
-  void ExecTimedOut(const std::string& what, Clock::time_point now);
+  // launcher's words; `uid`: whose it was.
+  void ExecTimedOut(const std::string& what, uid_t uid, Clock::time_point now);
   // A start whose program did exec.
-  void Execed() { exec_timeouts_ = 0; }
+  void Execed() {
+    exec_timeouts_ = 0;
+    exec_users_.clear();
+  }
   // The delete of `container` was killed after it hung / ended on its own.
   void DeleteHung(const std::string& container, Clock::time_point now);
   void DeleteEnded(const std::string& container) { hung_deletes_.erase(container); }
@@ -157,7 +162,8 @@ class RuntimeTrouble {
 
  private:
   int exec_timeouts_ = 0;
-  std::string last_exec_;  // the last start that timed out
+  std::set<uid_t> exec_users_;  // whose starts they were (at most two kept)
+  std::string last_exec_;       // the last start that timed out
   Clock::time_point exec_at_{};
   std::map<std::string, Clock::time_point> hung_deletes_;  // by container: when last killed
 };

@@ -29,28 +29,30 @@ TEST(AgentInstance, IsKeptInTheStateDirectory) {
 }
 
 // The runtime problem an agent reports (HeartbeatReport::runtime_problem):
-// from the third start in a row whose program did not exec in time, until a
-// start execs or the hold has passed since the last; a container delete that
+// from the third start in a row whose program did not exec in time, of
+// more than one user (one user alone can make theirs hang), until a start
+// execs or the hold has passed since the last; a container delete that
 // hung, until one of that container ends on its own or the hold has passed.
 TEST(RuntimeTrouble, ExecTimeoutsInARowAndHungDeletesUntilTheyClearOrAge) {
   using Clock = RuntimeTrouble::Clock;
   const Clock::time_point t0 = Clock::now();
   RuntimeTrouble trouble;
-  trouble.ExecTimedOut("job 1 main: cannot start it", t0);
-  trouble.ExecTimedOut("job 2 main: cannot start it", t0);
+  trouble.ExecTimedOut("job 1 main: cannot start it", 1000, t0);
+  trouble.ExecTimedOut("job 2 main: cannot start it", 1001, t0);
   EXPECT_EQ(trouble.Problem(t0), "");  // (two: a user's program on a mount of theirs may hang)
   trouble.Execed();
-  trouble.ExecTimedOut("job 3 main: cannot start it", t0);
-  trouble.ExecTimedOut("job 4 main: cannot start it", t0);
+  trouble.ExecTimedOut("job 3 main: cannot start it", 1000, t0);
+  trouble.ExecTimedOut("job 4 main: cannot start it", 1001, t0);
   EXPECT_EQ(trouble.Problem(t0), "");  // (a start that execs began the count again)
-  trouble.ExecTimedOut("job 5 main: cannot start it", t0 + std::chrono::seconds(20));
+  trouble.ExecTimedOut("job 5 main: cannot start it", 1000, t0 + std::chrono::seconds(20));
   EXPECT_EQ(trouble.Problem(t0 + std::chrono::seconds(20)),
-            "3 starts in a row did not exec their program within 10 s (the last: job 5 main: cannot start it)");
+            "3 starts in a row, of more than one user, did not exec their program within 10 s (the last: job 5 main: "
+            "cannot start it)");
   // Said for the hold after the last; one more timeout then says it at once.
   const Clock::time_point aged = t0 + std::chrono::seconds(20) + RuntimeTrouble::kHold;
   EXPECT_NE(trouble.Problem(aged - std::chrono::seconds(1)), "");
   EXPECT_EQ(trouble.Problem(aged), "");
-  trouble.ExecTimedOut("job 6 main: cannot start it", aged);
+  trouble.ExecTimedOut("job 6 main: cannot start it", 1000, aged);
   EXPECT_NE(trouble.Problem(aged).find("4 starts in a row"), std::string::npos) << trouble.Problem(aged);
   trouble.Execed();
   EXPECT_EQ(trouble.Problem(aged), "");
@@ -65,14 +67,19 @@ TEST(RuntimeTrouble, ExecTimeoutsInARowAndHungDeletesUntilTheyClearOrAge) {
   trouble.DeleteEnded("rota-2-0-0-0");
   EXPECT_EQ(trouble.Problem(t0 + std::chrono::seconds(2)), "the OCI runtime's delete of rota-1-0-0-0 hung (killed after 30 s)");
   EXPECT_EQ(trouble.Problem(t0 + RuntimeTrouble::kHold), "");
+  // One user's starts alone, however many: nothing (a user can make the
+  // exec of their own program hang, and must not drain nodes by it).
+  for (int i = 0; i < 10; ++i) trouble.ExecTimedOut("job " + std::to_string(10 + i) + " main", 1000, aged);
+  EXPECT_EQ(trouble.Problem(aged), "");
+  trouble.Execed();
   // Both at once: both said.
-  trouble.ExecTimedOut("a", aged);
-  trouble.ExecTimedOut("b", aged);
-  trouble.ExecTimedOut("c", aged);
+  trouble.ExecTimedOut("a", 1000, aged);
+  trouble.ExecTimedOut("b", 0, aged);
+  trouble.ExecTimedOut("c", 1000, aged);
   trouble.DeleteHung("rota-4-0-0-0", aged);
   EXPECT_EQ(trouble.Problem(aged),
-            "3 starts in a row did not exec their program within 10 s (the last: c); the OCI runtime's delete of "
-            "rota-4-0-0-0 hung (killed after 30 s)");
+            "3 starts in a row, of more than one user, did not exec their program within 10 s (the last: c); the OCI "
+            "runtime's delete of rota-4-0-0-0 hung (killed after 30 s)");
 }
 
 // The disk problem an agent reports (HeartbeatReport::disk_problem): free
