@@ -74,6 +74,8 @@ constexpr auto kLaunchBudget = std::chrono::seconds(2);
 // How long the OCI runtime's delete of a container may run (the agent does
 // not wait for it) before it is killed.
 constexpr auto kOciDeleteLimit = std::chrono::seconds(30);
+// How soon a container whose delete hung is tried again.
+constexpr auto kStuckRetry = std::chrono::seconds(5);
 // The same at a start's adoption of what an earlier agent left, which waits
 // for it (no report goes out before): "lost" must be true.
 constexpr int kAdoptDeleteMs = 30'000;
@@ -256,6 +258,8 @@ std::string AgentInstance(const std::string& state_dir) {
 }
 
 Agent::Agent(AgentOptions options) : options_(std::move(options)) {
+  // (An agent that is not root runs every task as itself: one user.)
+  trouble_ = RuntimeTrouble(/*one_user=*/getuid() != 0);
   if (options_.node_name.empty()) options_.node_name = HostName();
   if (options_.address.empty()) options_.address = options_.node_name;
   if (!options_.state_dir.empty()) {
@@ -431,6 +435,8 @@ bool Agent::DeleteContainer(const std::string& runtime, const std::string& id, c
   // each stuck as it is, one more every 30 s.
   if (d.killed != 0 && PollQuiet(d.killed) < 0) return false;
   d.killed = 0;
+  d.runtime = runtime;
+  d.root = root;
   const pid_t pid = SpawnQuiet(OciDeleteArgv(runtime, id, root));
   d.started = std::chrono::steady_clock::now();
   if (pid <= 0) {
@@ -443,11 +449,17 @@ bool Agent::DeleteContainer(const std::string& runtime, const std::string& id, c
 }
 
 void Agent::PollDelete(const std::string& id, OciDelete& d, std::chrono::steady_clock::time_point now) {
-  if (PollQuiet(d.pid) >= 0) {
+  if (const int status = PollQuiet(d.pid); status >= 0) {
     d.pid = 0;
     d.started = now;  // (when it ended)
     ++d.runs;
-    trouble_.DeleteEnded(id);
+    // A stuck container is gone once a delete of it succeeds, or the
+    // runtime no longer knows it.
+    if (d.stuck && (status == 0 || !OciContainerMayExist(d.runtime, id, d.root))) {
+      d.stuck = false;
+      trouble_.ContainerGone(id);
+      std::fprintf(stderr, "rota agent: the OCI runtime deleted %s\n", id.c_str());
+    }
   } else if (now - d.started > kOciDeleteLimit) {
     // Stuck (a cgroup whose processes will not die): killed with its
     // group, and counted as ended (a start waiting for it goes on, the
@@ -456,7 +468,8 @@ void Agent::PollDelete(const std::string& id, OciDelete& d, std::chrono::steady_
     std::fprintf(stderr, "rota agent: the OCI runtime's delete of %s ran %lld s: killed\n", id.c_str(),
                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - d.started).count()));
     kill(-d.pid, SIGKILL);
-    trouble_.DeleteHung(id, now);
+    d.stuck = true;
+    trouble_.DeleteHung(id);
     d.killed = d.pid;
     d.pid = 0;
     d.started = now;
@@ -470,8 +483,14 @@ void Agent::ReapDeletes() {
     OciDelete& d = it->second;
     if (d.pid != 0) PollDelete(it->first, d, now);
     if (d.killed != 0 && PollQuiet(d.killed) >= 0) d.killed = 0;
+    // One that could not delete its container: again, 5 s after the last
+    // ended (while a killed one stays, the kernel's D state, none).
+    if (d.stuck && d.pid == 0 && d.killed == 0 && now - d.started >= kStuckRetry) {
+      DeleteContainer(d.runtime, it->first, d.root);
+    }
     // Ended a while ago: a start of that container has read it by now.
-    it = d.pid == 0 && d.killed == 0 && now - d.started > std::chrono::minutes(1) ? oci_deletes_.erase(it) : std::next(it);
+    it = d.pid == 0 && d.killed == 0 && !d.stuck && now - d.started > std::chrono::minutes(1) ? oci_deletes_.erase(it)
+                                                                                              : std::next(it);
   }
 }
 
@@ -518,37 +537,33 @@ void Agent::NotStarted(Task* t, const std::string& log_path, const std::string& 
   t->exit_reason = std::string(api::kCouldNotStart) + why;
 }
 
-void RuntimeTrouble::ExecTimedOut(const std::string& what, uid_t uid, Clock::time_point now) {
-  ++exec_timeouts_;
-  if (exec_users_.size() < 2) exec_users_.insert(uid);
-  last_exec_ = what;
-  exec_at_ = now;
-}
-
-void RuntimeTrouble::DeleteHung(const std::string& container, Clock::time_point now) {
-  hung_deletes_[container] = now;
-  // (Bounded: those past their hold say nothing.)
-  std::erase_if(hung_deletes_, [&](const auto& kv) { return now - kv.second >= kHold; });
+void RuntimeTrouble::ExecTimedOut(uid_t uid, Clock::time_point now) {
+  exec_timeouts_.emplace_back(now, uid);
+  while (!exec_timeouts_.empty() && (exec_timeouts_.size() > 16 || now - exec_timeouts_.front().first >= kWindow)) {
+    exec_timeouts_.pop_front();
+  }
 }
 
 std::string RuntimeTrouble::Problem(Clock::time_point now) const {
   std::string problem;
-  if (exec_timeouts_ >= kExecTimeoutsToDrain && exec_users_.size() >= 2 && now - exec_at_ < kHold) {
-    problem = std::to_string(exec_timeouts_) + " starts in a row, of more than one user, did not exec their program " +
-              "within 10 s (the last: " + last_exec_ + ")";
+  std::set<uid_t> users;
+  int in_window = 0;
+  for (const auto& [at, uid] : exec_timeouts_) {
+    if (now - at >= kWindow) continue;
+    ++in_window;
+    users.insert(uid);
   }
-  const std::pair<const std::string, Clock::time_point>* last = nullptr;
-  int hung = 0;
-  for (const auto& kv : hung_deletes_) {
-    if (now - kv.second >= kHold) continue;
-    ++hung;
-    if (last == nullptr || kv.second > last->second) last = &kv;
+  if (in_window >= kExecTimeoutsToDrain && (one_user_ || users.size() >= 2)) {
+    problem = std::to_string(in_window) + " starts in a row" +
+              (users.size() > 1 ? ", of " + std::to_string(users.size()) + " users," : "") +
+              " did not exec their program within 10 s (a hung file system?)";
   }
-  if (last != nullptr) {
+  if (!stuck_.empty()) {
     if (!problem.empty()) problem += "; ";
-    problem += "the OCI runtime's delete of " + last->first + " hung (killed after " +
+    problem += "the OCI runtime could not delete " +
+               (stuck_.size() == 1 ? std::string("a container") : std::to_string(stuck_.size()) + " containers") +
+               " (its delete hung, killed after " +
                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kOciDeleteLimit).count()) + " s)";
-    if (hung > 1) problem += ", and of " + std::to_string(hung - 1) + " other container" + (hung > 2 ? "s" : "");
   }
   return problem;
 }
@@ -1503,8 +1518,9 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
       if (launched.ok()) {
         trouble_.Execed();
       } else if (launched.status().code() == StatusCode::kDeadlineExceeded) {
-        trouble_.ExecTimedOut("job " + std::to_string(t->job) + " " + name + ": " + std::string(launched.status().message()),
-                              identity.uid, std::chrono::steady_clock::now());
+        trouble_.ExecTimedOut(identity.uid, std::chrono::steady_clock::now());
+        std::fprintf(stderr, "rota agent: job %llu %s: %s\n", static_cast<unsigned long long>(t->job), name.c_str(),
+                     std::string(launched.status().message()).c_str());
       }
       if (launched.ok()) {
         t->pid = launched->pid;

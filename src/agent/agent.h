@@ -127,45 +127,44 @@ std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mi
 
 // What keeps a node's task runtime from taking new tasks though its disk is
 // fine (HeartbeatReport::runtime_problem): the server drains the node
-// rather than send it tasks that would fail there, each start holding the
-// agent 10 s (Slurm drains a node whose prolog fails or whose job's
-// processes it cannot kill):
-//  - kExecTimeoutsToDrain starts in a row whose program did not exec within
-//    10 s (a hung file system), of at least two users: a user can make the
-//    exec of a program of theirs hang at will (on a FUSE mount of their
-//    own), and must not drain nodes by it. Only a start that execs ends the
-//    run: once drained, one more timeout says it again at once.
-//  - the OCI runtime's delete of a container that hung and was killed (a
-//    cgroup whose processes will not die), until a delete of that
-//    container ends on its own.
-// Each is said for kHold after it last happened: a drained node gets no
-// start that could show it well again, so after that the server undrains
-// it and the next starts try it.
+// rather than send it tasks that would fail there (Slurm drains a node
+// whose prolog fails or whose job's processes it cannot kill):
+//  - kExecTimeoutsToDrain starts in a row, within kWindow, whose program
+//    did not exec within 10 s (a hung file system; each held the agent that
+//    long), of at least two users: a user can make the exec of a program of
+//    theirs hang at will (on a FUSE mount of their own), and must not drain
+//    nodes by it. Only a start that execs ends the run; the drain lifts once
+//    fewer than that many are left within the window (a drained node gets
+//    no start that could show it well: the next starts try it). With
+//    `one_user` (an agent that is not root runs every task as itself) there
+//    is no other tenant, and one user's count.
+//  - a container the OCI runtime could not delete (its delete hung and was
+//    killed: processes that will not die, which may hold its GPUs), until
+//    it is gone: the agent tries again (Agent::ReapDeletes).
+// What it says names no job or container (a drain's reason is every user's
+// to read); the agent's log does.
 class RuntimeTrouble {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr int kExecTimeoutsToDrain = 3;
-  static constexpr Clock::duration kHold = std::chrono::minutes(10);
-  // A start whose program did not exec in time; `what`: which, and the
-  // launcher's words; `uid`: whose it was.
-  void ExecTimedOut(const std::string& what, uid_t uid, Clock::time_point now);
+  static constexpr Clock::duration kWindow = std::chrono::minutes(10);
+  explicit RuntimeTrouble(bool one_user = false) : one_user_(one_user) {}
+  // A start of `uid`'s whose program did not exec in time.
+  void ExecTimedOut(uid_t uid, Clock::time_point now);
   // A start whose program did exec.
-  void Execed() {
-    exec_timeouts_ = 0;
-    exec_users_.clear();
-  }
-  // The delete of `container` was killed after it hung / ended on its own.
-  void DeleteHung(const std::string& container, Clock::time_point now);
-  void DeleteEnded(const std::string& container) { hung_deletes_.erase(container); }
+  void Execed() { exec_timeouts_.clear(); }
+  // `container`'s delete was killed after it hung / the container is gone.
+  void DeleteHung(const std::string& container) { stuck_.insert(container); }
+  void ContainerGone(const std::string& container) { stuck_.erase(container); }
   // What to report ("" = none).
   std::string Problem(Clock::time_point now) const;
 
  private:
-  int exec_timeouts_ = 0;
-  std::set<uid_t> exec_users_;  // whose starts they were (at most two kept)
-  std::string last_exec_;       // the last start that timed out
-  Clock::time_point exec_at_{};
-  std::map<std::string, Clock::time_point> hung_deletes_;  // by container: when last killed
+  bool one_user_;
+  // Since the last start that execed: when each timed out, and whose (the
+  // last 16 within kWindow).
+  std::deque<std::pair<Clock::time_point, uid_t>> exec_timeouts_;
+  std::set<std::string> stuck_;  // containers the runtime could not delete
 };
 
 // Which agent this is, for the server to tell two agents of one node name
@@ -269,6 +268,10 @@ class Agent {
     pid_t killed = 0;  // one killed after kOciDeleteLimit, not reaped yet
     std::chrono::steady_clock::time_point started{};
     int runs = 0;
+    // One was killed, and none has deleted the container since (then
+    // tried again: ReapDeletes); with what.
+    bool stuck = false;
+    std::string runtime, root;
   };
   std::map<std::string, OciDelete> oci_deletes_;
   // REQUIRES: mu_ held. Starts a delete of container `id` unless one is in

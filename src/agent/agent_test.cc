@@ -29,57 +29,66 @@ TEST(AgentInstance, IsKeptInTheStateDirectory) {
 }
 
 // The runtime problem an agent reports (HeartbeatReport::runtime_problem):
-// from the third start in a row whose program did not exec in time, of
-// more than one user (one user alone can make theirs hang), until a start
-// execs or the hold has passed since the last; a container delete that
-// hung, until one of that container ends on its own or the hold has passed.
-TEST(RuntimeTrouble, ExecTimeoutsInARowAndHungDeletesUntilTheyClearOrAge) {
+// from the third start in a row, within the window, whose program did not
+// exec in time, of more than one user (one user alone can make theirs
+// hang) unless the agent runs every task as one user; until a start execs
+// or fewer than three are left within the window. A container the runtime
+// could not delete, until it is gone. No job or container is named.
+TEST(RuntimeTrouble, ExecTimeoutsOfTwoUsersAndStuckContainers) {
   using Clock = RuntimeTrouble::Clock;
   const Clock::time_point t0 = Clock::now();
+  const auto s = [](int n) { return std::chrono::seconds(n); };
   RuntimeTrouble trouble;
-  trouble.ExecTimedOut("job 1 main: cannot start it", 1000, t0);
-  trouble.ExecTimedOut("job 2 main: cannot start it", 1001, t0);
-  EXPECT_EQ(trouble.Problem(t0), "");  // (two: a user's program on a mount of theirs may hang)
+  trouble.ExecTimedOut(1000, t0);
+  trouble.ExecTimedOut(1001, t0);
+  EXPECT_EQ(trouble.Problem(t0), "");  // (two)
   trouble.Execed();
-  trouble.ExecTimedOut("job 3 main: cannot start it", 1000, t0);
-  trouble.ExecTimedOut("job 4 main: cannot start it", 1001, t0);
+  trouble.ExecTimedOut(1000, t0);
+  trouble.ExecTimedOut(1001, t0);
   EXPECT_EQ(trouble.Problem(t0), "");  // (a start that execs began the count again)
-  trouble.ExecTimedOut("job 5 main: cannot start it", 1000, t0 + std::chrono::seconds(20));
-  EXPECT_EQ(trouble.Problem(t0 + std::chrono::seconds(20)),
-            "3 starts in a row, of more than one user, did not exec their program within 10 s (the last: job 5 main: "
-            "cannot start it)");
-  // Said for the hold after the last; one more timeout then says it at once.
-  const Clock::time_point aged = t0 + std::chrono::seconds(20) + RuntimeTrouble::kHold;
-  EXPECT_NE(trouble.Problem(aged - std::chrono::seconds(1)), "");
+  trouble.ExecTimedOut(1000, t0 + s(20));
+  EXPECT_EQ(trouble.Problem(t0 + s(20)),
+            "3 starts in a row, of 2 users, did not exec their program within 10 s (a hung file system?)");
+  // Said while three are within the window: the first two age out of it.
+  const Clock::time_point aged = t0 + RuntimeTrouble::kWindow;
+  EXPECT_NE(trouble.Problem(aged - s(1)), "");
   EXPECT_EQ(trouble.Problem(aged), "");
-  trouble.ExecTimedOut("job 6 main: cannot start it", 1000, aged);
-  EXPECT_NE(trouble.Problem(aged).find("4 starts in a row"), std::string::npos) << trouble.Problem(aged);
+  // Then one user's start alone does not drain it again: it takes three
+  // within the window, of two users.
+  trouble.ExecTimedOut(1000, aged);
+  trouble.ExecTimedOut(1000, aged + s(1));
+  EXPECT_EQ(trouble.Problem(aged + s(1)), "");
+  trouble.ExecTimedOut(1001, aged + s(2));
+  EXPECT_NE(trouble.Problem(aged + s(2)).find("4 starts in a row, of 2 users,"), std::string::npos)
+      << trouble.Problem(aged + s(2));
   trouble.Execed();
-  EXPECT_EQ(trouble.Problem(aged), "");
-  // Hung deletes: the latest named, the others counted.
-  trouble.DeleteHung("rota-1-0-0-0", t0);
-  EXPECT_EQ(trouble.Problem(t0), "the OCI runtime's delete of rota-1-0-0-0 hung (killed after 30 s)");
-  trouble.DeleteHung("rota-2-0-0-0", t0 + std::chrono::seconds(1));
-  trouble.DeleteHung("rota-3-0-0-0", t0 + std::chrono::seconds(2));
-  EXPECT_EQ(trouble.Problem(t0 + std::chrono::seconds(2)),
-            "the OCI runtime's delete of rota-3-0-0-0 hung (killed after 30 s), and of 2 other containers");
-  trouble.DeleteEnded("rota-3-0-0-0");
-  trouble.DeleteEnded("rota-2-0-0-0");
-  EXPECT_EQ(trouble.Problem(t0 + std::chrono::seconds(2)), "the OCI runtime's delete of rota-1-0-0-0 hung (killed after 30 s)");
-  EXPECT_EQ(trouble.Problem(t0 + RuntimeTrouble::kHold), "");
+  EXPECT_EQ(trouble.Problem(aged + s(2)), "");
   // One user's starts alone, however many: nothing (a user can make the
   // exec of their own program hang, and must not drain nodes by it).
-  for (int i = 0; i < 10; ++i) trouble.ExecTimedOut("job " + std::to_string(10 + i) + " main", 1000, aged);
-  EXPECT_EQ(trouble.Problem(aged), "");
+  for (int i = 0; i < 40; ++i) trouble.ExecTimedOut(1000, aged + s(3));
+  EXPECT_EQ(trouble.Problem(aged + s(3)), "");
+  // ... unless every task runs as one user (an agent that is not root).
+  RuntimeTrouble alone(/*one_user=*/true);
+  for (int i = 0; i < 3; ++i) alone.ExecTimedOut(1000, t0);
+  EXPECT_EQ(alone.Problem(t0), "3 starts in a row did not exec their program within 10 s (a hung file system?)");
+  // Stuck containers: said until they are gone, whatever the time.
   trouble.Execed();
+  trouble.DeleteHung("rota-1-0-0-0");
+  EXPECT_EQ(trouble.Problem(t0), "the OCI runtime could not delete a container (its delete hung, killed after 30 s)");
+  trouble.DeleteHung("rota-2-0-0-0");
+  EXPECT_EQ(trouble.Problem(t0 + RuntimeTrouble::kWindow * 10),
+            "the OCI runtime could not delete 2 containers (its delete hung, killed after 30 s)");
+  trouble.ContainerGone("rota-2-0-0-0");
+  trouble.ContainerGone("rota-1-0-0-0");
+  EXPECT_EQ(trouble.Problem(t0), "");
   // Both at once: both said.
-  trouble.ExecTimedOut("a", 1000, aged);
-  trouble.ExecTimedOut("b", 0, aged);
-  trouble.ExecTimedOut("c", 1000, aged);
-  trouble.DeleteHung("rota-4-0-0-0", aged);
-  EXPECT_EQ(trouble.Problem(aged),
-            "3 starts in a row, of more than one user, did not exec their program within 10 s (the last: c); the OCI "
-            "runtime's delete of rota-4-0-0-0 hung (killed after 30 s)");
+  trouble.ExecTimedOut(1000, t0);
+  trouble.ExecTimedOut(0, t0);
+  trouble.ExecTimedOut(1000, t0);
+  trouble.DeleteHung("rota-4-0-0-0");
+  EXPECT_EQ(trouble.Problem(t0),
+            "3 starts in a row, of 2 users, did not exec their program within 10 s (a hung file system?); the OCI "
+            "runtime could not delete a container (its delete hung, killed after 30 s)");
 }
 
 // The disk problem an agent reports (HeartbeatReport::disk_problem): free

@@ -1122,13 +1122,13 @@ TEST_F(ControllerTest, AnAgentsRuntimeProblemDrainsItsNodeUntilItClears) {
   auto c = Make(std::make_unique<MemoryStore>());
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
   HeartbeatReport report{"n-0", {}, {}};
-  report.runtime_problem = "3 starts in a row did not exec within 10 s (the last: job 7: cannot start it)";
+  report.runtime_problem = "3 starts in a row, of 2 users, did not exec their program within 10 s (a hung file system?)";
   ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
   EXPECT_TRUE(c->snapshot().FindNode("n-0")->drained);
   EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "runtime: " + report.runtime_problem);
   // Said in other words: nothing more is journaled.
   const uint64_t drained_at = c->snapshot().revision();
-  report.runtime_problem = "4 starts in a row did not exec within 10 s (the last: job 8: cannot start it)";
+  report.runtime_problem = "4 starts in a row, of 2 users, did not exec their program within 10 s (a hung file system?)";
   ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
   EXPECT_EQ(c->snapshot().revision(), drained_at);
   // The disk's problem goes first, and the runtime's comes back when it clears.
@@ -1142,18 +1142,25 @@ TEST_F(ControllerTest, AnAgentsRuntimeProblemDrainsItsNodeUntilItClears) {
   Status refused = c->SetDrain(kAdmin, "n-0", true, "runtime: crun upgrade");
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.message().find("reason: may not begin with 'runtime: '"), std::string::npos) << refused.ToString();
+  // An admin's undrain while the problem lasts: drained again at the next report.
+  ASSERT_TRUE(c->SetDrain(kAdmin, "n-0", false, "").ok());
+  ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+  EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "runtime: " + report.runtime_problem);
   // Cleared: undrained.
   report.runtime_problem.clear();
   ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
   EXPECT_FALSE(c->snapshot().FindNode("n-0")->drained);
-  // An admin's drain is not the agent's to change or lift.
+  // An admin's drain is not the agent's to change or lift, and the agent's
+  // reports journal nothing while it stands.
   ASSERT_TRUE(c->SetDrain(kAdmin, "n-0", true, "PSU swap").ok());
-  report.runtime_problem = "the OCI runtime's delete of rota-9-0-0-0 hung (killed after 30 s)";
+  const uint64_t admin_drained_at = c->snapshot().revision();
+  report.runtime_problem = "the OCI runtime could not delete a container (its delete hung, killed after 30 s)";
   ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
   EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "PSU swap");
   report.runtime_problem.clear();
   ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
   EXPECT_EQ(c->snapshot().FindNode("n-0")->drain_reason, "PSU swap");
+  EXPECT_EQ(c->snapshot().revision(), admin_drained_at);
 }
 
 // An elastic job's failed rank restarts alone (a new attempt of that replica
