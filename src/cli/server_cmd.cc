@@ -1008,6 +1008,12 @@ int StoreMain(std::vector<std::string> args) {
       return kExitError;
     }
   }
+  // The secret of the running gangs' rendezvous ports, so that a rank
+  // restarted alone after the move meets its gang at the same port.
+  if (Status s = CopySecret(**from, **dest, "rendezvous"); !s.ok()) {
+    std::cerr << "rota store: cannot copy the store's secret: " << s.message() << "\n";
+    return kExitError;
+  }
   // Read it back, as a server would.
   auto check = PgStore::Open(to);
   server::Recovered back(config.topology);

@@ -1,6 +1,7 @@
 #include "server/controller.h"
 
 #include "base/thread_name.h"
+#include "server/auth.h"
 #include "server/histogram.h"
 
 #include <dirent.h>
@@ -20,6 +21,15 @@
 
 
 namespace rota::server {
+
+int32_t RendezvousPort(uint64_t key, JobId job, int64_t gang_attempt) {
+  // (SHA-256 as a keyed hash of fixed-length fields: no length extension
+  // applies to a value that is only reduced, never a MAC to forge.)
+  const std::string h = Sha256Hex(std::to_string(key) + ":" + std::to_string(job.value()) + ":" + std::to_string(gang_attempt));
+  return kRendezvousPorts.first +
+         static_cast<int32_t>(std::stoull(h.substr(0, 15), nullptr, 16) %
+                              static_cast<uint64_t>(kRendezvousPorts.second - kRendezvousPorts.first + 1));
+}
 
 Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
     : options_(std::move(options)),
@@ -47,6 +57,7 @@ Status Controller::Start() {
                                    " but the journal ends at " + std::to_string(store_->last_seq()));
   }
   if (!warm_) ROTA_RETURN_IF_ERROR(store_->Replay([this](const Event& e) { return recovered_->Apply(e); }));
+  ROTA_ASSIGN_OR_RETURN(rendezvous_key_, store_->Secret("rendezvous"));
   next_job_id_ = recovered_->next_job_id;
   request_ids_ = std::move(recovered_->request_ids);
   last_snapshot_seq_ = store_->last_seq();
@@ -199,6 +210,7 @@ Status Controller::CancelCutArrays() {
 
 Status Controller::StartFollowing() {
   ROTA_RETURN_IF_ERROR(store_->Replay([this](const Event& e) { return recovered_->Apply(e); }));
+  ROTA_ASSIGN_OR_RETURN(rendezvous_key_, store_->Secret("rendezvous"));
   recovered_->seq = store_->last_seq();
   warm_ = true;
   ROTA_RETURN_IF_ERROR(ReloadTokens());
@@ -1753,7 +1765,7 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   a.node_rank = static_cast<int32_t>(std::find(node_order.begin(), node_order.end(), r.node) - node_order.begin());
   a.master_addr = a.hosts[0];
   // A rank restarted alone rejoins the gang's master: the port follows the gang's attempt.
-  a.master_port = 20000 + static_cast<int32_t>((job.id.value() * 7 + static_cast<uint64_t>(job.gang_attempt)) % 20000);
+  a.master_port = RendezvousPort(rendezvous_key_, job.id, job.gang_attempt);
   a.attempt = job.ReplicaAttempt(r.replica);
   a.bound_at = std::max(job.started_at, job.resized_at);  // a resize starts a new attempt
   a.checkpoint_signal = job.spec().checkpoint.signal;

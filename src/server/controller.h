@@ -162,6 +162,14 @@ struct ControllerMetrics {
 inline constexpr double kCycleBuckets[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0};
 inline constexpr double kBatchBuckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0};
 
+// A gang's rendezvous port (MASTER_PORT, within kRendezvousPorts) for its
+// gang attempt: a hash of the job, the attempt and `key` (the store's
+// secret), so that another user cannot compute it and bind it on the
+// gang's first node before its rank 0 does (before, it was a function of
+// the job id and attempt alone).
+inline constexpr std::pair<int32_t, int32_t> kRendezvousPorts{20000, 39999};
+int32_t RendezvousPort(uint64_t key, JobId job, int64_t gang_attempt);
+
 class Controller {
  public:
   Controller(ControllerOptions options, std::unique_ptr<Store> store);
@@ -493,6 +501,9 @@ class Controller {
   bool warm_ = false;                     // StartFollowing replayed the store already
   ClusterState& state_;
   uint64_t next_job_id_ = 1;
+  // The store's secret that keys gangs' rendezvous ports (RendezvousPort),
+  // read at Start / StartFollowing, before any answer is made.
+  uint64_t rendezvous_key_ = 0;
   std::atomic<uint64_t> last_snapshot_seq_{0};
   // The journal snapshot in progress: (seq, the state at it), handed from
   // the actor to the snapshot thread.

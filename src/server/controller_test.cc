@@ -388,6 +388,39 @@ TEST_F(ControllerTest, AGangsHostsKeepTheirAddressesAcrossARestart) {
   c->Stop();
 }
 
+// A gang's rendezvous port is keyed with the store's secret: its replicas
+// share it, another store's secret gives another port for the same job and
+// attempt, and nothing a user sees (the job id, the attempt) is enough to
+// compute it (before: 20000 + (id x 7 + attempt) mod 20000).
+TEST_F(ControllerTest, AGangsRendezvousPortIsKeyedWithTheStoresSecret) {
+  auto store = std::make_unique<MemoryStore>();
+  const uint64_t key = *store->Secret("rendezvous");
+  auto c = Make(std::move(store));
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "127.0.0.1").ok());
+  auto id = c->Submit(kAlice, Job("pair", 2, 4));
+  ASSERT_TRUE(id.ok());
+  c->ScheduleNow();
+  auto tasks = c->Heartbeat(agent0, {"n-0", {}, {}});
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].master_port, RendezvousPort(key, *id, 0));
+  EXPECT_EQ((*tasks)[1].master_port, (*tasks)[0].master_port);
+  // The same job and attempt under other keys: spread over the range, not
+  // the old formula's one port.
+  std::set<int32_t> ports;
+  for (uint64_t k = 1; k <= 64; ++k) {
+    const int32_t p = RendezvousPort(k, *id, 0);
+    EXPECT_GE(p, kRendezvousPorts.first);
+    EXPECT_LE(p, kRendezvousPorts.second);
+    ports.insert(p);
+  }
+  EXPECT_GE(ports.size(), 60u);
+  EXPECT_EQ(RendezvousPort(key, *id, 0), RendezvousPort(key, *id, 0));
+  int moved = 0;  // (a new gang attempt, a new port: mostly)
+  for (int a = 1; a <= 16; ++a) moved += RendezvousPort(key, *id, a) != RendezvousPort(key, *id, a - 1);
+  EXPECT_GE(moved, 15);
+}
+
 TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
   auto c = Make(std::make_unique<MemoryStore>());
   NodeSpec spec = c->snapshot().FindNode("n-0")->spec;
@@ -1983,6 +2016,9 @@ class FullDiskStore final : public Store {
   uint64_t last_seq() const override { return inner_->last_seq(); }
   Status PutToken(const TokenRecord& token) override { return inner_->PutToken(token); }
   StatusOr<std::vector<TokenRecord>> Tokens() override { return inner_->Tokens(); }
+  StatusOr<uint64_t> Secret(const std::string& name, std::optional<uint64_t> value = std::nullopt) override {
+    return inner_->Secret(name, value);
+  }
   Status PutUsage(const std::vector<UsageRecord>& records) override { return inner_->PutUsage(records); }
   StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override { return inner_->Usage(since, until); }
   StatusOr<std::vector<UsageRecord>> UsageOfJob(JobId job) override { return inner_->UsageOfJob(job); }

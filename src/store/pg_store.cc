@@ -695,6 +695,21 @@ Status PgStore::WriteSnapshot(uint64_t seq, const EventSource& compacted) {
   return s;
 }
 
+StatusOr<uint64_t> PgStore::Secret(const std::string& name, std::optional<uint64_t> value) {
+  // Made by whichever replica asks first; every other reads that one.
+  const std::string key = "secret:" + name;
+  const uint64_t made = value.value_or(NewSecret()) & uint64_t{INT64_MAX};
+  std::lock_guard<std::mutex> lock(mu_);
+  pg::Conn& c = *db_;
+  ROTA_RETURN_IF_ERROR(c.Exec("make a secret",
+                              "INSERT INTO rota_meta (key, value) VALUES ($1, $2::bigint) ON CONFLICT (key) DO NOTHING",
+                              {key, std::to_string(made)})
+                           .status());
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("read a secret", "SELECT value FROM rota_meta WHERE key = $1", {key}));
+  if (r.rows() != 1) return DataLossError("the store's secret '" + name + "' is not there after it was made");
+  return static_cast<uint64_t>(r.int64(0, 0));
+}
+
 Status PgStore::PutToken(const TokenRecord& t) {
   // (libpq sends text parameters as C strings: a NUL would cut one short.)
   for (const std::string* field : {&t.hash, &t.user, &t.role, &t.node}) {

@@ -1,10 +1,14 @@
 #include "store/records.h"
 
+#include <sys/random.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cstdlib>
 
 #include "api/json_codec.h"
+#include "store/store.h"
 
 namespace rota {
 
@@ -102,6 +106,24 @@ Status DecodeSnapshotBody(std::string_view body, const std::function<Status(cons
     start = end + 1;
   }
   return Status::Ok();
+}
+
+Status CopySecret(Store& from, Store& to, const std::string& name) {
+  ROTA_ASSIGN_OR_RETURN(const uint64_t key, from.Secret(name));
+  ROTA_ASSIGN_OR_RETURN(const uint64_t kept, to.Secret(name, key));
+  if (kept != key) return FailedPreconditionError("the destination keeps another secret '" + name + "'");
+  return Status::Ok();
+}
+
+uint64_t NewSecret() {
+  uint64_t v = 0;
+  auto* bytes = reinterpret_cast<unsigned char*>(&v);
+  for (size_t got = 0; got < sizeof(v);) {
+    const ssize_t n = getrandom(bytes + got, sizeof(v) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+    else if (errno != EINTR) std::abort();  // (the kernel's generator: there since Linux 3.17)
+  }
+  return v & uint64_t{INT64_MAX};
 }
 
 }  // namespace rota

@@ -516,6 +516,17 @@ Status SqliteStore::WriteSnapshot(uint64_t seq, const EventSource& compacted) {
   return Status::Ok();
 }
 
+StatusOr<uint64_t> SqliteStore::Secret(const std::string& name, std::optional<uint64_t> value) {
+  // (One server owns a SQLite store: read, then made if missing. A
+  // secret is at most 63 bits, so -1 says none.)
+  const std::string key = "secret:" + name;
+  ROTA_ASSIGN_OR_RETURN(const int64_t kept, Meta(key.c_str()));
+  if (kept >= 0) return static_cast<uint64_t>(kept);
+  const uint64_t made = value.value_or(NewSecret()) & uint64_t{INT64_MAX};
+  ROTA_RETURN_IF_ERROR(SetMeta(key.c_str(), static_cast<int64_t>(made)));
+  return made;
+}
+
 Status SqliteStore::PutToken(const TokenRecord& t) {
   Stmt st;
   if (sqlite3_prepare_v2(db_,

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,13 @@ struct TokenRecord {
   TimePoint expires_at = 0;  // 0 = never
   bool revoked = false;
 };
+
+// A random value of 63 bits (getrandom), for Store::Secret.
+uint64_t NewSecret();
+class Store;
+// Gives `to` the secret `name` of `from` (made there if it has none);
+// FailedPrecondition if `to` keeps another already.
+Status CopySecret(Store& from, Store& to, const std::string& name);
 
 class Store {
  public:
@@ -65,6 +73,13 @@ class Store {
 
   virtual Status PutToken(const TokenRecord& token) = 0;
   virtual StatusOr<std::vector<TokenRecord>> Tokens() = 0;
+
+  // A random value (63 bits) kept for good under `name` with the store, made
+  // by the first call (`value`, where given and none is kept yet: a store
+  // migrated keeps its source's): every replica of a shared store reads the
+  // same one. It keys what other users must not compute (a gang's
+  // rendezvous port: Controller's RendezvousPort).
+  virtual StatusOr<uint64_t> Secret(const std::string& name, std::optional<uint64_t> value = std::nullopt) = 0;
 
   // Accounting (core/usage_record.h): one record per ended attempt, kept
   // apart from the journal (never compacted into a snapshot), dropped only

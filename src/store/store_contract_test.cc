@@ -154,6 +154,37 @@ TYPED_TEST(StoreContract, ASnapshotWhoseSourceFailsWritesNothing) {
   EXPECT_EQ(s->last_seq(), 2u);
 }
 
+// A secret is made once and kept: the same after a reopen, another for
+// another name; a value given is kept only where none is yet (a migrated
+// store keeps its source's).
+TYPED_TEST(StoreContract, KeepsASecretMadeOnce) {
+  auto s = this->factory.Make();
+  auto first = s->Secret("rendezvous");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_LE(*first, uint64_t{INT64_MAX});
+  EXPECT_EQ(*s->Secret("rendezvous", 42), *first);
+  auto other = s->Secret("other");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*other, *first);  // (2^-63 that it fails)
+  EXPECT_EQ(*s->Secret("given", 42), 42u);
+  s = this->factory.Reopen(std::move(s));
+  EXPECT_EQ(*s->Secret("rendezvous"), *first);
+  EXPECT_EQ(*s->Secret("given"), 42u);
+}
+
+// `rota store migrate` copies the secret (CopySecret): a store that keeps
+// another already is refused.
+TYPED_TEST(StoreContract, TakesAnotherStoresSecret) {
+  MemoryStore from;
+  const uint64_t key = *from.Secret("rendezvous");
+  auto s = this->factory.Make();
+  ASSERT_TRUE(CopySecret(from, *s, "rendezvous").ok());
+  s = this->factory.Reopen(std::move(s));
+  EXPECT_EQ(*s->Secret("rendezvous"), key);
+  MemoryStore other;
+  EXPECT_EQ(CopySecret(other, *s, "rendezvous").code(), StatusCode::kFailedPrecondition);
+}
+
 TYPED_TEST(StoreContract, KeepsTokens) {
   auto s = this->factory.Make();
   ASSERT_TRUE(s->PutToken({"h1", "alice", "user", "", 1}).ok());
