@@ -8,6 +8,8 @@
 #include <httplib.h>
 #include <signal.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <ctime>
@@ -566,6 +568,42 @@ std::string RuntimeTrouble::Problem(Clock::time_point now) const {
                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kOciDeleteLimit).count()) + " s)";
   }
   return problem;
+}
+
+std::string PortTaken(int port) {
+  // As a server would take it (SO_REUSEADDR: a connection of an earlier
+  // holder waiting out TIME_WAIT is no holder), listening: a socket bound
+  // without listening, as one listening, makes the listen fail.
+  auto taken = [&](int family) -> std::string {
+    const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return family == AF_INET ? std::string("cannot make a socket: ") + std::strerror(errno) : "";  // (no IPv6: fine)
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    int r;
+    if (family == AF_INET) {
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_ANY);
+      r = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    } else {
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));  // (the IPv4 side is asked above)
+      sockaddr_in6 a{};
+      a.sin6_family = AF_INET6;
+      a.sin6_port = htons(static_cast<uint16_t>(port));
+      a.sin6_addr = in6addr_any;
+      r = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+      if (r != 0 && errno == EADDRNOTAVAIL) r = 0;  // (IPv6 off on the host)
+    }
+    if (r == 0) r = listen(fd, 1);
+    const int err = errno;
+    close(fd);
+    if (r == 0) return "";
+    return std::string(family == AF_INET ? "IPv4" : "IPv6") + " port " + std::to_string(port) + ": " + std::strerror(err);
+  };
+  std::string why = taken(AF_INET);
+  if (why.empty()) why = taken(AF_INET6);
+  return why;
 }
 
 std::string DiskProblem(const std::vector<std::string>& dirs, int64_t reserve_mib, bool had_problem) {
@@ -1294,6 +1332,15 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
     spec.env["ROTA_SIMULATED_GPUS"] = options_.inventory.simulated ? "1" : "0";
     spec.env["MASTER_ADDR"] = a.master_addr;
     spec.env["MASTER_PORT"] = std::to_string(a.master_port);
+    // Rank 0 listens there: a port another process holds (another user's,
+    // who would have the gang's ranks meet it) fails the start, so that the
+    // gang's next attempt meets at another port, rather than the ranks
+    // connecting to whoever holds it.
+    if (a.rank == 0 && a.world_size > 1 && launch_error.empty()) {
+      if (const std::string taken = PortTaken(a.master_port); !taken.empty()) {
+        launch_error = "its rendezvous port (MASTER_PORT) is held by another process on this node (" + taken + ")";
+      }
+    }
     spec.env["WORLD_SIZE"] = std::to_string(a.world_size);
     spec.env["RANK"] = std::to_string(a.rank);
     spec.env["LOCAL_RANK"] = std::to_string(a.local_rank);

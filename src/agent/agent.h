@@ -167,6 +167,11 @@ class RuntimeTrouble {
   std::set<std::string> stuck_;  // containers the runtime could not delete
 };
 
+// Why a server could not listen on TCP `port` of every address, IPv4 and
+// IPv6, now ("" = it could): another process holds it. A gang's rank 0 is
+// not started on a rendezvous port another process holds.
+std::string PortTaken(int port);
+
 // Which agent this is, for the server to tell two agents of one node name
 // apart (a second one started by mistake, a cloned machine): 32 hex digits
 // kept in `state_dir`/agent-id, so that the same agent restarted keeps them

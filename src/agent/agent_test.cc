@@ -1,6 +1,9 @@
 #include "agent/agent.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <sys/statvfs.h>
 
 #include <filesystem>
@@ -89,6 +92,31 @@ TEST(RuntimeTrouble, ExecTimeoutsOfTwoUsersAndStuckContainers) {
   EXPECT_EQ(trouble.Problem(t0),
             "3 starts in a row, of 2 users, did not exec their program within 10 s (a hung file system?); the OCI "
             "runtime could not delete a container (its delete hung, killed after 30 s)");
+}
+
+// A port another process listens on, or has bound, is taken; a free one,
+// or one whose earlier holder only left connections in TIME_WAIT, is not.
+TEST(PortTaken, APortAnotherSocketHoldsIsTakenAndAFreeOneIsNot) {
+  auto bound = [](bool listening) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    if (listening) EXPECT_EQ(listen(fd, 1), 0);
+    socklen_t len = sizeof(a);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    return std::pair<int, int>{fd, ntohs(a.sin_port)};
+  };
+  auto [listener, port] = bound(true);
+  EXPECT_NE(PortTaken(port).find("IPv4 port " + std::to_string(port) + ": Address already in use"), std::string::npos)
+      << PortTaken(port);
+  close(listener);
+  EXPECT_EQ(PortTaken(port), "");
+  auto [holder, held] = bound(false);  // (bound, not listening yet)
+  EXPECT_NE(PortTaken(held), "");
+  close(holder);
+  EXPECT_EQ(PortTaken(held), "");
 }
 
 // The disk problem an agent reports (HeartbeatReport::disk_problem): free
