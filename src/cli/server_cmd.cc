@@ -991,6 +991,15 @@ int StoreMain(std::vector<std::string> args) {
               << ", " << dest_tokens->size() << " tokens): migrate into an empty database\n";
     return kExitError;
   }
+  // The key of gangs' rendezvous ports (and when it was made), first, so
+  // that a rank restarted alone after the move meets its gang at the same
+  // port; a database a server was started on keeps its own: refused, with
+  // nothing written.
+  if (Status s = CopyKept(**from, **dest, server::kRendezvousKeyNames); !s.ok()) {
+    std::cerr << "rota store: cannot copy the key of gangs' rendezvous ports: " << s.message()
+              << ": migrate into a database no rota server has started on\n";
+    return kExitError;
+  }
   server::Recovered state(config.topology);
   if (Status s = (*from)->Replay([&](const Event& e) { return state.Apply(e); }); !s.ok()) {
     std::cerr << "rota store: " << s.message() << "\n";
@@ -1007,12 +1016,6 @@ int StoreMain(std::vector<std::string> args) {
       std::cerr << "rota store: " << s.message() << "\n";
       return kExitError;
     }
-  }
-  // The secret of the running gangs' rendezvous ports, so that a rank
-  // restarted alone after the move meets its gang at the same port.
-  if (Status s = CopySecret(**from, **dest, "rendezvous"); !s.ok()) {
-    std::cerr << "rota store: cannot copy the store's secret: " << s.message() << "\n";
-    return kExitError;
   }
   // Read it back, as a server would.
   auto check = PgStore::Open(to);

@@ -1,6 +1,7 @@
 #include "server/auth.h"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <sys/random.h>
 
 #include <algorithm>
@@ -34,6 +35,16 @@ std::string Sha256Hex(std::string_view data) {
     out += kHex[digest[i] & 15];
   }
   return out;
+}
+
+uint64_t HmacSha256Prefix(std::string_view key, std::string_view data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), mac, &len);
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | mac[i];
+  return v;
 }
 
 std::string NewToken() {

@@ -34,6 +34,8 @@ struct Principal {
 std::string TokenId(const TokenRecord& record);
 
 std::string Sha256Hex(std::string_view data);
+// HMAC-SHA256 of `data` under `key`: its first 8 bytes, little-endian.
+uint64_t HmacSha256Prefix(std::string_view key, std::string_view data);
 // "rota_" + 40 random hex digits from the kernel's CSPRNG.
 std::string NewToken();
 

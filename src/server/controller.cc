@@ -22,13 +22,28 @@
 
 namespace rota::server {
 
-int32_t RendezvousPort(uint64_t key, JobId job, int64_t gang_attempt) {
-  // (SHA-256 as a keyed hash of fixed-length fields: no length extension
-  // applies to a value that is only reduced, never a MAC to forge.)
-  const std::string h = Sha256Hex(std::to_string(key) + ":" + std::to_string(job.value()) + ":" + std::to_string(gang_attempt));
-  return kRendezvousPorts.first +
-         static_cast<int32_t>(std::stoull(h.substr(0, 15), nullptr, 16) %
-                              static_cast<uint64_t>(kRendezvousPorts.second - kRendezvousPorts.first + 1));
+StatusOr<RendezvousKey> LoadRendezvousKey(Store& store, TimePoint now) {
+  // When first (a crash between leaves a time before the key: no gang was
+  // bound meanwhile), then the key's halves.
+  RendezvousKey k;
+  ROTA_ASSIGN_OR_RETURN(const uint64_t since, store.Keep(kRendezvousKeyNames[0], static_cast<uint64_t>(std::max<TimePoint>(0, now))));
+  k.since = static_cast<TimePoint>(since);
+  for (int i = 0; i < 2; ++i) {
+    ROTA_ASSIGN_OR_RETURN(k.key[i], store.Keep(kRendezvousKeyNames[1 + i], NewSecret()));
+  }
+  return k;
+}
+
+int32_t RendezvousPort(const RendezvousKey& key, JobId job, int64_t gang_attempt, TimePoint began) {
+  const auto span = static_cast<uint64_t>(kRendezvousPorts.second - kRendezvousPorts.first + 1);
+  if (began < key.since) {
+    return kRendezvousPorts.first + static_cast<int32_t>((job.value() * 7 + static_cast<uint64_t>(gang_attempt)) % span);
+  }
+  char bytes[16];
+  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<char>(key.key[i / 8] >> (8 * (i % 8)));
+  const uint64_t mac =
+      HmacSha256Prefix(std::string_view(bytes, sizeof(bytes)), std::to_string(job.value()) + ":" + std::to_string(gang_attempt));
+  return kRendezvousPorts.first + static_cast<int32_t>(mac % span);
 }
 
 Controller::Controller(ControllerOptions options, std::unique_ptr<Store> store)
@@ -57,7 +72,7 @@ Status Controller::Start() {
                                    " but the journal ends at " + std::to_string(store_->last_seq()));
   }
   if (!warm_) ROTA_RETURN_IF_ERROR(store_->Replay([this](const Event& e) { return recovered_->Apply(e); }));
-  ROTA_ASSIGN_OR_RETURN(rendezvous_key_, store_->Secret("rendezvous"));
+  ROTA_ASSIGN_OR_RETURN(rendezvous_key_, LoadRendezvousKey(*store_, options_.clock->Now()));
   next_job_id_ = recovered_->next_job_id;
   request_ids_ = std::move(recovered_->request_ids);
   last_snapshot_seq_ = store_->last_seq();
@@ -210,7 +225,7 @@ Status Controller::CancelCutArrays() {
 
 Status Controller::StartFollowing() {
   ROTA_RETURN_IF_ERROR(store_->Replay([this](const Event& e) { return recovered_->Apply(e); }));
-  ROTA_ASSIGN_OR_RETURN(rendezvous_key_, store_->Secret("rendezvous"));
+  ROTA_ASSIGN_OR_RETURN(rendezvous_key_, LoadRendezvousKey(*store_, options_.clock->Now()));
   recovered_->seq = store_->last_seq();
   warm_ = true;
   ROTA_RETURN_IF_ERROR(ReloadTokens());
@@ -1765,7 +1780,7 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   a.node_rank = static_cast<int32_t>(std::find(node_order.begin(), node_order.end(), r.node) - node_order.begin());
   a.master_addr = a.hosts[0];
   // A rank restarted alone rejoins the gang's master: the port follows the gang's attempt.
-  a.master_port = RendezvousPort(rendezvous_key_, job.id, job.gang_attempt);
+  a.master_port = RendezvousPort(rendezvous_key_, job.id, job.gang_attempt, job.started_at);
   a.attempt = job.ReplicaAttempt(r.replica);
   a.bound_at = std::max(job.started_at, job.resized_at);  // a resize starts a new attempt
   a.checkpoint_signal = job.spec().checkpoint.signal;

@@ -162,13 +162,27 @@ struct ControllerMetrics {
 inline constexpr double kCycleBuckets[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0};
 inline constexpr double kBatchBuckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0};
 
+// What keys gangs' rendezvous ports: 126 random bits the store keeps
+// (Store::Keep: made by the first server that starts on it, read by every
+// replica), and when they were made: a gang attempt that began before
+// (bound by a server of an older version, which has its ranks meet at the
+// old port) keeps the old port.
+struct RendezvousKey {
+  uint64_t key[2] = {0, 0};
+  TimePoint since = 0;
+};
+// The names it is kept under (`rota store migrate` copies them).
+inline const std::vector<std::string> kRendezvousKeyNames = {"rendezvous_since", "rendezvous_key_0", "rendezvous_key_1"};
+StatusOr<RendezvousKey> LoadRendezvousKey(Store& store, TimePoint now);
 // A gang's rendezvous port (MASTER_PORT, within kRendezvousPorts) for its
-// gang attempt: a hash of the job, the attempt and `key` (the store's
-// secret), so that another user cannot compute it and bind it on the
-// gang's first node before its rank 0 does (before, it was a function of
-// the job id and attempt alone).
+// gang attempt (which began `began`): HMAC-SHA256 of the job and the attempt
+// under the key, so that another user cannot compute it (before, it was
+// 20000 + (job id x 7 + attempt) mod 20000, which any user could, and bind
+// it on the gang's first node before its rank 0; an attempt that began
+// before the key was made keeps that port). It is not secret: a user with
+// a task on the gang's nodes may see it (docs/trust.md).
 inline constexpr std::pair<int32_t, int32_t> kRendezvousPorts{20000, 39999};
-int32_t RendezvousPort(uint64_t key, JobId job, int64_t gang_attempt);
+int32_t RendezvousPort(const RendezvousKey& key, JobId job, int64_t gang_attempt, TimePoint began);
 
 class Controller {
  public:
@@ -503,7 +517,7 @@ class Controller {
   uint64_t next_job_id_ = 1;
   // The store's secret that keys gangs' rendezvous ports (RendezvousPort),
   // read at Start / StartFollowing, before any answer is made.
-  uint64_t rendezvous_key_ = 0;
+  RendezvousKey rendezvous_key_;
   std::atomic<uint64_t> last_snapshot_seq_{0};
   // The journal snapshot in progress: (seq, the state at it), handed from
   // the actor to the snapshot thread.

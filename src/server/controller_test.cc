@@ -388,13 +388,15 @@ TEST_F(ControllerTest, AGangsHostsKeepTheirAddressesAcrossARestart) {
   c->Stop();
 }
 
-// A gang's rendezvous port is keyed with the store's secret: its replicas
-// share it, another store's secret gives another port for the same job and
+// A gang's rendezvous port is keyed with the key the store keeps: its
+// replicas share it, another key gives another port for the same job and
 // attempt, and nothing a user sees (the job id, the attempt) is enough to
-// compute it (before: 20000 + (id x 7 + attempt) mod 20000).
-TEST_F(ControllerTest, AGangsRendezvousPortIsKeyedWithTheStoresSecret) {
+// compute it (before: 20000 + (id x 7 + attempt) mod 20000). A gang attempt
+// that began before the key was made (by a server of an older version)
+// keeps that old port, which its running ranks meet at.
+TEST_F(ControllerTest, AGangsRendezvousPortIsKeyedWithTheStoresKey) {
   auto store = std::make_unique<MemoryStore>();
-  const uint64_t key = *store->Secret("rendezvous");
+  const RendezvousKey key = *LoadRendezvousKey(*store, clock.Now());
   auto c = Make(std::move(store));
   ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "127.0.0.1").ok());
   auto id = c->Submit(kAlice, Job("pair", 2, 4));
@@ -403,22 +405,34 @@ TEST_F(ControllerTest, AGangsRendezvousPortIsKeyedWithTheStoresSecret) {
   auto tasks = c->Heartbeat(agent0, {"n-0", {}, {}});
   ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
   ASSERT_EQ(tasks->size(), 2u);
-  EXPECT_EQ((*tasks)[0].master_port, RendezvousPort(key, *id, 0));
+  const TimePoint began = c->snapshot().FindJob(*id)->started_at;
+  EXPECT_EQ((*tasks)[0].master_port, RendezvousPort(key, *id, 0, began));
   EXPECT_EQ((*tasks)[1].master_port, (*tasks)[0].master_port);
-  // The same job and attempt under other keys: spread over the range, not
-  // the old formula's one port.
+  // The same job and attempt under other keys: spread over the range.
   std::set<int32_t> ports;
   for (uint64_t k = 1; k <= 64; ++k) {
-    const int32_t p = RendezvousPort(k, *id, 0);
+    const int32_t p = RendezvousPort(RendezvousKey{{k, 0}, 0}, *id, 0, began);
     EXPECT_GE(p, kRendezvousPorts.first);
     EXPECT_LE(p, kRendezvousPorts.second);
     ports.insert(p);
   }
   EXPECT_GE(ports.size(), 60u);
-  EXPECT_EQ(RendezvousPort(key, *id, 0), RendezvousPort(key, *id, 0));
+  EXPECT_NE(RendezvousPort(RendezvousKey{{1, 0}, 0}, *id, 0, began), RendezvousPort(RendezvousKey{{1, 1}, 0}, *id, 0, began));
   int moved = 0;  // (a new gang attempt, a new port: mostly)
-  for (int a = 1; a <= 16; ++a) moved += RendezvousPort(key, *id, a) != RendezvousPort(key, *id, a - 1);
+  for (int a = 1; a <= 16; ++a) moved += RendezvousPort(key, *id, a, began) != RendezvousPort(key, *id, a - 1, began);
   EXPECT_GE(moved, 15);
+  // Begun before the key was made: the old port.
+  EXPECT_EQ(RendezvousPort(key, JobId(3), 2, key.since - 1), 20000 + (3 * 7 + 2));
+  auto older = std::make_unique<MemoryStore>();
+  ASSERT_TRUE(older->Keep("rendezvous_since", static_cast<uint64_t>(clock.Now() + 3600 * kMicrosPerSecond)).ok());
+  auto o = Make(std::move(older));
+  ASSERT_TRUE(o->RegisterNode(agent0, o->snapshot().FindNode("n-0")->spec, true, "127.0.0.1").ok());
+  auto old_id = o->Submit(kAlice, Job("pair", 2, 4));
+  ASSERT_TRUE(old_id.ok());
+  o->ScheduleNow();
+  auto old_tasks = o->Heartbeat(agent0, {"n-0", {}, {}});
+  ASSERT_TRUE(old_tasks.ok() && old_tasks->size() == 2u);
+  EXPECT_EQ((*old_tasks)[0].master_port, 20000 + static_cast<int32_t>(old_id->value() * 7 % 20000));
 }
 
 TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
@@ -2016,9 +2030,8 @@ class FullDiskStore final : public Store {
   uint64_t last_seq() const override { return inner_->last_seq(); }
   Status PutToken(const TokenRecord& token) override { return inner_->PutToken(token); }
   StatusOr<std::vector<TokenRecord>> Tokens() override { return inner_->Tokens(); }
-  StatusOr<uint64_t> Secret(const std::string& name, std::optional<uint64_t> value = std::nullopt) override {
-    return inner_->Secret(name, value);
-  }
+  StatusOr<uint64_t> Keep(const std::string& name, uint64_t value) override { return inner_->Keep(name, value); }
+  StatusOr<std::optional<uint64_t>> Kept(const std::string& name) override { return inner_->Kept(name); }
   Status PutUsage(const std::vector<UsageRecord>& records) override { return inner_->PutUsage(records); }
   StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override { return inner_->Usage(since, until); }
   StatusOr<std::vector<UsageRecord>> UsageOfJob(JobId job) override { return inner_->UsageOfJob(job); }

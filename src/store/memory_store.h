@@ -43,9 +43,14 @@ class MemoryStore final : public Store {
     return Status::Ok();
   }
   StatusOr<std::vector<TokenRecord>> Tokens() override { return tokens_; }
-  StatusOr<uint64_t> Secret(const std::string& name, std::optional<uint64_t> value = std::nullopt) override {
+  StatusOr<uint64_t> Keep(const std::string& name, uint64_t value) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return secrets_.try_emplace(name, value.value_or(NewSecret())).first->second;
+    return kept_.try_emplace(name, value & uint64_t{INT64_MAX}).first->second;
+  }
+  StatusOr<std::optional<uint64_t>> Kept(const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = kept_.find(name);
+    return it == kept_.end() ? std::nullopt : std::optional<uint64_t>(it->second);
   }
   Status PutUsage(const std::vector<UsageRecord>& records) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -110,7 +115,7 @@ class MemoryStore final : public Store {
   std::vector<std::pair<uint64_t, Event>> journal_;
   std::vector<Event> snapshot_;
   std::vector<TokenRecord> tokens_;
-  std::map<std::string, uint64_t> secrets_;
+  std::map<std::string, uint64_t> kept_;
   std::vector<UsageRecord> usage_;
   std::set<std::pair<uint64_t, int32_t>> usage_keys_;
   std::map<std::tuple<std::string, int32_t, int32_t, TimePoint>, GpuHistoryBlock> history_;

@@ -695,19 +695,28 @@ Status PgStore::WriteSnapshot(uint64_t seq, const EventSource& compacted) {
   return s;
 }
 
-StatusOr<uint64_t> PgStore::Secret(const std::string& name, std::optional<uint64_t> value) {
-  // Made by whichever replica asks first; every other reads that one.
-  const std::string key = "secret:" + name;
-  const uint64_t made = value.value_or(NewSecret()) & uint64_t{INT64_MAX};
+StatusOr<std::optional<uint64_t>> PgStore::Kept(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  pg::Conn& c = *db_;
-  ROTA_RETURN_IF_ERROR(c.Exec("make a secret",
-                              "INSERT INTO rota_meta (key, value) VALUES ($1, $2::bigint) ON CONFLICT (key) DO NOTHING",
-                              {key, std::to_string(made)})
-                           .status());
-  ROTA_ASSIGN_OR_RETURN(pg::Result r, c.Exec("read a secret", "SELECT value FROM rota_meta WHERE key = $1", {key}));
-  if (r.rows() != 1) return DataLossError("the store's secret '" + name + "' is not there after it was made");
-  return static_cast<uint64_t>(r.int64(0, 0));
+  ROTA_ASSIGN_OR_RETURN(pg::Result r, db_->Exec("read a kept value", "SELECT value FROM rota_meta WHERE key = $1",
+                                                {"kept:" + name}));
+  if (r.rows() == 0) return std::optional<uint64_t>();
+  return std::optional<uint64_t>(static_cast<uint64_t>(r.int64(0, 0)));
+}
+
+StatusOr<uint64_t> PgStore::Keep(const std::string& name, uint64_t value) {
+  // Written by whichever replica asks first; every other reads that one.
+  // (Not fenced: a standby asks too, and the value never changes.)
+  const std::string key = "kept:" + name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ROTA_RETURN_IF_ERROR(db_->Exec("keep a value",
+                                   "INSERT INTO rota_meta (key, value) VALUES ($1, $2::bigint) ON CONFLICT (key) DO NOTHING",
+                                   {key, std::to_string(value & uint64_t{INT64_MAX})})
+                             .status());
+  }
+  ROTA_ASSIGN_OR_RETURN(const std::optional<uint64_t> kept, Kept(name));
+  if (!kept) return DataLossError("rota_meta: '" + name + "' is not there after it was written");
+  return *kept;
 }
 
 Status PgStore::PutToken(const TokenRecord& t) {

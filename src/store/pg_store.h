@@ -58,7 +58,8 @@ class PgStore final : public Store {
   uint64_t last_seq() const override { return last_seq_; }
   Status PutToken(const TokenRecord& token) override;
   StatusOr<std::vector<TokenRecord>> Tokens() override;
-  StatusOr<uint64_t> Secret(const std::string& name, std::optional<uint64_t> value = std::nullopt) override;
+  StatusOr<uint64_t> Keep(const std::string& name, uint64_t value) override;
+  StatusOr<std::optional<uint64_t>> Kept(const std::string& name) override;
   Status PutUsage(const std::vector<UsageRecord>& records) override;
   StatusOr<std::vector<UsageRecord>> Usage(TimePoint since, TimePoint until) override;
   StatusOr<std::vector<UsageRecord>> UsageOfJob(JobId job) override;

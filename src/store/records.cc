@@ -108,10 +108,21 @@ Status DecodeSnapshotBody(std::string_view body, const std::function<Status(cons
   return Status::Ok();
 }
 
-Status CopySecret(Store& from, Store& to, const std::string& name) {
-  ROTA_ASSIGN_OR_RETURN(const uint64_t key, from.Secret(name));
-  ROTA_ASSIGN_OR_RETURN(const uint64_t kept, to.Secret(name, key));
-  if (kept != key) return FailedPreconditionError("the destination keeps another secret '" + name + "'");
+Status CopyKept(Store& from, Store& to, const std::vector<std::string>& names, bool check_only) {
+  std::vector<std::pair<std::string, uint64_t>> copy;
+  for (const std::string& name : names) {
+    ROTA_ASSIGN_OR_RETURN(const std::optional<uint64_t> value, from.Kept(name));
+    ROTA_ASSIGN_OR_RETURN(const std::optional<uint64_t> there, to.Kept(name));
+    if (there && (!value || *there != *value)) {
+      return FailedPreconditionError("the destination keeps its own '" + name + "' (a server was started on it)");
+    }
+    if (value && !there) copy.emplace_back(name, *value);
+  }
+  if (check_only) return Status::Ok();
+  for (const auto& [name, value] : copy) {
+    ROTA_ASSIGN_OR_RETURN(const uint64_t kept, to.Keep(name, value));
+    if (kept != value) return FailedPreconditionError("the destination keeps its own '" + name + "'");
+  }
   return Status::Ok();
 }
 

@@ -516,15 +516,31 @@ Status SqliteStore::WriteSnapshot(uint64_t seq, const EventSource& compacted) {
   return Status::Ok();
 }
 
-StatusOr<uint64_t> SqliteStore::Secret(const std::string& name, std::optional<uint64_t> value) {
-  // (One server owns a SQLite store: read, then made if missing. A
-  // secret is at most 63 bits, so -1 says none.)
-  const std::string key = "secret:" + name;
-  ROTA_ASSIGN_OR_RETURN(const int64_t kept, Meta(key.c_str()));
-  if (kept >= 0) return static_cast<uint64_t>(kept);
-  const uint64_t made = value.value_or(NewSecret()) & uint64_t{INT64_MAX};
-  ROTA_RETURN_IF_ERROR(SetMeta(key.c_str(), static_cast<int64_t>(made)));
-  return made;
+StatusOr<std::optional<uint64_t>> SqliteStore::Kept(const std::string& name) {
+  const std::string key = "kept:" + name;
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "SELECT value FROM meta WHERE key = ?", -1, &st.s, nullptr) != SQLITE_OK) {
+    return Error("read meta");
+  }
+  sqlite3_bind_text(st.s, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+  const int rc = sqlite3_step(st.s);
+  if (rc == SQLITE_ROW) return std::optional<uint64_t>(static_cast<uint64_t>(sqlite3_column_int64(st.s, 0)));
+  if (rc == SQLITE_DONE) return std::optional<uint64_t>();
+  return Error("read meta");  // (busy, I/O: not "none", which would make another)
+}
+
+StatusOr<uint64_t> SqliteStore::Keep(const std::string& name, uint64_t value) {
+  const std::string key = "kept:" + name;
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", -1, &st.s, nullptr) != SQLITE_OK) {
+    return Error("prepare meta");
+  }
+  sqlite3_bind_text(st.s, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st.s, 2, static_cast<int64_t>(value & uint64_t{INT64_MAX}));
+  if (sqlite3_step(st.s) != SQLITE_DONE) return Error("write meta");
+  ROTA_ASSIGN_OR_RETURN(const std::optional<uint64_t> kept, Kept(name));
+  if (!kept) return DataLossError("meta: '" + name + "' is not there after it was written");
+  return *kept;
 }
 
 Status SqliteStore::PutToken(const TokenRecord& t) {

@@ -33,12 +33,14 @@ struct TokenRecord {
   bool revoked = false;
 };
 
-// A random value of 63 bits (getrandom), for Store::Secret.
+// A random value of 63 bits (getrandom), for Store::Keep.
 uint64_t NewSecret();
 class Store;
-// Gives `to` the secret `name` of `from` (made there if it has none);
-// FailedPrecondition if `to` keeps another already.
-Status CopySecret(Store& from, Store& to, const std::string& name);
+// Gives `to` the values `names` of `from` that `from` keeps (Store::Kept; it
+// is only read), before anything else is written (`check_only`: only says
+// whether it could); FailedPrecondition, with nothing written, if `to` keeps
+// another value under one of them.
+Status CopyKept(Store& from, Store& to, const std::vector<std::string>& names, bool check_only = false);
 
 class Store {
  public:
@@ -74,12 +76,13 @@ class Store {
   virtual Status PutToken(const TokenRecord& token) = 0;
   virtual StatusOr<std::vector<TokenRecord>> Tokens() = 0;
 
-  // A random value (63 bits) kept for good under `name` with the store, made
-  // by the first call (`value`, where given and none is kept yet: a store
-  // migrated keeps its source's): every replica of a shared store reads the
-  // same one. It keys what other users must not compute (a gang's
-  // rendezvous port: Controller's RendezvousPort).
-  virtual StatusOr<uint64_t> Secret(const std::string& name, std::optional<uint64_t> value = std::nullopt) = 0;
+  // A value (0..INT64_MAX) kept for good under `name`: the one kept, or
+  // `value` where none is yet (the first caller's wins, among the replicas
+  // of a shared store too). The keys of gangs' rendezvous ports and when
+  // they were made (Controller's RendezvousKey).
+  virtual StatusOr<uint64_t> Keep(const std::string& name, uint64_t value) = 0;
+  // The value kept under `name`, if any (nothing is written).
+  virtual StatusOr<std::optional<uint64_t>> Kept(const std::string& name) = 0;
 
   // Accounting (core/usage_record.h): one record per ended attempt, kept
   // apart from the journal (never compacted into a snapshot), dropped only

@@ -154,35 +154,43 @@ TYPED_TEST(StoreContract, ASnapshotWhoseSourceFailsWritesNothing) {
   EXPECT_EQ(s->last_seq(), 2u);
 }
 
-// A secret is made once and kept: the same after a reopen, another for
-// another name; a value given is kept only where none is yet (a migrated
-// store keeps its source's).
-TYPED_TEST(StoreContract, KeepsASecretMadeOnce) {
+// A value kept is the first one given, for good: the same after a reopen,
+// whatever is given later; none before.
+TYPED_TEST(StoreContract, KeepsTheFirstValueGivenUnderAName) {
   auto s = this->factory.Make();
-  auto first = s->Secret("rendezvous");
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_LE(*first, uint64_t{INT64_MAX});
-  EXPECT_EQ(*s->Secret("rendezvous", 42), *first);
-  auto other = s->Secret("other");
-  ASSERT_TRUE(other.ok());
-  EXPECT_NE(*other, *first);  // (2^-63 that it fails)
-  EXPECT_EQ(*s->Secret("given", 42), 42u);
+  auto none = s->Kept("rendezvous_key_0");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+  const uint64_t key = NewSecret();
+  EXPECT_LE(key, uint64_t{INT64_MAX});
+  EXPECT_EQ(*s->Keep("rendezvous_key_0", key), key);
+  EXPECT_EQ(*s->Keep("rendezvous_key_0", key + 1), key);
+  EXPECT_EQ(*s->Keep("other", 42), 42u);
+  EXPECT_EQ(*s->Keep("masked", ~uint64_t{0}), uint64_t{INT64_MAX});  // (63 bits)
   s = this->factory.Reopen(std::move(s));
-  EXPECT_EQ(*s->Secret("rendezvous"), *first);
-  EXPECT_EQ(*s->Secret("given"), 42u);
+  EXPECT_EQ(*s->Kept("rendezvous_key_0"), std::optional<uint64_t>(key));
+  EXPECT_EQ(*s->Keep("other", 7), 42u);
 }
 
-// `rota store migrate` copies the secret (CopySecret): a store that keeps
-// another already is refused.
-TYPED_TEST(StoreContract, TakesAnotherStoresSecret) {
+// `rota store migrate` copies the kept values (CopyKept) without writing
+// to its source; a destination that keeps another is refused with nothing
+// written.
+TYPED_TEST(StoreContract, TakesAnotherStoresKeptValues) {
   MemoryStore from;
-  const uint64_t key = *from.Secret("rendezvous");
+  ASSERT_TRUE(from.Keep("a", 5).ok());
   auto s = this->factory.Make();
-  ASSERT_TRUE(CopySecret(from, *s, "rendezvous").ok());
+  ASSERT_TRUE(CopyKept(from, *s, {"a", "b"}).ok());
+  EXPECT_FALSE(from.Kept("b")->has_value());  // (the source's none stays none)
+  EXPECT_FALSE(s->Kept("b")->has_value());
   s = this->factory.Reopen(std::move(s));
-  EXPECT_EQ(*s->Secret("rendezvous"), key);
+  EXPECT_EQ(*s->Kept("a"), std::optional<uint64_t>(5));
   MemoryStore other;
-  EXPECT_EQ(CopySecret(other, *s, "rendezvous").code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(other.Keep("a", 6).ok());
+  ASSERT_TRUE(other.Keep("b", 7).ok());
+  EXPECT_EQ(CopyKept(other, *s, {"b", "a"}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(s->Kept("b")->has_value());  // (refused before "b" was written)
+  EXPECT_TRUE(CopyKept(other, *s, {"b"}, /*check_only=*/true).ok());
+  EXPECT_FALSE(s->Kept("b")->has_value());
 }
 
 TYPED_TEST(StoreContract, KeepsTokens) {
