@@ -395,44 +395,52 @@ TEST_F(ControllerTest, AGangsHostsKeepTheirAddressesAcrossARestart) {
 // that began before the key was made (by a server of an older version)
 // keeps that old port, which its running ranks meet at.
 TEST_F(ControllerTest, AGangsRendezvousPortIsKeyedWithTheStoresKey) {
+  // A two-replica gang bound on n-0 of a controller on `store`: its id and
+  // the two replicas' ports.
+  struct Bound {
+    JobId id;
+    TimePoint began = 0;
+    int32_t ports[2] = {0, 0};
+  };
+  auto bind_gang = [&](std::unique_ptr<MemoryStore> store, Bound* out) {
+    auto c = Make(std::move(store));
+    ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "127.0.0.1").ok());
+    auto id = c->Submit(kAlice, Job("pair", 2, 4));
+    ASSERT_TRUE(id.ok());
+    c->ScheduleNow();
+    auto tasks = c->Heartbeat(agent0, {"n-0", {}, {}});
+    ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+    ASSERT_EQ(tasks->size(), 2u);
+    *out = {*id, c->snapshot().FindJob(*id)->started_at, {(*tasks)[0].master_port, (*tasks)[1].master_port}};
+  };
   auto store = std::make_unique<MemoryStore>();
   const RendezvousKey key = *LoadRendezvousKey(*store, clock.Now());
-  auto c = Make(std::move(store));
-  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "127.0.0.1").ok());
-  auto id = c->Submit(kAlice, Job("pair", 2, 4));
-  ASSERT_TRUE(id.ok());
-  c->ScheduleNow();
-  auto tasks = c->Heartbeat(agent0, {"n-0", {}, {}});
-  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
-  ASSERT_EQ(tasks->size(), 2u);
-  const TimePoint began = c->snapshot().FindJob(*id)->started_at;
-  EXPECT_EQ((*tasks)[0].master_port, RendezvousPort(key, *id, 0, began));
-  EXPECT_EQ((*tasks)[1].master_port, (*tasks)[0].master_port);
+  Bound gang;
+  bind_gang(std::move(store), &gang);
+  const JobId id = gang.id;
+  const TimePoint began = gang.began;
+  EXPECT_EQ(gang.ports[0], RendezvousPort(key, id, 0, began));
+  EXPECT_EQ(gang.ports[1], gang.ports[0]);
   // The same job and attempt under other keys: spread over the range.
   std::set<int32_t> ports;
   for (uint64_t k = 1; k <= 64; ++k) {
-    const int32_t p = RendezvousPort(RendezvousKey{{k, 0}, 0}, *id, 0, began);
+    const int32_t p = RendezvousPort(RendezvousKey{{k, 0}, 0}, id, 0, began);
     EXPECT_GE(p, kRendezvousPorts.first);
     EXPECT_LE(p, kRendezvousPorts.second);
     ports.insert(p);
   }
   EXPECT_GE(ports.size(), 60u);
-  EXPECT_NE(RendezvousPort(RendezvousKey{{1, 0}, 0}, *id, 0, began), RendezvousPort(RendezvousKey{{1, 1}, 0}, *id, 0, began));
+  EXPECT_NE(RendezvousPort(RendezvousKey{{1, 0}, 0}, id, 0, began), RendezvousPort(RendezvousKey{{1, 1}, 0}, id, 0, began));
   int moved = 0;  // (a new gang attempt, a new port: mostly)
-  for (int a = 1; a <= 16; ++a) moved += RendezvousPort(key, *id, a, began) != RendezvousPort(key, *id, a - 1, began);
+  for (int a = 1; a <= 16; ++a) moved += RendezvousPort(key, id, a, began) != RendezvousPort(key, id, a - 1, began);
   EXPECT_GE(moved, 15);
   // Begun before the key was made: the old port.
   EXPECT_EQ(RendezvousPort(key, JobId(3), 2, key.since - 1), 20000 + (3 * 7 + 2));
   auto older = std::make_unique<MemoryStore>();
   ASSERT_TRUE(older->Keep("rendezvous_since", static_cast<uint64_t>(clock.Now() + 3600 * kMicrosPerSecond)).ok());
-  auto o = Make(std::move(older));
-  ASSERT_TRUE(o->RegisterNode(agent0, o->snapshot().FindNode("n-0")->spec, true, "127.0.0.1").ok());
-  auto old_id = o->Submit(kAlice, Job("pair", 2, 4));
-  ASSERT_TRUE(old_id.ok());
-  o->ScheduleNow();
-  auto old_tasks = o->Heartbeat(agent0, {"n-0", {}, {}});
-  ASSERT_TRUE(old_tasks.ok() && old_tasks->size() == 2u);
-  EXPECT_EQ((*old_tasks)[0].master_port, 20000 + static_cast<int32_t>(old_id->value() * 7 % 20000));
+  Bound old_gang;
+  bind_gang(std::move(older), &old_gang);
+  EXPECT_EQ(old_gang.ports[0], 20000 + static_cast<int32_t>(old_gang.id.value() * 7 % 20000));
 }
 
 TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
