@@ -76,7 +76,8 @@ constexpr auto kLaunchBudget = std::chrono::seconds(2);
 // How long the OCI runtime's delete of a container may run (the agent does
 // not wait for it) before it is killed.
 constexpr auto kOciDeleteLimit = std::chrono::seconds(30);
-// How soon a container whose delete hung is tried again.
+// How soon a container whose delete hung is tried again (doubling with each
+// try, to 5 minutes).
 constexpr auto kStuckRetry = std::chrono::seconds(5);
 // The same at a start's adoption of what an earlier agent left, which waits
 // for it (no report goes out before): "lost" must be true.
@@ -459,6 +460,7 @@ void Agent::PollDelete(const std::string& id, OciDelete& d, std::chrono::steady_
     // runtime no longer knows it.
     if (d.stuck && (status == 0 || !OciContainerMayExist(d.runtime, id, d.root))) {
       d.stuck = false;
+      d.retries = 0;
       trouble_.ContainerGone(id);
       std::fprintf(stderr, "rota agent: the OCI runtime deleted %s\n", id.c_str());
     }
@@ -485,10 +487,24 @@ void Agent::ReapDeletes() {
     OciDelete& d = it->second;
     if (d.pid != 0) PollDelete(it->first, d, now);
     if (d.killed != 0 && PollQuiet(d.killed) >= 0) d.killed = 0;
-    // One that could not delete its container: again, 5 s after the last
-    // ended (while a killed one stays, the kernel's D state, none).
-    if (d.stuck && d.pid == 0 && d.killed == 0 && now - d.started >= kStuckRetry) {
-      DeleteContainer(d.runtime, it->first, d.root);
+    // One that could not delete its container: gone once the runtime no
+    // longer knows it (an admin deleted it); else tried again, 5 s after
+    // the last ended, doubling to 5 minutes (while a killed one stays, the
+    // kernel's D state, none).
+    const std::chrono::steady_clock::duration pause =
+        std::min<std::chrono::steady_clock::duration>(kStuckRetry * (1 << std::min(d.retries, 6)), std::chrono::minutes(5));
+    if (d.stuck && d.pid == 0 && now - d.started >= pause) {
+      if (!OciContainerMayExist(d.runtime, it->first, d.root)) {
+        d.stuck = false;
+        d.retries = 0;
+        trouble_.ContainerGone(it->first);
+        std::fprintf(stderr, "rota agent: the OCI runtime no longer knows %s\n", it->first.c_str());
+      } else if (d.killed == 0) {
+        ++d.retries;
+        DeleteContainer(d.runtime, it->first, d.root);
+      } else {
+        d.started = now;  // (asked again after the next pause)
+      }
     }
     // Ended a while ago: a start of that container has read it by now.
     it = d.pid == 0 && d.killed == 0 && !d.stuck && now - d.started > std::chrono::minutes(1) ? oci_deletes_.erase(it)
@@ -576,7 +592,7 @@ std::string PortTaken(int port) {
   // without listening, as one listening, makes the listen fail.
   auto taken = [&](int family) -> std::string {
     const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return family == AF_INET ? std::string("cannot make a socket: ") + std::strerror(errno) : "";  // (no IPv6: fine)
+    if (fd < 0) return "";  // (no IPv6; or the agent's own trouble, not a holder: rank 0 tries)
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     int r;
@@ -1336,7 +1352,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
     // who would have the gang's ranks meet it) fails the start, so that the
     // gang's next attempt meets at another port, rather than the ranks
     // connecting to whoever holds it.
-    if (a.rank == 0 && a.world_size > 1 && launch_error.empty()) {
+    if (a.rank == 0 && a.world_size > 1 && !a.service && launch_error.empty()) {
       if (const std::string taken = PortTaken(a.master_port); !taken.empty()) {
         launch_error = "its rendezvous port (MASTER_PORT) is held by another process on this node (" + taken + ")";
       }

@@ -276,6 +276,7 @@ class Agent {
     // One was killed, and none has deleted the container since (then
     // tried again: ReapDeletes); with what.
     bool stuck = false;
+    int retries = 0;  // since it got stuck
     std::string runtime, root;
   };
   std::map<std::string, OciDelete> oci_deletes_;

@@ -94,8 +94,8 @@ TEST(RuntimeTrouble, ExecTimeoutsOfTwoUsersAndStuckContainers) {
             "runtime could not delete a container (its delete hung, killed after 30 s)");
 }
 
-// A port another process listens on, or has bound, is taken; a free one,
-// or one whose earlier holder only left connections in TIME_WAIT, is not.
+// A port another process listens on, or has bound, is taken; a free one is
+// not.
 TEST(PortTaken, APortAnotherSocketHoldsIsTakenAndAFreeOneIsNot) {
   auto bound = [](bool listening) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);

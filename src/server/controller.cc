@@ -35,10 +35,8 @@ StatusOr<RendezvousKey> LoadRendezvousKey(Store& store, TimePoint now) {
 }
 
 int32_t RendezvousPort(const RendezvousKey& key, JobId job, int64_t gang_attempt, TimePoint began) {
+  if (began < key.since) return 20000 + static_cast<int32_t>((job.value() * 7 + static_cast<uint64_t>(gang_attempt)) % 20000);
   const auto span = static_cast<uint64_t>(kRendezvousPorts.second - kRendezvousPorts.first + 1);
-  if (began < key.since) {
-    return kRendezvousPorts.first + static_cast<int32_t>((job.value() * 7 + static_cast<uint64_t>(gang_attempt)) % span);
-  }
   char bytes[16];
   for (int i = 0; i < 16; ++i) bytes[i] = static_cast<char>(key.key[i / 8] >> (8 * (i % 8)));
   const uint64_t mac =
@@ -225,7 +223,9 @@ Status Controller::CancelCutArrays() {
 
 Status Controller::StartFollowing() {
   ROTA_RETURN_IF_ERROR(store_->Replay([this](const Event& e) { return recovered_->Apply(e); }));
-  ROTA_ASSIGN_OR_RETURN(rendezvous_key_, LoadRendezvousKey(*store_, options_.clock->Now()));
+  // (Not the rendezvous key: a standby answers no agent, and one of a newer
+  // version would date the key while an older leader still binds gangs
+  // at the old port. Start loads it on taking over.)
   recovered_->seq = store_->last_seq();
   warm_ = true;
   ROTA_RETURN_IF_ERROR(ReloadTokens());
@@ -1780,7 +1780,7 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   a.node_rank = static_cast<int32_t>(std::find(node_order.begin(), node_order.end(), r.node) - node_order.begin());
   a.master_addr = a.hosts[0];
   // A rank restarted alone rejoins the gang's master: the port follows the gang's attempt.
-  a.master_port = RendezvousPort(rendezvous_key_, job.id, job.gang_attempt, job.started_at);
+  a.master_port = RendezvousPort(rendezvous_key_, job.id, job.gang_attempt, std::max(job.started_at, job.resized_at));
   a.attempt = job.ReplicaAttempt(r.replica);
   a.bound_at = std::max(job.started_at, job.resized_at);  // a resize starts a new attempt
   a.checkpoint_signal = job.spec().checkpoint.signal;

@@ -175,13 +175,15 @@ struct RendezvousKey {
 inline const std::vector<std::string> kRendezvousKeyNames = {"rendezvous_since", "rendezvous_key_0", "rendezvous_key_1"};
 StatusOr<RendezvousKey> LoadRendezvousKey(Store& store, TimePoint now);
 // A gang's rendezvous port (MASTER_PORT, within kRendezvousPorts) for its
-// gang attempt (which began `began`): HMAC-SHA256 of the job and the attempt
+// gang attempt (which began `began`: its bind or last resize): HMAC-SHA256 of the job and the attempt
 // under the key, so that another user cannot compute it (before, it was
 // 20000 + (job id x 7 + attempt) mod 20000, which any user could, and bind
 // it on the gang's first node before its rank 0; an attempt that began
 // before the key was made keeps that port). It is not secret: a user with
 // a task on the gang's nodes may see it (docs/trust.md).
-inline constexpr std::pair<int32_t, int32_t> kRendezvousPorts{20000, 39999};
+// (Below Linux's ephemeral ports, 32768 and up by default, which other
+// processes' connections take at random.)
+inline constexpr std::pair<int32_t, int32_t> kRendezvousPorts{20000, 32767};
 int32_t RendezvousPort(const RendezvousKey& key, JobId job, int64_t gang_attempt, TimePoint began);
 
 class Controller {

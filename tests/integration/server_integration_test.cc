@@ -790,9 +790,12 @@ TEST_F(Integration, AHungRuntimeDeleteDoesNotHoldTheAgent) {
     reason = drain_reason();
     if (reason.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  // (No job or container named: every user reads a drain's reason.)
-  EXPECT_EQ(reason, "runtime: the OCI runtime could not delete 2 containers (its delete hung, killed after 30 s)")
-      << ReadAll(tmp.path() + "/data.log");
+  // (No job or container named: every user reads a drain's reason. One
+  // container or two: the reason is as the drain began, and the two deletes
+  // may be killed on two passes of the agent, a report between.)
+  EXPECT_TRUE(reason.starts_with("runtime: the OCI runtime could not delete ")) << reason << "\n"
+                                                                               << ReadAll(tmp.path() + "/data.log");
+  EXPECT_EQ(reason.find("rota-"), std::string::npos) << reason;
   // A new job waits, saying why.
   ASSERT_EQ(admin.Post("/v1/jobs", "name: later\ntasks: [{cpu: 1, command: [sh, -c, 'echo later']}]\n", "application/yaml")->status,
             201);
