@@ -393,6 +393,7 @@ std::string EncodeEvent(const Event& event) {
           j["node"] = e.node;
           j["drained"] = e.drained;
           if (!e.reason.empty()) j["reason"] = e.reason;
+          if (e.by_agent) j["by_agent"] = true;
         } else if constexpr (std::is_same_v<E, GpuHealthChanged>) {
           j["type"] = "GpuHealthChanged";
           j["node"] = e.node;
@@ -592,7 +593,8 @@ StatusOr<Event> DecodeEvent(std::string_view text) {
       return Event(NodeAdded{std::move(spec)});
     }
     if (type == "NodeDrainChanged") {
-      return Event(NodeDrainChanged{j.at("node"), j.at("drained"), j.value("reason", std::string())});
+      return Event(
+          NodeDrainChanged{j.at("node"), j.at("drained"), j.value("reason", std::string()), j.value("by_agent", false)});
     }
     if (type == "GpuHealthChanged") return Event(GpuHealthChanged{j.at("node"), j.at("gpu"), j.at("healthy")});
     if (type == "JobSubmitted") {

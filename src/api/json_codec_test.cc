@@ -58,6 +58,7 @@ mounts: [{source: /d, target: /data, read_only: true}]
       JobSubmitted{JobId(15), *spec, 6, "dan", 1, 2, 3, 3, {{1, 5}, {4, 6}}},
       JobsSubmitted{JobId(100), 2000, *spec, 7, "erin"},
       NodeDrainChanged{"n-1", true, "PSU swap"},
+      NodeDrainChanged{"n-1", true, "runtime: the OCI runtime could not delete a container", /*by_agent=*/true},
       JobsSubmitted{JobId(2100), 2000, *spec, 7, "erin", "k", JobId(100), 5000},  // an array's second part
       JobSubmitted{.id = JobId(7100), .spec = *spec, .at = 8, .user = "erin", .array = JobId(100), .array_count = 7001},
       // `--count 5-9%2`: indices from 5, two at a time.

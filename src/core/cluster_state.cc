@@ -407,6 +407,7 @@ Status ClusterState::ApplyOne(const NodeDrainChanged& e) {
   NodeState& n = Mutable().nodes.Mut(index);
   n.drained = e.drained;
   n.drain_reason = e.drained ? e.reason : "";
+  n.drained_by_agent = e.drained && e.by_agent;
   return Status::Ok();
 }
 
@@ -1316,7 +1317,7 @@ Status CompactState(const Snapshot& snap, const std::function<Status(const Event
   }
   flush();
   for (const NodeState& n : snap.nodes()) {
-    if (n.drained) emit(NodeDrainChanged{n.spec.name, true, n.drain_reason});
+    if (n.drained) emit(NodeDrainChanged{n.spec.name, true, n.drain_reason, n.drained_by_agent});
     if (n.lost) emit(NodeLostChanged{n.spec.name, true});
     if (!n.agent.empty()) emit(NodeAgentChanged{n.spec.name, n.agent, n.agent_address});
     for (int32_t g = 0; g < n.spec.gpus; ++g) {

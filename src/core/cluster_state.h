@@ -67,6 +67,7 @@ struct NodeState {
   MemoryMiB memory_allocated = 0;
   bool drained = false;
   std::string drain_reason;  // why, as the admin gave it ("" = none)
+  bool drained_by_agent = false;  // its agent asked for the drain (NodeDrainChanged::by_agent)
   bool lost = false;  // its agent stopped heartbeating
   std::string agent;  // the instance of the agent that registered it last ("": none, or an older agent)
   std::string agent_address;  // and the address it gave (NodeAgentChanged::address)

@@ -38,6 +38,9 @@ struct NodeDrainChanged {
   std::string node;
   bool drained = true;
   std::string reason;  // why it is drained ("" = none given), like scontrol's Reason=
+  // The node's agent asked for it (a disk or runtime problem it reports),
+  // and lifts it: an admin's drain is never the agent's to lift.
+  bool by_agent = false;
 };
 struct GpuHealthChanged {
   std::string node;

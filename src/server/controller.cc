@@ -1561,8 +1561,12 @@ namespace {
 // nothing. (An admin's reason may not begin so: SetDrain.)
 constexpr std::string_view kDiskDrain = "disk: ";
 constexpr std::string_view kRuntimeDrain = "runtime: ";
+// Whether the node's agent drained it, for the problem whose reasons begin
+// with `prefix`. (A disk drain journaled before drains carried by_agent is
+// known by its prefix alone, which an admin's reason could not have.)
 bool AgentDrained(const NodeState& node, std::string_view prefix) {
-  return node.drained && node.drain_reason.starts_with(prefix);
+  return node.drained && node.drain_reason.starts_with(prefix) &&
+         (node.drained_by_agent || prefix == kDiskDrain);
 }
 bool AgentDrained(const NodeState& node) { return AgentDrained(node, kDiskDrain) || AgentDrained(node, kRuntimeDrain); }
 // The drain reason `report` asks for ("" = none).
@@ -1918,7 +1922,7 @@ Status Controller::NoteAlive(Batch& batch, const HeartbeatReport& report, std::v
   if (lost) batch.Apply(NodeLostChanged{report.node, false}).IgnoreError();
   if (drain_changes) {
     const std::string reason = AgentDrainReason(report);
-    batch.Apply(NodeDrainChanged{report.node, !reason.empty(), reason}).IgnoreError();
+    batch.Apply(NodeDrainChanged{report.node, !reason.empty(), reason, /*by_agent=*/true}).IgnoreError();
   }
   return Status::Ok();
 }

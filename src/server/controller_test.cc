@@ -1218,6 +1218,49 @@ TEST_F(ControllerTest, AnAgentsRuntimeProblemDrainsItsNodeUntilItClears) {
   EXPECT_EQ(c->snapshot().revision(), admin_drained_at);
 }
 
+// The agent's drains are journaled as its (NodeDrainChanged::by_agent) and
+// survive a restart so; a drain an admin gave with a reason that looks like
+// an agent's, journaled before drains carried the flag, is not lifted by the
+// agent's reports (a disk drain of that time, known by its prefix, is).
+TEST_F(ControllerTest, OnlyTheAgentsOwnDrainIsLiftedByItsReports) {
+  const testing::TempDir tmp("rota-ctl");
+  const std::string db = tmp.path() + "/rota.db";
+  const Principal agent1{"n-1", Role::kAgent, "n-1"};
+  {
+    auto c = Make(std::move(SqliteStore::Open(db)).value());
+    ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+    HeartbeatReport report{"n-0", {}, {}};
+    report.runtime_problem = "the OCI runtime could not delete a container (its delete hung, killed after 30 s)";
+    ASSERT_TRUE(c->Heartbeat(agent0, report).ok());
+    ASSERT_TRUE(c->snapshot().FindNode("n-0")->drained_by_agent);
+  }
+  // (As an older server journaled them: no flag.)
+  auto journal = [&](const NodeDrainChanged& e) {
+    auto store = std::move(SqliteStore::Open(db)).value();
+    ASSERT_TRUE(store->Append({e}).ok());
+  };
+  journal(NodeDrainChanged{"n-1", true, "runtime: crun upgrade"});
+  auto start = [&] {
+    auto c = Make(std::move(SqliteStore::Open(db)).value());
+    EXPECT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+    EXPECT_TRUE(c->RegisterNode(agent1, c->snapshot().FindNode("n-1")->spec, true, "").ok());
+    return c;
+  };
+  {
+    auto c = start();
+    EXPECT_TRUE(c->snapshot().FindNode("n-0")->drained_by_agent);
+    ASSERT_TRUE(c->Heartbeat(agent0, HeartbeatReport{"n-0", {}, {}}).ok());
+    EXPECT_FALSE(c->snapshot().FindNode("n-0")->drained);
+    ASSERT_TRUE(c->Heartbeat(agent1, HeartbeatReport{"n-1", {}, {}}).ok());
+    EXPECT_TRUE(c->snapshot().FindNode("n-1")->drained);
+    EXPECT_EQ(c->snapshot().FindNode("n-1")->drain_reason, "runtime: crun upgrade");
+  }
+  journal(NodeDrainChanged{"n-1", true, "disk: only 3 MiB free in /var/lib/rota"});
+  auto c = start();
+  ASSERT_TRUE(c->Heartbeat(agent1, HeartbeatReport{"n-1", {}, {}}).ok());
+  EXPECT_FALSE(c->snapshot().FindNode("n-1")->drained);
+}
+
 // An elastic job's failed rank restarts alone (a new attempt of that replica
 // only), counted against its restart policy with gang restarts.
 TEST_F(ControllerTest, ElasticRankRestartsAlone) {
