@@ -1,11 +1,14 @@
 // The control plane through the real binary: CLI round trips, bad input,
 // durability under kill -9, metrics, and a job run by `rota up`'s local agent.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <fstream>
@@ -584,6 +587,47 @@ TEST_F(Integration, ElasticRankRestartsAlone) {
   EXPECT_EQ(count(log1, "start rank=1"), 2u) << logs;
   EXPECT_EQ(count(log1, "failing"), 1u) << logs;
   EXPECT_EQ(count(log1, "done rank=1"), 1u) << logs;
+}
+
+// A gang's rank 0 is not started on its rendezvous port while another
+// process holds it (PortTaken): here an elastic job's rank 0, restarted
+// alone at its gang attempt's port, which the test took meanwhile (as
+// another user's task on the node could, had it learned the port). The
+// start fails, saying why, rather than run a rank 0 that cannot listen
+// while the other ranks may meet whoever does.
+TEST_F(Integration, ARankZeroIsNotStartedOnARendezvousPortAnotherProcessHolds) {
+  RotaProcess up("up", tmp.path() + "/data", {"--gpus", "2xH100:80Gi", "--name", "ranks"});
+  auto admin = up.Admin();
+  const std::string port_file = tmp.path() + "/port", go = tmp.path() + "/go";
+  auto r = admin.Post("/v1/jobs", "name: ranks\nelastic: {min_replicas: 1}\nrestart: {policy: on-failure, max_restarts: 1}\n"
+                                  "tasks: [{replicas: 2, gpus: 1, command: [sh, -c, 'if [ \"$RANK\" = 0 ]; then "
+                                  "echo $MASTER_PORT > " + port_file + ".tmp && mv " + port_file + ".tmp " + port_file +
+                                  "; while [ ! -f " + go + " ]; do sleep 0.05; done; exit 3; fi; sleep 30']}]\n",
+                      "application/yaml");
+  ASSERT_EQ(r->status, 201) << r->body;
+  for (int i = 0; i < 400 && ReadAll(port_file).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int port = std::atoi(ReadAll(port_file).c_str());
+  ASSERT_GE(port, 20000) << ReadAll(port_file);
+  ASSERT_LE(port, 32767);
+  // Taken, then rank 0 fails and restarts alone at the same port.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
+  ASSERT_EQ(listen(fd, 1), 0);
+  std::ofstream(go) << "";
+  json j = WaitJob(admin, 1, [](const json& x) { return x["state"] == "succeeded" || x["state"] == "failed"; });
+  close(fd);
+  EXPECT_EQ(j["state"], "failed") << j.dump();
+  EXPECT_NE(j.value("end_reason", "").find("main-0 did not start: cannot start the task: its rendezvous port (MASTER_PORT) is "
+                                           "held by another process on this node (IPv4 port " + std::to_string(port) +
+                                           ": Address already in use)"),
+            std::string::npos)
+      << j.dump();
+  // (Its other rank is stopped with it.)
+  RunRota({"cancel", "1"}, up.ClientEnv(), tmp.path());
 }
 
 // OCI containers through the real binary, with each runtime installed: a
