@@ -260,9 +260,9 @@ std::string AgentInstance(const std::string& state_dir) {
   return std::string(out, 32);
 }
 
-Agent::Agent(AgentOptions options) : options_(std::move(options)) {
-  // (An agent that is not root runs every task as itself: one user.)
-  trouble_ = RuntimeTrouble(/*one_user=*/getuid() != 0);
+Agent::Agent(AgentOptions options)
+    // (An agent that is not root runs every task as itself: one user.)
+    : options_(std::move(options)), trouble_(/*one_user=*/getuid() != 0) {
   if (options_.node_name.empty()) options_.node_name = HostName();
   if (options_.address.empty()) options_.address = options_.node_name;
   if (!options_.state_dir.empty()) {
@@ -512,13 +512,16 @@ void Agent::ReapDeletes() {
   }
 }
 
+std::string Agent::TaskName(uint64_t job, uint16_t task, uint32_t replica, int32_t attempt) const {
+  return std::to_string(job) + "-" + std::to_string(task) + "-" + std::to_string(replica) + "-" + std::to_string(attempt) +
+         instance_tag_;
+}
+
 bool Agent::StaleContainerWaits(const api::TaskAssignment& a) {
   if (a.rootfs.empty()) return false;
   auto runtime = FindOciRuntime(options_.oci_runtime);
   if (!runtime.ok()) return false;  // (the start says why)
-  // (As the start names it: OciTask::id.)
-  const std::string id = "rota-" + std::to_string(a.job.value()) + "-" + std::to_string(a.task) + "-" +
-                         std::to_string(a.replica) + "-" + std::to_string(a.attempt) + instance_tag_;
+  const std::string id = ContainerId(a.job.value(), a.task, a.replica, a.attempt);
   auto d = oci_deletes_.find(id);
   if (d != oci_deletes_.end() && d->second.pid != 0) {
     PollDelete(id, d->second, std::chrono::steady_clock::now());
@@ -950,11 +953,11 @@ bool Agent::Heartbeat(int wait_ms) {
   }
   Reap();
   report.runtime_problem = trouble_.Problem(std::chrono::steady_clock::now());
-  if (report.runtime_problem.empty() != runtime_problem_.empty()) {  // (said when it starts and when it ends)
-    if (report.runtime_problem.empty()) std::fprintf(stderr, "rota agent: the task runtime takes new tasks again\n");
+  if (report.runtime_problem.empty() == runtime_short_) {  // (said when it starts and when it ends)
+    runtime_short_ = !report.runtime_problem.empty();
+    if (!runtime_short_) std::fprintf(stderr, "rota agent: the task runtime takes new tasks again\n");
     else std::fprintf(stderr, "rota agent: %s: the server drains this node until it clears\n", report.runtime_problem.c_str());
   }
-  runtime_problem_ = report.runtime_problem;
   report.revision = applied_revision_;  // (tasks_ as of that answer: both under mu_)
   for (auto& [key, t] : tasks_) {
     if (!t->exited) busy |= t->gpu_mask;
@@ -1421,8 +1424,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
           // cgroup, /rota/<id>, which another agent on the machine, with a
           // job of the same number, would share: its runtime refused to start
           // "an already running container", or removed the other's.)
-          oci.id = "rota-" + std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) +
-                   "-" + std::to_string(t->attempt) + instance_tag_;
+          oci.id = ContainerId(t->job, t->task, t->replica, t->attempt);
           oci.rootfs = rootfs;
           oci.args = spec.argv;
           oci.env = spec.env;
@@ -1525,8 +1527,7 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
       if (cgroups_ && t->oci_id.empty()) {
         // Every process task gets a group: its limits, its GPUs alone in the
         // devices controller, and one place to kill everything it started.
-        t->cgroup = std::to_string(t->job) + "-" + std::to_string(t->task) + "-" + std::to_string(t->replica) + "-" +
-                    std::to_string(t->attempt) + instance_tag_;
+        t->cgroup = TaskName(t->job, t->task, t->replica, t->attempt);
         auto procs = cgroups_->Create(t->cgroup, cpu, memory, deny, options_.task_pids_max);
         if (procs.ok()) {
           spec.cgroup_procs = *procs;
@@ -1580,12 +1581,6 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
       auto launched = launcher_.Launch(spec);
       if (launched.ok()) {
         trouble_.Execed();
-      } else if (launched.status().code() == StatusCode::kDeadlineExceeded) {
-        trouble_.ExecTimedOut(identity.uid, std::chrono::steady_clock::now());
-        std::fprintf(stderr, "rota agent: job %llu %s: %s\n", static_cast<unsigned long long>(t->job), name.c_str(),
-                     std::string(launched.status().message()).c_str());
-      }
-      if (launched.ok()) {
         t->pid = launched->pid;
         if (t->shim != launched->shim) {  // (not recorded through the callback: unsupervised)
           t->shim = launched->shim;
@@ -1608,6 +1603,11 @@ void Agent::Reconcile(const api::AgentAnswer& answer, bool may_start) {
         ForgetRecord(*t);
         t->record_file.clear();
       } else {
+        if (launched.status().code() == StatusCode::kDeadlineExceeded) {
+          trouble_.ExecTimedOut(identity.uid, std::chrono::steady_clock::now());
+          std::fprintf(stderr, "rota agent: job %llu %s: %s\n", static_cast<unsigned long long>(t->job), name.c_str(),
+                       std::string(launched.status().message()).c_str());
+        }
         NotStarted(t.get(), spec.log_path, std::string(launched.status().message()));
         ForgetRecord(*t);
         t->record_file.clear();

@@ -291,6 +291,14 @@ class Agent {
   // REQUIRES: mu_ held. Whether the start of `a` (a container) waits for a
   // delete of a stale container of its name (started here if needed).
   bool StaleContainerWaits(const api::TaskAssignment& a);
+  // A task attempt's name on this machine: its cgroup's; with "rota-"
+  // before it, its container's (ContainerId). Tagged with this agent's
+  // instance_tag_: another agent on the machine, with a job of the same
+  // number, has other names.
+  std::string TaskName(uint64_t job, uint16_t task, uint32_t replica, int32_t attempt) const;
+  std::string ContainerId(uint64_t job, uint16_t task, uint32_t replica, int32_t attempt) const {
+    return "rota-" + TaskName(job, task, replica, attempt);
+  }
   // REQUIRES: mu_ held. Notes a service replica's exit for its back-off.
   void NoteServiceExits();
   std::string instance_tag_;  // "-<hash of state_dir>" on task cgroup names ("" without a state directory)
@@ -312,7 +320,7 @@ class Agent {
   bool lease_failing_ = false;    // the last renewal could not be written
   std::atomic<bool> disk_short_{false};  // the last report had a disk problem
   RuntimeTrouble trouble_;              // (mu_)
-  std::string runtime_problem_;         // (mu_) the last report's, for the log
+  bool runtime_short_ = false;          // (mu_) the last report had a runtime problem
   std::atomic<bool> stop_{false};
   std::atomic<bool> registered_{false};
   std::atomic<int> server_interval_ms_{10000};
