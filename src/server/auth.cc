@@ -1,8 +1,9 @@
 #include "server/auth.h"
 
+#include "base/random_hex.h"
+
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <sys/random.h>
 
 #include <algorithm>
 
@@ -49,11 +50,7 @@ uint64_t HmacSha256Prefix(std::string_view key, std::string_view data) {
 
 std::string NewToken() {
   unsigned char bytes[20];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
+  SecureRandomBytes(bytes, sizeof(bytes));
   static const char* kHex = "0123456789abcdef";
   std::string out = "rota_";
   for (unsigned char b : bytes) {

@@ -1,5 +1,6 @@
 #include "server/controller.h"
 
+#include "base/random_hex.h"
 #include "base/thread_name.h"
 #include "server/auth.h"
 #include "server/histogram.h"
@@ -29,7 +30,7 @@ StatusOr<RendezvousKey> LoadRendezvousKey(Store& store, TimePoint now) {
   ROTA_ASSIGN_OR_RETURN(const uint64_t since, store.Keep(kRendezvousKeyNames[0], static_cast<uint64_t>(std::max<TimePoint>(0, now))));
   k.since = static_cast<TimePoint>(since);
   for (int i = 0; i < 2; ++i) {
-    ROTA_ASSIGN_OR_RETURN(k.key[i], store.Keep(kRendezvousKeyNames[1 + i], NewSecret()));
+    ROTA_ASSIGN_OR_RETURN(k.key[i], store.Keep(kRendezvousKeyNames[1 + i], SecureRandom63()));
   }
   return k;
 }

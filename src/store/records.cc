@@ -1,11 +1,8 @@
 #include "store/records.h"
 
-#include <sys/random.h>
 #include <zlib.h>
 
-#include <cerrno>
 #include <charconv>
-#include <cstdlib>
 
 #include "api/json_codec.h"
 #include "store/store.h"
@@ -108,7 +105,7 @@ Status DecodeSnapshotBody(std::string_view body, const std::function<Status(cons
   return Status::Ok();
 }
 
-Status CopyKept(Store& from, Store& to, const std::vector<std::string>& names, bool check_only) {
+Status CopyKept(Store& from, Store& to, const std::vector<std::string>& names) {
   std::vector<std::pair<std::string, uint64_t>> copy;
   for (const std::string& name : names) {
     ROTA_ASSIGN_OR_RETURN(const std::optional<uint64_t> value, from.Kept(name));
@@ -118,23 +115,11 @@ Status CopyKept(Store& from, Store& to, const std::vector<std::string>& names, b
     }
     if (value && !there) copy.emplace_back(name, *value);
   }
-  if (check_only) return Status::Ok();
   for (const auto& [name, value] : copy) {
     ROTA_ASSIGN_OR_RETURN(const uint64_t kept, to.Keep(name, value));
     if (kept != value) return FailedPreconditionError("the destination keeps its own '" + name + "'");
   }
   return Status::Ok();
-}
-
-uint64_t NewSecret() {
-  uint64_t v = 0;
-  auto* bytes = reinterpret_cast<unsigned char*>(&v);
-  for (size_t got = 0; got < sizeof(v);) {
-    const ssize_t n = getrandom(bytes + got, sizeof(v) - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-    else if (errno != EINTR) std::abort();  // (the kernel's generator: there since Linux 3.17)
-  }
-  return v & uint64_t{INT64_MAX};
 }
 
 }  // namespace rota

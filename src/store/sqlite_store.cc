@@ -111,8 +111,10 @@ StatusOr<int64_t> SqliteStore::Meta(const char* key) {
     return Error("read meta");
   }
   sqlite3_bind_text(st.s, 1, key, -1, SQLITE_STATIC);
-  if (sqlite3_step(st.s) == SQLITE_ROW) return static_cast<int64_t>(sqlite3_column_int64(st.s, 0));
-  return int64_t{-1};
+  const int rc = sqlite3_step(st.s);
+  if (rc == SQLITE_ROW) return static_cast<int64_t>(sqlite3_column_int64(st.s, 0));
+  if (rc == SQLITE_DONE) return int64_t{-1};
+  return Error("read meta");  // (busy, I/O: not "unset", which would be taken for a fresh store's)
 }
 
 Status SqliteStore::SetMeta(const char* key, int64_t value) {
@@ -517,16 +519,10 @@ Status SqliteStore::WriteSnapshot(uint64_t seq, const EventSource& compacted) {
 }
 
 StatusOr<std::optional<uint64_t>> SqliteStore::Kept(const std::string& name) {
-  const std::string key = "kept:" + name;
-  Stmt st;
-  if (sqlite3_prepare_v2(db_, "SELECT value FROM meta WHERE key = ?", -1, &st.s, nullptr) != SQLITE_OK) {
-    return Error("read meta");
-  }
-  sqlite3_bind_text(st.s, 1, key.c_str(), -1, SQLITE_TRANSIENT);
-  const int rc = sqlite3_step(st.s);
-  if (rc == SQLITE_ROW) return std::optional<uint64_t>(static_cast<uint64_t>(sqlite3_column_int64(st.s, 0)));
-  if (rc == SQLITE_DONE) return std::optional<uint64_t>();
-  return Error("read meta");  // (busy, I/O: not "none", which would make another)
+  // (Kept values are 0..INT64_MAX: -1 is none.)
+  ROTA_ASSIGN_OR_RETURN(const int64_t value, Meta(("kept:" + name).c_str()));
+  if (value < 0) return std::optional<uint64_t>();
+  return std::optional<uint64_t>(static_cast<uint64_t>(value));
 }
 
 StatusOr<uint64_t> SqliteStore::Keep(const std::string& name, uint64_t value) {

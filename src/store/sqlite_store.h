@@ -60,7 +60,7 @@ class SqliteStore final : public Store {
   // `what` failed on connection `db`: InsufficientStorage where the disk is
   // full, read-only, failing or cannot open a file, else Unavailable.
   Status Error(const std::string& what, sqlite3* db) const;
-  StatusOr<int64_t> Meta(const char* key);  // -1 if unset
+  StatusOr<int64_t> Meta(const char* key);  // -1 if unset; an error if it cannot be read
   Status SetMeta(const char* key, int64_t value);
   // DataLoss unless column `crc_col` of `row` is the record's checksum
   // (records from before checksums, below checked_from_, pass).

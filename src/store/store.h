@@ -33,14 +33,11 @@ struct TokenRecord {
   bool revoked = false;
 };
 
-// A random value of 63 bits (getrandom), for Store::Keep.
-uint64_t NewSecret();
 class Store;
 // Gives `to` the values `names` of `from` that `from` keeps (Store::Kept; it
-// is only read), before anything else is written (`check_only`: only says
-// whether it could); FailedPrecondition, with nothing written, if `to` keeps
+// is only read); FailedPrecondition, with nothing written, if `to` keeps
 // another value under one of them.
-Status CopyKept(Store& from, Store& to, const std::vector<std::string>& names, bool check_only = false);
+Status CopyKept(Store& from, Store& to, const std::vector<std::string>& names);
 
 class Store {
  public:
