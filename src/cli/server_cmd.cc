@@ -997,7 +997,7 @@ int StoreMain(std::vector<std::string> args) {
   // nothing written.
   if (Status s = CopyKept(**from, **dest, server::kRendezvousKeyNames); !s.ok()) {
     std::cerr << "rota store: cannot copy the key of gangs' rendezvous ports: " << s.message()
-              << ": migrate into a database no rota server has started on\n";
+              << ": migrate into a database no rota server has led on\n";
     return kExitError;
   }
   server::Recovered state(config.topology);

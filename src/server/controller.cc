@@ -27,7 +27,8 @@ StatusOr<RendezvousKey> LoadRendezvousKey(Store& store, TimePoint now) {
   // When first (a crash between leaves a time before the key: no gang was
   // bound meanwhile), then the key's halves.
   RendezvousKey k;
-  ROTA_ASSIGN_OR_RETURN(const uint64_t since, store.Keep(kRendezvousKeyNames[0], static_cast<uint64_t>(std::max<TimePoint>(0, now))));
+  ROTA_ASSIGN_OR_RETURN(const uint64_t since,
+                        store.Keep(kRendezvousKeyNames[0], static_cast<uint64_t>(std::max<TimePoint>(0, now))));
   k.since = static_cast<TimePoint>(since);
   for (int i = 0; i < 2; ++i) {
     ROTA_ASSIGN_OR_RETURN(k.key[i], store.Keep(kRendezvousKeyNames[1 + i], SecureRandom63()));
@@ -36,12 +37,14 @@ StatusOr<RendezvousKey> LoadRendezvousKey(Store& store, TimePoint now) {
 }
 
 int32_t RendezvousPort(const RendezvousKey& key, JobId job, int64_t gang_attempt, TimePoint began) {
+  // (The old port: what an older server gave the attempt.)
   if (began < key.since) return 20000 + static_cast<int32_t>((job.value() * 7 + static_cast<uint64_t>(gang_attempt)) % 20000);
+  // (Fixed-width fields, in the machine's order: key and message are only
+  // ever made here. No allocation: every heartbeat's answer asks.)
+  const uint64_t message[2] = {job.value(), static_cast<uint64_t>(gang_attempt)};
+  const uint64_t mac = HmacSha256Prefix(std::string_view(reinterpret_cast<const char*>(key.key), sizeof(key.key)),
+                                        std::string_view(reinterpret_cast<const char*>(message), sizeof(message)));
   const auto span = static_cast<uint64_t>(kRendezvousPorts.second - kRendezvousPorts.first + 1);
-  char bytes[16];
-  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<char>(key.key[i / 8] >> (8 * (i % 8)));
-  const uint64_t mac =
-      HmacSha256Prefix(std::string_view(bytes, sizeof(bytes)), std::to_string(job.value()) + ":" + std::to_string(gang_attempt));
   return kRendezvousPorts.first + static_cast<int32_t>(mac % span);
 }
 
@@ -1785,9 +1788,9 @@ TaskAssignment Controller::Assignment(const Snapshot& snap, const JobRecord& job
   a.node_rank = static_cast<int32_t>(std::find(node_order.begin(), node_order.end(), r.node) - node_order.begin());
   a.master_addr = a.hosts[0];
   // A rank restarted alone rejoins the gang's master: the port follows the gang's attempt.
-  a.master_port = RendezvousPort(rendezvous_key_, job.id, job.gang_attempt, std::max(job.started_at, job.resized_at));
-  a.attempt = job.ReplicaAttempt(r.replica);
   a.bound_at = std::max(job.started_at, job.resized_at);  // a resize starts a new attempt
+  a.master_port = RendezvousPort(rendezvous_key_, job.id, job.gang_attempt, a.bound_at);
+  a.attempt = job.ReplicaAttempt(r.replica);
   a.checkpoint_signal = job.spec().checkpoint.signal;
   a.checkpoint_grace = StopGrace(options_.config, job.spec());
   // Who it runs as: the job's user, by name on the node unless the config

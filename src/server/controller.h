@@ -163,7 +163,7 @@ inline constexpr double kCycleBuckets[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0
 inline constexpr double kBatchBuckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0};
 
 // What keys gangs' rendezvous ports: 126 random bits the store keeps
-// (Store::Keep: made by the first server that starts on it, read by every
+// (Store::Keep: made by the first server that leads on it, read by every
 // replica), and when they were made: a gang attempt that began before
 // (bound by a server of an older version, which has its ranks meet at the
 // old port) keeps the old port.
@@ -174,15 +174,15 @@ struct RendezvousKey {
 // The names it is kept under (`rota store migrate` copies them).
 inline const std::vector<std::string> kRendezvousKeyNames = {"rendezvous_since", "rendezvous_key_0", "rendezvous_key_1"};
 StatusOr<RendezvousKey> LoadRendezvousKey(Store& store, TimePoint now);
-// A gang's rendezvous port (MASTER_PORT, within kRendezvousPorts) for its
-// gang attempt (which began `began`: its bind or last resize): HMAC-SHA256 of the job and the attempt
-// under the key, so that another user cannot compute it (before, it was
-// 20000 + (job id x 7 + attempt) mod 20000, which any user could, and bind
-// it on the gang's first node before its rank 0; an attempt that began
-// before the key was made keeps that port). It is not secret: a user with
-// a task on the gang's nodes may see it (docs/trust.md).
-// (Below Linux's ephemeral ports, 32768 and up by default, which other
-// processes' connections take at random.)
+// A gang's rendezvous port (MASTER_PORT) for its gang attempt, which began
+// `began` (its bind or last resize): HMAC-SHA256 of the job and the attempt
+// under the key, in kRendezvousPorts, so that another user cannot compute
+// it. Before, it was 20000 + (job id x 7 + attempt) mod 20000, which any
+// user could, and bind on the gang's first node before its rank 0; an
+// attempt that began before the key was made keeps that port. It is not
+// secret: a user with a task on the gang's nodes may see it (docs/trust.md).
+// (The range is below Linux's ephemeral ports, 32768 and up by default,
+// which other processes' connections take at random.)
 inline constexpr std::pair<int32_t, int32_t> kRendezvousPorts{20000, 32767};
 int32_t RendezvousPort(const RendezvousKey& key, JobId job, int64_t gang_attempt, TimePoint began);
 
@@ -517,8 +517,8 @@ class Controller {
   bool warm_ = false;                     // StartFollowing replayed the store already
   ClusterState& state_;
   uint64_t next_job_id_ = 1;
-  // The store's secret that keys gangs' rendezvous ports (RendezvousPort),
-  // read at Start / StartFollowing, before any answer is made.
+  // The key of gangs' rendezvous ports (RendezvousPort), loaded by Start
+  // (a standby answers no agent), before any answer is made.
   RendezvousKey rendezvous_key_;
   std::atomic<uint64_t> last_snapshot_seq_{0};
   // The journal snapshot in progress: (seq, the state at it), handed from

@@ -111,7 +111,7 @@ Status CopyKept(Store& from, Store& to, const std::vector<std::string>& names) {
     ROTA_ASSIGN_OR_RETURN(const std::optional<uint64_t> value, from.Kept(name));
     ROTA_ASSIGN_OR_RETURN(const std::optional<uint64_t> there, to.Kept(name));
     if (there && (!value || *there != *value)) {
-      return FailedPreconditionError("the destination keeps its own '" + name + "' (a server was started on it)");
+      return FailedPreconditionError("the destination keeps its own '" + name + "' (a server led on it)");
     }
     if (value && !there) copy.emplace_back(name, *value);
   }
