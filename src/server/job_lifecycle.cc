@@ -209,16 +209,23 @@ JobLifecycle::Overdue JobLifecycle::FindOverdue(const Snapshot& snap, const std:
     if (job->state == JobState::kPreempting) {
       // Its replicas had their grace (and slack) and a silent node's its
       // fence: from the stop's start, or from when one was last seen running.
-      TimePoint from = job->preempting_since;
-      if (seen_running != nullptr) {
-        auto seen = seen_running->find(id);
-        if (seen != seen_running->end() && seen->second.wall > from) from = std::min(seen->second.wall, from + kStopHold);
+      const SeenRunning* seen = Seen(seen_running, id);
+      if (now - StopRunsFrom(job->preempting_since, seen ? seen->wall : 0) > StopAllowance(*job)) {
+        out.unstopped.push_back(id);
       }
-      const Duration grace = std::min(job->spec().checkpoint.grace, max_grace_);
-      if (now - from > std::max(grace + preempt_slack_, fenced_after_)) out.unstopped.push_back(id);
     }
   }
   return out;
+}
+
+Duration JobLifecycle::StopAllowance(const JobRecord& job) const {
+  return std::max(std::min(job.spec().checkpoint.grace, max_grace_) + preempt_slack_, fenced_after_);
+}
+
+const JobLifecycle::SeenRunning* JobLifecycle::Seen(const SeenRunningMap* seen_running, JobId id) {
+  if (seen_running == nullptr) return nullptr;
+  auto it = seen_running->find(id);
+  return it == seen_running->end() ? nullptr : &it->second;
 }
 
 void JobLifecycle::NoteStarted(const Snapshot& snap, JobId job, TimePoint started_at) {
@@ -286,12 +293,9 @@ void JobLifecycle::EndOverdue(Batch& batch, const Overdue& overdue, TimePoint no
       for (const auto& [id, stop] : stopping_) {
         const JobRecord* job = snap.FindJob(id);
         if (job == nullptr || job->state != JobState::kPreempting) continue;
-        TimePoint from = stop.steady_at;
-        if (seen_running != nullptr) {
-          auto seen = seen_running->find(id);
-          if (seen != seen_running->end() && seen->second.steady > from) from = std::min(seen->second.steady, from + kStopHold);
-        }
-        const Duration allowed = std::max(std::min(job->spec().checkpoint.grace, max_grace_) + preempt_slack_, fenced_after_);
+        const SeenRunning* seen = Seen(seen_running, id);
+        const TimePoint from = StopRunsFrom(stop.steady_at, seen ? seen->steady : 0);
+        const Duration allowed = StopAllowance(*job);
         if (steady_now - from > allowed) unstopped.push_back(id);
         else next = std::min(next, from + allowed + 1);
       }

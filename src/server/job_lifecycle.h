@@ -150,6 +150,15 @@ class JobLifecycle {
   void Stopped(Batch& batch, const JobRecord& job, const std::string& reason);
   // A stopping job's grace ran out (EndOverdue): requeued, its reason says so.
   void StoppedOverdue(Batch& batch, const JobRecord& job);
+  // How long a stop of `job` may take, on either clock: its grace (at most
+  // the cap) and the slack, or a silent node's fence.
+  Duration StopAllowance(const JobRecord& job) const;
+  // When a stop's time runs from, on one clock: its start, or when a replica
+  // was last `seen` running (0: not), at most kStopHold after the start.
+  static TimePoint StopRunsFrom(TimePoint began, TimePoint seen) {
+    return seen > began ? std::min(seen, began + kStopHold) : began;
+  }
+  static const SeenRunning* Seen(const SeenRunningMap* seen_running, JobId id);
   bool AllExited(const JobRecord& job) const;
 
   const Clock* clock_;
