@@ -434,8 +434,8 @@ bool Agent::DeleteContainer(const std::string& runtime, const std::string& id, c
     PollDelete(id, d, std::chrono::steady_clock::now());
     if (d.pid != 0) return true;
   }
-  // One killed and not gone yet (the kernel's D state): no other beside it,
-  // each stuck as it is, one more every 30 s.
+  // One killed and not gone yet (the kernel's D state): no other beside it
+  // (they would pile up, each stuck as it is).
   if (d.killed != 0 && PollQuiet(d.killed) < 0) return false;
   d.killed = 0;
   d.runtime = runtime;
