@@ -114,8 +114,9 @@ class LearnedGittins {
   bool ready() const { return built_ >= 16; }
   int64_t built() const { return built_; }
   // The index of the bin `a` is in, from the last Rebuild.
-  double Index(double a) {
-    const int i = Bin(a);
+  double Index(double a) { return IndexOfBin(Bin(a)); }
+  // The same, given that bin (Bin(a)).
+  double IndexOfBin(int i) {
     if ((computed_ >> i & 1) == 0) {
       index_[i] = IndexAt(i);
       computed_ |= uint64_t{1} << i;
@@ -253,17 +254,20 @@ class SweepIndex {
   // kInformedAt. Sets informed(), so that a caller that gets true need not
   // call Update.
   bool Current(int64_t finished, int64_t prior, uint64_t bins, bool ran_long);
-  static uint64_t AddBin(uint64_t bins, double attained) {
+  static uint64_t AddBin(uint64_t bins, double attained) { return AddBinOf(bins, RunHistory::Bin(attained)); }
+  // The same, given the bin (RunHistory::Bin(attained)).
+  static uint64_t AddBinOf(uint64_t bins, int bin) {
     // A sum of the bins' mixed numbers (splitmix64's finalizer): the same
     // for the same bins in any order, different for different bins but by a
     // 64-bit accident.
-    uint64_t z = static_cast<uint64_t>(RunHistory::Bin(attained)) + 0x9e3779b97f4a7c15ULL;
+    uint64_t z = static_cast<uint64_t>(bin) + 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return bins + (z ^ (z >> 31));
   }
   bool informed() const { return informed_; }
   double Index(double attained) { return index_.Index(attained); }
+  double IndexOfBin(int bin) { return index_.IndexOfBin(bin); }
 
  private:
   void Fit(int64_t finished, double log_sum, double log_sq, std::vector<double>& censored, const WorkloadLogs& workload,

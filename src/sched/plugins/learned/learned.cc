@@ -75,6 +75,7 @@ struct LearnedState : JobOrderPlugin::RankState {
   // Scratch.
   std::vector<Sweep*> of;  // per job, its sweep
   std::vector<double> gpu_seconds, gpus, mine;
+  std::vector<int> bin;  // per job, RunHistory::Bin of its GPU-seconds
   CensoredNormal scratch;
 };
 
@@ -126,11 +127,14 @@ class Learned final : public JobOrderPlugin {
     ++st.stamp;
     std::vector<double>& gs = st.gpu_seconds;  // every job's attained GPU-seconds
     std::vector<double>& gpus = st.gpus;       // and GPUs (Gpus)
+    std::vector<int>& bin = st.bin;            // and their bins (each found once)
     gs.resize(jobs.size());
     gpus.resize(jobs.size());
+    bin.resize(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {
       gpus[i] = Gpus(*jobs[i]);
       gs[i] = static_cast<double>(jobs[i]->AttainedAt(now)) * gpus[i] / kMicrosPerSecond;
+      bin[i] = RunHistory::Bin(gs[i]);
     }
     if (h.finished >= kReadyAt && (st.built_at < 0 || h.finished >= st.built_at + st.built_at / 10 + 1 ||
                                    h.finished < st.built_at)) {
@@ -160,7 +164,7 @@ class Learned final : public JobOrderPlugin {
       }
       sw->members.push_back(static_cast<uint32_t>(i));
       st.live_sweeps += sw->members.size() == 1;
-      sw->bins = SweepIndex::AddBin(sw->bins, gs[i]);
+      sw->bins = SweepIndex::AddBinOf(sw->bins, bin[i]);
       sw->ran_long = sw->ran_long || gs[i] >= SweepIndex::kInformedAt;
       st.of[i] = sw;
     }
@@ -169,12 +173,14 @@ class Learned final : public JobOrderPlugin {
     // reaches kInformedAt, when its sweep speaks for itself). Before the
     // index is ready, least attained first moves with every running job.
     TimePoint changes = std::numeric_limits<TimePoint>::max();
-    auto crosses = [&](double gpus_of_job, double attained) {
+    auto crosses = [&](double gpus_of_job, double attained, int in_bin) {
       // (The last bin has no end: no crossing.)
-      double next = LearnedGittins::Bin(attained) >= LearnedGittins::kBins - 1 ? HUGE_VAL : LearnedGittins::NextEdge(attained);
+      double next = in_bin >= LearnedGittins::kBins - 1 ? HUGE_VAL : LearnedGittins::Edge(in_bin + 1);
       if (attained < SweepIndex::kInformedAt) next = std::min(next, SweepIndex::kInformedAt);
-      const double in = std::floor((next - attained) / gpus_of_job * kMicrosPerSecond);  // (floor: not after)
-      if (in < static_cast<double>(changes - now)) changes = now + std::max<TimePoint>(0, static_cast<TimePoint>(in));
+      // floor(in) < the whole number `left` exactly when in < left: floored
+      // (not after) only when it is sooner.
+      const double in = (next - attained) / gpus_of_job * kMicrosPerSecond;
+      if (in < static_cast<double>(changes - now)) changes = now + std::max<TimePoint>(0, static_cast<TimePoint>(std::floor(in)));
     };
     for (size_t i = 0; i < jobs.size(); ++i) {
       const JobRecord& j = *jobs[i];
@@ -186,14 +192,14 @@ class Learned final : public JobOrderPlugin {
         }
         changes = std::min(changes, WaitingSince(j) + kStarved);
       } else if (j.state == JobState::kRunning) {
-        crosses(gpus[i], gs[i]);
+        crosses(gpus[i], gs[i], bin[i]);
       }
       LearnedState::Sweep& sw = *st.of[i];
       if (!ready) {
         rank = gs[i];
       } else {
         if (sw.refreshed != st.stamp) Refresh(h, j.sweep, gs, st, sw);
-        rank = -(sw.index.informed() ? sw.index.Index(gs[i]) : st.global.Index(gs[i]));
+        rank = -(sw.index.informed() ? sw.index.IndexOfBin(bin[i]) : st.global.IndexOfBin(bin[i]));
       }
       if (j.state != JobState::kPending) sw.last_running = std::max(sw.last_running, rank);
     }
