@@ -28,6 +28,7 @@
 // counts) runs the same statistics; this plugin is what the server and the
 // production-profile simulation run.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -70,6 +71,19 @@ struct LearnedState : JobOrderPlugin::RankState {
     std::tuple<int64_t, int64_t, int64_t> facts_at{-1, 0, 0};
   };
   std::unordered_map<uint64_t, Sweep> sweeps;
+  // The sweeps last looked up, by id modulo its size (a job's sweep is
+  // mostly a recent one's). Its entries point into `sweeps` (whose nodes
+  // stay where they are), and go when that is compacted.
+  struct Recent {
+    uint64_t id = ~uint64_t{0};
+    Sweep* sweep = nullptr;
+  };
+  std::array<Recent, 256> recent;
+  Sweep& Find(uint64_t id) {
+    Recent& r = recent[id % recent.size()];
+    if (r.id != id) r = {id, &sweeps[id]};
+    return *r.sweep;
+  }
   uint64_t stamp = 0;
   size_t live_sweeps = 0;  // this cycle's
   // Scratch.
@@ -151,7 +165,7 @@ class Learned final : public JobOrderPlugin {
     // then the running, each in id order).
     for (size_t i = 0; i < jobs.size(); ++i) {
       LearnedState::Sweep* sw =
-          i > 0 && jobs[i]->sweep == jobs[i - 1]->sweep ? st.of[i - 1] : &st.sweeps[jobs[i]->sweep.value()];
+          i > 0 && jobs[i]->sweep == jobs[i - 1]->sweep ? st.of[i - 1] : &st.Find(jobs[i]->sweep.value());
       if (sw->seen != st.stamp) {
         // One no job of the last cycle was in is forgotten (as if erased
         // then: the map is only compacted now and then, below).
@@ -218,6 +232,7 @@ class Learned final : public JobOrderPlugin {
       for (auto it = st.sweeps.begin(); it != st.sweeps.end();) {
         it = it->second.seen == st.stamp ? std::next(it) : st.sweeps.erase(it);
       }
+      st.recent.fill({});
     }
   }
 
