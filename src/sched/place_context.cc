@@ -7,6 +7,7 @@ namespace rota::sched {
 
 void PlaceContext::NewCycle() {
   if (ws_->classes_changed()) orders_.clear();
+  static_fits_.job = nullptr;  // (nodes may have changed)
 }
 
 bool PlaceContext::Fits(const JobRequest& job, const TaskRequest& task, uint32_t pos) const {

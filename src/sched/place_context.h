@@ -44,6 +44,19 @@ class PlaceContext {
   // Scratch space for placers (reused; no allocation at steady state).
   std::vector<std::pair<int64_t, int32_t>>& scratch() { return scratch_; }
 
+  // Whether each node could ever hold a replica of each of a request's task
+  // groups (no filter says kNever): kept by one job's explanation, which
+  // reads it up to four times a node (reason.cc; the allocations do not
+  // change meanwhile). `job` and `tasks` name the request it was made for.
+  struct StaticFits {
+    static constexpr uint8_t kFits = 0xff;  // else the Shortfall of the filter that said kNever
+    const JobRecord* job = nullptr;
+    const TaskRequest* tasks = nullptr;
+    size_t count = 0;                         // task groups
+    std::vector<std::vector<uint8_t>> found;  // per task group, per node; empty: not yet
+  };
+  StaticFits& static_fits() { return static_fits_; }
+
  private:
   struct BucketRef {
     int32_t cls;
@@ -61,6 +74,7 @@ class PlaceContext {
   Txn* txn_;
   std::vector<BucketOrder> orders_;
   std::vector<std::pair<int64_t, int32_t>> scratch_;
+  StaticFits static_fits_;
 };
 
 }  // namespace rota::sched

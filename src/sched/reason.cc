@@ -47,6 +47,30 @@ bool StaticFit(PlaceContext& ctx, const JobRequest& job, const TaskRequest& t, u
   return true;
 }
 
+// StaticFit of task group `t` (one of job.tasks) on every node: kFits, or
+// the shortfall that rules the node out. Made once per explanation
+// (ExplainUnresolvable starts one), for the request it was made for.
+const std::vector<uint8_t>& StaticFits(PlaceContext& ctx, const JobRequest& job, const TaskRequest& t) {
+  PlaceContext::StaticFits& memo = ctx.static_fits();
+  if (memo.job != job.job || memo.tasks != job.tasks.data() || memo.count != job.tasks.size()) {
+    memo.job = job.job;
+    memo.tasks = job.tasks.data();
+    memo.count = job.tasks.size();
+    memo.found.resize(std::max(memo.found.size(), job.tasks.size()));
+    for (size_t k = 0; k < job.tasks.size(); ++k) memo.found[k].clear();
+  }
+  std::vector<uint8_t>& found = memo.found[static_cast<size_t>(&t - job.tasks.data())];
+  if (found.empty()) {
+    const uint32_t n = ctx.workspace().size();
+    found.resize(n);
+    for (uint32_t pos = 0; pos < n; ++pos) {
+      Shortfall why = Shortfall::kNone;
+      found[pos] = StaticFit(ctx, job, t, pos, &why) ? PlaceContext::StaticFits::kFits : static_cast<uint8_t>(why);
+    }
+  }
+  return found;
+}
+
 std::string FreeList(const std::vector<int32_t>& frees, int64_t nodes_fitting) {
   std::string out = "free per node: ";
   if (frees.size() <= 12) {
@@ -103,20 +127,16 @@ namespace {
 PendingReason TaskNeverFits(PlaceContext& ctx, const JobRequest& job, const TaskRequest& t) {
   Workspace& ws = ctx.workspace();
   const uint32_t n = ws.size();
+  const std::vector<uint8_t>& fits = StaticFits(ctx, job, t);
+  if (std::find(fits.begin(), fits.end(), PlaceContext::StaticFits::kFits) != fits.end()) return {};
   const std::string prefix = TaskPrefix(job, t);
   std::map<Shortfall, int64_t> never;
-  int64_t candidates = 0;
   int32_t max_gpus = 0;
   for (uint32_t pos = 0; pos < n; ++pos) {
-    Shortfall why = Shortfall::kNone;
-    if (StaticFit(ctx, job, t, pos, &why)) {
-      ++candidates;
-    } else {
-      ++never[why];
-      if (why == Shortfall::kGpus) max_gpus = std::max(max_gpus, ws.node(pos).spec.gpus);
-    }
+    const auto why = static_cast<Shortfall>(fits[pos]);
+    ++never[why];
+    if (why == Shortfall::kGpus) max_gpus = std::max(max_gpus, ws.node(pos).spec.gpus);
   }
-  if (candidates > 0) return {};
   const std::string& model = job.job->spec().tasks[t.task].gpu_model;
   if (never.count(Shortfall::kGpuModel) && never.size() == 1) {
     std::string have;
@@ -169,8 +189,7 @@ PendingReason DomainNeverHolds(PlaceContext& ctx, const JobRequest& job) {
   const int32_t level = job.required ? job.level : root;
   // Capacity of the largest domain at the allowed level, counting every node as empty.
   auto static_replicas = [&](const TaskRequest& t, uint32_t pos) -> int64_t {
-    Shortfall why;
-    if (!StaticFit(ctx, job, t, pos, &why)) return 0;
+    if (StaticFits(ctx, job, t)[pos] != PlaceContext::StaticFits::kFits) return 0;
     const NodeSpec& s = ws.node(pos).spec;
     return ReplicasFitting(t, s.gpus, s.cpu, s.memory);
   };
@@ -213,6 +232,7 @@ PendingReason DomainNeverHolds(PlaceContext& ctx, const JobRequest& job) {
 }  // namespace
 
 PendingReason ExplainUnresolvable(PlaceContext& ctx, const JobRequest& job) {
+  ctx.static_fits().job = nullptr;  // (a new explanation: the nodes or the request may differ)
   for (const TaskRequest& t : job.tasks) {
     if (PendingReason why = TaskNeverFits(ctx, job, t); !why.ok()) return why;
   }
@@ -231,9 +251,9 @@ PendingReason TaskShortNow(PlaceContext& ctx, const JobRequest& job, const TaskR
   int64_t lost = 0;
   const NodeState* given = nullptr;  // the first drained node with a reason
   std::vector<int32_t> frees;
+  const std::vector<uint8_t>& fits = StaticFits(ctx, job, t);
   for (uint32_t pos = 0; pos < n; ++pos) {
-    Shortfall why;
-    if (!StaticFit(ctx, job, t, pos, &why)) continue;
+    if (fits[pos] != PlaceContext::StaticFits::kFits) continue;
     ++matching;
     if (!ws.schedulable(pos)) {
       const NodeState& node = ws.node(pos);
@@ -301,8 +321,7 @@ PendingReason GangShortNow(PlaceContext& ctx, const JobRequest& job) {
       for (const TaskRequest& t : job.tasks) {
         int64_t total = 0;
         for (uint32_t pos = begin; pos < end; ++pos) {
-          Shortfall why;
-          if (!ws.schedulable(pos) || !StaticFit(ctx, job, t, pos, &why)) continue;
+          if (!ws.schedulable(pos) || StaticFits(ctx, job, t)[pos] != PlaceContext::StaticFits::kFits) continue;
           const NodeView v = ws.View(pos);
           total += ReplicasFitting(t, ws.free_gpus(pos), v.free_cpu, v.free_memory);
         }
