@@ -2,15 +2,6 @@
 
 namespace rota {
 
-const std::array<double, RunHistory::kBins + 1>& RunHistory::Edges() {
-  static const std::array<double, kBins + 1> edges = [] {
-    std::array<double, kBins + 1> e{};
-    for (int i = 0; i <= kBins; ++i) e[i] = std::pow(2.0, i / 2.0);
-    return e;
-  }();
-  return edges;
-}
-
 JobId RunHistory::Join(const std::pair<std::string, int64_t>& key, JobId id, TimePoint at, JobId given, int64_t jobs) {
   auto it = open.find(key);
   JobId sweep = given;

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -33,15 +34,27 @@ struct RunHistory {
   static constexpr int kBins = 64;
   // Bin i holds GPU-seconds in [Edge(i), Edge(i + 1)): Edge(i) = 2^(i/2);
   // bin 0 also holds everything below 1, the last everything above.
-  static const std::array<double, kBins + 1>& Edges();
-  static double Edge(int i) { return Edges()[i]; }
+  // (An odd edge is sqrt 2, rounded, times a power of 2: exactly what
+  // std::pow(2.0, i / 2.0) gives, and no guard of a static to pass.)
+  static constexpr std::array<double, kBins + 1> kEdges = [] {
+    std::array<double, kBins + 1> e{};
+    double power = 1;
+    for (int i = 0; i <= kBins; i += 2, power *= 2) {
+      e[i] = power;
+      if (i < kBins) e[i + 1] = power * 1.4142135623730951;
+    }
+    return e;
+  }();
+  static const std::array<double, kBins + 1>& Edges() { return kEdges; }
+  static double Edge(int i) { return kEdges[i]; }
   static int Bin(double gpu_seconds) {
-    const auto& e = Edges();
+    const auto& e = kEdges;
     // Between 1 and the last bin, from the exponent: 2^k <= x < 2^(k+1) is
     // Edge(2k) <= x < Edge(2k + 2) (powers of 2 are exact), so x is in bin
     // 2k or 2k + 1 (a learned order asks for every job's bin every cycle).
     if (gpu_seconds >= 1 && gpu_seconds < e[kBins - 1]) {
-      const int k = std::ilogb(gpu_seconds);
+      // (The exponent of a normal double: std::ilogb's, without its call.)
+      const int k = static_cast<int>(std::bit_cast<uint64_t>(gpu_seconds) >> 52 & 0x7ff) - 1023;
       return gpu_seconds >= e[2 * k + 1] ? 2 * k + 1 : 2 * k;
     }
     // The last edge not above it (bin 0 below 1).
