@@ -391,10 +391,18 @@ const JobOrderPlugin* Session::DecidingOrder(const JobRecord& job, const JobReco
 Session::SpareKeys Session::SpareKeysOf(const JobRecord& job, bool add_queue) {
   SpareKeys k;
   const std::string_view queue = job.spec().queue;
-  if (add_queue) {
-    k.queue = spare_queues_.try_emplace(queue, static_cast<int32_t>(spare_queues_.size())).first->second;
-  } else if (auto it = spare_queues_.find(queue); it != spare_queues_.end()) {
-    k.queue = it->second;
+  if (last_spare_index_ >= 0 && queue == last_spare_queue_) {
+    k.queue = last_spare_index_;
+  } else {
+    if (add_queue) {
+      k.queue = spare_queues_.try_emplace(queue, static_cast<int32_t>(spare_queues_.size())).first->second;
+    } else if (auto it = spare_queues_.find(queue); it != spare_queues_.end()) {
+      k.queue = it->second;
+    }
+    if (k.queue >= 0) {
+      last_spare_queue_ = queue;
+      last_spare_index_ = k.queue;
+    }
   }
   k.priority = job.spec().priority;
   const auto& orders = profile_->job_orders();
@@ -408,6 +416,7 @@ const std::vector<uint8_t>& Session::OrderSpares(const JobRecord& job) {
   if (spare_stamp_ != cycle_stamp_) {  // (a cycle's running gangs and ranks stay as they are)
     spare_stamp_ = cycle_stamp_;
     spare_queues_.clear();
+    last_spare_index_ = -1;
     spare_keys_.clear();
     for (const JobRecord* r : running_) spare_keys_.push_back(SpareKeysOf(*r, true));
   }

@@ -400,6 +400,10 @@ class Session {
   size_t ranker_at_ = 0;  // the ranker's place among the job orders
   std::vector<SpareKeys> spare_keys_;
   std::unordered_map<std::string_view, int32_t> spare_queues_;  // (views of the running gangs' specs)
+  // The queue SpareKeysOf last numbered, and its number (most gangs are in
+  // a few queues: compared before the name is hashed).
+  std::string_view last_spare_queue_;
+  int32_t last_spare_index_ = -1;
   uint64_t spare_stamp_ = 0;
   std::vector<uint8_t> spared_;
   std::vector<double> rank_values_;
