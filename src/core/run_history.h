@@ -34,8 +34,9 @@ struct RunHistory {
   static constexpr int kBins = 64;
   // Bin i holds GPU-seconds in [Edge(i), Edge(i + 1)): Edge(i) = 2^(i/2);
   // bin 0 also holds everything below 1, the last everything above.
-  // (An odd edge is sqrt 2, rounded, times a power of 2: exactly what
-  // std::pow(2.0, i / 2.0) gives, and no guard of a static to pass.)
+  // (An odd edge is sqrt 2, correctly rounded, times a power of 2: exact,
+  // what std::pow(2.0, i / 2.0) gave here with glibc, and no guard of a
+  // static to pass.)
   static constexpr std::array<double, kBins + 1> kEdges = [] {
     std::array<double, kBins + 1> e{};
     double power = 1;

@@ -92,7 +92,9 @@ class PlaceContext;
 // kNone if yes, else an Unresolvable reason.
 PendingReason ExplainUnresolvable(PlaceContext& ctx, const JobRequest& job);
 
-// Why the job did not fit now. REQUIRES: ExplainUnresolvable(job).ok().
+// Why the job did not fit now. REQUIRES: ExplainUnresolvable(ctx, job).ok(),
+// called just before on this unchanged request (whose answers about each
+// node's static fit this reads again: PlaceContext::StaticFits).
 PendingReason ExplainPending(PlaceContext& ctx, const JobRequest& job);
 
 }  // namespace rota::sched

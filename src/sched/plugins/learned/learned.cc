@@ -81,7 +81,7 @@ struct LearnedState : JobOrderPlugin::RankState {
   std::array<Recent, 256> recent;
   Sweep& Find(uint64_t id) {
     Recent& r = recent[id % recent.size()];
-    if (r.id != id) r = {id, &sweeps[id]};
+    if (r.sweep == nullptr || r.id != id) r = {id, &sweeps[id]};  // (an empty entry's id may be a sweep's too)
     return *r.sweep;
   }
   uint64_t stamp = 0;
@@ -191,8 +191,8 @@ class Learned final : public JobOrderPlugin {
       // (The last bin has no end: no crossing.)
       double next = in_bin >= LearnedGittins::kBins - 1 ? HUGE_VAL : LearnedGittins::Edge(in_bin + 1);
       if (attained < SweepIndex::kInformedAt) next = std::min(next, SweepIndex::kInformedAt);
-      // floor(in) < the whole number `left` exactly when in < left: floored
-      // (not after) only when it is sooner.
+      // floor(in) < the whole number changes - now exactly when in is:
+      // floored (not after) only when it is sooner.
       const double in = (next - attained) / gpus_of_job * kMicrosPerSecond;
       if (in < static_cast<double>(changes - now)) changes = now + std::max<TimePoint>(0, static_cast<TimePoint>(std::floor(in)));
     };
