@@ -6,6 +6,7 @@
 #include <openssl/hmac.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace rota::server {
 
@@ -41,8 +42,13 @@ std::string Sha256Hex(std::string_view data) {
 uint64_t HmacSha256Prefix(std::string_view key, std::string_view data) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
-       data.size(), mac, &len);
+  // (It fails only without memory or a SHA-256: then no answer is one that
+  // replicas and heartbeats agree on.)
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+           data.size(), mac, &len) == nullptr ||
+      len < 8) {
+    std::abort();
+  }
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = v << 8 | mac[i];
   return v;

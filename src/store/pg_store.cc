@@ -705,7 +705,7 @@ StatusOr<std::optional<uint64_t>> PgStore::Kept(const std::string& name) {
 
 StatusOr<uint64_t> PgStore::Keep(const std::string& name, uint64_t value) {
   // Written by whichever replica asks first; every other reads that one.
-  // (Not fenced: a standby asks too, and the value never changes.)
+  // (Not fenced: it is only ever inserted where absent, never changed.)
   const std::string key = "kept:" + name;
   {
     std::lock_guard<std::mutex> lock(mu_);
