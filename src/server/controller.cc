@@ -40,7 +40,8 @@ int32_t RendezvousPort(const RendezvousKey& key, JobId job, int64_t gang_attempt
   // (The old port: what an older server gave the attempt.)
   if (began < key.since) return 20000 + static_cast<int32_t>((job.value() * 7 + static_cast<uint64_t>(gang_attempt)) % 20000);
   // (Fixed-width fields, in the machine's order: key and message are only
-  // ever made here. No allocation: every heartbeat's answer asks.)
+  // ever made here. Every heartbeat's answer asks, a few microseconds a
+  // task: OpenSSL's one-shot HMAC fetches SHA-256 and makes a context.)
   const uint64_t message[2] = {job.value(), static_cast<uint64_t>(gang_attempt)};
   const uint64_t mac = HmacSha256Prefix(std::string_view(reinterpret_cast<const char*>(key.key), sizeof(key.key)),
                                         std::string_view(reinterpret_cast<const char*>(message), sizeof(message)));
@@ -74,7 +75,16 @@ Status Controller::Start() {
                                    " but the journal ends at " + std::to_string(store_->last_seq()));
   }
   if (!warm_) ROTA_RETURN_IF_ERROR(store_->Replay([this](const Event& e) { return recovered_->Apply(e); }));
-  ROTA_ASSIGN_OR_RETURN(rendezvous_key_, LoadRendezvousKey(*store_, options_.clock->Now()));
+  {
+    // Dated after every gang the recovered state holds, whatever this
+    // host's clock says: one an older leader bound (by its own clock, ahead
+    // of this one) keeps the port its ranks met at.
+    TimePoint since = options_.clock->Now();
+    for (const auto& [id, job] : state_.GetSnapshot().live_jobs()) {
+      since = std::max(since, std::max(job->started_at, job->resized_at) + 1);
+    }
+    ROTA_ASSIGN_OR_RETURN(rendezvous_key_, LoadRendezvousKey(*store_, since));
+  }
   next_job_id_ = recovered_->next_job_id;
   request_ids_ = std::move(recovered_->request_ids);
   last_snapshot_seq_ = store_->last_seq();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <bit>
@@ -441,6 +442,40 @@ TEST_F(ControllerTest, AGangsRendezvousPortIsKeyedWithTheStoresKey) {
   Bound old_gang;
   bind_gang(std::move(older), &old_gang);
   EXPECT_EQ(old_gang.ports[0], 20000 + static_cast<int32_t>(old_gang.id.value() * 7 % 20000));
+}
+
+// A key first made by a server whose clock is behind the last leader's (an
+// upgrade: the older leader made none) is dated after the gangs it
+// recovers, which keep the port their ranks met at.
+TEST_F(ControllerTest, AKeyMadeBehindTheLastLeadersClockLeavesItsGangsTheirPort) {
+  const testing::TempDir tmp("rota-ctl");
+  const std::string db = tmp.path() + "/rota.db";
+  JobId id;
+  {
+    clock.Advance(3600 * kMicrosPerSecond);  // the older leader's clock, an hour ahead
+    auto c = Make(std::move(SqliteStore::Open(db)).value());
+    ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+    auto submitted = c->Submit(kAlice, Job("pair", 2, 4));
+    ASSERT_TRUE(submitted.ok());
+    id = *submitted;
+    c->ScheduleNow();
+    ASSERT_EQ(c->snapshot().FindJob(id)->state, JobState::kRunning);
+    c->Stop();
+  }
+  {
+    // (What an older server leaves: no key.)
+    sqlite3* handle = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(handle, "DELETE FROM meta WHERE key LIKE 'kept:%'", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(handle);
+  }
+  clock.Advance(-3600 * kMicrosPerSecond);
+  auto c = Make(std::move(SqliteStore::Open(db)).value());
+  ASSERT_TRUE(c->RegisterNode(agent0, c->snapshot().FindNode("n-0")->spec, true, "").ok());
+  auto tasks = c->Heartbeat(agent0, {"n-0", {}, {}});
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].master_port, 20000 + static_cast<int32_t>(id.value() * 7 % 20000));
 }
 
 TEST_F(ControllerTest, AgentsGetTheirTasksAndReportExits) {
